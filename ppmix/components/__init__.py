@@ -1,0 +1,27 @@
+"""Component families shared by every model and optimizer in ppmix.
+
+Each family is a batch of ``K`` components with the protocol of
+:class:`~ppmix.components.base.ComponentFamily`: ``log_prob -> (N, K)``, weighted
+``fit(data, weights)``, ``pyro_dist``, ``sample``, ``kl`` (where closed-form),
+``state_dict``/``load_state_dict`` and ``to(device, dtype)``.
+"""
+
+from ppmix.components.base import ComponentFamily
+from ppmix.components.bernoulli import BernoulliLabel
+from ppmix.components.categorical import CategoricalLabel
+from ppmix.components.gaussian_diag import DiagGaussian
+from ppmix.components.gaussian_expert import GaussianExpert
+from ppmix.components.gaussian_full import FullGaussian
+from ppmix.components.logistic_expert import LogisticExpert
+from ppmix.components.softmax_gate import SoftmaxGate
+
+__all__ = [
+    "BernoulliLabel",
+    "CategoricalLabel",
+    "ComponentFamily",
+    "DiagGaussian",
+    "FullGaussian",
+    "GaussianExpert",
+    "LogisticExpert",
+    "SoftmaxGate",
+]

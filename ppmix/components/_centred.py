@@ -1,0 +1,52 @@
+"""Data prepared once per fit for the Gaussian families.
+
+Centring by the column mean before forming second moments keeps the
+``E[x^2] - E[x]^2`` algebra accurate (also in float32); the prepared object is
+reused by every E- and M-step of a fit, so derived arrays are built only once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class CentredData:
+    """Feature matrix ``x`` with its column mean ``shift`` and ``x - shift`` cached."""
+
+    x: torch.Tensor
+    shift: torch.Tensor
+    centred: torch.Tensor
+    _moments: torch.Tensor | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_tensor(cls, x: torch.Tensor) -> "CentredData":
+        shift = x.mean(dim=0)
+        return cls(x=x, shift=shift, centred=x - shift)
+
+    @property
+    def n_samples(self) -> int:
+        return int(self.x.shape[0])
+
+    @property
+    def moments(self) -> torch.Tensor:
+        """``[x - shift, (x - shift)^2]`` as one ``[N, 2D]`` matrix (built on first use)."""
+        if self._moments is None:
+            self._moments = torch.cat([self.centred, self.centred.square()], dim=1)
+        return self._moments
+
+
+def as_centred(data: torch.Tensor | CentredData) -> CentredData:
+    """Return ``data`` prepared (no copy when it already is)."""
+    if isinstance(data, CentredData):
+        return data
+    if not isinstance(data, torch.Tensor) or data.dim() != 2:
+        raise ValueError("data must be a 2-D tensor (n_samples, n_features)")
+    return CentredData.from_tensor(data)
+
+
+def component_counts(weights: torch.Tensor) -> torch.Tensor:
+    """Effective number of points per component, kept away from zero."""
+    return weights.sum(dim=0) + 10 * torch.finfo(weights.dtype).eps

@@ -1,0 +1,112 @@
+"""Gaussian regression experts: ``y | x, k ~ N(x^T coef[k] + intercept[k], scale[k]^2)``."""
+
+from __future__ import annotations
+
+import math
+
+import pyro.distributions as dist
+import torch
+
+from ppmix.components._centred import component_counts
+from ppmix.components._linear import LinearFamily, design_matrix
+
+__all__ = ["GaussianExpert"]
+
+
+class GaussianExpert(LinearFamily):
+    """``K`` linear-Gaussian regression experts.
+
+    Data are pairs ``(x, y)`` with ``x`` of shape ``(N, P)`` and ``y`` of shape ``(N,)``.
+
+    Parameters
+    ----------
+    coef : Tensor, shape (K, P)
+    intercept : Tensor, shape (K,), optional (zeros)
+    scale : Tensor, shape (K,), optional (ones)
+        Noise standard deviations.
+    ridge : float, default 0.0
+        Penalty ``ridge * ||coef[k]||^2`` added to the weighted least squares.
+    min_variance : float, default 1e-8
+        Floor of the noise variance in :meth:`fit`.
+
+    Examples
+    --------
+    >>> import torch
+    >>> experts = GaussianExpert(torch.zeros(2, 3))
+    >>> x, y = torch.randn(50, 3), torch.randn(50)
+    >>> experts.fit((x, y), torch.rand(50, 2)).log_prob((x, y)).shape
+    torch.Size([50, 2])
+    """
+
+    param_names = ("coef", "intercept", "scale")
+
+    def __init__(
+        self,
+        coef: torch.Tensor,
+        intercept: torch.Tensor | None = None,
+        scale: torch.Tensor | None = None,
+        ridge: float = 0.0,
+        min_variance: float = 1e-8,
+    ) -> None:
+        self._init_linear(coef, intercept, ridge)
+        scale = torch.ones(self.coef.shape[0], dtype=self.coef.dtype) if scale is None else torch.as_tensor(scale)
+        if scale.shape != self.coef.shape[:1] or (scale <= 0).any():
+            raise ValueError(f"scale must be a positive tensor of shape ({self.coef.shape[0]},)")
+        self.scale, self.min_variance = scale.to(self.coef.dtype), float(min_variance)
+
+    def _pair(self, data: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        if not isinstance(data, (tuple, list)) or len(data) != 2:
+            raise TypeError("data must be a pair (x, y)")
+        x = self._covariates(data[0])
+        y = torch.as_tensor(data[1]).to(device=self.device, dtype=self.dtype)
+        if y.shape != (x.shape[0],):
+            raise ValueError(f"y must have shape ({x.shape[0]},); got {tuple(y.shape)}")
+        return x, y
+
+    def mean(self, x: torch.Tensor) -> torch.Tensor:
+        """Conditional means ``E[y | x, k]``, shape ``(N, K)``."""
+        return self.linear_predictor(x)
+
+    def log_prob(self, data: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """``log N(y_n | x_n^T coef[k] + intercept[k], scale[k]^2)``, shape ``(N, K)``."""
+        x, y = self._pair(data)
+        resid = (y[:, None] - self.linear_predictor(x)) / self.scale
+        return -0.5 * (math.log(2 * math.pi) + resid.square()) - self.scale.log()
+
+    def fit(self, data: tuple[torch.Tensor, torch.Tensor], weights: torch.Tensor) -> "GaussianExpert":
+        """Weighted least squares for every expert at once, then the weighted residual variance."""
+        x, y = self._pair(data)
+        weights = self._check_weights(weights, x.shape[0])
+        a = design_matrix(x)  # (N, P+1)
+        weighted = weights.T[:, :, None] * a[None]  # (K, N, P+1)
+        gram = weighted.mT @ a + self._ridge_matrix()  # (K, P+1, P+1)
+        rhs = weighted.mT @ y  # (K, P+1)
+        theta, info = torch.linalg.solve_ex(gram, rhs)
+        if (info > 0).any():
+            raise ValueError("weighted least squares is singular for some expert; set ridge > 0")
+        self._unstack(theta)
+        resid2 = (y[:, None] - a @ theta.T).square()
+        var = (weights * resid2).sum(0) / component_counts(weights)
+        self.scale = var.clamp_min(self.min_variance).sqrt()
+        return self
+
+    def pyro_dist(self, index: torch.Tensor | None = None, x: torch.Tensor | None = None) -> dist.Distribution:
+        """``Normal(x^T coef[index] + intercept[index], scale[index])`` for covariates ``x``."""
+        if x is None:
+            raise ValueError("x (the covariates) is required for an expert's distribution")
+        scale = self.scale if index is None else self.scale[index]
+        return dist.Normal(self._indexed_predictor(index, x), scale)
+
+    def sample(
+        self, index: torch.Tensor, x: torch.Tensor, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        """Responses ``y_n`` drawn from expert ``index[n]`` at covariates ``x[n]``."""
+        mean = self._indexed_predictor(index, self._covariates(x))
+        noise = torch.randn(mean.shape, generator=generator, dtype=self.dtype, device=self.device)
+        return mean + self.scale[index] * noise
+
+    def kl(self, other: "GaussianExpert", x: torch.Tensor) -> torch.Tensor:
+        """``KL(p_k(y|x_n) || q_l(y|x_n))`` for every point and pair, shape ``(N, K, K')``."""
+        mean_p, mean_q = self.mean(x)[:, :, None], other.mean(x)[:, None, :]
+        var_p, var_q = self.scale.square()[:, None], other.scale.square()[None, :]
+        return 0.5 * (var_q.log() - var_p.log() + (var_p + (mean_p - mean_q).square()) / var_q - 1.0)

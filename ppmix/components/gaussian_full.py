@@ -1,0 +1,126 @@
+"""Full-covariance Gaussian components (Cholesky parametrisation)."""
+
+from __future__ import annotations
+
+import math
+
+import pyro.distributions as dist
+import torch
+
+from ppmix.components._centred import CentredData, as_centred, component_counts
+from ppmix.components.base import ComponentFamily
+
+__all__ = ["FullGaussian"]
+
+
+class FullGaussian(ComponentFamily):
+    """``K`` Gaussians with full covariance ``scale_tril[k] @ scale_tril[k].T``.
+
+    Parameters
+    ----------
+    loc : Tensor, shape (K, D)
+    scale_tril : Tensor, shape (K, D, D)
+        Lower Cholesky factors of the covariances (positive diagonal).
+    reg_covar : float, default 1e-6
+        Added to the diagonal of every covariance in :meth:`fit` (the covariance floor).
+
+    Examples
+    --------
+    >>> import torch
+    >>> comp = FullGaussian(torch.zeros(2, 3), torch.eye(3).expand(2, 3, 3))
+    >>> comp.log_prob(torch.randn(4, 3)).shape
+    torch.Size([4, 2])
+    """
+
+    param_names = ("loc", "scale_tril")
+
+    def __init__(self, loc: torch.Tensor, scale_tril: torch.Tensor, reg_covar: float = 1e-6) -> None:
+        loc, scale_tril = torch.as_tensor(loc), torch.as_tensor(scale_tril)
+        if loc.dim() != 2 or scale_tril.shape != (*loc.shape, loc.shape[1]):
+            raise ValueError(
+                f"loc must be (K, D) and scale_tril (K, D, D); got {tuple(loc.shape)}, {tuple(scale_tril.shape)}"
+            )
+        if (torch.diagonal(scale_tril, dim1=-2, dim2=-1) <= 0).any():
+            raise ValueError("scale_tril must have a positive diagonal")
+        self.loc, self.scale_tril, self.reg_covar = loc, scale_tril.tril(), float(reg_covar)
+
+    @property
+    def n_features(self) -> int:
+        return int(self.loc.shape[1])
+
+    @property
+    def covariance(self) -> torch.Tensor:
+        return self.scale_tril @ self.scale_tril.mT
+
+    def prepare(self, x: torch.Tensor) -> CentredData:
+        """Prepare ``x`` once for many :meth:`log_prob`/:meth:`fit` calls."""
+        return as_centred(x)
+
+    def log_prob(self, data: torch.Tensor | CentredData) -> torch.Tensor:
+        """Log-density of every point under every component, shape ``(N, K)``.
+
+        Whitens all components with one matrix product ``x @ [L_1^{-T}, ..., L_K^{-T}]``.
+        """
+        data = as_centred(data)
+        k, d = self.loc.shape
+        eye = torch.eye(d, dtype=self.dtype, device=self.device).expand(k, d, d)
+        inv_tril = torch.linalg.solve_triangular(self.scale_tril, eye, upper=False)  # L^{-1}
+        whiten = inv_tril.mT  # (K, D, D): y = (x - mu) @ L^{-T}
+        projected = data.centred @ whiten.permute(1, 0, 2).reshape(d, k * d)  # (N, K*D)
+        offset = torch.einsum("kd,kde->ke", self.loc - data.shift, whiten).reshape(k * d)
+        maha = (projected - offset).square().reshape(-1, k, d).sum(dim=-1)
+        log_det = torch.diagonal(self.scale_tril, dim1=-2, dim2=-1).log().sum(dim=-1)
+        return -0.5 * (d * math.log(2 * math.pi) + maha) - log_det
+
+    def fit(self, data: torch.Tensor | CentredData, weights: torch.Tensor) -> "FullGaussian":
+        """Weighted maximum-likelihood update (closed form), in place.
+
+        Raises
+        ------
+        ValueError
+            If a covariance is not positive definite even after adding ``reg_covar``.
+        """
+        data = as_centred(data)
+        weights = self._check_weights(weights, data.n_samples)
+        counts = component_counts(weights)
+        mean_c = (weights.T @ data.centred) / counts[:, None]
+        eye = torch.eye(self.n_features, dtype=self.dtype, device=self.device)
+        covs = []
+        for k in range(self.n_components):
+            diff = data.centred - mean_c[k]
+            covs.append((weights[:, k, None] * diff).T @ diff / counts[k] + self.reg_covar * eye)
+        tril, info = torch.linalg.cholesky_ex(torch.stack(covs))
+        if (info > 0).any():
+            bad = torch.nonzero(info > 0).flatten().tolist()
+            raise ValueError(
+                f"covariance of component(s) {bad} is not positive definite; "
+                "increase reg_covar or reduce n_components"
+            )
+        self.loc, self.scale_tril = mean_c + data.shift, tril
+        return self
+
+    def pyro_dist(self, index: torch.Tensor | None = None) -> dist.Distribution:
+        """``MultivariateNormal(loc[index], scale_tril=scale_tril[index])``."""
+        if index is None:
+            return dist.MultivariateNormal(self.loc, scale_tril=self.scale_tril)
+        return dist.MultivariateNormal(self.loc[index], scale_tril=self.scale_tril[index])
+
+    def sample(self, index: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """One draw from component ``index[i]`` for every ``i``; shape ``index.shape + (D,)``."""
+        noise = torch.randn(
+            (*index.shape, self.n_features), generator=generator, dtype=self.dtype, device=self.device
+        )
+        return self.loc[index] + (self.scale_tril[index] @ noise.unsqueeze(-1)).squeeze(-1)
+
+    def kl(self, other: "FullGaussian") -> torch.Tensor:
+        """``KL(self[k] || other[l])`` for every pair, shape ``(K, K')``."""
+        d = self.n_features
+        lp = self.scale_tril[:, None]  # (K, 1, D, D)
+        lq = other.scale_tril[None, :]  # (1, K', D, D)
+        m = torch.linalg.solve_triangular(lq, lp.expand(-1, lq.shape[1], -1, -1), upper=False)
+        trace = m.square().sum(dim=(-2, -1))
+        diff = (other.loc[None, :, :] - self.loc[:, None, :]).unsqueeze(-1)
+        maha = torch.linalg.solve_triangular(lq, diff, upper=False).square().sum(dim=(-2, -1))
+        logdet_p = torch.diagonal(self.scale_tril, dim1=-2, dim2=-1).log().sum(-1)[:, None]
+        logdet_q = torch.diagonal(other.scale_tril, dim1=-2, dim2=-1).log().sum(-1)[None, :]
+        return 0.5 * (trace + maha - d) + logdet_q - logdet_p

@@ -1,0 +1,115 @@
+"""Logistic-regression experts: ``y | x, k ~ Bernoulli(sigmoid(x^T coef[k] + intercept[k]))``."""
+
+from __future__ import annotations
+
+import pyro.distributions as dist
+import torch
+import torch.nn.functional as F
+
+from ppmix.components._linear import LinearFamily, design_matrix
+from ppmix.components._newton import damped_newton
+
+__all__ = ["LogisticExpert"]
+
+
+class LogisticExpert(LinearFamily):
+    """``K`` logistic-regression experts for a binary (or soft) response.
+
+    Parameters
+    ----------
+    coef : Tensor, shape (K, P)
+    intercept : Tensor, shape (K,), optional (zeros)
+    ridge : float, default 1e-6
+        Penalty ``ridge / 2 * ||coef[k]||^2`` (intercept not shrunk); keeps the
+        Newton/IRLS fit finite on separable data.
+    max_iter, tol : Newton iteration limit and tolerance on the Newton decrement.
+
+    Examples
+    --------
+    >>> import torch
+    >>> experts = LogisticExpert(torch.zeros(2, 3))
+    >>> x = torch.randn(40, 3, dtype=torch.float64)
+    >>> y = (x[:, 0] > 0).double()
+    >>> experts.to(dtype=torch.float64).fit((x, y), torch.rand(40, 2, dtype=torch.float64)).coef.shape
+    torch.Size([2, 3])
+    """
+
+    param_names = ("coef", "intercept")
+
+    def __init__(
+        self,
+        coef: torch.Tensor,
+        intercept: torch.Tensor | None = None,
+        ridge: float = 1e-6,
+        max_iter: int = 100,
+        tol: float = 1e-10,
+    ) -> None:
+        self._init_linear(coef, intercept, ridge)
+        self.max_iter, self.tol = int(max_iter), float(tol)
+        self.n_iter_: int = 0
+        self.converged_: bool = False
+
+    def _pair(self, data: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        if not isinstance(data, (tuple, list)) or len(data) != 2:
+            raise TypeError("data must be a pair (x, y)")
+        x = self._covariates(data[0])
+        y = torch.as_tensor(data[1]).to(device=self.device, dtype=self.dtype)
+        if y.shape != (x.shape[0],) or (y < 0).any() or (y > 1).any():
+            raise ValueError(f"y must have shape ({x.shape[0]},) with values in [0, 1]")
+        return x, y
+
+    def predict_proba(self, x: torch.Tensor) -> torch.Tensor:
+        """``P(y = 1 | x, k)``, shape ``(N, K)``."""
+        return torch.sigmoid(self.linear_predictor(x))
+
+    def log_prob(self, data: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """``y log s + (1 - y) log(1 - s)`` with ``s = sigmoid(eta_k)``, shape ``(N, K)``."""
+        x, y = self._pair(data)
+        eta = self.linear_predictor(x)
+        return y[:, None] * F.logsigmoid(eta) + (1 - y[:, None]) * F.logsigmoid(-eta)
+
+    def fit(self, data: tuple[torch.Tensor, torch.Tensor], weights: torch.Tensor) -> "LogisticExpert":
+        """Weighted penalised MLE of every expert at once by damped Newton (IRLS), in place."""
+        x, y = self._pair(data)
+        weights = self._check_weights(weights, x.shape[0])
+        a = design_matrix(x)
+        ridge = self._ridge_matrix()
+
+        def objective(theta: torch.Tensor, derivatives: bool):
+            eta = a @ theta.T  # (N, K)
+            nll = -(weights * (y[:, None] * F.logsigmoid(eta) + (1 - y[:, None]) * F.logsigmoid(-eta))).sum(0)
+            value = nll + 0.5 * ((theta @ ridge) * theta).sum(-1)
+            if not derivatives:
+                return value, None, None
+            p = torch.sigmoid(eta)
+            grad = (weights * (p - y[:, None])).T @ a + theta @ ridge
+            curvature = (weights * p * (1 - p)).T  # (K, N)
+            hess = (curvature[:, :, None] * a[None]).mT @ a + ridge
+            return value, grad, hess
+
+        theta, self.n_iter_, self.converged_ = damped_newton(
+            objective, self._stacked(), max_iter=self.max_iter, tol=self.tol
+        )
+        self._unstack(theta)
+        return self
+
+    def pyro_dist(self, index: torch.Tensor | None = None, x: torch.Tensor | None = None) -> dist.Distribution:
+        """``Bernoulli(logits = x^T coef[index] + intercept[index])``."""
+        if x is None:
+            raise ValueError("x (the covariates) is required for an expert's distribution")
+        return dist.Bernoulli(logits=self._indexed_predictor(index, x))
+
+    def sample(
+        self, index: torch.Tensor, x: torch.Tensor, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        """Binary responses drawn from expert ``index[n]`` at covariates ``x[n]``."""
+        p = torch.sigmoid(self._indexed_predictor(index, self._covariates(x)))
+        return (torch.rand(p.shape, generator=generator, dtype=self.dtype, device=self.device) < p).to(self.dtype)
+
+    def kl(self, other: "LogisticExpert", x: torch.Tensor) -> torch.Tensor:
+        """``KL(Bern(p_k(x_n)) || Bern(q_l(x_n)))`` for every point and pair, shape ``(N, K, K')``."""
+        eta_p, eta_q = self.linear_predictor(x)[:, :, None], other.linear_predictor(x)[:, None, :]
+        p = torch.sigmoid(eta_p)
+        return p * (F.logsigmoid(eta_p) - F.logsigmoid(eta_q)) + (1 - p) * (
+            F.logsigmoid(-eta_p) - F.logsigmoid(-eta_q)
+        )
