@@ -274,6 +274,15 @@ def test_input_types_agree_with_numpy(case, conv):
     assert got == pytest.approx(expected, rel=1e-12)
 
 
+@pytest.mark.parametrize("case", [c for c in CASES if len(CASES[c][1]) == 2])
+@pytest.mark.parametrize("conv", list(CONVERTERS))
+def test_mixed_input_types_agree_with_numpy(case, conv):
+    func, (a, b) = CASES[case]
+    expected = func(a, b)
+    assert func(a, CONVERTERS[conv](b)) == pytest.approx(expected, rel=1e-12)
+    assert func(CONVERTERS[conv](a), b) == pytest.approx(expected, rel=1e-12)
+
+
 def test_torch_float32_input():
     y = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float32)
     yhat = torch.tensor([1.0, 2.0, 2.0], dtype=torch.float32)

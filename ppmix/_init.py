@@ -1,0 +1,66 @@
+"""Initialisation of cluster centres: k-means++ seeding and Lloyd iterations, in torch."""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["kmeans", "kmeans_plusplus", "nearest_centre"]
+
+
+def _squared_distances(x: torch.Tensor, centres: torch.Tensor, x_sq: torch.Tensor) -> torch.Tensor:
+    return (x_sq[:, None] - 2.0 * x @ centres.T + centres.square().sum(1)[None, :]).clamp_min(0.0)
+
+
+def nearest_centre(x: torch.Tensor, centres: torch.Tensor) -> torch.Tensor:
+    """Index of the nearest centre for every row of ``x``."""
+    return _squared_distances(x, centres, x.square().sum(1)).argmin(dim=1)
+
+
+def kmeans_plusplus(x: torch.Tensor, n_clusters: int, generator: torch.Generator) -> torch.Tensor:
+    """k-means++ seeding (Arthur & Vassilvitskii, 2007): ``D^2``-weighted sampling of centres.
+
+    Examples
+    --------
+    >>> import torch
+    >>> x = torch.cat([torch.zeros(5, 2), torch.ones(5, 2) * 10])
+    >>> c = kmeans_plusplus(x, 2, torch.Generator().manual_seed(0))
+    >>> sorted(c[:, 0].tolist())
+    [0.0, 10.0]
+    """
+    n = x.shape[0]
+    x_sq = x.square().sum(1)
+    first = torch.randint(n, (1,), generator=generator).item()
+    centres = [x[first]]
+    closest = _squared_distances(x, x[first : first + 1], x_sq).squeeze(1)
+    for _ in range(1, n_clusters):
+        total = closest.sum()
+        if total <= 0:  # every point coincides with a centre: pick uniformly
+            idx = torch.randint(n, (1,), generator=generator).item()
+        else:
+            idx = torch.multinomial((closest / total).cpu(), 1, generator=generator).item()
+        centres.append(x[idx])
+        closest = torch.minimum(closest, _squared_distances(x, x[idx : idx + 1], x_sq).squeeze(1))
+    return torch.stack(centres)
+
+
+def kmeans(
+    x: torch.Tensor, n_clusters: int, generator: torch.Generator, max_iter: int = 100
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """k-means++ seeding followed by Lloyd iterations until the assignment is stable.
+
+    Returns the centres ``(K, D)`` and the hard assignment ``(N,)``. Empty clusters
+    keep their previous centre.
+    """
+    centres = kmeans_plusplus(x, n_clusters, generator)
+    x_sq = x.square().sum(1)
+    labels = _squared_distances(x, centres, x_sq).argmin(1)
+    for _ in range(max_iter):
+        onehot = torch.nn.functional.one_hot(labels, n_clusters).to(x.dtype)
+        counts = onehot.sum(0)
+        sums = onehot.T @ x
+        centres = torch.where(counts[:, None] > 0, sums / counts.clamp_min(1.0)[:, None], centres)
+        new_labels = _squared_distances(x, centres, x_sq).argmin(1)
+        if torch.equal(new_labels, labels):
+            break
+        labels = new_labels
+    return centres, labels

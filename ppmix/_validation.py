@@ -1,0 +1,101 @@
+"""Input checking shared by every estimator: clear errors that name the argument."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = [
+    "NotFittedError",
+    "check_matrix", "check_n_components", "check_positive_int", "resolve_device", "to_output"]
+
+
+class NotFittedError(ValueError, AttributeError):
+    """Raised when a model is used for prediction before ``fit``."""
+
+
+def resolve_device(device: Any) -> torch.device:
+    """``None`` means CPU; strings and devices are passed to :class:`torch.device`."""
+    return torch.device("cpu") if device is None else torch.device(device)
+
+
+def check_matrix(
+    x: Any,
+    name: str = "X",
+    *,
+    dtype: torch.dtype = torch.float64,
+    device: Any = None,
+    n_features: int | None = None,
+) -> tuple[torch.Tensor, list[str] | None]:
+    """Validate a 2-D numeric data matrix and return it as a tensor plus column names.
+
+    Accepts numpy arrays, torch tensors, pandas DataFrames and nested lists.
+
+    Raises
+    ------
+    TypeError
+        If ``x`` is not numeric (strings, objects, booleans).
+    ValueError
+        If ``x`` is not 2-D, is empty, holds NaN/inf, or has the wrong number of columns.
+
+    Examples
+    --------
+    >>> t, names = check_matrix([[1.0, 2.0], [3.0, 4.0]])
+    >>> tuple(t.shape), names
+    ((2, 2), None)
+    """
+    names = None
+    if hasattr(x, "columns") and hasattr(x, "to_numpy"):  # pandas DataFrame
+        names = [str(c) for c in x.columns]
+        try:
+            x = x.to_numpy(dtype=np.float64)
+        except (TypeError, ValueError) as err:
+            raise TypeError(f"{name} must hold numbers only; a DataFrame column is not numeric ({err})") from None
+    if isinstance(x, torch.Tensor):
+        if x.dtype == torch.bool or x.is_complex() or not (x.is_floating_point() or x.dtype in _INT_DTYPES):
+            raise TypeError(f"{name} must be a real numeric tensor; got dtype {x.dtype}")
+        tensor = x.detach().to(device=resolve_device(device) if device is not None else x.device, dtype=dtype)
+    else:
+        array = np.asarray(x)
+        if array.dtype == object or array.dtype.kind not in "iuf":
+            raise TypeError(f"{name} must be a real numeric array; got dtype {array.dtype}")
+        tensor = torch.as_tensor(array, dtype=dtype, device=resolve_device(device))
+    if tensor.dim() != 2:
+        hint = " (reshape a single feature with X.reshape(-1, 1))" if tensor.dim() == 1 else ""
+        raise ValueError(f"{name} must be 2-D (n_samples, n_features); got {tensor.dim()}-D{hint}")
+    if tensor.shape[0] == 0 or tensor.shape[1] == 0:
+        raise ValueError(f"{name} is empty: shape {tuple(tensor.shape)}")
+    if not torch.isfinite(tensor).all():
+        raise ValueError(f"{name} contains NaN or infinite values")
+    if n_features is not None and tensor.shape[1] != n_features:
+        raise ValueError(f"{name} has {tensor.shape[1]} features, but the model was fitted with {n_features}")
+    return tensor, names
+
+
+_INT_DTYPES = {torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8}
+
+
+def check_positive_int(value: Any, name: str) -> int:
+    """``value`` as an ``int`` >= 1, else a ``TypeError``/``ValueError`` naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer; got {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1; got {value}")
+    return int(value)
+
+
+def check_n_components(n_components: Any, n_samples: int) -> int:
+    """``n_components`` must be an integer in ``[1, n_samples]``."""
+    k = check_positive_int(n_components, "n_components")
+    if k > n_samples:
+        raise ValueError(f"n_components={k} is larger than the number of samples ({n_samples})")
+    return k
+
+
+def to_output(result: torch.Tensor, like: Any) -> Any:
+    """Return ``result`` as a tensor if the user's input was a tensor, else as numpy."""
+    if isinstance(like, torch.Tensor):
+        return result
+    return result.detach().cpu().numpy()

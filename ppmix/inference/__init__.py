@@ -1,0 +1,8 @@
+"""Engines (EM, SVI, MCMC) and, in later modules, the non-generative optimizers."""
+
+from ppmix.inference._result import ConvergenceWarning, FitResult
+from ppmix.inference.em import run_em
+from ppmix.inference.mcmc import run_mcmc
+from ppmix.inference.svi import run_svi
+
+__all__ = ["ConvergenceWarning", "FitResult", "run_em", "run_mcmc", "run_svi"]

@@ -1,0 +1,140 @@
+"""The SVI engine: ``TraceEnum_ELBO`` with mini-batches, a learning-rate schedule and early stopping."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import torch
+from pyro.infer import TraceEnum_ELBO
+from tqdm.auto import tqdm
+
+from ppmix._validation import check_positive_int
+from ppmix.inference._result import FitResult
+
+if TYPE_CHECKING:
+    from ppmix.models.base import MixtureModel
+
+__all__ = ["run_svi"]
+
+logger = logging.getLogger(__name__)
+
+
+def run_svi(
+    model: "MixtureModel",
+    data: Any,
+    *,
+    num_steps: int = 1000,
+    lr: float = 0.05,
+    lr_decay: float = 0.1,
+    batch_size: int | None = None,
+    guide: str = "delta",
+    num_particles: int = 1,
+    patience: int | None = None,
+    min_delta: float = 1e-5,
+    progress: bool | None = None,
+) -> FitResult:
+    """Fit ``model`` by stochastic variational inference with Adam.
+
+    The discrete latents are summed out exactly by ``TraceEnum_ELBO``; the global
+    sites get the guide of ``model.make_svi_guide`` (point masses by default, i.e.
+    maximum likelihood/MAP), started at ``model.init_values``.
+
+    Parameters
+    ----------
+    num_steps : int
+        Maximum number of optimisation steps.
+    lr : float
+        Initial Adam learning rate.
+    lr_decay : float
+        Learning rate after ``num_steps`` as a fraction of ``lr`` (exponential schedule).
+    batch_size : int, optional
+        Mini-batch size of the data plate (full batch when None).
+    guide : {"delta", "normal"}
+        Variational family of the globals when the model does not define its own guide.
+    patience : int, optional
+        Stop early when the smoothed loss has not improved by a relative ``min_delta``
+        for this many steps (default: never stop early on full batches,
+        ``max(50, num_steps // 10)`` steps with mini-batches).
+
+    Returns
+    -------
+    FitResult
+        ``history`` is the ELBO per data point at every step (of the mini-batch).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from ppmix import GMM
+    >>> gmm = GMM(2, seed=0, progress=False).fit(torch.randn(80, 2), engine="svi", num_steps=50)
+    >>> len(gmm.history_)
+    50
+    """
+    num_steps = check_positive_int(num_steps, "num_steps")
+    if batch_size is not None:
+        batch_size = check_positive_int(batch_size, "batch_size")
+    if not lr > 0 or not 0 < lr_decay <= 1:
+        raise ValueError(f"lr must be > 0 and lr_decay in (0, 1]; got lr={lr}, lr_decay={lr_decay}")
+    n_obs = model.n_observations(data)
+    if batch_size is not None and batch_size >= n_obs:
+        batch_size = None
+    if patience is None:
+        patience = num_steps if batch_size is None else max(50, num_steps // 10)
+    show = model.progress if progress is None else progress
+
+    from ppmix.models.base import local_params
+
+    with local_params(), model._forked_rng():
+        init = model.init_values(data, model._generator())
+        guide_fn, _ = model.make_svi_guide(guide, init)
+        elbo = TraceEnum_ELBO(max_plate_nesting=model.max_plate_nesting, num_particles=num_particles)
+        history: list[float] = []
+        with model.subsampling(batch_size):
+            elbo.differentiable_loss(model.model, guide_fn, data)  # creates the guide's parameters
+            params = _parameters(model, guide_fn)
+            if not params:
+                raise ValueError("the model and guide have no parameters to optimise")
+            optimizer = torch.optim.Adam(params, lr=lr)
+            scheduler = torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=lr_decay ** (1.0 / num_steps))
+            smoothed, best, since_best, converged = None, float("inf"), 0, False
+            with tqdm(total=num_steps, disable=not show, desc="SVI", leave=False) as bar:
+                for step in range(1, num_steps + 1):
+                    optimizer.zero_grad()
+                    loss = elbo.differentiable_loss(model.model, guide_fn, data)
+                    loss.backward()
+                    optimizer.step()
+                    scheduler.step()
+                    value = float(loss.detach())
+                    if not torch.isfinite(loss):
+                        raise FloatingPointError(f"SVI loss became {value} at step {step}; try a smaller lr")
+                    history.append(-value / n_obs)
+                    bar.update(1)
+                    bar.set_postfix(elbo=f"{history[-1]:.6g}")
+                    smoothed = value if smoothed is None else 0.9 * smoothed + 0.1 * value
+                    if smoothed < best - min_delta * abs(best if best != float("inf") else smoothed):
+                        best, since_best = smoothed, 0
+                    else:
+                        since_best += 1
+                        if since_best >= patience:
+                            converged = True
+                            break
+        with torch.no_grad():
+            model.set_globals(_point_estimates(guide_fn, model, data))
+        model._set_guide(guide_fn)
+    logger.info("SVI stopped after %d steps (early stop: %s), ELBO/point %.6f", step, converged, history[-1])
+    return FitResult(history=history, n_iter=step, converged=converged)
+
+
+def _parameters(model: "MixtureModel", guide_fn: Any) -> list[torch.nn.Parameter]:
+    seen: dict[int, torch.nn.Parameter] = {}
+    modules = [model] + ([guide_fn] if isinstance(guide_fn, torch.nn.Module) else [])
+    for module in modules:
+        for p in module.parameters():
+            seen.setdefault(id(p), p)
+    return list(seen.values())
+
+
+def _point_estimates(guide_fn: Any, model: "MixtureModel", data: Any) -> dict[str, torch.Tensor]:
+    if hasattr(guide_fn, "median"):
+        return {k: v.detach() for k, v in guide_fn.median(data).items()}
+    return model.get_globals()

@@ -1,0 +1,516 @@
+"""``MixtureModel``: the base class of every generative model in ppmix.
+
+A subclass writes the generative program ``model(data)`` (globals as ``pyro.sample``
+sites, discrete latents marked ``infer={"enumerate": "parallel"}``, the data inside
+``self.data_plate(N)``). The base class then supplies SVI, MCMC, predictions of the
+discrete latents, log-likelihoods, the ELBO, sampling, ArviZ output and save/load.
+EM is opt-in: implement ``em_initialize``, ``e_step`` and ``m_step`` (and map the
+globals onto your parameters with ``get_globals``/``set_globals``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import logging
+from pathlib import Path
+from typing import Any, ClassVar, Iterator
+
+import pyro
+import torch
+from pyro import poutine
+from pyro.infer import TraceEnum_ELBO
+from pyro.infer.autoguide import AutoDelta, AutoNormal, init_to_median, init_to_value
+from pyro.nn import PyroModule
+from pyro.poutine.subsample_messenger import _Subsample
+
+from ppmix._validation import NotFittedError, check_matrix, resolve_device, to_output
+
+__all__ = ["MixtureModel"]
+
+logger = logging.getLogger(__name__)
+
+ENGINES = ("em", "svi", "mcmc")
+
+
+def _is_enumerated(msg: dict) -> bool:
+    return msg["type"] == "sample" and msg.get("infer", {}).get("enumerate") == "parallel"
+
+
+@contextlib.contextmanager
+def local_params() -> Iterator[None]:
+    """Keep PyroModule parameters local to their module (no global param store)."""
+    with pyro.settings.context(module_local_params=True):
+        yield
+
+
+class MixtureModel(PyroModule):
+    """Base class of ppmix's generative mixture models.
+
+    Parameters
+    ----------
+    n_components : int
+        Number of mixture components ``K``.
+    seed : int, optional
+        Makes fitting deterministic. ``None`` draws a fresh seed.
+    device : str or torch.device, optional
+        Where parameters and data live (default CPU).
+    dtype : torch.dtype, default torch.float64
+    progress : bool, default True
+        Show a tqdm progress bar during fits.
+
+    Notes
+    -----
+    Fitted attributes end in ``_``: ``engine_``, ``history_`` (objective per data
+    point after every iteration/step), ``n_iter_``, ``converged_``, ``lower_bound_``,
+    ``n_features_in_`` and ``feature_names_in_``.
+
+    Examples
+    --------
+    A mixture of Student-t distributions written by subclassing:
+
+    >>> import pyro, pyro.distributions as dist, torch
+    >>> from ppmix import MixtureModel
+    >>> class StudentTMixture(MixtureModel):
+    ...     def model(self, x):
+    ...         k, d = self.n_components, x.shape[1]
+    ...         w = pyro.sample("weights", dist.Dirichlet(torch.ones(k, dtype=x.dtype)))
+    ...         with pyro.plate("components", k):
+    ...             loc = pyro.sample("loc", dist.Normal(torch.zeros(d, dtype=x.dtype), 10.0).to_event(1))
+    ...             scale = pyro.sample("scale", dist.LogNormal(torch.zeros(d, dtype=x.dtype), 1.0).to_event(1))
+    ...         with self.data_plate(x.shape[0]) as idx:
+    ...             z = pyro.sample("z", dist.Categorical(w), infer={"enumerate": "parallel"})
+    ...             pyro.sample("x", dist.StudentT(4.0, loc[z], scale[z]).to_event(1), obs=x[idx])
+    >>> x = torch.randn(60, 2, dtype=torch.float64)
+    >>> m = StudentTMixture(2, seed=0, progress=False).fit(x, engine="svi", num_steps=20)
+    >>> m.predict_proba(x).shape
+    torch.Size([60, 2])
+    """
+
+    #: number of nested plates in ``model`` (the enumeration dims start left of them)
+    max_plate_nesting: ClassVar[int] = 1
+    #: name of the plate over data points used by :meth:`data_plate`
+    data_plate_name: ClassVar[str] = "data"
+    _registry: ClassVar[dict[str, type]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        MixtureModel._registry[cls.__name__] = cls
+
+    def __init__(
+        self,
+        n_components: int = 1,
+        *,
+        seed: int | None = None,
+        device: str | torch.device | None = None,
+        dtype: torch.dtype = torch.float64,
+        progress: bool = True,
+    ) -> None:
+        super().__init__()
+        self.n_components = n_components
+        self.seed = seed
+        self.device = device
+        self.dtype = dtype
+        self.progress = progress
+        object.__setattr__(self, "_globals", {})
+        object.__setattr__(self, "_guide_cache", None)
+        object.__setattr__(self, "_subsample_size", None)
+        object.__setattr__(self, "_bayesian", False)
+
+    # ================================================================ to write
+    def model(self, data: Any) -> None:
+        """The generative program; subclasses must define it."""
+        raise NotImplementedError(f"{type(self).__name__} must define model(data)")
+
+    def guide(self, data: Any) -> None:
+        """The variational family. Default: a point mass (``AutoDelta``) on every global
+        site at the current parameter values, discrete latents enumerated in the model.
+
+        Override to use another family (e.g. enumerated discrete sites in the guide).
+        """
+        return self._point_guide()(data)
+
+    # ------------------------------------------------------- optional EM hooks
+    def em_initialize(self, data: Any, generator: torch.Generator) -> None:
+        """Set starting parameters for one EM restart (EM opt-in)."""
+        raise NotImplementedError(f"{type(self).__name__} does not support engine='em'")
+
+    def e_step(self, data: Any) -> tuple[Any, torch.Tensor]:
+        """Return ``(statistics for the M-step, objective at the current parameters)``."""
+        raise NotImplementedError(f"{type(self).__name__} does not support engine='em'")
+
+    def m_step(self, data: Any, stats: Any) -> None:
+        """Update the parameters in place from the E-step statistics."""
+        raise NotImplementedError(f"{type(self).__name__} does not support engine='em'")
+
+    @property
+    def supports_em(self) -> bool:
+        """Whether this model implements the EM hooks."""
+        cls = type(self)
+        return all(getattr(cls, name) is not getattr(MixtureModel, name) for name in ("e_step", "m_step"))
+
+    # ------------------------------------------------ data handling (overridable)
+    def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> Any:
+        """Validate user input and return what ``model``/``guide`` receive.
+
+        Default: a single 2-D float matrix, no target.
+        """
+        if y is not None:
+            raise ValueError(f"{type(self).__name__} is unsupervised; y must be None")
+        n_features = None if fitting else self.n_features_in_
+        x, names = check_matrix(X, "X", dtype=self.dtype, device=self._device, n_features=n_features)
+        if fitting:
+            self.n_features_in_ = int(x.shape[1])
+            self.feature_names_in_ = names
+        elif names is not None and self.feature_names_in_ is not None and names != self.feature_names_in_:
+            raise ValueError("X has different column names from those seen in fit")
+        return x
+
+    def em_data(self, data: Any) -> Any:
+        """Data as the EM hooks want it (e.g. with cached statistics). Default: unchanged."""
+        return data
+
+    def n_observations(self, data: Any) -> int:
+        """Number of data points in ``data`` (the size of the data plate)."""
+        return int(data.shape[0])
+
+    def observed_data(self, data: Any) -> dict[str, torch.Tensor]:
+        """Observed sites and values, for ArviZ. Default: the matrix under the name ``"x"``."""
+        return {"x": data}
+
+    def init_values(self, data: Any, generator: torch.Generator) -> dict[str, torch.Tensor]:
+        """Starting values of the global sites for SVI/MCMC. Default: EM initialisation
+        when the model supports EM, otherwise none (prior medians are used)."""
+        if self.supports_em:
+            self.em_initialize(self.em_data(data), generator)
+            return self.get_globals()
+        return {}
+
+    # ---------------------------------------------------------------- globals
+    def get_globals(self) -> dict[str, torch.Tensor]:
+        """Current point estimates of the global sites, keyed by site name."""
+        return {k: v.detach().clone() for k, v in self._globals.items()}
+
+    def set_globals(self, values: dict[str, torch.Tensor]) -> None:
+        """Set the point estimates of the global sites (e.g. after SVI or MCMC)."""
+        object.__setattr__(self, "_globals", {k: torch.as_tensor(v).detach() for k, v in values.items()})
+        self._invalidate_guide()
+
+    def _invalidate_guide(self) -> None:
+        object.__setattr__(self, "_guide_cache", None)
+
+    def _point_guide(self) -> AutoDelta:
+        if self._guide_cache is None:
+            values = self.get_globals()
+            guide = AutoDelta(
+                poutine.block(self.model, hide_fn=_is_enumerated),
+                init_loc_fn=init_to_value(values=values, fallback=init_to_median),
+            )
+            object.__setattr__(self, "_guide_cache", guide)
+        return self._guide_cache
+
+    def _set_guide(self, guide: Any) -> None:
+        object.__setattr__(self, "_guide_cache", guide)
+
+    def make_svi_guide(self, kind: str, init: dict[str, torch.Tensor]) -> tuple[Any, list[torch.nn.Parameter]]:
+        """The guide SVI optimises and a callable returning its parameters.
+
+        ``kind`` is ``"delta"`` (MAP/ML point estimates) or ``"normal"`` (mean-field
+        Gaussian in the unconstrained space). A subclass that overrides :meth:`guide`
+        gets its own guide, and its parameters are those of the module.
+        """
+        if type(self).guide is not MixtureModel.guide:
+            return self.guide, None
+        blocked = poutine.block(self.model, hide_fn=_is_enumerated)
+        init_fn = init_to_value(values=init, fallback=init_to_median)
+        if kind == "delta":
+            return AutoDelta(blocked, init_loc_fn=init_fn), None
+        if kind == "normal":
+            return AutoNormal(blocked, init_loc_fn=init_fn, init_scale=0.01), None
+        raise ValueError(f"guide must be 'delta' or 'normal'; got {kind!r}")
+
+    # ---------------------------------------------------------- model helpers
+    def data_plate(self, size: int, name: str | None = None, dim: int = -1) -> pyro.plate:
+        """``pyro.plate`` over data points, subsampled while SVI mini-batches.
+
+        Use it as ``with self.data_plate(N) as idx: ... obs=x[idx]``.
+        """
+        return pyro.plate(name or self.data_plate_name, size, subsample_size=self._subsample_size, dim=dim)
+
+    @contextlib.contextmanager
+    def subsampling(self, batch_size: int | None) -> Iterator[None]:
+        """Within this context :meth:`data_plate` draws mini-batches of ``batch_size``."""
+        previous = self._subsample_size
+        object.__setattr__(self, "_subsample_size", batch_size)
+        try:
+            yield
+        finally:
+            object.__setattr__(self, "_subsample_size", previous)
+
+    @contextlib.contextmanager
+    def bayesian(self) -> Iterator[None]:
+        """Within this context ``model`` uses its proper (sampling) priors; see :attr:`is_bayesian`."""
+        previous = self._bayesian
+        object.__setattr__(self, "_bayesian", True)
+        try:
+            yield
+        finally:
+            object.__setattr__(self, "_bayesian", previous)
+
+    @property
+    def is_bayesian(self) -> bool:
+        """True while MCMC runs: models with flat priors for ML should switch to proper ones."""
+        return self._bayesian
+
+    @property
+    def _device(self) -> torch.device:
+        return resolve_device(self.device)
+
+    def _generator(self, offset: int = 0) -> torch.Generator:
+        gen = torch.Generator()
+        if self.seed is None:
+            gen.seed()
+        else:
+            gen.manual_seed(int(self.seed) + offset)
+        return gen
+
+    # ==================================================================== fit
+    def fit(self, X: Any, y: Any = None, *, engine: str = "em", **options: Any) -> "MixtureModel":
+        """Fit the model with one of the engines.
+
+        Parameters
+        ----------
+        X, y : data (``y`` only for models with a target).
+        engine : {"em", "svi", "mcmc"}
+            ``"em"``: the model's closed-form coordinate ascent (if it implements it);
+            ``"svi"``: :func:`ppmix.inference.svi.run_svi`; ``"mcmc"``: NUTS via
+            :func:`ppmix.inference.mcmc.run_mcmc`.
+        **options
+            Passed to the engine (e.g. ``num_steps``, ``lr``, ``batch_size`` for SVI;
+            ``num_samples``, ``warmup_steps`` for MCMC; ``n_init``, ``max_iter``,
+            ``tol`` for EM override the constructor's values).
+
+        Returns
+        -------
+        self
+        """
+        from ppmix.inference import run_em, run_mcmc, run_svi
+
+        if engine not in ENGINES:
+            raise ValueError(f"engine must be one of {ENGINES}; got {engine!r}")
+        if engine == "em" and not self.supports_em:
+            raise ValueError(f"{type(self).__name__} has no EM updates; use engine='svi' or 'mcmc'")
+        self.validate_params()
+        data = self.prepare_data(X, y, fitting=True)
+        object.__setattr__(self, "_train_data", data)
+        runner = {"em": run_em, "svi": run_svi, "mcmc": run_mcmc}[engine]
+        result = runner(self, data, **options)
+        self.engine_ = engine
+        self.history_ = list(result.history)
+        self.n_iter_ = int(result.n_iter)
+        self.converged_ = bool(result.converged)
+        self.lower_bound_ = float(result.history[-1]) if result.history else float("nan")
+        return self
+
+    def validate_params(self) -> None:
+        """Check constructor arguments (called by :meth:`fit`)."""
+        from ppmix._validation import check_positive_int
+
+        check_positive_int(self.n_components, "n_components")
+        if not isinstance(self.dtype, torch.dtype) or not self.dtype.is_floating_point:
+            raise TypeError(f"dtype must be a floating torch.dtype; got {self.dtype!r}")
+
+    @property
+    def is_fitted(self) -> bool:
+        return hasattr(self, "engine_")
+
+    def _check_fitted(self) -> None:
+        if not self.is_fitted:
+            raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit first")
+
+    # ============================================================ predictions
+    def posterior(self, X: Any, y: Any = None) -> Any:
+        """Posterior marginals of the discrete latents, ``{site: (N, K) probabilities}``.
+
+        The default uses Pyro's ``TraceEnum_ELBO.compute_marginals`` on the model and
+        guide; models with an exact E-step override :meth:`posterior_tensor`.
+        """
+        self._check_fitted()
+        data = self.prepare_data(X, y)
+        return {k: to_output(v, X) for k, v in self.posterior_marginals(data).items()}
+
+    def posterior_marginals(self, data: Any) -> dict[str, torch.Tensor]:
+        """Posterior probabilities of each enumerated site given ``data`` (tensors)."""
+        with local_params(), torch.no_grad():
+            elbo = TraceEnum_ELBO(max_plate_nesting=self.max_plate_nesting)
+            marginals = elbo.compute_marginals(self.model, self.guide, data)
+        return {name: d.probs.detach() for name, d in marginals.items()}
+
+    def predict_proba(self, X: Any) -> Any:
+        """Posterior probabilities ``(N, K)`` of the component of each point (the first enumerated site)."""
+        self._check_fitted()
+        data = self.prepare_data(X)
+        return to_output(self.responsibilities(data), X)
+
+    def responsibilities(self, data: Any) -> torch.Tensor:
+        """``q(z_n = k)`` for the main discrete latent, as a tensor ``(N, K)``."""
+        marginals = self.posterior_marginals(data)
+        return next(iter(marginals.values()))
+
+    def predict(self, X: Any) -> Any:
+        """Most probable component of each point."""
+        self._check_fitted()
+        data = self.prepare_data(X)
+        return to_output(self.responsibilities(data).argmax(-1), X)
+
+    def pointwise_log_likelihood(self, data: Any) -> torch.Tensor:
+        """``log p(x_n | globals)`` for every data point, shape ``(N,)``.
+
+        The default traces the model with every enumerated site enumerated in
+        parallel, adds the log-densities of all sites inside the data plate and sums
+        the enumerated values out. It is exact when each enumerated latent belongs
+        to one data point (mixtures); models with latents spanning several points
+        (HMMs) or nested plates override it.
+        """
+        with local_params(), torch.no_grad():
+            guide_trace = poutine.trace(self.guide).get_trace(data)
+            replayed = poutine.replay(self.model, trace=guide_trace)
+            enumerated = poutine.enum(replayed, first_available_dim=-1 - self.max_plate_nesting)
+            trace = poutine.trace(enumerated).get_trace(data)
+            trace.compute_log_prob()
+            total = torch.zeros(())
+            for name, site in trace.nodes.items():
+                if site["type"] != "sample" or name in guide_trace.nodes:
+                    continue
+                if any(frame.name == self.data_plate_name for frame in site["cond_indep_stack"]):
+                    total = total + site["log_prob"]
+            while total.dim() > self.max_plate_nesting:
+                total = torch.logsumexp(total, dim=0)
+            return total.reshape(-1)
+
+    def score_samples(self, X: Any) -> Any:
+        """``log p(x_n)`` for every row of ``X``."""
+        self._check_fitted()
+        data = self.prepare_data(X)
+        return to_output(self.pointwise_log_likelihood(data), X)
+
+    def score(self, X: Any, y: Any = None) -> float:
+        """Mean log-likelihood per data point."""
+        self._check_fitted()
+        data = self.prepare_data(X, y)
+        return float(self.pointwise_log_likelihood(data).mean())
+
+    def log_likelihood(self, X: Any, y: Any = None) -> float:
+        """Total log-likelihood ``log p(X | globals)`` at the point estimates."""
+        self._check_fitted()
+        data = self.prepare_data(X, y)
+        return float(self.pointwise_log_likelihood(data).sum())
+
+    def elbo(self, X: Any, y: Any = None, num_particles: int = 1) -> float:
+        """The ELBO of the model and guide, evaluated by Pyro's ``TraceEnum_ELBO``.
+
+        With the default point-mass guide this equals the log-likelihood plus the log
+        prior density of the point estimates (zero under flat priors).
+        """
+        self._check_fitted()
+        data = self.prepare_data(X, y)
+        return self.elbo_tensor(data, num_particles=num_particles)
+
+    def elbo_tensor(self, data: Any, num_particles: int = 1) -> float:
+        """:meth:`elbo` on already prepared data."""
+        with local_params(), torch.no_grad():
+            elbo = TraceEnum_ELBO(max_plate_nesting=self.max_plate_nesting, num_particles=num_particles)
+            return -float(elbo.loss(self.model, self.guide, data))
+
+    def sample(self, n_samples: int = 1) -> dict[str, Any]:
+        """Draw ``n_samples`` new data points (and their latents) from the fitted model.
+
+        Returns a dict keyed by site name (observed and discrete sites). The default
+        runs the model unconditioned at the point estimates on an ``n_samples``-row
+        placeholder; models with a faster sampler override it.
+        """
+        self._check_fitted()
+        from ppmix._validation import check_positive_int
+
+        n = check_positive_int(n_samples, "n_samples")
+        template = torch.zeros(n, self.n_features_in_, dtype=self.dtype, device=self._device)
+        with local_params(), torch.no_grad(), self._forked_rng():
+            guide_trace = poutine.trace(self.guide).get_trace(template)
+            model = poutine.uncondition(poutine.replay(self.model, trace=guide_trace))
+            trace = poutine.trace(model).get_trace(template)
+        return {
+            name: site["value"].detach().cpu().numpy()
+            for name, site in trace.nodes.items()
+            if site["type"] == "sample" and name not in guide_trace.nodes and not isinstance(site["fn"], _Subsample)
+        }
+
+    @contextlib.contextmanager
+    def _forked_rng(self, offset: int = 0) -> Iterator[None]:
+        """Seed torch's global RNG (used by Pyro) from ``seed`` without leaking the state."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(self._generator(offset).initial_seed()))
+            yield
+
+    # ================================================================== ArviZ
+    def to_arviz(self, X: Any = None, y: Any = None, num_samples: int = 100) -> Any:
+        """ArviZ ``InferenceData`` of the fit.
+
+        Groups: ``posterior`` (draws of the global sites: the MCMC draws, draws from an
+        SVI ``normal`` guide, or the single point estimate of EM/``delta`` SVI),
+        ``log_likelihood`` (pointwise, per draw), ``observed_data`` and
+        ``discrete_posterior`` (per-draw posterior probabilities of the enumerated
+        latents). ``X`` defaults to the training data.
+        """
+        from ppmix.models._arviz import build_inference_data
+
+        self._check_fitted()
+        data = self._train_data if X is None else self.prepare_data(X, y)
+        if data is None:
+            raise ValueError("X is required: this model holds no training data (it was loaded from disk)")
+        return build_inference_data(self, data, num_samples=num_samples)
+
+    def arviz_dims(self) -> dict[str, list[str]]:
+        """Dimension names of each global site (after chain and draw), for ArviZ."""
+        return {}
+
+    # ============================================================ persistence
+    def get_params(self) -> dict[str, Any]:
+        """Constructor arguments, read back from the attributes of the same names."""
+        signature = inspect.signature(type(self).__init__)
+        return {
+            name: getattr(self, name)
+            for name, p in signature.parameters.items()
+            if name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        }
+
+    def save(self, path: str | Path) -> Path:
+        """Write the fitted model to the directory ``path`` (tensors + a JSON config).
+
+        See :func:`ppmix.io.save_model`.
+        """
+        from ppmix.io import save_model
+
+        return save_model(self, path)
+
+    @classmethod
+    def load(cls, path: str | Path, map_location: str | torch.device | None = None) -> "MixtureModel":
+        """Load a model written by :meth:`save` (safe tensor loading, version checked)."""
+        from ppmix.io import load_model
+
+        return load_model(path, expected=cls if cls is not MixtureModel else None, map_location=map_location)
+
+    def extra_state(self) -> dict[str, Any]:
+        """JSON-able fitted state beyond the globals (subclasses may extend)."""
+        return {}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        """Inverse of :meth:`extra_state`."""
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        return f"{type(self).__name__}({args})"
+
+    # attributes read before fitting
+    n_features_in_: int
+    feature_names_in_: list[str] | None = None
+    _train_data: Any = None

@@ -1,0 +1,166 @@
+"""DiagGaussian against scipy.stats / numpy oracles."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.stats as st
+import torch
+
+from ppmix.components import DiagGaussian
+from tests.common import assert_close
+from tests.components._util import (
+    TOL,
+    fractional_weights,
+    group_labels,
+    mc_check,
+    n,
+    one_hot,
+    parametrize_d,
+    parametrize_device,
+    parametrize_dtype,
+    parametrize_k,
+    rng,
+    rounded,
+    t,
+)
+
+
+def make(k, d, dtype=torch.float64, device="cpu", seed=0, reg_covar=1e-6):
+    r = rng(seed)
+    loc = r.normal(scale=2.0, size=(k, d))
+    scale = r.uniform(0.5, 1.5, size=(k, d))
+    return DiagGaussian(t(loc, dtype, device), t(scale, dtype, device), reg_covar=reg_covar)
+
+
+@parametrize_device
+@parametrize_dtype
+@parametrize_d
+@parametrize_k
+def test_log_prob_matches_scipy_norm(k, d, dtype, device):
+    comp = make(k, d, dtype, device)
+    x = rounded(rng(1).normal(scale=2.5, size=(40, d)), dtype)
+    lp = comp.log_prob(t(x, dtype, device))
+    assert lp.shape == (40, k) and lp.dtype == dtype
+    loc, scale = n(comp.loc), n(comp.scale)
+    expected = np.stack([st.norm.logpdf(x, loc[j], scale[j]).sum(-1) for j in range(k)], axis=1)
+    assert_close(lp, expected, **TOL[dtype])
+
+
+@parametrize_device
+@parametrize_dtype
+@parametrize_d
+@parametrize_k
+def test_log_prob_accepts_prepared_data(k, d, dtype, device):
+    comp = make(k, d, dtype, device)
+    x = t(rng(2).normal(size=(30, d)), dtype, device)
+    assert_close(comp.log_prob(comp.prepare(x)), comp.log_prob(x), rtol=0, atol=0)
+
+
+@parametrize_device
+@parametrize_dtype
+@parametrize_d
+@parametrize_k
+@pytest.mark.parametrize("reg_covar", [pytest.param(0.0, id="reg0"), pytest.param(1e-3, id="reg1e-3")])
+def test_fit_one_hot_equals_group_mle(k, d, dtype, device, reg_covar):
+    r = rng(3)
+    z = group_labels(r, 120, k)
+    centres = r.normal(scale=3.0, size=(k, d))
+    x = rounded(centres[z] + r.uniform(0.3, 2.0, size=(k, d))[z] * r.normal(size=(120, d)), dtype)
+    comp = make(k, d, dtype, device, reg_covar=reg_covar)
+    out = comp.fit(t(x, dtype, device), t(one_hot(z, k), dtype, device))
+    assert out is comp
+    mean = np.stack([x[z == j].mean(0) for j in range(k)])
+    var = np.stack([x[z == j].var(0, ddof=0) for j in range(k)]) + reg_covar
+    assert_close(comp.loc, mean, **TOL[dtype])
+    assert_close(comp.scale, np.sqrt(var), **TOL[dtype])
+
+
+@parametrize_device
+@parametrize_dtype
+@parametrize_d
+@parametrize_k
+def test_fit_fractional_weights_equals_weighted_moments(k, d, dtype, device):
+    r = rng(4)
+    x = rounded(r.normal(loc=1.0, scale=2.0, size=(150, d)), dtype)
+    w = rounded(fractional_weights(r, 150, k), dtype)
+    comp = make(k, d, dtype, device, reg_covar=1e-4).fit(t(x, dtype, device), t(w, dtype, device))
+    mean = np.stack([np.average(x, axis=0, weights=w[:, j]) for j in range(k)])
+    var = np.stack([np.average((x - mean[j]) ** 2, axis=0, weights=w[:, j]) for j in range(k)]) + 1e-4
+    assert_close(comp.loc, mean, **TOL[dtype])
+    assert_close(comp.scale, np.sqrt(var), **TOL[dtype])
+
+
+@parametrize_device
+@parametrize_d
+@parametrize_k
+def test_kl_matches_monte_carlo(k, d, device):
+    p = make(k, d, device=device, seed=5)
+    q = make(2, d, device=device, seed=6)
+    kl = p.kl(q)
+    assert kl.shape == (k, 2)
+    n_draws = 200_000
+    gen = torch.Generator(device=device).manual_seed(7)
+    means, ses = np.zeros((k, 2)), np.zeros((k, 2))
+    for j in range(k):
+        xs = p.sample(torch.full((n_draws,), j, dtype=torch.long, device=device), generator=gen)
+        ratio = n(p.log_prob(xs)[:, j : j + 1] - q.log_prob(xs))
+        means[j], ses[j] = ratio.mean(0), ratio.std(0) / np.sqrt(n_draws)
+    mc_check(n(kl), means, ses)
+
+
+@parametrize_device
+@parametrize_dtype
+@parametrize_d
+@parametrize_k
+def test_kl_with_itself_has_zero_diagonal(k, d, dtype, device):
+    comp = make(k, d, dtype, device)
+    kl = comp.kl(comp)
+    assert kl.shape == (k, k)
+    assert_close(torch.diagonal(kl), np.zeros(k), rtol=0, atol=TOL[dtype]["atol"])
+    assert (kl >= -TOL[dtype]["atol"]).all()
+
+
+@parametrize_device
+@parametrize_dtype
+@parametrize_d
+@parametrize_k
+def test_pyro_dist_enumeration_index_broadcasts(k, d, dtype, device):
+    comp = make(k, d, dtype, device)
+    x = t(rng(8).normal(size=(25, d)), dtype, device)
+    index = torch.arange(k, device=device)[:, None]  # what parallel enumeration hands the model
+    fn = comp.pyro_dist(index)
+    assert fn.batch_shape == (k, 1) and fn.event_shape == (d,)
+    lp = fn.log_prob(x)
+    assert lp.shape == (k, 25)
+    assert_close(lp, comp.log_prob(x).T, **TOL[dtype])
+    full = comp.pyro_dist()
+    assert full.batch_shape == (k,)
+    assert_close(full.log_prob(x[:, None, :]), comp.log_prob(x), **TOL[dtype])
+
+
+@parametrize_device
+@parametrize_dtype
+@parametrize_d
+@parametrize_k
+def test_sample_shape_and_moments(k, d, dtype, device):
+    comp = make(k, d, dtype, device)
+    assert comp.sample(torch.zeros(3, 4, dtype=torch.long, device=device)).shape == (3, 4, d)
+    m = 40_000
+    index = torch.arange(k, device=device).repeat_interleave(m)
+    xs = n(comp.sample(index, generator=torch.Generator(device=device).manual_seed(0))).reshape(k, m, d)
+    loc, scale = n(comp.loc), n(comp.scale)
+    assert np.all(np.abs(xs.mean(1) - loc) <= 5 * scale / np.sqrt(m))
+    assert np.all(np.abs(xs.var(1) / scale**2 - 1) <= 5 * np.sqrt(2 / m))
+
+
+@parametrize_device
+@parametrize_dtype
+def test_sample_same_seed_same_draws(dtype, device):
+    comp = make(3, 2, dtype, device)
+    index = torch.tensor([0, 2, 1, 1, 0], device=device)
+    a = comp.sample(index, generator=torch.Generator(device=device).manual_seed(11))
+    b = comp.sample(index, generator=torch.Generator(device=device).manual_seed(11))
+    c = comp.sample(index, generator=torch.Generator(device=device).manual_seed(12))
+    assert torch.equal(a, b)
+    assert not torch.equal(a, c)
