@@ -61,6 +61,8 @@ def check_matrix(
         array = np.asarray(x)
         if array.dtype == object or array.dtype.kind not in "iuf":
             raise TypeError(f"{name} must be a real numeric array; got dtype {array.dtype}")
+        if not array.flags.writeable:  # e.g. pandas copy-on-write views
+            array = array.copy()
         tensor = torch.as_tensor(array, dtype=dtype, device=resolve_device(device))
     if tensor.dim() != 2:
         hint = " (reshape a single feature with X.reshape(-1, 1))" if tensor.dim() == 1 else ""

@@ -64,7 +64,7 @@ def save_model(model: "MixtureModel", path: str | Path) -> Path:
     model._check_fitted()
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    tensors = {f"globals.{k}": v.detach().cpu().contiguous() for k, v in model.get_globals().items()}
+    tensors = {f"state.{k}": v.detach().cpu().contiguous() for k, v in model.state_tensors().items()}
     for name, value in (getattr(model, "mcmc_samples_", None) or {}).items():
         tensors[f"mcmc.{name}"] = value.detach().cpu().contiguous()
     torch.save(tensors, path / TENSOR_FILE)
@@ -131,7 +131,10 @@ def load_model(
     for name, value in config["fitted"].items():
         setattr(model, name, value)
     model.load_extra_state(config.get("extra", {}))
-    model.set_globals({k.removeprefix("globals."): v for k, v in tensors.items() if k.startswith("globals.")})
+    try:
+        model.load_state_tensors({k.removeprefix("state."): v for k, v in tensors.items() if k.startswith("state.")})
+    except (KeyError, ValueError, RuntimeError) as err:
+        raise ValueError(f"{tensor_path} does not hold a valid {cls.__name__} state: {err}") from None
     mcmc = {k.removeprefix("mcmc."): v for k, v in tensors.items() if k.startswith("mcmc.")}
     if mcmc:
         model.mcmc_samples_ = mcmc

@@ -32,6 +32,7 @@ def run_svi(
     num_particles: int = 1,
     patience: int | None = None,
     min_delta: float = 1e-5,
+    init: dict[str, Any] | None = None,
     progress: bool | None = None,
 ) -> FitResult:
     """Fit ``model`` by stochastic variational inference with Adam.
@@ -56,6 +57,9 @@ def run_svi(
         Stop early when the smoothed loss has not improved by a relative ``min_delta``
         for this many steps (default: never stop early on full batches,
         ``max(50, num_steps // 10)`` steps with mini-batches).
+    init : dict, optional
+        Starting values of global sites (overriding ``model.init_values``); needed
+        for user models with flat priors and no EM initialisation.
 
     Returns
     -------
@@ -85,8 +89,9 @@ def run_svi(
     from ppmix.models.base import local_params
 
     with local_params(), model._forked_rng():
-        init = model.init_values(data, model._generator())
-        guide_fn, _ = model.make_svi_guide(guide, init)
+        start = model.init_values(data, model._generator())
+        start.update({k: torch.as_tensor(v, dtype=model.dtype, device=model._device) for k, v in (init or {}).items()})
+        guide_fn, _ = model.make_svi_guide(guide, start)
         elbo = TraceEnum_ELBO(max_plate_nesting=model.max_plate_nesting, num_particles=num_particles)
         history: list[float] = []
         with model.subsampling(batch_size):

@@ -499,6 +499,14 @@ class MixtureModel(PyroModule):
 
         return load_model(path, expected=cls if cls is not MixtureModel else None, map_location=map_location)
 
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        """Tensors that :meth:`save` writes; default: the globals."""
+        return self.get_globals()
+
+    def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Inverse of :meth:`state_tensors`."""
+        self.set_globals(tensors)
+
     def extra_state(self) -> dict[str, Any]:
         """JSON-able fitted state beyond the globals (subclasses may extend)."""
         return {}

@@ -178,6 +178,17 @@ class GMM(MixtureModel):
             self.components_ = FullGaussian(locs, scales[..., None] * corr, reg_covar=self.reg_covar)
         self._invalidate_guide()
 
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        return {"weights": self.weights_.clone(), **self.components_.state_dict()}
+
+    def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        opts = {"dtype": self.dtype, "device": self._device}
+        self.weights_ = tensors["weights"].to(**opts)
+        family = DiagGaussian if self.covariance_type == "diag" else FullGaussian
+        names = family.param_names
+        self.components_ = family(*(tensors[n].to(**opts) for n in names), reg_covar=self.reg_covar)
+        self._invalidate_guide()
+
     def arviz_dims(self) -> dict[str, list[str]]:
         dims = {"weights": ["component"], "locs": ["component", "feature"], "scales": ["component", "feature"]}
         if self.covariance_type == "full":

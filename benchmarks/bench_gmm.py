@@ -1,0 +1,583 @@
+#!/usr/bin/env python
+"""Benchmark ppmix's GMM EM engine against scikit-learn and pomegranate.
+
+Two settings on planted, fairly well separated Gaussian mixtures (fixed seed):
+
+* A: N=200 000, D=50, K=8, diagonal covariances;
+* B: N=50 000,  D=20, K=8, full covariances.
+
+For every library it measures
+
+1. seconds per EM iteration: all libraries start from the *same* parameters
+   (scikit-learn's k-means initialisation) and each timed iteration is one E-step
+   plus one M-step through the library's own internal functions (sklearn
+   ``_e_step``/``_m_step``, ppmix ``e_step``/``m_step``, pomegranate
+   ``summarize``/``from_summaries``), with the libraries interleaved round-robin so
+   that noise on a shared machine hits them alike; the median over the timed
+   iterations is reported (warm-up iterations excluded);
+2. iterations to converge, wall time and the final mean log-likelihood per point
+   when each library is run through its public ``fit`` from its own default
+   initialisation, with convergence tolerances translated to the same criterion
+   (relative change of the total log-likelihood <= ``--tol-rel``); ppmix is also
+   run from scikit-learn's initial parameters so the two EM paths can be compared
+   exactly. All final log-likelihoods are recomputed by one float64 evaluator.
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_gmm.py            # full run (several minutes)
+    .venv/bin/python benchmarks/bench_gmm.py --quick    # smoke run (< 20 s)
+    make bench
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+# Thread limits must be in the environment before numpy/torch load their pools.
+_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+
+
+def _early_threads() -> None:
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--threads", type=int, default=2)
+    ns, _ = pre.parse_known_args()
+    for var in _THREAD_VARS:
+        os.environ[var] = str(ns.threads)
+
+
+_early_threads()
+
+import datetime  # noqa: E402
+import json  # noqa: E402
+import logging  # noqa: E402
+import math  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any, Callable  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from threadpoolctl import threadpool_info, threadpool_limits  # noqa: E402
+
+logger = logging.getLogger("bench_gmm")
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_OUT = ROOT / "benchmarks" / "results" / "gmm.json"
+
+
+# ============================================================== configuration
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    n: int
+    d: int
+    k: int
+    covariance_type: str
+
+
+FULL_SETTINGS = (
+    Setting("A", 200_000, 50, 8, "diag"),
+    Setting("B", 50_000, 20, 8, "full"),
+)
+QUICK_SETTINGS = (
+    Setting("A", 8_000, 50, 8, "diag"),
+    Setting("B", 4_000, 20, 8, "full"),
+)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="tiny smoke run (small N, few iterations)")
+    p.add_argument("--out", type=Path, default=None, help=f"JSON output path (default {DEFAULT_OUT.relative_to(ROOT)}; "
+                   "--quick writes next to it as gmm_quick.json unless --out is given)")
+    p.add_argument("--threads", type=int, default=2, help="threads for torch, BLAS and OpenMP in every library (default 2)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the data and of every library's initialisation")
+    p.add_argument("--timed-iters", type=int, default=None, help="timed EM iterations per library (default 15; quick 4)")
+    p.add_argument("--warmup-iters", type=int, default=None, help="untimed warm-up iterations (default 2; quick 1)")
+    p.add_argument("--max-iter", type=int, default=None, help="max EM iterations of the convergence runs (default 500; quick 100)")
+    p.add_argument("--tol-rel", type=float, default=1e-6, help="convergence: relative change of the total log-likelihood (default 1e-6)")
+    p.add_argument("--settings", default="A,B", help="comma-separated subset of settings to run (default A,B)")
+    p.add_argument("--no-pomegranate", action="store_true", help="skip pomegranate")
+    p.add_argument("--no-profile", action="store_true", help="skip the torch.profiler breakdown of ppmix's E/M steps")
+    p.add_argument("-v", "--verbose", action="store_true")
+    args = p.parse_args(argv)
+    args.timed_iters = args.timed_iters or (4 if args.quick else 15)
+    args.warmup_iters = args.warmup_iters if args.warmup_iters is not None else (1 if args.quick else 2)
+    args.max_iter = args.max_iter or (100 if args.quick else 500)
+    if args.out is None:
+        args.out = DEFAULT_OUT.with_name("gmm_quick.json") if args.quick else DEFAULT_OUT
+    return args
+
+
+# ======================================================================= data
+def make_data(s: Setting, seed: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Planted mixture: pairwise mean distances ~6 (in units of the component scale)."""
+    rng = np.random.default_rng(seed)
+    k, d, n = s.k, s.d, s.n
+    weights = rng.dirichlet(np.full(k, 5.0))
+    means = rng.normal(0.0, 6.0 / math.sqrt(2 * d), size=(k, d)) * 1.0
+    if s.covariance_type == "diag":
+        covs = rng.uniform(0.5, 1.5, size=(k, d)) ** 2
+        chols = None
+    else:
+        covs = np.empty((k, d, d))
+        for j in range(k):
+            q, _ = np.linalg.qr(rng.normal(size=(d, d)))
+            covs[j] = (q * rng.uniform(0.25, 2.0, size=d)) @ q.T
+        chols = np.linalg.cholesky(covs)
+    z = rng.choice(k, size=n, p=weights)
+    x = np.empty((n, d))
+    for j in range(k):
+        idx = np.flatnonzero(z == j)
+        eps = rng.standard_normal((idx.size, d))
+        x[idx] = means[j] + (eps * np.sqrt(covs[j]) if chols is None else eps @ chols[j].T)
+    return np.ascontiguousarray(x), {"weights": weights, "means": means, "covariances": covs}
+
+
+def mean_loglik(x: np.ndarray, weights: Any, means: Any, covs: Any, covariance_type: str) -> float:
+    """One float64 evaluator of ``mean_n log sum_k w_k N(x_n | mu_k, Sigma_k)`` for every library."""
+    xt = torch.as_tensor(x, dtype=torch.float64)
+    w, mu, cov = (torch.as_tensor(np.asarray(v, dtype=np.float64)) for v in (weights, means, covs))
+    n, d = xt.shape
+    cols = []
+    for j in range(mu.shape[0]):
+        diff = xt - mu[j]
+        if covariance_type == "diag":
+            maha = (diff.square() / cov[j]).sum(1)
+            logdet = cov[j].log().sum()
+        else:
+            chol = torch.linalg.cholesky(cov[j])
+            maha = torch.linalg.solve_triangular(chol, diff.T, upper=False).square().sum(0)
+            logdet = 2.0 * torch.diagonal(chol).log().sum()
+        cols.append(-0.5 * (d * math.log(2 * math.pi) + logdet + maha) + w[j].log())
+    return float(torch.logsumexp(torch.stack(cols, 1), 1).mean())
+
+
+def _np(t: Any) -> np.ndarray:
+    return t.detach().cpu().double().numpy() if isinstance(t, torch.Tensor) else np.asarray(t, dtype=np.float64)
+
+
+# ================================================================== libraries
+class Runner:
+    """One library/dtype: per-iteration stepping from given parameters, and a default fit."""
+
+    key: str
+    library: str
+    dtype: str
+
+    def start(self, init: dict[str, np.ndarray]) -> None: ...
+    def e(self) -> None: ...
+    def m(self) -> None: ...
+    def params(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
+    def fit_default(self) -> dict[str, Any]: ...
+
+
+class SklearnRunner(Runner):
+    library, dtype = "scikit-learn", "float64"
+
+    def __init__(self, x: np.ndarray, s: Setting, tol_abs: float, max_iter: int, seed: int) -> None:
+        self.key = "sklearn"
+        self.x, self.s, self.tol, self.max_iter, self.seed = x, s, tol_abs, max_iter, seed
+
+    def _make(self, **kw: Any):
+        from sklearn.mixture import GaussianMixture
+
+        opts = dict(n_components=self.s.k, covariance_type=self.s.covariance_type, reg_covar=1e-6, tol=self.tol,
+                    max_iter=self.max_iter, n_init=1, init_params="kmeans", random_state=self.seed)
+        opts.update(kw)
+        return GaussianMixture(**opts)
+
+    def initial_parameters(self) -> tuple[dict[str, np.ndarray], float]:
+        """scikit-learn's default initialisation (KMeans(n_init=1) labels -> one M-step)."""
+        t0 = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            gm = self._make(max_iter=0).fit(self.x)
+        wall = time.perf_counter() - t0
+        return {"weights": gm.weights_.copy(), "means": gm.means_.copy(), "covariances": gm.covariances_.copy()}, wall
+
+    def start(self, init: dict[str, np.ndarray]) -> None:
+        from sklearn.mixture._gaussian_mixture import _compute_precision_cholesky
+
+        gm = self._make()
+        gm.weights_, gm.means_, gm.covariances_ = (init[k].copy() for k in ("weights", "means", "covariances"))
+        gm.precisions_cholesky_ = _compute_precision_cholesky(gm.covariances_, self.s.covariance_type)
+        self.gm, self._log_resp = gm, None
+
+    def e(self) -> None:
+        log_prob_norm, self._log_resp = self.gm._e_step(self.x)
+        self.objective = float(log_prob_norm)
+
+    def m(self) -> None:
+        self.gm._m_step(self.x, self._log_resp)
+
+    def params(self):
+        return self.gm.weights_, self.gm.means_, self.gm.covariances_
+
+    def fit_default(self) -> dict[str, Any]:
+        gm = self._make()
+        t0 = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            gm.fit(self.x)
+        wall = time.perf_counter() - t0
+        self.gm_fit = gm
+        return {"n_iter": int(gm.n_iter_), "converged": bool(gm.converged_), "fit_wall_s": wall,
+                "own_mean_loglik": float(gm.score(self.x)), "params": (gm.weights_, gm.means_, gm.covariances_)}
+
+
+class PpmixRunner(Runner):
+    library = "ppmix"
+
+    def __init__(self, x: np.ndarray, s: Setting, tol_rel: float, max_iter: int, seed: int, dtype: torch.dtype) -> None:
+        self.dtype = str(dtype).replace("torch.", "")
+        self.key = f"ppmix-{self.dtype}"
+        self.torch_dtype = dtype
+        self.x = torch.from_numpy(x)  # float64, shared memory; prepare_data casts when needed
+        self.s, self.tol, self.max_iter, self.seed = s, tol_rel, max_iter, seed
+
+    def _make(self, **kw: Any):
+        from ppmix import GMM
+
+        opts = dict(n_components=self.s.k, covariance_type=self.s.covariance_type, n_init=1, max_iter=self.max_iter,
+                    tol=self.tol, reg_covar=1e-6, init_params="kmeans", seed=self.seed, progress=False,
+                    dtype=self.torch_dtype)
+        opts.update(kw)
+        return GMM(**opts)
+
+    def start(self, init: dict[str, np.ndarray]) -> None:
+        gmm = self._make()
+        xt = gmm.prepare_data(self.x, fitting=True)
+        self.data = gmm.em_data(xt)  # cached statistics, built once per fit
+        gmm.set_globals(globals_from_moments(init, self.s.covariance_type))
+        self.gmm, self._stats = gmm, None
+
+    def e(self) -> None:
+        self._stats, obj = self.gmm.e_step(self.data)
+        self.objective = float(obj)  # the engine converts the objective every iteration too
+
+    def m(self) -> None:
+        self.gmm.m_step(self.data, self._stats)
+
+    def params(self):  # means_/covariances_ need a completed fit; read the components directly
+        comp = self.gmm.components_
+        cov = comp.variance if self.s.covariance_type == "diag" else comp.covariance
+        return self.gmm.weights_, comp.loc, cov
+
+    def _summary(self, gmm, wall: float) -> dict[str, Any]:
+        return {"n_iter": int(gmm.n_iter_), "converged": bool(gmm.converged_), "fit_wall_s": wall,
+                "own_mean_loglik": float(gmm.score(self.x)), "params": (gmm.weights_, gmm.means_, gmm.covariances_)}
+
+    def fit_default(self) -> dict[str, Any]:
+        gmm = self._make()
+        t0 = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            gmm.fit(self.x)
+        return self._summary(gmm, time.perf_counter() - t0)
+
+    def fit_from(self, init: dict[str, np.ndarray]) -> dict[str, Any]:
+        """EM through the public ``fit`` (``warm_start``) from the given parameters."""
+        gmm = self._make(init_params="random")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            gmm.fit(self.x, max_iter=1)  # marks the model fitted so that warm_start applies
+            gmm.set_globals(globals_from_moments(init, self.s.covariance_type))
+            t0 = time.perf_counter()
+            gmm.fit(self.x, warm_start=True)
+        return self._summary(gmm, time.perf_counter() - t0)
+
+
+def globals_from_moments(init: dict[str, np.ndarray], covariance_type: str) -> dict[str, torch.Tensor]:
+    """(weights, means, covariances) -> ppmix's global sites."""
+    cov = torch.as_tensor(init["covariances"], dtype=torch.float64)
+    out = {"weights": torch.as_tensor(init["weights"]), "locs": torch.as_tensor(init["means"])}
+    if covariance_type == "diag":
+        out["scales"] = cov.sqrt()
+    else:
+        chol = torch.linalg.cholesky(cov)
+        scales = torch.diagonal(cov, dim1=-2, dim2=-1).sqrt()
+        out["scales"], out["corr_cholesky"] = scales, chol / scales[:, :, None]
+    return out
+
+
+class PomegranateRunner(Runner):
+    library = "pomegranate"
+
+    def __init__(self, x: np.ndarray, s: Setting, tol_total: float, max_iter: int, seed: int, dtype: torch.dtype) -> None:
+        self.dtype = str(dtype).replace("torch.", "")
+        self.key = f"pomegranate-{self.dtype}"
+        self.torch_dtype = dtype
+        self.x = torch.from_numpy(x).to(dtype)
+        self.s, self.tol, self.max_iter, self.seed = s, tol_total, max_iter, seed
+
+    def _model(self, distributions, **kw: Any):
+        from pomegranate.gmm import GeneralMixtureModel
+
+        class Counting(GeneralMixtureModel):  # counts M-steps (pomegranate keeps no n_iter)
+            n_mstep = 0
+
+            def from_summaries(self):
+                self.n_mstep += 1
+                return super().from_summaries()
+
+        model = Counting(distributions, max_iter=self.max_iter, tol=self.tol, random_state=self.seed, **kw)
+        return model.to(self.torch_dtype)  # parameters *and* buffers to the dtype (default is float32)
+
+    def start(self, init: dict[str, np.ndarray]) -> None:
+        from pomegranate.distributions import Normal
+
+        dt = self.torch_dtype
+        dists = [Normal(means=torch.tensor(init["means"][j], dtype=dt), covs=torch.tensor(init["covariances"][j], dtype=dt),
+                        covariance_type=self.s.covariance_type) for j in range(self.s.k)]
+        self.model = self._model(dists, priors=torch.tensor(init["weights"], dtype=dt))
+        self.model._reset_cache()  # rebuild the cached inverses in the new dtype
+        for dist in self.model.distributions:
+            dist._reset_cache()
+
+    def e(self) -> None:  # E-step and accumulation of the sufficient statistics
+        self.objective = float(self.model.summarize(self.x))
+
+    def m(self) -> None:
+        self.model.from_summaries()
+
+    def params(self):
+        return _pomegranate_params(self.model, self.s.covariance_type)
+
+    def fit_default(self) -> dict[str, Any]:
+        from pomegranate.distributions import Normal
+
+        model = self._model([Normal(covariance_type=self.s.covariance_type) for _ in range(self.s.k)])
+        t0 = time.perf_counter()
+        model.fit(self.x)
+        wall = time.perf_counter() - t0
+        own = float(model.log_probability(self.x).double().mean())
+        n_iter = model.n_mstep - 0  # M-steps after the k-means initialisation
+        return {"n_iter": n_iter, "converged": n_iter < self.max_iter, "fit_wall_s": wall,
+                "own_mean_loglik": own, "params": _pomegranate_params(model, self.s.covariance_type)}
+
+
+def _pomegranate_params(model, covariance_type: str):
+    w = _np(model.priors)
+    mu = np.stack([_np(d.means) for d in model.distributions])
+    cov = np.stack([_np(d.covs) for d in model.distributions])
+    return w, mu, cov
+
+
+# ================================================================== measuring
+def time_iterations(runners: list[Runner], init: dict[str, np.ndarray], warmup: int, timed: int) -> dict[str, dict]:
+    """Round-robin: every round runs one E+M iteration of each library in turn."""
+    for r in runners:
+        r.start(init)
+    samples: dict[str, dict[str, list[float]]] = {r.key: {"e": [], "m": [], "total": []} for r in runners}
+    for it in range(warmup + timed):
+        for r in runners:
+            t0 = time.perf_counter()
+            r.e()
+            t1 = time.perf_counter()
+            r.m()
+            t2 = time.perf_counter()
+            if it >= warmup:
+                samples[r.key]["e"].append(t1 - t0)
+                samples[r.key]["m"].append(t2 - t1)
+                samples[r.key]["total"].append(t2 - t0)
+        logger.debug("round %d: %s", it, {r.key: round(samples[r.key]["total"][-1], 4) if it >= warmup else None for r in runners})
+    out = {}
+    for r in runners:
+        tot = samples[r.key]["total"]
+        q = statistics.quantiles(tot, n=4) if len(tot) > 1 else [tot[0]] * 3
+        out[r.key] = {
+            "median_s": statistics.median(tot), "q25_s": q[0], "q75_s": q[2], "min_s": min(tot),
+            "e_median_s": statistics.median(samples[r.key]["e"]), "m_median_s": statistics.median(samples[r.key]["m"]),
+            "n_timed": len(tot), "samples_s": [round(t, 6) for t in tot],
+            "objective_after": getattr(r, "objective", None),
+        }
+    return out
+
+
+def profile_ppmix(x: np.ndarray, s: Setting, init: dict[str, np.ndarray], dtype: torch.dtype, iters: int) -> dict[str, Any]:
+    """torch.profiler breakdown (self CPU time by op) of ppmix's e_step and m_step."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    r = PpmixRunner(x, s, 1e-6, 10, 0, dtype)
+    r.start(init)
+    r.e()
+    r.m()  # warm-up (builds cached moments)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(iters):
+            with record_function("ppmix.e_step"):
+                r.e()
+            with record_function("ppmix.m_step"):
+                r.m()
+    events = prof.key_averages()
+    total = sum(e.self_cpu_time_total for e in events) or 1.0
+    rows = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)
+    top = [{"op": e.key, "calls": int(e.count), "self_cpu_ms_per_iter": e.self_cpu_time_total / 1e3 / iters,
+            "share": e.self_cpu_time_total / total} for e in rows[:12]]
+    spans = {e.key: e.cpu_time_total / 1e3 / iters for e in events if e.key in ("ppmix.e_step", "ppmix.m_step")}
+    return {"dtype": str(dtype).replace("torch.", ""), "iters": iters, "top_self_cpu": top, "span_ms_per_iter": spans}
+
+
+def machine_info(threads: int) -> dict[str, Any]:
+    import sklearn
+
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        from importlib.metadata import version
+
+        pg_version = version("pomegranate")
+    except Exception:  # noqa: BLE001
+        pg_version = None
+    try:
+        import ppmix
+
+        ppmix_version = ppmix.__version__
+    except Exception:  # noqa: BLE001
+        ppmix_version = None
+    pools = [{k: p.get(k) for k in ("user_api", "internal_api", "num_threads", "version", "filepath")} for p in threadpool_info()]
+    return {
+        "cpu_model": cpu, "logical_cpus": os.cpu_count(), "platform": platform.platform(),
+        "python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__,
+        "sklearn": sklearn.__version__, "pomegranate": pg_version, "ppmix": ppmix_version,
+        "threads": threads, "torch_num_threads": torch.get_num_threads(), "threadpools": pools,
+    }
+
+
+# ====================================================================== main
+def run_setting(s: Setting, args: argparse.Namespace) -> dict[str, Any]:
+    logger.info("setting %s: N=%d D=%d K=%d %s -- generating data", s.name, s.n, s.d, s.k, s.covariance_type)
+    x, truth = make_data(s, args.seed)
+    true_ll = mean_loglik(x, truth["weights"], truth["means"], truth["covariances"], s.covariance_type)
+    # Same stopping rule for everyone: |L_t - L_{t-1}| <= tol_rel * |L| with L the total log-likelihood,
+    # i.e. an absolute tolerance on the mean log-likelihood (sklearn) or on the total (pomegranate).
+    tol_mean = args.tol_rel * abs(true_ll)
+    tol_total = tol_mean * s.n
+    sk = SklearnRunner(x, s, tol_mean, args.max_iter, args.seed)
+    ours = [PpmixRunner(x, s, args.tol_rel, args.max_iter, args.seed, dt) for dt in (torch.float64, torch.float32)]
+    pg = [] if args.no_pomegranate else [PomegranateRunner(x, s, tol_total, args.max_iter, args.seed, dt)
+                                         for dt in (torch.float64, torch.float32)]
+    runners: list[Runner] = [sk, *ours, *pg]
+
+    logger.info("setting %s: scikit-learn initial parameters (shared starting point)", s.name)
+    init, init_wall = sk.initial_parameters()
+    init_ll = mean_loglik(x, init["weights"], init["means"], init["covariances"], s.covariance_type)
+
+    logger.info("setting %s: timing %d (+%d warm-up) EM iterations per library, round-robin", s.name, args.timed_iters, args.warmup_iters)
+    timing = time_iterations(runners, init, args.warmup_iters, args.timed_iters)
+    results: dict[str, dict[str, Any]] = {}
+    for r in runners:
+        results[r.key] = {"library": r.library, "dtype": r.dtype, "per_iteration": timing[r.key]}
+        # Evaluate the parameters after the timed iterations with the common evaluator (sanity: same EM path).
+        results[r.key]["per_iteration"]["mean_loglik_after"] = mean_loglik(x, *(_np(p) for p in r.params()), s.covariance_type)
+        for attr in ("data", "gmm", "gm", "model", "_stats", "_log_resp"):  # free the stepping state
+            r.__dict__.pop(attr, None)
+
+    def record(key: str, label: str, fit: dict[str, Any]) -> None:
+        params = fit.pop("params")
+        fit["mean_loglik"] = mean_loglik(x, *(_np(p) for p in params), s.covariance_type)
+        results[key][label] = fit
+        logger.info("  %-18s %-12s n_iter=%-4d converged=%-5s wall=%7.2fs mean loglik=%.6f", key, label, fit["n_iter"],
+                    fit["converged"], fit["fit_wall_s"], fit["mean_loglik"])
+
+    logger.info("setting %s: convergence runs (public fit, own default initialisation)", s.name)
+    for r in runners:
+        record(r.key, "fit_default_init", r.fit_default())
+    for r in ours:
+        record(r.key, "fit_sklearn_init", r.fit_from(init))
+
+    sk_iter = results["sklearn"]["per_iteration"]["median_s"]
+    sk_ll = results["sklearn"]["fit_default_init"]["mean_loglik"]
+    for key, res in results.items():
+        res["ratio_vs_sklearn"] = res["per_iteration"]["median_s"] / sk_iter
+        for label in ("fit_default_init", "fit_sklearn_init"):
+            if label in res:
+                res[label]["dloglik_vs_sklearn"] = res[label]["mean_loglik"] - sk_ll
+
+    out = {
+        "name": s.name, "n": s.n, "d": s.d, "k": s.k, "covariance_type": s.covariance_type,
+        "true_mean_loglik": true_ll, "init_mean_loglik": init_ll, "sklearn_init_wall_s": init_wall,
+        "tol_rel": args.tol_rel, "tol_sklearn_mean": tol_mean, "tol_pomegranate_total": tol_total,
+        "results": results,
+    }
+    if not args.no_profile:
+        logger.info("setting %s: profiling ppmix e_step/m_step", s.name)
+        out["profile_ppmix"] = [profile_ppmix(x, s, init, dt, 2 if args.quick else 5) for dt in (torch.float64, torch.float32)]
+    return out
+
+
+def format_table(settings: list[dict[str, Any]]) -> str:
+    head = (f"{'set':<3} {'library':<12} {'dtype':<7} {'s/iter':>8} {'IQR':>15} {'E s':>7} {'M s':>7} {'ours/skl':>8} "
+            f"{'n_iter':>6} {'conv':>5} {'fit s':>7} {'mean LL':>11} {'dLL/pt':>10} {'n_iter*':>7} {'dLL*/pt':>10}")
+    lines = [head, "-" * len(head)]
+    for st in settings:
+        for key, r in st["results"].items():
+            p, f = r["per_iteration"], r["fit_default_init"]
+            same = r.get("fit_sklearn_init")
+            lines.append(
+                f"{st['name']:<3} {r['library']:<12} {r['dtype']:<7} {p['median_s']:8.4f} "
+                f"{'[' + format(p['q25_s'], '.4f') + ',' + format(p['q75_s'], '.4f') + ']':>15} "
+                f"{p['e_median_s']:7.4f} {p['m_median_s']:7.4f} {r['ratio_vs_sklearn']:8.2f} "
+                f"{f['n_iter']:6d} {str(f['converged']):>5} {f['fit_wall_s']:7.2f} {f['mean_loglik']:11.5f} "
+                f"{f['dloglik_vs_sklearn']:+10.2e} "
+                + (f"{same['n_iter']:7d} {same['dloglik_vs_sklearn']:+10.2e}" if same else f"{'':>7} {'':>10}")
+            )
+    lines.append("s/iter: median seconds per E+M iteration from sklearn's initial parameters; ours/skl: ratio of medians.")
+    lines.append("n_iter/fit s/mean LL: public fit from each library's own default init; dLL/pt: mean LL minus sklearn's.")
+    lines.append("n_iter*/dLL*: ppmix fit started from sklearn's initial parameters (same EM path).")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    torch.set_num_threads(args.threads)
+    wanted = {n.strip().upper() for n in args.settings.split(",") if n.strip()}
+    settings = [s for s in (QUICK_SETTINGS if args.quick else FULL_SETTINGS) if s.name in wanted]
+    t_start = time.perf_counter()
+    with threadpool_limits(limits=args.threads):
+        info = machine_info(args.threads)
+        logger.info("threads=%d  torch=%s sklearn=%s pomegranate=%s  cpu=%s", args.threads, info["torch"], info["sklearn"],
+                    info["pomegranate"], info["cpu_model"])
+        results = [run_setting(s, args) for s in settings]
+    report = {
+        "benchmark": "gmm_em",
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "quick": args.quick,
+        "config": {"seed": args.seed, "threads": args.threads, "timed_iters": args.timed_iters,
+                   "warmup_iters": args.warmup_iters, "max_iter": args.max_iter, "tol_rel": args.tol_rel,
+                   "reg_covar": 1e-6, "n_init": 1},
+        "machine": info,
+        "settings": results,
+        "total_wall_s": time.perf_counter() - t_start,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1, default=float) + "\n")
+    table = format_table(results)
+    print(table)
+    if not args.no_profile:
+        for st in results:
+            for prof in st.get("profile_ppmix", []):
+                spans = ", ".join(f"{k} {v:.1f} ms" for k, v in prof["span_ms_per_iter"].items())
+                print(f"\nppmix profile, setting {st['name']}, {prof['dtype']} ({spans}); top ops by self CPU per iteration:")
+                for row in prof["top_self_cpu"][:6]:
+                    print(f"  {row['op']:<36} {row['self_cpu_ms_per_iter']:8.2f} ms  {100 * row['share']:5.1f}%")
+    print(f"\nwrote {args.out}  ({report['total_wall_s']:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

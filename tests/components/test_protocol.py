@@ -1,0 +1,224 @@
+"""The ComponentFamily protocol (state_dict, load_state_dict, to, clone, weight checks) for every family."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from ppmix.components import (
+    BernoulliLabel,
+    CategoricalLabel,
+    ComponentFamily,
+    DiagGaussian,
+    FullGaussian,
+    GaussianExpert,
+    LogisticExpert,
+    SoftmaxGate,
+)
+from tests.common import assert_close
+from tests.components._util import parametrize_device, random_scale_tril, rng, t
+
+K, N, D = 3, 40, 2
+
+
+def _family(name: str, seed: int, device: str):
+    """A family with random parameters and matching data, all float64 on ``device``."""
+    r = rng(seed)
+    x = t(r.normal(size=(N, D)), device=device)
+    if name == "DiagGaussian":
+        return DiagGaussian(t(r.normal(size=(K, D)), device=device), t(r.uniform(0.5, 2, size=(K, D)), device=device)), x
+    if name == "FullGaussian":
+        return FullGaussian(t(r.normal(size=(K, D)), device=device), t(random_scale_tril(r, K, D), device=device)), x
+    if name == "BernoulliLabel":
+        return BernoulliLabel(t(r.uniform(0.1, 0.9, size=K), device=device)), t(r.integers(0, 2, size=N), device=device)
+    if name == "CategoricalLabel":
+        return (
+            CategoricalLabel(t(r.dirichlet(np.ones(4), size=K), device=device)),
+            torch.as_tensor(r.integers(0, 4, size=N), device=device),
+        )
+    coef, intercept = t(r.normal(size=(K, D)), device=device), t(r.normal(size=K), device=device)
+    if name == "GaussianExpert":
+        comp = GaussianExpert(coef, intercept, t(r.uniform(0.5, 2, size=K), device=device))
+        return comp, (x, t(r.normal(size=N), device=device))
+    if name == "LogisticExpert":
+        return LogisticExpert(coef, intercept, ridge=1e-3), (x, t(r.integers(0, 2, size=N), device=device))
+    if name == "SoftmaxGate":
+        return SoftmaxGate(coef, intercept, ridge=1e-3), x
+    raise AssertionError(name)
+
+
+FAMILIES = [
+    "DiagGaussian",
+    "FullGaussian",
+    "BernoulliLabel",
+    "CategoricalLabel",
+    "GaussianExpert",
+    "LogisticExpert",
+    "SoftmaxGate",
+]
+parametrize_family = pytest.mark.parametrize("family", FAMILIES)
+
+
+def _weights(seed=99, device="cpu"):
+    return t(rng(seed).uniform(0.05, 1.0, size=(N, K)), device=device)
+
+
+@parametrize_device
+@parametrize_family
+def test_is_component_family_with_k_components(family, device):
+    comp, data = _family(family, 0, device)
+    assert isinstance(comp, ComponentFamily)
+    assert comp.n_components == K
+    assert comp.log_prob(data).shape == (N, K)
+    assert comp.device.type == torch.device(device).type and comp.dtype == torch.float64
+    assert type(comp).__name__ in repr(comp)
+
+
+@parametrize_device
+@parametrize_family
+def test_state_dict_round_trip(family, device):
+    comp, data = _family(family, 0, device)
+    fresh, _ = _family(family, 1, device)
+    assert not torch.equal(fresh.log_prob(data), comp.log_prob(data))
+    state = comp.state_dict()
+    assert sorted(state) == sorted(comp.param_names)
+    out = fresh.load_state_dict(state)
+    assert out is fresh
+    assert torch.equal(fresh.log_prob(data), comp.log_prob(data))
+    # state_dict is a copy: editing it touches neither family
+    before = comp.log_prob(data).clone()
+    for value in state.values():
+        if value.is_floating_point():
+            value.mul_(0.5)
+    assert torch.equal(comp.log_prob(data), before)
+    assert torch.equal(fresh.log_prob(data), before)
+
+
+@parametrize_device
+@parametrize_family
+def test_load_state_dict_missing_key_raises(family, device):
+    comp, _ = _family(family, 0, device)
+    for name in comp.param_names:
+        state = comp.state_dict()
+        del state[name]
+        with pytest.raises(ValueError, match=name):
+            comp.load_state_dict(state)
+
+
+@parametrize_device
+@parametrize_family
+def test_load_state_dict_wrong_shape_raises(family, device):
+    comp, data = _family(family, 0, device)
+    before = comp.log_prob(data).clone()
+    for name in comp.param_names:
+        state = comp.state_dict()
+        value = state[name]
+        state[name] = torch.cat([value, value[:1]])  # one component too many
+        with pytest.raises(ValueError, match=name):
+            comp.load_state_dict(state)
+    assert torch.equal(comp.log_prob(data), before)
+
+
+@parametrize_device
+@parametrize_family
+def test_to_changes_dtype(family, device):
+    comp, data = _family(family, 0, device)
+    expected = comp.log_prob(data)
+    out = comp.to(dtype=torch.float32)
+    assert out is comp and comp.dtype == torch.float32
+    for name in comp.param_names:
+        assert getattr(comp, name).dtype == torch.float32, name
+    lp = comp.log_prob(_cast(data, torch.float32))
+    assert lp.dtype == torch.float32
+    assert_close(lp, expected, rtol=1e-4, atol=1e-4)
+    comp.to(dtype=torch.float64)
+    assert comp.dtype == torch.float64 and comp.log_prob(data).dtype == torch.float64
+
+
+@parametrize_device
+@parametrize_family
+def test_log_prob_and_fit_cast_data_to_the_family_dtype(family, device):
+    """Like the label and expert families, every family evaluates float64 data after ``to(float32)``."""
+    comp, data = _family(family, 0, device)
+    expected = comp.log_prob(data)
+    comp.to(dtype=torch.float32)
+    lp = comp.log_prob(data)
+    assert lp.dtype == torch.float32
+    assert_close(lp, expected, rtol=1e-4, atol=1e-4)
+    comp.fit(data, _weights(device=device))
+    assert comp.dtype == torch.float32
+    for name in comp.param_names:
+        assert getattr(comp, name).dtype == torch.float32, name
+
+
+@parametrize_device
+@parametrize_family
+def test_to_device(family, device):
+    comp, data = _family(family, 0, "cpu")
+    expected = comp.log_prob(data)
+    comp.to(device=device)
+    assert comp.device.type == torch.device(device).type
+    for name in comp.param_names:
+        assert getattr(comp, name).device.type == torch.device(device).type, name
+    moved = tuple(d.to(device) for d in data) if isinstance(data, tuple) else data.to(device)
+    assert_close(comp.log_prob(moved), expected, rtol=1e-10, atol=1e-10)
+
+
+@parametrize_device
+@parametrize_family
+def test_clone_is_independent(family, device):
+    comp, data = _family(family, 0, device)
+    before = comp.state_dict()
+    lp_before = comp.log_prob(data).clone()
+    copy = comp.clone()
+    assert type(copy) is type(comp) and copy is not comp
+    assert torch.equal(copy.log_prob(data), lp_before)
+    copy.fit(data, _weights(device=device))
+    assert not torch.equal(copy.log_prob(data), lp_before), "fitting the clone changed nothing"
+    for name in comp.param_names:
+        assert torch.equal(getattr(comp, name), before[name]), name
+    assert torch.equal(comp.log_prob(data), lp_before)
+    # in-place edits of the clone's tensors do not leak either
+    for name in copy.param_names:
+        value = getattr(copy, name)
+        if value.is_floating_point():
+            value.mul_(0.5)
+    assert torch.equal(comp.log_prob(data), lp_before)
+
+
+def _cast(data, dtype):
+    """Floating-point parts of ``data`` in ``dtype`` (integer class labels untouched)."""
+    if isinstance(data, tuple):
+        return tuple(_cast(d, dtype) for d in data)
+    return data.to(dtype) if data.is_floating_point() else data
+
+
+def _bad_weights(kind, device):
+    w = _weights(device=device)
+    if kind == "wrong_rows":
+        return w[:-1]
+    if kind == "wrong_cols":
+        return torch.cat([w, w[:, :1]], dim=1)
+    if kind == "negative":
+        w[3, 1] = -0.1
+        return w
+    if kind == "nan":
+        w[5, 0] = float("nan")
+        return w
+    if kind == "inf":
+        w[5, 2] = float("inf")
+        return w
+    raise AssertionError(kind)
+
+
+@parametrize_device
+@parametrize_family
+@pytest.mark.parametrize("kind", ["wrong_rows", "wrong_cols", "negative", "nan", "inf"])
+def test_fit_rejects_bad_weights(family, kind, device):
+    comp, data = _family(family, 0, device)
+    before = comp.state_dict()
+    with pytest.raises(ValueError, match="weights"):
+        comp.fit(data, _bad_weights(kind, device))
+    for name in comp.param_names:
+        assert torch.equal(getattr(comp, name), before[name]), name

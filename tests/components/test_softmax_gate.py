@@ -1,0 +1,166 @@
+"""SoftmaxGate against scipy oracles (log_softmax and an independent penalised fit)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.optimize as opt
+import scipy.special as sp
+import torch
+
+from ppmix.components import SoftmaxGate
+from tests.common import assert_close
+from tests.components._util import (
+    TOL,
+    n,
+    parametrize_device,
+    parametrize_dtype,
+    parametrize_k,
+    rng,
+    rounded,
+    t,
+)
+
+parametrize_p = pytest.mark.parametrize("p", [pytest.param(1, id="P1"), pytest.param(4, id="P4")])
+
+
+def raw_params(k, p, seed=0):
+    r = rng(seed)
+    return r.normal(size=(k, p)), r.normal(size=k)
+
+
+def make(k, p, dtype=torch.float64, device="cpu", seed=0, ridge=1e-3):
+    coef, intercept = raw_params(k, p, seed)
+    return SoftmaxGate(t(coef, dtype, device), t(intercept, dtype, device), ridge=ridge)
+
+
+def assert_last_row_zero(gate):
+    assert torch.all(gate.coef[-1] == 0) and gate.intercept[-1] == 0, (gate.coef, gate.intercept)
+
+
+@parametrize_device
+@parametrize_dtype
+@parametrize_p
+@parametrize_k
+def test_log_prob_is_log_softmax_and_last_row_is_zero(k, p, dtype, device):
+    coef, intercept = raw_params(k, p)
+    gate = make(k, p, dtype, device)
+    assert_last_row_zero(gate)
+    x = rounded(rng(1).normal(size=(30, p)), dtype)
+    lp = gate.log_prob(t(x, dtype, device))
+    assert lp.shape == (30, k) and lp.dtype == dtype
+    # pinning the last row is a reparametrisation: the probabilities of the raw parameters are kept
+    coef, intercept = rounded(coef, dtype), rounded(intercept, dtype)
+    assert_close(lp, sp.log_softmax(x @ coef.T + intercept, axis=1), **TOL[dtype])
+    assert_close(lp.exp().sum(1), np.ones(30), **TOL[dtype])
+
+
+def scipy_gate_fit(x, targets, ridge):
+    """Minimise -sum_nk R_nk log softmax_k + ridge/2 ||coef||^2, last row fixed at 0 (L-BFGS-B)."""
+    n_points, p = x.shape
+    k = targets.shape[1]
+    a = np.column_stack([x, np.ones(n_points)])
+    pen = np.append(np.full(p, ridge), 0.0)
+
+    def full(theta):
+        return np.vstack([theta.reshape(k - 1, p + 1), np.zeros((1, p + 1))])
+
+    def f(theta):
+        params = full(theta)
+        log_p = sp.log_softmax(a @ params.T, axis=1)
+        value = -np.sum(targets * log_p) + 0.5 * np.sum(pen * params**2)
+        grad = (np.exp(log_p) * targets.sum(1, keepdims=True) - targets).T @ a + pen * params
+        return value, grad[:-1].ravel()
+
+    res = opt.minimize(
+        f, np.zeros((k - 1) * (p + 1)), jac=True, method="L-BFGS-B", options={"gtol": 1e-10, "ftol": 0.0, "maxiter": 10_000}
+    )
+    assert np.abs(res.jac).max() < 1e-5 * (1 + np.abs(res.fun)), res
+    return full(res.x)
+
+
+def soft_targets(r, x, k, row_weights=False):
+    """Random non-separable soft responsibilities; optionally rows scaled as sample weights."""
+    logits = x @ r.normal(size=(x.shape[1], k)) + r.normal(scale=0.5, size=(x.shape[0], k))
+    targets = sp.softmax(logits, axis=1)
+    if row_weights:
+        targets = targets * r.uniform(0.2, 2.0, size=(x.shape[0], 1))
+    return targets
+
+
+@parametrize_device
+@parametrize_p
+@pytest.mark.parametrize("k", [pytest.param(2, id="K2"), pytest.param(3, id="K3")])
+@pytest.mark.parametrize("row_weights", [pytest.param(False, id="rows1"), pytest.param(True, id="rowsw")])
+def test_fit_matches_scipy_optimum(k, p, device, row_weights):
+    r = rng(2)
+    x = r.normal(size=(200, p))
+    targets = soft_targets(r, x, k, row_weights)
+    gate = make(k, p, device=device, ridge=1e-3)
+    out = gate.fit(t(x, device=device), t(targets, device=device))
+    assert out is gate and gate.converged_
+    assert_last_row_zero(gate)
+    expected = scipy_gate_fit(x, targets, 1e-3)
+    assert_close(gate.coef, expected[:, :-1], rtol=1e-5, atol=1e-5)
+    assert_close(gate.intercept, expected[:, -1], rtol=1e-5, atol=1e-5)
+
+
+@parametrize_device
+@parametrize_dtype
+def test_fit_float32_close_to_optimum_and_last_row_zero(dtype, device):
+    r = rng(3)
+    x = rounded(r.normal(size=(200, 2)), dtype)
+    targets = rounded(soft_targets(r, x, 3), dtype)
+    gate = make(3, 2, dtype, device).fit(t(x, dtype, device), t(targets, dtype, device))
+    assert gate.coef.dtype == dtype
+    assert_last_row_zero(gate)
+    expected = scipy_gate_fit(x, targets, 1e-3)
+    tol = 1e-3 if dtype == torch.float32 else 1e-5
+    assert_close(gate.coef, expected[:, :-1], rtol=tol, atol=tol)
+    assert_close(gate.intercept, expected[:, -1], rtol=tol, atol=tol)
+
+
+@parametrize_device
+@parametrize_dtype
+def test_fit_single_component_is_trivial(dtype, device):
+    gate = make(1, 2, dtype, device)
+    assert_last_row_zero(gate)
+    x = t(rng(4).normal(size=(10, 2)), dtype, device)
+    gate.fit(x, torch.ones(10, 1, dtype=dtype, device=device))
+    assert_last_row_zero(gate)
+    assert_close(gate.log_prob(x), np.zeros((10, 1)), rtol=0, atol=0)
+
+
+@parametrize_device
+@parametrize_dtype
+@parametrize_p
+@parametrize_k
+def test_pyro_dist_enumerated_values_match_log_prob(k, p, dtype, device):
+    gate = make(k, p, dtype, device)
+    x = t(rng(5).normal(size=(25, p)), dtype, device)
+    fn = gate.pyro_dist(x=x)
+    assert fn.batch_shape == (25,)
+    values = torch.arange(k, device=device)[:, None]  # enumerated component index, shape (K, 1)
+    lp = fn.log_prob(values)
+    assert lp.shape == (k, 25)
+    assert_close(lp, gate.log_prob(x).T, **TOL[dtype])
+    assert fn.enumerate_support().shape == (k, 25)
+
+
+@parametrize_device
+@parametrize_dtype
+@parametrize_k
+def test_sample_shape_and_frequencies(k, dtype, device):
+    gate = make(k, 2, dtype, device)
+    x_row = rng(6).normal(size=(1, 2))
+    m = 40_000
+    xs = t(np.repeat(x_row, m, axis=0), dtype, device)
+    z = gate.sample(xs, generator=torch.Generator(device=device).manual_seed(0))
+    assert z.shape == (m,)
+    freq = np.bincount(n(z).astype(int), minlength=k) / m
+    prob = np.exp(n(gate.log_prob(t(x_row, dtype, device)))[0])
+    assert freq.shape == (k,)
+    assert np.all(np.abs(freq - prob) <= 5 * np.sqrt(prob * (1 - prob) / m) + 1e-12)
+    a = gate.sample(xs[:30], generator=torch.Generator(device=device).manual_seed(1))
+    b = gate.sample(xs[:30], generator=torch.Generator(device=device).manual_seed(1))
+    assert torch.equal(a, b)

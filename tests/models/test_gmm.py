@@ -1,0 +1,240 @@
+"""GMM: one objective, three engines; known answers from scikit-learn and planted data."""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from pyro.infer import TraceEnum_ELBO
+from sklearn.mixture import GaussianMixture
+
+from ppmix import GMM
+from ppmix.inference import ConvergenceWarning
+from ppmix.models.base import local_params
+from tests.common import DEVICES, assert_close
+
+COV_TYPES = ["diag", "full"]
+
+
+def planted(n=600, seed=0):
+    """Three well-separated clusters with known weights, means and (diagonal) scales."""
+    rng = np.random.default_rng(seed)
+    weights = np.array([0.5, 0.3, 0.2])
+    means = np.array([[-5.0, 0.0, 1.0], [4.0, 4.0, -2.0], [0.0, -6.0, 5.0]])
+    scales = np.array([[1.0, 0.5, 0.8], [0.6, 1.2, 0.7], [0.9, 0.9, 0.4]])
+    z = rng.choice(3, size=n, p=weights)
+    x = means[z] + scales[z] * rng.normal(size=(n, 3))
+    return x, z, weights, means, scales
+
+
+def random_globals(gmm: GMM, k: int, d: int, seed: int = 1) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    values = {
+        "weights": torch.distributions.Dirichlet(torch.ones(k, dtype=torch.float64)).sample(),
+        "locs": torch.randn(k, d, generator=g, dtype=torch.float64) * 3,
+        "scales": torch.rand(k, d, generator=g, dtype=torch.float64) + 0.5,
+    }
+    if gmm.covariance_type == "full":
+        a = torch.randn(k, d, d, generator=g, dtype=torch.float64)
+        cov = a @ a.mT + torch.eye(d, dtype=torch.float64)
+        tril = torch.linalg.cholesky(cov)
+        values["scales"] = tril.square().sum(-1).sqrt()
+        values["corr_cholesky"] = tril / values["scales"][..., None]
+    return values
+
+
+@pytest.mark.parametrize("cov", COV_TYPES)
+def test_em_objective_equals_pyro_trace_enum_elbo(cov):
+    x, *_ = planted(200)
+    gmm = GMM(3, covariance_type=cov, seed=0, progress=False, max_iter=3).fit(x)
+    for values in (gmm.get_globals(), random_globals(gmm, 3, 3)):
+        gmm.set_globals(values)
+        data = gmm.prepare_data(x)
+        _, em_objective = gmm.e_step(gmm.em_data(data))
+        with local_params():
+            pyro_elbo = -TraceEnum_ELBO(max_plate_nesting=1).loss(gmm.model, gmm.guide, data)
+        assert_close(em_objective, pyro_elbo, rtol=1e-10)
+        assert_close(gmm.elbo(x), pyro_elbo, rtol=1e-12)
+
+
+@pytest.mark.parametrize("cov", COV_TYPES)
+def test_em_never_decreases_log_likelihood(cov):
+    x, *_ = planted(300, seed=3)
+    gmm = GMM(3, covariance_type=cov, seed=1, init_params="random", warm_start=True, max_iter=1, progress=False)
+    values = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        for _ in range(25):
+            gmm.fit(x)
+            values.append(gmm.score(x))
+    assert np.all(np.diff(values) >= -1e-10), values
+    assert values[-1] > values[0]
+    assert np.all(np.diff(gmm.history_) >= -1e-10)
+
+
+@pytest.mark.parametrize("cov", COV_TYPES)
+def test_em_recovers_planted_parameters(cov):
+    x, z, weights, means, scales = planted(4000, seed=2)
+    gmm = GMM(3, covariance_type=cov, seed=0, progress=False).fit(x)
+    est_means = gmm.means_.numpy()
+    perm = min(itertools.permutations(range(3)), key=lambda p: np.abs(est_means[list(p)] - means).sum())
+    perm = list(perm)
+    assert_close(est_means[perm], means, atol=0.1, rtol=0)
+    assert_close(gmm.weights_.numpy()[perm], weights, atol=0.03, rtol=0)
+    variances = gmm.covariances_.numpy()
+    if cov == "full":
+        variances = np.diagonal(variances, axis1=1, axis2=2)
+    assert_close(np.sqrt(variances[perm]), scales, atol=0.08, rtol=0)
+    assert (gmm.predict(x) == np.array(perm).argsort()[z]).mean() > 0.99
+
+
+@pytest.mark.parametrize("cov", COV_TYPES)
+def test_log_likelihood_matches_scikit_learn(cov):
+    rng = np.random.default_rng(5)
+    x = np.concatenate([rng.normal(-2, 1, (300, 4)), rng.normal(2, 0.7, (300, 4)), rng.normal(0, 2, (200, 4))])
+    ours = GMM(3, covariance_type=cov, n_init=3, tol=1e-10, max_iter=500, seed=0, progress=False).fit(x)
+    sk = GaussianMixture(3, covariance_type=cov, n_init=3, tol=1e-8, max_iter=500, random_state=0).fit(x)
+    assert ours.score(x) >= sk.score(x) - 1e-3
+    # at scikit-learn's parameters our log-density is scikit-learn's
+    values = {"weights": torch.tensor(sk.weights_), "locs": torch.tensor(sk.means_)}
+    if cov == "diag":
+        values["scales"] = torch.tensor(np.sqrt(sk.covariances_))
+    else:
+        tril = torch.linalg.cholesky(torch.tensor(sk.covariances_))
+        values["scales"] = tril.square().sum(-1).sqrt()
+        values["corr_cholesky"] = tril / values["scales"][..., None]
+    ours.set_globals(values)
+    assert_close(ours.score_samples(x), sk.score_samples(x), rtol=1e-9, atol=1e-9)
+    assert_close(ours.predict_proba(x), sk.predict_proba(x), atol=1e-9, rtol=0)
+
+
+def test_svi_reaches_em_log_likelihood():
+    x, *_ = planted(400, seed=4)
+    em = GMM(3, seed=0, progress=False).fit(x)
+    svi = GMM(3, seed=0, progress=False).fit(x, engine="svi", num_steps=800, lr=0.05)
+    assert svi.engine_ == "svi" and len(svi.history_) == svi.n_iter_
+    assert abs(svi.score(x) - em.score(x)) <= 0.01 * abs(em.score(x))
+
+
+def test_svi_with_minibatches_improves_the_elbo():
+    x, *_ = planted(600, seed=6)
+    gmm = GMM(3, seed=0, init_params="random", progress=False)
+    gmm.fit(x, engine="svi", num_steps=300, batch_size=64, lr=0.05)
+    history = np.array(gmm.history_)
+    assert history[-50:].mean() > history[:10].mean()
+    assert np.isfinite(gmm.score(x))
+
+
+def test_mcmc_returns_inference_data_accepted_by_arviz():
+    az = pytest.importorskip("arviz")
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.normal(-3, 1, (25, 1)), rng.normal(3, 1, (25, 1))])
+    gmm = GMM(2, seed=0, progress=False).fit(x, engine="mcmc", num_samples=20, warmup_steps=20)
+    idata = gmm.to_arviz()
+    assert {"posterior", "log_likelihood", "observed_data", "discrete_posterior"} <= set(idata.groups())
+    assert idata.posterior["locs"].shape == (1, 20, 2, 1)
+    assert idata.log_likelihood["x"].shape == (1, 20, 50)
+    probs = idata.discrete_posterior["z_probs"].values
+    assert_close(probs.sum(-1), np.ones((1, 20, 50)), atol=1e-9)
+    summary = az.summary(idata, var_names=["weights", "locs"])
+    assert len(summary) == 4 and np.isfinite(summary["mean"]).all()
+    # point estimates are the posterior means and still separate the two groups
+    assert sorted(np.round(gmm.means_.numpy().ravel())) == pytest.approx([-3, 3], abs=1.0)
+
+
+def test_em_to_arviz_has_single_draw_and_pointwise_log_likelihood():
+    x, *_ = planted(100)
+    gmm = GMM(3, seed=0, progress=False).fit(x)
+    idata = gmm.to_arviz()
+    assert idata.posterior["weights"].shape == (1, 1, 3)
+    assert_close(idata.log_likelihood["x"].values[0, 0], gmm.score_samples(x))
+
+
+def test_svi_normal_guide_gives_posterior_spread():
+    x, *_ = planted(200)
+    gmm = GMM(3, seed=0, progress=False).fit(x, engine="svi", num_steps=200, guide="normal")
+    idata = gmm.to_arviz(num_samples=8)
+    assert idata.posterior["locs"].shape == (1, 8, 3, 3)
+    assert float(idata.posterior["locs"].std(dim="draw").mean()) > 0
+
+
+@pytest.mark.parametrize("cov", COV_TYPES)
+def test_same_seed_same_result(cov):
+    x, *_ = planted(300)
+    a = GMM(3, covariance_type=cov, n_init=2, seed=7, progress=False).fit(x)
+    b = GMM(3, covariance_type=cov, n_init=2, seed=7, progress=False).fit(x)
+    assert a.history_ == b.history_
+    assert_close(a.means_, b.means_, rtol=0, atol=0)
+    s1 = GMM(3, seed=7, progress=False).fit(x, engine="svi", num_steps=30, batch_size=50)
+    s2 = GMM(3, seed=7, progress=False).fit(x, engine="svi", num_steps=30, batch_size=50)
+    assert s1.history_ == s2.history_
+
+
+def test_restarts_keep_the_best_objective():
+    x, *_ = planted(300, seed=8)
+    singles = [GMM(3, init_params="random", seed=s, progress=False, max_iter=5) for s in (0, 1, 2)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        best = GMM(3, init_params="random", n_init=3, seed=0, progress=False, max_iter=5).fit(x)
+        scores = [m.fit(x).score(x) for m in singles]
+    assert best.score(x) == pytest.approx(max(scores), rel=1e-12)
+
+
+def test_convergence_warning_when_max_iter_is_hit():
+    x, *_ = planted(200)
+    with pytest.warns(ConvergenceWarning, match="max_iter"):
+        gmm = GMM(3, init_params="random", max_iter=2, tol=0.0, seed=0, progress=False).fit(x)
+    assert not gmm.converged_ and gmm.n_iter_ == 2
+
+
+def test_bic_prefers_the_planted_number_of_components():
+    x, *_ = planted(600)
+    bics = [GMM(k, seed=0, progress=False).fit(x).bic(x) for k in (1, 2, 3, 4, 5)]
+    assert int(np.argmin(bics)) + 1 == 3
+    sk = GaussianMixture(3, covariance_type="diag", random_state=0).fit(x)
+    ours = GMM(3, seed=0, progress=False).fit(x)
+    assert ours.n_parameters == sk._n_parameters()
+
+
+def test_sample_draws_from_the_fitted_mixture():
+    x, *_ = planted(2000)
+    gmm = GMM(3, seed=0, progress=False).fit(x)
+    draws = gmm.sample(20000)
+    assert draws["x"].shape == (20000, 3) and draws["z"].shape == (20000,)
+    counts = np.bincount(draws["z"], minlength=3) / 20000
+    assert_close(counts, gmm.weights_.numpy(), atol=0.015, rtol=0)
+    for k in range(3):
+        assert_close(draws["x"][draws["z"] == k].mean(0), gmm.means_[k].numpy(), atol=0.1, rtol=0)
+
+
+def test_dataframe_feature_names_are_kept_and_checked():
+    pd = pytest.importorskip("pandas")
+    x, *_ = planted(200)
+    df = pd.DataFrame(x, columns=["a", "b", "c"])
+    gmm = GMM(3, seed=0, progress=False).fit(df)
+    assert gmm.feature_names_in_ == ["a", "b", "c"]
+    assert gmm.predict(df).shape == (200,)
+    with pytest.raises(ValueError, match="column names"):
+        gmm.predict(df.rename(columns={"a": "z"}))
+
+
+def test_tensor_in_tensor_out_numpy_in_numpy_out():
+    x, *_ = planted(100)
+    gmm = GMM(3, seed=0, progress=False).fit(x)
+    assert isinstance(gmm.predict_proba(x), np.ndarray)
+    out = gmm.predict_proba(torch.as_tensor(x))
+    assert isinstance(out, torch.Tensor)
+    assert_close(out, gmm.predict_proba(x))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+def test_fit_on_device_and_dtype(device, dtype):
+    x, *_ = planted(500)
+    gmm = GMM(3, seed=0, device=device, dtype=dtype, progress=False).fit(x)
+    assert gmm.means_.device.type == device and gmm.means_.dtype == dtype
+    ref = GMM(3, seed=0, progress=False).fit(x)
+    assert gmm.score(x) == pytest.approx(ref.score(x), abs=1e-3)

@@ -1,0 +1,64 @@
+"""The ``ppmix`` command, run end to end in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ppmix import GMM, reproductions
+from ppmix.cli import main
+
+
+def run(*args, check=True):
+    return subprocess.run(
+        [sys.executable, "-m", "ppmix.cli", *args], capture_output=True, text=True, check=check, timeout=300
+    )
+
+
+def test_fit_gmm_writes_model_summary_and_plot(tmp_path):
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.normal(-4, 1, (100, 2)), rng.normal(4, 1, (100, 2))])
+    pd.DataFrame(x, columns=["a", "b"]).to_csv(tmp_path / "data.csv", index=False)
+    out = tmp_path / "out"
+    result = run("fit", "gmm", str(tmp_path / "data.csv"), "--k", "2", "--covariance", "full", "--out", str(out), "--quiet")
+    assert "fitted GMM(k=2, full)" in result.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["feature_names"] == ["a", "b"] and summary["n_samples"] == 200
+    assert sorted(round(m[0]) for m in summary["means"]) == [-4, 4]
+    assert (out / "plot.png").stat().st_size > 1000
+    loaded = GMM.load(out / "model")
+    assert loaded.score(x) == summary["mean_log_likelihood"]
+
+
+def test_fit_reports_bad_csv_clearly(tmp_path):
+    pd.DataFrame({"a": [1.0, 2.0], "name": ["x", "y"]}).to_csv(tmp_path / "bad.csv", index=False)
+    result = run("fit", "gmm", str(tmp_path / "bad.csv"), "--k", "1", "--out", str(tmp_path / "o"), check=False)
+    assert result.returncode != 0 and "non-numeric columns ['name']" in result.stderr
+    result = run("fit", "gmm", str(tmp_path / "missing.csv"), "--k", "1", "--out", str(tmp_path / "o"), check=False)
+    assert result.returncode != 0 and "not found" in result.stderr
+
+
+@pytest.mark.parametrize("args", [[], ["fit"], ["fit", "gmm"], ["reproduce"], ["demo"]], ids=" ".join)
+def test_help_everywhere(args, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main([*args, "--help"])
+    assert exit_info.value.code == 0
+    assert "usage: ppmix" in capsys.readouterr().out
+
+
+def test_reproduce_list_and_unknown_name(capsys):
+    assert main(["reproduce", "--list"]) == 0
+    listed = capsys.readouterr().out
+    assert all(item.name in listed for item in reproductions.registered()) and listed.strip()
+    with pytest.raises(SystemExit, match="unknown reproduction 'nope'"):
+        main(["reproduce", "nope"])
+
+
+def test_demo_runs(tmp_path):
+    result = run("demo", "--n", "300", "--svi-steps", "50", "--out", str(tmp_path))
+    assert "planted" in result.stdout and (tmp_path / "em" / "plot.png").exists()

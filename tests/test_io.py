@@ -1,0 +1,107 @@
+"""Saving and loading: round trip, corruption, version and unpickling safety."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+from ppmix import GMM, MixtureModel
+from ppmix.io import FORMAT_VERSION
+from tests.common import assert_close
+
+
+@pytest.fixture(params=["diag", "full"])
+def fitted(request, tmp_path):
+    x = np.random.default_rng(0).normal(size=(120, 3)) + np.repeat([[0, 0, 0], [5, 5, 5]], 60, axis=0)
+    gmm = GMM(2, covariance_type=request.param, seed=0, progress=False).fit(x)
+    path = gmm.save(tmp_path / "gmm")
+    return x, gmm, path
+
+
+def test_round_trip_gives_identical_predictions(fitted):
+    x, gmm, path = fitted
+    loaded = GMM.load(path)
+    assert loaded.get_params() == gmm.get_params()
+    assert_close(loaded.predict_proba(x), gmm.predict_proba(x), rtol=0, atol=0)
+    assert_close(loaded.score_samples(x), gmm.score_samples(x), rtol=0, atol=0)
+    assert loaded.history_ == gmm.history_ and loaded.converged_ == gmm.converged_
+    assert MixtureModel.load(path).__class__ is GMM
+
+
+def test_truncated_tensor_file_is_rejected(fitted):
+    _, _, path = fitted
+    data = (path / "tensors.pt").read_bytes()
+    (path / "tensors.pt").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match="checksum"):
+        GMM.load(path)
+
+
+def test_tampered_tensor_file_is_rejected(fitted):
+    _, _, path = fitted
+    tensors = torch.load(path / "tensors.pt", weights_only=True)
+    tensors["state.loc"] = tensors["state.loc"] + 1.0
+    torch.save(tensors, path / "tensors.pt")
+    with pytest.raises(ValueError, match="checksum"):
+        GMM.load(path)
+
+
+def test_corrupt_config_is_rejected(fitted):
+    _, _, path = fitted
+    text = (path / "config.json").read_text()
+    (path / "config.json").write_text(text[:40])
+    with pytest.raises(ValueError, match="not valid JSON"):
+        GMM.load(path)
+
+
+def test_incompatible_version_is_rejected(fitted):
+    _, _, path = fitted
+    config = json.loads((path / "config.json").read_text())
+    config["format_version"] = FORMAT_VERSION + 1
+    (path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="format version"):
+        GMM.load(path)
+
+
+def test_missing_files_and_wrong_class(fitted, tmp_path):
+    _, _, path = fitted
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        GMM.load(tmp_path / "nowhere")
+    config = json.loads((path / "config.json").read_text())
+    config["class"] = "NoSuchModel"
+    (path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="unknown model class"):
+        GMM.load(path)
+
+
+class _Boom:
+    """Unpickling this would run arbitrary code."""
+
+    def __reduce__(self):
+        return (_explode, ())
+
+
+def _explode():
+    raise AssertionError("arbitrary code ran while loading")
+
+
+def test_loading_never_unpickles_arbitrary_objects(fitted):
+    _, _, path = fitted
+    with open(path / "tensors.pt", "wb") as fh:
+        pickle.dump({"state.loc": _Boom()}, fh)
+    # forge a matching checksum so only the safe loader stands in the way
+    import hashlib
+
+    config = json.loads((path / "config.json").read_text())
+    config["tensors_sha256"] = hashlib.sha256((path / "tensors.pt").read_bytes()).hexdigest()
+    (path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="could not be read safely"):
+        GMM.load(path)
+
+
+def test_saving_unfitted_model_is_an_error(tmp_path):
+    with pytest.raises(ValueError, match="not fitted"):
+        GMM(2).save(tmp_path / "x")
