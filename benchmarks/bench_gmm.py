@@ -86,8 +86,8 @@ FULL_SETTINGS = (
     Setting("B", 50_000, 20, 8, "full"),
 )
 QUICK_SETTINGS = (
-    Setting("A", 8_000, 50, 8, "diag"),
-    Setting("B", 4_000, 20, 8, "full"),
+    Setting("A", 3_000, 50, 8, "diag"),
+    Setting("B", 2_000, 20, 8, "full"),
 )
 
 
@@ -98,18 +98,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "--quick writes next to it as gmm_quick.json unless --out is given)")
     p.add_argument("--threads", type=int, default=2, help="threads for torch, BLAS and OpenMP in every library (default 2)")
     p.add_argument("--seed", type=int, default=0, help="seed of the data and of every library's initialisation")
-    p.add_argument("--timed-iters", type=int, default=None, help="timed EM iterations per library (default 15; quick 4)")
+    p.add_argument("--timed-iters", type=int, default=None, help="timed EM iterations per library (default 15; quick 3)")
     p.add_argument("--warmup-iters", type=int, default=None, help="untimed warm-up iterations (default 2; quick 1)")
-    p.add_argument("--max-iter", type=int, default=None, help="max EM iterations of the convergence runs (default 500; quick 100)")
+    p.add_argument("--max-iter", type=int, default=None, help="max EM iterations of the convergence runs (default 500; quick 30)")
     p.add_argument("--tol-rel", type=float, default=1e-6, help="convergence: relative change of the total log-likelihood (default 1e-6)")
     p.add_argument("--settings", default="A,B", help="comma-separated subset of settings to run (default A,B)")
     p.add_argument("--no-pomegranate", action="store_true", help="skip pomegranate")
-    p.add_argument("--no-profile", action="store_true", help="skip the torch.profiler breakdown of ppmix's E/M steps")
+    p.add_argument("--no-profile", action="store_true", help="skip the torch.profiler breakdown of ppmix's E/M steps (off in --quick)")
+    p.add_argument("--no-1thread-check", dest="one_thread_check", action="store_false",
+                   help="skip the second per-iteration timing at 1 thread (robust to a loaded machine; off in --quick)")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
-    args.timed_iters = args.timed_iters or (4 if args.quick else 15)
+    args.timed_iters = args.timed_iters or (3 if args.quick else 15)
     args.warmup_iters = args.warmup_iters if args.warmup_iters is not None else (1 if args.quick else 2)
-    args.max_iter = args.max_iter or (100 if args.quick else 500)
+    args.max_iter = args.max_iter or (30 if args.quick else 500)
+    if args.quick:
+        args.no_profile, args.one_thread_check = True, False
     if args.out is None:
         args.out = DEFAULT_OUT.with_name("gmm_quick.json") if args.quick else DEFAULT_OUT
     return args
@@ -260,7 +264,7 @@ class PpmixRunner(Runner):
 
     def e(self) -> None:
         self._stats, obj = self.gmm.e_step(self.data)
-        self.objective = float(obj)  # the engine converts the objective every iteration too
+        self.objective = float(obj) / self.data.n_samples  # the engine converts the objective every iteration too
 
     def m(self) -> None:
         self.gmm.m_step(self.data, self._stats)
@@ -342,7 +346,7 @@ class PomegranateRunner(Runner):
             dist._reset_cache()
 
     def e(self) -> None:  # E-step and accumulation of the sufficient statistics
-        self.objective = float(self.model.summarize(self.x))
+        self.objective = float(self.model.summarize(self.x)) / self.x.shape[0]
 
     def m(self) -> None:
         self.model.from_summaries()
@@ -375,18 +379,21 @@ def time_iterations(runners: list[Runner], init: dict[str, np.ndarray], warmup: 
     """Round-robin: every round runs one E+M iteration of each library in turn."""
     for r in runners:
         r.start(init)
-    samples: dict[str, dict[str, list[float]]] = {r.key: {"e": [], "m": [], "total": []} for r in runners}
+    samples: dict[str, dict[str, list[float]]] = {r.key: {"e": [], "m": [], "total": [], "cpu": []} for r in runners}
     for it in range(warmup + timed):
         for r in runners:
+            c0 = time.process_time()
             t0 = time.perf_counter()
             r.e()
             t1 = time.perf_counter()
             r.m()
             t2 = time.perf_counter()
+            c2 = time.process_time()
             if it >= warmup:
                 samples[r.key]["e"].append(t1 - t0)
                 samples[r.key]["m"].append(t2 - t1)
                 samples[r.key]["total"].append(t2 - t0)
+                samples[r.key]["cpu"].append(c2 - c0)
         logger.debug("round %d: %s", it, {r.key: round(samples[r.key]["total"][-1], 4) if it >= warmup else None for r in runners})
     out = {}
     for r in runners:
@@ -395,6 +402,7 @@ def time_iterations(runners: list[Runner], init: dict[str, np.ndarray], warmup: 
         out[r.key] = {
             "median_s": statistics.median(tot), "q25_s": q[0], "q75_s": q[2], "min_s": min(tot),
             "e_median_s": statistics.median(samples[r.key]["e"]), "m_median_s": statistics.median(samples[r.key]["m"]),
+            "cpu_median_s": statistics.median(samples[r.key]["cpu"]),
             "n_timed": len(tot), "samples_s": [round(t, 6) for t in tot],
             "objective_after": getattr(r, "objective", None),
         }
@@ -482,6 +490,15 @@ def run_setting(s: Setting, args: argparse.Namespace) -> dict[str, Any]:
         results[r.key] = {"library": r.library, "dtype": r.dtype, "per_iteration": timing[r.key]}
         # Evaluate the parameters after the timed iterations with the common evaluator (sanity: same EM path).
         results[r.key]["per_iteration"]["mean_loglik_after"] = mean_loglik(x, *(_np(p) for p in r.params()), s.covariance_type)
+    if args.one_thread_check and args.threads != 1:
+        n1 = max(5, args.timed_iters * 2 // 3)
+        logger.info("setting %s: timing again at 1 thread (%d iterations; wall ~ CPU time, robust to load)", s.name, n1)
+        torch.set_num_threads(1)
+        with threadpool_limits(limits=1):
+            timing1 = time_iterations(runners, init, 1, n1)
+        torch.set_num_threads(args.threads)
+        for r in runners:
+            results[r.key]["per_iteration_1thread"] = timing1[r.key]
         for attr in ("data", "gmm", "gm", "model", "_stats", "_log_resp"):  # free the stepping state
             r.__dict__.pop(attr, None)
 
@@ -502,6 +519,10 @@ def run_setting(s: Setting, args: argparse.Namespace) -> dict[str, Any]:
     sk_ll = results["sklearn"]["fit_default_init"]["mean_loglik"]
     for key, res in results.items():
         res["ratio_vs_sklearn"] = res["per_iteration"]["median_s"] / sk_iter
+        res["ratio_vs_sklearn_min"] = res["per_iteration"]["min_s"] / results["sklearn"]["per_iteration"]["min_s"]
+        if "per_iteration_1thread" in res:
+            res["ratio_vs_sklearn_1thread"] = (res["per_iteration_1thread"]["median_s"]
+                                               / results["sklearn"]["per_iteration_1thread"]["median_s"])
         for label in ("fit_default_init", "fit_sklearn_init"):
             if label in res:
                 res[label]["dloglik_vs_sklearn"] = res[label]["mean_loglik"] - sk_ll
@@ -537,6 +558,15 @@ def format_table(settings: list[dict[str, Any]]) -> str:
     lines.append("s/iter: median seconds per E+M iteration from sklearn's initial parameters; ours/skl: ratio of medians.")
     lines.append("n_iter/fit s/mean LL: public fit from each library's own default init; dLL/pt: mean LL minus sklearn's.")
     lines.append("n_iter*/dLL*: ppmix fit started from sklearn's initial parameters (same EM path).")
+    if any("per_iteration_1thread" in r for st in settings for r in st["results"].values()):
+        lines += ["", "Cross-check at 1 thread (wall ~ CPU time; less sensitive to other load on the machine):",
+                  f"{'set':<3} {'library':<12} {'dtype':<7} {'s/iter':>8} {'cpu s':>8} {'E s':>7} {'M s':>7} {'ours/skl':>8}"]
+        for st in settings:
+            for r in st["results"].values():
+                p = r.get("per_iteration_1thread")
+                if p:
+                    lines.append(f"{st['name']:<3} {r['library']:<12} {r['dtype']:<7} {p['median_s']:8.4f} {p['cpu_median_s']:8.4f} "
+                                 f"{p['e_median_s']:7.4f} {p['m_median_s']:7.4f} {r['ratio_vs_sklearn_1thread']:8.2f}")
     return "\n".join(lines)
 
 
@@ -547,10 +577,11 @@ def main(argv: list[str] | None = None) -> int:
     wanted = {n.strip().upper() for n in args.settings.split(",") if n.strip()}
     settings = [s for s in (QUICK_SETTINGS if args.quick else FULL_SETTINGS) if s.name in wanted]
     t_start = time.perf_counter()
+    load_start = list(os.getloadavg())
     with threadpool_limits(limits=args.threads):
         info = machine_info(args.threads)
-        logger.info("threads=%d  torch=%s sklearn=%s pomegranate=%s  cpu=%s", args.threads, info["torch"], info["sklearn"],
-                    info["pomegranate"], info["cpu_model"])
+        logger.info("threads=%d  torch=%s sklearn=%s pomegranate=%s  cpu=%s  load average %s", args.threads, info["torch"],
+                    info["sklearn"], info["pomegranate"], info["cpu_model"], load_start)
         results = [run_setting(s, args) for s in settings]
     report = {
         "benchmark": "gmm_em",
@@ -562,6 +593,7 @@ def main(argv: list[str] | None = None) -> int:
                    "reg_covar": 1e-6, "n_init": 1},
         "machine": info,
         "settings": results,
+        "loadavg_start": load_start, "loadavg_end": list(os.getloadavg()),
         "total_wall_s": time.perf_counter() - t_start,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -37,10 +37,13 @@ def test_fit_gmm_writes_model_summary_and_plot(tmp_path):
 
 def test_fit_reports_bad_csv_clearly(tmp_path):
     pd.DataFrame({"a": [1.0, 2.0], "name": ["x", "y"]}).to_csv(tmp_path / "bad.csv", index=False)
-    result = run("fit", "gmm", str(tmp_path / "bad.csv"), "--k", "1", "--out", str(tmp_path / "o"), check=False)
-    assert result.returncode != 0 and "non-numeric columns ['name']" in result.stderr
-    result = run("fit", "gmm", str(tmp_path / "missing.csv"), "--k", "1", "--out", str(tmp_path / "o"), check=False)
-    assert result.returncode != 0 and "not found" in result.stderr
+    with pytest.raises(SystemExit, match=r"non-numeric columns \['name'\]"):
+        main(["fit", "gmm", str(tmp_path / "bad.csv"), "--k", "1", "--out", str(tmp_path / "o")])
+    with pytest.raises(SystemExit, match="not found"):
+        main(["fit", "gmm", str(tmp_path / "missing.csv"), "--k", "1", "--out", str(tmp_path / "o")])
+    pd.DataFrame({"a": [1.0, 2.0]}).to_csv(tmp_path / "tiny.csv", index=False)
+    with pytest.raises(SystemExit, match="n_components=3 is larger than the number of samples"):
+        main(["fit", "gmm", str(tmp_path / "tiny.csv"), "--k", "3", "--out", str(tmp_path / "o"), "--quiet"])
 
 
 @pytest.mark.parametrize("args", [[], ["fit"], ["fit", "gmm"], ["reproduce"], ["demo"]], ids=" ".join)

@@ -1,0 +1,78 @@
+"""The EM engine on a scripted model: stopping rule, restarts, history and failures."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from ppmix.inference import ConvergenceWarning, run_em
+
+
+class Scripted:
+    """A stand-in model whose objective after each M-step follows a given sequence per restart."""
+
+    progress = False
+    is_fitted = False
+
+    def __init__(self, sequences, **attrs):
+        self.sequences, self.restart, self.step = sequences, -1, 0
+        self.__dict__.update(attrs)
+
+    def em_data(self, data):
+        return data
+
+    def n_observations(self, data):
+        return 10
+
+    def em_initialize(self, data, generator):
+        self.restart += 1
+        self.step = 0
+
+    def e_step(self, data):
+        return None, torch.tensor(self.sequences[self.restart][self.step], dtype=torch.float64)
+
+    def m_step(self, data, stats):
+        self.step += 1
+
+    def get_globals(self):
+        return {"restart": torch.tensor(self.restart)}
+
+    def set_globals(self, values):
+        self.kept = int(values["restart"])
+
+    def _generator(self, offset=0):
+        return torch.Generator().manual_seed(offset)
+
+
+def test_stops_on_relative_tolerance_and_records_history_per_point():
+    model = Scripted([[-100.0, -50.0, -40.0, -39.99, -39.98999]])
+    result = run_em(model, None, tol=1e-3, max_iter=10)
+    assert result.converged and result.n_iter == 3
+    assert result.history == pytest.approx([-10.0, -5.0, -4.0, -3.999], rel=1e-12)
+
+
+def test_keeps_the_best_restart():
+    model = Scripted([[-10.0, -9.0, -9.0], [-10.0, -2.0, -2.0], [-10.0, -5.0, -5.0]])
+    result = run_em(model, None, n_init=3, tol=0.0, max_iter=2)
+    assert model.kept == 1 and result.history[-1] == -0.2
+
+
+def test_warns_when_iterations_run_out():
+    model = Scripted([[-10.0, -9.0, -8.0, -7.0]])
+    with pytest.warns(ConvergenceWarning):
+        result = run_em(model, None, tol=1e-9, max_iter=3)
+    assert not result.converged and result.n_iter == 3
+
+
+def test_non_finite_objective_is_an_error():
+    model = Scripted([[-10.0, math.nan]])
+    with pytest.raises(FloatingPointError, match="iteration 1"):
+        run_em(model, None, max_iter=3)
+
+
+@pytest.mark.parametrize("kwargs, match", [({"n_init": 0}, "n_init"), ({"max_iter": 0}, "max_iter"), ({"tol": -1.0}, "tol")])
+def test_bad_engine_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        run_em(Scripted([[0.0]]), None, **kwargs)
