@@ -111,7 +111,9 @@ class GMM(MixtureModel):
         x = super().prepare_data(X, y, fitting=fitting)
         if fitting:
             check_n_components(self.n_components, x.shape[0])
-            self._data_mean, self._data_std = x.mean(0), x.std(0).clamp_min(1e-6) if x.shape[0] > 1 else torch.ones_like(x[0])
+            # centre and spread of the data, for the weakly informative priors of MCMC
+            self._data_mean = x.mean(0)
+            self._data_std = x.std(0).clamp_min(1e-6) if x.shape[0] > 1 else torch.ones_like(x[0])
         return x
 
     # ------------------------------------------------------------ the program
