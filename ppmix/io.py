@@ -72,7 +72,7 @@ def save_model(model: "MixtureModel", path: str | Path) -> Path:
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
         "ppmix_version": __version__,
-        "class": type(model).__name__,
+        "class": type(model).qualified_name(),
         "params": {k: _encode(v) for k, v in model.get_params().items()},
         "fitted": {k: getattr(model, k, None) for k in _FITTED},
         "extra": model.extra_state(),
@@ -115,7 +115,7 @@ def load_model(
         )
     if _sha256(tensor_path) != config.get("tensors_sha256"):
         raise ValueError(f"{tensor_path} does not match the checksum in {CONFIG_FILE}: the file is corrupt or was modified")
-    cls = MixtureModel._registry.get(config.get("class", ""))
+    cls = MixtureModel.lookup_class(str(config.get("class", "")))
     if cls is None:
         raise ValueError(f"unknown model class {config.get('class')!r} in {config_path}; import its module first")
     if expected is not None and not issubclass(cls, expected):

@@ -8,7 +8,7 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 import torch
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from ppmix._validation import check_positive_int
 from ppmix.inference._result import ConvergenceWarning, FitResult

@@ -95,7 +95,20 @@ class MixtureModel(PyroModule):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        MixtureModel._registry[cls.__name__] = cls
+        MixtureModel._registry[cls.qualified_name()] = cls
+
+    @classmethod
+    def qualified_name(cls) -> str:
+        """``module.QualName``: how saved files name their class."""
+        return f"{cls.__module__}.{cls.__qualname__}"
+
+    @classmethod
+    def lookup_class(cls, name: str) -> type | None:
+        """The registered subclass called ``name`` (qualified, or a bare name if unambiguous)."""
+        if name in cls._registry:
+            return cls._registry[name]
+        matches = {c for c in cls._registry.values() if c.__name__ == name.rsplit(".", 1)[-1]}
+        return matches.pop() if len(matches) == 1 else None
 
     def __init__(
         self,
@@ -179,12 +192,23 @@ class MixtureModel(PyroModule):
         return {"x": data}
 
     def init_values(self, data: Any, generator: torch.Generator) -> dict[str, torch.Tensor]:
-        """Starting values of the global sites for SVI/MCMC. Default: EM initialisation
-        when the model supports EM, otherwise none (prior medians are used)."""
-        if self.supports_em:
-            self.em_initialize(self.em_data(data), generator)
-            return self.get_globals()
-        return {}
+        """Starting values of the global sites for SVI/MCMC.
+
+        Default: for models with EM, the best (by objective) of ``n_init`` EM
+        initialisations; otherwise none, and the prior medians are used (override
+        this for data-driven starts).
+        """
+        if not self.supports_em:
+            return {}
+        em_data = self.em_data(data)
+        best: tuple[float, dict[str, torch.Tensor]] | None = None
+        for restart in range(int(getattr(self, "n_init", 1))):
+            self.em_initialize(em_data, generator if restart == 0 else self._generator(restart))
+            objective = float(self.e_step(em_data)[1])
+            if best is None or objective > best[0]:
+                best = (objective, self.get_globals())
+        assert best is not None
+        return best[1]
 
     # ---------------------------------------------------------------- globals
     def get_globals(self) -> dict[str, torch.Tensor]:
