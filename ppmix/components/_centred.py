@@ -38,13 +38,18 @@ class CentredData:
         return self._moments
 
 
-def as_centred(data: torch.Tensor | CentredData) -> CentredData:
-    """Return ``data`` prepared (no copy when it already is)."""
+def as_centred(
+    data: torch.Tensor | CentredData, dtype: torch.dtype | None = None, device: torch.device | None = None
+) -> CentredData:
+    """Return ``data`` prepared in ``dtype`` on ``device`` (no copy when it already is)."""
     if isinstance(data, CentredData):
-        return data
-    if not isinstance(data, torch.Tensor) or data.dim() != 2:
+        if (dtype is None or data.x.dtype == dtype) and (device is None or data.x.device == device):
+            return data
+        data = data.x
+    data = torch.as_tensor(data)
+    if data.dim() != 2:
         raise ValueError("data must be a 2-D tensor (n_samples, n_features)")
-    return CentredData.from_tensor(data)
+    return CentredData.from_tensor(data.to(dtype=dtype, device=device))
 
 
 def component_counts(weights: torch.Tensor) -> torch.Tensor:

@@ -19,7 +19,9 @@ class LinearFamily(ComponentFamily):
         coef = torch.as_tensor(coef)
         if coef.dim() != 2:
             raise ValueError(f"coef must have shape (K, P); got {tuple(coef.shape)}")
-        intercept = torch.zeros(coef.shape[0], dtype=coef.dtype) if intercept is None else torch.as_tensor(intercept)
+        if intercept is None:
+            intercept = torch.zeros(coef.shape[0], dtype=coef.dtype, device=coef.device)
+        intercept = torch.as_tensor(intercept)
         if intercept.shape != coef.shape[:1]:
             raise ValueError(f"intercept must have shape ({coef.shape[0]},); got {tuple(intercept.shape)}")
         if ridge < 0:

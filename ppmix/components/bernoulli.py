@@ -47,7 +47,7 @@ class BernoulliLabel(ComponentFamily):
     def log_prob(self, y: torch.Tensor) -> torch.Tensor:
         """``y log p_k + (1 - y) log(1 - p_k)``, shape ``(N, K)``; ``y`` may be soft."""
         y = self._labels(y)[:, None]
-        return y * torch.log(self.probs) + (1 - y) * torch.log1p(-self.probs)
+        return torch.xlogy(y, self.probs) + torch.xlogy(1 - y, 1 - self.probs)
 
     def fit(self, y: torch.Tensor, weights: torch.Tensor) -> "BernoulliLabel":
         """Weighted MLE ``p_k = sum_n w_nk y_n / sum_n w_nk`` (clamped to ``[eps, 1-eps]``)."""
@@ -68,4 +68,4 @@ class BernoulliLabel(ComponentFamily):
     def kl(self, other: "BernoulliLabel") -> torch.Tensor:
         """Pairwise ``KL(Bern(p_k) || Bern(q_l))``, shape ``(K, K')``."""
         p, q = self.probs[:, None], other.probs[None, :]
-        return torch.xlogy(p, p) - p * q.log() + torch.xlogy(1 - p, 1 - p) - (1 - p) * torch.log1p(-q)
+        return torch.xlogy(p, p) - torch.xlogy(p, q) + torch.xlogy(1 - p, 1 - p) - torch.xlogy(1 - p, 1 - q)

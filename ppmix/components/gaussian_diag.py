@@ -57,14 +57,14 @@ class DiagGaussian(ComponentFamily):
 
     def prepare(self, x: torch.Tensor) -> CentredData:
         """Prepare ``x`` once for many :meth:`log_prob`/:meth:`fit` calls."""
-        return as_centred(x)
+        return as_centred(x, self.dtype, self.device)
 
     def log_prob(self, data: torch.Tensor | CentredData) -> torch.Tensor:
         """Log-density of every point under every component, shape ``(N, K)``.
 
         Computed as one matrix product of ``[x, x^2]`` with the natural parameters.
         """
-        data = as_centred(data)
+        data = as_centred(data, self.dtype, self.device)
         precision = self.variance.reciprocal()
         loc_c = self.loc - data.shift
         natural = torch.cat([loc_c * precision, -0.5 * precision], dim=1)  # (K, 2D)
@@ -80,7 +80,7 @@ class DiagGaussian(ComponentFamily):
 
         ``loc[k] = sum_n w_nk x_n / sum_n w_nk`` and the weighted variance plus ``reg_covar``.
         """
-        data = as_centred(data)
+        data = as_centred(data, self.dtype, self.device)
         weights = self._check_weights(weights, data.n_samples)
         counts = component_counts(weights)
         sums = weights.T @ data.moments  # (K, 2D)

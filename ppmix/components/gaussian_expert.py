@@ -49,7 +49,9 @@ class GaussianExpert(LinearFamily):
         min_variance: float = 1e-8,
     ) -> None:
         self._init_linear(coef, intercept, ridge)
-        scale = torch.ones(self.coef.shape[0], dtype=self.coef.dtype) if scale is None else torch.as_tensor(scale)
+        if scale is None:
+            scale = torch.ones(self.coef.shape[0], dtype=self.coef.dtype, device=self.coef.device)
+        scale = torch.as_tensor(scale)
         if scale.shape != self.coef.shape[:1] or (scale <= 0).any():
             raise ValueError(f"scale must be a positive tensor of shape ({self.coef.shape[0]},)")
         self.scale, self.min_variance = scale.to(self.coef.dtype), float(min_variance)

@@ -54,14 +54,14 @@ class FullGaussian(ComponentFamily):
 
     def prepare(self, x: torch.Tensor) -> CentredData:
         """Prepare ``x`` once for many :meth:`log_prob`/:meth:`fit` calls."""
-        return as_centred(x)
+        return as_centred(x, self.dtype, self.device)
 
     def log_prob(self, data: torch.Tensor | CentredData) -> torch.Tensor:
         """Log-density of every point under every component, shape ``(N, K)``.
 
         Whitens all components with one matrix product ``x @ [L_1^{-T}, ..., L_K^{-T}]``.
         """
-        data = as_centred(data)
+        data = as_centred(data, self.dtype, self.device)
         k, d = self.loc.shape
         eye = torch.eye(d, dtype=self.dtype, device=self.device).expand(k, d, d)
         inv_tril = torch.linalg.solve_triangular(self.scale_tril, eye, upper=False)  # L^{-1}
@@ -80,7 +80,7 @@ class FullGaussian(ComponentFamily):
         ValueError
             If a covariance is not positive definite even after adding ``reg_covar``.
         """
-        data = as_centred(data)
+        data = as_centred(data, self.dtype, self.device)
         weights = self._check_weights(weights, data.n_samples)
         counts = component_counts(weights)
         mean_c = (weights.T @ data.centred) / counts[:, None]
@@ -89,9 +89,14 @@ class FullGaussian(ComponentFamily):
         for k in range(self.n_components):
             diff = data.centred - mean_c[k]
             covs.append((weights[:, k, None] * diff).T @ diff / counts[k] + self.reg_covar * eye)
-        tril, info = torch.linalg.cholesky_ex(torch.stack(covs))
-        if (info > 0).any():
-            bad = torch.nonzero(info > 0).flatten().tolist()
+        covs = torch.stack(covs)
+        tril, info = torch.linalg.cholesky_ex(covs)
+        # a pivot at rounding level means a (numerically) singular covariance, too
+        scale = torch.diagonal(covs, dim1=-2, dim2=-1).amax(-1)
+        tiny = 1e-2 * torch.finfo(self.dtype).eps * scale
+        singular = (info > 0) | (torch.diagonal(tril, dim1=-2, dim2=-1).square() <= tiny[:, None]).any(-1)
+        if singular.any():
+            bad = torch.nonzero(singular).flatten().tolist()
             raise ValueError(
                 f"covariance of component(s) {bad} is not positive definite; "
                 "increase reg_covar or reduce n_components"

@@ -81,7 +81,9 @@ def test_logistic_objective_never_increases(b):
     assert values.shape[0] >= 3
     assert trial_calls[0] > values.shape[0], "no backtracking happened; the test would not exercise damping"
     increases = values[1:] - values[:-1]
-    assert (increases <= 0).all(), f"objective increased between iterations: {increases.max().item()}"
+    # a converged problem takes its final full Newton step; allow float64 rounding only
+    rounding = 1e-12 * values[:-1].abs().clamp_min(1.0)
+    assert (increases <= rounding).all(), f"objective increased between iterations: {increases.max().item()}"
 
     # and the end point is (close to) the minimiser: the gradient, computed independently in numpy,
     # is small (the stopping rule bounds the Newton decrement g^T H^-1 g by tol * (1 + |f|), not g itself)

@@ -179,9 +179,10 @@ def test_clone_is_independent(family, device):
     for name in comp.param_names:
         assert torch.equal(getattr(comp, name), before[name]), name
     assert torch.equal(comp.log_prob(data), lp_before)
-    # in-place edits of the clone's tensors do not leak either
-    for name in copy.param_names:
-        value = getattr(copy, name)
+    # in-place edits of a clone's tensors do not leak either
+    other = comp.clone()
+    for name in other.param_names:
+        value = getattr(other, name)
         if value.is_floating_point():
             value.mul_(0.5)
     assert torch.equal(comp.log_prob(data), lp_before)
