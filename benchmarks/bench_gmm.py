@@ -12,9 +12,11 @@ For every library it measures
    (scikit-learn's k-means initialisation) and each timed iteration is one E-step
    plus one M-step through the library's own internal functions (sklearn
    ``_e_step``/``_m_step``, ppmix ``e_step``/``m_step``, pomegranate
-   ``summarize``/``from_summaries``), with the libraries interleaved round-robin so
-   that noise on a shared machine hits them alike; the median over the timed
-   iterations is reported (warm-up iterations excluded);
+   ``summarize``/``from_summaries``). The timed iterations run in blocks per
+   library, the order rotating from block to block so that drifting load on a
+   shared machine hits all libraries alike, with a short idle gap and one untimed
+   iteration before each block; the median over the timed iterations is reported.
+   A second timing at 1 thread (where wall time ~ CPU time) cross-checks it;
 2. iterations to converge, wall time and the final mean log-likelihood per point
    when each library is run through its public ``fit`` from its own default
    initialisation, with convergence tolerances translated to the same criterion
@@ -55,11 +57,12 @@ import logging  # noqa: E402
 import math  # noqa: E402
 import platform  # noqa: E402
 import statistics  # noqa: E402
+import tempfile  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Any, Callable  # noqa: E402
+from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -69,6 +72,7 @@ logger = logging.getLogger("bench_gmm")
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "gmm.json"
+QUICK_OUT = Path(tempfile.gettempdir()) / "ppmix_bench_gmm_quick.json"
 
 
 # ============================================================== configuration
@@ -85,9 +89,11 @@ FULL_SETTINGS = (
     Setting("A", 200_000, 50, 8, "diag"),
     Setting("B", 50_000, 20, 8, "full"),
 )
+# Small enough that most tensors stay under torch's parallel grain size (32768 elements): the smoke run
+# then finishes quickly even on a loaded machine, where every OpenMP barrier can cost a scheduler slice.
 QUICK_SETTINGS = (
-    Setting("A", 3_000, 50, 8, "diag"),
-    Setting("B", 2_000, 20, 8, "full"),
+    Setting("A", 600, 50, 8, "diag"),
+    Setting("B", 1_000, 20, 8, "full"),
 )
 
 
@@ -95,12 +101,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="tiny smoke run (small N, few iterations)")
     p.add_argument("--out", type=Path, default=None, help=f"JSON output path (default {DEFAULT_OUT.relative_to(ROOT)}; "
-                   "--quick writes next to it as gmm_quick.json unless --out is given)")
+                   f"--quick writes {QUICK_OUT} instead, so a smoke run never overwrites the recorded results)")
     p.add_argument("--threads", type=int, default=2, help="threads for torch, BLAS and OpenMP in every library (default 2)")
     p.add_argument("--seed", type=int, default=0, help="seed of the data and of every library's initialisation")
-    p.add_argument("--timed-iters", type=int, default=None, help="timed EM iterations per library (default 15; quick 3)")
-    p.add_argument("--warmup-iters", type=int, default=None, help="untimed warm-up iterations (default 2; quick 1)")
-    p.add_argument("--max-iter", type=int, default=None, help="max EM iterations of the convergence runs (default 500; quick 30)")
+    p.add_argument("--timed-iters", type=int, default=None, help="timed EM iterations per library (default 20; quick 2)")
+    p.add_argument("--warmup-iters", type=int, default=None, help="untimed warm-up iterations per library before the blocks (default 1; quick 0)")
+    p.add_argument("--passes", type=int, default=None, help="timed blocks per library, order rotated (default 4; quick 1)")
+    p.add_argument("--max-iter", type=int, default=None, help="max EM iterations of the convergence runs (default 500; quick 10)")
     p.add_argument("--tol-rel", type=float, default=1e-6, help="convergence: relative change of the total log-likelihood (default 1e-6)")
     p.add_argument("--settings", default="A,B", help="comma-separated subset of settings to run (default A,B)")
     p.add_argument("--no-pomegranate", action="store_true", help="skip pomegranate")
@@ -109,13 +116,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="skip the second per-iteration timing at 1 thread (robust to a loaded machine; off in --quick)")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
-    args.timed_iters = args.timed_iters or (3 if args.quick else 15)
-    args.warmup_iters = args.warmup_iters if args.warmup_iters is not None else (1 if args.quick else 2)
-    args.max_iter = args.max_iter or (30 if args.quick else 500)
+    args.timed_iters = args.timed_iters or (2 if args.quick else 20)
+    args.warmup_iters = args.warmup_iters if args.warmup_iters is not None else (0 if args.quick else 1)
+    args.max_iter = args.max_iter or (10 if args.quick else 500)
+    args.passes = args.passes or (1 if args.quick else 4)
     if args.quick:
         args.no_profile, args.one_thread_check = True, False
     if args.out is None:
-        args.out = DEFAULT_OUT.with_name("gmm_quick.json") if args.quick else DEFAULT_OUT
+        args.out = QUICK_OUT if args.quick else DEFAULT_OUT
     return args
 
 
@@ -375,30 +383,48 @@ def _pomegranate_params(model, covariance_type: str):
 
 
 # ================================================================== measuring
-def time_iterations(runners: list[Runner], init: dict[str, np.ndarray], warmup: int, timed: int) -> dict[str, dict]:
-    """Round-robin: every round runs one E+M iteration of each library in turn."""
+def time_iterations(runners: list[Runner], init: dict[str, np.ndarray], warmup: int, timed: int,
+                    passes: int = 4, gap_s: float = 0.3) -> dict[str, dict]:
+    """Seconds per E+M iteration, every library started from ``init``.
+
+    The timed iterations are split into ``passes`` blocks per library; the order of the
+    libraries rotates from pass to pass (so slow drift of the machine load hits all of
+    them alike). Before each block the process idles ``gap_s`` and runs one untimed
+    iteration: the thread pools of the library that ran before (OpenBLAS workers
+    busy-wait for up to ~0.1 s after a call, OpenMP workers spin too) must not steal
+    the cores of the one being timed, which strict round-robin would let them do.
+    """
     for r in runners:
         r.start(init)
-    samples: dict[str, dict[str, list[float]]] = {r.key: {"e": [], "m": [], "total": [], "cpu": []} for r in runners}
-    for it in range(warmup + timed):
-        for r in runners:
-            c0 = time.process_time()
-            t0 = time.perf_counter()
+        for _ in range(warmup):
             r.e()
-            t1 = time.perf_counter()
             r.m()
-            t2 = time.perf_counter()
-            c2 = time.process_time()
-            if it >= warmup:
+    passes = max(1, min(passes, timed))
+    blocks = [timed // passes + (1 if i < timed % passes else 0) for i in range(passes)]
+    samples: dict[str, dict[str, list[float]]] = {r.key: {"e": [], "m": [], "total": [], "cpu": []} for r in runners}
+    for p, size in enumerate(blocks):
+        order = runners[p % len(runners):] + runners[: p % len(runners)]
+        for r in order:
+            time.sleep(gap_s)
+            r.e()
+            r.m()  # settle iteration after the switch, untimed
+            for _ in range(size):
+                c0 = time.process_time()
+                t0 = time.perf_counter()
+                r.e()
+                t1 = time.perf_counter()
+                r.m()
+                t2 = time.perf_counter()
+                c2 = time.process_time()
                 samples[r.key]["e"].append(t1 - t0)
                 samples[r.key]["m"].append(t2 - t1)
                 samples[r.key]["total"].append(t2 - t0)
                 samples[r.key]["cpu"].append(c2 - c0)
-        logger.debug("round %d: %s", it, {r.key: round(samples[r.key]["total"][-1], 4) if it >= warmup else None for r in runners})
+            logger.debug("pass %d %s: %s", p, r.key, [round(t, 4) for t in samples[r.key]["total"][-size:]])
     out = {}
     for r in runners:
         tot = samples[r.key]["total"]
-        q = statistics.quantiles(tot, n=4) if len(tot) > 1 else [tot[0]] * 3
+        q = statistics.quantiles(tot, n=4, method="inclusive") if len(tot) > 1 else [tot[0]] * 3
         out[r.key] = {
             "median_s": statistics.median(tot), "q25_s": q[0], "q75_s": q[2], "min_s": min(tot),
             "e_median_s": statistics.median(samples[r.key]["e"]), "m_median_s": statistics.median(samples[r.key]["m"]),
@@ -429,7 +455,18 @@ def profile_ppmix(x: np.ndarray, s: Setting, init: dict[str, np.ndarray], dtype:
     top = [{"op": e.key, "calls": int(e.count), "self_cpu_ms_per_iter": e.self_cpu_time_total / 1e3 / iters,
             "share": e.self_cpu_time_total / total} for e in rows[:12]]
     spans = {e.key: e.cpu_time_total / 1e3 / iters for e in events if e.key in ("ppmix.e_step", "ppmix.m_step")}
-    return {"dtype": str(dtype).replace("torch.", ""), "iters": iters, "top_self_cpu": top, "span_ms_per_iter": spans}
+    return {"dtype": str(dtype).replace("torch.", ""), "iters": iters, "threads": torch.get_num_threads(),
+            "top_self_cpu": top, "span_ms_per_iter": spans}
+
+
+def machine_load() -> dict[str, Any]:
+    """Load average and CPU pressure (PSI): how busy the machine was while we measured."""
+    out: dict[str, Any] = {"loadavg": [round(v, 2) for v in os.getloadavg()]}
+    try:
+        out["cpu_pressure"] = Path("/proc/pressure/cpu").read_text().splitlines()[0]
+    except OSError:
+        pass
+    return out
 
 
 def machine_info(threads: int) -> dict[str, Any]:
@@ -483,8 +520,12 @@ def run_setting(s: Setting, args: argparse.Namespace) -> dict[str, Any]:
     init, init_wall = sk.initial_parameters()
     init_ll = mean_loglik(x, init["weights"], init["means"], init["covariances"], s.covariance_type)
 
-    logger.info("setting %s: timing %d (+%d warm-up) EM iterations per library, round-robin", s.name, args.timed_iters, args.warmup_iters)
-    timing = time_iterations(runners, init, args.warmup_iters, args.timed_iters)
+    logger.info("setting %s: timing %d EM iterations per library in %d rotated blocks", s.name, args.timed_iters, args.passes)
+    load = {"before_timing": machine_load()}
+    timing = time_iterations(runners, init, args.warmup_iters, args.timed_iters, passes=args.passes,
+                             gap_s=0.05 if args.quick else 0.3)
+    load["after_timing"] = machine_load()
+    logger.info("setting %s: machine load %s", s.name, load)
     results: dict[str, dict[str, Any]] = {}
     for r in runners:
         results[r.key] = {"library": r.library, "dtype": r.dtype, "per_iteration": timing[r.key]}
@@ -495,10 +536,12 @@ def run_setting(s: Setting, args: argparse.Namespace) -> dict[str, Any]:
         logger.info("setting %s: timing again at 1 thread (%d iterations; wall ~ CPU time, robust to load)", s.name, n1)
         torch.set_num_threads(1)
         with threadpool_limits(limits=1):
-            timing1 = time_iterations(runners, init, 1, n1)
+            timing1 = time_iterations(runners, init, 1, n1, passes=args.passes)
+        load["after_1thread_timing"] = machine_load()
         torch.set_num_threads(args.threads)
         for r in runners:
             results[r.key]["per_iteration_1thread"] = timing1[r.key]
+    for r in runners:
         for attr in ("data", "gmm", "gm", "model", "_stats", "_log_resp"):  # free the stepping state
             r.__dict__.pop(attr, None)
 
@@ -521,8 +564,9 @@ def run_setting(s: Setting, args: argparse.Namespace) -> dict[str, Any]:
         res["ratio_vs_sklearn"] = res["per_iteration"]["median_s"] / sk_iter
         res["ratio_vs_sklearn_min"] = res["per_iteration"]["min_s"] / results["sklearn"]["per_iteration"]["min_s"]
         if "per_iteration_1thread" in res:
-            res["ratio_vs_sklearn_1thread"] = (res["per_iteration_1thread"]["median_s"]
-                                               / results["sklearn"]["per_iteration_1thread"]["median_s"])
+            one, sk1 = res["per_iteration_1thread"], results["sklearn"]["per_iteration_1thread"]
+            res["ratio_vs_sklearn_1thread"] = one["median_s"] / sk1["median_s"]
+            res["ratio_vs_sklearn_1thread_cpu"] = one["cpu_median_s"] / sk1["cpu_median_s"]
         for label in ("fit_default_init", "fit_sklearn_init"):
             if label in res:
                 res[label]["dloglik_vs_sklearn"] = res[label]["mean_loglik"] - sk_ll
@@ -531,16 +575,20 @@ def run_setting(s: Setting, args: argparse.Namespace) -> dict[str, Any]:
         "name": s.name, "n": s.n, "d": s.d, "k": s.k, "covariance_type": s.covariance_type,
         "true_mean_loglik": true_ll, "init_mean_loglik": init_ll, "sklearn_init_wall_s": init_wall,
         "tol_rel": args.tol_rel, "tol_sklearn_mean": tol_mean, "tol_pomegranate_total": tol_total,
-        "results": results,
+        "results": results, "machine_load": load,
     }
     if not args.no_profile:
         logger.info("setting %s: profiling ppmix e_step/m_step", s.name)
-        out["profile_ppmix"] = [profile_ppmix(x, s, init, dt, 2 if args.quick else 5) for dt in (torch.float64, torch.float32)]
+        # At 1 thread: per-op times are then close to CPU time, not scheduler noise from a loaded machine.
+        torch.set_num_threads(1)
+        with threadpool_limits(limits=1):
+            out["profile_ppmix"] = [profile_ppmix(x, s, init, dt, 2 if args.quick else 5) for dt in (torch.float64, torch.float32)]
+        torch.set_num_threads(args.threads)
     return out
 
 
 def format_table(settings: list[dict[str, Any]]) -> str:
-    head = (f"{'set':<3} {'library':<12} {'dtype':<7} {'s/iter':>8} {'IQR':>15} {'E s':>7} {'M s':>7} {'ours/skl':>8} "
+    head = (f"{'set':<3} {'library':<12} {'dtype':<7} {'s/iter':>8} {'IQR':>15} {'min':>7} {'E s':>7} {'M s':>7} {'ours/skl':>8} "
             f"{'n_iter':>6} {'conv':>5} {'fit s':>7} {'mean LL':>11} {'dLL/pt':>10} {'n_iter*':>7} {'dLL*/pt':>10}")
     lines = [head, "-" * len(head)]
     for st in settings:
@@ -549,7 +597,7 @@ def format_table(settings: list[dict[str, Any]]) -> str:
             same = r.get("fit_sklearn_init")
             lines.append(
                 f"{st['name']:<3} {r['library']:<12} {r['dtype']:<7} {p['median_s']:8.4f} "
-                f"{'[' + format(p['q25_s'], '.4f') + ',' + format(p['q75_s'], '.4f') + ']':>15} "
+                f"{'[' + format(p['q25_s'], '.4f') + ',' + format(p['q75_s'], '.4f') + ']':>15} {p['min_s']:7.4f} "
                 f"{p['e_median_s']:7.4f} {p['m_median_s']:7.4f} {r['ratio_vs_sklearn']:8.2f} "
                 f"{f['n_iter']:6d} {str(f['converged']):>5} {f['fit_wall_s']:7.2f} {f['mean_loglik']:11.5f} "
                 f"{f['dloglik_vs_sklearn']:+10.2e} "
@@ -560,24 +608,26 @@ def format_table(settings: list[dict[str, Any]]) -> str:
     lines.append("n_iter*/dLL*: ppmix fit started from sklearn's initial parameters (same EM path).")
     if any("per_iteration_1thread" in r for st in settings for r in st["results"].values()):
         lines += ["", "Cross-check at 1 thread (wall ~ CPU time; less sensitive to other load on the machine):",
-                  f"{'set':<3} {'library':<12} {'dtype':<7} {'s/iter':>8} {'cpu s':>8} {'E s':>7} {'M s':>7} {'ours/skl':>8}"]
+                  f"{'set':<3} {'library':<12} {'dtype':<7} {'s/iter':>8} {'cpu s':>8} {'E s':>7} {'M s':>7} {'ours/skl':>8} {'cpu ratio':>9}"]
         for st in settings:
             for r in st["results"].values():
                 p = r.get("per_iteration_1thread")
                 if p:
                     lines.append(f"{st['name']:<3} {r['library']:<12} {r['dtype']:<7} {p['median_s']:8.4f} {p['cpu_median_s']:8.4f} "
-                                 f"{p['e_median_s']:7.4f} {p['m_median_s']:7.4f} {r['ratio_vs_sklearn_1thread']:8.2f}")
+                                 f"{p['e_median_s']:7.4f} {p['m_median_s']:7.4f} {r['ratio_vs_sklearn_1thread']:8.2f} "
+                                 f"{r['ratio_vs_sklearn_1thread_cpu']:9.2f}")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    logger.setLevel(logging.DEBUG if args.verbose else logging.INFO)  # not the root: numba's debug output is huge
     torch.set_num_threads(args.threads)
     wanted = {n.strip().upper() for n in args.settings.split(",") if n.strip()}
     settings = [s for s in (QUICK_SETTINGS if args.quick else FULL_SETTINGS) if s.name in wanted]
     t_start = time.perf_counter()
-    load_start = list(os.getloadavg())
+    load_start = machine_load()
     with threadpool_limits(limits=args.threads):
         info = machine_info(args.threads)
         logger.info("threads=%d  torch=%s sklearn=%s pomegranate=%s  cpu=%s  load average %s", args.threads, info["torch"],
@@ -593,7 +643,7 @@ def main(argv: list[str] | None = None) -> int:
                    "reg_covar": 1e-6, "n_init": 1},
         "machine": info,
         "settings": results,
-        "loadavg_start": load_start, "loadavg_end": list(os.getloadavg()),
+        "load_start": load_start, "load_end": machine_load(),
         "total_wall_s": time.perf_counter() - t_start,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -604,7 +654,8 @@ def main(argv: list[str] | None = None) -> int:
         for st in results:
             for prof in st.get("profile_ppmix", []):
                 spans = ", ".join(f"{k} {v:.1f} ms" for k, v in prof["span_ms_per_iter"].items())
-                print(f"\nppmix profile, setting {st['name']}, {prof['dtype']} ({spans}); top ops by self CPU per iteration:")
+                print(f"\nppmix profile ({prof['threads']} thread), setting {st['name']}, {prof['dtype']} ({spans}); "
+                      "top ops by self CPU per iteration:")
                 for row in prof["top_self_cpu"][:6]:
                     print(f"  {row['op']:<36} {row['self_cpu_ms_per_iter']:8.2f} ms  {100 * row['share']:5.1f}%")
     print(f"\nwrote {args.out}  ({report['total_wall_s']:.1f} s)")

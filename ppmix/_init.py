@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 __all__ = ["kmeans", "kmeans_plusplus", "nearest_centre"]
@@ -16,8 +18,14 @@ def nearest_centre(x: torch.Tensor, centres: torch.Tensor) -> torch.Tensor:
     return _squared_distances(x, centres, x.square().sum(1)).argmin(dim=1)
 
 
-def kmeans_plusplus(x: torch.Tensor, n_clusters: int, generator: torch.Generator) -> torch.Tensor:
-    """k-means++ seeding (Arthur & Vassilvitskii, 2007): ``D^2``-weighted sampling of centres.
+def kmeans_plusplus(
+    x: torch.Tensor, n_clusters: int, generator: torch.Generator, n_trials: int | None = None
+) -> torch.Tensor:
+    """Greedy k-means++ seeding (Arthur & Vassilvitskii, 2007).
+
+    Each new centre is the best, by the resulting k-means potential, of ``n_trials``
+    candidates drawn with probability proportional to ``D^2`` (default
+    ``2 + floor(log K)``, the usual greedy variant; ``1`` is plain k-means++).
 
     Examples
     --------
@@ -28,6 +36,7 @@ def kmeans_plusplus(x: torch.Tensor, n_clusters: int, generator: torch.Generator
     [0.0, 10.0]
     """
     n = x.shape[0]
+    trials = n_trials if n_trials is not None else 2 + int(math.log(n_clusters))
     x_sq = x.square().sum(1)
     first = torch.randint(n, (1,), generator=generator).item()
     centres = [x[first]]
@@ -35,11 +44,14 @@ def kmeans_plusplus(x: torch.Tensor, n_clusters: int, generator: torch.Generator
     for _ in range(1, n_clusters):
         total = closest.sum()
         if total <= 0:  # every point coincides with a centre: pick uniformly
-            idx = torch.randint(n, (1,), generator=generator).item()
+            candidates = torch.randint(n, (trials,), generator=generator)
         else:
-            idx = torch.multinomial((closest / total).cpu(), 1, generator=generator).item()
-        centres.append(x[idx])
-        closest = torch.minimum(closest, _squared_distances(x, x[idx : idx + 1], x_sq).squeeze(1))
+            candidates = torch.multinomial((closest / total).cpu(), trials, replacement=True, generator=generator)
+        candidates = candidates.to(x.device)
+        updated = torch.minimum(closest[None, :], _squared_distances(x, x[candidates], x_sq).T)  # (trials, N)
+        best = int(updated.sum(1).argmin())
+        centres.append(x[candidates[best]])
+        closest = updated[best]
     return torch.stack(centres)
 
 

@@ -20,6 +20,7 @@ class CentredData:
     shift: torch.Tensor
     centred: torch.Tensor
     _moments: torch.Tensor | None = field(default=None, repr=False)
+    _outer: torch.Tensor | None = field(default=None, repr=False)
 
     @classmethod
     def from_tensor(cls, x: torch.Tensor) -> "CentredData":
@@ -36,6 +37,25 @@ class CentredData:
         if self._moments is None:
             self._moments = torch.cat([self.centred, self.centred.square()], dim=1)
         return self._moments
+
+    def outer_moments_bytes(self) -> int:
+        """Memory :attr:`outer_moments` needs."""
+        n, d = self.centred.shape
+        return n * (d + d * (d + 1) // 2) * self.centred.element_size()
+
+    @property
+    def outer_moments(self) -> torch.Tensor:
+        """``[x - shift, (x_i - s_i)(x_j - s_j) for i <= j]`` as ``[N, D + D(D+1)/2]`` (built on first use)."""
+        if self._outer is None:
+            rows, cols = upper_triangle(self.centred.shape[1], self.centred.device)
+            self._outer = torch.cat([self.centred, self.centred[:, rows] * self.centred[:, cols]], dim=1)
+        return self._outer
+
+
+def upper_triangle(d: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row and column indices of the upper triangle (diagonal included) of a ``d x d`` matrix."""
+    rows, cols = torch.triu_indices(d, d, device=device)
+    return rows, cols
 
 
 def as_centred(

@@ -7,10 +7,14 @@ import math
 import pyro.distributions as dist
 import torch
 
-from ppmix.components._centred import CentredData, as_centred, component_counts
+from ppmix.components._centred import CentredData, as_centred, component_counts, upper_triangle
 from ppmix.components.base import ComponentFamily
 
 __all__ = ["FullGaussian"]
+
+_BLOCK_ROWS = 8192
+#: largest cached ``[x, x x^T]`` design (bytes) for which the exponential-family path is used
+MOMENTS_BUDGET_BYTES = 512 * 2**20
 
 
 class FullGaussian(ComponentFamily):
@@ -56,21 +60,51 @@ class FullGaussian(ComponentFamily):
         """Prepare ``x`` once for many :meth:`log_prob`/:meth:`fit` calls."""
         return as_centred(x, self.dtype, self.device)
 
+    def _use_moments(self, data: CentredData) -> bool:
+        return data.outer_moments_bytes() <= MOMENTS_BUDGET_BYTES
+
     def log_prob(self, data: torch.Tensor | CentredData) -> torch.Tensor:
         """Log-density of every point under every component, shape ``(N, K)``.
 
-        Whitens all components with one matrix product ``x @ [L_1^{-T}, ..., L_K^{-T}]``.
+        When the cached design ``[x, x x^T]`` fits in :data:`MOMENTS_BUDGET_BYTES`
+        this is one matrix product with the natural parameters ``(P mu, -P/2)``;
+        otherwise all components are whitened with one product
+        ``x @ [L_1^{-T}, ..., L_K^{-T}]`` per block of rows.
         """
         data = as_centred(data, self.dtype, self.device)
+        if self._use_moments(data):
+            return self._log_prob_natural(data)
+        return self._log_prob_whitened(data)
+
+    def _log_prob_natural(self, data: CentredData) -> torch.Tensor:
+        k, d = self.loc.shape
+        eye = torch.eye(d, dtype=self.dtype, device=self.device).expand(k, d, d)
+        inv_tril = torch.linalg.solve_triangular(self.scale_tril, eye, upper=False)
+        precision = inv_tril.mT @ inv_tril
+        loc_c = self.loc - data.shift
+        linear = (precision @ loc_c.unsqueeze(-1)).squeeze(-1)  # (K, D)
+        rows, cols = upper_triangle(d, self.device)
+        off_diagonal = torch.where(rows == cols, 1.0, 2.0).to(self.dtype)
+        quadratic = -0.5 * precision[:, rows, cols] * off_diagonal  # (K, T)
+        log_det = torch.diagonal(self.scale_tril, dim1=-2, dim2=-1).log().sum(dim=-1)
+        const = -0.5 * (d * math.log(2 * math.pi) + (loc_c * linear).sum(-1)) - log_det
+        return torch.addmm(const, data.outer_moments, torch.cat([linear, quadratic], dim=1).T)
+
+    def _log_prob_whitened(self, data: CentredData) -> torch.Tensor:
         k, d = self.loc.shape
         eye = torch.eye(d, dtype=self.dtype, device=self.device).expand(k, d, d)
         inv_tril = torch.linalg.solve_triangular(self.scale_tril, eye, upper=False)  # L^{-1}
         whiten = inv_tril.mT  # (K, D, D): y = (x - mu) @ L^{-T}
-        projected = data.centred @ whiten.permute(1, 0, 2).reshape(d, k * d)  # (N, K*D)
+        weights = whiten.permute(1, 0, 2).reshape(d, k * d)
         offset = torch.einsum("kd,kde->ke", self.loc - data.shift, whiten).reshape(k * d)
-        maha = (projected - offset).square().reshape(-1, k, d).sum(dim=-1)
+        maha = torch.empty(data.n_samples, k, dtype=self.dtype, device=self.device)
+        # row blocks keep the (rows, K*D) temporary in cache instead of an N x K*D array
+        for start in range(0, data.n_samples, _BLOCK_ROWS):
+            stop = min(start + _BLOCK_ROWS, data.n_samples)
+            y = torch.addmm(offset, data.centred[start:stop], weights, beta=-1).square_()
+            torch.sum(y.view(-1, k, d), dim=-1, out=maha[start:stop])
         log_det = torch.diagonal(self.scale_tril, dim1=-2, dim2=-1).log().sum(dim=-1)
-        return -0.5 * (d * math.log(2 * math.pi) + maha) - log_det
+        return maha.mul_(-0.5).sub_(0.5 * d * math.log(2 * math.pi) + log_det)
 
     def fit(self, data: torch.Tensor | CentredData, weights: torch.Tensor) -> "FullGaussian":
         """Weighted maximum-likelihood update (closed form), in place.
@@ -83,13 +117,22 @@ class FullGaussian(ComponentFamily):
         data = as_centred(data, self.dtype, self.device)
         weights = self._check_weights(weights, data.n_samples)
         counts = component_counts(weights)
-        mean_c = (weights.T @ data.centred) / counts[:, None]
-        eye = torch.eye(self.n_features, dtype=self.dtype, device=self.device)
-        covs = []
-        for k in range(self.n_components):
-            diff = data.centred - mean_c[k]
-            covs.append((weights[:, k, None] * diff).T @ diff / counts[k] + self.reg_covar * eye)
-        covs = torch.stack(covs)
+        k, d = self.loc.shape
+        if self._use_moments(data):
+            sums = (weights.T @ data.outer_moments) / counts[:, None]  # (K, D + T)
+            mean_c = sums[:, :d]
+            rows, cols = upper_triangle(d, self.device)
+            second = torch.zeros(k, d, d, dtype=self.dtype, device=self.device)
+            second[:, rows, cols] = sums[:, d:]
+            second[:, cols, rows] = sums[:, d:]
+        else:
+            mean_c = (weights.T @ data.centred) / counts[:, None]
+            second = torch.stack(
+                [(weights[:, j, None] * data.centred).T @ data.centred for j in range(k)]
+            ) / counts[:, None, None]
+        # weighted second moments about the data mean, minus the outer product of the means
+        covs = second - mean_c[:, :, None] * mean_c[:, None, :]
+        covs.diagonal(dim1=-2, dim2=-1).add_(self.reg_covar)
         tril, info = torch.linalg.cholesky_ex(covs)
         # a pivot at rounding level means a (numerically) singular covariance, too
         scale = torch.diagonal(covs, dim1=-2, dim2=-1).amax(-1)

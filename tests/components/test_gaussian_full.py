@@ -219,3 +219,21 @@ def test_sample_same_seed_same_draws(dtype, device):
     c = comp.sample(index, generator=torch.Generator(device=device).manual_seed(12))
     assert torch.equal(a, b)
     assert not torch.equal(a, c)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+def test_natural_parameter_and_whitening_paths_agree(dtype, monkeypatch):
+    """The cached-moments path (small data) and the fallback (large data) give the same answers."""
+    import ppmix.components.gaussian_full as module
+
+    gen = torch.Generator().manual_seed(3)
+    x = (torch.randn(400, 4, generator=gen) * 2 + 7).to(dtype)
+    weights = torch.softmax(torch.randn(400, 3, generator=gen), 1).to(dtype)
+    comp = module.FullGaussian(torch.zeros(3, 4, dtype=dtype), torch.eye(4, dtype=dtype).expand(3, 4, 4))
+    comp.fit(x, weights)
+    moments = (comp.log_prob(x), comp.clone().fit(x, weights).scale_tril)
+    monkeypatch.setattr(module, "MOMENTS_BUDGET_BYTES", 0)
+    whitened = (comp.log_prob(x), comp.clone().fit(x, weights).scale_tril)
+    tol = {"rtol": 1e-4, "atol": 1e-4} if dtype == torch.float32 else {"rtol": 1e-10, "atol": 1e-10}
+    for a, b in zip(moments, whitened):
+        assert_close(a, b, **tol)
