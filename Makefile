@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip
 	$(BIN)/pip install -c constraints.txt torch==2.13.0
-	$(BIN)/pip install -c constraints.txt -e ".[test,bench]"
+	$(BIN)/pip install -c constraints.txt -e ".[test]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -22,6 +22,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 -q
 
 bench: $(STAMP)
+	$(BIN)/pip install -c constraints.txt -e ".[bench]"
 	$(BIN)/python benchmarks/bench_gmm.py
 
 clean:

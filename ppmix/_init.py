@@ -56,14 +56,34 @@ def kmeans_plusplus(
 
 
 def kmeans(
-    x: torch.Tensor, n_clusters: int, generator: torch.Generator, max_iter: int = 100
+    x: torch.Tensor, n_clusters: int, generator: torch.Generator, max_iter: int = 100, n_init: int = 1
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """k-means++ seeding followed by Lloyd iterations until the assignment is stable.
+    """Greedy k-means++ seeding and Lloyd iterations until the assignment is stable.
 
-    Returns the centres ``(K, D)`` and the hard assignment ``(N,)``. Empty clusters
-    keep their previous centre.
+    With ``n_init > 1`` the run with the lowest within-cluster sum of squares is
+    kept. Returns the centres ``(K, D)`` and the hard assignment ``(N,)``. Empty
+    clusters keep their previous centre.
+
+    Examples
+    --------
+    >>> import torch
+    >>> x = torch.cat([torch.zeros(5, 2), torch.ones(5, 2) * 10])
+    >>> centres, labels = kmeans(x, 2, torch.Generator().manual_seed(0), n_init=2)
+    >>> int(labels[0] != labels[-1])
+    1
     """
-    centres = kmeans_plusplus(x, n_clusters, generator)
+    best: tuple[float, torch.Tensor, torch.Tensor] | None = None
+    for _ in range(n_init):
+        centres, labels = _lloyd(x, kmeans_plusplus(x, n_clusters, generator), max_iter)
+        inertia = float((x - centres[labels]).square().sum())
+        if best is None or inertia < best[0]:
+            best = (inertia, centres, labels)
+    assert best is not None
+    return best[1], best[2]
+
+
+def _lloyd(x: torch.Tensor, centres: torch.Tensor, max_iter: int) -> tuple[torch.Tensor, torch.Tensor]:
+    n_clusters = centres.shape[0]
     x_sq = x.square().sum(1)
     labels = _squared_distances(x, centres, x_sq).argmin(1)
     for _ in range(max_iter):

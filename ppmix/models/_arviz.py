@@ -14,6 +14,8 @@ import numpy as np
 import torch
 from pyro.infer.autoguide import AutoNormal
 
+from ppmix.models.base import local_params
+
 if TYPE_CHECKING:
     from ppmix.models.base import MixtureModel
 
@@ -25,9 +27,6 @@ def global_draws(model: "MixtureModel", data: Any, num_samples: int) -> dict[str
         return samples
     guide = model._guide_cache
     if model.engine_ == "svi" and isinstance(guide, AutoNormal):
-
-        from ppmix.models.base import local_params
-
         with local_params(), torch.no_grad(), model._forked_rng(offset=1):
             draws = [guide(data) for _ in range(num_samples)]
         return {k: torch.stack([d[k] for d in draws])[None] for k in draws[0]}
@@ -40,7 +39,7 @@ def build_inference_data(model: "MixtureModel", data: Any, num_samples: int = 10
 
     draws = global_draws(model, data, num_samples)
     n_chains, n_draws = next(iter(draws.values())).shape[:2]
-    saved = model.get_globals()
+    saved_state, saved_guide = model.state_tensors(), model._guide_cache
     loglik, discrete = [], {}
     try:
         for c in range(n_chains):
@@ -49,8 +48,9 @@ def build_inference_data(model: "MixtureModel", data: Any, num_samples: int = 10
                 loglik.append(model.pointwise_log_likelihood(data).detach().cpu().numpy())
                 for name, probs in model.posterior_marginals(data).items():
                     discrete.setdefault(name, []).append(probs.detach().cpu().numpy())
-    finally:
-        model.set_globals(saved)
+    finally:  # the fitted state and guide (e.g. a trained AutoNormal) are left exactly as they were
+        model.load_state_tensors(saved_state)
+        model._set_guide(saved_guide)
 
     def per_draw(arrays: list[np.ndarray]) -> np.ndarray:
         stacked = np.stack(arrays)

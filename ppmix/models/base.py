@@ -357,7 +357,7 @@ class MixtureModel(PyroModule):
         """Posterior marginals of the discrete latents, ``{site: (N, K) probabilities}``.
 
         The default uses Pyro's ``TraceEnum_ELBO.compute_marginals`` on the model and
-        guide; models with an exact E-step override :meth:`posterior_tensor`.
+        guide; models with an exact E-step override :meth:`posterior_marginals`.
         """
         self._check_fitted()
         data = self.prepare_data(X, y)

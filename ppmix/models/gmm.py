@@ -21,6 +21,8 @@ __all__ = ["GMM"]
 
 COVARIANCE_TYPES = ("diag", "full")
 INIT_METHODS = ("kmeans", "k-means++", "random")
+#: k-means runs (best inertia kept) behind one ``init_params="kmeans"`` EM start
+KMEANS_RUNS = 3
 
 
 class GMM(MixtureModel):
@@ -46,8 +48,9 @@ class GMM(MixtureModel):
     reg_covar : float, default 1e-6
         Added to every variance (the covariance floor).
     init_params : {"kmeans", "k-means++", "random"}, default "kmeans"
-        ``"kmeans"``: k-means++ seeding then Lloyd iterations; ``"k-means++"``: the
-        seeding only; ``"random"``: random responsibilities.
+        ``"kmeans"``: the best of 3 runs of greedy k-means++ seeding and Lloyd
+        iterations; ``"k-means++"``: one seeding only; ``"random"``: random
+        responsibilities.
     warm_start : bool, default False
         Continue EM from the current parameters on the next ``fit``.
     seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
@@ -212,7 +215,7 @@ class GMM(MixtureModel):
             resp = resp / resp.sum(1, keepdim=True)
         else:
             if self.init_params == "kmeans":
-                _, labels = kmeans(x, k, generator)
+                _, labels = kmeans(x, k, generator, n_init=KMEANS_RUNS)
             else:
                 labels = nearest_centre(x, kmeans_plusplus(x, k, generator))
             resp = torch.nn.functional.one_hot(labels, k).to(x.dtype)

@@ -238,3 +238,12 @@ def test_fit_on_device_and_dtype(device, dtype):
     assert gmm.means_.device.type == device and gmm.means_.dtype == dtype
     ref = GMM(3, seed=0, progress=False).fit(x)
     assert gmm.score(x) == pytest.approx(ref.score(x), abs=1e-3)
+
+
+def test_to_arviz_leaves_the_fit_untouched():
+    x, *_ = planted(150)
+    gmm = GMM(3, covariance_type="full", seed=0, progress=False).fit(x, engine="svi", num_steps=50, guide="normal")
+    guide, before = gmm._guide_cache, gmm.score_samples(x)
+    gmm.to_arviz(num_samples=3)
+    assert gmm._guide_cache is guide
+    assert_close(gmm.score_samples(x), before, rtol=0, atol=0)
