@@ -10,7 +10,8 @@ __all__ = ["kmeans", "kmeans_plusplus", "nearest_centre"]
 
 
 def _squared_distances(x: torch.Tensor, centres: torch.Tensor, x_sq: torch.Tensor) -> torch.Tensor:
-    return (x_sq[:, None] - 2.0 * x @ centres.T + centres.square().sum(1)[None, :]).clamp_min(0.0)
+    offset = x_sq[:, None] + centres.square().sum(1)[None, :]
+    return torch.addmm(offset, x, centres.T, alpha=-2.0).clamp_min_(0.0)
 
 
 def nearest_centre(x: torch.Tensor, centres: torch.Tensor) -> torch.Tensor:
@@ -82,17 +83,25 @@ def kmeans(
     return best[1], best[2]
 
 
-def _lloyd(x: torch.Tensor, centres: torch.Tensor, max_iter: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _lloyd(
+    x: torch.Tensor, centres: torch.Tensor, max_iter: int, tol: float = 1e-4
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Lloyd iterations until the assignment is stable or the centres move less than
+    ``tol`` times the mean feature variance (squared distance, summed over centres)."""
     n_clusters = centres.shape[0]
     x_sq = x.square().sum(1)
+    threshold = tol * float(x.var(0).mean()) if x.shape[0] > 1 else 0.0
     labels = _squared_distances(x, centres, x_sq).argmin(1)
     for _ in range(max_iter):
         onehot = torch.nn.functional.one_hot(labels, n_clusters).to(x.dtype)
         counts = onehot.sum(0)
         sums = onehot.T @ x
-        centres = torch.where(counts[:, None] > 0, sums / counts.clamp_min(1.0)[:, None], centres)
+        new_centres = torch.where(counts[:, None] > 0, sums / counts.clamp_min(1.0)[:, None], centres)
+        shift = float((new_centres - centres).square().sum())
+        centres = new_centres
         new_labels = _squared_distances(x, centres, x_sq).argmin(1)
-        if torch.equal(new_labels, labels):
-            break
+        stable = torch.equal(new_labels, labels)
         labels = new_labels
+        if stable or shift <= threshold:
+            break
     return centres, labels

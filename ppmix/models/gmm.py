@@ -214,10 +214,11 @@ class GMM(MixtureModel):
             resp = torch.rand(x.shape[0], k, generator=generator, dtype=x.dtype).to(x.device)
             resp = resp / resp.sum(1, keepdim=True)
         else:
+            centred = data.centred
             if self.init_params == "kmeans":
-                _, labels = kmeans(x, k, generator, n_init=KMEANS_RUNS)
+                _, labels = kmeans(centred, k, generator, n_init=KMEANS_RUNS)
             else:
-                labels = nearest_centre(x, kmeans_plusplus(x, k, generator))
+                labels = nearest_centre(centred, kmeans_plusplus(centred, k, generator))
             resp = torch.nn.functional.one_hot(labels, k).to(x.dtype)
         family = DiagGaussian if self.covariance_type == "diag" else FullGaussian
         d = x.shape[1]
