@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import pyro
 import torch
 from pyro.infer import TraceEnum_ELBO
+from pyro.infer.autoguide import AutoNormal
 from pyro.infer.util import is_validation_enabled
 from tqdm import tqdm
 
@@ -130,7 +131,8 @@ def run_svi(
                             break
         with torch.no_grad():
             model.set_globals(_point_estimates(guide_fn, model, data))
-        model._set_guide(guide_fn)
+        if guide == "normal" and isinstance(guide_fn, AutoNormal):
+            object.__setattr__(model, "_variational_guide", guide_fn)
     logger.info("SVI stopped after %d steps (early stop: %s), ELBO/point %.6f", step, converged, history[-1])
     return FitResult(history=history, n_iter=step, converged=converged)
 

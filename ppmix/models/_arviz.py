@@ -25,7 +25,7 @@ def global_draws(model: "MixtureModel", data: Any, num_samples: int) -> dict[str
     samples = getattr(model, "mcmc_samples_", None)
     if model.engine_ == "mcmc" and samples:
         return samples
-    guide = model._guide_cache
+    guide = model.variational_guide_
     if model.engine_ == "svi" and isinstance(guide, AutoNormal):
         with local_params(), torch.no_grad(), model._forked_rng(offset=1):
             draws = [guide(data) for _ in range(num_samples)]

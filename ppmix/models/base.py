@@ -127,6 +127,7 @@ class MixtureModel(PyroModule):
         self.progress = progress
         object.__setattr__(self, "_globals", {})
         object.__setattr__(self, "_guide_cache", None)
+        object.__setattr__(self, "_variational_guide", None)
         object.__setattr__(self, "_subsample_size", None)
         object.__setattr__(self, "_bayesian", False)
 
@@ -236,6 +237,15 @@ class MixtureModel(PyroModule):
     def _set_guide(self, guide: Any) -> None:
         object.__setattr__(self, "_guide_cache", guide)
 
+    @property
+    def variational_guide_(self) -> Any:
+        """The fitted distributional guide of an SVI fit with ``guide="normal"`` (else None).
+
+        Predictions always use the point estimates; this guide gives ArviZ its
+        posterior draws and :meth:`elbo` its variational family.
+        """
+        return self._variational_guide
+
     def make_svi_guide(self, kind: str, init: dict[str, torch.Tensor]) -> tuple[Any, list[torch.nn.Parameter]]:
         """The guide SVI optimises and a callable returning its parameters.
 
@@ -327,6 +337,7 @@ class MixtureModel(PyroModule):
         self.validate_params()
         data = self.prepare_data(X, y, fitting=True)
         object.__setattr__(self, "_train_data", data)
+        object.__setattr__(self, "_variational_guide", None)
         runner = {"em": run_em, "svi": run_svi, "mcmc": run_mcmc}[engine]
         result = runner(self, data, **options)
         self.engine_ = engine
@@ -434,7 +445,8 @@ class MixtureModel(PyroModule):
         """The ELBO of the model and guide, evaluated by Pyro's ``TraceEnum_ELBO``.
 
         With the default point-mass guide this equals the log-likelihood plus the log
-        prior density of the point estimates (zero under flat priors).
+        prior density of the point estimates (zero under flat priors); after an SVI
+        fit with ``guide="normal"`` it is that guide's (stochastic) ELBO.
         """
         self._check_fitted()
         data = self.prepare_data(X, y)
@@ -444,7 +456,7 @@ class MixtureModel(PyroModule):
         """:meth:`elbo` on already prepared data."""
         with local_params(), torch.no_grad():
             elbo = TraceEnum_ELBO(max_plate_nesting=self.max_plate_nesting, num_particles=num_particles)
-            return -float(elbo.loss(self.model, self.guide, data))
+            return -float(elbo.loss(self.model, self._variational_guide or self.guide, data))
 
     def sample(self, n_samples: int = 1) -> dict[str, Any]:
         """Draw ``n_samples`` new data points (and their latents) from the fitted model.

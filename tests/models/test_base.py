@@ -105,7 +105,8 @@ def test_subclass_save_load_round_trip(tmp_path):
     model.save(tmp_path / "m")
     loaded = MixtureModel.load(tmp_path / "m")
     assert isinstance(loaded, StudentTMixture) and loaded.df == 5.0
-    assert_close(loaded.score_samples(x), model.score_samples(x), rtol=1e-12)
+    assert_close(loaded.score_samples(x), model.score_samples(x), rtol=0, atol=0)
+    assert_close(loaded.predict_proba(x), model.predict_proba(x), rtol=0, atol=0)
 
 
 def test_mcmc_on_subclass_with_proper_priors():

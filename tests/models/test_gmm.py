@@ -243,7 +243,8 @@ def test_fit_on_device_and_dtype(device, dtype):
 def test_to_arviz_leaves_the_fit_untouched():
     x, *_ = planted(150)
     gmm = GMM(3, covariance_type="full", seed=0, progress=False).fit(x, engine="svi", num_steps=50, guide="normal")
-    guide, before = gmm._guide_cache, gmm.score_samples(x)
+    guide, before = gmm.variational_guide_, gmm.score_samples(x)
+    assert guide is not None
     gmm.to_arviz(num_samples=3)
-    assert gmm._guide_cache is guide
+    assert gmm.variational_guide_ is guide
     assert_close(gmm.score_samples(x), before, rtol=0, atol=0)
