@@ -88,6 +88,7 @@ def _explode():
     raise AssertionError("arbitrary code ran while loading")
 
 
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")
 def test_loading_never_unpickles_arbitrary_objects(fitted):
     _, _, path = fitted
     with open(path / "tensors.pt", "wb") as fh:
