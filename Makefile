@@ -19,6 +19,7 @@ demo: $(STAMP)
 	$(BIN)/ppmix demo --out out/demo
 
 test: $(STAMP)
+	$(BIN)/ruff check ppmix tests benchmarks
 	$(BIN)/python -m pytest -n 2 -q
 
 bench: $(STAMP)

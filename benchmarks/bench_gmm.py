@@ -38,7 +38,13 @@ import os
 import sys
 
 # Thread limits must be in the environment before numpy/torch load their pools.
-_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+_THREAD_VARS = (
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
 
 
 def _early_threads() -> None:
@@ -98,22 +104,55 @@ QUICK_SETTINGS = (
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--quick", action="store_true", help="tiny smoke run (small N, few iterations)")
-    p.add_argument("--out", type=Path, default=None, help=f"JSON output path (default {DEFAULT_OUT.relative_to(ROOT)}; "
-                   f"--quick writes {QUICK_OUT} instead, so a smoke run never overwrites the recorded results)")
-    p.add_argument("--threads", type=int, default=2, help="threads for torch, BLAS and OpenMP in every library (default 2)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help=f"JSON output path (default {DEFAULT_OUT.relative_to(ROOT)}; "
+        f"--quick writes {QUICK_OUT} instead, so a smoke run never overwrites the recorded results)",
+    )
+    p.add_argument(
+        "--threads", type=int, default=2, help="threads for torch, BLAS and OpenMP in every library (default 2)"
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the data and of every library's initialisation")
-    p.add_argument("--timed-iters", type=int, default=None, help="timed EM iterations per library (default 20; quick 2)")
-    p.add_argument("--warmup-iters", type=int, default=None, help="untimed warm-up iterations per library before the blocks (default 1; quick 0)")
-    p.add_argument("--passes", type=int, default=None, help="timed blocks per library, order rotated (default 4; quick 1)")
-    p.add_argument("--max-iter", type=int, default=None, help="max EM iterations of the convergence runs (default 500; quick 10)")
-    p.add_argument("--tol-rel", type=float, default=1e-6, help="convergence: relative change of the total log-likelihood (default 1e-6)")
+    p.add_argument(
+        "--timed-iters", type=int, default=None, help="timed EM iterations per library (default 20; quick 2)"
+    )
+    p.add_argument(
+        "--warmup-iters",
+        type=int,
+        default=None,
+        help="untimed warm-up iterations per library before the blocks (default 1; quick 0)",
+    )
+    p.add_argument(
+        "--passes", type=int, default=None, help="timed blocks per library, order rotated (default 4; quick 1)"
+    )
+    p.add_argument(
+        "--max-iter", type=int, default=None, help="max EM iterations of the convergence runs (default 500; quick 10)"
+    )
+    p.add_argument(
+        "--tol-rel",
+        type=float,
+        default=1e-6,
+        help="convergence: relative change of the total log-likelihood (default 1e-6)",
+    )
     p.add_argument("--settings", default="A,B", help="comma-separated subset of settings to run (default A,B)")
     p.add_argument("--no-pomegranate", action="store_true", help="skip pomegranate")
-    p.add_argument("--no-profile", action="store_true", help="skip the torch.profiler breakdown of ppmix's E/M steps (off in --quick)")
-    p.add_argument("--no-1thread-check", dest="one_thread_check", action="store_false",
-                   help="skip the second per-iteration timing at 1 thread (robust to a loaded machine; off in --quick)")
+    p.add_argument(
+        "--no-profile",
+        action="store_true",
+        help="skip the torch.profiler breakdown of ppmix's E/M steps (off in --quick)",
+    )
+    p.add_argument(
+        "--no-1thread-check",
+        dest="one_thread_check",
+        action="store_false",
+        help="skip the second per-iteration timing at 1 thread (robust to a loaded machine; off in --quick)",
+    )
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
     args.timed_iters = args.timed_iters or (2 if args.quick else 20)
@@ -200,8 +239,16 @@ class SklearnRunner(Runner):
     def _make(self, **kw: Any):
         from sklearn.mixture import GaussianMixture
 
-        opts = dict(n_components=self.s.k, covariance_type=self.s.covariance_type, reg_covar=1e-6, tol=self.tol,
-                    max_iter=self.max_iter, n_init=1, init_params="kmeans", random_state=self.seed)
+        opts = dict(
+            n_components=self.s.k,
+            covariance_type=self.s.covariance_type,
+            reg_covar=1e-6,
+            tol=self.tol,
+            max_iter=self.max_iter,
+            n_init=1,
+            init_params="kmeans",
+            random_state=self.seed,
+        )
         opts.update(kw)
         return GaussianMixture(**opts)
 
@@ -240,8 +287,13 @@ class SklearnRunner(Runner):
             gm.fit(self.x)
         wall = time.perf_counter() - t0
         self.gm_fit = gm
-        return {"n_iter": int(gm.n_iter_), "converged": bool(gm.converged_), "fit_wall_s": wall,
-                "own_mean_loglik": float(gm.score(self.x)), "params": (gm.weights_, gm.means_, gm.covariances_)}
+        return {
+            "n_iter": int(gm.n_iter_),
+            "converged": bool(gm.converged_),
+            "fit_wall_s": wall,
+            "own_mean_loglik": float(gm.score(self.x)),
+            "params": (gm.weights_, gm.means_, gm.covariances_),
+        }
 
 
 class PpmixRunner(Runner):
@@ -257,9 +309,18 @@ class PpmixRunner(Runner):
     def _make(self, **kw: Any):
         from ppmix import GMM
 
-        opts = dict(n_components=self.s.k, covariance_type=self.s.covariance_type, n_init=1, max_iter=self.max_iter,
-                    tol=self.tol, reg_covar=1e-6, init_params="kmeans", seed=self.seed, progress=False,
-                    dtype=self.torch_dtype)
+        opts = dict(
+            n_components=self.s.k,
+            covariance_type=self.s.covariance_type,
+            n_init=1,
+            max_iter=self.max_iter,
+            tol=self.tol,
+            reg_covar=1e-6,
+            init_params="kmeans",
+            seed=self.seed,
+            progress=False,
+            dtype=self.torch_dtype,
+        )
         opts.update(kw)
         return GMM(**opts)
 
@@ -283,8 +344,13 @@ class PpmixRunner(Runner):
         return self.gmm.weights_, comp.loc, cov
 
     def _summary(self, gmm, wall: float) -> dict[str, Any]:
-        return {"n_iter": int(gmm.n_iter_), "converged": bool(gmm.converged_), "fit_wall_s": wall,
-                "own_mean_loglik": float(gmm.score(self.x)), "params": (gmm.weights_, gmm.means_, gmm.covariances_)}
+        return {
+            "n_iter": int(gmm.n_iter_),
+            "converged": bool(gmm.converged_),
+            "fit_wall_s": wall,
+            "own_mean_loglik": float(gmm.score(self.x)),
+            "params": (gmm.weights_, gmm.means_, gmm.covariances_),
+        }
 
     def fit_default(self) -> dict[str, Any]:
         gmm = self._make()
@@ -322,7 +388,9 @@ def globals_from_moments(init: dict[str, np.ndarray], covariance_type: str) -> d
 class PomegranateRunner(Runner):
     library = "pomegranate"
 
-    def __init__(self, x: np.ndarray, s: Setting, tol_total: float, max_iter: int, seed: int, dtype: torch.dtype) -> None:
+    def __init__(
+        self, x: np.ndarray, s: Setting, tol_total: float, max_iter: int, seed: int, dtype: torch.dtype
+    ) -> None:
         self.dtype = str(dtype).replace("torch.", "")
         self.key = f"pomegranate-{self.dtype}"
         self.torch_dtype = dtype
@@ -346,8 +414,14 @@ class PomegranateRunner(Runner):
         from pomegranate.distributions import Normal
 
         dt = self.torch_dtype
-        dists = [Normal(means=torch.tensor(init["means"][j], dtype=dt), covs=torch.tensor(init["covariances"][j], dtype=dt),
-                        covariance_type=self.s.covariance_type) for j in range(self.s.k)]
+        dists = [
+            Normal(
+                means=torch.tensor(init["means"][j], dtype=dt),
+                covs=torch.tensor(init["covariances"][j], dtype=dt),
+                covariance_type=self.s.covariance_type,
+            )
+            for j in range(self.s.k)
+        ]
         self.model = self._model(dists, priors=torch.tensor(init["weights"], dtype=dt))
         self.model._reset_cache()  # rebuild the cached inverses in the new dtype
         for dist in self.model.distributions:
@@ -371,8 +445,13 @@ class PomegranateRunner(Runner):
         wall = time.perf_counter() - t0
         own = float(model.log_probability(self.x).double().mean())
         n_iter = model.n_mstep - 0  # M-steps after the k-means initialisation
-        return {"n_iter": n_iter, "converged": n_iter < self.max_iter, "fit_wall_s": wall,
-                "own_mean_loglik": own, "params": _pomegranate_params(model, self.s.covariance_type)}
+        return {
+            "n_iter": n_iter,
+            "converged": n_iter < self.max_iter,
+            "fit_wall_s": wall,
+            "own_mean_loglik": own,
+            "params": _pomegranate_params(model, self.s.covariance_type),
+        }
 
 
 def _pomegranate_params(model, covariance_type: str):
@@ -383,8 +462,9 @@ def _pomegranate_params(model, covariance_type: str):
 
 
 # ================================================================== measuring
-def time_iterations(runners: list[Runner], init: dict[str, np.ndarray], warmup: int, timed: int,
-                    passes: int = 4, gap_s: float = 0.3) -> dict[str, dict]:
+def time_iterations(
+    runners: list[Runner], init: dict[str, np.ndarray], warmup: int, timed: int, passes: int = 4, gap_s: float = 0.3
+) -> dict[str, dict]:
     """Seconds per E+M iteration, every library started from ``init``.
 
     The timed iterations are split into ``passes`` blocks per library; the order of the
@@ -403,7 +483,7 @@ def time_iterations(runners: list[Runner], init: dict[str, np.ndarray], warmup: 
     blocks = [timed // passes + (1 if i < timed % passes else 0) for i in range(passes)]
     samples: dict[str, dict[str, list[float]]] = {r.key: {"e": [], "m": [], "total": [], "cpu": []} for r in runners}
     for p, size in enumerate(blocks):
-        order = runners[p % len(runners):] + runners[: p % len(runners)]
+        order = runners[p % len(runners) :] + runners[: p % len(runners)]
         for r in order:
             time.sleep(gap_s)
             r.e()
@@ -426,16 +506,23 @@ def time_iterations(runners: list[Runner], init: dict[str, np.ndarray], warmup: 
         tot = samples[r.key]["total"]
         q = statistics.quantiles(tot, n=4, method="inclusive") if len(tot) > 1 else [tot[0]] * 3
         out[r.key] = {
-            "median_s": statistics.median(tot), "q25_s": q[0], "q75_s": q[2], "min_s": min(tot),
-            "e_median_s": statistics.median(samples[r.key]["e"]), "m_median_s": statistics.median(samples[r.key]["m"]),
+            "median_s": statistics.median(tot),
+            "q25_s": q[0],
+            "q75_s": q[2],
+            "min_s": min(tot),
+            "e_median_s": statistics.median(samples[r.key]["e"]),
+            "m_median_s": statistics.median(samples[r.key]["m"]),
             "cpu_median_s": statistics.median(samples[r.key]["cpu"]),
-            "n_timed": len(tot), "samples_s": [round(t, 6) for t in tot],
+            "n_timed": len(tot),
+            "samples_s": [round(t, 6) for t in tot],
             "objective_after": getattr(r, "objective", None),
         }
     return out
 
 
-def profile_ppmix(x: np.ndarray, s: Setting, init: dict[str, np.ndarray], dtype: torch.dtype, iters: int) -> dict[str, Any]:
+def profile_ppmix(
+    x: np.ndarray, s: Setting, init: dict[str, np.ndarray], dtype: torch.dtype, iters: int
+) -> dict[str, Any]:
     """torch.profiler breakdown (self CPU time by op) of ppmix's e_step and m_step."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -452,11 +539,23 @@ def profile_ppmix(x: np.ndarray, s: Setting, init: dict[str, np.ndarray], dtype:
     events = prof.key_averages()
     total = sum(e.self_cpu_time_total for e in events) or 1.0
     rows = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)
-    top = [{"op": e.key, "calls": int(e.count), "self_cpu_ms_per_iter": e.self_cpu_time_total / 1e3 / iters,
-            "share": e.self_cpu_time_total / total} for e in rows[:12]]
+    top = [
+        {
+            "op": e.key,
+            "calls": int(e.count),
+            "self_cpu_ms_per_iter": e.self_cpu_time_total / 1e3 / iters,
+            "share": e.self_cpu_time_total / total,
+        }
+        for e in rows[:12]
+    ]
     spans = {e.key: e.cpu_time_total / 1e3 / iters for e in events if e.key in ("ppmix.e_step", "ppmix.m_step")}
-    return {"dtype": str(dtype).replace("torch.", ""), "iters": iters, "threads": torch.get_num_threads(),
-            "top_self_cpu": top, "span_ms_per_iter": spans}
+    return {
+        "dtype": str(dtype).replace("torch.", ""),
+        "iters": iters,
+        "threads": torch.get_num_threads(),
+        "top_self_cpu": top,
+        "span_ms_per_iter": spans,
+    }
 
 
 def machine_load() -> dict[str, Any]:
@@ -492,12 +591,23 @@ def machine_info(threads: int) -> dict[str, Any]:
         ppmix_version = ppmix.__version__
     except Exception:  # noqa: BLE001
         ppmix_version = None
-    pools = [{k: p.get(k) for k in ("user_api", "internal_api", "num_threads", "version", "filepath")} for p in threadpool_info()]
+    pools = [
+        {k: p.get(k) for k in ("user_api", "internal_api", "num_threads", "version", "filepath")}
+        for p in threadpool_info()
+    ]
     return {
-        "cpu_model": cpu, "logical_cpus": os.cpu_count(), "platform": platform.platform(),
-        "python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__,
-        "sklearn": sklearn.__version__, "pomegranate": pg_version, "ppmix": ppmix_version,
-        "threads": threads, "torch_num_threads": torch.get_num_threads(), "threadpools": pools,
+        "cpu_model": cpu,
+        "logical_cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "sklearn": sklearn.__version__,
+        "pomegranate": pg_version,
+        "ppmix": ppmix_version,
+        "threads": threads,
+        "torch_num_threads": torch.get_num_threads(),
+        "threadpools": pools,
     }
 
 
@@ -512,25 +622,33 @@ def run_setting(s: Setting, args: argparse.Namespace) -> dict[str, Any]:
     tol_total = tol_mean * s.n
     sk = SklearnRunner(x, s, tol_mean, args.max_iter, args.seed)
     ours = [PpmixRunner(x, s, args.tol_rel, args.max_iter, args.seed, dt) for dt in (torch.float64, torch.float32)]
-    pg = [] if args.no_pomegranate else [PomegranateRunner(x, s, tol_total, args.max_iter, args.seed, dt)
-                                         for dt in (torch.float64, torch.float32)]
+    pg = (
+        []
+        if args.no_pomegranate
+        else [PomegranateRunner(x, s, tol_total, args.max_iter, args.seed, dt) for dt in (torch.float64, torch.float32)]
+    )
     runners: list[Runner] = [sk, *ours, *pg]
 
     logger.info("setting %s: scikit-learn initial parameters (shared starting point)", s.name)
     init, init_wall = sk.initial_parameters()
     init_ll = mean_loglik(x, init["weights"], init["means"], init["covariances"], s.covariance_type)
 
-    logger.info("setting %s: timing %d EM iterations per library in %d rotated blocks", s.name, args.timed_iters, args.passes)
+    logger.info(
+        "setting %s: timing %d EM iterations per library in %d rotated blocks", s.name, args.timed_iters, args.passes
+    )
     load = {"before_timing": machine_load()}
-    timing = time_iterations(runners, init, args.warmup_iters, args.timed_iters, passes=args.passes,
-                             gap_s=0.05 if args.quick else 0.3)
+    timing = time_iterations(
+        runners, init, args.warmup_iters, args.timed_iters, passes=args.passes, gap_s=0.05 if args.quick else 0.3
+    )
     load["after_timing"] = machine_load()
     logger.info("setting %s: machine load %s", s.name, load)
     results: dict[str, dict[str, Any]] = {}
     for r in runners:
         results[r.key] = {"library": r.library, "dtype": r.dtype, "per_iteration": timing[r.key]}
         # Evaluate the parameters after the timed iterations with the common evaluator (sanity: same EM path).
-        results[r.key]["per_iteration"]["mean_loglik_after"] = mean_loglik(x, *(_np(p) for p in r.params()), s.covariance_type)
+        results[r.key]["per_iteration"]["mean_loglik_after"] = mean_loglik(
+            x, *(_np(p) for p in r.params()), s.covariance_type
+        )
     if args.one_thread_check and args.threads != 1:
         n1 = max(5, args.timed_iters * 2 // 3)
         logger.info("setting %s: timing again at 1 thread (%d iterations; wall ~ CPU time, robust to load)", s.name, n1)
@@ -549,8 +667,15 @@ def run_setting(s: Setting, args: argparse.Namespace) -> dict[str, Any]:
         params = fit.pop("params")
         fit["mean_loglik"] = mean_loglik(x, *(_np(p) for p in params), s.covariance_type)
         results[key][label] = fit
-        logger.info("  %-18s %-12s n_iter=%-4d converged=%-5s wall=%7.2fs mean loglik=%.6f", key, label, fit["n_iter"],
-                    fit["converged"], fit["fit_wall_s"], fit["mean_loglik"])
+        logger.info(
+            "  %-18s %-12s n_iter=%-4d converged=%-5s wall=%7.2fs mean loglik=%.6f",
+            key,
+            label,
+            fit["n_iter"],
+            fit["converged"],
+            fit["fit_wall_s"],
+            fit["mean_loglik"],
+        )
 
     logger.info("setting %s: convergence runs (public fit, own default initialisation)", s.name)
     for r in runners:
@@ -572,24 +697,37 @@ def run_setting(s: Setting, args: argparse.Namespace) -> dict[str, Any]:
                 res[label]["dloglik_vs_sklearn"] = res[label]["mean_loglik"] - sk_ll
 
     out = {
-        "name": s.name, "n": s.n, "d": s.d, "k": s.k, "covariance_type": s.covariance_type,
-        "true_mean_loglik": true_ll, "init_mean_loglik": init_ll, "sklearn_init_wall_s": init_wall,
-        "tol_rel": args.tol_rel, "tol_sklearn_mean": tol_mean, "tol_pomegranate_total": tol_total,
-        "results": results, "machine_load": load,
+        "name": s.name,
+        "n": s.n,
+        "d": s.d,
+        "k": s.k,
+        "covariance_type": s.covariance_type,
+        "true_mean_loglik": true_ll,
+        "init_mean_loglik": init_ll,
+        "sklearn_init_wall_s": init_wall,
+        "tol_rel": args.tol_rel,
+        "tol_sklearn_mean": tol_mean,
+        "tol_pomegranate_total": tol_total,
+        "results": results,
+        "machine_load": load,
     }
     if not args.no_profile:
         logger.info("setting %s: profiling ppmix e_step/m_step", s.name)
         # At 1 thread: per-op times are then close to CPU time, not scheduler noise from a loaded machine.
         torch.set_num_threads(1)
         with threadpool_limits(limits=1):
-            out["profile_ppmix"] = [profile_ppmix(x, s, init, dt, 2 if args.quick else 5) for dt in (torch.float64, torch.float32)]
+            out["profile_ppmix"] = [
+                profile_ppmix(x, s, init, dt, 2 if args.quick else 5) for dt in (torch.float64, torch.float32)
+            ]
         torch.set_num_threads(args.threads)
     return out
 
 
 def format_table(settings: list[dict[str, Any]]) -> str:
-    head = (f"{'set':<3} {'library':<12} {'dtype':<7} {'s/iter':>8} {'IQR':>15} {'min':>7} {'E s':>7} {'M s':>7} {'ours/skl':>8} "
-            f"{'n_iter':>6} {'conv':>5} {'fit s':>7} {'mean LL':>11} {'dLL/pt':>10} {'n_iter*':>7} {'dLL*/pt':>10}")
+    head = (
+        f"{'set':<3} {'library':<12} {'dtype':<7} {'s/iter':>8} {'IQR':>15} {'min':>7} {'E s':>7} {'M s':>7} {'ours/skl':>8} "
+        f"{'n_iter':>6} {'conv':>5} {'fit s':>7} {'mean LL':>11} {'dLL/pt':>10} {'n_iter*':>7} {'dLL*/pt':>10}"
+    )
     lines = [head, "-" * len(head)]
     for st in settings:
         for key, r in st["results"].items():
@@ -603,19 +741,28 @@ def format_table(settings: list[dict[str, Any]]) -> str:
                 f"{f['dloglik_vs_sklearn']:+10.2e} "
                 + (f"{same['n_iter']:7d} {same['dloglik_vs_sklearn']:+10.2e}" if same else f"{'':>7} {'':>10}")
             )
-    lines.append("s/iter: median seconds per E+M iteration from sklearn's initial parameters; ours/skl: ratio of medians.")
-    lines.append("n_iter/fit s/mean LL: public fit from each library's own default init; dLL/pt: mean LL minus sklearn's.")
+    lines.append(
+        "s/iter: median seconds per E+M iteration from sklearn's initial parameters; ours/skl: ratio of medians."
+    )
+    lines.append(
+        "n_iter/fit s/mean LL: public fit from each library's own default init; dLL/pt: mean LL minus sklearn's."
+    )
     lines.append("n_iter*/dLL*: ppmix fit started from sklearn's initial parameters (same EM path).")
     if any("per_iteration_1thread" in r for st in settings for r in st["results"].values()):
-        lines += ["", "Cross-check at 1 thread (wall ~ CPU time; less sensitive to other load on the machine):",
-                  f"{'set':<3} {'library':<12} {'dtype':<7} {'s/iter':>8} {'cpu s':>8} {'E s':>7} {'M s':>7} {'ours/skl':>8} {'cpu ratio':>9}"]
+        lines += [
+            "",
+            "Cross-check at 1 thread (wall ~ CPU time; less sensitive to other load on the machine):",
+            f"{'set':<3} {'library':<12} {'dtype':<7} {'s/iter':>8} {'cpu s':>8} {'E s':>7} {'M s':>7} {'ours/skl':>8} {'cpu ratio':>9}",
+        ]
         for st in settings:
             for r in st["results"].values():
                 p = r.get("per_iteration_1thread")
                 if p:
-                    lines.append(f"{st['name']:<3} {r['library']:<12} {r['dtype']:<7} {p['median_s']:8.4f} {p['cpu_median_s']:8.4f} "
-                                 f"{p['e_median_s']:7.4f} {p['m_median_s']:7.4f} {r['ratio_vs_sklearn_1thread']:8.2f} "
-                                 f"{r['ratio_vs_sklearn_1thread_cpu']:9.2f}")
+                    lines.append(
+                        f"{st['name']:<3} {r['library']:<12} {r['dtype']:<7} {p['median_s']:8.4f} {p['cpu_median_s']:8.4f} "
+                        f"{p['e_median_s']:7.4f} {p['m_median_s']:7.4f} {r['ratio_vs_sklearn_1thread']:8.2f} "
+                        f"{r['ratio_vs_sklearn_1thread_cpu']:9.2f}"
+                    )
     return "\n".join(lines)
 
 
@@ -630,20 +777,35 @@ def main(argv: list[str] | None = None) -> int:
     load_start = machine_load()
     with threadpool_limits(limits=args.threads):
         info = machine_info(args.threads)
-        logger.info("threads=%d  torch=%s sklearn=%s pomegranate=%s  cpu=%s  load average %s", args.threads, info["torch"],
-                    info["sklearn"], info["pomegranate"], info["cpu_model"], load_start)
+        logger.info(
+            "threads=%d  torch=%s sklearn=%s pomegranate=%s  cpu=%s  load average %s",
+            args.threads,
+            info["torch"],
+            info["sklearn"],
+            info["pomegranate"],
+            info["cpu_model"],
+            load_start,
+        )
         results = [run_setting(s, args) for s in settings]
     report = {
         "benchmark": "gmm_em",
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "quick": args.quick,
-        "config": {"seed": args.seed, "threads": args.threads, "timed_iters": args.timed_iters,
-                   "warmup_iters": args.warmup_iters, "max_iter": args.max_iter, "tol_rel": args.tol_rel,
-                   "reg_covar": 1e-6, "n_init": 1},
+        "config": {
+            "seed": args.seed,
+            "threads": args.threads,
+            "timed_iters": args.timed_iters,
+            "warmup_iters": args.warmup_iters,
+            "max_iter": args.max_iter,
+            "tol_rel": args.tol_rel,
+            "reg_covar": 1e-6,
+            "n_init": 1,
+        },
         "machine": info,
         "settings": results,
-        "load_start": load_start, "load_end": machine_load(),
+        "load_start": load_start,
+        "load_end": machine_load(),
         "total_wall_s": time.perf_counter() - t_start,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -654,8 +816,10 @@ def main(argv: list[str] | None = None) -> int:
         for st in results:
             for prof in st.get("profile_ppmix", []):
                 spans = ", ".join(f"{k} {v:.1f} ms" for k, v in prof["span_ms_per_iter"].items())
-                print(f"\nppmix profile ({prof['threads']} thread), setting {st['name']}, {prof['dtype']} ({spans}); "
-                      "top ops by self CPU per iteration:")
+                print(
+                    f"\nppmix profile ({prof['threads']} thread), setting {st['name']}, {prof['dtype']} ({spans}); "
+                    "top ops by self CPU per iteration:"
+                )
                 for row in prof["top_self_cpu"][:6]:
                     print(f"  {row['op']:<36} {row['self_cpu_ms_per_iter']:8.2f} ms  {100 * row['share']:5.1f}%")
     print(f"\nwrote {args.out}  ({report['total_wall_s']:.1f} s)")

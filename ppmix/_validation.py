@@ -7,9 +7,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = [
-    "NotFittedError",
-    "check_matrix", "check_n_components", "check_positive_int", "resolve_device", "to_output"]
+__all__ = ["NotFittedError", "check_matrix", "check_n_components", "check_positive_int", "resolve_device", "to_output"]
 
 
 class NotFittedError(ValueError, AttributeError):

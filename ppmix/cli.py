@@ -112,7 +112,14 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     for engine, options in (("em", {}), ("svi", {"num_steps": args.svi_steps})):
         model = GMM(4, seed=args.seed, progress=False).fit(frame, engine=engine, **options)
         summary = _write_fit_outputs(model, frame, out / engine)
-        rows.append((engine, summary["mean_log_likelihood"], adjusted_rand_index(data.labels, model.predict(frame)), model.n_iter_))
+        rows.append(
+            (
+                engine,
+                summary["mean_log_likelihood"],
+                adjusted_rand_index(data.labels, model.predict(frame)),
+                model.n_iter_,
+            )
+        )
     planted = DiagGaussian(torch.as_tensor(data.means), torch.as_tensor(data.scales))
     planted_ll = torch.logsumexp(planted.log_prob(torch.as_tensor(data.X)) + torch.as_tensor(data.weights).log(), 1)
     print(f"GMM demo on {args.n} points from a planted 4-component mixture (outputs in {out}):")
@@ -130,7 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     fit = sub.add_parser("fit", help="fit a model to a CSV file")
     fit_sub = fit.add_subparsers(dest="model", required=True)
-    gmm = fit_sub.add_parser("gmm", help="Gaussian mixture model", description="Fit a GMM to the numeric columns of a CSV file.")
+    gmm = fit_sub.add_parser(
+        "gmm", help="Gaussian mixture model", description="Fit a GMM to the numeric columns of a CSV file."
+    )
     gmm.add_argument("data", help="CSV file with a header row; all columns numeric")
     gmm.add_argument("--k", type=int, required=True, help="number of components")
     gmm.add_argument("--covariance", choices=["diag", "full"], default="diag")

@@ -114,7 +114,9 @@ def load_model(
             f"(ppmix {config.get('ppmix_version')}); this ppmix reads version {FORMAT_VERSION} only"
         )
     if _sha256(tensor_path) != config.get("tensors_sha256"):
-        raise ValueError(f"{tensor_path} does not match the checksum in {CONFIG_FILE}: the file is corrupt or was modified")
+        raise ValueError(
+            f"{tensor_path} does not match the checksum in {CONFIG_FILE}: the file is corrupt or was modified"
+        )
     cls = MixtureModel.lookup_class(str(config.get("class", "")))
     if cls is None:
         raise ValueError(f"unknown model class {config.get('class')!r} in {config_path}; import its module first")

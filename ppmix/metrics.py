@@ -107,10 +107,7 @@ def _check_finite(arr: np.ndarray, name: str) -> None:
 
 def _check_same_length(a: np.ndarray, b: np.ndarray, name_a: str, name_b: str) -> None:
     if a.shape[0] != b.shape[0]:
-        raise ValueError(
-            f"{name_a} and {name_b} have different lengths "
-            f"({a.shape[0]} != {b.shape[0]})"
-        )
+        raise ValueError(f"{name_a} and {name_b} have different lengths ({a.shape[0]} != {b.shape[0]})")
 
 
 def _integer_labels(y: np.ndarray, n_classes: int, name: str) -> np.ndarray:
@@ -120,8 +117,7 @@ def _integer_labels(y: np.ndarray, n_classes: int, name: str) -> np.ndarray:
     yi = y.astype(np.int64)
     if yi.min() < 0 or yi.max() >= n_classes:
         raise ValueError(
-            f"{name} must contain labels in {{0, ..., {n_classes - 1}}}, "
-            f"got values in [{yi.min()}, {yi.max()}]"
+            f"{name} must contain labels in {{0, ..., {n_classes - 1}}}, got values in [{yi.min()}, {yi.max()}]"
         )
     return yi
 
@@ -134,8 +130,7 @@ def _check_prob_rows(p: np.ndarray, name: str) -> None:
         if np.any(np.abs(sums - 1.0) > _ROW_SUM_TOL):
             worst = float(np.max(np.abs(sums - 1.0)))
             raise ValueError(
-                f"rows of {name} must sum to 1 (tolerance {_ROW_SUM_TOL:g}); "
-                f"largest deviation is {worst:.3g}"
+                f"rows of {name} must sum to 1 (tolerance {_ROW_SUM_TOL:g}); largest deviation is {worst:.3g}"
             )
 
 
@@ -291,10 +286,7 @@ def auroc(y_true: Any, y_score: Any) -> float:
         if classes.size < 2:
             raise ValueError("y_true contains only one class; AUROC is undefined")
         if classes.size > 2:
-            raise ValueError(
-                f"y_true has {classes.size} classes but y_score is binary "
-                f"(shape {s.shape})"
-            )
+            raise ValueError(f"y_true has {classes.size} classes but y_score is binary (shape {s.shape})")
         pos_score = s if s.ndim == 1 else s[:, 1]
         return float(roc_auc_score(y, pos_score))
 
@@ -305,16 +297,9 @@ def auroc(y_true: Any, y_score: Any) -> float:
         raise ValueError("y_true contains only one class; AUROC is undefined")
     if present.size < n_classes:
         missing = sorted(set(range(n_classes)) - set(present.tolist()))
-        raise ValueError(
-            f"y_true is missing classes {missing}; one-vs-rest AUROC is "
-            "undefined for them"
-        )
+        raise ValueError(f"y_true is missing classes {missing}; one-vs-rest AUROC is undefined for them")
     _check_prob_rows(s, "y_score")
-    return float(
-        roc_auc_score(
-            yi, s, multi_class="ovr", average="macro", labels=np.arange(n_classes)
-        )
-    )
+    return float(roc_auc_score(yi, s, multi_class="ovr", average="macro", labels=np.arange(n_classes)))
 
 
 # --------------------------------------------------------------------------

@@ -25,7 +25,9 @@ def test_fit_gmm_writes_model_summary_and_plot(tmp_path):
     x = np.concatenate([rng.normal(-4, 1, (100, 2)), rng.normal(4, 1, (100, 2))])
     pd.DataFrame(x, columns=["a", "b"]).to_csv(tmp_path / "data.csv", index=False)
     out = tmp_path / "out"
-    result = run("fit", "gmm", str(tmp_path / "data.csv"), "--k", "2", "--covariance", "full", "--out", str(out), "--quiet")
+    result = run(
+        "fit", "gmm", str(tmp_path / "data.csv"), "--k", "2", "--covariance", "full", "--out", str(out), "--quiet"
+    )
     assert "fitted GMM(k=2, full)" in result.stdout
     summary = json.loads((out / "summary.json").read_text())
     assert summary["feature_names"] == ["a", "b"] and summary["n_samples"] == 200

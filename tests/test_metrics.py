@@ -341,9 +341,7 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize(
-    "func,args,match", BAD, ids=[f"{i}-{b[0].__name__}" for i, b in enumerate(BAD)]
-)
+@pytest.mark.parametrize("func,args,match", BAD, ids=[f"{i}-{b[0].__name__}" for i, b in enumerate(BAD)])
 def test_bad_input_raises(func, args, match):
     with pytest.raises(ValueError, match=match):
         func(*args)

@@ -68,9 +68,7 @@ class ComponentFamily:
             current = getattr(self, name)
             value = torch.as_tensor(state[name])
             if value.shape != current.shape:
-                raise ValueError(
-                    f"state[{name!r}] has shape {tuple(value.shape)}, expected {tuple(current.shape)}"
-                )
+                raise ValueError(f"state[{name!r}] has shape {tuple(value.shape)}, expected {tuple(current.shape)}")
             setattr(self, name, value.to(device=current.device, dtype=current.dtype).clone())
         return self
 

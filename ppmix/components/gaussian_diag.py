@@ -98,9 +98,7 @@ class DiagGaussian(ComponentFamily):
 
     def sample(self, index: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         """One draw from component ``index[i]`` for every ``i``; shape ``index.shape + (D,)``."""
-        noise = torch.randn(
-            (*index.shape, self.n_features), generator=generator, dtype=self.dtype, device=self.device
-        )
+        noise = torch.randn((*index.shape, self.n_features), generator=generator, dtype=self.dtype, device=self.device)
         return self.loc[index] + self.scale[index] * noise
 
     def kl(self, other: "DiagGaussian") -> torch.Tensor:

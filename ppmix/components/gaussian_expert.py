@@ -99,9 +99,7 @@ class GaussianExpert(LinearFamily):
         scale = self.scale if index is None else self.scale[index]
         return dist.Normal(self._indexed_predictor(index, x), scale)
 
-    def sample(
-        self, index: torch.Tensor, x: torch.Tensor, generator: torch.Generator | None = None
-    ) -> torch.Tensor:
+    def sample(self, index: torch.Tensor, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         """Responses ``y_n`` drawn from expert ``index[n]`` at covariates ``x[n]``."""
         mean = self._indexed_predictor(index, self._covariates(x))
         noise = torch.randn(mean.shape, generator=generator, dtype=self.dtype, device=self.device)

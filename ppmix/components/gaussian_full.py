@@ -127,9 +127,10 @@ class FullGaussian(ComponentFamily):
             second[:, cols, rows] = sums[:, d:]
         else:
             mean_c = (weights.T @ data.centred) / counts[:, None]
-            second = torch.stack(
-                [(weights[:, j, None] * data.centred).T @ data.centred for j in range(k)]
-            ) / counts[:, None, None]
+            second = (
+                torch.stack([(weights[:, j, None] * data.centred).T @ data.centred for j in range(k)])
+                / counts[:, None, None]
+            )
         # weighted second moments about the data mean, minus the outer product of the means
         covs = second - mean_c[:, :, None] * mean_c[:, None, :]
         covs.diagonal(dim1=-2, dim2=-1).add_(self.reg_covar)
@@ -141,8 +142,7 @@ class FullGaussian(ComponentFamily):
         if singular.any():
             bad = torch.nonzero(singular).flatten().tolist()
             raise ValueError(
-                f"covariance of component(s) {bad} is not positive definite; "
-                "increase reg_covar or reduce n_components"
+                f"covariance of component(s) {bad} is not positive definite; increase reg_covar or reduce n_components"
             )
         self.loc, self.scale_tril = mean_c + data.shift, tril
         return self
@@ -155,9 +155,7 @@ class FullGaussian(ComponentFamily):
 
     def sample(self, index: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         """One draw from component ``index[i]`` for every ``i``; shape ``index.shape + (D,)``."""
-        noise = torch.randn(
-            (*index.shape, self.n_features), generator=generator, dtype=self.dtype, device=self.device
-        )
+        noise = torch.randn((*index.shape, self.n_features), generator=generator, dtype=self.dtype, device=self.device)
         return self.loc[index] + (self.scale_tril[index] @ noise.unsqueeze(-1)).squeeze(-1)
 
     def kl(self, other: "FullGaussian") -> torch.Tensor:

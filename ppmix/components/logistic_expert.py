@@ -99,9 +99,7 @@ class LogisticExpert(LinearFamily):
             raise ValueError("x (the covariates) is required for an expert's distribution")
         return dist.Bernoulli(logits=self._indexed_predictor(index, x))
 
-    def sample(
-        self, index: torch.Tensor, x: torch.Tensor, generator: torch.Generator | None = None
-    ) -> torch.Tensor:
+    def sample(self, index: torch.Tensor, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         """Binary responses drawn from expert ``index[n]`` at covariates ``x[n]``."""
         p = torch.sigmoid(self._indexed_predictor(index, self._covariates(x)))
         return (torch.rand(p.shape, generator=generator, dtype=self.dtype, device=self.device) < p).to(self.dtype)
@@ -110,6 +108,4 @@ class LogisticExpert(LinearFamily):
         """``KL(Bern(p_k(x_n)) || Bern(q_l(x_n)))`` for every point and pair, shape ``(N, K, K')``."""
         eta_p, eta_q = self.linear_predictor(x)[:, :, None], other.linear_predictor(x)[:, None, :]
         p = torch.sigmoid(eta_p)
-        return p * (F.logsigmoid(eta_p) - F.logsigmoid(eta_q)) + (1 - p) * (
-            F.logsigmoid(-eta_p) - F.logsigmoid(-eta_q)
-        )
+        return p * (F.logsigmoid(eta_p) - F.logsigmoid(eta_q)) + (1 - p) * (F.logsigmoid(-eta_p) - F.logsigmoid(-eta_q))

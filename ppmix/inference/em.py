@@ -86,15 +86,16 @@ def run_em(
     model.set_globals(best[1])
     if not best[2].converged:
         warnings.warn(
-            f"EM did not converge in max_iter={max_iter} iterations (tol={tol}); "
-            "increase max_iter or tol",
+            f"EM did not converge in max_iter={max_iter} iterations (tol={tol}); increase max_iter or tol",
             ConvergenceWarning,
             stacklevel=3,
         )
     return best[2]
 
 
-def _single_run(model: "MixtureModel", data: Any, n_obs: int, max_iter: int, tol: float, show: bool, restart: int) -> FitResult:
+def _single_run(
+    model: "MixtureModel", data: Any, n_obs: int, max_iter: int, tol: float, show: bool, restart: int
+) -> FitResult:
     stats, objective = model.e_step(data)
     previous = _finite(objective, 0)
     history = [previous / n_obs]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-import torch
 from pyro.infer import MCMC, NUTS
 from pyro.infer.autoguide import init_to_median, init_to_value
 
@@ -77,5 +76,7 @@ def run_mcmc(
     model.mcmc_samples_ = samples
     model.set_globals({k: v.mean(dim=(0, 1)) for k, v in samples.items()})
     diagnostics = mcmc.diagnostics()
-    logger.info("NUTS finished: %d chains x %d draws; divergences %s", num_chains, num_samples, diagnostics.get("divergences"))
+    logger.info(
+        "NUTS finished: %d chains x %d draws; divergences %s", num_chains, num_samples, diagnostics.get("divergences")
+    )
     return FitResult(history=[], n_iter=num_samples, converged=True)

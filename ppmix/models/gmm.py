@@ -131,7 +131,9 @@ class GMM(MixtureModel):
             if self.covariance_type == "full":
                 corr = pyro.sample("corr_cholesky", self._prior("corr_cholesky", k, d, opts))
         family = (
-            DiagGaussian(locs, scales) if self.covariance_type == "diag" else FullGaussian(locs, scales[..., None] * corr)
+            DiagGaussian(locs, scales)
+            if self.covariance_type == "diag"
+            else FullGaussian(locs, scales[..., None] * corr)
         )
         with self.data_plate(x.shape[0]) as idx:
             z = pyro.sample("z", dist.Categorical(weights), infer={"enumerate": "parallel"})

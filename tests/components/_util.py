@@ -86,3 +86,17 @@ def mc_check(kl: np.ndarray, samples_log_ratio_mean: np.ndarray, samples_log_rat
         f"closed-form KL differs from Monte-Carlo estimate:\nkl=\n{kl}\nmc=\n{samples_log_ratio_mean}\n"
         f"|diff|/se=\n{err / np.maximum(samples_log_ratio_se, 1e-300)}"
     )
+
+
+def assert_kl_matches_monte_carlo(p, q, n_draws: int = 200_000, seed: int = 7) -> None:
+    """Closed-form pairwise ``p.kl(q)`` against ``E_p[log p - log q]`` from ``n_draws`` samples per component."""
+    kl = p.kl(q)
+    k, k2 = p.n_components, q.n_components
+    assert kl.shape == (k, k2)
+    gen = torch.Generator(device=p.device).manual_seed(seed)
+    means, ses = np.zeros((k, k2)), np.zeros((k, k2))
+    for j in range(k):
+        draws = p.sample(torch.full((n_draws,), j, dtype=torch.long, device=p.device), generator=gen)
+        ratio = n(p.log_prob(draws)[:, j : j + 1] - q.log_prob(draws))
+        means[j], ses[j] = ratio.mean(0), ratio.std(0) / np.sqrt(n_draws)
+    mc_check(n(kl), means, ses)

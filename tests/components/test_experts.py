@@ -151,9 +151,7 @@ def scipy_logistic_fit(x, y, w, ridge):
 
     def f(theta):
         eta = a @ theta
-        value = np.sum(w * (y * np.logaddexp(0, -eta) + (1 - y) * np.logaddexp(0, eta))) + 0.5 * np.sum(
-            pen * theta**2
-        )
+        value = np.sum(w * (y * np.logaddexp(0, -eta) + (1 - y) * np.logaddexp(0, eta))) + 0.5 * np.sum(pen * theta**2)
         grad = a.T @ (w * (sp.expit(eta) - y)) + pen * theta
         return value, grad
 

@@ -11,9 +11,9 @@ from ppmix.components import DiagGaussian
 from tests.common import assert_close
 from tests.components._util import (
     TOL,
+    assert_kl_matches_monte_carlo,
     fractional_weights,
     group_labels,
-    mc_check,
     n,
     one_hot,
     parametrize_d,
@@ -97,16 +97,7 @@ def test_fit_fractional_weights_equals_weighted_moments(k, d, dtype, device):
 def test_kl_matches_monte_carlo(k, d, device):
     p = make(k, d, device=device, seed=5)
     q = make(2, d, device=device, seed=6)
-    kl = p.kl(q)
-    assert kl.shape == (k, 2)
-    n_draws = 200_000
-    gen = torch.Generator(device=device).manual_seed(7)
-    means, ses = np.zeros((k, 2)), np.zeros((k, 2))
-    for j in range(k):
-        xs = p.sample(torch.full((n_draws,), j, dtype=torch.long, device=device), generator=gen)
-        ratio = n(p.log_prob(xs)[:, j : j + 1] - q.log_prob(xs))
-        means[j], ses[j] = ratio.mean(0), ratio.std(0) / np.sqrt(n_draws)
-    mc_check(n(kl), means, ses)
+    assert_kl_matches_monte_carlo(p, q)
 
 
 @parametrize_device

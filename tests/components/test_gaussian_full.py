@@ -11,9 +11,9 @@ from ppmix.components import FullGaussian
 from tests.common import assert_close
 from tests.components._util import (
     TOL,
+    assert_kl_matches_monte_carlo,
     fractional_weights,
     group_labels,
-    mc_check,
     n,
     one_hot,
     parametrize_d,
@@ -57,9 +57,7 @@ def test_log_prob_matches_scipy_multivariate_normal(k, d, dtype, device):
     lp = comp.log_prob(t(x, dtype, device))
     assert lp.shape == (40, k) and lp.dtype == dtype
     loc, cov = n(comp.loc), covariances(comp)
-    expected = np.stack(
-        [np.atleast_1d(st.multivariate_normal(loc[j], cov[j]).logpdf(x)) for j in range(k)], axis=1
-    )
+    expected = np.stack([np.atleast_1d(st.multivariate_normal(loc[j], cov[j]).logpdf(x)) for j in range(k)], axis=1)
     assert_close(lp, expected, **TOL[dtype])
 
 
@@ -73,9 +71,9 @@ def test_log_prob_matches_torch_multivariate_normal(k, d, dtype, device):
     expected = np.stack(
         [
             n(
-                torch.distributions.MultivariateNormal(
-                    t(n(comp.loc[j])), scale_tril=t(n(comp.scale_tril[j]))
-                ).log_prob(t(rounded(x, dtype)))
+                torch.distributions.MultivariateNormal(t(n(comp.loc[j])), scale_tril=t(n(comp.scale_tril[j]))).log_prob(
+                    t(rounded(x, dtype))
+                )
             )
             for j in range(k)
         ],
@@ -149,16 +147,7 @@ def test_fit_zero_variance_feature_needs_reg_covar(k, dtype, device, constant):
 def test_kl_matches_monte_carlo(k, d, device):
     p = make(k, d, device=device, seed=5)
     q = make(2, d, device=device, seed=6)
-    kl = p.kl(q)
-    assert kl.shape == (k, 2)
-    n_draws = 200_000
-    gen = torch.Generator(device=device).manual_seed(7)
-    means, ses = np.zeros((k, 2)), np.zeros((k, 2))
-    for j in range(k):
-        xs = p.sample(torch.full((n_draws,), j, dtype=torch.long, device=device), generator=gen)
-        ratio = n(p.log_prob(xs)[:, j : j + 1] - q.log_prob(xs))
-        means[j], ses[j] = ratio.mean(0), ratio.std(0) / np.sqrt(n_draws)
-    mc_check(n(kl), means, ses)
+    assert_kl_matches_monte_carlo(p, q)
 
 
 @parametrize_device

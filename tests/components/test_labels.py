@@ -11,9 +11,9 @@ from ppmix.components import BernoulliLabel, CategoricalLabel
 from tests.common import assert_close
 from tests.components._util import (
     TOL,
+    assert_kl_matches_monte_carlo,
     fractional_weights,
     group_labels,
-    mc_check,
     n,
     one_hot,
     parametrize_device,
@@ -103,16 +103,7 @@ def test_bernoulli_fit_fractional_weights(k, dtype, device, soft):
 @parametrize_k
 def test_bernoulli_kl_matches_monte_carlo(k, device):
     p, q = make_bernoulli(k, device=device, seed=5), make_bernoulli(2, device=device, seed=6)
-    kl = p.kl(q)
-    assert kl.shape == (k, 2)
-    m = 200_000
-    gen = torch.Generator(device=device).manual_seed(7)
-    means, ses = np.zeros((k, 2)), np.zeros((k, 2))
-    for j in range(k):
-        ys = p.sample(torch.full((m,), j, dtype=torch.long, device=device), generator=gen)
-        ratio = n(p.log_prob(ys)[:, j : j + 1] - q.log_prob(ys))
-        means[j], ses[j] = ratio.mean(0), ratio.std(0) / np.sqrt(m)
-    mc_check(n(kl), means, ses)
+    assert_kl_matches_monte_carlo(p, q)
 
 
 @parametrize_device
@@ -182,9 +173,7 @@ def test_categorical_fit_one_hot_equals_group_frequency(k, c, dtype, device):
     # every class in every group so the eps floor does not bite
     head = np.arange(k * c)
     z[head], y[head] = head // c, head % c
-    lab = make_categorical(k, c, dtype, device).fit(
-        torch.as_tensor(y, device=device), t(one_hot(z, k), dtype, device)
-    )
+    lab = make_categorical(k, c, dtype, device).fit(torch.as_tensor(y, device=device), t(one_hot(z, k), dtype, device))
     freq = np.stack([np.bincount(y[z == j], minlength=c) / np.sum(z == j) for j in range(k)])
     assert_close(lab.probs, freq, **TOL[dtype])
 
@@ -208,16 +197,7 @@ def test_categorical_fit_fractional_weights_soft_labels(k, c, dtype, device):
 @C_PARAMS
 def test_categorical_kl_matches_monte_carlo(k, c, device):
     p, q = make_categorical(k, c, device=device, seed=5), make_categorical(2, c, device=device, seed=6)
-    kl = p.kl(q)
-    assert kl.shape == (k, 2)
-    m = 200_000
-    gen = torch.Generator(device=device).manual_seed(7)
-    means, ses = np.zeros((k, 2)), np.zeros((k, 2))
-    for j in range(k):
-        ys = p.sample(torch.full((m,), j, dtype=torch.long, device=device), generator=gen)
-        ratio = n(p.log_prob(ys)[:, j : j + 1] - q.log_prob(ys))
-        means[j], ses[j] = ratio.mean(0), ratio.std(0) / np.sqrt(m)
-    mc_check(n(kl), means, ses)
+    assert_kl_matches_monte_carlo(p, q)
 
 
 @parametrize_device

@@ -27,7 +27,9 @@ def _family(name: str, seed: int, device: str):
     r = rng(seed)
     x = t(r.normal(size=(N, D)), device=device)
     if name == "DiagGaussian":
-        return DiagGaussian(t(r.normal(size=(K, D)), device=device), t(r.uniform(0.5, 2, size=(K, D)), device=device)), x
+        return DiagGaussian(
+            t(r.normal(size=(K, D)), device=device), t(r.uniform(0.5, 2, size=(K, D)), device=device)
+        ), x
     if name == "FullGaussian":
         return FullGaussian(t(r.normal(size=(K, D)), device=device), t(random_scale_tril(r, K, D), device=device)), x
     if name == "BernoulliLabel":

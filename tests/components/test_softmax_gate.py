@@ -73,7 +73,11 @@ def scipy_gate_fit(x, targets, ridge):
         return value, grad[:-1].ravel()
 
     res = opt.minimize(
-        f, np.zeros((k - 1) * (p + 1)), jac=True, method="L-BFGS-B", options={"gtol": 1e-10, "ftol": 0.0, "maxiter": 10_000}
+        f,
+        np.zeros((k - 1) * (p + 1)),
+        jac=True,
+        method="L-BFGS-B",
+        options={"gtol": 1e-10, "ftol": 0.0, "maxiter": 10_000},
     )
     assert np.abs(res.jac).max() < 1e-5 * (1 + np.abs(res.fun)), res
     return full(res.x)

@@ -72,7 +72,9 @@ def test_non_finite_objective_is_an_error():
         run_em(model, None, max_iter=3)
 
 
-@pytest.mark.parametrize("kwargs, match", [({"n_init": 0}, "n_init"), ({"max_iter": 0}, "max_iter"), ({"tol": -1.0}, "tol")])
+@pytest.mark.parametrize(
+    "kwargs, match", [({"n_init": 0}, "n_init"), ({"max_iter": 0}, "max_iter"), ({"tol": -1.0}, "tol")]
+)
 def test_bad_engine_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         run_em(Scripted([[0.0]]), None, **kwargs)

@@ -7,10 +7,10 @@ import pyro
 import pyro.distributions as dist
 import pytest
 import torch
+from pyro.distributions import constraints
 
 from ppmix import GMM, MixtureModel
 from ppmix.models._flat import FlatPrior
-from pyro.distributions import constraints
 from tests.common import assert_close
 
 
