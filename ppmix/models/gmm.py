@@ -8,24 +8,17 @@ from typing import Any
 import pyro
 import pyro.distributions as dist
 import torch
-from pyro.distributions import constraints
 
-from ppmix._init import kmeans, kmeans_plusplus, nearest_centre
 from ppmix._validation import check_n_components, check_positive_int, to_output
-from ppmix.components import DiagGaussian, FullGaussian
+from ppmix.components import DiagGaussian
 from ppmix.components._centred import CentredData
-from ppmix.models._flat import FlatPrior
+from ppmix.models._gaussian_components import GaussianComponentsMixin
 from ppmix.models.base import MixtureModel
 
 __all__ = ["GMM"]
 
-COVARIANCE_TYPES = ("diag", "full")
-INIT_METHODS = ("kmeans", "k-means++", "random")
-#: k-means runs (best inertia kept) behind one ``init_params="kmeans"`` EM start
-KMEANS_RUNS = 3
 
-
-class GMM(MixtureModel):
+class GMM(GaussianComponentsMixin, MixtureModel):
     """Gaussian mixture model: ``z_n ~ Cat(weights)``, ``x_n | z_n = k ~ N(mu_k, Sigma_k)``.
 
     One Pyro program, three engines: ``fit(X, engine="em")`` (closed-form EM, the
@@ -101,22 +94,13 @@ class GMM(MixtureModel):
 
     def validate_params(self) -> None:
         super().validate_params()
-        if self.covariance_type not in COVARIANCE_TYPES:
-            raise ValueError(f"covariance_type must be one of {COVARIANCE_TYPES}; got {self.covariance_type!r}")
-        if self.init_params not in INIT_METHODS:
-            raise ValueError(f"init_params must be one of {INIT_METHODS}; got {self.init_params!r}")
-        check_positive_int(self.n_init, "n_init")
-        check_positive_int(self.max_iter, "max_iter")
-        if not self.reg_covar >= 0:
-            raise ValueError(f"reg_covar must be non-negative; got {self.reg_covar}")
+        self._validate_gaussian_params()
 
     def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> torch.Tensor:
         x = super().prepare_data(X, y, fitting=fitting)
         if fitting:
             check_n_components(self.n_components, x.shape[0])
-            # centre and spread of the data, for the weakly informative priors of MCMC
-            self._data_mean = x.mean(0)
-            self._data_std = x.std(0).clamp_min(1e-6) if x.shape[0] > 1 else torch.ones_like(x[0])
+            self._record_data_scale(x)
         return x
 
     # ------------------------------------------------------------ the program
@@ -124,83 +108,32 @@ class GMM(MixtureModel):
         """``weights -> z_n -> x_n`` with the component index enumerated in parallel."""
         k, d = self.n_components, x.shape[1]
         opts = {"dtype": x.dtype, "device": x.device}
-        weights = pyro.sample("weights", self._prior("weights", k, d, opts))
-        with pyro.plate("components", k):
-            locs = pyro.sample("locs", self._prior("locs", k, d, opts))
-            scales = pyro.sample("scales", self._prior("scales", k, d, opts))
-            if self.covariance_type == "full":
-                corr = pyro.sample("corr_cholesky", self._prior("corr_cholesky", k, d, opts))
-        family = (
-            DiagGaussian(locs, scales)
-            if self.covariance_type == "diag"
-            else FullGaussian(locs, scales[..., None] * corr)
-        )
+        weights = pyro.sample("weights", self._simplex_prior((), k, opts))
+        family = self._sample_components(k, d, opts)
         with self.data_plate(x.shape[0]) as idx:
             z = pyro.sample("z", dist.Categorical(weights), infer={"enumerate": "parallel"})
             pyro.sample("x", family.pyro_dist(z), obs=x[idx])
 
-    def _prior(self, site: str, k: int, d: int, opts: dict) -> dist.Distribution:
-        """Flat priors for maximum likelihood; weakly informative ones under :meth:`bayesian`."""
-        if not self.is_bayesian:
-            support = {
-                "weights": constraints.simplex,
-                "locs": constraints.real,
-                "scales": constraints.positive,
-                "corr_cholesky": constraints.corr_cholesky,
-            }[site]
-            batch, event = ((), (k,)) if site == "weights" else ((k,), (d, d) if site == "corr_cholesky" else (d,))
-            return FlatPrior(support, batch, event)
-        mean, std = self._data_mean.to(**opts), self._data_std.to(**opts)
-        if site == "weights":
-            return dist.Dirichlet(torch.ones(k, **opts))
-        if site == "locs":
-            return dist.Normal(mean, 3.0 * std).to_event(1)
-        if site == "scales":
-            return dist.LogNormal(std.log(), 1.0).to_event(1)
-        return dist.LKJCholesky(d, torch.tensor(2.0, **opts))
-
     # -------------------------------------------------------------- globals
     def get_globals(self) -> dict[str, torch.Tensor]:
-        comp = self.components_
-        if isinstance(comp, DiagGaussian):
-            return {"weights": self.weights_.clone(), "locs": comp.loc.clone(), "scales": comp.scale.clone()}
-        scales = comp.scale_tril.square().sum(-1).sqrt()
-        return {
-            "weights": self.weights_.clone(),
-            "locs": comp.loc.clone(),
-            "scales": scales,
-            "corr_cholesky": comp.scale_tril / scales[..., None],
-        }
+        return {"weights": self.weights_.clone(), **self._component_globals()}
 
     def set_globals(self, values: dict[str, torch.Tensor]) -> None:
-        opts = {"dtype": self.dtype, "device": self._device}
-        weights = torch.as_tensor(values["weights"]).to(**opts)
-        locs, scales = torch.as_tensor(values["locs"]).to(**opts), torch.as_tensor(values["scales"]).to(**opts)
+        weights = torch.as_tensor(values["weights"]).to(dtype=self.dtype, device=self._device)
         self.weights_ = weights / weights.sum()
-        if self.covariance_type == "diag":
-            self.components_ = DiagGaussian(locs, scales, reg_covar=self.reg_covar)
-        else:
-            corr = torch.as_tensor(values["corr_cholesky"]).to(**opts)
-            corr = corr / corr.norm(dim=-1, keepdim=True)  # rows of a correlation Cholesky have unit norm
-            self.components_ = FullGaussian(locs, scales[..., None] * corr, reg_covar=self.reg_covar)
+        self._set_component_globals(values)
         self._invalidate_guide()
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
         return {"weights": self.weights_.clone(), **self.components_.state_dict()}
 
     def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
-        opts = {"dtype": self.dtype, "device": self._device}
-        self.weights_ = tensors["weights"].to(**opts)
-        family = DiagGaussian if self.covariance_type == "diag" else FullGaussian
-        names = family.param_names
-        self.components_ = family(*(tensors[n].to(**opts) for n in names), reg_covar=self.reg_covar)
+        self.weights_ = tensors["weights"].to(dtype=self.dtype, device=self._device)
+        self._load_component_state(tensors)
         self._invalidate_guide()
 
     def arviz_dims(self) -> dict[str, list[str]]:
-        dims = {"weights": ["component"], "locs": ["component", "feature"], "scales": ["component", "feature"]}
-        if self.covariance_type == "full":
-            dims["corr_cholesky"] = ["component", "feature", "feature_bis"]
-        return dims
+        return {"weights": ["component"], **self._component_dims()}
 
     # ------------------------------------------------------------------- EM
     def em_data(self, data: torch.Tensor) -> CentredData:
@@ -211,24 +144,8 @@ class GMM(MixtureModel):
 
     def em_initialize(self, data: CentredData, generator: torch.Generator) -> None:
         """Responsibilities from k-means (or its seeding, or at random), then one M-step."""
-        x, k = data.x, self.n_components
-        if self.init_params == "random":
-            resp = torch.rand(x.shape[0], k, generator=generator, dtype=x.dtype).to(x.device)
-            resp = resp / resp.sum(1, keepdim=True)
-        else:
-            centred = data.centred
-            if self.init_params == "kmeans":
-                _, labels = kmeans(centred, k, generator, n_init=KMEANS_RUNS)
-            else:
-                labels = nearest_centre(centred, kmeans_plusplus(centred, k, generator))
-            resp = torch.nn.functional.one_hot(labels, k).to(x.dtype)
-        family = DiagGaussian if self.covariance_type == "diag" else FullGaussian
-        d = x.shape[1]
-        scale = torch.ones(k, d, dtype=x.dtype, device=x.device)
-        if family is FullGaussian:
-            scale = torch.diag_embed(scale)
-        self.components_ = family(torch.zeros(k, d, dtype=x.dtype, device=x.device), scale, reg_covar=self.reg_covar)
-        self.m_step(data, resp)
+        self.components_ = self._new_components(data.x)
+        self.m_step(data, self._initial_responsibilities(data, generator))
 
     def e_step(self, data: CentredData) -> tuple[torch.Tensor, torch.Tensor]:
         """Responsibilities and the log-likelihood ``sum_n log sum_k w_k N(x_n | k)``."""

@@ -1,0 +1,138 @@
+"""Gaussian components shared by the models whose clusters/states emit Gaussian data (GMM, HMM, ...).
+
+The mixin owns the component family (diagonal or full ``DiagGaussian``/``FullGaussian``),
+its Pyro sites (``locs``, ``scales`` and, for full covariance, ``corr_cholesky``), their
+flat (maximum-likelihood) or weakly informative (MCMC) priors, the mapping between
+sites and the family, and the k-means initialisation of responsibilities.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyro
+import pyro.distributions as dist
+import torch
+from pyro.distributions import constraints
+
+from ppmix._init import kmeans, kmeans_plusplus, nearest_centre
+from ppmix._validation import check_positive_int
+from ppmix.components import DiagGaussian, FullGaussian
+from ppmix.components._centred import CentredData
+from ppmix.models._flat import FlatPrior
+
+COVARIANCE_TYPES = ("diag", "full")
+INIT_METHODS = ("kmeans", "k-means++", "random")
+#: k-means runs (best inertia kept) behind one ``init_params="kmeans"`` start
+KMEANS_RUNS = 3
+
+
+class GaussianComponentsMixin:
+    """Gaussian components for a :class:`~ppmix.models.base.MixtureModel` subclass.
+
+    The host class stores ``covariance_type``, ``reg_covar``, ``init_params`` and
+    ``n_init``/``max_iter`` and sets ``components_`` during fitting.
+    """
+
+    covariance_type: str
+    reg_covar: float
+    init_params: str
+    components_: DiagGaussian | FullGaussian
+
+    def _validate_gaussian_params(self) -> None:
+        if self.covariance_type not in COVARIANCE_TYPES:
+            raise ValueError(f"covariance_type must be one of {COVARIANCE_TYPES}; got {self.covariance_type!r}")
+        if self.init_params not in INIT_METHODS:
+            raise ValueError(f"init_params must be one of {INIT_METHODS}; got {self.init_params!r}")
+        check_positive_int(self.n_init, "n_init")
+        check_positive_int(self.max_iter, "max_iter")
+        if not self.reg_covar >= 0:
+            raise ValueError(f"reg_covar must be non-negative; got {self.reg_covar}")
+
+    def _record_data_scale(self, x: torch.Tensor) -> None:
+        """Centre and spread of the data, for the weakly informative priors of MCMC."""
+        self._data_mean = x.mean(0)
+        self._data_std = x.std(0).clamp_min(1e-6) if x.shape[0] > 1 else torch.ones_like(x[0])
+
+    # ------------------------------------------------------------- Pyro sites
+    def _simplex_prior(self, batch: tuple[int, ...], k: int, opts: dict) -> dist.Distribution:
+        """Flat on the simplex for maximum likelihood, ``Dirichlet(1)`` under MCMC."""
+        if not self.is_bayesian:
+            return FlatPrior(constraints.simplex, batch, (k,))
+        return dist.Dirichlet(torch.ones(*batch, k, **opts))
+
+    def _component_prior(self, site: str, k: int, d: int, opts: dict) -> dist.Distribution:
+        if not self.is_bayesian:
+            support = {
+                "locs": constraints.real,
+                "scales": constraints.positive,
+                "corr_cholesky": constraints.corr_cholesky,
+            }
+            event = (d, d) if site == "corr_cholesky" else (d,)
+            return FlatPrior(support[site], (k,), event)
+        mean, std = self._data_mean.to(**opts), self._data_std.to(**opts)
+        if site == "locs":
+            return dist.Normal(mean, 3.0 * std).to_event(1)
+        if site == "scales":
+            return dist.LogNormal(std.log(), 1.0).to_event(1)
+        return dist.LKJCholesky(d, torch.tensor(2.0, **opts))
+
+    def _sample_components(self, k: int, d: int, opts: dict) -> DiagGaussian | FullGaussian:
+        """Sample the component sites in a ``components`` plate and return their family."""
+        with pyro.plate("components", k):
+            locs = pyro.sample("locs", self._component_prior("locs", k, d, opts))
+            scales = pyro.sample("scales", self._component_prior("scales", k, d, opts))
+            if self.covariance_type == "diag":
+                return DiagGaussian(locs, scales)
+            corr = pyro.sample("corr_cholesky", self._component_prior("corr_cholesky", k, d, opts))
+            return FullGaussian(locs, scales[..., None] * corr)
+
+    # ---------------------------------------------------- sites <-> the family
+    def _component_globals(self) -> dict[str, torch.Tensor]:
+        comp = self.components_
+        if isinstance(comp, DiagGaussian):
+            return {"locs": comp.loc.clone(), "scales": comp.scale.clone()}
+        scales = comp.scale_tril.square().sum(-1).sqrt()
+        return {"locs": comp.loc.clone(), "scales": scales, "corr_cholesky": comp.scale_tril / scales[..., None]}
+
+    def _set_component_globals(self, values: dict[str, Any]) -> None:
+        opts = {"dtype": self.dtype, "device": self._device}
+        locs, scales = torch.as_tensor(values["locs"]).to(**opts), torch.as_tensor(values["scales"]).to(**opts)
+        if self.covariance_type == "diag":
+            self.components_ = DiagGaussian(locs, scales, reg_covar=self.reg_covar)
+        else:
+            corr = torch.as_tensor(values["corr_cholesky"]).to(**opts)
+            corr = corr / corr.norm(dim=-1, keepdim=True)  # rows of a correlation Cholesky have unit norm
+            self.components_ = FullGaussian(locs, scales[..., None] * corr, reg_covar=self.reg_covar)
+
+    def _load_component_state(self, tensors: dict[str, torch.Tensor]) -> None:
+        opts = {"dtype": self.dtype, "device": self._device}
+        family = DiagGaussian if self.covariance_type == "diag" else FullGaussian
+        self.components_ = family(*(tensors[n].to(**opts) for n in family.param_names), reg_covar=self.reg_covar)
+
+    def _component_dims(self) -> dict[str, list[str]]:
+        dims = {"locs": ["component", "feature"], "scales": ["component", "feature"]}
+        if self.covariance_type == "full":
+            dims["corr_cholesky"] = ["component", "feature", "feature_bis"]
+        return dims
+
+    # ----------------------------------------------------------- EM helpers
+    def _initial_responsibilities(self, data: CentredData, generator: torch.Generator) -> torch.Tensor:
+        """Hard k-means (or k-means++ seeding) assignments, or random soft ones, ``(N, K)``."""
+        x, k = data.x, self.n_components
+        if self.init_params == "random":
+            resp = torch.rand(x.shape[0], k, generator=generator, dtype=x.dtype).to(x.device)
+            return resp / resp.sum(1, keepdim=True)
+        if self.init_params == "kmeans":
+            _, labels = kmeans(data.centred, k, generator, n_init=KMEANS_RUNS)
+        else:
+            labels = nearest_centre(data.centred, kmeans_plusplus(data.centred, k, generator))
+        return torch.nn.functional.one_hot(labels, k).to(x.dtype)
+
+    def _new_components(self, x: torch.Tensor) -> DiagGaussian | FullGaussian:
+        """A placeholder family of the right shape (parameters are set by the first M-step)."""
+        k, d = self.n_components, x.shape[1]
+        scale = torch.ones(k, d, dtype=x.dtype, device=x.device)
+        if self.covariance_type == "diag":
+            return DiagGaussian(torch.zeros(k, d, dtype=x.dtype, device=x.device), scale, reg_covar=self.reg_covar)
+        return FullGaussian(torch.zeros(k, d, dtype=x.dtype, device=x.device), torch.diag_embed(scale), self.reg_covar)
