@@ -54,6 +54,19 @@ class GaussianComponentsMixin:
         self._data_mean = x.mean(0)
         self._data_std = x.std(0).clamp_min(1e-6) if x.shape[0] > 1 else torch.ones_like(x[0])
 
+    @property
+    def means_(self) -> torch.Tensor:
+        """Component means ``(K, D)``."""
+        self._check_fitted()
+        return self.components_.loc
+
+    @property
+    def covariances_(self) -> torch.Tensor:
+        """Variances ``(K, D)`` (diag) or covariance matrices ``(K, D, D)`` (full)."""
+        self._check_fitted()
+        comp = self.components_
+        return comp.variance if isinstance(comp, DiagGaussian) else comp.covariance
+
     # ------------------------------------------------------------- Pyro sites
     def _simplex_prior(self, batch: tuple[int, ...], k: int, opts: dict) -> dist.Distribution:
         """Flat on the simplex for maximum likelihood, ``Dirichlet(1)`` under MCMC."""
@@ -77,9 +90,12 @@ class GaussianComponentsMixin:
             return dist.LogNormal(std.log(), 1.0).to_event(1)
         return dist.LKJCholesky(d, torch.tensor(2.0, **opts))
 
-    def _sample_components(self, k: int, d: int, opts: dict) -> DiagGaussian | FullGaussian:
-        """Sample the component sites in a ``components`` plate and return their family."""
-        with pyro.plate("components", k):
+    def _sample_components(
+        self, k: int, d: int, opts: dict, plate: pyro.plate | None = None
+    ) -> DiagGaussian | FullGaussian:
+        """Sample the component sites in the ``components`` plate (``plate`` when the model
+        already opened it) and return their family."""
+        with plate if plate is not None else pyro.plate("components", k):
             locs = pyro.sample("locs", self._component_prior("locs", k, d, opts))
             scales = pyro.sample("scales", self._component_prior("scales", k, d, opts))
             if self.covariance_type == "diag":

@@ -10,7 +10,6 @@ import pyro.distributions as dist
 import torch
 
 from ppmix._validation import check_n_components, check_positive_int, to_output
-from ppmix.components import DiagGaussian
 from ppmix.components._centred import CentredData
 from ppmix.models._gaussian_components import GaussianComponentsMixin
 from ppmix.models.base import MixtureModel
@@ -206,17 +205,6 @@ class GMM(GaussianComponentsMixin, MixtureModel):
         return {"x": x.cpu().numpy(), "z": z.cpu().numpy()}
 
     # ------------------------------------------------------------ attributes
-    @property
-    def means_(self) -> torch.Tensor:
-        self._check_fitted()
-        return self.components_.loc
-
-    @property
-    def covariances_(self) -> torch.Tensor:
-        self._check_fitted()
-        comp = self.components_
-        return comp.variance if isinstance(comp, DiagGaussian) else comp.covariance
-
     def summary(self) -> dict[str, Any]:
         """A JSON-able description of the fit."""
         self._check_fitted()
