@@ -16,5 +16,6 @@ __version__ = "0.1.0"
 
 from ppmix.models.base import MixtureModel
 from ppmix.models.gmm import GMM
+from ppmix.models.hmm import HMM
 
-__all__ = ["GMM", "MixtureModel", "__version__"]
+__all__ = ["GMM", "HMM", "MixtureModel", "__version__"]

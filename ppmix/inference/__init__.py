@@ -2,7 +2,17 @@
 
 from ppmix.inference._result import ConvergenceWarning, FitResult
 from ppmix.inference.em import run_em
+from ppmix.inference.forward_backward import ForwardBackwardResult, forward_backward, viterbi
 from ppmix.inference.mcmc import run_mcmc
 from ppmix.inference.svi import run_svi
 
-__all__ = ["ConvergenceWarning", "FitResult", "run_em", "run_mcmc", "run_svi"]
+__all__ = [
+    "ConvergenceWarning",
+    "FitResult",
+    "ForwardBackwardResult",
+    "forward_backward",
+    "run_em",
+    "run_mcmc",
+    "run_svi",
+    "viterbi",
+]

@@ -2,5 +2,6 @@
 
 from ppmix.models.base import MixtureModel
 from ppmix.models.gmm import GMM
+from ppmix.models.hmm import HMM
 
-__all__ = ["GMM", "MixtureModel"]
+__all__ = ["GMM", "HMM", "MixtureModel"]

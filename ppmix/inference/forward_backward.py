@@ -1,0 +1,402 @@
+"""Batched forward–backward and Viterbi for discrete-state HMMs, in log space.
+
+Many sequences of different lengths are processed at once: they are padded to a
+common length ``T`` and a length vector says where each one ends (steps
+``t >= lengths[b]`` are masked and their emission values are ignored). There is
+no Python loop over sequences, only over time, and everything runs on the device
+and in the floating-point type of the inputs.
+
+Numerics
+--------
+The recursions are kept in log space. The default ``method="auto"`` evaluates
+each step's sum over states as a *shifted matrix product*: with
+``m = max_i log_alpha[i]`` and ``c_j = max_i log_A[i, j]``,
+``log_alpha'[j] = m + c_j + log(sum_i exp(log_alpha[i] - m) exp(log_A[i, j] - c_j))``.
+Every factor is at most one, so nothing overflows, and the result has full
+relative precision whenever the inner sum is at least the smallest normal number
+of the dtype (each dropped or denormal term is then below ``K * eps`` of it).
+After the recursions the engine checks this condition for every step of both
+passes (and a similar one for the pair counts) in one vectorised test, and if it
+fails anywhere — forward or backward variables spread over more than about 700
+nats in float64, or 87 nats in float32, in a way that matters — the whole call is
+recomputed with ``torch.logsumexp`` (``method="logsumexp"``), which is exact in
+any case. Both methods therefore give the same answer up to rounding, and
+``"auto"`` is the faster: on one CPU thread, B=2000 sequences of lengths 10–50,
+it takes about half the time for K=4, and the forward pass alone is ~30x faster
+for K=32. Viterbi is a max-product recursion and always elementwise.
+
+Pyro's :class:`~pyro.distributions.DiscreteHMM` puts its ``initial_logits`` on a
+state *before* the first observation; to reproduce its ``log_prob`` here pass
+``log_init = logsumexp(log_softmax(initial_logits)[:, None] + log_trans, 0)``.
+
+``log_init``, ``log_trans`` and ``log_emit`` are used as given: they need not be
+normalised (``log_likelihood`` is then the log of the total score of all paths),
+and ``-inf`` (probability zero) is allowed anywhere, e.g. for left-to-right models.
+Everything is differentiable with autograd; the gradient of ``log_likelihood.sum()``
+with respect to ``log_emit`` is ``posterior``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+__all__ = ["ForwardBackwardResult", "forward_backward", "viterbi"]
+
+logger = logging.getLogger(__name__)
+
+_METHODS = ("auto", "logsumexp")
+
+
+@dataclass
+class ForwardBackwardResult:
+    """Output of :func:`forward_backward` for a batch of ``B`` sequences padded to ``T`` steps.
+
+    Attributes
+    ----------
+    log_likelihood : Tensor[B]
+        ``log p(x_b)`` of every sequence (over its valid steps only).
+    posterior : Tensor[B, T, K]
+        Smoothed marginals ``q(z_t = k | x_b)``; rows sum to one at valid steps and
+        are zero at padded steps.
+    pair_counts : Tensor[B, K, K]
+        Expected transition counts ``sum_{t=1}^{L_b - 1} q(z_{t-1} = i, z_t = j | x_b)``.
+    initial : Tensor[B, K]
+        Expected initial-state counts ``q(z_0 = k | x_b)`` (equal to ``posterior[:, 0]``).
+    """
+
+    log_likelihood: torch.Tensor
+    posterior: torch.Tensor
+    pair_counts: torch.Tensor
+    initial: torch.Tensor
+
+    @property
+    def expected_transitions(self) -> torch.Tensor:
+        """``pair_counts`` summed over the batch, ``Tensor[K, K]`` (the EM M-step statistic)."""
+        return self.pair_counts.sum(0)
+
+    @property
+    def expected_initial(self) -> torch.Tensor:
+        """``initial`` summed over the batch, ``Tensor[K]``."""
+        return self.initial.sum(0)
+
+
+def forward_backward(
+    log_init: torch.Tensor,
+    log_trans: torch.Tensor,
+    log_emit: torch.Tensor,
+    lengths: torch.Tensor | None = None,
+    *,
+    method: Literal["auto", "logsumexp"] = "auto",
+) -> ForwardBackwardResult:
+    """Smoothed state marginals and log-likelihoods of a batch of HMM sequences.
+
+    Parameters
+    ----------
+    log_init : Tensor[K] or Tensor[B, K]
+        Log initial-state probabilities ``log p(z_0 = k)`` (shared or per sequence).
+    log_trans : Tensor[K, K] or Tensor[B, K, K]
+        Log transition probabilities ``log p(z_t = j | z_{t-1} = i)`` at ``[i, j]``
+        (shared or per sequence).
+    log_emit : Tensor[B, T, K]
+        Log emission likelihoods ``log p(x_{b,t} | z_t = k)``. Values at padded
+        steps (``t >= lengths[b]``) are ignored and may be anything, NaN included.
+    lengths : Tensor[B] of integers, optional
+        Length of every sequence, each in ``1..T``; all ``T`` when omitted.
+    method : {"auto", "logsumexp"}
+        ``"auto"`` (default) uses shifted matrix products and falls back to
+        ``"logsumexp"`` by itself where that would lose precision (see the module
+        notes); ``"logsumexp"`` always uses elementwise log-sum-exp.
+
+    Returns
+    -------
+    ForwardBackwardResult
+        ``log_likelihood[B]``, ``posterior[B, T, K]``, ``pair_counts[B, K, K]``,
+        ``initial[B, K]``, in the promoted dtype of the inputs, on their device.
+
+    Raises
+    ------
+    ValueError
+        Wrong shapes, lengths outside ``1..T``, NaN or ``+inf`` in the inputs, or a
+        sequence with probability zero under the model.
+    TypeError
+        Non-floating inputs or non-integer ``lengths``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> log_init = torch.tensor([0.6, 0.4]).log()
+    >>> log_trans = torch.tensor([[0.9, 0.1], [0.2, 0.8]]).log()
+    >>> log_emit = torch.randn(3, 5, 2)  # 3 sequences padded to 5 steps
+    >>> res = forward_backward(log_init, log_trans, log_emit, torch.tensor([5, 2, 4]))
+    >>> tuple(res.posterior.shape), tuple(res.pair_counts.shape)
+    ((3, 5, 2), (3, 2, 2))
+    >>> res.posterior.sum(-1)[1].round(decimals=4)  # sequence 1 has two valid steps
+    tensor([1., 1., 0., 0., 0.])
+    >>> res.pair_counts.sum((-2, -1)).round(decimals=4)  # lengths - 1 transitions each
+    tensor([4., 1., 3.])
+    """
+    if method not in _METHODS:
+        raise ValueError(f"method must be one of {_METHODS}; got {method!r}")
+    log_init, log_trans, emit, lengths, mask, t_full = _check_inputs(log_init, log_trans, log_emit, lengths)
+    batch, t_eff, k = emit.shape
+
+    emit_tm, mask_tm = emit.transpose(0, 1).contiguous(), mask.T.contiguous()  # time-major: contiguous steps
+    result = None
+    if method == "auto":
+        result = _smooth_scaled(log_init, log_trans, emit_tm, mask_tm)
+        if result is None:
+            logger.debug("forward_backward: shifted products would lose precision; using logsumexp")
+    if result is None:
+        result = _smooth_logsumexp(log_init, log_trans, emit_tm, mask_tm)
+    ll, post_tm, pairs = result
+    post = emit.new_zeros(batch, t_full, k)
+    post[:, :t_eff] = post_tm.transpose(0, 1)
+    return ForwardBackwardResult(log_likelihood=ll, posterior=post, pair_counts=pairs, initial=post[:, 0].clone())
+
+
+def viterbi(
+    log_init: torch.Tensor,
+    log_trans: torch.Tensor,
+    log_emit: torch.Tensor,
+    lengths: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Most probable state path of every sequence in a padded batch.
+
+    Parameters
+    ----------
+    log_init, log_trans, log_emit, lengths :
+        As in :func:`forward_backward`.
+
+    Returns
+    -------
+    paths : LongTensor[B, T]
+        The maximising state sequence, ``-1`` at padded steps. Ties go to the
+        lowest state index.
+    best_log_prob : Tensor[B]
+        ``log p(x_b, z*_b)``, the joint log-probability of the best path.
+
+    Raises
+    ------
+    ValueError, TypeError
+        As :func:`forward_backward`; also when every path of a sequence has
+        probability zero.
+
+    Examples
+    --------
+    >>> import torch
+    >>> log_init = torch.tensor([0.5, 0.5]).log()
+    >>> log_trans = torch.tensor([[0.9, 0.1], [0.1, 0.9]]).log()
+    >>> log_emit = torch.tensor([[[0.0, -5.0], [-5.0, 0.0], [-5.0, 0.0]],
+    ...                          [[-5.0, 0.0], [-5.0, 0.0], [0.0, 0.0]]])
+    >>> paths, score = viterbi(log_init, log_trans, log_emit, torch.tensor([3, 2]))
+    >>> paths
+    tensor([[ 0,  1,  1],
+            [ 1,  1, -1]])
+    """
+    log_init, log_trans, emit, lengths, mask, t_full = _check_inputs(log_init, log_trans, log_emit, lengths)
+    batch, t_eff, k = emit.shape
+    identity = torch.arange(k, device=emit.device).expand(batch, k)
+    delta = log_init + emit[:, 0]
+    pointers = []
+    for t in range(1, t_eff):
+        best, arg = (delta.unsqueeze(-1) + log_trans).max(dim=-2)
+        valid = mask[:, t, None]
+        delta = torch.where(valid, best + emit[:, t], delta)
+        pointers.append(torch.where(valid, arg, identity))
+    best_log_prob, state = delta.max(dim=-1)
+    _check_possible(best_log_prob, "every state path has")
+    states = [state]
+    for ptr in reversed(pointers):  # padded steps point to themselves, so padding is passed through
+        state = ptr.gather(1, state.unsqueeze(1)).squeeze(1)
+        states.append(state)
+    paths = torch.stack(states[::-1], dim=1)
+    paths = paths.masked_fill(~mask, -1)
+    if t_eff < t_full:
+        paths = torch.cat([paths, paths.new_full((batch, t_full - t_eff), -1)], dim=1)
+    return paths, best_log_prob
+
+
+# ----------------------------------------------------------------------------- engines
+
+
+def _smooth_logsumexp(log_init, log_trans, emit, mask):
+    """Reference recursions with elementwise log-sum-exp: exact whatever the dynamic range.
+
+    ``emit`` is time-major ``[T, B, K]`` and ``mask`` is ``[T, B]``; returns the
+    log-likelihood, the time-major posterior and the pair counts.
+    """
+    t_eff, batch, k = emit.shape
+    alpha = [log_init + emit[0]]
+    for t in range(1, t_eff):
+        prev = alpha[-1]
+        new = torch.logsumexp(prev.unsqueeze(-1) + log_trans, dim=-2) + emit[t]
+        alpha.append(torch.where(mask[t, :, None], new, prev))
+    ll = torch.logsumexp(alpha[-1], dim=-1)
+    _check_possible(ll, "has")
+
+    beta = [emit.new_zeros(batch, k)]
+    pairs = emit.new_zeros(batch, k, k)
+    for t in range(t_eff - 1, 0, -1):
+        invalid = ~mask[t, :, None]
+        h = emit[t] + beta[-1]  # [B, K] over z_t
+        beta.append(torch.logsumexp(log_trans + h.unsqueeze(-2), dim=-1).masked_fill(invalid, 0.0))
+        xi = (alpha[t - 1].unsqueeze(-1) + log_trans + h.unsqueeze(-2) - ll[:, None, None]).exp()
+        pairs = pairs + xi.masked_fill(invalid.unsqueeze(-1), 0.0)
+    post = _posterior(torch.stack(alpha), torch.stack(beta[::-1]), ll, mask)
+    return ll, post, pairs
+
+
+def _smooth_scaled(log_init, log_trans, emit, mask):
+    """Shifted matrix-product recursions (time-major, as above); ``None`` where precision would be lost."""
+    t_eff, batch, k = emit.shape
+    finfo = torch.finfo(emit.dtype)
+    per_seq = log_trans.dim() == 3
+    col_max = log_trans.amax(dim=-2, keepdim=True).clamp_min(finfo.min)  # [.., 1, K]
+    a_col = (log_trans - col_max).exp()  # every column scaled to a maximum of one
+    # log A[i, j] = log a_col[i, j] + c[j]: fold c into the emissions once
+    emit_c = emit + col_max.squeeze(-2)
+
+    def fwd(u):  # sum_i u[b, i] a_col[(b,) i, j]
+        return torch.bmm(u.unsqueeze(1), a_col).squeeze(1) if per_seq else u @ a_col
+
+    def bwd(v):  # sum_j a_col[(b,) i, j] v[b, j]
+        return torch.bmm(a_col, v.unsqueeze(-1)).squeeze(-1) if per_seq else v @ a_col.T
+
+    alpha, us, ms, r_fwd = [log_init + emit[0]], [], [], []
+    for t in range(1, t_eff):
+        prev = alpha[-1]
+        m = prev.amax(dim=-1, keepdim=True).clamp_min(finfo.min)
+        u = (prev - m).exp()
+        r = fwd(u)
+        alpha.append(torch.where(mask[t, :, None], r.log() + m + emit_c[t], prev))
+        us.append(u)
+        ms.append(m)
+        r_fwd.append(r)
+    ll = torch.logsumexp(alpha[-1], dim=-1)
+    _check_possible(ll, "has")
+
+    beta, vs, ns, r_bwd = [emit.new_zeros(batch, k)], [], [], []
+    for t in range(t_eff - 1, 0, -1):
+        h = emit_c[t] + beta[-1]
+        n = h.amax(dim=-1, keepdim=True).clamp_min(finfo.min)
+        v = (h - n).exp()
+        r = bwd(v)
+        beta.append((r.log() + n).masked_fill(~mask[t, :, None], 0.0))
+        vs.append(v)
+        ns.append(n)
+        r_bwd.append(r)
+    post = _posterior(torch.stack(alpha), torch.stack(beta[::-1]), ll, mask)
+    if t_eff == 1:
+        return ll, post, emit.new_zeros(batch, k, k)
+
+    # Precision check, once for all steps: a sum below the smallest normal number may have
+    # lost relative precision, unless it is an exact zero forced by -inf entries.
+    valid = mask[1:, :, None]
+    u_all, v_all = torch.stack(us), torch.stack(vs[::-1])  # [T-1, B, K], step t at index t-1
+    small_f, small_b = torch.stack(r_fwd) < finfo.tiny, torch.stack(r_bwd[::-1]) < finfo.tiny
+    has_zeros = torch.isneginf(log_trans).any() | torch.isneginf(log_init).any() | torch.isneginf(emit).any()
+    if bool(has_zeros):
+        support = (a_col > 0).to(emit.dtype)
+        eq_f, eq_b = ("tbi,bij->tbj", "bij,tbj->tbi") if per_seq else ("tbi,ij->tbj", "ij,tbj->tbi")
+        small_f = small_f & (torch.einsum(eq_f, (u_all > 0).to(emit.dtype), support) > 0)
+        small_b = small_b & (torch.einsum(eq_b, support, (v_all > 0).to(emit.dtype)) > 0)
+    bad = ((small_f | small_b) & valid).any()
+
+    # pair counts: xi_t[i, j] = u_t[i] a_col[i, j] v_t[j] w_t with w_t = exp(m_t + n_t - ll)
+    w = (torch.stack(ms) + torch.stack(ns[::-1]) - ll[:, None]).exp().masked_fill(~valid, 0.0)  # [T-1, B, 1]
+    bad = bad | (w > finfo.eps / finfo.tiny).any()  # a term could be significant yet denormal
+    if bool(bad):
+        return None
+    pairs = torch.einsum("tbi,tbj->bij", u_all * w, v_all) * a_col
+    return ll, post, pairs
+
+
+def _posterior(log_alpha, log_beta, ll, mask):
+    return (log_alpha + log_beta - ll[:, None]).exp().masked_fill(~mask.unsqueeze(-1), 0.0)
+
+
+def _check_possible(values: torch.Tensor, what: str) -> None:
+    impossible = torch.isneginf(values)
+    if bool(impossible.any()):
+        idx = impossible.nonzero().flatten().tolist()
+        shown = idx[:10] + (["..."] if len(idx) > 10 else [])
+        raise ValueError(
+            f"sequence(s) {shown} {what} probability zero under log_init, log_trans and log_emit "
+            "(check for -inf entries that exclude every path)"
+        )
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def _as_float_tensor(x: Any, name: str) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        array = np.asarray(x)
+        if array.dtype == object or array.dtype.kind not in "iuf":
+            raise TypeError(f"{name} must be a real floating-point tensor; got dtype {array.dtype}")
+        x = torch.as_tensor(array, dtype=torch.float64 if array.dtype.kind in "iu" else None)
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor of log-probabilities; got dtype {x.dtype}")
+    return x
+
+
+def _check_no_nan_or_posinf(x: torch.Tensor, name: str) -> None:
+    if bool((torch.isnan(x) | torch.isposinf(x)).any()):
+        raise ValueError(f"{name} contains NaN or +inf (log-probabilities may be finite or -inf)")
+
+
+def _check_inputs(log_init: Any, log_trans: Any, log_emit: Any, lengths: Any):
+    """Validate, promote to a common dtype, truncate to the longest sequence and zero the padding."""
+    log_init = _as_float_tensor(log_init, "log_init")
+    log_trans = _as_float_tensor(log_trans, "log_trans")
+    log_emit = _as_float_tensor(log_emit, "log_emit")
+    if log_emit.dim() != 3:
+        hint = " (add a batch dimension with log_emit[None] for one sequence)" if log_emit.dim() == 2 else ""
+        raise ValueError(f"log_emit must be 3-D (batch, time, states); got shape {tuple(log_emit.shape)}{hint}")
+    batch, t_full, k = log_emit.shape
+    if batch == 0 or t_full == 0 or k == 0:
+        raise ValueError(f"log_emit is empty: shape {tuple(log_emit.shape)}")
+    if log_init.shape not in ((k,), (batch, k)):
+        raise ValueError(f"log_init must have shape ({k},) or ({batch}, {k}); got {tuple(log_init.shape)}")
+    if log_trans.shape not in ((k, k), (batch, k, k)):
+        raise ValueError(f"log_trans must have shape ({k}, {k}) or ({batch}, {k}, {k}); got {tuple(log_trans.shape)}")
+    device = log_emit.device
+    for name, x in (("log_init", log_init), ("log_trans", log_trans)):
+        if x.device != device:
+            raise ValueError(f"{name} is on {x.device} but log_emit is on {device}; move them to one device")
+    dtype = torch.promote_types(torch.promote_types(log_init.dtype, log_trans.dtype), log_emit.dtype)
+    log_init, log_trans, log_emit = (x.to(dtype) for x in (log_init, log_trans, log_emit))
+
+    if lengths is None:
+        lengths = torch.full((batch,), t_full, dtype=torch.long, device=device)
+    else:
+        if not isinstance(lengths, torch.Tensor):
+            array = np.asarray(lengths)
+            if array.dtype.kind not in "iu":
+                raise TypeError(f"lengths must hold integers; got dtype {array.dtype}")
+            lengths = torch.as_tensor(array)
+        if lengths.is_floating_point() or lengths.is_complex() or lengths.dtype == torch.bool:
+            raise TypeError(f"lengths must be an integer tensor; got dtype {lengths.dtype}")
+        if lengths.shape != (batch,):
+            raise ValueError(f"lengths must have shape ({batch},) to match log_emit; got {tuple(lengths.shape)}")
+        lengths = lengths.to(device=device, dtype=torch.long)
+        short = (lengths < 1).nonzero().flatten().tolist()
+        if short:
+            raise ValueError(f"lengths must be >= 1: sequence(s) {short[:10]} have length <= 0 (drop empty sequences)")
+        long = (lengths > t_full).nonzero().flatten().tolist()
+        if long:
+            raise ValueError(f"lengths must be <= T={t_full} (the padded length of log_emit): sequence(s) {long[:10]}")
+
+    t_eff = int(lengths.max())
+    mask = torch.arange(t_eff, device=device) < lengths.unsqueeze(1)  # [B, T_eff]
+    emit = log_emit[:, :t_eff]
+    _check_no_nan_or_posinf(log_init, "log_init")
+    _check_no_nan_or_posinf(log_trans, "log_trans")
+    _check_no_nan_or_posinf(emit[mask], "log_emit (at valid steps)")
+    emit = torch.where(mask.unsqueeze(-1), emit, torch.zeros((), dtype=dtype, device=device))
+    return log_init, log_trans, emit, lengths, mask, t_full

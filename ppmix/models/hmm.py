@@ -1,0 +1,318 @@
+"""``HMM``: hidden Markov model with Gaussian emissions, batched over variable-length sequences."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pyro
+import pyro.distributions as dist
+import torch
+from pyro import poutine
+
+from ppmix._validation import check_n_components, check_positive_int, to_output
+from ppmix.components._centred import CentredData
+from ppmix.inference.forward_backward import ForwardBackwardResult, forward_backward, viterbi
+from ppmix.models._gaussian_components import GaussianComponentsMixin
+from ppmix.models._sequences import SequenceBatch, as_sequence_batch
+from ppmix.models.base import MixtureModel
+
+__all__ = ["HMM"]
+
+_EPS = 1e-10
+
+
+@dataclass
+class _Counts:
+    """Expected sufficient statistics of one E-step (summed over sequences where possible)."""
+
+    initial: torch.Tensor  # (K,) expected initial-state counts
+    transitions: torch.Tensor  # (K, K) expected transition counts
+    posterior: torch.Tensor  # (B, T, K) smoothed marginals, zero at padded steps
+
+
+@dataclass
+class _EMData:
+    """A sequence batch with its valid frames prepared once for the emission family."""
+
+    batch: SequenceBatch
+    frames: CentredData
+
+
+class HMM(GaussianComponentsMixin, MixtureModel):
+    """Hidden Markov model: ``z_1 ~ Cat(initial)``, ``z_t | z_{t-1} ~ Cat(transition[z_{t-1}])``,
+    ``x_t | z_t = k ~ N(mu_k, Sigma_k)``.
+
+    Sequences may have different lengths; they are processed together, padded, with
+    a mask (see :func:`ppmix.models._sequences.as_sequence_batch` for the accepted
+    layouts: a list of ``(length, D)`` arrays, a ``(padded, lengths)`` pair, or a
+    DataFrame with a ``sequence_column``). The EM engine (Baum–Welch) uses the batched
+    log-space forward–backward of :mod:`ppmix.inference.forward_backward`; the Pyro
+    program (a ``pyro.markov`` chain with the states enumerated) gives SVI and MCMC,
+    and its ``TraceEnum_ELBO`` equals the EM log-likelihood. Padded steps keep the
+    state (identity transition) and emit nothing, so they contribute exactly zero.
+
+    Parameters
+    ----------
+    n_components : int, default 2
+        Number of hidden states.
+    covariance_type, n_init, max_iter, tol, reg_covar, init_params, warm_start :
+        As for :class:`~ppmix.models.gmm.GMM` (k-means on all frames initialises the
+        emissions; initial and transition probabilities come from the initial labels).
+    sequence_column : str, optional
+        Column of a DataFrame ``X`` holding the sequence id.
+    seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
+
+    Attributes
+    ----------
+    initial_ : Tensor (K,)
+    transition_ : Tensor (K, K)
+        Row ``i`` is ``P(z_t = . | z_{t-1} = i)``.
+    components_ : DiagGaussian or FullGaussian
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> seqs = [np.repeat(rng.integers(0, 2, size=(8, 1)) * 6.0, 5, axis=0) + rng.normal(size=(40, 1))
+    ...         for _ in range(20)]
+    >>> hmm = HMM(2, seed=0, progress=False).fit(seqs)
+    >>> float(hmm.transition_.diagonal().min()) > 0.7
+    True
+    >>> [p.shape for p in hmm.predict(seqs[:2])]
+    [(40,), (40,)]
+    """
+
+    data_plate_name = "sequences"
+
+    def __init__(
+        self,
+        n_components: int = 2,
+        *,
+        covariance_type: str = "diag",
+        n_init: int = 1,
+        max_iter: int = 100,
+        tol: float = 1e-6,
+        reg_covar: float = 1e-6,
+        init_params: str = "kmeans",
+        warm_start: bool = False,
+        sequence_column: str | None = None,
+        seed: int | None = None,
+        device: str | torch.device | None = None,
+        dtype: torch.dtype = torch.float64,
+        progress: bool = True,
+    ) -> None:
+        super().__init__(n_components, seed=seed, device=device, dtype=dtype, progress=progress)
+        self.covariance_type = covariance_type
+        self.n_init = n_init
+        self.max_iter = max_iter
+        self.tol = tol
+        self.reg_covar = reg_covar
+        self.init_params = init_params
+        self.warm_start = warm_start
+        self.sequence_column = sequence_column
+
+    def validate_params(self) -> None:
+        super().validate_params()
+        self._validate_gaussian_params()
+
+    # ------------------------------------------------------------------- data
+    def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> SequenceBatch:
+        """Sequences as a padded :class:`SequenceBatch` (``X`` may be ``(padded, lengths)``)."""
+        if y is not None:
+            raise ValueError("HMM is unsupervised; y must be None")
+        lengths = None
+        if isinstance(X, tuple) and len(X) == 2:
+            X, lengths = X
+        batch = as_sequence_batch(
+            X,
+            lengths=lengths,
+            sequence_column=self.sequence_column,
+            dtype=self.dtype,
+            device=self._device,
+            n_features=None if fitting else self.n_features_in_,
+        )
+        if fitting:
+            frames = batch.frames
+            check_n_components(self.n_components, frames.shape[0])
+            self.n_features_in_ = batch.n_features
+            self.feature_names_in_ = batch.feature_names
+            self._record_data_scale(frames)
+        return batch
+
+    def em_data(self, data: SequenceBatch | _EMData) -> _EMData:
+        if isinstance(data, _EMData):
+            return data
+        return _EMData(batch=data, frames=CentredData.from_tensor(data.frames))
+
+    def n_observations(self, data: Any) -> int:
+        batch = data.batch if isinstance(data, _EMData) else data
+        return int(batch.lengths.sum())
+
+    def observed_data(self, data: SequenceBatch) -> dict[str, torch.Tensor]:
+        return {"x": data.frames}
+
+    # ------------------------------------------------------------ the program
+    def model(self, batch: SequenceBatch) -> None:
+        """The Markov chain over each sequence with every ``z_t`` enumerated in parallel."""
+        k, d = self.n_components, batch.n_features
+        opts = {"dtype": batch.x.dtype, "device": batch.x.device}
+        initial = pyro.sample("initial", self._simplex_prior((), k, opts))
+        components = pyro.plate("components", k)
+        with components:
+            transition = pyro.sample("transition", self._simplex_prior((k,), k, opts))
+        family = self._sample_components(k, d, opts, plate=components)
+        eye = torch.eye(k, **opts)
+        with self.data_plate(batch.n_sequences) as idx:
+            x, lengths = batch.x[idx], batch.lengths[idx]
+            z = None
+            for t in pyro.markov(range(batch.max_length)):
+                valid = t < lengths
+                if z is None:
+                    probs = initial
+                else:  # padded steps keep their state, so they sum out to exactly one
+                    probs = torch.where(valid[:, None], transition[z], eye[z])
+                z = pyro.sample(f"z_{t}", dist.Categorical(probs), infer={"enumerate": "parallel"})
+                with poutine.mask(mask=valid):
+                    pyro.sample(f"x_{t}", family.pyro_dist(z), obs=x[:, t])
+
+    # -------------------------------------------------------------- globals
+    def get_globals(self) -> dict[str, torch.Tensor]:
+        return {"initial": self.initial_.clone(), "transition": self.transition_.clone(), **self._component_globals()}
+
+    def set_globals(self, values: dict[str, torch.Tensor]) -> None:
+        opts = {"dtype": self.dtype, "device": self._device}
+        initial = torch.as_tensor(values["initial"]).to(**opts)
+        transition = torch.as_tensor(values["transition"]).to(**opts)
+        self.initial_ = initial / initial.sum()
+        self.transition_ = transition / transition.sum(-1, keepdim=True)
+        self._set_component_globals(values)
+        self._invalidate_guide()
+
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        return {
+            "initial": self.initial_.clone(),
+            "transition": self.transition_.clone(),
+            **self.components_.state_dict(),
+        }
+
+    def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        opts = {"dtype": self.dtype, "device": self._device}
+        self.initial_ = tensors["initial"].to(**opts)
+        self.transition_ = tensors["transition"].to(**opts)
+        self._load_component_state(tensors)
+        self._invalidate_guide()
+
+    def arviz_dims(self) -> dict[str, list[str]]:
+        return {"initial": ["component"], "transition": ["component", "component_to"], **self._component_dims()}
+
+    # ------------------------------------------------------------------- EM
+    def _log_emissions(self, data: _EMData) -> torch.Tensor:
+        """Emission log-densities ``(B, T, K)``; zero at padded steps."""
+        batch = data.batch
+        log_emit = batch.x.new_zeros(batch.n_sequences, batch.max_length, self.n_components)
+        log_emit[batch.mask] = self.components_.log_prob(data.frames)
+        return log_emit
+
+    def _forward_backward(self, data: _EMData) -> ForwardBackwardResult:
+        return forward_backward(
+            self.initial_.log(), self.transition_.log(), self._log_emissions(data), data.batch.lengths
+        )
+
+    def em_initialize(self, data: _EMData, generator: torch.Generator) -> None:
+        """Emissions from k-means on all frames; initial and transition counts from its labels."""
+        batch = data.batch
+        self.components_ = self._new_components(data.frames.x)
+        resp_frames = self._initial_responsibilities(data.frames, generator)
+        resp = batch.x.new_zeros(batch.n_sequences, batch.max_length, self.n_components)
+        resp[batch.mask] = resp_frames
+        both = (batch.mask[:, 1:] & batch.mask[:, :-1]).to(resp.dtype)
+        pairs = torch.einsum("bti,btj,bt->ij", resp[:, :-1], resp[:, 1:], both)
+        smoothing = 1.0 / self.n_components  # a light smoothing of the first, hard counts
+        self.m_step(data, _Counts(initial=resp[:, 0].sum(0) + smoothing, transitions=pairs + smoothing, posterior=resp))
+
+    def e_step(self, data: _EMData) -> tuple[_Counts, torch.Tensor]:
+        """Forward–backward statistics and the total log-likelihood of all sequences."""
+        result = self._forward_backward(data)
+        counts = _Counts(
+            initial=result.initial.sum(0), transitions=result.pair_counts.sum(0), posterior=result.posterior
+        )
+        return counts, result.log_likelihood.sum()
+
+    def m_step(self, data: _EMData, stats: _Counts) -> None:
+        """Baum–Welch updates: initial and transition from expected counts, emissions by weighted MLE."""
+        initial = stats.initial + _EPS
+        self.initial_ = initial / initial.sum()
+        counts = stats.transitions + _EPS
+        self.transition_ = counts / counts.sum(-1, keepdim=True)
+        self.components_.fit(data.frames, stats.posterior[data.batch.mask])
+        self._invalidate_guide()
+
+    # ---------------------------------------------------------- predictions
+    def pointwise_log_likelihood(self, data: SequenceBatch) -> torch.Tensor:
+        """``log p(x_{1:T_b})`` of every sequence, shape ``(B,)``."""
+        return self._forward_backward(self.em_data(data)).log_likelihood
+
+    def posterior_marginals(self, data: SequenceBatch) -> dict[str, torch.Tensor]:
+        """Smoothed state marginals of all valid steps, stacked as ``{"z": (sum(lengths), K)}``."""
+        batch = self.em_data(data).batch
+        return {"z": self._forward_backward(self.em_data(data)).posterior[batch.mask]}
+
+    def predict_proba(self, X: Any) -> list[Any]:
+        """Smoothed state marginals ``q(z_t = k)``, one ``(length, K)`` array per sequence."""
+        self._check_fitted()
+        batch = self.prepare_data(X)
+        posterior = self._forward_backward(self.em_data(batch)).posterior
+        return [to_output(p, _first(X)) for p in batch.unpad(posterior)]
+
+    def decode(self, X: Any) -> tuple[Any, list[Any]]:
+        """Viterbi decoding: log-probabilities of the best paths and the paths themselves."""
+        self._check_fitted()
+        batch = self.prepare_data(X)
+        paths, best = viterbi(
+            self.initial_.log(),
+            self.transition_.log(),
+            self._log_emissions(self.em_data(batch)),
+            batch.lengths,
+        )
+        like = _first(X)
+        return to_output(best, like), [to_output(p, like) for p in batch.unpad(paths)]
+
+    def predict(self, X: Any) -> list[Any]:
+        """Most probable state path of each sequence (Viterbi)."""
+        return self.decode(X)[1]
+
+    def score(self, X: Any, y: Any = None) -> float:
+        """Mean log-likelihood per time step (the quantity in ``history_``)."""
+        self._check_fitted()
+        batch = self.prepare_data(X, y)
+        return float(self.pointwise_log_likelihood(batch).sum()) / int(batch.lengths.sum())
+
+    def sample(self, n_samples: int = 1, length: int = 50) -> dict[str, Any]:
+        """Draw ``n_samples`` sequences of ``length`` steps: ``{"x": (n, T, D), "z": (n, T)}``."""
+        self._check_fitted()
+        n, steps = check_positive_int(n_samples, "n_samples"), check_positive_int(length, "length")
+        gen = self._generator(offset=7919)
+        z = torch.empty(n, steps, dtype=torch.long)
+        z[:, 0] = torch.multinomial(self.initial_.cpu(), n, replacement=True, generator=gen)
+        transition = self.transition_.cpu()
+        for t in range(1, steps):
+            z[:, t] = torch.multinomial(transition[z[:, t - 1]], 1, generator=gen).squeeze(-1)
+        x = self.components_.sample(z.to(self._device), generator=gen if self._device.type == "cpu" else None)
+        return {"x": x.cpu().numpy(), "z": z.numpy()}
+
+    @property
+    def n_parameters(self) -> int:
+        """Number of free parameters."""
+        k, d = self.n_components, self.n_features_in_
+        cov = k * d if self.covariance_type == "diag" else k * d * (d + 1) // 2
+        return (k - 1) + k * (k - 1) + k * d + cov
+
+
+def _first(X: Any) -> Any:
+    """The object whose type decides the output type (tensor in, tensor out)."""
+    if isinstance(X, tuple) and len(X) == 2:
+        return X[0]
+    if isinstance(X, (list, tuple)) and X:
+        return X[0]
+    return X

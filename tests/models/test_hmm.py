@@ -1,0 +1,165 @@
+"""HMM: Baum–Welch on the batched forward–backward against Pyro, planted parameters and the GMM."""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from pyro.infer import TraceEnum_ELBO
+
+from ppmix import GMM
+from ppmix.inference import ConvergenceWarning
+from ppmix.models.base import local_params
+from ppmix.models.hmm import HMM
+from tests.common import assert_close
+
+INITIAL = np.array([0.6, 0.3, 0.1])
+TRANSITION = np.array([[0.90, 0.05, 0.05], [0.10, 0.80, 0.10], [0.05, 0.15, 0.80]])
+MEANS = np.array([[-4.0, 0.0], [0.0, 4.0], [4.0, -1.0]])
+SCALES = np.array([[1.0, 0.6], [0.7, 0.9], [0.8, 0.5]])
+
+
+def planted(n_sequences=40, lengths=(10, 50), seed=0):
+    rng = np.random.default_rng(seed)
+    seqs, states = [], []
+    for _ in range(n_sequences):
+        n = int(rng.integers(lengths[0], lengths[1] + 1))
+        z = [rng.choice(3, p=INITIAL)]
+        for _ in range(n - 1):
+            z.append(rng.choice(3, p=TRANSITION[z[-1]]))
+        z = np.array(z)
+        seqs.append(MEANS[z] + SCALES[z] * rng.normal(size=(n, 2)))
+        states.append(z)
+    return seqs, states
+
+
+def random_globals(hmm, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    values = hmm.get_globals()
+    k = hmm.n_components
+    values["initial"] = torch.softmax(torch.randn(k, generator=g, dtype=torch.float64), 0)
+    values["transition"] = torch.softmax(torch.randn(k, k, generator=g, dtype=torch.float64), 1)
+    values["locs"] = values["locs"] + torch.randn(values["locs"].shape, generator=g, dtype=torch.float64)
+    return values
+
+
+@pytest.mark.parametrize("cov", ["diag", "full"])
+def test_em_objective_equals_pyro_trace_enum_elbo_with_unequal_lengths(cov):
+    seqs, _ = planted(6, lengths=(2, 6), seed=1)
+    hmm = HMM(3, covariance_type=cov, seed=0, max_iter=3, progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        hmm.fit(seqs)
+    for values in (hmm.get_globals(), random_globals(hmm)):
+        hmm.set_globals(values)
+        batch = hmm.prepare_data(seqs)
+        _, em_objective = hmm.e_step(hmm.em_data(batch))
+        with local_params():
+            pyro_elbo = -TraceEnum_ELBO(max_plate_nesting=1).loss(hmm.model, hmm.guide, batch)
+        assert_close(em_objective, pyro_elbo, rtol=1e-10)
+
+
+def test_em_never_decreases_log_likelihood():
+    seqs, _ = planted(20, seed=2)
+    hmm = HMM(3, init_params="random", warm_start=True, max_iter=1, seed=0, progress=False)
+    values = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        for _ in range(20):
+            values.append(hmm.fit(seqs).score(seqs))
+    assert np.all(np.diff(values) >= -1e-10) and values[-1] > values[0]
+
+
+def test_em_recovers_planted_parameters():
+    seqs, states = planted(150, seed=3)
+    hmm = HMM(3, n_init=2, seed=0, progress=False).fit(seqs)
+    est = hmm.means_.numpy()
+    perm = list(min(itertools.permutations(range(3)), key=lambda p: np.abs(est[list(p)] - MEANS).sum()))
+    assert_close(est[perm], MEANS, atol=0.1, rtol=0)
+    assert_close(hmm.transition_.numpy()[np.ix_(perm, perm)], TRANSITION, atol=0.03, rtol=0)
+    assert_close(np.sqrt(hmm.covariances_.numpy()[perm]), SCALES, atol=0.06, rtol=0)
+    decoded = np.concatenate(hmm.predict(seqs))  # estimated state perm[k] plays the planted state k
+    assert (decoded == np.array(perm)[np.concatenate(states)]).mean() > 0.97
+
+
+def test_uniform_transitions_reduce_to_the_mixture():
+    seqs, _ = planted(10, seed=4)
+    hmm = HMM(3, seed=0, progress=False).fit(seqs)
+    values = hmm.get_globals()
+    values["transition"] = values["initial"].expand(3, 3).clone()
+    hmm.set_globals(values)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        gmm = GMM(3, progress=False).fit(np.concatenate(seqs), max_iter=1)
+    gmm.set_globals({"weights": values["initial"], "locs": values["locs"], "scales": values["scales"]})
+    frames = np.concatenate(seqs)
+    assert_close(np.concatenate(hmm.predict_proba(seqs)), gmm.predict_proba(frames), atol=1e-10, rtol=0)
+    assert hmm.log_likelihood(seqs) == pytest.approx(gmm.log_likelihood(frames), rel=1e-12)
+
+
+def test_layouts_give_the_same_fit():
+    seqs, _ = planted(8, seed=5)
+    lengths = [len(s) for s in seqs]
+    padded = np.zeros((8, max(lengths), 2))
+    for b, s in enumerate(seqs):
+        padded[b, : len(s)] = s
+    a = HMM(3, seed=0, progress=False).fit(seqs)
+    b = HMM(3, seed=0, progress=False).fit((torch.as_tensor(padded), torch.as_tensor(lengths)))
+    assert a.history_ == pytest.approx(b.history_, rel=1e-12)
+    assert isinstance(b.predict_proba((torch.as_tensor(padded), torch.as_tensor(lengths)))[0], torch.Tensor)
+
+
+def test_svi_reaches_em_log_likelihood():
+    seqs, _ = planted(12, lengths=(5, 12), seed=6)
+    em = HMM(3, seed=0, progress=False).fit(seqs)
+    svi = HMM(3, seed=0, progress=False).fit(seqs, engine="svi", num_steps=300, lr=0.05)
+    assert abs(svi.score(seqs) - em.score(seqs)) <= 0.01 * abs(em.score(seqs))
+
+
+def test_save_load_round_trip_and_arviz(tmp_path):
+    seqs, _ = planted(10, seed=7)
+    hmm = HMM(3, covariance_type="full", seed=0, progress=False).fit(seqs)
+    loaded = HMM.load(hmm.save(tmp_path / "hmm"))
+    assert_close(np.concatenate(loaded.predict_proba(seqs)), np.concatenate(hmm.predict_proba(seqs)), rtol=0, atol=0)
+    idata = hmm.to_arviz()
+    assert idata.log_likelihood["x"].shape == (1, 1, 10)
+    assert idata.posterior["transition"].shape == (1, 1, 3, 3)
+
+
+def test_sample_follows_the_chain():
+    seqs, _ = planted(100, seed=8)
+    hmm = HMM(3, seed=0, progress=False).fit(seqs)
+    draws = hmm.sample(400, length=30)
+    assert draws["x"].shape == (400, 30, 2) and draws["z"].shape == (400, 30)
+    z = draws["z"]
+    counts = np.zeros((3, 3))
+    np.add.at(counts, (z[:, :-1].ravel(), z[:, 1:].ravel()), 1)
+    assert_close(counts / counts.sum(1, keepdims=True), hmm.transition_.numpy(), atol=0.03, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "X, match",
+    [
+        ([], "empty list"),
+        ([np.zeros((3, 2)), np.zeros((0, 2))], "length 0"),
+        ([np.zeros((3, 2)), np.zeros((3, 1))], "features"),
+        ([np.full((3, 2), np.nan)], "NaN"),
+        ([np.zeros((1, 2))], "n_components=3 is larger than the number of samples"),
+    ],
+    ids=["empty", "zero-length", "features", "nan", "k>frames"],
+)
+def test_bad_input(X, match):
+    with pytest.raises(ValueError, match=match):
+        HMM(3, progress=False).fit(X)
+
+
+def test_labels_are_rejected_and_prediction_checks_features():
+    seqs, _ = planted(5, seed=9)
+    with pytest.raises(ValueError, match="y must be None"):
+        HMM(3, progress=False).fit(seqs, [np.zeros(len(s)) for s in seqs])
+    hmm = HMM(3, seed=0, progress=False).fit(seqs)
+    with pytest.raises(ValueError, match="fitted with 2"):
+        hmm.predict([np.zeros((4, 3))])
