@@ -25,6 +25,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/pip install -c constraints.txt -e ".[bench]"
 	$(BIN)/python benchmarks/bench_gmm.py
+	$(BIN)/python benchmarks/bench_hmm.py
 
 clean:
 	rm -rf $(VENV) out
