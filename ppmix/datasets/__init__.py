@@ -2,5 +2,21 @@
 
 from ppmix.datasets.blobs import make_gaussian_mixture
 from ppmix.datasets.presto import PrestoSyntheticData, make_presto_synthetic
+from ppmix.datasets.rw import (
+    ClusteringData,
+    QuadraticRegressionData,
+    make_outlier_clusters,
+    make_quadratic_regressions,
+    make_unbalanced_clusters,
+)
 
-__all__ = ["PrestoSyntheticData", "make_gaussian_mixture", "make_presto_synthetic"]
+__all__ = [
+    "ClusteringData",
+    "PrestoSyntheticData",
+    "QuadraticRegressionData",
+    "make_gaussian_mixture",
+    "make_outlier_clusters",
+    "make_presto_synthetic",
+    "make_quadratic_regressions",
+    "make_unbalanced_clusters",
+]

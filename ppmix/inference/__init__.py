@@ -1,21 +1,40 @@
 """Engines (EM, SVI, MCMC) and, in later modules, the non-generative optimizers."""
 
+from ppmix.inference._learners import (
+    GaussianLearner,
+    RegressionLearner,
+    SquaredDistanceLearner,
+    SubspaceLearner,
+    WeightedLearner,
+)
 from ppmix.inference._result import ConvergenceWarning, FitResult
+from ppmix.inference._simplex import project_simplex
 from ppmix.inference.em import run_em
 from ppmix.inference.forward_backward import ForwardBackwardResult, forward_backward, viterbi
 from ppmix.inference.mcmc import run_mcmc
 from ppmix.inference.presto import PRESTO, greedy_capacity_assignment
+from ppmix.inference.rw import RegularizedWeighting, WeightStepResult, joint_loss, solve_weights
 from ppmix.inference.svi import run_svi
 
 __all__ = [
     "ConvergenceWarning",
     "FitResult",
     "ForwardBackwardResult",
+    "GaussianLearner",
     "PRESTO",
+    "RegressionLearner",
+    "RegularizedWeighting",
+    "SquaredDistanceLearner",
+    "SubspaceLearner",
+    "WeightStepResult",
+    "WeightedLearner",
     "forward_backward",
     "greedy_capacity_assignment",
+    "joint_loss",
+    "project_simplex",
     "run_em",
     "run_mcmc",
     "run_svi",
+    "solve_weights",
     "viterbi",
 ]

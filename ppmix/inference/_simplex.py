@@ -1,0 +1,110 @@
+"""Euclidean projection onto the probability simplex, batched over rows."""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["project_simplex"]
+
+
+def project_simplex(v: torch.Tensor, method: str = "sort", max_pivots: int = 64) -> torch.Tensor:
+    """Project every row of ``v`` onto the probability simplex ``{w : w >= 0, sum(w) = 1}``.
+
+    Solves ``argmin_w ||w - v||^2`` subject to ``w`` in the simplex, independently for
+    every vector along the last dimension. The answer is ``max(v - theta, 0)`` with
+    ``theta`` the root of ``sum_i max(v_i - theta, 0) = 1``.
+
+    - ``method="sort"`` (default): the sort-based algorithm of Held, Wolfe & Crowder
+      (1974) / Duchi et al. (2008): sort the row in decreasing order ``s``, find the
+      largest ``rho`` with ``s_rho - (sum_{i <= rho} s_i - 1) / rho > 0`` and take
+      ``theta = (sum_{i <= rho} s_i - 1) / rho``. ``O(n log n)`` per row; ties need no
+      special care (any order of equal entries gives the same ``theta``).
+    - ``method="pivot"``: Michelot's (1986) fixed-point iteration
+      ``theta <- (sum_{v_i > theta} v_i - 1) / #{v_i > theta}`` from
+      ``theta = (sum v - 1) / n``, which increases monotonically to the same ``theta``
+      in finitely many ``O(n)`` passes (usually a handful); rows not settled after
+      ``max_pivots`` passes fall back to the sort. Several times faster for long rows,
+      and what RW's weight step uses.
+
+    Rows that already lie on the simplex (non-negative and summing to one to within
+    rounding) are returned unchanged. The computation is done in the dtype of ``v``
+    (use float64 for weights of order ``1/n`` with large ``n``).
+
+    Parameters
+    ----------
+    v : Tensor, shape (..., n)
+        Floating-point vectors, finite.
+    method : {"sort", "pivot"}, default "sort"
+    max_pivots : int, default 64
+        Passes of the ``"pivot"`` method before falling back to the sort.
+
+    Returns
+    -------
+    Tensor, shape (..., n)
+        The projections, same dtype and device as ``v``.
+
+    Raises
+    ------
+    TypeError
+        If ``v`` is not a floating-point tensor.
+    ValueError
+        If ``v`` is 0-D, has an empty last dimension or holds NaN/inf.
+
+    Examples
+    --------
+    >>> import torch
+    >>> project_simplex(torch.tensor([[0.5, 0.5, 1.0], [2.0, 0.0, 0.0]], dtype=torch.float64))
+    tensor([[0.1667, 0.1667, 0.6667],
+            [1.0000, 0.0000, 0.0000]], dtype=torch.float64)
+    """
+    if not isinstance(v, torch.Tensor) or not v.is_floating_point():
+        raise TypeError(f"v must be a floating-point tensor; got {type(v).__name__}")
+    if v.dim() == 0 or v.shape[-1] == 0:
+        raise ValueError(f"v must have a non-empty last dimension; got shape {tuple(v.shape)}")
+    if not torch.isfinite(v).all():
+        raise ValueError("v contains NaN or infinite values")
+    if method == "pivot":
+        return _project_pivot(v, max_pivots)
+    if method != "sort":
+        raise ValueError(f"method must be 'sort' or 'pivot'; got {method!r}")
+    return _finish(v, _theta_sort(v))
+
+
+def _theta_sort(v: torch.Tensor) -> torch.Tensor:
+    n = v.shape[-1]
+    s, _ = torch.sort(v, dim=-1, descending=True)
+    css = s.cumsum(dim=-1) - 1.0
+    ranks = torch.arange(1, n + 1, device=v.device, dtype=v.dtype)
+    positive = s * ranks > css  # s_r - css_r / r > 0, written without a division
+    # The condition holds on a prefix; take its last index (rho >= 1 always, since s_1 > s_1 - 1).
+    rho = torch.where(positive, ranks, torch.zeros((), dtype=v.dtype, device=v.device)).argmax(dim=-1, keepdim=True)
+    return css.gather(-1, rho) / (rho + 1).to(v.dtype)
+
+
+def _project_pivot(v: torch.Tensor, max_pivots: int) -> torch.Tensor:
+    n = v.shape[-1]
+    theta = (v.sum(dim=-1, keepdim=True) - 1.0) / n
+    count = torch.full_like(theta, float(n))
+    settled = torch.zeros(theta.shape, dtype=torch.bool, device=v.device)
+    for _ in range(max_pivots):
+        active = v > theta
+        new_count = active.sum(dim=-1, keepdim=True).to(v.dtype)
+        settled = new_count == count
+        if settled.all():
+            break
+        theta = torch.where(active, v, torch.zeros((), dtype=v.dtype, device=v.device)).sum(-1, keepdim=True)
+        theta = (theta - 1.0) / new_count
+        count = new_count
+    if not settled.all():  # rare slow rows: finish them exactly by sorting
+        rows = ~settled.squeeze(-1)
+        theta = theta.clone()
+        theta[rows] = _theta_sort(v[rows])
+    return _finish(v, theta)
+
+
+def _finish(v: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
+    n = v.shape[-1]
+    projected = (v - theta).clamp_min(0.0)
+    eps = torch.finfo(v.dtype).eps
+    feasible = ((v >= 0).all(dim=-1, keepdim=True)) & ((v.sum(dim=-1, keepdim=True) - 1.0).abs() <= 4 * n * eps)
+    return torch.where(feasible, v, projected)

@@ -1,0 +1,137 @@
+"""Euclidean projection onto the simplex against brute-force oracles."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from scipy.optimize import minimize
+
+from ppmix.inference._simplex import project_simplex
+from tests.common import assert_close
+
+
+def brute_force_projection(v: np.ndarray) -> np.ndarray:
+    """Exact projection by enumerating every support set (the KKT solution on a support S is
+    ``v_S - (sum v_S - 1)/|S|``); the feasible candidate closest to ``v`` is the projection."""
+    n = len(v)
+    best, best_dist = None, np.inf
+    for size in range(1, n + 1):
+        for support in itertools.combinations(range(n), size):
+            s = list(support)
+            w = np.zeros(n)
+            w[s] = v[s] - (v[s].sum() - 1.0) / size
+            if (w >= -1e-12).all():
+                dist = ((w - v) ** 2).sum()
+                if dist < best_dist:
+                    best, best_dist = w, dist
+    return best
+
+
+def random_rows(seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    rows = [
+        rng.normal(size=6),
+        rng.normal(scale=10.0, size=6),
+        rng.uniform(-1e-3, 1e-3, size=6),
+        np.array([0.3, 0.3, 0.3, 0.3, -1.0, 0.3]),  # ties inside the support
+        np.array([2.0, 2.0, 2.0, -5.0, -5.0, -5.0]),  # ties at the top and bottom
+        np.full(6, 7.0),  # all equal
+        rng.dirichlet(np.ones(6)),  # already feasible
+        np.eye(6)[2],  # a vertex
+    ]
+    return np.stack(rows)
+
+
+METHODS = ["sort", "pivot"]
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_matches_support_enumeration(seed, method):
+    rows = random_rows(seed)
+    got = project_simplex(torch.as_tensor(rows, dtype=torch.float64), method=method)
+    expected = np.stack([brute_force_projection(r) for r in rows])
+    assert_close(got, expected, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_matches_slsqp(method):
+    rng = np.random.default_rng(3)
+    rows = rng.normal(scale=2.0, size=(5, 7))
+    got = project_simplex(torch.as_tensor(rows), method=method).numpy()
+    for row, w in zip(rows, got):
+        res = minimize(
+            lambda z, r=row: ((z - r) ** 2).sum(),
+            np.full(7, 1 / 7),
+            jac=lambda z, r=row: 2 * (z - r),
+            bounds=[(0, None)] * 7,
+            constraints=[{"type": "eq", "fun": lambda z: z.sum() - 1.0, "jac": lambda z: np.ones_like(z)}],
+            method="SLSQP",
+            options={"ftol": 1e-14, "maxiter": 500},
+        )
+        assert res.success
+        assert_close(w, res.x, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_feasible_rows_are_returned_unchanged_and_outputs_are_feasible(method):
+    rng = np.random.default_rng(4)
+    feasible = torch.as_tensor(rng.dirichlet(np.ones(1000), size=3))
+    assert torch.equal(project_simplex(feasible, method=method), feasible)
+    out = project_simplex(torch.as_tensor(rng.normal(size=(4, 3, 500))), method=method)
+    assert out.shape == (4, 3, 500)
+    assert (out >= 0).all()
+    assert_close(out.sum(-1), torch.ones(4, 3, dtype=torch.float64), atol=1e-12)
+
+
+def test_projection_is_idempotent_and_shift_invariant():
+    v = torch.as_tensor(np.random.default_rng(5).normal(size=(10, 20)))
+    p = project_simplex(v)
+    assert_close(project_simplex(p), p, atol=1e-15)
+    assert_close(project_simplex(v + 3.7), p, atol=1e-12)
+
+
+def test_pivot_agrees_with_sort_including_fallback():
+    rng = np.random.default_rng(6)
+    # a geometric row makes the pivot iteration slow (one element leaves per pass): exercises the fallback
+    rows = np.concatenate([rng.standard_cauchy(size=(3, 300)), 2.0 ** -np.arange(300)[None, :] * 50], axis=0)
+    v = torch.as_tensor(rows)
+    assert_close(project_simplex(v, method="pivot", max_pivots=3), project_simplex(v), atol=1e-13)
+    assert_close(project_simplex(v, method="pivot"), project_simplex(v), atol=1e-13)
+
+
+def test_large_n_float64_and_single_entry():
+    v = torch.full((1, 200_000), 1.0 / 200_000, dtype=torch.float64) + 1e-9 * torch.arange(200_000)
+    p = project_simplex(v)
+    assert abs(float(p.sum()) - 1.0) < 1e-10 and (p >= 0).all()
+    assert project_simplex(torch.tensor([[-3.0]], dtype=torch.float64)).item() == 1.0
+
+
+def test_float32_is_kept():
+    p = project_simplex(torch.randn(3, 5))
+    assert p.dtype == torch.float32
+    assert torch.allclose(p.sum(-1), torch.ones(3), atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "bad, error",
+    [
+        (torch.tensor([1, 2]), TypeError),
+        (np.ones(3), TypeError),
+        (torch.tensor(1.0), ValueError),
+        (torch.empty(2, 0), ValueError),
+        (torch.tensor([0.5, float("nan")]), ValueError),
+    ],
+    ids=["int", "numpy", "scalar", "empty", "nan"],
+)
+def test_bad_input(bad, error):
+    with pytest.raises(error, match="v"):
+        project_simplex(bad)
+
+
+def test_bad_method():
+    with pytest.raises(ValueError, match="method"):
+        project_simplex(torch.ones(3), method="bisect")
