@@ -1,11 +1,14 @@
 """Registry of paper reproductions run by ``ppmix reproduce NAME``.
 
-Each later method registers a function ``run(out_dir: Path, quick: bool) -> dict``
-with :func:`register`; the CLI lists and runs them.
+Each reproduction lives in a module of :mod:`ppmix.experiments` and registers a
+function ``run(out_dir: Path, quick: bool) -> dict`` with :func:`register`; the CLI
+lists and runs them. The experiment modules are imported on first use of the registry.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -37,13 +40,24 @@ def register(name: str, description: str) -> Callable[[Callable[[Path, bool], di
     return decorate
 
 
+def _load_experiments() -> None:
+    """Import every module of :mod:`ppmix.experiments` so that their reproductions register."""
+    import ppmix.experiments as package
+
+    for module in pkgutil.iter_modules(package.__path__):
+        if not module.name.startswith("_"):
+            importlib.import_module(f"{package.__name__}.{module.name}")
+
+
 def registered() -> list[Reproduction]:
     """All registered reproductions, sorted by name."""
+    _load_experiments()
     return [_REGISTRY[k] for k in sorted(_REGISTRY)]
 
 
 def get(name: str) -> Reproduction:
     """The reproduction called ``name`` (``KeyError`` lists the known names)."""
+    _load_experiments()
     try:
         return _REGISTRY[name]
     except KeyError:
