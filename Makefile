@@ -26,6 +26,7 @@ bench: $(STAMP)
 	$(BIN)/pip install -c constraints.txt -e ".[bench]"
 	$(BIN)/python benchmarks/bench_gmm.py
 	$(BIN)/python benchmarks/bench_hmm.py
+	$(BIN)/python benchmarks/bench_partition.py
 
 clean:
 	rm -rf $(VENV) out
