@@ -33,7 +33,7 @@ def frame():
     return pd.DataFrame(rows)
 
 
-def check(batch):
+def assert_matches_reference(batch):
     x, y = padded()
     assert batch.lengths.tolist() == [4, 7, 1]
     assert_close(batch.x, x, rtol=0, atol=0)
@@ -45,22 +45,22 @@ def check(batch):
 
 
 def test_list_of_arrays():
-    check(as_sequence_batch(SEQS, LABELS))
+    assert_matches_reference(as_sequence_batch(SEQS, LABELS))
 
 
 def test_list_of_tensors():
-    check(as_sequence_batch([torch.as_tensor(s) for s in SEQS], LABELS))
+    assert_matches_reference(as_sequence_batch([torch.as_tensor(s) for s in SEQS], LABELS))
 
 
 def test_padded_with_lengths():
     x, y = padded()
-    check(as_sequence_batch(x, y, lengths=[4, 7, 1]))
-    check(as_sequence_batch(torch.as_tensor(x), torch.as_tensor(y), lengths=torch.tensor([4, 7, 1])))
+    assert_matches_reference(as_sequence_batch(x, y, lengths=[4, 7, 1]))
+    assert_matches_reference(as_sequence_batch(torch.as_tensor(x), torch.as_tensor(y), lengths=torch.tensor([4, 7, 1])))
 
 
 def test_dataframe_with_sequence_column():
     batch = as_sequence_batch(frame(), "label", sequence_column="seq")
-    check(batch)
+    assert_matches_reference(batch)
     assert batch.feature_names == ["a", "b", "c"]
 
 
