@@ -40,19 +40,10 @@ def rw_problem(n: int, k: int, seed: int):
 
 
 def objective_and_gap(losses, w, alpha: float) -> tuple[float, float]:
-    """The same certified gap as ``solve_weights`` (min of Frank-Wolfe and Lagrange-dual gaps)."""
-    k, n = losses.shape
-    u = 1.0 / n
-    v = w.mean(dim=0)
-    grad = (losses - 2.0 * alpha * (u - v)) / k
-    value = float(alpha * (v - u).square().sum() + (losses * w).sum() / k)
-    inner = (grad * w).sum(dim=1)
-    frank_wolfe = float((inner - grad.min(dim=1).values).sum())
-    t = k * inner
-    m = (losses - t[:, None]).min(dim=0).values
-    z = (u - m / (2.0 * alpha)).clamp_min(0.0)
-    dual = float((alpha * (u - z).square() + z * m).sum() + t.mean())
-    return value, max(min(frank_wolfe, value - dual), 0.0)
+    """The same certified gap as ``solve_weights`` uses, so every method stops on one test."""
+    from ppmix.inference.rw import weight_objective_and_gap
+
+    return weight_objective_and_gap(losses, w, alpha)
 
 
 def projected_gradient(losses, alpha: float, tol: float, max_iter: int, max_seconds: float) -> dict:

@@ -37,7 +37,7 @@ from ppmix.inference._learners import (
 from ppmix.inference._result import ConvergenceWarning
 from ppmix.inference._simplex import project_simplex
 
-__all__ = ["RegularizedWeighting", "WeightStepResult", "joint_loss", "solve_weights"]
+__all__ = ["RegularizedWeighting", "WeightStepResult", "joint_loss", "solve_weights", "weight_objective_and_gap"]
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +71,37 @@ def joint_loss(losses: torch.Tensor, weights: torch.Tensor, alpha: float) -> flo
     k, n = losses.shape
     v = weights.mean(dim=0)
     return float(alpha * (v - 1.0 / n).square().sum() + (losses * weights).sum() / k)
+
+
+def weight_objective_and_gap(losses: torch.Tensor, weights: torch.Tensor, alpha: float) -> tuple[float, float]:
+    """Joint loss at ``weights`` and a certified bound on its distance to the optimum over ``W``.
+
+    The bound is the smaller of the Frank-Wolfe gap and ``objective - D(t)``, where
+    ``D`` is the Lagrange dual with one multiplier per model evaluated at the
+    multipliers ``t_j = k <g_j, w_j>`` implied by ``weights`` (Lemma 2's ``t``):
+    ``D(t) = sum_i [alpha (u - z_i)^2 + z_i m_i] + mean(t)``, with
+    ``m_i = min_j (l_ji - t_j)`` and ``z_i = max(u - m_i / (2 alpha), 0)``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> losses = torch.tensor([[0.0, 1.0], [1.0, 0.0]], dtype=torch.float64)
+    >>> value, gap = weight_objective_and_gap(losses, torch.full((2, 2), 0.5, dtype=torch.float64), 4.0)
+    >>> value, gap >= 0
+    (0.5, True)
+    """
+    k, n = losses.shape
+    u = 1.0 / n
+    v = weights.mean(dim=0)
+    grad = (losses - 2.0 * alpha * (u - v)) / k
+    value = float(alpha * (v - u).square().sum() + (losses * weights).sum() / k)
+    inner = (grad * weights).sum(dim=1)  # (k,)
+    frank_wolfe = float((inner - grad.min(dim=1).values).sum())
+    t = k * inner
+    m = (losses - t[:, None]).min(dim=0).values
+    z = (u - m / (2.0 * alpha)).clamp_min(0.0)
+    dual = float((alpha * (u - z).square() + z * m).sum() + t.mean())
+    return value, max(min(frank_wolfe, value - dual), 0.0)
 
 
 @dataclass
@@ -167,21 +198,6 @@ def solve_weights(
     u = 1.0 / n
     scaled = losses / (2.0 * alpha)
 
-    def objective_and_gap(w: torch.Tensor) -> tuple[float, float]:
-        v = w.mean(dim=0)
-        grad = (losses - 2.0 * alpha * (u - v)) / k
-        value = float(alpha * (v - u).square().sum() + (losses * w).sum() / k)
-        inner = (grad * w).sum(dim=1)  # (k,)
-        frank_wolfe = float((inner - grad.min(dim=1).values).sum())
-        # Lagrange dual at the multipliers t_j = k <g_j, w_j> estimated from w (Lemma 2's t):
-        # D(t) = sum_i [alpha (u - z_i)^2 + z_i m_i] + mean(t),
-        # m_i = min_j (l_ji - t_j), z_i = max(u - m_i / (2 alpha), 0)
-        t = k * inner
-        m = (losses - t[:, None]).min(dim=0).values
-        z = (u - m / (2.0 * alpha)).clamp_min(0.0)
-        dual = float((alpha * (u - z).square() + z * m).sum() + t.mean())
-        return value, max(min(frank_wolfe, value - dual), 0.0)
-
     if start is None:
         x = torch.full((k, n), u, dtype=torch.float64, device=losses.device)
     else:
@@ -189,7 +205,7 @@ def solve_weights(
             raise ValueError(f"start must have shape {(k, n)}; got {tuple(start.shape)}")
         x = project_simplex(start.to(device=losses.device, dtype=torch.float64))
     floor = 64 * torch.finfo(torch.float64).eps * (alpha / n + float(losses.mean()))
-    best_value, gap = objective_and_gap(x)
+    best_value, gap = weight_objective_and_gap(losses, x, alpha)
     best = x
     if gap <= max(tol * best_value, floor):
         return WeightStepResult(best, best_value, gap, 0, True)
@@ -201,7 +217,7 @@ def solve_weights(
             t, t_new = 1.0, 1.0
         y = x_new + ((t - 1.0) / t_new) * (x_new - x)
         x, t = x_new, t_new
-        value, gap = objective_and_gap(x)
+        value, gap = weight_objective_and_gap(losses, x, alpha)
         if value <= best_value:
             best, best_value = x, value
         if gap <= max(tol * value, floor):

@@ -100,3 +100,16 @@ def assert_kl_matches_monte_carlo(p, q, n_draws: int = 200_000, seed: int = 7) -
         ratio = n(p.log_prob(draws)[:, j : j + 1] - q.log_prob(draws))
         means[j], ses[j] = ratio.mean(0), ratio.std(0) / np.sqrt(n_draws)
     mc_check(n(kl), means, ses)
+
+
+def assert_pyro_dist_matches_log_prob(comp, x: torch.Tensor, tol: dict) -> None:
+    """``pyro_dist`` with an enumeration-style ``(K, 1)`` index, and with no index, agrees with ``log_prob``."""
+    k, d = comp.n_components, x.shape[1]
+    fn = comp.pyro_dist(torch.arange(k, device=x.device)[:, None])  # what parallel enumeration hands the model
+    assert fn.batch_shape == (k, 1) and fn.event_shape == (d,)
+    lp = fn.log_prob(x)
+    assert lp.shape == (k, x.shape[0])
+    np.testing.assert_allclose(n(lp), n(comp.log_prob(x).T), **tol)
+    full = comp.pyro_dist()
+    assert full.batch_shape == (k,)
+    np.testing.assert_allclose(n(full.log_prob(x[:, None, :])), n(comp.log_prob(x)), **tol)

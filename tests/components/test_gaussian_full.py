@@ -12,6 +12,7 @@ from tests.common import assert_close
 from tests.components._util import (
     TOL,
     assert_kl_matches_monte_carlo,
+    assert_pyro_dist_matches_log_prob,
     fractional_weights,
     group_labels,
     n,
@@ -169,15 +170,7 @@ def test_kl_with_itself_has_zero_diagonal(k, d, dtype, device):
 def test_pyro_dist_enumeration_index_broadcasts(k, d, dtype, device):
     comp = make(k, d, dtype, device)
     x = t(rng(8).normal(size=(25, d)), dtype, device)
-    index = torch.arange(k, device=device)[:, None]
-    fn = comp.pyro_dist(index)
-    assert fn.batch_shape == (k, 1) and fn.event_shape == (d,)
-    lp = fn.log_prob(x)
-    assert lp.shape == (k, 25)
-    assert_close(lp, comp.log_prob(x).T, **TOL[dtype])
-    full = comp.pyro_dist()
-    assert full.batch_shape == (k,)
-    assert_close(full.log_prob(x[:, None, :]), comp.log_prob(x), **TOL[dtype])
+    assert_pyro_dist_matches_log_prob(comp, x, TOL[dtype])
 
 
 @parametrize_device
