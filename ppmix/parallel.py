@@ -1,0 +1,154 @@
+"""Run independent tasks on any executor: a local process pool, a Dask client, or in-process.
+
+One mechanism serves every method that trains pieces in parallel (the K components of
+PRESTO, the M local fits of distributed mixture-of-experts training). Results come back
+in the order the tasks were given, whatever order they finish in; each carries the
+seconds it spent inside the worker, so callers can report critical-path times. A task
+that raises is retried, and tasks that still fail are named together in one
+:class:`TaskError` — no partial result is returned silently.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import time
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+__all__ = ["TaskError", "TaskResult", "run_tasks"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """The value of one task, the seconds it ran inside its worker and how many attempts it took."""
+
+    name: str
+    value: Any
+    seconds: float
+    attempts: int
+
+
+class TaskError(RuntimeError):
+    """Raised when tasks still fail after their retries; ``failures`` maps each task name to its error."""
+
+    def __init__(self, failures: dict[str, BaseException]) -> None:
+        self.failures = failures
+        lines = "; ".join(f"{name}: {type(err).__name__}: {err}" for name, err in failures.items())
+        super().__init__(f"{len(failures)} task(s) failed after retrying: {lines}")
+
+
+def _timed_call(fn: Callable[[Any], Any], item: Any) -> tuple[Any, float]:
+    start = time.perf_counter()
+    value = fn(item)
+    return value, time.perf_counter() - start
+
+
+class _InlineExecutor(Executor):
+    """Runs each task at submission, in this process (no pickling, no parallelism)."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
+        future: Future = Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as err:  # noqa: BLE001 - delivered through the future like a real executor
+            future.set_exception(err)
+        return future
+
+
+def _as_executor(executor: Any, max_workers: int | None) -> tuple[Executor, bool]:
+    """Normalise ``executor`` to a ``concurrent.futures.Executor``; the flag says whether we own it."""
+    if executor is None:
+        # spawn: forking a process whose torch/OpenMP thread pools are running can deadlock
+        pool = ProcessPoolExecutor(max_workers=max_workers, mp_context=multiprocessing.get_context("spawn"))
+        return pool, True
+    if executor == "inline":
+        return _InlineExecutor(), True
+    if isinstance(executor, Executor):
+        return executor, False
+    if hasattr(executor, "get_executor"):  # dask.distributed.Client
+        return executor.get_executor(), False
+    raise TypeError(
+        "executor must be None (a local process pool), 'inline', a concurrent.futures.Executor "
+        f"or a dask.distributed.Client; got {type(executor).__name__}"
+    )
+
+
+def run_tasks(
+    fn: Callable[[Any], Any],
+    items: Sequence[Any],
+    names: Sequence[str] | None = None,
+    *,
+    executor: Any = None,
+    retries: int = 1,
+    max_workers: int | None = None,
+) -> list[TaskResult]:
+    """Apply ``fn`` to every item on an executor and return the results in input order.
+
+    Parameters
+    ----------
+    fn : callable
+        A picklable function of one argument (module-level for process pools and Dask).
+    items : sequence
+        The task inputs.
+    names : sequence of str, optional
+        One name per item, used in logs and errors (default ``task-0``, ``task-1``, ...).
+    executor : None, 'inline', concurrent.futures.Executor or dask.distributed.Client
+        Where to run. ``None`` starts (and shuts down) a local process pool; ``'inline'``
+        runs in this process; an executor or a Dask client you pass is left running.
+    retries : int
+        How many times a failing task is resubmitted before it counts as failed.
+    max_workers : int, optional
+        Pool size when ``executor`` is ``None``.
+
+    Returns
+    -------
+    list of TaskResult
+
+    Raises
+    ------
+    TaskError
+        If any task fails ``retries + 1`` times; every failed task is named.
+
+    Examples
+    --------
+    >>> [r.value for r in run_tasks(abs, [-1, 2, -3], executor="inline")]
+    [1, 2, 3]
+    """
+    items = list(items)
+    names = [f"task-{i}" for i in range(len(items))] if names is None else [str(n) for n in names]
+    if len(names) != len(items):
+        raise ValueError(f"names has {len(names)} entries but items has {len(items)}")
+    if retries < 0:
+        raise ValueError(f"retries must be >= 0; got {retries}")
+    pool, owned = _as_executor(executor, max_workers)
+    try:
+        futures = {i: pool.submit(_timed_call, fn, item) for i, item in enumerate(items)}
+        attempts = dict.fromkeys(futures, 1)
+        results: dict[int, TaskResult] = {}
+        failures: dict[str, BaseException] = {}
+        pending = dict(futures)
+        while pending:
+            retry: dict[int, Future] = {}
+            for i, future in pending.items():
+                try:
+                    value, seconds = future.result()
+                except Exception as err:  # noqa: BLE001 - any task error is retried, then reported by name
+                    if attempts[i] <= retries:
+                        logger.warning("task %s failed (%s: %s); retrying", names[i], type(err).__name__, err)
+                        attempts[i] += 1
+                        retry[i] = pool.submit(_timed_call, fn, items[i])
+                    else:
+                        failures[names[i]] = err
+                    continue
+                results[i] = TaskResult(names[i], value, seconds, attempts[i])
+            pending = retry
+    finally:
+        if owned:
+            pool.shutdown(wait=True, cancel_futures=True)
+    if failures:
+        raise TaskError(failures)
+    return [results[i] for i in range(len(items))]

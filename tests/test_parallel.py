@@ -1,0 +1,70 @@
+"""The shared task runner: order, retries, named failures, process pool and Dask."""
+
+from __future__ import annotations
+
+import os
+
+import distributed
+import pytest
+
+from ppmix.parallel import TaskError, run_tasks
+
+
+def _square(x: int) -> int:
+    return x * x
+
+
+def _fail_on_negative(x: int) -> int:
+    if x < 0:
+        raise ValueError(f"negative input {x}")
+    return x
+
+
+def _fail_first_time(path: str) -> str:
+    """Fails on the first call for a path (marker file absent), succeeds on the retry."""
+    if not os.path.exists(path):
+        open(path, "w").close()
+        raise OSError("transient")
+    return "ok"
+
+
+def test_inline_results_keep_input_order():
+    results = run_tasks(_square, [3, 1, 2], names=["a", "b", "c"], executor="inline")
+    assert [r.value for r in results] == [9, 1, 4]
+    assert [r.name for r in results] == ["a", "b", "c"]
+    assert all(r.seconds >= 0 and r.attempts == 1 for r in results)
+
+
+def test_failures_are_named_after_retries():
+    with pytest.raises(TaskError, match="shard-b: ValueError: negative input -2") as info:
+        run_tasks(_fail_on_negative, [1, -2, 3], names=["shard-a", "shard-b", "shard-c"], executor="inline")
+    assert set(info.value.failures) == {"shard-b"}
+
+
+def test_transient_failure_is_retried(tmp_path):
+    results = run_tasks(_fail_first_time, [str(tmp_path / "marker")], executor="inline", retries=1)
+    assert results[0].value == "ok" and results[0].attempts == 2
+    with pytest.raises(TaskError):
+        run_tasks(_fail_first_time, [str(tmp_path / "other")], executor="inline", retries=0)
+
+
+def test_process_pool_matches_inline():
+    pooled = run_tasks(_square, range(5), max_workers=2)
+    assert [r.value for r in pooled] == [0, 1, 4, 9, 16]
+
+
+def test_dask_client_is_accepted():
+    cluster_options = {"n_workers": 1, "threads_per_worker": 1, "processes": False, "dashboard_address": None}
+    with distributed.LocalCluster(**cluster_options) as cluster:
+        with distributed.Client(cluster) as client:
+            results = run_tasks(_square, [2, 3], executor=client)
+    assert [r.value for r in results] == [4, 9]
+
+
+def test_bad_arguments():
+    with pytest.raises(TypeError, match="executor must be"):
+        run_tasks(_square, [1], executor=42)
+    with pytest.raises(ValueError, match="names has 1 entries"):
+        run_tasks(_square, [1, 2], names=["x"], executor="inline")
+    with pytest.raises(ValueError, match="retries"):
+        run_tasks(_square, [1], executor="inline", retries=-1)
