@@ -1,6 +1,7 @@
 """Synthetic data generators (later issues add the papers' settings here)."""
 
 from ppmix.datasets.blobs import make_gaussian_mixture
+from ppmix.datasets.pf import PFSyntheticData, bayes_label_limits, make_pf_synthetic, make_two_mixture
 from ppmix.datasets.presto import PrestoSyntheticData, make_presto_synthetic
 from ppmix.datasets.rw import (
     ClusteringData,
@@ -12,11 +13,15 @@ from ppmix.datasets.rw import (
 
 __all__ = [
     "ClusteringData",
+    "PFSyntheticData",
     "PrestoSyntheticData",
     "QuadraticRegressionData",
+    "bayes_label_limits",
     "make_gaussian_mixture",
     "make_outlier_clusters",
+    "make_pf_synthetic",
     "make_presto_synthetic",
     "make_quadratic_regressions",
+    "make_two_mixture",
     "make_unbalanced_clusters",
 ]
