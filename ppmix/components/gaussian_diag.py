@@ -59,21 +59,38 @@ class DiagGaussian(ComponentFamily):
         """Prepare ``x`` once for many :meth:`log_prob`/:meth:`fit` calls."""
         return as_centred(x, self.dtype, self.device)
 
-    def log_prob(self, data: torch.Tensor | CentredData) -> torch.Tensor:
+    def log_prob(
+        self, data: torch.Tensor | CentredData, feature_weights: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Log-density of every point under every component, shape ``(N, K)``.
 
         Computed as one matrix product of ``[x, x^2]`` with the natural parameters.
+        With ``feature_weights`` ``w`` (shape ``(D,)``) it returns the weighted sum of the
+        per-feature log-densities ``sum_d w_d log N(x_d | loc[k, d], scale[k, d]^2)`` at the
+        same cost (the expected log-density under independent feature switches).
         """
         data = as_centred(data, self.dtype, self.device)
         precision = self.variance.reciprocal()
         loc_c = self.loc - data.shift
+        log_norm = 0.5 * math.log(2 * math.pi) + self.scale.log() + 0.5 * loc_c.square() * precision  # (K, D)
+        if feature_weights is not None:
+            feature_weights = feature_weights.to(dtype=self.dtype, device=self.device)
+            precision = precision * feature_weights
+            log_norm = log_norm * feature_weights
         natural = torch.cat([loc_c * precision, -0.5 * precision], dim=1)  # (K, 2D)
-        const = (
-            -0.5 * self.n_features * math.log(2 * math.pi)
-            - self.scale.log().sum(dim=1)
-            - 0.5 * (loc_c.square() * precision).sum(dim=1)
-        )
-        return torch.addmm(const, data.moments, natural.T)
+        return torch.addmm(-log_norm.sum(dim=1), data.moments, natural.T)
+
+    def fitted_feature_log_likelihood(self, counts: torch.Tensor) -> torch.Tensor:
+        """``sum_n w_nk log N(x_nd | k)`` per component and feature, ``(K, D)``, right after :meth:`fit`.
+
+        At the weighted MLE the weighted squared deviations equal
+        ``counts_k * (variance_kd - reg_covar)``, so the weighted log-likelihood of the
+        data last fitted needs only the component totals ``counts = weights.sum(0)``
+        (no pass over the data).
+        """
+        variance = self.variance
+        fit_term = (variance - self.reg_covar).clamp_min(0.0) / variance
+        return -0.5 * counts[:, None] * (math.log(2 * math.pi) + variance.log() + fit_term)
 
     def fit(self, data: torch.Tensor | CentredData, weights: torch.Tensor) -> "DiagGaussian":
         """Weighted maximum-likelihood update (closed form), in place.

@@ -148,3 +148,26 @@ def test_sample_same_seed_same_draws(dtype, device):
     c = comp.sample(index, generator=torch.Generator(device=device).manual_seed(12))
     assert torch.equal(a, b)
     assert not torch.equal(a, c)
+
+
+def test_feature_weighted_log_prob_is_the_weighted_sum_of_feature_terms():
+    g = torch.Generator().manual_seed(3)
+    comp = DiagGaussian(
+        torch.randn(3, 4, generator=g, dtype=torch.float64), torch.rand(3, 4, generator=g, dtype=torch.float64) + 0.5
+    )
+    x = torch.randn(7, 4, generator=g, dtype=torch.float64)
+    w = torch.tensor([1.0, 0.0, 0.25, 0.7], dtype=torch.float64)
+    per_feature = torch.distributions.Normal(comp.loc, comp.scale).log_prob(x[:, None, :])  # (N, K, D)
+    torch.testing.assert_close(comp.log_prob(x, feature_weights=w), (per_feature * w).sum(-1))
+    torch.testing.assert_close(comp.log_prob(x, feature_weights=torch.ones(4, dtype=torch.float64)), comp.log_prob(x))
+
+
+def test_fitted_feature_log_likelihood_equals_the_direct_sum():
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(50, 3, generator=g, dtype=torch.float64) * 2 + 1
+    weights = torch.rand(50, 2, generator=g, dtype=torch.float64)
+    comp = DiagGaussian(torch.zeros(2, 3, dtype=torch.float64), torch.ones(2, 3, dtype=torch.float64), reg_covar=1e-3)
+    comp.fit(x, weights)
+    per_feature = torch.distributions.Normal(comp.loc, comp.scale).log_prob(x[:, None, :])  # (N, K, D)
+    direct = (weights[:, :, None] * per_feature).sum(0)
+    torch.testing.assert_close(comp.fitted_feature_log_likelihood(weights.sum(0)), direct)

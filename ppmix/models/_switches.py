@@ -1,0 +1,282 @@
+"""The prediction-focused machinery shared by pf-GMM and pf-HMM (seed 003, §4 and Supplement B).
+
+Every observed frame ``x_n`` (a data point of a mixture, a time step of an HMM) has
+per-feature switches ``S_nd ~ Bern(p)``: a switched-on feature is emitted by the
+frame's component, a switched-off one by a single background Gaussian. The
+variational family ties ``q(S_nd) = Bern(phi_d)`` across frames, so the E-step of the
+frame's component uses ``sum_d phi_d log N(x_nd | k)`` and ``phi`` has the closed-form
+update of B.2.1. A binary label per frame is emitted by the component
+(``Bern(eta_k)``); missing labels (NaN) contribute nothing.
+
+With ``p = 1`` every ``phi_d`` is 1 and the model is the supervised mixture/HMM: one
+code path, not a copy.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyro
+import pyro.distributions as dist
+import torch
+from pyro.distributions import constraints
+from pyro.ops.indexing import Vindex
+
+from ppmix._init import kmeans
+from ppmix.components import BernoulliLabel, DiagGaussian
+from ppmix.components._centred import CentredData
+from ppmix.models._flat import FlatPrior
+
+__all__ = ["FrameLabels", "PredictionFocusedMixin", "switch_kl_terms"]
+
+#: the guide keeps q(S) strictly inside (0, 1) so Pyro's enumerated ELBO stays finite
+_PHI_FLOOR = 1e-12
+#: p-value of the per-feature label test that selects the features of the "relevance" initialisation
+RELEVANCE_P_VALUE = 1e-3
+
+
+@dataclass
+class FrameLabels:
+    """Per-frame binary labels with a mask of which are observed (missing rows hold 0)."""
+
+    y: torch.Tensor  # (N,) float in {0, 1}
+    observed: torch.Tensor  # (N,) bool
+
+    @property
+    def any(self) -> bool:
+        return bool(self.observed.any())
+
+    @classmethod
+    def from_values(cls, y: Any, n: int, dtype: torch.dtype, device: torch.device, *, name: str = "y") -> "FrameLabels":
+        """Validate labels: shape ``(n,)``, values in {0, 1}, NaN (or None) for missing."""
+        if isinstance(y, torch.Tensor):
+            y = y.detach().cpu().numpy()
+        elif hasattr(y, "to_numpy"):  # pandas Series / one-column DataFrame
+            y = y.to_numpy()
+        try:
+            values = np.asarray(y, dtype=np.float64)  # None -> NaN
+        except (TypeError, ValueError):
+            raise TypeError(f"{name} must hold numeric labels 0/1 (NaN for missing)") from None
+        if values.ndim == 2 and values.shape[1] == 1:
+            values = values[:, 0]
+        if values.ndim != 1 or values.shape[0] != n:
+            raise ValueError(f"{name} must have shape ({n},) to match X; got {values.shape}")
+        observed = ~np.isnan(values)
+        if not np.all(np.isin(values[observed], (0.0, 1.0))):
+            bad = sorted(set(values[observed].tolist()) - {0.0, 1.0})[:5]
+            raise ValueError(f"{name} must hold binary labels 0/1 (NaN for missing); found {bad}")
+        if not observed.any():
+            raise ValueError(f"{name} has no observed label; pass y=None to fit without labels")
+        filled = np.where(observed, values, 0.0)
+        return cls(torch.as_tensor(filled, dtype=dtype, device=device), torch.as_tensor(observed, device=device))
+
+    @classmethod
+    def missing(cls, n: int, dtype: torch.dtype, device: torch.device) -> "FrameLabels":
+        return cls(torch.zeros(n, dtype=dtype, device=device), torch.zeros(n, dtype=torch.bool, device=device))
+
+
+def switch_kl_terms(phi: torch.Tensor, prior: float) -> torch.Tensor:
+    """``E_q[log p(S) - log q(S)]`` of one frame's switches, summed over features (a scalar).
+
+    ``sum_d phi_d log(p / phi_d) + (1 - phi_d) log((1 - p) / (1 - phi_d))``, with ``0 log 0 = 0``.
+    """
+    p = torch.as_tensor(prior, dtype=phi.dtype, device=phi.device)
+    off = 1.0 - phi
+    terms = torch.xlogy(phi, p) - torch.xlogy(phi, phi) + torch.xlogy(off, 1.0 - p) - torch.xlogy(off, off)
+    return terms.sum()
+
+
+class PredictionFocusedMixin:
+    """Switches, background and labels for a prediction-focused model over frames.
+
+    The host class has ``switch_prior`` (``p``), diagonal ``components_`` (``(K, D)``)
+    and sets ``background_`` (``(1, D)``), ``switch_probs_`` (``phi``, ``(D,)``) and
+    ``labels_`` (a :class:`~ppmix.components.BernoulliLabel`) while fitting.
+    """
+
+    switch_prior: float
+    components_: DiagGaussian
+    background_: DiagGaussian
+    switch_probs_: torch.Tensor
+    labels_: BernoulliLabel
+    _background_ll: torch.Tensor
+
+    def _validate_switch_prior(self) -> None:
+        p = self.switch_prior
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 < float(p) <= 1.0:
+            raise ValueError(f"switch_prior must be a probability in (0, 1]; got {p!r}")
+
+    @property
+    def _all_relevant(self) -> bool:
+        return float(self.switch_prior) == 1.0
+
+    # ---------------------------------------------------------------- EM parts
+    def _fit_background(self, frames: CentredData) -> None:
+        """The background Gaussian's update does not depend on ``phi`` (B.2.3): fit it once."""
+        ones = frames.x.new_ones(frames.n_samples, 1)
+        d = frames.x.shape[1]
+        self.background_ = DiagGaussian(frames.x.new_zeros(1, d), frames.x.new_ones(1, d), reg_covar=self.reg_covar)
+        self.background_.fit(frames, ones)
+        self._background_ll = self.background_.fitted_feature_log_likelihood(ones.sum(0))[0]  # (D,)
+
+    def _frame_log_joint(self, frames: CentredData, labels: FrameLabels, log_prior: torch.Tensor) -> torch.Tensor:
+        """``log prior_k + E_q(S)[log p(x_n | k, S)]`` (relevant part) ``+ log p(y_n | k)``, ``(N, K)``."""
+        log_joint = self.components_.log_prob(frames, feature_weights=self.switch_probs_).add_(log_prior)
+        if labels.any:
+            log_joint.add_(self.labels_.log_prob(labels.y) * labels.observed[:, None])
+        return log_joint
+
+    def _frame_objective_terms(self, n_frames: int) -> torch.Tensor:
+        """ELBO terms outside the components: background features and the switches' prior/entropy."""
+        background = ((1.0 - self.switch_probs_) * self._background_ll).sum()
+        return background + n_frames * switch_kl_terms(self.switch_probs_, self.switch_prior)
+
+    def _update_frame_parameters(self, frames: CentredData, labels: FrameLabels, resp: torch.Tensor) -> None:
+        """Components and labels by weighted MLE, then ``phi`` by its closed form (B.2.1)."""
+        self.components_.fit(frames, resp)
+        if labels.any:
+            self.labels_.fit(labels.y[labels.observed], resp[labels.observed])
+        if self._all_relevant:
+            self.switch_probs_ = torch.ones_like(self._background_ll)
+            return
+        relevant_ll = self.components_.fitted_feature_log_likelihood(resp.sum(0)).sum(0)  # (D,)
+        logit_p = math.log(self.switch_prior) - math.log1p(-self.switch_prior)
+        self.switch_probs_ = torch.sigmoid(logit_p + (relevant_ll - self._background_ll) / frames.n_samples)
+
+    def _initial_frame_responsibilities(
+        self, frames: CentredData, labels: FrameLabels, generator: torch.Generator
+    ) -> torch.Tensor:
+        """Hard k-means responsibilities, on the label-relevant features when labels are given.
+
+        The "relevance" start: each feature is tested for a change of its distribution
+        with the label (likelihood ratio of class-conditional vs pooled Gaussians,
+        ``chi^2_2`` at p = 1e-3); k-means runs on the features that pass (all features if
+        none pass). Plain k-means on all features follows
+        whichever structure dominates the variance, usually the irrelevant one.
+        """
+        x = frames.centred
+        if labels.any:
+            selected = label_relevant_features(frames.x[labels.observed], labels.y[labels.observed])
+            if selected.any():
+                x = x[:, selected]
+        _, assignment = kmeans(x, self.n_components, generator, n_init=3)
+        return torch.nn.functional.one_hot(assignment, self.n_components).to(frames.x.dtype)
+
+    # -------------------------------------------------------------- predictions
+    def _switch_mixture_log_prob(
+        self, x: torch.Tensor, features: torch.Tensor, switches: str = "map", chunk: int = 4096
+    ) -> torch.Tensor:
+        """``log prod_{d in features} [s_d N(x_d | k) + (1 - s_d) N(x_d | background)]``, ``(N, K)``.
+
+        ``switches="map"`` takes ``s_d = 1[phi_d > 0.5]`` (the most probable switch
+        configuration under ``q(S)``, how the paper scores its fits); ``"mean"`` takes
+        ``s_d = phi_d`` (switches drawn from ``q(S)`` per point). Either way the density
+        is proper and a product over features, so restricted to some features it is
+        exactly the marginal on them (``log p(x_R)``).
+        """
+        if switches not in ("map", "mean"):
+            raise ValueError(f"switches must be 'map' or 'mean'; got {switches!r}")
+        comp, bg = self.components_, self.background_
+        loc, scale = comp.loc[:, features], comp.scale[:, features]
+        bg_loc, bg_scale = bg.loc[0, features], bg.scale[0, features]
+        phi = self.switch_probs_[features]
+        if switches == "map":
+            phi = (phi > 0.5).to(phi.dtype)
+        log_on, log_off = torch.log(phi), torch.log1p(-phi)
+        out = []
+        for start in range(0, x.shape[0], chunk):
+            xs = x[start : start + chunk][:, features]
+            on = dist.Normal(loc, scale).log_prob(xs[:, None, :]) + log_on  # (n, K, D)
+            off = dist.Normal(bg_loc, bg_scale).log_prob(xs) + log_off  # (n, D)
+            out.append(torch.logaddexp(on, off[:, None, :]).sum(-1))
+        return torch.cat(out)
+
+    def _switch_relevance(self) -> Any:
+        """``phi`` as numpy, or a pandas Series indexed by the feature names."""
+        values = self.switch_probs_.detach().cpu().numpy()
+        if self.feature_names_in_ is None:
+            return values
+        import pandas as pd
+
+        return pd.Series(values, index=self.feature_names_in_, name="relevance")
+
+    # -------------------------------------------------------------------- Pyro
+    def _pf_global_sites(self, k: int, d: int, opts: dict) -> dict[str, torch.Tensor]:
+        """Sample the component, label and background sites (flat priors: point estimates)."""
+        components = pyro.plate("components", k)
+        family = self._sample_components(k, d, opts, plate=components)
+        with components:
+            label_probs = pyro.sample("label_probs", FlatPrior(constraints.unit_interval, (k,), ()))
+        bg_loc = pyro.sample("background_loc", FlatPrior(constraints.real, (), (d,)))
+        bg_scale = pyro.sample("background_scale", FlatPrior(constraints.positive, (), (d,)))
+        return {
+            "loc": family.loc,
+            "scale": family.scale,
+            "label_probs": label_probs,
+            "bg_loc": bg_loc,
+            "bg_scale": bg_scale,
+        }
+
+    def _pf_frame_sites(self, sites: dict, z: torch.Tensor, x: torch.Tensor, labels: FrameLabels | None) -> None:
+        """Inside the frame plate (dim -2): the label and, per feature (plate dim -1), switch and value.
+
+        ``z`` is the frame's component (enumerated, shape broadcasting to ``(N, 1)``).
+        """
+        if labels is not None and labels.any:
+            with pyro.poutine.mask(mask=labels.observed[:, None]):
+                pyro.sample("y", dist.Bernoulli(sites["label_probs"][z]), obs=labels.y[:, None])
+        d = x.shape[-1]
+        features = torch.arange(d, device=x.device)
+        with pyro.plate("features", d, dim=-1):
+            loc, scale = Vindex(sites["loc"])[z, features], Vindex(sites["scale"])[z, features]
+            if not self._all_relevant:
+                s = pyro.sample("s", dist.Bernoulli(torch.as_tensor(self.switch_prior, dtype=x.dtype, device=x.device)))
+                on = s.bool()
+                loc = torch.where(on, loc, sites["bg_loc"])
+                scale = torch.where(on, scale, sites["bg_scale"])
+            pyro.sample("x", dist.Normal(loc, scale), obs=x)
+
+    def _pf_guide_switches(self, phi: torch.Tensor) -> None:
+        """Inside the frame plate: ``q(S_nd) = Bern(phi_d)``, enumerated (nothing when ``p = 1``)."""
+        if self._all_relevant:
+            return
+        with pyro.plate("features", phi.shape[0], dim=-1):
+            pyro.sample(
+                "s",
+                dist.Bernoulli(phi.clamp(_PHI_FLOOR, 1.0 - _PHI_FLOOR)),
+                infer={"enumerate": "parallel"},
+            )
+
+
+def label_relevant_features(x: torch.Tensor, y: torch.Tensor, p_value: float = RELEVANCE_P_VALUE) -> torch.Tensor:
+    """Features whose distribution changes with a binary label, ``(D,)`` bool.
+
+    Per feature, twice the log-likelihood ratio of class-conditional Gaussians (own mean
+    and variance per class) over one pooled Gaussian is compared with the ``chi^2_2``
+    quantile at ``p_value``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> g = torch.Generator().manual_seed(0)
+    >>> y = (torch.arange(400) % 2).double()
+    >>> x = torch.randn(400, 3, generator=g, dtype=torch.float64)
+    >>> x[:, 0] += 3 * y
+    >>> label_relevant_features(x, y).tolist()
+    [True, False, False]
+    """
+    from scipy.stats import chi2
+
+    def log_var(v: torch.Tensor) -> torch.Tensor:
+        return v.var(0, unbiased=False).clamp_min(1e-12).log()
+
+    n = x.shape[0]
+    ratio = n * log_var(x)
+    for c in (0.0, 1.0):
+        members = x[y == c]
+        if members.shape[0] > 1:
+            ratio = ratio - members.shape[0] * log_var(members)
+    return ratio > chi2.ppf(1.0 - p_value, df=2)

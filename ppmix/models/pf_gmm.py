@@ -1,0 +1,497 @@
+"""``PFGMM``: the prediction-focused Gaussian mixture (seed 003, §4.1, §5, Supplement B), and ``SupervisedGMM``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pyro
+import pyro.distributions as dist
+import torch
+from pyro.distributions import constraints
+from pyro.distributions.transforms import biject_to
+
+from ppmix._validation import check_n_components, check_positive_int, to_output
+from ppmix.components import BernoulliLabel, DiagGaussian
+from ppmix.components._centred import CentredData
+from ppmix.models._flat import FlatPrior
+from ppmix.models._gaussian_components import GaussianComponentsMixin
+from ppmix.models._switches import FrameLabels, PredictionFocusedMixin
+from ppmix.models.base import MixtureModel
+
+__all__ = ["PFGMM", "SupervisedGMM"]
+
+PF_INIT_METHODS = ("relevance", "kmeans", "k-means++", "random")
+
+
+@dataclass
+class PFData:
+    """Features and (possibly missing) labels as the pf-GMM program receives them."""
+
+    x: torch.Tensor
+    labels: FrameLabels
+
+
+@dataclass
+class _PFEMData:
+    frames: CentredData
+    labels: FrameLabels
+
+
+#: constraint of every site the guide holds (and of the variational switch probabilities)
+_SITE_CONSTRAINTS = {
+    "weights": constraints.simplex,
+    "locs": constraints.real,
+    "scales": constraints.positive,
+    "label_probs": constraints.unit_interval,
+    "background_loc": constraints.real,
+    "background_scale": constraints.positive,
+    "switch_probs": constraints.unit_interval,
+}
+
+
+class _PointGuide(torch.nn.Module):
+    """The SVI guide: unconstrained parameters for every global value, run through a guide program."""
+
+    def __init__(self, program: Any, values: dict[str, torch.Tensor]) -> None:
+        super().__init__()
+        self.program = program
+        self.unconstrained = torch.nn.ParameterDict(
+            {k: torch.nn.Parameter(biject_to(_SITE_CONSTRAINTS[k]).inv(v.detach()).clone()) for k, v in values.items()}
+        )
+
+    def values(self) -> dict[str, torch.Tensor]:
+        return {k: biject_to(_SITE_CONSTRAINTS[k])(u) for k, u in self.unconstrained.items()}
+
+    def forward(self, data: PFData) -> None:
+        self.program(data, self.values())
+
+    def median(self, data: Any = None) -> dict[str, torch.Tensor]:
+        return {k: v.detach() for k, v in self.values().items()}
+
+
+class PFGMM(PredictionFocusedMixin, GaussianComponentsMixin, MixtureModel):
+    """Prediction-focused Gaussian mixture: a mixture over the label-relevant features only.
+
+    Generative program (eqs. 13–14, with the per-point switches of §5)::
+
+        S_nd ~ Bern(p)                     per point and feature
+        Z_n ~ Cat(weights)                 weights ~ Dirichlet(alpha)
+        Y_n | Z_n = k ~ Bern(label_probs_k)
+        X_nd | Z_n = k, S_nd = 1 ~ N(loc_kd, scale_kd^2)
+        X_nd | S_nd = 0 ~ N(background_loc_d, background_scale_d^2)
+
+    Variational family (eq. 18): ``q(Z_n)`` and ``q(S_nd) = Bern(phi_d)`` with ``phi``
+    tied across points; ``phi_d`` is the relevance of feature ``d`` (:attr:`relevance_`).
+    ``fit(X, y)`` runs the closed-form variational EM of Supplement B.2 (default) or SVI
+    on the same model/guide (``engine="svi"``; Pyro's ``TraceEnum_ELBO`` with both
+    discrete sites enumerated in the guide equals the EM ELBO, which the tests check).
+    Labels may be partly missing (NaN): those rows contribute only their features.
+
+    Parameters
+    ----------
+    n_components : int, default 2
+        ``K``, the component budget.
+    switch_prior : float in (0, 1], default 0.5
+        ``p``, the prior probability that a feature is relevant. ``p = 1`` is the
+        supervised GMM (:class:`SupervisedGMM`). See
+        :func:`ppmix.models.switch_prior_window` for the range that selects the
+        label-aligned components.
+    alpha : float >= 1, default 1.0
+        Dirichlet prior on the weights (B.2.4); 1 is flat.
+    init_params : {"relevance", "kmeans", "k-means++", "random"}, default "relevance"
+        ``"relevance"``: k-means on the features whose distribution changes with the
+        label (see :func:`ppmix.models._switches.label_relevant_features`); without it EM
+        usually starts, and stays, at the solution that follows the irrelevant features.
+    n_init, max_iter, tol, reg_covar, warm_start : as for :class:`~ppmix.models.gmm.GMM`.
+    seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
+
+    Attributes
+    ----------
+    weights_ : Tensor (K,)
+    components_ : DiagGaussian
+        The components on the relevant features.
+    background_ : DiagGaussian
+        One Gaussian (``(1, D)``) for the switched-off features.
+    label_probs_ : Tensor (K,)
+        ``P(Y = 1 | component)``.
+    relevance_ : ndarray or pandas Series (D,)
+        ``phi_d = q(S_d = 1)``.
+
+    Examples
+    --------
+    >>> from ppmix.datasets import make_pf_synthetic
+    >>> data = make_pf_synthetic(400, n_relevant=4, n_features=12, seed=0)
+    >>> model = PFGMM(n_components=4, switch_prior=0.3, seed=0, progress=False).fit(data.X, data.y)
+    >>> (model.relevance_ > 0.5).tolist() == data.relevant.tolist()
+    True
+    >>> model.predict_proba(data.X[:2]).shape
+    (2, 2)
+    """
+
+    max_plate_nesting = 2
+    covariance_type = "diag"
+
+    def __init__(
+        self,
+        n_components: int = 2,
+        *,
+        switch_prior: float = 0.5,
+        alpha: float = 1.0,
+        init_params: str = "relevance",
+        n_init: int = 1,
+        max_iter: int = 200,
+        tol: float = 1e-7,
+        reg_covar: float = 1e-6,
+        warm_start: bool = False,
+        seed: int | None = None,
+        device: str | torch.device | None = None,
+        dtype: torch.dtype = torch.float64,
+        progress: bool = True,
+    ) -> None:
+        super().__init__(n_components, seed=seed, device=device, dtype=dtype, progress=progress)
+        self.switch_prior = switch_prior
+        self.alpha = alpha
+        self.init_params = init_params
+        self.n_init = n_init
+        self.max_iter = max_iter
+        self.tol = tol
+        self.reg_covar = reg_covar
+        self.warm_start = warm_start
+
+    def validate_params(self) -> None:
+        super().validate_params()
+        self._validate_switch_prior()
+        if self.init_params not in PF_INIT_METHODS:
+            raise ValueError(f"init_params must be one of {PF_INIT_METHODS}; got {self.init_params!r}")
+        if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not self.alpha >= 1:
+            raise ValueError(f"alpha must be a number >= 1 (the MAP weights need it); got {self.alpha!r}")
+        check_positive_int(self.n_init, "n_init")
+        check_positive_int(self.max_iter, "max_iter")
+        if not self.reg_covar >= 0:
+            raise ValueError(f"reg_covar must be non-negative; got {self.reg_covar}")
+
+    def fit(self, X: Any, y: Any = None, *, engine: str = "em", **options: Any) -> "PFGMM":
+        """Fit by variational EM (``engine="em"``) or SVI (``"svi"``) on features ``X`` and labels ``y``.
+
+        ``y`` holds 0/1 with NaN for missing labels; ``y=None`` fits without labels.
+        """
+        if engine == "mcmc":
+            raise ValueError(f"{type(self).__name__} is fitted by engine='em' or 'svi'; 'mcmc' is not available")
+        return super().fit(X, y, engine=engine, **options)
+
+    # ------------------------------------------------------------------- data
+    def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> PFData:
+        """Validate ``X`` (N, D) and the binary labels ``y`` (NaN for missing; optional)."""
+        x = MixtureModel.prepare_data(self, X, None, fitting=fitting)
+        if fitting:
+            check_n_components(self.n_components, x.shape[0])
+            if x.shape[1] < 2 and not self._all_relevant:
+                raise ValueError("X needs at least 2 features for feature selection (switch_prior < 1)")
+            self._record_data_scale(x)
+            constant = (x == x[:1]).all(0)
+            if constant.any():
+                names = self.feature_names_in_ or list(range(x.shape[1]))
+                bad = [names[i] for i in torch.nonzero(constant).flatten().tolist()][:10]
+                raise ValueError(f"X has constant feature(s) {bad}: they carry no information; drop them")
+        if y is None:
+            labels = FrameLabels.missing(x.shape[0], x.dtype, x.device)
+        else:
+            labels = FrameLabels.from_values(y, x.shape[0], x.dtype, x.device)
+        return PFData(x, labels)
+
+    def em_data(self, data: PFData | _PFEMData) -> _PFEMData:
+        if isinstance(data, _PFEMData):
+            return data
+        return _PFEMData(CentredData.from_tensor(data.x), data.labels)
+
+    def n_observations(self, data: Any) -> int:
+        return int(data.frames.n_samples if isinstance(data, _PFEMData) else data.x.shape[0])
+
+    def observed_data(self, data: PFData) -> dict[str, torch.Tensor]:
+        return {"x": data.x}
+
+    # ------------------------------------------------------------ the program
+    def _weights_prior(self, k: int, opts: dict) -> dist.Distribution:
+        if self.alpha == 1 and not self.is_bayesian:
+            return FlatPrior(constraints.simplex, (), (k,))
+        return dist.Dirichlet(torch.full((k,), float(self.alpha), **opts))
+
+    def model(self, data: PFData) -> None:
+        """Weights, components, labels and background; per point ``z``, ``y``; per feature ``s``, ``x``."""
+        x = data.x
+        k, d = self.n_components, x.shape[1]
+        opts = {"dtype": x.dtype, "device": x.device}
+        weights = pyro.sample("weights", self._weights_prior(k, opts))
+        sites = self._pf_global_sites(k, d, opts)
+        with self.data_plate(x.shape[0], dim=-2) as idx:
+            z = pyro.sample("z", dist.Categorical(weights))
+            labels = FrameLabels(data.labels.y[idx], data.labels.observed[idx])
+            self._pf_frame_sites(sites, z, x[idx], labels)
+
+    def guide(self, data: PFData) -> None:
+        """Point masses on the globals; ``q(z_n)`` in closed form and ``q(s_nd) = Bern(phi_d)``, enumerated."""
+        self._guide_program(data, self.get_globals())
+
+    def _guide_program(self, data: PFData, values: dict[str, torch.Tensor]) -> None:
+        k = self.n_components
+        pyro.sample("weights", dist.Delta(values["weights"], event_dim=1))
+        with pyro.plate("components", k):
+            pyro.sample("locs", dist.Delta(values["locs"], event_dim=1))
+            pyro.sample("scales", dist.Delta(values["scales"], event_dim=1))
+            pyro.sample("label_probs", dist.Delta(values["label_probs"]))
+        pyro.sample("background_loc", dist.Delta(values["background_loc"], event_dim=1))
+        pyro.sample("background_scale", dist.Delta(values["background_scale"], event_dim=1))
+        phi = values.get("switch_probs")
+        with self.data_plate(data.x.shape[0], dim=-2) as idx:
+            labels = FrameLabels(data.labels.y[idx], data.labels.observed[idx])
+            q_z = torch.softmax(_variational_log_joint(data.x[idx], labels, values), dim=-1)
+            pyro.sample("z", dist.Categorical(q_z.unsqueeze(-2)), infer={"enumerate": "parallel"})
+            if phi is not None:
+                self._pf_guide_switches(phi)
+
+    def make_svi_guide(self, kind: str, init: dict[str, torch.Tensor]) -> tuple[Any, None]:
+        """The paper's variational family with point-mass globals (``guide="delta"`` only)."""
+        if kind != "delta":
+            raise ValueError("PFGMM's SVI guide is the paper's variational family; only guide='delta' is supported")
+        return _PointGuide(self._guide_program, init), None
+
+    # -------------------------------------------------------------- globals
+    def get_globals(self) -> dict[str, torch.Tensor]:
+        values = {
+            "weights": self.weights_.clone(),
+            **self._component_globals(),
+            "label_probs": self.labels_.probs.clone(),
+            "background_loc": self.background_.loc[0].clone(),
+            "background_scale": self.background_.scale[0].clone(),
+        }
+        if not self._all_relevant:
+            values["switch_probs"] = self.switch_probs_.clone()
+        return values
+
+    def set_globals(self, values: dict[str, torch.Tensor]) -> None:
+        opts = {"dtype": self.dtype, "device": self._device}
+        weights = torch.as_tensor(values["weights"]).to(**opts)
+        self.weights_ = weights / weights.sum()
+        self._set_component_globals(values)
+        self.labels_ = BernoulliLabel(torch.as_tensor(values["label_probs"]).to(**opts))
+        bg_loc = torch.as_tensor(values["background_loc"]).to(**opts)
+        bg_scale = torch.as_tensor(values["background_scale"]).to(**opts)
+        self.background_ = DiagGaussian(bg_loc[None], bg_scale[None], reg_covar=self.reg_covar)
+        phi = values.get("switch_probs")
+        self.switch_probs_ = torch.ones_like(bg_loc) if phi is None else torch.as_tensor(phi).to(**opts)
+        self._invalidate_guide()
+
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        return self.get_globals()
+
+    def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        self.set_globals(tensors)
+
+    def arviz_dims(self) -> dict[str, list[str]]:
+        return {
+            "weights": ["component"],
+            **self._component_dims(),
+            "label_probs": ["component"],
+            "background_loc": ["feature"],
+            "background_scale": ["feature"],
+            "switch_probs": ["feature"],
+        }
+
+    # ------------------------------------------------------------------- EM
+    def em_initialize(self, data: _PFEMData, generator: torch.Generator) -> None:
+        """Background fitted once; responsibilities from (relevance-)k-means; then one M-step."""
+        frames = data.frames
+        self._fit_background(frames)
+        self.components_ = self._new_components(frames.x)
+        self.labels_ = BernoulliLabel(frames.x.new_full((self.n_components,), 0.5))
+        self.switch_probs_ = frames.x.new_full((frames.x.shape[1],), float(self.switch_prior))
+        if self.init_params == "relevance":
+            resp = self._initial_frame_responsibilities(frames, data.labels, generator)
+        else:
+            resp = self._initial_responsibilities(frames, generator)
+        self.m_step(data, resp)
+
+    def _log_weights_prior(self) -> torch.Tensor:
+        if self.alpha == 1:
+            return self.weights_.new_zeros(())
+        return dist.Dirichlet(torch.full_like(self.weights_, float(self.alpha))).log_prob(self.weights_)
+
+    def e_step(self, data: _PFEMData) -> tuple[torch.Tensor, torch.Tensor]:
+        """Optimal ``q(z)`` given ``phi`` and the parameters, and the ELBO of eq. 19."""
+        log_joint = self._frame_log_joint(data.frames, data.labels, self.weights_.log())
+        log_norm = torch.logsumexp(log_joint, dim=1, keepdim=True)
+        resp = (log_joint - log_norm).exp_()
+        n = data.frames.n_samples
+        elbo = log_norm.sum() + self._frame_objective_terms(n) + self._log_weights_prior()
+        return resp, elbo
+
+    def m_step(self, data: _PFEMData, resp: torch.Tensor) -> None:
+        """Weights (Dirichlet MAP), components, labels, then ``phi`` (B.2.1–B.2.4)."""
+        counts = resp.sum(0)
+        k, alpha = self.n_components, float(self.alpha)
+        self.weights_ = (counts + alpha - 1 + 10 * torch.finfo(resp.dtype).eps) / (counts.sum() + k * (alpha - 1))
+        self._update_frame_parameters(data.frames, data.labels, resp)
+        self._invalidate_guide()
+
+    # ---------------------------------------------------------- predictions
+    def _component_posterior(self, data: PFData, use_labels: bool) -> torch.Tensor:
+        labels = data.labels if use_labels else FrameLabels.missing(data.x.shape[0], data.x.dtype, data.x.device)
+        frames = CentredData.from_tensor(data.x)
+        return torch.softmax(self._frame_log_joint(frames, labels, self.weights_.log()), dim=1)
+
+    def posterior_marginals(self, data: PFData) -> dict[str, torch.Tensor]:
+        """``q(z_n = k | x_n, y_n)`` (labels used where observed)."""
+        return {"z": self._component_posterior(data, use_labels=True)}
+
+    def responsibilities(self, data: PFData) -> torch.Tensor:
+        return self._component_posterior(data, use_labels=False)
+
+    def predict_components(self, X: Any) -> Any:
+        """Most probable component of each row given its features only."""
+        self._check_fitted()
+        return to_output(self.responsibilities(self.prepare_data(X)).argmax(-1), X)
+
+    def predict_proba(self, X: Any) -> Any:
+        """``[P(y=0 | x), P(y=1 | x)]`` with ``P(y=1 | x) = sum_k q(z=k | x) label_probs_k`` (§5), ``(N, 2)``."""
+        self._check_fitted()
+        p1 = self.responsibilities(self.prepare_data(X)) @ self.labels_.probs
+        return to_output(torch.stack([1 - p1, p1], dim=1), X)
+
+    def predict(self, X: Any) -> Any:
+        """The more probable label of each row."""
+        self._check_fitted()
+        p1 = self.responsibilities(self.prepare_data(X)) @ self.labels_.probs
+        return to_output((p1 > 0.5).long(), X)
+
+    def pointwise_log_likelihood(self, data: PFData, switches: str = "map") -> torch.Tensor:
+        """``log p(x_n)`` (labels not used), shape ``(N,)``; ``switches`` as in :meth:`score_samples`."""
+        features = torch.ones(data.x.shape[1], dtype=torch.bool, device=data.x.device)
+        return torch.logsumexp(self._switch_mixture_log_prob(data.x, features, switches) + self.weights_.log(), dim=1)
+
+    def score_samples(self, X: Any, switches: str = "map") -> Any:
+        """``log p(x_n)`` for every row.
+
+        ``switches="map"`` (default, as the paper reports ``log P(X)``): features with
+        ``phi_d > 0.5`` come from the components, the others from the background;
+        ``"mean"``: each feature from the two-part mixture ``phi_d N(. | k) + (1 - phi_d) N(. | background)``.
+        """
+        self._check_fitted()
+        return to_output(self.pointwise_log_likelihood(self.prepare_data(X), switches), X)
+
+    def log_likelihood_relevant(self, X: Any, relevant_mask: Any, switches: str = "map") -> Any:
+        """``log p(x_R)`` per row: the exact marginal of :meth:`score_samples`'s density on the masked features."""
+        self._check_fitted()
+        data = self.prepare_data(X)
+        mask = torch.as_tensor(relevant_mask, dtype=torch.bool, device=data.x.device)
+        if mask.shape != (data.x.shape[1],) or not mask.any():
+            raise ValueError(f"relevant_mask must be a boolean (D,) = ({data.x.shape[1]},) mask selecting a feature")
+        log_joint = self._switch_mixture_log_prob(data.x, mask, switches) + self.weights_.log()
+        return to_output(torch.logsumexp(log_joint, dim=1), X)
+
+    def score(self, X: Any, y: Any = None) -> float:
+        """Mean ``log p(x)`` per row (``y`` is ignored)."""
+        self._check_fitted()
+        return float(self.pointwise_log_likelihood(self.prepare_data(X)).mean())
+
+    @property
+    def relevance_(self) -> Any:
+        """``phi_d = q(S_d = 1)`` per feature (a Series indexed by feature names for DataFrame input)."""
+        self._check_fitted()
+        return self._switch_relevance()
+
+    @property
+    def label_probs_(self) -> torch.Tensor:
+        self._check_fitted()
+        return self.labels_.probs
+
+    def sample(self, n_samples: int = 1) -> dict[str, Any]:
+        """Draw ``{"x", "y", "z", "s"}``: components, labels, switches ``~ Bern(phi)`` and features."""
+        self._check_fitted()
+        n = check_positive_int(n_samples, "n_samples")
+        gen = self._generator(offset=7919)
+        cpu = {"dtype": self.dtype}
+        z = torch.multinomial(self.weights_.cpu(), n, replacement=True, generator=gen)
+        y = (torch.rand(n, generator=gen, **cpu) < self.labels_.probs.cpu()[z]).long()
+        s = torch.rand(n, self.n_features_in_, generator=gen, **cpu) < self.switch_probs_.cpu()
+        on = self.components_.sample(z.to(self._device), generator=gen if self._device.type == "cpu" else None)
+        bg = self.background_.sample(
+            torch.zeros_like(z).to(self._device), generator=gen if self._device.type == "cpu" else None
+        )
+        x = torch.where(s.to(self._device), on, bg).cpu()
+        return {"x": x.numpy(), "y": y.numpy(), "z": z.numpy(), "s": s.numpy()}
+
+    def summary(self) -> dict[str, Any]:
+        """A JSON-able description of the fit."""
+        self._check_fitted()
+        relevance = self.switch_probs_.cpu().tolist()
+        return {
+            "model": type(self).__name__,
+            "n_components": self.n_components,
+            "switch_prior": float(self.switch_prior),
+            "engine": self.engine_,
+            "n_iter": self.n_iter_,
+            "converged": self.converged_,
+            "elbo_per_point": self.lower_bound_,
+            "weights": self.weights_.cpu().tolist(),
+            "label_probs": self.labels_.probs.cpu().tolist(),
+            "relevance": relevance,
+            "n_relevant": int(sum(r > 0.5 for r in relevance)),
+            "feature_names": self.feature_names_in_,
+        }
+
+
+def _variational_log_joint(x: torch.Tensor, labels: FrameLabels, values: dict[str, torch.Tensor]) -> torch.Tensor:
+    """``log weights_k + sum_d phi_d log N(x_d | k) + log p(y | k)`` from a dict of (differentiable) values."""
+    comp = DiagGaussian(values["locs"], values["scales"], reg_covar=0.0)
+    log_joint = comp.log_prob(x, feature_weights=values.get("switch_probs")) + values["weights"].log()
+    probs = values["label_probs"]
+    label_ll = torch.xlogy(labels.y[:, None], probs) + torch.xlogy(1 - labels.y[:, None], 1 - probs)
+    return log_joint + label_ll * labels.observed[:, None]
+
+
+class SupervisedGMM(PFGMM):
+    """Supervised GMM (sup-GMM): the joint mixture of features and label, i.e. :class:`PFGMM` with ``p = 1``.
+
+    Every feature is relevant (``phi = 1``); the code path is PFGMM's.
+
+    Examples
+    --------
+    >>> from ppmix.datasets import make_pf_synthetic
+    >>> data = make_pf_synthetic(300, n_relevant=4, n_features=6, seed=0)
+    >>> SupervisedGMM(4, seed=0, progress=False).fit(data.X, data.y).relevance_.tolist()
+    [1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
+    """
+
+    def __init__(
+        self,
+        n_components: int = 2,
+        *,
+        alpha: float = 1.0,
+        init_params: str = "kmeans",
+        n_init: int = 1,
+        max_iter: int = 200,
+        tol: float = 1e-7,
+        reg_covar: float = 1e-6,
+        warm_start: bool = False,
+        seed: int | None = None,
+        device: str | torch.device | None = None,
+        dtype: torch.dtype = torch.float64,
+        progress: bool = True,
+    ) -> None:
+        super().__init__(
+            n_components,
+            switch_prior=1.0,
+            alpha=alpha,
+            init_params=init_params,
+            n_init=n_init,
+            max_iter=max_iter,
+            tol=tol,
+            reg_covar=reg_covar,
+            warm_start=warm_start,
+            seed=seed,
+            device=device,
+            dtype=dtype,
+            progress=progress,
+        )
+

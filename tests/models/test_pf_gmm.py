@@ -1,0 +1,249 @@
+"""pf-GMM and sup-GMM: the EM ELBO against Pyro, monotone EM, the p = 1 reduction, labels, bad input."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from pyro.infer import TraceEnum_ELBO
+
+from ppmix import GMM
+from ppmix.datasets import make_pf_synthetic, make_two_mixture
+from ppmix.metrics import auroc
+from ppmix.models.base import local_params
+from ppmix.models.pf_analysis import likelihood_gaps, snr_term, switch_prior_window
+from ppmix.models.pf_gmm import PFGMM, SupervisedGMM
+
+
+def _overlapping(n=120, seed=0):
+    """Small data whose components overlap, so responsibilities and switches stay soft."""
+    data = make_pf_synthetic(n, n_relevant=2, n_features=5, seed=seed)
+    x = data.X / 4.0  # components 1.5 apart in unit-variance noise
+    y = data.y.astype(float)
+    y[::7] = np.nan  # some labels missing
+    return x, y
+
+
+def _pf(**kwargs):
+    options = {"n_components": 3, "switch_prior": 0.3, "seed": 0, "progress": False}
+    options.update(kwargs)
+    return PFGMM(**options)
+
+
+def _trace_enum_elbo(model, x, y):
+    data = model.prepare_data(x, y)
+    with local_params(), torch.no_grad():
+        return -float(TraceEnum_ELBO(max_plate_nesting=2).loss(model.model, model.guide, data))
+
+
+@pytest.mark.parametrize("alpha", [1.0, 2.5])
+@pytest.mark.filterwarnings("ignore::ppmix.inference._result.ConvergenceWarning")
+def test_em_elbo_equals_trace_enum_elbo_mid_fit(alpha):
+    x, y = _overlapping()
+    model = _pf(alpha=alpha, init_params="random").fit(x, y, max_iter=3, tol=0.0)
+    resp, elbo = model.e_step(model.em_data(model.prepare_data(x, y)))
+    assert 0.05 < float(resp.max(1).values.min()) < 0.999  # soft responsibilities: a real test
+    assert float(model.switch_probs_.min()) > 1e-6 and float(model.switch_probs_.max()) < 1 - 1e-6
+    assert _trace_enum_elbo(model, x, y) == pytest.approx(float(elbo), rel=1e-9)
+
+
+@pytest.mark.filterwarnings("ignore::ppmix.inference._result.ConvergenceWarning")
+def test_supervised_em_elbo_equals_trace_enum_elbo():
+    x, y = _overlapping()
+    model = SupervisedGMM(3, init_params="random", seed=1, progress=False).fit(x, y, max_iter=2, tol=0.0)
+    _, elbo = model.e_step(model.em_data(model.prepare_data(x, y)))
+    assert _trace_enum_elbo(model, x, y) == pytest.approx(float(elbo), rel=1e-9)
+
+
+@pytest.mark.parametrize("init", ["random", "kmeans", "relevance"])
+def test_elbo_never_decreases(init):
+    x, y = _overlapping(200, seed=3)
+    model = _pf(init_params=init, switch_prior=0.4).fit(x, y, max_iter=60, tol=0.0)
+    history = np.asarray(model.history_)
+    assert len(history) > 10
+    assert np.all(np.diff(history) >= -1e-10 * np.abs(history[1:]))
+
+
+def test_switch_update_is_a_fixed_point_at_convergence():
+    x, y = _overlapping(300, seed=4)
+    model = _pf(max_iter=500, tol=1e-12).fit(x, y)
+    data = model.em_data(model.prepare_data(x, y))
+    before = model.switch_probs_.clone()
+    resp, _ = model.e_step(data)
+    model.m_step(data, resp)
+    torch.testing.assert_close(model.switch_probs_, before, atol=1e-7, rtol=0)
+
+
+def test_p_one_without_labels_equals_gmm():
+    x, _ = _overlapping(150, seed=5)
+    sup = SupervisedGMM(3, seed=2, progress=False).fit(x)
+    gmm = GMM(3, seed=2, progress=False, max_iter=200, tol=1e-7).fit(x)
+    order_s, order_g = sup.means_[:, 0].argsort(), gmm.means_[:, 0].argsort()
+    torch.testing.assert_close(sup.means_[order_s], gmm.means_[order_g], rtol=1e-6, atol=1e-8)
+    torch.testing.assert_close(sup.covariances_[order_s], gmm.covariances_[order_g], rtol=1e-6, atol=1e-8)
+    torch.testing.assert_close(sup.weights_[order_s], gmm.weights_[order_g], rtol=1e-6, atol=1e-8)
+    assert sup.lower_bound_ == pytest.approx(gmm.lower_bound_, rel=1e-9)
+    assert sup.relevance_.tolist() == [1.0] * x.shape[1]
+
+
+def test_missing_labels_contribute_only_their_features():
+    x, y = _overlapping(150, seed=6)
+    model = _pf().fit(x, y)
+    data = model.prepare_data(x, y)
+    missing = np.isnan(y)
+    with_labels = model.posterior_marginals(data)["z"]
+    features_only = model.responsibilities(data)
+    torch.testing.assert_close(with_labels[missing], features_only[missing])
+    assert not torch.allclose(with_labels[~missing], features_only[~missing])
+
+
+def test_svi_reaches_the_em_optimum():
+    x, y = _overlapping(80, seed=7)
+    em = _pf(n_components=2, switch_prior=0.4).fit(x, y, max_iter=500, tol=1e-10)
+    svi = _pf(n_components=2, switch_prior=0.4).fit(x, y, engine="svi", num_steps=400, lr=0.05)
+    assert svi.elbo(x, y) == pytest.approx(em.elbo(x, y), rel=2e-3)
+    torch.testing.assert_close(
+        torch.as_tensor(np.sort(svi.relevance_)), torch.as_tensor(np.sort(em.relevance_)), atol=0.02, rtol=0
+    )
+
+
+def test_recovers_relevant_features_and_predicts_on_synthetic_complex():
+    kwargs = {"kind": "complex", "n_relevant": 10, "n_features": 40, "label_probs": (0.01, 0.99, 0.01, 0.99)}
+    train, test = make_pf_synthetic(800, seed=1, **kwargs), make_pf_synthetic(800, seed=2, **kwargs)
+    mean, std = train.X.mean(0), train.X.std(0)
+    model = _pf(n_components=4).fit((train.X - mean) / std, train.y)
+    assert ((model.relevance_ > 0.5) == train.relevant).all()
+    proba = model.predict_proba((test.X - mean) / std)[:, 1]
+    assert auroc(test.y, proba) > 0.97
+    sup = SupervisedGMM(4, seed=0, progress=False).fit((train.X - mean) / std, train.y)
+    assert auroc(test.y, sup.predict_proba((test.X - mean) / std)[:, 1]) < 0.8  # follows the irrelevant mixture
+
+
+def test_scores_are_proper_densities_and_marginals():
+    x, y = _overlapping(100, seed=8)
+    model = _pf().fit(x, y)
+    mask = np.array([True, False, True, False, False])
+    full = model.score_samples(x, switches="mean")
+    marginal = model.log_likelihood_relevant(x, mask, switches="mean")
+    assert full.shape == marginal.shape == (100,)
+    # the marginal on all features is the full density
+    np.testing.assert_allclose(model.log_likelihood_relevant(x, np.ones(5, bool)), model.score_samples(x))
+    # 1-D density integrates to one: marginal on one feature over a grid
+    grid = np.linspace(-12, 12, 4001)[:, None] * np.ones((1, 5))
+    one = np.zeros(5, bool)
+    one[0] = True
+    density = np.exp(model.log_likelihood_relevant(grid, one, switches="mean"))
+    assert np.trapezoid(density, grid[:, 0]) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_dataframe_names_relevance_and_save_load(tmp_path):
+    x, y = _overlapping(100, seed=9)
+    frame = pd.DataFrame(x, columns=[f"f{i}" for i in range(5)])
+    model = _pf().fit(frame, pd.Series(y))
+    assert list(model.relevance_.index) == list(frame.columns)
+    model.save(tmp_path / "pf")
+    loaded = PFGMM.load(tmp_path / "pf")
+    np.testing.assert_allclose(loaded.predict_proba(frame), model.predict_proba(frame))
+    np.testing.assert_allclose(loaded.relevance_.to_numpy(), model.relevance_.to_numpy())
+
+
+def test_sample_shapes_and_switches():
+    x, y = _overlapping(100, seed=10)
+    draws = _pf().fit(x, y).sample(50)
+    assert draws["x"].shape == (50, 5) and draws["s"].shape == (50, 5)
+    assert set(np.unique(draws["y"])) <= {0, 1}
+
+
+def test_to_arviz_has_switch_probs():
+    x, y = _overlapping(60, seed=11)
+    idata = _pf().fit(x, y).to_arviz()
+    assert idata.posterior["switch_probs"].shape[-1] == 5
+    assert idata.log_likelihood["x"].shape[-1] == 60
+
+
+@pytest.mark.parametrize(
+    ("y_bad", "message"),
+    [
+        (np.full(50, 2.0), "binary labels"),
+        (np.full(50, np.nan), "no observed label"),
+        (np.zeros(49), "shape"),
+        (np.array(["a"] * 50), "numeric"),
+    ],
+)
+def test_bad_labels(y_bad, message):
+    x = np.random.default_rng(0).normal(size=(50, 3))
+    with pytest.raises((ValueError, TypeError), match=message):
+        _pf(n_components=2).fit(x, y_bad)
+
+
+@pytest.mark.parametrize("p", [0.0, -0.1, 1.5, float("nan"), True])
+def test_bad_switch_prior(p):
+    x = np.random.default_rng(0).normal(size=(50, 3))
+    with pytest.raises(ValueError, match="switch_prior"):
+        PFGMM(2, switch_prior=p, progress=False).fit(x, np.arange(50) % 2)
+
+
+def test_bad_features():
+    rng = np.random.default_rng(0)
+    y = np.arange(50) % 2
+    with pytest.raises(ValueError, match="at least 2 features"):
+        _pf(n_components=2).fit(rng.normal(size=(50, 1)), y)
+    x = rng.normal(size=(50, 3))
+    x[:, 1] = 4.0
+    with pytest.raises(ValueError, match=r"constant feature\(s\) \[1\]"):
+        _pf(n_components=2).fit(x, y)
+    with pytest.raises(ValueError, match="NaN"):
+        _pf(n_components=2).fit(np.full((50, 3), np.nan), y)
+    with pytest.raises(ValueError, match="n_components"):
+        _pf(n_components=60).fit(rng.normal(size=(50, 3)), y)
+    with pytest.raises(ValueError, match="mcmc"):
+        _pf(n_components=2).fit(rng.normal(size=(50, 3)), y, engine="mcmc")
+
+
+# ------------------------------------------------------------- the §6 analysis
+def test_snr_term_and_gaps_by_hand():
+    assert snr_term(1, 1.0) == pytest.approx(0.5 * math.log(2))  # 0 + log 2, halved
+    assert snr_term(2, 0.0) == pytest.approx(1.0)  # 2 * 1 / 1, halved
+    gaps = likelihood_gaps(1, 2, 1.0, 0.0, switch_prior=0.5)  # log(p/(1-p)) = 0
+    assert gaps["gmm"] == pytest.approx(0.5 * math.log(2) - 1.0)
+    assert gaps["sup_gmm"] == pytest.approx(1.5 * math.log(2) - 1.0)
+    assert gaps["pf_gmm_vs_unaligned"] == pytest.approx(1.5 * math.log(2) - 1.0)
+    assert gaps["pf_gmm_vs_single"] == pytest.approx(1.5 * math.log(2))
+    p = 0.2  # log(p / (1 - p)) = -log 4
+    gaps = likelihood_gaps(1, 2, 1.0, 0.0, switch_prior=p)
+    assert gaps["pf_gmm_vs_unaligned"] == pytest.approx(math.log(4) + 1.5 * math.log(2) - 1.0)
+    assert gaps["pf_gmm_vs_single"] == pytest.approx(-math.log(4) + 1.5 * math.log(2))
+
+
+def test_window_by_hand():
+    window = switch_prior_window(1, 2, 1.0, 0.0)  # Q_R = log(2)/2, Q_Ir = 1
+    sigmoid = lambda v: 1 / (1 + math.exp(-v))  # noqa: E731
+    assert window.p_unaligned == pytest.approx(sigmoid(1.5 * math.log(2) - 1.0))
+    assert window.p_single == pytest.approx(sigmoid(-1.5 * math.log(2)))
+    assert (window.lower, window.upper) == (window.p_single, window.p_unaligned)
+    # the gaps change sign exactly at the window's ends
+    for edge, gap in ((window.p_unaligned, "pf_gmm_vs_unaligned"), (window.p_single, "pf_gmm_vs_single")):
+        assert likelihood_gaps(1, 2, 1.0, 0.0, switch_prior=edge)[gap] == pytest.approx(0.0, abs=1e-12)
+    more_relevant = switch_prior_window(3, 1, 2.0, 2.0)
+    assert more_relevant.upper == 1.0 and more_relevant.lower >= more_relevant.p_single
+    equal = switch_prior_window(2, 2, 3.0, 3.0)
+    assert equal.p_unaligned is None and equal.feasible  # log 2 + Q_R - Q_Ir = log 2 > 0
+    with pytest.raises(ValueError, match="n_relevant"):
+        switch_prior_window(0, 2, 1.0, 1.0)
+
+
+def test_fits_follow_the_window_on_section_6_data():
+    """From the label-informed start: inside the window exactly the relevant features switch on
+    (aligned components); below it none (the single Gaussian); above it the irrelevant ones too."""
+    x, y = make_two_mixture(600, n_relevant=2, n_irrelevant=6, snr_relevant=5.0, snr_irrelevant=5.0, seed=0)
+    window = switch_prior_window(2, 6, 5.0, 5.0)
+    relevant = np.array([True, True] + [False] * 6)
+    for p, expected in ((0.05, np.zeros(8, bool)), (0.4, relevant), (0.8, np.ones(8, bool))):
+        model = PFGMM(2, switch_prior=p, seed=0, progress=False).fit(x, y)
+        assert window.contains(p) == (expected == relevant).all()
+        assert ((model.relevance_ > 0.5) == expected).all(), p
+        if window.contains(p):
+            assert auroc(y, model.predict_proba(x)[:, 1]) > 0.99
