@@ -1,0 +1,536 @@
+"""``MixtureOfExperts``: softmax-gated Gaussian-regression or logistic-regression experts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyro
+import pyro.distributions as dist
+import torch
+from pyro.distributions import constraints
+
+from ppmix._init import kmeans
+from ppmix._validation import check_matrix, check_positive_int, to_output
+from ppmix.components import GaussianExpert, LogisticExpert, SoftmaxGate
+from ppmix.models._flat import FlatPrior
+from ppmix.models.base import MixtureModel
+
+__all__ = ["MixtureOfExperts"]
+
+EXPERTS: dict[str, type] = {"gaussian": GaussianExpert, "logistic": LogisticExpert}
+INIT_METHODS = ("kmeans", "random")
+#: weight of the uniform distribution mixed into hard k-means starts (keeps the first gate fit finite)
+_INIT_SMOOTHING = 0.2
+#: damped Newton steps of the gate (and of logistic experts) per M-step: a generalised EM
+#: step, still monotone because every damped Newton step decreases its objective
+NEWTON_STEPS = 3
+
+
+def check_response(y: Any, n: int, expert: str, name: str = "y") -> torch.Tensor:
+    """``y`` as a float64 vector of length ``n``; binary (0/1) for logistic experts."""
+    if y is None:
+        raise ValueError(f"{name} is required: a mixture of experts models y given X")
+    if hasattr(y, "to_numpy"):
+        y = y.to_numpy()
+    array = y.detach().cpu().numpy() if isinstance(y, torch.Tensor) else np.asarray(y)
+    if array.dtype == object or array.dtype.kind not in "biuf":
+        raise TypeError(f"{name} must be numeric; got dtype {array.dtype}")
+    array = array.astype(np.float64)
+    if array.ndim != 1 or array.shape[0] != n:
+        raise ValueError(f"{name} must have shape ({n},) to match X; got {array.shape}")
+    if not np.isfinite(array).all():
+        raise ValueError(f"{name} contains NaN or infinite values")
+    if expert == "logistic" and not np.isin(array, (0.0, 1.0)).all():
+        bad = np.unique(array[~np.isin(array, (0.0, 1.0))])[:5].tolist()
+        raise ValueError(f"{name} must be binary (0/1) for logistic experts; got values such as {bad}")
+    return torch.as_tensor(array)
+
+
+class MixtureOfExperts(MixtureModel):
+    """Mixture of experts: ``z | x ~ softmax(x^T alpha)``, ``y | x, z = k ~ expert_k(x)``.
+
+    The gate is a :class:`~ppmix.components.SoftmaxGate` (the last gate fixed to zero,
+    which makes it identifiable); the experts are Gaussian regressions
+    ``N(x^T beta_k + b_k, sigma_k^2)`` or logistic regressions ``Bernoulli(sigmoid(x^T
+    beta_k + b_k))`` (:class:`~ppmix.components.GaussianExpert`,
+    :class:`~ppmix.components.LogisticExpert`).
+
+    One Pyro program (the expert index ``z`` enumerated in parallel), three engines:
+    ``fit(X, y, engine="em")`` (responsibilities; gate by damped Newton/IRLS on the soft
+    targets; experts by weighted least squares or weighted IRLS), ``"svi"`` and
+    ``"mcmc"`` through the base class. EM and SVI are maximum likelihood (flat priors:
+    the ELBO is the log-likelihood); MCMC uses ``N(0, 10^2)`` priors on the (standardised)
+    coefficients and ``LogNormal(log std(y), 1)`` on the noise scales.
+
+    The covariates are standardised inside (``standardize=True``); fitted parameters
+    (``gate_coef_``, ``coef_``, ...) are reported on the user's scale. After an EM or SVI
+    fit the experts are put in a canonical order: by decreasing mean gate probability
+    on the training data (then the last gate is re-zeroed).
+
+    Parameters
+    ----------
+    n_experts : int, default 2
+        Number of experts ``K`` (at least 2).
+    expert : {"gaussian", "logistic"}, default "gaussian"
+    n_init : int, default 1
+        EM restarts; the best log-likelihood is kept.
+    max_iter : int, default 100
+    tol : float, default 1e-6
+        EM stops when the relative change of the log-likelihood is at most ``tol``.
+    ridge : float, default 1e-6
+        Ridge penalty of the gate and of logistic experts (standardised scale); it keeps
+        their Newton fits finite on separable data.
+    min_variance : float, default 1e-6
+        Floor of the Gaussian experts' noise variance.
+    init_params : {"random", "kmeans"}, default "random"
+        Starting responsibilities: random (as in seed 001, which keeps the best of five
+        random starts) or k-means on the standardised ``(x, y)``.
+    standardize : bool, default True
+    seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
+
+    Attributes
+    ----------
+    gate_ : SoftmaxGate
+        The gate on the user's scale (``gate_coef_``, ``gate_intercept_`` are its parameters).
+    experts_ : GaussianExpert or LogisticExpert
+        The experts on the user's scale (``coef_``, ``intercept_``, ``scale_``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.uniform(-3, 3, size=(400, 1))
+    >>> y = np.where(X[:, 0] < 0, 2 * X[:, 0], -3 * X[:, 0] + 1) + 0.1 * rng.normal(size=400)
+    >>> moe = MixtureOfExperts(2, n_init=2, seed=0, progress=False).fit(X, y)
+    >>> np.round(np.sort(moe.coef_[:, 0].numpy())).tolist()
+    [-3.0, 2.0]
+    >>> moe.predict(np.array([[-1.0], [1.0]])).round().tolist()
+    [-2.0, -2.0]
+    """
+
+    def __init__(
+        self,
+        n_experts: int = 2,
+        *,
+        expert: str = "gaussian",
+        n_init: int = 1,
+        max_iter: int = 100,
+        tol: float = 1e-6,
+        ridge: float = 1e-6,
+        min_variance: float = 1e-6,
+        init_params: str = "random",
+        standardize: bool = True,
+        seed: int | None = None,
+        device: str | torch.device | None = None,
+        dtype: torch.dtype = torch.float64,
+        progress: bool = True,
+    ) -> None:
+        super().__init__(n_experts, seed=seed, device=device, dtype=dtype, progress=progress)
+        self.n_experts = n_experts
+        self.expert = expert
+        self.n_init = n_init
+        self.max_iter = max_iter
+        self.tol = tol
+        self.ridge = ridge
+        self.min_variance = min_variance
+        self.init_params = init_params
+        self.standardize = standardize
+
+    # ------------------------------------------------------------ checking
+    def validate_params(self) -> None:
+        self.n_components = self.n_experts
+        super().validate_params()
+        if self.n_experts < 2:
+            raise ValueError(f"n_experts must be >= 2; got {self.n_experts}")
+        if self.expert not in EXPERTS:
+            raise ValueError(f"expert must be one of {tuple(EXPERTS)}; got {self.expert!r}")
+        if self.init_params not in INIT_METHODS:
+            raise ValueError(f"init_params must be one of {INIT_METHODS}; got {self.init_params!r}")
+        check_positive_int(self.n_init, "n_init")
+        check_positive_int(self.max_iter, "max_iter")
+        for name in ("ridge", "min_variance", "tol"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be non-negative; got {getattr(self, name)}")
+
+    @property
+    def n_parameters(self) -> int:
+        """Number of free parameters: ``(K-1)(P+1)`` gate, ``K(P+1)`` expert, ``K`` variances."""
+        k, p = self.n_experts, self.n_features_in_
+        return (k - 1) * (p + 1) + k * (p + 1) + (k if self.expert == "gaussian" else 0)
+
+    def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """Standardised covariates and the response, ``(x, y)`` (``y`` is ``None`` when not given)."""
+        if fitting:
+            x, names = check_matrix(X, "X", dtype=self.dtype, device=self._device)
+            self.n_features_in_ = int(x.shape[1])
+            self.feature_names_in_ = names
+            if x.shape[0] <= self.n_parameters:
+                raise ValueError(
+                    f"X has {x.shape[0]} rows, not more than the {self.n_parameters} free parameters of a "
+                    f"{self.n_experts}-expert {self.expert} MoE with {x.shape[1]} features"
+                )
+            if self.standardize:
+                self._x_mean = x.mean(0)
+                self._x_scale = x.std(0).clamp_min(1e-12) if x.shape[0] > 1 else torch.ones_like(x[0])
+            else:
+                self._x_mean, self._x_scale = torch.zeros_like(x[0]), torch.ones_like(x[0])
+            response = check_response(y, x.shape[0], self.expert).to(dtype=self.dtype, device=self._device)
+            self._y_mean, self._y_std = response.mean(), response.std().clamp_min(1e-12)
+            return self._standardise(x), response
+        x = self._covariates(X)
+        response = None if y is None else check_response(y, x.shape[0], self.expert)
+        return x, None if response is None else response.to(dtype=self.dtype, device=self._device)
+
+    def _covariates(self, X: Any) -> torch.Tensor:
+        x, names = check_matrix(X, "X", dtype=self.dtype, device=self._device, n_features=self.n_features_in_)
+        if names is not None and self.feature_names_in_ is not None and names != self.feature_names_in_:
+            raise ValueError("X has different column names from those seen in fit")
+        return self._standardise(x)
+
+    def _standardise(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - self._x_mean) / self._x_scale
+
+    def n_observations(self, data: Any) -> int:
+        return int(data[0].shape[0])
+
+    def observed_data(self, data: Any) -> dict[str, torch.Tensor]:
+        return {"y": data[1]}
+
+    @staticmethod
+    def _require_y(data: tuple[torch.Tensor, torch.Tensor | None]) -> tuple[torch.Tensor, torch.Tensor]:
+        if data[1] is None:
+            raise ValueError("y is required: a mixture of experts models y given X")
+        return data[0], data[1]
+
+    # ------------------------------------------------------------ the program
+    def _prior(self, site: str, batch: int, event: tuple[int, ...], opts: dict) -> dist.Distribution:
+        if not self.is_bayesian:
+            support = constraints.positive if site == "scale" else constraints.real
+            return FlatPrior(support, (batch,), event)
+        if site == "scale":
+            return dist.LogNormal(self._y_std.log().to(**opts).expand(batch), 1.0)
+        centre = self._y_mean.to(**opts) if (site == "intercept" and self.expert == "gaussian") else 0.0
+        spread = 10.0 * (self._y_std.to(**opts) if site == "intercept" and self.expert == "gaussian" else 1.0)
+        base = dist.Normal(torch.zeros(batch, *event, **opts) + centre, spread)
+        return base.to_event(len(event))
+
+    def model(self, data: tuple[torch.Tensor, torch.Tensor]) -> None:
+        """Gate and expert globals, then ``z_n ~ gate(x_n)`` (enumerated) and ``y_n ~ expert_z(x_n)``."""
+        x, y = data
+        k, p = self.n_experts, x.shape[1]
+        opts = {"dtype": x.dtype, "device": x.device}
+        with pyro.plate("gates", k - 1):
+            gate_coef = pyro.sample("gate_coef", self._prior("gate_coef", k - 1, (p,), opts))
+            gate_intercept = pyro.sample("gate_intercept", self._prior("gate_intercept", k - 1, (), opts))
+        with pyro.plate("experts", k):
+            params = {
+                "coef": pyro.sample("coef", self._prior("coef", k, (p,), opts)),
+                "intercept": pyro.sample("intercept", self._prior("intercept", k, (), opts)),
+            }
+            if self.expert == "gaussian":
+                params["scale"] = pyro.sample("scale", self._prior("scale", k, (), opts))
+        gate = self._make_gate(gate_coef, gate_intercept)
+        experts = self._make_experts(params)
+        with self.data_plate(x.shape[0]) as idx:
+            xi = x[idx]
+            z = pyro.sample("z", gate.pyro_dist(x=xi), infer={"enumerate": "parallel"})
+            pyro.sample("y", experts.pyro_dist(z, x=xi), obs=y[idx])
+
+    def _make_gate(self, free_coef: torch.Tensor, free_intercept: torch.Tensor) -> SoftmaxGate:
+        coef = torch.cat([free_coef, torch.zeros_like(free_coef[:1])])
+        intercept = torch.cat([free_intercept, torch.zeros_like(free_intercept[:1])])
+        return SoftmaxGate(coef, intercept, ridge=self.ridge, max_iter=NEWTON_STEPS)
+
+    def _make_experts(self, params: dict[str, torch.Tensor]) -> GaussianExpert | LogisticExpert:
+        if self.expert == "gaussian":
+            return GaussianExpert(**params, ridge=self.ridge, min_variance=self.min_variance)
+        return LogisticExpert(params["coef"], params["intercept"], ridge=self.ridge, max_iter=NEWTON_STEPS)
+
+    # -------------------------------------------------------------- globals
+    def get_globals(self) -> dict[str, torch.Tensor]:
+        values = {"gate_coef": self._gate.coef[:-1].clone(), "gate_intercept": self._gate.intercept[:-1].clone()}
+        values.update(self._experts.state_dict())
+        return values
+
+    def set_globals(self, values: dict[str, torch.Tensor]) -> None:
+        opts = {"dtype": self.dtype, "device": self._device}
+        values = {k: torch.as_tensor(v).detach().to(**opts) for k, v in values.items()}
+        self._gate = self._make_gate(values["gate_coef"], values["gate_intercept"])
+        self._experts = self._make_experts({n: values[n] for n in EXPERTS[self.expert].param_names})
+        self._invalidate_guide()
+
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        return {**self.get_globals(), "x_mean": self._x_mean.clone(), "x_scale": self._x_scale.clone()}
+
+    def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        opts = {"dtype": self.dtype, "device": self._device}
+        self._x_mean, self._x_scale = tensors["x_mean"].to(**opts), tensors["x_scale"].to(**opts)
+        self.set_globals({k: v for k, v in tensors.items() if k not in ("x_mean", "x_scale")})
+
+    def arviz_dims(self) -> dict[str, list[str]]:
+        dims = {
+            "gate_coef": ["gate", "feature"],
+            "gate_intercept": ["gate"],
+            "coef": ["expert", "feature"],
+            "intercept": ["expert"],
+        }
+        if self.expert == "gaussian":
+            dims["scale"] = ["expert"]
+        return dims
+
+    # ------------------------------------------------------------------- EM
+    def em_initialize(self, data: tuple[torch.Tensor, torch.Tensor], generator: torch.Generator) -> None:
+        """Responsibilities from k-means on the standardised ``(x, y)`` (or random), then one M-step."""
+        x, y = data
+        k = self.n_experts
+        zeros = torch.zeros(k, x.shape[1], dtype=x.dtype, device=x.device)
+        self._gate = self._make_gate(zeros[:-1].clone(), zeros[:-1, 0].clone())
+        params = {"coef": zeros.clone(), "intercept": zeros[:, 0].clone()}
+        if self.expert == "gaussian":
+            params["scale"] = torch.ones_like(zeros[:, 0])
+        self._experts = self._make_experts(params)
+        if self.init_params == "kmeans":
+            joint = torch.cat([x, ((y - y.mean()) / y.std().clamp_min(1e-12))[:, None]], dim=1)
+            _, labels = kmeans(joint, k, generator)
+            resp = torch.nn.functional.one_hot(labels, k).to(x.dtype)
+            resp = (1 - _INIT_SMOOTHING) * resp + _INIT_SMOOTHING / k
+        else:
+            resp = torch.rand(x.shape[0], k, generator=generator, dtype=x.dtype).to(x.device)
+            resp = resp / resp.sum(1, keepdim=True)
+        self.m_step(data, resp)
+
+    def _log_joint(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self._gate.log_prob(x) + self._experts.log_prob((x, y))
+
+    def e_step(self, data: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Responsibilities and the log-likelihood ``sum_n log sum_k pi_k(x_n) p_k(y_n | x_n)``."""
+        log_joint = self._log_joint(*data)
+        total = torch.logsumexp(log_joint, dim=1, keepdim=True)
+        return (log_joint - total).exp(), total.sum()
+
+    def m_step(self, data: tuple[torch.Tensor, torch.Tensor], resp: torch.Tensor) -> None:
+        """Experts by weighted least squares / weighted IRLS, gate by Newton on the soft targets."""
+        x, y = data
+        self._experts.fit((x, y), resp)
+        self._gate.fit(x, resp)
+        self._invalidate_guide()
+
+    # ------------------------------------------------------------------- fit
+    def fit(self, X: Any, y: Any = None, *, engine: str = "em", **options: Any) -> "MixtureOfExperts":
+        """Fit by ``engine`` (``"em"``, ``"svi"`` or ``"mcmc"``); see :meth:`MixtureModel.fit`.
+
+        ``y`` is required (binary 0/1 for logistic experts).
+        """
+        super().fit(X, y, engine=engine, **options)
+        if engine in ("em", "svi"):
+            self._canonical_order(self._train_data[0])
+        return self
+
+    def _canonical_order(self, x: torch.Tensor) -> None:
+        """Order experts by decreasing mean gate probability; re-zero the last gate."""
+        order = torch.argsort(self._gate.log_prob(x).exp().mean(0), descending=True, stable=True)
+        gate_coef, gate_intercept = self._gate.coef[order], self._gate.intercept[order]
+        self._gate = self._make_gate((gate_coef - gate_coef[-1])[:-1], (gate_intercept - gate_intercept[-1])[:-1])
+        self._experts = self._make_experts({n: v[order] for n, v in self._experts.state_dict().items()})
+        self._invalidate_guide()
+
+    @classmethod
+    def from_parameters(
+        cls,
+        *,
+        gate_coef: Any,
+        gate_intercept: Any,
+        coef: Any,
+        intercept: Any,
+        scale: Any = None,
+        feature_names: list[str] | None = None,
+        engine: str = "given",
+        **kwargs: Any,
+    ) -> "MixtureOfExperts":
+        """A fitted model with the given parameters on the user's scale.
+
+        ``scale=None`` means logistic experts. ``gate_coef`` has shape ``(K, P)`` or
+        ``(K-1, P)`` (then the last gate is zero); it is shifted so its last row is zero.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> moe = MixtureOfExperts.from_parameters(gate_coef=[[1.0], [0.0]], gate_intercept=[0.0, 0.0],
+        ...                                        coef=[[1.0], [-1.0]], intercept=[0.0, 0.0], scale=[1.0, 1.0])
+        >>> moe.predict(np.zeros((1, 1))).tolist()
+        [0.0]
+        """
+        expert = "gaussian" if scale is not None else "logistic"
+        tensor = {"dtype": kwargs.get("dtype", torch.float64)}
+        coef = torch.as_tensor(np.asarray(coef, dtype=np.float64), **tensor)
+        k, p = coef.shape
+        gate_c = torch.as_tensor(np.asarray(gate_coef, dtype=np.float64), **tensor)
+        gate_i = torch.as_tensor(np.asarray(gate_intercept, dtype=np.float64), **tensor)
+        if gate_c.shape == (k - 1, p):
+            gate_c, gate_i = torch.cat([gate_c, gate_c.new_zeros(1, p)]), torch.cat([gate_i, gate_i.new_zeros(1)])
+        if gate_c.shape != (k, p) or gate_i.shape != (k,):
+            raise ValueError(
+                f"gate_coef/gate_intercept must have shapes ({k}, {p})/({k},) or ({k - 1}, {p})/({k - 1},)"
+            )
+        gate_c, gate_i = gate_c - gate_c[-1], gate_i - gate_i[-1]
+        model = cls(k, expert=expert, progress=False, **kwargs)
+        model.validate_params()
+        model.n_features_in_, model.feature_names_in_ = p, feature_names
+        model._x_mean, model._x_scale = coef.new_zeros(p), coef.new_ones(p)
+        values = {
+            "gate_coef": gate_c[:-1],
+            "gate_intercept": gate_i[:-1],
+            "coef": coef,
+            "intercept": torch.as_tensor(np.asarray(intercept, dtype=np.float64), **tensor),
+        }
+        if scale is not None:
+            values["scale"] = torch.as_tensor(np.asarray(scale, dtype=np.float64), **tensor)
+        model.set_globals(values)
+        model.engine_, model.history_, model.n_iter_, model.converged_ = engine, [], 0, True
+        model.lower_bound_ = float("nan")
+        return model
+
+    @classmethod
+    def from_families(
+        cls, gate: SoftmaxGate, experts: GaussianExpert | LogisticExpert, **kwargs: Any
+    ) -> "MixtureOfExperts":
+        """A fitted model from a gate and an expert family on the user's scale (see :meth:`from_parameters`)."""
+        scale = experts.scale if isinstance(experts, GaussianExpert) else None
+        return cls.from_parameters(
+            gate_coef=gate.coef.detach().cpu(),
+            gate_intercept=gate.intercept.detach().cpu(),
+            coef=experts.coef.detach().cpu(),
+            intercept=experts.intercept.detach().cpu(),
+            scale=None if scale is None else scale.detach().cpu(),
+            **kwargs,
+        )
+
+    # ---------------------------------------------------------- parameters
+    def _unstandardise(self, coef: torch.Tensor, intercept: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        user = coef / self._x_scale
+        return user, intercept - user @ self._x_mean
+
+    @property
+    def gate_(self) -> SoftmaxGate:
+        """The gate on the user's scale (last row zero)."""
+        self._check_fitted()
+        return SoftmaxGate(*self._unstandardise(self._gate.coef, self._gate.intercept), ridge=self.ridge)
+
+    @property
+    def experts_(self) -> GaussianExpert | LogisticExpert:
+        """The experts on the user's scale."""
+        self._check_fitted()
+        state = self._experts.state_dict()
+        state["coef"], state["intercept"] = self._unstandardise(state["coef"], state["intercept"])
+        return self._make_experts(state)
+
+    @property
+    def gate_coef_(self) -> torch.Tensor:
+        """Gate coefficients ``(K, P)`` on the user's scale (last row zero)."""
+        return self.gate_.coef
+
+    @property
+    def gate_intercept_(self) -> torch.Tensor:
+        """Gate intercepts ``(K,)`` (last zero)."""
+        return self.gate_.intercept
+
+    @property
+    def coef_(self) -> torch.Tensor:
+        """Expert coefficients ``(K, P)`` on the user's scale."""
+        return self.experts_.coef
+
+    @property
+    def intercept_(self) -> torch.Tensor:
+        """Expert intercepts ``(K,)`` on the user's scale."""
+        return self.experts_.intercept
+
+    @property
+    def scale_(self) -> torch.Tensor:
+        """Noise standard deviations ``(K,)`` of Gaussian experts."""
+        if self.expert != "gaussian":
+            raise AttributeError("logistic experts have no noise scale")
+        self._check_fitted()
+        return self._experts.scale
+
+    # ---------------------------------------------------------- predictions
+    def gate_probabilities(self, X: Any) -> Any:
+        """``P(z = k | x)`` for every row of ``X``, shape ``(N, K)``."""
+        self._check_fitted()
+        return to_output(self._gate.log_prob(self._covariates(X)).exp(), X)
+
+    def predict_components(self, X: Any) -> Any:
+        """The gate-MAP expert of every row of ``X`` (does not look at ``y``)."""
+        self._check_fitted()
+        return to_output(self._gate.log_prob(self._covariates(X)).argmax(-1), X)
+
+    def _expert_means(self, x: torch.Tensor) -> torch.Tensor:
+        if self.expert == "gaussian":
+            return self._experts.mean(x)
+        return self._experts.predict_proba(x)
+
+    def _conditional_mean(self, x: torch.Tensor) -> torch.Tensor:
+        return (self._gate.log_prob(x).exp() * self._expert_means(x)).sum(-1)
+
+    def predict(self, X: Any) -> Any:
+        """``E[y | x]`` for Gaussian experts; the most probable class (0/1) for logistic experts."""
+        self._check_fitted()
+        mean = self._conditional_mean(self._covariates(X))
+        return to_output(mean if self.expert == "gaussian" else (mean >= 0.5).to(mean.dtype), X)
+
+    def predict_proba(self, X: Any) -> Any:
+        """``[P(y = 0 | x), P(y = 1 | x)]``, shape ``(N, 2)`` (logistic experts only)."""
+        if self.expert != "logistic":
+            raise ValueError("predict_proba needs logistic experts; use predict (the conditional mean) or posterior")
+        self._check_fitted()
+        p1 = self._conditional_mean(self._covariates(X))
+        return to_output(torch.stack([1 - p1, p1], dim=-1), X)
+
+    def responsibilities(self, data: Any) -> torch.Tensor:
+        return torch.softmax(self._log_joint(*self._require_y(data)), dim=1)
+
+    def posterior_marginals(self, data: Any) -> dict[str, torch.Tensor]:
+        return {"z": self.responsibilities(data)}
+
+    def pointwise_log_likelihood(self, data: Any) -> torch.Tensor:
+        return torch.logsumexp(self._log_joint(*self._require_y(data)), dim=1)
+
+    def score(self, X: Any, y: Any = None) -> float:
+        """Mean conditional log-likelihood ``log p(y_n | x_n)`` per data point."""
+        return super().score(X, y)
+
+    def sample(self, X: Any) -> dict[str, Any]:  # type: ignore[override]
+        """Draw an expert ``z`` and a response ``y`` for every row of ``X``: ``{"y", "z"}``."""
+        self._check_fitted()
+        x = self._covariates(X)
+        gen = self._generator(offset=7919)
+        cpu = gen if self._device.type == "cpu" else None
+        z = torch.multinomial(self._gate.log_prob(x).exp().cpu(), 1, generator=gen).squeeze(-1).to(self._device)
+        y = self._experts.sample(z, x, generator=cpu)
+        return {"y": y.cpu().numpy(), "z": z.cpu().numpy()}
+
+    def summary(self) -> dict[str, Any]:
+        """A JSON-able description of the fit (parameters on the user's scale)."""
+        self._check_fitted()
+        out = {
+            "model": "MixtureOfExperts",
+            "expert": self.expert,
+            "n_experts": self.n_experts,
+            "engine": self.engine_,
+            "n_iter": self.n_iter_,
+            "converged": self.converged_,
+            "mean_log_likelihood": self.lower_bound_,
+            "gate_coef": self.gate_coef_.tolist(),
+            "gate_intercept": self.gate_intercept_.tolist(),
+            "coef": self.coef_.tolist(),
+            "intercept": self.intercept_.tolist(),
+            "feature_names": self.feature_names_in_,
+        }
+        if self.expert == "gaussian":
+            out["scale"] = self.scale_.tolist()
+        return out
+
+    _gate: SoftmaxGate
+    _experts: GaussianExpert | LogisticExpert
+    _x_mean: torch.Tensor
+    _x_scale: torch.Tensor

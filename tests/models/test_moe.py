@@ -1,0 +1,239 @@
+"""MixtureOfExperts: planted recovery, one objective for EM and Pyro, monotone EM, bad input, I/O."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from pyro.infer import TraceEnum_ELBO
+from scipy.optimize import linear_sum_assignment
+
+from ppmix._validation import NotFittedError
+from ppmix.datasets.moe import make_moe
+from ppmix.models.base import local_params
+from ppmix.models.moe import MixtureOfExperts
+from tests.common import assert_close
+
+EXPERTS = ["gaussian", "logistic"]
+
+
+def planted(expert: str, n: int = 3000, seed: int = 0):
+    """Two experts split by a soft gate on x0, with distinct slopes; parameters known."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 2)) * np.array([2.0, 1.0]) + np.array([1.0, -1.0])
+    gate_coef, gate_intercept = np.array([[3.0, 0.0], [0.0, 0.0]]), np.array([-3.0, 0.0])
+    coef, intercept = np.array([[2.0, -1.0], [-2.0, 1.5]]), np.array([1.0, -0.5])
+    scale = np.array([0.3, 0.6])
+    if expert == "logistic":
+        coef, intercept = 2 * coef, intercept
+    truth = MixtureOfExperts.from_parameters(
+        gate_coef=gate_coef,
+        gate_intercept=gate_intercept,
+        coef=coef,
+        intercept=intercept,
+        scale=scale if expert == "gaussian" else None,
+    )
+    y = truth.sample(x)["y"]
+    return x, y, truth
+
+
+def matched(fitted: torch.Tensor, true: torch.Tensor) -> np.ndarray:
+    """Rows of ``fitted`` permuted to best match ``true`` (least squares)."""
+    f, t = np.asarray(fitted), np.asarray(true)
+    cost = ((f[:, None, :] - t[None, :, :]) ** 2).sum(-1)
+    rows, cols = linear_sum_assignment(cost)
+    out = np.empty_like(f)
+    out[cols] = f[rows]
+    return out
+
+
+def test_em_recovers_planted_gaussian_experts():
+    x, y, truth = planted("gaussian", n=4000)
+    moe = MixtureOfExperts(2, n_init=3, seed=0, progress=False, max_iter=300).fit(x, y)
+    np.testing.assert_allclose(matched(moe.coef_, truth.coef_), truth.coef_.numpy(), atol=0.1)
+    np.testing.assert_allclose(np.sort(moe.scale_.numpy()), [0.3, 0.6], atol=0.03)
+    # the gate: compare decisions (its parameters are identified only up to the label order)
+    agree = (moe.predict_components(x) == truth.predict_components(x)).mean()
+    assert max(agree, 1 - agree) > 0.97
+    assert moe.score(x, y) >= truth.score(x, y) - 0.01  # the MLE is at least as likely as the truth
+
+
+def test_em_recovers_planted_logistic_moe():
+    """Mixtures of logistic regressions are weakly identified: check the fitted function and the likelihood."""
+    x, y, truth = planted("logistic", n=6000)
+    moe = MixtureOfExperts(2, expert="logistic", n_init=2, seed=0, progress=False, max_iter=300).fit(x, y)
+    assert moe.score(x, y) >= truth.score(x, y)
+    assert np.abs(moe.predict_proba(x)[:, 1] - truth.predict_proba(x)[:, 1]).mean() < 0.05
+
+
+@pytest.mark.filterwarnings("ignore:EM did not converge")
+@pytest.mark.parametrize("expert", EXPERTS)
+def test_em_objective_equals_pyro_trace_enum_elbo(expert):
+    x, y, _ = planted(expert, n=300)
+    moe = MixtureOfExperts(3, expert=expert, seed=0, progress=False, max_iter=5).fit(x, y)
+    gen = torch.Generator().manual_seed(1)
+    random = {k: v + 0.3 * torch.randn(v.shape, generator=gen, dtype=v.dtype) for k, v in moe.get_globals().items()}
+    if expert == "gaussian":
+        random["scale"] = random["scale"].abs() + 0.1
+    for values in (moe.get_globals(), random):
+        moe.set_globals(values)
+        data = moe.prepare_data(x, y)
+        _, em_objective = moe.e_step(data)
+        with local_params():
+            pyro_elbo = -TraceEnum_ELBO(max_plate_nesting=1).loss(moe.model, moe.guide, data)
+        assert_close(em_objective, pyro_elbo, rtol=1e-10)
+        assert_close(moe.log_likelihood(x, y), pyro_elbo, rtol=1e-10)
+
+
+@pytest.mark.filterwarnings("ignore:EM did not converge")
+@pytest.mark.parametrize("expert", EXPERTS)
+def test_em_log_likelihood_never_decreases(expert):
+    data = make_moe(1500, expert=expert, n_experts=3, n_features=4, seed=2)
+    moe = MixtureOfExperts(3, expert=expert, seed=1, progress=False, max_iter=60, tol=0.0).fit(data.X, data.y)
+    steps = np.diff(moe.history_)
+    assert (steps >= -1e-9 * np.abs(moe.history_[1:])).all(), steps.min()
+    assert moe.history_[-1] > moe.history_[0]
+
+
+def test_standardisation_is_invisible_to_the_user():
+    """Rescaling and shifting the covariates leaves predictions unchanged (Newton is affine invariant)."""
+    x, y, _ = planted("gaussian", n=800)
+    a = MixtureOfExperts(2, seed=3, progress=False, ridge=0.0).fit(x, y)
+    shifted = x * np.array([1000.0, 0.01]) + np.array([5e3, -2.0])
+    b = MixtureOfExperts(2, seed=3, progress=False, ridge=0.0).fit(shifted, y)
+    np.testing.assert_allclose(a.predict(x), b.predict(shifted), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(a.coef_.numpy(), b.coef_.numpy() * np.array([1000.0, 0.01]), rtol=1e-5, atol=1e-6)
+    c = MixtureOfExperts(2, seed=3, progress=False, ridge=0.0, standardize=False).fit(x, y)
+    np.testing.assert_allclose(a.predict(x), c.predict(x), rtol=1e-6, atol=1e-6)
+
+
+def test_canonical_order_and_identifiable_gate():
+    x, y, _ = planted("gaussian", n=1000)
+    moe = MixtureOfExperts(3, seed=0, progress=False).fit(x, y)
+    mean_gate = moe.gate_probabilities(x).mean(0)
+    assert (np.diff(mean_gate) <= 0).all()
+    assert np.all(moe.gate_coef_[-1].numpy() == 0.0) and float(moe.gate_intercept_[-1]) == 0.0
+
+
+def test_predictions_gaussian_and_logistic():
+    x, y, truth = planted("gaussian", n=500)
+    mean = truth.predict(x)
+    probs = truth.gate_probabilities(x)
+    np.testing.assert_allclose(mean, (probs * (x @ truth.coef_.numpy().T + truth.intercept_.numpy())).sum(1))
+    with pytest.raises(ValueError, match="logistic"):
+        truth.predict_proba(x)
+    xl, yl, logistic = planted("logistic", n=500)
+    proba = logistic.predict_proba(xl)
+    np.testing.assert_allclose(proba.sum(1), 1.0)
+    assert set(np.unique(logistic.predict(xl))) <= {0.0, 1.0}
+    assert (logistic.predict(xl) == yl).mean() > 0.85
+    post = logistic.posterior(xl, yl)["z"]
+    np.testing.assert_allclose(post.sum(1), 1.0)
+
+
+def test_sample_follows_the_model():
+    x, _, truth = planted("gaussian", n=20000)
+    draws = truth.sample(x)
+    assert draws["y"].shape == (20000,) and set(np.unique(draws["z"])) <= {0, 1}
+    resid = draws["y"] - truth.predict(x)
+    assert abs(resid.mean()) < 0.05
+
+
+def test_svi_reaches_the_em_optimum():
+    x, y, _ = planted("gaussian", n=600)
+    em = MixtureOfExperts(2, seed=0, progress=False).fit(x, y)
+    svi = MixtureOfExperts(2, seed=0, progress=False).fit(x, y, engine="svi", num_steps=250, lr=0.1)
+    assert svi.score(x, y) > em.score(x, y) - 0.05
+
+
+def test_to_arviz_and_save_load(tmp_path):
+    x, y, _ = planted("logistic", n=300)
+    moe = MixtureOfExperts(2, expert="logistic", seed=0, progress=False).fit(x, y)
+    idata = moe.to_arviz(x, y)
+    assert idata.posterior["coef"].shape == (1, 1, 2, 2)
+    assert idata.log_likelihood["y"].shape == (1, 1, 300)
+    assert idata.discrete_posterior["z_probs"].shape == (1, 1, 300, 2)
+    moe.save(tmp_path / "moe")
+    loaded = MixtureOfExperts.load(tmp_path / "moe")
+    np.testing.assert_allclose(loaded.predict_proba(x), moe.predict_proba(x), rtol=1e-12)
+    assert loaded.score(x, y) == pytest.approx(moe.score(x, y), rel=1e-12)
+
+
+def test_mcmc_runs_with_proper_priors():
+    x, y, _ = planted("gaussian", n=120)
+    moe = MixtureOfExperts(2, seed=0, progress=False).fit(x, y, engine="mcmc", num_samples=10, warmup_steps=10)
+    assert np.isfinite(moe.score(x, y))
+
+
+@pytest.mark.parametrize(
+    "kwargs, fit_args, error, match",
+    [
+        ({}, "no_y", ValueError, "y is required"),
+        ({}, "short_y", ValueError, r"y must have shape \(200,\)"),
+        ({}, "nan_x", ValueError, "X contains NaN"),
+        ({}, "nan_y", ValueError, "y contains NaN"),
+        ({"expert": "logistic"}, "nonbinary", ValueError, "binary"),
+        ({"n_experts": 30}, "ok", ValueError, "not more than the"),
+        ({"n_experts": 1}, "ok", ValueError, "n_experts must be >= 2"),
+        ({"expert": "poisson"}, "ok", ValueError, "expert must be one of"),
+        ({"init_params": "magic"}, "ok", ValueError, "init_params"),
+        ({}, "strings", TypeError, "y must be numeric"),
+    ],
+    ids=[
+        "no-y",
+        "short-y",
+        "nan-x",
+        "nan-y",
+        "non-binary-logistic",
+        "too-few-rows",
+        "one-expert",
+        "bad-expert",
+        "bad-init",
+        "string-y",
+    ],
+)
+def test_bad_input_is_named(kwargs, fit_args, error, match):
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(200, 3)), rng.normal(size=200)
+    if kwargs.get("expert") == "logistic":
+        y = np.round(rng.random(200) * 2)  # 0, 1 and 2
+    args = {
+        "no_y": (x, None),
+        "short_y": (x, y[:-1]),
+        "nan_x": (np.where(np.eye(200, 3) > 0, np.nan, x), y),
+        "nan_y": (x, np.r_[np.nan, y[1:]]),
+        "nonbinary": (x, y),
+        "ok": (x, y),
+        "strings": (x, np.array(["a"] * 200)),
+    }[fit_args]
+    with pytest.raises(error, match=match):
+        MixtureOfExperts(**{"n_experts": 2, **kwargs}, progress=False).fit(*args)
+
+
+def test_unfitted_and_wrong_width_are_clear_errors():
+    moe = MixtureOfExperts(2, progress=False)
+    with pytest.raises(NotFittedError):
+        moe.predict(np.zeros((2, 2)))
+    x, y, truth = planted("gaussian", n=50)
+    with pytest.raises(ValueError, match="features"):
+        truth.predict(np.zeros((3, 5)))
+
+
+def test_dataset_follows_the_paper_setting():
+    data = make_moe(4000, seed=5)
+    assert data.X.shape == (4000, 20) and np.isin(data.labels, range(4)).all()
+    for values in (data.gate_coef[:-1], data.coef, data.intercept, data.centres):
+        assert np.all(values == np.round(values)) and np.abs(values).max() <= 5
+    assert np.all(data.gate_coef[-1] == 0)
+    # covariates: Sigma_uv = 0.25^|u-v| around the nearest centre
+    centre = data.centres[np.argmin(((data.X[:, None] - data.centres[None]) ** 2).sum(-1), 1)]
+    cov = np.cov((data.X - centre).T)
+    lags = np.abs(np.subtract.outer(np.arange(20), np.arange(20)))
+    np.testing.assert_allclose(cov, 0.25**lags, atol=0.08)
+    # responses: residuals against the true expert have the planted variances
+    resid = data.y - (np.einsum("nd,nd->n", data.X, data.coef[data.labels]) + data.intercept[data.labels])
+    for k in range(4):
+        if (data.labels == k).sum() > 200:
+            assert np.var(resid[data.labels == k]) == pytest.approx(data.scale[k] ** 2, rel=0.2)
+    again = make_moe(4000, seed=5)
+    np.testing.assert_array_equal(again.y, data.y)
