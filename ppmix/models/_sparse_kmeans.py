@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ppmix._init import kmeans
+from ppmix._init import _lloyd, kmeans
 
 __all__ = ["SparseKMeansResult", "choose_l1_bound", "default_l1_bounds", "sparse_feature_weights", "sparse_kmeans"]
 
@@ -28,6 +28,8 @@ MAX_ALTERNATIONS = 6
 WEIGHT_TOL = 1e-4
 #: bisection steps of the soft threshold (interval shrinks by 2^-60: exact to rounding)
 BISECTION_STEPS = 60
+#: Lloyd iterations of a warm-started k-means step
+LLOYD_MAX_ITER = 100
 
 
 @dataclass
@@ -43,8 +45,9 @@ class SparseKMeansResult:
 
 def _soft_threshold_normalised(a: np.ndarray, threshold: float) -> np.ndarray:
     shrunk = np.maximum(a - threshold, 0.0)
-    norm = np.linalg.norm(shrunk)
-    return shrunk / norm
+    if not shrunk.any():  # threshold at the maximum: the limit is the indicator of the (tied) maxima
+        shrunk = (a == a.max()).astype(np.float64)
+    return shrunk / np.linalg.norm(shrunk)
 
 
 def sparse_feature_weights(bcss: np.ndarray, l1_bound: float) -> np.ndarray:
@@ -89,10 +92,10 @@ def sparse_feature_weights(bcss: np.ndarray, l1_bound: float) -> np.ndarray:
             low = mid
         else:
             high = mid
-    if high == a.max():  # ties at the maximum: sqrt(#ties) > s cannot be met, keep the tied maxima
-        top = a == a.max()
-        return top / np.sqrt(top.sum())
-    return _soft_threshold_normalised(a, high)
+    w = _soft_threshold_normalised(a, high)
+    if w.sum() > l1_bound:  # t tied maxima with sqrt(t) > s: one of them alone is feasible and optimal
+        w = (np.arange(a.size) == np.argmax(a)).astype(np.float64)
+    return w
 
 
 def _per_feature_bcss(x: np.ndarray, labels: np.ndarray, n_clusters: int) -> np.ndarray:
@@ -106,11 +109,20 @@ def _per_feature_bcss(x: np.ndarray, labels: np.ndarray, n_clusters: int) -> np.
 
 
 def sparse_kmeans(
-    x: np.ndarray, n_clusters: int, l1_bound: float, generator: torch.Generator, n_init: int = 3
+    x: np.ndarray,
+    n_clusters: int,
+    l1_bound: float,
+    generator: torch.Generator,
+    n_init: int = 3,
+    initial_labels: np.ndarray | None = None,
 ) -> SparseKMeansResult:
     """Alternate k-means on ``x * sqrt(w)`` and :func:`sparse_feature_weights`.
 
-    Starts from equal weights ``1/sqrt(D)``; stops when ``sum |w_new - w| / sum |w|``
+    Starts from equal weights ``1/sqrt(D)`` and the best of ``n_init`` k-means++ runs
+    (or ``initial_labels``, that partition, which does not depend on ``l1_bound``);
+    later k-means steps are Lloyd iterations warm-started from the previous partition's
+    centres, on the features with non-zero weight only (the others add nothing to any
+    distance), as in the authors' ``sparcl``. Stops when ``sum |w_new - w| / sum |w|``
     falls below :data:`WEIGHT_TOL` or after :data:`MAX_ALTERNATIONS` alternations.
 
     Examples
@@ -124,24 +136,39 @@ def sparse_kmeans(
     """
     d = x.shape[1]
     xt = torch.as_tensor(x, dtype=torch.float64)
-
-    def cluster(weights: np.ndarray) -> tuple[torch.Tensor, np.ndarray]:
-        centres, labels = kmeans(xt * torch.as_tensor(np.sqrt(weights)), n_clusters, generator, n_init=n_init)
-        return centres, labels.numpy()
-
     w = np.full(d, 1.0 / np.sqrt(d))
-    centres, labels = cluster(w)
+    labels = _initial_partition(xt, n_clusters, generator, n_init) if initial_labels is None else initial_labels
     n_iter = 0
     while n_iter < MAX_ALTERNATIONS:
         n_iter += 1
         new_w = sparse_feature_weights(_per_feature_bcss(x, labels, n_clusters), l1_bound)
         change = np.abs(new_w - w).sum() / np.abs(w).sum()
         w = new_w
-        centres, labels = cluster(w)
+        labels = _warm_lloyd(xt, w, labels, n_clusters)
         if change < WEIGHT_TOL:
             break
+    scaled = x * np.sqrt(w)
+    centres = np.stack([scaled[labels == k].mean(0) if (labels == k).any() else np.zeros(d) for k in range(n_clusters)])
     objective = float(w @ _per_feature_bcss(x, labels, n_clusters))
-    return SparseKMeansResult(w, labels, centres.numpy(), objective, n_iter)
+    return SparseKMeansResult(w, labels, centres, objective, n_iter)
+
+
+def _initial_partition(x: torch.Tensor, n_clusters: int, generator: torch.Generator, n_init: int) -> np.ndarray:
+    """k-means with equal feature weights, i.e. plain k-means."""
+    return kmeans(x, n_clusters, generator, n_init=n_init)[1].numpy()
+
+
+def _warm_lloyd(x: torch.Tensor, weights: np.ndarray, labels: np.ndarray, n_clusters: int) -> np.ndarray:
+    """Lloyd iterations on the active features of ``x * sqrt(w)`` from the centres of ``labels``."""
+    active = torch.as_tensor(weights > 0)
+    scaled = x[:, active] * torch.as_tensor(np.sqrt(weights[weights > 0]))
+    onehot = torch.nn.functional.one_hot(torch.as_tensor(labels), n_clusters).to(scaled.dtype)
+    counts = onehot.sum(0)
+    centres = (onehot.T @ scaled) / counts.clamp_min(1.0)[:, None]
+    if (counts == 0).any():  # an empty cluster restarts at the points farthest from their centre
+        far = (scaled - centres[torch.as_tensor(labels)]).square().sum(1).argsort(descending=True)
+        centres[counts == 0] = scaled[far[: int((counts == 0).sum())]]
+    return _lloyd(scaled, centres, LLOYD_MAX_ITER)[1].numpy()
 
 
 def default_l1_bounds(n_features: int, n_values: int = 10) -> np.ndarray:
@@ -175,11 +202,16 @@ def choose_l1_bound(
     """
     rng = np.random.default_rng(seed)
     gen = torch.Generator().manual_seed(int(rng.integers(2**31)))
-    observed = np.array([sparse_kmeans(x, n_clusters, s, gen, n_init).objective for s in bounds])
+
+    def objectives(data: np.ndarray) -> list[float]:
+        start = _initial_partition(torch.as_tensor(data), n_clusters, gen, n_init)
+        return [sparse_kmeans(data, n_clusters, s, gen, n_init, initial_labels=start).objective for s in bounds]
+
+    observed = np.array(objectives(x))
     permuted = np.empty((n_permutations, len(bounds)))
     for b in range(n_permutations):
         shuffled = np.take_along_axis(x, rng.permuted(np.tile(np.arange(x.shape[0])[:, None], x.shape[1]), axis=0), 0)
-        permuted[b] = [sparse_kmeans(shuffled, n_clusters, s, gen, n_init).objective for s in bounds]
+        permuted[b] = objectives(shuffled)
     log_perm = np.log(np.maximum(permuted, np.finfo(float).tiny))
     gaps = np.log(np.maximum(observed, np.finfo(float).tiny)) - log_perm.mean(0)
     se = log_perm.std(0, ddof=1) / np.sqrt(n_permutations) if n_permutations > 1 else np.zeros(len(bounds))

@@ -549,9 +549,8 @@ class PCGMM(_GaussianMixtureDensity, _LabelBaseline):
         labelled = ~torch.isnan(y)
         log_post = log_joint[labelled] - log_px[labelled, None]
         eta = params["label_logit"]
-        log_label = torch.where(
-            y[labelled, None] == 1, torch.nn.functional.logsigmoid(eta), torch.nn.functional.logsigmoid(-eta)
-        )
+        log_eta = torch.stack([torch.nn.functional.logsigmoid(-eta), torch.nn.functional.logsigmoid(eta)])  # (2, K)
+        log_label = log_eta[y[labelled].long()]
         return log_px, torch.logsumexp(log_post + log_label, 1)
 
     def _objective(self, params: dict[str, torch.Tensor], data: CentredData, y: torch.Tensor) -> torch.Tensor:
@@ -808,7 +807,8 @@ class SparseKMeansClassifier(_LabelBaseline):
 
     def predict_proba(self, X: Any) -> np.ndarray:
         """Logistic regression on the one-hot nearest cluster, shape ``(N, 2)``."""
-        return self.classifier_.predict_proba(self._one_hot(self.predict_cluster(X)))
+        clusters = self.predict_cluster(X)
+        return self.classifier_.predict_proba(self._one_hot(clusters))
 
 
 # ------------------------------------------------------------------ random forest
@@ -837,6 +837,9 @@ class RandomForestBaseline(_LabelBaseline):
     def __init__(self, **rf_kwargs: Any) -> None:
         self.rf_kwargs = rf_kwargs
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.rf_kwargs.items())})"
+
     def fit(self, X: Any, y: Any) -> "RandomForestBaseline":
         """Fit the forest on the labelled rows."""
         x, labels = self._prepare_fit(X, y)
@@ -848,4 +851,5 @@ class RandomForestBaseline(_LabelBaseline):
 
     def predict_proba(self, X: Any) -> np.ndarray:
         """Class probabilities ``(N, 2)`` (columns: y = 0, y = 1)."""
-        return self.classifier_.predict_proba(self._prepare(X).numpy())
+        x = self._prepare(X).numpy()
+        return self.classifier_.predict_proba(x)
