@@ -48,7 +48,7 @@ def test_fit_reports_bad_csv_clearly(tmp_path):
         main(["fit", "gmm", str(tmp_path / "tiny.csv"), "--k", "3", "--out", str(tmp_path / "o"), "--quiet"])
 
 
-@pytest.mark.parametrize("args", [[], ["fit"], ["fit", "gmm"], ["reproduce"], ["demo"]], ids=" ".join)
+@pytest.mark.parametrize("args", [[], ["fit"], ["fit", "gmm"], ["reproduce"], ["demo"], ["dmoe"]], ids=" ".join)
 def test_help_everywhere(args, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main([*args, "--help"])
@@ -67,3 +67,34 @@ def test_reproduce_list_and_unknown_name(capsys):
 def test_demo_runs(tmp_path):
     result = run("demo", "--n", "300", "--svi-steps", "50", "--out", str(tmp_path))
     assert "planted" in result.stdout and (tmp_path / "em" / "plot.png").exists()
+
+
+def test_dmoe_fits_parquet_shards_on_the_local_pool(tmp_path):
+    from ppmix.datasets.moe import make_moe
+    from ppmix.models.moe import MixtureOfExperts
+
+    data = make_moe(900, n_experts=2, n_features=2, param_range=2, seed=1)
+    for i in range(3):
+        frame = pd.DataFrame(data.X[i::3], columns=["u", "v"]).assign(target=data.y[i::3])
+        frame.to_parquet(tmp_path / f"part-{i}.parquet")
+    out = tmp_path / "out"
+    result = run(
+        "dmoe", "--shards", str(tmp_path / "part-*.parquet"), "--target", "target", "--experts", "2",
+        "--workers", "2", "--n-init", "2", "--out", str(out),
+    )  # fmt: skip
+    assert "reduced 3 local gaussian MoE fits" in result.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert [s["n_rows"] for s in summary["shards"]] == [300, 300, 300]
+    assert summary["critical_path_seconds"] >= max(s["seconds"] for s in summary["shards"])
+    assert summary["model"]["feature_names"] == ["u", "v"]
+    model = MixtureOfExperts.load(out / "model")
+    assert model.score(data.X, data.y) > data.true_model().score(data.X, data.y) - 0.1
+
+
+def test_dmoe_reports_missing_and_bad_shards(tmp_path):
+    with pytest.raises(SystemExit, match="no shard files match"):
+        main(["dmoe", "--shards", str(tmp_path / "none-*.csv"), "--experts", "2", "--out", str(tmp_path / "o")])
+    (tmp_path / "part-0.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(SystemExit, match=r"part-0.csv.*no target column 'y'"):
+        main(["dmoe", "--shards", str(tmp_path / "part-*.csv"), "--experts", "2", "--workers", "1",
+              "--out", str(tmp_path / "o")])  # fmt: skip
