@@ -147,7 +147,11 @@ class PredictionFocusedMixin:
         self.switch_probs_ = torch.sigmoid(logit_p + (relevant_ll - self._background_ll) / frames.n_samples)
 
     def _initial_frame_responsibilities(
-        self, frames: CentredData, labels: FrameLabels, generator: torch.Generator
+        self,
+        frames: CentredData,
+        labels: FrameLabels,
+        generator: torch.Generator,
+        inflation: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Hard k-means responsibilities, on the label-relevant features when labels are given.
 
@@ -156,10 +160,14 @@ class PredictionFocusedMixin:
         ``chi^2_2`` at p = 1e-3); k-means runs on the features that pass (all features if
         none pass). Plain k-means on all features follows
         whichever structure dominates the variance, usually the irrelevant one.
+        ``inflation`` (``(D,)``, for dependent frames) divides the test statistics, see
+        :func:`label_relevant_features`.
         """
         x = frames.centred
         if labels.any:
-            selected = label_relevant_features(frames.x[labels.observed], labels.y[labels.observed])
+            selected = label_relevant_features(
+                frames.x[labels.observed], labels.y[labels.observed], inflation=inflation
+            )
             if selected.any():
                 x = x[:, selected]
         _, assignment = kmeans(x, self.n_components, generator, n_init=3)
@@ -204,9 +212,14 @@ class PredictionFocusedMixin:
         return pd.Series(values, index=self.feature_names_in_, name="relevance")
 
     # -------------------------------------------------------------------- Pyro
-    def _pf_global_sites(self, k: int, d: int, opts: dict) -> dict[str, torch.Tensor]:
-        """Sample the component, label and background sites (flat priors: point estimates)."""
-        components = pyro.plate("components", k)
+    def _pf_global_sites(
+        self, k: int, d: int, opts: dict, components: pyro.plate | None = None
+    ) -> dict[str, torch.Tensor]:
+        """Sample the component, label and background sites (flat priors: point estimates).
+
+        ``components`` is the model's ``components`` plate when it already opened one.
+        """
+        components = components or pyro.plate("components", k)
         family = self._sample_components(k, d, opts, plate=components)
         with components:
             label_probs = pyro.sample("label_probs", FlatPrior(constraints.unit_interval, (k,), ()))
@@ -220,43 +233,66 @@ class PredictionFocusedMixin:
             "bg_scale": bg_scale,
         }
 
-    def _pf_frame_sites(self, sites: dict, z: torch.Tensor, x: torch.Tensor, labels: FrameLabels | None) -> None:
+    def _pf_guide_global_sites(self, values: dict[str, torch.Tensor], components: pyro.plate) -> None:
+        """Point masses on the sites of :meth:`_pf_global_sites` at ``values`` (keyed by site name)."""
+        with components:
+            pyro.sample("locs", dist.Delta(values["locs"], event_dim=1))
+            pyro.sample("scales", dist.Delta(values["scales"], event_dim=1))
+            pyro.sample("label_probs", dist.Delta(values["label_probs"]))
+        pyro.sample("background_loc", dist.Delta(values["background_loc"], event_dim=1))
+        pyro.sample("background_scale", dist.Delta(values["background_scale"], event_dim=1))
+
+    def _pf_frame_sites(
+        self,
+        sites: dict,
+        z: torch.Tensor,
+        x: torch.Tensor,
+        labels: FrameLabels | None,
+        suffix: str = "",
+        features: pyro.plate | None = None,
+    ) -> None:
         """Inside the frame plate (dim -2): the label and, per feature (plate dim -1), switch and value.
 
-        ``z`` is the frame's component (enumerated, shape broadcasting to ``(N, 1)``).
+        ``z`` is the frame's component (enumerated, shape broadcasting to ``(N, 1)``). The
+        sites are ``y``, ``s`` and ``x`` followed by ``suffix``; a model with several frames
+        per plate entry (an HMM: one per time step) names them apart and passes its one
+        ``features`` plate.
         """
         if labels is not None and labels.any:
             with pyro.poutine.mask(mask=labels.observed[:, None]):
-                pyro.sample("y", dist.Bernoulli(sites["label_probs"][z]), obs=labels.y[:, None])
+                pyro.sample(f"y{suffix}", dist.Bernoulli(sites["label_probs"][z]), obs=labels.y[:, None])
         d = x.shape[-1]
-        features = torch.arange(d, device=x.device)
-        with pyro.plate("features", d, dim=-1):
-            loc, scale = Vindex(sites["loc"])[z, features], Vindex(sites["scale"])[z, features]
+        feature_index = torch.arange(d, device=x.device)
+        with features or pyro.plate("features", d, dim=-1):
+            loc, scale = Vindex(sites["loc"])[z, feature_index], Vindex(sites["scale"])[z, feature_index]
             if not self._all_relevant:
-                s = pyro.sample("s", dist.Bernoulli(torch.as_tensor(self.switch_prior, dtype=x.dtype, device=x.device)))
-                on = s.bool()
+                prior = dist.Bernoulli(torch.as_tensor(self.switch_prior, dtype=x.dtype, device=x.device))
+                on = pyro.sample(f"s{suffix}", prior).bool()
                 loc = torch.where(on, loc, sites["bg_loc"])
                 scale = torch.where(on, scale, sites["bg_scale"])
-            pyro.sample("x", dist.Normal(loc, scale), obs=x)
+            pyro.sample(f"x{suffix}", dist.Normal(loc, scale), obs=x)
 
-    def _pf_guide_switches(self, phi: torch.Tensor) -> None:
-        """Inside the frame plate: ``q(S_nd) = Bern(phi_d)``, enumerated (nothing when ``p = 1``)."""
+    def _pf_guide_switches(self, phi: torch.Tensor, suffix: str = "", features: pyro.plate | None = None) -> None:
+        """Inside the frame plate: ``q(S_nd) = Bern(phi_d)`` at site ``s{suffix}``, enumerated (none when ``p = 1``)."""
         if self._all_relevant:
             return
-        with pyro.plate("features", phi.shape[0], dim=-1):
+        with features or pyro.plate("features", phi.shape[0], dim=-1):
             pyro.sample(
-                "s",
+                f"s{suffix}",
                 dist.Bernoulli(phi.clamp(_PHI_FLOOR, 1.0 - _PHI_FLOOR)),
                 infer={"enumerate": "parallel"},
             )
 
 
-def label_relevant_features(x: torch.Tensor, y: torch.Tensor, p_value: float = RELEVANCE_P_VALUE) -> torch.Tensor:
+def label_relevant_features(
+    x: torch.Tensor, y: torch.Tensor, p_value: float = RELEVANCE_P_VALUE, inflation: torch.Tensor | None = None
+) -> torch.Tensor:
     """Features whose distribution changes with a binary label, ``(D,)`` bool.
 
     Per feature, twice the log-likelihood ratio of class-conditional Gaussians (own mean
     and variance per class) over one pooled Gaussian is compared with the ``chi^2_2``
-    quantile at ``p_value``.
+    quantile at ``p_value``. For dependent rows (time steps of sequences) the statistic
+    is inflated under the null; ``inflation`` (``(D,)``, at least 1) divides it first.
 
     Examples
     --------
@@ -279,4 +315,6 @@ def label_relevant_features(x: torch.Tensor, y: torch.Tensor, p_value: float = R
         members = x[y == c]
         if members.shape[0] > 1:
             ratio = ratio - members.shape[0] * log_var(members)
+    if inflation is not None:
+        ratio = ratio / inflation
     return ratio > chi2.ppf(1.0 - p_value, df=2)

@@ -121,11 +121,16 @@ class HMM(GaussianComponentsMixin, MixtureModel):
         """Sequences as a padded :class:`SequenceBatch` (``X`` may be ``(padded, lengths)``)."""
         if y is not None:
             raise ValueError("HMM is unsupervised; y must be None")
+        return self._prepare_sequences(X, None, fitting=fitting)
+
+    def _prepare_sequences(self, X: Any, y: Any, *, fitting: bool) -> SequenceBatch:
+        """Validate and pad ``X`` (and per-step labels ``y``, kept in the batch); record the features when fitting."""
         lengths = None
         if isinstance(X, tuple) and len(X) == 2:
             X, lengths = X
         batch = as_sequence_batch(
             X,
+            y,
             lengths=lengths,
             sequence_column=self.sequence_column,
             dtype=self.dtype,
@@ -221,9 +226,12 @@ class HMM(GaussianComponentsMixin, MixtureModel):
 
     def em_initialize(self, data: _EMData, generator: torch.Generator) -> None:
         """Emissions from k-means on all frames; initial and transition counts from its labels."""
-        batch = data.batch
         self.components_ = self._new_components(data.frames.x)
-        resp_frames = self._initial_responsibilities(data.frames, generator)
+        self._initialize_from_frames(data, self._initial_responsibilities(data.frames, generator))
+
+    def _initialize_from_frames(self, data: _EMData, resp_frames: torch.Tensor) -> None:
+        """One M-step from per-frame responsibilities ``(sum(lengths), K)`` (lightly smoothed chain counts)."""
+        batch = data.batch
         resp = batch.x.new_zeros(batch.n_sequences, batch.max_length, self.n_components)
         resp[batch.mask] = resp_frames
         both = (batch.mask[:, 1:] & batch.mask[:, :-1]).to(resp.dtype)
@@ -245,8 +253,12 @@ class HMM(GaussianComponentsMixin, MixtureModel):
         self.initial_ = initial / initial.sum()
         counts = stats.transitions + _EPS
         self.transition_ = counts / counts.sum(-1, keepdim=True)
-        self.components_.fit(data.frames, stats.posterior[data.batch.mask])
+        self._update_emissions(data, stats.posterior[data.batch.mask])
         self._invalidate_guide()
+
+    def _update_emissions(self, data: _EMData, resp: torch.Tensor) -> None:
+        """Emission parameters from the smoothed marginals of the valid frames, ``resp (sum(lengths), K)``."""
+        self.components_.fit(data.frames, resp)
 
     # ---------------------------------------------------------- predictions
     def pointwise_log_likelihood(self, data: SequenceBatch) -> torch.Tensor:

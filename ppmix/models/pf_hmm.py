@@ -1,0 +1,510 @@
+"""``PFHMM``: the prediction-focused hidden Markov model (seed 003, §4.2, §5, Supplement B), and ``SupervisedHMM``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pyro
+import pyro.distributions as dist
+import torch
+from pyro import poutine
+from pyro.ops.indexing import Vindex
+
+from ppmix._validation import check_positive_int, to_output
+from ppmix.components import BernoulliLabel, DiagGaussian
+from ppmix.components._centred import CentredData
+from ppmix.inference.forward_backward import forward_backward
+from ppmix.models._sequences import SequenceBatch
+from ppmix.models._switches import FrameLabels, PredictionFocusedMixin
+from ppmix.models.base import MixtureModel
+from ppmix.models.hmm import HMM, _Counts, _EMData, _first
+from ppmix.models.pf_gmm import PF_INIT_METHODS
+
+__all__ = ["PFHMM", "SupervisedHMM"]
+
+
+@dataclass
+class _PFEMData(_EMData):
+    """The valid frames of a sequence batch and their (possibly missing) labels."""
+
+    labels: FrameLabels
+
+
+class PFHMM(PredictionFocusedMixin, HMM):
+    """Prediction-focused HMM: a hidden Markov chain over the label-relevant features only.
+
+    Generative program (eqs. 15–16, with per-step switches as in the factorisation of §5)::
+
+        Z_1 ~ Cat(initial),  Z_t | Z_{t-1} = i ~ Cat(transition_i)
+        S_td ~ Bern(p)                         per step and feature
+        Y_t | Z_t = k ~ Bern(label_probs_k)
+        X_td | Z_t = k, S_td = 1 ~ N(loc_kd, scale_kd^2)
+        X_td | S_td = 0 ~ N(background_loc_d, background_scale_d^2)
+
+    Variational family: ``q(S_td) = Bern(phi_d)`` tied across steps and sequences, and
+    for every sequence the exact chain posterior ``q(Z_{1:T})`` under the emissions
+    ``sum_d phi_d log N(x_td | k) + log p(y_t | k)``. The variational EM of Supplement
+    B.2 alternates a batched forward–backward (E-step) with closed-form updates of the
+    initial and transition probabilities, the components, ``label_probs``, the
+    background and ``phi``; the ELBO it reports equals Pyro's ``TraceEnum_ELBO`` on
+    :meth:`model` and :meth:`guide` (the guide enumerates ``q(z_1) q(z_t | z_{t-1})``
+    and the switches, so that check is exponential in ``T``: a test oracle, not an
+    engine). The switch, background and label machinery is
+    :class:`~ppmix.models._switches.PredictionFocusedMixin`, shared with
+    :class:`~ppmix.models.pf_gmm.PFGMM`: the frames are all valid time steps.
+
+    Predictions drop the label term: ``predict_proba`` gives per step
+    ``P(y_t = 1 | x_{1:T}) = sum_k q(z_t = k | x_{1:T}) label_probs_k`` with the smoothed
+    marginals of the ``phi``-weighted chain.
+
+    Parameters
+    ----------
+    n_components : int, default 2
+        ``K``, the number of hidden states (the component budget).
+    switch_prior : float in (0, 1], default 0.5
+        ``p``, the prior probability that a feature is relevant; ``p = 1`` is the
+        supervised HMM (:class:`SupervisedHMM`).
+    init_params : {"relevance", "kmeans", "k-means++", "random"}, default "relevance"
+        Start of the frame responsibilities, as for :class:`~ppmix.models.pf_gmm.PFGMM`
+        (``"relevance"``: k-means on the features whose distribution changes with the label).
+    n_init, max_iter, tol, reg_covar, warm_start : as for :class:`~ppmix.models.hmm.HMM`.
+    sequence_column : str, optional
+        Sequence-id column of a DataFrame ``X``; the labels are then ``y="<column name>"``.
+    seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
+
+    Attributes
+    ----------
+    initial_ : Tensor (K,)
+    transition_ : Tensor (K, K)
+    components_ : DiagGaussian
+        The state emissions on the relevant features.
+    background_ : DiagGaussian
+        One Gaussian (``(1, D)``) for the switched-off features.
+    label_probs_ : Tensor (K,)
+        ``P(Y_t = 1 | Z_t = k)``.
+    relevance_ : ndarray or pandas Series (D,)
+        ``phi_d = q(S_d = 1)``.
+
+    Examples
+    --------
+    >>> from ppmix.datasets.pf_hmm import make_pf_hmm_synthetic
+    >>> data = make_pf_hmm_synthetic(30, length=20, n_relevant=2, n_features=6, seed=1)
+    >>> model = PFHMM(4, switch_prior=0.3, seed=0, progress=False).fit(data.X, data.y)
+    >>> (model.relevance_ > 0.5).tolist() == data.relevant.tolist()
+    True
+    >>> [p.shape for p in model.predict_proba(data.X[:2])]
+    [(20, 2), (20, 2)]
+    """
+
+    max_plate_nesting = 2
+    covariance_type = "diag"
+
+    def __init__(
+        self,
+        n_components: int = 2,
+        *,
+        switch_prior: float = 0.5,
+        init_params: str = "relevance",
+        n_init: int = 1,
+        max_iter: int = 200,
+        tol: float = 1e-7,
+        reg_covar: float = 1e-6,
+        warm_start: bool = False,
+        sequence_column: str | None = None,
+        seed: int | None = None,
+        device: str | torch.device | None = None,
+        dtype: torch.dtype = torch.float64,
+        progress: bool = True,
+    ) -> None:
+        super().__init__(
+            n_components,
+            init_params=init_params,
+            n_init=n_init,
+            max_iter=max_iter,
+            tol=tol,
+            reg_covar=reg_covar,
+            warm_start=warm_start,
+            sequence_column=sequence_column,
+            seed=seed,
+            device=device,
+            dtype=dtype,
+            progress=progress,
+        )
+        self.switch_prior = switch_prior
+
+    def validate_params(self) -> None:
+        MixtureModel.validate_params(self)
+        self._validate_switch_prior()
+        if self.init_params not in PF_INIT_METHODS:
+            raise ValueError(f"init_params must be one of {PF_INIT_METHODS}; got {self.init_params!r}")
+        check_positive_int(self.n_init, "n_init")
+        check_positive_int(self.max_iter, "max_iter")
+        if not self.reg_covar >= 0:
+            raise ValueError(f"reg_covar must be non-negative; got {self.reg_covar}")
+
+    def fit(self, X: Any, y: Any = None, *, engine: str = "em", **options: Any) -> "PFHMM":
+        """Fit by variational EM on sequences ``X`` and per-step labels ``y``.
+
+        ``y`` is a list of per-step 0/1 arrays (NaN for a missing label), a padded
+        ``(B, T)`` array when ``X`` is ``(padded, lengths)``, or the name of the label
+        column of a DataFrame ``X``; ``y=None`` fits without labels.
+        """
+        if engine != "em":
+            raise ValueError(f"{type(self).__name__} is fitted by engine='em' only; got engine={engine!r}")
+        self.label_column_ = y if isinstance(y, str) else None
+        return super().fit(X, y, engine=engine, **options)
+
+    # ------------------------------------------------------------------- data
+    def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> SequenceBatch:
+        """Sequences as a padded :class:`SequenceBatch` with per-step labels ``y`` (NaN for missing)."""
+        label_column = getattr(self, "label_column_", None)
+        drop_labels = False
+        if not fitting and y is None and label_column is not None and hasattr(X, "columns"):
+            drop_labels = label_column in X.columns  # the label column is not a feature; predictions ignore it
+            y = label_column if drop_labels else None
+        batch = self._prepare_sequences(X, y, fitting=fitting)
+        if drop_labels:
+            batch.y = None
+        elif batch.y is not None and not (~torch.isnan(batch.y[batch.mask])).any():
+            raise ValueError("y has no observed label; pass y=None to fit without labels")
+        if fitting and batch.n_features < 2 and not self._all_relevant:
+            raise ValueError("X needs at least 2 features for feature selection (switch_prior < 1)")
+        return batch
+
+    def _frames_data(self, batch: SequenceBatch, use_labels: bool) -> _PFEMData:
+        frames = CentredData.from_tensor(batch.frames)
+        if use_labels and batch.y is not None:
+            y = batch.y[batch.mask]
+            observed = ~torch.isnan(y)
+            labels = FrameLabels(torch.where(observed, y, torch.zeros_like(y)), observed)
+        else:
+            labels = FrameLabels.missing(frames.n_samples, frames.x.dtype, frames.x.device)
+        return _PFEMData(batch=batch, frames=frames, labels=labels)
+
+    def em_data(self, data: SequenceBatch | _PFEMData) -> _PFEMData:
+        if isinstance(data, _PFEMData):
+            return data
+        return self._frames_data(data, use_labels=True)
+
+    # ------------------------------------------------------------ the program
+    def model(self, batch: SequenceBatch) -> None:
+        """The chain ``z_t`` per sequence; per step the label ``y_t`` and, per feature, ``s_t`` and ``x_t``."""
+        k, d = self.n_components, batch.n_features
+        opts = {"dtype": batch.x.dtype, "device": batch.x.device}
+        initial = pyro.sample("initial", self._simplex_prior((), k, opts))
+        components = pyro.plate("components", k)
+        with components:
+            transition = pyro.sample("transition", self._simplex_prior((k,), k, opts))
+        sites = self._pf_global_sites(k, d, opts, components)
+        eye = torch.eye(k, **opts)
+        features = pyro.plate("features", d, dim=-1)
+        with self.data_plate(batch.n_sequences, dim=-2) as idx:
+            x, lengths = batch.x[idx], batch.lengths[idx]
+            z = None
+            for t in pyro.markov(range(batch.max_length)):
+                valid = (t < lengths)[:, None]
+                if z is None:
+                    probs = initial
+                else:  # padded steps keep their state and emit nothing, so they contribute exactly zero
+                    probs = torch.where(valid[..., None], transition[z], eye[z])
+                z = pyro.sample(f"z_{t}", dist.Categorical(probs))
+                with poutine.mask(mask=valid):
+                    self._pf_frame_sites(sites, z, x[:, t], _step_labels(batch, idx, t), f"_{t}", features)
+
+    def guide(self, batch: SequenceBatch) -> None:
+        """Point masses on the globals; ``q(z_1) q(z_t | z_{t-1})`` and ``q(s_td) = Bern(phi_d)``, enumerated.
+
+        The chain conditionals come from a backward pass under the ``phi``-weighted
+        emissions with the observed labels, so ``q(z_{1:T})`` is the E-step's posterior.
+        Every ``z_t`` gets its own enumeration dimension (Pyro's ``TraceEnum_ELBO`` cannot
+        recycle guide-side dimensions), so this guide is for short sequences only.
+        """
+        values = self.get_globals()
+        pyro.sample("initial", dist.Delta(values["initial"], event_dim=1))
+        components = pyro.plate("components", self.n_components)
+        with components:
+            pyro.sample("transition", dist.Delta(values["transition"], event_dim=1))
+        self._pf_guide_global_sites(values, components)
+        log_emit = self._log_emissions(self.em_data(batch))
+        log_first, log_cond = _chain_conditionals(self.initial_.log(), self.transition_.log(), log_emit, batch.mask)
+        phi = values.get("switch_probs")
+        features = pyro.plate("features", batch.n_features, dim=-1)
+        with self.data_plate(batch.n_sequences, dim=-2) as idx:
+            rows = torch.arange(idx.shape[0], device=idx.device)[:, None]
+            z = None
+            for t in range(batch.max_length):
+                if z is None:
+                    probs = log_first[idx, None].exp()
+                else:
+                    probs = Vindex(log_cond[idx, t - 1].exp())[rows, z]
+                z = pyro.sample(f"z_{t}", dist.Categorical(probs), infer={"enumerate": "parallel"})
+                if phi is not None:
+                    with poutine.mask(mask=(t < batch.lengths[idx])[:, None]):
+                        self._pf_guide_switches(phi, f"_{t}", features)
+
+    # -------------------------------------------------------------- globals
+    def get_globals(self) -> dict[str, torch.Tensor]:
+        values = {
+            "initial": self.initial_.clone(),
+            "transition": self.transition_.clone(),
+            **self._component_globals(),
+            "label_probs": self.labels_.probs.clone(),
+            "background_loc": self.background_.loc[0].clone(),
+            "background_scale": self.background_.scale[0].clone(),
+        }
+        if not self._all_relevant:
+            values["switch_probs"] = self.switch_probs_.clone()
+        return values
+
+    def set_globals(self, values: dict[str, torch.Tensor]) -> None:
+        opts = {"dtype": self.dtype, "device": self._device}
+        super().set_globals(values)
+        self.labels_ = BernoulliLabel(torch.as_tensor(values["label_probs"]).to(**opts))
+        bg_loc = torch.as_tensor(values["background_loc"]).to(**opts)
+        bg_scale = torch.as_tensor(values["background_scale"]).to(**opts)
+        self.background_ = DiagGaussian(bg_loc[None], bg_scale[None], reg_covar=self.reg_covar)
+        phi = values.get("switch_probs")
+        self.switch_probs_ = torch.ones_like(bg_loc) if phi is None else torch.as_tensor(phi).to(**opts)
+
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        return self.get_globals()
+
+    def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        self.set_globals(tensors)
+
+    def extra_state(self) -> dict[str, Any]:
+        return {"label_column": self.label_column_}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        self.label_column_ = state.get("label_column")
+
+    def arviz_dims(self) -> dict[str, list[str]]:
+        return {
+            **super().arviz_dims(),
+            "label_probs": ["component"],
+            "background_loc": ["feature"],
+            "background_scale": ["feature"],
+            "switch_probs": ["feature"],
+        }
+
+    # ------------------------------------------------------------------- EM
+    def _log_emissions(self, data: _PFEMData) -> torch.Tensor:
+        """``sum_d phi_d log N(x_td | k) + log p(y_t | k)`` (label where observed), ``(B, T, K)``; zero at padding."""
+        batch = data.batch
+        log_emit = batch.x.new_zeros(batch.n_sequences, batch.max_length, self.n_components)
+        log_emit[batch.mask] = self._frame_log_joint(data.frames, data.labels, log_emit.new_zeros(self.n_components))
+        return log_emit
+
+    def em_initialize(self, data: _PFEMData, generator: torch.Generator) -> None:
+        """Background fitted once; frame responsibilities from (relevance-)k-means; then one M-step."""
+        frames = data.frames
+        self._fit_background(frames)
+        self.components_ = self._new_components(frames.x)
+        self.labels_ = BernoulliLabel(frames.x.new_full((self.n_components,), 0.5))
+        self.switch_probs_ = frames.x.new_full((frames.x.shape[1],), float(self.switch_prior))
+        if self.init_params == "relevance":
+            inflation = _label_test_inflation(data.batch, data.labels)
+            resp = self._initial_frame_responsibilities(frames, data.labels, generator, inflation)
+        else:
+            resp = self._initial_responsibilities(frames, generator)
+        self._initialize_from_frames(data, resp)
+
+    def e_step(self, data: _PFEMData) -> tuple[_Counts, torch.Tensor]:
+        """Forward–backward under the ``phi``-weighted emissions; the ELBO of Supplement B.1."""
+        counts, log_norm = super().e_step(data)
+        return counts, log_norm + self._frame_objective_terms(data.frames.n_samples)
+
+    def _update_emissions(self, data: _PFEMData, resp: torch.Tensor) -> None:
+        """Components, labels, then ``phi`` (B.2.1–B.2.2) from the smoothed marginals of the frames."""
+        self._update_frame_parameters(data.frames, data.labels, resp)
+
+    # ---------------------------------------------------------- predictions
+    def _label_free_posterior(self, X: Any) -> tuple[SequenceBatch, torch.Tensor]:
+        batch = self.prepare_data(X)
+        return batch, self._forward_backward(self._frames_data(batch, use_labels=False)).posterior
+
+    def predict_state_proba(self, X: Any) -> list[Any]:
+        """Smoothed state marginals ``q(z_t = k | x_{1:T})`` (labels not used), one ``(length, K)`` array each."""
+        self._check_fitted()
+        batch, posterior = self._label_free_posterior(X)
+        return [to_output(p, _first(X)) for p in batch.unpad(posterior)]
+
+    def _label_probability(self, X: Any) -> tuple[SequenceBatch, torch.Tensor]:
+        self._check_fitted()
+        batch, posterior = self._label_free_posterior(X)
+        return batch, posterior @ self.labels_.probs
+
+    def predict_proba(self, X: Any) -> list[Any]:
+        """``[P(y_t = 0 | x), P(y_t = 1 | x)]`` per step, one ``(length, 2)`` array per sequence."""
+        batch, p1 = self._label_probability(X)
+        proba = torch.stack([1 - p1, p1], dim=-1)
+        return [to_output(p, _first(X)) for p in batch.unpad(proba)]
+
+    def predict(self, X: Any) -> list[Any]:
+        """The more probable label of every step, one ``(length,)`` array per sequence."""
+        batch, p1 = self._label_probability(X)
+        return [to_output(p, _first(X)) for p in batch.unpad((p1 > 0.5).long())]
+
+    def pointwise_log_likelihood(self, data: SequenceBatch, switches: str = "map") -> torch.Tensor:
+        """``log p(x_{1:T_b})`` of every sequence (labels not used), ``(B,)``.
+
+        Each step's emission is ``prod_d [s_d N(x_td | k) + (1 - s_d) N(x_td | background)]``
+        with ``s = 1[phi > 0.5]`` (``switches="map"``) or ``s = phi`` (``"mean"``).
+        """
+        emit = data.x.new_zeros(data.n_sequences, data.max_length, self.n_components)
+        features = torch.ones(data.n_features, dtype=torch.bool, device=data.x.device)
+        emit[data.mask] = self._switch_mixture_log_prob(data.frames, features, switches)
+        return forward_backward(self.initial_.log(), self.transition_.log(), emit, data.lengths).log_likelihood
+
+    @property
+    def relevance_(self) -> Any:
+        """``phi_d = q(S_d = 1)`` per feature (a Series indexed by feature names for DataFrame input)."""
+        self._check_fitted()
+        return self._switch_relevance()
+
+    @property
+    def label_probs_(self) -> torch.Tensor:
+        self._check_fitted()
+        return self.labels_.probs
+
+    @property
+    def n_parameters(self) -> int:
+        """Free parameters: the HMM's, the label probabilities, the background and ``phi`` (when ``p < 1``)."""
+        d = self.n_features_in_
+        return super().n_parameters + self.n_components + 2 * d + (0 if self._all_relevant else d)
+
+    def sample(self, n_samples: int = 1, length: int = 50) -> dict[str, Any]:
+        """Draw sequences ``{"x": (n, T, D), "y": (n, T), "z": (n, T), "s": (n, T, D)}`` (switches ``~ Bern(phi)``)."""
+        draws = super().sample(n_samples, length)
+        z = torch.as_tensor(draws["z"])
+        gen = self._generator(offset=104729)
+        cpu = {"dtype": self.dtype}
+        y = (torch.rand(z.shape, generator=gen, **cpu) < self.labels_.probs.cpu()[z]).long()
+        s = torch.rand(*z.shape, self.n_features_in_, generator=gen, **cpu) < self.switch_probs_.cpu()
+        background = self.background_.sample(torch.zeros_like(z), generator=gen).cpu()
+        x = torch.where(s, torch.as_tensor(draws["x"]), background)
+        return {"x": x.numpy(), "y": y.numpy(), "z": draws["z"], "s": s.numpy()}
+
+    def summary(self) -> dict[str, Any]:
+        """A JSON-able description of the fit."""
+        self._check_fitted()
+        relevance = self.switch_probs_.cpu().tolist()
+        return {
+            "model": type(self).__name__,
+            "n_components": self.n_components,
+            "switch_prior": float(self.switch_prior),
+            "n_iter": self.n_iter_,
+            "converged": self.converged_,
+            "elbo_per_step": self.lower_bound_,
+            "initial": self.initial_.cpu().tolist(),
+            "transition": self.transition_.cpu().tolist(),
+            "label_probs": self.labels_.probs.cpu().tolist(),
+            "relevance": relevance,
+            "n_relevant": int(sum(r > 0.5 for r in relevance)),
+            "feature_names": self.feature_names_in_,
+        }
+
+
+class SupervisedHMM(PFHMM):
+    """Supervised HMM (sup-HMM): the chain emits features and the per-step label, i.e. :class:`PFHMM` with ``p = 1``.
+
+    Every feature is relevant (``phi = 1``); the code path is PFHMM's.
+
+    Examples
+    --------
+    >>> from ppmix.datasets.pf_hmm import make_pf_hmm_synthetic
+    >>> data = make_pf_hmm_synthetic(20, length=15, n_relevant=2, n_features=4, seed=0)
+    >>> SupervisedHMM(4, seed=0, progress=False).fit(data.X, data.y).relevance_.tolist()
+    [1.0, 1.0, 1.0, 1.0]
+    """
+
+    def __init__(
+        self,
+        n_components: int = 2,
+        *,
+        init_params: str = "kmeans",
+        n_init: int = 1,
+        max_iter: int = 200,
+        tol: float = 1e-7,
+        reg_covar: float = 1e-6,
+        warm_start: bool = False,
+        sequence_column: str | None = None,
+        seed: int | None = None,
+        device: str | torch.device | None = None,
+        dtype: torch.dtype = torch.float64,
+        progress: bool = True,
+    ) -> None:
+        super().__init__(
+            n_components,
+            switch_prior=1.0,
+            init_params=init_params,
+            n_init=n_init,
+            max_iter=max_iter,
+            tol=tol,
+            reg_covar=reg_covar,
+            warm_start=warm_start,
+            sequence_column=sequence_column,
+            seed=seed,
+            device=device,
+            dtype=dtype,
+            progress=progress,
+        )
+
+
+def _step_labels(batch: SequenceBatch, idx: torch.Tensor, t: int) -> FrameLabels | None:
+    """The labels of step ``t`` of the sequences ``idx`` (None when the batch has none)."""
+    if batch.y is None:
+        return None
+    y = batch.y[idx, t]
+    observed = ~torch.isnan(y)
+    return FrameLabels(torch.where(observed, y, torch.zeros_like(y)), observed)
+
+
+def _chain_conditionals(
+    log_init: torch.Tensor, log_trans: torch.Tensor, log_emit: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The chain posterior as ``log q(z_1)`` ``(B, K)`` and ``log q(z_t = j | z_{t-1} = i)`` ``(B, T-1, K, K)``.
+
+    A backward pass ``log beta_{t-1}(i) = logsumexp_j [log A_ij + e_t(j) + log beta_t(j)]``;
+    padded steps (``mask`` False) keep the state with probability one.
+    """
+    batch, steps, k = log_emit.shape
+    log_eye = torch.eye(k, dtype=log_emit.dtype, device=log_emit.device).log()
+    log_beta = log_emit.new_zeros(batch, k)
+    conditionals = []
+    for t in range(steps - 1, 0, -1):
+        joint = torch.where(
+            mask[:, t, None, None],
+            log_trans + log_emit[:, t, None, :] + log_beta[:, None, :],
+            log_eye + log_beta[:, None, :],
+        )
+        log_beta = torch.logsumexp(joint, dim=-1)
+        conditionals.append(joint - log_beta[..., None])
+    first = log_init + log_emit[:, 0] + log_beta
+    log_cond = torch.stack(conditionals[::-1], dim=1) if conditionals else log_emit.new_zeros(batch, 0, k, k)
+    return first - torch.logsumexp(first, dim=-1, keepdim=True), log_cond
+
+
+def _label_test_inflation(batch: SequenceBatch, labels: FrameLabels) -> torch.Tensor:
+    """How much the dependence of steps within a sequence inflates the per-feature label test, ``(D,)``.
+
+    The cluster-robust design effect of the feature–label cross-products
+    ``u_t = (x_td - mean_d)(y_t - mean_y)`` over the labelled steps: the variance of their
+    per-sequence sums over the sum of their variances, ``sum_b (sum_t v_bt)^2 / sum_bt v_bt^2``
+    with ``v = u - mean(u)`` (sequences independent, steps within one dependent), at least 1.
+    """
+    mask = batch.mask
+    observed = torch.zeros_like(mask)
+    observed[mask] = labels.observed
+    y = torch.zeros(mask.shape, dtype=batch.x.dtype, device=batch.x.device)
+    y[mask] = labels.y
+    weight = observed.to(batch.x.dtype)[..., None]  # (B, T, 1)
+    n = weight.sum()
+    x_mean = (batch.x * weight).sum((0, 1)) / n
+    y_mean = (y[..., None] * weight).sum((0, 1)) / n
+    u = (batch.x - x_mean) * (y[..., None] - y_mean)
+    v = (u - (u * weight).sum((0, 1)) / n) * weight
+    within = v.square().sum((0, 1))
+    effect = v.sum(1).square().sum(0) / within.clamp_min(torch.finfo(within.dtype).tiny)
+    return effect.clamp_min(1.0)

@@ -1,0 +1,225 @@
+"""pf-HMM and sup-HMM: the EM ELBO against Pyro, monotone EM, the pf-GMM reduction, labels, bad input; E.4 data."""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from pyro.infer import TraceEnum_ELBO
+from scipy.stats import norm
+
+from ppmix.datasets.pf_hmm import make_pf_hmm_synthetic
+from ppmix.inference import ConvergenceWarning
+from ppmix.metrics import auroc
+from ppmix.models.base import local_params
+from ppmix.models.pf_gmm import PFGMM
+from ppmix.models.pf_hmm import PFHMM, SupervisedHMM
+from tests.common import assert_close
+
+
+def _tiny(seed=1, n_features=3):
+    """Five sequences of lengths 1..4 (padding in every batch), scaled so that posteriors stay soft."""
+    data = make_pf_hmm_synthetic(5, length=(1, 4), n_relevant=1, n_features=n_features, seed=seed)
+    x = [s / 5.0 for s in data.X]
+    y = [v.astype(float) for v in data.y]
+    y[0][0] = np.nan  # a missing label
+    return x, y
+
+
+def _fit_quietly(model, *args, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return model.fit(*args, **kwargs)
+
+
+def _small(n_sequences=60, seed=1, n_features=8, n_relevant=2):
+    """Train and test halves of one E.4 draw (they share its transition matrices)."""
+    data = make_pf_hmm_synthetic(2 * n_sequences, length=20, n_relevant=n_relevant, n_features=n_features, seed=seed)
+    half = slice(0, n_sequences), slice(n_sequences, 2 * n_sequences)
+    return data, half
+
+
+@pytest.mark.parametrize("k", [2, 3], ids=["K2", "K3"])
+@pytest.mark.parametrize("cls, options", [(PFHMM, {"switch_prior": 0.3}), (SupervisedHMM, {})], ids=["pf", "sup"])
+@pytest.mark.filterwarnings("ignore:.*possibly invalid dependency")  # one features plate reused per step
+def test_em_elbo_equals_trace_enum_elbo(cls, options, k):
+    x, y = _tiny()
+    model = _fit_quietly(cls(k, init_params="random", seed=0, progress=False, **options), x, y, max_iter=3, tol=0.0)
+    batch = model.prepare_data(x, y)
+    stats, elbo = model.e_step(model.em_data(batch))
+    posterior = stats.posterior[batch.mask]
+    assert 0.05 < float(posterior.max(1).values.min()) < 0.999  # soft state posteriors: a real test
+    if cls is PFHMM:
+        assert 0.01 < float(model.switch_probs_.min()) and float(model.switch_probs_.max()) < 0.99
+    with local_params(), torch.no_grad():
+        pyro_elbo = -TraceEnum_ELBO(max_plate_nesting=2).loss(model.model, model.guide, batch)
+    assert pyro_elbo == pytest.approx(float(elbo), rel=1e-10)
+
+
+@pytest.mark.parametrize("init", ["random", "relevance"])
+def test_elbo_never_decreases(init):
+    data, (train, _) = _small(20, seed=2)
+    x = [s / 4.0 for s in data.X[train]]  # overlapping states: many iterations
+    model = PFHMM(3, switch_prior=0.4, init_params=init, seed=0, progress=False)
+    _fit_quietly(model, x, data.y[train], max_iter=40, tol=0.0)
+    history = np.asarray(model.history_)
+    assert len(history) >= 10
+    assert np.all(np.diff(history) >= -1e-10 * np.abs(history[1:]))
+
+
+def test_uniform_transitions_reduce_to_pf_gmm():
+    data, (train, _) = _small(15, seed=3, n_features=5)
+    x = [s / 4.0 for s in data.X[train]]
+    y = [v.astype(float) for v in data.y[train]]
+    y[0][:5] = np.nan
+    hmm = _fit_quietly(PFHMM(3, switch_prior=0.4, seed=0, progress=False), x, y, max_iter=5)
+    values = hmm.get_globals()
+    values["transition"] = values["initial"].expand(3, 3).clone()
+    hmm.set_globals(values)
+    frames, labels = np.concatenate(x), np.concatenate(y)
+    gmm = _fit_quietly(PFGMM(3, switch_prior=0.4, seed=0, progress=False), frames, labels, max_iter=1)
+    gmm.set_globals({"weights": values.pop("initial"), **{k: v for k, v in values.items() if k != "transition"}})
+    batch = hmm.prepare_data(x, y)
+    stats, hmm_elbo = hmm.e_step(hmm.em_data(batch))
+    resp, gmm_elbo = gmm.e_step(gmm.em_data(gmm.prepare_data(frames, labels)))
+    assert 0.05 < float(resp.max(1).values.min()) < 0.999
+    assert_close(stats.posterior[batch.mask], resp, atol=1e-10, rtol=0)
+    assert float(hmm_elbo) == pytest.approx(float(gmm_elbo), rel=1e-12)
+    assert_close(np.concatenate(hmm.predict_proba(x)), gmm.predict_proba(frames), atol=1e-10, rtol=0)
+
+
+def test_score_is_the_exact_marginal_likelihood():
+    x, y = _tiny(seed=4)
+    model = _fit_quietly(PFHMM(2, switch_prior=0.5, seed=0, progress=False), x, y, max_iter=5)
+    initial, transition = model.initial_.numpy(), model.transition_.numpy()
+    loc, scale = model.components_.loc.numpy(), model.components_.scale.numpy()
+    bg_loc, bg_scale = model.background_.loc[0].numpy(), model.background_.scale[0].numpy()
+    on = model.switch_probs_.numpy() > 0.5
+    expected = []
+    for seq in x:  # every state path, every step's features from their switch's density
+        emit = np.where(on, norm.logpdf(seq[:, None], loc, scale), norm.logpdf(seq, bg_loc, bg_scale)[:, None]).sum(-1)
+        paths = []
+        for path in itertools.product(range(2), repeat=len(seq)):
+            log_p = np.log(initial[path[0]]) + sum(np.log(transition[a, b]) for a, b in itertools.pairwise(path))
+            paths.append(log_p + emit[np.arange(len(seq)), path].sum())
+        expected.append(np.logaddexp.reduce(paths))
+    batch = model.prepare_data(x)
+    assert_close(model.pointwise_log_likelihood(batch), np.array(expected), rtol=1e-10)
+    assert model.score(x) == pytest.approx(sum(expected) / sum(len(s) for s in x), rel=1e-10)
+
+
+def test_recovers_relevant_features_and_beats_supervised_hmm():
+    data, (train, test) = _small(60, seed=1, n_features=12, n_relevant=2)
+    y_test = np.concatenate(data.y[test])
+    pf = PFHMM(4, switch_prior=0.3, seed=0, progress=False).fit(data.X[train], data.y[train])
+    assert ((pf.relevance_ > 0.5) == data.relevant).all()
+    pf_auc = auroc(y_test, np.concatenate(pf.predict_proba(data.X[test]))[:, 1])
+    sup = SupervisedHMM(4, seed=0, progress=False).fit(data.X[train], data.y[train])
+    sup_auc = auroc(y_test, np.concatenate(sup.predict_proba(data.X[test]))[:, 1])
+    assert pf_auc > 0.9 and sup_auc < pf_auc - 0.15  # sup-HMM's states follow the ten irrelevant features
+    labels = pf.predict(data.X[test][:3])
+    assert [p.shape for p in labels] == [(20,)] * 3 and set(np.concatenate(labels)) <= {0, 1}
+    best, paths = pf.decode(data.X[test][:3])
+    assert best.shape == (3,) and [p.shape for p in paths] == [(20,)] * 3
+
+
+def test_missing_labels_contribute_nothing():
+    data, (train, _) = _small(20, seed=1, n_features=6)
+    y = [v.astype(float) for v in data.y[train]]
+    rng = np.random.default_rng(0)
+    for v in y:
+        v[rng.random(len(v)) < 0.3] = np.nan
+    y[0][:] = np.nan  # one sequence without any label
+    model = PFHMM(4, switch_prior=0.3, seed=0, progress=False).fit(data.X[train], y)
+    assert ((model.relevance_ > 0.5) == data.relevant).all()
+    batch = model.prepare_data(data.X[train], y)
+    with_labels = model._log_emissions(model.em_data(batch))[batch.mask]
+    features_only = model._log_emissions(model._frames_data(batch, use_labels=False))[batch.mask]
+    missing = np.isnan(np.concatenate(y))
+    assert_close(with_labels[missing], features_only[missing], rtol=0, atol=0)
+    assert not torch.allclose(with_labels[~missing], features_only[~missing])
+    posterior = model.posterior(data.X[train], y)["z"]  # the unlabelled sequence: exactly the label-free posterior
+    n0 = len(y[0])
+    assert_close(posterior[:n0], model.predict_state_proba(data.X[train][:1])[0], atol=1e-12, rtol=0)
+
+
+def test_dataframe_layout_save_load_and_arviz(tmp_path):
+    data, (train, _) = _small(12, seed=1, n_features=4)
+    frames = [
+        pd.DataFrame(x, columns=[f"f{d}" for d in range(4)]).assign(seq=b, label=v)
+        for b, (x, v) in enumerate(zip(data.X[train], data.y[train]))
+    ]
+    df = pd.concat(frames, ignore_index=True)
+    model = PFHMM(4, switch_prior=0.3, sequence_column="seq", seed=0, progress=False).fit(df, "label")
+    on_lists = PFHMM(4, switch_prior=0.3, seed=0, progress=False).fit(data.X[train], data.y[train])
+    assert list(model.relevance_.index) == ["f0", "f1", "f2", "f3"]
+    assert_close(model.relevance_.to_numpy(), on_lists.relevance_, rtol=1e-10)
+    # the label column is not a feature at prediction time, and predictions do not read it
+    assert_close(np.concatenate(model.predict_proba(df)), np.concatenate(on_lists.predict_proba(data.X[train])))
+    loaded = PFHMM.load(model.save(tmp_path / "pf_hmm"))
+    assert_close(np.concatenate(loaded.predict_proba(df)), np.concatenate(model.predict_proba(df)), rtol=0, atol=0)
+    assert_close(loaded.relevance_.to_numpy(), model.relevance_.to_numpy(), rtol=0, atol=0)
+    idata = on_lists.to_arviz()
+    assert idata.posterior["switch_probs"].shape == (1, 1, 4)
+    assert idata.log_likelihood["x"].shape == (1, 1, 12)
+    draws = on_lists.sample(3, length=7)
+    assert draws["x"].shape == (3, 7, 4) and draws["y"].shape == draws["z"].shape == (3, 7)
+
+
+@pytest.mark.parametrize(
+    "X, y, match",
+    [
+        ([], None, "empty list"),
+        ([np.zeros((3, 2)), np.zeros((0, 2))], None, "length 0"),
+        ([np.ones((3, 2)), np.ones((3, 1))], None, "features"),
+        ([np.full((3, 2), np.nan)], None, "NaN"),
+        ([np.arange(8.0).reshape(4, 2)], [np.array([0, 1, 2, 0])], r"outside \{0, 1\}"),
+        ([np.arange(8.0).reshape(4, 2)], [np.array([0, 1, 0])], "3 labels"),
+        ([np.arange(8.0).reshape(4, 2)], [np.full(4, np.nan)], "no observed label"),
+        ([np.arange(2.0).reshape(2, 1)], [np.array([0, 1])], "at least 2 features"),
+    ],
+    ids=["empty", "zero-length", "features", "nan", "label-values", "label-length", "all-missing", "one-feature"],
+)
+def test_bad_input(X, y, match):
+    with pytest.raises(ValueError, match=match):
+        PFHMM(2, progress=False).fit(X, y)
+
+
+@pytest.mark.parametrize("p", [0.0, 1.5, -0.1, True, "half"], ids=str)
+def test_bad_switch_prior(p):
+    x, y = _tiny()
+    with pytest.raises(ValueError, match="switch_prior"):
+        PFHMM(2, switch_prior=p, progress=False).fit(x, y)
+
+
+def test_engines_and_unfitted_predictions():
+    x, y = _tiny()
+    with pytest.raises(ValueError, match="engine='em' only"):
+        PFHMM(2, progress=False).fit(x, y, engine="svi")
+    with pytest.raises(ValueError, match="init_params"):
+        PFHMM(2, init_params="bogus", progress=False).fit(x, y)
+    with pytest.raises(Exception, match="not fitted"):
+        PFHMM(2, progress=False).predict_proba(x)
+
+
+def test_synthetic_data_follows_e4():
+    data = make_pf_hmm_synthetic(300, length=(20, 40), n_relevant=3, n_features=7, seed=5)
+    assert all(20 <= len(x) <= 40 and x.shape[1] == 7 and len(x) == len(v) for x, v in zip(data.X, data.y))
+    assert data.relevant.tolist() == [True] * 3 + [False] * 4
+    for a, floor in ((data.transition_relevant, 0.1), (data.transition_irrelevant, 0.01)):
+        extra = a / a.min(1, keepdims=True) * floor  # undo the row normalisation (every row has a bare floor)
+        jumps = extra - floor - np.eye(4)  # one one-hot row each
+        assert_close(np.sort(jumps, 1), np.tile([0.0, 0.0, 0.0, 1.0], (4, 1)), atol=1e-9, rtol=0)
+    z, x, y = np.concatenate(data.relevant_states), np.concatenate(data.X), np.concatenate(data.y)
+    counts = np.zeros((4, 4))
+    for s in data.relevant_states:
+        np.add.at(counts, (s[:-1], s[1:]), 1)
+    assert_close(counts / counts.sum(1, keepdims=True), data.transition_relevant, atol=0.03, rtol=0)
+    assert_close([x[z == k, :3].mean() for k in range(4)], [0.0, 6.0, 12.0, 18.0], atol=0.1, rtol=0)
+    assert_close([y[z == k].mean() for k in range(4)], [0.05, 0.95, 0.05, 0.95], atol=0.03, rtol=0)
+    first = np.array([s[0] for s in data.irrelevant_states])
+    assert_close(np.bincount(first, minlength=4) / 300, [0.1, 0.2, 0.3, 0.4], atol=0.06, rtol=0)
