@@ -22,7 +22,7 @@ supporting sample ``X_S`` (expectations are means over ``X_S``):
 
 Also here: the **Middle** and **Weighted-average** baselines of §5 and
 :func:`transport_divergence`, the evaluation metric (Definition 1 with both marginals,
-solved exactly per point with POT's ``ot.emd2``).
+solved exactly per point with POT's ``ot.emd``).
 """
 
 from __future__ import annotations
@@ -300,7 +300,7 @@ def _pointwise_transport(pa: np.ndarray, pb: np.ndarray, cost: np.ndarray) -> np
 
     pa = pa / pa.sum(1, keepdims=True)
     pb = pb / pb.sum(1, keepdims=True)
-    return np.array([ot.emd2(pa[s], pb[s], cost[s]) for s in range(cost.shape[0])])
+    return np.array([(ot.emd(pa[s], pb[s], cost[s]) * cost[s]).sum() for s in range(cost.shape[0])])
 
 
 def transport_divergence(moe_a: MixtureOfExperts, moe_b: MixtureOfExperts, X: Any) -> float:
@@ -308,7 +308,7 @@ def transport_divergence(moe_a: MixtureOfExperts, moe_b: MixtureOfExperts, X: An
 
     At every ``x`` the exact optimal plan between the gate distributions ``pi^a(x)`` and
     ``pi^b(x)`` (both marginals) under the cost ``KL(phi_k^a(.|x) || phi_l^b(.|x))`` is
-    solved with POT (``ot.emd2``).
+    solved with POT (``ot.emd``).
 
     Examples
     --------

@@ -81,8 +81,10 @@ class MixtureOfExperts(MixtureModel):
     ridge : float, default 1e-6
         Ridge penalty of the gate and of logistic experts (standardised scale); it keeps
         their Newton fits finite on separable data.
-    min_variance : float, default 1e-6
-        Floor of the Gaussian experts' noise variance.
+    min_variance : float, default 1e-4
+        Floor of the Gaussian experts' noise variance, as a fraction of the variance of
+        ``y`` in ``fit`` (it keeps an expert from collapsing onto a few points, where the
+        likelihood is unbounded).
     init_params : {"random", "kmeans"}, default "random"
         Starting responsibilities: random (as in seed 001, which keeps the best of five
         random starts) or k-means on the standardised ``(x, y)``.
@@ -118,7 +120,7 @@ class MixtureOfExperts(MixtureModel):
         max_iter: int = 100,
         tol: float = 1e-6,
         ridge: float = 1e-6,
-        min_variance: float = 1e-6,
+        min_variance: float = 1e-4,
         init_params: str = "random",
         standardize: bool = True,
         seed: int | None = None,
@@ -177,6 +179,7 @@ class MixtureOfExperts(MixtureModel):
                 self._x_mean, self._x_scale = torch.zeros_like(x[0]), torch.ones_like(x[0])
             response = check_response(y, x.shape[0], self.expert).to(dtype=self.dtype, device=self._device)
             self._y_mean, self._y_std = response.mean(), response.std().clamp_min(1e-12)
+            self._noise_floor = self.min_variance * float(self._y_std.square())
             return self._standardise(x), response
         x = self._covariates(X)
         response = None if y is None else check_response(y, x.shape[0], self.expert)
@@ -244,7 +247,8 @@ class MixtureOfExperts(MixtureModel):
 
     def _make_experts(self, params: dict[str, torch.Tensor]) -> GaussianExpert | LogisticExpert:
         if self.expert == "gaussian":
-            return GaussianExpert(**params, ridge=self.ridge, min_variance=self.min_variance)
+            floor = getattr(self, "_noise_floor", self.min_variance)
+            return GaussianExpert(**params, ridge=self.ridge, min_variance=floor)
         return LogisticExpert(params["coef"], params["intercept"], ridge=self.ridge, max_iter=NEWTON_STEPS)
 
     # -------------------------------------------------------------- globals
