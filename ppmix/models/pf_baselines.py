@@ -52,6 +52,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+#: window (Adam steps) of the pc-GMM stopping rule
+PC_PATIENCE = 50
+
 
 # ---------------------------------------------------------------------------- helpers
 def _numpy(values: Any) -> np.ndarray:
@@ -471,7 +474,11 @@ class PCGMM(_GaussianMixtureDensity, _LabelBaseline):
     lr : float, default 0.05
         Adam learning rate.
     num_steps : int, default 500
-        Adam steps per start.
+        Most Adam steps per start.
+    tol : float, default 1e-6
+        A start stops early when the best objective of its last
+        :data:`PC_PATIENCE` steps exceeds the best before them by at most
+        ``tol * (1 + |objective|)``; ``0`` runs all ``num_steps``.
     generative_weight : float, default 1.0
         ``0`` drops the generative term (see :class:`PredictionOnlyGMM`).
     n_init : int, default 3
@@ -491,6 +498,10 @@ class PCGMM(_GaussianMixtureDensity, _LabelBaseline):
         Training objective of the kept start at its initialisation and after training.
     history_ : list of float
         Objective before every Adam step of the kept start.
+    n_iter_ : int
+        Adam steps the kept start took.
+    converged_ : bool
+        Whether it stopped by ``tol`` rather than ``num_steps``.
 
     Examples
     --------
@@ -508,6 +519,7 @@ class PCGMM(_GaussianMixtureDensity, _LabelBaseline):
         lam: float = 10.0,
         lr: float = 0.05,
         num_steps: int = 500,
+        tol: float = 1e-6,
         generative_weight: float = 1.0,
         n_init: int = 3,
         reg_covar: float = 1e-6,
@@ -517,6 +529,7 @@ class PCGMM(_GaussianMixtureDensity, _LabelBaseline):
         self.lam = lam
         self.lr = lr
         self.num_steps = num_steps
+        self.tol = tol
         self.generative_weight = generative_weight
         self.n_init = n_init
         self.reg_covar = reg_covar
@@ -526,7 +539,7 @@ class PCGMM(_GaussianMixtureDensity, _LabelBaseline):
         check_positive_int(self.n_components, "n_components")
         check_positive_int(self.n_init, "n_init")
         check_positive_int(self.num_steps, "num_steps")
-        for name in ("lam", "generative_weight", "reg_covar"):
+        for name in ("lam", "tol", "generative_weight", "reg_covar"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be non-negative; got {getattr(self, name)}")
         if not self.lr > 0:
@@ -581,19 +594,25 @@ class PCGMM(_GaussianMixtureDensity, _LabelBaseline):
 
     def _train(
         self, params: dict[str, torch.Tensor], data: CentredData, y: torch.Tensor
-    ) -> tuple[dict[str, torch.Tensor], list[float], float]:
+    ) -> tuple[dict[str, torch.Tensor], list[float], float, bool]:
         params = {k: v.detach().clone().requires_grad_(True) for k, v in params.items()}
         optimizer = torch.optim.Adam(list(params.values()), lr=self.lr)
-        history = []
-        for _ in range(self.num_steps):
+        history: list[float] = []
+        converged = False
+        for step in range(self.num_steps):
             optimizer.zero_grad()
             objective = self._objective(params, data, y)
             (-objective).backward()
             optimizer.step()
             history.append(objective.item())
+            if step >= PC_PATIENCE:
+                recent, before = max(history[-PC_PATIENCE:]), max(history[:-PC_PATIENCE])
+                if recent - before <= self.tol * (1.0 + abs(recent)):
+                    converged = True
+                    break
         with torch.no_grad():
             final = float(self._objective(params, data, y))
-        return {k: v.detach() for k, v in params.items()}, history, final
+        return {k: v.detach() for k, v in params.items()}, history, final, converged
 
     def fit(self, X: Any, y: Any) -> "PCGMM":
         """Adam on the prediction-constrained objective from ``n_init`` GMM starts; keep the best."""
@@ -605,15 +624,16 @@ class PCGMM(_GaussianMixtureDensity, _LabelBaseline):
             start = self._start(x, y_t, None if self.seed is None else self.seed + restart)
             with torch.no_grad():
                 initial = float(self._objective(start, data, y_t))
-            params, history, final = self._train(start, data, y_t)
+            params, history, final, converged = self._train(start, data, y_t)
             logger.debug("PCGMM start %d: objective %.6g -> %.6g", restart, initial, final)
             if not np.isfinite(final):
                 continue
             if best is None or final > best[0]:
-                best = (final, initial, params, history)
+                best = (final, initial, params, history, converged)
         if best is None:
             raise RuntimeError("every PCGMM start diverged (non-finite objective); lower lr")
-        self.objective_, self.initial_objective_, self._params, self.history_ = best
+        self.objective_, self.initial_objective_, self._params, self.history_, self.converged_ = best
+        self.n_iter_ = len(self.history_)
         self.classes_ = np.array([0, 1])
         return self
 
@@ -681,6 +701,7 @@ class PredictionOnlyGMM(PCGMM):
         lam: float = 1.0,
         lr: float = 0.05,
         num_steps: int = 500,
+        tol: float = 1e-6,
         n_init: int = 3,
         reg_covar: float = 1e-6,
         seed: int | None = None,
@@ -690,6 +711,7 @@ class PredictionOnlyGMM(PCGMM):
             lam=lam,
             lr=lr,
             num_steps=num_steps,
+            tol=tol,
             generative_weight=0.0,
             n_init=n_init,
             reg_covar=reg_covar,
