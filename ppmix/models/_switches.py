@@ -151,7 +151,7 @@ class PredictionFocusedMixin:
         frames: CentredData,
         labels: FrameLabels,
         generator: torch.Generator,
-        inflation: torch.Tensor | None = None,
+        test_x: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Hard k-means responsibilities, on the label-relevant features when labels are given.
 
@@ -160,14 +160,13 @@ class PredictionFocusedMixin:
         ``chi^2_2`` at p = 1e-3); k-means runs on the features that pass (all features if
         none pass). Plain k-means on all features follows
         whichever structure dominates the variance, usually the irrelevant one.
-        ``inflation`` (``(D,)``, for dependent frames) divides the test statistics, see
-        :func:`label_relevant_features`.
+        ``test_x`` (``(N, D)``, default the frames) is what the label test sees, e.g. an
+        HMM's frames centred per time step.
         """
         x = frames.centred
         if labels.any:
-            selected = label_relevant_features(
-                frames.x[labels.observed], labels.y[labels.observed], inflation=inflation
-            )
+            test_x = frames.x if test_x is None else test_x
+            selected = label_relevant_features(test_x[labels.observed], labels.y[labels.observed])
             if selected.any():
                 x = x[:, selected]
         _, assignment = kmeans(x, self.n_components, generator, n_init=3)
@@ -284,15 +283,12 @@ class PredictionFocusedMixin:
             )
 
 
-def label_relevant_features(
-    x: torch.Tensor, y: torch.Tensor, p_value: float = RELEVANCE_P_VALUE, inflation: torch.Tensor | None = None
-) -> torch.Tensor:
+def label_relevant_features(x: torch.Tensor, y: torch.Tensor, p_value: float = RELEVANCE_P_VALUE) -> torch.Tensor:
     """Features whose distribution changes with a binary label, ``(D,)`` bool.
 
     Per feature, twice the log-likelihood ratio of class-conditional Gaussians (own mean
     and variance per class) over one pooled Gaussian is compared with the ``chi^2_2``
-    quantile at ``p_value``. For dependent rows (time steps of sequences) the statistic
-    is inflated under the null; ``inflation`` (``(D,)``, at least 1) divides it first.
+    quantile at ``p_value``.
 
     Examples
     --------
@@ -315,6 +311,4 @@ def label_relevant_features(
         members = x[y == c]
         if members.shape[0] > 1:
             ratio = ratio - members.shape[0] * log_var(members)
-    if inflation is not None:
-        ratio = ratio / inflation
     return ratio > chi2.ppf(1.0 - p_value, df=2)

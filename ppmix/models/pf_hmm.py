@@ -304,8 +304,7 @@ class PFHMM(PredictionFocusedMixin, HMM):
         self.labels_ = BernoulliLabel(frames.x.new_full((self.n_components,), 0.5))
         self.switch_probs_ = frames.x.new_full((frames.x.shape[1],), float(self.switch_prior))
         if self.init_params == "relevance":
-            inflation = _label_test_inflation(data.batch, data.labels)
-            resp = self._initial_frame_responsibilities(frames, data.labels, generator, inflation)
+            resp = self._initial_frame_responsibilities(frames, data.labels, generator, _centred_per_step(data.batch))
         else:
             resp = self._initial_responsibilities(frames, generator)
         self._initialize_from_frames(data, resp)
@@ -486,25 +485,13 @@ def _chain_conditionals(
     return first - torch.logsumexp(first, dim=-1, keepdim=True), log_cond
 
 
-def _label_test_inflation(batch: SequenceBatch, labels: FrameLabels) -> torch.Tensor:
-    """How much the dependence of steps within a sequence inflates the per-feature label test, ``(D,)``.
+def _centred_per_step(batch: SequenceBatch) -> torch.Tensor:
+    """The valid frames minus the mean of their time step across sequences, ``(sum(lengths), D)``.
 
-    The cluster-robust design effect of the feature–label cross-products
-    ``u_t = (x_td - mean_d)(y_t - mean_y)`` over the labelled steps: the variance of their
-    per-sequence sums over the sum of their variances, ``sum_b (sum_t v_bt)^2 / sum_bt v_bt^2``
-    with ``v = u - mean(u)`` (sequences independent, steps within one dependent), at least 1.
+    The label test of the relevance start sees these: chains that start away from their
+    stationary distribution make every feature drift with ``t``, and so does the label,
+    so on raw frames an irrelevant chain would look associated with the label through time.
     """
-    mask = batch.mask
-    observed = torch.zeros_like(mask)
-    observed[mask] = labels.observed
-    y = torch.zeros(mask.shape, dtype=batch.x.dtype, device=batch.x.device)
-    y[mask] = labels.y
-    weight = observed.to(batch.x.dtype)[..., None]  # (B, T, 1)
-    n = weight.sum()
-    x_mean = (batch.x * weight).sum((0, 1)) / n
-    y_mean = (y[..., None] * weight).sum((0, 1)) / n
-    u = (batch.x - x_mean) * (y[..., None] - y_mean)
-    v = (u - (u * weight).sum((0, 1)) / n) * weight
-    within = v.square().sum((0, 1))
-    effect = v.sum(1).square().sum(0) / within.clamp_min(torch.finfo(within.dtype).tiny)
-    return effect.clamp_min(1.0)
+    weight = batch.mask.to(batch.x.dtype)[..., None]  # (B, T, 1)
+    step_mean = (batch.x * weight).sum(0) / weight.sum(0)  # (T, D); every step has a sequence
+    return (batch.x - step_mean)[batch.mask]

@@ -60,14 +60,14 @@ def test_em_elbo_equals_trace_enum_elbo(cls, options, k):
     assert pyro_elbo == pytest.approx(float(elbo), rel=1e-10)
 
 
-@pytest.mark.parametrize("init", ["random", "relevance"])
+@pytest.mark.parametrize("init", ["random", "kmeans", "relevance"])
 def test_elbo_never_decreases(init):
     data, (train, _) = _small(20, seed=2)
     x = [s / 4.0 for s in data.X[train]]  # overlapping states: many iterations
     model = PFHMM(3, switch_prior=0.4, init_params=init, seed=0, progress=False)
     _fit_quietly(model, x, data.y[train], max_iter=40, tol=0.0)
     history = np.asarray(model.history_)
-    assert len(history) >= 10
+    assert len(history) >= 5
     assert np.all(np.diff(history) >= -1e-10 * np.abs(history[1:]))
 
 
