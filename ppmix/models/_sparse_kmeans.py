@@ -172,7 +172,13 @@ def _warm_lloyd(x: torch.Tensor, weights: np.ndarray, labels: np.ndarray, n_clus
 
 
 def default_l1_bounds(n_features: int, n_values: int = 10) -> np.ndarray:
-    """The candidate bounds of ``sparcl``: log-spaced from 1.2 to ``0.9 sqrt(D)`` (at least 1)."""
+    """The candidate bounds of ``sparcl``: ``n_values`` log-spaced from 1.2 to ``0.9 sqrt(D)`` (at least 1.2).
+
+    Examples
+    --------
+    >>> default_l1_bounds(100, 3).round(3)
+    array([1.2  , 3.286, 9.   ])
+    """
     upper = max(0.9 * np.sqrt(n_features), 1.2)
     return np.unique(np.exp(np.linspace(np.log(1.2), np.log(upper), n_values)))
 

@@ -144,6 +144,15 @@ def test_class_specific_gmm_equals_hand_computation():
     assert_close(model.gmms_[1].means_, GMM(2, seed=1, progress=False).fit(X[y == 1]).means_)
 
 
+def test_class_specific_gmm_ignores_unlabelled_rows():
+    X, y = make_two_mixture(120, n_relevant=1, n_irrelevant=1, seed=3)
+    extra = np.random.default_rng(0).normal(10.0, 1.0, size=(30, 2))
+    with_unlabelled = ClassSpecificGMM(2, seed=0).fit(np.vstack([X, extra]), np.r_[y, np.full(30, np.nan)])
+    reference = ClassSpecificGMM(2, seed=0).fit(X, y)
+    assert_close(with_unlabelled.predict_proba(X), reference.predict_proba(X))
+    assert_close(with_unlabelled.class_prior_, reference.class_prior_)
+
+
 def test_class_specific_gmm_too_few_rows_in_a_class():
     X = np.random.default_rng(0).normal(size=(10, 2))
     y = np.array([0] * 8 + [1] * 2)
@@ -309,6 +318,9 @@ def test_sparse_kmeans_weights_concentrate_on_informative_features():
     assert model.gaps_.shape == (5,) and model.l1_bound_ in model.l1_bounds_
     assert _auroc(model, X, y) > 0.95
     assert (model.predict_cluster(X) == model.labels_).mean() > 0.95
+    again = SparseKMeansClassifier(3, n_permutations=4, n_bounds=5, n_init=2, seed=0).fit(X, y)
+    assert_close(again.feature_weights_, w, rtol=0, atol=0)
+    assert_close(again.gaps_, model.gaps_, rtol=0, atol=0)
 
 
 def test_sparse_kmeans_with_fixed_bound_recovers_clusters():
