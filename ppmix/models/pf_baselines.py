@@ -184,8 +184,6 @@ class _LabelBaseline:
 class _GaussianMixtureDensity:
     """``log_likelihood_relevant`` for baselines whose density is one Gaussian mixture."""
 
-    n_features_in_: int
-
     def _mixture_parameters(self) -> tuple[Any, Any, Any]:
         """``(weights, means, covariances)`` of the fitted density of ``X``."""
         raise NotImplementedError
@@ -297,7 +295,7 @@ class TwoStep(_GaussianMixtureDensity, _LabelBaseline):
         return np.split(proba, np.cumsum([len(seq) for seq in X])[:-1])
 
     def score_samples(self, X: Any) -> np.ndarray:
-        """``log p(x)`` of every row (of every sequence, for a sequence model) under the generative model."""
+        """``log p(x)`` per row under the generative model (``log p(x_{1:T})`` per sequence for a sequence model)."""
         self._check_fitted()
         return _numpy(self.generative_model_.score_samples(X if self.sequences_ else self._prepare(X)))
 
@@ -580,6 +578,7 @@ class PCGMM(_GaussianMixtureDensity, _LabelBaseline):
     # -------------------------------------------------------------------------- fit
     def _start(self, x: torch.Tensor, y: torch.Tensor, seed: int | None) -> dict[str, torch.Tensor]:
         """Parameters from an EM fit of a GMM on ``X`` and responsibility-weighted label means."""
+        # EM needs a variance floor even when Adam's parametrisation does not (reg_covar = 0)
         gmm = GMM(self.n_components, seed=seed, reg_covar=max(self.reg_covar, 1e-6), progress=False).fit(x)
         resp = gmm.predict_proba(x)
         labelled = ~torch.isnan(y)
