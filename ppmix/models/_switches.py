@@ -49,6 +49,10 @@ class FrameLabels:
     def any(self) -> bool:
         return bool(self.observed.any())
 
+    @property
+    def all(self) -> bool:
+        return bool(self.observed.all())
+
     @classmethod
     def from_values(cls, y: Any, n: int, dtype: torch.dtype, device: torch.device, *, name: str = "y") -> "FrameLabels":
         """Validate labels: shape ``(n,)``, values in {0, 1}, NaN (or None) for missing."""
@@ -137,7 +141,9 @@ class PredictionFocusedMixin:
     def _update_frame_parameters(self, frames: CentredData, labels: FrameLabels, resp: torch.Tensor) -> None:
         """Components and labels by weighted MLE, then ``phi`` by its closed form (B.2.1)."""
         self.components_.fit(frames, resp)
-        if labels.any:
+        if labels.all:
+            self.labels_.fit(labels.y, resp)
+        elif labels.any:
             self.labels_.fit(labels.y[labels.observed], resp[labels.observed])
         if self._all_relevant:
             self.switch_probs_ = torch.ones_like(self._background_ll)

@@ -12,6 +12,7 @@ import torch
 from ppmix._validation import check_n_components, check_positive_int, to_output
 from ppmix.components._centred import CentredData
 from ppmix.models._gaussian_components import GaussianComponentsMixin
+from ppmix.models._responsibilities import normalize_log_joint_
 from ppmix.models.base import MixtureModel
 
 __all__ = ["GMM"]
@@ -148,13 +149,8 @@ class GMM(GaussianComponentsMixin, MixtureModel):
 
     def e_step(self, data: CentredData) -> tuple[torch.Tensor, torch.Tensor]:
         """Responsibilities and the log-likelihood ``sum_n log sum_k w_k N(x_n | k)``."""
-        log_joint = self.components_.log_prob(data).add_(self.weights_.log())
-        # a fused, in-place log-sum-exp (several times faster than torch.logsumexp for small K)
-        peak = log_joint.amax(dim=1, keepdim=True)
-        resp = log_joint.sub_(peak).exp_()
-        total = resp.sum(dim=1, keepdim=True)
-        resp.div_(total)
-        return resp, (peak + total.log()).sum()
+        resp, log_norm = normalize_log_joint_(self.components_.log_prob(data).add_(self.weights_.log()))
+        return resp, log_norm.sum()
 
     def m_step(self, data: CentredData, resp: torch.Tensor) -> None:
         """Closed-form weighted MLE of the components and ``weights = mean responsibility``."""

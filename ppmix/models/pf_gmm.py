@@ -16,6 +16,7 @@ from ppmix.components import BernoulliLabel, DiagGaussian
 from ppmix.components._centred import CentredData
 from ppmix.models._flat import FlatPrior
 from ppmix.models._gaussian_components import GaussianComponentsMixin
+from ppmix.models._responsibilities import normalize_log_joint_
 from ppmix.models._switches import FrameLabels, PredictionFocusedMixin
 from ppmix.models.base import MixtureModel
 
@@ -319,9 +320,7 @@ class PFGMM(PredictionFocusedMixin, GaussianComponentsMixin, MixtureModel):
 
     def e_step(self, data: _PFEMData) -> tuple[torch.Tensor, torch.Tensor]:
         """Optimal ``q(z)`` given ``phi`` and the parameters, and the ELBO of eq. 19."""
-        log_joint = self._frame_log_joint(data.frames, data.labels, self.weights_.log())
-        log_norm = torch.logsumexp(log_joint, dim=1, keepdim=True)
-        resp = (log_joint - log_norm).exp_()
+        resp, log_norm = normalize_log_joint_(self._frame_log_joint(data.frames, data.labels, self.weights_.log()))
         n = data.frames.n_samples
         elbo = log_norm.sum() + self._frame_objective_terms(n) + self._log_weights_prior()
         return resp, elbo
