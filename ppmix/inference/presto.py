@@ -13,10 +13,13 @@ capacities, found greedily by one sort of all ``N K`` scores.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import math
-from typing import Any
+import multiprocessing
+from concurrent.futures import Executor, ProcessPoolExecutor
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -26,6 +29,8 @@ from ppmix._init import kmeans
 from ppmix._validation import NotFittedError, check_matrix, check_n_components, check_positive_int, to_output
 from ppmix.components import GaussianExpert, LogisticExpert, SoftmaxGate
 from ppmix.inference._loo import gaussian_loo_gains, logistic_loo_gains
+from ppmix.inference.presto_components import check_torch_component
+from ppmix.parallel import run_tasks
 
 __all__ = ["PRESTO", "greedy_capacity_assignment"]
 
@@ -88,25 +93,64 @@ def greedy_capacity_assignment(scores: torch.Tensor, capacity: torch.Tensor | in
 
 
 # --------------------------------------------------------------------------- component adapters
+def _fit_member_task(task: tuple[Any, torch.Tensor, torch.Tensor]) -> Any:
+    """Train one component on the rows of its part (runs on an executor): family member or module."""
+    comp, x, y = task
+    if isinstance(comp, torch.nn.Module):
+        return comp.fit(x, y)
+    comp.fit((x, y), torch.ones(x.shape[0], 1, dtype=x.dtype, device=x.device))
+    return comp
+
+
+def _member(family: Any, k: int) -> Any:
+    """Component ``k`` of a family, as an independent family with one member."""
+    one = family.clone()
+    for name in family.param_names:
+        setattr(one, name, getattr(family, name)[k : k + 1].clone())
+    return one
+
+
 class _Adapter:
-    """What PRESTO needs from a component family: fit, per-point loss, penalty, gains."""
+    """What PRESTO needs from a component family: fit, per-point loss, penalty, gains.
+
+    With ``executor=None`` the ``K`` members are fitted at once (one batched call with
+    one-hot weights); otherwise every non-empty member is fitted on its own rows as one
+    task of :func:`ppmix.parallel.run_tasks` (families with ``param_names`` only).
+    """
 
     exact_gains = False
 
-    def __init__(self, comp: Any, ridge: float, k: int) -> None:
-        self.comp, self.ridge, self.k = comp, ridge, k
+    def __init__(self, comp: Any, ridge: float, k: int, executor: Any = None) -> None:
+        self.comp, self.ridge, self.k, self.executor = comp, ridge, k, executor
 
     def fit(self, x: torch.Tensor, y: torch.Tensor, onehot: torch.Tensor) -> None:
         counts = onehot.sum(0)
         empty = counts == 0
-        old = copy.deepcopy(self.comp)
-        weights = onehot.clone()
-        weights[:, empty] = 1.0  # keeps the batched fit well posed; restored below
-        self.comp.fit((x, y), weights)
+        if self.executor is not None and getattr(self.comp, "param_names", ()):
+            self._fit_members(x, y, onehot)
+        else:
+            old = copy.deepcopy(self.comp)
+            weights = onehot.clone()
+            weights[:, empty] = 1.0  # keeps the batched fit well posed; restored below
+            self.comp.fit((x, y), weights)
+            if empty.any():
+                self._restore(old, empty)
         if empty.any():
-            self._restore(old, empty)
             logger.info("PRESTO: components %s are empty and keep their parameters", empty.nonzero().flatten().tolist())
         self._after_fit(x, y, onehot)
+
+    def _fit_members(self, x: torch.Tensor, y: torch.Tensor, onehot: torch.Tensor) -> None:
+        ks = [k for k in range(self.k) if onehot[:, k].any()]
+        tasks = []
+        for k in ks:
+            rows = onehot[:, k] > 0
+            tasks.append((_member(self.comp, k), x[rows], y[rows]))
+        results = run_tasks(_fit_member_task, tasks, [f"component-{k}" for k in ks], executor=self.executor)
+        for k, result in zip(ks, results):
+            for name in self.comp.param_names:
+                value = getattr(self.comp, name).clone()
+                value[k] = getattr(result.value, name)[0].to(value)
+                setattr(self.comp, name, value)
 
     def _restore(self, old: Any, rows: torch.Tensor) -> None:
         names = getattr(self.comp, "param_names", ())
@@ -167,6 +211,76 @@ class _GaussianAdapter(_Adapter):
 
     def gains(self, x: torch.Tensor, y: torch.Tensor, onehot: torch.Tensor) -> torch.Tensor:
         return gaussian_loo_gains(x, y, onehot, self.ridge, self.comp.min_variance)[1]
+
+
+class _TorchAdapter(_Adapter):
+    """``K`` user ``nn.Module`` components (see :mod:`ppmix.inference.presto_components`).
+
+    Each module is trained on the rows of its part, in this process or as a task of
+    :func:`ppmix.parallel.run_tasks`; empty parts keep their module untouched. The
+    marginal gain of a member is its own per-sample loss (stated approximation).
+    """
+
+    def __init__(self, modules: list[torch.nn.Module], k: int, executor: Any = None) -> None:
+        super().__init__(torch.nn.ModuleList(modules), 0.0, k, executor)
+
+    @staticmethod
+    def _cast(module: torch.nn.Module, t: torch.Tensor) -> torch.Tensor:
+        param = next(module.parameters(), None)
+        return t if param is None else t.to(device=param.device, dtype=param.dtype)
+
+    def fit(self, x: torch.Tensor, y: torch.Tensor, onehot: torch.Tensor) -> None:
+        ks = [k for k in range(self.k) if onehot[:, k].any()]
+        tasks = []
+        for k in ks:
+            rows = onehot[:, k] > 0
+            module = self.comp[k]
+            tasks.append((module, self._cast(module, x[rows]), self._cast(module, y[rows])))
+        names = [f"component-{k}" for k in ks]
+        if self.executor is None:
+            trained = [_fit_member_task(task) for task in tasks]
+        else:
+            trained = [r.value for r in run_tasks(_fit_member_task, tasks, names, executor=self.executor)]
+        for k, module in zip(ks, trained):
+            if not isinstance(module, torch.nn.Module):
+                raise TypeError(f"component {k}: fit(x, y) must return the trained module; got {type(module).__name__}")
+            self.comp[k] = module
+
+    def losses(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        columns = []
+        with torch.no_grad():
+            for k, module in enumerate(self.comp):
+                loss = torch.as_tensor(module.per_sample_loss(self._cast(module, x), self._cast(module, y)))
+                if loss.shape != (x.shape[0],):
+                    raise ValueError(
+                        f"component {k}: per_sample_loss must return shape ({x.shape[0]},); got {tuple(loss.shape)}"
+                    )
+                columns.append(loss.detach().to(device=x.device, dtype=_DTYPE))
+        out = torch.stack(columns, dim=1)
+        if not torch.isfinite(out).all():
+            raise FloatingPointError("a component's per_sample_loss returned NaN or infinite values")
+        return out
+
+    def penalty(self) -> torch.Tensor:
+        with torch.no_grad():
+            values = [
+                float(module.penalty()) if callable(getattr(module, "penalty", None)) else 0.0 for module in self.comp
+            ]
+        return torch.tensor(values, dtype=_DTYPE)
+
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            outputs = [
+                torch.as_tensor(
+                    module.predict(self._cast(module, x))
+                    if callable(getattr(module, "predict", None))
+                    else module(self._cast(module, x))
+                )
+                .reshape(x.shape[0])
+                .to(device=x.device, dtype=_DTYPE)
+                for module in self.comp
+            ]
+        return torch.stack(outputs, dim=1)
 
 
 # --------------------------------------------------------------------------- estimator
@@ -307,6 +421,7 @@ class PRESTO:
         router_ridge: float = 1e-4,
         seed: int | None = None,
         progress: bool = True,
+        executor: Any = None,
     ) -> None:
         self.n_components = n_components
         self.component = component
@@ -322,6 +437,7 @@ class PRESTO:
         self.router_ridge = router_ridge
         self.seed = seed
         self.progress = progress
+        self.executor = executor
 
     # ------------------------------------------------------------------ validation
     def _check_params(self) -> None:
@@ -336,8 +452,23 @@ class PRESTO:
         if self.scores not in ("presto", "loss"):
             raise ValueError(f"scores must be 'presto' or 'loss'; got {self.scores!r}")
         check_positive_int(self.max_iter, "max_iter")
+        ex = self.executor
+        if not (ex is None or ex in ("processes", "inline") or isinstance(ex, Executor) or hasattr(ex, "get_executor")):
+            raise TypeError(
+                "executor must be None (in-process), 'processes', 'inline', a concurrent.futures.Executor "
+                f"or a dask.distributed.Client; got {ex!r}"
+            )
         if not (isinstance(self.tol, (int, float)) and self.tol >= 0):
             raise ValueError(f"tol must be a number >= 0; got {self.tol!r}")
+
+    @contextlib.contextmanager
+    def _executor_context(self) -> Iterator[Any]:
+        """The executor of this fit; ``'processes'`` starts one local spawn pool for the whole fit."""
+        if isinstance(self.executor, str) and self.executor == "processes":
+            with ProcessPoolExecutor(mp_context=multiprocessing.get_context("spawn")) as pool:
+                yield pool
+        else:
+            yield self.executor
 
     def _check_y(self, y: Any, n: int) -> torch.Tensor:
         if isinstance(y, torch.Tensor):
@@ -358,35 +489,51 @@ class PRESTO:
             raise ValueError("y must hold binary labels in {0, 1} for component='logistic'")
         return torch.as_tensor(arr, dtype=_DTYPE)
 
-    def _make_adapter(self, k: int, p: int) -> _Adapter:
+    def _make_adapter(self, k: int, p: int, executor: Any = None) -> _Adapter:
         comp = self.component
         if isinstance(comp, str):
             kind = comp.lower()
             if kind == "logistic":
                 return _LogisticAdapter(
-                    LogisticExpert(torch.zeros(k, p, dtype=_DTYPE), ridge=self.ridge), self.ridge, k
+                    LogisticExpert(torch.zeros(k, p, dtype=_DTYPE), ridge=self.ridge), self.ridge, k, executor
                 )
             if kind in ("linear", "gaussian"):
                 return _GaussianAdapter(
-                    GaussianExpert(torch.zeros(k, p, dtype=_DTYPE), ridge=self.ridge), self.ridge, k
+                    GaussianExpert(torch.zeros(k, p, dtype=_DTYPE), ridge=self.ridge), self.ridge, k, executor
                 )
             raise ValueError(f"component must be 'logistic', 'linear' or a component object; got {comp!r}")
+        if isinstance(comp, torch.nn.Module) or (
+            isinstance(comp, (list, tuple)) and any(isinstance(c, torch.nn.Module) for c in comp)
+        ):
+            modules = list(comp) if isinstance(comp, (list, tuple)) else [comp]
+            if len(modules) not in (1, k):
+                raise ValueError(f"component is a list of {len(modules)} modules but n_components={k}")
+            for i, module in enumerate(modules):
+                check_torch_component(module, "component" if len(modules) == 1 else f"component[{i}]")
+            modules = [copy.deepcopy(modules[0 if len(modules) == 1 else i]) for i in range(k)]
+            return _TorchAdapter(modules, k, executor)
         if not (callable(getattr(comp, "log_prob", None)) and callable(getattr(comp, "fit", None))):
-            raise TypeError("component must offer log_prob(data) -> (N, K) and fit(data, weights)")
+            raise TypeError(
+                "component must be 'logistic', 'linear', a component family with log_prob(data) -> (N, K) and "
+                "fit(data, weights), or a torch.nn.Module with per_sample_loss(x, y) and fit(x, y); "
+                f"got {type(comp).__name__}"
+            )
         if hasattr(comp, "n_components") and int(comp.n_components) != k:
             raise ValueError(f"component has {comp.n_components} members but n_components={k}")
         comp = copy.deepcopy(comp)
         if isinstance(comp, LogisticExpert):
-            return _LogisticAdapter(comp, comp.ridge, k)
+            return _LogisticAdapter(comp, comp.ridge, k, executor)
         if isinstance(comp, GaussianExpert):
-            return _GaussianAdapter(comp, comp.ridge, k)
-        return _Adapter(comp, 0.0, k)
+            return _GaussianAdapter(comp, comp.ridge, k, executor)
+        return _Adapter(comp, 0.0, k, executor)
 
     @property
     def _kind(self) -> str:
         comp = self.component
         if isinstance(comp, str):
             return "logistic" if comp.lower() == "logistic" else "linear"
+        if isinstance(comp, (torch.nn.Module, list, tuple)):
+            return "torch"
         return "logistic" if isinstance(comp, LogisticExpert) else "other"
 
     # ------------------------------------------------------------------ fitting
@@ -414,51 +561,53 @@ class PRESTO:
             generator.seed()
         capacity = None if self.leeway is None else math.ceil((1.0 + float(self.leeway)) * n / k)
 
-        eps = float(self.epsilon)
-        adapter = self._make_adapter(k, p)
-        part = self._initial_partition(x, k, capacity, generator)
-        if capacity is not None and int(torch.bincount(part, minlength=k).max()) > capacity:
-            # make the start feasible: nearest centre of the initial parts, under the capacities
-            part = greedy_capacity_assignment(_sq_distances(x, _onehot(part, k)), capacity)
-        onehot = _onehot(part, k)
-        adapter.fit(x, yt, onehot)
-        objective = self._objective(adapter, x, yt, onehot, eps)
-        history, loss_history = [objective], [self._objective(adapter, x, yt, onehot)]
-        converged, iteration = False, 0
-        with tqdm(total=int(self.max_iter), disable=not self.progress, desc="PRESTO", leave=False) as bar:
-            for iteration in range(1, int(self.max_iter) + 1):
-                bound = self._scores(adapter, x, yt, onehot) + eps * _sq_distances(x, onehot)
-                new = greedy_capacity_assignment(bound, capacity)
-                old_value = bound.gather(1, part[:, None]).sum()
-                new_value = bound.gather(1, new[:, None]).sum()
-                if new_value > old_value:
-                    # the capacity-constrained greedy is not an exact minimiser; fall back to
-                    # the improving single-point moves that fit under the capacities
-                    new = _improving_moves(bound, part, capacity)
+        with self._executor_context() as executor:
+            eps = float(self.epsilon)
+            adapter = self._make_adapter(k, p, executor)
+            part = self._initial_partition(x, k, capacity, generator)
+            if capacity is not None and int(torch.bincount(part, minlength=k).max()) > capacity:
+                # make the start feasible: nearest centre of the initial parts, under the capacities
+                part = greedy_capacity_assignment(_sq_distances(x, _onehot(part, k)), capacity)
+            onehot = _onehot(part, k)
+            adapter.fit(x, yt, onehot)
+            objective = self._objective(adapter, x, yt, onehot, eps)
+            history, loss_history = [objective], [self._objective(adapter, x, yt, onehot)]
+            converged, iteration = False, 0
+            with tqdm(total=int(self.max_iter), disable=not self.progress, desc="PRESTO", leave=False) as bar:
+                for iteration in range(1, int(self.max_iter) + 1):
+                    bound = self._scores(adapter, x, yt, onehot) + eps * _sq_distances(x, onehot)
+                    new = greedy_capacity_assignment(bound, capacity)
+                    old_value = bound.gather(1, part[:, None]).sum()
                     new_value = bound.gather(1, new[:, None]).sum()
-                bar.update(1)
-                if new_value > old_value + 1e-12 * old_value.abs():
-                    logger.info("PRESTO: iteration %d would raise the bound; keeping the partition", iteration)
-                    converged = True
-                    break
-                moved = int((new != part).sum())
-                if moved == 0:
-                    converged = True
-                    break
-                part, onehot = new, _onehot(new, k)
-                adapter.fit(x, yt, onehot)
-                objective = self._objective(adapter, x, yt, onehot, eps)
-                previous = history[-1]
-                history.append(objective)
-                loss_history.append(self._objective(adapter, x, yt, onehot))
-                bar.set_postfix(objective=f"{objective:.6g}", moved=moved)
-                logger.debug("PRESTO iteration %d: objective %.6g, %d points moved", iteration, objective, moved)
-                if abs(previous - objective) <= float(self.tol) * abs(objective):
-                    converged = True
-                    break
+                    if new_value > old_value:
+                        # the capacity-constrained greedy is not an exact minimiser; fall back to
+                        # the improving single-point moves that fit under the capacities
+                        new = _improving_moves(bound, part, capacity)
+                        new_value = bound.gather(1, new[:, None]).sum()
+                    bar.update(1)
+                    if new_value > old_value + 1e-12 * old_value.abs():
+                        logger.info("PRESTO: iteration %d would raise the bound; keeping the partition", iteration)
+                        converged = True
+                        break
+                    moved = int((new != part).sum())
+                    if moved == 0:
+                        converged = True
+                        break
+                    part, onehot = new, _onehot(new, k)
+                    adapter.fit(x, yt, onehot)
+                    objective = self._objective(adapter, x, yt, onehot, eps)
+                    previous = history[-1]
+                    history.append(objective)
+                    loss_history.append(self._objective(adapter, x, yt, onehot))
+                    bar.set_postfix(objective=f"{objective:.6g}", moved=moved)
+                    logger.debug("PRESTO iteration %d: objective %.6g, %d points moved", iteration, objective, moved)
+                    if abs(previous - objective) <= float(self.tol) * abs(objective):
+                        converged = True
+                        break
         if not converged:
             logger.warning("PRESTO did not converge in max_iter=%d iterations", self.max_iter)
 
+        adapter.executor = None  # the fitted object keeps no reference to a (closed) pool
         self.components_ = adapter.comp
         self._adapter = adapter
         self.partition_ = part.numpy()
