@@ -226,7 +226,7 @@ def _plot(results: dict[str, Any], relevance: np.ndarray | None, path: Path) -> 
     axes[0].set_xticks(np.arange(len(settings)) + 0.4 - width / 2, settings, rotation=20)
     axes[0].set_ylabel("test Y AUROC")
     axes[0].set_ylim(0.4, 1.02)
-    axes[0].legend(fontsize=8)
+    axes[0].legend(fontsize=8, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.28))
     axes[0].set_title("Synthetic (complex), D = 100")
     if relevance is not None:
         axes[1].bar(np.arange(relevance.size), relevance, color=["C3"] * 20 + ["C0"] * (relevance.size - 20))

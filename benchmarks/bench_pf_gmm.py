@@ -1,0 +1,161 @@
+#!/usr/bin/env python
+"""Benchmark pf-GMM's variational EM iteration against our GMM and scikit-learn, and EM against SVI.
+
+1. Seconds per EM iteration (one E-step + one M-step) on Synthetic (complex), standardised,
+   N=100 000, D=100, K=4: ``PFGMM`` (``e_step``/``m_step``), ``GMM`` (diag) and scikit-learn's
+   ``GaussianMixture`` (``_e_step``/``_m_step``), all started from the same responsibilities.
+   The timed iterations run in blocks, the library order rotating from block to block so
+   drifting load hits all alike; the median is reported with the ratio to our GMM
+   (target: pf-GMM <= 1.5x).
+2. Time to reach the same ELBO: EM to convergence, then SVI (same model/guide, Adam,
+   Pyro's ``TraceEnum_ELBO`` with the switches enumerated) until its ELBO per point is
+   within ``--svi-gap`` of EM's final value, on overlapping data (N=2 000, D=20, D_R=5)
+   where EM needs many iterations; SVI's enumerated ELBO is too slow for D=100 races.
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_pf_gmm.py            # full run (about a minute)
+    .venv/bin/python benchmarks/bench_pf_gmm.py --quick    # smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "2")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from sklearn.mixture import GaussianMixture  # noqa: E402
+
+from ppmix import GMM  # noqa: E402
+from ppmix.datasets import make_pf_synthetic  # noqa: E402
+from ppmix.models.pf_gmm import PFGMM  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results" / "pf_gmm.json"
+
+
+def _data(n: int, seed: int, d: int = 100, d_r: int = 20, spread: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """Standardised Synthetic (complex); ``spread < 1`` pulls the components together (soft posteriors)."""
+    data = make_pf_synthetic(n, n_relevant=d_r, n_features=d, label_probs=(0.01, 0.99, 0.01, 0.99), seed=seed)
+    x = (data.X - data.X.mean(0)) / data.X.std(0)
+    return x * spread + np.random.default_rng(seed).normal(size=x.shape) * (1 - spread), data.y
+
+
+def _ours_iteration(model) -> tuple:
+    data = model.em_data(model.prepare_data(model._bench_x, getattr(model, "_bench_y", None)))
+    state = {"resp": model.e_step(data)[0]}
+
+    def step() -> None:
+        model.m_step(data, state["resp"])
+        state["resp"] = model.e_step(data)[0]
+
+    return step
+
+
+def time_iterations(n: int, k: int, blocks: int, per_block: int, seed: int) -> dict:
+    x, y = _data(n, seed)
+    pf = PFGMM(k, switch_prior=0.3, seed=seed, progress=False).fit(x[:2000], y[:2000], max_iter=1)
+    gmm = GMM(k, seed=seed, progress=False).fit(x[:2000], max_iter=1)
+    pf._bench_x, pf._bench_y, gmm._bench_x = x, y, x
+    # the same starting responsibilities for everybody: pf-GMM's relevance start
+    pf_data = pf.em_data(pf.prepare_data(x, y))
+    pf.em_initialize(pf_data, torch.Generator().manual_seed(seed))
+    resp = pf.e_step(pf_data)[0]
+    gmm.m_step(gmm.em_data(gmm.prepare_data(x)), resp)
+    sk = GaussianMixture(k, covariance_type="diag", reg_covar=1e-6, max_iter=1, random_state=seed)
+    sk._initialize(x, resp.numpy())
+    sk_state = {"log_resp": sk._e_step(x)[1]}
+
+    def sk_step() -> None:
+        sk._m_step(x, sk_state["log_resp"])
+        sk_state["log_resp"] = sk._e_step(x)[1]
+
+    steps = {"pf-GMM": _ours_iteration(pf), "GMM (ours)": _ours_iteration(gmm), "scikit-learn": sk_step}
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    names = list(steps)
+    for block in range(blocks):
+        order = names[block % len(names) :] + names[: block % len(names)]
+        for name in order:
+            steps[name]()  # untimed warm-up
+            for _ in range(per_block):
+                start = time.perf_counter()
+                steps[name]()
+                times[name].append(time.perf_counter() - start)
+    median = {name: statistics.median(t) for name, t in times.items()}
+    return {
+        "n": n,
+        "d": x.shape[1],
+        "k": k,
+        "seconds_per_iteration": median,
+        "ratio_to_our_gmm": {name: median[name] / median["GMM (ours)"] for name in median},
+    }
+
+
+def em_vs_svi(n: int, k: int, gap: float, max_svi_steps: int, seed: int) -> dict:
+    x, y = _data(n, seed + 1, d=20, d_r=5, spread=0.6)
+    start = time.perf_counter()
+    em = PFGMM(k, switch_prior=0.3, seed=seed, progress=False).fit(x, y, tol=1e-8, max_iter=300)
+    em_seconds = time.perf_counter() - start
+    target = em.elbo(x, y) / n
+    svi = PFGMM(k, switch_prior=0.3, seed=seed, progress=False)
+    start = time.perf_counter()
+    svi.fit(x, y, engine="svi", num_steps=max_svi_steps, lr=0.02)
+    history = np.asarray(svi.history_)
+    reached = np.nonzero(history >= target - gap * abs(target))[0]
+    step = int(reached[0]) + 1 if reached.size else None
+    svi_seconds = (time.perf_counter() - start) * (step or len(history)) / len(history)
+    return {
+        "n": n,
+        "d": x.shape[1],
+        "em_elbo_per_point": target,
+        "em_seconds": em_seconds,
+        "em_iterations": em.n_iter_,
+        "svi_steps_to_reach": step,
+        "svi_seconds_to_reach": svi_seconds if step else None,
+        "svi_final_elbo_per_point": float(history[-1]),
+        "relative_gap": gap,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small smoke run")
+    parser.add_argument("--svi-gap", type=float, default=1e-3)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    if args.quick:
+        per_iter = time_iterations(5000, 4, blocks=2, per_block=2, seed=0)
+        race = em_vs_svi(300, 4, args.svi_gap, 20, seed=0)
+    else:
+        per_iter = time_iterations(100_000, 4, blocks=5, per_block=4, seed=0)
+        race = em_vs_svi(2000, 4, args.svi_gap, 1500, seed=0)
+    result = {
+        "per_iteration": per_iter,
+        "em_vs_svi": race,
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "machine": platform.machine(),
+        "quick": args.quick,
+    }
+    for name, seconds in per_iter["seconds_per_iteration"].items():
+        ratio = per_iter["ratio_to_our_gmm"][name]
+        print(f"{name:<14} {seconds * 1e3:9.1f} ms/iteration  ({ratio:.2f}x our GMM)")
+    print(
+        f"EM: {race['em_seconds']:.2f}s, {race['em_iterations']} iterations to ELBO/point {race['em_elbo_per_point']:.4f}; "
+        f"SVI: {race['svi_steps_to_reach']} steps, {race['svi_seconds_to_reach']} s to within {args.svi_gap} of it"
+    )
+    if not args.quick:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
