@@ -18,12 +18,33 @@ import torch
 if TYPE_CHECKING:
     from ppmix.models.base import MixtureModel
 
-__all__ = ["FORMAT_VERSION", "load_model", "save_model"]
+__all__ = ["FORMAT_VERSION", "load_model", "register_savable", "save_model"]
 
 FORMAT_NAME = "ppmix-model"
 FORMAT_VERSION = 1
 CONFIG_FILE, TENSOR_FILE = "config.json", "tensors.pt"
 _FITTED = ("engine_", "history_", "n_iter_", "converged_", "lower_bound_", "n_features_in_", "feature_names_in_")
+
+
+#: classes that are not MixtureModels (PRESTO, RegularizedWeighting) but are saved the same way
+_SAVABLE: dict[str, type] = {}
+
+
+def register_savable(cls: type) -> type:
+    """Class decorator: let :func:`load_model` find ``cls``, an estimator that is not a ``MixtureModel``.
+
+    The class must offer what :func:`save_model` and :func:`load_model` call on a model:
+    ``qualified_name()``, ``get_params()`` (JSON-able), ``_check_fitted()``,
+    ``state_tensors()``/``load_state_tensors()`` and ``extra_state()``/``load_extra_state()``.
+
+    Examples
+    --------
+    >>> from ppmix.inference import PRESTO
+    >>> _SAVABLE[PRESTO.qualified_name()] is PRESTO
+    True
+    """
+    _SAVABLE[f"{cls.__module__}.{cls.__qualname__}"] = cls
+    return cls
 
 
 def _encode(value: Any) -> Any:
@@ -117,7 +138,7 @@ def load_model(
         raise ValueError(
             f"{tensor_path} does not match the checksum in {CONFIG_FILE}: the file is corrupt or was modified"
         )
-    cls = MixtureModel.lookup_class(str(config.get("class", "")))
+    cls = MixtureModel.lookup_class(str(config.get("class", ""))) or _SAVABLE.get(str(config.get("class", "")))
     if cls is None:
         raise ValueError(f"unknown model class {config.get('class')!r} in {config_path}; import its module first")
     if expected is not None and not issubclass(cls, expected):

@@ -29,7 +29,9 @@ from ppmix._init import kmeans
 from ppmix._validation import NotFittedError, check_matrix, check_n_components, check_positive_int, to_output
 from ppmix.components import GaussianExpert, LogisticExpert, SoftmaxGate
 from ppmix.inference._loo import gaussian_loo_gains, logistic_loo_gains
+from ppmix.inference._persist import SavableEstimator, load_object_tensors, object_tensors
 from ppmix.inference.presto_components import check_torch_component
+from ppmix.io import register_savable
 from ppmix.parallel import run_tasks
 
 __all__ = ["PRESTO", "greedy_capacity_assignment"]
@@ -284,7 +286,8 @@ class _TorchAdapter(_Adapter):
 
 
 # --------------------------------------------------------------------------- estimator
-class PRESTO:
+@register_savable
+class PRESTO(SavableEstimator):
     """Partition ``N`` points into ``K`` parts while training one model per part.
 
     Implements Algorithm 1 of Sangani et al. (PRESTO) with the practical choices
@@ -680,6 +683,108 @@ class PRESTO:
             router = copy.deepcopy(self.router)
         router.fit(x.numpy(), self.partition_)
         return router
+
+    # ------------------------------------------------------------------ saving
+    _SAVED_PARAMS = (
+        "n_components",
+        "ridge",
+        "alpha",
+        "leeway",
+        "epsilon",
+        "scores",
+        "max_iter",
+        "tol",
+        "router_ridge",
+        "seed",
+        "progress",
+    )
+
+    def get_params(self) -> dict[str, Any]:
+        """Constructor arguments as a saved file records them.
+
+        A component object is recorded as ``None`` (pass it to :meth:`load`), an
+        ``init`` array as ``"kmeans"`` and ``executor`` not at all.
+        """
+        params = super().get_params()
+        params["component"] = self.component if isinstance(self.component, str) else None
+        params["init"] = self.init if isinstance(self.init, str) else "kmeans"
+        params["router"] = self.router if isinstance(self.router, str) else None
+        return params
+
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        """Partition, component parameters and router parameters (what :meth:`save` writes)."""
+        self._check_fitted()
+        if not isinstance(self.router_, SoftmaxGate):
+            raise TypeError(
+                f"a PRESTO with a custom router ({type(self.router_).__name__}) cannot be saved safely; "
+                "use router='softmax' or save the router yourself"
+            )
+        tensors = {"partition": torch.as_tensor(self.partition_, dtype=torch.long)}
+        tensors.update(object_tensors(self.components_, "component"))
+        tensors.update(object_tensors(self.router_, "router"))
+        return tensors
+
+    def extra_state(self) -> dict[str, Any]:
+        """JSON-able fitted state beyond the tensors."""
+        return {
+            "loss_history": [float(v) for v in self.loss_history_],
+            "component_type": self.component if isinstance(self.component, str) else type(self.component).__name__,
+        }
+
+    def _restore(self, tensors: dict[str, torch.Tensor], extra: dict[str, Any], template: Any) -> None:
+        k, p = int(self.n_components), int(self.n_features_in_)
+        if self.component is None:
+            if template is None:
+                raise ValueError(
+                    f"this PRESTO was saved with a {extra.get('component_type')} component object; pass an "
+                    "unfitted one of the same kind to PRESTO.load(path, component=...)"
+                )
+            self.component = template
+        adapter = self._make_adapter(k, p)
+        load_object_tensors(adapter.comp, tensors, "component")
+        self._adapter = adapter
+        self.components_ = adapter.comp
+        gate = SoftmaxGate(torch.zeros(k, p, dtype=_DTYPE), ridge=self.router_ridge)
+        load_object_tensors(gate, tensors, "router")
+        self.router_ = gate
+        self.partition_ = tensors["partition"].numpy()
+        if self.partition_.ndim != 1 or (
+            self.partition_.size and not 0 <= self.partition_.min() <= self.partition_.max() < k
+        ):
+            raise ValueError(f"saved partition must hold part indices in [0, {k})")
+        self.part_sizes_ = np.bincount(self.partition_, minlength=k)
+        self.loss_history_ = [float(v) for v in extra["loss_history"]]
+
+    @classmethod
+    def load(cls, path: Any, component: Any = None) -> "PRESTO":
+        """Load a PRESTO written by :meth:`save` (safe tensor loading, checksum and version checked).
+
+        Parameters
+        ----------
+        path : str or Path
+            Directory written by :meth:`save`.
+        component : object, optional
+            Required when the saved PRESTO used a component object (a family or
+            ``nn.Module``): an unfitted object of the same kind; its parameters are
+            replaced by the saved ones.
+
+        Raises
+        ------
+        ValueError
+            Corrupt or modified files, another format version, another class, or
+            saved tensors that do not fit ``component``.
+
+        Examples
+        --------
+        >>> import tempfile
+        >>> import numpy as np
+        >>> X = np.linspace(-1, 1, 40)[:, None]
+        >>> model = PRESTO(2, "linear", seed=0, progress=False).fit(X, np.abs(X[:, 0]))
+        >>> again = PRESTO.load(model.save(tempfile.mkdtemp()))
+        >>> bool((again.predict(X) == model.predict(X)).all())
+        True
+        """
+        return cls._load(path, component)
 
     # ------------------------------------------------------------------ prediction
     def _check_fitted(self) -> None:

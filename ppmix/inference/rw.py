@@ -34,8 +34,10 @@ from ppmix.inference._learners import (
     SubspaceLearner,
     WeightedLearner,
 )
+from ppmix.inference._persist import SavableEstimator, load_object_tensors, object_tensors
 from ppmix.inference._result import ConvergenceWarning
 from ppmix.inference._simplex import project_simplex
+from ppmix.io import register_savable
 
 __all__ = ["RegularizedWeighting", "WeightStepResult", "joint_loss", "solve_weights", "weight_objective_and_gap"]
 
@@ -225,7 +227,8 @@ def solve_weights(
     return WeightStepResult(best, best_value, gap, max_iter, False)
 
 
-class RegularizedWeighting:
+@register_savable
+class RegularizedWeighting(SavableEstimator):
     """Multiple-model learning by Regularized Weighting (RW; seed 002).
 
     Fits ``n_models`` models of one kind (cluster centres, regression lines,
@@ -530,6 +533,110 @@ class RegularizedWeighting:
             "converged": converged,
         }
 
+    # ------------------------------------------------------------------ saving
+    _SAVED_PARAMS = (
+        "n_models",
+        "alpha_per_point",
+        "n_init",
+        "max_iter",
+        "tol",
+        "weight_max_iter",
+        "weight_tol",
+        "outlier_threshold",
+        "seed",
+        "progress",
+    )
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "models_"):
+            raise NotFittedError("this RegularizedWeighting is not fitted yet; call fit first")
+
+    def get_params(self) -> dict[str, Any]:
+        """Constructor arguments as a saved file records them (a learner object as ``None``; pass it to ``load``)."""
+        params = super().get_params()
+        params["learner"] = self.learner if isinstance(self.learner, str) else None
+        return params
+
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        """Weights, labels, outlier flags and the learner's fitted tensors (what :meth:`save` writes)."""
+        self._check_fitted()
+        tensors = {
+            "weights": self.weights_.detach().cpu().contiguous(),
+            "labels": torch.as_tensor(self.labels_, dtype=torch.long),
+            "outliers": torch.as_tensor(self.outliers_, dtype=torch.bool),
+        }
+        tensors.update(object_tensors(self.models_, "learner"))
+        return tensors
+
+    def extra_state(self) -> dict[str, Any]:
+        """JSON-able fitted state beyond the tensors."""
+        return {
+            "alpha": self.alpha_,
+            "alpha_per_point": self.alpha_per_point_,
+            "loss": self.loss_,
+            "learner_type": self.learner if isinstance(self.learner, str) else type(self.learner).__name__,
+        }
+
+    def _restore(self, tensors: dict[str, torch.Tensor], extra: dict[str, Any], template: Any) -> None:
+        if self.learner is None:
+            if template is None:
+                raise ValueError(
+                    f"this RegularizedWeighting was saved with a {extra.get('learner_type')} learner object; pass "
+                    "an unfitted one of the same kind to RegularizedWeighting.load(path, learner=...)"
+                )
+            self.learner = template
+        weights = tensors["weights"].to(torch.float64)
+        k, n, p = int(self.n_models), weights.shape[1], int(self.n_features_in_)
+        if weights.shape[0] != k:
+            raise ValueError(f"saved weights have {weights.shape[0]} rows but n_models={k}")
+        # build a learner of the right structure on stand-in data, then put the saved tensors in
+        generator = torch.Generator().manual_seed(0)
+        rows = max(2 * k, p + 2)
+        stand_in = torch.randn(rows, p, generator=generator, dtype=torch.float64)
+        learner = self._make_learner().init(
+            stand_in, torch.randn(rows, generator=generator, dtype=torch.float64), k, generator
+        )
+        load_object_tensors(learner, tensors, "learner")
+        self.models_ = learner
+        self.weights_ = weights
+        self.labels_ = tensors["labels"].numpy()
+        self.outliers_ = tensors["outliers"].numpy()
+        if self.labels_.shape != (n,) or self.outliers_.shape != (n,):
+            raise ValueError(f"saved labels and outliers must have shape ({n},)")
+        self.alpha_ = float(extra["alpha"])
+        self.alpha_per_point_ = float(extra["alpha_per_point"])
+        self.loss_ = float(extra["loss"])
+
+    @classmethod
+    def load(cls, path: Any, learner: Any = None) -> "RegularizedWeighting":
+        """Load a RegularizedWeighting written by :meth:`save` (safe tensor loading, checksum and version checked).
+
+        Parameters
+        ----------
+        path : str or Path
+            Directory written by :meth:`save`.
+        learner : WeightedLearner, optional
+            Required when the saved estimator used a learner object: an unfitted
+            learner of the same kind (its fitted tensors are replaced by the saved ones).
+
+        Raises
+        ------
+        ValueError
+            Corrupt or modified files, another format version, another class, or
+            saved tensors that do not fit the learner.
+
+        Examples
+        --------
+        >>> import tempfile
+        >>> import numpy as np
+        >>> X = np.concatenate([np.zeros((20, 2)), np.full((20, 2), 5.0)])
+        >>> rw = RegularizedWeighting(2, alpha_per_point=4.0, n_init=1, seed=0, progress=False).fit(X)
+        >>> again = RegularizedWeighting.load(rw.save(tempfile.mkdtemp()))
+        >>> bool((again.predict(X) == rw.predict(X)).all()), again.loss_ == rw.loss_
+        (True, True)
+        """
+        return cls._load(path, learner)
+
     # ----------------------------------------------------------------- predict
     def predict(self, X: Any, y: Any = None) -> Any:
         """Index of the model with the smallest loss on each point of ``X`` (``y`` for regression).
@@ -541,8 +648,7 @@ class RegularizedWeighting:
         ndarray or Tensor of int, shape (n_samples,)
             A tensor if ``X`` is a tensor, else a numpy array.
         """
-        if not hasattr(self, "models_"):
-            raise NotFittedError("this RegularizedWeighting is not fitted yet; call fit first")
+        self._check_fitted()
         X_t, _ = check_matrix(X, "X", n_features=self.n_features_in_)
         y_t = self._check_y(y, X_t.shape[0])
         if self.learner == "regression" and y_t is None:

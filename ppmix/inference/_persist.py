@@ -1,0 +1,122 @@
+"""Saving and loading the non-generative estimators (PRESTO, RegularizedWeighting) through :mod:`ppmix.io`.
+
+A fitted estimator is written like every ppmix model: ``config.json`` (constructor
+arguments, fitted scalars, extra JSON state, the SHA-256 of the tensors) and
+``tensors.pt`` (read back with ``weights_only=True``). Fitted objects that hold
+tensors (a component family, a list of ``nn.Module`` components, a base learner) are
+stored as flat ``prefix.name`` tensor entries and restored into a freshly built
+object of the same kind, never unpickled.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = ["SavableEstimator", "load_object_tensors", "object_tensors"]
+
+
+def object_tensors(obj: Any, prefix: str) -> dict[str, torch.Tensor]:
+    """Flat ``{prefix.name: tensor}`` of an object's fitted tensors.
+
+    ``nn.Module`` and component families contribute their ``state_dict``; other objects
+    (base learners) their tensor attributes ending in ``_`` and, recursively, their
+    attributes that have a ``state_dict``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> sorted(object_tensors(torch.nn.Linear(2, 1), "m"))
+    ['m.bias', 'm.weight']
+    """
+    if callable(getattr(obj, "state_dict", None)):
+        return {f"{prefix}.{k}": v.detach().cpu().contiguous() for k, v in obj.state_dict().items()}
+    out: dict[str, torch.Tensor] = {}
+    for name, value in vars(obj).items():
+        if isinstance(value, torch.Tensor) and name.endswith("_"):
+            out[f"{prefix}.{name}"] = value.detach().cpu().contiguous()
+        elif callable(getattr(value, "state_dict", None)) and not isinstance(value, type):
+            out.update(object_tensors(value, f"{prefix}.{name}"))
+    return out
+
+
+def load_object_tensors(obj: Any, tensors: dict[str, torch.Tensor], prefix: str) -> None:
+    """Inverse of :func:`object_tensors`, into an object of the same structure (shapes checked).
+
+    Raises
+    ------
+    ValueError
+        If an entry is missing or has the wrong shape.
+    """
+    mine = {k.removeprefix(f"{prefix}."): v for k, v in tensors.items() if k.startswith(f"{prefix}.")}
+    if isinstance(obj, torch.nn.Module):
+        try:
+            obj.load_state_dict(mine)
+        except RuntimeError as err:
+            raise ValueError(f"saved {prefix} tensors do not fit the given module: {err}") from None
+        return
+    if callable(getattr(obj, "load_state_dict", None)):
+        obj.load_state_dict(mine)
+        return
+    expected = object_tensors(obj, prefix)
+    missing = sorted(set(expected) - set(tensors))
+    if missing:
+        raise ValueError(f"saved tensors lack {missing}")
+    for name, value in vars(obj).items():
+        if isinstance(value, torch.Tensor) and name.endswith("_"):
+            saved = tensors[f"{prefix}.{name}"]
+            if saved.shape != value.shape:
+                raise ValueError(f"{prefix}.{name} has shape {tuple(saved.shape)}, expected {tuple(value.shape)}")
+            setattr(obj, name, saved.to(device=value.device, dtype=value.dtype).clone())
+        elif callable(getattr(value, "load_state_dict", None)) and not isinstance(value, type):
+            load_object_tensors(value, tensors, f"{prefix}.{name}")
+
+
+class SavableEstimator:
+    """``save``/``load`` for estimators that are not Pyro models, via :func:`ppmix.io.save_model`.
+
+    Subclasses provide ``_check_fitted``, ``state_tensors``, ``extra_state``,
+    ``_restore(tensors, extra, template)`` (rebuild the fitted state) and
+    ``_SAVED_PARAMS`` (constructor arguments that JSON can hold) and are registered
+    with :func:`ppmix.io.register_savable`.
+    """
+
+    _SAVED_PARAMS: tuple[str, ...] = ()
+
+    @classmethod
+    def qualified_name(cls) -> str:
+        """``module.QualName``: how saved files name their class."""
+        return f"{cls.__module__}.{cls.__qualname__}"
+
+    def get_params(self) -> dict[str, Any]:
+        """The constructor arguments a saved file records (objects that JSON cannot hold are left out)."""
+        return {name: getattr(self, name) for name in self._SAVED_PARAMS}
+
+    def save(self, path: str | Path) -> Path:
+        """Write the fitted estimator to the directory ``path`` (``config.json`` + ``tensors.pt``)."""
+        from ppmix.io import save_model
+
+        return save_model(self, path)  # type: ignore[arg-type]
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        """Keep the JSON state until the tensors arrive (called by :func:`ppmix.io.load_model`)."""
+        self._loaded_extra = dict(state)
+
+    def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Keep the tensors; :meth:`_finish_load` rebuilds the fitted state."""
+        self._loaded_tensors = dict(tensors)
+
+    @classmethod
+    def _load(cls, path: str | Path, template: Any = None) -> Any:
+        from ppmix.io import load_model
+
+        est = load_model(path, expected=cls)
+        try:
+            est._restore(est._loaded_tensors, est._loaded_extra, template)
+        except (KeyError, RuntimeError) as err:
+            raise ValueError(f"{path} does not hold a valid {cls.__name__} state: {err}") from None
+        finally:
+            del est._loaded_tensors, est._loaded_extra
+        return est

@@ -1,0 +1,121 @@
+"""save/load of fitted PRESTO and RegularizedWeighting objects (through ppmix.io)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from sklearn.linear_model import LogisticRegression
+
+from ppmix._validation import NotFittedError
+from ppmix.datasets.presto import make_presto_synthetic
+from ppmix.inference import PRESTO, RegularizedWeighting, SubspaceLearner
+from ppmix.inference.presto_components import LinearSVMComponent
+from tests.common import assert_close
+
+
+@pytest.fixture(scope="module")
+def presto_data():
+    return make_presto_synthetic(60, seed=1)
+
+
+@pytest.mark.parametrize("kind", ["logistic", "linear"])
+def test_presto_round_trip(tmp_path, presto_data, kind):
+    X = presto_data.X
+    y = presto_data.y if kind == "logistic" else presto_data.X[:, 0] * presto_data.y + presto_data.X[:, 1]
+    model = PRESTO(4, kind, ridge=1.0, epsilon=3.0, seed=0, progress=False).fit(X, y)
+    loaded = PRESTO.load(model.save(tmp_path / "m"))
+    np.testing.assert_array_equal(loaded.partition_, model.partition_)
+    np.testing.assert_array_equal(loaded.part_sizes_, model.part_sizes_)
+    assert loaded.history_ == model.history_ and loaded.loss_history_ == model.loss_history_
+    assert (loaded.n_iter_, loaded.converged_, loaded.n_features_in_) == (model.n_iter_, model.converged_, 2)
+    for name in model.components_.param_names:
+        assert_close(getattr(loaded.components_, name), getattr(model.components_, name), rtol=0, atol=0)
+    assert_close(loaded.predict(X), model.predict(X), rtol=0, atol=0)
+    assert_close(loaded.predict_partition_proba(X), model.predict_partition_proba(X), rtol=0, atol=0)
+    if kind == "logistic":
+        assert_close(loaded.predict_proba(X), model.predict_proba(X), rtol=0, atol=0)
+    # the loaded object refits like a fresh one
+    refit = loaded.fit(X, y)
+    np.testing.assert_array_equal(refit.partition_, model.partition_)
+
+
+def test_presto_torch_component_round_trip_needs_the_module(tmp_path, presto_data):
+    X, y = presto_data.X, presto_data.y
+    model = PRESTO(4, LinearSVMComponent(2, epochs=30), max_iter=3, seed=0, progress=False).fit(X, y)
+    path = model.save(tmp_path / "svm")
+    with pytest.raises(ValueError, match=r"PRESTO.load\(path, component=\.\.\.\)"):
+        PRESTO.load(path)
+    loaded = PRESTO.load(path, component=LinearSVMComponent(2))
+    for a, b in zip(loaded.components_, model.components_):
+        assert_close(a.linear.weight, b.linear.weight, rtol=0, atol=0)
+    assert_close(loaded.predict(X), model.predict(X), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="do not fit"):
+        PRESTO.load(path, component=LinearSVMComponent(3))
+
+
+def test_presto_save_refuses_custom_router_and_unfitted(tmp_path, presto_data):
+    model = PRESTO(4, "logistic", router=LogisticRegression(), seed=0, progress=False)
+    with pytest.raises(NotFittedError):
+        model.save(tmp_path / "unfitted")
+    model.fit(presto_data.X, presto_data.y)
+    with pytest.raises(TypeError, match="custom router"):
+        model.save(tmp_path / "router")
+
+
+def _rw_problem(kind):
+    rng = np.random.default_rng(0)
+    if kind == "regression":
+        X = rng.uniform(-1, 1, size=(60, 1))
+        y = np.where(np.arange(60) % 2 == 0, 2 * X[:, 0], -X[:, 0]) + 0.01 * rng.normal(size=60)
+        return X, y, "regression"
+    X = np.concatenate([rng.normal(0, 0.3, (30, 2)), rng.normal(4, 0.3, (30, 2)), [[80.0, -80.0]]])
+    learner = SubspaceLearner(1, affine=True) if kind == "subspace" else kind
+    return X, None, learner
+
+
+@pytest.mark.parametrize("kind", ["kmeans", "regression", "subspace", "gaussian"])
+def test_rw_round_trip(tmp_path, kind):
+    X, y, learner = _rw_problem(kind)
+    rw = RegularizedWeighting(2, learner, n_init=1, seed=0, progress=False).fit(X, y)
+    path = rw.save(tmp_path / kind)
+    template = SubspaceLearner(1, affine=True) if kind == "subspace" else None
+    loaded = RegularizedWeighting.load(path, learner=template)
+    assert_close(loaded.weights_, rw.weights_, rtol=0, atol=0)
+    assert loaded.weights_.dtype == torch.float64
+    np.testing.assert_array_equal(loaded.labels_, rw.labels_)
+    np.testing.assert_array_equal(loaded.outliers_, rw.outliers_)
+    assert (loaded.loss_, loaded.alpha_, loaded.history_) == (rw.loss_, rw.alpha_, rw.history_)
+    assert_close(
+        loaded.models_.loss(torch.as_tensor(X), None if y is None else torch.as_tensor(y)),
+        rw.models_.loss(torch.as_tensor(X), None if y is None else torch.as_tensor(y)),
+        rtol=0,
+        atol=0,
+    )
+    np.testing.assert_array_equal(loaded.predict(X, y), rw.predict(X, y))
+
+
+def test_corrupt_or_foreign_files_are_rejected(tmp_path):
+    X, _, _ = _rw_problem("kmeans")
+    rw = RegularizedWeighting(2, n_init=1, seed=0, progress=False).fit(X)
+    path = rw.save(tmp_path / "rw")
+    with pytest.raises(ValueError, match="holds a RegularizedWeighting, not a PRESTO"):
+        PRESTO.load(path)
+    blob = bytearray((path / "tensors.pt").read_bytes())
+    blob[len(blob) // 2] ^= 0xFF
+    (path / "tensors.pt").write_bytes(bytes(blob))
+    with pytest.raises(ValueError, match="checksum"):
+        RegularizedWeighting.load(path)
+    path = rw.save(tmp_path / "rw2")
+    config = json.loads((path / "config.json").read_text())
+    config["format_version"] = 999
+    (path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="format version 999"):
+        RegularizedWeighting.load(path)
+    (path / "config.json").write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        RegularizedWeighting.load(path)
+    with pytest.raises(FileNotFoundError):
+        RegularizedWeighting.load(tmp_path / "missing")
