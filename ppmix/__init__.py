@@ -17,5 +17,18 @@ __version__ = "0.1.0"
 from ppmix.models.base import MixtureModel
 from ppmix.models.gmm import GMM
 from ppmix.models.hmm import HMM
+from ppmix.models.moe import MixtureOfExperts
+from ppmix.models.pf_gmm import PFGMM, SupervisedGMM
+from ppmix.models.pf_hmm import PFHMM, SupervisedHMM
 
-__all__ = ["GMM", "HMM", "MixtureModel", "__version__"]
+__all__ = [
+    "GMM",
+    "HMM",
+    "PFGMM",
+    "PFHMM",
+    "MixtureModel",
+    "MixtureOfExperts",
+    "SupervisedGMM",
+    "SupervisedHMM",
+    "__version__",
+]
