@@ -29,6 +29,8 @@ def test_pf_gmm_finds_the_relevant_features_and_beats_the_baselines(quick_result
     assert rows["pf-GMM"]["log_p_y_given_x"] >= -0.10
     for baseline in ("sup-GMM", "2-Step", "pc-GMM"):
         assert rows[baseline]["auroc"] < rows["pf-GMM"]["auroc"] - 0.1
+    study = result["seed_study"]
+    assert study["relevance"]["aligned"] == study["relevance"]["seeds"] and study["kmeans"]["aligned"] == 0
     # the relevant features are modelled far better by pf-GMM than by the mixtures that follow the irrelevant ones
     assert rows["pf-GMM"]["log_p_x_relevant"] > rows["sup-GMM"]["log_p_x_relevant"] + 10
 
