@@ -499,10 +499,6 @@ class MixtureOfExperts(MixtureModel):
     def pointwise_log_likelihood(self, data: Any) -> torch.Tensor:
         return torch.logsumexp(self._log_joint(*self._require_y(data)), dim=1)
 
-    def score(self, X: Any, y: Any = None) -> float:
-        """Mean conditional log-likelihood ``log p(y_n | x_n)`` per data point."""
-        return super().score(X, y)
-
     def sample(self, X: Any) -> dict[str, Any]:  # type: ignore[override]
         """Draw an expert ``z`` and a response ``y`` for every row of ``X``: ``{"y", "z"}``."""
         self._check_fitted()
