@@ -45,8 +45,8 @@ PAPER_CLAIM = (
 def _sizes(quick: bool) -> dict[str, Any]:
     if quick:
         return {"n_sequences": (40, 20, 40), "budgets": (2, 4), "relevant": (2, 5, 20), "priors": (0.3,)}
-    budgets = tuple(range(2, 9))
-    return {"n_sequences": (150, 75, 150), "budgets": budgets, "relevant": (2, 5, 20), "priors": SWITCH_PRIORS}
+    budgets = (2, 3, 4, 6, 8)
+    return {"n_sequences": (100, 50, 100), "budgets": budgets, "relevant": (2, 5, 20), "priors": SWITCH_PRIORS}
 
 
 def _auroc(model: Any, X: list[np.ndarray], y: list[np.ndarray]) -> float:
