@@ -2,6 +2,7 @@
 
 from ppmix.datasets.blobs import make_gaussian_mixture
 from ppmix.datasets.pf import PFSyntheticData, bayes_label_limits, make_pf_synthetic, make_two_mixture
+from ppmix.datasets.pf_hmm import PFHMMSyntheticData, make_pf_hmm_synthetic
 from ppmix.datasets.presto import PrestoSyntheticData, make_presto_synthetic
 from ppmix.datasets.rw import (
     ClusteringData,
@@ -13,12 +14,14 @@ from ppmix.datasets.rw import (
 
 __all__ = [
     "ClusteringData",
+    "PFHMMSyntheticData",
     "PFSyntheticData",
     "PrestoSyntheticData",
     "QuadraticRegressionData",
     "bayes_label_limits",
     "make_gaussian_mixture",
     "make_outlier_clusters",
+    "make_pf_hmm_synthetic",
     "make_pf_synthetic",
     "make_presto_synthetic",
     "make_quadratic_regressions",
