@@ -235,14 +235,8 @@ class PFGMM(PredictionFocusedMixin, GaussianComponentsMixin, MixtureModel):
         self._guide_program(data, self.get_globals())
 
     def _guide_program(self, data: PFData, values: dict[str, torch.Tensor]) -> None:
-        k = self.n_components
         pyro.sample("weights", dist.Delta(values["weights"], event_dim=1))
-        with pyro.plate("components", k):
-            pyro.sample("locs", dist.Delta(values["locs"], event_dim=1))
-            pyro.sample("scales", dist.Delta(values["scales"], event_dim=1))
-            pyro.sample("label_probs", dist.Delta(values["label_probs"]))
-        pyro.sample("background_loc", dist.Delta(values["background_loc"], event_dim=1))
-        pyro.sample("background_scale", dist.Delta(values["background_scale"], event_dim=1))
+        self._pf_guide_global_sites(values, pyro.plate("components", self.n_components))
         phi = values.get("switch_probs")
         with self.data_plate(data.x.shape[0], dim=-2) as idx:
             labels = FrameLabels(data.labels.y[idx], data.labels.observed[idx])
