@@ -163,3 +163,41 @@ def test_labels_are_rejected_and_prediction_checks_features():
     hmm = HMM(3, seed=0, progress=False).fit(seqs)
     with pytest.raises(ValueError, match="fitted with 2"):
         hmm.predict([np.zeros((4, 3))])
+
+
+def test_agrees_with_hmmlearn_on_the_same_parameters():
+    """Log-likelihood, smoothed posteriors and Viterbi paths against hmmlearn's ``GaussianHMM`` (diag)."""
+    from hmmlearn.hmm import GaussianHMM
+
+    seqs, _ = planted(12, lengths=(1, 30), seed=10)
+    seqs.append(seqs[0][:1])  # unequal lengths, one of them 1
+    lengths = [len(s) for s in seqs]
+    assert len(set(lengths)) > 5
+    hmm = HMM(3, seed=0, max_iter=2, progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        hmm.fit(seqs)
+    values = random_globals(hmm, seed=11)
+    values["scales"] = values["scales"] * torch.linspace(0.5, 1.5, values["scales"].numel()).reshape(3, 2)
+    hmm.set_globals(values)
+
+    ref = GaussianHMM(3, covariance_type="diag", init_params="", params="")
+    ref.n_features = 2
+    ref.startprob_ = hmm.initial_.numpy()
+    ref.transmat_ = hmm.transition_.numpy()
+    ref.means_ = values["locs"].numpy()
+    ref.covars_ = values["scales"].numpy() ** 2  # hmmlearn's diagonal covars_ are variances
+    frames = np.concatenate(seqs)
+
+    per_sequence = hmm.pointwise_log_likelihood(hmm.prepare_data(seqs)).numpy()
+    assert_close(per_sequence, [ref.score(s) for s in seqs], rtol=1e-10, atol=0)
+    assert hmm.log_likelihood(seqs) == pytest.approx(ref.score(frames, lengths), rel=1e-12)
+    assert hmm.score(seqs) == pytest.approx(ref.score(frames, lengths) / len(frames), rel=1e-12)
+    assert_close(np.concatenate(hmm.predict_proba(seqs)), ref.predict_proba(frames, lengths), rtol=0, atol=1e-9)
+
+    best, paths = hmm.decode(seqs)
+    ref_decoded = [ref.decode(s, algorithm="viterbi") for s in seqs]
+    assert_close(best, [lp for lp, _ in ref_decoded], rtol=1e-10, atol=0)
+    for ours, (_, theirs) in zip(paths, ref_decoded):
+        np.testing.assert_array_equal(ours, theirs)
+    np.testing.assert_array_equal(np.concatenate(paths), ref.decode(frames, lengths)[1])
