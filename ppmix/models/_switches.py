@@ -26,6 +26,7 @@ from pyro.distributions import constraints
 from pyro.ops.indexing import Vindex
 
 from ppmix._init import kmeans
+from ppmix._validation import check_positive_int
 from ppmix.components import BernoulliLabel, DiagGaussian
 from ppmix.components._centred import CentredData
 from ppmix.models._flat import FlatPrior
@@ -34,6 +35,8 @@ __all__ = ["FrameLabels", "PredictionFocusedMixin", "switch_kl_terms"]
 
 #: the guide keeps q(S) strictly inside (0, 1) so Pyro's enumerated ELBO stays finite
 _PHI_FLOOR = 1e-12
+#: starts of the pf models' EM: label-informed k-means, or those of the Gaussian mixtures
+PF_INIT_METHODS = ("relevance", "kmeans", "k-means++", "random")
 #: p-value of the per-feature label test that selects the features of the "relevance" initialisation
 RELEVANCE_P_VALUE = 1e-3
 
@@ -107,6 +110,16 @@ class PredictionFocusedMixin:
     switch_probs_: torch.Tensor
     labels_: BernoulliLabel
     _background_ll: torch.Tensor
+
+    def _validate_pf_params(self) -> None:
+        """Check the switch prior, the start and the EM settings shared by the pf models."""
+        self._validate_switch_prior()
+        if self.init_params not in PF_INIT_METHODS:
+            raise ValueError(f"init_params must be one of {PF_INIT_METHODS}; got {self.init_params!r}")
+        check_positive_int(self.n_init, "n_init")
+        check_positive_int(self.max_iter, "max_iter")
+        if not self.reg_covar >= 0:
+            raise ValueError(f"reg_covar must be non-negative; got {self.reg_covar}")
 
     def _validate_switch_prior(self) -> None:
         p = self.switch_prior

@@ -22,7 +22,6 @@ from ppmix.models.base import MixtureModel
 
 __all__ = ["PFGMM", "SupervisedGMM"]
 
-PF_INIT_METHODS = ("relevance", "kmeans", "k-means++", "random")
 
 
 @dataclass
@@ -162,15 +161,9 @@ class PFGMM(PredictionFocusedMixin, GaussianComponentsMixin, MixtureModel):
 
     def validate_params(self) -> None:
         super().validate_params()
-        self._validate_switch_prior()
-        if self.init_params not in PF_INIT_METHODS:
-            raise ValueError(f"init_params must be one of {PF_INIT_METHODS}; got {self.init_params!r}")
+        self._validate_pf_params()
         if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not self.alpha >= 1:
             raise ValueError(f"alpha must be a number >= 1 (the MAP weights need it); got {self.alpha!r}")
-        check_positive_int(self.n_init, "n_init")
-        check_positive_int(self.max_iter, "max_iter")
-        if not self.reg_covar >= 0:
-            raise ValueError(f"reg_covar must be non-negative; got {self.reg_covar}")
 
     def fit(self, X: Any, y: Any = None, *, engine: str = "em", **options: Any) -> "PFGMM":
         """Fit by variational EM (``engine="em"``) or SVI (``"svi"``) on features ``X`` and labels ``y``.

@@ -11,7 +11,7 @@ import torch
 from pyro import poutine
 from pyro.ops.indexing import Vindex
 
-from ppmix._validation import check_positive_int, to_output
+from ppmix._validation import to_output
 from ppmix.components import BernoulliLabel, DiagGaussian
 from ppmix.components._centred import CentredData
 from ppmix.inference.forward_backward import forward_backward
@@ -19,7 +19,6 @@ from ppmix.models._sequences import SequenceBatch
 from ppmix.models._switches import FrameLabels, PredictionFocusedMixin
 from ppmix.models.base import MixtureModel
 from ppmix.models.hmm import HMM, _Counts, _EMData, _first
-from ppmix.models.pf_gmm import PF_INIT_METHODS
 
 __all__ = ["PFHMM", "SupervisedHMM"]
 
@@ -135,13 +134,7 @@ class PFHMM(PredictionFocusedMixin, HMM):
 
     def validate_params(self) -> None:
         MixtureModel.validate_params(self)
-        self._validate_switch_prior()
-        if self.init_params not in PF_INIT_METHODS:
-            raise ValueError(f"init_params must be one of {PF_INIT_METHODS}; got {self.init_params!r}")
-        check_positive_int(self.n_init, "n_init")
-        check_positive_int(self.max_iter, "max_iter")
-        if not self.reg_covar >= 0:
-            raise ValueError(f"reg_covar must be non-negative; got {self.reg_covar}")
+        self._validate_pf_params()
 
     def fit(self, X: Any, y: Any = None, *, engine: str = "em", **options: Any) -> "PFHMM":
         """Fit by variational EM on sequences ``X`` and per-step labels ``y``.
