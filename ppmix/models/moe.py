@@ -22,6 +22,8 @@ EXPERTS: dict[str, type] = {"gaussian": GaussianExpert, "logistic": LogisticExpe
 INIT_METHODS = ("kmeans", "random")
 #: weight of the uniform distribution mixed into hard k-means starts (keeps the first gate fit finite)
 _INIT_SMOOTHING = 0.2
+#: spread of the random gate coefficients of ``init_params="random"`` (standardised covariates)
+_RANDOM_GATE_SCALE = 2.0
 #: damped Newton steps of the gate (and of logistic experts) per M-step: a generalised EM
 #: step, still monotone because every damped Newton step decreases its objective
 NEWTON_STEPS = 3
@@ -86,8 +88,9 @@ class MixtureOfExperts(MixtureModel):
         ``y`` in ``fit`` (it keeps an expert from collapsing onto a few points, where the
         likelihood is unbounded).
     init_params : {"random", "kmeans"}, default "random"
-        Starting responsibilities: random (as in seed 001, which keeps the best of five
-        random starts) or k-means on the standardised ``(x, y)``.
+        Starting responsibilities: from a random gate (coefficients ``N(0, 2^2)`` on the
+        standardised covariates; seed 001 keeps the best of five random starts) or from
+        k-means on the standardised ``(x, y)``.
     standardize : bool, default True
     seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
 
@@ -285,7 +288,7 @@ class MixtureOfExperts(MixtureModel):
 
     # ------------------------------------------------------------------- EM
     def em_initialize(self, data: tuple[torch.Tensor, torch.Tensor], generator: torch.Generator) -> None:
-        """Responsibilities from k-means on the standardised ``(x, y)`` (or random), then one M-step."""
+        """Responsibilities from a random gate (or k-means on the standardised ``(x, y)``), then one M-step."""
         x, y = data
         k = self.n_experts
         zeros = torch.zeros(k, x.shape[1], dtype=x.dtype, device=x.device)
@@ -300,8 +303,12 @@ class MixtureOfExperts(MixtureModel):
             resp = torch.nn.functional.one_hot(labels, k).to(x.dtype)
             resp = (1 - _INIT_SMOOTHING) * resp + _INIT_SMOOTHING / k
         else:
-            resp = torch.rand(x.shape[0], k, generator=generator, dtype=x.dtype).to(x.device)
-            resp = resp / resp.sum(1, keepdim=True)
+            # a random gate: random linear regions of the (standardised) covariates. Unlike random
+            # responsibilities, whose experts all fit the same data when N is large, it starts the
+            # experts apart, whatever N.
+            slopes = _RANDOM_GATE_SCALE * torch.randn(x.shape[1], k, generator=generator, dtype=x.dtype)
+            offsets = torch.randn(k, generator=generator, dtype=x.dtype)
+            resp = torch.softmax(x @ slopes.to(x.device) + offsets.to(x.device), dim=1)
         self.m_step(data, resp)
 
     def _log_joint(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

