@@ -261,11 +261,21 @@ def reproduce(out_dir: Path, *, quick: bool, **options: Any) -> dict:
 
 @register("dmoe", "Distributed MoE by OT aggregation, Figures 1-4 of seed 001 (Global/Reduction/Middle/Weighted)")
 def run(out_dir: Path, quick: bool) -> dict:
-    """``ppmix reproduce dmoe``: N = 10^5, M in {4, 16, 64, 128}, 3 seeds (``quick``: N = 5000, M in {4, 8})."""
+    """``ppmix reproduce dmoe``: N = 10^5, M in {4, 16, 64, 128}, 3 seeds, local fits on a process pool.
+
+    ``quick``: N = 5000, M in {4, 8}, one seed, in-process. The full run takes hours on two
+    cores; ``python -m ppmix.experiments.dmoe`` chooses sizes, seeds and experts.
+    """
     if quick:
         options = {"n_samples": 5000, "machines": (4, 8), "seeds": (0,), "n_init": 2, "max_iter": 50}
     else:
-        options = {"n_samples": 100_000, "machines": (4, 16, 64, 128), "seeds": (0, 1, 2), "n_init": 5}
+        options = {
+            "n_samples": 100_000,
+            "machines": (4, 16, 64, 128),
+            "seeds": (0, 1, 2),
+            "n_init": 5,
+            "executor": None,
+        }
     return reproduce(out_dir, quick=quick, **options)
 
 
