@@ -324,7 +324,10 @@ class PRESTO(SavableEstimator):
       function): ``gain_i ~= l_i + (p_i - y_i)^2 h_i / (2 (1 - v_i h_i))`` with
       ``v_i = p_i (1 - p_i)`` and ``h_i = a_i' H^{-1} a_i`` (``H`` the penalised Hessian);
     - any other component object (``log_prob(data) -> (N, K)``, ``fit(data, weights)``):
-      the member's own per-sample loss ``l_i(theta_k)`` (no regulariser known).
+      the member's own per-sample loss ``l_i(theta_k)`` (no regulariser known);
+    - user ``torch.nn.Module`` components: *approximate*, the member's own per-sample
+      loss ``l_i(theta_k)`` at the trained parameters (the authors' per-sample score;
+      see :mod:`ppmix.inference.presto_components`).
 
     **Singleton term.** With an unpenalised intercept the exact ``G({(i, k)})`` is
     degenerate (infimum 0 for logistic, ``log(2 pi floor) / 2`` for Gaussian: the
@@ -349,10 +352,15 @@ class PRESTO(SavableEstimator):
     ----------
     n_components : int
         Number of parts ``K``.
-    component : {"logistic", "linear"} or component object
+    component : {"logistic", "linear"}, component family, ``nn.Module`` or list of ``K`` modules
         ``"logistic"``: :class:`~ppmix.components.LogisticExpert` (binary ``y``);
         ``"linear"`` (or ``"gaussian"``): :class:`~ppmix.components.GaussianExpert`.
-        An object must offer ``log_prob((x, y)) -> (N, K)`` and ``fit((x, y), weights)``.
+        A family object must offer ``log_prob((x, y)) -> (N, K)`` and ``fit((x, y), weights)``.
+        A ``torch.nn.Module`` must follow :class:`~ppmix.inference.presto_components.TorchComponent`
+        (``per_sample_loss(x, y)``, ``fit(x, y)``); it is copied ``K`` times (a list gives
+        one module per part). Examples: :class:`~ppmix.inference.presto_components.LinearSVMComponent`
+        (hinge loss, the paper's §4.1 component) and
+        :class:`~ppmix.inference.presto_components.MLPComponent`.
     ridge : float, default 0.1
         L2 penalty ``lambda`` on the coefficients (the paper's regulariser).
     alpha : float in (0, 1], default 1.0
@@ -380,11 +388,19 @@ class PRESTO(SavableEstimator):
     seed : int or None
     progress : bool, default True
         Show a tqdm progress bar.
+    executor : None, "processes", "inline", concurrent.futures.Executor or dask Client
+        Where the ``K`` components are trained. ``None`` (default): in this process, a
+        family's ``K`` members in one batched call (the fastest for the built-in
+        families). Otherwise each non-empty part is one task of
+        :func:`ppmix.parallel.run_tasks`: ``"processes"`` starts one local process pool
+        (spawn) for the whole fit; an executor or Dask client you pass is used and left
+        running; ``"inline"`` runs the tasks here one by one. Useful for heavy
+        ``nn.Module`` components; the partition is the same as in-process.
 
     Attributes
     ----------
     partition_ : ndarray of shape (N,)
-    components_ : component family with ``K`` members
+    components_ : component family with ``K`` members, or ``nn.ModuleList`` of ``K`` modules
     router_ : fitted router
     history_ : list of float
         Objective (with the tie-break term) after the initial fit and every accepted iteration.
@@ -393,6 +409,13 @@ class PRESTO(SavableEstimator):
     n_iter_ : int
     converged_ : bool
     part_sizes_ : ndarray of shape (K,)
+
+    Notes
+    -----
+    :meth:`save` / :meth:`load` write and read a fitted PRESTO through :mod:`ppmix.io`
+    (``config.json`` + ``tensors.pt``, safe loading, checksum). Only the softmax router
+    can be saved; a component object (family or module) must be passed again to
+    :meth:`load`, which restores its saved parameters.
 
     Examples
     --------
