@@ -82,9 +82,39 @@ def _theta_sort(v: torch.Tensor) -> torch.Tensor:
 
 
 def _project_pivot(v: torch.Tensor, max_pivots: int) -> torch.Tensor:
+    return project_simplex_warm(v, None, max_pivots)[0]
+
+
+def project_simplex_warm(
+    v: torch.Tensor, theta: torch.Tensor | None, max_pivots: int = 64
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pivot projection started from a guess of every row's threshold; returns ``(projection, theta)``.
+
+    Michelot's update ``theta <- (sum_{v_i > theta} v_i - 1) / #{v_i > theta}`` is Newton's
+    method on the convex, decreasing, piecewise-linear ``f(theta) = sum_i max(v_i - theta, 0) - 1``:
+    from a start left of the root it increases monotonically to it; from a start right of
+    the root its first step lands at or left of the root. It therefore converges from
+    any start below ``max(v)``, and it has converged exactly when two consecutive
+    thresholds have the same number of active entries. Warm-starting from the
+    thresholds of a nearby ``v`` (consecutive FISTA steps) takes one or two passes
+    instead of the several a cold start ``(sum v - 1) / n`` needs. ``v`` is not validated.
+
+    Examples
+    --------
+    >>> import torch
+    >>> v = torch.tensor([[0.5, 0.5, 1.0]], dtype=torch.float64)
+    >>> w, theta = project_simplex_warm(v, None)
+    >>> w2, _ = project_simplex_warm(v, theta + 0.3)  # a start right of the root
+    >>> bool(torch.equal(w, w2)), [round(x, 6) for x in w[0].tolist()]
+    (True, [0.166667, 0.166667, 0.666667])
+    """
     n = v.shape[-1]
-    theta = (v.sum(dim=-1, keepdim=True) - 1.0) / n
-    count = torch.full_like(theta, float(n))
+    cold = (v.sum(dim=-1, keepdim=True) - 1.0) / n
+    if theta is None:
+        theta = cold
+    else:
+        theta = torch.where(theta < v.amax(dim=-1, keepdim=True), theta, cold)
+    count = torch.full_like(theta, -1.0)
     settled = torch.zeros(theta.shape, dtype=torch.bool, device=v.device)
     for _ in range(max_pivots):
         active = v > theta
@@ -92,14 +122,13 @@ def _project_pivot(v: torch.Tensor, max_pivots: int) -> torch.Tensor:
         settled = new_count == count
         if settled.all():
             break
-        theta = torch.where(active, v, torch.zeros((), dtype=v.dtype, device=v.device)).sum(-1, keepdim=True)
-        theta = (theta - 1.0) / new_count
+        theta = ((v * active).sum(-1, keepdim=True) - 1.0) / new_count
         count = new_count
     if not settled.all():  # rare slow rows: finish them exactly by sorting
         rows = ~settled.squeeze(-1)
         theta = theta.clone()
         theta[rows] = _theta_sort(v[rows])
-    return _finish(v, theta)
+    return _finish(v, theta), theta
 
 
 def _finish(v: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:

@@ -9,7 +9,7 @@ import pytest
 import torch
 from scipy.optimize import minimize
 
-from ppmix.inference._simplex import project_simplex
+from ppmix.inference._simplex import project_simplex, project_simplex_warm
 from tests.common import assert_close
 
 
@@ -101,6 +101,18 @@ def test_pivot_agrees_with_sort_including_fallback():
     v = torch.as_tensor(rows)
     assert_close(project_simplex(v, method="pivot", max_pivots=3), project_simplex(v), atol=1e-13)
     assert_close(project_simplex(v, method="pivot"), project_simplex(v), atol=1e-13)
+
+
+@pytest.mark.parametrize("shift", [-2.0, -1e-3, 0.0, 1e-3, 0.5, 1e3], ids=lambda s: f"shift{s:g}")
+def test_warm_started_pivot_equals_sort_from_any_start(shift):
+    """Newton/Michelot from a start left or right of the root (or above max v) reaches the same projection."""
+    v = torch.randn(40, 300, generator=torch.Generator().manual_seed(7), dtype=torch.float64) * 2
+    v[0, :5] = 3.0  # ties at the top
+    exact = project_simplex(v, method="sort")
+    _, theta = project_simplex_warm(v, None)
+    warm, theta_warm = project_simplex_warm(v, theta + shift)
+    assert_close(warm, exact, rtol=0, atol=1e-14)
+    assert_close(theta_warm, theta, rtol=0, atol=1e-14)
 
 
 def test_large_n_float64_and_single_entry():
