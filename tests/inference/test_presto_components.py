@@ -33,9 +33,10 @@ def two_classifiers(n: int = 240, seed: int = 0) -> tuple[np.ndarray, np.ndarray
     return x, y, regime
 
 
-def test_linear_svm_components_recover_two_classifiers():
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
+def test_linear_svm_components_recover_two_classifiers(dtype):
     x, y, regime = two_classifiers()
-    svm = LinearSVMComponent(2, ridge=1e-3, lr=0.05, epochs=150)
+    svm = LinearSVMComponent(2, ridge=1e-3, lr=0.05, epochs=150, dtype=dtype)
     model = PRESTO(2, svm, epsilon=0.0, leeway=None, init=corrupted_start(regime, 0.25, 1), seed=0, progress=False)
     model.fit(x, y)
     part = model.partition_
@@ -44,9 +45,10 @@ def test_linear_svm_components_recover_two_classifiers():
     matches = [(part[disagree] == regime[disagree]).mean(), (part[disagree] != regime[disagree]).mean()]
     assert max(matches) == 1.0
     # every point sits in a part whose SVM classifies it correctly
-    own = torch.stack([m.predict(torch.as_tensor(x)) for m in model.components_], dim=1)
+    own = torch.stack([m.predict(torch.as_tensor(x, dtype=dtype)) for m in model.components_], dim=1)
     assert (own[np.arange(len(y)), part].numpy() == y).all()
     assert isinstance(model.components_, torch.nn.ModuleList) and len(model.components_) == 2
+    assert all(m.linear.weight.dtype == dtype for m in model.components_)  # PRESTO casts the data, not the module
     assert np.isfinite(model.history_).all()
 
 
