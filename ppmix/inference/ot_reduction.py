@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Sequence
 
 import numpy as np
@@ -69,6 +70,13 @@ class LocalMixture:
     gate_probs: torch.Tensor
     experts: Experts
     n_experts: int
+
+    @cached_property
+    def responses(self) -> torch.Tensor:
+        """``E[y | x_s, l]`` of every local expert, ``(S, L)`` (means, or probabilities for logistic experts)."""
+        if isinstance(self.experts, GaussianExpert):
+            return self.experts.mean(self.x)
+        return self.experts.predict_proba(self.x)
 
     @classmethod
     def from_models(
@@ -118,6 +126,12 @@ def _select(family: Experts, index: torch.Tensor | list[int]) -> Experts:
     return out
 
 
+def _assignment(local: LocalMixture, experts: Experts) -> tuple[torch.Tensor, torch.Tensor]:
+    """The KL-closest reduced expert of every (point, local expert), ``(S, L)``, and the objective (15)."""
+    best, assign = local.experts.kl(experts, local.x).min(dim=2)  # cost (S, L, K)
+    return assign, (local.gate_probs * best).sum(1).mean()
+
+
 def reduction_plan(local: LocalMixture, experts: Experts) -> tuple[torch.Tensor, torch.Tensor]:
     """The relaxed optimal plan (eq. 18) and the objective (15) at ``experts``.
 
@@ -135,10 +149,9 @@ def reduction_plan(local: LocalMixture, experts: Experts) -> tuple[torch.Tensor,
     >>> float(objective), plan.sum((1, 2)).tolist() == [1.0] * 5
     (0.0, True)
     """
-    cost = local.experts.kl(experts, local.x)  # (S, L, K)
-    best, assign = cost.min(dim=2)
-    plan = torch.zeros_like(cost).scatter_(2, assign[..., None], local.gate_probs[..., None])
-    return plan, (local.gate_probs * best).sum(1).mean()
+    assign, objective = _assignment(local, experts)
+    plan = local.gate_probs.new_zeros(*assign.shape, experts.n_components)
+    return plan.scatter_(2, assign[..., None], local.gate_probs[..., None]), objective
 
 
 def update_experts(
@@ -149,7 +162,7 @@ def update_experts(
     logistic_update: str = "s14",
     epsilon: float = 1e-6,
 ) -> Experts:
-    """Solve (19) for every reduced expert given the plan; returns a new family.
+    """Solve (19) for every reduced expert given the plan of :func:`reduction_plan`; returns a new family.
 
     Gaussian experts (S8): ``beta_k`` is the weighted least-squares fit of the local
     means ``x_s^T beta_l`` with weights ``plan[s, l, k]``, and
@@ -161,28 +174,39 @@ def update_experts(
     A reduced expert that receives no mass (or whose system is singular) keeps its
     current parameters.
     """
+    return _update(local, plan.argmax(2), current, logistic_update, epsilon)
+
+
+def _update(
+    local: LocalMixture, assign: torch.Tensor, current: Experts, logistic_update: str, epsilon: float
+) -> Experts:
+    """:func:`update_experts` from the assignment ``(S, L)``: every sum over the plan costs ``O(S L)``."""
     x, a = local.x, design_matrix(local.x)
-    mass = plan.sum(1)  # D: (S, K)
-    alive = mass.sum(0) > 1e-12 * plan.shape[0]
+    k_all, weights = current.n_components, local.gate_probs
+
+    def per_point(values: torch.Tensor) -> torch.Tensor:  # sum_l plan[s, l, k] values[s, l] -> (S, K)
+        return values.new_zeros(values.shape[0], k_all).scatter_add_(1, assign, values)
+
+    mass = per_point(weights)  # D: (S, K)
+    alive = mass.sum(0) > 1e-12 * x.shape[0]
     new = current.clone()
     if isinstance(current, GaussianExpert):
-        means = local.experts.mean(x)  # (S, L)
-        target = torch.einsum("slk,sl->sk", plan, means)
+        means = local.responses  # (S, L)
         gram = (mass.T[:, :, None] * a[None]).mT @ a  # (K, P+1, P+1)
-        theta, info = torch.linalg.solve_ex(gram, target.T @ a)
+        theta, info = torch.linalg.solve_ex(gram, per_point(weights * means).T @ a)
         ok = alive & (info == 0)
         stacked = torch.where(ok[:, None], theta, current._stacked())
         new._unstack(stacked)
-        resid = (a @ stacked.T)[:, None, :] - means[:, :, None]  # (S, L, K)
-        spread = (plan * (local.experts.scale.square()[None, :, None] + resid.square())).sum((0, 1))
-        var = spread / mass.sum(0).clamp_min(torch.finfo(x.dtype).tiny)
+        resid = (a @ stacked.T).gather(1, assign) - means  # x_s^T(beta_k - beta_l) at k = assign[s, l]
+        spread = weights * (local.experts.scale.square()[None, :] + resid.square())
+        total = spread.new_zeros(k_all).scatter_add_(0, assign.flatten(), spread.flatten())
+        var = total / mass.sum(0).clamp_min(torch.finfo(x.dtype).tiny)
         new.scale = torch.where(ok, var.clamp_min(current.min_variance).sqrt(), current.scale)
         return new
     if logistic_update not in LOGISTIC_UPDATES:
         raise ValueError(f"logistic_update must be one of {LOGISTIC_UPDATES}; got {logistic_update!r}")
-    probs = local.experts.predict_proba(x)  # (S, L)
     has_mass = mass > 0
-    v = torch.einsum("slk,sl->sk", plan, probs) / mass.where(has_mass, torch.ones_like(mass))
+    v = per_point(weights * local.responses) / mass.where(has_mass, torch.ones_like(mass))
     v = v.where(has_mass, torch.full_like(v, 0.5))
     stacked = current._stacked().clone()
     for k in torch.nonzero(alive).flatten().tolist():
@@ -204,11 +228,11 @@ def _mm(
     local: LocalMixture, start: Experts, max_iter: int, tol: float, logistic_update: str, epsilon: float
 ) -> tuple[Experts, list[float], bool]:
     experts = start
-    plan, objective = reduction_plan(local, experts)
+    assign, objective = _assignment(local, experts)
     history = [float(objective)]
     for _ in range(max_iter):
-        experts = update_experts(local, plan, experts, logistic_update=logistic_update, epsilon=epsilon)
-        plan, objective = reduction_plan(local, experts)
+        experts = _update(local, assign, experts, logistic_update, epsilon)
+        assign, objective = _assignment(local, experts)
         history.append(float(objective))
         if abs(history[-2] - history[-1]) <= tol * max(abs(history[-1]), 1e-300):
             return experts, history, True
@@ -222,7 +246,7 @@ def ot_reduce(
     weights: Sequence[float] | None = None,
     n_init: int = 5,
     max_iter: int = 100,
-    tol: float = 1e-6,
+    tol: float = 1e-5,
     logistic_update: str = "s14",
     epsilon: float = 1e-6,
     gate_ridge: float = 1e-6,
