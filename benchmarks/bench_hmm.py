@@ -284,6 +284,8 @@ def run_size(n_sequences: int, args: argparse.Namespace) -> dict[str, Any]:
         r.start(init)
     start_ll = loglik_per_step(runners[0].params(), seqs)
     timing = time_iterations(runners, args.timed, args.passes)
+    if torch.get_num_threads() != args.threads:
+        raise RuntimeError(f"torch ran with {torch.get_num_threads()} threads, not --threads {args.threads}")
     reference = timing["hmmlearn-float64"]
     libraries = []
     for r in runners:
@@ -328,6 +330,10 @@ def main(argv: list[str] | None = None) -> None:
     args.sizes = args.sizes or ([60] if args.quick else [2000, 8000])
     args.timed = args.timed or (2 if args.quick else 8)
     args.passes = args.passes or (1 if args.quick else 4)
+    if not args.no_pomegranate:
+        # Importing pomegranate (apricot -> numba's parallel layer) sets the OpenMP thread count, which torch
+        # shares, to the number of CPUs. Import it first, then set the thread count.
+        import pomegranate.hmm  # noqa: F401
     torch.set_num_threads(args.threads)
 
     started = time.perf_counter()
