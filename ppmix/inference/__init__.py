@@ -1,4 +1,4 @@
-"""Engines (EM, SVI, MCMC) and, in later modules, the non-generative optimizers."""
+"""Engines (EM, SVI, MCMC, the pf-GMM Gibbs sampler), the OT reduction and the non-generative optimizers."""
 
 from ppmix.inference._learners import (
     GaussianLearner,
@@ -13,6 +13,7 @@ from ppmix.inference.em import run_em
 from ppmix.inference.forward_backward import ForwardBackwardResult, forward_backward, viterbi
 from ppmix.inference.mcmc import run_mcmc
 from ppmix.inference.presto import PRESTO, greedy_capacity_assignment
+from ppmix.inference.presto_components import LinearSVMComponent, MLPComponent, TorchComponent
 from ppmix.inference.rw import RegularizedWeighting, WeightStepResult, joint_loss, solve_weights
 from ppmix.inference.svi import run_svi
 
@@ -21,11 +22,14 @@ __all__ = [
     "FitResult",
     "ForwardBackwardResult",
     "GaussianLearner",
+    "LinearSVMComponent",
+    "MLPComponent",
     "PRESTO",
     "RegressionLearner",
     "RegularizedWeighting",
     "SquaredDistanceLearner",
     "SubspaceLearner",
+    "TorchComponent",
     "WeightStepResult",
     "WeightedLearner",
     "forward_backward",
