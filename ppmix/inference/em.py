@@ -60,7 +60,7 @@ def run_em(
     >>> import torch
     >>> from ppmix import GMM
     >>> gmm = GMM(2, seed=0, progress=False)
-    >>> gmm.fit(torch.randn(100, 2), engine="em", max_iter=200).converged_
+    >>> gmm.fit(torch.randn(100, 2, generator=torch.Generator().manual_seed(0)), engine="em", max_iter=200).converged_
     True
     """
     n_init = check_positive_int(n_init if n_init is not None else getattr(model, "n_init", 1), "n_init")
