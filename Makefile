@@ -28,6 +28,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_hmm.py
 	$(BIN)/python benchmarks/bench_partition.py
 	$(BIN)/python benchmarks/bench_pf_gmm.py
+	$(BIN)/python benchmarks/bench_moe.py
 
 clean:
 	rm -rf $(VENV) out
