@@ -121,6 +121,16 @@ class PredictionFocusedMixin:
         if not self.reg_covar >= 0:
             raise ValueError(f"reg_covar must be non-negative; got {self.reg_covar}")
 
+    def _check_pf_features(self, frames: torch.Tensor) -> None:
+        """At least two features to select among (when ``p < 1``) and no constant feature (named)."""
+        if frames.shape[1] < 2 and not self._all_relevant:
+            raise ValueError("X needs at least 2 features for feature selection (switch_prior < 1)")
+        constant = (frames == frames[:1]).all(0)
+        if constant.any():
+            names = self.feature_names_in_ or list(range(frames.shape[1]))
+            bad = [names[i] for i in torch.nonzero(constant).flatten().tolist()][:10]
+            raise ValueError(f"X has constant feature(s) {bad}: they carry no information; drop them")
+
     def _validate_switch_prior(self) -> None:
         p = self.switch_prior
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 < float(p) <= 1.0:

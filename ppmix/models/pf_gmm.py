@@ -180,14 +180,8 @@ class PFGMM(PredictionFocusedMixin, GaussianComponentsMixin, MixtureModel):
         x = MixtureModel.prepare_data(self, X, None, fitting=fitting)
         if fitting:
             check_n_components(self.n_components, x.shape[0])
-            if x.shape[1] < 2 and not self._all_relevant:
-                raise ValueError("X needs at least 2 features for feature selection (switch_prior < 1)")
+            self._check_pf_features(x)
             self._record_data_scale(x)
-            constant = (x == x[:1]).all(0)
-            if constant.any():
-                names = self.feature_names_in_ or list(range(x.shape[1]))
-                bad = [names[i] for i in torch.nonzero(constant).flatten().tolist()][:10]
-                raise ValueError(f"X has constant feature(s) {bad}: they carry no information; drop them")
         if y is None:
             labels = FrameLabels.missing(x.shape[0], x.dtype, x.device)
         else:

@@ -161,8 +161,8 @@ class PFHMM(PredictionFocusedMixin, HMM):
             batch.y = None
         elif batch.y is not None and not (~torch.isnan(batch.y[batch.mask])).any():
             raise ValueError("y has no observed label; pass y=None to fit without labels")
-        if fitting and batch.n_features < 2 and not self._all_relevant:
-            raise ValueError("X needs at least 2 features for feature selection (switch_prior < 1)")
+        if fitting:
+            self._check_pf_features(batch.frames)
         return batch
 
     def _frames_data(self, batch: SequenceBatch, use_labels: bool) -> _PFEMData:

@@ -181,8 +181,19 @@ def test_dataframe_layout_save_load_and_arviz(tmp_path):
         ([np.arange(8.0).reshape(4, 2)], [np.array([0, 1, 0])], "3 labels"),
         ([np.arange(8.0).reshape(4, 2)], [np.full(4, np.nan)], "no observed label"),
         ([np.arange(2.0).reshape(2, 1)], [np.array([0, 1])], "at least 2 features"),
+        ([np.c_[np.arange(4.0), np.ones(4)]], [np.array([0, 1, 0, 1])], r"constant feature\(s\) \[1\]"),
     ],
-    ids=["empty", "zero-length", "features", "nan", "label-values", "label-length", "all-missing", "one-feature"],
+    ids=[
+        "empty",
+        "zero-length",
+        "features",
+        "nan",
+        "label-values",
+        "label-length",
+        "all-missing",
+        "one-feature",
+        "constant-feature",
+    ],
 )
 def test_bad_input(X, y, match):
     with pytest.raises(ValueError, match=match):
