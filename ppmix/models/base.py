@@ -510,14 +510,26 @@ class MixtureModel(PyroModule):
         return {}
 
     # ============================================================ persistence
+    #: constructor arguments of a parent class that a subclass fixes (not its own parameters)
+    fixed_params: ClassVar[tuple[str, ...]] = ()
+
     def get_params(self) -> dict[str, Any]:
-        """Constructor arguments, read back from the attributes of the same names."""
-        signature = inspect.signature(type(self).__init__)
-        return {
-            name: getattr(self, name)
-            for name, p in signature.parameters.items()
-            if name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-        }
+        """Constructor arguments, read back from the attributes of the same names.
+
+        A constructor that forwards ``**kwargs`` to its parent's takes the parent's named
+        arguments too (minus the :attr:`fixed_params` it sets itself).
+        """
+        params: dict[str, Any] = {}
+        for cls in type(self).__mro__:
+            if "__init__" not in vars(cls):
+                continue
+            signature = inspect.signature(vars(cls)["__init__"])
+            for name, p in signature.parameters.items():
+                if name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                    params.setdefault(name, getattr(self, name))
+            if not any(p.kind == p.VAR_KEYWORD for p in signature.parameters.values()):
+                break
+        return {name: value for name, value in params.items() if name not in self.fixed_params}
 
     def save(self, path: str | Path) -> Path:
         """Write the fitted model to the directory ``path`` (tensors + a JSON config).

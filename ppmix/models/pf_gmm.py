@@ -433,7 +433,9 @@ def _variational_log_joint(x: torch.Tensor, labels: FrameLabels, values: dict[st
 class SupervisedGMM(PFGMM):
     """Supervised GMM (sup-GMM): the joint mixture of features and label, i.e. :class:`PFGMM` with ``p = 1``.
 
-    Every feature is relevant (``phi = 1``); the code path is PFGMM's.
+    Every feature is relevant (``phi = 1``); the code path is PFGMM's. The other keyword
+    arguments are :class:`PFGMM`'s (``alpha``, ``n_init``, ``max_iter``, ``tol``, ``reg_covar``,
+    ``warm_start``, ``seed``, ``device``, ``dtype``, ``progress``); the default start is k-means.
 
     Examples
     --------
@@ -443,35 +445,8 @@ class SupervisedGMM(PFGMM):
     [1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
     """
 
-    def __init__(
-        self,
-        n_components: int = 2,
-        *,
-        alpha: float = 1.0,
-        init_params: str = "kmeans",
-        n_init: int = 1,
-        max_iter: int = 200,
-        tol: float = 1e-7,
-        reg_covar: float = 1e-6,
-        warm_start: bool = False,
-        seed: int | None = None,
-        device: str | torch.device | None = None,
-        dtype: torch.dtype = torch.float64,
-        progress: bool = True,
-    ) -> None:
-        super().__init__(
-            n_components,
-            switch_prior=1.0,
-            alpha=alpha,
-            init_params=init_params,
-            n_init=n_init,
-            max_iter=max_iter,
-            tol=tol,
-            reg_covar=reg_covar,
-            warm_start=warm_start,
-            seed=seed,
-            device=device,
-            dtype=dtype,
-            progress=progress,
-        )
+    fixed_params = ("switch_prior",)
+
+    def __init__(self, n_components: int = 2, *, init_params: str = "kmeans", **kwargs: Any) -> None:
+        super().__init__(n_components, switch_prior=1.0, init_params=init_params, **kwargs)
 

@@ -401,7 +401,8 @@ class PFHMM(PredictionFocusedMixin, HMM):
 class SupervisedHMM(PFHMM):
     """Supervised HMM (sup-HMM): the chain emits features and the per-step label, i.e. :class:`PFHMM` with ``p = 1``.
 
-    Every feature is relevant (``phi = 1``); the code path is PFHMM's.
+    Every feature is relevant (``phi = 1``); the code path is PFHMM's. The other keyword
+    arguments are :class:`PFHMM`'s; the default start is k-means.
 
     Examples
     --------
@@ -411,37 +412,10 @@ class SupervisedHMM(PFHMM):
     [1.0, 1.0, 1.0, 1.0]
     """
 
-    def __init__(
-        self,
-        n_components: int = 2,
-        *,
-        init_params: str = "kmeans",
-        n_init: int = 1,
-        max_iter: int = 200,
-        tol: float = 1e-7,
-        reg_covar: float = 1e-6,
-        warm_start: bool = False,
-        sequence_column: str | None = None,
-        seed: int | None = None,
-        device: str | torch.device | None = None,
-        dtype: torch.dtype = torch.float64,
-        progress: bool = True,
-    ) -> None:
-        super().__init__(
-            n_components,
-            switch_prior=1.0,
-            init_params=init_params,
-            n_init=n_init,
-            max_iter=max_iter,
-            tol=tol,
-            reg_covar=reg_covar,
-            warm_start=warm_start,
-            sequence_column=sequence_column,
-            seed=seed,
-            device=device,
-            dtype=dtype,
-            progress=progress,
-        )
+    fixed_params = ("switch_prior",)
+
+    def __init__(self, n_components: int = 2, *, init_params: str = "kmeans", **kwargs: Any) -> None:
+        super().__init__(n_components, switch_prior=1.0, init_params=init_params, **kwargs)
 
 
 def _step_labels(batch: SequenceBatch, idx: torch.Tensor, t: int) -> FrameLabels | None:
