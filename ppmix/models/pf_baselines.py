@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from abc import ABC, abstractmethod
 from typing import Any
 
 import numpy as np
@@ -148,7 +149,7 @@ def gaussian_mixture_marginal_log_prob(
 
 
 # ----------------------------------------------------------------------- base classes
-class _LabelBaseline:
+class _LabelBaseline(ABC):
     """``fit(X, y)`` input handling, the fitted check and ``predict`` from ``predict_proba``."""
 
     def _prepare_fit(self, X: Any, y: Any) -> tuple[torch.Tensor, np.ndarray]:
@@ -166,8 +167,9 @@ class _LabelBaseline:
         self._check_fitted()
         return check_matrix(X, "X", n_features=self.n_features_in_)[0]
 
+    @abstractmethod
     def predict_proba(self, X: Any) -> Any:
-        raise NotImplementedError
+        """``[P(y=0 | x), P(y=1 | x)]`` per row (one ``(T, 2)`` array per sequence for sequence input)."""
 
     def predict(self, X: Any) -> Any:
         """The more probable label of each row (one array per sequence for sequence input)."""
@@ -181,12 +183,12 @@ class _LabelBaseline:
         return f"{type(self).__name__}({args})"
 
 
-class _GaussianMixtureDensity:
+class _GaussianMixtureDensity(ABC):
     """``log_likelihood_relevant`` for baselines whose density is one Gaussian mixture."""
 
+    @abstractmethod
     def _mixture_parameters(self) -> tuple[Any, Any, Any]:
         """``(weights, means, covariances)`` of the fitted density of ``X``."""
-        raise NotImplementedError
 
     def log_likelihood_relevant(self, X: Any, relevant_mask: Any) -> np.ndarray:
         """``log p(x_R)`` per row: the fitted mixture marginalised onto the features in ``relevant_mask``.
