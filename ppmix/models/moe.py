@@ -14,6 +14,7 @@ from ppmix._init import kmeans
 from ppmix._validation import check_matrix, check_positive_int, to_output
 from ppmix.components import GaussianExpert, LogisticExpert, SoftmaxGate
 from ppmix.models._flat import FlatPrior
+from ppmix.models._responsibilities import normalize_log_joint_
 from ppmix.models.base import MixtureModel
 
 __all__ = ["MixtureOfExperts"]
@@ -316,9 +317,8 @@ class MixtureOfExperts(MixtureModel):
 
     def e_step(self, data: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Responsibilities and the log-likelihood ``sum_n log sum_k pi_k(x_n) p_k(y_n | x_n)``."""
-        log_joint = self._log_joint(*data)
-        total = torch.logsumexp(log_joint, dim=1, keepdim=True)
-        return (log_joint - total).exp(), total.sum()
+        resp, log_norm = normalize_log_joint_(self._log_joint(*data))
+        return resp, log_norm.sum()
 
     def m_step(self, data: tuple[torch.Tensor, torch.Tensor], resp: torch.Tensor) -> None:
         """Experts by weighted least squares / weighted IRLS, gate by Newton on the soft targets."""
