@@ -24,13 +24,16 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 from scipy.special import multigammaln
+
+from ppmix.components import FullGaussian
 
 __all__ = [
     "GibbsDraws",
     "NIWPrior",
     "collapsed_log_likelihood",
-    "gaussian_log_density",
+    "block_log_prob",
     "log_marginal_niw",
     "run_pf_gibbs",
     "sufficient_stats",
@@ -135,11 +138,15 @@ def collapsed_log_likelihood(switches: np.ndarray, prior: NIWPrior, cluster_stat
     return total
 
 
-def gaussian_log_density(x: np.ndarray, mu: np.ndarray, sigma: np.ndarray) -> np.ndarray:
-    """``log N(x_n | mu, sigma)`` for every row, by a Cholesky solve."""
-    chol = np.linalg.cholesky(sigma)
-    solved = np.linalg.solve(chol, (x - mu).T)
-    return -0.5 * (solved**2).sum(0) - np.log(np.diag(chol)).sum() - 0.5 * x.shape[1] * math.log(2 * math.pi)
+def block_log_prob(x: np.ndarray, locs: np.ndarray, covariances: np.ndarray, coords: np.ndarray) -> np.ndarray:
+    """``log N(x_n[coords] | locs_k[coords], covariances_k[coords, coords])`` for every row and component, ``(N, K)``.
+
+    Evaluated by the shared :class:`~ppmix.components.FullGaussian` family on the block.
+    """
+    block = np.ix_(coords, coords)
+    cov = torch.as_tensor(np.stack([c[block] for c in covariances]))
+    family = FullGaussian(torch.as_tensor(locs[:, coords]), torch.linalg.cholesky(cov), reg_covar=0.0)
+    return family.log_prob(torch.as_tensor(x[:, coords])).numpy()
 
 
 def run_pf_gibbs(
@@ -224,8 +231,7 @@ def run_pf_gibbs(
         # 3. assignments
         log_joint = np.tile(np.log(theta), (n, 1))
         if switches.any():
-            for j in range(k):
-                log_joint[:, j] += gaussian_log_density(x[:, switches], locs[j, switches], covs[j][block])
+            log_joint += block_log_prob(x, locs, covs, switches)
         label_ll = np.where(y[:, None] == 1, np.log(eta), np.log1p(-eta))
         log_joint += label_ll * observed[:, None]
         log_joint -= log_joint.max(1, keepdims=True)

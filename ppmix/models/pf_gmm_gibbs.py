@@ -9,7 +9,7 @@ import torch
 
 from ppmix._init import kmeans
 from ppmix._validation import NotFittedError, check_matrix, check_n_components, check_positive_int
-from ppmix.inference.pf_gibbs import GibbsDraws, gaussian_log_density, run_pf_gibbs
+from ppmix.inference.pf_gibbs import GibbsDraws, block_log_prob, run_pf_gibbs
 from ppmix.models._switches import FrameLabels, label_relevant_features
 
 __all__ = ["PFGMMGibbs"]
@@ -134,9 +134,7 @@ class PFGMMGibbs:
         on = d.switches[i]
         log_joint = np.tile(np.log(d.weights[i]), (x.shape[0], 1))
         if on.any():
-            block = np.ix_(on, on)
-            for k in range(self.n_components):
-                log_joint[:, k] += gaussian_log_density(x[:, on], d.locs[i, k, on], d.covariances[i, k][block])
+            log_joint += block_log_prob(x, d.locs[i], d.covariances[i], on)
         return log_joint
 
     def predict_proba(self, X: Any) -> np.ndarray:
@@ -165,9 +163,8 @@ class PFGMMGibbs:
             value = peak + np.log(np.exp(log_joint - peak[:, None]).sum(1))
             off = ~self.draws_.switches[i]
             if off.any():
-                block = np.ix_(off, off)
-                loc, cov = self.draws_.background_loc[i, off], self.draws_.background_covariance[i][block]
-                value += gaussian_log_density(x[:, off], loc, cov)
+                d = self.draws_
+                value += block_log_prob(x, d.background_loc[i][None], d.background_covariance[i][None], off)[:, 0]
             per_draw.append(value)
         stacked = np.stack(per_draw)
         peak = stacked.max(0)
