@@ -31,7 +31,7 @@ from ppmix.components import BernoulliLabel, DiagGaussian
 from ppmix.components._centred import CentredData
 from ppmix.models._flat import FlatPrior
 
-__all__ = ["FrameLabels", "PredictionFocusedMixin", "switch_kl_terms"]
+__all__ = ["FrameLabels", "PredictionFocusedMixin", "switch_kl_terms", "switched_log_joint"]
 
 #: the guide keeps q(S) strictly inside (0, 1) so Pyro's enumerated ELBO stays finite
 _PHI_FLOOR = 1e-12
@@ -96,6 +96,26 @@ def switch_kl_terms(phi: torch.Tensor, prior: float) -> torch.Tensor:
     return terms.sum()
 
 
+def switched_log_joint(
+    components: DiagGaussian,
+    label_family: BernoulliLabel,
+    phi: torch.Tensor | None,
+    log_prior: torch.Tensor,
+    frames: torch.Tensor | CentredData,
+    labels: FrameLabels,
+) -> torch.Tensor:
+    """``log prior_k + E_q(S)[log p(x_n | k, S)]`` (relevant part) ``+ log p(y_n | k)``, ``(N, K)``.
+
+    The switch-weighted component log-density (``phi=None``: every feature on) plus the
+    label term where it is observed; differentiable in the families' parameters, so it
+    serves the EM E-step and the SVI guide alike.
+    """
+    log_joint = components.log_prob(frames, feature_weights=phi).add_(log_prior)
+    if labels.any:
+        log_joint = log_joint + label_family.log_prob(labels.y) * labels.observed[:, None]
+    return log_joint
+
+
 class PredictionFocusedMixin:
     """Switches, background and labels for a prediction-focused model over frames.
 
@@ -150,11 +170,8 @@ class PredictionFocusedMixin:
         self._background_ll = self.background_.fitted_feature_log_likelihood(ones.sum(0))[0]  # (D,)
 
     def _frame_log_joint(self, frames: CentredData, labels: FrameLabels, log_prior: torch.Tensor) -> torch.Tensor:
-        """``log prior_k + E_q(S)[log p(x_n | k, S)]`` (relevant part) ``+ log p(y_n | k)``, ``(N, K)``."""
-        log_joint = self.components_.log_prob(frames, feature_weights=self.switch_probs_).add_(log_prior)
-        if labels.any:
-            log_joint.add_(self.labels_.log_prob(labels.y) * labels.observed[:, None])
-        return log_joint
+        """:func:`switched_log_joint` at the fitted components, labels and relevance."""
+        return switched_log_joint(self.components_, self.labels_, self.switch_probs_, log_prior, frames, labels)
 
     def _frame_objective_terms(self, n_frames: int) -> torch.Tensor:
         """ELBO terms outside the components: background features and the switches' prior/entropy."""

@@ -17,7 +17,7 @@ from ppmix.components._centred import CentredData
 from ppmix.models._flat import FlatPrior
 from ppmix.models._gaussian_components import GaussianComponentsMixin
 from ppmix.models._responsibilities import normalize_log_joint_
-from ppmix.models._switches import FrameLabels, PredictionFocusedMixin
+from ppmix.models._switches import FrameLabels, PredictionFocusedMixin, switched_log_joint
 from ppmix.models.base import MixtureModel
 
 __all__ = ["PFGMM", "SupervisedGMM"]
@@ -422,12 +422,10 @@ class PFGMM(PredictionFocusedMixin, GaussianComponentsMixin, MixtureModel):
 
 
 def _variational_log_joint(x: torch.Tensor, labels: FrameLabels, values: dict[str, torch.Tensor]) -> torch.Tensor:
-    """``log weights_k + sum_d phi_d log N(x_d | k) + log p(y | k)`` from a dict of (differentiable) values."""
-    comp = DiagGaussian(values["locs"], values["scales"], reg_covar=0.0)
-    log_joint = comp.log_prob(x, feature_weights=values.get("switch_probs")) + values["weights"].log()
-    probs = values["label_probs"]
-    label_ll = torch.xlogy(labels.y[:, None], probs) + torch.xlogy(1 - labels.y[:, None], 1 - probs)
-    return log_joint + label_ll * labels.observed[:, None]
+    """:func:`switched_log_joint` from a dict of (differentiable) values, with the weights' log prior."""
+    components = DiagGaussian(values["locs"], values["scales"], reg_covar=0.0)
+    label_family = BernoulliLabel(values["label_probs"])
+    return switched_log_joint(components, label_family, values.get("switch_probs"), values["weights"].log(), x, labels)
 
 
 class SupervisedGMM(PFGMM):
