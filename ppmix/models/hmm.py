@@ -32,6 +32,21 @@ class _Counts:
 
 
 @dataclass
+class _Chain:
+    """The state chain's probabilities inside a model: initial, transition, and identity for padded steps."""
+
+    initial: torch.Tensor
+    transition: torch.Tensor
+    eye: torch.Tensor
+
+    def step(self, z: torch.Tensor | None, valid: torch.Tensor) -> torch.Tensor:
+        """``P(z_t | z_{t-1})`` (``initial`` at ``t = 0``); padded steps keep their state, so they sum out to one."""
+        if z is None:
+            return self.initial
+        return torch.where(valid.reshape(*valid.shape, 1), self.transition[z], self.eye[z])
+
+
+@dataclass
 class _EMData:
     """A sequence batch with its valid frames prepared once for the emission family."""
 
@@ -162,24 +177,24 @@ class HMM(GaussianComponentsMixin, MixtureModel):
         """The Markov chain over each sequence with every ``z_t`` enumerated in parallel."""
         k, d = self.n_components, batch.n_features
         opts = {"dtype": batch.x.dtype, "device": batch.x.device}
-        initial = pyro.sample("initial", self._simplex_prior((), k, opts))
-        components = pyro.plate("components", k)
-        with components:
-            transition = pyro.sample("transition", self._simplex_prior((k,), k, opts))
+        chain, components = self._sample_chain(k, opts)
         family = self._sample_components(k, d, opts, plate=components)
-        eye = torch.eye(k, **opts)
         with self.data_plate(batch.n_sequences) as idx:
             x, lengths = batch.x[idx], batch.lengths[idx]
             z = None
             for t in pyro.markov(range(batch.max_length)):
                 valid = t < lengths
-                if z is None:
-                    probs = initial
-                else:  # padded steps keep their state, so they sum out to exactly one
-                    probs = torch.where(valid[:, None], transition[z], eye[z])
-                z = pyro.sample(f"z_{t}", dist.Categorical(probs), infer={"enumerate": "parallel"})
+                z = pyro.sample(f"z_{t}", dist.Categorical(chain.step(z, valid)), infer={"enumerate": "parallel"})
                 with poutine.mask(mask=valid):
                     pyro.sample(f"x_{t}", family.pyro_dist(z), obs=x[:, t])
+
+    def _sample_chain(self, k: int, opts: dict) -> tuple["_Chain", pyro.plate]:
+        """Sample ``initial`` and ``transition`` (in the ``components`` plate, also returned)."""
+        initial = pyro.sample("initial", self._simplex_prior((), k, opts))
+        components = pyro.plate("components", k)
+        with components:
+            transition = pyro.sample("transition", self._simplex_prior((k,), k, opts))
+        return _Chain(initial, transition, torch.eye(k, **opts)), components
 
     # -------------------------------------------------------------- globals
     def get_globals(self) -> dict[str, torch.Tensor]:

@@ -185,23 +185,15 @@ class PFHMM(PredictionFocusedMixin, HMM):
         """The chain ``z_t`` per sequence; per step the label ``y_t`` and, per feature, ``s_t`` and ``x_t``."""
         k, d = self.n_components, batch.n_features
         opts = {"dtype": batch.x.dtype, "device": batch.x.device}
-        initial = pyro.sample("initial", self._simplex_prior((), k, opts))
-        components = pyro.plate("components", k)
-        with components:
-            transition = pyro.sample("transition", self._simplex_prior((k,), k, opts))
+        chain, components = self._sample_chain(k, opts)
         sites = self._pf_global_sites(k, d, opts, components)
-        eye = torch.eye(k, **opts)
         features = pyro.plate("features", d, dim=-1)
         with self.data_plate(batch.n_sequences, dim=-2) as idx:
             x, lengths = batch.x[idx], batch.lengths[idx]
             z = None
             for t in pyro.markov(range(batch.max_length)):
                 valid = (t < lengths)[:, None]
-                if z is None:
-                    probs = initial
-                else:  # padded steps keep their state and emit nothing, so they contribute exactly zero
-                    probs = torch.where(valid[..., None], transition[z], eye[z])
-                z = pyro.sample(f"z_{t}", dist.Categorical(probs))
+                z = pyro.sample(f"z_{t}", dist.Categorical(chain.step(z, valid)))
                 with poutine.mask(mask=valid):
                     self._pf_frame_sites(sites, z, x[:, t], _step_labels(batch, idx, t), f"_{t}", features)
 
