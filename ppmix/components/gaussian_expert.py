@@ -107,6 +107,24 @@ class GaussianExpert(LinearFamily):
 
     def kl(self, other: "GaussianExpert", x: torch.Tensor) -> torch.Tensor:
         """``KL(p_k(y|x_n) || q_l(y|x_n))`` for every point and pair, shape ``(N, K, K')``."""
-        mean_p, mean_q = self.mean(x)[:, :, None], other.mean(x)[:, None, :]
-        var_p, var_q = self.scale.square()[:, None], other.scale.square()[None, :]
-        return 0.5 * (var_q.log() - var_p.log() + (var_p + (mean_p - mean_q).square()) / var_q - 1.0)
+        index = torch.arange(self.n_components, device=self.coef.device)[:, None]
+        return self.kl_at_predictors(self.mean(x)[:, :, None], index, other, other.mean(x)[:, None, :])
+
+    def kl_at_predictors(
+        self, eta_p: torch.Tensor, index_p: torch.Tensor, other: "GaussianExpert", eta_q: torch.Tensor
+    ) -> torch.Tensor:
+        """``KL(N(eta_p, scale[index_p]^2) || N(eta_q, other.scale^2))``, broadcast over the trailing axis ``K'``.
+
+        ``eta_p`` holds means of this family's components ``index_p`` (same shape) and
+        ``eta_q`` the means of all of ``other``'s components at the same points
+        (``(..., K')``): the cost of moving a component of one mixture to each of another's.
+
+        Examples
+        --------
+        >>> import torch
+        >>> p = GaussianExpert(torch.zeros(2, 1), scale=torch.tensor([1.0, 2.0]))
+        >>> p.kl_at_predictors(torch.zeros(1, 1), torch.tensor([[1]]), p, torch.zeros(1, 2)).tolist()
+        [[0.8068528175354004, 0.0]]
+        """
+        var_p, var_q = self.scale.square()[index_p], other.scale.square()
+        return 0.5 * (var_q.log() - var_p.log() + (var_p + (eta_p - eta_q).square()) / var_q - 1.0)

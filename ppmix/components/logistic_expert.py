@@ -106,6 +106,25 @@ class LogisticExpert(LinearFamily):
 
     def kl(self, other: "LogisticExpert", x: torch.Tensor) -> torch.Tensor:
         """``KL(Bern(p_k(x_n)) || Bern(q_l(x_n)))`` for every point and pair, shape ``(N, K, K')``."""
+        index = torch.arange(self.n_components, device=self.coef.device)[:, None]
         eta_p, eta_q = self.linear_predictor(x)[:, :, None], other.linear_predictor(x)[:, None, :]
+        return self.kl_at_predictors(eta_p, index, other, eta_q)
+
+    def kl_at_predictors(
+        self, eta_p: torch.Tensor, index_p: torch.Tensor, other: "LogisticExpert", eta_q: torch.Tensor
+    ) -> torch.Tensor:
+        """``KL(Bern(sigmoid(eta_p)) || Bern(sigmoid(eta_q)))``, broadcast over the trailing axis ``K'``.
+
+        ``eta_p`` holds log-odds of this family's components ``index_p`` (unused: logistic
+        experts have no per-component parameter besides the log-odds) and ``eta_q`` the
+        log-odds of all of ``other``'s components at the same points (``(..., K')``).
+
+        Examples
+        --------
+        >>> import torch
+        >>> p = LogisticExpert(torch.zeros(2, 1))
+        >>> p.kl_at_predictors(torch.zeros(1, 1), torch.tensor([[0]]), p, torch.zeros(1, 2)).tolist()
+        [[0.0, 0.0]]
+        """
         p = torch.sigmoid(eta_p)
         return p * (F.logsigmoid(eta_p) - F.logsigmoid(eta_q)) + (1 - p) * (F.logsigmoid(-eta_p) - F.logsigmoid(-eta_q))
