@@ -7,16 +7,81 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["NotFittedError", "check_matrix", "check_n_components", "check_positive_int", "resolve_device", "to_output"]
+__all__ = [
+    "NotFittedError",
+    "as_numpy",
+    "check_matrix",
+    "check_n_components",
+    "check_positive_int",
+    "resolve_device",
+    "to_output",
+]
 
 
 class NotFittedError(ValueError, AttributeError):
     """Raised when a model is used for prediction before ``fit``."""
 
 
-def resolve_device(device: Any) -> torch.device:
-    """``None`` means CPU; strings and devices are passed to :class:`torch.device`."""
-    return torch.device("cpu") if device is None else torch.device(device)
+def resolve_device(device: Any, name: str = "device") -> torch.device:
+    """The :class:`torch.device` of ``device``; ``None`` means CPU.
+
+    Strings, integers and devices are passed to :class:`torch.device`. A CUDA device is
+    checked here, so that asking for one without a usable GPU fails at once with a
+    clear message naming the argument, instead of deep inside the first CUDA operation.
+
+    Raises
+    ------
+    TypeError
+        If ``device`` is not ``None``, a string, an integer or a ``torch.device``.
+    ValueError
+        If ``device`` names no device type, asks for CUDA while
+        ``torch.cuda.is_available()`` is false, or asks for a CUDA index that does not exist.
+
+    Examples
+    --------
+    >>> resolve_device(None), resolve_device("cpu")
+    (device(type='cpu'), device(type='cpu'))
+    >>> resolve_device("gpu")
+    Traceback (most recent call last):
+    ...
+    ValueError: device must be a torch.device or a device string such as 'cpu' or 'cuda:0'; got 'gpu'
+    """
+    if device is None:
+        return torch.device("cpu")
+    if isinstance(device, bool) or not isinstance(device, (str, int, torch.device)):
+        raise TypeError(f"{name} must be None, a string, an integer or a torch.device; got {type(device).__name__}")
+    if not isinstance(device, int) and str(device).split(":")[0] == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            f"{name}={str(device)!r} asks for CUDA, but torch.cuda.is_available() is False: "
+            f"no usable GPU, or a CPU-only build of PyTorch {torch.__version__}; use {name}='cpu'"
+        )
+    try:
+        resolved = torch.device(device)
+    except RuntimeError:
+        raise ValueError(
+            f"{name} must be a torch.device or a device string such as 'cpu' or 'cuda:0'; got {device!r}"
+        ) from None
+    if resolved.type == "cuda" and resolved.index is not None and resolved.index >= torch.cuda.device_count():
+        raise ValueError(
+            f"{name}={str(resolved)!r} asks for CUDA device {resolved.index}, "
+            f"but only {torch.cuda.device_count()} are visible"
+        )
+    return resolved
+
+
+def as_numpy(x: Any) -> np.ndarray:
+    """``x`` as a numpy array; tensors on any device are detached and copied to the CPU first.
+
+    The array may share memory with a CPU tensor ``x``: copy it before writing to it.
+
+    Examples
+    --------
+    >>> as_numpy(torch.tensor([1, 2])), as_numpy([0.5])
+    (array([1, 2]), array([0.5]))
+    """
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu().numpy()
+    return np.asarray(x)
 
 
 def check_matrix(
@@ -98,4 +163,4 @@ def to_output(result: torch.Tensor, like: Any) -> Any:
     """Return ``result`` as a tensor if the user's input was a tensor, else as numpy."""
     if isinstance(like, torch.Tensor):
         return result
-    return result.detach().cpu().numpy()
+    return as_numpy(result)

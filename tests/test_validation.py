@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
-from ppmix import GMM
-from ppmix._validation import NotFittedError
+from ppmix import GMM, HMM
+from ppmix._validation import NotFittedError, check_matrix, resolve_device
+from tests.common import requires_cuda
 
 X = np.random.default_rng(0).normal(size=(30, 2))
 
@@ -71,3 +73,51 @@ def test_bad_engine_options():
         GMM(2, progress=False).fit(X, engine="svi", guide="flow", num_steps=2)
     with pytest.raises(ValueError, match="tol must be non-negative"):
         GMM(2, progress=False).fit(X, tol=-1.0)
+
+
+# ------------------------------------------------------------------ devices
+def test_resolve_device_cpu_forms():
+    assert resolve_device(None) == resolve_device("cpu") == resolve_device(torch.device("cpu")) == torch.device("cpu")
+
+
+@pytest.mark.parametrize(
+    "bad, error, match",
+    [
+        ("gpu", ValueError, "map_location must be a torch.device or a device string such as .*; got 'gpu'"),
+        (1.5, TypeError, "map_location must be None, a string, an integer or a torch.device; got float"),
+        (True, TypeError, "map_location must be None, a string, an integer or a torch.device; got bool"),
+    ],
+    ids=["unknown-type", "float", "bool"],
+)
+def test_resolve_device_bad_values_name_the_argument(bad, error, match):
+    with pytest.raises(error, match=f"^{match}$"):
+        resolve_device(bad, "map_location")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error raised without CUDA")
+@pytest.mark.parametrize("cuda", ["cuda", "cuda:1", torch.device("cuda", 0)], ids=["cuda", "cuda:1", "device"])
+def test_cuda_without_gpu_is_a_clear_value_error_for_every_caller(cuda):
+    name = str(cuda)
+    message = rf"device='{name}' asks for CUDA, but torch.cuda.is_available\(\) is False: .*; use device='cpu'"
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        resolve_device(cuda)
+    with pytest.raises(ValueError, match=r"^router_device='cuda"):
+        resolve_device(cuda, "router_device")
+    # the callers: check_matrix, the mixture models (GMM) and the sequence models (HMM)
+    with pytest.raises(ValueError, match=message):
+        check_matrix(X, device=cuda)
+    with pytest.raises(ValueError, match=message):
+        GMM(2, progress=False, device=cuda).fit(X)
+    with pytest.raises(ValueError, match=message):
+        HMM(2, progress=False, device=cuda).fit([X])
+
+
+@requires_cuda
+def test_resolve_device_cuda_index_must_exist():
+    count = torch.cuda.device_count()
+    assert resolve_device("cuda") == torch.device("cuda")
+    assert resolve_device(f"cuda:{count - 1}") == torch.device("cuda", count - 1)
+    with pytest.raises(ValueError, match=rf"^device='cuda:{count}' asks for CUDA device {count}, but only {count} are"):
+        resolve_device(f"cuda:{count}")
+    tensor, _ = check_matrix(X, device="cuda")
+    assert tensor.device.type == "cuda"
