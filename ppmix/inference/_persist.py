@@ -5,7 +5,8 @@ arguments, fitted scalars, extra JSON state, the SHA-256 of the tensors) and
 ``tensors.pt`` (read back with ``weights_only=True``). Fitted objects that hold
 tensors (a component family, a list of ``nn.Module`` components, a base learner) are
 stored as flat ``prefix.name`` tensor entries and restored into a freshly built
-object of the same kind, never unpickled.
+object of the same kind, never unpickled. Tensors are always written from the CPU;
+:func:`move_object_tensors` puts the same tensors on the device an estimator runs on.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from typing import Any
 
 import torch
 
-__all__ = ["SavableEstimator", "load_object_tensors", "object_tensors"]
+from ppmix._validation import resolve_device
+
+__all__ = ["SavableEstimator", "load_object_tensors", "move_object_tensors", "object_tensors"]
 
 
 def object_tensors(obj: Any, prefix: str) -> dict[str, torch.Tensor]:
@@ -74,13 +77,40 @@ def load_object_tensors(obj: Any, tensors: dict[str, torch.Tensor], prefix: str)
             load_object_tensors(value, tensors, f"{prefix}.{name}")
 
 
+def move_object_tensors(obj: Any, device: torch.device) -> Any:
+    """Move the fitted tensors that :func:`object_tensors` finds to ``device``, in place; returns ``obj``.
+
+    ``nn.Module`` and component families move with their own ``to(device)``; other
+    objects (base learners) have their tensor attributes ending in ``_`` replaced by
+    copies on ``device`` and, recursively, their attributes that have a ``state_dict`` moved.
+
+    Examples
+    --------
+    >>> import torch
+    >>> class Learner:
+    ...     def __init__(self):
+    ...         self.centres_ = torch.zeros(2, 1)
+    >>> move_object_tensors(Learner(), torch.device("meta")).centres_.device
+    device(type='meta')
+    """
+    if callable(getattr(obj, "state_dict", None)):
+        return obj.to(device)
+    for name, value in list(vars(obj).items()):
+        if isinstance(value, torch.Tensor) and name.endswith("_"):
+            setattr(obj, name, value.to(device))
+        elif callable(getattr(value, "state_dict", None)) and not isinstance(value, type):
+            move_object_tensors(value, device)
+    return obj
+
+
 class SavableEstimator:
     """``save``/``load`` for estimators that are not Pyro models, via :func:`ppmix.io.save_model`.
 
     Subclasses provide ``_check_fitted``, ``state_tensors``, ``extra_state``,
     ``_restore(tensors, extra, template)`` (rebuild the fitted state) and
     ``_SAVED_PARAMS`` (constructor arguments that JSON can hold) and are registered
-    with :func:`ppmix.io.register_savable`.
+    with :func:`ppmix.io.register_savable`. ``_restore`` rebuilds the fitted state on the
+    device of the loaded ``device`` parameter (``map_location`` when one is given).
     """
 
     _SAVED_PARAMS: tuple[str, ...] = ()
@@ -109,10 +139,16 @@ class SavableEstimator:
         self._loaded_tensors = dict(tensors)
 
     @classmethod
-    def _load(cls, path: str | Path, template: Any = None) -> Any:
+    def _load(cls, path: str | Path, template: Any = None, map_location: str | torch.device | None = None) -> Any:
         from ppmix.io import load_model
 
-        est = load_model(path, expected=cls)
+        est = load_model(path, expected=cls, map_location=map_location)
+        try:
+            resolve_device(est.device)
+        except ValueError as err:
+            raise ValueError(
+                f"{path} was saved for device={est.device!r}: {err}. To load it here, pass map_location='cpu'"
+            ) from None
         try:
             est._restore(est._loaded_tensors, est._loaded_extra, template)
         except (KeyError, RuntimeError) as err:

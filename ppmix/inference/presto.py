@@ -26,10 +26,18 @@ import torch
 from tqdm import tqdm
 
 from ppmix._init import kmeans
-from ppmix._validation import NotFittedError, check_matrix, check_n_components, check_positive_int, to_output
+from ppmix._validation import (
+    NotFittedError,
+    as_numpy,
+    check_matrix,
+    check_n_components,
+    check_positive_int,
+    resolve_device,
+    to_output,
+)
 from ppmix.components import GaussianExpert, LogisticExpert, SoftmaxGate
 from ppmix.inference._loo import gaussian_loo_gains, logistic_loo_gains
-from ppmix.inference._persist import SavableEstimator, load_object_tensors, object_tensors
+from ppmix.inference._persist import SavableEstimator, load_object_tensors, move_object_tensors, object_tensors
 from ppmix.inference.presto_components import check_torch_component
 from ppmix.io import register_savable
 from ppmix.parallel import run_tasks
@@ -118,12 +126,13 @@ class _Adapter:
     With ``executor=None`` the ``K`` members are fitted at once (one batched call with
     one-hot weights); otherwise every non-empty member is fitted on its own rows as one
     task of :func:`ppmix.parallel.run_tasks` (families with ``param_names`` only).
+    ``comp`` already lives on ``device``, where every tensor the adapter makes is put.
     """
 
     exact_gains = False
 
-    def __init__(self, comp: Any, ridge: float, k: int, executor: Any = None) -> None:
-        self.comp, self.ridge, self.k, self.executor = comp, ridge, k, executor
+    def __init__(self, comp: Any, ridge: float, k: int, device: torch.device, executor: Any = None) -> None:
+        self.comp, self.ridge, self.k, self.device, self.executor = comp, ridge, k, device, executor
 
     def fit(self, x: torch.Tensor, y: torch.Tensor, onehot: torch.Tensor) -> None:
         counts = onehot.sum(0)
@@ -168,11 +177,11 @@ class _Adapter:
 
     def losses(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Per-point loss ``l_i(theta_k)``, shape (N, K)."""
-        return -torch.as_tensor(self.comp.log_prob((x, y))).to(_DTYPE)
+        return -torch.as_tensor(self.comp.log_prob((x, y))).to(device=self.device, dtype=_DTYPE)
 
     def penalty(self) -> torch.Tensor:
         """Regulariser ``R(theta_k)``, shape (K,)."""
-        return torch.zeros(self.k, dtype=_DTYPE)
+        return torch.zeros(self.k, dtype=_DTYPE, device=self.device)
 
     def gains(self, x: torch.Tensor, y: torch.Tensor, onehot: torch.Tensor) -> torch.Tensor:
         """Fallback: the marginal gain of a member is approximated by its own loss."""
@@ -182,7 +191,7 @@ class _Adapter:
         if hasattr(self.comp, "mean"):
             return self.comp.mean(x)
         if hasattr(self.comp, "predict_proba"):
-            return (torch.as_tensor(self.comp.predict_proba(x)) > 0.5).to(_DTYPE)
+            return (torch.as_tensor(self.comp.predict_proba(x)) > 0.5).to(device=self.device, dtype=_DTYPE)
         raise TypeError(f"{type(self.comp).__name__} has neither mean(x) nor predict_proba(x); cannot predict")
 
 
@@ -223,8 +232,8 @@ class _TorchAdapter(_Adapter):
     marginal gain of a member is its own per-sample loss (stated approximation).
     """
 
-    def __init__(self, modules: list[torch.nn.Module], k: int, executor: Any = None) -> None:
-        super().__init__(torch.nn.ModuleList(modules), 0.0, k, executor)
+    def __init__(self, modules: list[torch.nn.Module], k: int, device: torch.device, executor: Any = None) -> None:
+        super().__init__(torch.nn.ModuleList(modules), 0.0, k, device, executor)
 
     @staticmethod
     def _cast(module: torch.nn.Module, t: torch.Tensor) -> torch.Tensor:
@@ -246,7 +255,7 @@ class _TorchAdapter(_Adapter):
         for k, module in zip(ks, trained):
             if not isinstance(module, torch.nn.Module):
                 raise TypeError(f"component {k}: fit(x, y) must return the trained module; got {type(module).__name__}")
-            self.comp[k] = module
+            self.comp[k] = module.to(self.device)  # a module trained on a worker may come back elsewhere
 
     def losses(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         columns = []
@@ -268,7 +277,7 @@ class _TorchAdapter(_Adapter):
             values = [
                 float(module.penalty()) if callable(getattr(module, "penalty", None)) else 0.0 for module in self.comp
             ]
-        return torch.tensor(values, dtype=_DTYPE)
+        return torch.tensor(values, dtype=_DTYPE, device=self.device)
 
     def predict(self, x: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
@@ -396,6 +405,16 @@ class PRESTO(SavableEstimator):
         (spawn) for the whole fit; an executor or Dask client you pass is used and left
         running; ``"inline"`` runs the tasks here one by one. Useful for heavy
         ``nn.Module`` components; the partition is the same as in-process.
+    device : str, torch.device or None, default None (CPU)
+        Where the fit runs: the data (numpy, DataFrame or a tensor on any device) is
+        moved there, and the component fits, loss matrices, marginal gains, the bound of
+        every MM step and the softmax router are computed there; a component object
+        (family or ``nn.Module``) is copied to it. The greedy assignment sorts its
+        ``N K`` scores there and scans them on the CPU; the initialisation draws from a
+        CPU generator, so a seed gives the same start on every device. ``"cuda"``
+        without a usable GPU raises a ``ValueError`` at ``fit``. ``partition_`` and
+        ``part_sizes_`` are numpy arrays whatever the device; ``components_`` and
+        ``router_`` (softmax) stay on it.
 
     Attributes
     ----------
@@ -448,6 +467,7 @@ class PRESTO(SavableEstimator):
         seed: int | None = None,
         progress: bool = True,
         executor: Any = None,
+        device: str | torch.device | None = None,
     ) -> None:
         self.n_components = n_components
         self.component = component
@@ -464,6 +484,7 @@ class PRESTO(SavableEstimator):
         self.seed = seed
         self.progress = progress
         self.executor = executor
+        self.device = device
 
     # ------------------------------------------------------------------ validation
     def _check_params(self) -> None:
@@ -496,12 +517,8 @@ class PRESTO(SavableEstimator):
         else:
             yield self.executor
 
-    def _check_y(self, y: Any, n: int) -> torch.Tensor:
-        if isinstance(y, torch.Tensor):
-            y = y.detach().cpu().numpy()
-        if hasattr(y, "to_numpy"):
-            y = y.to_numpy()
-        arr = np.asarray(y)
+    def _check_y(self, y: Any, n: int, device: torch.device) -> torch.Tensor:
+        arr = as_numpy(y.to_numpy() if hasattr(y, "to_numpy") else y)
         if arr.dtype == object or arr.dtype.kind not in "biuf":
             raise TypeError(f"y must be numeric; got dtype {arr.dtype}")
         arr = arr.astype(np.float64)
@@ -513,20 +530,17 @@ class PRESTO(SavableEstimator):
             raise ValueError("y contains NaN or infinite values")
         if self._kind == "logistic" and not np.isin(arr, (0.0, 1.0)).all():
             raise ValueError("y must hold binary labels in {0, 1} for component='logistic'")
-        return torch.as_tensor(arr, dtype=_DTYPE)
+        return torch.as_tensor(arr, dtype=_DTYPE, device=device)
 
-    def _make_adapter(self, k: int, p: int, executor: Any = None) -> _Adapter:
+    def _make_adapter(self, k: int, p: int, device: torch.device, executor: Any = None) -> _Adapter:
         comp = self.component
         if isinstance(comp, str):
             kind = comp.lower()
+            zeros = torch.zeros(k, p, dtype=_DTYPE, device=device)
             if kind == "logistic":
-                return _LogisticAdapter(
-                    LogisticExpert(torch.zeros(k, p, dtype=_DTYPE), ridge=self.ridge), self.ridge, k, executor
-                )
+                return _LogisticAdapter(LogisticExpert(zeros, ridge=self.ridge), self.ridge, k, device, executor)
             if kind in ("linear", "gaussian"):
-                return _GaussianAdapter(
-                    GaussianExpert(torch.zeros(k, p, dtype=_DTYPE), ridge=self.ridge), self.ridge, k, executor
-                )
+                return _GaussianAdapter(GaussianExpert(zeros, ridge=self.ridge), self.ridge, k, device, executor)
             raise ValueError(f"component must be 'logistic', 'linear' or a component object; got {comp!r}")
         if isinstance(comp, torch.nn.Module) or (
             isinstance(comp, (list, tuple)) and any(isinstance(c, torch.nn.Module) for c in comp)
@@ -536,8 +550,8 @@ class PRESTO(SavableEstimator):
                 raise ValueError(f"component is a list of {len(modules)} modules but n_components={k}")
             for i, module in enumerate(modules):
                 check_torch_component(module, "component" if len(modules) == 1 else f"component[{i}]")
-            modules = [copy.deepcopy(modules[0 if len(modules) == 1 else i]) for i in range(k)]
-            return _TorchAdapter(modules, k, executor)
+            modules = [copy.deepcopy(modules[0 if len(modules) == 1 else i]).to(device) for i in range(k)]
+            return _TorchAdapter(modules, k, device, executor)
         if not (callable(getattr(comp, "log_prob", None)) and callable(getattr(comp, "fit", None))):
             raise TypeError(
                 "component must be 'logistic', 'linear', a component family with log_prob(data) -> (N, K) and "
@@ -546,12 +560,12 @@ class PRESTO(SavableEstimator):
             )
         if hasattr(comp, "n_components") and int(comp.n_components) != k:
             raise ValueError(f"component has {comp.n_components} members but n_components={k}")
-        comp = copy.deepcopy(comp)
+        comp = move_object_tensors(copy.deepcopy(comp), device)
         if isinstance(comp, LogisticExpert):
-            return _LogisticAdapter(comp, comp.ridge, k, executor)
+            return _LogisticAdapter(comp, comp.ridge, k, device, executor)
         if isinstance(comp, GaussianExpert):
-            return _GaussianAdapter(comp, comp.ridge, k, executor)
-        return _Adapter(comp, 0.0, k, executor)
+            return _GaussianAdapter(comp, comp.ridge, k, device, executor)
+        return _Adapter(comp, 0.0, k, device, executor)
 
     @property
     def _kind(self) -> str:
@@ -578,10 +592,11 @@ class PRESTO(SavableEstimator):
         self
         """
         self._check_params()
-        x, names = check_matrix(X, "X", dtype=_DTYPE, device="cpu")
+        device = resolve_device(self.device)
+        x, names = check_matrix(X, "X", dtype=_DTYPE, device=device)
         n, p = x.shape
         k = check_n_components(self.n_components, n)
-        yt = self._check_y(y, n)
+        yt = self._check_y(y, n, device)
         generator = torch.Generator().manual_seed(int(self.seed) if self.seed is not None else 0)
         if self.seed is None:
             generator.seed()
@@ -589,7 +604,7 @@ class PRESTO(SavableEstimator):
 
         with self._executor_context() as executor:
             eps = float(self.epsilon)
-            adapter = self._make_adapter(k, p, executor)
+            adapter = self._make_adapter(k, p, device, executor)
             part = self._initial_partition(x, k, capacity, generator)
             if capacity is not None and int(torch.bincount(part, minlength=k).max()) > capacity:
                 # make the start feasible: nearest centre of the initial parts, under the capacities
@@ -636,7 +651,8 @@ class PRESTO(SavableEstimator):
         adapter.executor = None  # the fitted object keeps no reference to a (closed) pool
         self.components_ = adapter.comp
         self._adapter = adapter
-        self.partition_ = part.numpy()
+        self._fit_device = device
+        self.partition_ = as_numpy(part)
         self.part_sizes_ = np.bincount(self.partition_, minlength=k)
         self.history_ = history
         self.loss_history_ = loss_history
@@ -654,7 +670,7 @@ class PRESTO(SavableEstimator):
         init = self.init
         if isinstance(init, str):
             if init == "random":
-                return torch.randperm(n, generator=generator) % k
+                return (torch.randperm(n, generator=generator) % k).to(x.device)
             if init == "kmeans":
                 scale = x.std(0).clamp_min(1e-12)
                 centres, _ = kmeans((x - x.mean(0)) / scale, k, generator, n_init=3)
@@ -663,13 +679,13 @@ class PRESTO(SavableEstimator):
             if init == "ward":
                 from sklearn.cluster import AgglomerativeClustering
 
-                labels = AgglomerativeClustering(k, linkage="ward").fit_predict(x.numpy())
-                return torch.as_tensor(labels, dtype=torch.long)
+                labels = AgglomerativeClustering(k, linkage="ward").fit_predict(as_numpy(x))
+                return torch.as_tensor(labels, dtype=torch.long, device=x.device)
             raise ValueError(f"init must be 'kmeans', 'ward', 'random' or an array of shape ({n},); got {init!r}")
-        arr = np.asarray(init)
+        arr = as_numpy(init)
         if arr.shape != (n,) or arr.dtype.kind not in "iu" or arr.min() < 0 or arr.max() >= k:
             raise ValueError(f"init must be an integer array of shape ({n},) with values in [0, {k}); got {arr!r}")
-        return torch.as_tensor(arr, dtype=torch.long)
+        return torch.as_tensor(arr, dtype=torch.long, device=x.device)
 
     def _objective(
         self, adapter: _Adapter, x: torch.Tensor, y: torch.Tensor, onehot: torch.Tensor, eps: float = 0.0
@@ -694,7 +710,7 @@ class PRESTO(SavableEstimator):
         if isinstance(self.router, str):
             if self.router != "softmax":
                 raise ValueError(f"router must be 'softmax' or a classifier object; got {self.router!r}")
-            gate = SoftmaxGate(torch.zeros(k, x.shape[1], dtype=_DTYPE), ridge=self.router_ridge)
+            gate = SoftmaxGate(torch.zeros(k, x.shape[1], dtype=_DTYPE, device=x.device), ridge=self.router_ridge)
             return gate.fit(x, onehot)
         if not (callable(getattr(self.router, "fit", None)) and callable(getattr(self.router, "predict_proba", None))):
             raise TypeError("router must be 'softmax' or an object with fit(X, labels) and predict_proba(X)")
@@ -704,7 +720,7 @@ class PRESTO(SavableEstimator):
             router = clone(self.router)
         except (ImportError, TypeError):
             router = copy.deepcopy(self.router)
-        router.fit(x.numpy(), self.partition_)
+        router.fit(as_numpy(x), self.partition_)  # scikit-learn routers run on the CPU
         return router
 
     # ------------------------------------------------------------------ saving
@@ -720,6 +736,7 @@ class PRESTO(SavableEstimator):
         "router_ridge",
         "seed",
         "progress",
+        "device",
     )
 
     def get_params(self) -> dict[str, Any]:
@@ -763,14 +780,16 @@ class PRESTO(SavableEstimator):
                     "unfitted one of the same kind to PRESTO.load(path, component=...)"
                 )
             self.component = template
-        adapter = self._make_adapter(k, p)
+        device = resolve_device(self.device)
+        adapter = self._make_adapter(k, p, device)
         load_object_tensors(adapter.comp, tensors, "component")
         self._adapter = adapter
+        self._fit_device = device
         self.components_ = adapter.comp
-        gate = SoftmaxGate(torch.zeros(k, p, dtype=_DTYPE), ridge=self.router_ridge)
+        gate = SoftmaxGate(torch.zeros(k, p, dtype=_DTYPE, device=device), ridge=self.router_ridge)
         load_object_tensors(gate, tensors, "router")
         self.router_ = gate
-        self.partition_ = tensors["partition"].numpy()
+        self.partition_ = as_numpy(tensors["partition"])
         if self.partition_.ndim != 1 or (
             self.partition_.size and not 0 <= self.partition_.min() <= self.partition_.max() < k
         ):
@@ -779,7 +798,7 @@ class PRESTO(SavableEstimator):
         self.loss_history_ = [float(v) for v in extra["loss_history"]]
 
     @classmethod
-    def load(cls, path: Any, component: Any = None) -> "PRESTO":
+    def load(cls, path: Any, component: Any = None, map_location: str | torch.device | None = None) -> "PRESTO":
         """Load a PRESTO written by :meth:`save` (safe tensor loading, checksum and version checked).
 
         Parameters
@@ -790,6 +809,9 @@ class PRESTO(SavableEstimator):
             Required when the saved PRESTO used a component object (a family or
             ``nn.Module``): an unfitted object of the same kind; its parameters are
             replaced by the saved ones.
+        map_location : str or torch.device, optional
+            Device to load onto; it becomes the loaded estimator's ``device``. By
+            default the saved ``device`` is used (tensors are always saved from the CPU).
 
         Raises
         ------
@@ -807,39 +829,43 @@ class PRESTO(SavableEstimator):
         >>> bool((again.predict(X) == model.predict(X)).all())
         True
         """
-        return cls._load(path, component)
+        return cls._load(path, component, map_location)
 
     # ------------------------------------------------------------------ prediction
     def _check_fitted(self) -> None:
         if not hasattr(self, "partition_"):
             raise NotFittedError("this PRESTO instance is not fitted yet; call fit(X, y) first")
 
+    def _check_X(self, X: Any) -> torch.Tensor:
+        """``X`` (any array-like, a tensor on any device) on the device the fitted state lives on."""
+        self._check_fitted()
+        return check_matrix(X, "X", dtype=_DTYPE, device=self._fit_device, n_features=self.n_features_in_)[0]
+
     def _routing_proba(self, x: torch.Tensor) -> torch.Tensor:
         k = int(self.n_components)
         if isinstance(self.router_, SoftmaxGate):
             return self.router_.log_prob(x).exp()
-        proba = torch.as_tensor(np.asarray(self.router_.predict_proba(x.numpy())), dtype=_DTYPE)
+        proba = torch.as_tensor(np.asarray(self.router_.predict_proba(as_numpy(x))), dtype=_DTYPE, device=x.device)
         classes = np.asarray(getattr(self.router_, "classes_", np.arange(proba.shape[1]))).astype(np.int64)
-        full = torch.zeros(x.shape[0], k, dtype=_DTYPE)
-        full[:, torch.as_tensor(classes)] = proba
+        full = torch.zeros(x.shape[0], k, dtype=_DTYPE, device=x.device)
+        full[:, torch.as_tensor(classes, device=x.device)] = proba
         return full
 
     def predict_partition_proba(self, X: Any) -> Any:
-        """Router probabilities of every part, shape ``(N, K)``."""
-        self._check_fitted()
-        x, _ = check_matrix(X, "X", dtype=_DTYPE, device="cpu", n_features=self.n_features_in_)
-        return to_output(self._routing_proba(x), X)
+        """Router probabilities of every part, shape ``(N, K)``.
+
+        Like every ``predict*`` method: a numpy array, or a tensor on this estimator's
+        device when ``X`` is a tensor (``X`` may be on any device).
+        """
+        return to_output(self._routing_proba(self._check_X(X)), X)
 
     def predict_partition(self, X: Any) -> Any:
         """Part (component index) the router assigns to every row of ``X``, shape ``(N,)``."""
-        self._check_fitted()
-        x, _ = check_matrix(X, "X", dtype=_DTYPE, device="cpu", n_features=self.n_features_in_)
-        return to_output(self._routing_proba(x).argmax(1), X)
+        return to_output(self._routing_proba(self._check_X(X)).argmax(1), X)
 
     def predict(self, X: Any) -> Any:
         """Prediction of the routed component: class (logistic) or conditional mean (linear)."""
-        self._check_fitted()
-        x, _ = check_matrix(X, "X", dtype=_DTYPE, device="cpu", n_features=self.n_features_in_)
+        x = self._check_X(X)
         route = self._routing_proba(x).argmax(1)
         values = self._adapter.predict(x).gather(1, route[:, None]).squeeze(1)
         if self._kind == "logistic":
@@ -851,7 +877,7 @@ class PRESTO(SavableEstimator):
         self._check_fitted()
         if not hasattr(self.components_, "predict_proba"):
             raise TypeError("predict_proba needs a classification component (component='logistic')")
-        x, _ = check_matrix(X, "X", dtype=_DTYPE, device="cpu", n_features=self.n_features_in_)
+        x = self._check_X(X)
         route = self._routing_proba(x).argmax(1)
         p1 = torch.as_tensor(self.components_.predict_proba(x)).gather(1, route[:, None]).squeeze(1)
         return to_output(torch.stack([1 - p1, p1], dim=1), X)
@@ -859,14 +885,15 @@ class PRESTO(SavableEstimator):
     def objective(self, X: Any, y: Any, partition: Any) -> float:
         """``sum_k G(S_k)`` of a given partition of ``(X, y)`` (components refitted on it)."""
         self._check_params()
-        x, _ = check_matrix(X, "X", dtype=_DTYPE, device="cpu")
+        device = resolve_device(self.device)
+        x, _ = check_matrix(X, "X", dtype=_DTYPE, device=device)
         n, p = x.shape
         k = check_n_components(self.n_components, n)
-        yt = self._check_y(y, n)
-        part = torch.as_tensor(np.asarray(partition), dtype=torch.long)
+        yt = self._check_y(y, n, device)
+        part = torch.as_tensor(as_numpy(partition), dtype=torch.long, device=device)
         if part.shape != (n,) or part.min() < 0 or part.max() >= k:
             raise ValueError(f"partition must have shape ({n},) with values in [0, {k})")
-        adapter = self._make_adapter(k, p)
+        adapter = self._make_adapter(k, p, device)
         onehot = _onehot(part, k)
         adapter.fit(x, yt, onehot)
         return self._objective(adapter, x, yt, onehot)
@@ -882,10 +909,10 @@ def _improving_moves(bound: torch.Tensor, part: torch.Tensor, capacity: int | No
     gain = bound.gather(1, part[:, None]).squeeze(1) - bound.gather(1, best[:, None]).squeeze(1)
     order = torch.argsort(gain, descending=True, stable=True)
     order = order[gain[order] > 0].tolist()
-    counts = np.bincount(part.numpy(), minlength=k)
+    new = as_numpy(part).copy()
+    counts = np.bincount(new, minlength=k)
     cap = n if capacity is None else int(capacity)
-    new = part.clone().numpy()
-    target = best.numpy()
+    target = as_numpy(best)
     for i in order:
         if counts[target[i]] < cap:
             counts[new[i]] -= 1

@@ -18,9 +18,12 @@ satisfies the small :class:`TorchComponent` protocol:
     What :meth:`PRESTO.predict` returns for the rows routed to this component
     (default: ``forward(x)``).
 
-PRESTO passes ``x`` and ``y`` already converted to the module's device and floating
-dtype (that of its first parameter). With a process pool or Dask, the module's
-class must be importable by the workers (defined in a module, not in ``__main__``).
+PRESTO copies the module to its ``device`` (``module.to(device)``; CPU by default) and
+passes ``x`` and ``y`` already converted to the module's device and floating dtype
+(that of its first parameter), so a component needs no device handling of its own as
+long as every tensor it creates takes the device of its inputs or parameters. With a process pool
+or Dask, the module's class must be importable by the workers (defined in a module,
+not in ``__main__``); a module that comes back from a worker is moved to ``device``.
 
 **Marginal gains of a torch component.** There is no closed form for
 ``G(S_k) - G(S_k \\ i)`` of a general network, and retraining once per point is what

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from ppmix._validation import NotFittedError, check_matrix, check_positive_int, to_output
+from ppmix._validation import NotFittedError, as_numpy, check_matrix, check_positive_int, resolve_device, to_output
 from ppmix.inference._learners import (
     GaussianLearner,
     RegressionLearner,
@@ -34,7 +34,7 @@ from ppmix.inference._learners import (
     SubspaceLearner,
     WeightedLearner,
 )
-from ppmix.inference._persist import SavableEstimator, load_object_tensors, object_tensors
+from ppmix.inference._persist import SavableEstimator, load_object_tensors, move_object_tensors, object_tensors
 from ppmix.inference._result import ConvergenceWarning
 from ppmix.inference._simplex import project_simplex, project_simplex_warm
 from ppmix.io import register_savable
@@ -96,13 +96,15 @@ def weight_objective_and_gap(losses: torch.Tensor, weights: torch.Tensor, alpha:
     u = 1.0 / n
     v = weights.mean(dim=0)
     grad = (losses - 2.0 * alpha * (u - v)) / k
-    value = float(alpha * (v - u).square().sum() + (losses * weights).sum() / k)
+    value = alpha * (v - u).square().sum() + (losses * weights).sum() / k
     inner = (grad * weights).sum(dim=1)  # (k,)
-    frank_wolfe = float((inner - grad.min(dim=1).values).sum())
+    frank_wolfe = (inner - grad.min(dim=1).values).sum()
     t = k * inner
     m = (losses - t[:, None]).min(dim=0).values
     z = (u - m / (2.0 * alpha)).clamp_min(0.0)
-    dual = float((alpha * (u - z).square() + z * m).sum() + t.mean())
+    dual = (alpha * (u - z).square() + z * m).sum() + t.mean()
+    # one transfer of the three numbers (one synchronisation per FISTA iteration on a GPU)
+    value, frank_wolfe, dual = torch.stack([value, frank_wolfe, dual]).tolist()
     return value, max(min(frank_wolfe, value - dual), 0.0)
 
 
@@ -299,13 +301,22 @@ class RegularizedWeighting(SavableEstimator):
         Seed of the initialisations; the fit is deterministic given it.
     progress : bool, default True
         Show a progress bar over alternations.
+    device : str, torch.device or None, default None (CPU)
+        Where the fit runs: the data (numpy, DataFrame or a tensor on any device) is
+        moved there, and the learner's fits and losses, the FISTA weight steps and their
+        simplex projections are computed there. Each restart initialises the learner on
+        the CPU, from the seeded CPU generator (so a seed gives the same starting models
+        on every device), and then moves its fitted tensors (attributes ending in ``_``,
+        component families) to ``device``. ``"cuda"`` without a usable GPU raises a
+        ``ValueError`` at ``fit``. ``weights_`` is kept on the CPU and ``labels_`` and
+        ``outliers_`` are numpy arrays whatever the device; ``models_`` stays on it.
 
     Attributes
     ----------
-    weights_ : Tensor, shape (n_models, n_samples), float64
+    weights_ : Tensor, shape (n_models, n_samples), float64, on the CPU
         The weight distribution of every model over the training points.
     models_ : WeightedLearner
-        The fitted learner (e.g. ``models_.centres_`` for ``"kmeans"``).
+        The fitted learner (e.g. ``models_.centres_`` for ``"kmeans"``), on ``device``.
     labels_ : ndarray of int, shape (n_samples,)
         Model with the largest weight on each point, ``-1`` for outliers.
     outliers_ : ndarray of bool, shape (n_samples,)
@@ -345,6 +356,7 @@ class RegularizedWeighting(SavableEstimator):
         outlier_threshold: float = 1e-3,
         seed: int | None = None,
         progress: bool = True,
+        device: str | torch.device | None = None,
     ) -> None:
         self.n_models = n_models
         self.learner = learner
@@ -357,6 +369,7 @@ class RegularizedWeighting(SavableEstimator):
         self.outlier_threshold = outlier_threshold
         self.seed = seed
         self.progress = progress
+        self.device = device
 
     # ------------------------------------------------------------------ checks
     def _make_learner(self) -> WeightedLearner:
@@ -372,7 +385,7 @@ class RegularizedWeighting(SavableEstimator):
         return copy.deepcopy(learner)
 
     @staticmethod
-    def _check_y(y: Any, n: int) -> torch.Tensor | None:
+    def _check_y(y: Any, n: int, device: torch.device) -> torch.Tensor | None:
         if y is None:
             return None
         if hasattr(y, "to_numpy"):
@@ -380,12 +393,14 @@ class RegularizedWeighting(SavableEstimator):
         if isinstance(y, torch.Tensor):
             if y.dtype == torch.bool or y.is_complex():
                 raise TypeError(f"y must be real numeric; got dtype {y.dtype}")
-            tensor = y.detach().to(torch.float64)
+            tensor = y.detach().to(device=device, dtype=torch.float64)
         else:
             array = np.asarray(y)
             if array.dtype == object or array.dtype.kind not in "iuf":
                 raise TypeError(f"y must be a real numeric array; got dtype {array.dtype}")
-            tensor = torch.as_tensor(array, dtype=torch.float64)
+            if not array.flags.writeable:  # e.g. pandas copy-on-write views
+                array = array.copy()
+            tensor = torch.as_tensor(array, dtype=torch.float64, device=device)
         if tensor.shape != (n,):
             raise ValueError(f"y must have shape ({n},) to match X; got {tuple(tensor.shape)}")
         if not torch.isfinite(tensor).all():
@@ -402,7 +417,7 @@ class RegularizedWeighting(SavableEstimator):
         return value
 
     def _losses(self, learner: WeightedLearner, X: torch.Tensor, y: torch.Tensor | None) -> torch.Tensor:
-        losses = torch.as_tensor(learner.loss(X, y)).to(torch.float64)
+        losses = torch.as_tensor(learner.loss(X, y)).to(device=X.device, dtype=torch.float64)
         k = check_positive_int(self.n_models, "n_models")
         if losses.shape != (k, X.shape[0]):
             raise ValueError(
@@ -428,9 +443,10 @@ class RegularizedWeighting(SavableEstimator):
         -------
         self
         """
-        X_t, names = check_matrix(X, "X")
+        device = resolve_device(self.device)
+        X_t, names = check_matrix(X, "X", device=device)
         n = X_t.shape[0]
-        y_t = self._check_y(y, n)
+        y_t = self._check_y(y, n, device)
         k = check_positive_int(self.n_models, "n_models")
         if k > n:
             raise ValueError(f"n_models={k} is larger than the number of samples ({n})")
@@ -452,7 +468,7 @@ class RegularizedWeighting(SavableEstimator):
         best: dict[str, Any] | None = None
         for restart in range(n_init):
             generator = torch.Generator().manual_seed(int(base_seed) + restart)
-            learner = copy.deepcopy(template).init(X_t, y_t, k, generator)
+            learner = self._init_learner(template, X_t, y_t, k, generator, device)
             losses = self._losses(learner, X_t, y_t)
             if alpha is None:
                 per_point = float(losses.min(dim=0).values.median())
@@ -476,11 +492,12 @@ class RegularizedWeighting(SavableEstimator):
         self.alpha_ = float(alpha)
         self.alpha_per_point_ = float(alpha) / n
         self.models_ = best["learner"]
-        self.weights_ = best["weights"]
+        self.weights_ = best["weights"].cpu()
         self.loss_ = best["loss"]
         self.history_ = best["history"]
         self.n_iter_ = best["n_iter"]
         self.converged_ = best["converged"]
+        self._fit_device = device
         v = self.weights_.mean(dim=0)
         outliers = v * n < threshold
         labels = self.weights_.argmax(dim=0)
@@ -490,6 +507,19 @@ class RegularizedWeighting(SavableEstimator):
         self.n_features_in_ = X_t.shape[1]
         self.feature_names_in_ = names
         return self
+
+    @staticmethod
+    def _init_learner(
+        template: WeightedLearner,
+        X: torch.Tensor,
+        y: torch.Tensor | None,
+        k: int,
+        generator: torch.Generator,
+        device: torch.device,
+    ) -> WeightedLearner:
+        """A copy of ``template`` initialised on the CPU (from the CPU ``generator``), then moved to ``device``."""
+        learner = copy.deepcopy(template).init(X.cpu(), None if y is None else y.cpu(), k, generator)
+        return move_object_tensors(learner, device)
 
     def _single_run(
         self,
@@ -546,6 +576,7 @@ class RegularizedWeighting(SavableEstimator):
         "outlier_threshold",
         "seed",
         "progress",
+        "device",
     )
 
     def _check_fitted(self) -> None:
@@ -586,22 +617,23 @@ class RegularizedWeighting(SavableEstimator):
                     "an unfitted one of the same kind to RegularizedWeighting.load(path, learner=...)"
                 )
             self.learner = template
-        weights = tensors["weights"].to(torch.float64)
+        weights = tensors["weights"].to(device="cpu", dtype=torch.float64)
         k, n, p = int(self.n_models), weights.shape[1], int(self.n_features_in_)
         if weights.shape[0] != k:
             raise ValueError(f"saved weights have {weights.shape[0]} rows but n_models={k}")
         # build a learner of the right structure on stand-in data, then put the saved tensors in
         generator = torch.Generator().manual_seed(0)
         rows = max(2 * k, p + 2)
+        device = resolve_device(self.device)
         stand_in = torch.randn(rows, p, generator=generator, dtype=torch.float64)
-        learner = self._make_learner().init(
-            stand_in, torch.randn(rows, generator=generator, dtype=torch.float64), k, generator
-        )
+        target = torch.randn(rows, generator=generator, dtype=torch.float64)
+        learner = self._init_learner(self._make_learner(), stand_in, target, k, generator, device)
         load_object_tensors(learner, tensors, "learner")
         self.models_ = learner
         self.weights_ = weights
-        self.labels_ = tensors["labels"].numpy()
-        self.outliers_ = tensors["outliers"].numpy()
+        self._fit_device = device
+        self.labels_ = as_numpy(tensors["labels"])
+        self.outliers_ = as_numpy(tensors["outliers"])
         if self.labels_.shape != (n,) or self.outliers_.shape != (n,):
             raise ValueError(f"saved labels and outliers must have shape ({n},)")
         self.alpha_ = float(extra["alpha"])
@@ -609,7 +641,9 @@ class RegularizedWeighting(SavableEstimator):
         self.loss_ = float(extra["loss"])
 
     @classmethod
-    def load(cls, path: Any, learner: Any = None) -> "RegularizedWeighting":
+    def load(
+        cls, path: Any, learner: Any = None, map_location: str | torch.device | None = None
+    ) -> "RegularizedWeighting":
         """Load a RegularizedWeighting written by :meth:`save` (safe tensor loading, checksum and version checked).
 
         Parameters
@@ -619,6 +653,9 @@ class RegularizedWeighting(SavableEstimator):
         learner : WeightedLearner, optional
             Required when the saved estimator used a learner object: an unfitted
             learner of the same kind (its fitted tensors are replaced by the saved ones).
+        map_location : str or torch.device, optional
+            Device to load onto; it becomes the loaded estimator's ``device``. By
+            default the saved ``device`` is used (tensors are always saved from the CPU).
 
         Raises
         ------
@@ -636,7 +673,7 @@ class RegularizedWeighting(SavableEstimator):
         >>> bool((again.predict(X) == rw.predict(X)).all()), again.loss_ == rw.loss_
         (True, True)
         """
-        return cls._load(path, learner)
+        return cls._load(path, learner, map_location)
 
     # ----------------------------------------------------------------- predict
     def predict(self, X: Any, y: Any = None) -> Any:
@@ -647,11 +684,11 @@ class RegularizedWeighting(SavableEstimator):
         Returns
         -------
         ndarray or Tensor of int, shape (n_samples,)
-            A tensor if ``X`` is a tensor, else a numpy array.
+            A tensor (on this estimator's device) if ``X`` is a tensor, else a numpy array.
         """
         self._check_fitted()
-        X_t, _ = check_matrix(X, "X", n_features=self.n_features_in_)
-        y_t = self._check_y(y, X_t.shape[0])
+        X_t, _ = check_matrix(X, "X", device=self._fit_device, n_features=self.n_features_in_)
+        y_t = self._check_y(y, X_t.shape[0], self._fit_device)
         if self.learner == "regression" and y_t is None:
             raise ValueError("y is required to predict with learner='regression'")
         losses = torch.as_tensor(self.models_.loss(X_t, y_t))

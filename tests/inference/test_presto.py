@@ -98,7 +98,7 @@ def _fitted_scores(x, y, part, k, ridge, scores, alpha=1.0):
     model = PRESTO(k, "linear", ridge=ridge, alpha=alpha, scores=scores, epsilon=0.0, progress=False)
     model._check_params()
     xt, yt = torch.as_tensor(x), torch.as_tensor(y)
-    adapter = model._make_adapter(k, x.shape[1])
+    adapter = model._make_adapter(k, x.shape[1], torch.device("cpu"))
     onehot = torch.nn.functional.one_hot(torch.as_tensor(part), k).to(D)
     adapter.fit(xt, yt, onehot)
     g_hat = model._objective(adapter, xt, yt, onehot)
