@@ -56,6 +56,9 @@ logger = logging.getLogger(__name__)
 
 Experts = GaussianExpert | LogisticExpert
 LOGISTIC_UPDATES = ("s14", "newton")
+GATE_TARGETS = ("matched", "plan")
+#: pairs per block of the cost evaluation (a block of costs fits in a core's cache)
+_BLOCK = 1 << 13
 
 
 @dataclass
@@ -63,29 +66,60 @@ class LocalMixture:
     """The weighted-average MoE ``f^W`` of the local models, evaluated on the supporting sample.
 
     ``gate_probs[s, l] = lambda_m pi_k^(m)(x_s)`` for ``l = m K + k`` (rows sum to one) and
-    ``experts`` is the stacked ``MK``-expert family.
+    ``experts`` is the stacked ``MK``-expert family. The MM works on the (point, local
+    expert) pairs whose gate mass exceeds ``mass_tol``: with the nearly hard gates of
+    fitted MoEs most of the ``S x MK`` pairs carry no mass, and dropping them changes the
+    objective (15) by at most ``MK * mass_tol`` times the largest cost.
     """
 
     x: torch.Tensor
     gate_probs: torch.Tensor
     experts: Experts
     n_experts: int
+    mass_tol: float = 0.0
 
     @cached_property
-    def responses(self) -> torch.Tensor:
-        """``E[y | x_s, l]`` of every local expert, ``(S, L)`` (means, or probabilities for logistic experts)."""
-        if isinstance(self.experts, GaussianExpert):
-            return self.experts.mean(self.x)
-        return self.experts.predict_proba(self.x)
+    def pairs(self) -> "_Pairs":
+        """The pairs carrying mass: their point and local expert, gate mass and local predictor."""
+        rows, comps = torch.nonzero(self.gate_probs > self.mass_tol, as_tuple=True)
+        eta = self.experts.linear_predictor(self.x)[rows, comps]
+        return _Pairs(rows, comps, self.gate_probs[rows, comps], eta)
+
+    def closest(self, experts: Experts) -> tuple[torch.Tensor, torch.Tensor]:
+        """``min_k KL(phi_l(.|x_s) || phi_k(.|x_s))`` over the reduced experts, and the argmin, for every pair.
+
+        Evaluated in blocks of pairs that stay in cache (the full ``(pairs, K)`` cost is never formed).
+        """
+        pairs, eta_q = self.pairs, experts.linear_predictor(self.x)
+        blocks = [
+            self.experts.kl_at_predictors(eta[:, None], comps[:, None], experts, eta_q[rows]).min(dim=1)
+            for eta, comps, rows in zip(pairs.eta.split(_BLOCK), pairs.comps.split(_BLOCK), pairs.rows.split(_BLOCK))
+        ]
+        return torch.cat([b.values for b in blocks]), torch.cat([b.indices for b in blocks])
 
     @classmethod
     def from_models(
-        cls, models: Sequence[MixtureOfExperts], x: torch.Tensor, weights: Sequence[float] | None = None
+        cls,
+        models: Sequence[MixtureOfExperts],
+        x: torch.Tensor,
+        weights: Sequence[float] | None = None,
+        mass_tol: float = 0.0,
     ) -> "LocalMixture":
         """Stack fitted models (all with the same number and kind of experts and features)."""
         lam = _check_models(models, weights)
         probs = torch.cat([w * m.gate_probabilities(x) for w, m in zip(lam, models)], dim=1)
-        return cls(x, probs, _stack([m.experts_ for m in models]), models[0].n_experts)
+        return cls(x, probs, _stack([m.experts_ for m in models]), models[0].n_experts, mass_tol)
+
+
+@dataclass
+class _Pairs:
+    """(point, local expert) pairs: ``rows`` and ``comps`` index them, ``weights`` is their gate mass and
+    ``eta`` the local expert's linear predictor (mean or log-odds) at the point."""
+
+    rows: torch.Tensor
+    comps: torch.Tensor
+    weights: torch.Tensor
+    eta: torch.Tensor
 
 
 def _check_models(models: Sequence[MixtureOfExperts], weights: Sequence[float] | None) -> list[float]:
@@ -127,16 +161,17 @@ def _select(family: Experts, index: torch.Tensor | list[int]) -> Experts:
 
 
 def _assignment(local: LocalMixture, experts: Experts) -> tuple[torch.Tensor, torch.Tensor]:
-    """The KL-closest reduced expert of every (point, local expert), ``(S, L)``, and the objective (15)."""
-    best, assign = local.experts.kl(experts, local.x).min(dim=2)  # cost (S, L, K)
-    return assign, (local.gate_probs * best).sum(1).mean()
+    """The KL-closest reduced expert of every pair and the objective (15)."""
+    best, assign = local.closest(experts)
+    return assign, (local.pairs.weights * best).sum() / local.x.shape[0]
 
 
 def reduction_plan(local: LocalMixture, experts: Experts) -> tuple[torch.Tensor, torch.Tensor]:
     """The relaxed optimal plan (eq. 18) and the objective (15) at ``experts``.
 
     Returns ``plan[s, l, k]`` (``pi_l(x_s)`` on the KL-closest reduced expert ``k``, zero
-    elsewhere) and the mean over ``s`` of ``sum_l pi_l(x_s) min_k KL(phi_l || phi_k)``.
+    elsewhere and on the pairs below ``local.mass_tol``) and the mean over ``s`` of
+    ``sum_l pi_l(x_s) min_k KL(phi_l || phi_k)``.
 
     Examples
     --------
@@ -150,8 +185,10 @@ def reduction_plan(local: LocalMixture, experts: Experts) -> tuple[torch.Tensor,
     (0.0, True)
     """
     assign, objective = _assignment(local, experts)
-    plan = local.gate_probs.new_zeros(*assign.shape, experts.n_components)
-    return plan.scatter_(2, assign[..., None], local.gate_probs[..., None]), objective
+    pairs = local.pairs
+    plan = local.gate_probs.new_zeros(*local.gate_probs.shape, experts.n_components)
+    plan[pairs.rows, pairs.comps, assign] = pairs.weights
+    return plan, objective
 
 
 def update_experts(
@@ -174,39 +211,40 @@ def update_experts(
     A reduced expert that receives no mass (or whose system is singular) keeps its
     current parameters.
     """
-    return _update(local, plan.argmax(2), current, logistic_update, epsilon)
+    pairs = local.pairs
+    return _update(local, plan.argmax(2)[pairs.rows, pairs.comps], current, logistic_update, epsilon)
 
 
 def _update(
     local: LocalMixture, assign: torch.Tensor, current: Experts, logistic_update: str, epsilon: float
 ) -> Experts:
-    """:func:`update_experts` from the assignment ``(S, L)``: every sum over the plan costs ``O(S L)``."""
-    x, a = local.x, design_matrix(local.x)
-    k_all, weights = current.n_components, local.gate_probs
+    """:func:`update_experts` from the reduced expert ``assign`` of every pair: each sum over the plan is one pass."""
+    x, a, pairs = local.x, design_matrix(local.x), local.pairs
+    k_all, weights = current.n_components, pairs.weights
+    cell = pairs.rows * k_all + assign
 
     def per_point(values: torch.Tensor) -> torch.Tensor:  # sum_l plan[s, l, k] values[s, l] -> (S, K)
-        return values.new_zeros(values.shape[0], k_all).scatter_add_(1, assign, values)
+        return values.new_zeros(x.shape[0] * k_all).index_add_(0, cell, values).view(x.shape[0], k_all)
 
     mass = per_point(weights)  # D: (S, K)
     alive = mass.sum(0) > 1e-12 * x.shape[0]
     new = current.clone()
     if isinstance(current, GaussianExpert):
-        means = local.responses  # (S, L)
-        gram = (mass.T[:, :, None] * a[None]).mT @ a  # (K, P+1, P+1)
-        theta, info = torch.linalg.solve_ex(gram, per_point(weights * means).T @ a)
+        gram = torch.stack([(a * mass[:, j, None]).T @ a for j in range(k_all)])  # (K, P+1, P+1)
+        theta, info = torch.linalg.solve_ex(gram, per_point(weights * pairs.eta).T @ a)
         ok = alive & (info == 0)
         stacked = torch.where(ok[:, None], theta, current._stacked())
         new._unstack(stacked)
-        resid = (a @ stacked.T).gather(1, assign) - means  # x_s^T(beta_k - beta_l) at k = assign[s, l]
-        spread = weights * (local.experts.scale.square()[None, :] + resid.square())
-        total = spread.new_zeros(k_all).scatter_add_(0, assign.flatten(), spread.flatten())
+        resid = (a @ stacked.T).view(-1)[cell] - pairs.eta  # x_s^T(beta_k - beta_l) at k = assign
+        spread = weights * (local.experts.scale.square()[pairs.comps] + resid.square())
+        total = spread.new_zeros(k_all).index_add_(0, assign, spread)
         var = total / mass.sum(0).clamp_min(torch.finfo(x.dtype).tiny)
         new.scale = torch.where(ok, var.clamp_min(current.min_variance).sqrt(), current.scale)
         return new
     if logistic_update not in LOGISTIC_UPDATES:
         raise ValueError(f"logistic_update must be one of {LOGISTIC_UPDATES}; got {logistic_update!r}")
     has_mass = mass > 0
-    v = per_point(weights * local.responses) / mass.where(has_mass, torch.ones_like(mass))
+    v = per_point(weights * torch.sigmoid(pairs.eta)) / mass.where(has_mass, torch.ones_like(mass))
     v = v.where(has_mass, torch.full_like(v, 0.5))
     stacked = current._stacked().clone()
     for k in torch.nonzero(alive).flatten().tolist():
@@ -250,6 +288,8 @@ def ot_reduce(
     logistic_update: str = "s14",
     epsilon: float = 1e-6,
     gate_ridge: float = 1e-6,
+    gate_targets: str = "matched",
+    mass_tol: float = 1e-12,
     seed: int = 0,
 ) -> MixtureOfExperts:
     """The reduction estimator: the ``K``-expert MoE closest to the weighted average of ``models``.
@@ -272,6 +312,21 @@ def ot_reduce(
         S14 clamps ``V`` to ``(epsilon, 1 - epsilon)`` before taking log-odds.
     gate_ridge : float
         Ridge of the gate refit (S5).
+    gate_targets : {"matched", "plan"}, default "matched"
+        Targets ``a_sk`` of the gate refit (S5). ``"plan"`` is (S4) literally: the mass
+        the per-point plan (18) sends to ``k``. Where two experts' conditionals cross,
+        the per-point argmin sends a local expert's mass to the wrong reduced expert at
+        a few points; on nearly separable gates these few flipped targets make the
+        softmax fit markedly softer than every local gate. ``"matched"`` sends all
+        the gate mass of local expert ``l`` to the reduced expert ``k(l)`` that receives
+        most of its plan mass over the supporting sample — the correspondence ``k(l)``
+        of the paper's consistency argument (S1.3), to which the plan converges.
+    mass_tol : float, default 1e-12
+        (point, local expert) pairs with gate mass ``pi_l(x_s)`` at or below this are
+        left out of the MM (they change the objective by at most ``MK * mass_tol``
+        times the largest cost); 0 keeps every pair with positive mass. S14 is an
+        unweighted least squares over the points that carry mass for ``k``, so there a
+        point whose pairs were all dropped leaves the fit.
     seed : int
 
     Returns
@@ -279,7 +334,7 @@ def ot_reduce(
     MixtureOfExperts
         Fitted (``engine_ == "ot-reduction"``), with ``history_`` the MM objective (15)
         after every iteration of the best initialisation, ``n_iter_``, ``converged_`` and
-        ``plan_marginals_`` (the gate targets ``a_sk``).
+        ``gate_targets_`` (the targets ``a_sk`` of the gate refit).
 
     Examples
     --------
@@ -295,7 +350,11 @@ def ot_reduce(
     x, _ = check_matrix(X_support, "X_support", n_features=models[0].n_features_in_)
     n_init = min(check_positive_int(n_init, "n_init"), len(models))
     check_positive_int(max_iter, "max_iter")
-    local = LocalMixture.from_models(models, x, lam)
+    if gate_targets not in GATE_TARGETS:
+        raise ValueError(f"gate_targets must be one of {GATE_TARGETS}; got {gate_targets!r}")
+    if not 0.0 <= mass_tol < 1.0:
+        raise ValueError(f"mass_tol must be in [0, 1); got {mass_tol!r}")
+    local = LocalMixture.from_models(models, x, lam, mass_tol)
     k = local.n_experts
     starts = np.random.default_rng(seed).permutation(len(models))[:n_init]
     best: tuple[float, Experts, list[float], bool] | None = None
@@ -309,13 +368,25 @@ def ot_reduce(
             best = (history[-1], experts, history, converged)
     assert best is not None
     _, experts, history, converged = best
-    plan, _ = reduction_plan(local, experts)
-    marginals = plan.sum(1)
-    gate = SoftmaxGate(torch.zeros(k, x.shape[1], dtype=x.dtype), ridge=gate_ridge).fit(x, marginals)
+    targets = _gate_targets(local, experts, gate_targets)
+    gate = SoftmaxGate(torch.zeros(k, x.shape[1], dtype=x.dtype), ridge=gate_ridge).fit(x, targets)
     model = MixtureOfExperts.from_families(gate, experts, engine="ot-reduction")
     model.history_, model.n_iter_, model.converged_ = history, len(history) - 1, converged
-    model.plan_marginals_ = marginals
+    model.gate_targets_ = targets
     return model
+
+
+def _gate_targets(local: LocalMixture, experts: Experts, kind: str) -> torch.Tensor:
+    """``a_sk`` of (S4) from the per-point plan (``"plan"``) or from the matched local experts (``"matched"``)."""
+    assign, _ = _assignment(local, experts)
+    pairs, k = local.pairs, experts.n_components
+    if kind == "plan":
+        cell = pairs.rows * k + assign
+        return pairs.weights.new_zeros(local.x.shape[0] * k).index_add_(0, cell, pairs.weights).view(-1, k)
+    n_local = local.gate_probs.shape[1]
+    mass = pairs.weights.new_zeros(n_local * k).index_add_(0, pairs.comps * k + assign, pairs.weights)
+    matched = mass.view(n_local, k).argmax(1)
+    return local.gate_probs.new_zeros(local.x.shape[0], k).index_add_(1, matched, local.gate_probs)
 
 
 def _pointwise_transport(pa: np.ndarray, pb: np.ndarray, cost: np.ndarray) -> np.ndarray:

@@ -178,6 +178,41 @@ def test_reduction_undoes_label_switching_that_defeats_naive_averaging():
     assert transport_divergence(truth, naive, x) > 10 * transport_divergence(truth, reduced, x)
 
 
+def test_matched_gate_targets_are_the_aligned_local_gate_mass():
+    """``gate_targets="matched"``: every local expert's whole gate mass goes to the reduced expert it matches."""
+    truth, x = small_truth("gaussian", seed=8)
+    perms = [np.roll(np.arange(3), s) for s in range(4)]
+    models = [perturbed(truth, s, size=0.1, perm=perm) for s, perm in enumerate(perms)]
+    weights = np.array([1.0, 2.0, 3.0, 4.0]) / 10
+    reduced = ot_reduce(models, x, weights=weights)
+    expected = sum(
+        w * m.gate_probabilities(x)[:, align_experts(m, reduced, x)] for w, m in zip(weights, models)
+    )
+    np.testing.assert_allclose(reduced.gate_targets_.numpy(), expected, atol=1e-12)
+    # S4 literally: the per-point plan's marginals; rows still sum to one, and the MM is the same
+    literal = ot_reduce(models, x, weights=weights, gate_targets="plan")
+    np.testing.assert_allclose(literal.gate_targets_.sum(1).numpy(), 1.0, atol=1e-12)
+    np.testing.assert_allclose(literal.coef_.numpy(), reduced.coef_.numpy(), atol=1e-12)
+    assert literal.history_ == reduced.history_
+
+
+@pytest.mark.parametrize(
+    "expert, update", [("gaussian", "s14"), ("logistic", "newton")], ids=["gaussian-S8", "logistic-exact"]
+)
+def test_dropping_massless_pairs_leaves_the_reduction_unchanged(expert, update):
+    """Updates weighted by the plan barely move; (S14 is an unweighted least squares over the points that carry
+    mass, so there dropping pairs does change which points enter it, as its docstring says.)"""
+    data = make_moe(400, expert=expert, n_experts=3, n_features=3, param_range=5, seed=9)  # sharp gates
+    truth, x = data.true_model(), data.X
+    models = [perturbed(truth, seed, size=0.3) for seed in range(5)]
+    exact = ot_reduce(models, x, mass_tol=0.0, logistic_update=update)
+    pruned = ot_reduce(models, x, mass_tol=1e-12, logistic_update=update)
+    local = LocalMixture.from_models(models, torch.as_tensor(x), mass_tol=1e-12)
+    assert local.pairs.rows.numel() < local.gate_probs.numel()  # the gates are sharp: pairs were dropped
+    np.testing.assert_allclose(pruned.coef_.numpy(), exact.coef_.numpy(), atol=1e-8)
+    np.testing.assert_allclose(pruned.history_[-1], exact.history_[-1], rtol=1e-8)
+
+
 def test_bad_input():
     truth, x = small_truth("gaussian")
     logistic, _ = small_truth("logistic")
@@ -193,5 +228,9 @@ def test_bad_input():
         ot_reduce([truth], x[:, :2])
     with pytest.raises(ValueError, match="logistic_update"):
         ot_reduce([logistic], x, logistic_update="magic")
+    with pytest.raises(ValueError, match="gate_targets"):
+        ot_reduce([truth], x, gate_targets="soft")
+    with pytest.raises(ValueError, match="mass_tol"):
+        ot_reduce([truth], x, mass_tol=1.0)
     with pytest.raises(ValueError, match="X contains NaN"):
         transport_divergence(truth, truth, np.full((3, 3), np.nan))
