@@ -37,25 +37,10 @@ import argparse
 import os
 import sys
 
+from _common import early_threads, require_torch_threads, set_torch_threads
+
 # Thread limits must be in the environment before numpy/torch load their pools.
-_THREAD_VARS = (
-    "OMP_NUM_THREADS",
-    "OPENBLAS_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "VECLIB_MAXIMUM_THREADS",
-    "NUMEXPR_NUM_THREADS",
-)
-
-
-def _early_threads() -> None:
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--threads", type=int, default=2)
-    ns, _ = pre.parse_known_args()
-    for var in _THREAD_VARS:
-        os.environ[var] = str(ns.threads)
-
-
-_early_threads()
+early_threads(default=2)
 
 import datetime  # noqa: E402
 import json  # noqa: E402
@@ -463,9 +448,15 @@ def _pomegranate_params(model, covariance_type: str):
 
 # ================================================================== measuring
 def time_iterations(
-    runners: list[Runner], init: dict[str, np.ndarray], warmup: int, timed: int, passes: int = 4, gap_s: float = 0.3
+    runners: list[Runner],
+    init: dict[str, np.ndarray],
+    warmup: int,
+    timed: int,
+    threads: int,
+    passes: int = 4,
+    gap_s: float = 0.3,
 ) -> dict[str, dict]:
-    """Seconds per E+M iteration, every library started from ``init``.
+    """Seconds per E+M iteration at ``threads`` torch threads, every library started from ``init``.
 
     The timed iterations are split into ``passes`` blocks per library; the order of the
     libraries rotates from pass to pass (so slow drift of the machine load hits all of
@@ -473,6 +464,7 @@ def time_iterations(
     iteration: the thread pools of the library that ran before (OpenBLAS workers
     busy-wait for up to ~0.1 s after a call, OpenMP workers spin too) must not steal
     the cores of the one being timed, which strict round-robin would let them do.
+    After every block torch's thread count is checked against ``threads`` and recorded.
     """
     for r in runners:
         r.start(init)
@@ -482,6 +474,7 @@ def time_iterations(
     passes = max(1, min(passes, timed))
     blocks = [timed // passes + (1 if i < timed % passes else 0) for i in range(passes)]
     samples: dict[str, dict[str, list[float]]] = {r.key: {"e": [], "m": [], "total": [], "cpu": []} for r in runners}
+    used_threads: dict[str, int] = {}
     for p, size in enumerate(blocks):
         order = runners[p % len(runners) :] + runners[: p % len(runners)]
         for r in order:
@@ -501,6 +494,7 @@ def time_iterations(
                 samples[r.key]["total"].append(t2 - t0)
                 samples[r.key]["cpu"].append(c2 - c0)
             logger.debug("pass %d %s: %s", p, r.key, [round(t, 4) for t in samples[r.key]["total"][-size:]])
+            used_threads[r.key] = require_torch_threads(threads)
     out = {}
     for r in runners:
         tot = samples[r.key]["total"]
@@ -514,6 +508,7 @@ def time_iterations(
             "m_median_s": statistics.median(samples[r.key]["m"]),
             "cpu_median_s": statistics.median(samples[r.key]["cpu"]),
             "n_timed": len(tot),
+            "torch_threads": used_threads[r.key],
             "samples_s": [round(t, 6) for t in tot],
             "objective_after": getattr(r, "objective", None),
         }
@@ -638,7 +633,13 @@ def run_setting(s: Setting, args: argparse.Namespace) -> dict[str, Any]:
     )
     load = {"before_timing": machine_load()}
     timing = time_iterations(
-        runners, init, args.warmup_iters, args.timed_iters, passes=args.passes, gap_s=0.05 if args.quick else 0.3
+        runners,
+        init,
+        args.warmup_iters,
+        args.timed_iters,
+        threads=args.threads,
+        passes=args.passes,
+        gap_s=0.05 if args.quick else 0.3,
     )
     load["after_timing"] = machine_load()
     logger.info("setting %s: machine load %s", s.name, load)
@@ -654,7 +655,7 @@ def run_setting(s: Setting, args: argparse.Namespace) -> dict[str, Any]:
         logger.info("setting %s: timing again at 1 thread (%d iterations; wall ~ CPU time, robust to load)", s.name, n1)
         torch.set_num_threads(1)
         with threadpool_limits(limits=1):
-            timing1 = time_iterations(runners, init, 1, n1, passes=args.passes)
+            timing1 = time_iterations(runners, init, 1, n1, threads=1, passes=args.passes)
         load["after_1thread_timing"] = machine_load()
         torch.set_num_threads(args.threads)
         for r in runners:
@@ -770,7 +771,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     logger.setLevel(logging.DEBUG if args.verbose else logging.INFO)  # not the root: numba's debug output is huge
-    torch.set_num_threads(args.threads)
+    set_torch_threads(args.threads, uses_pomegranate=not args.no_pomegranate)
     wanted = {n.strip().upper() for n in args.settings.split(",") if n.strip()}
     settings = [s for s in (QUICK_SETTINGS if args.quick else FULL_SETTINGS) if s.name in wanted]
     t_start = time.perf_counter()

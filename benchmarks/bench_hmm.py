@@ -54,19 +54,10 @@ import argparse
 import os
 import sys
 
+from _common import early_threads, require_torch_threads, set_torch_threads
+
 # Thread limits must be in the environment before numpy/torch load their pools.
-_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-
-
-def _early_threads() -> None:
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--threads", type=int, default=1)
-    ns, _ = pre.parse_known_args()
-    for var in _THREAD_VARS:
-        os.environ[var] = str(ns.threads)
-
-
-_early_threads()
+early_threads(default=1)
 
 import datetime  # noqa: E402
 import json  # noqa: E402
@@ -300,8 +291,7 @@ def run_size(n_sequences: int, args: argparse.Namespace) -> dict[str, Any]:
         r.step()
         after_one[r.key] = loglik_per_step(r.params(), seqs)
     timing = time_iterations(runners, args.timed, args.passes)
-    if torch.get_num_threads() != args.threads:
-        raise RuntimeError(f"torch ran with {torch.get_num_threads()} threads, not --threads {args.threads}")
+    used_threads = require_torch_threads(args.threads)
     reference = timing["hmmlearn-float64"]
     libraries = []
     for r in runners:
@@ -324,6 +314,7 @@ def run_size(n_sequences: int, args: argparse.Namespace) -> dict[str, Any]:
         "d": args.d,
         "k": args.k,
         "start": args.start,
+        "torch_threads": used_threads,
         "iterations_run_per_library": 1 + args.passes + args.timed,
         "loglik_per_step_at_start": start_ll,
         "libraries": libraries,
@@ -357,11 +348,7 @@ def main(argv: list[str] | None = None) -> None:
     args.sizes = args.sizes or ([60] if args.quick else [2000, 8000])
     args.timed = args.timed or (2 if args.quick else 8)
     args.passes = args.passes or (1 if args.quick else 4)
-    if not args.no_pomegranate:
-        # Importing pomegranate (apricot -> numba's parallel layer) sets the OpenMP thread count, which torch
-        # shares, to the number of CPUs. Import it first, then set the thread count.
-        import pomegranate.hmm  # noqa: F401
-    torch.set_num_threads(args.threads)
+    set_torch_threads(args.threads, uses_pomegranate=not args.no_pomegranate)
 
     started = time.perf_counter()
     load_before = _load_average()

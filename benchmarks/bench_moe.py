@@ -22,7 +22,7 @@ the reference point is ppmix's own Global EM, as in the paper.
 Usage::
 
     .venv/bin/python benchmarks/bench_moe.py                 # N = 10^6, writes benchmarks/results/moe.json
-    .venv/bin/python benchmarks/bench_moe.py --quick         # N = 2*10^4 smoke run, writes to the temp dir
+    .venv/bin/python benchmarks/bench_moe.py --quick         # N = 4000 smoke run, writes to the temp dir
 """
 
 from __future__ import annotations
@@ -46,24 +46,28 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "moe.json"
 QUICK_OUT = Path(tempfile.gettempdir()) / "ppmix_bench_moe_quick.json"
+FULL_DEFAULTS = {"n": 1e6, "machines": [16, 128], "max_iter": 100, "local_n_init": 5}
+QUICK_DEFAULTS = {"n": 4e3, "machines": [4], "max_iter": 20, "local_n_init": 2}
 
 logger = logging.getLogger("bench_moe")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--n", type=float, default=1e6, help="number of rows")
-    p.add_argument("--machines", type=int, nargs="+", default=[16, 128])
-    p.add_argument("--max-iter", type=int, default=100, help="EM iterations (global and local)")
+    p.add_argument("--n", type=float, help="number of rows (default 1e6; quick 4000)")
+    p.add_argument("--machines", type=int, nargs="+", help="numbers of shards M (default 16 128; quick 4)")
+    p.add_argument("--max-iter", type=int, help="EM iterations, global and local (default 100; quick 20)")
     p.add_argument("--threads", type=int, default=2, help="torch threads of the global fit")
-    p.add_argument("--local-n-init", type=int, default=5, help="EM starts of every local fit (S4.2: five)")
+    p.add_argument("--local-n-init", type=int, help="EM starts of every local fit (default 5 as in S4.2; quick 2)")
     p.add_argument("--workers", type=int, default=2, help="process-pool size for the local fits")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--quick", action="store_true", help="N = 20 000, M in {4, 16}, 30 iterations")
-    p.add_argument("--out", type=Path)
+    p.add_argument("--quick", action="store_true", help="smoke run with the quick defaults, written to the temp dir")
+    p.add_argument("--out", type=Path, help=f"JSON path (default {DEFAULT_OUT}; --quick: {QUICK_OUT})")
     args = p.parse_args(argv)
-    if args.quick:
-        args.n, args.machines, args.max_iter = 2e4, [4, 16], 30
+    defaults = QUICK_DEFAULTS if args.quick else FULL_DEFAULTS
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     args.out = args.out or (QUICK_OUT if args.quick else DEFAULT_OUT)
     return args
 

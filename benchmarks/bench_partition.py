@@ -1,7 +1,7 @@
 """RW weight step and PRESTO: ppmix vs generic / literal baselines on identical problems.
 
 Run ``.venv/bin/python benchmarks/bench_partition.py`` (``--quick`` for a smoke run that writes to
-/tmp unless ``--out`` is given). Two parts:
+the temp directory unless ``--out`` is given). Two parts:
 
 1. **RW weight step** (:func:`ppmix.inference.rw.solve_weights`): clustering losses (squared
    distances of random 2-D points to ``k`` random centres), ``alpha / n = 1``. Seconds to a
@@ -21,10 +21,19 @@ import json
 import math
 import os
 import platform
+import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
+from _common import early_threads
+
+# Thread limits must be in the environment before numpy/torch load their pools.
+early_threads(default=2)
+
+import numpy as np  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results" / "partition.json"
+QUICK_OUT = Path(tempfile.gettempdir()) / "ppmix_bench_partition_quick.json"
 
 
 # --------------------------------------------------------------------------- RW weight step
@@ -294,20 +303,19 @@ def bench_presto(n_per_set_big: int, n_per_set_small: int, repeats: int) -> dict
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="tiny smoke run (< 20 s)")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out", default=None, help="JSON path (default benchmarks/results/partition.json)")
-    args = parser.parse_args()
-    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+    parser.add_argument("--quick", action="store_true", help="tiny smoke run (writes to the temp directory)")
+    parser.add_argument("--threads", type=int, default=2, help="torch/BLAS threads (read before they start)")
+    parser.add_argument("--out", type=Path, default=None, help=f"JSON path (default {RESULTS}; --quick: {QUICK_OUT})")
+    args = parser.parse_args(argv)
     import torch
 
     torch.set_num_threads(args.threads)
     wall = time.perf_counter()
     if args.quick:
-        rw = bench_rw((5000, 10), [(30, 3)], slsqp_max_n=100, repeats=1)
-        presto = bench_presto(200, 12, 1)
+        rw = bench_rw((2000, 5), [(30, 3)], slsqp_max_n=100, repeats=1)
+        presto = bench_presto(100, 8, 1)
     else:
         rw = bench_rw((100_000, 10), [(40, 5), (2000, 5)], slsqp_max_n=200, repeats=3)
         presto = bench_presto(5000, 60, 3)
@@ -323,9 +331,7 @@ def main() -> None:
         "rw": rw,
         "presto": presto,
     }
-    out = Path(
-        args.out or ("/tmp/ppmix_bench_partition_quick.json" if args.quick else "benchmarks/results/partition.json")
-    )
+    out = args.out or (QUICK_OUT if args.quick else RESULTS)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2))
 

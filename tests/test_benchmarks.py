@@ -1,0 +1,171 @@
+"""A quick smoke run of every benchmark in ``benchmarks/``, checked through the JSON it writes.
+
+Each benchmark runs in its own process (its thread settings, imports and process pools stay
+out of the test process) with ``--quick``, at one thread and with ``--out`` in the test's
+temporary directory, so the recorded results in ``benchmarks/results`` are never touched.
+Timings are only checked to be positive; what must hold whatever the machine load is checked
+exactly: the structure, the thread count actually used, and the agreement between libraries
+that run the same algorithm from the same start. The peer libraries (scikit-learn, hmmlearn,
+pomegranate) are required: a missing one fails its benchmark, and so the test.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+#: the runs of bench_gmm and bench_hmm besides the reference library's
+BOTH_DTYPES = {f"{library}-{dtype}" for library in ("ppmix", "pomegranate") for dtype in ("float32", "float64")}
+
+
+def run_quick(script: str, out: Path, *args: str) -> dict[str, Any]:
+    """Run ``benchmarks/<script> --quick --threads 1 --out <out> *args`` and return the JSON it wrote."""
+    command = [sys.executable, f"benchmarks/{script}", "--quick", "--threads", "1", "--out", str(out), *args]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return json.loads(out.read_text())
+
+
+def assert_timing(*values: float) -> None:
+    """Seconds and ratios of seconds: positive and finite (their size depends on the machine)."""
+    for value in values:
+        assert 0 < value < math.inf
+
+
+def test_bench_gmm_quick(tmp_path):
+    report = run_quick("bench_gmm.py", tmp_path / "gmm.json")
+    config = report["config"]
+    assert report["benchmark"] == "gmm_em" and report["quick"]
+    # pomegranate's import resets torch's thread count to the number of CPUs: the run must still use one
+    assert config["threads"] == 1 and report["machine"]["torch_num_threads"] == 1
+    assert report["machine"]["pomegranate"] is not None
+    assert [(s["name"], s["covariance_type"]) for s in report["settings"]] == [("A", "diag"), ("B", "full")]
+    for setting in report["settings"]:
+        results = setting["results"]
+        assert set(results) == BOTH_DTYPES | {"sklearn"}
+        assert math.isfinite(setting["true_mean_loglik"])
+        sklearn_after = results["sklearn"]["per_iteration"]["mean_loglik_after"]
+        # EM from scikit-learn's start only climbs
+        assert sklearn_after > setting["init_mean_loglik"]
+        for key, res in results.items():
+            timing = res["per_iteration"]
+            assert timing["torch_threads"] == 1
+            assert timing["n_timed"] == config["timed_iters"] == len(timing["samples_s"])
+            assert_timing(timing["median_s"], timing["min_s"], timing["e_median_s"], res["ratio_vs_sklearn"])
+            assert timing["min_s"] <= timing["q25_s"] <= timing["median_s"] <= timing["q75_s"]
+            # the same start and the same number of iterations: the same EM path in every library
+            tol = 1e-8 if key in ("sklearn", "ppmix-float64") else 1e-4
+            assert timing["mean_loglik_after"] == pytest.approx(sklearn_after, rel=0, abs=tol), key
+            fit = res["fit_default_init"]
+            assert 1 <= fit["n_iter"] <= config["max_iter"] and fit["fit_wall_s"] > 0
+            assert math.isfinite(fit["mean_loglik"])
+            if res["library"] == "ppmix":  # from scikit-learn's start ppmix ends where scikit-learn's fit does
+                assert abs(res["fit_sklearn_init"]["dloglik_vs_sklearn"]) < 1e-4, key
+        assert results["sklearn"]["ratio_vs_sklearn"] == 1.0
+        assert results["sklearn"]["fit_default_init"]["dloglik_vs_sklearn"] == 0.0
+
+
+def test_bench_hmm_quick(tmp_path):
+    report = run_quick("bench_hmm.py", tmp_path / "hmm.json")
+    assert report["benchmark"] == "hmm_em_iteration" and report["threads"] == 1
+    assert {"hmmlearn", "pomegranate"} <= set(report["versions"])
+    (result,) = report["results"]
+    assert result["torch_threads"] == 1
+    assert result["n_sequences"] == 60 and 10 * 60 <= result["n_frames"] <= 50 * 60
+    rows = {row["key"]: row for row in result["libraries"]}
+    assert set(rows) == BOTH_DTYPES | {"hmmlearn-float64"}
+    assert rows["hmmlearn-float64"]["ratio_to_hmmlearn"] == 1.0
+    for key, row in rows.items():
+        assert row["n_timed"] == len(row["samples_s"]) == 2
+        assert_timing(row["median_s"], row["min_s"], row["ratio_to_hmmlearn"])
+        assert row["cpu_median_s"] >= 0
+        # the same start, one iteration at a time: the same EM path, so the same log-likelihood
+        tol = 1e-9 if row["dtype"] == "float64" else 1e-3
+        assert abs(row["loglik_diff_vs_hmmlearn_after_1_iteration"]) < tol, key
+        assert abs(row["loglik_diff_vs_hmmlearn"]) < tol, key
+        assert result["loglik_per_step_at_start"] < row["loglik_per_step_after_1_iteration"] < row["loglik_per_step"]
+
+
+def test_bench_partition_quick(tmp_path):
+    report = run_quick("bench_partition.py", tmp_path / "partition.json")
+    assert report["torch_threads"] == 1
+    large = report["rw"]["large"]
+    for tol in (1e-4, 1e-6):
+        solve = large[f"ours_tol{tol:g}"]
+        assert solve["converged"] and solve["rel_gap"] <= tol
+        assert_timing(solve["seconds"])
+    assert large["ours_tol1e-06"]["n_iter"] >= large["ours_tol0.0001"]["n_iter"]
+    (peer,) = report["rw"]["peers"]
+    assert set(peer) >= {"ours", "projected_gradient", "slsqp"}
+    assert peer["ours"]["converged"] and peer["projected_gradient"]["converged"]
+    for name in ("ours", "projected_gradient", "slsqp"):  # the same QP: optima within the certified gaps
+        assert peer[name]["objective"] == pytest.approx(peer["ours"]["objective"], rel=1e-5), name
+        assert_timing(peer[name]["seconds"])
+    logistic = report["presto"]["logistic_synthetic"]
+    assert logistic["n_iter"] >= 1 and 0 < logistic["ari_vs_true_sets"] <= 1 and 0.5 < logistic["train_accuracy"] <= 1
+    exact = report["presto"]["linear_exact_check"]
+    # closed-form leave-one-out reproduces the literal retraining: same partition, iterations, objective
+    assert exact["identical_assignment_fraction"] == 1.0
+    assert exact["ppmix_n_iter"] == exact["literal_n_iter"]
+    assert exact["ppmix_objective"] == pytest.approx(exact["literal_objective"], rel=1e-9)
+    assert_timing(exact["ppmix_seconds"], exact["literal_seconds"], exact["speedup"])
+
+
+def test_bench_pf_gmm_quick(tmp_path):
+    report = run_quick("bench_pf_gmm.py", tmp_path / "pf_gmm.json")
+    assert report["quick"] and report["threads"] == 1
+    per_iteration = report["per_iteration"]
+    names = {"pf-GMM", "GMM (ours)", "scikit-learn"}
+    for field in ("seconds_per_iteration", "cpu_seconds_per_iteration", "ratio_to_our_gmm", "cpu_ratio_to_our_gmm"):
+        assert set(per_iteration[field]) == names
+    for name in names:
+        assert_timing(per_iteration["seconds_per_iteration"][name], per_iteration["ratio_to_our_gmm"][name])
+    assert per_iteration["ratio_to_our_gmm"]["GMM (ours)"] == 1.0
+    race = report["em_vs_svi"]
+    assert 1 <= race["em_iterations"] <= 300 and race["em_seconds"] > 0
+    assert math.isfinite(race["em_elbo_per_point"]) and math.isfinite(race["svi_final_elbo_per_point"])
+    # EM converged on the ELBO; SVI reaches it within the gap or not at all in the few quick steps
+    reached = race["svi_steps_to_reach"]
+    assert (reached is None) == (race["svi_seconds_to_reach"] is None)
+    if reached is None:
+        assert race["svi_final_elbo_per_point"] < race["em_elbo_per_point"]
+
+
+def test_bench_moe_quick(tmp_path):
+    report = run_quick("bench_moe.py", tmp_path / "moe.json", "--workers", "1")  # each pool worker costs an import
+    settings = report["settings"]
+    assert report["benchmark"] == "moe" and settings["quick"]
+    n, max_iter, n_init = int(settings["n"]), settings["max_iter"], settings["local_n_init"]
+    fit = report["global_em"]
+    assert fit["n"] == n and fit["threads"] == 1 and 1 <= fit["iterations"] <= max_iter
+    assert_timing(fit["seconds_total"], fit["seconds_per_iteration_median"])
+    assert 0 < fit["rss_after_data_mb"] <= fit["peak_rss_mb"]
+    # the fitted model scores its training data at least about as well as the model that generated it
+    assert fit["mean_log_likelihood"] > fit["true_model_log_likelihood"] - 0.05
+    assert [d["M"] for d in report["distributed"]] == settings["machines"]
+    for dist in report["distributed"]:
+        m = dist["M"]
+        assert dist["rows_per_shard"] == n // m and dist["local_n_init"] == n_init
+        assert n // m <= dist["support_size"] <= n // m + m  # each shard sends ceil(rows / M) support rows
+        assert 0 < dist["local_seconds_max"] <= dist["local_seconds_total"]
+        assert_timing(dist["aggregation_seconds"], dist["critical_path_seconds"])
+        critical_path = dist["local_seconds_max"] + dist["aggregation_seconds"]  # the slowest shard, then the reduction
+        assert dist["critical_path_seconds"] == pytest.approx(critical_path, abs=2e-3)
+        ratio = dist["aggregation_seconds"] / dist["local_seconds_total"]
+        assert dist["aggregation_over_local_total"] == pytest.approx(ratio, rel=0.05, abs=1e-3)
+        assert dist["aggregation_over_local_total_per_start"] == pytest.approx(
+            n_init * dist["aggregation_over_local_total"], rel=1e-3, abs=1e-3
+        )
+        assert dist["mm_iterations"] >= 1
+    assert set(report["targets"]) == {
+        "global_fit_under_120s",
+        "peak_memory_under_4GB",
+        "aggregation_under_5pct_of_local",
+    }
