@@ -107,14 +107,10 @@ def _fit_shard(task: _ShardTask) -> _ShardResult:
     Torch runs on ``task.threads`` threads during the fit (restored afterwards): several
     workers on one machine must not each start a thread per core.
     """
-    import torch
+    from ppmix._threads import torch_threads
 
-    previous = torch.get_num_threads()
-    torch.set_num_threads(task.threads)
-    try:
+    with torch_threads(task.threads):
         return _fit_shard_here(task)
-    finally:
-        torch.set_num_threads(previous)
 
 
 def _fit_shard_here(task: _ShardTask) -> _ShardResult:

@@ -36,6 +36,7 @@ import numpy as np
 import torch
 from scipy.optimize import linear_sum_assignment
 
+from ppmix._threads import torch_threads
 from ppmix._validation import check_matrix, check_positive_int
 from ppmix.components import GaussianExpert, LogisticExpert, SoftmaxGate
 from ppmix.components._linear import design_matrix
@@ -358,18 +359,22 @@ def ot_reduce(
     k = local.n_experts
     starts = np.random.default_rng(seed).permutation(len(models))[:n_init]
     best: tuple[float, Experts, list[float], bool] | None = None
-    for start in starts:
-        first = _select(local.experts, list(range(start * k, (start + 1) * k)))
-        experts, history, converged = _mm(local, first, max_iter, tol, logistic_update, epsilon)
-        logger.info(
-            "OT reduction from local model %d: objective %.6g after %d iterations", start, history[-1], len(history) - 1
-        )
-        if best is None or history[-1] < best[0]:
-            best = (history[-1], experts, history, converged)
-    assert best is not None
-    _, experts, history, converged = best
-    targets = _gate_targets(local, experts, gate_targets)
-    gate = SoftmaxGate(torch.zeros(k, x.shape[1], dtype=x.dtype), ridge=gate_ridge).fit(x, targets)
+    with torch_threads(1):  # the MM and the gate refit are many small operations (see ppmix._threads)
+        for start in starts:
+            first = _select(local.experts, list(range(start * k, (start + 1) * k)))
+            experts, history, converged = _mm(local, first, max_iter, tol, logistic_update, epsilon)
+            logger.info(
+                "OT reduction from local model %d: objective %.6g after %d iterations",
+                start,
+                history[-1],
+                len(history) - 1,
+            )
+            if best is None or history[-1] < best[0]:
+                best = (history[-1], experts, history, converged)
+        assert best is not None
+        _, experts, history, converged = best
+        targets = _gate_targets(local, experts, gate_targets)
+        gate = SoftmaxGate(torch.zeros(k, x.shape[1], dtype=x.dtype), ridge=gate_ridge).fit(x, targets)
     model = MixtureOfExperts.from_families(gate, experts, engine="ot-reduction")
     model.history_, model.n_iter_, model.converged_ = history, len(history) - 1, converged
     model.gate_targets_ = targets
