@@ -6,8 +6,11 @@ from typing import Callable
 
 import torch
 
-#: ``objective(theta, derivatives) -> (value[B], grad[B, M] | None, hess[B, M, M] | None)``
-Objective = Callable[[torch.Tensor, bool], tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]]
+#: ``derivatives() -> (grad[B, M], hess[B, M, M])`` at the point where the objective was evaluated
+Derivatives = Callable[[], tuple[torch.Tensor, torch.Tensor]]
+#: ``objective(theta) -> (value[B], derivatives)``; ``derivatives`` is called only at the accepted iterates, so
+#: it can reuse what the value computed (linear predictors, normalisers) instead of starting again from ``theta``
+Objective = Callable[[torch.Tensor], tuple[torch.Tensor, Derivatives]]
 
 
 def damped_newton(
@@ -25,12 +28,14 @@ def damped_newton(
     decreases, so the iteration is monotone. A problem stops when its Newton
     decrement ``g^T d`` falls below ``tol * (1 + |f|)``; that last Newton step is
     still applied, so the parameters are accurate to about ``tol``, not ``sqrt(tol)``.
+    The objective is evaluated once per trial point; the accepted trial's evaluation
+    supplies the next iteration's derivatives.
 
     Parameters
     ----------
     objective : callable
-        ``objective(theta, derivatives)`` returns the values ``[B]`` and, when
-        ``derivatives`` is true, the gradients ``[B, M]`` and Hessians ``[B, M, M]``.
+        ``objective(theta)`` returns the values ``[B]`` and a callable that returns the
+        gradients ``[B, M]`` and Hessians ``[B, M, M]`` at the same ``theta``.
     theta : Tensor, shape (B, M)
         Starting point (not modified).
 
@@ -41,8 +46,7 @@ def damped_newton(
     Examples
     --------
     >>> import torch
-    >>> f = lambda t, d: ((t - 3).square().sum(-1), 2 * (t - 3) if d else None,
-    ...                   2 * torch.eye(2).expand(1, 2, 2) if d else None)
+    >>> f = lambda t: ((t - 3).square().sum(-1), lambda: (2 * (t - 3), 2 * torch.eye(2).expand(1, 2, 2)))
     >>> theta, _, ok = damped_newton(f, torch.zeros(1, 2))
     >>> ok, theta.tolist()
     (True, [[3.0, 3.0]])
@@ -50,8 +54,9 @@ def damped_newton(
     theta = theta.clone()
     active = torch.ones(theta.shape[0], dtype=torch.bool, device=theta.device)
     eye = torch.eye(theta.shape[1], dtype=theta.dtype, device=theta.device)
+    value, derivatives = objective(theta)
     for iteration in range(1, max_iter + 1):
-        value, grad, hess = objective(theta, True)
+        grad, hess = derivatives()
         chol, info = torch.linalg.cholesky_ex(hess)
         if (info > 0).any():
             scale = torch.diagonal(hess, dim1=-2, dim2=-1).abs().mean(-1).clamp_min(1.0)
@@ -68,10 +73,14 @@ def damped_newton(
         t = torch.ones_like(value)
         for _ in range(max_halvings):
             trial = theta - t[:, None] * step
-            trial_value, _, _ = objective(trial, False)
-            ok = trial_value <= value - 1e-4 * t * decrement * active
+            trial_value, trial_derivatives = objective(trial)
+            # finished problems (zero step) only ride along
+            ok = (trial_value <= value - 1e-4 * t * decrement) | ~active
             if ok.all():
                 break
             t = torch.where(ok, t, 0.5 * t)
-        theta = theta - t[:, None] * step
+        else:  # out of halvings: the last halved step was not evaluated yet
+            trial = theta - t[:, None] * step
+            trial_value, trial_derivatives = objective(trial)
+        theta, value, derivatives = trial, trial_value, trial_derivatives
     return theta, max_iter, False

@@ -75,17 +75,18 @@ class LogisticExpert(LinearFamily):
         a = design_matrix(x)
         ridge = self._ridge_matrix()
 
-        def objective(theta: torch.Tensor, derivatives: bool):
+        def objective(theta: torch.Tensor):
             eta = a @ theta.T  # (N, K)
             nll = -(weights * (y[:, None] * F.logsigmoid(eta) + (1 - y[:, None]) * F.logsigmoid(-eta))).sum(0)
             value = nll + 0.5 * ((theta @ ridge) * theta).sum(-1)
-            if not derivatives:
-                return value, None, None
-            p = torch.sigmoid(eta)
-            grad = (weights * (p - y[:, None])).T @ a + theta @ ridge
-            curvature = (weights * p * (1 - p)).T  # (K, N)
-            hess = (curvature[:, :, None] * a[None]).mT @ a + ridge
-            return value, grad, hess
+
+            def derivatives() -> tuple[torch.Tensor, torch.Tensor]:
+                p = torch.sigmoid(eta)
+                grad = (weights * (p - y[:, None])).T @ a + theta @ ridge
+                curvature = (weights * p * (1 - p)).T  # (K, N)
+                return grad, (curvature[:, :, None] * a[None]).mT @ a + ridge
+
+            return value, derivatives
 
         theta, self.n_iter_, self.converged_ = damped_newton(
             objective, self._stacked(), max_iter=self.max_iter, tol=self.tol

@@ -28,19 +28,24 @@ def test_quadratic_minimiser_in_one_or_two_iterations(b, m):
     r = rng(0)
     a_np, c_np, e_np = random_quadratics(r, b, m)
     a, c, e = t(a_np), t(c_np), t(e_np)
-    calls = {"derivatives": 0}
+    calls = {"values": 0, "derivatives": 0}
 
-    def objective(theta, derivatives):
+    def objective(theta):
+        calls["values"] += 1
         value = 0.5 * torch.einsum("bi,bij,bj->b", theta, a, theta) - (c * theta).sum(-1) + e
-        if not derivatives:
-            return value, None, None
-        calls["derivatives"] += 1
-        return value, torch.einsum("bij,bj->bi", a, theta) - c, a
+
+        def derivatives():
+            calls["derivatives"] += 1
+            return torch.einsum("bij,bj->bi", a, theta) - c, a
+
+        return value, derivatives
 
     start = t(r.normal(scale=5.0, size=(b, m)))
     start_copy = start.clone()
     theta, n_iter, converged = damped_newton(objective, start)
-    assert converged and n_iter <= 2 and calls["derivatives"] <= 2
+    assert converged and n_iter <= 2 and calls["derivatives"] == n_iter
+    # the start, then one accepted trial per iteration but the last: every point is evaluated once
+    assert calls["values"] == n_iter
     assert torch.equal(start, start_copy), "the starting point must not be modified"
     assert_close(theta, np.linalg.solve(a_np, c_np[..., None])[..., 0], rtol=1e-10, atol=1e-10)
 
@@ -59,19 +64,21 @@ def test_logistic_objective_never_increases(b):
     x_np, y_np, w_np, ridge = logistic_objectives(r, b)
     x, y, w = t(x_np), t(y_np), t(w_np)
     m = x.shape[1]
-    iterate_values, trial_calls = [], [0]
+    iterate_values, calls = [], [0]
 
-    def objective(theta, derivatives):
+    def objective(theta):
+        calls[0] += 1
         eta = theta @ x.T  # (B, N)
         value = (w * (torch.nn.functional.softplus(eta) - y * eta)).sum(-1) + 0.5 * ridge * theta.square().sum(-1)
-        if not derivatives:
-            trial_calls[0] += 1
-            return value, None, None
-        iterate_values.append(value.clone())
-        p = torch.sigmoid(eta)
-        grad = (w * (p - y)) @ x + ridge * theta
-        hess = torch.einsum("bn,ni,nj->bij", w * p * (1 - p), x, x) + ridge * torch.eye(m, dtype=x.dtype)
-        return value, grad, hess
+
+        def derivatives():
+            iterate_values.append(value.clone())
+            p = torch.sigmoid(eta)
+            grad = (w * (p - y)) @ x + ridge * theta
+            hess = torch.einsum("bn,ni,nj->bij", w * p * (1 - p), x, x) + ridge * torch.eye(m, dtype=x.dtype)
+            return grad, hess
+
+        return value, derivatives
 
     # far from the optimum, where undamped Newton on a logistic loss overshoots
     start = t(r.normal(scale=8.0, size=(b, m)))
@@ -79,7 +86,8 @@ def test_logistic_objective_never_increases(b):
     assert converged
     values = torch.stack(iterate_values)  # (iterations, B)
     assert values.shape[0] >= 3
-    assert trial_calls[0] > values.shape[0], "no backtracking happened; the test would not exercise damping"
+    # one evaluation per trial point plus the start: more than one per iterate means some step was halved
+    assert calls[0] > values.shape[0], "no backtracking happened; the test would not exercise damping"
     increases = values[1:] - values[:-1]
     # a converged problem takes its final full Newton step; allow float64 rounding only
     rounding = 1e-12 * values[:-1].abs().clamp_min(1.0)
@@ -100,11 +108,9 @@ def test_batch_members_are_independent():
     a, c, e = t(a_np), t(c_np), t(e_np)
 
     def make_objective(sl):
-        def objective(theta, derivatives):
+        def objective(theta):
             value = 0.5 * torch.einsum("bi,bij,bj->b", theta, a[sl], theta) - (c[sl] * theta).sum(-1) + e[sl]
-            if not derivatives:
-                return value, None, None
-            return value, torch.einsum("bij,bj->bi", a[sl], theta) - c[sl], a[sl]
+            return value, lambda: (torch.einsum("bij,bj->bi", a[sl], theta) - c[sl], a[sl])
 
         return objective
 
@@ -114,3 +120,20 @@ def test_batch_members_are_independent():
         alone, _, ok = damped_newton(make_objective(slice(i, i + 1)), start[i : i + 1])
         assert ok
         assert_close(together[i], alone[0], rtol=1e-12, atol=1e-12)
+
+
+def test_finished_problems_do_not_hold_up_the_line_search():
+    """A problem that meets the tolerance takes its step even if it goes uphill, and the line search ignores it."""
+    hess = t([0.5, 2.0])[:, None, None]  # problem 0: half its true curvature, so its step overshoots uphill
+    offset = t([100.0, 0.0])
+    calls = [0]
+
+    def objective(theta):
+        calls[0] += 1
+        return (theta - 1).square().sum(-1) + offset, lambda: (2 * (theta - 1), hess)
+
+    theta, n_iter, converged = damped_newton(objective, t([[0.0], [-3.0]]), tol=0.1)
+    # iteration 1: problem 0 is done (decrement 8 <= 0.1 * (1 + 101)) and steps to 4; problem 1 to its minimum
+    assert converged and n_iter == 2
+    assert_close(theta, [[4.0], [1.0]], rtol=0, atol=1e-12)
+    assert calls[0] == 2, "the line search backtracked for a problem that had already finished"

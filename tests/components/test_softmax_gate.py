@@ -8,7 +8,7 @@ import scipy.optimize as opt
 import scipy.special as sp
 import torch
 
-from ppmix.components import SoftmaxGate
+from ppmix.components import SoftmaxGate, softmax_gate
 from tests.common import assert_close
 from tests.components._util import (
     TOL,
@@ -94,7 +94,7 @@ def soft_targets(r, x, k, row_weights=False):
 
 @parametrize_device
 @parametrize_p
-@pytest.mark.parametrize("k", [pytest.param(2, id="K2"), pytest.param(3, id="K3")])
+@pytest.mark.parametrize("k", [pytest.param(2, id="K2"), pytest.param(3, id="K3"), pytest.param(5, id="K5")])
 @pytest.mark.parametrize("row_weights", [pytest.param(False, id="rows1"), pytest.param(True, id="rowsw")])
 def test_fit_matches_scipy_optimum(k, p, device, row_weights):
     r = rng(2)
@@ -107,6 +107,58 @@ def test_fit_matches_scipy_optimum(k, p, device, row_weights):
     expected = scipy_gate_fit(x, targets, 1e-3)
     assert_close(gate.coef, expected[:, :-1], rtol=1e-5, atol=1e-5)
     assert_close(gate.intercept, expected[:, -1], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("k", [pytest.param(2, id="K2"), pytest.param(3, id="K3"), pytest.param(5, id="K5")])
+@pytest.mark.parametrize("chunk_rows", [pytest.param(1, id="rows1"), pytest.param(7, id="rows7"), None])
+def test_newton_objective_matches_autograd(k, chunk_rows, monkeypatch):
+    """Value, gradient and Hessian that fit hands to Newton against autograd of -sum R log softmax + ridge.
+
+    Non-normalised targets (row sums are sample weights), a ridge, and Hessians assembled in
+    chunks of one row, of 7 rows (a ragged last chunk) and in one chunk.
+    """
+    p, ridge = 3, 0.3
+    r = rng(7)
+    x = r.normal(size=(40, p))
+    targets = soft_targets(r, x, k, row_weights=True)
+    if chunk_rows is not None:
+        pairs = k * (k - 1) // 2
+        monkeypatch.setattr(softmax_gate, "_CHUNK_ELEMENTS", chunk_rows * pairs * (p + 1))
+    captured = []
+
+    def capture(objective, start, **options):
+        captured.append(objective)
+        return start, 0, False
+
+    monkeypatch.setattr(softmax_gate, "damped_newton", capture)
+    make(k, p, ridge=ridge).fit(t(x), t(targets))
+
+    a, target = t(np.column_stack([x, np.ones(len(x))])), t(targets)
+    penalty = t(np.append(np.full(p, ridge), 0.0))
+
+    def reference(theta):
+        params = torch.cat([theta.view(k - 1, p + 1), theta.new_zeros(1, p + 1)])
+        return -(target * torch.log_softmax(a @ params.T, dim=1)).sum() + 0.5 * (penalty * params.square()).sum()
+
+    theta = t(r.normal(size=(k - 1) * (p + 1)))
+    value, derivatives = captured[0](theta[None])
+    grad, hess = derivatives()
+    assert_close(value, reference(theta)[None], rtol=1e-12, atol=1e-12)
+    assert_close(grad[0], torch.func.grad(reference)(theta), rtol=1e-10, atol=1e-10)
+    assert_close(hess[0], torch.autograd.functional.hessian(reference, theta), rtol=1e-10, atol=1e-10)
+
+
+def test_fit_restores_the_thread_count():
+    """The Hessian runs its chunks on one thread; the caller's thread count comes back."""
+    r = rng(8)
+    x = r.normal(size=(50, 2))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        make(3, 2).fit(t(x), t(soft_targets(r, x, 3)))
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
 
 
 @parametrize_device
