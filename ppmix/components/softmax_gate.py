@@ -6,6 +6,7 @@ import pyro.distributions as dist
 import torch
 import torch.nn.functional as F
 
+from ppmix._threads import torch_threads
 from ppmix.components._linear import LinearFamily, design_matrix
 from ppmix.components._newton import damped_newton
 
@@ -39,17 +40,13 @@ def softmax_hessian(a: torch.Tensor, weighted: torch.Tensor, p: torch.Tensor) ->
     same = (rows == cols).to(a.dtype)
     grams = a.new_zeros(m, len(rows) * m)
     step = max(1, _CHUNK_ELEMENTS // (len(rows) * m))
-    # on one thread: a second one gains little on cache-sized chunks, and on a busy machine every
-    # chunk's parallel region waits for a time slice (7.5 s instead of 0.3 s at N = 10^6 on 2 threads)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    # on one thread: on a busy 2-core machine, with a parallel region per chunk, a Hessian at N = 10^6
+    # took 7.5 s instead of 0.3 s
+    with torch_threads(1):
         for start in range(0, n, step):
             chunk = slice(start, start + step)
             curvature = weighted[chunk, rows] * (same - p[chunk, cols])  # (chunk size, pairs)
             grams.addmm_(a[chunk].T, (curvature[:, :, None] * a[chunk, None, :]).flatten(1))
-    finally:
-        torch.set_num_threads(threads)
     blocks = grams.view(m, len(rows), m).transpose(0, 1)
     hess = a.new_empty(free, m, free, m)
     hess[rows, :, cols] = blocks
