@@ -18,7 +18,13 @@ supporting sample ``X_S`` (expectations are means over ``X_S``):
    soft targets ``V`` (which keeps the MM monotone);
 3. stop on the relative change of the objective (15); keep the best of several
    initialisations (each starts from the experts of one local model);
-4. gate (S5): softmax regression of the plan's marginals ``a_sk = sum_l P_lsk`` on ``X_S``.
+4. gate (S5): softmax regression on ``X_S`` of targets ``a_sk`` — by default the gate mass
+   of the local experts matched to ``k`` (each local expert goes whole to the reduced
+   expert that receives most of its plan mass), or (S4) literally the per-point plan's
+   marginals ``a_sk = sum_l P_lsk`` (``gate_targets="plan"``); see :func:`ot_reduce`.
+
+The MM visits only the (point, local expert) pairs that carry gate mass, in cache-sized
+blocks, on one thread.
 
 Also here: the **Middle** and **Weighted-average** baselines of §5 and
 :func:`transport_divergence`, the evaluation metric (Definition 1 with both marginals,
