@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,8 @@ from ppmix.models.base import MixtureModel
 
 __all__ = ["MixtureOfExperts"]
 
+logger = logging.getLogger(__name__)
+
 EXPERTS: dict[str, type] = {"gaussian": GaussianExpert, "logistic": LogisticExpert}
 INIT_METHODS = ("kmeans", "random")
 #: weight of the uniform distribution mixed into hard k-means starts (keeps the first gate fit finite)
@@ -28,6 +31,9 @@ _RANDOM_GATE_SCALE = 2.0
 #: damped Newton steps of the gate (and of logistic experts) per M-step: a generalised EM
 #: step, still monotone because every damped Newton step decreases its objective
 NEWTON_STEPS = 3
+#: two experts whose predictive distributions differ by less than this mean symmetric KL (nats)
+#: over the training covariates are duplicates: a split-and-merge move is tried
+_DUPLICATE_KL = 10.0
 
 
 def check_response(y: Any, n: int, expert: str, name: str = "y") -> torch.Tensor:
@@ -88,6 +94,16 @@ class MixtureOfExperts(MixtureModel):
         Floor of the Gaussian experts' noise variance, as a fraction of the variance of
         ``y`` in ``fit`` (it keeps an expert from collapsing onto a few points, where the
         likelihood is unbounded).
+    split_merge : int, default 3
+        After EM, at most this many split-and-merge moves (in the spirit of SMEM, Ueda et
+        al. 2000): when two experts are duplicates (mean symmetric KL of their predictive
+        distributions below 10 nats on the training covariates), they are merged and the
+        freed expert takes the upper half (by residual) of the worst-fitting expert's
+        points; EM restarts from there and the move is kept only if the log-likelihood
+        increases. This repairs the typical local optimum of MoE EM — one expert split in
+        two while two small experts share one wide one. 0 gives plain EM. After a kept
+        move ``history_`` is the objective of the EM run that followed it and ``n_iter_``
+        counts the iterations of all runs.
     init_params : {"random", "kmeans"}, default "random"
         Starting responsibilities: from a random gate (coefficients ``N(0, 2^2)`` on the
         standardised covariates; seed 001 keeps the best of five random starts) or from
@@ -125,6 +141,7 @@ class MixtureOfExperts(MixtureModel):
         tol: float = 1e-6,
         ridge: float = 1e-6,
         min_variance: float = 1e-4,
+        split_merge: int = 3,
         init_params: str = "random",
         standardize: bool = True,
         seed: int | None = None,
@@ -140,6 +157,7 @@ class MixtureOfExperts(MixtureModel):
         self.tol = tol
         self.ridge = ridge
         self.min_variance = min_variance
+        self.split_merge = split_merge
         self.init_params = init_params
         self.standardize = standardize
 
@@ -155,6 +173,8 @@ class MixtureOfExperts(MixtureModel):
             raise ValueError(f"init_params must be one of {INIT_METHODS}; got {self.init_params!r}")
         check_positive_int(self.n_init, "n_init")
         check_positive_int(self.max_iter, "max_iter")
+        if isinstance(self.split_merge, bool) or not isinstance(self.split_merge, int) or self.split_merge < 0:
+            raise ValueError(f"split_merge must be a non-negative integer; got {self.split_merge!r}")
         for name in ("ridge", "min_variance", "tol"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be non-negative; got {getattr(self, name)}")
@@ -334,9 +354,59 @@ class MixtureOfExperts(MixtureModel):
         ``y`` is required (binary 0/1 for logistic experts).
         """
         super().fit(X, y, engine=engine, **options)
+        if engine == "em":
+            self._split_and_merge(options)
         if engine in ("em", "svi"):
             self._canonical_order(self._train_data[0])
         return self
+
+    def _split_and_merge(self, options: dict[str, Any]) -> None:
+        """Up to ``split_merge`` moves, each kept only if EM from it ends at a higher log-likelihood."""
+        from ppmix.inference import run_em
+
+        data = self.em_data(self._train_data)
+        for _ in range(self.split_merge):
+            proposal = self._split_merge_proposal(*data)
+            if proposal is None:
+                return
+            saved, before = self.get_globals(), self.lower_bound_
+            self.m_step(data, proposal)
+            em_options = {key: options[key] for key in ("max_iter", "tol") if key in options}
+            result = run_em(self, self._train_data, n_init=1, warm_start=True, progress=False, **em_options)
+            after = float(result.history[-1])
+            if not after > before + 1e-9 * abs(before):
+                self.set_globals(saved)
+                return
+            logger.info("split-and-merge move: objective/point %.6f -> %.6f", before, after)
+            self.history_ = list(result.history)  # the EM run of the last kept move (monotone)
+            self.n_iter_ += int(result.n_iter)
+            self.converged_, self.lower_bound_ = bool(result.converged), after
+
+    def _split_merge_proposal(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor | None:
+        """Responsibilities with the closest duplicate pair merged and the worst expert split; None if no duplicates."""
+        kl = self._experts.kl(self._experts, x).mean(0)
+        distance = (kl + kl.T).fill_diagonal_(float("inf"))
+        if float(distance.min()) >= _DUPLICATE_KL:
+            return None
+        keep, freed = divmod(int(distance.argmin()), self.n_experts)
+        resp, log_lik = normalize_log_joint_(self._log_joint(x, y))
+        log_lik, hard = log_lik.reshape(-1), resp.argmax(1)
+        counts = torch.bincount(hard, minlength=self.n_experts)
+        fit = torch.zeros_like(kl[0]).index_add_(0, hard, log_lik) / counts.clamp_min(1)
+        fit[[keep, freed]] = float("inf")
+        fit[counts < 2] = float("inf")
+        worst = int(fit.argmin())
+        if not torch.isfinite(fit[worst]):
+            return None
+        members = hard == worst
+        residual = y - self._expert_means(x)[:, worst]
+        upper = members & (residual > residual[members].median())
+        proposal = resp.clone()
+        proposal[:, keep] += proposal[:, freed]
+        proposal[:, freed] = 0.0
+        proposal[upper, freed] = proposal[upper, worst]
+        proposal[upper, worst] = 0.0
+        return proposal
 
     def _canonical_order(self, x: torch.Tensor) -> None:
         """Order experts by decreasing mean gate probability; re-zero the last gate."""

@@ -167,6 +167,22 @@ def test_mcmc_runs_with_proper_priors():
     assert np.isfinite(moe.score(x, y))
 
 
+def test_split_and_merge_repairs_the_duplicated_expert_optimum():
+    """From restarts where plain EM splits one expert in two and merges two others, the moves reach the best optimum."""
+    data = make_moe(2000, n_experts=4, n_features=5, seed=0)
+    best = MixtureOfExperts(4, seed=1, progress=False, split_merge=0).fit(data.X, data.y).lower_bound_
+    for seed in (3, 4):  # plain EM from these random gates ends at a duplicated expert
+        plain = MixtureOfExperts(4, seed=seed, progress=False, split_merge=0).fit(data.X, data.y)
+        moved = MixtureOfExperts(4, seed=seed, progress=False).fit(data.X, data.y)
+        assert plain.lower_bound_ < best - 0.05
+        assert moved.lower_bound_ == pytest.approx(best, abs=1e-6)
+        assert (np.diff(moved.history_) >= -1e-9 * np.abs(moved.history_[1:])).all()
+        assert moved.n_iter_ > plain.n_iter_
+    # at the best optimum there is no duplicate pair: the moves leave the fit as it is
+    again = MixtureOfExperts(4, seed=1, progress=False).fit(data.X, data.y)
+    assert again.lower_bound_ == best
+
+
 @pytest.mark.parametrize(
     "kwargs, fit_args, error, match",
     [
@@ -179,6 +195,7 @@ def test_mcmc_runs_with_proper_priors():
         ({"n_experts": 1}, "ok", ValueError, "n_experts must be >= 2"),
         ({"expert": "poisson"}, "ok", ValueError, "expert must be one of"),
         ({"init_params": "magic"}, "ok", ValueError, "init_params"),
+        ({"split_merge": -1}, "ok", ValueError, "split_merge must be a non-negative integer"),
         ({}, "strings", TypeError, "y must be numeric"),
     ],
     ids=[
@@ -191,6 +208,7 @@ def test_mcmc_runs_with_proper_priors():
         "one-expert",
         "bad-expert",
         "bad-init",
+        "negative-split-merge",
         "string-y",
     ],
 )
