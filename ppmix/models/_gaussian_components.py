@@ -16,7 +16,6 @@ import torch
 from pyro.distributions import constraints
 
 from ppmix._init import kmeans, kmeans_plusplus, nearest_centre
-from ppmix._validation import check_positive_int
 from ppmix.components import DiagGaussian, FullGaussian
 from ppmix.components._centred import CentredData
 from ppmix.models._flat import FlatPrior
@@ -42,10 +41,7 @@ class GaussianComponentsMixin:
     def _validate_gaussian_params(self) -> None:
         if self.covariance_type not in COVARIANCE_TYPES:
             raise ValueError(f"covariance_type must be one of {COVARIANCE_TYPES}; got {self.covariance_type!r}")
-        if self.init_params not in INIT_METHODS:
-            raise ValueError(f"init_params must be one of {INIT_METHODS}; got {self.init_params!r}")
-        check_positive_int(self.n_init, "n_init")
-        check_positive_int(self.max_iter, "max_iter")
+        self._validate_em_settings(INIT_METHODS)
         if not self.reg_covar >= 0:
             raise ValueError(f"reg_covar must be non-negative; got {self.reg_covar}")
 

@@ -26,7 +26,6 @@ from pyro.distributions import constraints
 from pyro.ops.indexing import Vindex
 
 from ppmix._init import kmeans
-from ppmix._validation import check_positive_int
 from ppmix.components import BernoulliLabel, DiagGaussian
 from ppmix.components._centred import CentredData
 from ppmix.models._flat import FlatPrior
@@ -134,10 +133,7 @@ class PredictionFocusedMixin:
     def _validate_pf_params(self) -> None:
         """Check the switch prior, the start and the EM settings shared by the pf models."""
         self._validate_switch_prior()
-        if self.init_params not in PF_INIT_METHODS:
-            raise ValueError(f"init_params must be one of {PF_INIT_METHODS}; got {self.init_params!r}")
-        check_positive_int(self.n_init, "n_init")
-        check_positive_int(self.max_iter, "max_iter")
+        self._validate_em_settings(PF_INIT_METHODS)
         if not self.reg_covar >= 0:
             raise ValueError(f"reg_covar must be non-negative; got {self.reg_covar}")
 

@@ -355,6 +355,15 @@ class MixtureModel(PyroModule):
         if not isinstance(self.dtype, torch.dtype) or not self.dtype.is_floating_point:
             raise TypeError(f"dtype must be a floating torch.dtype; got {self.dtype!r}")
 
+    def _validate_em_settings(self, init_methods: tuple[str, ...]) -> None:
+        """``init_params`` one of ``init_methods``; ``n_init`` and ``max_iter`` positive integers."""
+        from ppmix._validation import check_positive_int
+
+        if self.init_params not in init_methods:
+            raise ValueError(f"init_params must be one of {init_methods}; got {self.init_params!r}")
+        check_positive_int(self.n_init, "n_init")
+        check_positive_int(self.max_iter, "max_iter")
+
     @property
     def is_fitted(self) -> bool:
         return hasattr(self, "engine_")

@@ -12,7 +12,7 @@ import torch
 from pyro.distributions import constraints
 
 from ppmix._init import kmeans
-from ppmix._validation import check_matrix, check_positive_int, to_output
+from ppmix._validation import check_matrix, to_output
 from ppmix.components import GaussianExpert, LogisticExpert, SoftmaxGate
 from ppmix.models._flat import FlatPrior
 from ppmix.models._responsibilities import normalize_log_joint_
@@ -169,10 +169,7 @@ class MixtureOfExperts(MixtureModel):
             raise ValueError(f"n_experts must be >= 2; got {self.n_experts}")
         if self.expert not in EXPERTS:
             raise ValueError(f"expert must be one of {tuple(EXPERTS)}; got {self.expert!r}")
-        if self.init_params not in INIT_METHODS:
-            raise ValueError(f"init_params must be one of {INIT_METHODS}; got {self.init_params!r}")
-        check_positive_int(self.n_init, "n_init")
-        check_positive_int(self.max_iter, "max_iter")
+        self._validate_em_settings(INIT_METHODS)
         if isinstance(self.split_merge, bool) or not isinstance(self.split_merge, int) or self.split_merge < 0:
             raise ValueError(f"split_merge must be a non-negative integer; got {self.split_merge!r}")
         for name in ("ridge", "min_variance", "tol"):
