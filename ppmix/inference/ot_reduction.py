@@ -271,7 +271,8 @@ def _update(
 
 def _mm(
     local: LocalMixture, start: Experts, max_iter: int, tol: float, logistic_update: str, epsilon: float
-) -> tuple[Experts, list[float], bool]:
+) -> tuple[Experts, torch.Tensor, list[float], bool]:
+    """MM iterations from ``start``: the final experts, their plan assignment, the objective history, convergence."""
     experts = start
     assign, objective = _assignment(local, experts)
     history = [float(objective)]
@@ -280,8 +281,8 @@ def _mm(
         assign, objective = _assignment(local, experts)
         history.append(float(objective))
         if abs(history[-2] - history[-1]) <= tol * max(abs(history[-1]), 1e-300):
-            return experts, history, True
-    return experts, history, False
+            return experts, assign, history, True
+    return experts, assign, history, False
 
 
 def ot_reduce(
@@ -364,11 +365,11 @@ def ot_reduce(
     local = LocalMixture.from_models(models, x, lam, mass_tol)
     k = local.n_experts
     starts = np.random.default_rng(seed).permutation(len(models))[:n_init]
-    best: tuple[float, Experts, list[float], bool] | None = None
+    best: tuple[float, Experts, torch.Tensor, list[float], bool] | None = None
     with torch_threads(1):  # the MM and the gate refit are many small operations (see ppmix._threads)
         for start in starts:
             first = _select(local.experts, list(range(start * k, (start + 1) * k)))
-            experts, history, converged = _mm(local, first, max_iter, tol, logistic_update, epsilon)
+            experts, assign, history, converged = _mm(local, first, max_iter, tol, logistic_update, epsilon)
             logger.info(
                 "OT reduction from local model %d: objective %.6g after %d iterations",
                 start,
@@ -376,10 +377,10 @@ def ot_reduce(
                 len(history) - 1,
             )
             if best is None or history[-1] < best[0]:
-                best = (history[-1], experts, history, converged)
+                best = (history[-1], experts, assign, history, converged)
         assert best is not None
-        _, experts, history, converged = best
-        targets = _gate_targets(local, experts, gate_targets)
+        _, experts, assign, history, converged = best
+        targets = _gate_targets(local, assign, k, gate_targets)
         gate = SoftmaxGate(torch.zeros(k, x.shape[1], dtype=x.dtype), ridge=gate_ridge).fit(x, targets)
     model = MixtureOfExperts.from_families(gate, experts, engine="ot-reduction")
     model.history_, model.n_iter_, model.converged_ = history, len(history) - 1, converged
@@ -387,10 +388,9 @@ def ot_reduce(
     return model
 
 
-def _gate_targets(local: LocalMixture, experts: Experts, kind: str) -> torch.Tensor:
-    """``a_sk`` of (S4) from the per-point plan (``"plan"``) or from the matched local experts (``"matched"``)."""
-    assign, _ = _assignment(local, experts)
-    pairs, k = local.pairs, experts.n_components
+def _gate_targets(local: LocalMixture, assign: torch.Tensor, k: int, kind: str) -> torch.Tensor:
+    """``a_sk`` of (S4) from the per-point plan ``assign`` (``"plan"``) or from the matched local experts."""
+    pairs = local.pairs
     if kind == "plan":
         cell = pairs.rows * k + assign
         return pairs.weights.new_zeros(local.x.shape[0] * k).index_add_(0, cell, pairs.weights).view(-1, k)
