@@ -96,14 +96,16 @@ class MixtureOfExperts(MixtureModel):
         likelihood is unbounded).
     split_merge : int, default 3
         After EM, at most this many split-and-merge moves (in the spirit of SMEM, Ueda et
-        al. 2000): when two experts are duplicates (mean symmetric KL of their predictive
-        distributions below 10 nats on the training covariates), they are merged and the
-        freed expert takes the upper half (by residual) of the worst-fitting expert's
-        points; EM restarts from there and the move is kept only if the log-likelihood
-        increases. This repairs the typical local optimum of MoE EM — one expert split in
-        two while two small experts share one wide one. 0 gives plain EM. After a kept
-        move ``history_`` is the objective of the EM run that followed it and ``n_iter_``
-        counts the iterations of all runs.
+        al. 2000). One expert is freed: when two experts are duplicates (mean symmetric
+        KL of their predictive distributions below 10 nats on the training covariates)
+        they are merged, otherwise the expert with the least responsibility mass is
+        dropped. The freed expert takes the upper half (by residual) of the
+        worst-fitting other expert's points; EM restarts from there and the move is kept
+        only if the log-likelihood per point rises by more than ``tol`` (relative). This
+        repairs the typical local optima of MoE EM — one expert split in two, or a
+        starved expert fitting a handful of points, while two small experts share one
+        wide one. 0 gives plain EM. After a kept move ``history_`` is the objective of
+        the EM run that followed it and ``n_iter_`` counts the iterations of all runs.
     init_params : {"random", "kmeans"}, default "random"
         Starting responsibilities: from a random gate (coefficients ``N(0, 2^2)`` on the
         standardised covariates; seed 001 keeps the best of five random starts) or from
@@ -367,11 +369,17 @@ class MixtureOfExperts(MixtureModel):
             if proposal is None:
                 return
             saved, before = self.get_globals(), self.lower_bound_
-            self.m_step(data, proposal)
             em_options = {key: options[key] for key in ("max_iter", "tol") if key in options}
-            result = run_em(self, self._train_data, n_init=1, warm_start=True, progress=False, **em_options)
+            try:
+                self.m_step(data, proposal)
+                result = run_em(self, self._train_data, n_init=1, warm_start=True, progress=False, **em_options)
+            except ValueError as error:  # an expert left with no points: the move is rejected
+                logger.info("split-and-merge move rejected: %s", error)
+                self.set_globals(saved)
+                return
             after = float(result.history[-1])
-            if not after > before + 1e-9 * abs(before):
+            # a gain within EM's own stopping tolerance is the same optimum, not a better one
+            if not after > before + options.get("tol", self.tol) * abs(before):
                 self.set_globals(saved)
                 return
             logger.info("split-and-merge move: objective/point %.6f -> %.6f", before, after)
@@ -380,17 +388,29 @@ class MixtureOfExperts(MixtureModel):
             self.converged_, self.lower_bound_ = bool(result.converged), after
 
     def _split_merge_proposal(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor | None:
-        """Responsibilities with the closest duplicate pair merged and the worst expert split; None if no duplicates."""
+        """Responsibilities with one expert freed and the worst-fitting other expert split in two.
+
+        The freed expert is the closer of the closest duplicate pair (merged into its twin)
+        or, when no pair is that close, the expert with the least responsibility mass (its
+        points go to the others in proportion). None when no expert is left to split.
+        """
         kl = self._experts.kl(self._experts, x).mean(0)
         distance = (kl + kl.T).fill_diagonal_(float("inf"))
-        if float(distance.min()) >= _DUPLICATE_KL:
-            return None
-        keep, freed = divmod(int(distance.argmin()), self.n_experts)
         resp, log_lik = normalize_log_joint_(self._log_joint(x, y))
         log_lik, hard = log_lik.reshape(-1), resp.argmax(1)
+        proposal = resp.clone()
+        if float(distance.min()) < _DUPLICATE_KL:
+            keep, freed = divmod(int(distance.argmin()), self.n_experts)
+            proposal[:, keep] += proposal[:, freed]
+            excluded = [keep, freed]
+        else:
+            freed = int(resp.sum(0).argmin())
+            excluded = [freed]
+        proposal[:, freed] = 0.0
+        proposal /= proposal.sum(1, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny)
         counts = torch.bincount(hard, minlength=self.n_experts)
         fit = torch.zeros_like(kl[0]).index_add_(0, hard, log_lik) / counts.clamp_min(1)
-        fit[[keep, freed]] = float("inf")
+        fit[excluded] = float("inf")
         fit[counts < 2] = float("inf")
         worst = int(fit.argmin())
         if not torch.isfinite(fit[worst]):
@@ -398,9 +418,6 @@ class MixtureOfExperts(MixtureModel):
         members = hard == worst
         residual = y - self._expert_means(x)[:, worst]
         upper = members & (residual > residual[members].median())
-        proposal = resp.clone()
-        proposal[:, keep] += proposal[:, freed]
-        proposal[:, freed] = 0.0
         proposal[upper, freed] = proposal[upper, worst]
         proposal[upper, worst] = 0.0
         return proposal

@@ -11,7 +11,7 @@ from scipy.optimize import linear_sum_assignment
 from ppmix._validation import NotFittedError
 from ppmix.datasets.moe import make_moe
 from ppmix.models.base import local_params
-from ppmix.models.moe import MixtureOfExperts
+from ppmix.models.moe import _DUPLICATE_KL, MixtureOfExperts
 from tests.common import assert_close
 
 EXPERTS = ["gaussian", "logistic"]
@@ -181,6 +181,37 @@ def test_split_and_merge_repairs_the_duplicated_expert_optimum():
     # at the best optimum there is no duplicate pair: the moves leave the fit as it is
     again = MixtureOfExperts(4, seed=1, progress=False).fit(data.X, data.y)
     assert again.lower_bound_ == best
+
+
+def test_split_and_merge_frees_the_least_used_expert_when_no_pair_is_duplicated():
+    """A local optimum without a duplicate pair: freeing the expert with the least mass and splitting the worst
+    one reaches the best optimum."""
+    data = make_moe(2000, n_experts=4, n_features=5, seed=0)
+    best = MixtureOfExperts(4, seed=1, progress=False, split_merge=0).fit(data.X, data.y).lower_bound_
+    plain = MixtureOfExperts(4, seed=0, progress=False, split_merge=0).fit(data.X, data.y)
+    x = plain.em_data(plain._train_data)[0]
+    kl = plain._experts.kl(plain._experts, x).mean(0)
+    assert float((kl + kl.T).fill_diagonal_(float("inf")).min()) >= _DUPLICATE_KL
+    assert plain.lower_bound_ < best - 0.05
+    moved = MixtureOfExperts(4, seed=0, progress=False).fit(data.X, data.y)
+    assert moved.lower_bound_ == pytest.approx(best, abs=1e-6)
+    assert (np.diff(moved.history_) >= -1e-9 * np.abs(moved.history_[1:])).all()
+
+
+def test_split_and_merge_rejects_a_move_that_empties_an_expert(monkeypatch):
+    """A proposal under which an expert's least squares becomes singular is rejected and the fit kept."""
+    data = make_moe(600, n_experts=3, n_features=3, seed=2)
+    plain = MixtureOfExperts(3, seed=0, progress=False, split_merge=0).fit(data.X, data.y)
+
+    def emptying(self, x, y):
+        proposal = torch.zeros(x.shape[0], self.n_experts, dtype=x.dtype)
+        proposal[:, 0] = 1.0
+        return proposal
+
+    monkeypatch.setattr(MixtureOfExperts, "_split_merge_proposal", emptying)
+    moved = MixtureOfExperts(3, seed=0, progress=False).fit(data.X, data.y)
+    assert moved.lower_bound_ == plain.lower_bound_
+    np.testing.assert_array_equal(moved.coef_.numpy(), plain.coef_.numpy())
 
 
 @pytest.mark.parametrize(
