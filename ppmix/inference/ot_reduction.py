@@ -203,7 +203,7 @@ def update_experts(
     plan: torch.Tensor,
     current: Experts,
     *,
-    logistic_update: str = "s14",
+    logistic_update: str = "newton",
     epsilon: float = 1e-6,
 ) -> Experts:
     """Solve (19) for every reduced expert given the plan of :func:`reduction_plan`; returns a new family.
@@ -293,7 +293,7 @@ def ot_reduce(
     n_init: int = 5,
     max_iter: int = 100,
     tol: float = 1e-5,
-    logistic_update: str = "s14",
+    logistic_update: str = "newton",
     epsilon: float = 1e-6,
     gate_ridge: float = 1e-6,
     gate_targets: str = "matched",
@@ -314,8 +314,13 @@ def ot_reduce(
         MM initialisations, each from the experts of a different local model (drawn
         with ``seed``); the lowest final objective wins.
     max_iter, tol : MM iterations and tolerance on the relative change of (15).
-    logistic_update : {"s14", "newton"}
-        Logistic experts: the paper's closed form S14 or the exact weighted Newton fit.
+    logistic_update : {"newton", "s14"}, default "newton"
+        Logistic experts: the exact minimiser of (19) by weighted Newton, or the paper's
+        closed form S14 — an unweighted least squares of the clamped log-odds ``V`` over
+        every point that carries mass. S14 weighs a point with a trace of plan mass like
+        one with all of it, and on saturated local experts the clamped log-odds are far
+        from the true ones: on the S4.1 logistic simulation (N = 10^5, M = 4) the reduced
+        model's test log-loss was 0.33 with S14 and 0.078 with the exact update.
     epsilon : float
         S14 clamps ``V`` to ``(epsilon, 1 - epsilon)`` before taking log-odds.
     gate_ridge : float
