@@ -10,8 +10,8 @@ log-likelihood, the label-matched parameter MSE, RPE (Gaussian experts) or accur
 log-loss (logistic experts), ARI of the gate-MAP clustering against the true experts,
 and the learning time (critical path: slowest local fit + aggregation, as in S4.2).
 ``Reduction`` is :func:`~ppmix.inference.ot_reduction.ot_reduce` with its defaults: the
-gate refit on the matched local experts' gate mass (``gate_targets="matched"``) and, for
-logistic experts, the exact expert update (``logistic_update="newton"``).
+gate refit on the matched local experts' gate mass for Gaussian experts, and for logistic
+experts on the plan's marginals with the exact expert update (``logistic_update="newton"``).
 ``Reduction-S4`` is the algorithm exactly as the paper prints it: the gate refit on the
 per-point plan's marginals (S4)–(S5) and, for logistic experts, the closed form S14.
 

@@ -196,6 +196,18 @@ def test_matched_gate_targets_are_the_aligned_local_gate_mass():
     assert literal.history_ == reduced.history_
 
 
+@pytest.mark.parametrize("expert, kind", [("gaussian", "matched"), ("logistic", "plan")])
+def test_default_gate_targets_depend_on_the_expert_family(expert, kind):
+    """``gate_targets="auto"``: matched local experts for Gaussian experts, the per-point plan for logistic ones."""
+    truth, x = small_truth(expert, seed=8)
+    models = [perturbed(truth, s, size=0.3) for s in range(4)]
+    auto = ot_reduce(models, x)
+    explicit = ot_reduce(models, x, gate_targets=kind)
+    other = ot_reduce(models, x, gate_targets="plan" if kind == "matched" else "matched")
+    np.testing.assert_array_equal(auto.gate_targets_.numpy(), explicit.gate_targets_.numpy())
+    assert not np.allclose(auto.gate_targets_.numpy(), other.gate_targets_.numpy())
+
+
 @pytest.mark.parametrize(
     "expert, update", [("gaussian", "s14"), ("logistic", "newton")], ids=["gaussian-S8", "logistic-exact"]
 )
