@@ -2,14 +2,80 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
+from ppmix._threads import torch_threads
 from ppmix.components.base import ComponentFamily
+
+#: elements of the per-chunk GEMM operand of :func:`weighted_grams` (4 MiB in float64: cache-sized;
+#: fastest at N = 10^6)
+_CHUNK_ELEMENTS = 2**19
 
 
 def design_matrix(x: torch.Tensor) -> torch.Tensor:
     """``[x, 1]``: the covariates with an intercept column appended."""
     return torch.cat([x, torch.ones_like(x[:, :1])], dim=1)
+
+
+def weighted_grams(
+    a: torch.Tensor,
+    weights: torch.Tensor | Callable[[slice], torch.Tensor],
+    n_weights: int | None = None,
+) -> torch.Tensor:
+    """Weighted Gram matrices ``a^T diag(weights[:, q]) a`` for every column ``q``, shape ``(Q, M, M)``.
+
+    Chunk by chunk of rows, one GEMM per chunk gives all ``Q`` Grams at once,
+    ``A_c^T [w_cq A_c]_q`` with the ``(rows, Q * M)`` operand made in cache, instead of a
+    ``(Q, N, M)`` temporary. The loop runs on one thread: on a busy 2-core machine a parallel
+    region per chunk waits at its barriers (a softmax Hessian at N = 10^6 took 7.5 s instead of 0.3 s).
+
+    Parameters
+    ----------
+    a : Tensor, shape (N, M)
+        The design.
+    weights : Tensor, shape (N, Q), or callable
+        The weight columns; or a function that maps a slice of rows to that chunk's
+        ``(rows, Q)`` weights, for weights that are cheap to make per chunk and would be large
+        to hold in full (then ``n_weights`` gives ``Q``).
+    n_weights : int, optional
+        ``Q``; required when ``weights`` is a callable.
+
+    Returns
+    -------
+    Tensor, shape (Q, M, M)
+        ``out[q] = a.T @ (weights[:, q:q + 1] * a)`` (symmetric up to rounding).
+
+    Examples
+    --------
+    >>> import torch
+    >>> a, w = torch.randn(100, 3, dtype=torch.float64), torch.rand(100, 2, dtype=torch.float64)
+    >>> grams = weighted_grams(a, w)
+    >>> grams.shape
+    torch.Size([2, 3, 3])
+    >>> torch.allclose(grams[1], a.T @ (w[:, 1:] * a))
+    True
+    >>> torch.allclose(weighted_grams(a, lambda rows: w[rows], n_weights=2), grams)
+    True
+    """
+    if callable(weights):
+        if n_weights is None:
+            raise ValueError("n_weights is required when weights is a callable")
+        q, weights_of = int(n_weights), weights
+    else:
+        if weights.dim() != 2 or weights.shape[0] != a.shape[0]:
+            raise ValueError(f"weights must have shape ({a.shape[0]}, Q); got {tuple(weights.shape)}")
+        q, weights_of = weights.shape[1], weights.__getitem__
+    (n, m) = a.shape
+    grams = a.new_zeros(m, q * m)
+    step = max(1, _CHUNK_ELEMENTS // max(1, q * m))
+    with torch_threads(1):
+        for start in range(0, n, step):
+            rows = slice(start, start + step)
+            chunk = a[rows]
+            grams.addmm_(chunk.T, (weights_of(rows)[:, :, None] * chunk[:, None, :]).flatten(1))
+    return grams.view(m, q, m).transpose(0, 1).contiguous()
 
 
 class LinearFamily(ComponentFamily):

@@ -6,7 +6,7 @@ import pyro.distributions as dist
 import torch
 import torch.nn.functional as F
 
-from ppmix.components._linear import LinearFamily, design_matrix
+from ppmix.components._linear import LinearFamily, design_matrix, weighted_grams
 from ppmix.components._newton import damped_newton
 
 __all__ = ["LogisticExpert"]
@@ -83,8 +83,8 @@ class LogisticExpert(LinearFamily):
             def derivatives() -> tuple[torch.Tensor, torch.Tensor]:
                 p = torch.sigmoid(eta)
                 grad = (weights * (p - y[:, None])).T @ a + theta @ ridge
-                curvature = (weights * p * (1 - p)).T  # (K, N)
-                return grad, (curvature[:, :, None] * a[None]).mT @ a + ridge
+                curvature = weights * p * (1 - p)  # (N, K)
+                return grad, weighted_grams(a, curvature) + ridge
 
             return value, derivatives
 

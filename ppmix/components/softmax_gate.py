@@ -6,14 +6,10 @@ import pyro.distributions as dist
 import torch
 import torch.nn.functional as F
 
-from ppmix._threads import torch_threads
-from ppmix.components._linear import LinearFamily, design_matrix
+from ppmix.components._linear import LinearFamily, design_matrix, weighted_grams
 from ppmix.components._newton import damped_newton
 
 __all__ = ["SoftmaxGate"]
-
-#: elements of the per-chunk operand of :func:`softmax_hessian` (4 MiB in float64: cache-sized; fastest at N = 10^6)
-_CHUNK_ELEMENTS = 2**19
 
 
 def softmax_hessian(a: torch.Tensor, weighted: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
@@ -23,8 +19,9 @@ def softmax_hessian(a: torch.Tensor, weighted: torch.Tensor, p: torch.Tensor) ->
     rows ``theta_i`` of a softmax regression, given the design ``a`` ``(N, M)``, the
     probabilities ``p`` ``(N, F)`` and ``weighted = t[:, None] * p``: block ``(i, j)`` is
     ``A^T diag(c_ij) A`` with ``c_ij = weighted_i (delta_ij - p_j)``. One GEMM per chunk
-    of rows gives the ``F (F + 1) / 2`` distinct blocks, ``A_c^T [c_ij A_c]_{i <= j}``, with
-    ``c`` and that ``(rows, F (F + 1) / 2 * M)`` operand made chunk by chunk, in cache.
+    of rows (:func:`~ppmix.components._linear.weighted_grams`) gives the ``F (F + 1) / 2``
+    distinct blocks, ``A_c^T [c_ij A_c]_{i <= j}``, with ``c`` and that
+    ``(rows, F (F + 1) / 2 * M)`` operand made chunk by chunk, in cache.
 
     Examples
     --------
@@ -35,19 +32,14 @@ def softmax_hessian(a: torch.Tensor, weighted: torch.Tensor, p: torch.Tensor) ->
     >>> torch.allclose(block, (-t * p[:, 0] * p[:, 1])[:, None].mul(a).T @ a)
     True
     """
-    (n, m), free = a.shape, p.shape[1]
+    m, free = a.shape[1], p.shape[1]
     rows, cols = torch.triu_indices(free, free, device=a.device)
     same = (rows == cols).to(a.dtype)
-    grams = a.new_zeros(m, len(rows) * m)
-    step = max(1, _CHUNK_ELEMENTS // (len(rows) * m))
-    # on one thread: on a busy 2-core machine, with a parallel region per chunk, a Hessian at N = 10^6
-    # took 7.5 s instead of 0.3 s
-    with torch_threads(1):
-        for start in range(0, n, step):
-            chunk = slice(start, start + step)
-            curvature = weighted[chunk, rows] * (same - p[chunk, cols])  # (chunk size, pairs)
-            grams.addmm_(a[chunk].T, (curvature[:, :, None] * a[chunk, None, :]).flatten(1))
-    blocks = grams.view(m, len(rows), m).transpose(0, 1)
+
+    def curvature(chunk: slice) -> torch.Tensor:  # (chunk size, pairs), made per chunk: pairs grows as K^2
+        return weighted[chunk, rows] * (same - p[chunk, cols])
+
+    blocks = weighted_grams(a, curvature, n_weights=len(rows))  # (pairs, M, M)
     hess = a.new_empty(free, m, free, m)
     hess[rows, :, cols] = blocks
     hess[cols, :, rows] = blocks.mT

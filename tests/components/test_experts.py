@@ -9,7 +9,7 @@ import scipy.special as sp
 import scipy.stats as st
 import torch
 
-from ppmix.components import GaussianExpert, LogisticExpert
+from ppmix.components import GaussianExpert, LogisticExpert, _linear
 from tests.common import assert_close
 from tests.components._util import (
     TOL,
@@ -123,10 +123,21 @@ def test_gaussian_expert_fit_one_hot_equals_group_lstsq(k, p, dtype, device):
 @parametrize_p
 @parametrize_k
 @pytest.mark.parametrize("ridge", [pytest.param(0.0, id="ridge0"), pytest.param(2.0, id="ridge2")])
-def test_gaussian_expert_fit_fractional_weights_equals_wls(k, p, dtype, device, ridge):
+@pytest.mark.parametrize(
+    "chunk_rows, shift",
+    [
+        pytest.param(None, 0.0, id="one-chunk"),
+        pytest.param(7, 0.0, id="rows7"),  # 120 rows: 17 chunks of 7 and a ragged one of 1
+        pytest.param(None, 1e4, id="shift1e4"),  # y far from 0: the one-pass variance must not lose it
+    ],
+)
+def test_gaussian_expert_fit_fractional_weights_equals_wls(k, p, dtype, device, ridge, chunk_rows, shift, monkeypatch):
+    """fit against a per-expert numpy lstsq on sqrt(w)-scaled rows, and the two-pass weighted variance."""
     r = rng(4)
     x, y = regression_data(r, 120, p, 1)
-    x, y = rounded(x, dtype), rounded(y, dtype)
+    x, y = rounded(x, dtype), rounded(y + shift, dtype)
+    if chunk_rows is not None:
+        monkeypatch.setattr(_linear, "_CHUNK_ELEMENTS", chunk_rows * k * (p + 2))
     w = rounded(fractional_weights(r, 120, k), dtype)
     comp = make_gaussian(k, p, dtype, device, ridge=ridge)
     comp.fit((t(x, dtype, device), t(y, dtype, device)), t(w, dtype, device))

@@ -8,7 +8,7 @@ import scipy.optimize as opt
 import scipy.special as sp
 import torch
 
-from ppmix.components import SoftmaxGate, softmax_gate
+from ppmix.components import SoftmaxGate, _linear, softmax_gate
 from tests.common import assert_close
 from tests.components._util import (
     TOL,
@@ -123,7 +123,7 @@ def test_newton_objective_matches_autograd(k, chunk_rows, monkeypatch):
     targets = soft_targets(r, x, k, row_weights=True)
     if chunk_rows is not None:
         pairs = k * (k - 1) // 2
-        monkeypatch.setattr(softmax_gate, "_CHUNK_ELEMENTS", chunk_rows * pairs * (p + 1))
+        monkeypatch.setattr(_linear, "_CHUNK_ELEMENTS", chunk_rows * pairs * (p + 1))
     captured = []
 
     def capture(objective, start, **options):
