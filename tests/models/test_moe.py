@@ -11,7 +11,7 @@ from scipy.optimize import linear_sum_assignment
 from ppmix._validation import NotFittedError
 from ppmix.datasets.moe import make_moe
 from ppmix.models.base import local_params
-from ppmix.models.moe import _DUPLICATE_KL, _MOVE_TRIAL_ITER, MixtureOfExperts
+from ppmix.models.moe import _DUPLICATE_KL, MixtureOfExperts
 from tests.common import assert_close
 
 EXPERTS = ["gaussian", "logistic"]
@@ -179,18 +179,8 @@ def test_split_and_merge_repairs_the_duplicated_expert_optimum():
         assert (np.diff(moved.history_) >= -1e-9 * np.abs(moved.history_[1:])).all()
         assert moved.n_iter_ > plain.n_iter_
     # at the best optimum there is no duplicate pair: the moves leave the fit as it is
-    m_steps = []
-
-    class Counted(MixtureOfExperts):
-        def m_step(self, data, resp):
-            m_steps.append(None)
-            super().m_step(data, resp)
-
-    again = Counted(4, seed=1, progress=False).fit(data.X, data.y)
+    again = MixtureOfExperts(4, seed=1, progress=False).fit(data.X, data.y)
     assert again.lower_bound_ == best
-    # the first move is rejected (and ends the moves) after its proposal's M-step and at most the trial
-    moves = len(m_steps) - again.n_iter_ - 1  # minus the EM run and its initial M-step
-    assert 0 < moves <= 1 + _MOVE_TRIAL_ITER
 
 
 def test_split_and_merge_frees_the_least_used_expert_when_no_pair_is_duplicated():
