@@ -46,7 +46,7 @@ from scipy.optimize import linear_sum_assignment
 from ppmix._threads import torch_threads
 from ppmix._validation import check_matrix, check_positive_int
 from ppmix.components import GaussianExpert, LogisticExpert, SoftmaxGate
-from ppmix.components._linear import design_matrix
+from ppmix.components._linear import design_matrix, weighted_grams
 from ppmix.models.moe import MixtureOfExperts
 
 __all__ = [
@@ -238,7 +238,7 @@ def _update(
     alive = mass.sum(0) > 1e-12 * x.shape[0]
     new = current.clone()
     if isinstance(current, GaussianExpert):
-        gram = torch.stack([(a * mass[:, j, None]).T @ a for j in range(k_all)])  # (K, P+1, P+1)
+        gram = weighted_grams(a, mass)  # (K, P+1, P+1)
         theta, info = torch.linalg.solve_ex(gram, per_point(weights * pairs.eta).T @ a)
         ok = alive & (info == 0)
         stacked = torch.where(ok[:, None], theta, current._stacked())
