@@ -396,7 +396,7 @@ class MixtureOfExperts(MixtureModel):
     def _split_merge_proposal(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor | None:
         """Responsibilities with one expert freed and the worst-fitting other expert split in two.
 
-        The freed expert is the closer of the closest duplicate pair (merged into its twin)
+        The freed expert is one of the closest duplicate pair (merged into the other)
         or, when no pair is that close, the expert with the least responsibility mass (its
         points go to the others in proportion). None when no expert is left to split.
         """
