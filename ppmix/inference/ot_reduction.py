@@ -231,8 +231,8 @@ def _update(
     k_all, weights = current.n_components, pairs.weights
     cell = pairs.rows * k_all + assign
 
-    def per_point(values: torch.Tensor) -> torch.Tensor:  # sum_l plan[s, l, k] values[s, l] -> (S, K)
-        return values.new_zeros(x.shape[0] * k_all).index_add_(0, cell, values).view(x.shape[0], k_all)
+    def per_point(values: torch.Tensor) -> torch.Tensor:
+        return _per_point(values, pairs.rows, assign, x.shape[0], k_all)
 
     mass = per_point(weights)  # D: (S, K)
     alive = mass.sum(0) > 1e-12 * x.shape[0]
@@ -268,6 +268,11 @@ def _update(
             stacked[k] = one._stacked()[0]
     new._unstack(stacked)
     return new
+
+
+def _per_point(values: torch.Tensor, rows: torch.Tensor, assign: torch.Tensor, n_points: int, k: int) -> torch.Tensor:
+    """``out[s, j] = sum`` of ``values`` over the pairs at point ``s`` assigned to reduced expert ``j``: ``(S, K)``."""
+    return values.new_zeros(n_points * k).index_add_(0, rows * k + assign, values).view(n_points, k)
 
 
 def _mm(
@@ -412,8 +417,7 @@ def _gate_targets(local: LocalMixture, assign: torch.Tensor, k: int, kind: str) 
     """``a_sk`` of (S4) from the per-point plan ``assign`` (``"plan"``) or from the matched local experts."""
     pairs = local.pairs
     if kind == "plan":
-        cell = pairs.rows * k + assign
-        return pairs.weights.new_zeros(local.x.shape[0] * k).index_add_(0, cell, pairs.weights).view(-1, k)
+        return _per_point(pairs.weights, pairs.rows, assign, local.x.shape[0], k)
     n_local = local.gate_probs.shape[1]
     mass = pairs.weights.new_zeros(n_local * k).index_add_(0, pairs.comps * k + assign, pairs.weights)
     matched = mass.view(n_local, k).argmax(1)
