@@ -24,7 +24,7 @@ from pyro.infer.autoguide import AutoDelta, AutoNormal, init_to_median, init_to_
 from pyro.nn import PyroModule
 from pyro.poutine.subsample_messenger import _Subsample
 
-from ppmix._validation import NotFittedError, check_matrix, resolve_device, to_output
+from ppmix._validation import NotFittedError, check_matrix, check_positive_int, resolve_device, to_output
 
 __all__ = ["MixtureModel"]
 
@@ -357,8 +357,6 @@ class MixtureModel(PyroModule):
 
     def _validate_em_settings(self, init_methods: tuple[str, ...]) -> None:
         """``init_params`` one of ``init_methods``; ``n_init`` and ``max_iter`` positive integers."""
-        from ppmix._validation import check_positive_int
-
         if self.init_params not in init_methods:
             raise ValueError(f"init_params must be one of {init_methods}; got {self.init_params!r}")
         check_positive_int(self.n_init, "n_init")
