@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pyro.distributions as dist
 import torch
 
@@ -103,6 +104,31 @@ class GaussianExpert(LinearFamily):
         var = rss.clamp_min(0) / component_counts(weights)
         self.scale = var.clamp_min(self.min_variance).sqrt()
         return self
+
+    def response_quadrature(
+        self, eta: torch.Tensor, index: torch.Tensor, n_nodes: int = 8
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Gauss-Hermite nodes and weights of ``N(eta[n], scale[index[n]]^2)``: ``(values, weights)``, each ``(N, n_nodes)``.
+
+        ``sum_j weights[n, j] h(values[n, j])`` approximates ``E[h(y)]`` under the
+        component ``index[n]`` with mean ``eta[n]``; it is exact for polynomials ``h`` of
+        degree below ``2 n_nodes``. The weights of a row sum to one.
+
+        Examples
+        --------
+        >>> import torch
+        >>> experts = GaussianExpert(torch.zeros(1, 1, dtype=torch.float64), scale=torch.tensor([2.0]))
+        >>> y, w = experts.response_quadrature(torch.tensor([1.0], dtype=torch.float64), torch.tensor([0]), 3)
+        >>> round(float((w * y).sum()), 12), round(float((w * (y - 1) ** 2).sum()), 12)
+        (1.0, 4.0)
+        """
+        if n_nodes < 1:
+            raise ValueError(f"n_nodes must be a positive integer; got {n_nodes!r}")
+        nodes, node_weights = np.polynomial.hermite.hermgauss(n_nodes)
+        nodes = torch.as_tensor(nodes, dtype=self.dtype, device=self.device)
+        node_weights = torch.as_tensor(node_weights / math.sqrt(math.pi), dtype=self.dtype, device=self.device)
+        values = eta[:, None] + math.sqrt(2.0) * self.scale[index][:, None] * nodes
+        return values, node_weights.expand_as(values)
 
     def pyro_dist(self, index: torch.Tensor | None = None, x: torch.Tensor | None = None) -> dist.Distribution:
         """``Normal(x^T coef[index] + intercept[index], scale[index])`` for covariates ``x``."""

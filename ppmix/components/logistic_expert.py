@@ -94,6 +94,27 @@ class LogisticExpert(LinearFamily):
         self._unstack(theta)
         return self
 
+    def response_quadrature(
+        self, eta: torch.Tensor, index: torch.Tensor, n_nodes: int = 2
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The two outcomes and their probabilities under log-odds ``eta``: ``(values, weights)``.
+
+        ``values`` is ``[0, 1]`` (shape ``(2,)``, shared by every row) and ``weights[n]`` is
+        ``[1 - sigmoid(eta[n]), sigmoid(eta[n])]``, so ``sum_j weights[n, j] h(values[j])``
+        is ``E[h(y)]`` exactly. ``index`` and ``n_nodes`` are unused: the interface is
+        that of :meth:`GaussianExpert.response_quadrature`, whose nodes depend on the row.
+
+        Examples
+        --------
+        >>> import torch
+        >>> experts = LogisticExpert(torch.zeros(1, 1, dtype=torch.float64))
+        >>> y, w = experts.response_quadrature(torch.tensor([0.0], dtype=torch.float64), torch.tensor([0]))
+        >>> y.tolist(), w.tolist()
+        ([0.0, 1.0], [[0.5, 0.5]])
+        """
+        p = torch.sigmoid(eta)
+        return torch.tensor([0.0, 1.0], dtype=eta.dtype, device=eta.device), torch.stack([1 - p, p], dim=-1)
+
     def pyro_dist(self, index: torch.Tensor | None = None, x: torch.Tensor | None = None) -> dist.Distribution:
         """``Bernoulli(logits = x^T coef[index] + intercept[index])``."""
         if x is None:

@@ -22,7 +22,9 @@ supporting sample ``X_S`` (expectations are means over ``X_S``):
    local experts matched to ``k`` (each local expert goes whole to the reduced expert
    that receives most of its plan mass; the default for Gaussian experts), or (S4)
    literally the per-point plan's marginals ``a_sk = sum_l P_lsk`` (the default for
-   logistic experts); see :func:`ot_reduce`.
+   logistic experts); see :func:`ot_reduce`;
+5. by default the gate is then refitted, the experts fixed, to minimise the expected KL
+   divergence from ``f^W`` itself (:mod:`ppmix.inference.gate_refit`).
 
 The MM visits only the (point, local expert) pairs that carry gate mass, in cache-sized
 blocks, on one thread.
@@ -47,6 +49,7 @@ from ppmix._threads import torch_threads
 from ppmix._validation import check_matrix, check_positive_int
 from ppmix.components import GaussianExpert, LogisticExpert, SoftmaxGate
 from ppmix.components._linear import design_matrix, weighted_grams
+from ppmix.inference.gate_refit import refit_gate
 from ppmix.models.moe import MixtureOfExperts
 
 __all__ = [
@@ -65,6 +68,7 @@ logger = logging.getLogger(__name__)
 Experts = GaussianExpert | LogisticExpert
 LOGISTIC_UPDATES = ("s14", "newton")
 GATE_TARGETS = ("auto", "matched", "plan")
+GATE_REFITS = ("kl", "s5")
 #: pairs per block of the cost evaluation (a block of costs fits in a core's cache)
 _BLOCK = 1 << 13
 
@@ -303,6 +307,7 @@ def ot_reduce(
     epsilon: float = 1e-6,
     gate_ridge: float = 1e-6,
     gate_targets: str = "auto",
+    gate_refit: str = "kl",
     mass_tol: float = 1e-12,
     seed: int = 0,
 ) -> MixtureOfExperts:
@@ -319,7 +324,8 @@ def ot_reduce(
     n_init : int, default 5
         MM initialisations, each from the experts of a different local model (drawn
         with ``seed``); the lowest final objective wins.
-    max_iter, tol : MM iterations and tolerance on the relative change of (15).
+    max_iter, tol : Iterations and tolerance on the relative change of the objective, of
+        the MM (objective (15)) and of the gate refit's EM.
     logistic_update : {"newton", "s14"}, default "newton"
         Logistic experts: the exact minimiser of (19) by weighted Newton, or the paper's
         closed form S14 — an unweighted least squares of the clamped log-odds ``V`` over
@@ -352,6 +358,14 @@ def ot_reduce(
           ridge (``MixtureOfExperts(ridge=1e-2)``, M = 4) are not saturated, and then
           matched targets are better (0.034 against 0.055; Global 0.029): pass
           ``gate_targets="matched"`` for such local models.
+    gate_refit : {"kl", "s5"}, default "kl"
+        ``"s5"`` keeps the softmax fit to ``gate_targets`` (S5), the gate as the paper
+        prints it. ``"kl"`` then refits the gate, the reduced experts held fixed, to
+        minimise the expected KL divergence from ``f^W`` over the supporting sample — the
+        criterion (5) that the transport divergence bounds — by EM
+        (:func:`~ppmix.inference.gate_refit.refit_gate`). On the S4.1 logistic
+        simulation (N = 10^5, M = 4) it took the test log-loss from 0.054 to 0.028
+        (Global 0.029); with Gaussian experts it changes little.
     mass_tol : float, default 1e-12
         (point, local expert) pairs with gate mass ``pi_l(x_s)`` at or below this are
         left out of the MM (they change the objective by at most ``MK * mass_tol``
@@ -364,8 +378,9 @@ def ot_reduce(
     -------
     MixtureOfExperts
         Fitted (``engine_ == "ot-reduction"``), with ``history_`` the MM objective (15)
-        after every iteration of the best initialisation, ``n_iter_``, ``converged_`` and
-        ``gate_targets_`` (the targets ``a_sk`` of the gate refit).
+        after every iteration of the best initialisation, ``n_iter_``, ``converged_``,
+        ``gate_targets_`` (the targets ``a_sk`` of the gate fit S5) and
+        ``gate_history_`` (the objective of the ``"kl"`` refit, empty for ``"s5"``).
 
     Examples
     --------
@@ -383,6 +398,8 @@ def ot_reduce(
     check_positive_int(max_iter, "max_iter")
     if gate_targets not in GATE_TARGETS:
         raise ValueError(f"gate_targets must be one of {GATE_TARGETS}; got {gate_targets!r}")
+    if gate_refit not in GATE_REFITS:
+        raise ValueError(f"gate_refit must be one of {GATE_REFITS}; got {gate_refit!r}")
     if not 0.0 <= mass_tol < 1.0:
         raise ValueError(f"mass_tol must be in [0, 1); got {mass_tol!r}")
     local = LocalMixture.from_models(models, x, lam, mass_tol)
@@ -407,9 +424,12 @@ def ot_reduce(
             gate_targets = "matched" if isinstance(experts, GaussianExpert) else "plan"
         targets = _gate_targets(local, assign, k, gate_targets)
         gate = SoftmaxGate(torch.zeros(k, x.shape[1], dtype=x.dtype), ridge=gate_ridge).fit(x, targets)
+        gate_history: list[float] = []
+        if gate_refit == "kl":
+            gate, gate_history = refit_gate(local, gate, experts, max_iter=max_iter, tol=tol)
     model = MixtureOfExperts.from_families(gate, experts, engine="ot-reduction")
     model.history_, model.n_iter_, model.converged_ = history, len(history) - 1, converged
-    model.gate_targets_ = targets
+    model.gate_targets_, model.gate_history_ = targets, gate_history
     return model
 
 

@@ -340,3 +340,32 @@ def test_default_parameters_follow_coef_device_and_dtype(device, family):
     x = torch.randn(4, 3, dtype=torch.float64, device=device)
     y = torch.ones(4, dtype=torch.float64, device=device)
     assert comp.log_prob((x, y)).shape == (4, 2)
+
+
+@pytest.mark.parametrize("n_nodes", [1, 3, 8])
+def test_gaussian_expert_response_quadrature_integrates_polynomials_exactly(n_nodes):
+    """Gauss-Hermite with n nodes is exact for E[y^j], j < 2n: compare with the normal's raw moments."""
+    experts = GaussianExpert(torch.zeros(2, 1, dtype=torch.float64), scale=torch.tensor([0.5, 2.0], dtype=torch.float64))
+    eta, index = torch.tensor([1.5, -0.7, 0.3], dtype=torch.float64), torch.tensor([0, 1, 1])
+    values, weights = experts.response_quadrature(eta, index, n_nodes)
+    assert values.shape == weights.shape == (3, n_nodes)
+    for row in range(3):
+        law = st.norm(float(eta[row]), float(experts.scale[index[row]]))
+        for power in range(2 * n_nodes):
+            expected = law.moment(power)
+            got = float((weights[row] * values[row] ** power).sum())
+            np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-10)
+
+
+def test_gaussian_expert_response_quadrature_rejects_no_nodes():
+    with pytest.raises(ValueError, match="n_nodes"):
+        GaussianExpert(torch.zeros(1, 1)).response_quadrature(torch.zeros(1), torch.tensor([0]), 0)
+
+
+def test_logistic_expert_response_quadrature_is_the_bernoulli_law():
+    experts = LogisticExpert(torch.zeros(1, 1, dtype=torch.float64))
+    eta = torch.tensor([-3.0, 0.0, 40.0], dtype=torch.float64)
+    values, weights = experts.response_quadrature(eta, torch.zeros(3, dtype=torch.long))
+    assert values.tolist() == [0.0, 1.0]
+    np.testing.assert_allclose(weights[:, 1].numpy(), sp.expit(eta.numpy()), rtol=1e-12)
+    np.testing.assert_allclose(weights.sum(1).numpy(), 1.0, rtol=1e-12)
