@@ -108,7 +108,7 @@ class GaussianExpert(LinearFamily):
     def response_quadrature(
         self, eta: torch.Tensor, index: torch.Tensor, n_nodes: int = 8
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Gauss-Hermite nodes and weights of ``N(eta[n], scale[index[n]]^2)``: ``(values, weights)``, each ``(N, n_nodes)``.
+        """Gauss-Hermite nodes and weights of ``N(eta[n], scale[index[n]]^2)``, each of shape ``(N, n_nodes)``.
 
         ``sum_j weights[n, j] h(values[n, j])`` approximates ``E[h(y)]`` under the
         component ``index[n]`` with mean ``eta[n]``; it is exact for polynomials ``h`` of

@@ -345,7 +345,8 @@ def test_default_parameters_follow_coef_device_and_dtype(device, family):
 @pytest.mark.parametrize("n_nodes", [1, 3, 8])
 def test_gaussian_expert_response_quadrature_integrates_polynomials_exactly(n_nodes):
     """Gauss-Hermite with n nodes is exact for E[y^j], j < 2n: compare with the normal's raw moments."""
-    experts = GaussianExpert(torch.zeros(2, 1, dtype=torch.float64), scale=torch.tensor([0.5, 2.0], dtype=torch.float64))
+    scale = torch.tensor([0.5, 2.0], dtype=torch.float64)
+    experts = GaussianExpert(torch.zeros(2, 1, dtype=torch.float64), scale=scale)
     eta, index = torch.tensor([1.5, -0.7, 0.3], dtype=torch.float64), torch.tensor([0, 1, 1])
     values, weights = experts.response_quadrature(eta, index, n_nodes)
     assert values.shape == weights.shape == (3, n_nodes)
