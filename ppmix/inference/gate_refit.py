@@ -39,6 +39,8 @@ __all__ = ["refit_gate"]
 QUADRATURE_NODES = 8
 #: damped Newton steps of the gate per EM iteration
 _NEWTON_STEPS = 3
+#: pseudo-responses per block of the E-step (bounds the temporaries at a few tens of MB)
+_BLOCK = 1 << 18
 
 
 def refit_gate(
@@ -91,15 +93,21 @@ def refit_gate(
     x = local.x
     n_points = x.shape[0]
     rows, values, weights = _pseudo_responses(local, n_nodes)
-    log_phi = experts.log_prob((x[rows], values))  # (nodes, K), fixed while the gate moves
+    blocks = [slice(start, start + _BLOCK) for start in range(0, rows.shape[0], _BLOCK)]
+    # (nodes, K), fixed while the gate moves; made block by block so that x[rows] is never whole
+    log_phi = torch.cat([experts.log_prob((x[rows[b]], values[b])) for b in blocks])
     gate = SoftmaxGate(gate.coef.clone(), gate.intercept.clone(), ridge=gate.ridge, max_iter=_NEWTON_STEPS)
 
     def objective_and_targets() -> tuple[float, torch.Tensor]:
-        joint = gate.log_prob(x)[rows] + log_phi
-        log_norm = torch.logsumexp(joint, dim=1)
-        value = (weights @ log_norm - 0.5 * gate.ridge * gate.coef.square().sum()) / n_points
-        resp = torch.exp(joint - log_norm[:, None]) * weights[:, None]
-        return float(value), joint.new_zeros(n_points, joint.shape[1]).index_add_(0, rows, resp)
+        log_gate = gate.log_prob(x)
+        value = -0.5 * gate.ridge * gate.coef.square().sum()
+        targets = torch.zeros_like(log_gate)
+        for b in blocks:
+            joint = log_gate[rows[b]] + log_phi[b]
+            log_norm = torch.logsumexp(joint, dim=1)
+            value = value + weights[b] @ log_norm
+            targets.index_add_(0, rows[b], (joint - log_norm[:, None]).exp_().mul_(weights[b][:, None]))
+        return float(value) / n_points, targets
 
     value, targets = objective_and_targets()
     history = [value]

@@ -104,3 +104,15 @@ def test_refit_does_not_modify_the_starting_gate():
     refitted, _ = refit_gate(local, gate, experts, max_iter=5)
     torch.testing.assert_close(gate.coef, before)
     assert not torch.allclose(refitted.coef, before)
+
+
+@pytest.mark.parametrize("expert", ["gaussian", "logistic"])
+def test_blockwise_e_step_equals_one_block(expert, monkeypatch):
+    from ppmix.inference import gate_refit
+
+    local, gate, experts = reduced_families(expert)
+    whole_gate, whole = refit_gate(local, gate, experts, max_iter=4, tol=0.0)
+    monkeypatch.setattr(gate_refit, "_BLOCK", 7)
+    blocked_gate, blocked = refit_gate(local, gate, experts, max_iter=4, tol=0.0)
+    np.testing.assert_allclose(blocked, whole, rtol=1e-12)
+    torch.testing.assert_close(blocked_gate.coef, whole_gate.coef, rtol=1e-9, atol=1e-12)
