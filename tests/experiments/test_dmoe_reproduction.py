@@ -5,7 +5,7 @@ import json
 import pytest
 
 from ppmix import reproductions
-from ppmix.experiments.dmoe import ESTIMATORS, PAPER_CLAIMS, run
+from ppmix.experiments.dmoe import ESTIMATORS, PAPER_CLAIMS, quality_bar, run
 
 
 @pytest.mark.filterwarnings("ignore:EM did not converge")
@@ -36,3 +36,18 @@ def test_dmoe_reproduction_quick(tmp_path):
 def test_dmoe_reproduction_registered():
     item = reproductions.get("dmoe")
     assert item.run is run and "Figures 1-4" in item.description
+
+
+def test_quality_bar_within_two_percent_is_one_sided():
+    """3% worse than Global fails, 3% better passes, 1% worse passes (RPE and log-likelihood)."""
+
+    def check(rpe: float, log_lik: float) -> list[bool]:
+        table = [
+            {"expert": "gaussian", "M": 1, "estimator": "Global", "rpe": 0.1, "log_lik": -2.0},
+            {"expert": "gaussian", "M": 4, "estimator": "Reduction", "rpe": rpe, "log_lik": log_lik},
+        ]
+        return [c["pass"] for c in quality_bar(table)]
+
+    assert check(0.103, -2.06) == [False, False]
+    assert check(0.097, -1.94) == [True, True]
+    assert check(0.101, -2.02) == [True, True]
