@@ -28,6 +28,8 @@ def damped_newton(
     decreases, so the iteration is monotone. A problem stops when its Newton
     decrement ``g^T d`` falls below ``tol * (1 + |f|)``; that last Newton step is
     still applied, so the parameters are accurate to about ``tol``, not ``sqrt(tol)``.
+    A problem whose step does not decrease the objective after ``max_halvings``
+    halvings stays where it is and stops (reported as not converged).
     The objective is evaluated once per trial point; the accepted trial's evaluation
     supplies the next iteration's derivatives.
 
@@ -53,6 +55,7 @@ def damped_newton(
     """
     theta = theta.clone()
     active = torch.ones(theta.shape[0], dtype=torch.bool, device=theta.device)
+    stalled = torch.zeros_like(active)
     eye = torch.eye(theta.shape[1], dtype=theta.dtype, device=theta.device)
     value, derivatives = objective(theta)
     for iteration in range(1, max_iter + 1):
@@ -68,7 +71,7 @@ def damped_newton(
         theta = theta - step * done[:, None]
         active = active & ~done
         if not active.any():
-            return theta, iteration, True
+            return theta, iteration, not bool(stalled.any())
         step = step * active[:, None]
         t = torch.ones_like(value)
         for _ in range(max_halvings):
@@ -79,8 +82,17 @@ def damped_newton(
             if ok.all():
                 break
             t = torch.where(ok, t, 0.5 * t)
-        else:  # out of halvings: the last halved step was not evaluated yet
-            trial = theta - t[:, None] * step
+        else:
+            # out of halvings: no step length decreased the objective enough. Those problems stay
+            # where they are and stop, not converged. (Taking the last halved step anyway let a
+            # near-singular Hessian -- a saturated logistic expert's unpenalised intercept --
+            # throw the parameters to 1e175.)
+            stuck = ~ok
+            stalled |= stuck
+            active = active & ~stuck
+            trial = theta - torch.where(stuck, torch.zeros_like(t), t)[:, None] * step
             trial_value, trial_derivatives = objective(trial)
         theta, value, derivatives = trial, trial_value, trial_derivatives
+        if not active.any():
+            return theta, iteration, not bool(stalled.any())
     return theta, max_iter, False

@@ -137,3 +137,25 @@ def test_finished_problems_do_not_hold_up_the_line_search():
     assert converged and n_iter == 2
     assert_close(theta, [[4.0], [1.0]], rtol=0, atol=1e-12)
     assert calls[0] == 2, "the line search backtracked for a problem that had already finished"
+
+
+def test_a_step_that_never_decreases_the_objective_is_not_taken():
+    """Problem 0 is flat with a near-singular Hessian (a huge Newton step that no halving makes a descent);
+    it must stay put and report no convergence, while problem 1 (a quadratic) converges as usual."""
+
+    def objective(theta):
+        flat = torch.zeros_like(theta[:1, 0])
+        quad = (theta[1:] - 2.0).square().sum(-1)
+
+        def derivatives():
+            grad = torch.stack([torch.full_like(theta[0], 1e-3), 2 * (theta[1] - 2.0)])
+            hess = torch.stack([1e-200 * torch.eye(2, dtype=theta.dtype), 2 * torch.eye(2, dtype=theta.dtype)])
+            return grad, hess
+
+        return torch.cat([flat, quad]), derivatives
+
+    start = torch.zeros(2, 2, dtype=torch.float64)
+    theta, _, converged = damped_newton(objective, start, max_iter=5)
+    assert theta[0].tolist() == [0.0, 0.0]
+    assert theta[1].tolist() == [2.0, 2.0]
+    assert converged is False
