@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ppmix.components import GaussianExpert, LogisticExpert, SoftmaxGate
+from ppmix.models._responsibilities import normalize_log_joint_
 
 if TYPE_CHECKING:
     from ppmix.inference.ot_reduction import LocalMixture
@@ -103,10 +104,9 @@ def refit_gate(
         value = -0.5 * gate.ridge * gate.coef.square().sum()
         targets = torch.zeros_like(log_gate)
         for b in blocks:
-            joint = log_gate[rows[b]] + log_phi[b]
-            log_norm = torch.logsumexp(joint, dim=1)
-            value = value + weights[b] @ log_norm
-            targets.index_add_(0, rows[b], (joint - log_norm[:, None]).exp_().mul_(weights[b][:, None]))
+            resp, log_norm = normalize_log_joint_(log_gate[rows[b]] + log_phi[b])
+            value = value + weights[b] @ log_norm[:, 0]
+            targets.index_add_(0, rows[b], resp.mul_(weights[b][:, None]))
         return float(value) / n_points, targets
 
     value, targets = objective_and_targets()
