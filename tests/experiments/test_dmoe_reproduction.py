@@ -51,3 +51,15 @@ def test_quality_bar_within_two_percent_is_one_sided():
     assert check(0.103, -2.06) == [False, False]
     assert check(0.097, -1.94) == [True, True]
     assert check(0.101, -2.02) == [True, True]
+
+
+def test_quality_bar_checks_logistic_experts_on_accuracy_and_log_loss():
+    """The classification variant: accuracy (higher is better) and log-loss (lower is better)."""
+    table = [
+        {"expert": "logistic", "M": 1, "estimator": "Global", "accuracy": 0.90, "log_loss": 0.20, "log_lik": -0.20},
+        {"expert": "logistic", "M": 16, "estimator": "Reduction", "accuracy": 0.87, "log_loss": 0.19, "log_lik": -0.19},
+    ]
+    checks = {c["check"].split()[0]: c for c in quality_bar(table)}
+    assert set(checks) == {"accuracy", "log_loss"}
+    assert checks["accuracy"]["gap"] == pytest.approx(0.0333, abs=1e-4) and not checks["accuracy"]["pass"]
+    assert checks["log_loss"]["gap"] == pytest.approx(-0.05) and checks["log_loss"]["pass"]
