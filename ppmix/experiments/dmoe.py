@@ -50,7 +50,10 @@ __all__ = ["PAPER_CLAIMS", "compare_estimators", "parameter_mse", "run"]
 
 logger = logging.getLogger(__name__)
 
-ESTIMATORS = ("Global", "Reduction", "Reduction-S4", "Middle", "Weighted")
+#: "Truth" is the data-generating model scored on the same test set: the reference for Global
+ESTIMATORS = ("Truth", "Global", "Reduction", "Reduction-S4", "Middle", "Weighted")
+#: the estimators built from the local fits
+DISTRIBUTED = ESTIMATORS[2:]
 #: box-plot labels
 SHORT_NAMES = {"Global": "G", "Reduction": "R", "Reduction-S4": "R4", "Middle": "M", "Weighted": "W"}
 #: the quality bar's metrics at M <= 16, with sign +1 where lower is better and -1 where higher is
@@ -126,8 +129,9 @@ def compare_estimators(
 ) -> list[dict]:
     """One row per (expert kind, seed, M, estimator) with the metrics and learning time.
 
-    Global rows have ``M = 1``. ``middle_points`` test-free supporting rows score the
-    Middle estimator's ``M^2`` transport divergences.
+    Global rows have ``M = 1``; "Truth" rows (``M = 0``, no learning time) score the
+    data-generating model, the best any estimator can do on average. ``middle_points``
+    test-free supporting rows score the Middle estimator's ``M^2`` transport divergences.
     """
     rows: list[dict] = []
     for expert in experts:
@@ -142,6 +146,7 @@ def compare_estimators(
                 MixtureOfExperts(4, expert=expert, seed=seed, progress=False, **settings).fit, X, y
             )
             base = {"expert": expert, "seed": seed, "n_samples": n_samples}
+            rows.append({**base, "M": 0, "estimator": "Truth", **_metrics(truth, truth, test, eval_points)})
             rows.append(
                 {
                     **base,
@@ -193,7 +198,7 @@ def _summarise(rows: list[dict]) -> list[dict]:
         group = [r for r in rows if (r["expert"], r["M"], r["estimator"]) == (expert, m, ESTIMATORS[e])]
         entry: dict[str, Any] = {"expert": expert, "M": m, "estimator": ESTIMATORS[e], "n_seeds": len(group)}
         for metric in ("transport", "log_lik", "mse", "rpe", "accuracy", "log_loss", "ari", "seconds"):
-            if metric in group[0]:
+            if metric in group[0]:  # Truth rows have no learning time
                 values = np.array([r[metric] for r in group])
                 entry[metric] = round(float(values.mean()), 6)
                 entry[f"{metric}_sd"] = round(float(values.std()), 6)
@@ -251,16 +256,20 @@ def _plot(path: Path, rows: list[dict], expert: str) -> None:
         glob = [r[metric] for r in rows if r["expert"] == expert and r["estimator"] == "Global"]
         labels.append("G"), data.append(glob)
         for m in machines:
-            for name in ESTIMATORS[1:]:
+            for name in DISTRIBUTED:
                 values = [r[metric] for r in rows if r["expert"] == expert and r["M"] == m and r["estimator"] == name]
                 labels.append(f"{SHORT_NAMES[name]}{m}"), data.append(values)
         ax.boxplot(data)
         ax.set_xticks(range(1, len(labels) + 1), labels, rotation=90, fontsize=7)
         ax.set_title(metric)
+        if metric in ("log_lik", "rpe", "accuracy", "ari"):  # the true model, where it is not 0 by definition
+            truth = [r[metric] for r in rows if r["expert"] == expert and r["estimator"] == "Truth"]
+            ax.axhline(float(np.mean(truth)), color="grey", linestyle="--", linewidth=1)
         if metric in ("transport", "mse", "seconds"):
             ax.set_yscale("log")
     fig.suptitle(
-        f"{expert} experts: Global (G), Reduction (R; R4: as printed, S4 targets and S14), Middle (M), Weighted (W)"
+        f"{expert} experts: Global (G), Reduction (R; R4: as printed, S4 targets and S14), Middle (M), "
+        "Weighted (W); dashed: the true model"
     )
     fig.tight_layout()
     fig.savefig(path, dpi=90)

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from ppmix import reproductions
-from ppmix.experiments.dmoe import ESTIMATORS, PAPER_CLAIMS, quality_bar, run
+from ppmix.experiments.dmoe import DISTRIBUTED, PAPER_CLAIMS, quality_bar, run
 
 
 @pytest.mark.filterwarnings("ignore:EM did not converge")
@@ -16,10 +16,14 @@ def test_dmoe_reproduction_quick(tmp_path):
     for expert in ("gaussian", "logistic"):
         assert (tmp_path / f"dmoe_{expert}.png").stat().st_size > 0
     rows = {(t["expert"], t["M"], t["estimator"]): t for t in result["table"]}
-    expected = {(e, 1, "Global") for e in ("gaussian", "logistic")}
-    expected |= {(e, m, name) for e in ("gaussian", "logistic") for m in (4, 8) for name in ESTIMATORS[1:]}
+    kinds = ("gaussian", "logistic")
+    expected = {(e, 0, "Truth") for e in kinds} | {(e, 1, "Global") for e in kinds}
+    expected |= {(e, m, name) for e in kinds for m in (4, 8) for name in DISTRIBUTED}
     assert set(rows) == expected
     for (expert, m, name), row in rows.items():
+        if name == "Truth":  # the data-generating model: zero distance to itself, no learning time
+            assert row["transport"] == pytest.approx(0.0, abs=1e-9) and row["mse"] == 0.0 and "seconds" not in row
+            continue
         assert -1.0 <= row["ari"] <= 1.0 and row["transport"] >= 0.0 and row["mse"] >= 0.0 and row["seconds"] > 0
         if expert == "gaussian":
             assert 0.0 < row["rpe"] < 1.0
