@@ -42,6 +42,9 @@ QUADRATURE_NODES = 8
 _NEWTON_STEPS = 3
 #: pseudo-responses per block of the E-step (bounds the temporaries at a few tens of MB)
 _BLOCK = 1 << 18
+#: the experts' log-densities at the pseudo-responses are kept between iterations when they
+#: take at most this many elements (256 MB in float64); beyond, each iteration recomputes them
+_CACHE_ELEMENTS = 1 << 25
 
 
 def refit_gate(
@@ -95,16 +98,23 @@ def refit_gate(
     n_points = x.shape[0]
     rows, values, weights = _pseudo_responses(local, n_nodes)
     blocks = [slice(start, start + _BLOCK) for start in range(0, rows.shape[0], _BLOCK)]
-    # (nodes, K), fixed while the gate moves; made block by block so that x[rows] is never whole
-    log_phi = torch.cat([experts.log_prob((x[rows[b]], values[b])) for b in blocks])
+
+    def experts_log_prob(b: slice) -> torch.Tensor:  # (block, K); x[rows] is never made whole
+        return experts.log_prob((x[rows[b]], values[b]))
+
+    # fixed while the gate moves: kept between iterations when they fit the memory budget
+    cached = None
+    if rows.shape[0] * experts.n_components <= _CACHE_ELEMENTS:
+        cached = [experts_log_prob(b) for b in blocks]
     gate = SoftmaxGate(gate.coef.clone(), gate.intercept.clone(), ridge=gate.ridge, max_iter=_NEWTON_STEPS)
 
     def objective_and_targets() -> tuple[float, torch.Tensor]:
         log_gate = gate.log_prob(x)
         value = -0.5 * gate.ridge * gate.coef.square().sum()
         targets = torch.zeros_like(log_gate)
-        for b in blocks:
-            resp, log_norm = normalize_log_joint_(log_gate[rows[b]] + log_phi[b])
+        for i, b in enumerate(blocks):
+            log_phi = cached[i] if cached is not None else experts_log_prob(b)
+            resp, log_norm = normalize_log_joint_(log_gate[rows[b]] + log_phi)
             value = value + weights[b] @ log_norm[:, 0]
             targets.index_add_(0, rows[b], resp.mul_(weights[b][:, None]))
         return float(value) / n_points, targets

@@ -116,3 +116,22 @@ def test_blockwise_e_step_equals_one_block(expert, monkeypatch):
     blocked_gate, blocked = refit_gate(local, gate, experts, max_iter=4, tol=0.0)
     np.testing.assert_allclose(blocked, whole, rtol=1e-12)
     torch.testing.assert_close(blocked_gate.coef, whole_gate.coef, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("expert", ["gaussian", "logistic"])
+def test_uncached_expert_densities_give_the_same_refit(expert, monkeypatch):
+    """Over the memory budget the experts' log-densities are recomputed per iteration, not kept."""
+    from ppmix.inference import gate_refit
+
+    local, gate, experts = reduced_families(expert)
+    cached_gate, cached = refit_gate(local, gate, experts, max_iter=4, tol=0.0)
+    monkeypatch.setattr(gate_refit, "_CACHE_ELEMENTS", 0)
+    monkeypatch.setattr(gate_refit, "_BLOCK", 11)
+    calls = []
+    log_prob = type(experts).log_prob
+    monkeypatch.setattr(type(experts), "log_prob", lambda self, data: calls.append(1) or log_prob(self, data))
+    fresh_gate, fresh = refit_gate(local, gate, experts, max_iter=4, tol=0.0)
+    n_blocks = -(-int(gate_refit._pseudo_responses(local, gate_refit.QUADRATURE_NODES)[0].shape[0]) // 11)
+    assert len(calls) == 5 * n_blocks  # the objective before the first and after each of 4 iterations
+    np.testing.assert_allclose(fresh, cached, rtol=1e-12)
+    torch.testing.assert_close(fresh_gate.coef, cached_gate.coef, rtol=1e-9, atol=1e-12)
