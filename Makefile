@@ -1,16 +1,22 @@
 # Two entry points on a fresh machine: `make demo` and `make test`.
+# Both install the development environment from the committed lock (requirements/dev.lock),
+# so every machine gets exactly the versions the suite was last green on.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+LOCK   := requirements/dev.lock
+# Where pip finds the CPU build of torch pinned in constraints.txt (this project's machines keep it there).
+TORCH_WHEELS ?= /opt/wheels
 
-.PHONY: demo test install bench clean
+.PHONY: demo test install bench lock test-latest check-install clean
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml constraints.txt $(LOCK)
+	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --upgrade pip
-	$(BIN)/pip install -c constraints.txt torch==2.13.0
-	$(BIN)/pip install -c constraints.txt -e ".[test]"
+	$(BIN)/pip install --require-hashes --no-deps -r $(LOCK)
+	$(BIN)/pip install --no-deps --no-build-isolation -e .
+	$(BIN)/pip check
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -23,12 +29,39 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 -q
 
 bench: $(STAMP)
-	$(BIN)/pip install -c constraints.txt -e ".[bench]"
 	$(BIN)/python benchmarks/bench_gmm.py
 	$(BIN)/python benchmarks/bench_hmm.py
 	$(BIN)/python benchmarks/bench_partition.py
 	$(BIN)/python benchmarks/bench_pf_gmm.py
 	$(BIN)/python benchmarks/bench_moe.py
 
+# Re-resolve the lock to the newest releases (torch stays at constraints.txt's pin). Run it when
+# `make test-latest` is green and you want the newer versions, or after changing pyproject.toml.
+lock:
+	$(PYTHON) -m venv .venv-tools
+	.venv-tools/bin/pip install -q uv
+	.venv-tools/bin/uv pip compile pyproject.toml --extra test --extra bench -c constraints.txt \
+		--python-version 3.11 --python-platform x86_64-manylinux_2_28 --generate-hashes --upgrade \
+		--find-links $(TORCH_WHEELS) --no-emit-find-links --custom-compile-command "make lock" -o $(LOCK)
+
+# The suite against the newest releases, no lock (torch pinned as above): drift seen by choice.
+test-latest:
+	rm -rf .venv-latest
+	$(PYTHON) -m venv .venv-latest
+	.venv-latest/bin/pip install -c constraints.txt torch==2.13.0
+	.venv-latest/bin/pip install --upgrade -c constraints.txt -e ".[test,bench]"
+	.venv-latest/bin/python -m pytest -n 2 -q -p no:cacheprovider
+
+# A non-editable `pip install .` in a clean venv: the package, its data and the `ppmix` command.
+check-install:
+	rm -rf .venv-install build
+	$(PYTHON) -m venv .venv-install
+	.venv-install/bin/pip install -q --require-hashes --no-deps -r $(LOCK)
+	.venv-install/bin/pip install -q --no-deps --no-build-isolation .
+	rm -rf build
+	cd /tmp && $(CURDIR)/.venv-install/bin/python -c "import ppmix, ppmix.models, ppmix.inference; ppmix.GMM; print('ppmix', ppmix.__file__)"
+	cd /tmp && $(CURDIR)/.venv-install/bin/ppmix --help > /dev/null
+	rm -rf .venv-install
+
 clean:
-	rm -rf $(VENV) out
+	rm -rf $(VENV) .venv-latest .venv-install .venv-tools out

@@ -12,7 +12,9 @@ For every library it measures
    (scikit-learn's k-means initialisation) and each timed iteration is one E-step
    plus one M-step through the library's own internal functions (sklearn
    ``_e_step``/``_m_step``, ppmix ``e_step``/``m_step``, pomegranate
-   ``summarize``/``from_summaries``). The timed iterations run in blocks per
+   ``summarize``/``from_summaries``); ``--peer-api public`` (the default of
+   ``--quick``, which the tests run) steps scikit-learn through public ``fit`` calls
+   instead, so a change in its private API cannot break the test suite. The timed iterations run in blocks per
    library, the order rotating from block to block so that drifting load on a
    shared machine hits all libraries alike, with a short idle gap and one untimed
    iteration before each block; the median over the timed iterations is reported.
@@ -37,7 +39,14 @@ import argparse
 import os
 import sys
 
-from _common import early_threads, require_torch_threads, set_torch_threads
+from _common import (
+    add_peer_api_argument,
+    early_threads,
+    require_torch_threads,
+    set_torch_threads,
+    sklearn_private,
+    sklearn_public_em,
+)
 
 # Thread limits must be in the environment before numpy/torch load their pools.
 early_threads(default=2)
@@ -138,8 +147,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_false",
         help="skip the second per-iteration timing at 1 thread (robust to a loaded machine; off in --quick)",
     )
+    add_peer_api_argument(p)
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
+    args.peer_api = args.peer_api or ("public" if args.quick else "internal")
     args.timed_iters = args.timed_iters or (2 if args.quick else 20)
     args.warmup_iters = args.warmup_iters if args.warmup_iters is not None else (0 if args.quick else 1)
     args.max_iter = args.max_iter or (10 if args.quick else 500)
@@ -217,9 +228,10 @@ class Runner:
 class SklearnRunner(Runner):
     library, dtype = "scikit-learn", "float64"
 
-    def __init__(self, x: np.ndarray, s: Setting, tol_abs: float, max_iter: int, seed: int) -> None:
+    def __init__(self, x: np.ndarray, s: Setting, tol_abs: float, max_iter: int, seed: int, public: bool) -> None:
         self.key = "sklearn"
         self.x, self.s, self.tol, self.max_iter, self.seed = x, s, tol_abs, max_iter, seed
+        self.public = public  # step EM through public fit calls (E and M are not timed apart)
 
     def _make(self, **kw: Any):
         from sklearn.mixture import GaussianMixture
@@ -247,19 +259,32 @@ class SklearnRunner(Runner):
         return {"weights": gm.weights_.copy(), "means": gm.means_.copy(), "covariances": gm.covariances_.copy()}, wall
 
     def start(self, init: dict[str, np.ndarray]) -> None:
-        from sklearn.mixture._gaussian_mixture import _compute_precision_cholesky
+        weights, means, covs = (init[k].copy() for k in ("weights", "means", "covariances"))
+        self._log_resp = None
+        if self.public:  # every fit call is one EM iteration (and a final E-step)
+            self.gm = sklearn_public_em(weights, means, covs, self.s.covariance_type, 1e-6, self.seed)
+            return
+        from sklearn.mixture import _gaussian_mixture
 
+        precision_cholesky = sklearn_private(_gaussian_mixture, "_compute_precision_cholesky")
         gm = self._make()
-        gm.weights_, gm.means_, gm.covariances_ = (init[k].copy() for k in ("weights", "means", "covariances"))
-        gm.precisions_cholesky_ = _compute_precision_cholesky(gm.covariances_, self.s.covariance_type)
-        self.gm, self._log_resp = gm, None
+        gm.weights_, gm.means_, gm.covariances_ = weights, means, covs
+        gm.precisions_cholesky_ = precision_cholesky(gm.covariances_, self.s.covariance_type)
+        self.gm, self._e_step, self._m_step = gm, sklearn_private(gm, "_e_step"), sklearn_private(gm, "_m_step")
 
     def e(self) -> None:
-        log_prob_norm, self._log_resp = self.gm._e_step(self.x)
+        if self.public:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                self.gm.fit(self.x)
+            self.objective = float(self.gm.lower_bound_)
+            return
+        log_prob_norm, self._log_resp = self._e_step(self.x)
         self.objective = float(log_prob_norm)
 
     def m(self) -> None:
-        self.gm._m_step(self.x, self._log_resp)
+        if not self.public:  # the public fit call in e() did the M-step too
+            self._m_step(self.x, self._log_resp)
 
     def params(self):
         return self.gm.weights_, self.gm.means_, self.gm.covariances_
@@ -407,10 +432,8 @@ class PomegranateRunner(Runner):
             )
             for j in range(self.s.k)
         ]
+        # the distributions are built in the dtype, so pomegranate's cached inverses are too
         self.model = self._model(dists, priors=torch.tensor(init["weights"], dtype=dt))
-        self.model._reset_cache()  # rebuild the cached inverses in the new dtype
-        for dist in self.model.distributions:
-            dist._reset_cache()
 
     def e(self) -> None:  # E-step and accumulation of the sufficient statistics
         self.objective = float(self.model.summarize(self.x)) / self.x.shape[0]
@@ -504,8 +527,9 @@ def time_iterations(
             "q25_s": q[0],
             "q75_s": q[2],
             "min_s": min(tot),
-            "e_median_s": statistics.median(samples[r.key]["e"]),
-            "m_median_s": statistics.median(samples[r.key]["m"]),
+            "e_median_s": None if getattr(r, "public", False) else statistics.median(samples[r.key]["e"]),
+            "m_median_s": None if getattr(r, "public", False) else statistics.median(samples[r.key]["m"]),
+            "api": "public" if getattr(r, "public", False) else "internal",
             "cpu_median_s": statistics.median(samples[r.key]["cpu"]),
             "n_timed": len(tot),
             "torch_threads": used_threads[r.key],
@@ -615,7 +639,7 @@ def run_setting(s: Setting, args: argparse.Namespace) -> dict[str, Any]:
     # i.e. an absolute tolerance on the mean log-likelihood (sklearn) or on the total (pomegranate).
     tol_mean = args.tol_rel * abs(true_ll)
     tol_total = tol_mean * s.n
-    sk = SklearnRunner(x, s, tol_mean, args.max_iter, args.seed)
+    sk = SklearnRunner(x, s, tol_mean, args.max_iter, args.seed, public=args.peer_api == "public")
     ours = [PpmixRunner(x, s, args.tol_rel, args.max_iter, args.seed, dt) for dt in (torch.float64, torch.float32)]
     pg = (
         []
@@ -661,7 +685,7 @@ def run_setting(s: Setting, args: argparse.Namespace) -> dict[str, Any]:
         for r in runners:
             results[r.key]["per_iteration_1thread"] = timing1[r.key]
     for r in runners:
-        for attr in ("data", "gmm", "gm", "model", "_stats", "_log_resp"):  # free the stepping state
+        for attr in ("data", "gmm", "gm", "model", "_stats", "_log_resp", "_e_step", "_m_step"):  # free the stepping state
             r.__dict__.pop(attr, None)
 
     def record(key: str, label: str, fit: dict[str, Any]) -> None:
@@ -724,6 +748,11 @@ def run_setting(s: Setting, args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def _seconds(value: float | None) -> str:
+    """A 7-wide seconds column; '-' where a library's E and M steps were not timed apart."""
+    return f"{value:7.4f}" if value is not None else f"{'-':>7}"
+
+
 def format_table(settings: list[dict[str, Any]]) -> str:
     head = (
         f"{'set':<3} {'library':<12} {'dtype':<7} {'s/iter':>8} {'IQR':>15} {'min':>7} {'E s':>7} {'M s':>7} {'ours/skl':>8} "
@@ -737,7 +766,7 @@ def format_table(settings: list[dict[str, Any]]) -> str:
             lines.append(
                 f"{st['name']:<3} {r['library']:<12} {r['dtype']:<7} {p['median_s']:8.4f} "
                 f"{'[' + format(p['q25_s'], '.4f') + ',' + format(p['q75_s'], '.4f') + ']':>15} {p['min_s']:7.4f} "
-                f"{p['e_median_s']:7.4f} {p['m_median_s']:7.4f} {r['ratio_vs_sklearn']:8.2f} "
+                f"{_seconds(p['e_median_s'])} {_seconds(p['m_median_s'])} {r['ratio_vs_sklearn']:8.2f} "
                 f"{f['n_iter']:6d} {str(f['converged']):>5} {f['fit_wall_s']:7.2f} {f['mean_loglik']:11.5f} "
                 f"{f['dloglik_vs_sklearn']:+10.2e} "
                 + (f"{same['n_iter']:7d} {same['dloglik_vs_sklearn']:+10.2e}" if same else f"{'':>7} {'':>10}")
@@ -761,7 +790,7 @@ def format_table(settings: list[dict[str, Any]]) -> str:
                 if p:
                     lines.append(
                         f"{st['name']:<3} {r['library']:<12} {r['dtype']:<7} {p['median_s']:8.4f} {p['cpu_median_s']:8.4f} "
-                        f"{p['e_median_s']:7.4f} {p['m_median_s']:7.4f} {r['ratio_vs_sklearn_1thread']:8.2f} "
+                        f"{_seconds(p['e_median_s'])} {_seconds(p['m_median_s'])} {r['ratio_vs_sklearn_1thread']:8.2f} "
                         f"{r['ratio_vs_sklearn_1thread_cpu']:9.2f}"
                     )
     return "\n".join(lines)
@@ -802,6 +831,7 @@ def main(argv: list[str] | None = None) -> int:
             "tol_rel": args.tol_rel,
             "reg_covar": 1e-6,
             "n_init": 1,
+            "peer_api": args.peer_api,
         },
         "machine": info,
         "settings": results,

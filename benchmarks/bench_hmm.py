@@ -200,10 +200,7 @@ class PomegranateRunner:
             starts=torch.tensor(init["initial"], dtype=dt),
             ends=torch.ones(self.k, dtype=dt),  # log 1 = 0: no end state
         )
-        self.model = model.to(dt)  # parameters and buffers in the dtype
-        self.model._reset_cache()  # rebuild the cached statistics in that dtype
-        for dist in self.model.distributions:
-            dist._reset_cache()
+        self.model = model.to(dt)  # parameters and buffers in the dtype (built in it, so their caches are too)
 
     def step(self) -> None:
         for group in self.groups:

@@ -7,7 +7,6 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from scipy.optimize import minimize
 
 from ppmix.inference._simplex import project_simplex, project_simplex_warm
 from tests.common import assert_close
@@ -57,23 +56,32 @@ def test_matches_support_enumeration(seed, method):
     assert_close(got, expected, rtol=0, atol=1e-12)
 
 
+def assert_kkt(v: np.ndarray, w: np.ndarray, atol: float) -> None:
+    """KKT conditions of min ||w - v||^2 s.t. w >= 0, sum w = 1: with multiplier theta for the sum,
+    w_i = v_i - theta where w_i > 0 and v_i <= theta where w_i = 0 (so w = max(v - theta, 0))."""
+    assert (w >= 0).all() and abs(w.sum() - 1.0) <= atol
+    support = w > atol
+    assert support.any()
+    theta = float(np.mean(v[support] - w[support]))
+    assert_close(w[support], v[support] - theta, rtol=0, atol=atol)  # stationarity on the support
+    assert (v[~support] <= theta + atol).all()  # dual feasibility off the support
+    assert_close(w, np.maximum(v - theta, 0.0), rtol=0, atol=atol)
+
+
 @pytest.mark.parametrize("method", METHODS)
-def test_matches_slsqp(method):
+def test_satisfies_kkt_conditions(method):
     rng = np.random.default_rng(3)
-    rows = rng.normal(scale=2.0, size=(5, 7))
+    rows = np.concatenate([rng.normal(scale=2.0, size=(5, 7)), rng.standard_cauchy(size=(5, 40))[:, :7]])
     got = project_simplex(torch.as_tensor(rows), method=method).numpy()
     for row, w in zip(rows, got):
-        res = minimize(
-            lambda z, r=row: ((z - r) ** 2).sum(),
-            np.full(7, 1 / 7),
-            jac=lambda z, r=row: 2 * (z - r),
-            bounds=[(0, None)] * 7,
-            constraints=[{"type": "eq", "fun": lambda z: z.sum() - 1.0, "jac": lambda z: np.ones_like(z)}],
-            method="SLSQP",
-            options={"ftol": 1e-14, "maxiter": 500},
-        )
-        assert res.success
-        assert_close(w, res.x, rtol=0, atol=1e-6)
+        assert_kkt(row, w, atol=1e-12)
+
+
+def test_kkt_oracle_rejects_a_wrong_projection():
+    v = np.array([0.9, 0.4, -1.0])
+    assert_kkt(v, np.array([0.75, 0.25, 0.0]), atol=1e-12)  # the projection
+    with pytest.raises(AssertionError):
+        assert_kkt(v, np.array([0.6, 0.4, 0.0]), atol=1e-12)  # feasible, but not the closest point
 
 
 @pytest.mark.parametrize("method", METHODS)
