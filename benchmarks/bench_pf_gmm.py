@@ -41,8 +41,8 @@ import torch  # noqa: E402
 
 from ppmix import GMM  # noqa: E402
 from ppmix.datasets import make_pf_synthetic  # noqa: E402
-from ppmix.inference._result import ConvergenceWarning  # noqa: E402
-from ppmix.models.pf_gmm import PFGMM  # noqa: E402
+from ppmix.inference.engines.result import ConvergenceWarning  # noqa: E402
+from ppmix.models.pf.pf_gmm import PFGMM  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "pf_gmm.json"
 QUICK_OUT = Path(tempfile.gettempdir()) / "ppmix_bench_pf_gmm_quick.json"

@@ -1,5 +1,7 @@
 """ppmix: mixture models as probabilistic programs in Pyro, with fast exact engines.
 
+The model classes load on first use, so ``import ppmix`` (and ``ppmix --help``) stays fast.
+
 Examples
 --------
 >>> import numpy as np
@@ -12,23 +14,18 @@ Examples
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from ppmix._lazy import lazy_exports
+from ppmix._version import __version__
 
-from ppmix.models.base import MixtureModel
-from ppmix.models.gmm import GMM
-from ppmix.models.hmm import HMM
-from ppmix.models.moe import MixtureOfExperts
-from ppmix.models.pf_gmm import PFGMM, SupervisedGMM
-from ppmix.models.pf_hmm import PFHMM, SupervisedHMM
-
-__all__ = [
-    "GMM",
-    "HMM",
-    "PFGMM",
-    "PFHMM",
-    "MixtureModel",
-    "MixtureOfExperts",
-    "SupervisedGMM",
-    "SupervisedHMM",
-    "__version__",
-]
+_EXPORTS = {
+    "MixtureModel": "ppmix.models.base",
+    "GMM": "ppmix.models.gmm",
+    "HMM": "ppmix.models.hmm",
+    "MixtureOfExperts": "ppmix.models.moe",
+    "PFGMM": "ppmix.models.pf",
+    "SupervisedGMM": "ppmix.models.pf",
+    "PFHMM": "ppmix.models.pf",
+    "SupervisedHMM": "ppmix.models.pf",
+}
+__all__ = [*sorted(_EXPORTS), "__version__"]
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

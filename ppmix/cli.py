@@ -75,17 +75,17 @@ def _cmd_fit(args: argparse.Namespace) -> int:
 
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
-    from ppmix import reproductions
+    from ppmix.experiments import registry
 
     if args.list or not args.name:
-        items = reproductions.registered()
+        items = registry.registered()
         if not items:
             print("No paper reproductions are registered yet.")
         for item in items:
             print(f"{item.name:20s} {item.description}")
         return 0
     try:
-        item = reproductions.get(args.name)
+        item = registry.get(args.name)
     except KeyError as err:
         raise SystemExit(f"ppmix: error: {err.args[0]}") from None
     result = item.run(Path(args.out) / item.name, args.quick)

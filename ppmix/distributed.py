@@ -4,7 +4,7 @@
 where the shard lives (a process pool, a Dask cluster or in-process, through
 :func:`ppmix.parallel.run_tasks`), brings back only each local model's parameters and a
 small random part of its rows (the supporting sample, §4.1 of seed 001), and reduces
-the local models to one by :func:`ppmix.inference.ot_reduction.ot_reduce`.
+the local models to one by :func:`ppmix.inference.optimizers.ot.reduction.ot_reduce`.
 
 Shards are file paths (Parquet, CSV or NPZ, read on the worker), ``(X, y)`` array pairs
 or pandas DataFrames holding the target column. Every shard's EM seed and its place in
@@ -107,7 +107,7 @@ def _fit_shard(task: _ShardTask) -> _ShardResult:
     Torch runs on ``task.threads`` threads during the fit (restored afterwards): several
     workers on one machine must not each start a thread per core.
     """
-    from ppmix._threads import torch_threads
+    from ppmix.ops.threads import torch_threads
 
     with torch_threads(task.threads):
         return _fit_shard_here(task)
@@ -252,7 +252,7 @@ def fit_distributed(
     model_options : dict, optional
         Further :class:`~ppmix.models.moe.MixtureOfExperts` arguments (``ridge``, ...).
     reduction_options : dict, optional
-        Arguments of :func:`~ppmix.inference.ot_reduction.ot_reduce` (``n_init``, ...).
+        Arguments of :func:`~ppmix.inference.optimizers.ot.reduction.ot_reduce` (``n_init``, ...).
 
     Returns
     -------
@@ -274,7 +274,7 @@ def fit_distributed(
     >>> fit.model.n_experts, len(fit.local_models), fit.critical_path_seconds > 0
     (2, 3, True)
     """
-    from ppmix.inference.ot_reduction import ot_reduce
+    from ppmix.inference.optimizers.ot.reduction import ot_reduce
     from ppmix.models.moe import MixtureOfExperts
 
     shards = list(shards)

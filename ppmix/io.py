@@ -18,7 +18,7 @@ import torch
 if TYPE_CHECKING:
     from ppmix.models.base import MixtureModel
 
-__all__ = ["FORMAT_VERSION", "load_model", "register_savable", "save_model"]
+__all__ = ["FORMAT_VERSION", "load_model", "lookup_class", "qualified_name", "register_savable", "save_model"]
 
 FORMAT_NAME = "ppmix-model"
 FORMAT_VERSION = 1
@@ -26,25 +26,54 @@ CONFIG_FILE, TENSOR_FILE = "config.json", "tensors.pt"
 _FITTED = ("engine_", "history_", "n_iter_", "converged_", "lower_bound_", "n_features_in_", "feature_names_in_")
 
 
-#: classes that are not MixtureModels (PRESTO, RegularizedWeighting) but are saved the same way
-_SAVABLE: dict[str, type] = {}
+#: every class that saved files may name: the mixture models (registered by ``MixtureModel``'s
+#: subclass hook) and the optimizers (PRESTO, RegularizedWeighting), one registry for all
+_REGISTRY: dict[str, type] = {}
+
+
+def qualified_name(cls: type) -> str:
+    """``module.QualName``: how saved files name a class.
+
+    Examples
+    --------
+    >>> qualified_name(dict)
+    'builtins.dict'
+    """
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def register_savable(cls: type) -> type:
-    """Class decorator: let :func:`load_model` find ``cls``, an estimator that is not a ``MixtureModel``.
+    """Class decorator: let :func:`load_model` find ``cls``.
 
-    The class must offer what :func:`save_model` and :func:`load_model` call on a model:
+    Subclasses of ``MixtureModel`` are registered automatically; other estimators must
+    offer what :func:`save_model` and :func:`load_model` call on a model:
     ``qualified_name()``, ``get_params()`` (JSON-able), ``_check_fitted()``,
     ``state_tensors()``/``load_state_tensors()`` and ``extra_state()``/``load_extra_state()``.
 
     Examples
     --------
     >>> from ppmix.inference import PRESTO
-    >>> _SAVABLE[PRESTO.qualified_name()] is PRESTO
+    >>> lookup_class(PRESTO.qualified_name()) is PRESTO
     True
     """
-    _SAVABLE[f"{cls.__module__}.{cls.__qualname__}"] = cls
+    _REGISTRY[qualified_name(cls)] = cls
     return cls
+
+
+def lookup_class(name: str) -> type | None:
+    """The registered class called ``name``: its qualified name, or a bare class name if unambiguous
+    (so files saved before a class moved to another module still load).
+
+    Examples
+    --------
+    >>> from ppmix import GMM
+    >>> lookup_class("ppmix.models.gmm.GMM") is GMM and lookup_class("GMM") is GMM
+    True
+    """
+    if name in _REGISTRY:
+        return _REGISTRY[name]
+    matches = {c for c in _REGISTRY.values() if c.__name__ == name.rsplit(".", 1)[-1]}
+    return matches.pop() if len(matches) == 1 else None
 
 
 def _encode(value: Any) -> Any:
@@ -80,7 +109,7 @@ def save_model(model: "MixtureModel", path: str | Path) -> Path:
     >>> sorted(p.name for p in d.iterdir())
     ['config.json', 'tensors.pt']
     """
-    from ppmix import __version__
+    from ppmix._version import __version__
 
     model._check_fitted()
     path = Path(path)
@@ -116,8 +145,6 @@ def load_model(
         If the config is corrupt, from another format version, of an unknown or
         unexpected class, or the tensor file does not match its recorded checksum.
     """
-    from ppmix.models.base import MixtureModel
-
     path = Path(path)
     config_path, tensor_path = path / CONFIG_FILE, path / TENSOR_FILE
     for p in (config_path, tensor_path):
@@ -138,7 +165,7 @@ def load_model(
         raise ValueError(
             f"{tensor_path} does not match the checksum in {CONFIG_FILE}: the file is corrupt or was modified"
         )
-    cls = MixtureModel.lookup_class(str(config.get("class", ""))) or _SAVABLE.get(str(config.get("class", "")))
+    cls = lookup_class(str(config.get("class", "")))
     if cls is None:
         raise ValueError(f"unknown model class {config.get('class')!r} in {config_path}; import its module first")
     if expected is not None and not issubclass(cls, expected):

@@ -6,8 +6,8 @@ from typing import Callable
 
 import torch
 
-from ppmix._threads import torch_threads
 from ppmix.components.base import ComponentFamily
+from ppmix.ops.threads import torch_threads
 
 #: elements of the per-chunk GEMM operand of :func:`weighted_grams` (4 MiB in float64: cache-sized;
 #: fastest at N = 10^6)

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from ppmix.components._linear import LinearFamily, design_matrix, weighted_grams
-from ppmix.components._newton import damped_newton
+from ppmix.ops.newton import damped_newton
 
 __all__ = ["LogisticExpert"]
 

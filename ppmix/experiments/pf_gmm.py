@@ -24,11 +24,11 @@ from typing import Any
 import numpy as np
 
 from ppmix.datasets.pf import bayes_label_limits, make_pf_synthetic
+from ppmix.experiments.registry import register
 from ppmix.metrics import auroc
+from ppmix.models.baselines.estimators import PCGMM, ClassSpecificGMM, PredictionOnlyGMM, RandomForestBaseline, TwoStep
 from ppmix.models.gmm import GMM
-from ppmix.models.pf_baselines import PCGMM, ClassSpecificGMM, PredictionOnlyGMM, RandomForestBaseline, TwoStep
-from ppmix.models.pf_gmm import PFGMM, SupervisedGMM
-from ppmix.reproductions import register
+from ppmix.models.pf.pf_gmm import PFGMM, SupervisedGMM
 
 __all__ = ["PAPER_FIGURE11", "evaluate", "run"]
 

@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 
 from ppmix.datasets.pf_hmm import make_pf_hmm_synthetic
+from ppmix.experiments.registry import register
 from ppmix.metrics import auroc
-from ppmix.models.pf_baselines import TwoStepHMM
-from ppmix.models.pf_hmm import PFHMM, SupervisedHMM
-from ppmix.reproductions import register
+from ppmix.models.baselines.estimators import TwoStepHMM
+from ppmix.models.pf.pf_hmm import PFHMM, SupervisedHMM
 
 __all__ = ["PAPER_CLAIM", "run"]
 

@@ -1,42 +1,43 @@
-"""Generative mixture models: Pyro programs with ppmix's engines, and the baselines they are compared with."""
+"""Generative mixture models: Pyro programs with ppmix's engines, and the baselines they are compared with.
 
-from ppmix.models.base import MixtureModel
-from ppmix.models.gmm import GMM
-from ppmix.models.hmm import HMM
-from ppmix.models.moe import MixtureOfExperts
-from ppmix.models.pf_analysis import likelihood_gaps, switch_prior_window
-from ppmix.models.pf_baselines import (
-    PCGMM,
-    ClassSpecificGMM,
-    PredictionOnlyGMM,
-    RandomForestBaseline,
-    SparseKMeansClassifier,
-    TwoStep,
-    TwoStepGMM,
-    TwoStepHMM,
-)
-from ppmix.models.pf_gmm import PFGMM, SupervisedGMM
-from ppmix.models.pf_gmm_gibbs import PFGMMGibbs
-from ppmix.models.pf_hmm import PFHMM, SupervisedHMM
+``ppmix.models.pf`` holds the prediction-focused models, ``ppmix.models.baselines`` their
+baselines (one module each). The names below load on first use.
+"""
 
-__all__ = [
-    "GMM",
-    "HMM",
-    "PCGMM",
-    "PFGMM",
-    "PFGMMGibbs",
-    "PFHMM",
-    "ClassSpecificGMM",
-    "MixtureModel",
-    "MixtureOfExperts",
-    "PredictionOnlyGMM",
-    "RandomForestBaseline",
-    "SparseKMeansClassifier",
-    "SupervisedGMM",
-    "SupervisedHMM",
-    "TwoStep",
-    "TwoStepGMM",
-    "TwoStepHMM",
-    "likelihood_gaps",
-    "switch_prior_window",
-]
+from ppmix._lazy import lazy_exports
+
+_BASELINES = "ppmix.models.baselines"
+_PF = "ppmix.models.pf"
+_EXPORTS = {
+    "MixtureModel": "ppmix.models.base",
+    "GMM": "ppmix.models.gmm",
+    "HMM": "ppmix.models.hmm",
+    "MixtureOfExperts": "ppmix.models.moe",
+    **dict.fromkeys(
+        [
+            "PFGMM",
+            "SupervisedGMM",
+            "PFHMM",
+            "SupervisedHMM",
+            "PFGMMGibbs",
+            "likelihood_gaps",
+            "switch_prior_window",
+        ],
+        _PF,
+    ),
+    **dict.fromkeys(
+        [
+            "PCGMM",
+            "ClassSpecificGMM",
+            "PredictionOnlyGMM",
+            "RandomForestBaseline",
+            "SparseKMeansClassifier",
+            "TwoStep",
+            "TwoStepGMM",
+            "TwoStepHMM",
+        ],
+        _BASELINES,
+    ),
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

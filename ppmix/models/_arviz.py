@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from pyro.infer.autoguide import AutoNormal
 
-from ppmix.models.base import local_params
+from ppmix.inference.engines.params import local_params
 
 if TYPE_CHECKING:
     from ppmix.models.base import MixtureModel
@@ -27,7 +27,7 @@ def global_draws(model: "MixtureModel", data: Any, num_samples: int) -> dict[str
         return samples
     guide = model.variational_guide_
     if model.engine_ == "svi" and isinstance(guide, AutoNormal):
-        with local_params(), torch.no_grad(), model._forked_rng(offset=1):
+        with local_params(), torch.no_grad(), model.forked_rng(offset=1):
             draws = [guide(data) for _ in range(num_samples)]
         return {k: torch.stack([d[k] for d in draws])[None] for k in draws[0]}
     return {k: v[None, None] for k, v in model.get_globals().items()}

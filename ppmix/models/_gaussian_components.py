@@ -15,10 +15,10 @@ import pyro.distributions as dist
 import torch
 from pyro.distributions import constraints
 
-from ppmix._init import kmeans, kmeans_plusplus, nearest_centre
 from ppmix.components import DiagGaussian, FullGaussian
 from ppmix.components._centred import CentredData
 from ppmix.models._flat import FlatPrior
+from ppmix.ops.kmeans import kmeans, kmeans_plusplus, nearest_centre
 
 COVARIANCE_TYPES = ("diag", "full")
 INIT_METHODS = ("kmeans", "k-means++", "random")

@@ -25,6 +25,9 @@ from pyro.nn import PyroModule
 from pyro.poutine.subsample_messenger import _Subsample
 
 from ppmix._validation import NotFittedError, check_matrix, check_positive_int, resolve_device, to_output
+from ppmix.inference.engines import run_em, run_mcmc, run_svi
+from ppmix.inference.engines.params import local_params
+from ppmix.io import qualified_name, register_savable
 
 __all__ = ["MixtureModel"]
 
@@ -35,13 +38,6 @@ ENGINES = ("em", "svi", "mcmc")
 
 def _is_enumerated(msg: dict) -> bool:
     return msg["type"] == "sample" and msg.get("infer", {}).get("enumerate") == "parallel"
-
-
-@contextlib.contextmanager
-def local_params() -> Iterator[None]:
-    """Keep PyroModule parameters local to their module (no global param store)."""
-    with pyro.settings.context(module_local_params=True):
-        yield
 
 
 class MixtureModel(PyroModule):
@@ -91,24 +87,14 @@ class MixtureModel(PyroModule):
     max_plate_nesting: ClassVar[int] = 1
     #: name of the plate over data points used by :meth:`data_plate`
     data_plate_name: ClassVar[str] = "data"
-    _registry: ClassVar[dict[str, type]] = {}
-
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        MixtureModel._registry[cls.qualified_name()] = cls
+        register_savable(cls)
 
     @classmethod
     def qualified_name(cls) -> str:
         """``module.QualName``: how saved files name their class."""
-        return f"{cls.__module__}.{cls.__qualname__}"
-
-    @classmethod
-    def lookup_class(cls, name: str) -> type | None:
-        """The registered subclass called ``name`` (qualified, or a bare name if unambiguous)."""
-        if name in cls._registry:
-            return cls._registry[name]
-        matches = {c for c in cls._registry.values() if c.__name__ == name.rsplit(".", 1)[-1]}
-        return matches.pop() if len(matches) == 1 else None
+        return qualified_name(cls)
 
     def __init__(
         self,
@@ -204,7 +190,7 @@ class MixtureModel(PyroModule):
         em_data = self.em_data(data)
         best: tuple[float, dict[str, torch.Tensor]] | None = None
         for restart in range(int(getattr(self, "n_init", 1))):
-            self.em_initialize(em_data, generator if restart == 0 else self._generator(restart))
+            self.em_initialize(em_data, generator if restart == 0 else self.generator(restart))
             objective = float(self.e_step(em_data)[1])
             if best is None or objective > best[0]:
                 best = (objective, self.get_globals())
@@ -245,6 +231,10 @@ class MixtureModel(PyroModule):
         posterior draws and :meth:`elbo` its variational family.
         """
         return self._variational_guide
+
+    def set_variational_guide(self, guide: Any) -> None:
+        """Record the distributional guide an SVI fit ends with (None clears it); see :attr:`variational_guide_`."""
+        object.__setattr__(self, "_variational_guide", guide)
 
     def make_svi_guide(self, kind: str, init: dict[str, torch.Tensor]) -> tuple[Any, list[torch.nn.Parameter]]:
         """The guide SVI optimises and a callable returning its parameters.
@@ -300,7 +290,11 @@ class MixtureModel(PyroModule):
     def _device(self) -> torch.device:
         return resolve_device(self.device)
 
-    def _generator(self, offset: int = 0) -> torch.Generator:
+    def generator(self, offset: int = 0) -> torch.Generator:
+        """A fresh ``torch.Generator`` seeded from ``seed + offset`` (from entropy if ``seed`` is None).
+
+        Engines seed restart ``r`` with ``generator(r)``, so every restart is reproducible.
+        """
         gen = torch.Generator()
         if self.seed is None:
             gen.seed()
@@ -317,8 +311,8 @@ class MixtureModel(PyroModule):
         X, y : data (``y`` only for models with a target).
         engine : {"em", "svi", "mcmc"}
             ``"em"``: the model's closed-form coordinate ascent (if it implements it);
-            ``"svi"``: :func:`ppmix.inference.svi.run_svi`; ``"mcmc"``: NUTS via
-            :func:`ppmix.inference.mcmc.run_mcmc`.
+            ``"svi"``: :func:`ppmix.inference.engines.svi.run_svi`; ``"mcmc"``: NUTS via
+            :func:`ppmix.inference.engines.mcmc.run_mcmc`.
         **options
             Passed to the engine (e.g. ``num_steps``, ``lr``, ``batch_size`` for SVI;
             ``num_samples``, ``warmup_steps`` for MCMC; ``n_init``, ``max_iter``,
@@ -328,8 +322,6 @@ class MixtureModel(PyroModule):
         -------
         self
         """
-        from ppmix.inference import run_em, run_mcmc, run_svi
-
         if engine not in ENGINES:
             raise ValueError(f"engine must be one of {ENGINES}; got {engine!r}")
         if engine == "em" and not self.supports_em:
@@ -337,7 +329,7 @@ class MixtureModel(PyroModule):
         self.validate_params()
         data = self.prepare_data(X, y, fitting=True)
         object.__setattr__(self, "_train_data", data)
-        object.__setattr__(self, "_variational_guide", None)
+        self.set_variational_guide(None)
         runner = {"em": run_em, "svi": run_svi, "mcmc": run_mcmc}[engine]
         result = runner(self, data, **options)
         self.engine_ = engine
@@ -477,7 +469,7 @@ class MixtureModel(PyroModule):
 
         n = check_positive_int(n_samples, "n_samples")
         template = torch.zeros(n, self.n_features_in_, dtype=self.dtype, device=self._device)
-        with local_params(), torch.no_grad(), self._forked_rng():
+        with local_params(), torch.no_grad(), self.forked_rng():
             guide_trace = poutine.trace(self.guide).get_trace(template)
             model = poutine.uncondition(poutine.replay(self.model, trace=guide_trace))
             trace = poutine.trace(model).get_trace(template)
@@ -488,10 +480,10 @@ class MixtureModel(PyroModule):
         }
 
     @contextlib.contextmanager
-    def _forked_rng(self, offset: int = 0) -> Iterator[None]:
+    def forked_rng(self, offset: int = 0) -> Iterator[None]:
         """Seed torch's global RNG (used by Pyro) from ``seed`` without leaking the state."""
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(int(self._generator(offset).initial_seed()))
+            torch.manual_seed(int(self.generator(offset).initial_seed()))
             yield
 
     # ================================================================== ArviZ

@@ -12,8 +12,8 @@ import torch
 from ppmix._validation import check_n_components, check_positive_int, to_output
 from ppmix.components._centred import CentredData
 from ppmix.models._gaussian_components import GaussianComponentsMixin
-from ppmix.models._responsibilities import normalize_log_joint_
 from ppmix.models.base import MixtureModel
+from ppmix.ops.logspace import normalize_log_joint_
 
 __all__ = ["GMM"]
 
@@ -195,7 +195,7 @@ class GMM(GaussianComponentsMixin, MixtureModel):
         """Draw ``n_samples`` points: ``{"x": (n, D) array, "z": (n,) component indices}``."""
         self._check_fitted()
         n = check_positive_int(n_samples, "n_samples")
-        gen = self._generator(offset=7919)
+        gen = self.generator(offset=7919)
         z = torch.multinomial(self.weights_.cpu(), n, replacement=True, generator=gen).to(self._device)
         x = self.components_.sample(z, generator=gen if self._device.type == "cpu" else None)
         return {"x": x.cpu().numpy(), "z": z.cpu().numpy()}

@@ -12,7 +12,7 @@ from pyro import poutine
 
 from ppmix._validation import check_n_components, check_positive_int, to_output
 from ppmix.components._centred import CentredData
-from ppmix.inference.forward_backward import ForwardBackwardResult, forward_backward, viterbi
+from ppmix.inference.engines.forward_backward import ForwardBackwardResult, forward_backward, viterbi
 from ppmix.models._gaussian_components import GaussianComponentsMixin
 from ppmix.models._sequences import SequenceBatch, as_sequence_batch
 from ppmix.models.base import MixtureModel
@@ -62,7 +62,7 @@ class HMM(GaussianComponentsMixin, MixtureModel):
     a mask (see :func:`ppmix.models._sequences.as_sequence_batch` for the accepted
     layouts: a list of ``(length, D)`` arrays, a ``(padded, lengths)`` pair, or a
     DataFrame with a ``sequence_column``). The EM engine (Baum–Welch) uses the batched
-    log-space forward–backward of :mod:`ppmix.inference.forward_backward`; the Pyro
+    log-space forward–backward of :mod:`ppmix.inference.engines.forward_backward`; the Pyro
     program (a ``pyro.markov`` chain with the states enumerated) gives SVI and MCMC,
     and its ``TraceEnum_ELBO`` equals the EM log-likelihood. Padded steps keep the
     state (identity transition) and emit nothing, so they contribute exactly zero.
@@ -319,7 +319,7 @@ class HMM(GaussianComponentsMixin, MixtureModel):
         """Draw ``n_samples`` sequences of ``length`` steps: ``{"x": (n, T, D), "z": (n, T)}``."""
         self._check_fitted()
         n, steps = check_positive_int(n_samples, "n_samples"), check_positive_int(length, "length")
-        gen = self._generator(offset=7919)
+        gen = self.generator(offset=7919)
         z = torch.empty(n, steps, dtype=torch.long)
         z[:, 0] = torch.multinomial(self.initial_.cpu(), n, replacement=True, generator=gen)
         transition = self.transition_.cpu()

@@ -11,12 +11,12 @@ import pyro.distributions as dist
 import torch
 from pyro.distributions import constraints
 
-from ppmix._init import kmeans
 from ppmix._validation import check_matrix, to_output
 from ppmix.components import GaussianExpert, LogisticExpert, SoftmaxGate
 from ppmix.models._flat import FlatPrior
-from ppmix.models._responsibilities import normalize_log_joint_
 from ppmix.models.base import MixtureModel
+from ppmix.ops.kmeans import kmeans
+from ppmix.ops.logspace import normalize_log_joint_
 
 __all__ = ["MixtureOfExperts"]
 
@@ -600,7 +600,7 @@ class MixtureOfExperts(MixtureModel):
         """Draw an expert ``z`` and a response ``y`` for every row of ``X``: ``{"y", "z"}``."""
         self._check_fitted()
         x = self._covariates(X)
-        gen = self._generator(offset=7919)
+        gen = self.generator(offset=7919)
         cpu = gen if self._device.type == "cpu" else None
         z = torch.multinomial(self._gate.log_prob(x).exp().cpu(), 1, generator=gen).squeeze(-1).to(self._device)
         y = self._experts.sample(z, x, generator=cpu)

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from ppmix import reproductions
+from ppmix.experiments import registry
 from ppmix.experiments.dmoe import DISTRIBUTED, PAPER_CLAIMS, quality_bar, run
 
 
@@ -38,7 +38,7 @@ def test_dmoe_reproduction_quick(tmp_path):
 
 
 def test_dmoe_reproduction_registered():
-    item = reproductions.get("dmoe")
+    item = registry.get("dmoe")
     assert item.run is run and "Figures 1-4" in item.description
 
 

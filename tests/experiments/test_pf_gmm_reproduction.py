@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from ppmix import reproductions
+from ppmix.experiments import registry
 from ppmix.experiments.pf_gmm import PAPER_FIGURE11, run
 
 
@@ -17,7 +17,7 @@ def quick_result(tmp_path_factory):
 
 
 def test_registered():
-    item = reproductions.get("pf-gmm")
+    item = registry.get("pf-gmm")
     assert item.run is run
 
 

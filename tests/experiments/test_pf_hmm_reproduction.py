@@ -4,11 +4,11 @@ import json
 
 import pytest
 
-from ppmix import reproductions
+from ppmix.experiments import registry
 from ppmix.experiments.pf_hmm import METHODS, PAPER_CLAIM, run
 
 
-@pytest.mark.filterwarnings("ignore::ppmix.inference._result.ConvergenceWarning")
+@pytest.mark.filterwarnings("ignore::ppmix.inference.engines.result.ConvergenceWarning")
 def test_pf_hmm_reproduction_quick(tmp_path):
     result = run(tmp_path, quick=True)
     assert (tmp_path / "pf_hmm.json").is_file() and (tmp_path / "pf_hmm.png").stat().st_size > 0
@@ -30,6 +30,6 @@ def test_pf_hmm_reproduction_quick(tmp_path):
 
 
 def test_pf_hmm_reproduction_registered():
-    item = reproductions.get("pf-hmm")
+    item = registry.get("pf-hmm")
     assert item.run is run
     assert "Figure 9" in item.description

@@ -2,7 +2,7 @@
 
 import json
 
-from ppmix import reproductions
+from ppmix.experiments import registry
 from ppmix.experiments.presto import PAPER_TABLE5, run
 
 METHODS = {
@@ -49,6 +49,6 @@ def test_presto_reproduction_quick(tmp_path):
 
 
 def test_presto_reproduction_registered():
-    item = reproductions.get("presto")
+    item = registry.get("presto")
     assert item.run is run
     assert "Table 5" in item.description

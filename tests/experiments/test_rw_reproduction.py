@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from ppmix import reproductions
+from ppmix.experiments import registry
 from ppmix.experiments.rw import THEOREM_BOUND, run
 
 
@@ -17,7 +17,7 @@ def quick_result(tmp_path_factory):
 
 
 def test_registered():
-    item = reproductions.get("rw")
+    item = registry.get("rw")
     assert item.run is run
     assert "Regularized Weighting" in item.description
 

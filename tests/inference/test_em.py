@@ -42,7 +42,7 @@ class Scripted:
     def set_globals(self, values):
         self.kept = int(values["restart"])
 
-    def _generator(self, offset=0):
+    def generator(self, offset=0):
         return torch.Generator().manual_seed(offset)
 
 

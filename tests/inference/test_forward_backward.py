@@ -9,7 +9,7 @@ import pyro.distributions as dist
 import pytest
 import torch
 
-from ppmix.inference.forward_backward import _check_inputs, _smooth_scaled, forward_backward, viterbi
+from ppmix.inference.engines.forward_backward import _check_inputs, _smooth_scaled, forward_backward, viterbi
 from tests.common import DEVICES, assert_close
 
 DTYPES = [pytest.param(torch.float64, id="float64"), pytest.param(torch.float32, id="float32")]

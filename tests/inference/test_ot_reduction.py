@@ -9,7 +9,7 @@ from scipy.optimize import linprog, minimize
 
 from ppmix.components import GaussianExpert
 from ppmix.datasets.moe import make_moe
-from ppmix.inference.ot_reduction import (
+from ppmix.inference.optimizers.ot.reduction import (
     LocalMixture,
     align_experts,
     middle_estimator,

@@ -10,14 +10,14 @@ import pytest
 from scipy.special import betaln, gammaln
 from scipy.stats import multivariate_t
 
-from ppmix.inference.pf_gibbs import (
+from ppmix.inference.engines.gibbs import (
     NIWPrior,
     collapsed_log_likelihood,
     log_marginal_niw,
     run_pf_gibbs,
     sufficient_stats,
 )
-from ppmix.models.pf_gmm_gibbs import PFGMMGibbs
+from ppmix.models.pf.gibbs import PFGMMGibbs
 
 
 @pytest.mark.parametrize("d", [1, 2])

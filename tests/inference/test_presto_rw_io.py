@@ -12,7 +12,7 @@ from sklearn.linear_model import LogisticRegression
 from ppmix._validation import NotFittedError
 from ppmix.datasets.presto import make_presto_synthetic
 from ppmix.inference import PRESTO, RegularizedWeighting, SubspaceLearner
-from ppmix.inference.presto_components import LinearSVMComponent
+from ppmix.inference.optimizers.presto.components import LinearSVMComponent
 from tests.common import assert_close
 
 

@@ -13,15 +13,15 @@ from scipy.optimize import minimize
 
 from ppmix._validation import NotFittedError
 from ppmix.datasets.rw import make_outlier_clusters, make_quadratic_regressions, make_unbalanced_clusters
-from ppmix.inference._learners import (
+from ppmix.inference.optimizers.rw.estimator import RegularizedWeighting, joint_loss, solve_weights
+from ppmix.inference.optimizers.rw.learners import (
     GaussianLearner,
     RegressionLearner,
     SquaredDistanceLearner,
     SubspaceLearner,
     WeightedLearner,
 )
-from ppmix.inference._simplex import project_simplex
-from ppmix.inference.rw import RegularizedWeighting, joint_loss, solve_weights
+from ppmix.ops.simplex import project_simplex
 from tests.common import assert_close
 
 

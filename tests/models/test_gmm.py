@@ -13,7 +13,7 @@ from sklearn.mixture import GaussianMixture
 
 from ppmix import GMM
 from ppmix.inference import ConvergenceWarning
-from ppmix.models.base import local_params
+from ppmix.inference.engines.params import local_params
 from tests.common import DEVICES, assert_close
 
 COV_TYPES = ["diag", "full"]

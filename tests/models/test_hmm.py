@@ -12,7 +12,7 @@ from pyro.infer import TraceEnum_ELBO
 
 from ppmix import GMM
 from ppmix.inference import ConvergenceWarning
-from ppmix.models.base import local_params
+from ppmix.inference.engines.params import local_params
 from ppmix.models.hmm import HMM
 from tests.common import assert_close
 

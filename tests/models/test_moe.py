@@ -10,7 +10,7 @@ from scipy.optimize import linear_sum_assignment
 
 from ppmix._validation import NotFittedError
 from ppmix.datasets.moe import make_moe
-from ppmix.models.base import local_params
+from ppmix.inference.engines.params import local_params
 from ppmix.models.moe import _DUPLICATE_KL, MixtureOfExperts
 from tests.common import assert_close
 

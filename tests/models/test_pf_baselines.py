@@ -13,8 +13,7 @@ from sklearn.metrics import adjusted_rand_score, roc_auc_score
 from ppmix import GMM
 from ppmix._validation import NotFittedError
 from ppmix.datasets import make_pf_synthetic, make_two_mixture
-from ppmix.models._sparse_kmeans import sparse_feature_weights, sparse_kmeans
-from ppmix.models.pf_baselines import (
+from ppmix.models.baselines.estimators import (
     PCGMM,
     ClassSpecificGMM,
     PredictionOnlyGMM,
@@ -25,6 +24,7 @@ from ppmix.models.pf_baselines import (
     TwoStepHMM,
     gaussian_mixture_marginal_log_prob,
 )
+from ppmix.models.baselines.sparse_kmeans import sparse_feature_weights, sparse_kmeans
 from tests.common import assert_close
 
 

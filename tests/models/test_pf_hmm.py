@@ -14,10 +14,10 @@ from scipy.stats import norm
 
 from ppmix.datasets.pf_hmm import make_pf_hmm_synthetic
 from ppmix.inference import ConvergenceWarning
+from ppmix.inference.engines.params import local_params
 from ppmix.metrics import auroc
-from ppmix.models.base import local_params
-from ppmix.models.pf_gmm import PFGMM
-from ppmix.models.pf_hmm import PFHMM, SupervisedHMM
+from ppmix.models.pf.pf_gmm import PFGMM
+from ppmix.models.pf.pf_hmm import PFHMM, SupervisedHMM
 from tests.common import assert_close
 
 

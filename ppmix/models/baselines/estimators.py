@@ -34,7 +34,7 @@ from sklearn.linear_model import LogisticRegression
 from ppmix._validation import NotFittedError, check_matrix, check_positive_int
 from ppmix.components import DiagGaussian, FullGaussian
 from ppmix.components._centred import CentredData
-from ppmix.models._sparse_kmeans import choose_l1_bound, default_l1_bounds, sparse_kmeans
+from ppmix.models.baselines.sparse_kmeans import choose_l1_bound, default_l1_bounds, sparse_kmeans
 from ppmix.models.gmm import GMM
 from ppmix.models.hmm import HMM
 
@@ -726,7 +726,7 @@ class SparseKMeansClassifier(_LabelBaseline):
     one-hot cluster labels ("sparse clustering" of seed 003, §7.1).
 
     The clustering uses every row of ``X`` (labelled or not); see
-    :mod:`ppmix.models._sparse_kmeans` for the algorithm. With ``l1_bound=None`` the
+    :mod:`ppmix.models.baselines.sparse_kmeans` for the algorithm. With ``l1_bound=None`` the
     bound ``s`` is chosen among ``n_bounds`` log-spaced values in ``[1.2, 0.9 sqrt(D)]``
     by the permutation gap statistic with ``n_permutations`` permutations (25 in the
     paper, E.2). Features are used as given (scale them first if their units differ).

@@ -24,7 +24,7 @@ supporting sample ``X_S`` (expectations are means over ``X_S``):
    literally the per-point plan's marginals ``a_sk = sum_l P_lsk`` (the default for
    logistic experts); see :func:`ot_reduce`;
 5. by default the gate is then refitted, the experts fixed, to minimise the expected KL
-   divergence from ``f^W`` itself (:mod:`ppmix.inference.gate_refit`).
+   divergence from ``f^W`` itself (:mod:`ppmix.inference.optimizers.ot.gate_refit`).
 
 The MM visits only the (point, local expert) pairs that carry gate mass, in cache-sized
 blocks, on one thread.
@@ -45,12 +45,12 @@ import numpy as np
 import torch
 from scipy.optimize import linear_sum_assignment
 
-from ppmix._threads import torch_threads
 from ppmix._validation import check_matrix, check_positive_int
 from ppmix.components import GaussianExpert, LogisticExpert, SoftmaxGate
 from ppmix.components._linear import design_matrix, weighted_grams
-from ppmix.inference.gate_refit import refit_gate
+from ppmix.inference.optimizers.ot.gate_refit import refit_gate
 from ppmix.models.moe import MixtureOfExperts
+from ppmix.ops.threads import torch_threads
 
 __all__ = [
     "LocalMixture",
@@ -363,7 +363,7 @@ def ot_reduce(
         prints it. ``"kl"`` then refits the gate, the reduced experts held fixed, to
         minimise the expected KL divergence from ``f^W`` over the supporting sample — the
         criterion (5) that the transport divergence bounds — by EM
-        (:func:`~ppmix.inference.gate_refit.refit_gate`). On the S4.1 logistic
+        (:func:`~ppmix.inference.optimizers.ot.gate_refit.refit_gate`). On the S4.1 logistic
         simulation (N = 10^5, M = 4) it took the test log-loss from 0.054 to 0.028
         (Global 0.029); with Gaussian experts it changes little.
     mass_tol : float, default 1e-12
@@ -406,7 +406,7 @@ def ot_reduce(
     k = local.n_experts
     starts = np.random.default_rng(seed).permutation(len(models))[:n_init]
     best: tuple[float, Experts, torch.Tensor, list[float], bool] | None = None
-    with torch_threads(1):  # the MM and the gate refit are many small operations (see ppmix._threads)
+    with torch_threads(1):  # the MM and the gate refit are many small operations (see ppmix.ops.threads)
         for start in starts:
             first = _select(local.experts, list(range(start * k, (start + 1) * k)))
             experts, assign, history, converged = _mm(local, first, max_iter, tol, logistic_update, epsilon)

@@ -32,7 +32,7 @@ own per-sample loss at the trained parameters, ``l_i(theta_k)`` (the quantity th
 authors' reference code scores points by); the singleton term ``G({(i, k)})`` is
 likewise ``l_i(theta_k)`` (Algorithm 1 trains it warm-started at ``theta_k``). The
 influence-function correction is used only for the logistic family, where it is
-cheap (see :mod:`ppmix.inference._loo`).
+cheap (see :mod:`ppmix.inference.optimizers.presto.loo`).
 
 Examples
 --------
@@ -93,12 +93,12 @@ def check_torch_component(module: object, name: str = "component") -> nn.Module:
     if not callable(getattr(module, "per_sample_loss", None)):
         raise TypeError(
             f"{name} ({kind}) has no per_sample_loss(x, y) method: PRESTO needs the loss of every row "
-            "(a Tensor of shape (N,), no reduction); see ppmix.inference.presto_components"
+            "(a Tensor of shape (N,), no reduction); see ppmix.inference.optimizers.presto.components"
         )
     if not callable(getattr(module, "fit", None)):
         raise TypeError(
             f"{name} ({kind}) has no fit(x, y) method: PRESTO needs a training routine that trains the "
-            "module on the rows of its part and returns it; see ppmix.inference.presto_components"
+            "module on the rows of its part and returns it; see ppmix.inference.optimizers.presto.components"
         )
     return module
 

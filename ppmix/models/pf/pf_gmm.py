@@ -16,9 +16,9 @@ from ppmix.components import BernoulliLabel, DiagGaussian
 from ppmix.components._centred import CentredData
 from ppmix.models._flat import FlatPrior
 from ppmix.models._gaussian_components import GaussianComponentsMixin
-from ppmix.models._responsibilities import normalize_log_joint_
-from ppmix.models._switches import FrameLabels, PredictionFocusedMixin, switched_log_joint
 from ppmix.models.base import MixtureModel
+from ppmix.models.pf.switches import FrameLabels, PredictionFocusedMixin, switched_log_joint
+from ppmix.ops.logspace import normalize_log_joint_
 
 __all__ = ["PFGMM", "SupervisedGMM"]
 
@@ -101,7 +101,7 @@ class PFGMM(PredictionFocusedMixin, GaussianComponentsMixin, MixtureModel):
         Dirichlet prior on the weights (B.2.4); 1 is flat.
     init_params : {"relevance", "kmeans", "k-means++", "random"}, default "relevance"
         ``"relevance"``: k-means on the features whose distribution changes with the
-        label (see :func:`ppmix.models._switches.label_relevant_features`); without it EM
+        label (see :func:`ppmix.models.pf.switches.label_relevant_features`); without it EM
         usually starts, and stays, at the solution that follows the irrelevant features.
     n_init, max_iter, tol, reg_covar, warm_start : as for :class:`~ppmix.models.gmm.GMM`.
     seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
@@ -389,7 +389,7 @@ class PFGMM(PredictionFocusedMixin, GaussianComponentsMixin, MixtureModel):
         """Draw ``{"x", "y", "z", "s"}``: components, labels, switches ``~ Bern(phi)`` and features."""
         self._check_fitted()
         n = check_positive_int(n_samples, "n_samples")
-        gen = self._generator(offset=7919)
+        gen = self.generator(offset=7919)
         cpu = {"dtype": self.dtype}
         z = torch.multinomial(self.weights_.cpu(), n, replacement=True, generator=gen)
         y = (torch.rand(n, generator=gen, **cpu) < self.labels_.probs.cpu()[z]).long()

@@ -25,7 +25,6 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from ppmix._init import kmeans
 from ppmix._validation import (
     NotFittedError,
     as_numpy,
@@ -36,10 +35,16 @@ from ppmix._validation import (
     to_output,
 )
 from ppmix.components import GaussianExpert, LogisticExpert, SoftmaxGate
-from ppmix.inference._loo import gaussian_loo_gains, logistic_loo_gains
-from ppmix.inference._persist import SavableEstimator, load_object_tensors, move_object_tensors, object_tensors
-from ppmix.inference.presto_components import check_torch_component
+from ppmix.inference.optimizers.persist import (
+    SavableEstimator,
+    load_object_tensors,
+    move_object_tensors,
+    object_tensors,
+)
+from ppmix.inference.optimizers.presto.components import check_torch_component
+from ppmix.inference.optimizers.presto.loo import gaussian_loo_gains, logistic_loo_gains
 from ppmix.io import register_savable
+from ppmix.ops.kmeans import kmeans
 from ppmix.parallel import run_tasks
 
 __all__ = ["PRESTO", "greedy_capacity_assignment"]
@@ -225,7 +230,7 @@ class _GaussianAdapter(_Adapter):
 
 
 class _TorchAdapter(_Adapter):
-    """``K`` user ``nn.Module`` components (see :mod:`ppmix.inference.presto_components`).
+    """``K`` user ``nn.Module`` components (see :mod:`ppmix.inference.optimizers.presto.components`).
 
     Each module is trained on the rows of its part, in this process or as a task of
     :func:`ppmix.parallel.run_tasks`; empty parts keep their module untouched. The
@@ -336,7 +341,7 @@ class PRESTO(SavableEstimator):
       the member's own per-sample loss ``l_i(theta_k)`` (no regulariser known);
     - user ``torch.nn.Module`` components: *approximate*, the member's own per-sample
       loss ``l_i(theta_k)`` at the trained parameters (the authors' per-sample score;
-      see :mod:`ppmix.inference.presto_components`).
+      see :mod:`ppmix.inference.optimizers.presto.components`).
 
     **Singleton term.** With an unpenalised intercept the exact ``G({(i, k)})`` is
     degenerate (infimum 0 for logistic, ``log(2 pi floor) / 2`` for Gaussian: the
@@ -365,11 +370,11 @@ class PRESTO(SavableEstimator):
         ``"logistic"``: :class:`~ppmix.components.LogisticExpert` (binary ``y``);
         ``"linear"`` (or ``"gaussian"``): :class:`~ppmix.components.GaussianExpert`.
         A family object must offer ``log_prob((x, y)) -> (N, K)`` and ``fit((x, y), weights)``.
-        A ``torch.nn.Module`` must follow :class:`~ppmix.inference.presto_components.TorchComponent`
+        A ``torch.nn.Module`` must follow :class:`~ppmix.inference.optimizers.presto.components.TorchComponent`
         (``per_sample_loss(x, y)``, ``fit(x, y)``); it is copied ``K`` times (a list gives
-        one module per part). Examples: :class:`~ppmix.inference.presto_components.LinearSVMComponent`
+        one module per part). Examples: :class:`~ppmix.inference.optimizers.presto.components.LinearSVMComponent`
         (hinge loss, the paper's §4.1 component) and
-        :class:`~ppmix.inference.presto_components.MLPComponent`.
+        :class:`~ppmix.inference.optimizers.presto.components.MLPComponent`.
     ridge : float, default 0.1
         L2 penalty ``lambda`` on the coefficients (the paper's regulariser).
     alpha : float in (0, 1], default 1.0

@@ -45,7 +45,7 @@ def _load_experiments() -> None:
     import ppmix.experiments as package
 
     for module in pkgutil.iter_modules(package.__path__):
-        if not module.name.startswith("_"):
+        if not module.name.startswith("_") and module.name != "registry":
             importlib.import_module(f"{package.__name__}.{module.name}")
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from ppmix._validation import resolve_device
+from ppmix.io import qualified_name
 
 __all__ = ["SavableEstimator", "load_object_tensors", "move_object_tensors", "object_tensors"]
 
@@ -118,7 +119,7 @@ class SavableEstimator:
     @classmethod
     def qualified_name(cls) -> str:
         """``module.QualName``: how saved files name their class."""
-        return f"{cls.__module__}.{cls.__qualname__}"
+        return qualified_name(cls)
 
     def get_params(self) -> dict[str, Any]:
         """The constructor arguments a saved file records (objects that JSON cannot hold are left out)."""

@@ -13,7 +13,8 @@ from pyro.infer.util import is_validation_enabled
 from tqdm import tqdm
 
 from ppmix._validation import check_positive_int
-from ppmix.inference._result import FitResult
+from ppmix.inference.engines.params import local_params
+from ppmix.inference.engines.result import FitResult
 
 if TYPE_CHECKING:
     from ppmix.models.base import MixtureModel
@@ -89,10 +90,9 @@ def run_svi(
         patience = num_steps if batch_size is None else max(50, num_steps // 10)
     show = model.progress if progress is None else progress
 
-    from ppmix.models.base import local_params
 
-    with local_params(), model._forked_rng():
-        start = model.init_values(data, model._generator())
+    with local_params(), model.forked_rng():
+        start = model.init_values(data, model.generator())
         start.update({k: torch.as_tensor(v, dtype=model.dtype, device=model._device) for k, v in (init or {}).items()})
         guide_fn, _ = model.make_svi_guide(guide, start)
         elbo = TraceEnum_ELBO(max_plate_nesting=model.max_plate_nesting, num_particles=num_particles)
@@ -132,7 +132,7 @@ def run_svi(
         with torch.no_grad():
             model.set_globals(_point_estimates(guide_fn, model, data))
         if guide == "normal" and isinstance(guide_fn, AutoNormal):
-            object.__setattr__(model, "_variational_guide", guide_fn)
+            model.set_variational_guide(guide_fn)
     logger.info("SVI stopped after %d steps (early stop: %s), ELBO/point %.6f", step, converged, history[-1])
     return FitResult(history=history, n_iter=step, converged=converged)
 

@@ -9,7 +9,8 @@ from pyro.infer import MCMC, NUTS
 from pyro.infer.autoguide import init_to_median, init_to_value
 
 from ppmix._validation import check_positive_int
-from ppmix.inference._result import FitResult
+from ppmix.inference.engines.params import local_params
+from ppmix.inference.engines.result import FitResult
 
 if TYPE_CHECKING:
     from ppmix.models.base import MixtureModel
@@ -53,10 +54,9 @@ def run_mcmc(
     num_chains = check_positive_int(num_chains, "num_chains")
     show = model.progress if progress is None else progress
 
-    from ppmix.models.base import local_params
 
-    with local_params(), model.bayesian(), model._forked_rng():
-        init = model.init_values(data, model._generator())
+    with local_params(), model.bayesian(), model.forked_rng():
+        init = model.init_values(data, model.generator())
         kernel = NUTS(
             model.model,
             max_plate_nesting=model.max_plate_nesting,

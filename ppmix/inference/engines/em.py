@@ -11,7 +11,7 @@ import torch
 from tqdm import tqdm
 
 from ppmix._validation import check_positive_int
-from ppmix.inference._result import ConvergenceWarning, FitResult
+from ppmix.inference.engines.result import ConvergenceWarning, FitResult
 
 if TYPE_CHECKING:
     from ppmix.models.base import MixtureModel
@@ -76,7 +76,7 @@ def run_em(
     best: tuple[float, dict[str, torch.Tensor], FitResult] | None = None
     for restart in range(1 if warm else n_init):
         if not warm:
-            model.em_initialize(em_data, model._generator(restart))
+            model.em_initialize(em_data, model.generator(restart))
         result = _single_run(model, em_data, n_obs, max_iter, tol, show, restart)
         final = result.history[-1]
         logger.info("EM restart %d: objective/point %.6f after %d iterations", restart, final, result.n_iter)

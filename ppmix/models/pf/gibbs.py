@@ -7,10 +7,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from ppmix._init import kmeans
 from ppmix._validation import NotFittedError, check_matrix, check_n_components, check_positive_int
-from ppmix.inference.pf_gibbs import GibbsDraws, block_log_prob, run_pf_gibbs
-from ppmix.models._switches import FrameLabels, label_relevant_features
+from ppmix.inference.engines.gibbs import GibbsDraws, block_log_prob, run_pf_gibbs
+from ppmix.models.pf.switches import FrameLabels, label_relevant_features
+from ppmix.ops.kmeans import kmeans
 
 __all__ = ["PFGMMGibbs"]
 
@@ -19,7 +19,7 @@ class PFGMMGibbs:
     """pf-GMM with full covariance matrices, sampled by the blocked Gibbs sampler of Supplement B.3.
 
     The switches ``S_d`` are shared by all points (as in B.3's conditionals) and drawn
-    with the Gaussian parameters integrated out; see :mod:`ppmix.inference.pf_gibbs` for
+    with the Gaussian parameters integrated out; see :mod:`ppmix.inference.engines.gibbs` for
     the model and the sweep. Predictions average over the kept draws (the posterior
     predictive), so they account for the uncertainty in which features are relevant.
 
@@ -32,7 +32,7 @@ class PFGMMGibbs:
     num_samples, warmup_steps : int, default 300, 200
     init_params : {"relevance", "random"}, default "relevance"
         Starting assignments: k-means on the label-relevant features (as for
-        :class:`~ppmix.models.pf_gmm.PFGMM`) or uniform at random.
+        :class:`~ppmix.models.pf.pf_gmm.PFGMM`) or uniform at random.
     max_predictive_draws : int, default 100
         Draws (evenly thinned) averaged by the predictions.
     seed : int, optional

@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING
 import torch
 
 from ppmix.components import GaussianExpert, LogisticExpert, SoftmaxGate
-from ppmix.models._responsibilities import normalize_log_joint_
+from ppmix.ops.logspace import normalize_log_joint_
 
 if TYPE_CHECKING:
-    from ppmix.inference.ot_reduction import LocalMixture
+    from ppmix.inference.optimizers.ot.reduction import LocalMixture
 
 __all__ = ["refit_gate"]
 
@@ -84,7 +84,7 @@ def refit_gate(
     --------
     >>> import torch
     >>> from ppmix.components import GaussianExpert, SoftmaxGate
-    >>> from ppmix.inference.ot_reduction import LocalMixture
+    >>> from ppmix.inference.optimizers.ot.reduction import LocalMixture
     >>> x = torch.linspace(-2, 2, 40, dtype=torch.float64)[:, None]
     >>> experts = GaussianExpert(torch.tensor([[1.0], [-1.0]], dtype=torch.float64))
     >>> truth = SoftmaxGate(torch.tensor([[3.0], [0.0]], dtype=torch.float64))

@@ -25,10 +25,10 @@ import torch
 from pyro.distributions import constraints
 from pyro.ops.indexing import Vindex
 
-from ppmix._init import kmeans
 from ppmix.components import BernoulliLabel, DiagGaussian
 from ppmix.components._centred import CentredData
 from ppmix.models._flat import FlatPrior
+from ppmix.ops.kmeans import kmeans
 
 __all__ = ["FrameLabels", "PredictionFocusedMixin", "switch_kl_terms", "switched_log_joint"]
 

@@ -27,17 +27,22 @@ import torch
 from tqdm import tqdm
 
 from ppmix._validation import NotFittedError, as_numpy, check_matrix, check_positive_int, resolve_device, to_output
-from ppmix.inference._learners import (
+from ppmix.inference.engines.result import ConvergenceWarning
+from ppmix.inference.optimizers.persist import (
+    SavableEstimator,
+    load_object_tensors,
+    move_object_tensors,
+    object_tensors,
+)
+from ppmix.inference.optimizers.rw.learners import (
     GaussianLearner,
     RegressionLearner,
     SquaredDistanceLearner,
     SubspaceLearner,
     WeightedLearner,
 )
-from ppmix.inference._persist import SavableEstimator, load_object_tensors, move_object_tensors, object_tensors
-from ppmix.inference._result import ConvergenceWarning
-from ppmix.inference._simplex import project_simplex, project_simplex_warm
 from ppmix.io import register_savable
+from ppmix.ops.simplex import project_simplex, project_simplex_warm
 
 __all__ = ["RegularizedWeighting", "WeightStepResult", "joint_loss", "solve_weights", "weight_objective_and_gap"]
 
@@ -235,7 +240,7 @@ class RegularizedWeighting(SavableEstimator):
     """Multiple-model learning by Regularized Weighting (RW; seed 002).
 
     Fits ``n_models`` models of one kind (cluster centres, regression lines,
-    subspaces, Gaussians, or any :class:`~ppmix.inference._learners.WeightedLearner`)
+    subspaces, Gaussians, or any :class:`~ppmix.inference.optimizers.rw.learners.WeightedLearner`)
     together with a weight distribution ``w_j`` over the points for every model, by
     minimising the joint loss
 
@@ -278,7 +283,7 @@ class RegularizedWeighting(SavableEstimator):
     learner : {"kmeans", "regression", "subspace", "gaussian"} or WeightedLearner, default "kmeans"
         The base learner: squared distance to a centre, squared residual of a linear
         regression (needs ``y``), squared distance to a 1-D affine subspace (pass a
-        :class:`~ppmix.inference._learners.SubspaceLearner` for other dimensions),
+        :class:`~ppmix.inference.optimizers.rw.learners.SubspaceLearner` for other dimensions),
         shifted negative log-likelihood of a diagonal Gaussian, or your own object
         with ``init``/``fit``/``loss``. An instance is copied, never modified.
     alpha_per_point : float or "auto", default "auto"

@@ -3,7 +3,7 @@
 A *weighted base learner* (seed 002, Definition 1) holds ``k`` models, fits each
 model ``j`` to the data weighted by its own distribution ``weights[j]`` over the
 points, and reports the non-negative loss of every point under every model. RW
-(:class:`ppmix.inference.rw.RegularizedWeighting`) talks to learners only through
+(:class:`ppmix.inference.optimizers.rw.estimator.RegularizedWeighting`) talks to learners only through
 the small :class:`WeightedLearner` protocol, so any model class with a weighted fit
 and a per-point loss can be plugged in.
 """

@@ -14,11 +14,11 @@ from pyro.ops.indexing import Vindex
 from ppmix._validation import to_output
 from ppmix.components import BernoulliLabel, DiagGaussian
 from ppmix.components._centred import CentredData
-from ppmix.inference.forward_backward import forward_backward
+from ppmix.inference.engines.forward_backward import forward_backward
 from ppmix.models._sequences import SequenceBatch
-from ppmix.models._switches import FrameLabels, PredictionFocusedMixin
 from ppmix.models.base import MixtureModel
 from ppmix.models.hmm import HMM, _Counts, _EMData, _first
+from ppmix.models.pf.switches import FrameLabels, PredictionFocusedMixin
 
 __all__ = ["PFHMM", "SupervisedHMM"]
 
@@ -50,8 +50,8 @@ class PFHMM(PredictionFocusedMixin, HMM):
     :meth:`model` and :meth:`guide` (the guide enumerates ``q(z_1) q(z_t | z_{t-1})``
     and the switches, so that check is exponential in ``T``: a test oracle, not an
     engine). The switch, background and label machinery is
-    :class:`~ppmix.models._switches.PredictionFocusedMixin`, shared with
-    :class:`~ppmix.models.pf_gmm.PFGMM`: the frames are all valid time steps.
+    :class:`~ppmix.models.pf.switches.PredictionFocusedMixin`, shared with
+    :class:`~ppmix.models.pf.pf_gmm.PFGMM`: the frames are all valid time steps.
 
     Predictions drop the label term: ``predict_proba`` gives per step
     ``P(y_t = 1 | x_{1:T}) = sum_k q(z_t = k | x_{1:T}) label_probs_k`` with the smoothed
@@ -65,7 +65,7 @@ class PFHMM(PredictionFocusedMixin, HMM):
         ``p``, the prior probability that a feature is relevant; ``p = 1`` is the
         supervised HMM (:class:`SupervisedHMM`).
     init_params : {"relevance", "kmeans", "k-means++", "random"}, default "relevance"
-        Start of the frame responsibilities, as for :class:`~ppmix.models.pf_gmm.PFGMM`
+        Start of the frame responsibilities, as for :class:`~ppmix.models.pf.pf_gmm.PFGMM`
         (``"relevance"``: k-means on the features whose distribution changes with the label).
     n_init, max_iter, tol, reg_covar, warm_start : as for :class:`~ppmix.models.hmm.HMM`.
     sequence_column : str, optional
@@ -362,7 +362,7 @@ class PFHMM(PredictionFocusedMixin, HMM):
         """Draw sequences ``{"x": (n, T, D), "y": (n, T), "z": (n, T), "s": (n, T, D)}`` (switches ``~ Bern(phi)``)."""
         draws = super().sample(n_samples, length)
         z = torch.as_tensor(draws["z"])
-        gen = self._generator(offset=104729)
+        gen = self.generator(offset=104729)
         cpu = {"dtype": self.dtype}
         y = (torch.rand(z.shape, generator=gen, **cpu) < self.labels_.probs.cpu()[z]).long()
         s = torch.rand(*z.shape, self.n_features_in_, generator=gen, **cpu) < self.switch_probs_.cpu()

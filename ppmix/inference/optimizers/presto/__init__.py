@@ -1,0 +1,6 @@
+"""PRESTO (Sangani et al.): partition the data while training one model per part."""
+
+from ppmix.inference.optimizers.presto.components import LinearSVMComponent, MLPComponent, TorchComponent
+from ppmix.inference.optimizers.presto.estimator import PRESTO, greedy_capacity_assignment
+
+__all__ = ["LinearSVMComponent", "MLPComponent", "PRESTO", "TorchComponent", "greedy_capacity_assignment"]
