@@ -60,7 +60,7 @@ check-install:
 	.venv-install/bin/pip install -q --require-hashes --no-deps -r $(LOCK)
 	.venv-install/bin/pip install -q --no-deps --no-build-isolation .
 	rm -rf build
-	cd /tmp && $(CURDIR)/.venv-install/bin/python -c "import ppmix, ppmix.models, ppmix.inference; ppmix.GMM; print('ppmix', ppmix.__file__)"
+	cd /tmp && $(CURDIR)/.venv-install/bin/python -c "import ppmix; ppmix.GMM, ppmix.PFHMM; from ppmix.inference import PRESTO, RegularizedWeighting, ot_reduce; from ppmix.models import TwoStep; from ppmix.distributed import fit_distributed; print('ppmix', ppmix.__file__)"
 	cd /tmp && $(CURDIR)/.venv-install/bin/ppmix --help > /dev/null
 	rm -rf .venv-install
 

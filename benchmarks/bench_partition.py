@@ -3,7 +3,7 @@
 Run ``.venv/bin/python benchmarks/bench_partition.py`` (``--quick`` for a smoke run that writes to
 the temp directory unless ``--out`` is given). Two parts:
 
-1. **RW weight step** (:func:`ppmix.inference.optimizers.rw.estimator.solve_weights`): clustering losses (squared
+1. **RW weight step** (:func:`ppmix.inference.optimizers.rw.weights.solve_weights`): clustering losses (squared
    distances of random 2-D points to ``k`` random centres), ``alpha / n = 1``. Seconds to a
    certified relative duality gap of 1e-4 and 1e-6 at a large ``n``; on small ``n`` the same QP
    is also solved by scipy ``minimize(method="SLSQP")`` (simplex equalities + bounds) and by plain
@@ -50,7 +50,7 @@ def rw_problem(n: int, k: int, seed: int):
 
 def objective_and_gap(losses, w, alpha: float) -> tuple[float, float]:
     """The same certified gap as ``solve_weights`` uses, so every method stops on one test."""
-    from ppmix.inference.optimizers.rw.estimator import weight_objective_and_gap
+    from ppmix.inference.optimizers.rw.weights import weight_objective_and_gap
 
     return weight_objective_and_gap(losses, w, alpha)
 
@@ -125,7 +125,7 @@ def slsqp(losses, alpha: float, max_iter: int) -> dict:
 
 
 def time_solve(losses, alpha: float, tol: float, repeats: int) -> dict:
-    from ppmix.inference.optimizers.rw.estimator import solve_weights
+    from ppmix.inference.optimizers.rw.weights import solve_weights
 
     times, result = [], None
     for _ in range(repeats):
@@ -174,7 +174,7 @@ def literal_presto(x, y, init: np.ndarray, k: int, ridge: float, epsilon: float,
     import torch
 
     from ppmix.components import GaussianExpert
-    from ppmix.inference.optimizers.presto.estimator import greedy_capacity_assignment
+    from ppmix.inference.optimizers.presto.assignment import greedy_capacity_assignment
 
     n, p = x.shape
     capacity = math.ceil((1.0 + leeway) * n / k)

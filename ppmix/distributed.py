@@ -24,7 +24,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ppmix.parallel import run_tasks
+from ppmix._validation import check_positive_int
+from ppmix.parallel import TaskInputError, run_tasks
 
 __all__ = ["DistributedFit", "fit_distributed", "read_shard"]
 
@@ -115,11 +116,16 @@ def _fit_shard(task: _ShardTask) -> _ShardResult:
 
 def _fit_shard_here(task: _ShardTask) -> _ShardResult:
     from ppmix._validation import check_matrix
-    from ppmix.models.moe import MixtureOfExperts, check_response
+    from ppmix.models.moe import MixtureOfExperts
+    from ppmix.models.moe_data import check_response
 
-    X, y, names = read_shard(task.shard, task.target)
-    x, _ = check_matrix(X, f"X of shard {task.name}")
-    response = check_response(y, x.shape[0], task.model_options.get("expert", "gaussian"), f"y of shard {task.name}")
+    try:
+        X, y, names = read_shard(task.shard, task.target)
+        x, _ = check_matrix(X, f"X of shard {task.name}")
+        expert = task.model_options.get("expert", "gaussian")
+        response = check_response(y, x.shape[0], expert, f"y of shard {task.name}")
+    except (KeyError, ValueError, TypeError) as err:  # the shard itself is wrong: a retry cannot help
+        raise TaskInputError(f"shard {task.name}: {err}") from err
     x_np, y_np = x.numpy(), response.numpy()
     digest = hashlib.blake2b(x_np.tobytes() + y_np.tobytes(), digest_size=16).hexdigest()
     local_seed = (task.seed + int(digest[:8], 16)) % (2**31)
@@ -280,11 +286,18 @@ def fit_distributed(
     shards = list(shards)
     if not shards:
         raise ValueError("shards is empty: give at least one shard")
-    if isinstance(n_experts, bool) or not isinstance(n_experts, int) or n_experts < 2:
+    n_experts = check_positive_int(n_experts, "n_experts")
+    if n_experts < 2:
         raise ValueError(f"n_experts must be an integer >= 2; got {n_experts!r}")
-    if support_size is not None and (not isinstance(support_size, int) or support_size < 1):
-        raise ValueError(f"support_size must be a positive integer; got {support_size!r}")
+    if support_size is not None:
+        support_size = check_positive_int(support_size, "support_size")
+    paths = [str(Path(s).resolve()) for s in shards if isinstance(s, (str, Path))]
+    repeated = sorted({p for p in paths if paths.count(p) > 1})
+    if repeated:
+        raise ValueError(f"shards lists the same file more than once: {repeated}")
     options = {"expert": expert, "n_init": n_init, "max_iter": max_iter, "tol": tol, **(model_options or {})}
+    # settings that would fail on every shard are checked here, before any task is sent
+    MixtureOfExperts(n_experts, seed=seed, progress=False, **options).validate_params()
     per_shard = None if support_size is None else math.ceil(support_size / len(shards))
     names = [_shard_name(s, i) for i, s in enumerate(shards)]
     tasks = [

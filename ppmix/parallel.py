@@ -14,10 +14,11 @@ import logging
 import multiprocessing
 import time
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-__all__ = ["TaskError", "TaskResult", "run_tasks"]
+__all__ = ["TaskError", "TaskInputError", "TaskResult", "run_tasks"]
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +42,11 @@ class TaskError(RuntimeError):
         super().__init__(f"{len(failures)} task(s) failed after retrying: {lines}")
 
 
+class TaskInputError(ValueError):
+    """Raised by a task whose input is wrong (a malformed shard, a missing column): retrying cannot help,
+    so :func:`run_tasks` reports it at once instead of resubmitting it."""
+
+
 def _timed_call(fn: Callable[[Any], Any], item: Any) -> tuple[Any, float]:
     start = time.perf_counter()
     value = fn(item)
@@ -59,12 +65,15 @@ class _InlineExecutor(Executor):
         return future
 
 
+def _process_pool(max_workers: int | None) -> ProcessPoolExecutor:
+    # spawn: forking a process whose torch/OpenMP thread pools are running can deadlock
+    return ProcessPoolExecutor(max_workers=max_workers, mp_context=multiprocessing.get_context("spawn"))
+
+
 def _as_executor(executor: Any, max_workers: int | None) -> tuple[Executor, bool]:
     """Normalise ``executor`` to a ``concurrent.futures.Executor``; the flag says whether we own it."""
     if executor is None:
-        # spawn: forking a process whose torch/OpenMP thread pools are running can deadlock
-        pool = ProcessPoolExecutor(max_workers=max_workers, mp_context=multiprocessing.get_context("spawn"))
-        return pool, True
+        return _process_pool(max_workers), True
     if executor == "inline":
         return _InlineExecutor(), True
     if isinstance(executor, Executor):
@@ -75,6 +84,15 @@ def _as_executor(executor: Any, max_workers: int | None) -> tuple[Executor, bool
         "executor must be None (a local process pool), 'inline', a concurrent.futures.Executor "
         f"or a dask.distributed.Client; got {type(executor).__name__}"
     )
+
+
+def _is_broken(pool: ProcessPoolExecutor) -> bool:
+    """Whether submitting to ``pool`` would fail because a worker died."""
+    try:
+        pool.submit(int).result()
+    except BrokenProcessPool:
+        return True
+    return False
 
 
 def run_tasks(
@@ -100,7 +118,11 @@ def run_tasks(
         Where to run. ``None`` starts (and shuts down) a local process pool; ``'inline'``
         runs in this process; an executor or a Dask client you pass is left running.
     retries : int
-        How many times a failing task is resubmitted before it counts as failed.
+        How many times a failing task is resubmitted before it counts as failed (a
+        :class:`TaskInputError` is never resubmitted). A worker
+        that dies (killed, out of memory) breaks a process pool: when the pool is ours it is
+        replaced and the tasks it lost are resubmitted under the same budget; a broken pool
+        you passed is reported as such, naming the tasks.
     max_workers : int, optional
         Pool size when ``executor`` is ``None``.
 
@@ -126,26 +148,33 @@ def run_tasks(
         raise ValueError(f"retries must be >= 0; got {retries}")
     pool, owned = _as_executor(executor, max_workers)
     try:
-        futures = {i: pool.submit(_timed_call, fn, item) for i, item in enumerate(items)}
-        attempts = dict.fromkeys(futures, 1)
+        pending = {i: pool.submit(_timed_call, fn, item) for i, item in enumerate(items)}
+        attempts = dict.fromkeys(pending, 1)
         results: dict[int, TaskResult] = {}
         failures: dict[str, BaseException] = {}
-        pending = dict(futures)
         while pending:
-            retry: dict[int, Future] = {}
+            to_retry: list[int] = []
             for i, future in pending.items():
                 try:
                     value, seconds = future.result()
                 except Exception as err:  # noqa: BLE001 - any task error is retried, then reported by name
-                    if attempts[i] <= retries:
+                    if isinstance(err, BrokenProcessPool) and not owned:
+                        err = BrokenProcessPool(f"the executor's process pool broke (a worker died): {err}")
+                    broken_pool_not_ours = isinstance(err, BrokenProcessPool) and not owned
+                    retryable = not isinstance(err, TaskInputError) and not broken_pool_not_ours
+                    if attempts[i] <= retries and retryable:
                         logger.warning("task %s failed (%s: %s); retrying", names[i], type(err).__name__, err)
                         attempts[i] += 1
-                        retry[i] = pool.submit(_timed_call, fn, items[i])
+                        to_retry.append(i)
                     else:
                         failures[names[i]] = err
                     continue
                 results[i] = TaskResult(names[i], value, seconds, attempts[i])
-            pending = retry
+            if to_retry and owned and isinstance(pool, ProcessPoolExecutor) and _is_broken(pool):
+                logger.warning("a worker died and broke the process pool; starting a new one")
+                pool.shutdown(wait=True, cancel_futures=True)
+                pool = _process_pool(max_workers)
+            pending = {i: pool.submit(_timed_call, fn, items[i]) for i in to_retry}
     finally:
         if owned:
             pool.shutdown(wait=True, cancel_futures=True)

@@ -21,3 +21,77 @@ def assert_close(actual, expected, rtol: float = 1e-7, atol: float = 1e-9, msg: 
         return np.asarray(x)
 
     np.testing.assert_allclose(to_numpy(actual), to_numpy(expected), rtol=rtol, atol=atol, err_msg=msg)
+
+
+# ------------------------------------------------------------------ small data factories
+# Tiny planted data sets that every model test can share (the model-contract test uses all of them).
+
+
+def make_blobs(n: int = 60, n_features: int = 2, n_components: int = 2, *, seed: int = 0):
+    """``n`` points from ``n_components`` unit-variance Gaussian clusters 6 apart on every feature.
+
+    Returns ``(X (n, D), z (n,))``; the clusters take turns, so each has ``n // K`` points or one more.
+    """
+    rng = np.random.default_rng(seed)
+    z = np.arange(n) % n_components
+    return 6.0 * z[:, None] + rng.normal(size=(n, n_features)), z
+
+
+def make_labelled_blobs(n: int = 60, n_features: int = 3, n_relevant: int = 1, *, seed: int = 0):
+    """Two clusters on the first ``n_relevant`` features (6 apart), noise on the others; ``y`` = cluster.
+
+    Returns ``(X (n, D), y (n,) floats 0/1)``; 5% of the labels are flipped, so ``y`` is not a function of ``X``.
+    """
+    rng = np.random.default_rng(seed)
+    z = np.arange(n) % 2
+    x = rng.normal(size=(n, n_features))
+    x[:, :n_relevant] += 6.0 * z[:, None]
+    y = np.where(rng.random(n) < 0.05, 1 - z, z).astype(float)
+    return x, y
+
+
+def make_sequences(
+    n_sequences: int = 6,
+    lengths: tuple[int, int] = (4, 12),
+    n_features: int = 2,
+    n_relevant: int | None = None,
+    *,
+    stay: float = 0.9,
+    seed: int = 0,
+):
+    """Sticky two-state chains of unequal lengths (so padding is exercised) with per-step labels.
+
+    State ``z_t`` keeps itself with probability ``stay``; it shifts the first ``n_relevant`` features
+    (all by default) by ``6 z_t`` over unit-variance noise. Returns ``(X, y, z)``: lists of ``(T_i, D)``
+    arrays, of ``(T_i,)`` float labels (``z_t`` with 5% flipped) and of ``(T_i,)`` states.
+    """
+    rng = np.random.default_rng(seed)
+    relevant = n_features if n_relevant is None else n_relevant
+    xs, ys, zs = [], [], []
+    for _ in range(n_sequences):
+        length = int(rng.integers(lengths[0], lengths[1] + 1))
+        z = np.empty(length, dtype=np.int64)
+        z[0] = rng.integers(2)
+        for t in range(1, length):
+            z[t] = z[t - 1] if rng.random() < stay else 1 - z[t - 1]
+        x = rng.normal(size=(length, n_features))
+        x[:, :relevant] += 6.0 * z[:, None]
+        xs.append(x)
+        ys.append(np.where(rng.random(length) < 0.05, 1 - z, z).astype(float))
+        zs.append(z)
+    return xs, ys, zs
+
+
+def make_expert_data(n: int = 80, n_features: int = 2, expert: str = "gaussian", *, seed: int = 0):
+    """Two regimes split at ``x_0 = 0``: ``(X (n, D), y (n,))`` for a mixture of experts.
+
+    Gaussian experts: ``y = 2 x_0`` left of 0, ``-3 x_0 + 1`` right of it, plus ``N(0, 0.1^2)`` noise;
+    logistic experts: ``y ~ Bernoulli(sigmoid(3 x_0))`` left of 0 and ``Bernoulli(sigmoid(-3 x_0 + 1))`` right.
+    """
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-3, 3, size=(n, n_features))
+    left = x[:, 0] < 0
+    if expert == "gaussian":
+        return x, np.where(left, 2 * x[:, 0], -3 * x[:, 0] + 1) + 0.1 * rng.normal(size=n)
+    logit = np.where(left, 3 * x[:, 0], -3 * x[:, 0] + 1)
+    return x, (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(float)

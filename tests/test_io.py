@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ppmix import GMM, MixtureModel
-from ppmix.io import FORMAT_VERSION
+from ppmix.io import FORMAT_VERSION, config_checksum
 from tests.common import assert_close
 
 
@@ -98,6 +98,7 @@ def test_loading_never_unpickles_arbitrary_objects(fitted):
 
     config = json.loads((path / "config.json").read_text())
     config["tensors_sha256"] = hashlib.sha256((path / "tensors.pt").read_bytes()).hexdigest()
+    config["config_sha256"] = config_checksum(config)
     (path / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match="could not be read safely"):
         GMM.load(path)

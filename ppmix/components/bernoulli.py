@@ -5,8 +5,8 @@ from __future__ import annotations
 import pyro.distributions as dist
 import torch
 
-from ppmix.components._centred import component_counts
 from ppmix.components.base import ComponentFamily
+from ppmix.components.centred import component_counts
 
 __all__ = ["BernoulliLabel"]
 

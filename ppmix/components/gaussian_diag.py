@@ -7,8 +7,8 @@ import math
 import pyro.distributions as dist
 import torch
 
-from ppmix.components._centred import CentredData, as_centred, component_counts
 from ppmix.components.base import ComponentFamily
+from ppmix.components.centred import CentredData, as_centred, component_counts
 
 __all__ = ["DiagGaussian"]
 
@@ -55,8 +55,14 @@ class DiagGaussian(ComponentFamily):
     def variance(self) -> torch.Tensor:
         return self.scale.square()
 
+    @property
+    def reference(self) -> torch.Tensor:
+        """The centre :meth:`log_prob` uses for a plain tensor: the mean of the component means,
+        so that a row's log-density depends on that row and the parameters only."""
+        return self.loc.mean(dim=0)
+
     def prepare(self, x: torch.Tensor) -> CentredData:
-        """Prepare ``x`` once for many :meth:`log_prob`/:meth:`fit` calls."""
+        """Prepare ``x`` once for many :meth:`log_prob`/:meth:`fit` calls (centred at its column mean)."""
         return as_centred(x, self.dtype, self.device)
 
     def log_prob(
@@ -67,9 +73,10 @@ class DiagGaussian(ComponentFamily):
         Computed as one matrix product of ``[x, x^2]`` with the natural parameters.
         With ``feature_weights`` ``w`` (shape ``(D,)``) it returns the weighted sum of the
         per-feature log-densities ``sum_d w_d log N(x_d | loc[k, d], scale[k, d]^2)`` at the
-        same cost (the expected log-density under independent feature switches).
+        same cost (the expected log-density under independent feature switches). A plain
+        tensor is centred at :attr:`reference`.
         """
-        data = as_centred(data, self.dtype, self.device)
+        data = as_centred(data, self.dtype, self.device, shift=self.reference)
         precision = self.variance.reciprocal()
         loc_c = self.loc - data.shift
         log_norm = 0.5 * math.log(2 * math.pi) + self.scale.log() + 0.5 * loc_c.square() * precision  # (K, D)

@@ -8,8 +8,8 @@ import numpy as np
 import pyro.distributions as dist
 import torch
 
-from ppmix.components._centred import component_counts
 from ppmix.components._linear import LinearFamily, weighted_grams
+from ppmix.components.centred import component_counts
 
 __all__ = ["GaussianExpert"]
 

@@ -7,8 +7,8 @@ import math
 import pyro.distributions as dist
 import torch
 
-from ppmix.components._centred import CentredData, as_centred, component_counts, upper_triangle
 from ppmix.components.base import ComponentFamily
+from ppmix.components.centred import CentredData, as_centred, component_counts, upper_triangle
 
 __all__ = ["FullGaussian"]
 
@@ -56,8 +56,14 @@ class FullGaussian(ComponentFamily):
     def covariance(self) -> torch.Tensor:
         return self.scale_tril @ self.scale_tril.mT
 
+    @property
+    def reference(self) -> torch.Tensor:
+        """The centre :meth:`log_prob` uses for a plain tensor: the mean of the component means,
+        so that a row's log-density depends on that row and the parameters only."""
+        return self.loc.mean(dim=0)
+
     def prepare(self, x: torch.Tensor) -> CentredData:
-        """Prepare ``x`` once for many :meth:`log_prob`/:meth:`fit` calls."""
+        """Prepare ``x`` once for many :meth:`log_prob`/:meth:`fit` calls (centred at its column mean)."""
         return as_centred(x, self.dtype, self.device)
 
     def _use_moments(self, data: CentredData) -> bool:
@@ -69,9 +75,10 @@ class FullGaussian(ComponentFamily):
         When the cached design ``[x, x x^T]`` fits in :data:`MOMENTS_BUDGET_BYTES`
         this is one matrix product with the natural parameters ``(P mu, -P/2)``;
         otherwise all components are whitened with one product
-        ``x @ [L_1^{-T}, ..., L_K^{-T}]`` per block of rows.
+        ``x @ [L_1^{-T}, ..., L_K^{-T}]`` per block of rows. A plain tensor is centred at
+        :attr:`reference`.
         """
-        data = as_centred(data, self.dtype, self.device)
+        data = as_centred(data, self.dtype, self.device, shift=self.reference)
         if self._use_moments(data):
             return self._log_prob_natural(data)
         return self._log_prob_whitened(data)

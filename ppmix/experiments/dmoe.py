@@ -36,13 +36,9 @@ import numpy as np
 from ppmix.datasets.moe import make_moe
 from ppmix.distributed import fit_distributed
 from ppmix.experiments.registry import register
-from ppmix.inference.optimizers.ot.reduction import (
-    align_experts,
-    middle_estimator,
-    ot_reduce,
-    transport_divergence,
-    weighted_average_estimator,
-)
+from ppmix.inference.optimizers.ot.baselines import align_experts, middle_estimator, weighted_average_estimator
+from ppmix.inference.optimizers.ot.divergence import transport_divergence
+from ppmix.inference.optimizers.ot.reduction import ot_reduce
 from ppmix.metrics import adjusted_rand_index, relative_prediction_error
 from ppmix.models.moe import MixtureOfExperts
 
@@ -70,7 +66,7 @@ PAPER_CLAIMS = {
 def parameter_mse(model: MixtureOfExperts, truth: MixtureOfExperts, X: Any) -> float:
     """Mean squared error of all parameters (gate, experts, variances) after matching labels to ``truth``.
 
-    Labels are matched by :func:`~ppmix.inference.optimizers.ot.reduction.align_experts`; the gate is
+    Labels are matched by :func:`~ppmix.inference.optimizers.ot.baselines.align_experts`; the gate is
     re-zeroed on the matched last expert so that both gates use the same reference.
 
     Examples

@@ -26,7 +26,10 @@ import numpy as np
 from ppmix.datasets.pf import bayes_label_limits, make_pf_synthetic
 from ppmix.experiments.registry import register
 from ppmix.metrics import auroc
-from ppmix.models.baselines.estimators import PCGMM, ClassSpecificGMM, PredictionOnlyGMM, RandomForestBaseline, TwoStep
+from ppmix.models.baselines.class_specific import ClassSpecificGMM
+from ppmix.models.baselines.prediction_constrained import PCGMM, PredictionOnlyGMM
+from ppmix.models.baselines.random_forest import RandomForestBaseline
+from ppmix.models.baselines.two_step import TwoStep
 from ppmix.models.gmm import GMM
 from ppmix.models.pf.pf_gmm import PFGMM, SupervisedGMM
 

@@ -24,7 +24,7 @@ import numpy as np
 from ppmix.datasets.pf_hmm import make_pf_hmm_synthetic
 from ppmix.experiments.registry import register
 from ppmix.metrics import auroc
-from ppmix.models.baselines.estimators import TwoStepHMM
+from ppmix.models.baselines.two_step import TwoStepHMM
 from ppmix.models.pf.pf_hmm import PFHMM, SupervisedHMM
 
 __all__ = ["PAPER_CLAIM", "run"]

@@ -16,7 +16,7 @@ import torch
 from pyro.distributions import constraints
 
 from ppmix.components import DiagGaussian, FullGaussian
-from ppmix.components._centred import CentredData
+from ppmix.components.centred import CentredData
 from ppmix.models._flat import FlatPrior
 from ppmix.ops.kmeans import kmeans, kmeans_plusplus, nearest_centre
 

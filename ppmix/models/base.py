@@ -11,36 +11,32 @@ globals onto your parameters with ``get_globals``/``set_globals``).
 from __future__ import annotations
 
 import contextlib
-import inspect
-import logging
 from pathlib import Path
 from typing import Any, ClassVar, Iterator
 
 import pyro
 import torch
-from pyro import poutine
 from pyro.infer import TraceEnum_ELBO
-from pyro.infer.autoguide import AutoDelta, AutoNormal, init_to_median, init_to_value
 from pyro.nn import PyroModule
-from pyro.poutine.subsample_messenger import _Subsample
 
 from ppmix._validation import NotFittedError, check_matrix, check_positive_int, resolve_device, to_output
 from ppmix.inference.engines import run_em, run_mcmc, run_svi
+from ppmix.inference.engines.em import EM_HOOKS
+from ppmix.inference.engines.enumeration import (
+    autoguide,
+    enumerated_log_likelihood,
+    enumerated_marginals,
+    sample_program,
+)
 from ppmix.inference.engines.params import local_params
-from ppmix.io import qualified_name, register_savable
+from ppmix.io import Savable, constructor_params, load_model
 
 __all__ = ["MixtureModel"]
-
-logger = logging.getLogger(__name__)
 
 ENGINES = ("em", "svi", "mcmc")
 
 
-def _is_enumerated(msg: dict) -> bool:
-    return msg["type"] == "sample" and msg.get("infer", {}).get("enumerate") == "parallel"
-
-
-class MixtureModel(PyroModule):
+class MixtureModel(Savable, PyroModule):
     """Base class of ppmix's generative mixture models.
 
     Parameters
@@ -87,14 +83,12 @@ class MixtureModel(PyroModule):
     max_plate_nesting: ClassVar[int] = 1
     #: name of the plate over data points used by :meth:`data_plate`
     data_plate_name: ClassVar[str] = "data"
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        register_savable(cls)
-
-    @classmethod
-    def qualified_name(cls) -> str:
-        """``module.QualName``: how saved files name their class."""
-        return qualified_name(cls)
+    #: EM settings (see :class:`~ppmix.inference.engines.em.EMModel`): class defaults here, constructor
+    #: arguments of the models that write the EM hooks
+    n_init: int = 1
+    max_iter: int = 100
+    tol: float = 1e-6
+    warm_start: bool = False
 
     def __init__(
         self,
@@ -145,9 +139,10 @@ class MixtureModel(PyroModule):
 
     @property
     def supports_em(self) -> bool:
-        """Whether this model implements the EM hooks."""
+        """Whether this model writes the EM hooks (``em_initialize``, ``e_step``, ``m_step``; see
+        :class:`~ppmix.inference.engines.em.EMModel` for the whole protocol)."""
         cls = type(self)
-        return all(getattr(cls, name) is not getattr(MixtureModel, name) for name in ("e_step", "m_step"))
+        return all(getattr(cls, name) is not getattr(MixtureModel, name) for name in EM_HOOKS)
 
     # ------------------------------------------------ data handling (overridable)
     def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> Any:
@@ -189,7 +184,7 @@ class MixtureModel(PyroModule):
             return {}
         em_data = self.em_data(data)
         best: tuple[float, dict[str, torch.Tensor]] | None = None
-        for restart in range(int(getattr(self, "n_init", 1))):
+        for restart in range(int(self.n_init)):
             self.em_initialize(em_data, generator if restart == 0 else self.generator(restart))
             objective = float(self.e_step(em_data)[1])
             if best is None or objective > best[0]:
@@ -210,14 +205,9 @@ class MixtureModel(PyroModule):
     def _invalidate_guide(self) -> None:
         object.__setattr__(self, "_guide_cache", None)
 
-    def _point_guide(self) -> AutoDelta:
+    def _point_guide(self) -> Any:
         if self._guide_cache is None:
-            values = self.get_globals()
-            guide = AutoDelta(
-                poutine.block(self.model, hide_fn=_is_enumerated),
-                init_loc_fn=init_to_value(values=values, fallback=init_to_median),
-            )
-            object.__setattr__(self, "_guide_cache", guide)
+            object.__setattr__(self, "_guide_cache", autoguide(self.model, "delta", self.get_globals()))
         return self._guide_cache
 
     def _set_guide(self, guide: Any) -> None:
@@ -245,13 +235,7 @@ class MixtureModel(PyroModule):
         """
         if type(self).guide is not MixtureModel.guide:
             return self.guide, None
-        blocked = poutine.block(self.model, hide_fn=_is_enumerated)
-        init_fn = init_to_value(values=init, fallback=init_to_median)
-        if kind == "delta":
-            return AutoDelta(blocked, init_loc_fn=init_fn), None
-        if kind == "normal":
-            return AutoNormal(blocked, init_loc_fn=init_fn, init_scale=0.01), None
-        raise ValueError(f"guide must be 'delta' or 'normal'; got {kind!r}")
+        return autoguide(self.model, kind, init), None
 
     # ---------------------------------------------------------- model helpers
     def data_plate(self, size: int, name: str | None = None, dim: int = -1) -> pyro.plate:
@@ -341,8 +325,6 @@ class MixtureModel(PyroModule):
 
     def validate_params(self) -> None:
         """Check constructor arguments (called by :meth:`fit`)."""
-        from ppmix._validation import check_positive_int
-
         check_positive_int(self.n_components, "n_components")
         if not isinstance(self.dtype, torch.dtype) or not self.dtype.is_floating_point:
             raise TypeError(f"dtype must be a floating torch.dtype; got {self.dtype!r}")
@@ -353,6 +335,10 @@ class MixtureModel(PyroModule):
             raise ValueError(f"init_params must be one of {init_methods}; got {self.init_params!r}")
         check_positive_int(self.n_init, "n_init")
         check_positive_int(self.max_iter, "max_iter")
+
+    def output_like(self, X: Any) -> Any:
+        """What decides the output type for input ``X`` (tensor in, tensor out); sequence models: its first item."""
+        return X
 
     @property
     def is_fitted(self) -> bool:
@@ -371,20 +357,17 @@ class MixtureModel(PyroModule):
         """
         self._check_fitted()
         data = self.prepare_data(X, y)
-        return {k: to_output(v, X) for k, v in self.posterior_marginals(data).items()}
+        return {k: to_output(v, self.output_like(X)) for k, v in self.posterior_marginals(data).items()}
 
     def posterior_marginals(self, data: Any) -> dict[str, torch.Tensor]:
         """Posterior probabilities of each enumerated site given ``data`` (tensors)."""
-        with local_params(), torch.no_grad():
-            elbo = TraceEnum_ELBO(max_plate_nesting=self.max_plate_nesting)
-            marginals = elbo.compute_marginals(self.model, self.guide, data)
-        return {name: d.probs.detach() for name, d in marginals.items()}
+        return enumerated_marginals(self.model, self.guide, data, self.max_plate_nesting)
 
     def predict_proba(self, X: Any) -> Any:
         """Posterior probabilities ``(N, K)`` of the component of each point (the first enumerated site)."""
         self._check_fitted()
         data = self.prepare_data(X)
-        return to_output(self.responsibilities(data), X)
+        return to_output(self.responsibilities(data), self.output_like(X))
 
     def responsibilities(self, data: Any) -> torch.Tensor:
         """``q(z_n = k)`` for the main discrete latent, as a tensor ``(N, K)``."""
@@ -395,7 +378,7 @@ class MixtureModel(PyroModule):
         """Most probable component of each point."""
         self._check_fitted()
         data = self.prepare_data(X)
-        return to_output(self.responsibilities(data).argmax(-1), X)
+        return to_output(self.responsibilities(data).argmax(-1), self.output_like(X))
 
     def pointwise_log_likelihood(self, data: Any) -> torch.Tensor:
         """``log p(x_n | globals)`` for every data point, shape ``(N,)``.
@@ -406,27 +389,13 @@ class MixtureModel(PyroModule):
         to one data point (mixtures); models with latents spanning several points
         (HMMs) or nested plates override it.
         """
-        with local_params(), torch.no_grad():
-            guide_trace = poutine.trace(self.guide).get_trace(data)
-            replayed = poutine.replay(self.model, trace=guide_trace)
-            enumerated = poutine.enum(replayed, first_available_dim=-1 - self.max_plate_nesting)
-            trace = poutine.trace(enumerated).get_trace(data)
-            trace.compute_log_prob()
-            total = torch.zeros(())
-            for name, site in trace.nodes.items():
-                if site["type"] != "sample" or name in guide_trace.nodes:
-                    continue
-                if any(frame.name == self.data_plate_name for frame in site["cond_indep_stack"]):
-                    total = total + site["log_prob"]
-            while total.dim() > self.max_plate_nesting:
-                total = torch.logsumexp(total, dim=0)
-            return total.reshape(-1)
+        return enumerated_log_likelihood(self.model, self.guide, data, self.max_plate_nesting, self.data_plate_name)
 
     def score_samples(self, X: Any) -> Any:
         """``log p(x_n)`` for every row of ``X``."""
         self._check_fitted()
         data = self.prepare_data(X)
-        return to_output(self.pointwise_log_likelihood(data), X)
+        return to_output(self.pointwise_log_likelihood(data), self.output_like(X))
 
     def score(self, X: Any, y: Any = None) -> float:
         """Mean log-likelihood per data point."""
@@ -465,19 +434,10 @@ class MixtureModel(PyroModule):
         placeholder; models with a faster sampler override it.
         """
         self._check_fitted()
-        from ppmix._validation import check_positive_int
-
         n = check_positive_int(n_samples, "n_samples")
         template = torch.zeros(n, self.n_features_in_, dtype=self.dtype, device=self._device)
-        with local_params(), torch.no_grad(), self.forked_rng():
-            guide_trace = poutine.trace(self.guide).get_trace(template)
-            model = poutine.uncondition(poutine.replay(self.model, trace=guide_trace))
-            trace = poutine.trace(model).get_trace(template)
-        return {
-            name: site["value"].detach().cpu().numpy()
-            for name, site in trace.nodes.items()
-            if site["type"] == "sample" and name not in guide_trace.nodes and not isinstance(site["fn"], _Subsample)
-        }
+        with self.forked_rng():
+            return sample_program(self.model, self.guide, template)
 
     @contextlib.contextmanager
     def forked_rng(self, offset: int = 0) -> Iterator[None]:
@@ -513,38 +473,14 @@ class MixtureModel(PyroModule):
     fixed_params: ClassVar[tuple[str, ...]] = ()
 
     def get_params(self) -> dict[str, Any]:
-        """Constructor arguments, read back from the attributes of the same names.
-
-        A constructor that forwards ``**kwargs`` to its parent's takes the parent's named
-        arguments too (minus the :attr:`fixed_params` it sets itself).
-        """
-        params: dict[str, Any] = {}
-        for cls in type(self).__mro__:
-            if "__init__" not in vars(cls):
-                continue
-            signature = inspect.signature(vars(cls)["__init__"])
-            for name, p in signature.parameters.items():
-                if name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-                    params.setdefault(name, getattr(self, name))
-            if not any(p.kind == p.VAR_KEYWORD for p in signature.parameters.values()):
-                break
-        return {name: value for name, value in params.items() if name not in self.fixed_params}
-
-    def save(self, path: str | Path) -> Path:
-        """Write the fitted model to the directory ``path`` (tensors + a JSON config).
-
-        See :func:`ppmix.io.save_model`.
-        """
-        from ppmix.io import save_model
-
-        return save_model(self, path)
+        """Constructor arguments, read back from the attributes of the same names (see
+        :func:`ppmix.io.constructor_params`; :attr:`fixed_params` left out)."""
+        return constructor_params(self, self.fixed_params)
 
     @classmethod
     def load(cls, path: str | Path, map_location: str | torch.device | None = None) -> "MixtureModel":
         """Load a model written by :meth:`save` (safe tensor loading, version checked)."""
-        from ppmix.io import load_model
-
-        return load_model(path, expected=cls if cls is not MixtureModel else None, map_location=map_location)
+        return load_model(path, expected=cls, map_location=map_location)
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
         """Tensors that :meth:`save` writes; default: the globals."""
@@ -553,13 +489,6 @@ class MixtureModel(PyroModule):
     def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
         """Inverse of :meth:`state_tensors`."""
         self.set_globals(tensors)
-
-    def extra_state(self) -> dict[str, Any]:
-        """JSON-able fitted state beyond the globals (subclasses may extend)."""
-        return {}
-
-    def load_extra_state(self, state: dict[str, Any]) -> None:
-        """Inverse of :meth:`extra_state`."""
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())

@@ -10,7 +10,7 @@ import pyro.distributions as dist
 import torch
 
 from ppmix._validation import check_n_components, check_positive_int, to_output
-from ppmix.components._centred import CentredData
+from ppmix.components.centred import CentredData
 from ppmix.models._gaussian_components import GaussianComponentsMixin
 from ppmix.models.base import MixtureModel
 from ppmix.ops.logspace import normalize_log_joint_

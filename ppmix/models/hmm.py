@@ -11,7 +11,7 @@ import torch
 from pyro import poutine
 
 from ppmix._validation import check_n_components, check_positive_int, to_output
-from ppmix.components._centred import CentredData
+from ppmix.components.centred import CentredData
 from ppmix.inference.engines.forward_backward import ForwardBackwardResult, forward_backward, viterbi
 from ppmix.models._gaussian_components import GaussianComponentsMixin
 from ppmix.models._sequences import SequenceBatch, as_sequence_batch
@@ -165,6 +165,14 @@ class HMM(GaussianComponentsMixin, MixtureModel):
             return data
         return _EMData(batch=data, frames=CentredData.from_tensor(data.frames))
 
+    def _prediction_data(self, batch: SequenceBatch) -> _EMData:
+        """:meth:`em_data` for predictions: frames centred at the fitted components' reference (not at
+        the batch mean), so each sequence's output depends on that sequence and the model only."""
+        return _EMData(batch=batch, frames=CentredData.from_tensor(batch.frames, self.components_.reference))
+
+    def output_like(self, X: Any) -> Any:
+        return _first(X)
+
     def n_observations(self, data: Any) -> int:
         batch = data.batch if isinstance(data, _EMData) else data
         return int(batch.lengths.sum())
@@ -278,19 +286,19 @@ class HMM(GaussianComponentsMixin, MixtureModel):
     # ---------------------------------------------------------- predictions
     def pointwise_log_likelihood(self, data: SequenceBatch) -> torch.Tensor:
         """``log p(x_{1:T_b})`` of every sequence, shape ``(B,)``."""
-        return self._forward_backward(self.em_data(data)).log_likelihood
+        return self._forward_backward(self._prediction_data(data)).log_likelihood
 
     def posterior_marginals(self, data: SequenceBatch) -> dict[str, torch.Tensor]:
         """Smoothed state marginals of all valid steps, stacked as ``{"z": (sum(lengths), K)}``."""
-        batch = self.em_data(data).batch
-        return {"z": self._forward_backward(self.em_data(data)).posterior[batch.mask]}
+        prepared = self._prediction_data(data)
+        return {"z": self._forward_backward(prepared).posterior[prepared.batch.mask]}
 
     def predict_proba(self, X: Any) -> list[Any]:
         """Smoothed state marginals ``q(z_t = k)``, one ``(length, K)`` array per sequence."""
         self._check_fitted()
         batch = self.prepare_data(X)
-        posterior = self._forward_backward(self.em_data(batch)).posterior
-        return [to_output(p, _first(X)) for p in batch.unpad(posterior)]
+        posterior = self._forward_backward(self._prediction_data(batch)).posterior
+        return [to_output(p, self.output_like(X)) for p in batch.unpad(posterior)]
 
     def decode(self, X: Any) -> tuple[Any, list[Any]]:
         """Viterbi decoding: log-probabilities of the best paths and the paths themselves."""
@@ -299,10 +307,10 @@ class HMM(GaussianComponentsMixin, MixtureModel):
         paths, best = viterbi(
             self.initial_.log(),
             self.transition_.log(),
-            self._log_emissions(self.em_data(batch)),
+            self._log_emissions(self._prediction_data(batch)),
             batch.lengths,
         )
-        like = _first(X)
+        like = self.output_like(X)
         return to_output(best, like), [to_output(p, like) for p in batch.unpad(paths)]
 
     def predict(self, X: Any) -> list[Any]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import numpy as np
@@ -15,45 +14,17 @@ from ppmix._validation import check_matrix, to_output
 from ppmix.components import GaussianExpert, LogisticExpert, SoftmaxGate
 from ppmix.models._flat import FlatPrior
 from ppmix.models.base import MixtureModel
-from ppmix.ops.kmeans import kmeans
+from ppmix.models.moe_data import check_response, prepare_training_data
+from ppmix.models.moe_moves import initial_responsibilities, split_and_merge
 from ppmix.ops.logspace import normalize_log_joint_
 
 __all__ = ["MixtureOfExperts"]
 
-logger = logging.getLogger(__name__)
-
 EXPERTS: dict[str, type] = {"gaussian": GaussianExpert, "logistic": LogisticExpert}
 INIT_METHODS = ("kmeans", "random")
-#: weight of the uniform distribution mixed into hard k-means starts (keeps the first gate fit finite)
-_INIT_SMOOTHING = 0.2
-#: spread of the random gate coefficients of ``init_params="random"`` (standardised covariates)
-_RANDOM_GATE_SCALE = 2.0
 #: damped Newton steps of the gate (and of logistic experts) per M-step: a generalised EM
 #: step, still monotone because every damped Newton step decreases its objective
 NEWTON_STEPS = 3
-#: two experts whose predictive distributions differ by less than this mean symmetric KL (nats)
-#: over the training covariates are duplicates: a split-and-merge move is tried
-_DUPLICATE_KL = 10.0
-
-
-def check_response(y: Any, n: int, expert: str, name: str = "y") -> torch.Tensor:
-    """``y`` as a float64 vector of length ``n``; binary (0/1) for logistic experts."""
-    if y is None:
-        raise ValueError(f"{name} is required: a mixture of experts models y given X")
-    if hasattr(y, "to_numpy"):
-        y = y.to_numpy()
-    array = y.detach().cpu().numpy() if isinstance(y, torch.Tensor) else np.asarray(y)
-    if array.dtype == object or array.dtype.kind not in "biuf":
-        raise TypeError(f"{name} must be numeric; got dtype {array.dtype}")
-    array = array.astype(np.float64)
-    if array.ndim != 1 or array.shape[0] != n:
-        raise ValueError(f"{name} must have shape ({n},) to match X; got {array.shape}")
-    if not np.isfinite(array).all():
-        raise ValueError(f"{name} contains NaN or infinite values")
-    if expert == "logistic" and not np.isin(array, (0.0, 1.0)).all():
-        bad = np.unique(array[~np.isin(array, (0.0, 1.0))])[:5].tolist()
-        raise ValueError(f"{name} must be binary (0/1) for logistic experts; got values such as {bad}")
-    return torch.as_tensor(array)
 
 
 class MixtureOfExperts(MixtureModel):
@@ -95,16 +66,10 @@ class MixtureOfExperts(MixtureModel):
         ``y`` in ``fit`` (it keeps an expert from collapsing onto a few points, where the
         likelihood is unbounded).
     split_merge : int, default 3
-        After EM, at most this many split-and-merge moves (in the spirit of SMEM, Ueda et
-        al. 2000). One expert is freed: when two experts are duplicates (mean symmetric
-        KL of their predictive distributions below 10 nats on the training covariates)
-        they are merged, otherwise the expert with the least responsibility mass is
-        dropped. The freed expert takes the upper half (by residual) of the
-        worst-fitting other expert's points; EM restarts from there and the move is kept
-        only if the log-likelihood per point rises by more than ``tol`` (relative). This
-        repairs the typical local optima of MoE EM — one expert split in two, or a
-        starved expert fitting a handful of points, while two small experts share one
-        wide one. 0 gives plain EM. After a kept move ``history_`` is the objective of
+        After EM, at most this many split-and-merge moves (:func:`~ppmix.models.moe_moves.split_and_merge`:
+        one expert is freed and takes the upper half of the worst-fitting expert's points),
+        each kept only if the log-likelihood per point then rises by more than ``tol``
+        (relative). 0 gives plain EM. After a kept move ``history_`` is the objective of
         the EM run that followed it and ``n_iter_`` counts the iterations of all runs.
     init_params : {"random", "kmeans"}, default "random"
         Starting responsibilities: from a random gate (coefficients ``N(0, 2^2)`` on the
@@ -187,23 +152,7 @@ class MixtureOfExperts(MixtureModel):
     def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """Standardised covariates and the response, ``(x, y)`` (``y`` is ``None`` when not given)."""
         if fitting:
-            x, names = check_matrix(X, "X", dtype=self.dtype, device=self._device)
-            self.n_features_in_ = int(x.shape[1])
-            self.feature_names_in_ = names
-            if x.shape[0] <= self.n_parameters:
-                raise ValueError(
-                    f"X has {x.shape[0]} rows, not more than the {self.n_parameters} free parameters of a "
-                    f"{self.n_experts}-expert {self.expert} MoE with {x.shape[1]} features"
-                )
-            if self.standardize:
-                self._x_mean = x.mean(0)
-                self._x_scale = x.std(0).clamp_min(1e-12) if x.shape[0] > 1 else torch.ones_like(x[0])
-            else:
-                self._x_mean, self._x_scale = torch.zeros_like(x[0]), torch.ones_like(x[0])
-            response = check_response(y, x.shape[0], self.expert).to(dtype=self.dtype, device=self._device)
-            self._y_mean, self._y_std = response.mean(), response.std().clamp_min(1e-12)
-            self._noise_floor = self.min_variance * float(self._y_std.square())
-            return self._standardise(x), response
+            return prepare_training_data(self, X, y)
         x = self._covariates(X)
         response = None if y is None else check_response(y, x.shape[0], self.expert)
         return x, None if response is None else response.to(dtype=self.dtype, device=self._device)
@@ -308,7 +257,7 @@ class MixtureOfExperts(MixtureModel):
 
     # ------------------------------------------------------------------- EM
     def em_initialize(self, data: tuple[torch.Tensor, torch.Tensor], generator: torch.Generator) -> None:
-        """Responsibilities from a random gate (or k-means on the standardised ``(x, y)``), then one M-step."""
+        """Responsibilities by :func:`~ppmix.models.moe_moves.initial_responsibilities`, then one M-step."""
         x, y = data
         k = self.n_experts
         zeros = torch.zeros(k, x.shape[1], dtype=x.dtype, device=x.device)
@@ -317,19 +266,7 @@ class MixtureOfExperts(MixtureModel):
         if self.expert == "gaussian":
             params["scale"] = torch.ones_like(zeros[:, 0])
         self._experts = self._make_experts(params)
-        if self.init_params == "kmeans":
-            joint = torch.cat([x, ((y - y.mean()) / y.std().clamp_min(1e-12))[:, None]], dim=1)
-            _, labels = kmeans(joint, k, generator)
-            resp = torch.nn.functional.one_hot(labels, k).to(x.dtype)
-            resp = (1 - _INIT_SMOOTHING) * resp + _INIT_SMOOTHING / k
-        else:
-            # a random gate: random linear regions of the (standardised) covariates. Unlike random
-            # responsibilities, whose experts all fit the same data when N is large, it starts the
-            # experts apart, whatever N.
-            slopes = _RANDOM_GATE_SCALE * torch.randn(x.shape[1], k, generator=generator, dtype=x.dtype)
-            offsets = torch.randn(k, generator=generator, dtype=x.dtype)
-            resp = torch.softmax(x @ slopes.to(x.device) + offsets.to(x.device), dim=1)
-        self.m_step(data, resp)
+        self.m_step(data, initial_responsibilities(x, y, k, self.init_params, generator))
 
     def _log_joint(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return self._gate.log_prob(x) + self._experts.log_prob((x, y))
@@ -354,79 +291,10 @@ class MixtureOfExperts(MixtureModel):
         """
         super().fit(X, y, engine=engine, **options)
         if engine == "em":
-            self._split_and_merge(options)
+            split_and_merge(self, options)
         if engine in ("em", "svi"):
             self._canonical_order(self._train_data[0])
         return self
-
-    def _split_and_merge(self, options: dict[str, Any]) -> None:
-        """Up to ``split_merge`` moves, each kept only if EM from it ends at a higher log-likelihood.
-
-        EM after a move runs to convergence: an early verdict would reject good moves on
-        slowly converging fits (on the S4.1 logistic simulation, a move that was still far
-        below its starting objective after 10 iterations ended 7% higher after 100).
-        """
-        from ppmix.inference import run_em
-
-        data = self.em_data(self._train_data)
-        tol = options.get("tol", self.tol)
-        em_options = {key: options[key] for key in ("max_iter", "tol") if key in options}
-        for _ in range(self.split_merge):
-            proposal = self._split_merge_proposal(*data)
-            if proposal is None:
-                return
-            saved, before = self.get_globals(), self.lower_bound_
-            try:
-                self.m_step(data, proposal)
-                result = run_em(self, self._train_data, n_init=1, warm_start=True, progress=False, **em_options)
-            except ValueError as error:  # an expert left with no points: the move is rejected
-                logger.info("split-and-merge move rejected: %s", error)
-                self.set_globals(saved)
-                return
-            after = float(result.history[-1])
-            # a gain within EM's own stopping tolerance is the same optimum, not a better one
-            if not after > before + tol * abs(before):
-                self.set_globals(saved)
-                return
-            logger.info("split-and-merge move: objective/point %.6f -> %.6f", before, after)
-            self.history_ = list(result.history)  # the EM run of the last kept move (monotone)
-            self.n_iter_ += int(result.n_iter)
-            self.converged_, self.lower_bound_ = bool(result.converged), after
-
-    def _split_merge_proposal(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor | None:
-        """Responsibilities with one expert freed and the worst-fitting other expert split in two.
-
-        The freed expert is one of the closest duplicate pair (merged into the other)
-        or, when no pair is that close, the expert with the least responsibility mass (its
-        points go to the others in proportion). None when no expert is left to split.
-        """
-        kl = self._experts.kl(self._experts, x).mean(0)
-        distance = (kl + kl.T).fill_diagonal_(float("inf"))
-        resp, log_lik = normalize_log_joint_(self._log_joint(x, y))
-        log_lik, hard = log_lik.reshape(-1), resp.argmax(1)
-        proposal = resp.clone()
-        if float(distance.min()) < _DUPLICATE_KL:
-            keep, freed = divmod(int(distance.argmin()), self.n_experts)
-            proposal[:, keep] += proposal[:, freed]
-            excluded = [keep, freed]
-        else:
-            freed = int(resp.sum(0).argmin())
-            excluded = [freed]
-        proposal[:, freed] = 0.0
-        proposal /= proposal.sum(1, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny)
-        counts = torch.bincount(hard, minlength=self.n_experts)
-        fit = torch.zeros_like(kl[0]).index_add_(0, hard, log_lik) / counts.clamp_min(1)
-        fit[excluded] = float("inf")
-        fit[counts < 2] = float("inf")
-        worst = int(fit.argmin())
-        if not torch.isfinite(fit[worst]):
-            return None
-        members = hard == worst
-        residual = y - self._expert_means(x)[:, worst]
-        upper = members & (residual > residual[members].median())
-        proposal[upper, freed] = proposal[upper, worst]
-        proposal[upper, worst] = 0.0
-        return proposal
 
     def _canonical_order(self, x: torch.Tensor) -> None:
         """Order experts by decreasing mean gate probability; re-zero the last gate."""
@@ -463,11 +331,13 @@ class MixtureOfExperts(MixtureModel):
         [0.0]
         """
         expert = "gaussian" if scale is not None else "logistic"
-        tensor = {"dtype": kwargs.get("dtype", torch.float64)}
-        coef = torch.as_tensor(np.asarray(coef, dtype=np.float64), **tensor)
+        dtype = kwargs.get("dtype", torch.float64)
+
+        def tensor(value: Any) -> torch.Tensor:
+            return torch.as_tensor(np.asarray(value, dtype=np.float64), dtype=dtype)
+
+        coef, gate_c, gate_i = tensor(coef), tensor(gate_coef), tensor(gate_intercept)
         k, p = coef.shape
-        gate_c = torch.as_tensor(np.asarray(gate_coef, dtype=np.float64), **tensor)
-        gate_i = torch.as_tensor(np.asarray(gate_intercept, dtype=np.float64), **tensor)
         if gate_c.shape == (k - 1, p):
             gate_c, gate_i = torch.cat([gate_c, gate_c.new_zeros(1, p)]), torch.cat([gate_i, gate_i.new_zeros(1)])
         if gate_c.shape != (k, p) or gate_i.shape != (k,):
@@ -479,14 +349,9 @@ class MixtureOfExperts(MixtureModel):
         model.validate_params()
         model.n_features_in_, model.feature_names_in_ = p, feature_names
         model._x_mean, model._x_scale = coef.new_zeros(p), coef.new_ones(p)
-        values = {
-            "gate_coef": gate_c[:-1],
-            "gate_intercept": gate_i[:-1],
-            "coef": coef,
-            "intercept": torch.as_tensor(np.asarray(intercept, dtype=np.float64), **tensor),
-        }
+        values = {"gate_coef": gate_c[:-1], "gate_intercept": gate_i[:-1], "coef": coef, "intercept": tensor(intercept)}
         if scale is not None:
-            values["scale"] = torch.as_tensor(np.asarray(scale, dtype=np.float64), **tensor)
+            values["scale"] = tensor(scale)
         model.set_globals(values)
         model.engine_, model.history_, model.n_iter_, model.converged_ = engine, [], 0, True
         model.lower_bound_ = float("nan")

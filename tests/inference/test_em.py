@@ -8,11 +8,16 @@ import pytest
 import torch
 
 from ppmix.inference import ConvergenceWarning, run_em
+from ppmix.inference.engines.em import EM_HOOKS, EMModel
 
 
 class Scripted:
-    """A stand-in model whose objective after each M-step follows a given sequence per restart."""
+    """A stand-in model whose objective after each M-step follows a given sequence per restart.
 
+    It implements the :class:`EMModel` protocol and nothing else: the engine needs no more.
+    """
+
+    n_init, max_iter, tol, warm_start = 1, 100, 1e-6, False
     progress = False
     is_fitted = False
 
@@ -44,6 +49,21 @@ class Scripted:
 
     def generator(self, offset=0):
         return torch.Generator().manual_seed(offset)
+
+
+def test_the_stand_in_and_every_em_model_follow_the_protocol():
+    from ppmix import GMM, HMM, PFGMM, PFHMM, MixtureModel, MixtureOfExperts, SupervisedGMM
+
+    assert isinstance(Scripted([[0.0]]), EMModel)
+    for cls in (GMM, HMM, PFGMM, SupervisedGMM, PFHMM, MixtureOfExperts):
+        model = cls(2)
+        assert isinstance(model, EMModel) and model.supports_em, cls.__name__
+        assert all(getattr(cls, hook) is not getattr(MixtureModel, hook) for hook in EM_HOOKS), cls.__name__
+
+    class WithoutHooks(MixtureModel):  # inherits the settings, writes no hook: no EM
+        pass
+
+    assert not WithoutHooks(2).supports_em
 
 
 def test_stops_on_relative_tolerance_and_records_history_per_point():

@@ -9,16 +9,9 @@ from scipy.optimize import linprog, minimize
 
 from ppmix.components import GaussianExpert
 from ppmix.datasets.moe import make_moe
-from ppmix.inference.optimizers.ot.reduction import (
-    LocalMixture,
-    align_experts,
-    middle_estimator,
-    ot_reduce,
-    reduction_plan,
-    transport_divergence,
-    update_experts,
-    weighted_average_estimator,
-)
+from ppmix.inference.optimizers.ot.baselines import align_experts, middle_estimator, weighted_average_estimator
+from ppmix.inference.optimizers.ot.divergence import transport_divergence
+from ppmix.inference.optimizers.ot.reduction import LocalMixture, ot_reduce, reduction_plan, update_experts
 from ppmix.models.moe import MixtureOfExperts
 
 EXPERTS = ["gaussian", "logistic"]

@@ -14,6 +14,7 @@ from sklearn.linear_model import LogisticRegression
 from ppmix.datasets.presto import make_presto_synthetic
 from ppmix.inference import PRESTO, RegularizedWeighting, SubspaceLearner
 from ppmix.inference.optimizers.presto.components import LinearSVMComponent
+from ppmix.io import config_checksum
 from tests.common import assert_close, requires_cuda
 from tests.inference.test_presto_rw_io import _rw_problem
 
@@ -188,6 +189,7 @@ def _saved_with_device(tmp_path, estimator, device: str):
     config = json.loads((path / "config.json").read_text())
     assert config["params"]["device"] == estimator.device
     config["params"]["device"] = device
+    config["config_sha256"] = config_checksum(config)
     (path / "config.json").write_text(json.dumps(config))
     return path
 

@@ -13,7 +13,7 @@ from scipy.optimize import minimize
 
 from ppmix._validation import NotFittedError
 from ppmix.datasets.rw import make_outlier_clusters, make_quadratic_regressions, make_unbalanced_clusters
-from ppmix.inference.optimizers.rw.estimator import RegularizedWeighting, joint_loss, solve_weights
+from ppmix.inference.optimizers.rw.estimator import RegularizedWeighting
 from ppmix.inference.optimizers.rw.learners import (
     GaussianLearner,
     RegressionLearner,
@@ -21,6 +21,7 @@ from ppmix.inference.optimizers.rw.learners import (
     SubspaceLearner,
     WeightedLearner,
 )
+from ppmix.inference.optimizers.rw.weights import joint_loss, solve_weights
 from ppmix.ops.simplex import project_simplex
 from tests.common import assert_close
 
@@ -295,7 +296,11 @@ def test_learners_fit_each_model_with_its_own_weights():
     assert_close(learner.loss(X, None), torch.cdist(w @ X, X).square(), atol=1e-12)
     gauss = GaussianLearner().init(X, None, 3, torch.Generator().manual_seed(0)).fit(X, None, w)
     assert_close(gauss.components_.loc, w @ X, atol=1e-12)
-    assert_close(gauss.loss(X, None).min(1).values, torch.zeros(3, dtype=torch.float64))
+    # the loss is half the squared Mahalanobis distance to each model's mean (zero at the mean)
+    comp = gauss.components_
+    maha = ((X[None] - comp.loc[:, None]).square() / comp.variance[:, None]).sum(-1)
+    assert_close(gauss.loss(X, None), 0.5 * maha, atol=1e-9)
+    assert_close(gauss.loss(comp.loc, None).diagonal(), torch.zeros(3, dtype=torch.float64), atol=1e-9)
     reg = RegressionLearner().init(X[:, :1], X[:, 1], 3, torch.Generator().manual_seed(0))
     assert reg.loss(X[:, :1], X[:, 1]).shape == (3, 3)
 

@@ -11,7 +11,9 @@ from scipy.optimize import linear_sum_assignment
 from ppmix._validation import NotFittedError
 from ppmix.datasets.moe import make_moe
 from ppmix.inference.engines.params import local_params
-from ppmix.models.moe import _DUPLICATE_KL, MixtureOfExperts
+from ppmix.models import moe_moves
+from ppmix.models.moe import MixtureOfExperts
+from ppmix.models.moe_moves import _DUPLICATE_KL
 from tests.common import assert_close
 
 EXPERTS = ["gaussian", "logistic"]
@@ -203,12 +205,12 @@ def test_split_and_merge_rejects_a_move_that_empties_an_expert(monkeypatch):
     data = make_moe(600, n_experts=3, n_features=3, seed=2)
     plain = MixtureOfExperts(3, seed=0, progress=False, split_merge=0).fit(data.X, data.y)
 
-    def emptying(self, x, y):
-        proposal = torch.zeros(x.shape[0], self.n_experts, dtype=x.dtype)
+    def emptying(model, x, y):
+        proposal = torch.zeros(x.shape[0], model.n_experts, dtype=x.dtype)
         proposal[:, 0] = 1.0
         return proposal
 
-    monkeypatch.setattr(MixtureOfExperts, "_split_merge_proposal", emptying)
+    monkeypatch.setattr(moe_moves, "split_merge_proposal", emptying)
     moved = MixtureOfExperts(3, seed=0, progress=False).fit(data.X, data.y)
     assert moved.lower_bound_ == plain.lower_bound_
     np.testing.assert_array_equal(moved.coef_.numpy(), plain.coef_.numpy())

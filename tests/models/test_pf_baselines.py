@@ -13,7 +13,7 @@ from sklearn.metrics import adjusted_rand_score, roc_auc_score
 from ppmix import GMM
 from ppmix._validation import NotFittedError
 from ppmix.datasets import make_pf_synthetic, make_two_mixture
-from ppmix.models.baselines.estimators import (
+from ppmix.models.baselines import (
     PCGMM,
     ClassSpecificGMM,
     PredictionOnlyGMM,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from tqdm import tqdm
@@ -13,16 +13,70 @@ from tqdm import tqdm
 from ppmix._validation import check_positive_int
 from ppmix.inference.engines.result import ConvergenceWarning, FitResult
 
-if TYPE_CHECKING:
-    from ppmix.models.base import MixtureModel
-
-__all__ = ["run_em"]
+__all__ = ["EM_HOOKS", "EMModel", "run_em"]
 
 logger = logging.getLogger(__name__)
 
 
+@runtime_checkable
+class EMModel(Protocol):
+    """What :func:`run_em` needs of a model: the EM settings and the EM hooks.
+
+    :class:`~ppmix.models.MixtureModel` declares the settings (class defaults ``n_init=1``,
+    ``max_iter=100``, ``tol=1e-6``, ``warm_start=False``; models with EM take them as
+    constructor arguments) and defaults for ``em_data``, ``n_observations``,
+    ``get_globals``/``set_globals`` and ``generator``; a model opts in to EM by writing
+    the three hooks in :data:`EM_HOOKS`.
+
+    Attributes
+    ----------
+    n_init, max_iter, tol, warm_start :
+        Restarts, iterations per restart, relative tolerance on the objective, and
+        whether a fitted model continues from its parameters.
+    progress : bool
+        Show a progress bar.
+    is_fitted : bool
+        Whether the model holds fitted parameters (``warm_start`` needs them).
+    """
+
+    n_init: int
+    max_iter: int
+    tol: float
+    warm_start: bool
+    progress: bool
+    is_fitted: bool
+
+    def em_data(self, data: Any) -> Any:
+        """The data as the hooks want it (e.g. with cached statistics)."""
+
+    def n_observations(self, data: Any) -> int:
+        """The number of data points (the objective is reported per point)."""
+
+    def em_initialize(self, data: Any, generator: torch.Generator) -> None:
+        """Set the starting parameters of one restart."""
+
+    def e_step(self, data: Any) -> tuple[Any, torch.Tensor]:
+        """Return (statistics for the M-step, objective at the current parameters)."""
+
+    def m_step(self, data: Any, stats: Any) -> None:
+        """Update the parameters in place so that the objective does not decrease."""
+
+    def get_globals(self) -> dict[str, torch.Tensor]:
+        """The current parameters (kept for the best restart)."""
+
+    def set_globals(self, values: dict[str, torch.Tensor]) -> None:
+        """Restore parameters returned by ``get_globals``."""
+
+    def generator(self, offset: int = 0) -> torch.Generator:
+        """A seeded generator for restart ``offset``."""
+
+
+#: the hooks a model writes to opt in to EM (the rest of :class:`EMModel` has defaults)
+EM_HOOKS = ("em_initialize", "e_step", "m_step")
+
+
 def run_em(
-    model: "MixtureModel",
+    model: EMModel,
     data: Any,
     *,
     n_init: int | None = None,
@@ -41,12 +95,11 @@ def run_em(
 
     Parameters
     ----------
-    model : MixtureModel
-        Implements ``em_initialize``, ``e_step`` and ``m_step``.
+    model : EMModel
+        A model with the EM settings and hooks (see :class:`EMModel`).
     data : prepared data, as returned by ``model.prepare_data``.
     n_init, max_iter, tol, warm_start, progress :
-        Default to the model's attributes of the same names (``n_init=1``,
-        ``max_iter=100``, ``tol=1e-6``, ``warm_start=False`` when it has none).
+        Default to the model's attributes of the same names.
         With ``warm_start`` a fitted model continues from its current parameters
         (one restart).
 
@@ -63,12 +116,12 @@ def run_em(
     >>> gmm.fit(torch.randn(100, 2, generator=torch.Generator().manual_seed(0)), engine="em", max_iter=200).converged_
     True
     """
-    n_init = check_positive_int(n_init if n_init is not None else getattr(model, "n_init", 1), "n_init")
-    max_iter = check_positive_int(max_iter if max_iter is not None else getattr(model, "max_iter", 100), "max_iter")
-    tol = float(tol if tol is not None else getattr(model, "tol", 1e-6))
+    n_init = check_positive_int(model.n_init if n_init is None else n_init, "n_init")
+    max_iter = check_positive_int(model.max_iter if max_iter is None else max_iter, "max_iter")
+    tol = float(model.tol if tol is None else tol)
     if not tol >= 0:
         raise ValueError(f"tol must be non-negative; got {tol}")
-    warm = bool(warm_start if warm_start is not None else getattr(model, "warm_start", False)) and model.is_fitted
+    warm = bool(model.warm_start if warm_start is None else warm_start) and model.is_fitted
     show = model.progress if progress is None else progress
     em_data = model.em_data(data)
     n_obs = model.n_observations(data)
@@ -94,7 +147,7 @@ def run_em(
 
 
 def _single_run(
-    model: "MixtureModel", data: Any, n_obs: int, max_iter: int, tol: float, show: bool, restart: int
+    model: EMModel, data: Any, n_obs: int, max_iter: int, tol: float, show: bool, restart: int
 ) -> FitResult:
     stats, objective = model.e_step(data)
     previous = _finite(objective, 0)

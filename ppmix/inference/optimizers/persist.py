@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from ppmix._validation import resolve_device
-from ppmix.io import qualified_name
+from ppmix.io import Savable, load_model
 
 __all__ = ["SavableEstimator", "load_object_tensors", "move_object_tensors", "object_tensors"]
 
@@ -104,45 +104,32 @@ def move_object_tensors(obj: Any, device: torch.device) -> Any:
     return obj
 
 
-class SavableEstimator:
-    """``save``/``load`` for estimators that are not Pyro models, via :func:`ppmix.io.save_model`.
+class SavableEstimator(Savable):
+    """:class:`~ppmix.io.Savable` for estimators that are not Pyro models.
 
     Subclasses provide ``_check_fitted``, ``state_tensors``, ``extra_state``,
     ``_restore(tensors, extra, template)`` (rebuild the fitted state) and
-    ``_SAVED_PARAMS`` (constructor arguments that JSON can hold) and are registered
-    with :func:`ppmix.io.register_savable`. ``_restore`` rebuilds the fitted state on the
-    device of the loaded ``device`` parameter (``map_location`` when one is given).
+    ``_SAVED_PARAMS`` (constructor arguments that JSON can hold). ``_restore`` rebuilds
+    the fitted state on the device of the loaded ``device`` parameter (``map_location``
+    when one is given).
     """
 
     _SAVED_PARAMS: tuple[str, ...] = ()
 
-    @classmethod
-    def qualified_name(cls) -> str:
-        """``module.QualName``: how saved files name their class."""
-        return qualified_name(cls)
-
     def get_params(self) -> dict[str, Any]:
         """The constructor arguments a saved file records (objects that JSON cannot hold are left out)."""
         return {name: getattr(self, name) for name in self._SAVED_PARAMS}
-
-    def save(self, path: str | Path) -> Path:
-        """Write the fitted estimator to the directory ``path`` (``config.json`` + ``tensors.pt``)."""
-        from ppmix.io import save_model
-
-        return save_model(self, path)  # type: ignore[arg-type]
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
         """Keep the JSON state until the tensors arrive (called by :func:`ppmix.io.load_model`)."""
         self._loaded_extra = dict(state)
 
     def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
-        """Keep the tensors; :meth:`_finish_load` rebuilds the fitted state."""
+        """Keep the tensors until :meth:`_load` rebuilds the fitted state with ``_restore``."""
         self._loaded_tensors = dict(tensors)
 
     @classmethod
     def _load(cls, path: str | Path, template: Any = None, map_location: str | torch.device | None = None) -> Any:
-        from ppmix.io import load_model
-
         est = load_model(path, expected=cls, map_location=map_location)
         try:
             resolve_device(est.device)

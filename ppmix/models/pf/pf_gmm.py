@@ -13,7 +13,7 @@ from pyro.distributions.transforms import biject_to
 
 from ppmix._validation import check_n_components, check_positive_int, to_output
 from ppmix.components import BernoulliLabel, DiagGaussian
-from ppmix.components._centred import CentredData
+from ppmix.components.centred import CentredData
 from ppmix.models._flat import FlatPrior
 from ppmix.models._gaussian_components import GaussianComponentsMixin
 from ppmix.models.base import MixtureModel
@@ -317,7 +317,7 @@ class PFGMM(PredictionFocusedMixin, GaussianComponentsMixin, MixtureModel):
     # ---------------------------------------------------------- predictions
     def _component_posterior(self, data: PFData, use_labels: bool) -> torch.Tensor:
         labels = data.labels if use_labels else FrameLabels.missing(data.x.shape[0], data.x.dtype, data.x.device)
-        frames = CentredData.from_tensor(data.x)
+        frames = CentredData.from_tensor(data.x, self.components_.reference)  # not the batch mean
         return torch.softmax(self._frame_log_joint(frames, labels, self.weights_.log()), dim=1)
 
     def posterior_marginals(self, data: PFData) -> dict[str, torch.Tensor]:

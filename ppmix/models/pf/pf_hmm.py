@@ -13,11 +13,11 @@ from pyro.ops.indexing import Vindex
 
 from ppmix._validation import to_output
 from ppmix.components import BernoulliLabel, DiagGaussian
-from ppmix.components._centred import CentredData
+from ppmix.components.centred import CentredData
 from ppmix.inference.engines.forward_backward import forward_backward
 from ppmix.models._sequences import SequenceBatch
 from ppmix.models.base import MixtureModel
-from ppmix.models.hmm import HMM, _Counts, _EMData, _first
+from ppmix.models.hmm import HMM, _Counts, _EMData
 from ppmix.models.pf.switches import FrameLabels, PredictionFocusedMixin
 
 __all__ = ["PFHMM", "SupervisedHMM"]
@@ -165,8 +165,8 @@ class PFHMM(PredictionFocusedMixin, HMM):
             self._check_pf_features(batch.frames)
         return batch
 
-    def _frames_data(self, batch: SequenceBatch, use_labels: bool) -> _PFEMData:
-        frames = CentredData.from_tensor(batch.frames)
+    def _frames_data(self, batch: SequenceBatch, use_labels: bool, shift: torch.Tensor | None = None) -> _PFEMData:
+        frames = CentredData.from_tensor(batch.frames, shift)
         if use_labels and batch.y is not None:
             y = batch.y[batch.mask]
             observed = ~torch.isnan(y)
@@ -179,6 +179,9 @@ class PFHMM(PredictionFocusedMixin, HMM):
         if isinstance(data, _PFEMData):
             return data
         return self._frames_data(data, use_labels=True)
+
+    def _prediction_data(self, batch: SequenceBatch) -> _PFEMData:
+        return self._frames_data(batch, use_labels=True, shift=self.components_.reference)
 
     # ------------------------------------------------------------ the program
     def model(self, batch: SequenceBatch) -> None:
@@ -306,13 +309,14 @@ class PFHMM(PredictionFocusedMixin, HMM):
     # ---------------------------------------------------------- predictions
     def _label_free_posterior(self, X: Any) -> tuple[SequenceBatch, torch.Tensor]:
         batch = self.prepare_data(X)
-        return batch, self._forward_backward(self._frames_data(batch, use_labels=False)).posterior
+        prepared = self._frames_data(batch, use_labels=False, shift=self.components_.reference)
+        return batch, self._forward_backward(prepared).posterior
 
     def predict_state_proba(self, X: Any) -> list[Any]:
         """Smoothed state marginals ``q(z_t = k | x_{1:T})`` (labels not used), one ``(length, K)`` array each."""
         self._check_fitted()
         batch, posterior = self._label_free_posterior(X)
-        return [to_output(p, _first(X)) for p in batch.unpad(posterior)]
+        return [to_output(p, self.output_like(X)) for p in batch.unpad(posterior)]
 
     def _label_probability(self, X: Any) -> tuple[SequenceBatch, torch.Tensor]:
         self._check_fitted()
@@ -323,12 +327,12 @@ class PFHMM(PredictionFocusedMixin, HMM):
         """``[P(y_t = 0 | x), P(y_t = 1 | x)]`` per step, one ``(length, 2)`` array per sequence."""
         batch, p1 = self._label_probability(X)
         proba = torch.stack([1 - p1, p1], dim=-1)
-        return [to_output(p, _first(X)) for p in batch.unpad(proba)]
+        return [to_output(p, self.output_like(X)) for p in batch.unpad(proba)]
 
     def predict(self, X: Any) -> list[Any]:
         """The more probable label of every step, one ``(length,)`` array per sequence."""
         batch, p1 = self._label_probability(X)
-        return [to_output(p, _first(X)) for p in batch.unpad((p1 > 0.5).long())]
+        return [to_output(p, self.output_like(X)) for p in batch.unpad((p1 > 0.5).long())]
 
     def pointwise_log_likelihood(self, data: SequenceBatch, switches: str = "map") -> torch.Tensor:
         """``log p(x_{1:T_b})`` of every sequence (labels not used), ``(B,)``.

@@ -26,7 +26,7 @@ from pyro.distributions import constraints
 from pyro.ops.indexing import Vindex
 
 from ppmix.components import BernoulliLabel, DiagGaussian
-from ppmix.components._centred import CentredData
+from ppmix.components.centred import CentredData
 from ppmix.models._flat import FlatPrior
 from ppmix.ops.kmeans import kmeans
 

@@ -29,9 +29,9 @@ supporting sample ``X_S`` (expectations are means over ``X_S``):
 The MM visits only the (point, local expert) pairs that carry gate mass, in cache-sized
 blocks, on one thread.
 
-Also here: the **Middle** and **Weighted-average** baselines of §5 and
-:func:`transport_divergence`, the evaluation metric (Definition 1 with both marginals,
-solved exactly per point with POT's ``ot.emd``).
+The **Middle** and **Weighted-average** baselines of §5 are in
+:mod:`ppmix.inference.optimizers.ot.baselines`, the evaluation metric (the transport
+divergence) in :mod:`ppmix.inference.optimizers.ot.divergence`.
 """
 
 from __future__ import annotations
@@ -43,25 +43,16 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
-from scipy.optimize import linear_sum_assignment
 
 from ppmix._validation import check_matrix, check_positive_int
 from ppmix.components import GaussianExpert, LogisticExpert, SoftmaxGate
 from ppmix.components._linear import design_matrix, weighted_grams
+from ppmix.inference.optimizers.ot._local_models import check_models
 from ppmix.inference.optimizers.ot.gate_refit import refit_gate
 from ppmix.models.moe import MixtureOfExperts
 from ppmix.ops.threads import torch_threads
 
-__all__ = [
-    "LocalMixture",
-    "align_experts",
-    "middle_estimator",
-    "ot_reduce",
-    "reduction_plan",
-    "transport_divergence",
-    "update_experts",
-    "weighted_average_estimator",
-]
+__all__ = ["LocalMixture", "ot_reduce", "reduction_plan", "update_experts"]
 
 logger = logging.getLogger(__name__)
 
@@ -118,7 +109,7 @@ class LocalMixture:
         mass_tol: float = 0.0,
     ) -> "LocalMixture":
         """Stack fitted models (all with the same number and kind of experts and features)."""
-        lam = _check_models(models, weights)
+        lam = check_models(models, weights)
         probs = torch.cat([w * m.gate_probabilities(x) for w, m in zip(lam, models)], dim=1)
         return cls(x, probs, _stack([m.experts_ for m in models]), models[0].n_experts, mass_tol)
 
@@ -132,28 +123,6 @@ class _Pairs:
     comps: torch.Tensor
     weights: torch.Tensor
     eta: torch.Tensor
-
-
-def _check_models(models: Sequence[MixtureOfExperts], weights: Sequence[float] | None) -> list[float]:
-    if len(models) == 0:
-        raise ValueError("models is empty: give at least one fitted MixtureOfExperts")
-    for i, m in enumerate(models):
-        if not isinstance(m, MixtureOfExperts):
-            raise TypeError(f"models[{i}] must be a MixtureOfExperts; got {type(m).__name__}")
-        m._check_fitted()
-    first = models[0]
-    for i, m in enumerate(models):
-        if (m.n_experts, m.expert, m.n_features_in_) != (first.n_experts, first.expert, first.n_features_in_):
-            raise ValueError(
-                f"models[{i}] has {m.n_experts} {m.expert} experts on {m.n_features_in_} features; "
-                f"models[0] has {first.n_experts} {first.expert} experts on {first.n_features_in_}"
-            )
-    if weights is None:
-        return [1.0 / len(models)] * len(models)
-    lam = np.asarray(weights, dtype=np.float64)
-    if lam.shape != (len(models),) or not np.isfinite(lam).all() or (lam < 0).any() or lam.sum() <= 0:
-        raise ValueError(f"weights must be {len(models)} non-negative finite numbers with a positive sum")
-    return (lam / lam.sum()).tolist()
 
 
 def _stack(families: Sequence[Experts]) -> Experts:
@@ -392,7 +361,7 @@ def ot_reduce(
     >>> bool(np.allclose(np.sort(reduced.coef_.numpy(), 0), np.sort(data.coef, 0)))
     True
     """
-    lam = _check_models(models, weights)
+    lam = check_models(models, weights)
     x, _ = check_matrix(X_support, "X_support", n_features=models[0].n_features_in_)
     n_init = min(check_positive_int(n_init, "n_init"), len(models))
     check_positive_int(max_iter, "max_iter")
@@ -442,133 +411,3 @@ def _gate_targets(local: LocalMixture, assign: torch.Tensor, k: int, kind: str) 
     mass = pairs.weights.new_zeros(n_local * k).index_add_(0, pairs.comps * k + assign, pairs.weights)
     matched = mass.view(n_local, k).argmax(1)
     return local.gate_probs.new_zeros(local.x.shape[0], k).index_add_(1, matched, local.gate_probs)
-
-
-def _pointwise_transport(pa: np.ndarray, pb: np.ndarray, cost: np.ndarray) -> np.ndarray:
-    """Exact optimal transport cost between ``pa[s]`` and ``pb[s]`` under ``cost[s]`` for every ``s``."""
-    import ot
-
-    pa = pa / pa.sum(1, keepdims=True)
-    pb = pb / pb.sum(1, keepdims=True)
-    return np.array([(ot.emd(pa[s], pb[s], cost[s]) * cost[s]).sum() for s in range(cost.shape[0])])
-
-
-def transport_divergence(moe_a: MixtureOfExperts, moe_b: MixtureOfExperts, X: Any) -> float:
-    """Expected transportation divergence ``T_KL(a, b)`` of Definition 1, averaged over ``X``.
-
-    At every ``x`` the exact optimal plan between the gate distributions ``pi^a(x)`` and
-    ``pi^b(x)`` (both marginals) under the cost ``KL(phi_k^a(.|x) || phi_l^b(.|x))`` is
-    solved with POT (``ot.emd``).
-
-    Examples
-    --------
-    >>> from ppmix.datasets.moe import make_moe
-    >>> data = make_moe(50, n_experts=3, n_features=2, seed=0)
-    >>> truth = data.true_model()
-    >>> transport_divergence(truth, truth, data.X)
-    0.0
-    """
-    for name, m in (("moe_a", moe_a), ("moe_b", moe_b)):
-        if not isinstance(m, MixtureOfExperts):
-            raise TypeError(f"{name} must be a MixtureOfExperts; got {type(m).__name__}")
-        m._check_fitted()
-    if moe_a.expert != moe_b.expert or moe_a.n_features_in_ != moe_b.n_features_in_:
-        raise ValueError("moe_a and moe_b must have the same kind of experts and the same features")
-    x, _ = check_matrix(X, "X", n_features=moe_a.n_features_in_)
-    cost = moe_a.experts_.kl(moe_b.experts_, x).clamp_min(0.0)
-    values = _pointwise_transport(
-        moe_a.gate_probabilities(x).numpy(), moe_b.gate_probabilities(x).numpy(), cost.numpy()
-    )
-    return float(values.mean())
-
-
-def middle_estimator(
-    models: Sequence[MixtureOfExperts], X: Any, *, weights: Sequence[float] | None = None
-) -> tuple[MixtureOfExperts, int]:
-    """The local model minimising ``sum_m lambda_m T_KL(f_m, g)`` over ``g`` in the local models.
-
-    Costs ``M^2 |X|`` small exact transport problems: pass a modest ``X`` (a few hundred rows).
-    Returns the chosen model and its index.
-
-    Examples
-    --------
-    >>> from ppmix.datasets.moe import make_moe
-    >>> data = make_moe(60, n_experts=2, n_features=2, seed=0)
-    >>> truth = data.true_model()
-    >>> middle_estimator([truth, truth], data.X)[1]
-    0
-    """
-    lam = np.asarray(_check_models(models, weights))
-    x, _ = check_matrix(X, "X", n_features=models[0].n_features_in_)
-    probs = [m.gate_probabilities(x).numpy() for m in models]
-    experts = [m.experts_ for m in models]
-    total = np.zeros(len(models))
-    for j, candidate in enumerate(experts):
-        for i, source in enumerate(experts):
-            if i != j:
-                cost = source.kl(candidate, x).clamp_min(0.0).numpy()
-                total[j] += lam[i] * _pointwise_transport(probs[i], probs[j], cost).mean()
-    index = int(np.argmin(total))
-    return models[index], index
-
-
-def align_experts(model: MixtureOfExperts, reference: MixtureOfExperts, X: Any) -> np.ndarray:
-    """Permutation ``perm`` such that expert ``perm[j]`` of ``model`` matches expert ``j`` of ``reference``.
-
-    Hungarian matching on the mean over ``X`` of ``KL(phi_k^model || phi_j^reference)``.
-
-    Examples
-    --------
-    >>> from ppmix.datasets.moe import make_moe
-    >>> data = make_moe(50, n_experts=3, n_features=2, seed=0)
-    >>> truth = data.true_model()
-    >>> align_experts(truth, truth, data.X).tolist()
-    [0, 1, 2]
-    """
-    x, _ = check_matrix(X, "X", n_features=reference.n_features_in_)
-    cost = model.experts_.kl(reference.experts_, x).mean(0).numpy()
-    rows, cols = linear_sum_assignment(cost)
-    perm = np.empty_like(rows)
-    perm[cols] = rows
-    return perm
-
-
-def weighted_average_estimator(
-    models: Sequence[MixtureOfExperts], X: Any, *, weights: Sequence[float] | None = None
-) -> MixtureOfExperts:
-    """``theta^W = sum_m lambda_m theta_m`` after aligning every model's expert labels.
-
-    Labels are aligned to a reference — the model with the largest weight (the first
-    one among ties) — by :func:`align_experts` on ``X``; then the gates (re-zeroed so
-    that the last gate is zero after the permutation), expert coefficients, intercepts
-    and noise variances are averaged with weights ``lambda_m``.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from ppmix.datasets.moe import make_moe
-    >>> data = make_moe(50, n_experts=2, n_features=2, seed=0)
-    >>> truth = data.true_model()
-    >>> avg = weighted_average_estimator([truth, truth], data.X)
-    >>> bool(np.allclose(avg.coef_.numpy(), truth.coef_.numpy()))
-    True
-    """
-    lam = _check_models(models, weights)
-    reference = models[int(np.argmax(lam))]
-    sums: dict[str, torch.Tensor] = {}
-    for w, m in zip(lam, models):
-        perm = torch.as_tensor(align_experts(m, reference, X))
-        gate, experts = m.gate_, m.experts_
-        gate_coef, gate_intercept = gate.coef[perm], gate.intercept[perm]
-        parts = {
-            "gate_coef": gate_coef - gate_coef[-1],
-            "gate_intercept": gate_intercept - gate_intercept[-1],
-            "coef": experts.coef[perm],
-            "intercept": experts.intercept[perm],
-        }
-        if isinstance(experts, GaussianExpert):
-            parts["variance"] = experts.scale[perm].square()
-        for name, value in parts.items():
-            sums[name] = sums.get(name, 0) + w * value
-    scale = sums.pop("variance").sqrt() if "variance" in sums else None
-    return MixtureOfExperts.from_parameters(**sums, scale=scale, engine="weighted-average")

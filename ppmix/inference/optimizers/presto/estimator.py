@@ -13,17 +13,11 @@ capacities, found greedily by one sort of all ``N K`` scores.
 
 from __future__ import annotations
 
-import contextlib
-import copy
-import logging
 import math
-import multiprocessing
-from concurrent.futures import Executor, ProcessPoolExecutor
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from ppmix._validation import (
     NotFittedError,
@@ -34,272 +28,24 @@ from ppmix._validation import (
     resolve_device,
     to_output,
 )
-from ppmix.components import GaussianExpert, LogisticExpert, SoftmaxGate
-from ppmix.inference.optimizers.persist import (
-    SavableEstimator,
-    load_object_tensors,
-    move_object_tensors,
-    object_tensors,
+from ppmix.inference.optimizers.persist import SavableEstimator, load_object_tensors, object_tensors
+from ppmix.inference.optimizers.presto._mm import mm_sweep
+from ppmix.inference.optimizers.presto._routing import fit_router, load_router, router_tensors, routing_proba
+from ppmix.inference.optimizers.presto.adapters import (
+    Adapter,
+    check_executor,
+    component_kind,
+    make_adapter,
+    open_executor,
 )
-from ppmix.inference.optimizers.presto.components import check_torch_component
-from ppmix.inference.optimizers.presto.loo import gaussian_loo_gains, logistic_loo_gains
+from ppmix.inference.optimizers.presto.assignment import initial_partition, partition_onehot, sq_distances
 from ppmix.io import register_savable
-from ppmix.ops.kmeans import kmeans
-from ppmix.parallel import run_tasks
 
-__all__ = ["PRESTO", "greedy_capacity_assignment"]
-
-logger = logging.getLogger(__name__)
+__all__ = ["PRESTO"]
 
 _DTYPE = torch.float64
 
 
-def greedy_capacity_assignment(scores: torch.Tensor, capacity: torch.Tensor | int | None) -> torch.Tensor:
-    """Assign every row to one column, cheapest pairs first, under column capacities.
-
-    All ``N K`` pairs are sorted once (ascending; ``+inf`` pairs are never taken);
-    a pair is accepted when its point is still free and its column has room
-    (lines 19-24 of Algorithm 1, with the capacities of App. D.3).
-
-    Parameters
-    ----------
-    scores : Tensor, shape (N, K)
-    capacity : int, Tensor of shape (K,), or None (unbounded)
-        Must satisfy ``sum(capacity) >= N``.
-
-    Returns
-    -------
-    Tensor, shape (N,)
-        Column of every row.
-
-    Examples
-    --------
-    >>> import torch
-    >>> s = torch.tensor([[0.0, 1.0], [0.1, 2.0], [0.2, 0.3]])
-    >>> greedy_capacity_assignment(s, 2).tolist()
-    [0, 0, 1]
-    """
-    n, k = scores.shape
-    if capacity is None:
-        cap = np.full(k, n, dtype=np.int64)
-    else:
-        cap = np.broadcast_to(np.asarray(torch.as_tensor(capacity).cpu(), dtype=np.int64), (k,)).copy()
-    if cap.sum() < n:
-        raise ValueError(f"capacities sum to {int(cap.sum())} < {n} points; not every point can be assigned")
-    finite = torch.isfinite(scores)
-    if not finite.any(dim=1).all():
-        raise ValueError("every point needs at least one finite score")
-    flat = torch.where(finite, scores, torch.full_like(scores, math.inf)).reshape(-1).cpu()
-    order = torch.argsort(flat, stable=True)
-    order = order[torch.isfinite(flat[order])].numpy()
-    rows, cols = np.divmod(order, k)
-    assigned = np.full(n, -1, dtype=np.int64)
-    remaining = n
-    for i, c in zip(rows.tolist(), cols.tolist()):
-        if assigned[i] < 0 and cap[c] > 0:
-            assigned[i] = c
-            cap[c] -= 1
-            remaining -= 1
-            if remaining == 0:
-                break
-    if remaining:
-        raise ValueError("the capacities could not hold every point with a finite score")
-    return torch.as_tensor(assigned, device=scores.device)
-
-
-# --------------------------------------------------------------------------- component adapters
-def _fit_member_task(task: tuple[Any, torch.Tensor, torch.Tensor]) -> Any:
-    """Train one component on the rows of its part (runs on an executor): family member or module."""
-    comp, x, y = task
-    if isinstance(comp, torch.nn.Module):
-        return comp.fit(x, y)
-    comp.fit((x, y), torch.ones(x.shape[0], 1, dtype=x.dtype, device=x.device))
-    return comp
-
-
-def _member(family: Any, k: int) -> Any:
-    """Component ``k`` of a family, as an independent family with one member."""
-    one = family.clone()
-    for name in family.param_names:
-        setattr(one, name, getattr(family, name)[k : k + 1].clone())
-    return one
-
-
-class _Adapter:
-    """What PRESTO needs from a component family: fit, per-point loss, penalty, gains.
-
-    With ``executor=None`` the ``K`` members are fitted at once (one batched call with
-    one-hot weights); otherwise every non-empty member is fitted on its own rows as one
-    task of :func:`ppmix.parallel.run_tasks` (families with ``param_names`` only).
-    ``comp`` already lives on ``device``, where every tensor the adapter makes is put.
-    """
-
-    exact_gains = False
-
-    def __init__(self, comp: Any, ridge: float, k: int, device: torch.device, executor: Any = None) -> None:
-        self.comp, self.ridge, self.k, self.device, self.executor = comp, ridge, k, device, executor
-
-    def fit(self, x: torch.Tensor, y: torch.Tensor, onehot: torch.Tensor) -> None:
-        counts = onehot.sum(0)
-        empty = counts == 0
-        if self.executor is not None and getattr(self.comp, "param_names", ()):
-            self._fit_members(x, y, onehot)
-        else:
-            old = copy.deepcopy(self.comp)
-            weights = onehot.clone()
-            weights[:, empty] = 1.0  # keeps the batched fit well posed; restored below
-            self.comp.fit((x, y), weights)
-            if empty.any():
-                self._restore(old, empty)
-        if empty.any():
-            logger.info("PRESTO: components %s are empty and keep their parameters", empty.nonzero().flatten().tolist())
-        self._after_fit(x, y, onehot)
-
-    def _fit_members(self, x: torch.Tensor, y: torch.Tensor, onehot: torch.Tensor) -> None:
-        ks = [k for k in range(self.k) if onehot[:, k].any()]
-        tasks = []
-        for k in ks:
-            rows = onehot[:, k] > 0
-            tasks.append((_member(self.comp, k), x[rows], y[rows]))
-        results = run_tasks(_fit_member_task, tasks, [f"component-{k}" for k in ks], executor=self.executor)
-        for k, result in zip(ks, results):
-            for name in self.comp.param_names:
-                value = getattr(self.comp, name).clone()
-                value[k] = getattr(result.value, name)[0].to(value)
-                setattr(self.comp, name, value)
-
-    def _restore(self, old: Any, rows: torch.Tensor) -> None:
-        names = getattr(self.comp, "param_names", ())
-        for name in names:
-            current = getattr(self.comp, name).clone()
-            current[rows] = getattr(old, name)[rows]
-            setattr(self.comp, name, current)
-        if not names:
-            self.comp = old
-
-    def _after_fit(self, x: torch.Tensor, y: torch.Tensor, onehot: torch.Tensor) -> None:
-        pass
-
-    def losses(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Per-point loss ``l_i(theta_k)``, shape (N, K)."""
-        return -torch.as_tensor(self.comp.log_prob((x, y))).to(device=self.device, dtype=_DTYPE)
-
-    def penalty(self) -> torch.Tensor:
-        """Regulariser ``R(theta_k)``, shape (K,)."""
-        return torch.zeros(self.k, dtype=_DTYPE, device=self.device)
-
-    def gains(self, x: torch.Tensor, y: torch.Tensor, onehot: torch.Tensor) -> torch.Tensor:
-        """Fallback: the marginal gain of a member is approximated by its own loss."""
-        return onehot * self.losses(x, y)
-
-    def predict(self, x: torch.Tensor) -> torch.Tensor:
-        if hasattr(self.comp, "mean"):
-            return self.comp.mean(x)
-        if hasattr(self.comp, "predict_proba"):
-            return (torch.as_tensor(self.comp.predict_proba(x)) > 0.5).to(device=self.device, dtype=_DTYPE)
-        raise TypeError(f"{type(self.comp).__name__} has neither mean(x) nor predict_proba(x); cannot predict")
-
-
-class _LogisticAdapter(_Adapter):
-    def penalty(self) -> torch.Tensor:
-        return 0.5 * self.ridge * self.comp.coef.square().sum(-1)
-
-    def gains(self, x: torch.Tensor, y: torch.Tensor, onehot: torch.Tensor) -> torch.Tensor:
-        return logistic_loo_gains(x, y, onehot, self.comp.coef, self.comp.intercept, self.ridge)[1]
-
-    def predict(self, x: torch.Tensor) -> torch.Tensor:
-        return (self.comp.predict_proba(x) > 0.5).to(_DTYPE)
-
-
-class _GaussianAdapter(_Adapter):
-    exact_gains = True
-
-    def _after_fit(self, x: torch.Tensor, y: torch.Tensor, onehot: torch.Tensor) -> None:
-        # joint optimum of the penalised Gaussian likelihood: s2 = (RSS + ridge ||beta||^2) / n
-        resid2 = (y[:, None] - self.comp.linear_predictor(x)).square()
-        q = (onehot * resid2).sum(0) + self.ridge * self.comp.coef.square().sum(-1)
-        counts = onehot.sum(0)
-        s2 = (q / counts.clamp_min(1.0)).clamp_min(self.comp.min_variance)
-        self.comp.scale = torch.where(counts > 0, s2.sqrt(), self.comp.scale)
-
-    def penalty(self) -> torch.Tensor:
-        return self.ridge * self.comp.coef.square().sum(-1) / (2 * self.comp.scale.square())
-
-    def gains(self, x: torch.Tensor, y: torch.Tensor, onehot: torch.Tensor) -> torch.Tensor:
-        return gaussian_loo_gains(x, y, onehot, self.ridge, self.comp.min_variance)[1]
-
-
-class _TorchAdapter(_Adapter):
-    """``K`` user ``nn.Module`` components (see :mod:`ppmix.inference.optimizers.presto.components`).
-
-    Each module is trained on the rows of its part, in this process or as a task of
-    :func:`ppmix.parallel.run_tasks`; empty parts keep their module untouched. The
-    marginal gain of a member is its own per-sample loss (stated approximation).
-    """
-
-    def __init__(self, modules: list[torch.nn.Module], k: int, device: torch.device, executor: Any = None) -> None:
-        super().__init__(torch.nn.ModuleList(modules), 0.0, k, device, executor)
-
-    @staticmethod
-    def _cast(module: torch.nn.Module, t: torch.Tensor) -> torch.Tensor:
-        param = next(module.parameters(), None)
-        return t if param is None else t.to(device=param.device, dtype=param.dtype)
-
-    def fit(self, x: torch.Tensor, y: torch.Tensor, onehot: torch.Tensor) -> None:
-        ks = [k for k in range(self.k) if onehot[:, k].any()]
-        tasks = []
-        for k in ks:
-            rows = onehot[:, k] > 0
-            module = self.comp[k]
-            tasks.append((module, self._cast(module, x[rows]), self._cast(module, y[rows])))
-        names = [f"component-{k}" for k in ks]
-        if self.executor is None:
-            trained = [_fit_member_task(task) for task in tasks]
-        else:
-            trained = [r.value for r in run_tasks(_fit_member_task, tasks, names, executor=self.executor)]
-        for k, module in zip(ks, trained):
-            if not isinstance(module, torch.nn.Module):
-                raise TypeError(f"component {k}: fit(x, y) must return the trained module; got {type(module).__name__}")
-            self.comp[k] = module.to(self.device)  # a module trained on a worker may come back elsewhere
-
-    def losses(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        columns = []
-        with torch.no_grad():
-            for k, module in enumerate(self.comp):
-                loss = torch.as_tensor(module.per_sample_loss(self._cast(module, x), self._cast(module, y)))
-                if loss.shape != (x.shape[0],):
-                    raise ValueError(
-                        f"component {k}: per_sample_loss must return shape ({x.shape[0]},); got {tuple(loss.shape)}"
-                    )
-                columns.append(loss.detach().to(device=x.device, dtype=_DTYPE))
-        out = torch.stack(columns, dim=1)
-        if not torch.isfinite(out).all():
-            raise FloatingPointError("a component's per_sample_loss returned NaN or infinite values")
-        return out
-
-    def penalty(self) -> torch.Tensor:
-        with torch.no_grad():
-            values = [
-                float(module.penalty()) if callable(getattr(module, "penalty", None)) else 0.0 for module in self.comp
-            ]
-        return torch.tensor(values, dtype=_DTYPE, device=self.device)
-
-    def predict(self, x: torch.Tensor) -> torch.Tensor:
-        with torch.no_grad():
-            outputs = [
-                torch.as_tensor(
-                    module.predict(self._cast(module, x))
-                    if callable(getattr(module, "predict", None))
-                    else module(self._cast(module, x))
-                )
-                .reshape(x.shape[0])
-                .to(device=x.device, dtype=_DTYPE)
-                for module in self.comp
-            ]
-        return torch.stack(outputs, dim=1)
-
-
-# --------------------------------------------------------------------------- estimator
 @register_savable
 class PRESTO(SavableEstimator):
     """Partition ``N`` points into ``K`` parts while training one model per part.
@@ -307,60 +53,33 @@ class PRESTO(SavableEstimator):
     Implements Algorithm 1 of Sangani et al. (PRESTO) with the practical choices
     of their App. D.3. Each iteration
 
-    1. fits all ``K`` components at once on their parts (one-hot ``weights[N, K]``);
+    1. fits all ``K`` components on their parts;
     2. scores every pair ``(i, k)`` by the modular upper bound (eq. 13):
        ``M[i, k] = alpha * (G(S_k) - G(S_k \\ i))`` for members and
        ``M[i, k] = G({(i, k)}) / alpha`` for non-members;
     3. assigns every point by one sort of all ``M[i, k] + epsilon * ||x_i - c_k||^2``
-       (``c_k`` the mean of part ``k``; the tie-break of App. D.3, squared here so
-       that the tie-break is a k-means term of one joint objective), greedily under
-       the capacity ``ceil((1 + leeway) N / K)`` per part (always enough for all
-       points);
-    4. accepts the new partition only if it does not increase the bound
-       ``sum_i M[i, part_i]``; when the capacity-constrained greedy does, it falls back
-       to single-point improving moves (largest improvement first, within capacity),
-       and stops when no point can improve.
+       (``c_k`` the mean of part ``k``: App. D.3's tie-break, squared to make it a k-means
+       term of one joint objective), greedily under the capacity ``ceil((1 + leeway) N / K)``;
+    4. accepts the new partition only if it does not increase the bound ``sum_i M[i, part_i]``
+       (falling back to single-point improving moves within capacity), and stops when no
+       point can improve.
 
     **Objective.** ``G(S) = min_theta sum_{i in S} l_i(theta) + R(theta)`` with
     ``l_i = -log p(y_i | x_i, theta)``. Logistic: ``R = ridge/2 ||coef||^2``.
-    Linear-Gaussian: ``R = ridge ||coef||^2 / (2 sigma^2)`` and the noise variance
-    is refitted jointly, ``sigma^2 = (RSS + ridge ||coef||^2) / n`` (floored); the
-    intercept is never penalised. ``history_`` holds the objective minimised,
-    ``sum_k G(S_k) + epsilon * sum_k sum_{i in S_k} ||x_i - c_k||^2`` (``G`` alone
-    when ``epsilon=0``), after each fit; ``loss_history_`` holds ``sum_k G(S_k)``.
+    Linear-Gaussian: ``R = ridge ||coef||^2 / (2 sigma^2)``, the noise variance refitted
+    jointly; the intercept is never penalised. ``history_`` holds ``sum_k G(S_k)`` plus
+    ``epsilon`` times the within-part squared distances; ``loss_history_`` ``sum_k G(S_k)``.
 
-    **Marginal gains** ``G(S_k) - G(S_k \\ i)`` are computed without retraining:
+    **Marginal gains** ``G(S_k) - G(S_k \\ i)`` are computed without retraining
+    (:mod:`~ppmix.inference.optimizers.presto.loo`): exactly for linear-Gaussian
+    components, by one Newton step from the full fit for logistic ones; for other
+    component objects and ``nn.Module`` components the member's own per-sample loss
+    ``l_i(theta_k)`` stands in for it. A non-member scores its loss ``l_i(theta_k)``, an
+    upper bound on the singleton ``G({(i, k)})`` that still tells the components apart.
 
-    - linear-Gaussian: *exact* closed-form leave-one-out (ridge hat-matrix
-      leverage ``h_i``: the penalised RSS drops by ``e_i^2 / (1 - h_i)``; the noise
-      variance of the reduced set is refitted in closed form too);
-    - logistic: *approximate*, one Newton step from the full fit (influence
-      function): ``gain_i ~= l_i + (p_i - y_i)^2 h_i / (2 (1 - v_i h_i))`` with
-      ``v_i = p_i (1 - p_i)`` and ``h_i = a_i' H^{-1} a_i`` (``H`` the penalised Hessian);
-    - any other component object (``log_prob(data) -> (N, K)``, ``fit(data, weights)``):
-      the member's own per-sample loss ``l_i(theta_k)`` (no regulariser known);
-    - user ``torch.nn.Module`` components: *approximate*, the member's own per-sample
-      loss ``l_i(theta_k)`` at the trained parameters (the authors' per-sample score;
-      see :mod:`ppmix.inference.optimizers.presto.components`).
-
-    **Singleton term.** With an unpenalised intercept the exact ``G({(i, k)})`` is
-    degenerate (infimum 0 for logistic, ``log(2 pi floor) / 2`` for Gaussian: the
-    intercept fits the single point at no penalty) and, for identical
-    architectures, independent of ``k``. Like the paper's ``Train({i}; theta_k)``
-    warm-started at the current ``theta_k``, PRESTO uses ``l_i(theta_k)``, which is
-    never smaller than ``G({(i, k)})`` for these families and so keeps (13) an
-    upper bound while telling the components apart. ``scores="loss"`` instead scores every pair by
-    ``l_i(theta_k)``: the bound ``G(S') <= sum_k [G(S_k) + sum_{i in S'_k} l_ik -
-    sum_{i in S_k} l_ik]`` then holds with no submodularity assumption (the
-    per-sample quantity of the authors' code).
-
-    **Monotonicity.** With ``scores="loss"`` and exactly optimal fits the history
-    is non-increasing (the acceptance test makes this hold also when capacities
-    bind). With ``scores="presto"`` it is guaranteed only if ``G`` is
-    ``alpha``-submodular with the given ``alpha`` (Theorem 2 gives a lower bound
-    ``alpha_G`` depending on Lipschitz and curvature constants that are rarely
-    known) and the gains are exact; the logistic gains and Newton fits are
-    approximate, so small increases are possible.
+    **Monotonicity.** ``history_`` is non-increasing for ``scores="loss"`` with exact fits;
+    for ``scores="presto"`` only if ``G`` is ``alpha``-submodular (Theorem 2) and the gains
+    are exact, so small increases are possible for logistic components.
 
     Parameters
     ----------
@@ -385,6 +104,8 @@ class PRESTO(SavableEstimator):
         Weight of the squared distance-to-centre tie-break (App. D.3 uses 6e-3 on
         the plain distance). Larger values favour spatially compact parts.
     scores : {"presto", "loss"}, default "presto"
+        ``"presto"``: the bound (13) above; ``"loss"``: every pair scored by its loss
+        ``l_i(theta_k)``, a bound that needs no submodularity assumption.
     init : {"kmeans", "ward", "random"} or array of shape (N,), default "kmeans"
         Initial partition (App. D.3 initialises by a clustering): ``"kmeans"`` on
         standardised ``X``, balanced under the capacities; ``"ward"``: scikit-learn's
@@ -504,23 +225,9 @@ class PRESTO(SavableEstimator):
         if self.scores not in ("presto", "loss"):
             raise ValueError(f"scores must be 'presto' or 'loss'; got {self.scores!r}")
         check_positive_int(self.max_iter, "max_iter")
-        ex = self.executor
-        if not (ex is None or ex in ("processes", "inline") or isinstance(ex, Executor) or hasattr(ex, "get_executor")):
-            raise TypeError(
-                "executor must be None (in-process), 'processes', 'inline', a concurrent.futures.Executor "
-                f"or a dask.distributed.Client; got {ex!r}"
-            )
+        check_executor(self.executor)
         if not (isinstance(self.tol, (int, float)) and self.tol >= 0):
             raise ValueError(f"tol must be a number >= 0; got {self.tol!r}")
-
-    @contextlib.contextmanager
-    def _executor_context(self) -> Iterator[Any]:
-        """The executor of this fit; ``'processes'`` starts one local spawn pool for the whole fit."""
-        if isinstance(self.executor, str) and self.executor == "processes":
-            with ProcessPoolExecutor(mp_context=multiprocessing.get_context("spawn")) as pool:
-                yield pool
-        else:
-            yield self.executor
 
     def _check_y(self, y: Any, n: int, device: torch.device) -> torch.Tensor:
         arr = as_numpy(y.to_numpy() if hasattr(y, "to_numpy") else y)
@@ -533,53 +240,12 @@ class PRESTO(SavableEstimator):
             raise ValueError(f"y must have shape ({n},) to match X; got {arr.shape}")
         if not np.isfinite(arr).all():
             raise ValueError("y contains NaN or infinite values")
-        if self._kind == "logistic" and not np.isin(arr, (0.0, 1.0)).all():
+        if component_kind(self.component) == "logistic" and not np.isin(arr, (0.0, 1.0)).all():
             raise ValueError("y must hold binary labels in {0, 1} for component='logistic'")
         return torch.as_tensor(arr, dtype=_DTYPE, device=device)
 
-    def _make_adapter(self, k: int, p: int, device: torch.device, executor: Any = None) -> _Adapter:
-        comp = self.component
-        if isinstance(comp, str):
-            kind = comp.lower()
-            zeros = torch.zeros(k, p, dtype=_DTYPE, device=device)
-            if kind == "logistic":
-                return _LogisticAdapter(LogisticExpert(zeros, ridge=self.ridge), self.ridge, k, device, executor)
-            if kind in ("linear", "gaussian"):
-                return _GaussianAdapter(GaussianExpert(zeros, ridge=self.ridge), self.ridge, k, device, executor)
-            raise ValueError(f"component must be 'logistic', 'linear' or a component object; got {comp!r}")
-        if isinstance(comp, torch.nn.Module) or (
-            isinstance(comp, (list, tuple)) and any(isinstance(c, torch.nn.Module) for c in comp)
-        ):
-            modules = list(comp) if isinstance(comp, (list, tuple)) else [comp]
-            if len(modules) not in (1, k):
-                raise ValueError(f"component is a list of {len(modules)} modules but n_components={k}")
-            for i, module in enumerate(modules):
-                check_torch_component(module, "component" if len(modules) == 1 else f"component[{i}]")
-            modules = [copy.deepcopy(modules[0 if len(modules) == 1 else i]).to(device) for i in range(k)]
-            return _TorchAdapter(modules, k, device, executor)
-        if not (callable(getattr(comp, "log_prob", None)) and callable(getattr(comp, "fit", None))):
-            raise TypeError(
-                "component must be 'logistic', 'linear', a component family with log_prob(data) -> (N, K) and "
-                "fit(data, weights), or a torch.nn.Module with per_sample_loss(x, y) and fit(x, y); "
-                f"got {type(comp).__name__}"
-            )
-        if hasattr(comp, "n_components") and int(comp.n_components) != k:
-            raise ValueError(f"component has {comp.n_components} members but n_components={k}")
-        comp = move_object_tensors(copy.deepcopy(comp), device)
-        if isinstance(comp, LogisticExpert):
-            return _LogisticAdapter(comp, comp.ridge, k, device, executor)
-        if isinstance(comp, GaussianExpert):
-            return _GaussianAdapter(comp, comp.ridge, k, device, executor)
-        return _Adapter(comp, 0.0, k, device, executor)
-
-    @property
-    def _kind(self) -> str:
-        comp = self.component
-        if isinstance(comp, str):
-            return "logistic" if comp.lower() == "logistic" else "linear"
-        if isinstance(comp, (torch.nn.Module, list, tuple)):
-            return "torch"
-        return "logistic" if isinstance(comp, LogisticExpert) else "other"
+    def _make_adapter(self, k: int, p: int, device: torch.device, executor: Any = None) -> Adapter:
+        return make_adapter(self.component, self.ridge, k, p, device, executor)
 
     # ------------------------------------------------------------------ fitting
     def fit(self, X: Any, y: Any) -> "PRESTO":
@@ -607,102 +273,60 @@ class PRESTO(SavableEstimator):
             generator.seed()
         capacity = None if self.leeway is None else math.ceil((1.0 + float(self.leeway)) * n / k)
 
-        with self._executor_context() as executor:
-            eps = float(self.epsilon)
+        with open_executor(self.executor) as executor:
             adapter = self._make_adapter(k, p, device, executor)
-            part = self._initial_partition(x, k, capacity, generator)
-            if capacity is not None and int(torch.bincount(part, minlength=k).max()) > capacity:
-                # make the start feasible: nearest centre of the initial parts, under the capacities
-                part = greedy_capacity_assignment(_sq_distances(x, _onehot(part, k)), capacity)
-            onehot = _onehot(part, k)
-            adapter.fit(x, yt, onehot)
-            objective = self._objective(adapter, x, yt, onehot, eps)
-            history, loss_history = [objective], [self._objective(adapter, x, yt, onehot)]
-            converged, iteration = False, 0
-            with tqdm(total=int(self.max_iter), disable=not self.progress, desc="PRESTO", leave=False) as bar:
-                for iteration in range(1, int(self.max_iter) + 1):
-                    bound = self._scores(adapter, x, yt, onehot) + eps * _sq_distances(x, onehot)
-                    new = greedy_capacity_assignment(bound, capacity)
-                    old_value = bound.gather(1, part[:, None]).sum()
-                    new_value = bound.gather(1, new[:, None]).sum()
-                    if new_value > old_value:
-                        # the capacity-constrained greedy is not an exact minimiser; fall back to
-                        # the improving single-point moves that fit under the capacities
-                        new = _improving_moves(bound, part, capacity)
-                        new_value = bound.gather(1, new[:, None]).sum()
-                    bar.update(1)
-                    if new_value > old_value + 1e-12 * old_value.abs():
-                        logger.info("PRESTO: iteration %d would raise the bound; keeping the partition", iteration)
-                        converged = True
-                        break
-                    moved = int((new != part).sum())
-                    if moved == 0:
-                        converged = True
-                        break
-                    part, onehot = new, _onehot(new, k)
-                    adapter.fit(x, yt, onehot)
-                    objective = self._objective(adapter, x, yt, onehot, eps)
-                    previous = history[-1]
-                    history.append(objective)
-                    loss_history.append(self._objective(adapter, x, yt, onehot))
-                    bar.set_postfix(objective=f"{objective:.6g}", moved=moved)
-                    logger.debug("PRESTO iteration %d: objective %.6g, %d points moved", iteration, objective, moved)
-                    if abs(previous - objective) <= float(self.tol) * abs(objective):
-                        converged = True
-                        break
-        if not converged:
-            logger.warning("PRESTO did not converge in max_iter=%d iterations", self.max_iter)
+            sweep = mm_sweep(
+                adapter,
+                x,
+                yt,
+                self._initial_partition(x, k, capacity, generator),
+                capacity,
+                scores=self._scores,
+                objective=self._objective,
+                eps=float(self.epsilon),
+                max_iter=int(self.max_iter),
+                tol=float(self.tol),
+                progress=self.progress,
+            )
 
         adapter.executor = None  # the fitted object keeps no reference to a (closed) pool
         self.components_ = adapter.comp
         self._adapter = adapter
         self._fit_device = device
-        self.partition_ = as_numpy(part)
+        self.partition_ = as_numpy(sweep.part)
         self.part_sizes_ = np.bincount(self.partition_, minlength=k)
-        self.history_ = history
-        self.loss_history_ = loss_history
-        self.n_iter_ = iteration
-        self.converged_ = converged
+        self.history_ = sweep.history
+        self.loss_history_ = sweep.loss_history
+        self.n_iter_ = sweep.n_iter
+        self.converged_ = sweep.converged
         self.n_features_in_ = p
         self.feature_names_in_ = names
-        self.router_ = self._fit_router(x, onehot, k)
+        self.router_ = fit_router(self.router, self.router_ridge, x, sweep.onehot, self.partition_)
         return self
 
     def _initial_partition(
         self, x: torch.Tensor, k: int, capacity: int | None, generator: torch.Generator
     ) -> torch.Tensor:
-        n = x.shape[0]
-        init = self.init
-        if isinstance(init, str):
-            if init == "random":
-                return (torch.randperm(n, generator=generator) % k).to(x.device)
-            if init == "kmeans":
-                scale = x.std(0).clamp_min(1e-12)
-                centres, _ = kmeans((x - x.mean(0)) / scale, k, generator, n_init=3)
-                dist = torch.cdist((x - x.mean(0)) / scale, centres).square()
-                return greedy_capacity_assignment(dist, capacity)
-            if init == "ward":
-                from sklearn.cluster import AgglomerativeClustering
-
-                labels = AgglomerativeClustering(k, linkage="ward").fit_predict(as_numpy(x))
-                return torch.as_tensor(labels, dtype=torch.long, device=x.device)
-            raise ValueError(f"init must be 'kmeans', 'ward', 'random' or an array of shape ({n},); got {init!r}")
-        arr = as_numpy(init)
-        if arr.shape != (n,) or arr.dtype.kind not in "iu" or arr.min() < 0 or arr.max() >= k:
-            raise ValueError(f"init must be an integer array of shape ({n},) with values in [0, {k}); got {arr!r}")
-        return torch.as_tensor(arr, dtype=torch.long, device=x.device)
+        return initial_partition(x, k, self.init, capacity, generator)
 
     def _objective(
-        self, adapter: _Adapter, x: torch.Tensor, y: torch.Tensor, onehot: torch.Tensor, eps: float = 0.0
+        self, adapter: Adapter, x: torch.Tensor, y: torch.Tensor, onehot: torch.Tensor, eps: float = 0.0
     ) -> float:
+        """``sum_k G(S_k)`` at the fitted components, plus ``eps`` times the within-part squared distances."""
         value = float((onehot * adapter.losses(x, y)).sum() + (adapter.penalty() * (onehot.sum(0) > 0)).sum())
         if eps > 0:
-            value += eps * float((onehot * _sq_distances(x, onehot)).sum())
+            value += eps * float((onehot * sq_distances(x, onehot)).sum())
         if not math.isfinite(value):
             raise FloatingPointError(f"PRESTO objective became {value}; scale the data or increase ridge")
         return value
 
-    def _scores(self, adapter: _Adapter, x: torch.Tensor, y: torch.Tensor, onehot: torch.Tensor) -> torch.Tensor:
+    def _scores(self, adapter: Adapter, x: torch.Tensor, y: torch.Tensor, onehot: torch.Tensor) -> torch.Tensor:
+        """Modular bound scores ``M[i, k]`` (eq. 13), shape (N, K).
+
+        The exact singleton ``G({(i, k)})`` is degenerate with an unpenalised intercept, so
+        (like the paper's warm-started ``Train({i}; theta_k)``) non-members score
+        ``l_i(theta_k) / alpha >= G({(i, k)})``, which keeps (13) an upper bound.
+        """
         losses = adapter.losses(x, y)
         if self.scores == "loss":
             return losses
@@ -710,23 +334,6 @@ class PRESTO(SavableEstimator):
         member = alpha * adapter.gains(x, y, onehot)
         singleton = losses / alpha
         return torch.where(onehot > 0, member, singleton)
-
-    def _fit_router(self, x: torch.Tensor, onehot: torch.Tensor, k: int) -> Any:
-        if isinstance(self.router, str):
-            if self.router != "softmax":
-                raise ValueError(f"router must be 'softmax' or a classifier object; got {self.router!r}")
-            gate = SoftmaxGate(torch.zeros(k, x.shape[1], dtype=_DTYPE, device=x.device), ridge=self.router_ridge)
-            return gate.fit(x, onehot)
-        if not (callable(getattr(self.router, "fit", None)) and callable(getattr(self.router, "predict_proba", None))):
-            raise TypeError("router must be 'softmax' or an object with fit(X, labels) and predict_proba(X)")
-        try:
-            from sklearn.base import clone
-
-            router = clone(self.router)
-        except (ImportError, TypeError):
-            router = copy.deepcopy(self.router)
-        router.fit(as_numpy(x), self.partition_)  # scikit-learn routers run on the CPU
-        return router
 
     # ------------------------------------------------------------------ saving
     _SAVED_PARAMS = (
@@ -759,14 +366,10 @@ class PRESTO(SavableEstimator):
     def state_tensors(self) -> dict[str, torch.Tensor]:
         """Partition, component parameters and router parameters (what :meth:`save` writes)."""
         self._check_fitted()
-        if not isinstance(self.router_, SoftmaxGate):
-            raise TypeError(
-                f"a PRESTO with a custom router ({type(self.router_).__name__}) cannot be saved safely; "
-                "use router='softmax' or save the router yourself"
-            )
+        router = router_tensors(self.router_)
         tensors = {"partition": torch.as_tensor(self.partition_, dtype=torch.long)}
         tensors.update(object_tensors(self.components_, "component"))
-        tensors.update(object_tensors(self.router_, "router"))
+        tensors.update(router)
         return tensors
 
     def extra_state(self) -> dict[str, Any]:
@@ -791,9 +394,7 @@ class PRESTO(SavableEstimator):
         self._adapter = adapter
         self._fit_device = device
         self.components_ = adapter.comp
-        gate = SoftmaxGate(torch.zeros(k, p, dtype=_DTYPE, device=device), ridge=self.router_ridge)
-        load_object_tensors(gate, tensors, "router")
-        self.router_ = gate
+        self.router_ = load_router(tensors, k, p, self.router_ridge, device)
         self.partition_ = as_numpy(tensors["partition"])
         if self.partition_.ndim != 1 or (
             self.partition_.size and not 0 <= self.partition_.min() <= self.partition_.max() < k
@@ -847,14 +448,7 @@ class PRESTO(SavableEstimator):
         return check_matrix(X, "X", dtype=_DTYPE, device=self._fit_device, n_features=self.n_features_in_)[0]
 
     def _routing_proba(self, x: torch.Tensor) -> torch.Tensor:
-        k = int(self.n_components)
-        if isinstance(self.router_, SoftmaxGate):
-            return self.router_.log_prob(x).exp()
-        proba = torch.as_tensor(np.asarray(self.router_.predict_proba(as_numpy(x))), dtype=_DTYPE, device=x.device)
-        classes = np.asarray(getattr(self.router_, "classes_", np.arange(proba.shape[1]))).astype(np.int64)
-        full = torch.zeros(x.shape[0], k, dtype=_DTYPE, device=x.device)
-        full[:, torch.as_tensor(classes, device=x.device)] = proba
-        return full
+        return routing_proba(self.router_, x, int(self.n_components))
 
     def predict_partition_proba(self, X: Any) -> Any:
         """Router probabilities of every part, shape ``(N, K)``.
@@ -873,7 +467,7 @@ class PRESTO(SavableEstimator):
         x = self._check_X(X)
         route = self._routing_proba(x).argmax(1)
         values = self._adapter.predict(x).gather(1, route[:, None]).squeeze(1)
-        if self._kind == "logistic":
+        if component_kind(self.component) == "logistic":
             values = values.long()
         return to_output(values, X)
 
@@ -899,40 +493,6 @@ class PRESTO(SavableEstimator):
         if part.shape != (n,) or part.min() < 0 or part.max() >= k:
             raise ValueError(f"partition must have shape ({n},) with values in [0, {k})")
         adapter = self._make_adapter(k, p, device)
-        onehot = _onehot(part, k)
+        onehot = partition_onehot(part, k)
         adapter.fit(x, yt, onehot)
         return self._objective(adapter, x, yt, onehot)
-
-
-def _improving_moves(bound: torch.Tensor, part: torch.Tensor, capacity: int | None) -> torch.Tensor:
-    """Move points to their cheapest part, largest improvement first, while capacity allows.
-
-    Every accepted move lowers ``sum_i bound[i, part_i]``, so the result never raises it.
-    """
-    n, k = bound.shape
-    best = bound.argmin(1)
-    gain = bound.gather(1, part[:, None]).squeeze(1) - bound.gather(1, best[:, None]).squeeze(1)
-    order = torch.argsort(gain, descending=True, stable=True)
-    order = order[gain[order] > 0].tolist()
-    new = as_numpy(part).copy()
-    counts = np.bincount(new, minlength=k)
-    cap = n if capacity is None else int(capacity)
-    target = as_numpy(best)
-    for i in order:
-        if counts[target[i]] < cap:
-            counts[new[i]] -= 1
-            counts[target[i]] += 1
-            new[i] = target[i]
-    return torch.as_tensor(new, device=part.device)
-
-
-def _onehot(part: torch.Tensor, k: int) -> torch.Tensor:
-    return torch.nn.functional.one_hot(part, k).to(_DTYPE)
-
-
-def _sq_distances(x: torch.Tensor, onehot: torch.Tensor) -> torch.Tensor:
-    """Squared distances of every point to the centre (mean) of every part, shape (N, K)."""
-    counts = onehot.sum(0)
-    centres = (onehot.T @ x) / counts.clamp_min(1.0)[:, None]
-    centres = torch.where(counts[:, None] > 0, centres, x.mean(0, keepdim=True).expand_as(centres))
-    return torch.cdist(x, centres).square()

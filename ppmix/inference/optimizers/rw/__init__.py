@@ -1,6 +1,6 @@
 """Regularized Weighting (Vainsencher, Mannor & Xu): robust learning of several models by weighting points."""
 
-from ppmix.inference.optimizers.rw.estimator import RegularizedWeighting, WeightStepResult, joint_loss, solve_weights
+from ppmix.inference.optimizers.rw.estimator import RegularizedWeighting
 from ppmix.inference.optimizers.rw.learners import (
     GaussianLearner,
     RegressionLearner,
@@ -8,6 +8,7 @@ from ppmix.inference.optimizers.rw.learners import (
     SubspaceLearner,
     WeightedLearner,
 )
+from ppmix.inference.optimizers.rw.weights import WeightStepResult, joint_loss, solve_weights
 
 __all__ = [
     "GaussianLearner",

@@ -10,6 +10,7 @@ and a per-point loss can be plugged in.
 
 from __future__ import annotations
 
+import copy
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -17,7 +18,14 @@ import torch
 from ppmix.components.gaussian_diag import DiagGaussian
 from ppmix.components.gaussian_expert import GaussianExpert
 
-__all__ = ["GaussianLearner", "RegressionLearner", "SquaredDistanceLearner", "SubspaceLearner", "WeightedLearner"]
+__all__ = [
+    "GaussianLearner",
+    "RegressionLearner",
+    "SquaredDistanceLearner",
+    "SubspaceLearner",
+    "WeightedLearner",
+    "make_learner",
+]
 
 
 @runtime_checkable
@@ -311,5 +319,35 @@ class GaussianLearner:
         return self
 
     def loss(self, X: torch.Tensor, y: torch.Tensor | None) -> torch.Tensor:
+        # minus log-density relative to each model's mode (its mean): non-negative, and a point's loss depends
+        # on that point and the model only (a constant per model leaves RW's weights and fits unchanged)
         nll = -self.components_.log_prob(X).T  # (k, n)
-        return nll - nll.min(dim=1, keepdim=True).values
+        at_mode = -self.components_.log_prob(self.components_.loc).diagonal()  # (k,)
+        return (nll - at_mode[:, None]).clamp_min(0.0)
+
+
+_LEARNERS = {
+    "kmeans": SquaredDistanceLearner,
+    "regression": RegressionLearner,
+    "subspace": lambda: SubspaceLearner(dim=1, affine=True),
+    "gaussian": GaussianLearner,
+}
+
+
+def make_learner(learner: str | WeightedLearner) -> WeightedLearner:
+    """A fresh learner for RW's ``learner`` argument: a named one, or a copy of a :class:`WeightedLearner`.
+
+    Examples
+    --------
+    >>> type(make_learner("kmeans")).__name__
+    'SquaredDistanceLearner'
+    """
+    if isinstance(learner, str):
+        if learner not in _LEARNERS:
+            raise ValueError(f"learner must be one of {sorted(_LEARNERS)} or a WeightedLearner; got {learner!r}")
+        return _LEARNERS[learner]()
+    if not isinstance(learner, WeightedLearner):
+        raise TypeError(
+            f"learner must be a string or an object with init, fit and loss methods; got {type(learner).__name__}"
+        )
+    return copy.deepcopy(learner)

@@ -1,8 +1,13 @@
 """Data prepared once per fit for the Gaussian families.
 
-Centring by the column mean before forming second moments keeps the
+Centring by a point near the data before forming second moments keeps the
 ``E[x^2] - E[x]^2`` algebra accurate (also in float32); the prepared object is
 reused by every E- and M-step of a fit, so derived arrays are built only once.
+
+The algebra is exact for any centre, so the centre only sets the rounding. A fit centres
+its training data at their column mean; predictions centre at a point the fitted model
+fixes (the families' ``reference``, the mean of the component means), never at the mean
+of the batch, so that a row's prediction depends on that row and the model only.
 """
 
 from __future__ import annotations
@@ -23,8 +28,18 @@ class CentredData:
     _outer: torch.Tensor | None = field(default=None, repr=False)
 
     @classmethod
-    def from_tensor(cls, x: torch.Tensor) -> "CentredData":
-        shift = x.mean(dim=0)
+    def from_tensor(cls, x: torch.Tensor, shift: torch.Tensor | None = None) -> "CentredData":
+        """Centre ``x`` at ``shift`` (default: its column mean, for training data).
+
+        Examples
+        --------
+        >>> data = CentredData.from_tensor(torch.tensor([[1.0], [3.0]]))
+        >>> data.shift.tolist(), data.centred.ravel().tolist()
+        ([2.0], [-1.0, 1.0])
+        >>> CentredData.from_tensor(torch.tensor([[1.0]]), shift=torch.tensor([0.5])).centred.item()
+        0.5
+        """
+        shift = x.mean(dim=0) if shift is None else shift.to(dtype=x.dtype, device=x.device)
         return cls(x=x, shift=shift, centred=x - shift)
 
     @property
@@ -59,17 +74,24 @@ def upper_triangle(d: int, device: torch.device) -> tuple[torch.Tensor, torch.Te
 
 
 def as_centred(
-    data: torch.Tensor | CentredData, dtype: torch.dtype | None = None, device: torch.device | None = None
+    data: torch.Tensor | CentredData,
+    dtype: torch.dtype | None = None,
+    device: torch.device | None = None,
+    shift: torch.Tensor | None = None,
 ) -> CentredData:
-    """Return ``data`` prepared in ``dtype`` on ``device`` (no copy when it already is)."""
+    """Return ``data`` prepared in ``dtype`` on ``device`` (no copy when it already is).
+
+    Prepared data keep their centre; a plain tensor is centred at ``shift`` (default: its
+    column mean).
+    """
     if isinstance(data, CentredData):
         if (dtype is None or data.x.dtype == dtype) and (device is None or data.x.device == device):
             return data
-        data = data.x
+        data, shift = data.x, data.shift
     data = torch.as_tensor(data)
     if data.dim() != 2:
         raise ValueError("data must be a 2-D tensor (n_samples, n_features)")
-    return CentredData.from_tensor(data.to(dtype=dtype, device=device))
+    return CentredData.from_tensor(data.to(dtype=dtype, device=device), shift)
 
 
 def component_counts(weights: torch.Tensor) -> torch.Tensor:

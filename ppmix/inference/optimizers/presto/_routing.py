@@ -1,0 +1,67 @@
+"""PRESTO's router, which predicts the part of new points: fitting it on a partition (a softmax gate or
+a user classifier), its routing probabilities, and the tensors that save and restore a softmax router.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+import torch
+
+from ppmix._validation import as_numpy
+from ppmix.components import SoftmaxGate
+from ppmix.inference.optimizers.persist import load_object_tensors, object_tensors
+
+__all__ = ["fit_router", "load_router", "router_tensors", "routing_proba"]
+
+
+def _softmax_router(k: int, p: int, ridge: float, device: torch.device) -> SoftmaxGate:
+    return SoftmaxGate(torch.zeros(k, p, dtype=torch.float64, device=device), ridge=ridge)
+
+
+def fit_router(router: Any, ridge: float, x: torch.Tensor, onehot: torch.Tensor, partition: np.ndarray) -> Any:
+    """Fit PRESTO's ``router`` (``"softmax"`` with ``ridge``, or a classifier, which is cloned) on a partition."""
+    if isinstance(router, str):
+        if router != "softmax":
+            raise ValueError(f"router must be 'softmax' or a classifier object; got {router!r}")
+        return _softmax_router(onehot.shape[1], x.shape[1], ridge, x.device).fit(x, onehot)
+    if not (callable(getattr(router, "fit", None)) and callable(getattr(router, "predict_proba", None))):
+        raise TypeError("router must be 'softmax' or an object with fit(X, labels) and predict_proba(X)")
+    try:
+        from sklearn.base import clone
+
+        fitted = clone(router)
+    except (ImportError, TypeError):
+        fitted = copy.deepcopy(router)
+    fitted.fit(as_numpy(x), partition)  # scikit-learn routers run on the CPU
+    return fitted
+
+
+def routing_proba(router: Any, x: torch.Tensor, k: int) -> torch.Tensor:
+    """Probability of each of the ``k`` parts for every row of ``x`` under a fitted router, shape (N, k)."""
+    if isinstance(router, SoftmaxGate):
+        return router.log_prob(x).exp()
+    proba = torch.as_tensor(np.asarray(router.predict_proba(as_numpy(x))), dtype=torch.float64, device=x.device)
+    classes = np.asarray(getattr(router, "classes_", np.arange(proba.shape[1]))).astype(np.int64)
+    full = torch.zeros(x.shape[0], k, dtype=torch.float64, device=x.device)
+    full[:, torch.as_tensor(classes, device=x.device)] = proba
+    return full
+
+
+def router_tensors(router: Any) -> dict[str, torch.Tensor]:
+    """The tensors that save a softmax router; a custom router cannot be saved safely (``TypeError``)."""
+    if not isinstance(router, SoftmaxGate):
+        raise TypeError(
+            f"a PRESTO with a custom router ({type(router).__name__}) cannot be saved safely; "
+            "use router='softmax' or save the router yourself"
+        )
+    return object_tensors(router, "router")
+
+
+def load_router(tensors: dict[str, torch.Tensor], k: int, p: int, ridge: float, device: torch.device) -> SoftmaxGate:
+    """The softmax router saved by :func:`router_tensors`, on ``device``."""
+    gate = _softmax_router(k, p, ridge, device)
+    load_object_tensors(gate, tensors, "router")
+    return gate

@@ -1,0 +1,53 @@
+"""Saving and loading fitted models: tensors plus a JSON config, written atomically and verified on load.
+
+A saved model is a directory holding two files:
+
+``config.json``
+    format name and version, ppmix version, class, constructor arguments (``params``),
+    fitted attributes (``fitted``), extra JSON state (``extra``), the SHA-256 of the tensor
+    file (``tensors_sha256``) and ``config_sha256``: the SHA-256 of the canonical JSON of
+    every other field. Because the tensor checksum is one of those fields, ``config_sha256``
+    is one checksum over both files: any edit of either file is refused at load.
+``tensors.pt``
+    read with ``torch.load(weights_only=True)``, which never unpickles arbitrary objects.
+
+**Saving is atomic.** Both files are written (and fsynced) into a temporary sibling
+directory ``.{name}.tmp-XXXX``, which then takes the place of ``path``: on Linux by one
+``renameat2(RENAME_EXCHANGE)`` swap, so that at every instant either the previous or the
+new complete model is at ``path``; elsewhere (or on file systems without the swap) by two
+renames, the previous model being put back if the second fails. A save that fails at any
+step (a value JSON cannot hold, a full disk) leaves the previous model loadable and no
+temporary directory behind. ``save`` replaces only an empty directory or a previous ppmix
+save: a directory holding other files, or a file, is refused (:func:`check_save_target`).
+
+**Loading is verified.** The format version is checked first, then the checksum, then a
+schema: ``params`` must be constructor arguments of the saved class with values of their
+annotated types, ``fitted`` only the attributes in ``_FITTED`` (never arbitrary names), the
+tensor file a flat ``{name: tensor}`` with no NaN in the fitted state. Every refusal is a
+``ValueError`` (a missing file a ``FileNotFoundError``) naming the file and field.
+
+Format version 1 (ppmix before the config checksum) is still read: its tensors are checked
+against their checksum and its config against the schema, but edits of a version-1
+``config.json`` that keep the schema cannot be detected (a warning is logged); save it
+again to write version 2.
+"""
+
+from ppmix.io.atomic import check_save_target
+from ppmix.io.model_files import Savable, load_model, save_model
+from ppmix.io.registry import constructor_params, lookup_class, qualified_name, register_savable
+from ppmix.io.schema import CONFIG_FILE, FORMAT_VERSION, TENSOR_FILE, config_checksum
+
+__all__ = [
+    "CONFIG_FILE",
+    "FORMAT_VERSION",
+    "TENSOR_FILE",
+    "Savable",
+    "check_save_target",
+    "config_checksum",
+    "constructor_params",
+    "load_model",
+    "lookup_class",
+    "qualified_name",
+    "register_savable",
+    "save_model",
+]

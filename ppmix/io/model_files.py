@@ -1,0 +1,310 @@
+"""save_model / load_model and the Savable mixin built on them."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from ppmix.models.base import MixtureModel
+from ppmix.io.atomic import _discard, _fsync_dir, _install, check_save_target
+from ppmix.io.registry import _constructor_parameters, qualified_name, register_savable
+from ppmix.io.schema import (
+    _CHECKSUM_KEY,
+    _FITTED,
+    CONFIG_FILE,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    READABLE_VERSIONS,
+    TENSOR_FILE,
+    _check_content,
+    _check_fitted,
+    _check_params,
+    _is_int,
+    _is_sha256,
+    _sha256,
+    _to_json,
+    config_checksum,
+)
+
+logger = logging.getLogger(__name__)
+
+
+def save_model(model: "MixtureModel", path: str | Path) -> Path:
+    """Write a fitted ``model`` to the directory ``path``, atomically.
+
+    Both files are written into a temporary sibling directory which then replaces ``path``
+    (see the module documentation): a save that fails at any step leaves what was at ``path``
+    (a previous model) intact and no temporary directory behind. Numpy scalars and arrays
+    in the constructor arguments and fitted state are written as plain JSON numbers and lists.
+
+    Parameters
+    ----------
+    model : Savable
+        A fitted model or estimator.
+    path : str or Path
+        A new directory, an empty one, or one holding a previous ppmix save (replaced).
+
+    Returns
+    -------
+    Path
+        ``path``.
+
+    Raises
+    ------
+    FileExistsError
+        If ``path`` is a file or a directory holding other files (see :func:`check_save_target`).
+    TypeError
+        If a constructor argument or fitted value cannot be written to JSON (the field is named).
+    ValueError
+        If the model is not fitted, or its constructor arguments would not load back.
+
+    Examples
+    --------
+    >>> import tempfile, torch
+    >>> from ppmix import GMM
+    >>> gmm = GMM(2, seed=0, progress=False).fit(torch.randn(50, 2, generator=torch.Generator().manual_seed(0)))
+    >>> d = save_model(gmm, tempfile.mkdtemp())
+    >>> sorted(p.name for p in d.iterdir())
+    ['config.json', 'tensors.pt']
+    >>> save_model(gmm, d) == d  # replaces the previous save
+    True
+    """
+    from ppmix._version import __version__
+
+    model._check_fitted()
+    given = Path(path)
+    target = check_save_target(given)
+    cls = type(model)
+    config: dict[str, Any] = {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "ppmix_version": __version__,
+        "class": cls.qualified_name(),
+        "params": _to_json(model.get_params(), "params"),
+        "fitted": {k: _to_json(getattr(model, k, None), f"fitted.{k}") for k in _FITTED},
+        "extra": _to_json(model.extra_state(), "extra"),
+    }
+    tensors = {f"state.{k}": v.detach().cpu().contiguous() for k, v in model.state_tensors().items()}
+    for name, value in (getattr(model, "mcmc_samples_", None) or {}).items():
+        tensors[f"mcmc.{name}"] = value.detach().cpu().contiguous()
+    # what is written must load back: refuse now rather than leave an unloadable file
+    try:
+        _check_params(cls, config["params"])
+        _check_fitted(config["fitted"])
+    except ValueError as err:
+        raise ValueError(f"cannot save this {cls.__name__}: {err}") from None
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    previous = None
+    try:
+        with open(tmp / TENSOR_FILE, "wb") as fh:
+            torch.save(tensors, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        config["tensors_sha256"] = _sha256(tmp / TENSOR_FILE)
+        config[_CHECKSUM_KEY] = config_checksum(config)
+        text = json.dumps(config, indent=2, allow_nan=True)
+        with open(tmp / CONFIG_FILE, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        _fsync_dir(tmp)
+        previous = _install(tmp, target)
+        try:  # the new save is in place: a failure to make the rename durable is reported, not raised
+            _fsync_dir(target.parent)
+        except OSError as err:
+            logger.warning("saved %s, but syncing its parent directory failed: %s", target, err)
+    finally:
+        _discard(tmp)  # the new files after a failure; the previous save after a swap
+        if previous is not None:
+            _discard(previous)
+    return given
+
+
+# ----------------------------------------------------------------------------------------- loading
+def _parse_config(config_path: Path) -> dict[str, Any]:
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in out:
+                raise ValueError(f"key {key!r} appears twice")
+            out[key] = value
+        return out
+
+    try:
+        config = json.loads(config_path.read_bytes().decode("utf-8"), object_pairs_hook=no_duplicates)
+    except (ValueError, RecursionError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ValueError(f"{config_path} is not valid JSON (corrupt or truncated): {err}") from None
+    if not isinstance(config, dict) or config.get("format") != FORMAT_NAME:
+        raise ValueError(f"{config_path} is not a ppmix model file")
+    version = config.get("format_version")
+    if not _is_int(version) or version not in READABLE_VERSIONS:
+        raise ValueError(
+            f"{config_path} was written in ppmix model format version {version!r} "
+            f"(ppmix {config.get('ppmix_version')}); this ppmix reads format versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))}"
+        )
+    return config
+
+
+def _read_tensors(tensor_path: Path, map_location: Any) -> dict[str, torch.Tensor]:
+    try:
+        tensors = torch.load(tensor_path, map_location=map_location or "cpu", weights_only=True)
+    except Exception as err:  # torch raises several types for damaged archives
+        raise ValueError(f"{tensor_path} could not be read safely: {err}") from None
+    if not isinstance(tensors, dict):
+        raise ValueError(f"{tensor_path} must hold a dict of tensors, not a {type(tensors).__name__}")
+    for key, value in tensors.items():
+        if not isinstance(key, str) or not key.startswith(("state.", "mcmc.")):
+            raise ValueError(f"{tensor_path} holds an unexpected entry {key!r}")
+        if not isinstance(value, torch.Tensor):
+            raise ValueError(f"{tensor_path}: entry {key!r} is a {type(value).__name__}, not a tensor")
+        if key.startswith("state.") and value.is_floating_point() and bool(torch.isnan(value).any()):
+            raise ValueError(f"{tensor_path}: fitted parameter {key.removeprefix('state.')!r} holds NaN")
+    return tensors
+
+
+def load_model(
+    path: str | Path, expected: type | None = None, map_location: str | torch.device | None = None
+) -> "MixtureModel":
+    """Load a model written by :func:`save_model`, verified first.
+
+    Checked in order: both files exist; ``config.json`` is JSON of a readable format version;
+    its checksum (over the config and, through ``tensors_sha256``, the tensor file); its schema
+    (constructor arguments of the saved class with values of their annotated types, only known
+    fitted attributes); the tensor file's checksum and safe loading; the restored state.
+
+    Parameters
+    ----------
+    path : str or Path
+        Directory written by :func:`save_model`.
+    expected : type, optional
+        The loaded class must be this class or a subclass of it.
+    map_location : str or torch.device, optional
+        Device to load onto; it becomes the loaded object's ``device`` argument.
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``path`` lacks the config or tensor file (the file is named).
+    ValueError
+        If either file is corrupt or was modified after saving, the config is from another
+        format version, fails the schema, names an unknown or unexpected class, or the state
+        does not fit the class (the file, and where known the field, are named).
+
+    Examples
+    --------
+    >>> import tempfile, torch
+    >>> from ppmix import GMM
+    >>> x = torch.randn(50, 2, generator=torch.Generator().manual_seed(0))
+    >>> gmm = GMM(2, seed=0, progress=False).fit(x)
+    >>> loaded = load_model(gmm.save(tempfile.mkdtemp()), expected=GMM)
+    >>> bool((loaded.predict(x) == gmm.predict(x)).all())
+    True
+    """
+    path = Path(path)
+    config_path, tensor_path = path / CONFIG_FILE, path / TENSOR_FILE
+    for p in (config_path, tensor_path):
+        if not p.is_file():
+            raise FileNotFoundError(f"{p} not found: path must be a directory written by save()")
+    config = _parse_config(config_path)
+    version = config["format_version"]
+    try:
+        cls, params, fitted, extra = _check_content(config, version)
+        problem = None
+    except ValueError as err:
+        problem = err
+    if version >= 2 or _CHECKSUM_KEY in config:
+        recorded = config.get(_CHECKSUM_KEY)
+        if not _is_sha256(recorded) or recorded != config_checksum(config):
+            raise ValueError(
+                f"{config_path} was modified after it was saved: its content does not match the checksum it "
+                f"records ({_CHECKSUM_KEY})" + (f"; {problem}" if problem is not None else "")
+            )
+    if problem is not None:
+        raise ValueError(f"{config_path}: {problem}")
+    if _CHECKSUM_KEY not in config:
+        logger.warning(
+            "%s is in ppmix model format version %s, whose config.json has no checksum: edits of it cannot be "
+            "detected; save the model again to write format version %s",
+            config_path,
+            version,
+            FORMAT_VERSION,
+        )
+    if _sha256(tensor_path) != config["tensors_sha256"]:
+        raise ValueError(
+            f"{tensor_path} does not match the checksum recorded in {config_path}: the tensor file is corrupt, "
+            "was modified, or comes from another save"
+        )
+    if expected is not None and not issubclass(cls, expected):
+        raise ValueError(f"{path} holds a {cls.__name__}, not a {expected.__name__}")
+    tensors = _read_tensors(tensor_path, map_location)
+    if map_location is not None and "device" in _constructor_parameters(cls):
+        params["device"] = str(map_location)
+    try:
+        model = cls(**params)
+    except (TypeError, ValueError, KeyError, AttributeError, RuntimeError) as err:
+        raise ValueError(f"{config_path}: {cls.__name__} refuses the saved constructor arguments: {err}") from None
+    for name, value in fitted.items():
+        setattr(model, name, value)
+    try:
+        model.load_extra_state(extra)
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError) as err:
+        raise ValueError(f"{config_path}: field 'extra' does not hold a valid {cls.__name__} state: {err}") from None
+    state = {k.removeprefix("state."): v for k, v in tensors.items() if k.startswith("state.")}
+    try:
+        model.load_state_tensors(state)
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError, RuntimeError) as err:
+        raise ValueError(f"{tensor_path} does not hold a valid {cls.__name__} state: {err}") from None
+    mcmc = {k.removeprefix("mcmc."): v for k, v in tensors.items() if k.startswith("mcmc.")}
+    if mcmc:
+        model.mcmc_samples_ = mcmc
+    return model
+
+
+class Savable:
+    """What every savable ppmix object shares: its subclasses are registered for :func:`load_model`,
+    named by :meth:`qualified_name`, and written by :meth:`save` (``config.json`` + ``tensors.pt``).
+
+    :class:`~ppmix.models.MixtureModel` and the optimizers (PRESTO, RegularizedWeighting) derive
+    from it. A subclass provides ``get_params()`` (JSON-able constructor arguments),
+    ``_check_fitted()`` and ``state_tensors()``/``load_state_tensors()``; ``extra_state()``
+    /``load_extra_state()`` carry JSON-able fitted state beyond the tensors.
+
+    Examples
+    --------
+    >>> from ppmix import GMM
+    >>> from ppmix.io import lookup_class
+    >>> issubclass(GMM, Savable) and lookup_class(GMM.qualified_name()) is GMM
+    True
+    """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        register_savable(cls)
+
+    @classmethod
+    def qualified_name(cls) -> str:
+        """``module.QualName``: how saved files name their class."""
+        return qualified_name(cls)
+
+    def save(self, path: str | Path) -> Path:
+        """Write the fitted object to the directory ``path`` atomically; see :func:`save_model`."""
+        return save_model(self, path)
+
+    def extra_state(self) -> dict[str, Any]:
+        """JSON-able fitted state beyond the tensors (default: none)."""
+        return {}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        """Inverse of :meth:`extra_state`."""
+
+

@@ -1,0 +1,102 @@
+"""The one class registry of savable objects, and reading back constructor arguments."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import logging
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+
+#: every class that saved files may name: the mixture models (registered by ``MixtureModel``'s
+#: subclass hook) and the optimizers (PRESTO, RegularizedWeighting), one registry for all
+_REGISTRY: dict[str, type] = {}
+
+
+def qualified_name(cls: type) -> str:
+    """``module.QualName``: how saved files name a class.
+
+    Examples
+    --------
+    >>> qualified_name(dict)
+    'builtins.dict'
+    """
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def register_savable(cls: type) -> type:
+    """Class decorator: let :func:`load_model` find ``cls``.
+
+    Subclasses of :class:`Savable` are registered automatically.
+
+    Examples
+    --------
+    >>> from ppmix.inference import PRESTO
+    >>> lookup_class(PRESTO.qualified_name()) is PRESTO
+    True
+    """
+    _REGISTRY[qualified_name(cls)] = cls
+    return cls
+
+
+def lookup_class(name: str) -> type | None:
+    """The registered class called ``name``: its qualified name, or a bare class name if unambiguous
+    (so files saved before a class moved to another module still load).
+
+    Examples
+    --------
+    >>> from ppmix import GMM
+    >>> lookup_class("ppmix.models.gmm.GMM") is GMM and lookup_class("GMM") is GMM
+    True
+    """
+    if name in _REGISTRY:
+        return _REGISTRY[name]
+    module = name.rpartition(".")[0]
+    if module.startswith("ppmix.") and all(part.isidentifier() for part in module.split(".")):
+        try:  # a ppmix class whose module is not imported yet (only ppmix's own modules are ever imported)
+            importlib.import_module(module)
+        except ImportError:
+            pass
+        if name in _REGISTRY:
+            return _REGISTRY[name]
+    matches = {c for c in _REGISTRY.values() if c.__name__ == name.rsplit(".", 1)[-1]}
+    return matches.pop() if len(matches) == 1 else None
+
+
+
+def _constructor_parameters(cls: type) -> dict[str, inspect.Parameter]:
+    """Named constructor parameters of ``cls``, following ``**kwargs`` forwarded to the parents' ``__init__``
+    (the first class in the MRO that names a parameter defines it)."""
+    params: dict[str, inspect.Parameter] = {}
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass):
+            continue
+        signature = inspect.signature(vars(klass)["__init__"])
+        for name, p in signature.parameters.items():
+            if name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                params.setdefault(name, p)
+        if not any(p.kind == p.VAR_KEYWORD for p in signature.parameters.values()):
+            break
+    return params
+
+
+def constructor_params(obj: Any, fixed: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The constructor arguments of ``obj``, read back from its attributes of the same names.
+
+    A constructor that forwards ``**kwargs`` to its parent's takes the parent's named
+    arguments too; names in ``fixed`` (set by a subclass itself) are left out.
+
+    Examples
+    --------
+    >>> class A:
+    ...     def __init__(self, a=1, *, b=2):
+    ...         self.a, self.b = a, b
+    >>> constructor_params(A(3))
+    {'a': 3, 'b': 2}
+    """
+    return {name: getattr(obj, name) for name in _constructor_parameters(type(obj)) if name not in fixed}
+
+

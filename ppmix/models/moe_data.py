@@ -1,0 +1,69 @@
+"""The data of a :class:`~ppmix.models.MixtureOfExperts`: the check of the response ``y`` and, in ``fit``, the
+check of the training covariates and the scales fitted on them (the covariates' standardisation, the response's
+mean and spread, which set the MCMC priors and the Gaussian experts' noise floor)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from ppmix._validation import check_matrix
+
+if TYPE_CHECKING:
+    from ppmix.models.moe import MixtureOfExperts
+
+__all__ = ["check_response", "prepare_training_data"]
+
+
+def check_response(y: Any, n: int, expert: str, name: str = "y") -> torch.Tensor:
+    """``y`` as a float64 vector of length ``n``; binary (0/1) for logistic experts.
+
+    Examples
+    --------
+    >>> check_response([0, 1, 1], 3, "logistic")
+    tensor([0., 1., 1.], dtype=torch.float64)
+    """
+    if y is None:
+        raise ValueError(f"{name} is required: a mixture of experts models y given X")
+    if hasattr(y, "to_numpy"):
+        y = y.to_numpy()
+    array = y.detach().cpu().numpy() if isinstance(y, torch.Tensor) else np.asarray(y)
+    if array.dtype == object or array.dtype.kind not in "biuf":
+        raise TypeError(f"{name} must be numeric; got dtype {array.dtype}")
+    array = array.astype(np.float64)
+    if array.ndim != 1 or array.shape[0] != n:
+        raise ValueError(f"{name} must have shape ({n},) to match X; got {array.shape}")
+    if not np.isfinite(array).all():
+        raise ValueError(f"{name} contains NaN or infinite values")
+    if expert == "logistic" and not np.isin(array, (0.0, 1.0)).all():
+        bad = np.unique(array[~np.isin(array, (0.0, 1.0))])[:5].tolist()
+        raise ValueError(f"{name} must be binary (0/1) for logistic experts; got values such as {bad}")
+    return torch.as_tensor(array)
+
+
+def prepare_training_data(model: MixtureOfExperts, X: Any, y: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """Check the training data, fit ``model``'s scales on it; the standardised covariates and the response.
+
+    Sets ``n_features_in_``, ``feature_names_in_``, the covariates' mean and scale
+    (zero and one when ``model.standardize`` is false), the response's mean and standard
+    deviation and the Gaussian experts' noise floor (``min_variance`` times the variance of ``y``).
+    """
+    x, names = check_matrix(X, "X", dtype=model.dtype, device=model._device)
+    model.n_features_in_ = int(x.shape[1])
+    model.feature_names_in_ = names
+    if x.shape[0] <= model.n_parameters:
+        raise ValueError(
+            f"X has {x.shape[0]} rows, not more than the {model.n_parameters} free parameters of a "
+            f"{model.n_experts}-expert {model.expert} MoE with {x.shape[1]} features"
+        )
+    if model.standardize:
+        model._x_mean = x.mean(0)
+        model._x_scale = x.std(0).clamp_min(1e-12) if x.shape[0] > 1 else torch.ones_like(x[0])
+    else:
+        model._x_mean, model._x_scale = torch.zeros_like(x[0]), torch.ones_like(x[0])
+    response = check_response(y, x.shape[0], model.expert).to(dtype=model.dtype, device=model._device)
+    model._y_mean, model._y_std = response.mean(), response.std().clamp_min(1e-12)
+    model._noise_floor = model.min_variance * float(model._y_std.square())
+    return model._standardise(x), response

@@ -1,0 +1,367 @@
+"""The model contract, checked once for every public model class (instead of a copy per model).
+
+Every model: ``fit`` returns the model and records ``n_iter_``, ``converged_`` and ``history_``; its
+predictions have the documented shapes and finite values; numpy in gives numpy out and a tensor in gives a
+tensor out; using it before ``fit`` is a clear error; ``save`` then ``load`` (also ``MixtureModel.load``)
+gives identical predictions; ``to_arviz()`` has a ``posterior`` group; bad input (NaN, a 1-D ``X``, another
+number of features, labels of the wrong length) is a ``ValueError``/``TypeError`` that names the argument.
+
+``CASES`` holds one tiny, fast fit per class. What a class does not offer is listed in one table,
+``NOT_OFFERED``, and ``test_not_offered_is_really_absent`` checks every entry (so the table cannot go
+stale). Known ppmix bugs are strict xfails listed in ``KNOWN_BUGS``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import pyro
+import pyro.distributions as dist
+import pytest
+import torch
+
+import ppmix
+import ppmix.models
+from ppmix import GMM, HMM, PFGMM, PFHMM, MixtureModel, MixtureOfExperts, SupervisedGMM, SupervisedHMM
+from ppmix.models import PFGMMGibbs
+from tests.common import make_blobs, make_expert_data, make_labelled_blobs, make_sequences
+
+pytestmark = pytest.mark.filterwarnings("ignore::ppmix.inference.engines.result.ConvergenceWarning")
+
+
+class UserStudentT(MixtureModel):
+    """A mixture a user writes: only the Pyro program (proper priors) and a data-driven start; fitted by SVI."""
+
+    def __init__(self, n_components: int = 2, *, df: float = 4.0, seed: int | None = None, progress: bool = True):
+        super().__init__(n_components, seed=seed, progress=progress)
+        self.df = df
+
+    def model(self, x: torch.Tensor) -> None:
+        k, d = self.n_components, x.shape[1]
+        w = pyro.sample("weights", dist.Dirichlet(torch.ones(k, dtype=x.dtype)))
+        with pyro.plate("components", k):
+            loc = pyro.sample("loc", dist.Normal(torch.zeros(d, dtype=x.dtype), 10.0).to_event(1))
+            scale = pyro.sample("scale", dist.LogNormal(torch.zeros(d, dtype=x.dtype), 1.0).to_event(1))
+        with self.data_plate(x.shape[0]) as idx:
+            z = pyro.sample("z", dist.Categorical(w), infer={"enumerate": "parallel"})
+            pyro.sample("x", dist.StudentT(self.df, loc[z], scale[z]).to_event(1), obs=x[idx])
+
+    def init_values(self, data: torch.Tensor, generator: torch.Generator) -> dict[str, torch.Tensor]:
+        rows = torch.randperm(data.shape[0], generator=generator)[: self.n_components]
+        return {"loc": data[rows]}
+
+
+# ------------------------------------------------------------------------------------------ the cases
+@dataclass(frozen=True)
+class Case:
+    """One model class under the contract."""
+
+    make: Callable[[], Any]  # a fresh, unfitted model
+    data: Callable[[], tuple[Any, Any]]  # (X, y); y is None for an unsupervised model
+    fit_options: dict = field(default_factory=dict)
+    sequences: bool = False  # X is a list of (T_i, D) arrays: per-row outputs come per sequence
+    n_columns: int = 2  # columns of predict_proba
+    n_labels: int | None = 2  # predict gives integers in [0, n_labels); None: real values (a regression)
+    score_needs_y: bool = False  # score(X, y) rather than score(X)
+
+
+def _blobs():
+    return make_blobs(40, n_features=2)[0], None
+
+
+def _labelled_blobs():
+    return make_labelled_blobs(60, n_features=3)
+
+
+def _sequences():
+    return make_sequences(6, (4, 10), n_features=2)[0], None
+
+
+def _labelled_sequences():
+    x, y, _ = make_sequences(6, (4, 10), n_features=3, n_relevant=1)
+    return x, y
+
+
+QUIET = {"seed": 0, "progress": False}
+
+CASES: dict[str, Case] = {
+    "GMM-diag": Case(lambda: GMM(2, covariance_type="diag", max_iter=20, **QUIET), _blobs),
+    "GMM-full": Case(lambda: GMM(2, covariance_type="full", max_iter=20, **QUIET), _blobs),
+    "HMM": Case(lambda: HMM(2, max_iter=10, **QUIET), _sequences, sequences=True),
+    "PFGMM": Case(lambda: PFGMM(2, switch_prior=0.5, max_iter=20, **QUIET), _labelled_blobs),
+    "SupervisedGMM": Case(lambda: SupervisedGMM(2, max_iter=20, **QUIET), _labelled_blobs),
+    "PFHMM": Case(lambda: PFHMM(2, switch_prior=0.5, max_iter=10, **QUIET), _labelled_sequences, sequences=True),
+    "SupervisedHMM": Case(lambda: SupervisedHMM(2, max_iter=10, **QUIET), _labelled_sequences, sequences=True),
+    "MoE-gaussian": Case(
+        lambda: MixtureOfExperts(2, max_iter=20, **QUIET),
+        lambda: make_expert_data(60, expert="gaussian"),
+        n_labels=None,
+        score_needs_y=True,
+    ),
+    "MoE-logistic": Case(
+        lambda: MixtureOfExperts(2, expert="logistic", max_iter=20, **QUIET),
+        lambda: make_expert_data(60, expert="logistic"),
+        score_needs_y=True,
+    ),
+    "user-StudentT-svi": Case(
+        lambda: UserStudentT(2, **QUIET), _blobs, fit_options={"engine": "svi", "num_steps": 30, "lr": 0.05}
+    ),
+    "PFGMMGibbs": Case(lambda: PFGMMGibbs(2, num_samples=10, warmup_steps=5, seed=0), _labelled_blobs),
+}
+
+PREDICTIONS = ("predict", "predict_proba", "score", "score_samples")
+ITEMS = ("fit_attributes", *PREDICTIONS, "save_load", "to_arviz")
+
+#: (case, contract item) -> why the class does not offer it. The one place a check is left out:
+#: ``test_not_offered_is_really_absent`` checks each entry, the other tests run over the rest.
+NOT_OFFERED: dict[tuple[str, str], str] = {
+    ("MoE-gaussian", "predict_proba"): "Gaussian experts are a regression: predict gives E[y | x]",
+    ("MoE-gaussian", "score_samples"): "the MoE models y given X; score_samples(X) takes no y (score(X, y) does)",
+    ("MoE-logistic", "score_samples"): "the MoE models y given X; score_samples(X) takes no y (score(X, y) does)",
+    ("PFGMMGibbs", "fit_attributes"): "a Gibbs sampler, not a MixtureModel: its fit keeps draws_, no n_iter_/history_",
+    ("PFGMMGibbs", "score"): "not a MixtureModel: score_samples only",
+    ("PFGMMGibbs", "save_load"): "not a MixtureModel: no save/load",
+}
+
+#: test id -> the ppmix bug that makes it fail (strict xfails: fixing the bug turns them into failures to remove)
+_GIBBS_NUMPY_BUG = "PFGMMGibbs converts X with check_matrix(...).numpy() and always returns numpy (no to_output)"
+KNOWN_BUGS: dict[str, str] = {
+    "PFGMMGibbs-predict-tensor": _GIBBS_NUMPY_BUG,
+    "PFGMMGibbs-predict_proba-tensor": _GIBBS_NUMPY_BUG,
+    "PFGMMGibbs-score_samples-tensor": _GIBBS_NUMPY_BUG,
+}
+
+#: every test id built from the tables, to check that KNOWN_BUGS names real ones
+_ALL_IDS: set[str] = set()
+
+
+def offered(case_id: str, item: str) -> bool:
+    return (case_id, item) not in NOT_OFFERED
+
+
+def cases(items: tuple[str, ...] = ("",), variants: tuple[str, ...] = ("",), only: Callable[[Case], bool] = None):
+    """``pytest.param(case_id, item, variant)`` for every offered combination, ids ``case-item-variant``."""
+    params = []
+    for case_id, case in CASES.items():
+        if only is not None and not only(case):
+            continue
+        for item in items:
+            if item and not offered(case_id, item):
+                continue
+            for variant in variants:
+                test_id = "-".join(part for part in (case_id, item, variant) if part)
+                _ALL_IDS.add(test_id)
+                marks = [pytest.mark.xfail(strict=True, reason=KNOWN_BUGS[test_id])] if test_id in KNOWN_BUGS else []
+                params.append(pytest.param(case_id, item, variant, id=test_id, marks=marks))
+    return params
+
+
+# ---------------------------------------------------------------------------------------- helpers
+@pytest.fixture(scope="module")
+def fitted():
+    """``fitted(case_id) -> (model, what fit returned, X, y)``, each case fitted once per module."""
+    cache: dict[str, tuple] = {}
+
+    def get(case_id: str) -> tuple:
+        if case_id not in cache:
+            case = CASES[case_id]
+            x, y = case.data()
+            model = case.make()
+            returned = model.fit(x, **case.fit_options) if y is None else model.fit(x, y, **case.fit_options)
+            cache[case_id] = (model, returned, x, y)
+        return cache[case_id]
+
+    return get
+
+
+def call(case: Case, model: Any, method: str, x: Any, y: Any) -> Any:
+    if method == "score" and case.score_needs_y:
+        return model.score(x, y)
+    return getattr(model, method)(x)
+
+
+def as_tensors(case: Case, x: Any, y: Any) -> tuple[Any, Any]:
+    if case.sequences:
+        return [torch.as_tensor(s) for s in x], y
+    return torch.as_tensor(x), None if y is None else torch.as_tensor(y)
+
+
+def numpy(value: Any) -> np.ndarray:
+    return value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+
+
+def check_rows(case: Case, method: str, out: Any, n_rows: int, array_type: type) -> None:
+    """``out`` is one array of per-row results of ``method``, of type ``array_type``."""
+    assert isinstance(out, array_type), f"{method} gave {type(out).__name__}, expected {array_type.__name__}"
+    values = numpy(out)
+    expected = (n_rows, case.n_columns) if method == "predict_proba" else (n_rows,)
+    assert values.shape == expected, f"{method} has shape {values.shape}, expected {expected}"
+    assert np.isfinite(values).all(), f"{method} gave non-finite values"
+    if method == "predict_proba":
+        assert ((values >= -1e-12) & (values <= 1 + 1e-12)).all(), (values.min(), values.max())  # to rounding
+        np.testing.assert_allclose(values.sum(-1), 1.0, rtol=0, atol=1e-10)
+    if method == "predict" and case.n_labels is not None:
+        assert set(np.unique(values).tolist()) <= set(range(case.n_labels)), np.unique(values)
+
+
+def assert_identical(a: Any, b: Any) -> None:
+    if isinstance(a, list):
+        assert isinstance(b, list) and len(a) == len(b)
+        for u, v in zip(a, b):
+            np.testing.assert_array_equal(numpy(u), numpy(v))
+    else:
+        np.testing.assert_array_equal(numpy(a), numpy(b))
+
+
+def bad_x(case: Case, x: Any, kind: str) -> Any:
+    """``x`` with a NaN, as 1-D arrays, or with one feature too many."""
+    seqs = [np.array(s, dtype=float) for s in x] if case.sequences else [np.array(x, dtype=float)]
+    if kind == "nan":
+        seqs[0][0, 0] = np.nan
+    elif kind == "1d":
+        seqs = [s[:, 0] for s in seqs]
+    elif kind == "wrong-features":
+        seqs = [np.hstack([s, s[:, :1]]) for s in seqs]
+    return seqs if case.sequences else seqs[0]
+
+
+# ------------------------------------------------------------------------------------------ tests
+def test_every_public_model_class_has_a_contract_case():
+    names = {n: getattr(ppmix, n) for n in ppmix.__all__} | {n: getattr(ppmix.models, n) for n in ppmix.models.__all__}
+    models = {c for c in names.values() if isinstance(c, type) and issubclass(c, MixtureModel)}
+    covered = {type(case.make()) for case in CASES.values()}
+    user_written = any(t.__module__ == __name__ for t in covered)
+    missing = sorted(c.__name__ for c in models if c not in covered and not (c is MixtureModel and user_written))
+    assert not missing, f"model classes without a contract case: {missing}"
+
+
+def test_known_bugs_name_real_test_ids():
+    assert set(KNOWN_BUGS) <= _ALL_IDS, set(KNOWN_BUGS) - _ALL_IDS
+
+
+@pytest.mark.parametrize("case_id, item, variant", cases())
+def test_fit_returns_the_model(case_id, item, variant, fitted):
+    model, returned, _, _ = fitted(case_id)
+    assert returned is model
+
+
+@pytest.mark.parametrize("case_id, item, variant", cases(("fit_attributes",)))
+def test_fit_records_n_iter_converged_and_history(case_id, item, variant, fitted):
+    model, _, x, _ = fitted(case_id)
+    assert isinstance(model.n_iter_, int) and model.n_iter_ >= 1, model.n_iter_
+    assert isinstance(model.converged_, bool)
+    assert isinstance(model.history_, list) and len(model.history_) >= 1
+    assert all(isinstance(v, float) and math.isfinite(v) for v in model.history_), model.history_
+    n_features = x[0].shape[1] if CASES[case_id].sequences else x.shape[1]
+    assert model.n_features_in_ == n_features
+
+
+@pytest.mark.parametrize("case_id, method, input_type", cases(PREDICTIONS, ("numpy", "tensor")))
+def test_predictions_have_the_documented_shapes_types_and_finite_values(case_id, method, input_type, fitted):
+    case = CASES[case_id]
+    model, _, x, y = fitted(case_id)
+    if input_type == "tensor":
+        x, y = as_tensors(case, x, y)
+    array_type = torch.Tensor if input_type == "tensor" else np.ndarray
+    out = call(case, model, method, x, y)
+    if method == "score":
+        assert isinstance(out, float) and math.isfinite(out), out
+    elif case.sequences and method == "score_samples":  # one log-likelihood per sequence
+        check_rows(case, method, out, len(x), array_type)
+    elif case.sequences:  # one array per sequence
+        assert isinstance(out, list) and len(out) == len(x), type(out)
+        for o, s in zip(out, x):
+            check_rows(case, method, o, len(s), array_type)
+    else:
+        check_rows(case, method, out, len(x), array_type)
+
+
+@pytest.mark.parametrize("case_id, item, variant", cases((*PREDICTIONS, "save_load", "to_arviz")))
+def test_using_the_model_before_fit_is_a_clear_error(case_id, item, variant, tmp_path):
+    case = CASES[case_id]
+    x, y = case.data()
+    model = case.make()
+    with pytest.raises(ValueError, match="fit"):  # NotFittedError is a ValueError
+        if item == "save_load":
+            model.save(tmp_path / "model")
+        elif item == "to_arviz":
+            model.to_arviz()
+        else:
+            call(case, model, item, x, y)
+
+
+@pytest.mark.parametrize("case_id, item, variant", cases(("save_load",)))
+def test_save_load_round_trip_gives_identical_predictions(case_id, item, variant, fitted, tmp_path):
+    case = CASES[case_id]
+    model, _, x, y = fitted(case_id)
+    path = model.save(tmp_path / "model")
+    for load in (type(model).load, MixtureModel.load):
+        loaded = load(path)
+        assert type(loaded) is type(model)
+        assert loaded.get_params() == model.get_params()
+        for method in PREDICTIONS:
+            if offered(case_id, method):
+                assert_identical(call(case, loaded, method, x, y), call(case, model, method, x, y))
+
+
+@pytest.mark.parametrize("case_id, item, variant", cases(("to_arviz",)))
+def test_to_arviz_has_a_posterior_group(case_id, item, variant, fitted):
+    import arviz as az
+
+    model, *_ = fitted(case_id)
+    idata = model.to_arviz()
+    assert isinstance(idata, az.InferenceData)
+    assert "posterior" in idata.groups()
+    assert len(idata.posterior.data_vars) >= 1
+    for name, values in idata.posterior.data_vars.items():
+        assert values.dims[:2] == ("chain", "draw"), name
+
+
+BAD_X = ("nan-fit", "1d-fit", "nan-predict", "1d-predict", "wrong-features-predict")
+
+
+@pytest.mark.parametrize("case_id, item, bad", cases(variants=BAD_X))
+def test_bad_x_is_an_error_naming_x(case_id, item, bad, fitted):
+    case = CASES[case_id]
+    kind, when = bad.rsplit("-", 1)
+    if when == "fit":
+        x, y = case.data()
+        model = case.make()
+        with pytest.raises((ValueError, TypeError), match=r"\bX\b"):
+            model.fit(bad_x(case, x, kind), **case.fit_options) if y is None else model.fit(
+                bad_x(case, x, kind), y, **case.fit_options
+            )
+        return
+    model, _, x, y = fitted(case_id)
+    for method in PREDICTIONS:
+        if offered(case_id, method):
+            with pytest.raises((ValueError, TypeError), match=r"\bX\b"):
+                call(case, model, method, bad_x(case, x, kind), y)
+
+
+@pytest.mark.parametrize("case_id, item, variant", cases(only=lambda case: case.data()[1] is not None))
+def test_labels_of_the_wrong_length_are_an_error_naming_y(case_id, item, variant):
+    case = CASES[case_id]
+    x, y = case.data()
+    short = [y[0][:-1], *y[1:]] if case.sequences else y[:-1]
+    with pytest.raises((ValueError, TypeError), match=r"\by\b"):
+        case.make().fit(x, short, **case.fit_options)
+
+
+@pytest.mark.parametrize("case_id, item", [(c, i) for (c, i) in NOT_OFFERED], ids=[f"{c}-{i}" for c, i in NOT_OFFERED])
+def test_not_offered_is_really_absent(case_id, item, fitted):
+    """Each NOT_OFFERED entry is true: the attribute is missing or the call is refused."""
+    case = CASES[case_id]
+    model, _, x, y = fitted(case_id)
+    if item == "fit_attributes":
+        assert not any(hasattr(model, a) for a in ("n_iter_", "converged_", "history_"))
+    elif item == "save_load":
+        assert not hasattr(model, "save") and not hasattr(type(model), "load")
+    elif item == "to_arviz" or not hasattr(model, item):
+        assert not hasattr(model, item)
+    else:
+        with pytest.raises((ValueError, TypeError, NotImplementedError)):
+            call(case, model, item, x, y)

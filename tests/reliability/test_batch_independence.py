@@ -1,0 +1,136 @@
+"""A row's prediction depends on that row and the fitted model only.
+
+For every estimator with row-wise outputs, the outputs for a fixed set of rows must be the
+same (to rounding) whether the rows are predicted alone, one at a time, or in a batch beside
+extreme rows (hypothesis draws those, up to 1e12 in size). Sequence models are checked per
+sequence: another sequence in the batch must not change a sequence's output.
+
+``PPMIX_HYPOTHESIS_EXAMPLES`` (default 25 per estimator) raises the number of examples.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ppmix import GMM, HMM, PFGMM, PFHMM, MixtureOfExperts, SupervisedGMM
+from ppmix.inference import PRESTO, RegularizedWeighting
+from ppmix.models import PCGMM
+
+EXAMPLES = int(os.environ.get("PPMIX_HYPOTHESIS_EXAMPLES", "25"))
+RTOL = 1e-9
+rng = np.random.default_rng(7)
+X = np.r_[rng.normal(size=(60, 2)), rng.normal(size=(60, 2)) + 6]
+Y_BINARY = (X[:, 0] + 0.3 * rng.normal(size=len(X)) > 3).astype(float)
+Y_REAL = np.where(X[:, 0] > 3, 2.0 * X[:, 1], -X[:, 1]) + 0.1 * rng.normal(size=len(X))
+
+
+def _quiet(fit: Callable[[], Any]) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fit()
+
+
+def _outputs_of(estimator: Any, method: str, needs_y: bool = False) -> Callable[[np.ndarray], np.ndarray]:
+    def outputs(rows: np.ndarray) -> np.ndarray:
+        args = (rows, np.zeros(len(rows))) if needs_y else (rows,)
+        return np.asarray(getattr(estimator, method)(*args), dtype=float)
+
+    return outputs
+
+
+def _row_estimators() -> dict[str, tuple[Callable[[np.ndarray], np.ndarray], ...]]:
+    gmm_diag = _quiet(lambda: GMM(2, seed=0, progress=False).fit(X))
+    gmm_full = _quiet(lambda: GMM(2, covariance_type="full", seed=0, progress=False).fit(X))
+    pf = _quiet(lambda: PFGMM(2, seed=0, progress=False).fit(X, Y_BINARY))
+    sup = _quiet(lambda: SupervisedGMM(2, seed=0, progress=False).fit(X, Y_BINARY))
+    moe = _quiet(lambda: MixtureOfExperts(2, seed=0, progress=False).fit(X, Y_REAL))
+    rw_gauss = _quiet(lambda: RegularizedWeighting(2, learner="gaussian", seed=0, progress=False).fit(X))
+    rw_kmeans = _quiet(lambda: RegularizedWeighting(2, learner="kmeans", seed=0, progress=False).fit(X))
+    presto = _quiet(lambda: PRESTO(2, component="logistic", seed=0, progress=False).fit(X, Y_BINARY))
+    pc = _quiet(lambda: PCGMM(2, seed=0, num_steps=30, n_init=1).fit(X, Y_BINARY))
+    return {
+        "GMM-diag": (_outputs_of(gmm_diag, "score_samples"), _outputs_of(gmm_diag, "predict_proba")),
+        "GMM-full": (_outputs_of(gmm_full, "score_samples"), _outputs_of(gmm_full, "predict_proba")),
+        "PFGMM": (_outputs_of(pf, "predict_proba"), _outputs_of(pf, "score_samples")),
+        "SupervisedGMM": (_outputs_of(sup, "predict_proba"), _outputs_of(sup, "score_samples")),
+        "MixtureOfExperts": (_outputs_of(moe, "predict"), _outputs_of(moe, "predict_components")),
+        "RW-gaussian": (_outputs_of(rw_gauss, "predict"),),
+        "RW-kmeans": (_outputs_of(rw_kmeans, "predict"),),
+        "PRESTO": (_outputs_of(presto, "predict"), _outputs_of(presto, "predict_partition")),
+        "PCGMM": (_outputs_of(pc, "predict_proba"), _outputs_of(pc, "score_samples")),
+    }
+
+
+ROW_ESTIMATORS = _row_estimators()
+extreme_rows = st.lists(
+    st.tuples(
+        st.floats(-1e12, 1e12, allow_nan=False, allow_infinity=False),
+        st.floats(-1e12, 1e12, allow_nan=False, allow_infinity=False),
+    ),
+    min_size=1,
+    max_size=5,
+)
+probe = slice(50, 70)  # rows from both clusters
+
+
+@pytest.mark.parametrize("name", sorted(ROW_ESTIMATORS))
+def test_a_row_does_not_depend_on_the_rest_of_the_batch(name):
+    rows = X[probe]
+    for outputs in ROW_ESTIMATORS[name]:
+        alone = outputs(rows)
+        one_at_a_time = np.concatenate([outputs(rows[i : i + 1]) for i in range(len(rows))])
+        np.testing.assert_allclose(one_at_a_time, alone, rtol=RTOL, atol=1e-12)
+
+    @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(extra=extreme_rows, first=st.booleans())
+    def beside_extreme_rows(extra, first):
+        extra = np.asarray(extra, dtype=float)
+        batch = np.r_[extra, rows] if first else np.r_[rows, extra]
+        for outputs in ROW_ESTIMATORS[name]:
+            got = outputs(batch)
+            got = got[len(extra) :] if first else got[: len(rows)]
+            np.testing.assert_allclose(got, outputs(rows), rtol=RTOL, atol=1e-12)
+
+    beside_extreme_rows()
+
+
+def _sequences() -> list[np.ndarray]:
+    return [X[:40], X[60:100], X[40:60]]
+
+
+@pytest.mark.parametrize("cls", [HMM, PFHMM], ids=lambda c: c.__name__)
+def test_a_sequence_does_not_depend_on_the_other_sequences(cls):
+    seqs = _sequences()
+    labels = [(s[:, 0] > 3).astype(float) for s in seqs]
+    model = cls(2, seed=0, progress=False)
+    _quiet(lambda: model.fit(seqs, labels) if cls is PFHMM else model.fit(seqs))
+
+    @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(extra=extreme_rows)
+    def beside_an_extreme_sequence(extra):
+        other = np.asarray(extra, dtype=float)
+        alone = model.predict_proba([seqs[0]])[0]
+        beside = model.predict_proba([seqs[0], other])[0]
+        np.testing.assert_allclose(beside, alone, rtol=RTOL, atol=1e-12)
+        assert np.array_equal(model.predict([seqs[0], other])[0], model.predict([seqs[0]])[0])
+
+    beside_an_extreme_sequence()
+
+
+def test_the_issue_reproducer_flips_no_label():
+    """Issue 16's case: one far row used to flip 96 of 200 GMM labels."""
+    rng = np.random.default_rng(7)
+    x = np.r_[rng.normal(size=(100, 2)), rng.normal(size=(100, 2)) + 6]
+    gmm = _quiet(lambda: GMM(2, seed=0, progress=False).fit(x))
+    assert (gmm.predict(x) != gmm.predict(np.r_[x, [[1e12, 1e12]]])[:200]).sum() == 0
+    xt = torch.as_tensor(x)
+    assert torch.equal(gmm.predict(xt), gmm.predict(torch.cat([xt, torch.full((1, 2), 1e12, dtype=xt.dtype)]))[:200])
