@@ -232,9 +232,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_out(out: Path, saves_model: bool) -> None:
+    """``--out`` must be a directory we may write (and, for commands that save a model, ``out/model``
+    an empty directory or an earlier ppmix save); checked before any work starts."""
+    from ppmix.io import check_save_target
+
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"{out} exists and is a file, not a directory")
+    if saves_model:
+        check_save_target(out / "model")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ppmix`` console script."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        _check_out(Path(args.out), saves_model=args.command in ("fit", "dmoe"))
+    except (ValueError, FileExistsError) as err:  # before any fitting: one line, exit code 2
+        parser.error(f"--out: {err}")
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
     return int(args.func(args))
 
