@@ -74,8 +74,11 @@ def test_block_extraction_skips_shell_blocks_and_names_sections():
 def test_readme_block_runs(section, code, line, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     namespace = {"__name__": "__main__"}  # as when the block is saved and run as a script
-    compiled = compile(code, f"README.md (block at line {line}, section {section!r})", "exec")
+    # the sentinel is set only if every statement of the block ran (no exception, no early exit)
+    source = code + "\n__readme_block_done__ = True\n"
+    compiled = compile(source, f"README.md (block at line {line}, section {section!r})", "exec")
     try:
         exec(compiled, namespace)  # noqa: S102 - running the README's own examples is the point of this test
     finally:
         plt.close("all")
+    assert namespace.get("__readme_block_done__") is True

@@ -4,12 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import logging
 from typing import Any
-
-logger = logging.getLogger(__name__)
-
-
 
 #: every class that saved files may name: the mixture models (registered by ``MixtureModel``'s
 #: subclass hook) and the optimizers (PRESTO, RegularizedWeighting), one registry for all

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-import logging
 import os
 from pathlib import Path
 from typing import Any, Callable
@@ -14,9 +13,6 @@ import numpy as np
 import torch
 
 from ppmix.io.registry import _constructor_parameters, lookup_class
-
-logger = logging.getLogger(__name__)
-
 
 FORMAT_NAME = "ppmix-model"
 #: version 2: ``config_sha256`` over the whole config (and so over the tensor file); version 1 had only

@@ -39,14 +39,12 @@ from ppmix.inference.optimizers.presto.adapters import (
     open_executor,
 )
 from ppmix.inference.optimizers.presto.assignment import initial_partition, partition_onehot, sq_distances
-from ppmix.io import register_savable
 
 __all__ = ["PRESTO"]
 
 _DTYPE = torch.float64
 
 
-@register_savable
 class PRESTO(SavableEstimator):
     """Partition ``N`` points into ``K`` parts while training one model per part.
 

@@ -26,14 +26,12 @@ from ppmix.inference.optimizers.persist import (
 )
 from ppmix.inference.optimizers.rw.learners import WeightedLearner, make_learner
 from ppmix.inference.optimizers.rw.weights import solve_weights
-from ppmix.io import register_savable
 
 __all__ = ["RegularizedWeighting"]
 
 logger = logging.getLogger(__name__)
 
 
-@register_savable
 class RegularizedWeighting(SavableEstimator):
     """Multiple-model learning by Regularized Weighting (RW; seed 002).
 
