@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Benchmark the mixture-of-experts EM engine and the OT aggregation at scale.
 
-Setting: the simulation of seed 001, Supplement S4.1 (Gaussian experts, K = 4, d = 20),
+Setting: the simulation of Chamroukhi & Pham (2026), Supplement S4.1 (Gaussian experts, K = 4, d = 20),
 ``N = 10^6`` rows by default.
 
 1. **Global EM** (:class:`ppmix.models.moe.MixtureOfExperts`, one random start): seconds

@@ -3,7 +3,7 @@
 :func:`fit_distributed` fits a :class:`~ppmix.models.moe.MixtureOfExperts` on every shard
 where the shard lives (a process pool, a Dask cluster or in-process, through
 :func:`ppmix.parallel.run_tasks`), brings back only each local model's parameters and a
-small random part of its rows (the supporting sample, §4.1 of seed 001), and reduces
+small random part of its rows (the supporting sample, Chamroukhi & Pham, 2026, §4.1), and reduces
 the local models to one by :func:`ppmix.inference.optimizers.ot.reduction.ot_reduce`.
 
 Shards are file paths (Parquet, CSV or NPZ, read on the worker), ``(X, y)`` array pairs

@@ -1,4 +1,4 @@
-"""The mixture-of-experts simulation of Chamroukhi & Pham (seed 001, Supplement S4.1).
+"""The mixture-of-experts simulation of Chamroukhi & Pham (2026, Supplement S4.1).
 
 ``K`` clusters of covariates ``x ~ N(c_k, Sigma)`` with ``Sigma_uv = rho^|u-v|`` (``N/K``
 points each), then the standard MoE generative process: ``z | x ~ softmax(x^T alpha)``
@@ -68,7 +68,7 @@ def make_moe(
     seed: int | None = 0,
     param_seed: int | None = None,
 ) -> MoEData:
-    """Draw a data set from the simulation of Supplement S4.1 of seed 001.
+    """Draw a data set from the simulation of Supplement S4.1 of Chamroukhi & Pham (2026).
 
     Parameters
     ----------

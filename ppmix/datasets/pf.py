@@ -1,4 +1,4 @@
-"""The synthetic settings of the prediction-focused mixtures paper (seed 003).
+"""The synthetic settings of the prediction-focused mixtures paper (Sharma et al., 2023).
 
 * :func:`make_pf_synthetic` — Supplement E.3: relevant features and a binary label from
   one ``K_D``-component mixture, irrelevant features from an independent one

@@ -1,4 +1,4 @@
-"""The HMM simulation of the prediction-focused mixtures paper (seed 003, Supplement E.4)."""
+"""The HMM simulation of the prediction-focused mixtures paper (Sharma et al., 2023, Supplement E.4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Synthetic settings of Regularized Weighting (seed 002): unbalanced clusters,
+"""Synthetic settings of Regularized Weighting (Vainsencher, Mannor & Xu, 2013): unbalanced clusters,
 clusters with adversarial outliers, and two quadratic regressions with fat-tailed noise."""
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def make_unbalanced_clusters(
     spread: float = 0.1,
     seed: int | None = 0,
 ) -> ClusteringData:
-    """Clusters of unequal size (seed 002, Figure 2.2: 21 and 39 points in 1-D).
+    """Clusters of unequal size (Vainsencher, Mannor & Xu, 2013, Figure 2.2: 21 and 39 points in 1-D).
 
     Cluster ``j`` holds ``round(proportions[j] * n_samples)`` points (the last takes the
     remainder) drawn uniformly in a ball of radius ``spread`` about its centre.
@@ -121,7 +121,7 @@ def make_outlier_clusters(
     spread: float = 1.0,
     seed: int | None = 0,
 ) -> ClusteringData:
-    """Balanced clusters plus a fraction ``eta`` of adversarial outliers (seed 002, §3).
+    """Balanced clusters plus a fraction ``eta`` of adversarial outliers (Vainsencher, Mannor & Xu, 2013, §3).
 
     Inliers: ``n_clusters`` equal clusters, each uniform in a ball of radius
     ``spread``, with centres on a circle (a line in 1-D) of diameter ``separation``
@@ -174,7 +174,7 @@ def make_quadratic_regressions(
     intercept: np.ndarray | None = None,
     seed: int | None = 0,
 ) -> QuadraticRegressionData:
-    """A mixture of two quadratic regressions with positive fat-tailed noise (seed 002, Figure 2.1).
+    """A mixture of two quadratic regressions with positive fat-tailed noise (Vainsencher et al., 2013, Fig. 2.1).
 
     ``x`` is uniform on ``[0, 0.8]``; each point comes from one of two quadratics
     (alternately, so the classes are balanced) and gets noise

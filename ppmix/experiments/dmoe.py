@@ -1,4 +1,4 @@
-"""Distributed mixture of experts by OT aggregation (seed 001): Figures 1–4 at CPU scale.
+"""Distributed mixture of experts by OT aggregation (Chamroukhi & Pham, 2026): Figures 1–4 at CPU scale.
 
 The simulation of Supplement S4.1 (``K = 4``, ``d = 20``), an 80/20 train/test split,
 and four estimators: **Global** (EM on all training rows), **Reduction** (local EM fits
@@ -302,7 +302,7 @@ def reproduce(out_dir: Path, *, quick: bool, **options: Any) -> dict:
     return result
 
 
-@register("dmoe", "Distributed MoE by OT aggregation, Figures 1-4 of seed 001 (Global/Reduction/Middle/Weighted)")
+@register("dmoe", "Distributed MoE, OT aggregation (Chamroukhi & Pham, 2026) Figs 1-4: Global, Reduction, Middle, Weighted")
 def run(out_dir: Path, quick: bool) -> dict:
     """``ppmix reproduce dmoe``: N = 10^5, M in {4, 16, 64, 128}, 3 seeds, local fits on a process pool.
 

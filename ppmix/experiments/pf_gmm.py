@@ -1,4 +1,4 @@
-"""pf-GMM on Synthetic (complex) of Sharma et al. (seed 003): Table 1, Figure 11 and Figure 4(D).
+"""pf-GMM on Synthetic (complex) of Sharma et al. (2023): Table 1, Figure 11 and Figure 4(D).
 
 For each setting (``D = 100``; ``D_R`` in {20, 50, 80} at ``K = 4`` and ``K`` in {4, 6, 8} at
 ``D_R = 20``) the models are trained on standardised data (train statistics, as the

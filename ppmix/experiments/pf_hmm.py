@@ -1,4 +1,4 @@
-"""pf-HMM on the HMM simulation of Sharma et al. (seed 003, Supplement E.4): Figure 6 (bottom) / Figure 9.
+"""pf-HMM on the HMM simulation of Sharma et al. (2023, Supplement E.4): Figure 6 (bottom) / Figure 9.
 
 Test AUROC of the per-step label against the state budget ``K`` for pf-HMM, sup-HMM and
 2-Step-HMM (an HMM on ``X``, then logistic regression on its smoothed posteriors), at

@@ -1,4 +1,4 @@
-"""Regularized Weighting (seed 002): breakdown under outliers (Theorem 2) and
+"""Regularized Weighting (Vainsencher, Mannor & Xu, 2013): breakdown under outliers (Theorem 2) and
 fat-tailed regression clustering (Figure 2.1).
 
 *Breakdown (Theorem 2).* ``k = 2`` clusters in the plane (uniform balls of radius

@@ -73,7 +73,7 @@ class MixtureOfExperts(MixtureModel):
         the EM run that followed it and ``n_iter_`` counts the iterations of all runs.
     init_params : {"random", "kmeans"}, default "random"
         Starting responsibilities: from a random gate (coefficients ``N(0, 2^2)`` on the
-        standardised covariates; seed 001 keeps the best of five random starts) or from
+        standardised covariates; Chamroukhi & Pham (2026) keep the best of five random starts) or from
         k-means on the standardised ``(x, y)``.
     standardize : bool, default True
     seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.

@@ -1,4 +1,4 @@
-"""The distributed-MoE reproduction (Figures 1-4 of seed 001) runs quickly and writes its outputs."""
+"""The distributed-MoE reproduction (Chamroukhi & Pham, 2026, Figures 1-4) runs quickly and writes its outputs."""
 
 import json
 

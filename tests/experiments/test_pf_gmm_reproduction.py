@@ -1,4 +1,4 @@
-"""The "pf-gmm" reproduction (seed 003, Table 1 / Figure 11 / Figure 4D), quick mode."""
+"""The "pf-gmm" reproduction (Sharma et al., 2023, Table 1 / Figure 11 / Figure 4D), quick mode."""
 
 from __future__ import annotations
 

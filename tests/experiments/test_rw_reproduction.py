@@ -1,4 +1,4 @@
-"""The "rw" reproduction (seed 002): Theorem 2's breakdown bound and Figure 2.1's regression clustering."""
+"""The "rw" reproduction (Vainsencher et al., 2013): Theorem 2 breakdown bound and Fig. 2.1's regression clustering."""
 
 from __future__ import annotations
 

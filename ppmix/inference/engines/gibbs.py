@@ -1,4 +1,4 @@
-"""Gibbs sampler for the full-covariance prediction-focused GMM (seed 003, Supplement B.3).
+"""Gibbs sampler for the full-covariance prediction-focused GMM (Sharma et al., 2023, Supplement B.3).
 
 Model (switches per feature, shared by all points, as in B.3's conditionals)::
 

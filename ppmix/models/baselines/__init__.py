@@ -1,4 +1,4 @@
-"""Baselines the prediction-focused models are compared with (seed 003, §7.1, Supplement E.1–E.2, F).
+"""Baselines the prediction-focused models are compared with (Sharma et al., 2023, §7.1, Supplement E.1–E.2, F).
 
 Every baseline has the same API: ``fit(X, y)`` with binary labels ``y`` in {0, 1} and NaN for a missing
 label (rows without a label are used only by the unsupervised parts), ``predict_proba(X) -> (N, 2)`` and

@@ -24,7 +24,7 @@ PC_PATIENCE = 50
 
 
 class PCGMM(_GaussianMixtureDensity, _LabelBaseline):
-    """Prediction-constrained GMM (Hughes et al., 2017; seed 003, Supplement E.2).
+    """Prediction-constrained GMM (Hughes et al., 2017; Sharma et al., 2023, Supplement E.2).
 
     A supervised diagonal GMM over ``(x, y)``: ``z ~ Cat(theta)``,
     ``x | z = k ~ N(mu_k, diag(sigma_k^2))``, ``y | z = k ~ Bern(eta_k)``, with the

@@ -15,7 +15,7 @@ __all__ = ["RandomForestBaseline"]
 
 class RandomForestBaseline(_LabelBaseline):
     """scikit-learn's ``RandomForestClassifier`` behind the baselines' API: the
-    prediction upper bound of seed 003 (§7.1). Trained on the labelled rows only.
+    prediction upper bound of Sharma et al. (2023) (§7.1). Trained on the labelled rows only.
 
     Parameters
     ----------

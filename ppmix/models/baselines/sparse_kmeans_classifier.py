@@ -21,7 +21,7 @@ logger = logging.getLogger(__name__)
 
 class SparseKMeansClassifier(_LabelBaseline):
     """Sparse k-means (Witten & Tibshirani, 2010) followed by logistic regression on the
-    one-hot cluster labels ("sparse clustering" of seed 003, §7.1).
+    one-hot cluster labels ("sparse clustering" of Sharma et al. (2023), §7.1).
 
     The clustering uses every row of ``X`` (labelled or not); see
     :mod:`ppmix.models.baselines.sparse_kmeans` for the algorithm. With ``l1_bound=None`` the

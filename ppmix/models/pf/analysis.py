@@ -1,4 +1,4 @@
-"""The switch-prior analysis of seed 003 §6 (eqs. 26–32): when does a mixture pick the label-aligned components?
+"""The switch-prior analysis (Sharma et al., 2023, §6, eqs. 26–32): when does a mixture pick label-aligned components?
 
 Setting (§6.2): ``X = [X_R, X_Ir]``, each an equal mixture of two isotropic Gaussians
 ``N(0, s^2 I)`` and ``N(mu 1, s^2 I)`` with signal-to-noise ratio ``Delta = mu / s``,

@@ -1,4 +1,4 @@
-"""``PFGMMGibbs``: the full-covariance prediction-focused GMM, fitted by Gibbs sampling (seed 003, B.3)."""
+"""``PFGMMGibbs``: the full-covariance prediction-focused GMM, fitted by Gibbs sampling (Sharma et al., 2023, B.3)."""
 
 from __future__ import annotations
 

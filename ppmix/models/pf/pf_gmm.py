@@ -1,4 +1,4 @@
-"""``PFGMM``: the prediction-focused Gaussian mixture (seed 003, §4.1, §5, Supplement B), and ``SupervisedGMM``."""
+"""``PFGMM``: the prediction-focused Gaussian mixture (Sharma et al., 2023, §4.1, §5, B), and ``SupervisedGMM``."""
 
 from __future__ import annotations
 

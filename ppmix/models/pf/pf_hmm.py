@@ -1,4 +1,5 @@
-"""``PFHMM``: the prediction-focused hidden Markov model (seed 003, §4.2, §5, Supplement B), and ``SupervisedHMM``."""
+"""``PFHMM``: the prediction-focused hidden Markov model (Sharma et al., 2023, §4.2, §5, B),
+and ``SupervisedHMM``."""
 
 from __future__ import annotations
 

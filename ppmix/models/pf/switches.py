@@ -1,4 +1,4 @@
-"""The prediction-focused machinery shared by pf-GMM and pf-HMM (seed 003, §4 and Supplement B).
+"""The prediction-focused machinery shared by pf-GMM and pf-HMM (Sharma et al., 2023, §4 and Supplement B).
 
 Every observed frame ``x_n`` (a data point of a mixture, a time step of an HMM) has
 per-feature switches ``S_nd ~ Bern(p)``: a switched-on feature is emitted by the

@@ -1,4 +1,4 @@
-"""The baselines of the OT reduction (seed 001, §5): the **Middle** estimator (the local model closest to the
+"""The baselines of the OT reduction (Chamroukhi & Pham, 2026, §5): the **Middle** estimator (the local model closest to
 others in transport divergence) and the **Weighted-average** estimator (the local parameters averaged after their
 expert labels are aligned), with :func:`align_experts`, the Hungarian matching of expert labels."""
 

@@ -1,4 +1,4 @@
-"""The expected transportation divergence between two mixtures of experts (seed 001, Definition 1): the
+"""The expected transportation divergence between two mixtures of experts (Chamroukhi & Pham, 2026, Definition 1): the
 evaluation metric of the OT aggregation, solved exactly at every point with POT's ``ot.emd``."""
 
 from __future__ import annotations

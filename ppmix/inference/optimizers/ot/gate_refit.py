@@ -1,6 +1,6 @@
 """The reduced gate that brings a reduced MoE closest to ``f^W`` in KL, its experts held fixed.
 
-The reduction estimator (seed 001, eq. 5) is the ``K``-expert MoE ``g`` closest to the
+The reduction estimator (Chamroukhi & Pham, 2026, eq. 5) is the ``K``-expert MoE ``g`` closest to the
 weighted average ``f^W`` of the local models. The MM of §4 minimises the transport
 divergence (an upper bound of the KL divergence) and then fits the gate to the plan's
 marginals (S5). With the reduced experts fixed, the gate can also be chosen to minimise

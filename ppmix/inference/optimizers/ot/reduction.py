@@ -1,4 +1,4 @@
-"""Aggregating many fitted mixtures of experts into one by optimal transport (seed 001, §3–4, S2, S3).
+"""Aggregating many fitted mixtures of experts into one by optimal transport (Chamroukhi & Pham, 2026, §3–4, S2, S3).
 
 Given ``M`` local ``K``-expert MoEs ``f_m`` with weights ``lambda_m`` (the sample
 proportions), their weighted average ``f^W = sum_m lambda_m f_m`` is an ``MK``-expert

@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 
 
 class RegularizedWeighting(SavableEstimator):
-    """Multiple-model learning by Regularized Weighting (RW; seed 002).
+    """Multiple-model learning by Regularized Weighting (RW; Vainsencher, Mannor & Xu, 2013).
 
     Fits ``n_models`` models of one kind (cluster centres, regression lines,
     subspaces, Gaussians, or any :class:`~ppmix.inference.optimizers.rw.learners.WeightedLearner`)

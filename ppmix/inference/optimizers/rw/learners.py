@@ -1,6 +1,6 @@
 """Weighted base learners for Regularized Weighting.
 
-A *weighted base learner* (seed 002, Definition 1) holds ``k`` models, fits each
+A *weighted base learner* (Vainsencher, Mannor & Xu, 2013, Definition 1) holds ``k`` models, fits each
 model ``j`` to the data weighted by its own distribution ``weights[j]`` over the
 points, and reports the non-negative loss of every point under every model. RW
 (:class:`ppmix.inference.optimizers.rw.estimator.RegularizedWeighting`) talks to learners only through

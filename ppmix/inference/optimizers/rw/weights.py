@@ -16,7 +16,7 @@ __all__ = ["WeightStepResult", "joint_loss", "solve_weights", "weight_objective_
 
 
 def joint_loss(losses: torch.Tensor, weights: torch.Tensor, alpha: float) -> float:
-    """The RW joint loss ``alpha ||u - v||^2 + (1/k) sum_j w_j^T l_j`` (seed 002, Definition 2).
+    """The RW joint loss ``alpha ||u - v||^2 + (1/k) sum_j w_j^T l_j`` (Vainsencher, Mannor & Xu, 2013, Definition 2).
 
     Parameters
     ----------
