@@ -91,27 +91,40 @@ def check_matrix(
     dtype: torch.dtype = torch.float64,
     device: Any = None,
     n_features: int | None = None,
+    feature_names: list[str] | None = None,
 ) -> tuple[torch.Tensor, list[str] | None]:
     """Validate a 2-D numeric data matrix and return it as a tensor plus column names.
 
     Accepts numpy arrays, torch tensors, pandas DataFrames and nested lists.
+
+    ``feature_names`` are the column names seen in ``fit``: a DataFrame whose columns are
+    the same names in another order is reordered to match (the names returned are then
+    ``feature_names``); a DataFrame with other names is refused, naming the columns that
+    differ. Inputs without names are taken in the fitted order.
 
     Raises
     ------
     TypeError
         If ``x`` is not numeric (strings, objects, booleans).
     ValueError
-        If ``x`` is not 2-D, is empty, holds NaN/inf, or has the wrong number of columns.
+        If ``x`` is not 2-D, is empty, holds NaN/inf, has the wrong number of columns, or
+        column names other than ``feature_names``.
 
     Examples
     --------
     >>> t, names = check_matrix([[1.0, 2.0], [3.0, 4.0]])
     >>> tuple(t.shape), names
     ((2, 2), None)
+    >>> import pandas as pd
+    >>> t, names = check_matrix(pd.DataFrame({"b": [2.0], "a": [1.0]}), feature_names=["a", "b"])
+    >>> t.tolist(), names
+    ([[1.0, 2.0]], ['a', 'b'])
     """
     names = None
     if hasattr(x, "columns") and hasattr(x, "to_numpy"):  # pandas DataFrame
         names = [str(c) for c in x.columns]
+        if feature_names is not None and names != list(feature_names):
+            x, names = _reorder_columns(x, names, list(feature_names), name)
         try:
             x = x.to_numpy(dtype=np.float64)
         except (TypeError, ValueError) as err:
@@ -137,6 +150,25 @@ def check_matrix(
     if n_features is not None and tensor.shape[1] != n_features:
         raise ValueError(f"{name} has {tensor.shape[1]} features, but the model was fitted with {n_features}")
     return tensor, names
+
+
+def _reorder_columns(frame: Any, names: list[str], expected: list[str], name: str) -> tuple[Any, list[str]]:
+    """``frame`` with its columns in the order of ``expected``, or a ``ValueError`` naming the differences."""
+    if len(set(names)) == len(names) and sorted(names) == sorted(expected):
+        frame = frame.copy()
+        frame.columns = names
+        return frame[expected], expected
+    missing = [c for c in expected if c not in names]
+    unexpected = [c for c in names if c not in expected]
+    detail = "; ".join(
+        part
+        for part in (f"missing {missing}" if missing else "", f"not seen in fit {unexpected}" if unexpected else "")
+        if part
+    )
+    raise ValueError(
+        f"{name} has different column names from those seen in fit ({detail or 'duplicated names'}); "
+        f"expected {expected}"
+    )
 
 
 _INT_DTYPES = {torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8}

@@ -85,6 +85,7 @@ def as_sequence_batch(
     dtype: torch.dtype = torch.float64,
     device: Any = None,
     n_features: int | None = None,
+    feature_names: list[str] | None = None,
 ) -> SequenceBatch:
     """Validate sequences given in any of the supported forms and pad them into a batch.
 
@@ -96,6 +97,8 @@ def as_sequence_batch(
         or the name of a DataFrame column); NaN marks a missing label.
     lengths : valid lengths when ``X`` is padded.
     n_features : expected number of features (at prediction time).
+    feature_names : column names seen in fit (at prediction time): DataFrame columns in
+        another order are reordered to match, other names are refused.
 
     Raises
     ------
@@ -141,7 +144,9 @@ def as_sequence_batch(
     for b, seq in enumerate(X):
         if hasattr(seq, "__len__") and len(seq) == 0:
             raise ValueError(f"X[{b}] is a sequence of length 0")
-        tensor, seq_names = check_matrix(seq, f"X[{b}]", dtype=dtype, device=device, n_features=n_features)
+        tensor, seq_names = check_matrix(
+            seq, f"X[{b}]", dtype=dtype, device=device, n_features=n_features, feature_names=feature_names
+        )
         if seqs and tensor.shape[1] != seqs[0].shape[1]:
             raise ValueError(f"X[{b}] has {tensor.shape[1]} features but X[0] has {seqs[0].shape[1]}")
         names = names or seq_names

@@ -152,13 +152,13 @@ class MixtureModel(Savable, PyroModule):
         """
         if y is not None:
             raise ValueError(f"{type(self).__name__} is unsupervised; y must be None")
-        n_features = None if fitting else self.n_features_in_
-        x, names = check_matrix(X, "X", dtype=self.dtype, device=self._device, n_features=n_features)
+        n_features, names_in = (None, None) if fitting else (self.n_features_in_, self.feature_names_in_)
+        x, names = check_matrix(
+            X, "X", dtype=self.dtype, device=self._device, n_features=n_features, feature_names=names_in
+        )
         if fitting:
             self.n_features_in_ = int(x.shape[1])
             self.feature_names_in_ = names
-        elif names is not None and self.feature_names_in_ is not None and names != self.feature_names_in_:
-            raise ValueError("X has different column names from those seen in fit")
         return x
 
     def em_data(self, data: Any) -> Any:

@@ -151,6 +151,7 @@ class HMM(GaussianComponentsMixin, MixtureModel):
             dtype=self.dtype,
             device=self._device,
             n_features=None if fitting else self.n_features_in_,
+            feature_names=None if fitting else self.feature_names_in_,
         )
         if fitting:
             frames = batch.frames

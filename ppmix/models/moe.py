@@ -158,9 +158,14 @@ class MixtureOfExperts(MixtureModel):
         return x, None if response is None else response.to(dtype=self.dtype, device=self._device)
 
     def _covariates(self, X: Any) -> torch.Tensor:
-        x, names = check_matrix(X, "X", dtype=self.dtype, device=self._device, n_features=self.n_features_in_)
-        if names is not None and self.feature_names_in_ is not None and names != self.feature_names_in_:
-            raise ValueError("X has different column names from those seen in fit")
+        x, _ = check_matrix(
+            X,
+            "X",
+            dtype=self.dtype,
+            device=self._device,
+            n_features=self.n_features_in_,
+            feature_names=self.feature_names_in_,
+        )
         return self._standardise(x)
 
     def _standardise(self, x: torch.Tensor) -> torch.Tensor:

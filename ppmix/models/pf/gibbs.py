@@ -119,9 +119,7 @@ class PFGMMGibbs:
 
     def _data(self, X: Any) -> np.ndarray:
         self._check_fitted()
-        x, names = check_matrix(X, "X", n_features=self.n_features_in_)
-        if names is not None and self.feature_names_in_ is not None and names != self.feature_names_in_:
-            raise ValueError("X has different column names from those seen in fit")
+        x, _ = check_matrix(X, "X", n_features=self.n_features_in_, feature_names=self.feature_names_in_)
         return x.numpy()
 
     def _draw_indices(self) -> np.ndarray:
