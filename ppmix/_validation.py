@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -10,6 +11,7 @@ import torch
 __all__ = [
     "NotFittedError",
     "as_numpy",
+    "check_float",
     "check_matrix",
     "check_n_components",
     "check_positive_int",
@@ -181,6 +183,26 @@ def check_positive_int(value: Any, name: str) -> int:
     if value < 1:
         raise ValueError(f"{name} must be >= 1; got {value}")
     return int(value)
+
+
+def check_float(value: Any, name: str, *, positive: bool) -> float:
+    """``value`` as a finite ``float`` (``> 0`` if ``positive``, else ``>= 0``); else an error naming it.
+
+    Examples
+    --------
+    >>> check_float(2, "tol", positive=False)
+    2.0
+    >>> check_float(0.0, "lr", positive=True)
+    Traceback (most recent call last):
+    ...
+    ValueError: lr must be positive and finite; got 0.0
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a number; got {type(value).__name__}")
+    value = float(value)
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        raise ValueError(f"{name} must be {'positive' if positive else 'non-negative'} and finite; got {value}")
+    return value
 
 
 def check_n_components(n_components: Any, n_samples: int) -> int:

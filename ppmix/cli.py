@@ -7,22 +7,83 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, NoReturn, Sequence
+from urllib.parse import urlsplit
 
 __all__ = ["main"]
 
 logger = logging.getLogger("ppmix")
 
+DEMO_COMPONENTS = 4  # the demo plants and fits this many components, so it needs at least as many points
+SCHEDULER_SCHEMES = ("tcp", "tls", "ws", "wss", "ucx")
+SCHEDULER_TIMEOUT_S = 5
+
+
+class UserError(Exception):
+    """A mistake in the command line or its input files: reported as one ``ppmix: error:`` line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one ``ppmix: error:`` line (no usage block) and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``message`` as one line naming the subcommand and exit with code 2."""
+        where = self.prog.removeprefix("ppmix").strip()
+        _print_error(f"{where + ': ' if where else ''}{message} (see '{self.prog} --help')")
+        sys.exit(2)
+
+
+def _print_error(message: str) -> None:
+    """Write ``message`` to stderr as a single ``ppmix: error:`` line."""
+    print(f"ppmix: error: {' '.join(message.split())}", file=sys.stderr)
+
+
+def _int_at_least(minimum: int, why: str = "") -> Callable[[str], int]:
+    """An argparse ``type=`` that accepts integers ``>= minimum``; ``why`` explains the bound in the error."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}{why}; got {value}")
+        return value
+
+    return parse
+
+
+def _scheduler_address(text: str) -> str:
+    """An argparse ``type=`` for a Dask scheduler address ``SCHEME://HOST:PORT``."""
+    parts = urlsplit(text)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme not in SCHEDULER_SCHEMES or not parts.hostname or port is None or parts.path not in ("", "/"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a scheduler address of the form tcp://HOST:PORT")
+    return text
+
 
 def _read_csv(path: Path):
+    """The CSV file at ``path`` as a DataFrame of numeric columns with at least one row, or a :class:`UserError`."""
     import pandas as pd
 
+    if path.is_dir():
+        raise UserError(f"data file {path} is a directory, not a CSV file")
     if not path.is_file():
-        raise SystemExit(f"ppmix: error: data file {path} not found")
-    frame = pd.read_csv(path)
+        raise UserError(f"data file {path} not found")
+    try:
+        frame = pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        raise UserError(f"data file {path} is empty; it needs a header row and data rows") from None
+    except (pd.errors.ParserError, UnicodeDecodeError, OSError) as err:
+        raise UserError(f"data file {path} is not a readable CSV file: {err}") from None
+    if frame.empty:
+        raise UserError(f"data file {path} has a header but no data rows")
     non_numeric = [str(c) for c in frame.columns if not pd.api.types.is_numeric_dtype(frame[c])]
     if non_numeric:
-        raise SystemExit(f"ppmix: error: {path} has non-numeric columns {non_numeric}; drop them first")
+        raise UserError(f"data file {path} has non-numeric columns {non_numeric}; drop them first")
     return frame
 
 
@@ -64,7 +125,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     try:
         model.fit(frame, engine=args.engine, **options)
     except (TypeError, ValueError) as err:
-        raise SystemExit(f"ppmix: error: {err}") from None
+        raise UserError(f"data file {args.data}: {err}") from None
     summary = _write_fit_outputs(model, frame, Path(args.out))
     print(
         f"fitted GMM(k={args.k}, {args.covariance}) by {args.engine}: "
@@ -87,7 +148,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
     try:
         item = registry.get(args.name)
     except KeyError as err:
-        raise SystemExit(f"ppmix: error: {err.args[0]}") from None
+        raise UserError(str(err.args[0])) from None
     result = item.run(Path(args.out) / item.name, args.quick)
     print(json.dumps(result, indent=2, default=str))
     return 0
@@ -130,6 +191,16 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0 if np.isfinite([r[1] for r in rows]).all() else 1
 
 
+def _connect(address: str):
+    """A Dask client of the scheduler at ``address``, or a :class:`UserError` within ``SCHEDULER_TIMEOUT_S``."""
+    from distributed import Client
+
+    try:
+        return Client(address, timeout=f"{SCHEDULER_TIMEOUT_S}s")
+    except (OSError, TimeoutError, ValueError) as err:
+        raise UserError(f"--scheduler: cannot connect to the Dask scheduler at {address}: {err}") from None
+
+
 def _cmd_dmoe(args: argparse.Namespace) -> int:
     import glob
 
@@ -138,12 +209,8 @@ def _cmd_dmoe(args: argparse.Namespace) -> int:
 
     paths = sorted(glob.glob(args.shards))
     if not paths:
-        raise SystemExit(f"ppmix: error: no shard files match {args.shards!r}")
-    client = None
-    if args.scheduler:
-        from distributed import Client
-
-        client = Client(args.scheduler)
+        raise UserError(f"--shards: no shard files match {args.shards!r}")
+    client = _connect(args.scheduler) if args.scheduler else None
     try:
         fit = fit_distributed(
             paths,
@@ -158,7 +225,7 @@ def _cmd_dmoe(args: argparse.Namespace) -> int:
             max_workers=args.workers,
         )
     except (TaskError, TypeError, ValueError) as err:
-        raise SystemExit(f"ppmix: error: {err}") from None
+        raise UserError(str(err)) from None
     finally:
         if client is not None:
             client.close()
@@ -177,8 +244,12 @@ def _cmd_dmoe(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ppmix", description="Mixture models as probabilistic programs.")
+    """The ``ppmix`` argument parser; numeric options are range-checked here, before any work."""
+    positive = _int_at_least(1)
+    seed = _int_at_least(0)
+    parser = _Parser(prog="ppmix", description="Mixture models as probabilistic programs.")
     parser.add_argument("--verbose", action="store_true", help="log progress messages")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an internal error")
     sub = parser.add_subparsers(dest="command", required=True)
 
     fit = sub.add_parser("fit", help="fit a model to a CSV file")
@@ -187,13 +258,13 @@ def build_parser() -> argparse.ArgumentParser:
         "gmm", help="Gaussian mixture model", description="Fit a GMM to the numeric columns of a CSV file."
     )
     gmm.add_argument("data", help="CSV file with a header row; all columns numeric")
-    gmm.add_argument("--k", type=int, required=True, help="number of components")
+    gmm.add_argument("--k", type=positive, required=True, help="number of components")
     gmm.add_argument("--covariance", choices=["diag", "full"], default="diag")
     gmm.add_argument("--engine", choices=["em", "svi"], default="em")
-    gmm.add_argument("--n-init", type=int, default=1, help="EM restarts")
-    gmm.add_argument("--max-iter", type=int, default=100, help="EM iterations")
-    gmm.add_argument("--num-steps", type=int, default=1000, help="SVI steps")
-    gmm.add_argument("--seed", type=int, default=0)
+    gmm.add_argument("--n-init", type=positive, default=1, help="EM restarts")
+    gmm.add_argument("--max-iter", type=positive, default=100, help="EM iterations")
+    gmm.add_argument("--num-steps", type=positive, default=1000, help="SVI steps")
+    gmm.add_argument("--seed", type=seed, default=0)
     gmm.add_argument("--quiet", action="store_true", help="no progress bar")
     gmm.add_argument("--out", required=True, help="output directory (model/, summary.json, plot.png)")
     gmm.set_defaults(func=_cmd_fit)
@@ -212,21 +283,32 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dmoe.add_argument("--shards", required=True, help="glob of Parquet/CSV/NPZ shard files, e.g. 'data/part-*.parquet'")
     dmoe.add_argument("--target", default="y", help="name of the response column (array in NPZ files)")
-    dmoe.add_argument("--experts", type=int, required=True, help="number of experts K")
+    dmoe.add_argument(
+        "--experts", type=_int_at_least(2, " (a mixture of experts)"), required=True, help="number of experts K"
+    )
     dmoe.add_argument("--expert", choices=["gaussian", "logistic"], default="gaussian")
-    dmoe.add_argument("--scheduler", help="address of a Dask scheduler (tcp://HOST:PORT); default a local pool")
-    dmoe.add_argument("--workers", type=int, help="size of the local process pool")
-    dmoe.add_argument("--support-size", type=int, help="total supporting sample size (default about N / M)")
-    dmoe.add_argument("--n-init", type=int, default=5, help="EM restarts of every local fit")
-    dmoe.add_argument("--max-iter", type=int, default=100, help="EM iterations of every local fit")
-    dmoe.add_argument("--seed", type=int, default=0)
+    dmoe.add_argument(
+        "--scheduler",
+        type=_scheduler_address,
+        help="address of a Dask scheduler (tcp://HOST:PORT); default a local pool",
+    )
+    dmoe.add_argument("--workers", type=positive, help="size of the local process pool")
+    dmoe.add_argument("--support-size", type=positive, help="total supporting sample size (default about N / M)")
+    dmoe.add_argument("--n-init", type=positive, default=5, help="EM restarts of every local fit")
+    dmoe.add_argument("--max-iter", type=positive, default=100, help="EM iterations of every local fit")
+    dmoe.add_argument("--seed", type=seed, default=0)
     dmoe.add_argument("--out", required=True, help="output directory (model/, summary.json)")
     dmoe.set_defaults(func=_cmd_dmoe)
 
     demo = sub.add_parser("demo", help="fit a GMM by EM and SVI on planted data and report")
-    demo.add_argument("--n", type=int, default=2000, help="number of points")
-    demo.add_argument("--svi-steps", type=int, default=500, help="SVI steps")
-    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument(
+        "--n",
+        type=_int_at_least(DEMO_COMPONENTS, f" (the demo fits {DEMO_COMPONENTS} components)"),
+        default=2000,
+        help="number of points",
+    )
+    demo.add_argument("--svi-steps", type=positive, default=500, help="SVI steps")
+    demo.add_argument("--seed", type=seed, default=0)
     demo.add_argument("--out", default="out/demo", help="output directory")
     demo.set_defaults(func=_cmd_demo)
     return parser
@@ -248,11 +330,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        _check_out(Path(args.out), saves_model=args.command in ("fit", "dmoe"))
-    except (ValueError, FileExistsError) as err:  # before any fitting: one line, exit code 2
-        parser.error(f"--out: {err}")
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
-    return int(args.func(args))
+        try:
+            _check_out(Path(args.out), saves_model=args.command in ("fit", "dmoe"))
+        except (ValueError, FileExistsError) as err:  # before any fitting: one line, exit code 2
+            raise UserError(f"--out: {err}") from None
+        logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
+        return int(args.func(args))
+    except UserError as err:
+        _print_error(str(err))
+        raise SystemExit(2) from None
+    except Exception as err:  # an internal error: one line, unless --debug asks for the traceback
+        if args.debug:
+            raise
+        _print_error(f"internal error: {type(err).__name__}: {err} (run with --debug for the traceback)")
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ import numpy as np
 from ppmix._validation import check_positive_int
 from ppmix.parallel import TaskInputError, run_tasks
 
-__all__ = ["DistributedFit", "fit_distributed", "read_shard"]
+__all__ = ["DistributedFit", "fit_distributed", "read_shard", "shard_columns"]
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +75,52 @@ def read_shard(shard: Any, target: str = "y") -> tuple[np.ndarray, np.ndarray, l
     )
 
 
+def shard_columns(shard: Any, target: str) -> list[str] | None:
+    """The feature column names of a shard without reading its rows (``None`` for unnamed data).
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> shard_columns(pd.DataFrame({"a": [1.0], "y": [0.0], "b": [2.0]}), "y")
+    ['a', 'b']
+    """
+    import pandas as pd
+
+    if isinstance(shard, (str, Path)):
+        path = Path(shard)
+        suffix = path.suffix.lower()
+        if not path.is_file() or suffix not in (".csv", ".parquet"):
+            return None  # unnamed (NPZ), or an error the worker names
+        if suffix == ".csv":
+            columns = list(pd.read_csv(path, nrows=0).columns)
+        else:
+            import pyarrow.parquet as pq
+
+            columns = list(pq.read_schema(path).names)
+    elif isinstance(shard, pd.DataFrame):
+        columns = list(shard.columns)
+    else:
+        return None
+    return [str(c) for c in columns if str(c) != target]
+
+
+def _align_columns(
+    X: np.ndarray, names: list[str] | None, columns: list[str] | None, shard: str
+) -> tuple[np.ndarray, list[str] | None]:
+    """``X`` with its columns in the order of ``columns`` (the first shard's), or an error naming the shard."""
+    if columns is None or names is None or names == columns:
+        return X, names
+    if len(set(names)) != len(names) or sorted(names) != sorted(columns):
+        missing = [c for c in columns if c not in names]
+        unexpected = [c for c in names if c not in columns]
+        raise ValueError(
+            f"its feature columns differ from the first shard's (missing {missing}, not in the first shard "
+            f"{unexpected}); expected {columns}"
+        )
+    logger.info("shard %s: columns reordered by name to match the first shard", shard)
+    return np.asarray(X)[:, [names.index(c) for c in columns]], list(columns)
+
+
 @dataclass(frozen=True)
 class _ShardTask:
     name: str
@@ -86,6 +132,7 @@ class _ShardTask:
     support_rows: int | None
     n_shards: int
     threads: int
+    columns: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -121,6 +168,7 @@ def _fit_shard_here(task: _ShardTask) -> _ShardResult:
 
     try:
         X, y, names = read_shard(task.shard, task.target)
+        X, names = _align_columns(X, names, task.columns, task.name)
         x, _ = check_matrix(X, f"X of shard {task.name}")
         expert = task.model_options.get("expert", "gaussian")
         response = check_response(y, x.shape[0], expert, f"y of shard {task.name}")
@@ -300,8 +348,9 @@ def fit_distributed(
     MixtureOfExperts(n_experts, seed=seed, progress=False, **options).validate_params()
     per_shard = None if support_size is None else math.ceil(support_size / len(shards))
     names = [_shard_name(s, i) for i, s in enumerate(shards)]
+    columns = next((c for c in (shard_columns(s, target) for s in shards) if c is not None), None)
     tasks = [
-        _ShardTask(name, shard, target, n_experts, options, seed, per_shard, len(shards), threads_per_task)
+        _ShardTask(name, shard, target, n_experts, options, seed, per_shard, len(shards), threads_per_task, columns)
         for name, shard in zip(names, shards)
     ]
     results = run_tasks(_fit_shard, tasks, names, executor=executor, retries=retries, max_workers=max_workers)

@@ -66,8 +66,9 @@ def test_bench_gmm_quick(tmp_path):
             else:
                 assert_timing(timing["e_median_s"])
             assert timing["min_s"] <= timing["q25_s"] <= timing["median_s"] <= timing["q75_s"]
-            # the same start and the same number of iterations: the same EM path in every library
-            tol = 1e-8 if key in ("sklearn", "ppmix-float64") else 1e-4
+            # the same start and the same number of iterations: the same EM path in every library, up to the
+            # variance floor (scikit-learn adds reg_covar to every variance, ppmix floors at reg_covar * var(X))
+            tol = 1e-8 if key == "sklearn" else 1e-6 if key == "ppmix-float64" else 1e-4
             assert timing["mean_loglik_after"] == pytest.approx(sklearn_after, rel=0, abs=tol), key
             fit = res["fit_default_init"]
             assert 1 <= fit["n_iter"] <= config["max_iter"] and fit["fit_wall_s"] > 0

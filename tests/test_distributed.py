@@ -127,3 +127,36 @@ def test_bad_arguments():
         fit_distributed([(np.zeros((5, 1)), np.zeros(5))], 2, support_size=0)
     with pytest.raises(TypeError, match="a shard must be"):
         read_shard(42)
+
+
+def test_n_experts_may_be_a_numpy_integer():
+    data = make_moe(300, n_experts=2, n_features=2, seed=0)
+    parts = [(data.X[i::2], data.y[i::2]) for i in range(2)]
+    fit = fit_distributed(parts, np.int64(2), executor="inline", n_init=1, max_iter=20)
+    assert fit.model.n_experts == 2 and isinstance(fit.model.n_experts, int)
+
+
+def _named_shards(seed: int = 0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(400, 2))
+    y = np.where(x[:, 0] > 0, 2 * x[:, 1], -2 * x[:, 1]) + 0.1 * rng.normal(size=400)
+    frame = pd.DataFrame({"a": x[:, 0], "b": x[:, 1], "y": y})
+    return frame.iloc[:200], frame.iloc[200:]
+
+
+def test_a_shard_with_reordered_columns_is_aligned_by_name(tmp_path):
+    first, second = _named_shards()
+    first.to_csv(tmp_path / "s0.csv", index=False)
+    second.to_csv(tmp_path / "s1.csv", index=False)
+    reference = fit_distributed([tmp_path / "s0.csv", tmp_path / "s1.csv"], 2, executor="inline", n_init=1)
+    second[["b", "y", "a"]].to_csv(tmp_path / "s1.csv", index=False)
+    reordered = fit_distributed([tmp_path / "s0.csv", tmp_path / "s1.csv"], 2, executor="inline", n_init=1)
+    frame = pd.concat([first, second])[["a", "b"]]
+    np.testing.assert_array_equal(reference.model.predict(frame), reordered.model.predict(frame))
+    assert reordered.model.feature_names_in_ == ["a", "b"]
+
+
+def test_a_shard_with_other_column_names_is_refused_naming_it():
+    first, second = _named_shards()
+    with pytest.raises(TaskError, match=r"shard-1.*missing \['a'\].*\['c'\]"):
+        fit_distributed([first, second.rename(columns={"a": "c"})], 2, executor="inline", n_init=1, retries=0)

@@ -26,6 +26,7 @@ class CentredData:
     centred: torch.Tensor
     _moments: torch.Tensor | None = field(default=None, repr=False)
     _outer: torch.Tensor | None = field(default=None, repr=False)
+    _max_square: torch.Tensor | None = field(default=None, repr=False)
 
     @classmethod
     def from_tensor(cls, x: torch.Tensor, shift: torch.Tensor | None = None) -> "CentredData":
@@ -52,6 +53,16 @@ class CentredData:
         if self._moments is None:
             self._moments = torch.cat([self.centred, self.centred.square()], dim=1)
         return self._moments
+
+    @property
+    def max_square(self) -> torch.Tensor:
+        """``max_n (x_nd - shift_d)^2`` per feature, ``(D,)``: the size of the terms the
+        moment products cancel (built on first use)."""
+        if self._max_square is None:
+            self._max_square = (
+                self.centred.square().amax(dim=0) if self.n_samples else self.shift.new_zeros(self.shift.shape)
+            )
+        return self._max_square
 
     def outer_moments_bytes(self) -> int:
         """Memory :attr:`outer_moments` needs."""
@@ -94,6 +105,18 @@ def as_centred(
     return CentredData.from_tensor(data.to(dtype=dtype, device=device), shift)
 
 
+#: largest rounding error (nats) tolerated in a log-density computed through moment products;
+#: components whose products would cancel more are evaluated directly
+CANCELLATION_TOL = 1e-9
+
+
 def component_counts(weights: torch.Tensor) -> torch.Tensor:
     """Effective number of points per component, kept away from zero."""
     return weights.sum(dim=0) + 10 * torch.finfo(weights.dtype).eps
+
+
+def as_floor(reg_covar: float | torch.Tensor) -> float | torch.Tensor:
+    """The variance floor of a Gaussian family: a scalar as ``float``, a per-feature floor ``(D,)`` as a tensor."""
+    if isinstance(reg_covar, torch.Tensor) and reg_covar.numel() > 1:
+        return reg_covar.detach()
+    return float(reg_covar)

@@ -8,7 +8,7 @@ import pyro.distributions as dist
 import torch
 
 from ppmix.components.base import ComponentFamily
-from ppmix.components.centred import CentredData, as_centred, component_counts
+from ppmix.components.centred import CANCELLATION_TOL, CentredData, as_centred, as_floor, component_counts
 
 __all__ = ["DiagGaussian"]
 
@@ -22,9 +22,11 @@ class DiagGaussian(ComponentFamily):
         Component means.
     scale : Tensor, shape (K, D)
         Component standard deviations (positive).
-    reg_covar : float, default 1e-6
-        Added to every variance in :meth:`fit` (the variance floor), as in
-        scikit-learn's ``GaussianMixture``.
+    reg_covar : float or Tensor of shape (D,), default 1e-6
+        The variance floor of :meth:`fit`: every fitted variance is
+        ``max(weighted variance, reg_covar)`` (per feature when a tensor), which is the
+        weighted maximum-likelihood estimate under the constraint ``variance >= reg_covar``,
+        so EM on the reported likelihood never decreases it.
 
     Examples
     --------
@@ -39,13 +41,13 @@ class DiagGaussian(ComponentFamily):
 
     param_names = ("loc", "scale")
 
-    def __init__(self, loc: torch.Tensor, scale: torch.Tensor, reg_covar: float = 1e-6) -> None:
+    def __init__(self, loc: torch.Tensor, scale: torch.Tensor, reg_covar: float | torch.Tensor = 1e-6) -> None:
         loc, scale = torch.as_tensor(loc), torch.as_tensor(scale)
         if loc.dim() != 2 or scale.shape != loc.shape:
             raise ValueError(f"loc and scale must both have shape (K, D); got {tuple(loc.shape)}, {tuple(scale.shape)}")
         if (scale <= 0).any():
             raise ValueError("scale must be positive")
-        self.loc, self.scale, self.reg_covar = loc, scale, float(reg_covar)
+        self.loc, self.scale, self.reg_covar = loc, scale, as_floor(reg_covar)
 
     @property
     def n_features(self) -> int:
@@ -65,9 +67,7 @@ class DiagGaussian(ComponentFamily):
         """Prepare ``x`` once for many :meth:`log_prob`/:meth:`fit` calls (centred at its column mean)."""
         return as_centred(x, self.dtype, self.device)
 
-    def log_prob(
-        self, data: torch.Tensor | CentredData, feature_weights: torch.Tensor | None = None
-    ) -> torch.Tensor:
+    def log_prob(self, data: torch.Tensor | CentredData, feature_weights: torch.Tensor | None = None) -> torch.Tensor:
         """Log-density of every point under every component, shape ``(N, K)``.
 
         Computed as one matrix product of ``[x, x^2]`` with the natural parameters.
@@ -79,30 +79,39 @@ class DiagGaussian(ComponentFamily):
         data = as_centred(data, self.dtype, self.device, shift=self.reference)
         precision = self.variance.reciprocal()
         loc_c = self.loc - data.shift
-        log_norm = 0.5 * math.log(2 * math.pi) + self.scale.log() + 0.5 * loc_c.square() * precision  # (K, D)
+        log_const = 0.5 * math.log(2 * math.pi) + self.scale.log()  # (K, D)
         if feature_weights is not None:
             feature_weights = feature_weights.to(dtype=self.dtype, device=self.device)
             precision = precision * feature_weights
-            log_norm = log_norm * feature_weights
+            log_const = log_const * feature_weights
+        log_norm = log_const + 0.5 * loc_c.square() * precision
         natural = torch.cat([loc_c * precision, -0.5 * precision], dim=1)  # (K, 2D)
-        return torch.addmm(-log_norm.sum(dim=1), data.moments, natural.T)
+        log_prob = torch.addmm(-log_norm.sum(dim=1), data.moments, natural.T)
+        # the product cancels terms of size precision * (x - shift)^2: redo the components
+        # whose rounding there would exceed CANCELLATION_TOL (a collapsed component at the floor)
+        cancelled = torch.finfo(self.dtype).eps * (precision * (data.max_square + loc_c.square())).sum(dim=1)
+        for k in torch.nonzero(cancelled > CANCELLATION_TOL).flatten().tolist():
+            maha = (data.centred - loc_c[k]).square_().mul_(precision[k]).sum(dim=1)
+            log_prob[:, k] = -0.5 * maha - log_const[k].sum()
+        return log_prob
 
     def fitted_feature_log_likelihood(self, counts: torch.Tensor) -> torch.Tensor:
         """``sum_n w_nk log N(x_nd | k)`` per component and feature, ``(K, D)``, right after :meth:`fit`.
 
-        At the weighted MLE the weighted squared deviations equal
-        ``counts_k * (variance_kd - reg_covar)``, so the weighted log-likelihood of the
-        data last fitted needs only the component totals ``counts = weights.sum(0)``
+        :meth:`fit` stores the weighted squared deviations per point (``counts_k`` times the
+        weighted variance, which the floor may exceed), so the weighted log-likelihood of
+        the data last fitted needs only the component totals ``counts = weights.sum(0)``
         (no pass over the data).
         """
         variance = self.variance
-        fit_term = (variance - self.reg_covar).clamp_min(0.0) / variance
+        fit_term = self._fitted_spread / variance
         return -0.5 * counts[:, None] * (math.log(2 * math.pi) + variance.log() + fit_term)
 
     def fit(self, data: torch.Tensor | CentredData, weights: torch.Tensor) -> "DiagGaussian":
         """Weighted maximum-likelihood update (closed form), in place.
 
-        ``loc[k] = sum_n w_nk x_n / sum_n w_nk`` and the weighted variance plus ``reg_covar``.
+        ``loc[k] = sum_n w_nk x_n / sum_n w_nk`` and ``variance = max(weighted variance, reg_covar)``,
+        the maximiser of the weighted log-likelihood subject to the variance floor.
         """
         data = as_centred(data, self.dtype, self.device)
         weights = self._check_weights(weights, data.n_samples)
@@ -110,9 +119,12 @@ class DiagGaussian(ComponentFamily):
         sums = weights.T @ data.moments  # (K, 2D)
         d = self.n_features
         mean_c = sums[:, :d] / counts[:, None]
-        var = (sums[:, d:] / counts[:, None] - mean_c.square()).clamp_min(0.0) + self.reg_covar
+        spread = (sums[:, d:] / counts[:, None] - mean_c.square()).clamp_min(0.0)
+        floor = torch.as_tensor(self.reg_covar, dtype=self.dtype, device=self.device)
+        var = torch.maximum(spread, floor)
         self.loc = mean_c + data.shift
         self.scale = var.sqrt()
+        self._fitted_spread = spread
         return self
 
     def pyro_dist(self, index: torch.Tensor | None = None) -> dist.Distribution:

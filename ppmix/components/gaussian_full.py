@@ -8,7 +8,14 @@ import pyro.distributions as dist
 import torch
 
 from ppmix.components.base import ComponentFamily
-from ppmix.components.centred import CentredData, as_centred, component_counts, upper_triangle
+from ppmix.components.centred import (
+    CANCELLATION_TOL,
+    CentredData,
+    as_centred,
+    as_floor,
+    component_counts,
+    upper_triangle,
+)
 
 __all__ = ["FullGaussian"]
 
@@ -25,8 +32,11 @@ class FullGaussian(ComponentFamily):
     loc : Tensor, shape (K, D)
     scale_tril : Tensor, shape (K, D, D)
         Lower Cholesky factors of the covariances (positive diagonal).
-    reg_covar : float, default 1e-6
-        Added to the diagonal of every covariance in :meth:`fit` (the covariance floor).
+    reg_covar : float or Tensor of shape (D,), default 1e-6
+        The covariance floor of :meth:`fit`: every fitted covariance satisfies
+        ``Sigma >= F`` with ``F = diag(reg_covar)`` (a scalar is ``reg_covar * I``); :meth:`fit`
+        returns the weighted maximum-likelihood estimate under that constraint (the weighted
+        covariance with its eigenvalues, in coordinates scaled by ``F^{-1/2}``, clamped at 1).
 
     Examples
     --------
@@ -38,7 +48,7 @@ class FullGaussian(ComponentFamily):
 
     param_names = ("loc", "scale_tril")
 
-    def __init__(self, loc: torch.Tensor, scale_tril: torch.Tensor, reg_covar: float = 1e-6) -> None:
+    def __init__(self, loc: torch.Tensor, scale_tril: torch.Tensor, reg_covar: float | torch.Tensor = 1e-6) -> None:
         loc, scale_tril = torch.as_tensor(loc), torch.as_tensor(scale_tril)
         if loc.dim() != 2 or scale_tril.shape != (*loc.shape, loc.shape[1]):
             raise ValueError(
@@ -46,7 +56,7 @@ class FullGaussian(ComponentFamily):
             )
         if (torch.diagonal(scale_tril, dim1=-2, dim2=-1) <= 0).any():
             raise ValueError("scale_tril must have a positive diagonal")
-        self.loc, self.scale_tril, self.reg_covar = loc, scale_tril.tril(), float(reg_covar)
+        self.loc, self.scale_tril, self.reg_covar = loc, scale_tril.tril(), as_floor(reg_covar)
 
     @property
     def n_features(self) -> int:
@@ -72,8 +82,9 @@ class FullGaussian(ComponentFamily):
     def log_prob(self, data: torch.Tensor | CentredData) -> torch.Tensor:
         """Log-density of every point under every component, shape ``(N, K)``.
 
-        When the cached design ``[x, x x^T]`` fits in :data:`MOMENTS_BUDGET_BYTES`
-        this is one matrix product with the natural parameters ``(P mu, -P/2)``;
+        When the cached design ``[x, x x^T]`` fits in :data:`MOMENTS_BUDGET_BYTES` (and its
+        rounding stays below :data:`~ppmix.components.centred.CANCELLATION_TOL`) this is
+        one matrix product with the natural parameters ``(P mu, -P/2)``;
         otherwise all components are whitened with one product
         ``x @ [L_1^{-T}, ..., L_K^{-T}]`` per block of rows. A plain tensor is centred at
         :attr:`reference`.
@@ -89,6 +100,11 @@ class FullGaussian(ComponentFamily):
         inv_tril = torch.linalg.solve_triangular(self.scale_tril, eye, upper=False)
         precision = inv_tril.mT @ inv_tril
         loc_c = self.loc - data.shift
+        # the product cancels terms up to trace(P) |x - shift|^2: whiten instead when their
+        # rounding would exceed CANCELLATION_TOL (a component collapsed at the floor)
+        spread = data.max_square.sum() + loc_c.square().sum(-1)
+        if bool((torch.finfo(self.dtype).eps * inv_tril.square().sum((-2, -1)) * spread > CANCELLATION_TOL).any()):
+            return self._log_prob_whitened(data)
         linear = (precision @ loc_c.unsqueeze(-1)).squeeze(-1)  # (K, D)
         rows, cols = upper_triangle(d, self.device)
         off_diagonal = torch.where(rows == cols, 1.0, 2.0).to(self.dtype)
@@ -119,7 +135,7 @@ class FullGaussian(ComponentFamily):
         Raises
         ------
         ValueError
-            If a covariance is not positive definite even after adding ``reg_covar``.
+            If a covariance is not positive definite even under the floor ``reg_covar``.
         """
         data = as_centred(data, self.dtype, self.device)
         weights = self._check_weights(weights, data.n_samples)
@@ -140,7 +156,7 @@ class FullGaussian(ComponentFamily):
             )
         # weighted second moments about the data mean, minus the outer product of the means
         covs = second - mean_c[:, :, None] * mean_c[:, None, :]
-        covs.diagonal(dim1=-2, dim2=-1).add_(self.reg_covar)
+        covs = floored_covariance(covs, self.reg_covar)
         tril, info = torch.linalg.cholesky_ex(covs)
         # a pivot at rounding level means a (numerically) singular covariance, too
         scale = torch.diagonal(covs, dim1=-2, dim2=-1).amax(-1)
@@ -177,3 +193,38 @@ class FullGaussian(ComponentFamily):
         logdet_p = torch.diagonal(self.scale_tril, dim1=-2, dim2=-1).log().sum(-1)[:, None]
         logdet_q = torch.diagonal(other.scale_tril, dim1=-2, dim2=-1).log().sum(-1)[None, :]
         return 0.5 * (trace + maha - d) + logdet_q - logdet_p
+
+
+def floored_covariance(covs: torch.Tensor, floor: float | torch.Tensor) -> torch.Tensor:
+    """The maximiser of the Gaussian likelihood with sample covariance ``covs`` over ``{Sigma >= F}``.
+
+    With ``F = diag(floor)`` the problem is, in coordinates ``y = F^{-1/2} x``, that of the
+    floor ``I``, whose solution keeps the eigenvectors of ``F^{-1/2} covs F^{-1/2}`` and
+    raises its eigenvalues below 1 to 1. A zero floor returns ``covs`` unchanged.
+
+    Parameters
+    ----------
+    covs : Tensor, shape (K, D, D)
+        Weighted (symmetric, positive semi-definite) sample covariances.
+    floor : float or Tensor of shape (D,)
+        The variance floor ``reg_covar`` (non-negative).
+
+    Returns
+    -------
+    Tensor, shape (K, D, D)
+
+    Examples
+    --------
+    >>> floored_covariance(torch.zeros(1, 2, 2, dtype=torch.float64), 0.5).squeeze(0).round(decimals=12).tolist()
+    [[0.5, 0.0], [0.0, 0.5]]
+    """
+    root = torch.as_tensor(floor, dtype=covs.dtype, device=covs.device).sqrt().expand(covs.shape[-1])
+    if not bool((root > 0).all()):
+        return covs
+    scaled = covs / (root[:, None] * root[None, :])
+    scaled = 0.5 * (scaled + scaled.mT)
+    eigenvalues, vectors = torch.linalg.eigh(scaled)
+    if bool((eigenvalues >= 1.0).all()):
+        return covs
+    clamped = (vectors * eigenvalues.clamp_min(1.0)[..., None, :]) @ vectors.mT
+    return clamped * (root[:, None] * root[None, :])

@@ -302,7 +302,7 @@ def reproduce(out_dir: Path, *, quick: bool, **options: Any) -> dict:
     return result
 
 
-@register("dmoe", "Distributed MoE by OT aggregation (Chamroukhi & Pham, 2026), Figs 1-4: Global, Reduction, Middle")
+@register("dmoe", "Distributed MoE by OT aggregation (Chamroukhi & Pham, 2026), Figures 1-4: Global, Reduction, Middle")
 def run(out_dir: Path, quick: bool) -> dict:
     """``ppmix reproduce dmoe``: N = 10^5, M in {4, 16, 64, 128}, 3 seeds, local fits on a process pool.
 

@@ -145,18 +145,18 @@ def _min_loss_regression(X: torch.Tensor, y: torch.Tensor, k: int, n_init: int, 
     """Hard alternating least squares (Lloyd-style regression clustering); lowest total loss wins."""
     best, best_loss = None, np.inf
     for restart in range(n_init):
-        learner = RegressionLearner().init(X, y, k, torch.Generator().manual_seed(seed + restart))
+        learner = RegressionLearner().init((X, y), k, torch.Generator().manual_seed(seed + restart))
         labels = None
         for _ in range(max_iter):
-            new = learner.loss(X, y).argmin(dim=0)
+            new = learner.loss((X, y)).argmin(dim=1)
             if labels is not None and torch.equal(new, labels):
                 break
             labels = new
-            onehot = torch.nn.functional.one_hot(labels, k).T.to(X.dtype)
-            if (onehot.sum(dim=1) < X.shape[1] + 1).any():  # a model lost its points: keep it as is
+            onehot = torch.nn.functional.one_hot(labels, k).to(X.dtype)
+            if (onehot.sum(dim=0) < X.shape[1] + 1).any():  # a model lost its points: keep it as is
                 break
-            learner.fit(X, y, onehot / onehot.sum(dim=1, keepdim=True))
-        total = float(learner.loss(X, y).min(dim=0).values.sum())
+            learner.fit((X, y), onehot / onehot.sum(dim=0))
+        total = float(learner.loss((X, y)).min(dim=1).values.sum())
         if total < best_loss:
             best, best_loss = learner, total
     return best
@@ -178,7 +178,7 @@ def _score_regression(learner: RegressionLearner, X: torch.Tensor, y: torch.Tens
     perm = min(
         itertools.permutations(range(2)), key=lambda p: sum(_curve_rms(fitted[p[j]], truth[j]) for j in range(2))
     )
-    nearest = learner.loss(X, y).argmin(dim=0).numpy()
+    nearest = learner.loss((X, y)).argmin(dim=1).numpy()
     correct = nearest == np.asarray(perm)[data.labels]
     return {
         "accuracy": float(correct.mean()),

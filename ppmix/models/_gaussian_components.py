@@ -26,11 +26,43 @@ INIT_METHODS = ("kmeans", "k-means++", "random")
 KMEANS_RUNS = 3
 
 
+#: 1 / Phi^{-1}(3/4): the median absolute deviation of a normal sample times this is its standard deviation
+MAD_TO_SD = 1.4826
+
+
+def relative_floor(x: torch.Tensor, reg_covar: float) -> torch.Tensor:
+    """The variance floor ``reg_covar * spread_d(x)**2`` of every feature, ``(D,)``.
+
+    ``spread_d`` is the robust spread of feature ``d`` (1.4826 times its median absolute
+    deviation), so that a few far outliers cannot raise the floor of every cluster; a
+    feature whose median absolute deviation is zero uses its standard deviation, and a
+    constant feature keeps the absolute floor ``reg_covar``.
+
+    Examples
+    --------
+    >>> floor = relative_floor(torch.tensor([[0.0, 1.0], [2.0, 1.0], [4.0, 1.0]], dtype=torch.float64), 1e-2)
+    >>> [round(v, 4) for v in floor.tolist()]
+    [0.0879, 0.01]
+    """
+    if x.shape[0] < 2:
+        return torch.full_like(x[0], reg_covar)
+    mad_spread = ((x - x.median(0).values).abs().median(0).values * MAD_TO_SD).square()
+    spread = torch.where(mad_spread > 0, mad_spread, x.var(0, unbiased=False))
+    return reg_covar * torch.where(spread > 0, spread, torch.ones_like(spread))
+
+
 class GaussianComponentsMixin:
     """Gaussian components for a :class:`~ppmix.models.base.MixtureModel` subclass.
 
     The host class stores ``covariance_type``, ``reg_covar``, ``init_params`` and
     ``n_init``/``max_iter`` and sets ``components_`` during fitting.
+
+    ``reg_covar`` is relative: the variance floor of feature ``d`` is
+    ``reg_covar`` times the squared robust spread of feature ``d`` in the training data (see
+    :func:`relative_floor`; recorded when the components are created for a fit), so
+    fits are unchanged when the data are rescaled. A fitted variance is
+    ``max(weighted variance, floor)`` (full covariance: ``Sigma >= diag(floor)``), the
+    constrained maximum-likelihood estimate, so EM never decreases its objective.
     """
 
     covariance_type: str
@@ -111,16 +143,16 @@ class GaussianComponentsMixin:
         opts = {"dtype": self.dtype, "device": self._device}
         locs, scales = torch.as_tensor(values["locs"]).to(**opts), torch.as_tensor(values["scales"]).to(**opts)
         if self.covariance_type == "diag":
-            self.components_ = DiagGaussian(locs, scales, reg_covar=self.reg_covar)
+            self.components_ = DiagGaussian(locs, scales, reg_covar=self._variance_floor)
         else:
             corr = torch.as_tensor(values["corr_cholesky"]).to(**opts)
             corr = corr / corr.norm(dim=-1, keepdim=True)  # rows of a correlation Cholesky have unit norm
-            self.components_ = FullGaussian(locs, scales[..., None] * corr, reg_covar=self.reg_covar)
+            self.components_ = FullGaussian(locs, scales[..., None] * corr, reg_covar=self._variance_floor)
 
     def _load_component_state(self, tensors: dict[str, torch.Tensor]) -> None:
         opts = {"dtype": self.dtype, "device": self._device}
         family = DiagGaussian if self.covariance_type == "diag" else FullGaussian
-        self.components_ = family(*(tensors[n].to(**opts) for n in family.param_names), reg_covar=self.reg_covar)
+        self.components_ = family(*(tensors[n].to(**opts) for n in family.param_names), reg_covar=self._variance_floor)
 
     def _component_dims(self) -> dict[str, list[str]]:
         dims = {"locs": ["component", "feature"], "scales": ["component", "feature"]}
@@ -141,10 +173,18 @@ class GaussianComponentsMixin:
             labels = nearest_centre(data.centred, kmeans_plusplus(data.centred, k, generator))
         return torch.nn.functional.one_hot(labels, k).to(x.dtype)
 
+    @property
+    def _variance_floor(self) -> float | torch.Tensor:
+        """``reg_covar`` times each feature's training variance (``reg_covar`` itself before a fit)."""
+        return getattr(self, "_feature_floor", self.reg_covar)
+
     def _new_components(self, x: torch.Tensor) -> DiagGaussian | FullGaussian:
-        """A placeholder family of the right shape (parameters are set by the first M-step)."""
+        """A placeholder family of the right shape (parameters are set by the first M-step);
+        records the relative variance floor of the training data ``x``."""
         k, d = self.n_components, x.shape[1]
+        self._feature_floor = relative_floor(x, self.reg_covar)
         scale = torch.ones(k, d, dtype=x.dtype, device=x.device)
+        zeros = torch.zeros(k, d, dtype=x.dtype, device=x.device)
         if self.covariance_type == "diag":
-            return DiagGaussian(torch.zeros(k, d, dtype=x.dtype, device=x.device), scale, reg_covar=self.reg_covar)
-        return FullGaussian(torch.zeros(k, d, dtype=x.dtype, device=x.device), torch.diag_embed(scale), self.reg_covar)
+            return DiagGaussian(zeros, scale, reg_covar=self._variance_floor)
+        return FullGaussian(zeros, torch.diag_embed(scale), self._variance_floor)

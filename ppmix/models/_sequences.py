@@ -61,12 +61,22 @@ class SequenceBatch:
         return [values[b, : int(n)] for b, n in enumerate(self.lengths.tolist())]
 
 
+def _float_labels(values: Any, name: str = "y") -> np.ndarray:
+    """Labels as float64 (None -> NaN); non-numeric labels are refused (as PFGMM refuses them)."""
+    if isinstance(values, torch.Tensor):
+        values = values.detach().cpu()
+    try:
+        return np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must hold numeric labels 0/1 (NaN for missing)") from None
+
+
 def _check_labels(labels: Any, lengths: list[int], name: str = "y") -> list[np.ndarray]:
     if len(labels) != len(lengths):
         raise ValueError(f"{name} has {len(labels)} sequences but X has {len(lengths)}")
     out = []
     for b, (lab, n) in enumerate(zip(labels, lengths)):
-        arr = np.asarray(lab, dtype=np.float64).reshape(-1)
+        arr = _float_labels(lab, f"{name}[{b}]").reshape(-1)
         if arr.shape[0] != n:
             raise ValueError(f"{name}[{b}] has {arr.shape[0]} labels but sequence {b} has {n} steps")
         observed = arr[~np.isnan(arr)]
@@ -122,7 +132,7 @@ def as_sequence_batch(
         names = [str(c) for c in features]
         groups = [g for _, g in X.groupby(sequence_column, sort=False)]
         X = [g[features] for g in groups]
-        y = [g[label_column].to_numpy(dtype=np.float64) for g in groups] if label_column else y
+        y = [_float_labels(g[label_column].to_numpy(), f"y={label_column!r}") for g in groups] if label_column else y
     if lengths is not None:
         padded = X.detach().cpu().numpy() if isinstance(X, torch.Tensor) else np.asarray(X)
         if padded.ndim != 3:
@@ -134,7 +144,7 @@ def as_sequence_batch(
             raise ValueError(f"lengths must be integers in 1..{padded.shape[1]} (no zero-length sequence)")
         X = [padded[b, : int(n)] for b, n in enumerate(lens)]
         if y is not None and not isinstance(y, (list, tuple)):
-            y_arr = np.asarray(y.cpu() if isinstance(y, torch.Tensor) else y, dtype=np.float64)
+            y_arr = _float_labels(y)
             y = [y_arr[b, : int(n)] for b, n in enumerate(lens)]
     if not isinstance(X, (list, tuple)):
         raise TypeError("X must be a list of (length, n_features) arrays, a padded array with lengths, or a DataFrame")

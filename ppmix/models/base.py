@@ -30,6 +30,7 @@ from ppmix.inference.engines.enumeration import (
 )
 from ppmix.inference.engines.params import local_params
 from ppmix.io import Savable, constructor_params, load_model
+from ppmix.models._params import check_seed, store_params
 
 __all__ = ["MixtureModel"]
 
@@ -83,11 +84,14 @@ class MixtureModel(Savable, PyroModule):
     max_plate_nesting: ClassVar[int] = 1
     #: name of the plate over data points used by :meth:`data_plate`
     data_plate_name: ClassVar[str] = "data"
-    #: EM settings (see :class:`~ppmix.inference.engines.em.EMModel`): class defaults here, constructor
-    #: arguments of the models that write the EM hooks
+    #: EM settings (see :class:`~ppmix.inference.engines.em.EMModel`), declared once here: these class
+    #: defaults, and constructor arguments (kept by :func:`~ppmix.models._params.store_params`) of the
+    #: models that write the EM hooks
     n_init: int = 1
     max_iter: int = 100
     tol: float = 1e-6
+    reg_covar: float = 1e-6
+    init_params: str = "kmeans"
     warm_start: bool = False
 
     def __init__(
@@ -100,11 +104,7 @@ class MixtureModel(Savable, PyroModule):
         progress: bool = True,
     ) -> None:
         super().__init__()
-        self.n_components = n_components
-        self.seed = seed
-        self.device = device
-        self.dtype = dtype
-        self.progress = progress
+        store_params(self, locals())
         object.__setattr__(self, "_globals", {})
         object.__setattr__(self, "_guide_cache", None)
         object.__setattr__(self, "_variational_guide", None)
@@ -245,25 +245,23 @@ class MixtureModel(Savable, PyroModule):
         """
         return pyro.plate(name or self.data_plate_name, size, subsample_size=self._subsample_size, dim=dim)
 
-    @contextlib.contextmanager
-    def subsampling(self, batch_size: int | None) -> Iterator[None]:
+    def subsampling(self, batch_size: int | None) -> contextlib.AbstractContextManager[None]:
         """Within this context :meth:`data_plate` draws mini-batches of ``batch_size``."""
-        previous = self._subsample_size
-        object.__setattr__(self, "_subsample_size", batch_size)
-        try:
-            yield
-        finally:
-            object.__setattr__(self, "_subsample_size", previous)
+        return self._overriding("_subsample_size", batch_size)
+
+    def bayesian(self) -> contextlib.AbstractContextManager[None]:
+        """Within this context ``model`` uses its proper (sampling) priors; see :attr:`is_bayesian`."""
+        return self._overriding("_bayesian", True)
 
     @contextlib.contextmanager
-    def bayesian(self) -> Iterator[None]:
-        """Within this context ``model`` uses its proper (sampling) priors; see :attr:`is_bayesian`."""
-        previous = self._bayesian
-        object.__setattr__(self, "_bayesian", True)
+    def _overriding(self, name: str, value: Any) -> Iterator[None]:
+        """Set the private attribute ``name`` to ``value`` inside the context, restoring it after."""
+        previous = getattr(self, name)
+        object.__setattr__(self, name, value)
         try:
             yield
         finally:
-            object.__setattr__(self, "_bayesian", previous)
+            object.__setattr__(self, name, previous)
 
     @property
     def is_bayesian(self) -> bool:
@@ -280,10 +278,11 @@ class MixtureModel(Savable, PyroModule):
         Engines seed restart ``r`` with ``generator(r)``, so every restart is reproducible.
         """
         gen = torch.Generator()
-        if self.seed is None:
+        seed = check_seed(self.seed)
+        if seed is None:
             gen.seed()
         else:
-            gen.manual_seed(int(self.seed) + offset)
+            gen.manual_seed(seed + offset)
         return gen
 
     # ==================================================================== fit
@@ -326,6 +325,7 @@ class MixtureModel(Savable, PyroModule):
     def validate_params(self) -> None:
         """Check constructor arguments (called by :meth:`fit`)."""
         check_positive_int(self.n_components, "n_components")
+        check_seed(self.seed)
         if not isinstance(self.dtype, torch.dtype) or not self.dtype.is_floating_point:
             raise TypeError(f"dtype must be a floating torch.dtype; got {self.dtype!r}")
 

@@ -12,6 +12,7 @@ import torch
 from ppmix._validation import check_n_components, check_positive_int, to_output
 from ppmix.components.centred import CentredData
 from ppmix.models._gaussian_components import GaussianComponentsMixin
+from ppmix.models._params import store_params
 from ppmix.models.base import MixtureModel
 from ppmix.ops.logspace import normalize_log_joint_
 
@@ -39,7 +40,11 @@ class GMM(GaussianComponentsMixin, MixtureModel):
     tol : float, default 1e-6
         EM stops when the relative change of the log-likelihood is at most ``tol``.
     reg_covar : float, default 1e-6
-        Added to every variance (the covariance floor).
+        Variance floor relative to the data: every variance (every eigenvalue, in the
+        features' own scale, for ``"full"``) is at least ``reg_covar`` times that
+        feature's variance in the training data. The M-step is the exact maximiser under
+        this floor, so EM never decreases the log-likelihood and the fit does not depend
+        on the data's units.
     init_params : {"kmeans", "k-means++", "random"}, default "kmeans"
         ``"kmeans"``: the best of 3 runs of greedy k-means++ seeding and Lloyd
         iterations; ``"k-means++"``: one seeding only; ``"random"``: random
@@ -83,14 +88,8 @@ class GMM(GaussianComponentsMixin, MixtureModel):
         dtype: torch.dtype = torch.float64,
         progress: bool = True,
     ) -> None:
-        super().__init__(n_components, seed=seed, device=device, dtype=dtype, progress=progress)
-        self.covariance_type = covariance_type
-        self.n_init = n_init
-        self.max_iter = max_iter
-        self.tol = tol
-        self.reg_covar = reg_covar
-        self.init_params = init_params
-        self.warm_start = warm_start
+        super().__init__()
+        store_params(self, locals())
 
     def validate_params(self) -> None:
         super().validate_params()

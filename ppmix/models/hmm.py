@@ -14,6 +14,7 @@ from ppmix._validation import check_n_components, check_positive_int, to_output
 from ppmix.components.centred import CentredData
 from ppmix.inference.engines.forward_backward import ForwardBackwardResult, forward_backward, viterbi
 from ppmix.models._gaussian_components import GaussianComponentsMixin
+from ppmix.models._params import store_params
 from ppmix.models._sequences import SequenceBatch, as_sequence_batch
 from ppmix.models.base import MixtureModel
 
@@ -117,15 +118,8 @@ class HMM(GaussianComponentsMixin, MixtureModel):
         dtype: torch.dtype = torch.float64,
         progress: bool = True,
     ) -> None:
-        super().__init__(n_components, seed=seed, device=device, dtype=dtype, progress=progress)
-        self.covariance_type = covariance_type
-        self.n_init = n_init
-        self.max_iter = max_iter
-        self.tol = tol
-        self.reg_covar = reg_covar
-        self.init_params = init_params
-        self.warm_start = warm_start
-        self.sequence_column = sequence_column
+        super().__init__()
+        store_params(self, locals())
 
     def validate_params(self) -> None:
         super().validate_params()

@@ -8,11 +8,13 @@ import numpy as np
 import pyro
 import pyro.distributions as dist
 import torch
+import torch.nn.functional as F
 from pyro.distributions import constraints
 
 from ppmix._validation import check_matrix, to_output
 from ppmix.components import GaussianExpert, LogisticExpert, SoftmaxGate
 from ppmix.models._flat import FlatPrior
+from ppmix.models._params import store_params
 from ppmix.models.base import MixtureModel
 from ppmix.models.moe_data import check_response, prepare_training_data
 from ppmix.models.moe_moves import initial_responsibilities, split_and_merge
@@ -25,6 +27,11 @@ INIT_METHODS = ("kmeans", "random")
 #: damped Newton steps of the gate (and of logistic experts) per M-step: a generalised EM
 #: step, still monotone because every damped Newton step decreases its objective
 NEWTON_STEPS = 3
+
+
+def _family_attribute(family: str, name: str, doc: str) -> property:
+    """A read-only property: the attribute ``name`` of the property ``family`` (``gate_`` or ``experts_``)."""
+    return property(lambda self: getattr(getattr(self, family), name), doc=doc)
 
 
 class MixtureOfExperts(MixtureModel):
@@ -116,17 +123,8 @@ class MixtureOfExperts(MixtureModel):
         dtype: torch.dtype = torch.float64,
         progress: bool = True,
     ) -> None:
-        super().__init__(n_experts, seed=seed, device=device, dtype=dtype, progress=progress)
-        self.n_experts = n_experts
-        self.expert = expert
-        self.n_init = n_init
-        self.max_iter = max_iter
-        self.tol = tol
-        self.ridge = ridge
-        self.min_variance = min_variance
-        self.split_merge = split_merge
-        self.init_params = init_params
-        self.standardize = standardize
+        super().__init__(n_experts)
+        store_params(self, locals())
 
     # ------------------------------------------------------------ checking
     def validate_params(self) -> None:
@@ -350,7 +348,7 @@ class MixtureOfExperts(MixtureModel):
                 f"gate_coef/gate_intercept must have shapes ({k}, {p})/({k},) or ({k - 1}, {p})/({k - 1},)"
             )
         gate_c, gate_i = gate_c - gate_c[-1], gate_i - gate_i[-1]
-        model = cls(k, expert=expert, progress=False, **kwargs)
+        model = cls(k, expert=expert, **{"progress": False, **kwargs})
         model.validate_params()
         model.n_features_in_, model.feature_names_in_ = p, feature_names
         model._x_mean, model._x_scale = coef.new_zeros(p), coef.new_ones(p)
@@ -396,25 +394,10 @@ class MixtureOfExperts(MixtureModel):
         state["coef"], state["intercept"] = self._unstandardise(state["coef"], state["intercept"])
         return self._make_experts(state)
 
-    @property
-    def gate_coef_(self) -> torch.Tensor:
-        """Gate coefficients ``(K, P)`` on the user's scale (last row zero)."""
-        return self.gate_.coef
-
-    @property
-    def gate_intercept_(self) -> torch.Tensor:
-        """Gate intercepts ``(K,)`` (last zero)."""
-        return self.gate_.intercept
-
-    @property
-    def coef_(self) -> torch.Tensor:
-        """Expert coefficients ``(K, P)`` on the user's scale."""
-        return self.experts_.coef
-
-    @property
-    def intercept_(self) -> torch.Tensor:
-        """Expert intercepts ``(K,)`` on the user's scale."""
-        return self.experts_.intercept
+    gate_coef_ = _family_attribute("gate_", "coef", "Gate coefficients ``(K, P)`` on the user's scale (last row zero).")
+    gate_intercept_ = _family_attribute("gate_", "intercept", "Gate intercepts ``(K,)`` (last zero).")
+    coef_ = _family_attribute("experts_", "coef", "Expert coefficients ``(K, P)`` on the user's scale.")
+    intercept_ = _family_attribute("experts_", "intercept", "Expert intercepts ``(K,)`` on the user's scale.")
 
     @property
     def scale_(self) -> torch.Tensor:
@@ -454,7 +437,10 @@ class MixtureOfExperts(MixtureModel):
         if self.expert != "logistic":
             raise ValueError("predict_proba needs logistic experts; use predict (the conditional mean) or posterior")
         self._check_fitted()
-        p1 = self._conditional_mean(self._covariates(X))
+        x = self._covariates(X)
+        log_gate, eta = self._gate.log_prob(x), self._experts.linear_predictor(x)
+        log_p1, log_p0 = (torch.logsumexp(log_gate + F.logsigmoid(sign * eta), -1) for sign in (1, -1))
+        p1 = torch.sigmoid(log_p1 - log_p0)  # in [0, 1] by construction, unlike a sum of gate-weighted sigmoids
         return to_output(torch.stack([1 - p1, p1], dim=-1), X)
 
     def responsibilities(self, data: Any) -> torch.Tensor:

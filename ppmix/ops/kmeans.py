@@ -9,6 +9,16 @@ import torch
 __all__ = ["kmeans", "kmeans_plusplus", "nearest_centre"]
 
 
+def _power_of_two_scale(x: torch.Tensor) -> float:
+    """``2^e`` close to ``max |x|``: dividing by it is exact and keeps squared distances finite
+    (no overflow at 1e20 in float32, no underflow at 1e-150), and the results of the
+    functions here are the same for ``x`` and ``2^j x``."""
+    largest = float(x.abs().max()) if x.numel() else 0.0
+    if not math.isfinite(largest):
+        raise ValueError("X must be finite for k-means")
+    return 2.0 ** math.frexp(largest)[1] if largest > 0 else 1.0
+
+
 def _squared_distances(x: torch.Tensor, centres: torch.Tensor, x_sq: torch.Tensor) -> torch.Tensor:
     offset = x_sq[:, None] + centres.square().sum(1)[None, :]
     return torch.addmm(offset, x, centres.T, alpha=-2.0).clamp_min_(0.0)
@@ -16,6 +26,8 @@ def _squared_distances(x: torch.Tensor, centres: torch.Tensor, x_sq: torch.Tenso
 
 def nearest_centre(x: torch.Tensor, centres: torch.Tensor) -> torch.Tensor:
     """Index of the nearest centre for every row of ``x``."""
+    scale = _power_of_two_scale(x)
+    x, centres = x / scale, centres / scale
     return _squared_distances(x, centres, x.square().sum(1)).argmin(dim=1)
 
 
@@ -36,6 +48,8 @@ def kmeans_plusplus(
     >>> sorted(c[:, 0].tolist())
     [0.0, 10.0]
     """
+    scale = _power_of_two_scale(x)
+    x = x / scale
     n = x.shape[0]
     trials = n_trials if n_trials is not None else 2 + int(math.log(n_clusters))
     x_sq = x.square().sum(1)
@@ -53,7 +67,7 @@ def kmeans_plusplus(
         best = int(updated.sum(1).argmin())
         centres.append(x[candidates[best]])
         closest = updated[best]
-    return torch.stack(centres)
+    return torch.stack(centres) * scale
 
 
 def kmeans(
@@ -73,6 +87,8 @@ def kmeans(
     >>> int(labels[0] != labels[-1])
     1
     """
+    scale = _power_of_two_scale(x)
+    x = x / scale
     best: tuple[float, torch.Tensor, torch.Tensor] | None = None
     for _ in range(n_init):
         centres, labels = _lloyd(x, kmeans_plusplus(x, n_clusters, generator), max_iter)
@@ -80,7 +96,7 @@ def kmeans(
         if best is None or inertia < best[0]:
             best = (inertia, centres, labels)
     assert best is not None
-    return best[1], best[2]
+    return best[1] * scale, best[2]
 
 
 def _lloyd(

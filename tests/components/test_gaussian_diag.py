@@ -77,7 +77,8 @@ def test_fit_one_hot_equals_group_mle(k, d, dtype, device, reg_covar):
     out = comp.fit(t(x, dtype, device), t(one_hot(z, k), dtype, device))
     assert out is comp
     mean = np.stack([x[z == j].mean(0) for j in range(k)])
-    var = np.stack([x[z == j].var(0, ddof=0) for j in range(k)]) + reg_covar
+    # the floor is a constraint (issue 16): max(variance, reg_covar), not variance + reg_covar
+    var = np.maximum(np.stack([x[z == j].var(0, ddof=0) for j in range(k)]), reg_covar)
     assert_close(comp.loc, mean, **TOL[dtype])
     assert_close(comp.scale, np.sqrt(var), **TOL[dtype])
 
@@ -92,7 +93,7 @@ def test_fit_fractional_weights_equals_weighted_moments(k, d, dtype, device):
     w = rounded(fractional_weights(r, 150, k), dtype)
     comp = make(k, d, dtype, device, reg_covar=1e-4).fit(t(x, dtype, device), t(w, dtype, device))
     mean = np.stack([np.average(x, axis=0, weights=w[:, j]) for j in range(k)])
-    var = np.stack([np.average((x - mean[j]) ** 2, axis=0, weights=w[:, j]) for j in range(k)]) + 1e-4
+    var = np.maximum(np.stack([np.average((x - mean[j]) ** 2, axis=0, weights=w[:, j]) for j in range(k)]), 1e-4)
     assert_close(comp.loc, mean, **TOL[dtype])
     assert_close(comp.scale, np.sqrt(var), **TOL[dtype])
 

@@ -28,6 +28,12 @@ from tests.components._util import (
 )
 
 
+def floor_eigenvalues(covs: np.ndarray, floor: float) -> np.ndarray:
+    """The covariances with their eigenvalues raised to ``floor`` (the constrained MLE)."""
+    values, vectors = np.linalg.eigh(covs)
+    return (vectors * np.maximum(values, floor)[..., None, :]) @ np.swapaxes(vectors, -1, -2)
+
+
 def make(k, d, dtype=torch.float64, device="cpu", seed=0, reg_covar=1e-6):
     r = rng(seed)
     loc = r.normal(scale=2.0, size=(k, d))
@@ -96,7 +102,8 @@ def test_fit_one_hot_equals_group_mle(k, d, dtype, device, reg_covar):
     out = comp.fit(t(x, dtype, device), t(one_hot(z, k), dtype, device))
     assert out is comp
     mean = np.stack([x[z == j].mean(0) for j in range(k)])
-    cov = np.stack([np.atleast_2d(np.cov(x[z == j].T, ddof=0)) for j in range(k)]) + reg_covar * np.eye(d)
+    # the floor is a constraint (issue 16): eigenvalues clamped at reg_covar, not reg_covar added
+    cov = floor_eigenvalues(np.stack([np.atleast_2d(np.cov(x[z == j].T, ddof=0)) for j in range(k)]), reg_covar)
     assert_close(comp.loc, mean, **TOL[dtype])
     assert_close(covariances(comp), cov, **TOL[dtype])
     # the stored factor is a genuine Cholesky factor
@@ -113,7 +120,7 @@ def test_fit_fractional_weights_equals_weighted_covariance(k, d, dtype, device):
     w = rounded(fractional_weights(r, 160, k), dtype)
     comp = make(k, d, dtype, device, reg_covar=1e-4).fit(t(x, dtype, device), t(w, dtype, device))
     mean = np.stack([np.average(x, axis=0, weights=w[:, j]) for j in range(k)])
-    cov = np.stack([np.atleast_2d(np.cov(x.T, aweights=w[:, j], ddof=0)) for j in range(k)]) + 1e-4 * np.eye(d)
+    cov = floor_eigenvalues(np.stack([np.atleast_2d(np.cov(x.T, aweights=w[:, j], ddof=0)) for j in range(k)]), 1e-4)
     assert_close(comp.loc, mean, **TOL[dtype])
     assert_close(covariances(comp), cov, **TOL[dtype])
 

@@ -98,3 +98,17 @@ def test_non_finite_objective_is_an_error():
 def test_bad_engine_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         run_em(Scripted([[0.0]]), None, **kwargs)
+
+
+def test_a_decreasing_objective_is_logged(caplog):
+    model = Scripted([[-10.0, -5.0, -6.0, -6.0]])
+    with caplog.at_level("WARNING", logger="ppmix.inference.engines.em"):
+        run_em(model, None, tol=0.0, max_iter=3)
+    assert [r.message for r in caplog.records if "decreased at iteration 2" in r.getMessage()]
+
+
+def test_a_rounding_level_decrease_is_not_logged(caplog):
+    model = Scripted([[-10.0, -5.0, -5.0 - 1e-12, -5.0 - 1e-12]])
+    with caplog.at_level("WARNING", logger="ppmix.inference.engines.em"):
+        run_em(model, None, tol=0.0, max_iter=3)
+    assert not [r for r in caplog.records if "decreased" in r.getMessage()]

@@ -145,7 +145,7 @@ def test_rw_on_device_matches_default_cpu_fit(kind, device, tol):
     # the weights are reported on the CPU, the fitted models live on the device
     assert rw.weights_.device.type == "cpu" and rw.weights_.dtype == torch.float64
     X_t, y_t = torch.as_tensor(X, device=device), None if y is None else torch.as_tensor(y, device=device)
-    assert rw.models_.loss(X_t, y_t).device.type == device
+    assert rw.models_.loss(X_t if y_t is None else (X_t, y_t)).device.type == device
     assert isinstance(rw.labels_, np.ndarray) and isinstance(rw.outliers_, np.ndarray)
     np.testing.assert_array_equal(rw.labels_, reference.labels_)
     np.testing.assert_array_equal(rw.outliers_, reference.outliers_)

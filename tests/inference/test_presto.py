@@ -333,3 +333,15 @@ def test_bad_inputs_raise_naming_the_argument():
         model.predict(np.hstack([x, x]))
     with pytest.raises(TypeError, match="predict_proba"):
         model.predict_proba(x)
+
+
+def test_predict_reorders_dataframe_columns_and_refuses_other_names():
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame(rng.uniform(-1, 1, size=(120, 2)), columns=["a", "b"])
+    y = np.where(X["a"] < 0, 2 * X["a"] + 1, -3 * X["b"])
+    model = PRESTO(2, "linear", seed=0, progress=False).fit(X, y)
+    np.testing.assert_array_equal(model.predict(X[["b", "a"]]), model.predict(X))
+    with pytest.raises(ValueError, match="c"):
+        model.predict(X.rename(columns={"a": "c"}))

@@ -89,8 +89,8 @@ def test_rw_round_trip(tmp_path, kind):
     np.testing.assert_array_equal(loaded.outliers_, rw.outliers_)
     assert (loaded.loss_, loaded.alpha_, loaded.history_) == (rw.loss_, rw.alpha_, rw.history_)
     assert_close(
-        loaded.models_.loss(torch.as_tensor(X), None if y is None else torch.as_tensor(y)),
-        rw.models_.loss(torch.as_tensor(X), None if y is None else torch.as_tensor(y)),
+        loaded.models_.loss(torch.as_tensor(X) if y is None else (torch.as_tensor(X), torch.as_tensor(y))),
+        rw.models_.loss(torch.as_tensor(X) if y is None else (torch.as_tensor(X), torch.as_tensor(y))),
         rtol=0,
         atol=0,
     )

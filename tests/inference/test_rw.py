@@ -7,14 +7,17 @@ import itertools
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from scipy.optimize import minimize
 
 from ppmix._validation import NotFittedError
+from ppmix.components import DiagGaussian, FullGaussian
 from ppmix.datasets.rw import make_outlier_clusters, make_quadratic_regressions, make_unbalanced_clusters
 from ppmix.inference.optimizers.rw.estimator import RegularizedWeighting
 from ppmix.inference.optimizers.rw.learners import (
+    FamilyLearner,
     GaussianLearner,
     RegressionLearner,
     SquaredDistanceLearner,
@@ -269,7 +272,7 @@ def test_gaussian_learner_and_unbalanced_clusters():
     rw = RegularizedWeighting(2, "gaussian", alpha_per_point=2.0, seed=0, progress=False).fit(data.X)
     pred = rw.predict(data.X)
     assert max((pred == data.labels).mean(), (pred != data.labels).mean()) > 0.9
-    assert (rw.models_.loss(torch.as_tensor(data.X), None) >= 0).all()
+    assert (rw.models_.loss(torch.as_tensor(data.X)) >= 0).all()
 
 
 def test_custom_learner_and_determinism():
@@ -291,18 +294,66 @@ def test_custom_learner_and_determinism():
 def test_learners_fit_each_model_with_its_own_weights():
     X = torch.tensor([[0.0, 0.0], [2.0, 0.0], [0.0, 4.0]], dtype=torch.float64)
     w = torch.tensor([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.25, 0.25, 0.5]], dtype=torch.float64)
-    learner = SquaredDistanceLearner().init(X, None, 3, torch.Generator().manual_seed(0)).fit(X, None, w)
+    learner = SquaredDistanceLearner().init(X, 3, torch.Generator().manual_seed(0)).fit(X, w.T)
     assert_close(learner.centres_, w @ X)
-    assert_close(learner.loss(X, None), torch.cdist(w @ X, X).square(), atol=1e-12)
-    gauss = GaussianLearner().init(X, None, 3, torch.Generator().manual_seed(0)).fit(X, None, w)
+    assert_close(learner.loss(X).T, torch.cdist(w @ X, X).square(), atol=1e-12)
+    gauss = GaussianLearner().init(X, 3, torch.Generator().manual_seed(0)).fit(X, w.T)
     assert_close(gauss.components_.loc, w @ X, atol=1e-12)
     # the loss is half the squared Mahalanobis distance to each model's mean (zero at the mean)
     comp = gauss.components_
     maha = ((X[None] - comp.loc[:, None]).square() / comp.variance[:, None]).sum(-1)
-    assert_close(gauss.loss(X, None), 0.5 * maha, atol=1e-9)
-    assert_close(gauss.loss(comp.loc, None).diagonal(), torch.zeros(3, dtype=torch.float64), atol=1e-9)
-    reg = RegressionLearner().init(X[:, :1], X[:, 1], 3, torch.Generator().manual_seed(0))
-    assert reg.loss(X[:, :1], X[:, 1]).shape == (3, 3)
+    assert_close(gauss.loss(X).T, 0.5 * maha, atol=1e-9)
+    assert_close(gauss.loss(comp.loc).diagonal(), torch.zeros(3, dtype=torch.float64), atol=1e-9)
+    reg = RegressionLearner().init((X[:, :1], X[:, 1]), 3, torch.Generator().manual_seed(0))
+    assert reg.loss((X[:, :1], X[:, 1])).shape == (3, 3)
+
+
+def test_a_plain_diag_gaussian_family_is_the_gaussian_learner():
+    X = two_blobs()
+    family = DiagGaussian(torch.zeros(2, 2, dtype=torch.float64), torch.ones(2, 2, dtype=torch.float64))
+    a = RegularizedWeighting(2, family, alpha_per_point=2.0, seed=1, progress=False).fit(X)
+    b = RegularizedWeighting(2, "gaussian", alpha_per_point=2.0, seed=1, progress=False).fit(X)
+    assert torch.equal(a.weights_, b.weights_) and a.history_ == b.history_
+    assert_close(a.models_.components_.loc, b.models_.components_.loc)
+
+
+def test_any_component_family_is_a_learner():
+    X = two_blobs()
+    diag = DiagGaussian(torch.zeros(2, 2, dtype=torch.float64), torch.ones(2, 2, dtype=torch.float64))
+    rw = RegularizedWeighting(2, FamilyLearner(diag), alpha_per_point=20.0, n_init=5, seed=0, progress=False).fit(X)
+    truth = np.repeat([0, 1], len(X) // 2)
+    pred = rw.predict(X)
+    assert max((pred == truth).mean(), (pred != truth).mean()) == 1.0
+    full = FullGaussian(torch.zeros(2, 2, dtype=torch.float64), torch.eye(2, dtype=torch.float64).expand(2, 2, 2))
+    rw = RegularizedWeighting(2, full, alpha_per_point=20.0, n_init=2, seed=0, progress=False).fit(X)
+    assert isinstance(rw.models_, FamilyLearner)
+    losses = rw.models_.loss(torch.as_tensor(X))
+    assert losses.shape == (len(X), 2) and (losses >= 0).all() and (losses.min(dim=0).values == 0).all()
+    with pytest.raises(ValueError, match="2 components, but RW fits n_models=3"):
+        RegularizedWeighting(3, full, seed=0, progress=False).fit(X)
+
+
+def test_a_learner_of_the_old_signature_is_refused():
+    class OldMedians:
+        def init(self, X, y, k, generator):
+            return self
+
+        def fit(self, X, y, weights):
+            return self
+
+        def loss(self, X, y):
+            return torch.zeros(2, len(X))
+
+    with pytest.raises(TypeError, match="WeightedLearner protocol"):
+        RegularizedWeighting(2, OldMedians(), seed=0, progress=False).fit(two_blobs())
+
+
+def test_predict_reorders_dataframe_columns_and_refuses_other_names():
+    X = pd.DataFrame(two_blobs(), columns=["a", "b"])
+    rw = RegularizedWeighting(2, alpha_per_point=2.0, seed=0, progress=False).fit(X)
+    assert np.array_equal(rw.predict(X[["b", "a"]]), rw.predict(X))
+    with pytest.raises(ValueError, match="c"):
+        rw.predict(X.rename(columns={"a": "c"}))
 
 
 # ------------------------------------------------------------------- bad input

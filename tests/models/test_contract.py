@@ -127,12 +127,7 @@ NOT_OFFERED: dict[tuple[str, str], str] = {
 }
 
 #: test id -> the ppmix bug that makes it fail (strict xfails: fixing the bug turns them into failures to remove)
-_GIBBS_NUMPY_BUG = "PFGMMGibbs converts X with check_matrix(...).numpy() and always returns numpy (no to_output)"
-KNOWN_BUGS: dict[str, str] = {
-    "PFGMMGibbs-predict-tensor": _GIBBS_NUMPY_BUG,
-    "PFGMMGibbs-predict_proba-tensor": _GIBBS_NUMPY_BUG,
-    "PFGMMGibbs-score_samples-tensor": _GIBBS_NUMPY_BUG,
-}
+KNOWN_BUGS: dict[str, str] = {}
 
 #: every test id built from the tables, to check that KNOWN_BUGS names real ones
 _ALL_IDS: set[str] = set()
@@ -349,6 +344,35 @@ def test_labels_of_the_wrong_length_are_an_error_naming_y(case_id, item, variant
     short = [y[0][:-1], *y[1:]] if case.sequences else y[:-1]
     with pytest.raises((ValueError, TypeError), match=r"\by\b"):
         case.make().fit(x, short, **case.fit_options)
+
+
+def _as_strings(case: Case, y: Any) -> Any:
+    """The labels written as words (``"no"``/``"yes"``), in the case's layout."""
+    words = np.array(["no", "yes"])
+    return [words[np.asarray(v, dtype=int)] for v in y] if case.sequences else words[np.asarray(y, dtype=int)]
+
+
+@pytest.mark.parametrize(
+    "case_id, item, variant", cases(only=lambda case: case.data()[1] is not None and case.n_labels == 2)
+)
+def test_string_labels_are_a_clear_error_naming_y(case_id, item, variant):
+    """Words as labels: an error naming ``y`` (not numpy's bare 'could not convert string to float')."""
+    case = CASES[case_id]
+    x, y = case.data()
+    with pytest.raises((ValueError, TypeError), match=r"\by\b.*(0/1|\{0, 1\}|numeric|number)") as error:
+        case.make().fit(x, _as_strings(case, y), **case.fit_options)
+    assert "could not convert" not in str(error.value)
+
+
+@pytest.mark.parametrize("seed", ["abc", 1.5, True])
+@pytest.mark.parametrize("case_id, item, variant", cases())
+def test_a_seed_that_is_not_an_integer_is_an_error_naming_seed(case_id, item, variant, seed):
+    case = CASES[case_id]
+    x, y = case.data()
+    model = case.make()
+    model.seed = seed  # as set_params would
+    with pytest.raises(TypeError, match=r"\bseed\b must be an integer or None"):
+        model.fit(x, **case.fit_options) if y is None else model.fit(x, y, **case.fit_options)
 
 
 @pytest.mark.parametrize("case_id, item", [(c, i) for (c, i) in NOT_OFFERED], ids=[f"{c}-{i}" for c, i in NOT_OFFERED])

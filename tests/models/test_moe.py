@@ -135,6 +135,31 @@ def test_predictions_gaussian_and_logistic():
     np.testing.assert_allclose(post.sum(1), 1.0)
 
 
+def test_logistic_predict_proba_is_a_valid_probability_and_the_gate_weighted_mean():
+    """Saturated experts (sigmoid = 1) under a three-way gate: summing gate-weighted sigmoids gave 1 + 2e-16."""
+    rng = np.random.default_rng(0)
+    gate_coef, gate_intercept = np.array([[0.126], [-0.132], [0.640]]), np.array([0.105, -0.536, 0.362])
+    x = rng.uniform(-1, 1, size=(200, 1))
+    saturated_up, saturated_down, moderate = [50.0] * 3, [-50.0] * 3, [0.7, 0.35, -0.7]
+    for slopes, shift in [(saturated_up, 40.0), (saturated_down, -40.0), (moderate, -0.2)]:
+        moe = MixtureOfExperts.from_parameters(
+            gate_coef=gate_coef, gate_intercept=gate_intercept, coef=np.array(slopes)[:, None], intercept=[shift] * 3
+        )
+        proba = moe.predict_proba(x)
+        assert proba.min() >= 0.0 and proba.max() <= 1.0, (proba.min(), proba.max())
+        np.testing.assert_allclose(proba.sum(1), 1.0, rtol=0, atol=1e-15)
+        expected = (moe.gate_probabilities(x) * moe.experts_.predict_proba(torch.as_tensor(x)).numpy()).sum(1)
+        np.testing.assert_allclose(proba[:, 1], np.clip(expected, 0, 1), rtol=1e-12, atol=1e-15)
+
+
+def test_from_parameters_takes_constructor_keywords_including_progress():
+    params = {"gate_coef": [[1.0], [0.0]], "gate_intercept": [0.0, 0.0], "coef": [[1.0], [-1.0]], "intercept": [0, 0]}
+    assert MixtureOfExperts.from_parameters(**params).progress is False  # the default of a model built here
+    moe = MixtureOfExperts.from_parameters(**params, progress=True, seed=3, ridge=0.5)
+    assert (moe.progress, moe.seed, moe.ridge, moe.expert) == (True, 3, 0.5, "logistic")
+    assert MixtureOfExperts.from_parameters(**params, progress=False).progress is False
+
+
 def test_sample_follows_the_model():
     x, _, truth = planted("gaussian", n=20000)
     draws = truth.sample(x)

@@ -376,6 +376,19 @@ def test_bad_labels(name, xy):
         make().fit(X, None)
 
 
+@pytest.mark.parametrize("seed", ["abc", 1.5, True])
+@pytest.mark.parametrize("name", [name for name in BASELINES if name != "random-forest"])  # that one: random_state
+def test_a_seed_that_is_not_an_integer_is_an_error_naming_seed(name, seed, xy):
+    X, y = xy
+    model = BASELINES[name]()
+    if isinstance(model, TwoStep):
+        model.generative_model.seed = seed
+    else:
+        model.seed = seed
+    with pytest.raises(TypeError, match=r"\bseed\b must be an integer or None"):
+        model.fit(X, y)
+
+
 @pytest.mark.parametrize("name", list(BASELINES))
 def test_bad_features_and_unfitted(name, xy):
     X, y = xy

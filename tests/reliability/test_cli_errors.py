@@ -2,19 +2,148 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
 import pytest
 
 from ppmix.cli import main
 
+# name of a file in the ``inputs`` fixture -> (its contents, a fragment the error line must hold)
+BAD_CSV = {
+    "ragged.csv": (b"a,b\n1,2\n3\n4,5,6\n", "not a readable CSV file"),
+    "empty.csv": (b"", "is empty"),
+    "header_only.csv": (b"a,b\n", "no data rows"),
+    "binary.csv": (bytes(np.random.default_rng(0).integers(0, 256, 2000, dtype=np.uint8)), "not a readable CSV"),
+    "quote.csv": (b'a,b\n1,"2\n3,4\n', "not a readable CSV file"),
+    "text_column.csv": (b"a,name\n1,x\n2,y\n", "non-numeric columns ['name']"),
+}
 
-def _error_of(argv: list[str], capsys: pytest.CaptureFixture) -> str:
+
+def _error_of(argv: list[str], capsys: pytest.CaptureFixture, code: int = 2) -> str:
+    """Run ``main(argv)``; check the exit code and that stderr is one ``ppmix: error:`` line; return it."""
     with pytest.raises(SystemExit) as info:
         main(argv)
-    assert info.value.code == 2
+    assert info.value.code == code
     err = capsys.readouterr().err
     assert "Traceback" not in err
-    (line,) = [row for row in err.splitlines() if row.startswith("ppmix: error:")]
+    (line,) = err.splitlines()
+    assert line.startswith("ppmix: error:")
     return line
+
+
+@pytest.fixture
+def inputs(tmp_path: Path) -> Path:
+    """A folder holding the bad CSV files, a directory named like a CSV file and two good dmoe shards."""
+    for name, (content, _) in BAD_CSV.items():
+        (tmp_path / name).write_bytes(content)
+    (tmp_path / "folder.csv").mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(2):
+        pd.DataFrame(rng.normal(size=(30, 3)), columns=["a", "b", "y"]).to_csv(tmp_path / f"part-{i}.csv", index=False)
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("name", "fragment"),
+    [*((name, fragment) for name, (_, fragment) in BAD_CSV.items()),
+     ("missing.csv", "not found"), ("folder.csv", "is a directory")],
+)  # fmt: skip
+def test_a_bad_data_file_is_one_line_naming_it(inputs, capsys, name, fragment):
+    line = _error_of(["fit", "gmm", str(inputs / name), "--k", "2", "--out", str(inputs / "o"), "--quiet"], capsys)
+    assert name in line and fragment in line
+    assert not (inputs / "o").exists()
+
+
+FIT = ["fit", "gmm", "DATA", "--k", "2", "--out", "OUT"]
+DMOE = ["dmoe", "--shards", "SHARDS", "--experts", "2", "--out", "OUT"]
+DEMO = ["demo", "--out", "OUT"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        ([*FIT, "--k", "0"], "--k: must be an integer >= 1; got 0"),
+        ([*FIT, "--k", "-1"], "--k: must be an integer >= 1; got -1"),
+        ([*FIT, "--k", "two"], "--k: invalid int value: 'two'"),
+        ([*FIT, "--n-init", "0"], "--n-init: must be an integer >= 1"),
+        ([*FIT, "--max-iter", "-3"], "--max-iter: must be an integer >= 1"),
+        ([*FIT, "--engine", "svi", "--num-steps", "0"], "--num-steps: must be an integer >= 1"),
+        ([*FIT, "--seed", "-1"], "--seed: must be an integer >= 0"),
+        ([*DEMO, "--n", "0"], "--n: must be an integer >= 4 (the demo fits 4 components); got 0"),
+        ([*DEMO, "--n", "-5"], "--n: must be an integer >= 4"),
+        ([*DEMO, "--n", "3"], "--n: must be an integer >= 4"),
+        ([*DEMO, "--svi-steps", "0"], "--svi-steps: must be an integer >= 1"),
+        ([*DEMO, "--svi-steps", "-2"], "--svi-steps: must be an integer >= 1"),
+        ([*DEMO, "--seed", "-1"], "--seed: must be an integer >= 0"),
+        ([*DMOE, "--experts", "1"], "--experts: must be an integer >= 2"),
+        ([*DMOE, "--experts", "0"], "--experts: must be an integer >= 2"),
+        ([*DMOE, "--workers", "0"], "--workers: must be an integer >= 1"),
+        ([*DMOE, "--support-size", "-1"], "--support-size: must be an integer >= 1"),
+        ([*DMOE, "--n-init", "0"], "--n-init: must be an integer >= 1"),
+        ([*DMOE, "--max-iter", "0"], "--max-iter: must be an integer >= 1"),
+        ([*DMOE, "--seed", "-7"], "--seed: must be an integer >= 0"),
+        ([*DMOE, "--scheduler", "notaurl"], "--scheduler: 'notaurl' is not a scheduler address"),
+        ([*DMOE, "--scheduler", "tcp://"], "--scheduler: 'tcp://' is not a scheduler address"),
+        ([*DMOE, "--scheduler", "tcp://host:notaport"], "--scheduler: 'tcp://host:notaport' is not a scheduler"),
+        ([*DMOE, "--scheduler", "tcp://host"], "--scheduler: 'tcp://host' is not a scheduler address"),
+        ([*DMOE, "--shards", "NONE"], "--shards: no shard files match"),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else None,
+)
+def test_a_bad_option_is_one_line_naming_it(inputs, capsys, argv, fragment):
+    where = {"DATA": str(inputs / "text_column.csv"), "SHARDS": str(inputs / "part-*.csv"),
+             "NONE": str(inputs / "none-*.csv"), "OUT": str(inputs / "o")}  # fmt: skip
+    start = time.perf_counter()
+    line = _error_of([where.get(a, a) for a in argv], capsys)
+    assert fragment in line
+    assert time.perf_counter() - start < 5 and not (inputs / "o").exists()  # found before any work
+
+
+def test_an_unreachable_scheduler_fails_within_seconds(inputs, capsys):
+    start = time.perf_counter()
+    argv = [*DMOE, "--scheduler", "tcp://127.0.0.1:9"]
+    where = {"SHARDS": str(inputs / "part-*.csv"), "OUT": str(inputs / "o")}
+    line = _error_of([where.get(a, a) for a in argv], capsys)
+    assert "--scheduler: cannot connect to the Dask scheduler at tcp://127.0.0.1:9" in line
+    assert time.perf_counter() - start < 20
+
+
+def test_an_internal_error_is_one_line_unless_debug(monkeypatch, capsys):
+    from ppmix.experiments import registry
+
+    def broken():
+        raise RuntimeError("registry is broken")
+
+    monkeypatch.setattr(registry, "registered", broken)
+    line = _error_of(["reproduce", "--list"], capsys, code=1)
+    assert line == (
+        "ppmix: error: internal error: RuntimeError: registry is broken (run with --debug for the traceback)"
+    )
+    with pytest.raises(RuntimeError, match="registry is broken"):
+        main(["--debug", "reproduce", "--list"])
+
+
+def test_end_to_end_a_ragged_csv_is_one_line_on_stderr(inputs):
+    result = subprocess.run(
+        [sys.executable, "-m", "ppmix.cli", "fit", "gmm", str(inputs / "ragged.csv"), "--k", "2",
+         "--out", str(inputs / "o")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 2 and result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("ppmix: error: data file ") and "ragged.csv" in line
+
+
+def test_end_to_end_debug_shows_the_traceback_of_an_internal_error(inputs):
+    code = "import sys; from ppmix.cli import main; import ppmix.cli as c; c._read_csv = None; sys.exit(main())"
+    argv = ["--debug", "fit", "gmm", str(inputs / "ragged.csv"), "--k", "2", "--out", str(inputs / "o")]
+    result = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and "Traceback" in result.stderr and "TypeError" in result.stderr
 
 
 def test_out_pointing_at_a_file_is_refused_before_fitting(tmp_path, capsys):

@@ -16,6 +16,8 @@ from ppmix.inference.engines.result import ConvergenceWarning, FitResult
 __all__ = ["EM_HOOKS", "EMModel", "run_em"]
 
 logger = logging.getLogger(__name__)
+#: relative decrease of the EM objective tolerated as rounding before a warning is logged
+DECREASE_TOL = 1e-9
 
 
 @runtime_checkable
@@ -160,6 +162,7 @@ def _single_run(
             stats, objective = model.e_step(data)
             current = _finite(objective, iteration)
             history.append(current / n_obs)
+            _check_ascent(previous, current, n_obs, iteration)
             bar.update(1)
             bar.set_postfix(objective=f"{history[-1]:.6g}")
             if abs(current - previous) <= tol * abs(current):
@@ -167,6 +170,22 @@ def _single_run(
                 break
             previous = current
     return FitResult(history=history, n_iter=iteration, converged=converged)
+
+
+def _check_ascent(previous: float, current: float, n_obs: int, iteration: int) -> None:
+    """Log a warning when an EM step lowers the objective by more than rounding.
+
+    Every M-step is the exact maximiser of the reported objective (the variance floor is a
+    constraint), so a decrease beyond :data:`DECREASE_TOL` per observation means a bug or
+    a numerically degenerate fit; it is logged, not raised, so a long fit is not lost.
+    """
+    if current < previous - DECREASE_TOL * max(abs(previous), n_obs):
+        logger.warning(
+            "EM objective decreased at iteration %d: %.10g -> %.10g per observation",
+            iteration,
+            previous / n_obs,
+            current / n_obs,
+        )
 
 
 def _finite(objective: torch.Tensor | float, iteration: int) -> float:

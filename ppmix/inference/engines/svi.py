@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from typing import TYPE_CHECKING, Any
 
 import pyro
@@ -81,15 +82,16 @@ def run_svi(
     num_steps = check_positive_int(num_steps, "num_steps")
     if batch_size is not None:
         batch_size = check_positive_int(batch_size, "batch_size")
-    if not lr > 0 or not 0 < lr_decay <= 1:
-        raise ValueError(f"lr must be > 0 and lr_decay in (0, 1]; got lr={lr}, lr_decay={lr_decay}")
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0:
+        raise ValueError(f"lr must be a finite number > 0; got lr={lr!r}")
+    if not 0 < lr_decay <= 1:
+        raise ValueError(f"lr_decay must be in (0, 1]; got lr_decay={lr_decay!r}")
     n_obs = model.n_observations(data)
     if batch_size is not None and batch_size >= n_obs:
         batch_size = None
     if patience is None:
         patience = num_steps if batch_size is None else max(50, num_steps // 10)
     show = model.progress if progress is None else progress
-
 
     with local_params(), model.forked_rng():
         start = model.init_values(data, model.generator())
@@ -111,7 +113,7 @@ def run_svi(
                     optimizer.zero_grad()
                     # the first step ran with Pyro's validation; later steps skip it (~30% faster)
                     with pyro.validation_enabled(step == 1 and validate):
-                        loss = elbo.differentiable_loss(model.model, guide_fn, data)
+                        loss = _step_loss(elbo, model, guide_fn, data, step, lr)
                     loss.backward()
                     optimizer.step()
                     scheduler.step()
@@ -135,6 +137,19 @@ def run_svi(
             model.set_variational_guide(guide_fn)
     logger.info("SVI stopped after %d steps (early stop: %s), ELBO/point %.6f", step, converged, history[-1])
     return FitResult(history=history, n_iter=step, converged=converged)
+
+
+def _step_loss(elbo: TraceEnum_ELBO, model: "MixtureModel", guide_fn: Any, data: Any, step: int, lr: float) -> Any:
+    """The ELBO loss of one step; parameters that an earlier step made invalid raise one clear error."""
+    try:
+        return elbo.differentiable_loss(model.model, guide_fn, data)
+    except ValueError as err:
+        if step == 1:
+            raise
+        first_line = str(err).splitlines()[0]
+        raise FloatingPointError(
+            f"SVI parameters became invalid at step {step} ({first_line}); try a smaller lr than {lr}"
+        ) from None
 
 
 def _parameters(model: "MixtureModel", guide_fn: Any) -> list[torch.nn.Parameter]:

@@ -12,6 +12,7 @@ import torch
 
 from ppmix._validation import NotFittedError, check_matrix
 from ppmix.components import DiagGaussian, FullGaussian
+from ppmix.models._params import check_seed
 
 __all__ = ["check_binary_labels", "gaussian_mixture_marginal_log_prob"]
 
@@ -110,6 +111,7 @@ class _LabelBaseline(ABC):
     """``fit(X, y)`` input handling, the fitted check and ``predict`` from ``predict_proba``."""
 
     def _prepare_fit(self, X: Any, y: Any) -> tuple[torch.Tensor, np.ndarray]:
+        check_seed(getattr(self, "seed", None))
         x, names = check_matrix(X, "X")
         labels = check_binary_labels(y, x.shape[0])
         self.n_features_in_ = int(x.shape[1])

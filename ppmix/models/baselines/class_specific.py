@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from ppmix._validation import check_positive_int
+from ppmix.models._params import store_params
 from ppmix.models.baselines._base import _GaussianMixtureDensity, _LabelBaseline
 from ppmix.models.gmm import GMM
 
@@ -53,11 +54,7 @@ class ClassSpecificGMM(_GaussianMixtureDensity, _LabelBaseline):
         max_iter: int = 100,
         seed: int | None = None,
     ) -> None:
-        self.n_components = n_components
-        self.covariance_type = covariance_type
-        self.n_init = n_init
-        self.max_iter = max_iter
-        self.seed = seed
+        store_params(self, locals())
 
     def fit(self, X: Any, y: Any) -> "ClassSpecificGMM":
         """Fit one GMM on the rows of each class."""

@@ -12,6 +12,7 @@ import torch
 from ppmix._validation import check_positive_int
 from ppmix.components import DiagGaussian
 from ppmix.components.centred import CentredData
+from ppmix.models._params import store_params
 from ppmix.models.baselines._base import _GaussianMixtureDensity, _LabelBaseline, check_binary_labels
 from ppmix.models.gmm import GMM
 
@@ -99,15 +100,7 @@ class PCGMM(_GaussianMixtureDensity, _LabelBaseline):
         reg_covar: float = 1e-6,
         seed: int | None = None,
     ) -> None:
-        self.n_components = n_components
-        self.lam = lam
-        self.lr = lr
-        self.num_steps = num_steps
-        self.tol = tol
-        self.generative_weight = generative_weight
-        self.n_init = n_init
-        self.reg_covar = reg_covar
-        self.seed = seed
+        store_params(self, locals())
 
     def _validate_params(self) -> None:
         check_positive_int(self.n_components, "n_components")
@@ -282,14 +275,5 @@ class PredictionOnlyGMM(PCGMM):
         reg_covar: float = 1e-6,
         seed: int | None = None,
     ) -> None:
-        super().__init__(
-            n_components,
-            lam=lam,
-            lr=lr,
-            num_steps=num_steps,
-            tol=tol,
-            generative_weight=0.0,
-            n_init=n_init,
-            reg_covar=reg_covar,
-            seed=seed,
-        )
+        super().__init__(generative_weight=0.0)
+        store_params(self, locals())

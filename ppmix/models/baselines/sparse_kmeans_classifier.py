@@ -11,6 +11,7 @@ import torch
 from sklearn.linear_model import LogisticRegression
 
 from ppmix._validation import check_positive_int
+from ppmix.models._params import store_params
 from ppmix.models.baselines._base import _LabelBaseline
 from ppmix.models.baselines.sparse_kmeans import choose_l1_bound, default_l1_bounds, sparse_kmeans
 
@@ -76,13 +77,7 @@ class SparseKMeansClassifier(_LabelBaseline):
         C: float = 1.0,
         seed: int | None = None,
     ) -> None:
-        self.n_clusters = n_clusters
-        self.l1_bound = l1_bound
-        self.n_permutations = n_permutations
-        self.n_bounds = n_bounds
-        self.n_init = n_init
-        self.C = C
-        self.seed = seed
+        store_params(self, locals())
 
     def fit(self, X: Any, y: Any) -> "SparseKMeansClassifier":
         """Sparse k-means on all rows of ``X``, then logistic regression on the labelled rows."""

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from sklearn.linear_model import LogisticRegression
@@ -128,14 +128,29 @@ class TwoStep(_GaussianMixtureDensity, _LabelBaseline):
         return model.weights_, model.means_, model.covariances_
 
 
-def TwoStepGMM(
-    n_components: int = 4,
-    *,
-    covariance_type: str = "diag",
-    n_init: int = 1,
-    seed: int | None = None,
-    C: float = 1.0,
-) -> TwoStep:
+def _two_step_factory(model_cls: type[GMM] | type[HMM], name: str, doc: str) -> Callable[..., TwoStep]:
+    """A function ``name(n_components, *, covariance_type, n_init, seed, C)`` building
+    ``TwoStep(model_cls(n_components, ...), C=C)``, documented by ``doc``."""
+
+    def factory(
+        n_components: int = 4,
+        *,
+        covariance_type: str = "diag",
+        n_init: int = 1,
+        seed: int | None = None,
+        C: float = 1.0,
+    ) -> TwoStep:
+        model = model_cls(n_components, covariance_type=covariance_type, n_init=n_init, seed=seed, progress=False)
+        return TwoStep(model, C=C)
+
+    factory.__name__ = factory.__qualname__ = name
+    factory.__doc__ = doc
+    return factory
+
+
+TwoStepGMM = _two_step_factory(
+    GMM,
+    "TwoStepGMM",
     """2-Step-GMM: ``TwoStep(GMM(n_components, ...), C=C)``.
 
     Examples
@@ -144,19 +159,12 @@ def TwoStepGMM(
     >>> X, y = make_two_mixture(200, n_relevant=2, n_irrelevant=2, seed=0)
     >>> TwoStepGMM(2, seed=0).fit(X, y).predict(X).shape
     (200,)
-    """
-    gmm = GMM(n_components, covariance_type=covariance_type, n_init=n_init, seed=seed, progress=False)
-    return TwoStep(gmm, C=C)
+    """,
+)
 
-
-def TwoStepHMM(
-    n_components: int = 4,
-    *,
-    covariance_type: str = "diag",
-    n_init: int = 1,
-    seed: int | None = None,
-    C: float = 1.0,
-) -> TwoStep:
+TwoStepHMM = _two_step_factory(
+    HMM,
+    "TwoStepHMM",
     """2-Step-HMM: ``TwoStep(HMM(n_components, ...), C=C)`` on a list of sequences.
 
     Examples
@@ -167,6 +175,5 @@ def TwoStepHMM(
     >>> labels = [rng.integers(0, 2, 8) for _ in range(5)]
     >>> [p.shape for p in TwoStepHMM(2, seed=0).fit(seqs, labels).predict_proba(seqs[:2])]
     [(8, 2), (8, 2)]
-    """
-    hmm = HMM(n_components, covariance_type=covariance_type, n_init=n_init, seed=seed, progress=False)
-    return TwoStep(hmm, C=C)
+    """,
+)

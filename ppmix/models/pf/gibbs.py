@@ -7,8 +7,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ppmix._validation import NotFittedError, check_matrix, check_n_components, check_positive_int
+from ppmix._validation import NotFittedError, check_matrix, check_n_components, check_positive_int, to_output
 from ppmix.inference.engines.gibbs import GibbsDraws, block_log_prob, run_pf_gibbs
+from ppmix.models._params import check_seed, store_params
 from ppmix.models.pf.switches import FrameLabels, label_relevant_features
 from ppmix.ops.kmeans import kmeans
 
@@ -66,14 +67,7 @@ class PFGMMGibbs:
         max_predictive_draws: int = 100,
         seed: int | None = None,
     ) -> None:
-        self.n_components = n_components
-        self.switch_prior = switch_prior
-        self.alpha = alpha
-        self.num_samples = num_samples
-        self.warmup_steps = warmup_steps
-        self.init_params = init_params
-        self.max_predictive_draws = max_predictive_draws
-        self.seed = seed
+        store_params(self, locals())
 
     def fit(self, X: Any, y: Any) -> "PFGMMGibbs":
         """Sample the posterior given features ``X`` and binary labels ``y`` (NaN = missing)."""
@@ -92,7 +86,8 @@ class PFGMMGibbs:
         k = check_n_components(self.n_components, x.shape[0])
         labels = FrameLabels.from_values(y, x.shape[0], x.dtype, x.device)
         start = None
-        generator = torch.Generator().manual_seed(0 if self.seed is None else int(self.seed))
+        seed = check_seed(self.seed)
+        generator = torch.Generator().manual_seed(0 if seed is None else seed)
         if self.init_params == "relevance":
             selected = label_relevant_features(x[labels.observed], labels.y[labels.observed])
             features = x[:, selected] if selected.any() else x
@@ -135,8 +130,8 @@ class PFGMMGibbs:
             log_joint += block_log_prob(x, d.locs[i], d.covariances[i], on)
         return log_joint
 
-    def predict_proba(self, X: Any) -> np.ndarray:
-        """Posterior predictive ``[P(y=0 | x), P(y=1 | x)]``, ``(N, 2)``, averaged over the draws."""
+    def _label_probability(self, X: Any) -> np.ndarray:
+        """Posterior predictive ``P(y=1 | x)``, ``(N,)``, averaged over the draws."""
         x = self._data(X)
         p1 = np.zeros(x.shape[0])
         indices = self._draw_indices()
@@ -144,15 +139,25 @@ class PFGMMGibbs:
             log_joint = self._component_log_joint(x, i)
             resp = np.exp(log_joint - log_joint.max(1, keepdims=True))
             p1 += (resp / resp.sum(1, keepdims=True)) @ self.draws_.label_probs[i]
-        p1 /= len(indices)
-        return np.stack([1 - p1, p1], axis=1)
+        return p1 / len(indices)
 
-    def predict(self, X: Any) -> np.ndarray:
+    def predict_proba(self, X: Any) -> Any:
+        """Posterior predictive ``[P(y=0 | x), P(y=1 | x)]``, ``(N, 2)``, averaged over the draws.
+
+        A tensor ``X`` gives a tensor, anything else a numpy array (as every ppmix model).
+        """
+        p1 = self._label_probability(X)
+        return to_output(torch.as_tensor(np.stack([1 - p1, p1], axis=1)), X)
+
+    def predict(self, X: Any) -> Any:
         """The more probable label of each row."""
-        return (self.predict_proba(X)[:, 1] > 0.5).astype(np.int64)
+        return to_output(torch.as_tensor((self._label_probability(X) > 0.5).astype(np.int64)), X)
 
-    def score_samples(self, X: Any) -> np.ndarray:
+    def score_samples(self, X: Any) -> Any:
         """``log p(x)`` under the posterior predictive (the average density over the draws)."""
+        return to_output(torch.as_tensor(self._log_density(X)), X)
+
+    def _log_density(self, X: Any) -> np.ndarray:
         x = self._data(X)
         per_draw = []
         for i in self._draw_indices():

@@ -16,12 +16,13 @@ from ppmix.components import BernoulliLabel, DiagGaussian
 from ppmix.components.centred import CentredData
 from ppmix.models._flat import FlatPrior
 from ppmix.models._gaussian_components import GaussianComponentsMixin
+from ppmix.models._params import store_params
 from ppmix.models.base import MixtureModel
-from ppmix.models.pf.switches import FrameLabels, PredictionFocusedMixin, switched_log_joint
+from ppmix.models.pf._pf_state import PF_DIMS, PFStateMixin
+from ppmix.models.pf.switches import FrameLabels, switched_log_joint
 from ppmix.ops.logspace import normalize_log_joint_
 
 __all__ = ["PFGMM", "SupervisedGMM"]
-
 
 
 @dataclass
@@ -70,7 +71,7 @@ class _PointGuide(torch.nn.Module):
         return {k: v.detach() for k, v in self.values().items()}
 
 
-class PFGMM(PredictionFocusedMixin, GaussianComponentsMixin, MixtureModel):
+class PFGMM(PFStateMixin, GaussianComponentsMixin, MixtureModel):
     """Prediction-focused Gaussian mixture: a mixture over the label-relevant features only.
 
     Generative program (eqs. 13–14, with the per-point switches of §5)::
@@ -149,15 +150,8 @@ class PFGMM(PredictionFocusedMixin, GaussianComponentsMixin, MixtureModel):
         dtype: torch.dtype = torch.float64,
         progress: bool = True,
     ) -> None:
-        super().__init__(n_components, seed=seed, device=device, dtype=dtype, progress=progress)
-        self.switch_prior = switch_prior
-        self.alpha = alpha
-        self.init_params = init_params
-        self.n_init = n_init
-        self.max_iter = max_iter
-        self.tol = tol
-        self.reg_covar = reg_covar
-        self.warm_start = warm_start
+        super().__init__()
+        store_params(self, locals())
 
     def validate_params(self) -> None:
         super().validate_params()
@@ -240,59 +234,22 @@ class PFGMM(PredictionFocusedMixin, GaussianComponentsMixin, MixtureModel):
 
     # -------------------------------------------------------------- globals
     def get_globals(self) -> dict[str, torch.Tensor]:
-        values = {
-            "weights": self.weights_.clone(),
-            **self._component_globals(),
-            "label_probs": self.labels_.probs.clone(),
-            "background_loc": self.background_.loc[0].clone(),
-            "background_scale": self.background_.scale[0].clone(),
-        }
-        if not self._all_relevant:
-            values["switch_probs"] = self.switch_probs_.clone()
-        return values
+        return {"weights": self.weights_.clone(), **self._component_globals(), **self._pf_globals()}
 
     def set_globals(self, values: dict[str, torch.Tensor]) -> None:
-        opts = {"dtype": self.dtype, "device": self._device}
-        weights = torch.as_tensor(values["weights"]).to(**opts)
+        weights = torch.as_tensor(values["weights"]).to(dtype=self.dtype, device=self._device)
         self.weights_ = weights / weights.sum()
         self._set_component_globals(values)
-        self.labels_ = BernoulliLabel(torch.as_tensor(values["label_probs"]).to(**opts))
-        bg_loc = torch.as_tensor(values["background_loc"]).to(**opts)
-        bg_scale = torch.as_tensor(values["background_scale"]).to(**opts)
-        self.background_ = DiagGaussian(bg_loc[None], bg_scale[None], reg_covar=self.reg_covar)
-        phi = values.get("switch_probs")
-        self.switch_probs_ = torch.ones_like(bg_loc) if phi is None else torch.as_tensor(phi).to(**opts)
+        self._set_pf_globals(values)
         self._invalidate_guide()
 
-    def state_tensors(self) -> dict[str, torch.Tensor]:
-        return self.get_globals()
-
-    def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
-        self.set_globals(tensors)
-
     def arviz_dims(self) -> dict[str, list[str]]:
-        return {
-            "weights": ["component"],
-            **self._component_dims(),
-            "label_probs": ["component"],
-            "background_loc": ["feature"],
-            "background_scale": ["feature"],
-            "switch_probs": ["feature"],
-        }
+        return {"weights": ["component"], **self._component_dims(), **PF_DIMS}
 
     # ------------------------------------------------------------------- EM
     def em_initialize(self, data: _PFEMData, generator: torch.Generator) -> None:
         """Background fitted once; responsibilities from (relevance-)k-means; then one M-step."""
-        frames = data.frames
-        self._fit_background(frames)
-        self.components_ = self._new_components(frames.x)
-        self.labels_ = BernoulliLabel(frames.x.new_full((self.n_components,), 0.5))
-        self.switch_probs_ = frames.x.new_full((frames.x.shape[1],), float(self.switch_prior))
-        if self.init_params == "relevance":
-            resp = self._initial_frame_responsibilities(frames, data.labels, generator)
-        else:
-            resp = self._initial_responsibilities(frames, generator)
-        self.m_step(data, resp)
+        self.m_step(data, self._pf_start(data.frames, data.labels, generator))
 
     def _log_weights_prior(self) -> torch.Tensor:
         if self.alpha == 1:
@@ -374,17 +331,6 @@ class PFGMM(PredictionFocusedMixin, GaussianComponentsMixin, MixtureModel):
         self._check_fitted()
         return float(self.pointwise_log_likelihood(self.prepare_data(X)).mean())
 
-    @property
-    def relevance_(self) -> Any:
-        """``phi_d = q(S_d = 1)`` per feature (a Series indexed by feature names for DataFrame input)."""
-        self._check_fitted()
-        return self._switch_relevance()
-
-    @property
-    def label_probs_(self) -> torch.Tensor:
-        self._check_fitted()
-        return self.labels_.probs
-
     def sample(self, n_samples: int = 1) -> dict[str, Any]:
         """Draw ``{"x", "y", "z", "s"}``: components, labels, switches ``~ Bern(phi)`` and features."""
         self._check_fitted()
@@ -404,21 +350,9 @@ class PFGMM(PredictionFocusedMixin, GaussianComponentsMixin, MixtureModel):
     def summary(self) -> dict[str, Any]:
         """A JSON-able description of the fit."""
         self._check_fitted()
-        relevance = self.switch_probs_.cpu().tolist()
-        return {
-            "model": type(self).__name__,
-            "n_components": self.n_components,
-            "switch_prior": float(self.switch_prior),
-            "engine": self.engine_,
-            "n_iter": self.n_iter_,
-            "converged": self.converged_,
-            "elbo_per_point": self.lower_bound_,
-            "weights": self.weights_.cpu().tolist(),
-            "label_probs": self.labels_.probs.cpu().tolist(),
-            "relevance": relevance,
-            "n_relevant": int(sum(r > 0.5 for r in relevance)),
-            "feature_names": self.feature_names_in_,
-        }
+        return self._pf_summary(
+            engine=self.engine_, elbo_per_point=self.lower_bound_, weights=self.weights_.cpu().tolist()
+        )
 
 
 def _variational_log_joint(x: torch.Tensor, labels: FrameLabels, values: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -447,4 +381,3 @@ class SupervisedGMM(PFGMM):
 
     def __init__(self, n_components: int = 2, *, init_params: str = "kmeans", **kwargs: Any) -> None:
         super().__init__(n_components, switch_prior=1.0, init_params=init_params, **kwargs)
-

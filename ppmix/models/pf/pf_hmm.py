@@ -13,13 +13,14 @@ from pyro import poutine
 from pyro.ops.indexing import Vindex
 
 from ppmix._validation import to_output
-from ppmix.components import BernoulliLabel, DiagGaussian
 from ppmix.components.centred import CentredData
 from ppmix.inference.engines.forward_backward import forward_backward
+from ppmix.models._params import store_params
 from ppmix.models._sequences import SequenceBatch
 from ppmix.models.base import MixtureModel
 from ppmix.models.hmm import HMM, _Counts, _EMData
-from ppmix.models.pf.switches import FrameLabels, PredictionFocusedMixin
+from ppmix.models.pf._pf_state import PF_DIMS, PFStateMixin
+from ppmix.models.pf.switches import FrameLabels
 
 __all__ = ["PFHMM", "SupervisedHMM"]
 
@@ -31,7 +32,7 @@ class _PFEMData(_EMData):
     labels: FrameLabels
 
 
-class PFHMM(PredictionFocusedMixin, HMM):
+class PFHMM(PFStateMixin, HMM):
     """Prediction-focused HMM: a hidden Markov chain over the label-relevant features only.
 
     Generative program (eqs. 15–16, with per-step switches as in the factorisation of §5)::
@@ -117,21 +118,8 @@ class PFHMM(PredictionFocusedMixin, HMM):
         dtype: torch.dtype = torch.float64,
         progress: bool = True,
     ) -> None:
-        super().__init__(
-            n_components,
-            init_params=init_params,
-            n_init=n_init,
-            max_iter=max_iter,
-            tol=tol,
-            reg_covar=reg_covar,
-            warm_start=warm_start,
-            sequence_column=sequence_column,
-            seed=seed,
-            device=device,
-            dtype=dtype,
-            progress=progress,
-        )
-        self.switch_prior = switch_prior
+        super().__init__()
+        store_params(self, locals())
 
     def validate_params(self) -> None:
         MixtureModel.validate_params(self)
@@ -193,13 +181,18 @@ class PFHMM(PredictionFocusedMixin, HMM):
         sites = self._pf_global_sites(k, d, opts, components)
         features = pyro.plate("features", d, dim=-1)
         with self.data_plate(batch.n_sequences, dim=-2) as idx:
-            x, lengths = batch.x[idx], batch.lengths[idx]
-            z = None
-            for t in pyro.markov(range(batch.max_length)):
-                valid = (t < lengths)[:, None]
-                z = pyro.sample(f"z_{t}", dist.Categorical(chain.step(z, valid)))
-                with poutine.mask(mask=valid):
-                    self._pf_frame_sites(sites, z, x[:, t], _step_labels(batch, idx, t), f"_{t}", features)
+            valid = batch.mask[idx][..., None]  # (B, T, 1)
+            states, z = [], None
+            for t in pyro.markov(range(batch.max_length)):  # the chain and the labels first ...
+                z = pyro.sample(f"z_{t}", dist.Categorical(chain.step(z, valid[:, t])))
+                labels = _step_labels(batch, idx, t)
+                if labels is not None and labels.any:
+                    with poutine.mask(mask=valid[:, t] & labels.observed[:, None]):
+                        pyro.sample(f"y_{t}", dist.Bernoulli(sites["label_probs"][z]), obs=labels.y[:, None])
+                states.append(z)
+            for t, z in enumerate(states):  # ... then the switches and features: no site outside the features
+                with poutine.mask(mask=valid[:, t]):  # plate follows an enumerated switch (Pyro's dependency check)
+                    self._pf_frame_sites(sites, z, batch.x[idx, t], None, f"_{t}", features)
 
     def guide(self, batch: SequenceBatch) -> None:
         """Point masses on the globals; ``q(z_1) q(z_t | z_{t-1})`` and ``q(s_td) = Bern(phi_d)``, enumerated.
@@ -222,39 +215,24 @@ class PFHMM(PredictionFocusedMixin, HMM):
         with self.data_plate(batch.n_sequences, dim=-2) as idx:
             rows = torch.arange(idx.shape[0], device=idx.device)[:, None]
             z = None
-            for t in range(batch.max_length):
+            for t in range(batch.max_length):  # the chain first, then the switches (as in the model)
                 if z is None:
                     probs = log_first[idx, None].exp()
                 else:
                     probs = Vindex(log_cond[idx, t - 1].exp())[rows, z]
                 z = pyro.sample(f"z_{t}", dist.Categorical(probs), infer={"enumerate": "parallel"})
-                if phi is not None:
+            if phi is not None:
+                for t in range(batch.max_length):
                     with poutine.mask(mask=(t < batch.lengths[idx])[:, None]):
                         self._pf_guide_switches(phi, f"_{t}", features)
 
     # -------------------------------------------------------------- globals
     def get_globals(self) -> dict[str, torch.Tensor]:
-        values = {
-            "initial": self.initial_.clone(),
-            "transition": self.transition_.clone(),
-            **self._component_globals(),
-            "label_probs": self.labels_.probs.clone(),
-            "background_loc": self.background_.loc[0].clone(),
-            "background_scale": self.background_.scale[0].clone(),
-        }
-        if not self._all_relevant:
-            values["switch_probs"] = self.switch_probs_.clone()
-        return values
+        return {**super().get_globals(), **self._pf_globals()}
 
     def set_globals(self, values: dict[str, torch.Tensor]) -> None:
-        opts = {"dtype": self.dtype, "device": self._device}
         super().set_globals(values)
-        self.labels_ = BernoulliLabel(torch.as_tensor(values["label_probs"]).to(**opts))
-        bg_loc = torch.as_tensor(values["background_loc"]).to(**opts)
-        bg_scale = torch.as_tensor(values["background_scale"]).to(**opts)
-        self.background_ = DiagGaussian(bg_loc[None], bg_scale[None], reg_covar=self.reg_covar)
-        phi = values.get("switch_probs")
-        self.switch_probs_ = torch.ones_like(bg_loc) if phi is None else torch.as_tensor(phi).to(**opts)
+        self._set_pf_globals(values)
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
         return self.get_globals()
@@ -269,13 +247,7 @@ class PFHMM(PredictionFocusedMixin, HMM):
         self.label_column_ = state.get("label_column")
 
     def arviz_dims(self) -> dict[str, list[str]]:
-        return {
-            **super().arviz_dims(),
-            "label_probs": ["component"],
-            "background_loc": ["feature"],
-            "background_scale": ["feature"],
-            "switch_probs": ["feature"],
-        }
+        return {**super().arviz_dims(), **PF_DIMS}
 
     # ------------------------------------------------------------------- EM
     def _log_emissions(self, data: _PFEMData) -> torch.Tensor:
@@ -287,16 +259,9 @@ class PFHMM(PredictionFocusedMixin, HMM):
 
     def em_initialize(self, data: _PFEMData, generator: torch.Generator) -> None:
         """Background fitted once; frame responsibilities from (relevance-)k-means; then one M-step."""
-        frames = data.frames
-        self._fit_background(frames)
-        self.components_ = self._new_components(frames.x)
-        self.labels_ = BernoulliLabel(frames.x.new_full((self.n_components,), 0.5))
-        self.switch_probs_ = frames.x.new_full((frames.x.shape[1],), float(self.switch_prior))
-        if self.init_params == "relevance":
-            resp = self._initial_frame_responsibilities(frames, data.labels, generator, _centred_per_step(data.batch))
-        else:
-            resp = self._initial_responsibilities(frames, generator)
-        self._initialize_from_frames(data, resp)
+        self._initialize_from_frames(
+            data, self._pf_start(data.frames, data.labels, generator, _centred_per_step(data.batch))
+        )
 
     def e_step(self, data: _PFEMData) -> tuple[_Counts, torch.Tensor]:
         """Forward–backward under the ``phi``-weighted emissions; the ELBO of Supplement B.1."""
@@ -347,17 +312,6 @@ class PFHMM(PredictionFocusedMixin, HMM):
         return forward_backward(self.initial_.log(), self.transition_.log(), emit, data.lengths).log_likelihood
 
     @property
-    def relevance_(self) -> Any:
-        """``phi_d = q(S_d = 1)`` per feature (a Series indexed by feature names for DataFrame input)."""
-        self._check_fitted()
-        return self._switch_relevance()
-
-    @property
-    def label_probs_(self) -> torch.Tensor:
-        self._check_fitted()
-        return self.labels_.probs
-
-    @property
     def n_parameters(self) -> int:
         """Free parameters: the HMM's, the label probabilities, the background and ``phi`` (when ``p < 1``)."""
         d = self.n_features_in_
@@ -378,21 +332,11 @@ class PFHMM(PredictionFocusedMixin, HMM):
     def summary(self) -> dict[str, Any]:
         """A JSON-able description of the fit."""
         self._check_fitted()
-        relevance = self.switch_probs_.cpu().tolist()
-        return {
-            "model": type(self).__name__,
-            "n_components": self.n_components,
-            "switch_prior": float(self.switch_prior),
-            "n_iter": self.n_iter_,
-            "converged": self.converged_,
-            "elbo_per_step": self.lower_bound_,
-            "initial": self.initial_.cpu().tolist(),
-            "transition": self.transition_.cpu().tolist(),
-            "label_probs": self.labels_.probs.cpu().tolist(),
-            "relevance": relevance,
-            "n_relevant": int(sum(r > 0.5 for r in relevance)),
-            "feature_names": self.feature_names_in_,
-        }
+        return self._pf_summary(
+            elbo_per_step=self.lower_bound_,
+            initial=self.initial_.cpu().tolist(),
+            transition=self.transition_.cpu().tolist(),
+        )
 
 
 class SupervisedHMM(PFHMM):

@@ -28,6 +28,7 @@ from pyro.ops.indexing import Vindex
 from ppmix.components import BernoulliLabel, DiagGaussian
 from ppmix.components.centred import CentredData
 from ppmix.models._flat import FlatPrior
+from ppmix.models._gaussian_components import relative_floor
 from ppmix.ops.kmeans import kmeans
 
 __all__ = ["FrameLabels", "PredictionFocusedMixin", "switch_kl_terms", "switched_log_joint"]
@@ -161,7 +162,9 @@ class PredictionFocusedMixin:
         """The background Gaussian's update does not depend on ``phi`` (B.2.3): fit it once."""
         ones = frames.x.new_ones(frames.n_samples, 1)
         d = frames.x.shape[1]
-        self.background_ = DiagGaussian(frames.x.new_zeros(1, d), frames.x.new_ones(1, d), reg_covar=self.reg_covar)
+        self.background_ = DiagGaussian(
+            frames.x.new_zeros(1, d), frames.x.new_ones(1, d), reg_covar=relative_floor(frames.x, self.reg_covar)
+        )
         self.background_.fit(frames, ones)
         self._background_ll = self.background_.fitted_feature_log_likelihood(ones.sum(0))[0]  # (D,)
 

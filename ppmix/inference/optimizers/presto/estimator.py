@@ -443,7 +443,8 @@ class PRESTO(SavableEstimator):
     def _check_X(self, X: Any) -> torch.Tensor:
         """``X`` (any array-like, a tensor on any device) on the device the fitted state lives on."""
         self._check_fitted()
-        return check_matrix(X, "X", dtype=_DTYPE, device=self._fit_device, n_features=self.n_features_in_)[0]
+        fitted = {"n_features": self.n_features_in_, "feature_names": getattr(self, "feature_names_in_", None)}
+        return check_matrix(X, "X", dtype=_DTYPE, device=self._fit_device, **fitted)[0]
 
     def _routing_proba(self, x: torch.Tensor) -> torch.Tensor:
         return routing_proba(self.router_, x, int(self.n_components))

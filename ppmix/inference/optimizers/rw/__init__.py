@@ -2,6 +2,7 @@
 
 from ppmix.inference.optimizers.rw.estimator import RegularizedWeighting
 from ppmix.inference.optimizers.rw.learners import (
+    FamilyLearner,
     GaussianLearner,
     RegressionLearner,
     SquaredDistanceLearner,
@@ -11,6 +12,7 @@ from ppmix.inference.optimizers.rw.learners import (
 from ppmix.inference.optimizers.rw.weights import WeightStepResult, joint_loss, solve_weights
 
 __all__ = [
+    "FamilyLearner",
     "GaussianLearner",
     "RegressionLearner",
     "RegularizedWeighting",

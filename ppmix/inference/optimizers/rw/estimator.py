@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import math
 import warnings
 from typing import Any
 
@@ -16,7 +15,15 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from ppmix._validation import NotFittedError, as_numpy, check_matrix, check_positive_int, resolve_device, to_output
+from ppmix._validation import (
+    NotFittedError,
+    as_numpy,
+    check_float,
+    check_matrix,
+    check_positive_int,
+    resolve_device,
+    to_output,
+)
 from ppmix.inference.engines.result import ConvergenceWarning
 from ppmix.inference.optimizers.persist import (
     SavableEstimator,
@@ -25,6 +32,7 @@ from ppmix.inference.optimizers.persist import (
     object_tensors,
 )
 from ppmix.inference.optimizers.rw.learners import WeightedLearner, make_learner
+from ppmix.inference.optimizers.rw.learners import learner_data as _data
 from ppmix.inference.optimizers.rw.weights import solve_weights
 
 __all__ = ["RegularizedWeighting"]
@@ -76,12 +84,15 @@ class RegularizedWeighting(SavableEstimator):
     ----------
     n_models : int
         Number of models ``k`` (at most the number of points).
-    learner : {"kmeans", "regression", "subspace", "gaussian"} or WeightedLearner, default "kmeans"
+    learner : {"kmeans", "regression", "subspace", "gaussian"}, ComponentFamily or WeightedLearner, default "kmeans"
         The base learner: squared distance to a centre, squared residual of a linear
         regression (needs ``y``), squared distance to a 1-D affine subspace (pass a
         :class:`~ppmix.inference.optimizers.rw.learners.SubspaceLearner` for other dimensions),
         shifted negative log-likelihood of a diagonal Gaussian, or your own object
-        with ``init``/``fit``/``loss``. An instance is copied, never modified.
+        any :class:`~ppmix.components.base.ComponentFamily` with ``n_models`` components (loss: its shifted
+        negative log-likelihood, see :class:`~ppmix.inference.optimizers.rw.learners.FamilyLearner`), or your
+        own :class:`~ppmix.inference.optimizers.rw.learners.WeightedLearner` (``data`` is ``X`` or ``(X, y)``,
+        weights and losses ``(n_samples, k)``). An instance is copied, never modified.
     alpha_per_point : float or "auto", default "auto"
         ``alpha / n``, positive (see above).
     n_init : int, default 5
@@ -196,22 +207,15 @@ class RegularizedWeighting(SavableEstimator):
             raise ValueError("y contains NaN or infinite values")
         return tensor
 
-    @staticmethod
-    def _check_float(value: Any, name: str, *, positive: bool) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-            raise TypeError(f"{name} must be a number; got {type(value).__name__}")
-        value = float(value)
-        if not math.isfinite(value) or value < 0 or (positive and value == 0):
-            raise ValueError(f"{name} must be {'positive' if positive else 'non-negative'} and finite; got {value}")
-        return value
-
     def _losses(self, learner: WeightedLearner, X: torch.Tensor, y: torch.Tensor | None) -> torch.Tensor:
-        losses = torch.as_tensor(learner.loss(X, y)).to(device=X.device, dtype=torch.float64)
+        """The learner's ``(n_samples, k)`` losses, checked, transposed to RW's ``(k, n_samples)`` layout."""
+        losses = torch.as_tensor(learner.loss(_data(X, y))).to(device=X.device, dtype=torch.float64)
         k = check_positive_int(self.n_models, "n_models")
-        if losses.shape != (k, X.shape[0]):
+        if losses.shape != (X.shape[0], k):
             raise ValueError(
-                f"learner.loss returned shape {tuple(losses.shape)}; expected (n_models, n_samples) = {(k, X.shape[0])}"
+                f"learner.loss returned shape {tuple(losses.shape)}; expected (n_samples, n_models) = {(X.shape[0], k)}"
             )
+        losses = losses.T
         if not torch.isfinite(losses).all():
             raise FloatingPointError("learner.loss returned NaN or infinite losses; check the data scale")
         if (losses < 0).any():
@@ -242,13 +246,13 @@ class RegularizedWeighting(SavableEstimator):
         n_init = check_positive_int(self.n_init, "n_init")
         max_iter = check_positive_int(self.max_iter, "max_iter")
         weight_max_iter = check_positive_int(self.weight_max_iter, "weight_max_iter")
-        tol = self._check_float(self.tol, "tol", positive=False)
-        weight_tol = self._check_float(self.weight_tol, "weight_tol", positive=False)
-        threshold = self._check_float(self.outlier_threshold, "outlier_threshold", positive=False)
+        tol = check_float(self.tol, "tol", positive=False)
+        weight_tol = check_float(self.weight_tol, "weight_tol", positive=False)
+        threshold = check_float(self.outlier_threshold, "outlier_threshold", positive=False)
         auto = isinstance(self.alpha_per_point, str)
         if auto and self.alpha_per_point != "auto":
             raise ValueError(f"alpha_per_point must be a positive number or 'auto'; got {self.alpha_per_point!r}")
-        alpha = None if auto else self._check_float(self.alpha_per_point, "alpha_per_point", positive=True) * n
+        alpha = None if auto else check_float(self.alpha_per_point, "alpha_per_point", positive=True) * n
         if self.learner == "regression" and y_t is None:
             raise ValueError("y is required for learner='regression'")
         template = make_learner(self.learner)
@@ -295,6 +299,7 @@ class RegularizedWeighting(SavableEstimator):
         self.outliers_ = outliers.numpy()
         self.n_features_in_ = X_t.shape[1]
         self.feature_names_in_ = names
+        self._supervised = y_t is not None
         return self
 
     @staticmethod
@@ -307,7 +312,7 @@ class RegularizedWeighting(SavableEstimator):
         device: torch.device,
     ) -> WeightedLearner:
         """A copy of ``template`` initialised on the CPU (from the CPU ``generator``), then moved to ``device``."""
-        learner = copy.deepcopy(template).init(X.cpu(), None if y is None else y.cpu(), k, generator)
+        learner = copy.deepcopy(template).init(_data(X.cpu(), None if y is None else y.cpu()), k, generator)
         return move_object_tensors(learner, device)
 
     def _single_run(
@@ -331,7 +336,7 @@ class RegularizedWeighting(SavableEstimator):
         with tqdm(total=max_iter, disable=not self.progress, desc=f"RW (init {restart})", leave=False) as bar:
             for n_iter in range(1, max_iter + 1):
                 previous = current
-                learner.fit(X, y, weights)
+                learner.fit(_data(X, y), weights.T)
                 losses = self._losses(learner, X, y)
                 step = solve_weights(losses, alpha, start=weights, max_iter=weight_max_iter, tol=weight_tol)
                 if not step.converged:
@@ -395,6 +400,7 @@ class RegularizedWeighting(SavableEstimator):
             "alpha": self.alpha_,
             "alpha_per_point": self.alpha_per_point_,
             "loss": self.loss_,
+            "supervised": self._supervised,
             "learner_type": self.learner if isinstance(self.learner, str) else type(self.learner).__name__,
         }
 
@@ -416,7 +422,10 @@ class RegularizedWeighting(SavableEstimator):
         device = resolve_device(self.device)
         stand_in = torch.randn(rows, p, generator=generator, dtype=torch.float64)
         target = torch.randn(rows, generator=generator, dtype=torch.float64)
-        learner = self._init_learner(make_learner(self.learner), stand_in, target, k, generator, device)
+        supervised = bool(extra.get("supervised", self.learner == "regression"))
+        learner = self._init_learner(
+            make_learner(self.learner), stand_in, target if supervised else None, k, generator, device
+        )
         load_object_tensors(learner, tensors, "learner")
         self.models_ = learner
         self.weights_ = weights
@@ -428,6 +437,7 @@ class RegularizedWeighting(SavableEstimator):
         self.alpha_ = float(extra["alpha"])
         self.alpha_per_point_ = float(extra["alpha_per_point"])
         self.loss_ = float(extra["loss"])
+        self._supervised = supervised
 
     @classmethod
     def load(
@@ -476,12 +486,13 @@ class RegularizedWeighting(SavableEstimator):
             A tensor (on this estimator's device) if ``X`` is a tensor, else a numpy array.
         """
         self._check_fitted()
-        X_t, _ = check_matrix(X, "X", device=self._fit_device, n_features=self.n_features_in_)
+        X_t, _ = check_matrix(
+            X, "X", device=self._fit_device, n_features=self.n_features_in_, feature_names=self.feature_names_in_
+        )
         y_t = self._check_y(y, X_t.shape[0], self._fit_device)
         if self.learner == "regression" and y_t is None:
             raise ValueError("y is required to predict with learner='regression'")
-        losses = torch.as_tensor(self.models_.loss(X_t, y_t))
-        return to_output(losses.argmin(dim=0), X)
+        return to_output(self._losses(self.models_, X_t, y_t).argmin(dim=0), X)
 
     def fit_predict(self, X: Any, y: Any = None) -> np.ndarray:
         """Fit and return :attr:`labels_` (``-1`` for outliers)."""

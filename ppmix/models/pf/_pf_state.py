@@ -1,0 +1,103 @@
+"""What pf-GMM and pf-HMM share beyond the switch machinery: their label, background and switch globals,
+the start of an EM restart, and the fitted attributes built on them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ppmix.components import BernoulliLabel, DiagGaussian
+from ppmix.components.centred import CentredData
+from ppmix.models.pf.switches import FrameLabels, PredictionFocusedMixin
+
+__all__ = ["PFStateMixin"]
+
+#: ArviZ dimensions of the label, background and switch sites
+PF_DIMS: dict[str, list[str]] = {
+    "label_probs": ["component"],
+    "background_loc": ["feature"],
+    "background_scale": ["feature"],
+    "switch_probs": ["feature"],
+}
+
+
+class PFStateMixin(PredictionFocusedMixin):
+    """The label, background and switch part of a prediction-focused model's state (``labels_``, ``background_``,
+    ``switch_probs_``), for a host that is also a :class:`~ppmix.models.base.MixtureModel` with Gaussian components.
+
+    Examples
+    --------
+    >>> from ppmix.datasets import make_pf_synthetic
+    >>> from ppmix.models.pf.pf_gmm import PFGMM
+    >>> data = make_pf_synthetic(200, n_relevant=2, n_features=4, seed=0)
+    >>> model = PFGMM(2, seed=0, progress=False).fit(data.X, data.y)
+    >>> sorted(model._pf_globals())
+    ['background_loc', 'background_scale', 'label_probs', 'switch_probs']
+    """
+
+    def _pf_globals(self) -> dict[str, torch.Tensor]:
+        """Label probabilities, background and (when ``p < 1``) switch probabilities, keyed by site name."""
+        values = {
+            "label_probs": self.labels_.probs.clone(),
+            "background_loc": self.background_.loc[0].clone(),
+            "background_scale": self.background_.scale[0].clone(),
+        }
+        if not self._all_relevant:
+            values["switch_probs"] = self.switch_probs_.clone()
+        return values
+
+    def _set_pf_globals(self, values: dict[str, torch.Tensor]) -> None:
+        """Inverse of :meth:`_pf_globals` (``phi = 1`` where ``switch_probs`` is absent)."""
+        opts = {"dtype": self.dtype, "device": self._device}
+        self.labels_ = BernoulliLabel(torch.as_tensor(values["label_probs"]).to(**opts))
+        bg_loc = torch.as_tensor(values["background_loc"]).to(**opts)
+        bg_scale = torch.as_tensor(values["background_scale"]).to(**opts)
+        self.background_ = DiagGaussian(bg_loc[None], bg_scale[None], reg_covar=self.reg_covar)
+        phi = values.get("switch_probs")
+        self.switch_probs_ = torch.ones_like(bg_loc) if phi is None else torch.as_tensor(phi).to(**opts)
+
+    def _pf_start(
+        self, frames: CentredData, labels: FrameLabels, generator: torch.Generator, centred: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Start an EM restart: background fitted once, fresh components, ``label_probs = 1/2``, ``phi = p``.
+
+        Returns the first frame responsibilities, from (relevance-)k-means; ``centred`` are the
+        frames the relevance test sees (default: ``frames``).
+        """
+        self._fit_background(frames)
+        self.components_ = self._new_components(frames.x)
+        self.labels_ = BernoulliLabel(frames.x.new_full((self.n_components,), 0.5))
+        self.switch_probs_ = frames.x.new_full((frames.x.shape[1],), float(self.switch_prior))
+        if self.init_params == "relevance":
+            return self._initial_frame_responsibilities(frames, labels, generator, centred)
+        return self._initial_responsibilities(frames, generator)
+
+    @property
+    def relevance_(self) -> Any:
+        """``phi_d = q(S_d = 1)`` per feature (a Series indexed by feature names for DataFrame input)."""
+        self._check_fitted()
+        return self._switch_relevance()
+
+    @property
+    def label_probs_(self) -> torch.Tensor:
+        """``P(y = 1 | component k)``, ``(K,)``."""
+        self._check_fitted()
+        return self.labels_.probs
+
+    def _pf_summary(self, **fit: Any) -> dict[str, Any]:
+        """A JSON-able description of the fit: the model's own entries ``fit``, then labels and relevance."""
+        self._check_fitted()
+        relevance = self.switch_probs_.cpu().tolist()
+        return {
+            "model": type(self).__name__,
+            "n_components": self.n_components,
+            "switch_prior": float(self.switch_prior),
+            "n_iter": self.n_iter_,
+            "converged": self.converged_,
+            **fit,
+            "label_probs": self.labels_.probs.cpu().tolist(),
+            "relevance": relevance,
+            "n_relevant": int(sum(r > 0.5 for r in relevance)),
+            "feature_names": self.feature_names_in_,
+        }
