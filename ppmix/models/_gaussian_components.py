@@ -16,7 +16,7 @@ import torch
 from pyro.distributions import constraints
 
 from ppmix.components import DiagGaussian, FullGaussian
-from ppmix.components.centred import CentredData
+from ppmix.components.centred import CentredData, as_floor
 from ppmix.models._flat import FlatPrior
 from ppmix.ops.kmeans import kmeans, kmeans_plusplus, nearest_centre
 
@@ -78,9 +78,13 @@ class GaussianComponentsMixin:
             raise ValueError(f"reg_covar must be non-negative; got {self.reg_covar}")
 
     def _record_data_scale(self, x: torch.Tensor) -> None:
-        """Centre and spread of the data, for the weakly informative priors of MCMC."""
+        """Centre and spread of the training data: for the weakly informative priors of MCMC, and the
+        variance floor of every fit (a warm start of a loaded model included)."""
         self._data_mean = x.mean(0)
         self._data_std = x.std(0).clamp_min(1e-6) if x.shape[0] > 1 else torch.ones_like(x[0])
+        self._feature_floor = relative_floor(x, self.reg_covar)
+        if getattr(self, "components_", None) is not None:
+            self.components_.reg_covar = as_floor(self._feature_floor)
 
     @property
     def means_(self) -> torch.Tensor:

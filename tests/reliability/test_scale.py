@@ -13,6 +13,7 @@ import torch
 
 from ppmix.datasets import make_pf_synthetic
 from ppmix.models import GMM, HMM
+from ppmix.models._gaussian_components import relative_floor
 from ppmix.models.pf.pf_gmm import PFGMM
 from ppmix.ops.kmeans import kmeans_plusplus
 
@@ -92,3 +93,15 @@ def test_gmm_float32_at_1e20_fits_or_names_x() -> None:
         _fit(GMM(2, seed=0, progress=False, dtype=torch.float32), x * 1e20)
     except ValueError as err:
         assert "X" in str(err)
+
+
+def test_a_warm_start_after_load_uses_the_relative_floor(tmp_path) -> None:
+    """The floor is not saved; a loaded model refitted with ``warm_start`` floors relative to the new data."""
+    x = np.random.default_rng(0).normal(size=(200, 2)) * 1e-4
+    GMM(2, seed=0, progress=False).fit(x).save(tmp_path / "m")
+    loaded = GMM.load(tmp_path / "m")
+    loaded.warm_start = True
+    loaded.fit(x)
+    expected = relative_floor(torch.as_tensor(x), loaded.reg_covar)
+    torch.testing.assert_close(torch.as_tensor(loaded.components_.reg_covar), expected)
+    assert float(expected.max()) < 1e-12 < loaded.reg_covar  # the absolute floor would be far larger
