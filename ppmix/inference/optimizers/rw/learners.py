@@ -304,8 +304,8 @@ class FamilyLearner:
     """Any :class:`~ppmix.components.base.ComponentFamily` as a weighted learner.
 
     The fit is the family's own weighted fit; the loss of point ``i`` under model ``j`` is
-    the shifted negative log-likelihood ``-log p_j(data_i) - c_j``, where ``c_j`` is the
-    smallest ``-log p_j`` over the data of the last fit, clamped at zero (a density can
+    the shifted negative log-likelihood ``-log p_j(data_i) - c_j``, clamped at zero, where
+    ``c_j`` is the smallest ``-log p_j`` over the data of the last fit (a density can
     exceed one, so ``-log p`` can be negative, and RW needs non-negative losses). Because
     every weight column sums to one, a per-model constant changes ``w_j^T l_j`` by exactly
     ``c_j`` and leaves the weight step's solution unchanged. ``init`` fits every model to
