@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 __all__ = [
+    "InvalidDataError",
     "NotFittedError",
     "as_numpy",
     "check_float",
@@ -22,6 +23,14 @@ __all__ = [
 
 class NotFittedError(ValueError, AttributeError):
     """Raised when a model is used for prediction before ``fit``."""
+
+
+class InvalidDataError(ValueError):
+    """Data that cannot be fitted or scored as given (shape, NaN, too few rows, columns, scale).
+
+    A :class:`ValueError` whose message names the argument; the command line reports it as
+    a mistake in the input file (exit code 2), any other error of a fit as an internal one.
+    """
 
 
 def resolve_device(device: Any, name: str = "device") -> torch.device:
@@ -144,18 +153,19 @@ def check_matrix(
         tensor = torch.as_tensor(array, dtype=dtype, device=resolve_device(device))
     if tensor.dim() != 2:
         hint = " (reshape a single feature with X.reshape(-1, 1))" if tensor.dim() == 1 else ""
-        raise ValueError(f"{name} must be 2-D (n_samples, n_features); got {tensor.dim()}-D{hint}")
+        raise InvalidDataError(f"{name} must be 2-D (n_samples, n_features); got {tensor.dim()}-D{hint}")
     if tensor.shape[0] == 0 or tensor.shape[1] == 0:
-        raise ValueError(f"{name} is empty: shape {tuple(tensor.shape)}")
+        raise InvalidDataError(f"{name} is empty: shape {tuple(tensor.shape)}")
     if not torch.isfinite(tensor).all():
-        raise ValueError(f"{name} contains NaN or infinite values")
+        raise InvalidDataError(f"{name} contains NaN or infinite values")
     if n_features is not None and tensor.shape[1] != n_features:
-        raise ValueError(f"{name} has {tensor.shape[1]} features, but the model was fitted with {n_features}")
+        raise InvalidDataError(f"{name} has {tensor.shape[1]} features, but the model was fitted with {n_features}")
     return tensor, names
 
 
 def _reorder_columns(frame: Any, names: list[str], expected: list[str], name: str) -> tuple[Any, list[str]]:
-    """``frame`` with its columns in the order of ``expected``, or a ``ValueError`` naming the differences."""
+    """``frame`` with its columns in the order of ``expected``, or an :class:`InvalidDataError` naming the
+    differences."""
     if len(set(names)) == len(names) and sorted(names) == sorted(expected):
         frame = frame.copy()
         frame.columns = names
@@ -167,7 +177,7 @@ def _reorder_columns(frame: Any, names: list[str], expected: list[str], name: st
         for part in (f"missing {missing}" if missing else "", f"not seen in fit {unexpected}" if unexpected else "")
         if part
     )
-    raise ValueError(
+    raise InvalidDataError(
         f"{name} has different column names from those seen in fit ({detail or 'duplicated names'}); "
         f"expected {expected}"
     )
@@ -209,7 +219,7 @@ def check_n_components(n_components: Any, n_samples: int) -> int:
     """``n_components`` must be an integer in ``[1, n_samples]``."""
     k = check_positive_int(n_components, "n_components")
     if k > n_samples:
-        raise ValueError(f"n_components={k} is larger than the number of samples ({n_samples})")
+        raise InvalidDataError(f"n_components={k} is larger than the number of samples ({n_samples})")
     return k
 
 

@@ -111,6 +111,7 @@ def _write_fit_outputs(model, frame, out: Path) -> dict:
 
 def _cmd_fit(args: argparse.Namespace) -> int:
     from ppmix import GMM
+    from ppmix._validation import InvalidDataError
 
     frame = _read_csv(Path(args.data))
     model = GMM(
@@ -124,7 +125,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     options = {"num_steps": args.num_steps} if args.engine == "svi" else {}
     try:
         model.fit(frame, engine=args.engine, **options)
-    except (TypeError, ValueError) as err:
+    except InvalidDataError as err:  # the data cannot be fitted as given; any other error is an internal one
         raise UserError(f"data file {args.data}: {err}") from None
     summary = _write_fit_outputs(model, frame, Path(args.out))
     print(

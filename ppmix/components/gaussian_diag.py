@@ -8,7 +8,14 @@ import pyro.distributions as dist
 import torch
 
 from ppmix.components.base import ComponentFamily
-from ppmix.components.centred import CANCELLATION_TOL, CentredData, as_centred, as_floor, component_counts
+from ppmix.components.centred import (
+    CentredData,
+    as_centred,
+    as_floor,
+    cancellation_tol,
+    component_counts,
+    inexact_spreads,
+)
 
 __all__ = ["DiagGaussian"]
 
@@ -87,10 +94,10 @@ class DiagGaussian(ComponentFamily):
         log_norm = log_const + 0.5 * loc_c.square() * precision
         natural = torch.cat([loc_c * precision, -0.5 * precision], dim=1)  # (K, 2D)
         log_prob = torch.addmm(-log_norm.sum(dim=1), data.moments, natural.T)
-        # the product cancels terms of size precision * (x - shift)^2: redo the components
-        # whose rounding there would exceed CANCELLATION_TOL (a collapsed component at the floor)
+        # the product cancels terms of size precision * (x - shift)^2: redo the components whose
+        # rounding there would exceed cancellation_tol nats (a collapsed component at the floor)
         cancelled = torch.finfo(self.dtype).eps * (precision * (data.max_square + loc_c.square())).sum(dim=1)
-        for k in torch.nonzero(cancelled > CANCELLATION_TOL).flatten().tolist():
+        for k in torch.nonzero(cancelled > cancellation_tol(self.dtype)).flatten().tolist():
             maha = (data.centred - loc_c[k]).square_().mul_(precision[k]).sum(dim=1)
             log_prob[:, k] = -0.5 * maha - log_const[k].sum()
         return log_prob
@@ -119,8 +126,12 @@ class DiagGaussian(ComponentFamily):
         sums = weights.T @ data.moments  # (K, 2D)
         d = self.n_features
         mean_c = sums[:, :d] / counts[:, None]
-        spread = (sums[:, d:] / counts[:, None] - mean_c.square()).clamp_min(0.0)
+        second = sums[:, d:] / counts[:, None]
+        spread = (second - mean_c.square()).clamp_min(0.0)
         floor = torch.as_tensor(self.reg_covar, dtype=self.dtype, device=self.device)
+        # a component far from the centre (or collapsed) cancels its digits away: sum its deviations directly
+        for k in inexact_spreads(second.sum(1), torch.maximum(spread, floor).sum(1)):
+            spread[k] = weights[:, k] @ (data.centred - mean_c[k]).square() / counts[k]
         var = torch.maximum(spread, floor)
         self.loc = mean_c + data.shift
         self.scale = var.sqrt()

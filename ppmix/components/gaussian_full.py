@@ -9,11 +9,12 @@ import torch
 
 from ppmix.components.base import ComponentFamily
 from ppmix.components.centred import (
-    CANCELLATION_TOL,
     CentredData,
     as_centred,
     as_floor,
+    cancellation_tol,
     component_counts,
+    inexact_spreads,
     upper_triangle,
 )
 
@@ -83,7 +84,7 @@ class FullGaussian(ComponentFamily):
         """Log-density of every point under every component, shape ``(N, K)``.
 
         When the cached design ``[x, x x^T]`` fits in :data:`MOMENTS_BUDGET_BYTES` (and its
-        rounding stays below :data:`~ppmix.components.centred.CANCELLATION_TOL`) this is
+        rounding stays below :func:`~ppmix.components.centred.cancellation_tol`) this is
         one matrix product with the natural parameters ``(P mu, -P/2)``;
         otherwise all components are whitened with one product
         ``x @ [L_1^{-T}, ..., L_K^{-T}]`` per block of rows. A plain tensor is centred at
@@ -101,9 +102,10 @@ class FullGaussian(ComponentFamily):
         precision = inv_tril.mT @ inv_tril
         loc_c = self.loc - data.shift
         # the product cancels terms up to trace(P) |x - shift|^2: whiten instead when their
-        # rounding would exceed CANCELLATION_TOL (a component collapsed at the floor)
+        # rounding would exceed cancellation_tol nats (a component collapsed at the floor)
         spread = data.max_square.sum() + loc_c.square().sum(-1)
-        if bool((torch.finfo(self.dtype).eps * inv_tril.square().sum((-2, -1)) * spread > CANCELLATION_TOL).any()):
+        rounding = torch.finfo(self.dtype).eps * inv_tril.square().sum((-2, -1)) * spread
+        if bool((rounding > cancellation_tol(self.dtype)).any()):
             return self._log_prob_whitened(data)
         linear = (precision @ loc_c.unsqueeze(-1)).squeeze(-1)  # (K, D)
         rows, cols = upper_triangle(d, self.device)
@@ -156,6 +158,13 @@ class FullGaussian(ComponentFamily):
             )
         # weighted second moments about the data mean, minus the outer product of the means
         covs = second - mean_c[:, :, None] * mean_c[:, None, :]
+        floor_trace = torch.as_tensor(self.reg_covar, dtype=self.dtype, device=self.device).expand(d).sum()
+        traces = torch.diagonal(second, dim1=-2, dim2=-1).sum(-1)
+        spreads = torch.diagonal(covs, dim1=-2, dim2=-1).sum(-1).clamp_min(0.0)
+        # a component far from the centre (or collapsed) cancels its digits away: sum its deviations directly
+        for j in inexact_spreads(traces, torch.maximum(spreads, floor_trace)):
+            deviation = data.centred - mean_c[j]
+            covs[j] = (weights[:, j, None] * deviation).T @ deviation / counts[j]
         covs = floored_covariance(covs, self.reg_covar)
         tril, info = torch.linalg.cholesky_ex(covs)
         # a pivot at rounding level means a (numerically) singular covariance, too

@@ -15,6 +15,7 @@ import pyro.distributions as dist
 import torch
 from pyro.distributions import constraints
 
+from ppmix._validation import InvalidDataError
 from ppmix.components import DiagGaussian, FullGaussian
 from ppmix.components.centred import CentredData, as_floor
 from ppmix.models._flat import FlatPrior
@@ -51,6 +52,40 @@ def relative_floor(x: torch.Tensor, reg_covar: float) -> torch.Tensor:
     return reg_covar * torch.where(spread > 0, spread, torch.ones_like(spread))
 
 
+def check_squared_range(x: torch.Tensor, name: str = "X") -> None:
+    """Refuse data whose squared deviations the dtype cannot hold, naming ``name``.
+
+    Gaussian fits form sums of squared deviations from the mean (and variances of that
+    size): their largest sum, ``N * max |x - mean|^2``, must be finite in ``x``'s dtype,
+    and the squared robust spread of every non-constant feature must be a normal number
+    (not subnormal), or the variances lose their precision.
+
+    Examples
+    --------
+    >>> check_squared_range(torch.tensor([[0.0], [1e20]]))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ppmix._validation.InvalidDataError: X is too large for torch.float32: its sums of squared deviations ...
+    """
+    if x.shape[0] < 2:
+        return
+    info = torch.finfo(x.dtype)
+    # Python floats (double precision): the check itself cannot overflow
+    total = float((x - x.mean(0)).abs().max()) ** 2 * x.shape[0]
+    if not total < info.max:
+        raise InvalidDataError(
+            f"{name} is too large for {x.dtype}: its sums of squared deviations (up to about {total:.0e}) "
+            f"overflow the largest {x.dtype} number ({info.max:.1e}); rescale {name} or use dtype=torch.float64"
+        )
+    spread = (x - x.median(0).values).abs().median(0).values.double().square()
+    smallest = float(spread[spread > 0].min()) if bool((spread > 0).any()) else info.tiny
+    if smallest < info.tiny:
+        raise InvalidDataError(
+            f"{name} is too small for {x.dtype}: its squared spread (about {smallest:.0e}) is below the smallest "
+            f"normal {x.dtype} number ({info.tiny:.1e}); rescale {name} or use dtype=torch.float64"
+        )
+
+
 class GaussianComponentsMixin:
     """Gaussian components for a :class:`~ppmix.models.base.MixtureModel` subclass.
 
@@ -80,6 +115,7 @@ class GaussianComponentsMixin:
     def _record_data_scale(self, x: torch.Tensor) -> None:
         """Centre and spread of the training data: for the weakly informative priors of MCMC, and the
         variance floor of every fit (a warm start of a loaded model included)."""
+        check_squared_range(x)
         self._data_mean = x.mean(0)
         self._data_std = x.std(0).clamp_min(1e-6) if x.shape[0] > 1 else torch.ones_like(x[0])
         self._feature_floor = relative_floor(x, self.reg_covar)

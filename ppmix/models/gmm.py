@@ -38,7 +38,7 @@ class GMM(GaussianComponentsMixin, MixtureModel):
         EM restarts; the best objective is kept.
     max_iter : int, default 100
     tol : float, default 1e-6
-        EM stops when the relative change of the log-likelihood is at most ``tol``.
+        EM stops when the log-likelihood per observation changes by at most ``tol`` (nats).
     reg_covar : float, default 1e-6
         Variance floor relative to the data: every variance (every eigenvalue, in the
         features' own scale, for ``"full"``) is at least ``reg_covar`` times that

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from ppmix._validation import check_matrix
+from ppmix.ops.scaling import feature_scales
 
 if TYPE_CHECKING:
     from ppmix.models.moe import MixtureOfExperts
@@ -59,8 +60,7 @@ def prepare_training_data(model: MixtureOfExperts, X: Any, y: Any) -> tuple[torc
             f"{model.n_experts}-expert {model.expert} MoE with {x.shape[1]} features"
         )
     if model.standardize:
-        model._x_mean = x.mean(0)
-        model._x_scale = x.std(0).clamp_min(1e-12) if x.shape[0] > 1 else torch.ones_like(x[0])
+        model._x_mean, model._x_scale = feature_scales(x)
     else:
         model._x_mean, model._x_scale = torch.zeros_like(x[0]), torch.ones_like(x[0])
     response = check_response(y, x.shape[0], model.expert).to(dtype=model.dtype, device=model._device)

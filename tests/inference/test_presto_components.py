@@ -44,8 +44,9 @@ def test_linear_svm_components_recover_two_classifiers(dtype):
     disagree = (x[:, 0] > 0) != (x[:, 1] > 0)
     matches = [(part[disagree] == regime[disagree]).mean(), (part[disagree] != regime[disagree]).mean()]
     assert max(matches) == 1.0
-    # every point sits in a part whose SVM classifies it correctly
-    own = torch.stack([m.predict(torch.as_tensor(x, dtype=dtype)) for m in model.components_], dim=1)
+    # every point sits in a part whose SVM classifies it correctly (the SVMs see standardised x)
+    scaled = (torch.as_tensor(x) - model.scales_["x_mean"]) / model.scales_["x_scale"]
+    own = torch.stack([m.predict(scaled.to(dtype)) for m in model.components_], dim=1)
     assert (own[np.arange(len(y)), part].numpy() == y).all()
     assert isinstance(model.components_, torch.nn.ModuleList) and len(model.components_) == 2
     assert all(m.linear.weight.dtype == dtype for m in model.components_)  # PRESTO casts the data, not the module

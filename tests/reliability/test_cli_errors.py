@@ -165,3 +165,24 @@ def test_a_model_directory_holding_user_files_is_refused_before_fitting(tmp_path
     line = _error_of(["fit", "gmm", str(tmp_path / "missing.csv"), "--k", "2", "--out", str(tmp_path)], capsys)
     assert "notes.txt" in line
     assert (tmp_path / "model" / "notes.txt").read_text() == "mine"
+
+
+def test_data_the_model_cannot_fit_is_a_user_error(tmp_path, capsys):
+    """K > N is a mistake in the input (exit 2, naming the file), found by the model's own data check."""
+    path = tmp_path / "few.csv"
+    pd.DataFrame({"a": [0.0, 1.0], "b": [1.0, 0.0]}).to_csv(path, index=False)
+    line = _error_of(["fit", "gmm", str(path), "--k", "3", "--out", str(tmp_path / "o"), "--quiet"], capsys)
+    assert "few.csv" in line and "n_components=3 is larger than the number of samples (2)" in line
+
+
+def test_a_value_error_inside_fit_is_an_internal_error(inputs, monkeypatch, capsys):
+    """Only the data checks' InvalidDataError is the user's mistake; another ValueError of a fit is ours (exit 1)."""
+    from ppmix.models.gmm import GMM
+
+    def broken(self, *args, **kwargs):
+        raise ValueError("an M-step went wrong")
+
+    monkeypatch.setattr(GMM, "fit", broken)
+    path = inputs / "part-0.csv"
+    line = _error_of(["fit", "gmm", str(path), "--k", "2", "--out", str(inputs / "o"), "--quiet"], capsys, code=1)
+    assert line.startswith("ppmix: error: internal error: ValueError: an M-step went wrong")

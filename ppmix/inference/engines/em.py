@@ -33,7 +33,8 @@ class EMModel(Protocol):
     Attributes
     ----------
     n_init, max_iter, tol, warm_start :
-        Restarts, iterations per restart, relative tolerance on the objective, and
+        Restarts, iterations per restart, tolerance on the change of the objective per
+        observation (nats; unchanged when the data are rescaled), and
         whether a fitted model continues from its parameters.
     progress : bool
         Show a progress bar.
@@ -92,8 +93,9 @@ def run_em(
     Every iteration is one M-step followed by one E-step; the E-step returns the
     objective (the ELBO; for a plain mixture the log-likelihood) at the current
     parameters, so the recorded history is exactly the objective of the parameters
-    held after each iteration. A restart stops when the relative change of the
-    objective is at most ``tol``.
+    held after each iteration. A restart stops when the objective per observation changes
+    by at most ``tol`` (an absolute change in nats, as scikit-learn's: rescaling the data
+    shifts a log-likelihood by a constant, so a relative change would depend on the units).
 
     Parameters
     ----------
@@ -165,7 +167,7 @@ def _single_run(
             _check_ascent(previous, current, n_obs, iteration)
             bar.update(1)
             bar.set_postfix(objective=f"{history[-1]:.6g}")
-            if abs(current - previous) <= tol * abs(current):
+            if abs(current - previous) <= tol * n_obs:
                 converged = True
                 break
             previous = current

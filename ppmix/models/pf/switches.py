@@ -348,7 +348,9 @@ def label_relevant_features(x: torch.Tensor, y: torch.Tensor, p_value: float = R
     from scipy.stats import chi2
 
     def log_var(v: torch.Tensor) -> torch.Tensor:
-        return v.var(0, unbiased=False).clamp_min(1e-12).log()
+        # a constant feature (zero variance) at the smallest normal number, not at an absolute
+        # floor, so that the test is the same for ``x`` and ``c * x`` at any scale
+        return v.var(0, unbiased=False).clamp_min(torch.finfo(v.dtype).tiny).log()
 
     n = x.shape[0]
     ratio = n * log_var(x)

@@ -39,6 +39,7 @@ from ppmix.inference.optimizers.presto.adapters import (
     open_executor,
 )
 from ppmix.inference.optimizers.presto.assignment import initial_partition, partition_onehot, sq_distances
+from ppmix.ops.scaling import feature_scales
 
 __all__ = ["PRESTO"]
 
@@ -118,6 +119,13 @@ class PRESTO(SavableEstimator):
         ``predict_proba(X)`` (e.g. a scikit-learn classifier; it is cloned).
     router_ridge : float, default 1e-4
         Ridge of the softmax router.
+    standardize : bool, default True
+        Fit on standardised data: every feature of ``X`` centred and divided by its standard
+        deviation (and ``y`` too for ``"linear"`` components), so that ``ridge``, ``epsilon``,
+        the router's ridge and the noise floor mean the same at any scale of the data and
+        ``PRESTO`` fitted to ``c * X`` predicts as on ``X``. ``components_`` and ``router_``
+        then act on standardised data (``predict*`` standardise ``X`` and return ``y`` on its
+        own scale). ``False`` runs the paper's algorithm on the raw data.
     seed : int or None
     progress : bool, default True
         Show a tqdm progress bar.
@@ -144,7 +152,9 @@ class PRESTO(SavableEstimator):
     ----------
     partition_ : ndarray of shape (N,)
     components_ : component family with ``K`` members, or ``nn.ModuleList`` of ``K`` modules
+        Fitted on the standardised data (see ``standardize`` and ``scales_``).
     router_ : fitted router
+        Fitted on the standardised ``X``.
     history_ : list of float
         Objective (with the tie-break term) after the initial fit and every accepted iteration.
     loss_history_ : list of float
@@ -152,6 +162,9 @@ class PRESTO(SavableEstimator):
     n_iter_ : int
     converged_ : bool
     part_sizes_ : ndarray of shape (K,)
+    scales_ : dict of Tensor
+        ``x_mean``, ``x_scale`` (``(P,)``), ``y_mean``, ``y_scale``: the standardisation the
+        components and the router see (zeros and ones with ``standardize=False``).
 
     Notes
     -----
@@ -188,6 +201,7 @@ class PRESTO(SavableEstimator):
         tol: float = 1e-6,
         router: Any = "softmax",
         router_ridge: float = 1e-4,
+        standardize: bool = True,
         seed: int | None = None,
         progress: bool = True,
         executor: Any = None,
@@ -205,6 +219,7 @@ class PRESTO(SavableEstimator):
         self.tol = tol
         self.router = router
         self.router_ridge = router_ridge
+        self.standardize = standardize
         self.seed = seed
         self.progress = progress
         self.executor = executor
@@ -266,6 +281,8 @@ class PRESTO(SavableEstimator):
         n, p = x.shape
         k = check_n_components(self.n_components, n)
         yt = self._check_y(y, n, device)
+        self.scales_ = self._training_scales(x, yt)
+        x, yt = self._standardised(x, yt, self.scales_)
         generator = torch.Generator().manual_seed(int(self.seed) if self.seed is not None else 0)
         if self.seed is None:
             generator.seed()
@@ -301,6 +318,20 @@ class PRESTO(SavableEstimator):
         self.feature_names_in_ = names
         self.router_ = fit_router(self.router, self.router_ridge, x, sweep.onehot, self.partition_)
         return self
+
+    def _training_scales(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The standardisation of training data ``(x, y)`` (the identity with ``standardize=False``)."""
+        zero, one = x.new_zeros(()), x.new_ones(())
+        x_mean, x_scale = feature_scales(x) if self.standardize else (x.new_zeros(x.shape[1]), x.new_ones(x.shape[1]))
+        if self.standardize and component_kind(self.component) != "logistic":  # labels stay in {0, 1}
+            y_mean, y_scale = (value[0] for value in feature_scales(y[:, None]))
+        else:
+            y_mean, y_scale = zero, one
+        return {"x_mean": x_mean, "x_scale": x_scale, "y_mean": y_mean, "y_scale": y_scale}
+
+    @staticmethod
+    def _standardised(x: torch.Tensor, y: torch.Tensor, scales: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        return (x - scales["x_mean"]) / scales["x_scale"], (y - scales["y_mean"]) / scales["y_scale"]
 
     def _initial_partition(
         self, x: torch.Tensor, k: int, capacity: int | None, generator: torch.Generator
@@ -344,6 +375,7 @@ class PRESTO(SavableEstimator):
         "max_iter",
         "tol",
         "router_ridge",
+        "standardize",
         "seed",
         "progress",
         "device",
@@ -366,6 +398,7 @@ class PRESTO(SavableEstimator):
         self._check_fitted()
         router = router_tensors(self.router_)
         tensors = {"partition": torch.as_tensor(self.partition_, dtype=torch.long)}
+        tensors.update({f"scales.{name}": value.detach().cpu() for name, value in self.scales_.items()})
         tensors.update(object_tensors(self.components_, "component"))
         tensors.update(router)
         return tensors
@@ -393,6 +426,13 @@ class PRESTO(SavableEstimator):
         self._fit_device = device
         self.components_ = adapter.comp
         self.router_ = load_router(tensors, k, p, self.router_ridge, device)
+        self.scales_ = {}
+        for name in ("x_mean", "x_scale", "y_mean", "y_scale"):
+            value = tensors[f"scales.{name}"].to(dtype=_DTYPE, device=device)
+            expected = (p,) if name.startswith("x") else ()
+            if value.shape != expected or not torch.isfinite(value).all():
+                raise ValueError(f"saved scales.{name} must be finite with shape {expected}; got {tuple(value.shape)}")
+            self.scales_[name] = value
         self.partition_ = as_numpy(tensors["partition"])
         if self.partition_.ndim != 1 or (
             self.partition_.size and not 0 <= self.partition_.min() <= self.partition_.max() < k
@@ -444,7 +484,8 @@ class PRESTO(SavableEstimator):
         """``X`` (any array-like, a tensor on any device) on the device the fitted state lives on."""
         self._check_fitted()
         fitted = {"n_features": self.n_features_in_, "feature_names": getattr(self, "feature_names_in_", None)}
-        return check_matrix(X, "X", dtype=_DTYPE, device=self._fit_device, **fitted)[0]
+        x = check_matrix(X, "X", dtype=_DTYPE, device=self._fit_device, **fitted)[0]
+        return (x - self.scales_["x_mean"]) / self.scales_["x_scale"]
 
     def _routing_proba(self, x: torch.Tensor) -> torch.Tensor:
         return routing_proba(self.router_, x, int(self.n_components))
@@ -468,6 +509,8 @@ class PRESTO(SavableEstimator):
         values = self._adapter.predict(x).gather(1, route[:, None]).squeeze(1)
         if component_kind(self.component) == "logistic":
             values = values.long()
+        else:
+            values = values * self.scales_["y_scale"] + self.scales_["y_mean"]
         return to_output(values, X)
 
     def predict_proba(self, X: Any) -> Any:
@@ -481,13 +524,20 @@ class PRESTO(SavableEstimator):
         return to_output(torch.stack([1 - p1, p1], dim=1), X)
 
     def objective(self, X: Any, y: Any, partition: Any) -> float:
-        """``sum_k G(S_k)`` of a given partition of ``(X, y)`` (components refitted on it)."""
+        """``sum_k G(S_k)`` of a given partition of ``(X, y)`` (components refitted on it).
+
+        With ``standardize=True`` the data are standardised as for the fitted estimator (by
+        ``scales_``; before a fit, by ``(X, y)``'s own scales), so objectives of different
+        subsets of the data are comparable.
+        """
         self._check_params()
         device = resolve_device(self.device)
         x, _ = check_matrix(X, "X", dtype=_DTYPE, device=device)
         n, p = x.shape
         k = check_n_components(self.n_components, n)
         yt = self._check_y(y, n, device)
+        scales = self.scales_ if hasattr(self, "scales_") else self._training_scales(x, yt)
+        x, yt = self._standardised(x, yt, scales)
         part = torch.as_tensor(as_numpy(partition), dtype=torch.long, device=device)
         if part.shape != (n,) or part.min() < 0 or part.max() >= k:
             raise ValueError(f"partition must have shape ({n},) with values in [0, {k})")
