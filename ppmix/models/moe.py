@@ -64,7 +64,7 @@ class MixtureOfExperts(MixtureModel):
         EM restarts; the best log-likelihood is kept.
     max_iter : int, default 100
     tol : float, default 1e-6
-        EM stops when the relative change of the log-likelihood is at most ``tol``.
+        EM stops when the log-likelihood per observation changes by at most ``tol`` (nats).
     ridge : float, default 1e-6
         Ridge penalty of the gate and of logistic experts (standardised scale); it keeps
         their Newton fits finite on separable data.
