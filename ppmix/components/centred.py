@@ -139,7 +139,12 @@ def inexact_spreads(second: torch.Tensor, spread: torch.Tensor) -> list[int]:
 
 def component_counts(weights: torch.Tensor) -> torch.Tensor:
     """Effective number of points per component, kept away from zero."""
-    return weights.sum(dim=0) + 10 * torch.finfo(weights.dtype).eps
+    return padded_counts(weights.sum(dim=0))
+
+
+def padded_counts(counts: torch.Tensor) -> torch.Tensor:
+    """Total weights ``(K,)`` kept away from zero, so that an empty component divides safely."""
+    return counts + 10 * torch.finfo(counts.dtype).eps
 
 
 def as_floor(reg_covar: float | torch.Tensor) -> float | torch.Tensor:

@@ -15,7 +15,9 @@ from ppmix.components.centred import (
     cancellation_tol,
     component_counts,
     inexact_spreads,
+    padded_counts,
 )
+from ppmix.components.statistics import GaussianStatistics
 
 __all__ = ["DiagGaussian"]
 
@@ -118,7 +120,26 @@ class DiagGaussian(ComponentFamily):
         """Weighted maximum-likelihood update (closed form), in place.
 
         ``loc[k] = sum_n w_nk x_n / sum_n w_nk`` and ``variance = max(weighted variance, reg_covar)``,
-        the maximiser of the weighted log-likelihood subject to the variance floor.
+        the maximiser of the weighted log-likelihood subject to the variance floor. The same
+        as ``fit_statistics(statistics(data, weights))``.
+        """
+        return self.fit_statistics(self.statistics(data, weights))
+
+    def statistics(self, data: torch.Tensor | CentredData, weights: torch.Tensor) -> GaussianStatistics:
+        """Total weight, weighted mean and weighted scatter ``(K, D)`` of every component.
+
+        What :meth:`fit_statistics` needs; statistics of several shards merge exactly
+        (:meth:`~ppmix.components.statistics.GaussianStatistics.merge`), so a fit on merged
+        statistics is the fit on all rows.
+
+        Examples
+        --------
+        >>> comp = DiagGaussian(torch.zeros(1, 1, dtype=torch.float64), torch.ones(1, 1, dtype=torch.float64))
+        >>> x = torch.tensor([[0.0], [2.0], [4.0], [10.0]], dtype=torch.float64)
+        >>> ones = torch.ones(4, 1, dtype=torch.float64)
+        >>> merged = comp.statistics(x[:1], ones[:1]).merge(comp.statistics(x[1:], ones[1:]))
+        >>> round(comp.fit_statistics(merged).variance.item(), 12), round(comp.fit(x, ones).variance.item(), 12)
+        (14.0, 14.0)
         """
         data = as_centred(data, self.dtype, self.device)
         weights = self._check_weights(weights, data.n_samples)
@@ -132,8 +153,14 @@ class DiagGaussian(ComponentFamily):
         # a component far from the centre (or collapsed) cancels its digits away: sum its deviations directly
         for k in inexact_spreads(second.sum(1), torch.maximum(spread, floor).sum(1)):
             spread[k] = weights[:, k] @ (data.centred - mean_c[k]).square() / counts[k]
-        var = torch.maximum(spread, floor)
-        self.loc = mean_c + data.shift
+        return GaussianStatistics(weights.sum(0), mean_c + data.shift, spread * counts[:, None])
+
+    def fit_statistics(self, stats: GaussianStatistics) -> "DiagGaussian":
+        """The weighted maximum-likelihood update from :meth:`statistics` (of one or many shards), in place."""
+        stats = stats.to(dtype=self.dtype, device=self.device)
+        spread = stats.scatter / padded_counts(stats.counts)[:, None]
+        var = torch.maximum(spread, torch.as_tensor(self.reg_covar, dtype=self.dtype, device=self.device))
+        self.loc = stats.mean
         self.scale = var.sqrt()
         self._fitted_spread = spread
         return self

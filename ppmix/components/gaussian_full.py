@@ -15,8 +15,10 @@ from ppmix.components.centred import (
     cancellation_tol,
     component_counts,
     inexact_spreads,
+    padded_counts,
     upper_triangle,
 )
+from ppmix.components.statistics import GaussianStatistics
 
 __all__ = ["FullGaussian"]
 
@@ -132,12 +134,27 @@ class FullGaussian(ComponentFamily):
         return maha.mul_(-0.5).sub_(0.5 * d * math.log(2 * math.pi) + log_det)
 
     def fit(self, data: torch.Tensor | CentredData, weights: torch.Tensor) -> "FullGaussian":
-        """Weighted maximum-likelihood update (closed form), in place.
+        """Weighted maximum-likelihood update (closed form), in place: ``fit_statistics(statistics(data, weights))``.
 
         Raises
         ------
         ValueError
             If a covariance is not positive definite even under the floor ``reg_covar``.
+        """
+        return self.fit_statistics(self.statistics(data, weights))
+
+    def statistics(self, data: torch.Tensor | CentredData, weights: torch.Tensor) -> GaussianStatistics:
+        """Total weight, weighted mean and weighted scatter matrix ``(K, D, D)`` of every component
+        (what :meth:`fit_statistics` needs; mergeable across shards).
+
+        Examples
+        --------
+        >>> comp = FullGaussian(torch.zeros(1, 2, dtype=torch.float64), torch.eye(2, dtype=torch.float64)[None])
+        >>> x = torch.tensor([[0.0, 1.0], [2.0, 0.0], [4.0, 4.0]], dtype=torch.float64)
+        >>> ones = torch.ones(3, 1, dtype=torch.float64)
+        >>> merged = comp.statistics(x[:1], ones[:1]).merge(comp.statistics(x[1:], ones[1:]))
+        >>> bool(torch.allclose(comp.fit_statistics(merged).covariance, comp.fit(x, ones).covariance))
+        True
         """
         data = as_centred(data, self.dtype, self.device)
         weights = self._check_weights(weights, data.n_samples)
@@ -165,7 +182,18 @@ class FullGaussian(ComponentFamily):
         for j in inexact_spreads(traces, torch.maximum(spreads, floor_trace)):
             deviation = data.centred - mean_c[j]
             covs[j] = (weights[:, j, None] * deviation).T @ deviation / counts[j]
-        covs = floored_covariance(covs, self.reg_covar)
+        return GaussianStatistics(weights.sum(0), mean_c + data.shift, covs * counts[:, None, None])
+
+    def fit_statistics(self, stats: GaussianStatistics) -> "FullGaussian":
+        """The weighted maximum-likelihood update from :meth:`statistics` (of one or many shards), in place.
+
+        Raises
+        ------
+        ValueError
+            If a covariance is not positive definite even under the floor ``reg_covar``.
+        """
+        stats = stats.to(dtype=self.dtype, device=self.device)
+        covs = floored_covariance(stats.scatter / padded_counts(stats.counts)[:, None, None], self.reg_covar)
         tril, info = torch.linalg.cholesky_ex(covs)
         # a pivot at rounding level means a (numerically) singular covariance, too
         scale = torch.diagonal(covs, dim1=-2, dim2=-1).amax(-1)
@@ -176,7 +204,7 @@ class FullGaussian(ComponentFamily):
             raise ValueError(
                 f"covariance of component(s) {bad} is not positive definite; increase reg_covar or reduce n_components"
             )
-        self.loc, self.scale_tril = mean_c + data.shift, tril
+        self.loc, self.scale_tril = stats.mean, tril
         return self
 
     def pyro_dist(self, index: torch.Tensor | None = None) -> dist.Distribution:

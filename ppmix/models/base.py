@@ -314,11 +314,12 @@ class MixtureModel(Savable, PyroModule):
         object.__setattr__(self, "_train_data", data)
         self.set_variational_guide(None)
         runner = {"em": run_em, "svi": run_svi, "mcmc": run_mcmc}[engine]
-        result = runner(self, data, **options)
-        self.engine_ = engine
-        self.history_ = list(result.history)
-        self.n_iter_ = int(result.n_iter)
-        self.converged_ = bool(result.converged)
+        return self._store_result(engine, runner(self, data, **options))
+
+    def _store_result(self, engine: str, result: Any) -> "MixtureModel":
+        """Record an engine's :class:`~ppmix.inference.engines.result.FitResult` as the fitted attributes."""
+        self.engine_, self.history_ = engine, list(result.history)
+        self.n_iter_, self.converged_ = int(result.n_iter), bool(result.converged)
         self.lower_bound_ = float(result.history[-1]) if result.history else float("nan")
         return self
 
@@ -459,9 +460,8 @@ class MixtureModel(Savable, PyroModule):
         from ppmix.models._arviz import build_inference_data
 
         self._check_fitted()
-        data = self._train_data if X is None else self.prepare_data(X, y)
-        if data is None:
-            raise ValueError("X is required: this model holds no training data (it was loaded from disk)")
+        if (data := self._train_data if X is None else self.prepare_data(X, y)) is None:
+            raise ValueError("X is required: this model holds no training data (loaded from disk, or fitted on shards)")
         return build_inference_data(self, data, num_samples=num_samples)
 
     def arviz_dims(self) -> dict[str, list[str]]:

@@ -10,7 +10,8 @@ import pyro.distributions as dist
 import torch
 
 from ppmix._validation import check_n_components, check_positive_int, to_output
-from ppmix.components.centred import CentredData
+from ppmix.components.centred import CentredData, padded_counts
+from ppmix.components.statistics import GaussianStatistics
 from ppmix.models._gaussian_components import GaussianComponentsMixin
 from ppmix.models._params import store_params
 from ppmix.models.base import MixtureModel
@@ -71,6 +72,9 @@ class GMM(GaussianComponentsMixin, MixtureModel):
     >>> gmm.predict(X[:3]).shape
     (3,)
     """
+
+    #: EM on shards (:func:`ppmix.distributed.fit_em`): ``em_statistics`` merge across shards
+    sharded_em = True
 
     def __init__(
         self,
@@ -153,8 +157,17 @@ class GMM(GaussianComponentsMixin, MixtureModel):
 
     def m_step(self, data: CentredData, resp: torch.Tensor) -> None:
         """Closed-form weighted MLE of the components and ``weights = mean responsibility``."""
-        self.components_.fit(data, resp)
-        counts = resp.sum(0) + 10 * torch.finfo(resp.dtype).eps
+        self.em_update(self.em_statistics(data, resp))
+
+    def em_statistics(self, data: CentredData, resp: torch.Tensor) -> GaussianStatistics:
+        """What the M-step needs of ``data`` under ``resp``: statistics that merge across shards
+        (:func:`ppmix.distributed.fit_em`)."""
+        return self.components_.statistics(data, resp)
+
+    def em_update(self, stats: GaussianStatistics) -> None:
+        """The M-step from (merged) statistics: the components' weighted MLE, ``weights`` their total weights."""
+        self.components_.fit_statistics(stats)
+        counts = padded_counts(stats.counts.to(self.dtype))
         self.weights_ = counts / counts.sum()
         self._invalidate_guide()
 

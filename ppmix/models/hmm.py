@@ -101,6 +101,9 @@ class HMM(GaussianComponentsMixin, MixtureModel):
 
     data_plate_name = "sequences"
 
+    #: EM on shards (:func:`ppmix.distributed.fit_em`): ``em_statistics`` merge across shards
+    sharded_em = True
+
     def __init__(
         self,
         n_components: int = 2,
@@ -267,16 +270,30 @@ class HMM(GaussianComponentsMixin, MixtureModel):
 
     def m_step(self, data: _EMData, stats: _Counts) -> None:
         """Baum–Welch updates: initial and transition from expected counts, emissions by weighted MLE."""
-        initial = stats.initial + _EPS
-        self.initial_ = initial / initial.sum()
-        counts = stats.transitions + _EPS
-        self.transition_ = counts / counts.sum(-1, keepdim=True)
-        self._update_emissions(data, stats.posterior[data.batch.mask])
+        self.em_update(self.em_statistics(data, stats))
+
+    def em_statistics(self, data: _EMData, stats: _Counts) -> dict[str, Any]:
+        """What the M-step needs of ``data``: expected initial and transition counts and the emission
+        statistics of the frames, all of which merge across shards (:func:`ppmix.distributed.fit_em`)."""
+        frames = stats.posterior[data.batch.mask]
+        return {
+            "initial": stats.initial,
+            "transitions": stats.transitions,
+            "emissions": self.components_.statistics(data.frames, frames),
+        }
+
+    def em_update(self, stats: dict[str, Any]) -> None:
+        """The M-step from (merged) statistics."""
+        self._update_chain(stats["initial"], stats["transitions"])
+        self.components_.fit_statistics(stats["emissions"])
         self._invalidate_guide()
 
-    def _update_emissions(self, data: _EMData, resp: torch.Tensor) -> None:
-        """Emission parameters from the smoothed marginals of the valid frames, ``resp (sum(lengths), K)``."""
-        self.components_.fit(data.frames, resp)
+    def _update_chain(self, initial: torch.Tensor, transitions: torch.Tensor) -> None:
+        """``initial`` and ``transition`` from expected counts (lightly padded)."""
+        initial = initial.to(self.dtype) + _EPS
+        self.initial_ = initial / initial.sum()
+        counts = transitions.to(self.dtype) + _EPS
+        self.transition_ = counts / counts.sum(-1, keepdim=True)
 
     # ---------------------------------------------------------- predictions
     def pointwise_log_likelihood(self, data: SequenceBatch) -> torch.Tensor:

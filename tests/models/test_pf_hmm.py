@@ -69,7 +69,7 @@ def test_elbo_never_decreases(init):
     model = PFHMM(3, switch_prior=0.4, init_params=init, seed=0, progress=False)
     _fit_quietly(model, x, data.y[train], max_iter=40, tol=0.0)
     history = np.asarray(model.history_)
-    assert len(history) >= 5
+    assert len(history) >= 4  # with tol=0 EM stops only at an exact fixed point (k-means: after 3 steps)
     assert np.all(np.diff(history) >= -1e-10 * np.abs(history[1:]))
 
 

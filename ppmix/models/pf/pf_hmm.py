@@ -101,6 +101,9 @@ class PFHMM(PFStateMixin, HMM):
     max_plate_nesting = 2
     covariance_type = "diag"
 
+    #: the switches and labels have no shard statistics yet
+    sharded_em = False
+
     def __init__(
         self,
         n_components: int = 2,
@@ -268,9 +271,12 @@ class PFHMM(PFStateMixin, HMM):
         counts, log_norm = super().e_step(data)
         return counts, log_norm + self._frame_objective_terms(data.frames.n_samples)
 
-    def _update_emissions(self, data: _PFEMData, resp: torch.Tensor) -> None:
-        """Components, labels, then ``phi`` (B.2.1–B.2.2) from the smoothed marginals of the frames."""
-        self._update_frame_parameters(data.frames, data.labels, resp)
+    def m_step(self, data: _PFEMData, stats: _Counts) -> None:
+        """The chain from expected counts; components, labels, then ``phi`` (B.2.1–B.2.2) from the
+        smoothed marginals of the frames."""
+        self._update_chain(stats.initial, stats.transitions)
+        self._update_frame_parameters(data.frames, data.labels, stats.posterior[data.batch.mask])
+        self._invalidate_guide()
 
     # ---------------------------------------------------------- predictions
     def _label_free_posterior(self, X: Any) -> tuple[SequenceBatch, torch.Tensor]:

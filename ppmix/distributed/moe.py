@@ -25,101 +25,12 @@ from typing import Any, Sequence
 import numpy as np
 
 from ppmix._validation import check_positive_int
+from ppmix.distributed.shards import align_columns, read_shard, shard_columns
 from ppmix.parallel import TaskInputError, run_tasks
 
-__all__ = ["DistributedFit", "fit_distributed", "read_shard", "shard_columns"]
+__all__ = ["DistributedFit", "fit_distributed"]
 
 logger = logging.getLogger(__name__)
-
-SHARD_SUFFIXES = (".parquet", ".pq", ".csv", ".npz")
-
-
-def read_shard(shard: Any, target: str = "y") -> tuple[np.ndarray, np.ndarray, list[str] | None]:
-    """Covariates, response and feature names of one shard.
-
-    ``shard`` is a path to a Parquet/CSV file with a ``target`` column (the other columns
-    are the covariates) or an NPZ file with arrays ``X`` and ``target``; an ``(X, y)``
-    pair; or a DataFrame with a ``target`` column.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> X, y, names = read_shard((np.ones((3, 2)), np.zeros(3)))
-    >>> X.shape, y.shape, names
-    ((3, 2), (3,), None)
-    """
-    import pandas as pd
-
-    if isinstance(shard, (str, Path)):
-        path = Path(shard)
-        suffix = path.suffix.lower()
-        if suffix not in SHARD_SUFFIXES:
-            raise ValueError(f"shard {path} has an unsupported type; use one of {SHARD_SUFFIXES}")
-        if not path.is_file():
-            raise FileNotFoundError(f"shard {path} does not exist")
-        if suffix == ".npz":
-            with np.load(path, allow_pickle=False) as arrays:
-                if "X" not in arrays or target not in arrays:
-                    raise ValueError(f"shard {path} must hold arrays 'X' and {target!r}; has {sorted(arrays)}")
-                return np.asarray(arrays["X"]), np.asarray(arrays[target]), None
-        shard = pd.read_csv(path) if suffix == ".csv" else pd.read_parquet(path)
-    if isinstance(shard, pd.DataFrame):
-        if target not in shard.columns:
-            raise ValueError(f"shard has no target column {target!r}; columns are {list(shard.columns)}")
-        features = shard.drop(columns=[target])
-        return features.to_numpy(), shard[target].to_numpy(), [str(c) for c in features.columns]
-    if isinstance(shard, (tuple, list)) and len(shard) == 2:
-        return np.asarray(shard[0]), np.asarray(shard[1]), None
-    raise TypeError(
-        f"a shard must be a path (Parquet/CSV/NPZ), an (X, y) pair or a DataFrame; got {type(shard).__name__}"
-    )
-
-
-def shard_columns(shard: Any, target: str) -> list[str] | None:
-    """The feature column names of a shard without reading its rows (``None`` for unnamed data).
-
-    Examples
-    --------
-    >>> import pandas as pd
-    >>> shard_columns(pd.DataFrame({"a": [1.0], "y": [0.0], "b": [2.0]}), "y")
-    ['a', 'b']
-    """
-    import pandas as pd
-
-    if isinstance(shard, (str, Path)):
-        path = Path(shard)
-        suffix = path.suffix.lower()
-        if not path.is_file() or suffix not in (".csv", ".parquet"):
-            return None  # unnamed (NPZ), or an error the worker names
-        if suffix == ".csv":
-            columns = list(pd.read_csv(path, nrows=0).columns)
-        else:
-            import pyarrow.parquet as pq
-
-            columns = list(pq.read_schema(path).names)
-    elif isinstance(shard, pd.DataFrame):
-        columns = list(shard.columns)
-    else:
-        return None
-    return [str(c) for c in columns if str(c) != target]
-
-
-def _align_columns(
-    X: np.ndarray, names: list[str] | None, columns: list[str] | None, shard: str
-) -> tuple[np.ndarray, list[str] | None]:
-    """``X`` with its columns in the order of ``columns`` (the first shard's), or an error naming the shard."""
-    if columns is None or names is None or names == columns:
-        return X, names
-    if len(set(names)) != len(names) or sorted(names) != sorted(columns):
-        missing = [c for c in columns if c not in names]
-        unexpected = [c for c in names if c not in columns]
-        raise ValueError(
-            f"its feature columns differ from the first shard's (missing {missing}, not in the first shard "
-            f"{unexpected}); expected {columns}"
-        )
-    logger.info("shard %s: columns reordered by name to match the first shard", shard)
-    return np.asarray(X)[:, [names.index(c) for c in columns]], list(columns)
-
 
 @dataclass(frozen=True)
 class _ShardTask:
@@ -168,7 +79,7 @@ def _fit_shard_here(task: _ShardTask) -> _ShardResult:
 
     try:
         X, y, names = read_shard(task.shard, task.target)
-        X, names = _align_columns(X, names, task.columns, task.name)
+        X, names = align_columns(X, names, task.columns, task.name)
         x, _ = check_matrix(X, f"X of shard {task.name}")
         expert = task.model_options.get("expert", "gaussian")
         response = check_response(y, x.shape[0], expert, f"y of shard {task.name}")

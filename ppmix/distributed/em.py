@@ -1,0 +1,220 @@
+"""Exact EM on data shards that stay where they are read: GMM and HMM beyond one machine's memory.
+
+EM's E-step statistics are sums over the data, so one EM iteration on shards is a
+map-reduce: every worker runs the E-step on the shards it holds and returns the M-step's
+statistics (:meth:`em_statistics`: counts, weighted means and scatters, expected transition
+counts), the driver merges them exactly (:func:`~ppmix.components.statistics.merge_statistics`,
+a tree in shard order), runs the M-step (:meth:`em_update`) and sends the new parameters
+back. The objective is the same sum, so the fit equals in-memory EM from the same start up to
+rounding, for any number and order of shards. Only parameters and statistics travel: per
+iteration ``O(K D^2)`` numbers per shard, independent of the number of rows.
+
+**Initialisation** without gathering the data: every shard returns a uniform random sample of
+its units (rows, or whole sequences for an HMM) when it is read; the driver keeps from each
+a share proportional to its size (about ``sample_size`` units in all, in content-digest
+order, so the start does not depend on the order of the shards) and runs the model's own
+initialisation on that sample (k-means, ``n_init`` restarts seeded as in memory). Its cost
+is one k-means on ``sample_size`` rows; the relative variance floor is also measured on the
+sample. A model fitted before (``warm_start=True``) starts from its parameters instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from ppmix.components.statistics import merge_statistics
+from ppmix.distributed.holders import ShardSummary, ShardTask, make_holders
+from ppmix.distributed.shards import shard_columns
+from ppmix.inference.engines.em import run_em
+
+__all__ = ["fit_em", "merge_in_tree"]
+
+logger = logging.getLogger(__name__)
+
+#: units (rows, or sequences) the initialisation sees by default
+DEFAULT_SAMPLE_SIZE = 20_000
+
+
+def merge_in_tree(statistics: Sequence[Any]) -> Any:
+    """Merge per-shard statistics pairwise, level by level (a tree sum, in the given order).
+
+    Examples
+    --------
+    >>> merge_in_tree([torch.tensor(1.0), torch.tensor(2.0), torch.tensor(3.0)]).item()
+    6.0
+    """
+    items = list(statistics)
+    if not items:
+        raise ValueError("no statistics to merge")
+    while len(items) > 1:
+        pairs = [items[i : i + 2] for i in range(0, len(items), 2)]
+        items = [merge_statistics(*pair) if len(pair) == 2 else pair[0] for pair in pairs]
+    return items[0]
+
+
+class _ShardedEM:
+    """The EM protocol of :func:`~ppmix.inference.engines.em.run_em` over held shards: the E-step runs
+    on every shard and the statistics merge; the M-step and the initialisation run here."""
+
+    def __init__(self, model: Any, holders: Any, start_data: Any, n_observations: int) -> None:
+        self.model, self.holders, self.start_data, self.total = model, holders, start_data, n_observations
+        self.step_seconds: list[list[float]] = []
+        self.iteration_seconds: list[float] = []
+
+    def __getattr__(self, name: str) -> Any:  # the settings, get_globals/set_globals, generator
+        return getattr(self.model, name)
+
+    def em_data(self, data: Any) -> Any:
+        return data
+
+    def n_observations(self, data: Any) -> int:
+        return self.total
+
+    def em_initialize(self, data: Any, generator: torch.Generator) -> None:
+        self.model.em_initialize(self.start_data, generator)
+
+    def e_step(self, data: Any) -> tuple[Any, torch.Tensor]:
+        start = time.perf_counter()
+        results = self.holders.step(self.model)
+        self.step_seconds.append([r.seconds for r in results])
+        merged = merge_in_tree([r.statistics for r in results])
+        self.iteration_seconds.append(time.perf_counter() - start)
+        return merged, torch.tensor(math.fsum(r.objective for r in results), dtype=torch.float64)
+
+    def m_step(self, data: Any, stats: Any) -> None:
+        self.model.em_update(stats)
+
+
+def _shard_name(shard: Any, index: int) -> str:
+    return str(shard) if isinstance(shard, (str, Path)) else f"shard-{index}"
+
+
+def _start_sample(summaries: list[ShardSummary], sample_size: int) -> Any:
+    """About ``sample_size`` units, from every shard in proportion to its size, in digest order."""
+    total = sum(s.n_units for s in summaries)
+    parts = []
+    for summary in sorted(summaries, key=lambda s: s.digest):
+        take = min(len(summary.sample), max(1, round(sample_size * summary.n_units / total)))
+        parts.append(summary.sample[:take])
+    if isinstance(parts[0], np.ndarray):
+        return np.concatenate(parts)
+    return [unit for part in parts for unit in part]
+
+
+def fit_em(
+    model: Any,
+    shards: Sequence[Any],
+    *,
+    executor: Any = None,
+    max_workers: int | None = None,
+    sample_size: int = DEFAULT_SAMPLE_SIZE,
+    retries: int = 1,
+    **options: Any,
+) -> Any:
+    """Fit ``model`` (a :class:`~ppmix.models.GMM` or :class:`~ppmix.models.HMM`) by exact EM on shards.
+
+    Every shard is read once, where it is held (a worker process or a Dask worker), and
+    stays there in memory; per iteration only the parameters go out and the M-step's
+    statistics come back (see the module documentation). The fit equals in-memory EM from
+    the same start up to rounding.
+
+    Parameters
+    ----------
+    model : GMM or HMM
+        Its settings (``n_components``, ``covariance_type``, ``n_init``, ``max_iter``,
+        ``tol``, ``seed``, ``warm_start``, ...) apply as in ``fit``.
+    shards : sequence
+        Paths to Parquet/CSV files (every column a feature; for an HMM also its
+        ``sequence_column``), NPY files of rows, NPZ files with ``X`` (and ``lengths`` for
+        sequences), or data in memory (arrays, DataFrames, lists of sequences). Every shard
+        must have the first shard's columns (reordered by name when named).
+    executor : None, "processes", "inline", concurrent.futures.Executor or dask.distributed.Client
+        ``None``/``"processes"``: local worker processes, shard ``i`` pinned to process
+        ``i mod W``; ``"inline"``: this process; an executor you pass (each of its
+        processes reads a shard when a step first needs it there); a Dask client: one
+        future per shard, the shards in the workers' memory. A killed worker's shards are
+        read again and the iteration is redone; a shard that cannot be read is named.
+    max_workers : int, optional
+        Local processes (default: the number of CPUs, at most one per shard).
+    sample_size : int, default 20000
+        Units (rows, or sequences) of the initialisation sample.
+    retries : int, default 1
+        Attempts after a failure, per step.
+    **options
+        ``n_init``, ``max_iter``, ``tol``, ``progress``: override the model's values.
+
+    Returns
+    -------
+    model
+        Fitted, with ``fit_report_``: per shard its size and the seconds of reading it and
+        of its E-steps, and the seconds of every iteration.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ppmix import GMM
+    >>> rng = np.random.default_rng(0)
+    >>> shards = [np.r_[rng.normal(size=(100, 2)), rng.normal(size=(100, 2)) + 5] for _ in range(3)]
+    >>> gmm = fit_em(GMM(2, seed=0, progress=False), shards, executor="inline")
+    >>> sorted(np.round(gmm.weights_.numpy(), 2).tolist()), gmm.fit_report_["n_shards"]
+    ([0.5, 0.5], 3)
+    """
+    if not getattr(model, "sharded_em", False):
+        raise TypeError(f"fit_em needs a model with sharded EM (GMM, HMM); got {type(model).__name__}")
+    model.validate_params()
+    shards = list(shards)
+    if not shards:
+        raise ValueError("shards is empty: give at least one shard")
+    names = [_shard_name(s, i) for i, s in enumerate(shards)]
+    paths = [str(Path(s).resolve()) for s in shards if isinstance(s, (str, Path))]
+    if len(set(paths)) != len(paths):
+        raise ValueError("a shard is listed twice: each file may appear once")
+    if not (isinstance(sample_size, int) and sample_size >= 1):
+        raise ValueError(f"sample_size must be a positive integer; got {sample_size!r}")
+    object.__setattr__(model, "_train_data", None)  # nothing of an earlier in-memory fit travels to the workers
+    model.feature_names_in_ = shard_columns(shards[0], getattr(model, "sequence_column", None) or "")
+    if not getattr(model, "is_fitted", False):
+        model.n_features_in_ = None
+    tasks = [ShardTask(i, name, shard, sample_size) for i, (name, shard) in enumerate(zip(names, shards))]
+    start = time.perf_counter()
+    holders = make_holders(tasks, model, executor, max_workers, retries)
+    try:
+        summaries = holders.summaries
+        load_seconds = time.perf_counter() - start
+        features = {s.n_features for s in summaries}
+        if len(features) > 1:
+            widths = {s.name: s.n_features for s in summaries}
+            raise ValueError(f"shards have different numbers of features: {widths}")
+        names_in = model.feature_names_in_
+        sample = _start_sample(summaries, sample_size)
+        start_data = model.em_data(model.prepare_data(sample, fitting=True))
+        model.feature_names_in_ = names_in
+        sharded = _ShardedEM(model, holders, start_data, sum(s.n_observations for s in summaries))
+        result = run_em(sharded, None, **options)
+    finally:
+        holders.close()
+    model._store_result("em", result)
+    model.fit_report_ = {
+        "n_shards": len(shards),
+        "shards": [
+            {
+                "name": s.name,
+                "n_units": s.n_units,
+                "n_observations": s.n_observations,
+                "read_seconds": s.seconds,
+                "e_step_seconds_mean": float(np.mean([it[i] for it in sharded.step_seconds])),
+            }
+            for i, s in enumerate(summaries)
+        ],
+        "read_seconds": load_seconds,
+        "iteration_seconds": sharded.iteration_seconds,
+        "start_sample_units": len(sample),
+    }
+    return model

@@ -1,0 +1,309 @@
+"""Shards held in memory where they are read, for iterative algorithms that visit every shard many times.
+
+A *holder* reads each shard once on a worker, keeps it there in the form a model's E-step
+wants (``model.em_data(model.prepare_data(X))``), and runs one step on it per call,
+returning only small results. Three kinds:
+
+- :class:`InlineHolders`: every shard in this process (``executor="inline"``);
+- :class:`ProcessHolders`: shards pinned to worker processes, shard ``i`` to process
+  ``i mod W`` (a local pool, ``executor=None`` or ``"processes"``), or cached per process of
+  an executor you pass; a killed process is replaced, its shards are read again and the
+  step is redone;
+- :class:`DaskHolders`: one Dask future per shard (``executor`` a ``dask.distributed.Client``):
+  the data stay in the memory of the worker that read them and every step runs there; Dask
+  reads the shards of a lost worker again elsewhere.
+
+A shard that cannot be read or has the wrong shape raises a :class:`~ppmix.parallel.TaskInputError`
+naming it at once; other failures are retried, then named in a :class:`~ppmix.parallel.TaskError`.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import logging
+import multiprocessing
+import os
+import time
+from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from ppmix.distributed.shards import read_features
+from ppmix.parallel import TaskError, TaskInputError
+
+__all__ = ["DaskHolders", "InlineHolders", "ProcessHolders", "ShardSummary", "ShardTask", "StepResult", "make_holders"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    """One shard: its place in the list, its name (for errors) and its source (a path or data)."""
+
+    index: int
+    name: str
+    source: Any
+    sample_size: int
+
+
+@dataclass(frozen=True)
+class ShardSummary:
+    """What reading a shard reports: sizes, a content digest, and a random sample of its units
+    (rows, or whole sequences), in random order, so that any prefix is a uniform sample."""
+
+    name: str
+    digest: str
+    n_units: int
+    n_observations: int
+    n_features: int
+    sample: Any
+    seconds: float
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One shard's E-step: the M-step statistics, the objective (a sum over its data) and the seconds it took."""
+
+    statistics: Any
+    objective: float
+    seconds: float
+
+
+class HeldShard:
+    """A shard read and prepared by a model on the worker that holds it."""
+
+    def __init__(self, task: ShardTask, model: Any) -> None:
+        start = time.perf_counter()
+        try:
+            model = copy.deepcopy(model)
+            for name in ("n_features_in_", "feature_names_in_"):  # not fitted yet: only the checks it can make
+                if not hasattr(model, name):
+                    setattr(model, name, None)
+            prepared = model.prepare_data(read_features(task.source))
+            self.data = model.em_data(prepared)
+        except (KeyError, OSError, TypeError, ValueError) as err:  # the shard itself is wrong: a retry cannot help
+            raise TaskInputError(f"shard {task.name}: {err}") from err
+        units = _units(prepared)
+        digest = hashlib.blake2b(_unit_bytes(units), digest_size=16).hexdigest()
+        order = torch.randperm(len(units), generator=torch.Generator().manual_seed(int(digest[:8], 16)))
+        sample = [units[i] for i in order[: task.sample_size].tolist()]
+        self.summary = ShardSummary(
+            task.name,
+            digest,
+            len(units),
+            model.n_observations(prepared),
+            int(units[0].shape[-1]),
+            np.stack(sample) if isinstance(prepared, torch.Tensor) else sample,
+            time.perf_counter() - start,
+        )
+
+    def step(self, model: Any) -> StepResult:
+        start = time.perf_counter()
+        stats, objective = model.e_step(self.data)
+        statistics = model.em_statistics(self.data, stats)
+        return StepResult(statistics, float(objective), time.perf_counter() - start)
+
+
+def _units(prepared: Any) -> list[np.ndarray]:
+    """The sampling units of prepared data: rows of a matrix, or the sequences of a batch."""
+    if isinstance(prepared, torch.Tensor):
+        return list(prepared.cpu().numpy())
+    return [s.cpu().numpy() for s in prepared.unpad(prepared.x)]
+
+
+def _unit_bytes(units: list[np.ndarray]) -> bytes:
+    return b"".join(np.ascontiguousarray(u).tobytes() for u in units)
+
+
+# ------------------------------------------------------------------ in this process
+class InlineHolders:
+    """Every shard read and held in this process."""
+
+    def __init__(self, tasks: Sequence[ShardTask], model: Any) -> None:
+        self.held = []
+        for task in tasks:
+            try:
+                self.held.append(HeldShard(task, model))
+            except TaskInputError as err:
+                raise TaskError({task.name: err}) from err
+
+    @property
+    def summaries(self) -> list[ShardSummary]:
+        return [h.summary for h in self.held]
+
+    def step(self, model: Any) -> list[StepResult]:
+        return [h.step(model) for h in self.held]
+
+    def close(self) -> None:
+        self.held = []
+
+
+# ------------------------------------------------------------------ worker processes
+#: in a worker process: the shards it holds, by key
+_HELD: dict[str, HeldShard] = {}
+
+
+def _set_threads(threads: int) -> None:
+    torch.set_num_threads(threads)
+
+
+def _load_here(key: str, task: ShardTask, model: Any) -> ShardSummary:
+    _HELD[key] = HeldShard(task, model)
+    return _HELD[key].summary
+
+
+def _step_here(key: str, task: ShardTask, model: Any) -> StepResult:
+    held = _HELD.get(key)
+    if held is None:  # a replaced process, or an executor that sent this shard elsewhere: read it (again)
+        held = _HELD[key] = HeldShard(task, model)
+    return held.step(model)
+
+
+def _drop_here(prefix: str) -> None:
+    for key in [k for k in _HELD if k.startswith(prefix)]:
+        del _HELD[key]
+
+
+class ProcessHolders:
+    """Shards pinned to worker processes: our own single-process pools (shard ``i`` on pool ``i mod W``),
+    or an executor you pass (each of its processes reads a shard the first time a step needs it there)."""
+
+    def __init__(
+        self, tasks: Sequence[ShardTask], model: Any, executor: Executor | None, max_workers: int | None, retries: int
+    ) -> None:
+        self.tasks, self.retries = list(tasks), retries
+        self.prefix = f"{os.getpid()}-{id(self)}-"
+        self.owned = executor is None
+        if self.owned:
+            workers = max(1, min(max_workers or os.cpu_count() or 1, len(self.tasks)))
+            self.threads = max(1, (os.cpu_count() or 1) // workers)
+            self.pools: list[Executor] = [self._new_pool() for _ in range(workers)]
+        else:
+            self.pools = [executor]
+        self.summaries = self._run(_load_here, model)
+
+    def _new_pool(self) -> ProcessPoolExecutor:
+        # spawn: forking a process whose torch/OpenMP thread pools are running can deadlock
+        context = multiprocessing.get_context("spawn")
+        return ProcessPoolExecutor(1, mp_context=context, initializer=_set_threads, initargs=(self.threads,))
+
+    def _pool_of(self, index: int) -> int:
+        return index % len(self.pools)
+
+    def step(self, model: Any) -> list[StepResult]:
+        return self._run(_step_here, model)
+
+    def _run(self, fn: Callable[..., Any], model: Any) -> list[Any]:
+        """``fn(key, task, model)`` for every shard on its pool; a broken pool is replaced and its shards redone."""
+        pending = list(range(len(self.tasks)))
+        results: dict[int, Any] = {}
+        attempts = 0
+        while pending:
+            futures = {
+                i: self.pools[self._pool_of(i)].submit(fn, self.prefix + str(i), self.tasks[i], model) for i in pending
+            }
+            failed: dict[int, BaseException] = {}
+            for i, future in futures.items():
+                try:
+                    results[i] = future.result()
+                except TaskInputError as err:  # a bad shard: named at once, not retried
+                    raise TaskError({self.tasks[i].name: err}) from err
+                except Exception as err:  # noqa: BLE001 - retried below, then named
+                    failed[i] = err
+            if not failed:
+                break
+            attempts += 1
+            if attempts > self.retries:
+                raise TaskError({self.tasks[i].name: err for i, err in failed.items()})
+            broken = {self._pool_of(i) for i, err in failed.items() if isinstance(err, BrokenProcessPool)}
+            if broken and not self.owned:
+                raise TaskError({self.tasks[i].name: err for i, err in failed.items()})
+            for w in broken:
+                logger.warning("a worker process died; starting a new one and reading its shards again")
+                self.pools[w].shutdown(wait=True, cancel_futures=True)
+                self.pools[w] = self._new_pool()
+            pending = sorted(failed)  # a replaced process reads its other shards when a step first needs them
+            logger.warning("shard step failed for %s; retrying", [self.tasks[i].name for i in pending])
+        return [results[i] for i in range(len(self.tasks))]
+
+    def close(self) -> None:
+        if self.owned:
+            for pool in self.pools:
+                pool.shutdown(wait=True, cancel_futures=True)
+        else:
+            try:
+                self.pools[0].submit(_drop_here, self.prefix).result()
+            except Exception:  # noqa: BLE001 - only frees memory in a process we do not own
+                logger.debug("could not free the shards held by the executor", exc_info=True)
+
+
+# ------------------------------------------------------------------ Dask
+def _dask_hold(task: ShardTask, model: Any) -> HeldShard:
+    return HeldShard(task, model)
+
+
+def _dask_summary(held: HeldShard) -> ShardSummary:
+    return held.summary
+
+
+def _dask_step(held: HeldShard, model: Any) -> StepResult:
+    return held.step(model)
+
+
+class DaskHolders:
+    """One future per shard on a Dask cluster: the shard stays in the memory of the worker that read it,
+    and each step runs there (Dask reads a lost worker's shards again elsewhere)."""
+
+    def __init__(self, tasks: Sequence[ShardTask], model: Any, client: Any, retries: int) -> None:
+        self.client, self.tasks, self.retries = client, list(tasks), retries
+        self.held = [client.submit(_dask_hold, task, model, pure=False, retries=retries) for task in self.tasks]
+        self.summaries = self._gather([client.submit(_dask_summary, h, pure=False) for h in self.held])
+
+    def step(self, model: Any) -> list[StepResult]:
+        scattered = self.client.scatter(model, broadcast=True, hash=False)
+        futures = [
+            self.client.submit(_dask_step, h, scattered, pure=False, retries=self.retries) for h in self.held
+        ]
+        return self._gather(futures)
+
+    def _gather(self, futures: list[Any]) -> list[Any]:
+        results, failures = [], {}
+        for task, future in zip(self.tasks, futures):
+            try:
+                results.append(future.result())
+            except Exception as err:  # noqa: BLE001 - named with its shard
+                if isinstance(err, TaskInputError):
+                    raise TaskError({task.name: err}) from err
+                failures[task.name] = err
+        if failures:
+            raise TaskError(failures)
+        return results
+
+    def close(self) -> None:
+        for future in self.held:
+            future.release()
+        self.held = []
+
+
+def make_holders(
+    tasks: Sequence[ShardTask], model: Any, executor: Any, max_workers: int | None, retries: int
+) -> InlineHolders | ProcessHolders | DaskHolders:
+    """The holders for ``executor``: ``"inline"``; ``None``/``"processes"`` (our pinned pools); a
+    ``concurrent.futures.Executor``; or a ``dask.distributed.Client``."""
+    if executor == "inline":
+        return InlineHolders(tasks, model)
+    if executor is None or executor == "processes":
+        return ProcessHolders(tasks, model, None, max_workers, retries)
+    if isinstance(executor, Executor):
+        return ProcessHolders(tasks, model, executor, max_workers, retries)
+    if hasattr(executor, "submit") and hasattr(executor, "scatter"):  # dask.distributed.Client
+        return DaskHolders(tasks, model, executor, retries)
+    raise TypeError(
+        "executor must be None or 'processes' (a local process pool), 'inline', a concurrent.futures.Executor "
+        f"or a dask.distributed.Client; got {type(executor).__name__}"
+    )

@@ -1,0 +1,150 @@
+"""Reading data shards where they live: files (Parquet, CSV, NPY, NPZ), arrays and DataFrames, with the
+check that every shard has the first shard's feature columns (reordered by name, or refused naming the shard)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["align_columns", "read_features", "read_shard", "shard_columns"]
+
+logger = logging.getLogger(__name__)
+
+SHARD_SUFFIXES = (".parquet", ".pq", ".csv", ".npz")
+
+
+def read_shard(shard: Any, target: str = "y") -> tuple[np.ndarray, np.ndarray, list[str] | None]:
+    """Covariates, response and feature names of one shard.
+
+    ``shard`` is a path to a Parquet/CSV file with a ``target`` column (the other columns
+    are the covariates) or an NPZ file with arrays ``X`` and ``target``; an ``(X, y)``
+    pair; or a DataFrame with a ``target`` column.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X, y, names = read_shard((np.ones((3, 2)), np.zeros(3)))
+    >>> X.shape, y.shape, names
+    ((3, 2), (3,), None)
+    """
+    import pandas as pd
+
+    if isinstance(shard, (str, Path)):
+        path = Path(shard)
+        suffix = path.suffix.lower()
+        if suffix not in SHARD_SUFFIXES:
+            raise ValueError(f"shard {path} has an unsupported type; use one of {SHARD_SUFFIXES}")
+        if not path.is_file():
+            raise FileNotFoundError(f"shard {path} does not exist")
+        if suffix == ".npz":
+            with np.load(path, allow_pickle=False) as arrays:
+                if "X" not in arrays or target not in arrays:
+                    raise ValueError(f"shard {path} must hold arrays 'X' and {target!r}; has {sorted(arrays)}")
+                return np.asarray(arrays["X"]), np.asarray(arrays[target]), None
+        shard = pd.read_csv(path) if suffix == ".csv" else pd.read_parquet(path)
+    if isinstance(shard, pd.DataFrame):
+        if target not in shard.columns:
+            raise ValueError(f"shard has no target column {target!r}; columns are {list(shard.columns)}")
+        features = shard.drop(columns=[target])
+        return features.to_numpy(), shard[target].to_numpy(), [str(c) for c in features.columns]
+    if isinstance(shard, (tuple, list)) and len(shard) == 2:
+        return np.asarray(shard[0]), np.asarray(shard[1]), None
+    raise TypeError(
+        f"a shard must be a path (Parquet/CSV/NPZ), an (X, y) pair or a DataFrame; got {type(shard).__name__}"
+    )
+
+
+def shard_columns(shard: Any, target: str) -> list[str] | None:
+    """The feature column names of a shard without reading its rows (``None`` for unnamed data).
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> shard_columns(pd.DataFrame({"a": [1.0], "y": [0.0], "b": [2.0]}), "y")
+    ['a', 'b']
+    """
+    import pandas as pd
+
+    if isinstance(shard, (str, Path)):
+        path = Path(shard)
+        suffix = path.suffix.lower()
+        if not path.is_file() or suffix not in (".csv", ".parquet"):
+            return None  # unnamed (NPZ), or an error the worker names
+        if suffix == ".csv":
+            columns = list(pd.read_csv(path, nrows=0).columns)
+        else:
+            import pyarrow.parquet as pq
+
+            columns = list(pq.read_schema(path).names)
+    elif isinstance(shard, pd.DataFrame):
+        columns = list(shard.columns)
+    else:
+        return None
+    return [str(c) for c in columns if str(c) != target]
+
+
+def align_columns(
+    X: np.ndarray, names: list[str] | None, columns: list[str] | None, shard: str
+) -> tuple[np.ndarray, list[str] | None]:
+    """``X`` with its columns in the order of ``columns`` (the first shard's), or an error naming the shard."""
+    if columns is None or names is None or names == columns:
+        return X, names
+    if len(set(names)) != len(names) or sorted(names) != sorted(columns):
+        missing = [c for c in columns if c not in names]
+        unexpected = [c for c in names if c not in columns]
+        raise ValueError(
+            f"its feature columns differ from the first shard's (missing {missing}, not in the first shard "
+            f"{unexpected}); expected {columns}"
+        )
+    logger.info("shard %s: columns reordered by name to match the first shard", shard)
+    return np.asarray(X)[:, [names.index(c) for c in columns]], list(columns)
+
+
+#: file types :func:`read_features` reads
+FEATURE_SUFFIXES = (".parquet", ".pq", ".csv", ".npy", ".npz")
+
+
+def read_features(shard: Any) -> Any:
+    """The data of one shard of an unsupervised model, as its ``prepare_data`` takes it.
+
+    ``shard`` is a path to a Parquet/CSV file (a DataFrame: every column a feature, or a
+    sequence model's ``sequence_column``), an NPY file (a 2-D array of rows), an NPZ file with
+    an array ``X`` (and, for sequence models, ``lengths``: ``X`` holds the sequences one after
+    another), or data already in memory (an array, a tensor, a DataFrame or a list of
+    sequences), which is returned unchanged.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "part.npz")
+    >>> np.savez(path, X=np.arange(10.0).reshape(5, 2), lengths=np.array([2, 3]))
+    >>> [s.shape for s in read_features(path)]
+    [(2, 2), (3, 2)]
+    """
+    if not isinstance(shard, (str, Path)):
+        return shard
+    path = Path(shard)
+    suffix = path.suffix.lower()
+    if suffix not in FEATURE_SUFFIXES:
+        raise ValueError(f"shard {path} has an unsupported type; use one of {FEATURE_SUFFIXES}")
+    if not path.is_file():
+        raise FileNotFoundError(f"shard {path} does not exist")
+    if suffix == ".npy":
+        return np.load(path, allow_pickle=False)
+    if suffix == ".npz":
+        with np.load(path, allow_pickle=False) as arrays:
+            if "X" not in arrays:
+                raise ValueError(f"shard {path} must hold an array 'X'; has {sorted(arrays)}")
+            x = np.asarray(arrays["X"])
+            if "lengths" not in arrays:
+                return x
+            lengths = np.asarray(arrays["lengths"]).astype(np.int64)
+            if lengths.ndim != 1 or (lengths < 1).any() or int(lengths.sum()) != x.shape[0]:
+                raise ValueError(f"shard {path}: 'lengths' must be positive and sum to the {x.shape[0]} rows of 'X'")
+            return np.split(x, np.cumsum(lengths)[:-1])
+    import pandas as pd
+
+    return pd.read_csv(path) if suffix == ".csv" else pd.read_parquet(path)

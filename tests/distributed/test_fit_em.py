@@ -1,0 +1,197 @@
+"""Exact EM on shards (issue 17): the sharded fit equals in-memory EM from the same start, for any number
+and order of shards, on every executor; bad shards are named; a killed worker is survived."""
+
+from __future__ import annotations
+
+import copy
+import os
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ppmix.distributed import fit_em
+from ppmix.models import GMM, HMM
+from ppmix.parallel import TaskError
+
+
+def _rows(n: int = 701, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    centres = np.array([[0.0, 0.0, 0.0], [4.0, 0.0, 1.0], [0.0, 4.0, -1.0]])
+    return centres[rng.integers(0, 3, n)] + rng.normal(size=(n, 3)) * [1.0, 0.7, 1.3]
+
+
+def _sequences(n: int = 13, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        states = np.cumsum(rng.random(int(rng.integers(20, 60))) < 0.1) % 2
+        out.append(np.c_[states * 3.0, -states * 2.0] + rng.normal(size=(len(states), 2)))
+    return out
+
+
+def _quiet(fn, *args, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fn(*args, **kwargs)
+
+
+def _started(model, data):
+    """``model`` after two EM iterations in memory: the common start of both fits."""
+    _quiet(model.fit, data, max_iter=2)
+    model.warm_start = True
+    return model
+
+
+def _split(data, n_shards: int, reverse: bool) -> list:
+    parts = [list(p) if isinstance(data, list) else p for p in np.array_split(np.arange(len(data)), n_shards)]
+    shards = [[data[i] for i in part] if isinstance(data, list) else data[part] for part in parts]
+    return shards[::-1] if reverse else shards
+
+
+def _assert_same_fit(sharded, in_memory) -> None:
+    np.testing.assert_allclose(sharded.history_, in_memory.history_, rtol=1e-10, atol=0)
+    for name, value in in_memory.state_tensors().items():
+        np.testing.assert_allclose(sharded.state_tensors()[name].numpy(), value.numpy(), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("reverse", [False, True], ids=["in-order", "reversed"])
+@pytest.mark.parametrize("n_shards", [1, 3, 7])
+@pytest.mark.parametrize("covariance_type", ["diag", "full"])
+def test_gmm_on_shards_equals_in_memory_em(covariance_type, n_shards, reverse):
+    x = _rows()
+    start = _started(GMM(3, covariance_type=covariance_type, seed=0, progress=False), x)
+    in_memory = _quiet(copy.deepcopy(start).fit, x, max_iter=25, tol=0.0)
+    shards = _split(x, n_shards, reverse)
+    sharded = _quiet(fit_em, copy.deepcopy(start), shards, executor="inline", max_iter=25, tol=0.0)
+    _assert_same_fit(sharded, in_memory)
+    assert sharded.n_iter_ == in_memory.n_iter_
+
+
+@pytest.mark.parametrize("n_shards", [1, 3, 7])
+def test_hmm_on_shards_equals_in_memory_em(n_shards):
+    seqs = _sequences()
+    start = _started(HMM(2, seed=0, progress=False), seqs)
+    in_memory = _quiet(copy.deepcopy(start).fit, seqs, max_iter=6, tol=0.0)  # before the exact fixed point
+    sharded = _quiet(fit_em, copy.deepcopy(start), _split(seqs, n_shards, True), executor="inline", max_iter=6, tol=0.0)
+    _assert_same_fit(sharded, in_memory)
+
+
+def test_the_start_from_a_sample_does_not_depend_on_the_shard_order():
+    x = _rows(3000)
+    shards = _split(x, 5, False)
+    first = _quiet(fit_em, GMM(3, seed=1, progress=False), shards, executor="inline", sample_size=500)
+    again = _quiet(fit_em, GMM(3, seed=1, progress=False), shards[::-1], executor="inline", sample_size=500)
+    np.testing.assert_allclose(first.history_, again.history_, rtol=1e-10)
+    assert first.fit_report_["start_sample_units"] == pytest.approx(500, abs=5)
+    reference = _quiet(GMM(3, seed=1, progress=False).fit, x)
+    assert first.lower_bound_ == pytest.approx(reference.lower_bound_, abs=1e-6)  # the same optimum
+
+
+def test_shards_in_files_on_local_processes(tmp_path):
+    x = _rows()
+    names = ["a", "b", "c"]
+    paths = []
+    for i, part in enumerate(_split(x, 3, False)):
+        if i == 0:
+            paths.append(tmp_path / "part0.npy")
+            np.save(paths[-1], part)
+        else:  # named columns in another order: reordered to the first shard's... which has none
+            paths.append(tmp_path / f"part{i}.csv")
+            pd.DataFrame(part, columns=names).to_csv(paths[-1], index=False)
+    start = _started(GMM(3, seed=0, progress=False), x)
+    inline = _quiet(fit_em, copy.deepcopy(start), paths, executor="inline", max_iter=10, tol=0.0)
+    pooled = _quiet(fit_em, copy.deepcopy(start), paths, executor=None, max_workers=2, max_iter=10, tol=0.0)
+    _assert_same_fit(pooled, inline)
+    assert [s["n_units"] for s in pooled.fit_report_["shards"]] == [234, 234, 233]
+
+
+def test_columns_are_reordered_by_name_across_shards(tmp_path):
+    x = _rows()
+    parts = _split(x, 2, False)
+    frames = [pd.DataFrame(parts[0], columns=["a", "b", "c"]), pd.DataFrame(parts[1], columns=["a", "b", "c"])]
+    start = _started(GMM(3, seed=0, progress=False), x)
+    straight = _quiet(fit_em, copy.deepcopy(start), frames, executor="inline", max_iter=5, tol=0.0)
+    frames[1] = frames[1][["c", "a", "b"]]
+    shuffled = _quiet(fit_em, copy.deepcopy(start), frames, executor="inline", max_iter=5, tol=0.0)
+    _assert_same_fit(shuffled, straight)
+    assert shuffled.feature_names_in_ == ["a", "b", "c"]
+    frames[1] = frames[1].rename(columns={"c": "z"})
+    with pytest.raises(TaskError, match="shard-1"):
+        fit_em(copy.deepcopy(start), frames, executor="inline")
+
+
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (np.full((10, 3), np.nan), "NaN"),
+        (np.ones((10, 2)), "features"),
+        ("missing.npy", "does not exist"),
+    ],
+    ids=["nan", "width", "missing"],
+)
+def test_a_bad_shard_is_named(tmp_path, bad, match):
+    shards = [_rows(50), str(tmp_path / bad) if isinstance(bad, str) else bad]
+    with pytest.raises((TaskError, ValueError), match=match) as info:
+        fit_em(GMM(2, seed=0, progress=False), shards, executor="inline")
+    assert "shard-1" in str(info.value) or "missing.npy" in str(info.value)
+
+
+def test_settings_are_checked_before_any_shard_is_read():
+    with pytest.raises(ValueError, match="n_init"):
+        fit_em(GMM(2, n_init=0), [("not", "a", "shard")], executor="inline")
+    with pytest.raises(TypeError, match="sharded EM"):
+        fit_em(object(), [np.ones((3, 2))])
+    with pytest.raises(ValueError, match="empty"):
+        fit_em(GMM(2), [])
+
+
+class _KillsItsWorker(GMM):
+    """A GMM whose first E-step in a worker process kills that process (once: a marker file remembers)."""
+
+    marker = ""
+    driver = 0
+
+    def e_step(self, data):
+        if os.getpid() != self.driver and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            os._exit(1)
+        return super().e_step(data)
+
+
+def _killer(start: GMM, marker) -> _KillsItsWorker:
+    killer = copy.deepcopy(start)
+    killer.__class__ = _KillsItsWorker
+    killer.marker, killer.driver = str(marker), os.getpid()
+    return killer
+
+
+def test_a_killed_worker_process_is_replaced_and_the_iteration_redone(tmp_path):
+    x = _rows()
+    start = _started(GMM(3, seed=0, progress=False), x)
+    expected = _quiet(fit_em, copy.deepcopy(start), _split(x, 3, False), executor="inline", max_iter=6, tol=0.0)
+    killer = _killer(start, tmp_path / "killed")
+    got = _quiet(fit_em, killer, _split(x, 3, False), executor=None, max_workers=2, max_iter=6, tol=0.0)
+    assert os.path.exists(tmp_path / "killed")
+    _assert_same_fit(got, expected)
+
+
+def test_on_a_dask_cluster_a_killed_worker_is_survived(tmp_path):
+    """The shards live in the Dask workers' memory; a worker killed mid-fit loses its shards, which are read
+    again on a live worker, and the fit equals the fit without the fault."""
+    import distributed
+
+    x = _rows()
+    paths = []
+    for i, part in enumerate(_split(x, 4, False)):
+        paths.append(tmp_path / f"part{i}.npy")
+        np.save(paths[-1], part)
+    start = _started(GMM(3, seed=0, progress=False), x)
+    expected = _quiet(fit_em, copy.deepcopy(start), paths, executor="inline", max_iter=6, tol=0.0)
+    killer = _killer(start, tmp_path / "killed")
+    options = {"n_workers": 2, "threads_per_worker": 1, "processes": True, "dashboard_address": None}
+    with distributed.LocalCluster(**options) as cluster, distributed.Client(cluster) as client:
+        got = _quiet(fit_em, killer, paths, executor=client, max_iter=6, tol=0.0)
+    assert os.path.exists(tmp_path / "killed")
+    _assert_same_fit(got, expected)
