@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["GaussianStatistics", "merge_statistics"]
+__all__ = ["GaussianStatistics", "merge_statistics", "scale_statistics"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,10 @@ class GaussianStatistics:
             between = cross[:, None, None] * delta[:, :, None] * delta[:, None, :]
         return GaussianStatistics(total, mean, self.scatter + other.scatter + between)
 
+    def scaled(self, factor: float) -> "GaussianStatistics":
+        """The statistics of the same rows with every weight multiplied by ``factor`` (the mean is unchanged)."""
+        return GaussianStatistics(self.counts * factor, self.mean, self.scatter * factor)
+
     def to(self, dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> "GaussianStatistics":
         """The statistics in ``dtype`` on ``device``."""
         return GaussianStatistics(*(t.to(dtype=dtype, device=device) for t in (self.counts, self.mean, self.scatter)))
@@ -77,3 +81,24 @@ def merge_statistics(first: object, second: object) -> object:
     if hasattr(first, "merge"):
         return first.merge(second)
     raise TypeError(f"cannot merge statistics of type {type(first).__name__}")
+
+
+def scale_statistics(stats: object, factor: float) -> object:
+    """E-step statistics as if every weight were multiplied by ``factor`` (tensors scale, objects with
+    ``scaled`` scale, dicts, lists and tuples entry by entry). With :func:`merge_statistics` this forms
+    the convex combinations of stochastic EM.
+
+    Examples
+    --------
+    >>> scale_statistics({"n": torch.tensor(4.0)}, 0.25)["n"].item()
+    1.0
+    """
+    if isinstance(stats, torch.Tensor):
+        return stats * factor
+    if isinstance(stats, dict):
+        return {key: scale_statistics(value, factor) for key, value in stats.items()}
+    if isinstance(stats, (list, tuple)):
+        return type(stats)(scale_statistics(value, factor) for value in stats)
+    if hasattr(stats, "scaled"):
+        return stats.scaled(factor)
+    raise TypeError(f"cannot scale statistics of type {type(stats).__name__}")

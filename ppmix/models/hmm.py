@@ -14,6 +14,7 @@ from ppmix._validation import check_n_components, check_positive_int, to_output
 from ppmix.components.centred import CentredData
 from ppmix.inference.engines.forward_backward import ForwardBackwardResult, forward_backward, viterbi
 from ppmix.models._gaussian_components import GaussianComponentsMixin
+from ppmix.models._online import OnlineEMMixin
 from ppmix.models._params import store_params
 from ppmix.models._sequences import SequenceBatch, as_sequence_batch
 from ppmix.models.base import MixtureModel
@@ -55,7 +56,7 @@ class _EMData:
     frames: CentredData
 
 
-class HMM(GaussianComponentsMixin, MixtureModel):
+class HMM(GaussianComponentsMixin, OnlineEMMixin, MixtureModel):
     """Hidden Markov model: ``z_1 ~ Cat(initial)``, ``z_t | z_{t-1} ~ Cat(transition[z_{t-1}])``,
     ``x_t | z_t = k ~ N(mu_k, Sigma_k)``.
 

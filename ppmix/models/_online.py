@@ -1,0 +1,98 @@
+"""Online (stochastic) EM for data that arrive in chunks: ``partial_fit`` for every model with sharded EM.
+
+Cappé and Moulines (2009): keep a running average ``s_t`` of the E-step's sufficient
+statistics per observation and take the M-step from it,
+
+    s_t = (1 - rho_t) s_{t-1} + rho_t * sbar(chunk_t; theta_{t-1}),     theta_t = M-step(s_t),
+
+with step sizes ``rho_t = (t + t0)^(-kappa)``, ``kappa`` in ``(1/2, 1]``. The statistics are the
+mergeable statistics of :func:`ppmix.distributed.fit_em` (``em_statistics``), so the convex
+combination is exact (:func:`~ppmix.components.statistics.scale_statistics`,
+:func:`~ppmix.components.statistics.merge_statistics`).
+
+**What it converges to.** On a stream of fresh data from a fixed distribution, ``theta_t``
+converges (almost surely, under the conditions of Cappé and Moulines, Thm. 1) to a stationary
+point of the expected log-likelihood, i.e. to a fixed point of batch EM on infinitely many
+rows; on planted data it approaches the batch EM fit of the same rows at the statistical
+rate. It is not batch EM on the rows seen: a finite data set passed once gives an answer
+within sampling noise of it, not equal to it (:func:`~ppmix.distributed.fit_em` gives the exact fit).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ppmix.components.statistics import merge_statistics, scale_statistics
+
+__all__ = ["OnlineEMMixin"]
+
+
+class OnlineEMMixin:
+    """``partial_fit`` by stochastic EM for a :class:`~ppmix.models.base.MixtureModel` with ``em_statistics``
+    and ``em_update`` (GMM, HMM)."""
+
+    def partial_fit(self, X: Any, y: Any = None, *, step_offset: float = 2.0, step_exponent: float = 0.6) -> Any:
+        """One step of online EM (Cappé & Moulines, 2009) on the chunk ``X``.
+
+        The first call on an unfitted model initialises it from the chunk as ``fit`` would
+        (k-means start, the relative variance floor measured on this chunk); a model already
+        fitted continues from its parameters. Every call then updates the running statistics
+        with step ``rho_t = (t + step_offset) ** -step_exponent`` and takes the M-step.
+
+        Parameters
+        ----------
+        X : a chunk of data, as for ``fit``.
+        y : None
+        step_offset : float, default 2.0
+            ``t0 >= 0``: delays the decay of the steps.
+        step_exponent : float, default 0.6
+            ``kappa`` in ``(0.5, 1]``: smaller forgets old chunks faster.
+
+        Returns
+        -------
+        self
+            With ``n_iter_`` the number of chunks seen and ``history_`` the mean
+            log-likelihood of every chunk under the parameters before its update.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from ppmix import GMM
+        >>> rng = np.random.default_rng(0)
+        >>> gmm = GMM(2, seed=0, progress=False)
+        >>> for _ in range(20):
+        ...     gmm = gmm.partial_fit(np.r_[rng.normal(size=(50, 1)), rng.normal(size=(50, 1)) + 6])
+        >>> sorted(abs(round(m)) for m in gmm.means_.numpy().ravel().tolist())
+        [0, 6]
+        """
+        if not (math.isfinite(step_offset) and step_offset >= 0):
+            raise ValueError(f"step_offset must be a finite number >= 0; got {step_offset!r}")
+        if not 0.5 < step_exponent <= 1:
+            raise ValueError(f"step_exponent must be in (0.5, 1]; got {step_exponent!r}")
+        starting = not self.is_fitted
+        if starting:
+            self.validate_params()
+        data = self.em_data(self.prepare_data(X, y, fitting=starting))
+        if starting:
+            self.em_initialize(data, self.generator(0))
+        chunk_stats, objective = self.e_step(data)
+        n = self.n_observations(data)
+        mean_stats = scale_statistics(self.em_statistics(data, chunk_stats), 1.0 / n)
+        # a stream starts at the first chunk, or after a fit by another engine
+        seen = self._online_steps if getattr(self, "engine_", None) == "online-em" else 0
+        if seen == 0:
+            running, history = mean_stats, []
+        else:
+            rho = (seen + step_offset) ** -step_exponent
+            old = scale_statistics(self._online_statistics, 1.0 - rho)
+            running, history = merge_statistics(old, scale_statistics(mean_stats, rho)), list(self.history_)
+        self.em_update(running)
+        self._online_statistics, self._online_steps = running, seen + 1
+        history.append(float(objective) / n)
+        self.engine_, self.history_ = "online-em", history
+        self.n_iter_, self.converged_, self.lower_bound_ = seen + 1, False, history[-1]
+        return self
+
+    _online_statistics: Any = None
+    _online_steps: int = 0

@@ -1,0 +1,97 @@
+"""``partial_fit``: online EM (Cappé & Moulines, 2009) on chunks approaches the batch EM fit on planted data."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import numpy as np
+import pytest
+
+from ppmix.models import GMM, HMM
+
+MEANS = np.array([[0.0, 0.0], [5.0, 0.0], [0.0, 5.0]])
+WEIGHTS = np.array([0.5, 0.3, 0.2])
+
+
+def _chunk(rng: np.random.Generator, n: int) -> np.ndarray:
+    z = rng.choice(3, size=n, p=WEIGHTS)
+    return MEANS[z] + rng.normal(size=(n, 2)) * [1.0, 0.5]
+
+
+def _sorted(gmm: GMM) -> tuple[np.ndarray, np.ndarray]:
+    order = np.lexsort(gmm.means_.numpy().T[::-1])
+    return gmm.weights_.numpy()[order], gmm.means_.numpy()[order]
+
+
+def test_a_stream_of_planted_chunks_approaches_batch_em():
+    rng = np.random.default_rng(0)
+    chunks = [_chunk(rng, 500) for _ in range(200)]
+    online = GMM(3, seed=0, progress=False)
+    for chunk in chunks:
+        online.partial_fit(chunk)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        batch = GMM(3, seed=0, progress=False).fit(np.concatenate(chunks))
+    (w_on, m_on), (w_batch, m_batch) = _sorted(online), _sorted(batch)
+    np.testing.assert_allclose(w_on, w_batch, atol=0.01)
+    np.testing.assert_allclose(m_on, m_batch, atol=0.05)
+    variances = [np.sort(m.covariances_.numpy(), 0) for m in (online, batch)]
+    np.testing.assert_allclose(*variances, rtol=0.05)
+    assert online.n_iter_ == 200 and len(online.history_) == 200 and online.engine_ == "online-em"
+    # the chunks' log-likelihood under the running parameters settles at the batch fit's
+    assert abs(np.mean(online.history_[-50:]) - batch.lower_bound_) < 0.05
+
+
+def test_the_first_chunk_is_one_em_iteration_from_the_start():
+    chunk = _chunk(np.random.default_rng(1), 400)
+    online = GMM(3, seed=0, progress=False).partial_fit(chunk)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        batch = GMM(3, seed=0, progress=False).fit(chunk, max_iter=1)
+    for name, value in batch.state_tensors().items():
+        np.testing.assert_allclose(online.state_tensors()[name].numpy(), value.numpy(), rtol=1e-9, atol=1e-12)
+
+
+def test_a_fitted_model_continues_and_a_new_fit_restarts_the_stream():
+    rng = np.random.default_rng(2)
+    model = GMM(3, seed=0, progress=False).fit(_chunk(rng, 2000))
+    fitted, chunk = copy.deepcopy(model), _chunk(rng, 500)
+    model.partial_fit(chunk)
+    assert model.n_iter_ == 1 and model.history_ == [pytest.approx(fitted.score(chunk), rel=1e-12)]
+    model.partial_fit(_chunk(rng, 500))
+    assert model.n_iter_ == 2
+    model.fit(_chunk(rng, 1000))
+    model.partial_fit(_chunk(rng, 500))
+    assert model.n_iter_ == 1  # after another engine's fit, the stream starts again
+
+
+def test_an_hmm_learns_its_transitions_from_a_stream_of_sequences():
+    rng = np.random.default_rng(3)
+    transition = np.array([[0.9, 0.1], [0.2, 0.8]])
+
+    def sequence(length: int) -> np.ndarray:
+        states = [0]
+        for _ in range(length - 1):
+            states.append(rng.choice(2, p=transition[states[-1]]))
+        return np.asarray(states)[:, None] * 4.0 + rng.normal(size=(length, 1))
+
+    hmm = HMM(2, seed=0, progress=False)
+    for _ in range(60):
+        hmm.partial_fit([sequence(50) for _ in range(5)])
+    order = np.argsort(hmm.means_.numpy()[:, 0])
+    np.testing.assert_allclose(hmm.transition_.numpy()[np.ix_(order, order)], transition, atol=0.05)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match", [({"step_exponent": 0.5}, "step_exponent"), ({"step_offset": -1}, "step_offset")]
+)
+def test_bad_step_sizes_are_named(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        GMM(2).partial_fit(np.ones((10, 2)), **kwargs)
+
+
+def test_a_chunk_with_other_columns_is_refused():
+    model = GMM(2, seed=0, progress=False).partial_fit(_chunk(np.random.default_rng(4), 100))
+    with pytest.raises(ValueError, match="features"):
+        model.partial_fit(np.ones((10, 3)))
