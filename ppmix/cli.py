@@ -109,12 +109,10 @@ def _write_fit_outputs(model, frame, out: Path) -> dict:
     return summary
 
 
-def _cmd_fit(args: argparse.Namespace) -> int:
+def _gmm(args: argparse.Namespace):
     from ppmix import GMM
-    from ppmix._validation import InvalidDataError
 
-    frame = _read_csv(Path(args.data))
-    model = GMM(
+    return GMM(
         args.k,
         covariance_type=args.covariance,
         n_init=args.n_init,
@@ -122,6 +120,17 @@ def _cmd_fit(args: argparse.Namespace) -> int:
         seed=args.seed,
         progress=not args.quiet,
     )
+
+
+def _cmd_fit(args: argparse.Namespace) -> int:
+    import glob
+
+    from ppmix._validation import InvalidDataError
+
+    if args.scheduler or args.workers or glob.has_magic(args.data) or not args.data.lower().endswith(".csv"):
+        return _fit_shards(args, sorted(glob.glob(args.data)) if glob.has_magic(args.data) else [args.data])
+    frame = _read_csv(Path(args.data))
+    model = _gmm(args)
     options = {"num_steps": args.num_steps} if args.engine == "svi" else {}
     try:
         model.fit(frame, engine=args.engine, **options)
@@ -132,6 +141,42 @@ def _cmd_fit(args: argparse.Namespace) -> int:
         f"fitted GMM(k={args.k}, {args.covariance}) by {args.engine}: "
         f"mean log-likelihood {summary['mean_log_likelihood']:.4f}, BIC {summary['bic']:.1f}, "
         f"{summary['n_iter']} iterations -> {args.out}"
+    )
+    return 0
+
+
+def _fit_shards(args: argparse.Namespace, paths: list[str]) -> int:
+    """``ppmix fit gmm 'data/part-*.parquet'``: exact EM on shards held by local processes or a Dask cluster."""
+    from ppmix._validation import InvalidDataError
+    from ppmix.distributed import fit_em
+    from ppmix.parallel import TaskError, TaskInputError
+
+    if not paths:
+        raise UserError(f"data: no shard files match {args.data!r}")
+    if args.engine != "em":
+        raise UserError("--engine: shards are fitted by EM only (ppmix.distributed.fit_em)")
+    client = _connect(args.scheduler) if args.scheduler else None
+    try:
+        model = fit_em(_gmm(args), paths, executor=client, max_workers=args.workers)
+    except TaskError as err:  # a shard that cannot be read is the user's; a worker that keeps failing is not
+        if all(isinstance(e, TaskInputError) for e in err.failures.values()):
+            raise UserError(str(err)) from None
+        raise
+    except InvalidDataError as err:
+        raise UserError(f"data: {err}") from None
+    finally:
+        if client is not None:
+            client.close()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save(out / "model")
+    summary = {**model.summary(), "fit_report": model.fit_report_}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    rows = sum(shard["n_units"] for shard in model.fit_report_["shards"])
+    where = f"the Dask cluster at {args.scheduler}" if args.scheduler else "local processes"
+    print(
+        f"fitted GMM(k={args.k}, {args.covariance}) by EM on {len(paths)} shards ({rows} rows) on {where}: "
+        f"mean log-likelihood {model.lower_bound_:.4f}, {model.n_iter_} iterations -> {out}"
     )
     return 0
 
@@ -253,12 +298,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show the traceback of an internal error")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    fit = sub.add_parser("fit", help="fit a model to a CSV file")
+    fit = sub.add_parser("fit", help="fit a model to a CSV file or to data shards")
     fit_sub = fit.add_subparsers(dest="model", required=True)
     gmm = fit_sub.add_parser(
         "gmm", help="Gaussian mixture model", description="Fit a GMM to the numeric columns of a CSV file."
     )
-    gmm.add_argument("data", help="CSV file with a header row; all columns numeric")
+    gmm.add_argument(
+        "data",
+        help="CSV file with a header row, all columns numeric; or a glob of shard files (Parquet/CSV/NPY/NPZ, "
+        "e.g. 'data/part-*.parquet'), fitted by exact EM where they are read",
+    )
     gmm.add_argument("--k", type=positive, required=True, help="number of components")
     gmm.add_argument("--covariance", choices=["diag", "full"], default="diag")
     gmm.add_argument("--engine", choices=["em", "svi"], default="em")
@@ -267,6 +316,10 @@ def build_parser() -> argparse.ArgumentParser:
     gmm.add_argument("--num-steps", type=positive, default=1000, help="SVI steps")
     gmm.add_argument("--seed", type=seed, default=0)
     gmm.add_argument("--quiet", action="store_true", help="no progress bar")
+    gmm.add_argument(
+        "--scheduler", type=_scheduler_address, help="Dask scheduler (tcp://HOST:PORT) that holds the shards"
+    )
+    gmm.add_argument("--workers", type=positive, help="local processes that hold the shards (default: one per CPU)")
     gmm.add_argument("--out", required=True, help="output directory (model/, summary.json, plot.png)")
     gmm.set_defaults(func=_cmd_fit)
 

@@ -108,3 +108,32 @@ def test_dmoe_reports_missing_and_bad_shards(tmp_path, capsys):
     argv = ["dmoe", "--shards", str(tmp_path / "part-*.csv"), "--experts", "2", "--workers", "1",
             "--out", str(tmp_path / "o")]  # fmt: skip
     assert re.search(r"part-0.csv.*no target column 'y'", error_line(argv, capsys))
+
+
+def test_fit_gmm_on_parquet_shards_equals_the_in_memory_fit(tmp_path):
+    """``ppmix fit gmm 'part-*.parquet'``: exact EM where the shards are read (local processes)."""
+    rng = np.random.default_rng(0)
+    x = np.r_[rng.normal(size=(150, 2)), rng.normal(size=(150, 2)) + 5.0]
+    rng.shuffle(x)
+    for i in range(3):
+        pd.DataFrame(x[i::3], columns=["u", "v"]).to_parquet(tmp_path / f"part-{i}.parquet")
+    out = tmp_path / "out"
+    result = run("fit", "gmm", str(tmp_path / "part-*.parquet"), "--k", "2", "--workers", "2", "--quiet",
+                 "--out", str(out))  # fmt: skip
+    assert "by EM on 3 shards (300 rows) on local processes" in result.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert [s["n_units"] for s in summary["fit_report"]["shards"]] == [100, 100, 100]
+    model = GMM.load(out / "model")
+    assert model.feature_names_in_ == ["u", "v"]
+    reference = GMM(2, seed=0, progress=False).fit(pd.DataFrame(x, columns=["u", "v"]))
+    assert model.score(x) == pytest.approx(reference.score(x), abs=1e-6)
+
+
+def test_fit_gmm_on_shards_names_a_bad_shard(tmp_path, capsys):
+    argv = ["fit", "gmm", str(tmp_path / "none-*.npy"), "--k", "2", "--out", str(tmp_path / "o")]
+    assert "no shard files match" in error_line(argv, capsys)
+    np.save(tmp_path / "part-0.npy", np.ones((20, 2)))
+    np.save(tmp_path / "part-1.npy", np.full((20, 2), np.nan))
+    argv = ["fit", "gmm", str(tmp_path / "part-*.npy"), "--k", "2", "--workers", "1", "--quiet",
+            "--out", str(tmp_path / "o")]  # fmt: skip
+    assert re.search(r"part-1.npy.*NaN", error_line(argv, capsys))
