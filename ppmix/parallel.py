@@ -39,7 +39,8 @@ class TaskError(RuntimeError):
     def __init__(self, failures: dict[str, BaseException]) -> None:
         self.failures = failures
         lines = "; ".join(f"{name}: {type(err).__name__}: {err}" for name, err in failures.items())
-        super().__init__(f"{len(failures)} task(s) failed after retrying: {lines}")
+        retried = not all(isinstance(err, TaskInputError) for err in failures.values())
+        super().__init__(f"{len(failures)} task(s) failed{' after retrying' if retried else ''}: {lines}")
 
 
 class TaskInputError(ValueError):

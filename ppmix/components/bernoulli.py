@@ -6,7 +6,7 @@ import pyro.distributions as dist
 import torch
 
 from ppmix.components.base import ComponentFamily
-from ppmix.components.centred import component_counts
+from ppmix.components.centred import padded_counts
 
 __all__ = ["BernoulliLabel"]
 
@@ -51,9 +51,20 @@ class BernoulliLabel(ComponentFamily):
 
     def fit(self, y: torch.Tensor, weights: torch.Tensor) -> "BernoulliLabel":
         """Weighted MLE ``p_k = sum_n w_nk y_n / sum_n w_nk`` (clamped to ``[eps, 1-eps]``)."""
+        return self.fit_statistics(self.statistics(y, weights))
+
+    def statistics(self, y: torch.Tensor, weights: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Total weight ``counts`` and weighted label sum ``positives`` per component (additive across shards)."""
         y = self._labels(y)
         weights = self._check_weights(weights, y.shape[0])
-        self.probs = ((weights.T @ y) / component_counts(weights)).clamp(self.eps, 1 - self.eps)
+        return {"counts": weights.sum(0), "positives": weights.T @ y}
+
+    def fit_statistics(self, stats: dict[str, torch.Tensor]) -> "BernoulliLabel":
+        """The weighted MLE from :meth:`statistics`; with no labelled weight at all the probabilities stay."""
+        counts = stats["counts"].to(device=self.device, dtype=self.dtype)
+        if float(counts.sum()) > 0:
+            positives = stats["positives"].to(device=self.device, dtype=self.dtype)
+            self.probs = (positives / padded_counts(counts)).clamp(self.eps, 1 - self.eps)
         return self
 
     def pyro_dist(self, index: torch.Tensor | None = None) -> dist.Distribution:

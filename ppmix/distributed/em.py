@@ -33,6 +33,7 @@ from ppmix.components.statistics import merge_statistics
 from ppmix.distributed.holders import ShardSummary, ShardTask, make_holders
 from ppmix.distributed.shards import shard_columns
 from ppmix.inference.engines.em import run_em
+from ppmix.parallel import TaskError, TaskInputError
 
 __all__ = ["fit_em", "merge_in_tree"]
 
@@ -40,6 +41,8 @@ logger = logging.getLogger(__name__)
 
 #: units (rows, or sequences) the initialisation sees by default
 DEFAULT_SAMPLE_SIZE = 20_000
+#: the EM settings ``fit_em`` passes on to :func:`~ppmix.inference.engines.em.run_em`
+EM_OPTIONS = frozenset({"n_init", "max_iter", "tol", "progress", "warm_start"})
 
 
 def merge_in_tree(statistics: Sequence[Any]) -> Any:
@@ -63,8 +66,9 @@ class _ShardedEM:
     """The EM protocol of :func:`~ppmix.inference.engines.em.run_em` over held shards: the E-step runs
     on every shard and the statistics merge; the M-step and the initialisation run here."""
 
-    def __init__(self, model: Any, holders: Any, start_data: Any, n_observations: int) -> None:
+    def __init__(self, model: Any, holders: Any, start_data: Any, n_observations: int, data_stats: Any) -> None:
         self.model, self.holders, self.start_data, self.total = model, holders, start_data, n_observations
+        self.data_stats = data_stats
         self.step_seconds: list[list[float]] = []
         self.iteration_seconds: list[float] = []
 
@@ -79,14 +83,19 @@ class _ShardedEM:
 
     def em_initialize(self, data: Any, generator: torch.Generator) -> None:
         self.model.em_initialize(self.start_data, generator)
+        if self.data_stats is not None:  # what the model fits once from all the data, not from the sample
+            self.model.em_set_data_statistics(self.data_stats)
 
     def e_step(self, data: Any) -> tuple[Any, torch.Tensor]:
         start = time.perf_counter()
-        results = self.holders.step(self.model)
+        results = self.holders.run("step", self.model)
         self.step_seconds.append([r.seconds for r in results])
         merged = merge_in_tree([r.statistics for r in results])
+        objective = math.fsum(r.objective for r in results)
+        if hasattr(self.model, "em_global_objective"):
+            objective += float(self.model.em_global_objective(self.total))
         self.iteration_seconds.append(time.perf_counter() - start)
-        return merged, torch.tensor(math.fsum(r.objective for r in results), dtype=torch.float64)
+        return merged, torch.tensor(objective, dtype=torch.float64)
 
     def m_step(self, data: Any, stats: Any) -> None:
         self.model.em_update(stats)
@@ -96,16 +105,26 @@ def _shard_name(shard: Any, index: int) -> str:
     return str(shard) if isinstance(shard, (str, Path)) else f"shard-{index}"
 
 
-def _start_sample(summaries: list[ShardSummary], sample_size: int) -> Any:
-    """About ``sample_size`` units, from every shard in proportion to its size, in digest order."""
+def _start_sample(summaries: list[ShardSummary], sample_size: int) -> tuple[Any, Any]:
+    """About ``sample_size`` units ``(X, y)``, from every shard in proportion to its size, in digest order."""
     total = sum(s.n_units for s in summaries)
-    parts = []
+    xs, ys = [], []
     for summary in sorted(summaries, key=lambda s: s.digest):
-        take = min(len(summary.sample), max(1, round(sample_size * summary.n_units / total)))
-        parts.append(summary.sample[:take])
-    if isinstance(parts[0], np.ndarray):
-        return np.concatenate(parts)
-    return [unit for part in parts for unit in part]
+        x, y = summary.sample
+        take = min(len(x), max(1, round(sample_size * summary.n_units / total)))
+        xs.append(x[:take])
+        ys.append(None if y is None else y[:take])
+    if any(y is None for y in ys):
+        ys = None
+    if isinstance(xs[0], np.ndarray):
+        return np.concatenate(xs), None if ys is None else np.concatenate(ys)
+    return [u for part in xs for u in part], None if ys is None else [u for part in ys for u in part]
+
+
+def _check_options(options: dict[str, Any]) -> None:
+    unknown = sorted(set(options) - EM_OPTIONS)
+    if unknown:
+        raise TypeError(f"fit_em got unexpected options {unknown}; it takes {sorted(EM_OPTIONS)}")
 
 
 def fit_em(
@@ -116,9 +135,10 @@ def fit_em(
     max_workers: int | None = None,
     sample_size: int = DEFAULT_SAMPLE_SIZE,
     retries: int = 1,
+    target: str | None = None,
     **options: Any,
 ) -> Any:
-    """Fit ``model`` (a :class:`~ppmix.models.GMM` or :class:`~ppmix.models.HMM`) by exact EM on shards.
+    """Fit ``model`` (GMM, HMM, PFGMM, SupervisedGMM, PFHMM, SupervisedHMM) by exact EM on shards.
 
     Every shard is read once, where it is held (a worker process or a Dask worker), and
     stays there in memory; per iteration only the parameters go out and the M-step's
@@ -127,7 +147,7 @@ def fit_em(
 
     Parameters
     ----------
-    model : GMM or HMM
+    model : GMM, HMM or a pf model
         Its settings (``n_components``, ``covariance_type``, ``n_init``, ``max_iter``,
         ``tol``, ``seed``, ``warm_start``, ...) apply as in ``fit``.
     shards : sequence
@@ -147,6 +167,9 @@ def fit_em(
         Units (rows, or sequences) of the initialisation sample.
     retries : int, default 1
         Attempts after a failure, per step.
+    target : str, optional
+        The label column (array in NPZ files) of a supervised model's shards (the pf
+        models); in-memory shards are then ``(X, y)`` pairs. None: the shards hold features only.
     **options
         ``n_init``, ``max_iter``, ``tol``, ``progress``: override the model's values.
 
@@ -154,7 +177,8 @@ def fit_em(
     -------
     model
         Fitted, with ``fit_report_``: per shard its size and the seconds of reading it and
-        of its E-steps, and the seconds of every iteration.
+        of its E-steps, and ``iteration_seconds``, the seconds of every distributed E-step
+        (``n_iter_ + 1`` of them: the first at the start).
 
     Examples
     --------
@@ -167,8 +191,9 @@ def fit_em(
     ([0.5, 0.5], 3)
     """
     if not getattr(model, "sharded_em", False):
-        raise TypeError(f"fit_em needs a model with sharded EM (GMM, HMM); got {type(model).__name__}")
+        raise TypeError(f"fit_em needs a model with sharded EM (GMM, HMM, the pf models); got {type(model).__name__}")
     model.validate_params()
+    _check_options(options)
     shards = list(shards)
     if not shards:
         raise ValueError("shards is empty: give at least one shard")
@@ -179,24 +204,34 @@ def fit_em(
     if not (isinstance(sample_size, int) and sample_size >= 1):
         raise ValueError(f"sample_size must be a positive integer; got {sample_size!r}")
     object.__setattr__(model, "_train_data", None)  # nothing of an earlier in-memory fit travels to the workers
-    model.feature_names_in_ = shard_columns(shards[0], getattr(model, "sequence_column", None) or "")
+    excluded = {getattr(model, "sequence_column", None), target}
+    columns = (shard_columns(s, "") for s in shards)
+    named = next((c for c in columns if c is not None), None)
+    model.feature_names_in_ = None if named is None else [c for c in named if c not in excluded]
     if not getattr(model, "is_fitted", False):
         model.n_features_in_ = None
-    tasks = [ShardTask(i, name, shard, sample_size) for i, (name, shard) in enumerate(zip(names, shards))]
+    tasks = [ShardTask(i, name, shard, sample_size, target) for i, (name, shard) in enumerate(zip(names, shards))]
     start = time.perf_counter()
     holders = make_holders(tasks, model, executor, max_workers, retries)
     try:
         summaries = holders.summaries
         load_seconds = time.perf_counter() - start
-        features = {s.n_features for s in summaries}
-        if len(features) > 1:
-            widths = {s.name: s.n_features for s in summaries}
-            raise ValueError(f"shards have different numbers of features: {widths}")
+        widths = {s.name: s.n_features for s in summaries}
+        if len(set(widths.values())) > 1:
+            first = summaries[0].n_features
+            raise TaskError(
+                {name: TaskInputError(f"{width} features, the first shard {first}") for name, width in widths.items()
+                 if width != first}
+            )  # fmt: skip
         names_in = model.feature_names_in_
-        sample = _start_sample(summaries, sample_size)
-        start_data = model.em_data(model.prepare_data(sample, fitting=True))
+        sample_x, sample_y = _start_sample(summaries, sample_size)
+        start_data = model.em_data(model.prepare_data(sample_x, sample_y, fitting=True))
         model.feature_names_in_ = names_in
-        sharded = _ShardedEM(model, holders, start_data, sum(s.n_observations for s in summaries))
+        data_stats = None
+        if hasattr(model, "em_data_statistics"):  # fitted once from all the data (e.g. the pf background)
+            data_stats = merge_in_tree([r.statistics for r in holders.run("data_statistics", model)])
+            model.em_set_data_statistics(data_stats)
+        sharded = _ShardedEM(model, holders, start_data, sum(s.n_observations for s in summaries), data_stats)
         result = run_em(sharded, None, **options)
     finally:
         holders.close()
@@ -215,6 +250,6 @@ def fit_em(
         ],
         "read_seconds": load_seconds,
         "iteration_seconds": sharded.iteration_seconds,
-        "start_sample_units": len(sample),
+        "start_sample_units": len(sample_x),
     }
     return model

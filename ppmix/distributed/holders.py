@@ -49,12 +49,14 @@ class ShardTask:
     name: str
     source: Any
     sample_size: int
+    target: str | None = None
 
 
 @dataclass(frozen=True)
 class ShardSummary:
     """What reading a shard reports: sizes, a content digest, and a random sample of its units
-    (rows, or whole sequences), in random order, so that any prefix is a uniform sample."""
+    (rows, or whole sequences) as ``(X, y)`` (``y`` None without labels), in random order, so that
+    any prefix is a uniform sample."""
 
     name: str
     digest: str
@@ -84,36 +86,56 @@ class HeldShard:
             for name in ("n_features_in_", "feature_names_in_"):  # not fitted yet: only the checks it can make
                 if not hasattr(model, name):
                     setattr(model, name, None)
-            prepared = model.prepare_data(read_features(task.source))
+            prepared = model.prepare_data(*read_features(task.source, task.target))
             self.data = model.em_data(prepared)
         except (KeyError, OSError, TypeError, ValueError) as err:  # the shard itself is wrong: a retry cannot help
-            raise TaskInputError(f"shard {task.name}: {err}") from err
-        units = _units(prepared)
-        digest = hashlib.blake2b(_unit_bytes(units), digest_size=16).hexdigest()
+            raise TaskInputError(str(err)) from err
+        units, labels = _units(prepared)
+        digest = hashlib.blake2b(_unit_bytes(units + (labels or [])), digest_size=16).hexdigest()
         order = torch.randperm(len(units), generator=torch.Generator().manual_seed(int(digest[:8], 16)))
-        sample = [units[i] for i in order[: task.sample_size].tolist()]
+        pick = order[: task.sample_size].tolist()
+        rows = isinstance(prepared, torch.Tensor) or hasattr(prepared, "labels")  # rows, not sequences
+        sample_x = [units[i] for i in pick]
+        sample_y = None if labels is None else [labels[i] for i in pick]
         self.summary = ShardSummary(
             task.name,
             digest,
             len(units),
             model.n_observations(prepared),
             int(units[0].shape[-1]),
-            np.stack(sample) if isinstance(prepared, torch.Tensor) else sample,
+            (np.stack(sample_x), None if sample_y is None else np.stack(sample_y)) if rows else (sample_x, sample_y),
             time.perf_counter() - start,
         )
 
     def step(self, model: Any) -> StepResult:
+        """The E-step: the M-step's statistics and the objective's sum over this shard (a model's terms that are
+        not sums over the data, ``em_global_objective``, are left to the driver)."""
         start = time.perf_counter()
         stats, objective = model.e_step(self.data)
+        if hasattr(model, "em_global_objective"):
+            objective = objective - model.em_global_objective(self.summary.n_observations)
         statistics = model.em_statistics(self.data, stats)
         return StepResult(statistics, float(objective), time.perf_counter() - start)
 
+    def data_statistics(self, model: Any) -> StepResult:
+        """The statistics a model fits once from all the data before EM (``em_data_statistics``)."""
+        start = time.perf_counter()
+        return StepResult(model.em_data_statistics(self.data), 0.0, time.perf_counter() - start)
 
-def _units(prepared: Any) -> list[np.ndarray]:
-    """The sampling units of prepared data: rows of a matrix, or the sequences of a batch."""
+    def run(self, operation: str, model: Any) -> StepResult:
+        return getattr(self, operation)(model)
+
+
+def _units(prepared: Any) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
+    """The sampling units of prepared data and their labels (NaN where missing; None without labels):
+    rows of a matrix, rows of a labelled matrix, or the sequences of a batch."""
     if isinstance(prepared, torch.Tensor):
-        return list(prepared.cpu().numpy())
-    return [s.cpu().numpy() for s in prepared.unpad(prepared.x)]
+        return list(prepared.cpu().numpy()), None
+    if hasattr(prepared, "labels"):  # features and frame labels
+        labels = torch.where(prepared.labels.observed, prepared.labels.y, torch.nan)
+        return list(prepared.x.cpu().numpy()), list(labels.cpu().numpy())
+    sequences = [s.cpu().numpy() for s in prepared.unpad(prepared.x)]
+    return sequences, None if prepared.y is None else [s.cpu().numpy() for s in prepared.unpad(prepared.y)]
 
 
 def _unit_bytes(units: list[np.ndarray]) -> bytes:
@@ -136,8 +158,8 @@ class InlineHolders:
     def summaries(self) -> list[ShardSummary]:
         return [h.summary for h in self.held]
 
-    def step(self, model: Any) -> list[StepResult]:
-        return [h.step(model) for h in self.held]
+    def run(self, operation: str, model: Any) -> list[StepResult]:
+        return [h.run(operation, model) for h in self.held]
 
     def close(self) -> None:
         self.held = []
@@ -157,11 +179,11 @@ def _load_here(key: str, task: ShardTask, model: Any) -> ShardSummary:
     return _HELD[key].summary
 
 
-def _step_here(key: str, task: ShardTask, model: Any) -> StepResult:
+def _run_here(key: str, task: ShardTask, model: Any, operation: str) -> StepResult:
     held = _HELD.get(key)
     if held is None:  # a replaced process, or an executor that sent this shard elsewhere: read it (again)
         held = _HELD[key] = HeldShard(task, model)
-    return held.step(model)
+    return held.run(operation, model)
 
 
 def _drop_here(prefix: str) -> None:
@@ -187,6 +209,9 @@ class ProcessHolders:
             self.pools = [executor]
         self.summaries = self._run(_load_here, model)
 
+    def run(self, operation: str, model: Any) -> list[StepResult]:
+        return self._run(_run_here, model, operation)
+
     def _new_pool(self) -> ProcessPoolExecutor:
         # spawn: forking a process whose torch/OpenMP thread pools are running can deadlock
         context = multiprocessing.get_context("spawn")
@@ -195,17 +220,16 @@ class ProcessHolders:
     def _pool_of(self, index: int) -> int:
         return index % len(self.pools)
 
-    def step(self, model: Any) -> list[StepResult]:
-        return self._run(_step_here, model)
-
-    def _run(self, fn: Callable[..., Any], model: Any) -> list[Any]:
-        """``fn(key, task, model)`` for every shard on its pool; a broken pool is replaced and its shards redone."""
+    def _run(self, fn: Callable[..., Any], model: Any, *args: Any) -> list[Any]:
+        """``fn(key, task, model, *args)`` for every shard on its pool; a broken pool is replaced and its shards
+        redone."""
         pending = list(range(len(self.tasks)))
         results: dict[int, Any] = {}
         attempts = 0
         while pending:
             futures = {
-                i: self.pools[self._pool_of(i)].submit(fn, self.prefix + str(i), self.tasks[i], model) for i in pending
+                i: self.pools[self._pool_of(i)].submit(fn, self.prefix + str(i), self.tasks[i], model, *args)
+                for i in pending
             }
             failed: dict[int, BaseException] = {}
             for i, future in futures.items():
@@ -251,8 +275,8 @@ def _dask_summary(held: HeldShard) -> ShardSummary:
     return held.summary
 
 
-def _dask_step(held: HeldShard, model: Any) -> StepResult:
-    return held.step(model)
+def _dask_run(held: HeldShard, model: Any, operation: str) -> StepResult:
+    return held.run(operation, model)
 
 
 class DaskHolders:
@@ -264,10 +288,11 @@ class DaskHolders:
         self.held = [client.submit(_dask_hold, task, model, pure=False, retries=retries) for task in self.tasks]
         self.summaries = self._gather([client.submit(_dask_summary, h, pure=False) for h in self.held])
 
-    def step(self, model: Any) -> list[StepResult]:
+    def run(self, operation: str, model: Any) -> list[StepResult]:
         scattered = self.client.scatter(model, broadcast=True, hash=False)
         futures = [
-            self.client.submit(_dask_step, h, scattered, pure=False, retries=self.retries) for h in self.held
+            self.client.submit(_dask_run, h, scattered, operation, pure=False, retries=self.retries)
+            for h in self.held
         ]
         return self._gather(futures)
 

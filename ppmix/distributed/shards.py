@@ -107,25 +107,31 @@ def align_columns(
 FEATURE_SUFFIXES = (".parquet", ".pq", ".csv", ".npy", ".npz")
 
 
-def read_features(shard: Any) -> Any:
-    """The data of one shard of an unsupervised model, as its ``prepare_data`` takes it.
+def read_features(shard: Any, target: str | None = None) -> tuple[Any, Any]:
+    """The data of one shard as ``(X, y)`` for a model's ``prepare_data`` (``y`` is None without a ``target``).
 
     ``shard`` is a path to a Parquet/CSV file (a DataFrame: every column a feature, or a
-    sequence model's ``sequence_column``), an NPY file (a 2-D array of rows), an NPZ file with
-    an array ``X`` (and, for sequence models, ``lengths``: ``X`` holds the sequences one after
-    another), or data already in memory (an array, a tensor, a DataFrame or a list of
-    sequences), which is returned unchanged.
+    sequence model's ``sequence_column``, or the ``target``), an NPY file (a 2-D array of
+    rows), an NPZ file with an array ``X`` (and ``target``; for sequence models also
+    ``lengths``: ``X`` and ``target`` hold the sequences one after another), or data already
+    in memory: an array, a tensor, a DataFrame or a list of sequences, or an ``(X, y)`` pair
+    when there is a ``target``.
 
     Examples
     --------
     >>> import os, tempfile
     >>> path = os.path.join(tempfile.mkdtemp(), "part.npz")
-    >>> np.savez(path, X=np.arange(10.0).reshape(5, 2), lengths=np.array([2, 3]))
-    >>> [s.shape for s in read_features(path)]
-    [(2, 2), (3, 2)]
+    >>> np.savez(path, X=np.arange(10.0).reshape(5, 2), lengths=np.array([2, 3]), y=np.arange(5.0))
+    >>> X, y = read_features(path, target="y")
+    >>> [s.shape for s in X], [s.tolist() for s in y]
+    ([(2, 2), (3, 2)], [[0.0, 1.0], [2.0, 3.0, 4.0]])
     """
     if not isinstance(shard, (str, Path)):
-        return shard
+        if target is not None and isinstance(shard, tuple) and len(shard) == 2:
+            return shard
+        if target is not None and hasattr(shard, "columns"):
+            return _split_target(shard, target)
+        return shard, None
     path = Path(shard)
     suffix = path.suffix.lower()
     if suffix not in FEATURE_SUFFIXES:
@@ -133,18 +139,32 @@ def read_features(shard: Any) -> Any:
     if not path.is_file():
         raise FileNotFoundError(f"shard {path} does not exist")
     if suffix == ".npy":
-        return np.load(path, allow_pickle=False)
+        return np.load(path, allow_pickle=False), None
     if suffix == ".npz":
-        with np.load(path, allow_pickle=False) as arrays:
-            if "X" not in arrays:
-                raise ValueError(f"shard {path} must hold an array 'X'; has {sorted(arrays)}")
-            x = np.asarray(arrays["X"])
-            if "lengths" not in arrays:
-                return x
-            lengths = np.asarray(arrays["lengths"]).astype(np.int64)
-            if lengths.ndim != 1 or (lengths < 1).any() or int(lengths.sum()) != x.shape[0]:
-                raise ValueError(f"shard {path}: 'lengths' must be positive and sum to the {x.shape[0]} rows of 'X'")
-            return np.split(x, np.cumsum(lengths)[:-1])
+        return _read_npz(path, target)
     import pandas as pd
 
-    return pd.read_csv(path) if suffix == ".csv" else pd.read_parquet(path)
+    frame = pd.read_csv(path) if suffix == ".csv" else pd.read_parquet(path)
+    return _split_target(frame, target) if target is not None else (frame, None)
+
+
+def _split_target(frame: Any, target: str) -> tuple[Any, Any]:
+    if target not in frame.columns:
+        raise ValueError(f"shard has no target column {target!r}; columns are {list(frame.columns)}")
+    return frame.drop(columns=[target]), frame[target].to_numpy()
+
+
+def _read_npz(path: Path, target: str | None) -> tuple[Any, Any]:
+    with np.load(path, allow_pickle=False) as arrays:
+        for name in ("X", target):
+            if name is not None and name not in arrays:
+                raise ValueError(f"shard {path} must hold an array {name!r}; has {sorted(arrays)}")
+        x = np.asarray(arrays["X"])
+        y = None if target is None else np.asarray(arrays[target])
+        if "lengths" not in arrays:
+            return x, y
+        lengths = np.asarray(arrays["lengths"]).astype(np.int64)
+    if lengths.ndim != 1 or (lengths < 1).any() or int(lengths.sum()) != x.shape[0]:
+        raise ValueError(f"shard {path}: 'lengths' must be positive and sum to the {x.shape[0]} rows of 'X'")
+    cuts = np.cumsum(lengths)[:-1]
+    return np.split(x, cuts), None if y is None else np.split(y, cuts)

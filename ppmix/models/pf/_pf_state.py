@@ -9,6 +9,7 @@ import torch
 
 from ppmix.components import BernoulliLabel, DiagGaussian
 from ppmix.components.centred import CentredData
+from ppmix.components.statistics import GaussianStatistics
 from ppmix.models.pf.switches import FrameLabels, PredictionFocusedMixin
 
 __all__ = ["PFStateMixin"]
@@ -72,6 +73,14 @@ class PFStateMixin(PredictionFocusedMixin):
         if self.init_params == "relevance":
             return self._initial_frame_responsibilities(frames, labels, generator, centred)
         return self._initial_responsibilities(frames, generator)
+
+    def em_data_statistics(self, data: Any) -> GaussianStatistics:
+        """Before a sharded fit: the background's statistics of ``data.frames`` (it is fitted once, on all shards)."""
+        return self._background_statistics(data.frames)
+
+    def em_set_data_statistics(self, stats: GaussianStatistics) -> None:
+        """The background from the (merged) statistics of :meth:`em_data_statistics`."""
+        self._set_background(stats)
 
     @property
     def relevance_(self) -> Any:

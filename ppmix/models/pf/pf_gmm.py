@@ -133,6 +133,9 @@ class PFGMM(PFStateMixin, GaussianComponentsMixin, MixtureModel):
     max_plate_nesting = 2
     covariance_type = "diag"
 
+    #: EM on shards (:func:`ppmix.distributed.fit_em`): ``em_statistics`` merge across shards
+    sharded_em = True
+
     def __init__(
         self,
         n_components: int = 2,
@@ -259,17 +262,28 @@ class PFGMM(PFStateMixin, GaussianComponentsMixin, MixtureModel):
     def e_step(self, data: _PFEMData) -> tuple[torch.Tensor, torch.Tensor]:
         """Optimal ``q(z)`` given ``phi`` and the parameters, and the ELBO of eq. 19."""
         resp, log_norm = normalize_log_joint_(self._frame_log_joint(data.frames, data.labels, self.weights_.log()))
-        n = data.frames.n_samples
-        elbo = log_norm.sum() + self._frame_objective_terms(n) + self._log_weights_prior()
+        elbo = log_norm.sum() + self._frame_objective_terms(data.frames) + self._log_weights_prior()
         return resp, elbo
 
     def m_step(self, data: _PFEMData, resp: torch.Tensor) -> None:
         """Weights (Dirichlet MAP), components, labels, then ``phi`` (B.2.1–B.2.4)."""
-        counts = resp.sum(0)
+        self.em_update(self.em_statistics(data, resp))
+
+    def em_statistics(self, data: _PFEMData, resp: torch.Tensor) -> dict[str, Any]:
+        """What the M-step needs of ``data``: component and label statistics (merge across shards)."""
+        return self._frame_statistics(data.frames, data.labels, resp)
+
+    def em_update(self, stats: dict[str, Any]) -> None:
+        """The M-step from (merged) statistics: weights (Dirichlet MAP), components, labels, then ``phi``."""
+        counts = stats["components"].counts.to(self.dtype)
         k, alpha = self.n_components, float(self.alpha)
-        self.weights_ = (counts + alpha - 1 + 10 * torch.finfo(resp.dtype).eps) / (counts.sum() + k * (alpha - 1))
-        self._update_frame_parameters(data.frames, data.labels, resp)
+        self.weights_ = (counts + alpha - 1 + 10 * torch.finfo(self.dtype).eps) / (counts.sum() + k * (alpha - 1))
+        self._update_from_frame_statistics(stats)
         self._invalidate_guide()
+
+    def em_global_objective(self, n_observations: int) -> torch.Tensor:
+        """The ELBO's terms that are not sums over the data: the switches' and the weights' priors."""
+        return self._switch_objective(n_observations) + self._log_weights_prior()
 
     # ---------------------------------------------------------- predictions
     def _component_posterior(self, data: PFData, use_labels: bool) -> torch.Tensor:

@@ -101,8 +101,8 @@ class PFHMM(PFStateMixin, HMM):
     max_plate_nesting = 2
     covariance_type = "diag"
 
-    #: the switches and labels have no shard statistics yet
-    sharded_em = False
+    #: EM on shards (:func:`ppmix.distributed.fit_em`): ``em_statistics`` merge across shards
+    sharded_em = True
 
     def __init__(
         self,
@@ -269,14 +269,22 @@ class PFHMM(PFStateMixin, HMM):
     def e_step(self, data: _PFEMData) -> tuple[_Counts, torch.Tensor]:
         """Forward–backward under the ``phi``-weighted emissions; the ELBO of Supplement B.1."""
         counts, log_norm = super().e_step(data)
-        return counts, log_norm + self._frame_objective_terms(data.frames.n_samples)
+        return counts, log_norm + self._frame_objective_terms(data.frames)
 
-    def m_step(self, data: _PFEMData, stats: _Counts) -> None:
-        """The chain from expected counts; components, labels, then ``phi`` (B.2.1–B.2.2) from the
-        smoothed marginals of the frames."""
-        self._update_chain(stats.initial, stats.transitions)
-        self._update_frame_parameters(data.frames, data.labels, stats.posterior[data.batch.mask])
+    def em_statistics(self, data: _PFEMData, stats: _Counts) -> dict[str, Any]:
+        """Expected initial and transition counts, and the frames' component and label statistics."""
+        frames = self._frame_statistics(data.frames, data.labels, stats.posterior[data.batch.mask])
+        return {"initial": stats.initial, "transitions": stats.transitions, "frames": frames}
+
+    def em_update(self, stats: dict[str, Any]) -> None:
+        """The chain from expected counts; components, labels, then ``phi`` (B.2.1–B.2.2)."""
+        self._update_chain(stats["initial"], stats["transitions"])
+        self._update_from_frame_statistics(stats["frames"])
         self._invalidate_guide()
+
+    def em_global_objective(self, n_observations: int) -> torch.Tensor:
+        """The ELBO's term that is not a sum over the data: the switches' prior and entropy."""
+        return self._switch_objective(n_observations)
 
     # ---------------------------------------------------------- predictions
     def _label_free_posterior(self, X: Any) -> tuple[SequenceBatch, torch.Tensor]:

@@ -27,8 +27,8 @@ from pyro.ops.indexing import Vindex
 
 from ppmix.components import BernoulliLabel, DiagGaussian
 from ppmix.components.centred import CentredData
+from ppmix.components.statistics import GaussianStatistics
 from ppmix.models._flat import FlatPrior
-from ppmix.models._gaussian_components import relative_floor
 from ppmix.ops.kmeans import kmeans
 
 __all__ = ["FrameLabels", "PredictionFocusedMixin", "switch_kl_terms", "switched_log_joint"]
@@ -160,36 +160,62 @@ class PredictionFocusedMixin:
     # ---------------------------------------------------------------- EM parts
     def _fit_background(self, frames: CentredData) -> None:
         """The background Gaussian's update does not depend on ``phi`` (B.2.3): fit it once."""
-        ones = frames.x.new_ones(frames.n_samples, 1)
-        d = frames.x.shape[1]
-        self.background_ = DiagGaussian(
-            frames.x.new_zeros(1, d), frames.x.new_ones(1, d), reg_covar=relative_floor(frames.x, self.reg_covar)
-        )
-        self.background_.fit(frames, ones)
-        self._background_ll = self.background_.fitted_feature_log_likelihood(ones.sum(0))[0]  # (D,)
+        self._set_background(self._background_statistics(frames))
+
+    def _background_statistics(self, frames: CentredData) -> GaussianStatistics:
+        """The background's statistics of ``frames`` (every frame weight one; additive across shards)."""
+        one = frames.x.new_ones(1, frames.x.shape[1])
+        family = DiagGaussian(one, one, reg_covar=self._variance_floor)
+        return family.statistics(frames, frames.x.new_ones(frames.n_samples, 1))
+
+    def _set_background(self, stats: GaussianStatistics) -> None:
+        """The background fitted on (merged) statistics, and its per-feature log-likelihood of those frames."""
+        mean = stats.mean.to(self.dtype)
+        self.background_ = DiagGaussian(mean, torch.ones_like(mean), reg_covar=self._variance_floor)
+        self.background_.fit_statistics(stats)
+        self._background_ll = self.background_.fitted_feature_log_likelihood(stats.counts.to(self.dtype))[0]  # (D,)
 
     def _frame_log_joint(self, frames: CentredData, labels: FrameLabels, log_prior: torch.Tensor) -> torch.Tensor:
         """:func:`switched_log_joint` at the fitted components, labels and relevance."""
         return switched_log_joint(self.components_, self.labels_, self.switch_probs_, log_prior, frames, labels)
 
-    def _frame_objective_terms(self, n_frames: int) -> torch.Tensor:
-        """ELBO terms outside the components: background features and the switches' prior/entropy."""
-        background = ((1.0 - self.switch_probs_) * self._background_ll).sum()
-        return background + n_frames * switch_kl_terms(self.switch_probs_, self.switch_prior)
+    def _frame_objective_terms(self, frames: CentredData) -> torch.Tensor:
+        """ELBO terms outside the components: the switched-off features' background log-density of ``frames``
+        and the switches' prior/entropy."""
+        off = 1.0 - self.switch_probs_
+        background = self.background_.log_prob(frames, feature_weights=off).sum() if bool((off > 0).any()) else 0.0
+        return background + self._switch_objective(frames.n_samples)
+
+    def _switch_objective(self, n_frames: int) -> torch.Tensor:
+        """``n_frames`` times the switches' ``E_q[log p(S) - log q(S)]``: the part of the ELBO that is not a sum
+        over the data's values (added once on the driver of a sharded fit)."""
+        return n_frames * switch_kl_terms(self.switch_probs_, self.switch_prior)
 
     def _update_frame_parameters(self, frames: CentredData, labels: FrameLabels, resp: torch.Tensor) -> None:
         """Components and labels by weighted MLE, then ``phi`` by its closed form (B.2.1)."""
-        self.components_.fit(frames, resp)
-        if labels.all:
-            self.labels_.fit(labels.y, resp)
-        elif labels.any:
-            self.labels_.fit(labels.y[labels.observed], resp[labels.observed])
+        self._update_from_frame_statistics(self._frame_statistics(frames, labels, resp))
+
+    def _frame_statistics(self, frames: CentredData, labels: FrameLabels, resp: torch.Tensor) -> dict[str, Any]:
+        """What :meth:`_update_from_frame_statistics` needs of ``frames`` (additive across shards)."""
+        observed = labels.observed
+        return {
+            "components": self.components_.statistics(frames, resp),
+            "labels": self.labels_.statistics(labels.y[observed], resp[observed]),
+        }
+
+    def _update_from_frame_statistics(self, stats: dict[str, Any]) -> None:
+        """Components and labels from (merged) statistics, then ``phi`` (B.2.1): the relevant features'
+        log-likelihood gain over the background, per frame."""
+        components = stats["components"]
+        self.components_.fit_statistics(components)
+        self.labels_.fit_statistics(stats["labels"])
         if self._all_relevant:
             self.switch_probs_ = torch.ones_like(self._background_ll)
             return
-        relevant_ll = self.components_.fitted_feature_log_likelihood(resp.sum(0)).sum(0)  # (D,)
+        counts = components.counts.to(self.dtype)
+        relevant_ll = self.components_.fitted_feature_log_likelihood(counts).sum(0)  # (D,)
         logit_p = math.log(self.switch_prior) - math.log1p(-self.switch_prior)
-        self.switch_probs_ = torch.sigmoid(logit_p + (relevant_ll - self._background_ll) / frames.n_samples)
+        self.switch_probs_ = torch.sigmoid(logit_p + (relevant_ll - self._background_ll) / counts.sum())
 
     def _initial_frame_responsibilities(
         self,
