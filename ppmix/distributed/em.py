@@ -121,6 +121,17 @@ def _start_sample(summaries: list[ShardSummary], sample_size: int) -> tuple[Any,
     return [u for part in xs for u in part], None if ys is None else [u for part in ys for u in part]
 
 
+def _as_shards(shards: Any) -> tuple[list[Any], list[str] | None]:
+    """A list of shards and, for a Dask DataFrame, its column names: a Dask array (chunks of rows) or
+    DataFrame gives one shard per block/partition."""
+    if hasattr(shards, "to_delayed") and hasattr(shards, "dask"):
+        if hasattr(shards, "numblocks"):  # dask.array: whole rows per block
+            shards = shards.rechunk({1: -1}) if shards.ndim == 2 and shards.numblocks[1] > 1 else shards
+            return list(shards.to_delayed().ravel()), None
+        return list(shards.to_delayed()), [str(c) for c in shards.columns]
+    return list(shards), None
+
+
 def _check_options(options: dict[str, Any]) -> None:
     unknown = sorted(set(options) - EM_OPTIONS)
     if unknown:
@@ -153,8 +164,10 @@ def fit_em(
     shards : sequence
         Paths to Parquet/CSV files (every column a feature; for an HMM also its
         ``sequence_column``), NPY files of rows, NPZ files with ``X`` (and ``lengths`` for
-        sequences), or data in memory (arrays, DataFrames, lists of sequences). Every shard
-        must have the first shard's columns (reordered by name when named).
+        sequences), or data in memory (arrays, DataFrames, lists of sequences); or a Dask
+        array or DataFrame, one shard per block (on a Dask client computed on the workers,
+        never gathered on the driver). Every shard must have the first shard's columns
+        (reordered by name when named).
     executor : None, "processes", "inline", concurrent.futures.Executor or dask.distributed.Client
         ``None``/``"processes"``: local worker processes, shard ``i`` pinned to process
         ``i mod W``; ``"inline"``: this process; an executor you pass (each of its
@@ -194,7 +207,7 @@ def fit_em(
         raise TypeError(f"fit_em needs a model with sharded EM (GMM, HMM, the pf models); got {type(model).__name__}")
     model.validate_params()
     _check_options(options)
-    shards = list(shards)
+    shards, collection_columns = _as_shards(shards)
     if not shards:
         raise ValueError("shards is empty: give at least one shard")
     names = [_shard_name(s, i) for i, s in enumerate(shards)]
@@ -206,7 +219,7 @@ def fit_em(
     object.__setattr__(model, "_train_data", None)  # nothing of an earlier in-memory fit travels to the workers
     excluded = {getattr(model, "sequence_column", None), target}
     columns = (shard_columns(s, "") for s in shards)
-    named = next((c for c in columns if c is not None), None)
+    named = collection_columns or next((c for c in columns if c is not None), None)
     model.feature_names_in_ = None if named is None else [c for c in named if c not in excluded]
     if not getattr(model, "is_fitted", False):
         model.n_features_in_ = None

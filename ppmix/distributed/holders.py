@@ -79,14 +79,17 @@ class StepResult:
 class HeldShard:
     """A shard read and prepared by a model on the worker that holds it."""
 
-    def __init__(self, task: ShardTask, model: Any) -> None:
+    def __init__(self, task: ShardTask, model: Any, source: Any = None) -> None:
         start = time.perf_counter()
+        source = task.source if source is None else source
         try:
+            if hasattr(source, "dask") and hasattr(source, "compute"):  # a block of a Dask collection
+                source = source.compute(scheduler="sync")
             model = copy.deepcopy(model)
             for name in ("n_features_in_", "feature_names_in_"):  # not fitted yet: only the checks it can make
                 if not hasattr(model, name):
                     setattr(model, name, None)
-            prepared = model.prepare_data(*read_features(task.source, task.target))
+            prepared = model.prepare_data(*read_features(source, task.target))
             self.data = model.em_data(prepared)
         except (KeyError, OSError, TypeError, ValueError) as err:  # the shard itself is wrong: a retry cannot help
             raise TaskInputError(str(err)) from err
@@ -267,8 +270,8 @@ class ProcessHolders:
 
 
 # ------------------------------------------------------------------ Dask
-def _dask_hold(task: ShardTask, model: Any) -> HeldShard:
-    return HeldShard(task, model)
+def _dask_hold(task: ShardTask, model: Any, source: Any = None) -> HeldShard:
+    return HeldShard(task, model, source)
 
 
 def _dask_summary(held: HeldShard) -> ShardSummary:
@@ -285,7 +288,12 @@ class DaskHolders:
 
     def __init__(self, tasks: Sequence[ShardTask], model: Any, client: Any, retries: int) -> None:
         self.client, self.tasks, self.retries = client, list(tasks), retries
-        self.held = [client.submit(_dask_hold, task, model, pure=False, retries=retries) for task in self.tasks]
+        # blocks of a Dask collection are computed on the cluster and handed to the task there, never gathered here
+        sources = [client.compute(t.source) if hasattr(t.source, "dask") else None for t in self.tasks]
+        self.held = [
+            client.submit(_dask_hold, task, model, source, pure=False, retries=retries)
+            for task, source in zip(self.tasks, sources)
+        ]
         self.summaries = self._gather([client.submit(_dask_summary, h, pure=False) for h in self.held])
 
     def run(self, operation: str, model: Any) -> list[StepResult]:

@@ -255,3 +255,24 @@ def test_on_a_dask_cluster_a_killed_worker_is_survived(tmp_path):
         got = _quiet(fit_em, killer, paths, executor=client, max_iter=6, tol=0.0)
     assert os.path.exists(tmp_path / "killed")
     _assert_same_fit(got, expected)
+
+
+def test_dask_collections_are_sharded_by_block():
+    """A Dask array's row blocks (and a Dask DataFrame's partitions) are the shards, computed where they are held."""
+    import dask.array as da
+    import dask.dataframe as dd
+    import distributed
+
+    x = _rows()
+    start = _started(GMM(3, seed=0, progress=False), x)
+    expected = _quiet(fit_em, copy.deepcopy(start), _split(x, 3, False), executor="inline", max_iter=5, tol=0.0)
+    array = da.from_array(x, chunks=(234, 2))  # three row blocks, two column blocks (rechunked)
+    inline = _quiet(fit_em, copy.deepcopy(start), array, executor="inline", max_iter=5, tol=0.0)
+    _assert_same_fit(inline, expected)
+    assert inline.fit_report_["n_shards"] == 3
+    frame = dd.from_pandas(pd.DataFrame(x, columns=["a", "b", "c"]), npartitions=3)
+    options = {"n_workers": 1, "threads_per_worker": 2, "processes": False, "dashboard_address": None}
+    with distributed.LocalCluster(**options) as cluster, distributed.Client(cluster) as client:
+        on_cluster = _quiet(fit_em, copy.deepcopy(start), frame, executor=client, max_iter=5, tol=0.0)
+    _assert_same_fit(on_cluster, expected)
+    assert on_cluster.feature_names_in_ == ["a", "b", "c"]
