@@ -177,3 +177,25 @@ def test_bench_moe_quick(tmp_path):
         "peak_memory_under_4GB",
         "aggregation_under_5pct_of_local",
     }
+
+
+def test_bench_scale_quick(tmp_path):
+    report = run_quick("bench_scale.py", tmp_path / "scale.json", "--data-dir", str(tmp_path / "shards"))
+    assert report["benchmark"] == "gmm_scale" and report["quick"] and report["note"]
+    config = report["config"]
+    small = config["rows_per_shard"] * config["shards_small"]
+    in_memory, sharded, large = report["in_memory_1e7"], report["sharded_1e7"], report["sharded_1e8"]
+    # quick mode measures small sizes under the full run's keys, each saying what N it measured
+    assert in_memory["N"] == sharded["N"] == report["sklearn_1e7"]["N"] == small
+    assert large["N"] == config["rows_per_shard"] * large["n_shards"] and large["goal_s_per_iter"] == 10
+    for entry in (in_memory, sharded, large, report["sklearn_1e7"]):
+        assert_timing(entry["s_per_iter"], *entry.get("iteration_seconds", entry.get("s_per_iter_samples")))
+    assert in_memory["iterations"] == sharded["iterations"] == config["iterations"]
+    assert_timing(sharded["ratio_to_in_memory_per_row"], sharded["peak_rss_driver_gb"], sharded["peak_rss_worker_gb"])
+    assert_timing(large["peak_rss_driver_gb"], large["peak_rss_worker_gb"], in_memory["peak_rss_gb"])
+    # the same start and the same iterations: exact EM on shards ends where in-memory EM does (float32 rounding)
+    assert sharded["final_mean_loglik"] == pytest.approx(in_memory["final_mean_loglik"], rel=1e-4)
+    bound = report["bound"]
+    for key in ("in_memory_1e7", "sharded_1e7", "sharded_1e8"):
+        assert bound[key]["N"] == report[key]["N"]
+        assert_timing(bound[key]["bound_as_implemented_s"], bound[key]["measured_over_bound_as_implemented"])

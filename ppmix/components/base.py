@@ -103,6 +103,8 @@ class ComponentFamily:
                 f"weights must have shape (n_samples, n_components) = ({n}, {self.n_components}); "
                 f"got {tuple(weights.shape)}"
             )
-        if not torch.isfinite(weights).all() or (weights < 0).any():
+        # two reductions, no (N, K) temporaries: NaN fails the minimum's test, +inf the sum's
+        total = weights.sum(dtype=torch.float64)
+        if weights.numel() and not (bool(torch.isfinite(total)) and float(weights.amin()) >= 0):
             raise ValueError("weights must be finite and non-negative")
         return weights

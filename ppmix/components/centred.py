@@ -50,9 +50,14 @@ class CentredData:
 
     @property
     def moments(self) -> torch.Tensor:
-        """``[x - shift, (x - shift)^2]`` as one ``[N, 2D]`` matrix (built on first use)."""
+        """``[x - shift, (x - shift)^2]`` as one ``[N, 2D]`` matrix (built on first use; :attr:`centred`
+        then becomes a view of its first ``D`` columns, so the centred data are held once)."""
         if self._moments is None:
-            self._moments = torch.cat([self.centred, self.centred.square()], dim=1)
+            d = self.centred.shape[1]
+            moments = self.centred.new_empty(self.centred.shape[0], 2 * d)
+            moments[:, :d] = self.centred
+            moments[:, d:] = self.centred.square()
+            self._moments, self.centred = moments, moments[:, :d]
         return self._moments
 
     @property

@@ -94,19 +94,20 @@ class HeldShard:
         except (KeyError, OSError, TypeError, ValueError) as err:  # the shard itself is wrong: a retry cannot help
             raise TaskInputError(str(err)) from err
         units, labels = _units(prepared)
-        digest = hashlib.blake2b(_unit_bytes(units + (labels or [])), digest_size=16).hexdigest()
+        digest = hashlib.blake2b(_unit_bytes(units, labels), digest_size=16).hexdigest()
         order = torch.randperm(len(units), generator=torch.Generator().manual_seed(int(digest[:8], 16)))
-        pick = order[: task.sample_size].tolist()
-        rows = isinstance(prepared, torch.Tensor) or hasattr(prepared, "labels")  # rows, not sequences
-        sample_x = [units[i] for i in pick]
-        sample_y = None if labels is None else [labels[i] for i in pick]
+        pick = order[: task.sample_size].numpy()
+        if isinstance(units, np.ndarray):  # rows: the sample as arrays
+            sample = (units[pick], None if labels is None else labels[pick])
+        else:  # sequences: the sample as lists
+            sample = ([units[i] for i in pick], None if labels is None else [labels[i] for i in pick])
         self.summary = ShardSummary(
             task.name,
             digest,
             len(units),
             model.n_observations(prepared),
             int(units[0].shape[-1]),
-            (np.stack(sample_x), None if sample_y is None else np.stack(sample_y)) if rows else (sample_x, sample_y),
+            sample,
             time.perf_counter() - start,
         )
 
@@ -129,20 +130,23 @@ class HeldShard:
         return getattr(self, operation)(model)
 
 
-def _units(prepared: Any) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
+def _units(prepared: Any) -> tuple[Any, Any]:
     """The sampling units of prepared data and their labels (NaN where missing; None without labels):
-    rows of a matrix, rows of a labelled matrix, or the sequences of a batch."""
+    the rows of a matrix (arrays), or the sequences of a batch (lists of arrays)."""
     if isinstance(prepared, torch.Tensor):
-        return list(prepared.cpu().numpy()), None
+        return prepared.cpu().numpy(), None
     if hasattr(prepared, "labels"):  # features and frame labels
         labels = torch.where(prepared.labels.observed, prepared.labels.y, torch.nan)
-        return list(prepared.x.cpu().numpy()), list(labels.cpu().numpy())
+        return prepared.x.cpu().numpy(), labels.cpu().numpy()
     sequences = [s.cpu().numpy() for s in prepared.unpad(prepared.x)]
     return sequences, None if prepared.y is None else [s.cpu().numpy() for s in prepared.unpad(prepared.y)]
 
 
-def _unit_bytes(units: list[np.ndarray]) -> bytes:
-    return b"".join(np.ascontiguousarray(u).tobytes() for u in units)
+def _unit_bytes(units: Any, labels: Any) -> bytes:
+    parts = list(units) if isinstance(units, list) else [units]
+    if labels is not None:
+        parts += list(labels) if isinstance(labels, list) else [labels]
+    return b"".join(np.ascontiguousarray(part).tobytes() for part in parts)
 
 
 # ------------------------------------------------------------------ in this process
