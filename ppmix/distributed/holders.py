@@ -94,6 +94,9 @@ class HeldShard:
         except (KeyError, OSError, TypeError, ValueError) as err:  # the shard itself is wrong: a retry cannot help
             raise TaskInputError(str(err)) from err
         units, labels = _units(prepared)
+        # what holding it costs: the data, and the E-step's caches built on first use (about three times more);
+        # Dask reads this (sys.getsizeof) to weigh moving the shard against waiting for its worker
+        self.nbytes = 4 * sum(u.nbytes for u in (units if isinstance(units, list) else [units]))
         digest = hashlib.blake2b(_unit_bytes(units, labels), digest_size=16).hexdigest()
         order = torch.randperm(len(units), generator=torch.Generator().manual_seed(int(digest[:8], 16)))
         pick = order[: task.sample_size].numpy()
@@ -110,6 +113,9 @@ class HeldShard:
             sample,
             time.perf_counter() - start,
         )
+
+    def __sizeof__(self) -> int:
+        return self.nbytes
 
     def step(self, model: Any) -> StepResult:
         """The E-step: the M-step's statistics and the objective's sum over this shard (a model's terms that are
@@ -301,12 +307,36 @@ class DaskHolders:
         self.summaries = self._gather([client.submit(_dask_summary, h, pure=False) for h in self.held])
 
     def run(self, operation: str, model: Any) -> list[StepResult]:
-        scattered = self.client.scatter(model, broadcast=True, hash=False)
-        futures = [
-            self.client.submit(_dask_run, h, scattered, operation, pure=False, retries=self.retries)
-            for h in self.held
-        ]
-        return self._gather(futures)
+        """``operation`` on every shard where it is held; steps lost with a worker are redone (``retries`` times)."""
+        results: dict[int, StepResult] = {}
+        pending, attempts = list(range(len(self.tasks))), 0
+        while True:
+            scattered = self.client.scatter(model, broadcast=True, hash=False)
+            holders = self.client.who_has([self.held[i] for i in pending])
+            futures = {i: self._submit(self.held[i], holders, scattered, operation) for i in pending}
+            failed: dict[int, BaseException] = {}
+            for i, future in futures.items():
+                try:
+                    results[i] = future.result()
+                except Exception as err:  # noqa: BLE001 - a bad shard is named at once; others are redone
+                    if isinstance(err, TaskInputError):
+                        raise TaskError({self.tasks[i].name: err}) from err
+                    failed[i] = err
+            if not failed:
+                return [results[i] for i in range(len(self.tasks))]
+            attempts += 1
+            if attempts > self.retries:
+                raise TaskError({self.tasks[i].name: err for i, err in failed.items()})
+            logger.warning("shard steps lost (%s); redoing them", sorted({type(e).__name__ for e in failed.values()}))
+            pending = sorted(failed)
+
+    def _submit(self, held: Any, holders: dict[str, Any], model: Any, operation: str) -> Any:
+        # on the worker that holds the shard (moving it would copy the whole shard); elsewhere only if that worker
+        # is gone, and then Dask reads the shard again where it recomputes it
+        where = list(holders.get(held.key, ())) or None
+        return self.client.submit(
+            _dask_run, held, model, operation, pure=False, retries=self.retries, workers=where, allow_other_workers=True
+        )
 
     def _gather(self, futures: list[Any]) -> list[Any]:
         results, failures = [], {}

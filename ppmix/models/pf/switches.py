@@ -197,10 +197,10 @@ class PredictionFocusedMixin:
 
     def _frame_statistics(self, frames: CentredData, labels: FrameLabels, resp: torch.Tensor) -> dict[str, Any]:
         """What :meth:`_update_from_frame_statistics` needs of ``frames`` (additive across shards)."""
-        observed = labels.observed
+        rows = slice(None) if labels.all else labels.observed  # no copies when every label is observed
         return {
             "components": self.components_.statistics(frames, resp),
-            "labels": self.labels_.statistics(labels.y[observed], resp[observed]),
+            "labels": self.labels_.statistics(labels.y[rows], resp[rows]),
         }
 
     def _update_from_frame_statistics(self, stats: dict[str, Any]) -> None:
