@@ -78,6 +78,7 @@ import pickle  # noqa: E402
 import platform  # noqa: E402
 import resource  # noqa: E402
 import statistics  # noqa: E402
+import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
@@ -98,8 +99,8 @@ D, K = 10, 8
 FULL = {"rows": 1_000_000, "small": 10, "large": 100, "iters": 5, "iters_large": 4, "sk_iters": 3, "sample": 20_000}
 QUICK = {"rows": 20_000, "small": 4, "large": 8, "iters": 3, "iters_large": 2, "sk_iters": 2, "sample": 4_000}
 NOTE = (
-    "2-core machine shared with another engineer running tests while this ran: timings are noisy "
-    "(load averages recorded); peak RSS is ru_maxrss of each process."
+    "a shared 2-core machine: timings are noisy; the load average and CPU pressure are recorded before and after "
+    "every measurement; peak RSS is ru_maxrss of each process."
 )
 
 
@@ -559,6 +560,15 @@ def memory_plan(small: dict[str, Any], held_bytes: int, n_large: int, workers: i
 
 
 # ====================================================================== main
+def _git_commit(where: Path) -> str | None:
+    """The commit of the ppmix checkout measured (None outside a git checkout)."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return out.stdout.strip()
+
+
 def machine_info(threads: int) -> dict[str, Any]:
     import dask
     import sklearn
@@ -589,6 +599,7 @@ def machine_info(threads: int) -> dict[str, Any]:
         "dask": dask.__version__,
         "ppmix": ppmix.__version__,
         "ppmix_file": ppmix.__file__,
+        "ppmix_commit": _git_commit(Path(ppmix.__file__).parent),
         "threads": threads,
     }
 
