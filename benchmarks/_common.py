@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
+from typing import Any
 
 # Read by OpenMP (torch, scikit-learn) and the BLAS libraries (numpy/scipy OpenBLAS, torch MKL) when they load.
 THREAD_VARS = (
@@ -181,3 +183,13 @@ def sklearn_public_em(
         precisions_init=precisions,
         random_state=seed,
     )
+
+
+def machine_load() -> dict[str, Any]:
+    """Load average and CPU pressure (PSI): how busy the machine was while we measured."""
+    out: dict[str, Any] = {"loadavg": [round(v, 2) for v in os.getloadavg()]}
+    try:
+        out["cpu_pressure"] = Path("/proc/pressure/cpu").read_text().splitlines()[0]
+    except OSError:
+        pass
+    return out

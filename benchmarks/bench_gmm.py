@@ -42,6 +42,7 @@ import sys
 from _common import (
     add_peer_api_argument,
     early_threads,
+    machine_load,
     require_torch_threads,
     set_torch_threads,
     sklearn_private,
@@ -575,16 +576,6 @@ def profile_ppmix(
         "top_self_cpu": top,
         "span_ms_per_iter": spans,
     }
-
-
-def machine_load() -> dict[str, Any]:
-    """Load average and CPU pressure (PSI): how busy the machine was while we measured."""
-    out: dict[str, Any] = {"loadavg": [round(v, 2) for v in os.getloadavg()]}
-    try:
-        out["cpu_pressure"] = Path("/proc/pressure/cpu").read_text().splitlines()[0]
-    except OSError:
-        pass
-    return out
 
 
 def machine_info(threads: int) -> dict[str, Any]:

@@ -61,7 +61,7 @@ import argparse
 import os
 import sys
 
-from _common import early_threads
+from _common import early_threads, machine_load
 
 # Only in the script's own process: a spawned measurement inherits the environment, and the
 # Dask worker processes get the nanny's OMP_NUM_THREADS=1 (importing this module there must not undo it).
@@ -604,15 +604,6 @@ def machine_info(threads: int) -> dict[str, Any]:
     }
 
 
-def load() -> dict[str, Any]:
-    out: dict[str, Any] = {"loadavg": [round(v, 2) for v in os.getloadavg()]}
-    try:
-        out["cpu_pressure"] = Path("/proc/pressure/cpu").read_text().splitlines()[0]
-    except OSError:
-        pass
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
@@ -644,7 +635,7 @@ def main(argv: list[str] | None = None) -> int:
             "start": "GMM fitted 1 EM iteration (k-means init) on the sample, copied with warm_start=True; tol=0",
         },
         "machine": machine_info(args.threads),
-        "load_start": load(),
+        "load_start": machine_load(),
     }
     paths = ensure_shards(args.data_dir, sizes["large"], sizes["rows"], args.seed)
     small, large = paths[: sizes["small"]], paths
@@ -663,7 +654,7 @@ def main(argv: list[str] | None = None) -> int:
         for key, part, extra in runs:
             if key not in skip:
                 report[key] = run_child(part, {**base, **extra}, work)
-                report["load_after_" + key] = load()
+                report["load_after_" + key] = machine_load()
         if "sharded_1e8" not in skip:
             entry: dict[str, Any] = {"goal_s_per_iter": 10}
             use = large
@@ -685,7 +676,7 @@ def main(argv: list[str] | None = None) -> int:
                 run_child("sharded", {**base, "paths": use, "iters": sizes["iters_large"], "memory_limit": mem}, work)
             )
             report["sharded_1e8"] = entry
-            report["load_after_sharded_1e8"] = load()
+            report["load_after_sharded_1e8"] = machine_load()
     # ------------------------------------------------------------- derived
     mem, shard, big, skl = (report.get(k, {}) for k in ("in_memory_1e7", "sharded_1e7", "sharded_1e8", "sklearn_1e7"))
     for entry in (mem, shard, big, skl):
@@ -725,7 +716,7 @@ def main(argv: list[str] | None = None) -> int:
                 report["bound"][key] = bound(entry["N"], rates, args.workers, threads, entry["s_per_iter"])
         if "s_per_iter" in big:
             report["bound"]["sharded_1e8"] = bound(big["N"], rates, args.workers, args.workers, big["s_per_iter"])
-    report["load_end"] = load()
+    report["load_end"] = machine_load()
     report["total_wall_s"] = time.perf_counter() - t_start
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1, default=float) + "\n")

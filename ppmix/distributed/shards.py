@@ -33,12 +33,7 @@ def read_shard(shard: Any, target: str = "y") -> tuple[np.ndarray, np.ndarray, l
     import pandas as pd
 
     if isinstance(shard, (str, Path)):
-        path = Path(shard)
-        suffix = path.suffix.lower()
-        if suffix not in SHARD_SUFFIXES:
-            raise ValueError(f"shard {path} has an unsupported type; use one of {SHARD_SUFFIXES}")
-        if not path.is_file():
-            raise FileNotFoundError(f"shard {path} does not exist")
+        path, suffix = _shard_file(shard, SHARD_SUFFIXES)
         if suffix == ".npz":
             with np.load(path, allow_pickle=False) as arrays:
                 if "X" not in arrays or target not in arrays:
@@ -132,12 +127,7 @@ def read_features(shard: Any, target: str | None = None) -> tuple[Any, Any]:
         if target is not None and hasattr(shard, "columns"):
             return _split_target(shard, target)
         return shard, None
-    path = Path(shard)
-    suffix = path.suffix.lower()
-    if suffix not in FEATURE_SUFFIXES:
-        raise ValueError(f"shard {path} has an unsupported type; use one of {FEATURE_SUFFIXES}")
-    if not path.is_file():
-        raise FileNotFoundError(f"shard {path} does not exist")
+    path, suffix = _shard_file(shard, FEATURE_SUFFIXES)
     if suffix == ".npy":
         return np.load(path, allow_pickle=False), None
     if suffix == ".npz":
@@ -146,6 +136,17 @@ def read_features(shard: Any, target: str | None = None) -> tuple[Any, Any]:
 
     frame = pd.read_csv(path) if suffix == ".csv" else pd.read_parquet(path)
     return _split_target(frame, target) if target is not None else (frame, None)
+
+
+def _shard_file(shard: str | Path, suffixes: tuple[str, ...]) -> tuple[Path, str]:
+    """The shard's path and its (lower-case) suffix, or an error naming it: a type not in ``suffixes``, or no file."""
+    path = Path(shard)
+    suffix = path.suffix.lower()
+    if suffix not in suffixes:
+        raise ValueError(f"shard {path} has an unsupported type; use one of {suffixes}")
+    if not path.is_file():
+        raise FileNotFoundError(f"shard {path} does not exist")
+    return path, suffix
 
 
 def _split_target(frame: Any, target: str) -> tuple[Any, Any]:
