@@ -95,3 +95,10 @@ def test_a_chunk_with_other_columns_is_refused():
     model = GMM(2, seed=0, progress=False).partial_fit(_chunk(np.random.default_rng(4), 100))
     with pytest.raises(ValueError, match="features"):
         model.partial_fit(np.ones((10, 3)))
+
+
+def test_the_pf_models_refuse_partial_fit_and_name_fit_em():
+    from ppmix.models.pf.pf_hmm import PFHMM
+
+    with pytest.raises(TypeError, match="fit_em"):
+        PFHMM(2).partial_fit([np.ones((5, 2))], [np.ones(5)])

@@ -74,6 +74,14 @@ class PFStateMixin(PredictionFocusedMixin):
             return self._initial_frame_responsibilities(frames, labels, generator, centred)
         return self._initial_responsibilities(frames, generator)
 
+    def partial_fit(self, X: Any, y: Any = None, **options: Any) -> Any:
+        """Not available: the switch update weighs the components' gain against a background fitted on all the
+        data, which a stream does not have. Use :func:`ppmix.distributed.fit_em` for data beyond memory."""
+        raise TypeError(
+            f"{type(self).__name__} has no partial_fit (online EM needs a background fitted on all the data); "
+            "fit it on shards with ppmix.distributed.fit_em instead"
+        )
+
     def em_data_statistics(self, data: Any) -> GaussianStatistics:
         """Before a sharded fit: the background's statistics of ``data.frames`` (it is fitted once, on all shards)."""
         return self._background_statistics(data.frames)
