@@ -123,6 +123,12 @@ class GaussianComponentsMixin:
             self.components_.reg_covar = as_floor(self._feature_floor)
 
     @property
+    def _component_parameters(self) -> int:
+        """Free parameters of the components: ``K D`` means and ``K D`` variances (``K D (D + 1) / 2`` covariances)."""
+        k, d = self.n_components, self.n_features_in_
+        return k * d + (k * d if self.covariance_type == "diag" else k * d * (d + 1) // 2)
+
+    @property
     def means_(self) -> torch.Tensor:
         """Component means ``(K, D)``."""
         self._check_fitted()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import pyro
@@ -12,6 +11,7 @@ import torch
 from ppmix._validation import check_n_components, check_positive_int, to_output
 from ppmix.components.centred import CentredData, padded_counts
 from ppmix.components.statistics import GaussianStatistics
+from ppmix.models._criteria import InformationCriteriaMixin
 from ppmix.models._gaussian_components import GaussianComponentsMixin
 from ppmix.models._online import OnlineEMMixin
 from ppmix.models._params import store_params
@@ -21,7 +21,7 @@ from ppmix.ops.logspace import normalize_log_joint_
 __all__ = ["GMM"]
 
 
-class GMM(GaussianComponentsMixin, OnlineEMMixin, MixtureModel):
+class GMM(GaussianComponentsMixin, InformationCriteriaMixin, OnlineEMMixin, MixtureModel):
     """Gaussian mixture model: ``z_n ~ Cat(weights)``, ``x_n | z_n = k ~ N(mu_k, Sigma_k)``.
 
     One Pyro program, three engines: ``fit(X, engine="em")`` (closed-form EM, the
@@ -185,24 +185,10 @@ class GMM(GaussianComponentsMixin, OnlineEMMixin, MixtureModel):
     def pointwise_log_likelihood(self, data: torch.Tensor) -> torch.Tensor:
         return torch.logsumexp(self._log_joint(data), dim=1)
 
-    def bic(self, X: Any) -> float:
-        """Bayesian information criterion ``-2 log L + p log N`` (lower is better)."""
-        self._check_fitted()
-        x = self.prepare_data(X)
-        return -2.0 * float(self.pointwise_log_likelihood(x).sum()) + self.n_parameters * math.log(x.shape[0])
-
-    def aic(self, X: Any) -> float:
-        """Akaike information criterion ``-2 log L + 2 p`` (lower is better)."""
-        self._check_fitted()
-        x = self.prepare_data(X)
-        return -2.0 * float(self.pointwise_log_likelihood(x).sum()) + 2.0 * self.n_parameters
-
     @property
     def n_parameters(self) -> int:
-        """Number of free parameters."""
-        k, d = self.n_components, self.n_features_in_
-        cov = k * d if self.covariance_type == "diag" else k * d * (d + 1) // 2
-        return (k - 1) + k * d + cov
+        """Number of free parameters: ``K - 1`` weights and the components'."""
+        return (self.n_components - 1) + self._component_parameters
 
     def sample(self, n_samples: int = 1) -> dict[str, Any]:
         """Draw ``n_samples`` points: ``{"x": (n, D) array, "z": (n,) component indices}``."""

@@ -13,6 +13,7 @@ from pyro import poutine
 from ppmix._validation import check_n_components, check_positive_int, to_output
 from ppmix.components.centred import CentredData
 from ppmix.inference.engines.forward_backward import ForwardBackwardResult, forward_backward, viterbi
+from ppmix.models._criteria import InformationCriteriaMixin
 from ppmix.models._gaussian_components import GaussianComponentsMixin
 from ppmix.models._online import OnlineEMMixin
 from ppmix.models._params import store_params
@@ -56,7 +57,7 @@ class _EMData:
     frames: CentredData
 
 
-class HMM(GaussianComponentsMixin, OnlineEMMixin, MixtureModel):
+class HMM(GaussianComponentsMixin, InformationCriteriaMixin, OnlineEMMixin, MixtureModel):
     """Hidden Markov model: ``z_1 ~ Cat(initial)``, ``z_t | z_{t-1} ~ Cat(transition[z_{t-1}])``,
     ``x_t | z_t = k ~ N(mu_k, Sigma_k)``.
 
@@ -351,10 +352,9 @@ class HMM(GaussianComponentsMixin, OnlineEMMixin, MixtureModel):
 
     @property
     def n_parameters(self) -> int:
-        """Number of free parameters."""
-        k, d = self.n_components, self.n_features_in_
-        cov = k * d if self.covariance_type == "diag" else k * d * (d + 1) // 2
-        return (k - 1) + k * (k - 1) + k * d + cov
+        """Number of free parameters: ``K - 1`` initial, ``K (K - 1)`` transition probabilities and the emissions'."""
+        k = self.n_components
+        return (k - 1) + k * (k - 1) + self._component_parameters
 
 
 def _first(X: Any) -> Any:

@@ -193,6 +193,9 @@ def test_agrees_with_hmmlearn_on_the_same_parameters():
     assert_close(per_sequence, [ref.score(s) for s in seqs], rtol=1e-10, atol=0)
     assert hmm.log_likelihood(seqs) == pytest.approx(ref.score(frames, lengths), rel=1e-12)
     assert hmm.score(seqs) == pytest.approx(ref.score(frames, lengths) / len(frames), rel=1e-12)
+    # the same criteria: parameters counted alike, N the number of time steps
+    assert hmm.bic(seqs) == pytest.approx(ref.bic(frames, lengths), rel=1e-12)
+    assert hmm.aic(seqs) == pytest.approx(ref.aic(frames, lengths), rel=1e-12)
     assert_close(np.concatenate(hmm.predict_proba(seqs)), ref.predict_proba(frames, lengths), rtol=0, atol=1e-9)
 
     best, paths = hmm.decode(seqs)
