@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from pathlib import Path
@@ -90,6 +89,8 @@ def _read_csv(path: Path):
 def _write_fit_outputs(model, frame, out: Path) -> dict:
     import matplotlib
 
+    from ppmix.io.reports import write_json
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -99,7 +100,7 @@ def _write_fit_outputs(model, frame, out: Path) -> dict:
     model.save(out / "model")
     summary = model.summary()
     summary.update({"n_samples": int(len(frame)), "bic": model.bic(frame)})
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_json(out / "summary.json", summary)
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     plot_clusters(model, frame.to_numpy(dtype=float), ax=axes[0])
     plot_history(model, ax=axes[1])
@@ -149,6 +150,7 @@ def _fit_shards(args: argparse.Namespace, paths: list[str]) -> int:
     """``ppmix fit gmm 'data/part-*.parquet'``: exact EM on shards held by local processes or a Dask cluster."""
     from ppmix._validation import InvalidDataError
     from ppmix.distributed import fit_em
+    from ppmix.io.reports import write_json
     from ppmix.parallel import TaskError, TaskInputError
 
     if not paths:
@@ -171,7 +173,7 @@ def _fit_shards(args: argparse.Namespace, paths: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     model.save(out / "model")
     summary = {**model.summary(), "fit_report": model.fit_report_}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_json(out / "summary.json", summary)
     rows = sum(shard["n_units"] for shard in model.fit_report_["shards"])
     where = f"the Dask cluster at {args.scheduler}" if args.scheduler else "local processes"
     print(
@@ -183,6 +185,7 @@ def _fit_shards(args: argparse.Namespace, paths: list[str]) -> int:
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
     from ppmix.experiments import registry
+    from ppmix.io.reports import strict_json
 
     if args.list or not args.name:
         items = registry.registered()
@@ -196,7 +199,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
     except KeyError as err:
         raise UserError(str(err.args[0])) from None
     result = item.run(Path(args.out) / item.name, args.quick)
-    print(json.dumps(result, indent=2, default=str))
+    print(strict_json(result, default=str))
     return 0
 
 
@@ -251,6 +254,7 @@ def _cmd_dmoe(args: argparse.Namespace) -> int:
     import glob
 
     from ppmix.distributed import fit_distributed
+    from ppmix.io.reports import write_json
     from ppmix.parallel import TaskError
 
     paths = sorted(glob.glob(args.shards))
@@ -279,7 +283,7 @@ def _cmd_dmoe(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     fit.model.save(out / "model")
     summary = fit.summary()
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_json(out / "summary.json", summary)
     print(
         f"reduced {len(paths)} local {args.expert} MoE fits (K={args.experts}) on "
         f"{'the Dask cluster at ' + args.scheduler if args.scheduler else 'a local process pool'}: "

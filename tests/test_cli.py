@@ -79,6 +79,10 @@ def test_demo_runs(tmp_path):
     assert "planted" in result.stdout and (tmp_path / "em" / "plot.png").exists()
 
 
+def _refuse_non_standard(constant: str):
+    raise AssertionError(f"the JSON holds {constant}, which is not standard JSON")
+
+
 def test_dmoe_fits_parquet_shards_on_the_local_pool(tmp_path):
     from ppmix.datasets.moe import make_moe
     from ppmix.models.moe import MixtureOfExperts
@@ -93,7 +97,7 @@ def test_dmoe_fits_parquet_shards_on_the_local_pool(tmp_path):
         "--workers", "2", "--n-init", "2", "--out", str(out),
     )  # fmt: skip
     assert "reduced 3 local gaussian MoE fits" in result.stdout
-    summary = json.loads((out / "summary.json").read_text())
+    summary = json.loads((out / "summary.json").read_text(), parse_constant=_refuse_non_standard)  # strict JSON
     assert [s["n_rows"] for s in summary["shards"]] == [300, 300, 300]
     assert summary["critical_path_seconds"] >= max(s["seconds"] for s in summary["shards"])
     assert summary["model"]["feature_names"] == ["u", "v"]

@@ -8,6 +8,8 @@ import pickle
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ppmix import GMM, MixtureModel
 from ppmix.io import FORMAT_VERSION, config_checksum
@@ -107,3 +109,32 @@ def test_loading_never_unpickles_arbitrary_objects(fitted):
 def test_saving_unfitted_model_is_an_error(tmp_path):
     with pytest.raises(ValueError, match="not fitted"):
         GMM(2).save(tmp_path / "x")
+
+
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
+        lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=4), children, max_size=4),
+        max_leaves=20,
+    )
+)
+@settings(max_examples=200, deadline=None)
+def test_reports_are_standard_json_with_non_finite_numbers_as_null(report):
+    import json
+    import math
+
+    from ppmix.io.reports import strict_json
+
+    def refuse(constant):
+        raise AssertionError(f"non-standard JSON constant {constant}")
+
+    def expected(value):
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        if isinstance(value, dict):
+            return {k: expected(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [expected(v) for v in value]
+        return value
+
+    assert json.loads(strict_json(report), parse_constant=refuse) == expected(report)

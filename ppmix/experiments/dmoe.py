@@ -25,7 +25,6 @@ other sizes (e.g. ``--n-samples 1000000``).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import time
 from pathlib import Path
@@ -39,6 +38,7 @@ from ppmix.experiments.registry import register
 from ppmix.inference.optimizers.ot.baselines import align_experts, middle_estimator, weighted_average_estimator
 from ppmix.inference.optimizers.ot.divergence import transport_divergence
 from ppmix.inference.optimizers.ot.reduction import ot_reduce
+from ppmix.io.reports import strict_json, write_json
 from ppmix.metrics import adjusted_rand_index, relative_prediction_error
 from ppmix.models.moe import MixtureOfExperts
 
@@ -289,7 +289,7 @@ def reproduce(out_dir: Path, *, quick: bool, **options: Any) -> dict:
         "paper_claims": PAPER_CLAIMS,
         "rows": rows,
     }
-    (out_dir / "dmoe.json").write_text(json.dumps(result, indent=2))
+    write_json(out_dir / "dmoe.json", result)
     files = [str(out_dir / "dmoe.json")]
     for expert in options.get("experts", ("gaussian", "logistic")):
         _plot(out_dir / f"dmoe_{expert}.png", rows, expert)
@@ -352,7 +352,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_iter=args.max_iter,
         executor=executor,
     )
-    print(json.dumps({"table": result["table"], "quality_bar": result["quality_bar"]}, indent=2))
+    print(strict_json({"table": result["table"], "quality_bar": result["quality_bar"]}))
     return 0
 
 

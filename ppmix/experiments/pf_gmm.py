@@ -15,7 +15,6 @@ reproduction therefore uses 0.01 (``LABEL_NOISE``) and prints the limits of both
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from pathlib import Path
@@ -25,6 +24,7 @@ import numpy as np
 
 from ppmix.datasets.pf import bayes_label_limits, make_pf_synthetic
 from ppmix.experiments.registry import register
+from ppmix.io.reports import write_json
 from ppmix.metrics import auroc
 from ppmix.models.baselines.class_specific import ClassSpecificGMM
 from ppmix.models.baselines.prediction_constrained import PCGMM, PredictionOnlyGMM
@@ -217,7 +217,7 @@ def run(out_dir: Path, quick: bool = False, seed: int = 0) -> dict[str, Any]:
     results["seed_study"] = seed_study(2 if quick else 10, sizes)
     results["paper_table1_auroc"] = PAPER_TABLE1_AUROC
     _print(results)
-    (out_dir / "pf_gmm.json").write_text(json.dumps(results, indent=2))
+    write_json(out_dir / "pf_gmm.json", results)
     _plot(results, relevance_plot, out_dir / "pf_gmm.png")
     return results
 

@@ -13,7 +13,6 @@ the true ``P(y_t | z^R_t)``) is printed beside each setting.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from pathlib import Path
@@ -23,6 +22,7 @@ import numpy as np
 
 from ppmix.datasets.pf_hmm import make_pf_hmm_synthetic
 from ppmix.experiments.registry import register
+from ppmix.io.reports import write_json
 from ppmix.metrics import auroc
 from ppmix.models.baselines.two_step import TwoStepHMM
 from ppmix.models.pf.pf_hmm import PFHMM, SupervisedHMM
@@ -142,7 +142,7 @@ def run(out_dir: Path, quick: bool = False, seed: int = 0) -> dict[str, Any]:
             setting["pf_beats_baselines"],
         )
     logger.info("paper (Figure 6 bottom / Figure 9): %s", PAPER_CLAIM)
-    (out_dir / "pf_hmm.json").write_text(json.dumps(result, indent=2))
+    write_json(out_dir / "pf_hmm.json", result)
     _plot(settings, out_dir / "pf_hmm.png")
     result["files"] = [str(out_dir / "pf_hmm.json"), str(out_dir / "pf_hmm.png")]
     return result

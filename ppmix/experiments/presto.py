@@ -12,7 +12,6 @@ Algorithm 1 over its initialisation is visible.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
@@ -26,6 +25,7 @@ from ppmix.components import LogisticExpert
 from ppmix.datasets.presto import make_presto_synthetic
 from ppmix.experiments.registry import register
 from ppmix.inference.optimizers.presto.components import LinearSVMComponent
+from ppmix.io.reports import write_json
 from ppmix.metrics import adjusted_rand_index, normalized_mutual_info
 
 __all__ = ["hard_alternating_minimisation", "label_grouped_partition", "run"]
@@ -297,7 +297,7 @@ def run(out_dir: Path, quick: bool) -> dict:
         "presto_part_sizes": [int(v) for v in presto.part_sizes_],
         "learn_mlr_history": am_history,
     }
-    (out_dir / "presto.json").write_text(json.dumps(result, indent=2))
+    write_json(out_dir / "presto.json", result)
     _plot(out_dir / "presto.png", X, sets, presto.partition_, result["presto_history"])
     result["files"] = [str(out_dir / "presto.json"), str(out_dir / "presto.png")]
     logger.info("PRESTO reproduction written to %s", out_dir)

@@ -27,7 +27,6 @@ and the coefficient error after matching.
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import time
 import warnings
@@ -40,6 +39,7 @@ from ppmix.datasets.rw import make_outlier_clusters, make_quadratic_regressions
 from ppmix.experiments.registry import register
 from ppmix.inference.optimizers.rw.estimator import RegularizedWeighting
 from ppmix.inference.optimizers.rw.learners import RegressionLearner
+from ppmix.io.reports import write_json
 
 __all__ = ["run"]
 
@@ -307,7 +307,7 @@ def run(out_dir: Path, quick: bool) -> dict:
         "paper": PAPER,
         "wall_time_s": time.perf_counter() - start,
     }
-    (out_dir / "rw.json").write_text(json.dumps(result, indent=2))
+    write_json(out_dir / "rw.json", result)
     rows = breakdown["max_inlier_centre_distance_over_R"]
     summary = {
         "outlier_distance": breakdown["outlier_distance"],

@@ -35,9 +35,12 @@ again to write version 2.
 from ppmix.io.atomic import check_save_target
 from ppmix.io.model_files import Savable, load_model, save_model
 from ppmix.io.registry import constructor_params, lookup_class, qualified_name, register_savable
+from ppmix.io.reports import strict_json, write_json
 from ppmix.io.schema import CONFIG_FILE, FORMAT_VERSION, TENSOR_FILE, config_checksum
 
 __all__ = [
+    "strict_json",
+    "write_json",
     "CONFIG_FILE",
     "FORMAT_VERSION",
     "TENSOR_FILE",
