@@ -198,7 +198,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
         item = registry.get(args.name)
     except KeyError as err:
         raise UserError(str(err.args[0])) from None
-    result = item.run(Path(args.out) / item.name, args.quick)
+    result = item.run(Path(args.out), args.quick)  # writes OUT/NAME.json (and its figures) as documented
     print(strict_json(result, default=str))
     return 0
 

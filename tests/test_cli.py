@@ -141,3 +141,12 @@ def test_fit_gmm_on_shards_names_a_bad_shard(tmp_path, capsys):
     argv = ["fit", "gmm", str(tmp_path / "part-*.npy"), "--k", "2", "--workers", "1", "--quiet",
             "--out", str(tmp_path / "o")]  # fmt: skip
     assert re.search(r"part-1.npy.*NaN", error_line(argv, capsys))
+
+
+def test_reproduce_writes_name_json_and_png_into_out(tmp_path):
+    """As the README says: ``ppmix reproduce NAME --out DIR`` writes ``DIR/NAME.json`` and ``DIR/NAME.png``
+    (the module's name: ``pf-hmm`` -> ``pf_hmm``), and prints the result as standard JSON."""
+    result = run("reproduce", "pf-hmm", "--quick", "--out", str(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pf_hmm.json", "pf_hmm.png"]
+    printed = json.loads(result.stdout, parse_constant=_refuse_non_standard)
+    assert printed == json.loads((tmp_path / "pf_hmm.json").read_text()) | {"files": printed["files"]}
