@@ -89,7 +89,12 @@ class HeldShard:
             for name in ("n_features_in_", "feature_names_in_"):  # not fitted yet: only the checks it can make
                 if not hasattr(model, name):
                     setattr(model, name, None)
-            prepared = model.prepare_data(*read_features(source, task.target))
+            x, y = read_features(source, task.target)
+            if isinstance(x, list) and not hasattr(model, "sequence_column"):
+                raise ValueError(
+                    f"shard {task.name} holds sequences (an NPZ with 'lengths'), but {type(model).__name__} takes rows"
+                )
+            prepared = model.prepare_data(x, y)
             self.data = model.em_data(prepared)
         except (KeyError, OSError, TypeError, ValueError) as err:  # the shard itself is wrong: a retry cannot help
             raise TaskInputError(str(err)) from err

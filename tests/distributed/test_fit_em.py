@@ -198,6 +198,12 @@ def test_a_bad_shard_is_named(tmp_path, bad, match):
     assert "shard-1" in str(info.value) or "missing.npy" in str(info.value)
 
 
+def test_sequence_shards_given_to_a_mixture_are_named(tmp_path):
+    np.savez(tmp_path / "seqs.npz", X=np.ones((6, 2)), lengths=np.array([2, 4]))
+    with pytest.raises(TaskError, match=r"seqs.npz holds sequences .* GMM takes rows"):
+        fit_em(GMM(2, seed=0, progress=False), [tmp_path / "seqs.npz"], executor="inline")
+
+
 def test_settings_are_checked_before_any_shard_is_read():
     with pytest.raises(ValueError, match="n_init"):
         fit_em(GMM(2, n_init=0), [("not", "a", "shard")], executor="inline")
