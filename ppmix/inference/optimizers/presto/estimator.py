@@ -28,9 +28,14 @@ from ppmix._validation import (
     resolve_device,
     to_output,
 )
-from ppmix.inference.optimizers.persist import SavableEstimator, load_object_tensors, object_tensors
 from ppmix.inference.optimizers.presto._mm import mm_sweep
-from ppmix.inference.optimizers.presto._routing import fit_router, load_router, router_tensors, routing_proba
+from ppmix.inference.optimizers.presto._persistence import PrestoPersistence
+from ppmix.inference.optimizers.presto._routing import fit_router, routing_proba
+from ppmix.inference.optimizers.presto._scaling import (
+    standardise_x,
+    standardise_y,
+    training_scales,
+)
 from ppmix.inference.optimizers.presto.adapters import (
     Adapter,
     check_executor,
@@ -39,14 +44,13 @@ from ppmix.inference.optimizers.presto.adapters import (
     open_executor,
 )
 from ppmix.inference.optimizers.presto.assignment import initial_partition, partition_onehot, sq_distances
-from ppmix.ops.scaling import feature_scales
 
 __all__ = ["PRESTO"]
 
 _DTYPE = torch.float64
 
 
-class PRESTO(SavableEstimator):
+class PRESTO(PrestoPersistence):
     """Partition ``N`` points into ``K`` parts while training one model per part.
 
     Implements Algorithm 1 of Sangani et al. (PRESTO) with the practical choices
@@ -282,7 +286,7 @@ class PRESTO(SavableEstimator):
         k = check_n_components(self.n_components, n)
         yt = self._check_y(y, n, device)
         self.scales_ = self._training_scales(x, yt)
-        x, yt = self._standardised(x, yt, self.scales_)
+        x, yt = standardise_x(x, self.scales_), standardise_y(yt, self.scales_)
         generator = torch.Generator().manual_seed(int(self.seed) if self.seed is not None else 0)
         if self.seed is None:
             generator.seed()
@@ -320,18 +324,8 @@ class PRESTO(SavableEstimator):
         return self
 
     def _training_scales(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The standardisation of training data ``(x, y)`` (the identity with ``standardize=False``)."""
-        zero, one = x.new_zeros(()), x.new_ones(())
-        x_mean, x_scale = feature_scales(x) if self.standardize else (x.new_zeros(x.shape[1]), x.new_ones(x.shape[1]))
-        if self.standardize and component_kind(self.component) != "logistic":  # labels stay in {0, 1}
-            y_mean, y_scale = (value[0] for value in feature_scales(y[:, None]))
-        else:
-            y_mean, y_scale = zero, one
-        return {"x_mean": x_mean, "x_scale": x_scale, "y_mean": y_mean, "y_scale": y_scale}
-
-    @staticmethod
-    def _standardised(x: torch.Tensor, y: torch.Tensor, scales: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
-        return (x - scales["x_mean"]) / scales["x_scale"], (y - scales["y_mean"]) / scales["y_scale"]
+        scale_y = component_kind(self.component) != "logistic"
+        return training_scales(x, y, standardize=bool(self.standardize), scale_y=scale_y)
 
     def _initial_partition(
         self, x: torch.Tensor, k: int, capacity: int | None, generator: torch.Generator
@@ -364,117 +358,6 @@ class PRESTO(SavableEstimator):
         singleton = losses / alpha
         return torch.where(onehot > 0, member, singleton)
 
-    # ------------------------------------------------------------------ saving
-    _SAVED_PARAMS = (
-        "n_components",
-        "ridge",
-        "alpha",
-        "leeway",
-        "epsilon",
-        "scores",
-        "max_iter",
-        "tol",
-        "router_ridge",
-        "standardize",
-        "seed",
-        "progress",
-        "device",
-    )
-
-    def get_params(self) -> dict[str, Any]:
-        """Constructor arguments as a saved file records them.
-
-        A component object is recorded as ``None`` (pass it to :meth:`load`), an
-        ``init`` array as ``"kmeans"`` and ``executor`` not at all.
-        """
-        params = super().get_params()
-        params["component"] = self.component if isinstance(self.component, str) else None
-        params["init"] = self.init if isinstance(self.init, str) else "kmeans"
-        params["router"] = self.router if isinstance(self.router, str) else None
-        return params
-
-    def state_tensors(self) -> dict[str, torch.Tensor]:
-        """Partition, component parameters and router parameters (what :meth:`save` writes)."""
-        self._check_fitted()
-        router = router_tensors(self.router_)
-        tensors = {"partition": torch.as_tensor(self.partition_, dtype=torch.long)}
-        tensors.update({f"scales.{name}": value.detach().cpu() for name, value in self.scales_.items()})
-        tensors.update(object_tensors(self.components_, "component"))
-        tensors.update(router)
-        return tensors
-
-    def extra_state(self) -> dict[str, Any]:
-        """JSON-able fitted state beyond the tensors."""
-        return {
-            "loss_history": [float(v) for v in self.loss_history_],
-            "component_type": self.component if isinstance(self.component, str) else type(self.component).__name__,
-        }
-
-    def _restore(self, tensors: dict[str, torch.Tensor], extra: dict[str, Any], template: Any) -> None:
-        k, p = int(self.n_components), int(self.n_features_in_)
-        if self.component is None:
-            if template is None:
-                raise ValueError(
-                    f"this PRESTO was saved with a {extra.get('component_type')} component object; pass an "
-                    "unfitted one of the same kind to PRESTO.load(path, component=...)"
-                )
-            self.component = template
-        device = resolve_device(self.device)
-        adapter = self._make_adapter(k, p, device)
-        load_object_tensors(adapter.comp, tensors, "component")
-        self._adapter = adapter
-        self._fit_device = device
-        self.components_ = adapter.comp
-        self.router_ = load_router(tensors, k, p, self.router_ridge, device)
-        self.scales_ = {}
-        for name in ("x_mean", "x_scale", "y_mean", "y_scale"):
-            value = tensors[f"scales.{name}"].to(dtype=_DTYPE, device=device)
-            expected = (p,) if name.startswith("x") else ()
-            if value.shape != expected or not torch.isfinite(value).all():
-                raise ValueError(f"saved scales.{name} must be finite with shape {expected}; got {tuple(value.shape)}")
-            self.scales_[name] = value
-        self.partition_ = as_numpy(tensors["partition"])
-        if self.partition_.ndim != 1 or (
-            self.partition_.size and not 0 <= self.partition_.min() <= self.partition_.max() < k
-        ):
-            raise ValueError(f"saved partition must hold part indices in [0, {k})")
-        self.part_sizes_ = np.bincount(self.partition_, minlength=k)
-        self.loss_history_ = [float(v) for v in extra["loss_history"]]
-
-    @classmethod
-    def load(cls, path: Any, component: Any = None, map_location: str | torch.device | None = None) -> "PRESTO":
-        """Load a PRESTO written by :meth:`save` (safe tensor loading, checksum and version checked).
-
-        Parameters
-        ----------
-        path : str or Path
-            Directory written by :meth:`save`.
-        component : object, optional
-            Required when the saved PRESTO used a component object (a family or
-            ``nn.Module``): an unfitted object of the same kind; its parameters are
-            replaced by the saved ones.
-        map_location : str or torch.device, optional
-            Device to load onto; it becomes the loaded estimator's ``device``. By
-            default the saved ``device`` is used (tensors are always saved from the CPU).
-
-        Raises
-        ------
-        ValueError
-            Corrupt or modified files, another format version, another class, or
-            saved tensors that do not fit ``component``.
-
-        Examples
-        --------
-        >>> import tempfile
-        >>> import numpy as np
-        >>> X = np.linspace(-1, 1, 40)[:, None]
-        >>> model = PRESTO(2, "linear", seed=0, progress=False).fit(X, np.abs(X[:, 0]))
-        >>> again = PRESTO.load(model.save(tempfile.mkdtemp()))
-        >>> bool((again.predict(X) == model.predict(X)).all())
-        True
-        """
-        return cls._load(path, component, map_location)
-
     # ------------------------------------------------------------------ prediction
     def _check_fitted(self) -> None:
         if not hasattr(self, "partition_"):
@@ -484,8 +367,7 @@ class PRESTO(SavableEstimator):
         """``X`` (any array-like, a tensor on any device) on the device the fitted state lives on."""
         self._check_fitted()
         fitted = {"n_features": self.n_features_in_, "feature_names": getattr(self, "feature_names_in_", None)}
-        x = check_matrix(X, "X", dtype=_DTYPE, device=self._fit_device, **fitted)[0]
-        return (x - self.scales_["x_mean"]) / self.scales_["x_scale"]
+        return standardise_x(check_matrix(X, "X", dtype=_DTYPE, device=self._fit_device, **fitted)[0], self.scales_)
 
     def _routing_proba(self, x: torch.Tensor) -> torch.Tensor:
         return routing_proba(self.router_, x, int(self.n_components))
@@ -537,7 +419,7 @@ class PRESTO(SavableEstimator):
         k = check_n_components(self.n_components, n)
         yt = self._check_y(y, n, device)
         scales = self.scales_ if hasattr(self, "scales_") else self._training_scales(x, yt)
-        x, yt = self._standardised(x, yt, scales)
+        x, yt = standardise_x(x, scales), standardise_y(yt, scales)
         part = torch.as_tensor(as_numpy(partition), dtype=torch.long, device=device)
         if part.shape != (n,) or part.min() < 0 or part.max() >= k:
             raise ValueError(f"partition must have shape ({n},) with values in [0, {k})")
