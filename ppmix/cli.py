@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Callable, NoReturn, Sequence
 from urllib.parse import urlsplit
 
+from ppmix._cli_common import UserError, read_csv
+
 __all__ = ["main"]
 
 logger = logging.getLogger("ppmix")
@@ -16,10 +18,6 @@ logger = logging.getLogger("ppmix")
 DEMO_COMPONENTS = 4  # the demo plants and fits this many components, so it needs at least as many points
 SCHEDULER_SCHEMES = ("tcp", "tls", "ws", "wss", "ucx")
 SCHEDULER_TIMEOUT_S = 5
-
-
-class UserError(Exception):
-    """A mistake in the command line or its input files: reported as one ``ppmix: error:`` line, exit code 2."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -64,90 +62,25 @@ def _scheduler_address(text: str) -> str:
     return text
 
 
-def _read_csv(path: Path):
-    """The CSV file at ``path`` as a DataFrame of numeric columns with at least one row, or a :class:`UserError`."""
-    import pandas as pd
-
-    if path.is_dir():
-        raise UserError(f"data file {path} is a directory, not a CSV file")
-    if not path.is_file():
-        raise UserError(f"data file {path} not found")
-    try:
-        frame = pd.read_csv(path)
-    except pd.errors.EmptyDataError:
-        raise UserError(f"data file {path} is empty; it needs a header row and data rows") from None
-    except (pd.errors.ParserError, UnicodeDecodeError, OSError) as err:
-        raise UserError(f"data file {path} is not a readable CSV file: {err}") from None
-    if frame.empty:
-        raise UserError(f"data file {path} has a header but no data rows")
-    non_numeric = [str(c) for c in frame.columns if not pd.api.types.is_numeric_dtype(frame[c])]
-    if non_numeric:
-        raise UserError(f"data file {path} has non-numeric columns {non_numeric}; drop them first")
-    return frame
-
-
-def _write_fit_outputs(model, frame, out: Path) -> dict:
-    import matplotlib
-
-    from ppmix.io.reports import write_json
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from ppmix.viz import plot_clusters, plot_history
-
-    out.mkdir(parents=True, exist_ok=True)
-    model.save(out / "model")
-    summary = model.summary()
-    summary.update({"n_samples": int(len(frame)), "bic": model.bic(frame)})
-    write_json(out / "summary.json", summary)
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    plot_clusters(model, frame.to_numpy(dtype=float), ax=axes[0])
-    plot_history(model, ax=axes[1])
-    fig.tight_layout()
-    fig.savefig(out / "plot.png", dpi=100)
-    plt.close(fig)
-    return summary
-
-
-def _gmm(args: argparse.Namespace):
-    from ppmix import GMM
-
-    return GMM(
-        args.k,
-        covariance_type=args.covariance,
-        n_init=args.n_init,
-        max_iter=args.max_iter,
-        seed=args.seed,
-        progress=not args.quiet,
-    )
+def _read_csv(path: Path, text_columns: Sequence[str] = (), named: dict | None = None):
+    """The CSV file at ``path`` as a DataFrame (see :func:`ppmix._cli_common.read_csv`), or a :class:`UserError`."""
+    return read_csv(path, text_columns, named)
 
 
 def _cmd_fit(args: argparse.Namespace) -> int:
+    """``ppmix fit gmm``: a CSV file in memory, or shards where they are read."""
     import glob
 
-    from ppmix._validation import InvalidDataError
+    from ppmix._cli_fit import fit_gmm
 
     if args.scheduler or args.workers or glob.has_magic(args.data) or not args.data.lower().endswith(".csv"):
         return _fit_shards(args, sorted(glob.glob(args.data)) if glob.has_magic(args.data) else [args.data])
-    frame = _read_csv(Path(args.data))
-    model = _gmm(args)
-    options = {"num_steps": args.num_steps} if args.engine == "svi" else {}
-    try:
-        model.fit(frame, engine=args.engine, **options)
-    except InvalidDataError as err:  # the data cannot be fitted as given; any other error is an internal one
-        raise UserError(f"data file {args.data}: {err}") from None
-    summary = _write_fit_outputs(model, frame, Path(args.out))
-    print(
-        f"fitted GMM(k={args.k}, {args.covariance}) by {args.engine}: "
-        f"mean log-likelihood {summary['mean_log_likelihood']:.4f}, BIC {summary['bic']:.1f}, "
-        f"{summary['n_iter']} iterations -> {args.out}"
-    )
-    return 0
+    return fit_gmm(args)
 
 
 def _fit_shards(args: argparse.Namespace, paths: list[str]) -> int:
     """``ppmix fit gmm 'data/part-*.parquet'``: exact EM on shards held by local processes or a Dask cluster."""
+    from ppmix._cli_fit import gmm_model
     from ppmix._validation import InvalidDataError
     from ppmix.distributed import fit_em
     from ppmix.io.reports import write_json
@@ -159,7 +92,7 @@ def _fit_shards(args: argparse.Namespace, paths: list[str]) -> int:
         raise UserError("--engine: shards are fitted by EM only (ppmix.distributed.fit_em)")
     client = _connect(args.scheduler) if args.scheduler else None
     try:
-        model = fit_em(_gmm(args), paths, executor=client, max_workers=args.workers)
+        model = fit_em(gmm_model(args), paths, executor=client, max_workers=args.workers)
     except TaskError as err:  # a shard that cannot be read is the user's; a worker that keeps failing is not
         if all(isinstance(e, TaskInputError) for e in err.failures.values()):
             raise UserError(str(err)) from None
@@ -184,6 +117,7 @@ def _fit_shards(args: argparse.Namespace, paths: list[str]) -> int:
 
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
+    from ppmix._cli_reproduce import format_report, progress_lines
     from ppmix.experiments import registry
     from ppmix.io.reports import strict_json
 
@@ -198,8 +132,11 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
         item = registry.get(args.name)
     except KeyError as err:
         raise UserError(str(err.args[0])) from None
-    result = item.run(Path(args.out), args.quick)  # writes OUT/NAME.json (and its figures) as documented
-    print(strict_json(result, default=str))
+    with progress_lines(f"reproduce {item.name}", ["ppmix.experiments"], enabled=not args.quiet) as say:
+        say(f"running{' (quick)' if args.quick else ''} into {args.out}")
+        result = item.execute(Path(args.out), args.quick)  # writes OUT/NAME.json and OUT/NAME.png
+        say("done")
+    print(strict_json(result, default=str) if args.json else format_report(item.name, result))
     return 0
 
 
@@ -209,6 +146,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     import torch
 
     from ppmix import GMM
+    from ppmix._cli_fit import write_gmm_outputs
     from ppmix.components import DiagGaussian
     from ppmix.datasets import make_gaussian_mixture
     from ppmix.metrics import adjusted_rand_index
@@ -221,7 +159,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     rows = []
     for engine, options in (("em", {}), ("svi", {"num_steps": args.svi_steps})):
         model = GMM(4, seed=args.seed, progress=False).fit(frame, engine=engine, **options)
-        summary = _write_fit_outputs(model, frame, out / engine)
+        summary = write_gmm_outputs(model, frame, out / engine)
         rows.append(
             (
                 engine,
@@ -253,32 +191,48 @@ def _connect(address: str):
 def _cmd_dmoe(args: argparse.Namespace) -> int:
     import glob
 
+    from ppmix._cli_reproduce import ProgressExecutor, progress_lines
     from ppmix.distributed import fit_distributed
     from ppmix.io.reports import write_json
-    from ppmix.parallel import TaskError
+    from ppmix.parallel import TaskError, _process_pool
 
     paths = sorted(glob.glob(args.shards))
     if not paths:
         raise UserError(f"--shards: no shard files match {args.shards!r}")
     client = _connect(args.scheduler) if args.scheduler else None
-    try:
-        fit = fit_distributed(
-            paths,
-            args.experts,
-            expert=args.expert,
-            target=args.target,
-            executor=client,
-            support_size=args.support_size,
-            n_init=args.n_init,
-            max_iter=args.max_iter,
-            seed=args.seed,
-            max_workers=args.workers,
-        )
-    except (TaskError, TypeError, ValueError) as err:
-        raise UserError(str(err)) from None
-    finally:
+    loggers = ["ppmix.distributed", "ppmix.parallel"]
+    with progress_lines("dmoe", loggers, enabled=not args.quiet) as say:
+        done = []
+
+        def tick() -> None:
+            done.append(1)
+            say(f"local fit {len(done)}/{len(paths)} done")
+
         if client is not None:
-            client.close()
+            executor = ProgressExecutor(client.get_executor(), tick)
+        else:  # a local pool of ours: a worker that dies is replaced, as fit_distributed's own pool would be
+            executor = ProgressExecutor(_process_pool(args.workers), tick, renew=lambda: _process_pool(args.workers))
+        where = f"the Dask cluster at {args.scheduler}" if client is not None else "a local process pool"
+        say(f"fitting {len(paths)} local {args.expert} MoEs (K={args.experts}) on {where}")
+        try:
+            fit = fit_distributed(
+                paths,
+                args.experts,
+                expert=args.expert,
+                target=args.target,
+                executor=executor,
+                support_size=args.support_size,
+                n_init=args.n_init,
+                max_iter=args.max_iter,
+                seed=args.seed,
+                max_workers=args.workers,
+            )
+        except (TaskError, TypeError, ValueError) as err:
+            raise UserError(str(err)) from None
+        finally:
+            executor.shutdown(wait=True, cancel_futures=True)
+            if client is not None:
+                client.close()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     fit.model.save(out / "model")
@@ -295,6 +249,8 @@ def _cmd_dmoe(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``ppmix`` argument parser; numeric options are range-checked here, before any work."""
+    from ppmix._cli_fit import add_fit_parsers
+
     positive = _int_at_least(1)
     seed = _int_at_least(0)
     parser = _Parser(prog="ppmix", description="Mixture models as probabilistic programs.")
@@ -326,12 +282,15 @@ def build_parser() -> argparse.ArgumentParser:
     gmm.add_argument("--workers", type=positive, help="local processes that hold the shards (default: one per CPU)")
     gmm.add_argument("--out", required=True, help="output directory (model/, summary.json, plot.png)")
     gmm.set_defaults(func=_cmd_fit)
+    add_fit_parsers(fit_sub, positive, seed)
 
     rep = sub.add_parser("reproduce", help="regenerate a paper's table or figure")
     rep.add_argument("name", nargs="?", help="reproduction name (see --list)")
     rep.add_argument("--list", action="store_true", help="list the available reproductions")
     rep.add_argument("--quick", action="store_true", help="small, fast version (used by the tests)")
-    rep.add_argument("--out", default="out/reproduce", help="output directory")
+    rep.add_argument("--json", action="store_true", help="print the result as JSON instead of the table")
+    rep.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    rep.add_argument("--out", default="out/reproduce", help="output directory (NAME.json, NAME.png)")
     rep.set_defaults(func=_cmd_reproduce)
 
     dmoe = sub.add_parser(
@@ -355,6 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
     dmoe.add_argument("--n-init", type=positive, default=5, help="EM restarts of every local fit")
     dmoe.add_argument("--max-iter", type=positive, default=100, help="EM iterations of every local fit")
     dmoe.add_argument("--seed", type=seed, default=0)
+    dmoe.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     dmoe.add_argument("--out", required=True, help="output directory (model/, summary.json)")
     dmoe.set_defaults(func=_cmd_dmoe)
 

@@ -39,13 +39,18 @@ def test_fit_gmm_writes_model_summary_and_plot(tmp_path):
     assert loaded.score(x) == pytest.approx(summary["mean_log_likelihood"], rel=1e-12)  # summed in another order
 
 
+PROGRESS_LINE = re.compile(r"\[ *\d+\.\ds\] ")
+
+
 def error_line(argv, capsys):
-    """The one stderr line of ``main(argv)``, which must exit with code 2."""
+    """The one error line of ``main(argv)`` on stderr, which must exit with code 2; only progress lines
+    (``[  1.2s] ...``, for work that had started when the error was found) may come before it."""
     with pytest.raises(SystemExit) as info:
         main(argv)
     assert info.value.code == 2
-    (line,) = capsys.readouterr().err.splitlines()
-    return line
+    lines = capsys.readouterr().err.splitlines()
+    assert all(PROGRESS_LINE.match(line) for line in lines[:-1]), lines
+    return lines[-1]
 
 
 def test_fit_reports_bad_csv_clearly(tmp_path, capsys):
@@ -59,7 +64,11 @@ def test_fit_reports_bad_csv_clearly(tmp_path, capsys):
     assert "n_components=3 is larger than the number of samples" in error_line(argv, capsys)
 
 
-@pytest.mark.parametrize("args", [[], ["fit"], ["fit", "gmm"], ["reproduce"], ["demo"], ["dmoe"]], ids=" ".join)
+@pytest.mark.parametrize(
+    "args",
+    [[], ["fit"], ["fit", "gmm"], ["fit", "hmm"], ["fit", "pfgmm"], ["fit", "moe"], ["reproduce"], ["demo"], ["dmoe"]],
+    ids=" ".join,
+)
 def test_help_everywhere(args, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main([*args, "--help"])
@@ -97,12 +106,19 @@ def test_dmoe_fits_parquet_shards_on_the_local_pool(tmp_path):
         "--workers", "2", "--n-init", "2", "--out", str(out),
     )  # fmt: skip
     assert "reduced 3 local gaussian MoE fits" in result.stdout
+    progress = [line.split("] ", 1)[1] for line in result.stderr.splitlines() if line.startswith("[")]
+    assert progress[0] == "dmoe: fitting 3 local gaussian MoEs (K=2) on a local process pool"
+    assert [p for p in progress if p.startswith("dmoe: local fit")] == [
+        f"dmoe: local fit {i}/3 done" for i in (1, 2, 3)
+    ]
+    assert progress[-1].startswith("dmoe: reduced 3 local fits in ")
     summary = json.loads((out / "summary.json").read_text(), parse_constant=_refuse_non_standard)  # strict JSON
     assert [s["n_rows"] for s in summary["shards"]] == [300, 300, 300]
     assert summary["critical_path_seconds"] >= max(s["seconds"] for s in summary["shards"])
     assert summary["model"]["feature_names"] == ["u", "v"]
     model = MixtureOfExperts.load(out / "model")
-    assert model.score(data.X, data.y) > data.true_model().score(data.X, data.y) - 0.1
+    n = len(data.y)  # mean log-likelihood (``score`` is scikit-learn's R² for a regressor)
+    assert model.log_likelihood(data.X, data.y) / n > data.true_model().log_likelihood(data.X, data.y) / n - 0.1
 
 
 def test_dmoe_reports_missing_and_bad_shards(tmp_path, capsys):
@@ -143,10 +159,232 @@ def test_fit_gmm_on_shards_names_a_bad_shard(tmp_path, capsys):
     assert re.search(r"part-1.npy.*NaN", error_line(argv, capsys))
 
 
-def test_reproduce_writes_name_json_and_png_into_out(tmp_path):
+def test_reproduce_prints_the_table_and_writes_name_json_and_png_into_out(tmp_path):
     """As the README says: ``ppmix reproduce NAME --out DIR`` writes ``DIR/NAME.json`` and ``DIR/NAME.png``
-    (the module's name: ``pf-hmm`` -> ``pf_hmm``), and prints the result as standard JSON."""
+    (the module's name: ``pf-hmm`` -> ``pf_hmm``), prints the readable "ours (paper)" report and shows
+    its progress on stderr."""
     result = run("reproduce", "pf-hmm", "--quick", "--out", str(tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pf_hmm.json", "pf_hmm.png"]
-    printed = json.loads(result.stdout, parse_constant=_refuse_non_standard)
-    assert printed == json.loads((tmp_path / "pf_hmm.json").read_text()) | {"files": printed["files"]}
+    assert "D_R = 2 relevant features" in result.stdout and "paper: pf-HMM has the highest" in result.stdout
+    assert re.search(r"pf-HMM +0\.\d{3} +0\.\d{3}", result.stdout)  # a row of the table: AUROC at K = 2, 4
+    assert f"written: {tmp_path / 'pf_hmm.json'}, {tmp_path / 'pf_hmm.png'}" in result.stdout
+    saved = json.loads((tmp_path / "pf_hmm.json").read_text(), parse_constant=_refuse_non_standard)
+    assert [s["n_relevant"] for s in saved["settings"]] == [2, 5, 20]
+    progress = result.stderr.splitlines()
+    assert re.match(r"\[ +\d+\.\ds\] reproduce pf-hmm: running \(quick\)", progress[0])
+    assert any("D_R=2 K=4" in line for line in progress) and progress[-1].endswith("reproduce pf-hmm: done")
+
+
+@pytest.fixture
+def fake_reproduction(monkeypatch):
+    """``ppmix reproduce fake``: logs two steps, writes ``fake.json`` and two figures, returns a NaN."""
+    import logging
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ppmix.io.reports import write_json
+
+    def fake(out_dir, quick):
+        log = logging.getLogger("ppmix.experiments.fake")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        result = {"quick": quick, "score": float("nan"), "table": [{"method": "ours", "paper": 0.5, "value": 0.25}]}
+        for i, part in enumerate(("a", "b")):
+            log.info("step %d of 2", i + 1)
+            fig, ax = plt.subplots(figsize=(2 + i, 2))
+            ax.plot([0, 1])
+            fig.savefig(out_dir / f"fake_{part}.png")
+            plt.close(fig)
+        write_json(out_dir / "fake.json", result)
+        return {**result, "files": [str(out_dir / "fake.json")]}
+
+    fake.__module__ = "ppmix.experiments.fake"  # its files are named after its module
+    item = registry.Reproduction("fake", "a test reproduction", fake)
+    monkeypatch.setattr(registry, "get", lambda name: item)
+    return item
+
+
+def test_reproduce_json_quiet_and_a_figure_made_of_parts(tmp_path, capsys, fake_reproduction):
+    assert main(["reproduce", "fake", "--json", "--quiet", "--out", str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""  # --quiet: no progress
+    printed = json.loads(captured.out, parse_constant=_refuse_non_standard)  # strict JSON: NaN -> null
+    assert printed["score"] is None
+    assert printed["files"] == [str(tmp_path / "fake.json"), str(tmp_path / "fake.png")]
+    import matplotlib.image as mpimg
+
+    stacked, parts = mpimg.imread(tmp_path / "fake.png"), [mpimg.imread(tmp_path / f"fake_{p}.png") for p in "ab"]
+    assert stacked.shape[0] == sum(p.shape[0] for p in parts) and stacked.shape[1] == max(p.shape[1] for p in parts)
+
+
+def test_reproduce_shows_progress_and_a_table_by_default(tmp_path, capsys, fake_reproduction):
+    assert main(["reproduce", "fake", "--out", str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    assert "score: -" in captured.out and re.search(r"ours +0\.500 +0\.250", captured.out)
+    lines = captured.err.splitlines()
+    assert [line.split("] ", 1)[1] for line in lines] == [
+        f"reproduce fake: running into {tmp_path}",
+        "reproduce fake: step 1 of 2",
+        "reproduce fake: step 2 of 2",
+        "reproduce fake: done",
+    ]
+
+
+# ------------------------------------------------------------------------------ fit hmm / pfgmm / moe
+def _sequences_csv(path, with_id=True):
+    """Six sequences of two sticky states (levels 100 and 106 in 'temp'), in time order."""
+    rng = np.random.default_rng(0)
+    frames = []
+    for s in range(6):
+        z = np.repeat(rng.integers(0, 2, 8), 5)
+        x = z[:, None] * 6.0 + rng.normal(size=(40, 2)) + [100.0, 50.0]
+        frames.append(pd.DataFrame({"run": f"r{s}", "temp": x[:, 0], "pressure": x[:, 1]}))
+    frame = pd.concat(frames, ignore_index=True)
+    (frame if with_id else frame.drop(columns="run")).to_csv(path, index=False)
+    return frame
+
+
+def test_fit_hmm_by_sequence_column(tmp_path, capsys):
+    from ppmix import HMM
+
+    frame = _sequences_csv(tmp_path / "runs.csv")
+    out = tmp_path / "out"
+    argv = ["fit", "hmm", str(tmp_path / "runs.csv"), "--k", "2", "--sequence-column", "run", "--quiet",
+            "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    assert "fitted HMM(k=2, diag) by em on 6 sequence(s) of 240 rows" in capsys.readouterr().out
+    summary = json.loads((out / "summary.json").read_text(), parse_constant=_refuse_non_standard)
+    assert summary["feature_names"] == ["temp", "pressure"] and summary["n_sequences"] == 6
+    assert sorted(round(m[0]) for m in summary["means"]) == [100, 106]  # the user's scale
+    assert min(np.diag(summary["transition"])) > 0.8 and sum(summary["state_counts"]) == 240
+    assert (out / "plot.png").stat().st_size > 1000
+    model = HMM.load(out / "model")
+    assert model.score(frame) == pytest.approx(summary["mean_log_likelihood"], rel=1e-6)
+
+
+def test_fit_hmm_whole_file_is_one_sequence_and_bad_input_names_the_option(tmp_path, capsys):
+    _sequences_csv(tmp_path / "one.csv", with_id=False)
+    assert main(["fit", "hmm", str(tmp_path / "one.csv"), "--k", "2", "--quiet", "--out", str(tmp_path / "o")]) == 0
+    assert "on 1 sequence(s) of 240 rows" in capsys.readouterr().out
+    _sequences_csv(tmp_path / "runs.csv")
+    argv = ["fit", "hmm", str(tmp_path / "runs.csv"), "--k", "2", "--quiet", "--out", str(tmp_path / "o2")]
+    assert "non-numeric columns ['run']" in error_line(argv, capsys)  # the id column needs --sequence-column
+    line = error_line([*argv, "--sequence-column", "id"], capsys)
+    assert line.startswith("ppmix: error: --sequence-column: no column 'id'") and "temp, pressure" in line
+    line = error_line([*argv, "--sequence-column", "run", "--k", "500"], capsys)
+    assert "runs.csv" in line and "n_components=500 is larger than" in line
+    assert not (tmp_path / "o2").exists()
+
+
+def _pf_csv(path):
+    from ppmix.datasets import make_pf_synthetic
+
+    data = make_pf_synthetic(300, n_relevant=2, n_features=5, seed=0)
+    frame = pd.DataFrame(data.X, columns=["age", "dose", "noise1", "noise2", "noise3"])
+    frame["outcome"] = np.where(data.y == 1, "sick", "well")
+    frame.to_csv(path, index=False)
+    return frame
+
+
+def test_fit_pfgmm_reports_auroc_and_the_relevant_features_by_name(tmp_path, capsys):
+    from ppmix import PFGMM
+
+    frame = _pf_csv(tmp_path / "patients.csv")
+    out = tmp_path / "out"
+    argv = ["fit", "pfgmm", str(tmp_path / "patients.csv"), "--target", "outcome", "--k", "4", "--quiet",
+            "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "positive class 'well'" in printed and "relevant features (2 of 5): age, dose" in printed
+    summary = json.loads((out / "summary.json").read_text(), parse_constant=_refuse_non_standard)
+    assert summary["classes"] == ["sick", "well"] and summary["train_auroc"] > 0.9
+    assert summary["relevant_features"] == ["age", "dose"] and summary["n_relevant"] == 2
+    assert list(summary["relevance_by_feature"]) == ["age", "dose", "noise1", "noise2", "noise3"]
+    assert (out / "plot.png").stat().st_size > 1000
+    model = PFGMM.load(out / "model")
+    proba = np.asarray(model.predict_proba(frame.drop(columns="outcome")))[:, 1]
+    from ppmix.metrics import auroc
+
+    assert auroc((frame["outcome"] == "well").to_numpy(), proba) == pytest.approx(summary["train_auroc"])
+
+
+def test_fit_pfgmm_bad_target_is_one_line_naming_it(tmp_path, capsys):
+    frame = _pf_csv(tmp_path / "p.csv")
+    base = ["fit", "pfgmm", str(tmp_path / "p.csv"), "--k", "2", "--quiet", "--out", str(tmp_path / "o")]
+    assert "--target: no column 'label'" in error_line([*base, "--target", "label"], capsys)
+    frame.assign(outcome=np.arange(len(frame)) % 3).to_csv(tmp_path / "p.csv", index=False)
+    assert "--target: column 'outcome' must hold two classes; it holds 3" in error_line(
+        [*base, "--target", "outcome"], capsys
+    )
+    assert "--switch-prior: must be a probability" in error_line([*base, "--target", "outcome",
+                                                                  "--switch-prior", "0"], capsys)  # fmt: skip
+
+
+def test_fit_moe_gaussian_and_logistic(tmp_path, capsys):
+    from ppmix.datasets.moe import make_moe
+    from ppmix.models.moe import MixtureOfExperts
+
+    data = make_moe(300, n_experts=2, n_features=1, param_range=2, seed=1)
+    pd.DataFrame({"dose": data.X[:, 0], "response": data.y}).to_csv(tmp_path / "reg.csv", index=False)
+    out = tmp_path / "reg"
+    argv = ["fit", "moe", str(tmp_path / "reg.csv"), "--target", "response", "--k", "2", "--n-init", "2",
+            "--quiet", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    assert "fitted MixtureOfExperts(k=2, gaussian) to 'response'" in capsys.readouterr().out
+    summary = json.loads((out / "summary.json").read_text(), parse_constant=_refuse_non_standard)
+    assert summary["feature_names"] == ["dose"] and len(summary["coef"]) == 2 and summary["train_r2"] > 0
+    model = MixtureOfExperts.load(out / "model")
+    n = len(data.y)  # mean log-likelihood (``score`` is scikit-learn's R² for a regressor)
+    assert model.log_likelihood(data.X, data.y) / n > data.true_model().log_likelihood(data.X, data.y) / n - 0.1
+    assert (out / "plot.png").stat().st_size > 1000
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(300, 2))
+    y = np.where(x[:, 0] > 0, x[:, 1] > 0, x[:, 1] < 0)  # XOR-like: two logistic experts split on x0
+    pd.DataFrame({"a": x[:, 0], "b": x[:, 1], "label": np.where(y, "yes", "no")}).to_csv(tmp_path / "cls.csv",
+                                                                                          index=False)  # fmt: skip
+    argv = ["fit", "moe", str(tmp_path / "cls.csv"), "--target", "label", "--expert", "logistic", "--experts", "2",
+            "--n-init", "2", "--quiet", "--out", str(tmp_path / "cls")]  # fmt: skip
+    assert main(argv) == 0
+    summary = json.loads((tmp_path / "cls" / "summary.json").read_text(), parse_constant=_refuse_non_standard)
+    assert summary["classes"] == ["no", "yes"] and summary["train_accuracy"] > 0.8
+    assert "expert" in summary and summary["expert"] == "logistic"
+
+
+def test_fit_moe_bad_input_is_one_line_naming_it(tmp_path, capsys):
+    pd.DataFrame({"x": [1.0, 2.0, 3.0], "y": ["a", "b", "c"]}).to_csv(tmp_path / "d.csv", index=False)
+    base = ["fit", "moe", str(tmp_path / "d.csv"), "--k", "2", "--quiet", "--out", str(tmp_path / "o")]
+    assert "--target: no column 'z'" in error_line([*base, "--target", "z"], capsys)
+    assert "non-numeric columns ['y']" in error_line([*base, "--target", "y"], capsys)  # Gaussian: numeric y
+    assert "--target: column 'y' must hold two classes" in error_line(
+        [*base, "--target", "y", "--expert", "logistic"], capsys
+    )
+    assert "--k/--experts: must be an integer >= 2" in error_line([*base[:3], "--k", "1", "--target", "y",
+                                                         "--out", str(tmp_path / "o")], capsys)  # fmt: skip
+    pd.DataFrame({"y": [1.0, 2.0, 3.0]}).to_csv(tmp_path / "only.csv", index=False)
+    line = error_line(["fit", "moe", str(tmp_path / "only.csv"), "--k", "2", "--target", "y",
+                       "--out", str(tmp_path / "o")], capsys)  # fmt: skip
+    assert "no feature columns besides the target 'y'" in line
+
+
+def test_fit_gmm_plot_is_on_the_users_scale_with_the_column_names(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ppmix.viz import plot_clusters
+
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame(rng.normal(size=(100, 2)) + [170.0, 65.0], columns=["height", "weight"])
+    frame.iloc[:50] += 5.0  # two clusters
+    ax = plot_clusters(GMM(2, seed=0, progress=False).fit(frame), frame)
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("height", "weight")
+    assert 160 < ax.get_xlim()[0] < 170 < ax.get_xlim()[1] and 55 < ax.get_ylim()[0] < 65 < ax.get_ylim()[1]
+    wide = pd.DataFrame(rng.normal(size=(100, 3)), columns=["u", "v", "w"])
+    wide.iloc[:50] += 5.0
+    ax = plot_clusters(GMM(2, seed=0, progress=False).fit(wide), wide)
+    assert ax.get_xlabel().startswith("PC1 = ") and "·" in ax.get_xlabel()
+    plt.close("all")
