@@ -1,43 +1,240 @@
 """Build ArviZ ``InferenceData`` for any fitted ``MixtureModel`` from plain dicts.
 
 ``az.from_pyro`` accepts only MCMC objects, so ppmix assembles the groups itself:
-draws of the global sites (MCMC draws, draws from the SVI guide, or the single
-point estimate), the pointwise log-likelihood and the discrete-latent posterior
-for every draw, and the observed data.
+
+- ``posterior``: draws of the global sites: the (relabelled) MCMC draws, draws from an
+  SVI ``normal`` guide, draws from a Laplace approximation when asked
+  (``approximation="laplace"``), or else the single point estimate;
+- ``log_likelihood``: the pointwise log-likelihood for every draw;
+- ``posterior_predictive``: one replicated data set per draw, drawn by Pyro's
+  ``Predictive`` from the program with its observed sites unconditioned and its
+  globals set to the draw (new discrete latents are drawn, not enumerated);
+- ``prior`` and ``prior_predictive``: ``num_samples`` draws of the globals from the
+  proper priors of :meth:`~ppmix.models.base.MixtureModel.bayesian` (the priors MCMC
+  uses) and a replicated data set for each; left out when a site of the program has
+  no proper prior (a flat prior, even under ``bayesian()``);
+- ``observed_data``; ``discrete_posterior``: the per-draw posterior probabilities of
+  the enumerated latents.
+
+``idata.attrs["ppmix_draws"]`` says where the posterior draws come from (``"mcmc"``,
+``"svi_normal_guide"``, ``"laplace"`` or ``"point_estimate"``). A point estimate is one
+draw: ArviZ's ``loo``/``waic``/``compare`` cannot use it, so building such an
+InferenceData warns (:class:`PointEstimateWarning`) with the ways to get draws.
 """
 
 from __future__ import annotations
 
+import inspect
+import logging
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+from pyro import poutine
+from pyro.distributions import ImproperUniform
+from pyro.distributions.transforms import biject_to
+from pyro.infer import Predictive, TraceEnum_ELBO
 from pyro.infer.autoguide import AutoNormal
+from pyro.poutine.subsample_messenger import _Subsample
 
 from ppmix.inference.engines.params import local_params
 
 if TYPE_CHECKING:
     from ppmix.models.base import MixtureModel
 
+logger = logging.getLogger(__name__)
 
-def global_draws(model: "MixtureModel", data: Any, num_samples: int) -> dict[str, torch.Tensor]:
-    """Draws of every global site with leading ``(chain, draw)`` dimensions."""
+APPROXIMATIONS = (None, "laplace")
+
+
+class PointEstimateWarning(UserWarning):
+    """The InferenceData holds one draw (a point estimate): ``az.loo``/``az.waic``/``az.compare`` need draws."""
+
+
+def global_draws(
+    model: "MixtureModel", data: Any, num_samples: int, approximation: str | None = None
+) -> tuple[dict[str, torch.Tensor], str]:
+    """Draws of every global site with leading ``(chain, draw)`` dimensions, and where they come from."""
     samples = getattr(model, "mcmc_samples_", None)
     if model.engine_ == "mcmc" and samples:
-        return samples
+        return samples, "mcmc"
     guide = model.variational_guide_
     if model.engine_ == "svi" and isinstance(guide, AutoNormal):
         with local_params(), torch.no_grad(), model.forked_rng(offset=1):
             draws = [guide(data) for _ in range(num_samples)]
-        return {k: torch.stack([d[k] for d in draws])[None] for k in draws[0]}
-    return {k: v[None, None] for k, v in model.get_globals().items()}
+        return {k: torch.stack([d[k] for d in draws])[None] for k in draws[0]}, "svi_normal_guide"
+    if approximation == "laplace":
+        return laplace_draws(model, data, num_samples), "laplace"
+    return {k: v[None, None] for k, v in model.get_globals().items()}, "point_estimate"
 
 
-def build_inference_data(model: "MixtureModel", data: Any, num_samples: int = 100) -> Any:
-    """``InferenceData`` with posterior, log_likelihood, observed_data and discrete_posterior groups."""
+# ------------------------------------------------------------------ Laplace approximation
+def _empty_guide(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+def laplace_draws(model: "MixtureModel", data: Any, num_samples: int) -> dict[str, torch.Tensor]:
+    """``num_samples`` draws ``(1, S, ...)`` from a Laplace approximation at the fitted point estimates.
+
+    Each global site is mapped to the unconstrained space of its support (``biject_to``:
+    log for scales, stick-breaking for weights, ...). There the posterior is approximated
+    by a Gaussian centred on the point estimate whose precision is the negative Hessian of
+    the fitted objective (the log-likelihood with every discrete latent summed out, plus
+    the log prior density as the program writes it: zero under ppmix's flat priors). The
+    draws are mapped back. Exact for no model, good when ``N`` is large beside the number
+    of parameters and the fit is a well-separated optimum; every model whose discrete
+    latents are enumerated in its program qualifies (not the pf models).
+    """
+    values = model.get_globals()
+    with local_params(), torch.no_grad():
+        trace = poutine.trace(poutine.condition(model.model, values)).get_trace(data)
+    names = [n for n in values if n in trace.nodes and trace.nodes[n]["type"] == "sample"]
+    sampled = [
+        name
+        for name, site in trace.nodes.items()
+        if site["type"] == "sample"
+        and not site["is_observed"]
+        and name not in values
+        and not isinstance(site["fn"], _Subsample)
+        and site["infer"].get("enumerate") != "parallel"
+    ]
+    if set(names) != set(values) or sampled:
+        raise ValueError(
+            f"a Laplace approximation needs every global of {type(model).__name__} to be a site of its program "
+            "and every discrete latent enumerated there; fit with engine='mcmc' or engine='svi', guide='normal'"
+        )
+    transforms = {n: biject_to(trace.nodes[n]["fn"].support) for n in names}
+    unconstrained = {n: transforms[n].inv(values[n]) for n in names}
+    shapes = {n: unconstrained[n].shape for n in names}
+    sizes = [unconstrained[n].numel() for n in names]
+    centre = torch.cat([unconstrained[n].reshape(-1) for n in names]).to(torch.float64)
+
+    def split(flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        parts = torch.split(flat, sizes)
+        return {n: transforms[n](p.reshape(shapes[n]).to(values[n].dtype)) for n, p in zip(names, parts)}
+
+    elbo = TraceEnum_ELBO(max_plate_nesting=model.max_plate_nesting)
+
+    def negative_log_joint(flat: torch.Tensor) -> torch.Tensor:
+        return elbo.differentiable_loss(poutine.condition(model.model, split(flat)), _empty_guide, data)
+
+    with local_params():
+        precision = torch.autograd.functional.hessian(negative_log_joint, centre)
+    precision = 0.5 * (precision + precision.T)
+    chol, info = torch.linalg.cholesky_ex(precision)
+    if int(info) != 0 or not torch.isfinite(precision).all():
+        raise ValueError(
+            "the fitted objective is not strictly concave at the point estimate (a flat direction: an empty or "
+            "duplicated component?), so it has no Laplace approximation; fit with engine='mcmc'"
+        )
+    with torch.no_grad(), model.forked_rng(offset=4):
+        noise = torch.randn(num_samples, centre.numel(), dtype=centre.dtype)
+        steps = torch.linalg.solve_triangular(chol.T, noise.T, upper=True).T  # covariance = precision^-1
+        draws = [split(centre + step) for step in steps]
+    return {n: torch.stack([d[n] for d in draws])[None].detach() for n in names}
+
+
+# --------------------------------------------------------------- replicated data sets
+def _replicated_sites(trace: Any) -> list[str]:
+    return [
+        name for name, site in trace.nodes.items() if site["type"] == "sample" and site["infer"].get("was_observed")
+    ]
+
+
+def _as_observed(values: dict[str, torch.Tensor], data: Any, observed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Map replicated sites ``{site: (S, ...)}`` onto the observed variables' names and shapes.
+
+    A site named like the observed variable is taken as it is; sites ``name_0, name_1, ...``
+    (one per time step of a sequence model) are stacked along time and, when the data has
+    a ``mask`` ``(B, T)`` of real steps, restricted to them (the frames).
+    """
+    out = {}
+    for name, obs in observed.items():
+        value = values.get(name)
+        if value is None and f"{name}_0" in values:
+            steps = []
+            while f"{name}_{len(steps)}" in values:
+                steps.append(values[f"{name}_{len(steps)}"])
+            value = torch.stack(steps, dim=2)  # (S, B, T, ...)
+            mask = getattr(data, "mask", None)
+            if isinstance(mask, torch.Tensor) and tuple(mask.shape) == tuple(value.shape[1:3]):
+                value = value[:, mask.to(value.device)]
+        if value is None:
+            continue
+        value = value.detach().cpu().numpy()
+        if value.shape[1:] != obs.shape:
+            logger.debug("replicated %r has shape %s, observed %s: left out", name, value.shape[1:], obs.shape)
+            continue
+        out[name] = value
+    return out
+
+
+def posterior_predictive(
+    model: "MixtureModel", data: Any, draws: dict[str, torch.Tensor], observed: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """One replicated data set per draw, ``{observed name: (chains, draws, *observed shape)}``."""
+    n_chains, n_draws = next(iter(draws.values())).shape[:2]
+    flat = {k: v.reshape(n_chains * n_draws, *v.shape[2:]) for k, v in draws.items()}
+    # conditioned on the first draw as well, so Predictive's shape-finding run never samples a prior
+    program = poutine.condition(poutine.uncondition(model.model), {k: v[0] for k, v in flat.items()})
+    with local_params(), torch.no_grad(), model.forked_rng(offset=2):
+        trace = poutine.trace(program).get_trace(data)
+        globals_ = {k: v for k, v in flat.items() if k in trace.nodes and trace.nodes[k]["type"] == "sample"}
+        sites = _replicated_sites(trace)
+        values = _predictive(program, data, globals_, n_chains * n_draws, sites, trace)
+    return {k: v.reshape(n_chains, n_draws, *v.shape[1:]) for k, v in _as_observed(values, data, observed).items()}
+
+
+def _predictive(program: Any, data: Any, posterior: dict | None, num: int, sites: list[str], trace: Any) -> dict:
+    """``Predictive`` (sequential) over ``num`` runs; each site reshaped to ``(num, *its shape in trace)``."""
+    predictive = Predictive(program, posterior_samples=posterior, num_samples=num, return_sites=sites)
+    out = predictive(data)
+    return {k: v.reshape(num, *trace.nodes[k]["value"].shape) for k, v in out.items()}
+
+
+def _base_dist(fn: Any) -> Any:
+    while hasattr(fn, "base_dist"):
+        fn = fn.base_dist
+    return fn
+
+
+def prior_samples(
+    model: "MixtureModel", data: Any, names: list[str], observed: dict[str, np.ndarray], num_samples: int
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None:
+    """Draws of the globals ``names`` from the proper priors of ``bayesian()`` and a replicated data set for each,
+    ``(1, S, ...)``; ``None`` when a global site has no proper prior."""
+    program = poutine.uncondition(model.model)
+    with local_params(), torch.no_grad(), model.bayesian(), model.forked_rng(offset=3):
+        try:
+            trace = poutine.trace(program).get_trace(data)
+        except NotImplementedError:  # an improper prior that cannot be sampled
+            return None
+        globals_ = [n for n in names if n in trace.nodes and trace.nodes[n]["type"] == "sample"]
+        if not globals_ or any(isinstance(_base_dist(trace.nodes[n]["fn"]), ImproperUniform) for n in globals_):
+            return None
+        sites = _replicated_sites(trace)
+        values = _predictive(program, data, None, num_samples, globals_ + sites, trace)
+    prior = {n: values[n].detach().cpu().numpy()[None] for n in globals_}
+    replicated = {k: v[None] for k, v in _as_observed(values, data, observed).items()}
+    return prior, replicated
+
+
+# ------------------------------------------------------------------------- the builder
+def build_inference_data(
+    model: "MixtureModel", data: Any, num_samples: int = 100, approximation: str | None = None
+) -> Any:
+    """``InferenceData`` with the groups listed in this module's docstring.
+
+    ``approximation="laplace"`` makes a point fit (EM, ``delta`` SVI) give
+    ``num_samples`` draws from :func:`laplace_draws` instead of its single point
+    estimate; it does not change the draws of MCMC or of an SVI ``normal`` guide.
+    """
     import arviz as az
 
-    draws = global_draws(model, data, num_samples)
+    if approximation not in APPROXIMATIONS:
+        raise ValueError(f"approximation must be one of {APPROXIMATIONS}; got {approximation!r}")
+    draws, source = global_draws(model, data, num_samples, approximation)
     n_chains, n_draws = next(iter(draws.values())).shape[:2]
     saved_state, saved_guide = model.state_tensors(), model._guide_cache
     loglik, discrete = [], {}
@@ -64,12 +261,22 @@ def build_inference_data(model: "MixtureModel", data: Any, num_samples: int = 10
     if names is not None and len(names) == observed[obs_name].shape[-1]:
         coords["feature"] = names
         dims[obs_name] = ["obs_id", "feature"]
+    replicated = _optional("posterior_predictive", lambda: posterior_predictive(model, data, draws, observed))
+    prior = _optional("prior", lambda: prior_samples(model, data, list(draws), observed, num_samples), quiet=True)
+    groups: dict[str, Any] = {}
+    if replicated:
+        groups["posterior_predictive"] = replicated
+    if prior is not None:
+        groups["prior"] = prior[0]
+        if prior[1]:
+            groups["prior_predictive"] = prior[1]
     idata = az.from_dict(
         posterior={k: v.detach().cpu().numpy() for k, v in draws.items()},
         log_likelihood={obs_name: per_draw(loglik)},
         observed_data=observed,
         coords=coords or None,
         dims=dims or None,
+        **groups,
     )
     if discrete:
         discrete_ds = az.dict_to_dataset(
@@ -77,4 +284,34 @@ def build_inference_data(model: "MixtureModel", data: Any, num_samples: int = 10
             dims={f"{name}_probs": ["obs_id", "component"] for name in discrete},
         )
         idata.add_groups({"discrete_posterior": discrete_ds})
+    idata.attrs["ppmix_draws"] = source
+    idata.attrs["ppmix_engine"] = model.engine_
+    if n_chains * n_draws == 1:
+        idata.attrs["ppmix_note"] = _one_draw_message(model)
+        warnings.warn(_one_draw_message(model), PointEstimateWarning, stacklevel=3)
     return idata
+
+
+def _optional(group: str, build: Any, quiet: bool = False) -> Any:
+    """Build an optional group; on failure warn (or, ``quiet``, log) and leave it out."""
+    try:
+        return build()
+    except Exception as err:  # noqa: BLE001 - an optional group never stops to_arviz
+        message = f"to_arviz: the {group} group is left out ({type(err).__name__}: {err})"
+        if quiet:
+            logger.info(message)
+        else:
+            warnings.warn(message, UserWarning, stacklevel=4)
+        return None
+
+
+def _one_draw_message(model: "MixtureModel") -> str:
+    offers_laplace = "approximation" in inspect.signature(model.to_arviz).parameters
+    laplace = ", or to_arviz(approximation='laplace') for draws from a Laplace approximation" if offers_laplace else ""
+    fit = {"em": "an EM fit", "svi": "a point-mass (guide='delta') SVI fit"}.get(model.engine_, "a fit")
+    return (
+        f"this InferenceData holds one draw, the point estimate of {fit} of "
+        f"{type(model).__name__}: az.loo, az.waic and az.compare need posterior draws (ArviZ fails on one draw "
+        "with an IndexError), and az.summary cannot compute ess or r_hat. To get draws, fit with engine='mcmc' "
+        f"(num_chains=2 or more for r_hat) or engine='svi' with guide='normal'{laplace}."
+    )

@@ -1,0 +1,131 @@
+"""ArviZ beyond point estimates (issue 21, item 2): posterior_predictive and prior groups, ``az.plot_ppc``
+after MCMC and after SVI with a normal guide, and what a point fit (EM) says about ``az.loo``."""
+
+import warnings
+
+import matplotlib
+import numpy as np
+import pytest
+import torch
+
+from ppmix import GMM, HMM, PFGMM, MixtureOfExperts
+from ppmix.models._arviz import PointEstimateWarning, build_inference_data
+
+az = pytest.importorskip("arviz")
+matplotlib.use("Agg")
+
+
+def _three_groups(n=90, seed=0):
+    rng = np.random.default_rng(seed)
+    return np.array([[-6.0, 0.0], [0.0, 6.0], [6.0, 0.0]])[np.arange(n) % 3] + rng.normal(size=(n, 2))
+
+
+@pytest.fixture(scope="module")
+def mcmc_gmm():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return GMM(3, seed=0, progress=False).fit(_three_groups(), engine="mcmc", num_samples=20, warmup_steps=20)
+
+
+def test_mcmc_inference_data_has_replicated_data_and_the_prior(mcmc_gmm):
+    idata = mcmc_gmm.to_arviz()
+    assert {"posterior_predictive", "prior", "prior_predictive"} <= set(idata.groups())
+    assert idata.posterior_predictive["x"].shape == (1, 20, 90, 2)
+    assert idata.prior["locs"].shape == (1, 100, 3, 2)
+    assert idata.prior_predictive["x"].shape == (1, 100, 90, 2)
+    assert idata.attrs["ppmix_draws"] == "mcmc"
+    # each replicate comes from its own draw of the globals: the replicated means follow the posterior's
+    replicated = idata.posterior_predictive["x"].values.reshape(20, 90, 2)
+    assert np.isfinite(replicated).all()
+    assert abs(replicated.mean() - _three_groups().mean()) < 0.5
+    # the prior is the proper prior MCMC samples under: wider than the posterior
+    assert float(idata.prior["locs"].std()) > 5 * float(idata.posterior["locs"].std(dim=("chain", "draw")).max())
+    ax = az.plot_ppc(idata, num_pp_samples=10)
+    assert ax is not None
+
+
+def test_svi_normal_guide_supports_plot_ppc_and_loo():
+    gmm = GMM(3, seed=0, progress=False).fit(_three_groups(), engine="svi", num_steps=150, guide="normal")
+    idata = gmm.to_arviz(num_samples=30)
+    assert idata.posterior_predictive["x"].shape == (1, 30, 90, 2)
+    assert idata.attrs["ppmix_draws"] == "svi_normal_guide"
+    az.plot_ppc(idata, num_pp_samples=10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # ArviZ's Pareto-k warning on 30 draws
+        loo = az.loo(idata)
+    assert np.isfinite(loo.elpd_loo)
+
+
+def test_em_fit_says_az_loo_needs_draws():
+    """What a user does after EM: ``az.loo(model.to_arviz())``. The InferenceData warns first, with the ways out."""
+    gmm = GMM(3, seed=0, progress=False).fit(_three_groups())
+    with pytest.warns(PointEstimateWarning, match=r"az\.loo.*need posterior draws.*engine='mcmc'.*guide='normal'"):
+        idata = gmm.to_arviz()
+    assert idata.attrs["ppmix_draws"] == "point_estimate"
+    assert "az.loo" in idata.attrs["ppmix_note"]
+    assert idata.posterior["locs"].shape == (1, 1, 3, 2)
+    assert idata.posterior_predictive["x"].shape == (1, 1, 90, 2)
+
+
+def test_laplace_approximation_gives_a_point_fit_draws_that_az_loo_accepts():
+    x = _three_groups(150)
+    gmm = GMM(3, seed=0, progress=False).fit(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PointEstimateWarning)
+        idata = build_inference_data(gmm, gmm.prepare_data(x), num_samples=200, approximation="laplace")
+    assert idata.attrs["ppmix_draws"] == "laplace"
+    locs = idata.posterior["locs"]
+    assert locs.shape == (1, 200, 3, 2)
+    # centred on the maximum-likelihood means, spread about sigma / sqrt(N_k) = 1 / sqrt(50)
+    np.testing.assert_allclose(locs.mean(dim="draw").values[0], gmm.means_.numpy(), atol=0.05)
+    np.testing.assert_allclose(locs.std(dim="draw").values[0], 1 / np.sqrt(50), rtol=0.35)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loo = az.loo(idata)
+    # p_loo, the effective number of parameters, near the model's 14 (2 weights, 6 means, 6 scales)
+    assert np.isfinite(loo.elpd_loo) and 8 < loo.p_loo < 20
+    assert loo.elpd_loo == pytest.approx(gmm.score(x) * 150, abs=25)
+
+
+def test_laplace_is_refused_clearly_where_it_does_not_exist():
+    x = _three_groups(60)
+    labels = (x[:, 0] > 0).astype(int)
+    pf = PFGMM(2, switch_prior=0.5, seed=0, progress=False).fit(x, labels)  # its switch posterior is no site
+    with pytest.raises(ValueError, match="Laplace approximation needs every global"):
+        build_inference_data(pf, pf.prepare_data(x, labels), approximation="laplace")
+    with pytest.raises(ValueError, match="approximation must be one of"):
+        build_inference_data(pf, pf.prepare_data(x, labels), approximation="nuts")
+
+
+def test_hmm_replicates_frames_and_moe_replicates_the_target():
+    rng = np.random.default_rng(0)
+    seqs = [rng.normal(size=(int(rng.integers(5, 9)), 2)) for _ in range(6)]
+    hmm = HMM(2, seed=0, progress=False).fit(seqs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PointEstimateWarning)
+        idata = hmm.to_arviz()
+    frames = sum(len(s) for s in seqs)
+    assert idata.observed_data["x"].shape == (frames, 2)
+    assert idata.posterior_predictive["x"].shape == (1, 1, frames, 2)
+    assert idata.prior["transition"].shape == (1, 100, 2, 2)
+    np.testing.assert_allclose(idata.prior["transition"].values.sum(-1), 1.0)
+    x = rng.normal(size=(80, 2))
+    y = 2 * x[:, 0] + 0.1 * rng.normal(size=80)
+    moe = MixtureOfExperts(2, seed=0, progress=False).fit(x, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PointEstimateWarning)
+        idata = moe.to_arviz(x, y)
+    replicated = idata.posterior_predictive["y"].values[0, 0]
+    assert replicated.shape == (80,)
+    assert np.corrcoef(replicated, y)[0, 1] > 0.9  # replicated given the same X
+
+
+def test_to_arviz_is_reproducible_and_leaves_the_global_rng_alone(mcmc_gmm):
+    torch.manual_seed(123)
+    expected = torch.rand(1)
+    torch.manual_seed(123)
+    first = mcmc_gmm.to_arviz()
+    assert torch.equal(torch.rand(1), expected)
+    second = mcmc_gmm.to_arviz()
+    np.testing.assert_array_equal(first.posterior_predictive["x"].values, second.posterior_predictive["x"].values)
+    np.testing.assert_array_equal(first.prior["locs"].values, second.prior["locs"].values)
