@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import numpy as np
 import torch
+from sklearn.exceptions import DataConversionWarning
+from sklearn.exceptions import NotFittedError as SklearnNotFittedError
 
 __all__ = [
     "InvalidDataError",
@@ -21,8 +24,9 @@ __all__ = [
 ]
 
 
-class NotFittedError(ValueError, AttributeError):
-    """Raised when a model is used for prediction before ``fit``."""
+class NotFittedError(SklearnNotFittedError):
+    """Raised when a model is used for prediction before ``fit`` (scikit-learn's ``NotFittedError``,
+    itself a ``ValueError`` and an ``AttributeError``)."""
 
 
 class InvalidDataError(ValueError):
@@ -144,23 +148,44 @@ def check_matrix(
         if x.dtype == torch.bool or x.is_complex() or not (x.is_floating_point() or x.dtype in _INT_DTYPES):
             raise TypeError(f"{name} must be a real numeric tensor; got dtype {x.dtype}")
         tensor = x.detach().to(device=resolve_device(device) if device is not None else x.device, dtype=dtype)
+    elif hasattr(x, "tocsr"):  # scipy.sparse matrix or array
+        raise TypeError(f"{name} is a sparse {type(x).__name__}; sparse input is not supported: pass {name}.toarray()")
     else:
-        array = np.asarray(x)
-        if array.dtype == object or array.dtype.kind not in "iuf":
-            raise TypeError(f"{name} must be a real numeric array; got dtype {array.dtype}")
+        array = _numeric_array(x, name)
         if not array.flags.writeable:  # e.g. pandas copy-on-write views
             array = array.copy()
         tensor = torch.as_tensor(array, dtype=dtype, device=resolve_device(device))
     if tensor.dim() != 2:
-        hint = " (reshape a single feature with X.reshape(-1, 1))" if tensor.dim() == 1 else ""
+        hint = f". Reshape your data with {name}.reshape(-1, 1) if it has a single feature" if tensor.dim() == 1 else ""
         raise InvalidDataError(f"{name} must be 2-D (n_samples, n_features); got {tensor.dim()}-D{hint}")
     if tensor.shape[0] == 0 or tensor.shape[1] == 0:
-        raise InvalidDataError(f"{name} is empty: shape {tuple(tensor.shape)}")
+        what = "sample" if tensor.shape[0] == 0 else "feature"
+        raise InvalidDataError(
+            f"{name} is empty: 0 {what}(s) (shape={tuple(tensor.shape)}) while a minimum of 1 is required."
+        )
     if not torch.isfinite(tensor).all():
         raise InvalidDataError(f"{name} contains NaN or infinite values")
     if n_features is not None and tensor.shape[1] != n_features:
-        raise InvalidDataError(f"{name} has {tensor.shape[1]} features, but the model was fitted with {n_features}")
+        raise InvalidDataError(
+            f"{name} has {tensor.shape[1]} features, but it is expecting {n_features} features as input: "
+            f"the model was fitted with {n_features}"
+        )
     return tensor, names
+
+
+def _numeric_array(x: Any, name: str) -> np.ndarray:
+    """``x`` as a real numeric numpy array; an object array of numbers is converted (as scikit-learn does)."""
+    array = np.asarray(x)
+    if array.dtype.kind == "c":
+        raise InvalidDataError(f"{name} must be real: Complex data not supported")
+    if array.dtype == object:
+        try:
+            return array.astype(np.float64)
+        except (TypeError, ValueError) as err:
+            raise TypeError(f"{name} must hold numbers only ({err})") from None
+    if array.dtype.kind not in "iuf":
+        raise TypeError(f"{name} must be a real numeric array; got dtype {array.dtype}")
+    return array
 
 
 def _reorder_columns(frame: Any, names: list[str], expected: list[str], name: str) -> tuple[Any, list[str]]:
@@ -219,8 +244,30 @@ def check_n_components(n_components: Any, n_samples: int) -> int:
     """``n_components`` must be an integer in ``[1, n_samples]``."""
     k = check_positive_int(n_components, "n_components")
     if k > n_samples:
-        raise InvalidDataError(f"n_components={k} is larger than the number of samples ({n_samples})")
+        raise InvalidDataError(
+            f"n_components={k} is larger than the number of samples ({n_samples}): n_samples={n_samples}"
+        )
     return k
+
+
+def ravel_column_vector(values: np.ndarray, name: str = "y") -> np.ndarray:
+    """A ``(n, 1)`` column as ``(n,)``, with scikit-learn's ``DataConversionWarning``; anything else unchanged.
+
+    Examples
+    --------
+    >>> import warnings
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore")
+    ...     ravel_column_vector(np.zeros((3, 1))).shape
+    (3,)
+    """
+    if values.ndim == 2 and values.shape[1] == 1:
+        warnings.warn(
+            DataConversionWarning(f"A column-vector {name} was passed when a 1d array was expected; it is raveled"),
+            stacklevel=3,
+        )
+        return values[:, 0]
+    return values
 
 
 def to_output(result: torch.Tensor, like: Any) -> Any:

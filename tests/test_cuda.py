@@ -314,7 +314,7 @@ def test_moe_gaussian_cuda_float64_matches_cpu(tmp_path):
         assert _is_on_gpu(value) and value.dtype == torch.float64, name
         assert_close(value, getattr(cpu, name), **F64, msg=name)
     assert_close(gpu.history_, cpu.history_, **F64)
-    assert gpu.score(X, y) == pytest.approx(cpu.score(X, y), rel=1e-8)
+    assert gpu.log_likelihood(X, y) == pytest.approx(cpu.log_likelihood(X, y), rel=1e-8)
     for method in ("predict", "gate_probabilities", "predict_components"):
         out = getattr(gpu, method)(X)
         assert isinstance(out, np.ndarray), method
@@ -333,7 +333,7 @@ def test_moe_gaussian_float32_on_cuda():
     gpu = _fit_quietly(_moe(GPU, torch.float32), X, y)
     assert gpu.coef_.dtype == torch.float32 and _is_on_gpu(gpu.coef_)
     assert_close(gpu.coef_, ref.coef_, rtol=1e-2, atol=1e-2)
-    assert gpu.score(X, y) == pytest.approx(ref.score(X, y), rel=1e-3)
+    assert gpu.log_likelihood(X, y) == pytest.approx(ref.log_likelihood(X, y), rel=1e-3)
 
 
 # ---------------------------------------------- forward-backward and Viterbi

@@ -49,9 +49,11 @@ def test_bad_parameters(kwargs, error, match):
         GMM(progress=False, **kwargs).fit(X)
 
 
-def test_y_is_rejected_for_unsupervised_model():
-    with pytest.raises(ValueError, match="y must be None"):
-        GMM(2, progress=False).fit(X, np.zeros(30))
+def test_y_is_ignored_by_an_unsupervised_model():
+    """scikit-learn's convention (pipelines and cross-validation pass y to every step)."""
+    with_y = GMM(2, seed=0, progress=False).fit(X, np.zeros(30))
+    assert with_y.lower_bound_ == GMM(2, seed=0, progress=False).fit(X).lower_bound_
+    assert with_y.score(X, np.ones(30)) == with_y.score(X)
 
 
 @pytest.mark.parametrize("method", ["predict", "predict_proba", "score_samples", "score", "bic"])

@@ -93,7 +93,7 @@ def _metrics(model: MixtureOfExperts, truth: MixtureOfExperts, data: dict[str, n
     X, y, labels = data["X"], data["y"], data["labels"]
     out = {
         "transport": transport_divergence(truth, model, X[:eval_points]),
-        "log_lik": model.score(X, y),
+        "log_lik": model.log_likelihood(X, y) / len(y),
         "mse": parameter_mse(model, truth, X[:eval_points]),
         "ari": adjusted_rand_index(labels, model.predict_components(X)),
     }

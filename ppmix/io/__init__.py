@@ -34,7 +34,7 @@ again to write version 2.
 
 from ppmix.io.atomic import check_save_target
 from ppmix.io.model_files import Savable, load_model, save_model
-from ppmix.io.registry import constructor_params, lookup_class, qualified_name, register_savable
+from ppmix.io.registry import lookup_class, qualified_name, register_savable
 from ppmix.io.reports import strict_json, write_json
 from ppmix.io.schema import CONFIG_FILE, FORMAT_VERSION, TENSOR_FILE, config_checksum
 
@@ -47,7 +47,6 @@ __all__ = [
     "Savable",
     "check_save_target",
     "config_checksum",
-    "constructor_params",
     "load_model",
     "lookup_class",
     "qualified_name",

@@ -9,12 +9,14 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 if TYPE_CHECKING:
     from ppmix.models.base import MixtureModel
+from ppmix._estimator import Estimator, constructor_parameters
 from ppmix.io.atomic import _discard, _fsync_dir, _install, check_save_target
-from ppmix.io.registry import _constructor_parameters, qualified_name, register_savable
+from ppmix.io.registry import qualified_name, register_savable
 from ppmix.io.schema import (
     _CHECKSUM_KEY,
     _FITTED,
@@ -87,7 +89,7 @@ def save_model(model: "MixtureModel", path: str | Path) -> Path:
         "format_version": FORMAT_VERSION,
         "ppmix_version": __version__,
         "class": cls.qualified_name(),
-        "params": _to_json(model.get_params(), "params"),
+        "params": _to_json(model.saved_params(), "params"),
         "fitted": {k: _to_json(getattr(model, k, None), f"fitted.{k}") for k in _FITTED},
         "extra": _to_json(model.extra_state(), "extra"),
     }
@@ -247,13 +249,17 @@ def load_model(
     if expected is not None and not issubclass(cls, expected):
         raise ValueError(f"{path} holds a {cls.__name__}, not a {expected.__name__}")
     tensors = _read_tensors(tensor_path, map_location)
-    if map_location is not None and "device" in _constructor_parameters(cls):
+    if map_location is not None and "device" in constructor_parameters(cls):
         params["device"] = str(map_location)
     try:
         model = cls(**params)
     except (TypeError, ValueError, KeyError, AttributeError, RuntimeError) as err:
         raise ValueError(f"{config_path}: {cls.__name__} refuses the saved constructor arguments: {err}") from None
     for name, value in fitted.items():
+        if name == "classes_":  # a classifier's labels, as the array scikit-learn expects (absent otherwise)
+            if value is not None:
+                model.classes_ = np.asarray(value)
+            continue
         setattr(model, name, value)
     try:
         model.load_extra_state(extra)
@@ -270,12 +276,12 @@ def load_model(
     return model
 
 
-class Savable:
+class Savable(Estimator):
     """What every savable ppmix object shares: its subclasses are registered for :func:`load_model`,
     named by :meth:`qualified_name`, and written by :meth:`save` (``config.json`` + ``tensors.pt``).
 
     :class:`~ppmix.models.MixtureModel` and the optimizers (PRESTO, RegularizedWeighting) derive
-    from it. A subclass provides ``get_params()`` (JSON-able constructor arguments),
+    from it. A subclass provides ``saved_params()`` (JSON-able constructor arguments),
     ``_check_fitted()`` and ``state_tensors()``/``load_state_tensors()``; ``extra_state()``
     /``load_extra_state()`` carry JSON-able fitted state beyond the tensors.
 
@@ -295,6 +301,10 @@ class Savable:
     def qualified_name(cls) -> str:
         """``module.QualName``: how saved files name their class."""
         return qualified_name(cls)
+
+    def saved_params(self) -> dict[str, Any]:
+        """The constructor arguments a saved file records; default: all of them (``get_params(deep=False)``)."""
+        return self.get_params(deep=False)
 
     def save(self, path: str | Path) -> Path:
         """Write the fitted object to the directory ``path`` atomically; see :func:`save_model`."""

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import inspect
-from typing import Any
 
 #: every class that saved files may name: the mixture models (registered by ``MixtureModel``'s
 #: subclass hook) and the optimizers (PRESTO, RegularizedWeighting), one registry for all
@@ -59,39 +57,3 @@ def lookup_class(name: str) -> type | None:
             return _REGISTRY[name]
     matches = {c for c in _REGISTRY.values() if c.__name__ == name.rsplit(".", 1)[-1]}
     return matches.pop() if len(matches) == 1 else None
-
-
-
-def _constructor_parameters(cls: type) -> dict[str, inspect.Parameter]:
-    """Named constructor parameters of ``cls``, following ``**kwargs`` forwarded to the parents' ``__init__``
-    (the first class in the MRO that names a parameter defines it)."""
-    params: dict[str, inspect.Parameter] = {}
-    for klass in cls.__mro__:
-        if "__init__" not in vars(klass):
-            continue
-        signature = inspect.signature(vars(klass)["__init__"])
-        for name, p in signature.parameters.items():
-            if name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-                params.setdefault(name, p)
-        if not any(p.kind == p.VAR_KEYWORD for p in signature.parameters.values()):
-            break
-    return params
-
-
-def constructor_params(obj: Any, fixed: tuple[str, ...] = ()) -> dict[str, Any]:
-    """The constructor arguments of ``obj``, read back from its attributes of the same names.
-
-    A constructor that forwards ``**kwargs`` to its parent's takes the parent's named
-    arguments too; names in ``fixed`` (set by a subclass itself) are left out.
-
-    Examples
-    --------
-    >>> class A:
-    ...     def __init__(self, a=1, *, b=2):
-    ...         self.a, self.b = a, b
-    >>> constructor_params(A(3))
-    {'a': 3, 'b': 2}
-    """
-    return {name: getattr(obj, name) for name in _constructor_parameters(type(obj)) if name not in fixed}
-
-

@@ -12,7 +12,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ppmix.io.registry import _constructor_parameters, lookup_class
+from ppmix._estimator import constructor_parameters
+from ppmix.io.registry import lookup_class
 
 FORMAT_NAME = "ppmix-model"
 #: version 2: ``config_sha256`` over the whole config (and so over the tensor file); version 1 had only
@@ -20,7 +21,16 @@ FORMAT_NAME = "ppmix-model"
 FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 CONFIG_FILE, TENSOR_FILE = "config.json", "tensors.pt"
-_FITTED = ("engine_", "history_", "n_iter_", "converged_", "lower_bound_", "n_features_in_", "feature_names_in_")
+_FITTED = (
+    "engine_",
+    "history_",
+    "n_iter_",
+    "converged_",
+    "lower_bound_",
+    "n_features_in_",
+    "feature_names_in_",
+    "classes_",
+)
 _CHECKSUM_KEY = "config_sha256"
 _CONTENT_KEYS = ("format", "format_version", "ppmix_version", "class", "params", "fitted", "extra", "tensors_sha256")
 
@@ -138,6 +148,11 @@ _FITTED_TYPES: dict[str, tuple[str, Callable[[Any], bool]]] = {
         "a list of strings or null",
         lambda v: v is None or (isinstance(v, list) and all(isinstance(x, str) for x in v)),
     ),
+    "classes_": (
+        "a list of two labels (strings, numbers or booleans) or null",
+        lambda v: v is None
+        or (isinstance(v, list) and len(v) == 2 and all(isinstance(x, (str, bool)) or _is_number(x) for x in v)),
+    ),
 }
 
 #: annotation names the schema checks; parameters annotated otherwise (``Any``, a class) take any JSON value
@@ -180,7 +195,7 @@ def _check_params(cls: type, params: Any) -> dict[str, Any]:
     """
     if not isinstance(params, dict):
         raise ValueError(f"field 'params' must be an object, got {type(params).__name__}")
-    signature = _constructor_parameters(cls)
+    signature = constructor_parameters(cls)
     fixed = tuple(getattr(cls, "fixed_params", ()) or ())
     allowed = {name: p for name, p in signature.items() if name not in fixed}
     decoded: dict[str, Any] = {}

@@ -13,6 +13,8 @@ _EXPORTS = {
     "GMM": "ppmix.models.gmm",
     "HMM": "ppmix.models.hmm",
     "MixtureOfExperts": "ppmix.models.moe",
+    "FlatPriorError": "ppmix.models._flat",
+    "PointEstimateWarning": "ppmix.models._arviz",
     **dict.fromkeys(
         [
             "PFGMM",

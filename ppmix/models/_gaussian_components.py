@@ -18,7 +18,7 @@ from pyro.distributions import constraints
 from ppmix._validation import InvalidDataError
 from ppmix.components import DiagGaussian, FullGaussian
 from ppmix.components.centred import CentredData, as_floor
-from ppmix.models._flat import FlatPrior
+from ppmix.models._flat import flat_prior
 from ppmix.ops.kmeans import kmeans, kmeans_plusplus, nearest_centre
 
 COVARIANCE_TYPES = ("diag", "full")
@@ -86,6 +86,23 @@ def check_squared_range(x: torch.Tensor, name: str = "X") -> None:
         )
 
 
+def drop_leading_ones(value: torch.Tensor, dim: int) -> torch.Tensor:
+    """``value`` without leading singleton dimensions beyond its ``dim`` own ones.
+
+    A site's value replayed or conditioned from outside (e.g. Pyro's ``Predictive`` pads
+    global samples with singleton dimensions up to ``max_plate_nesting``) may carry them; the
+    component families want their parameters as ``(K, D)``.
+
+    Examples
+    --------
+    >>> drop_leading_ones(torch.zeros(1, 1, 2, 3), 2).shape
+    torch.Size([2, 3])
+    """
+    while value.dim() > dim and value.shape[0] == 1:
+        value = value[0]
+    return value
+
+
 class GaussianComponentsMixin:
     """Gaussian components for a :class:`~ppmix.models.base.MixtureModel` subclass.
 
@@ -142,10 +159,14 @@ class GaussianComponentsMixin:
         return comp.variance if isinstance(comp, DiagGaussian) else comp.covariance
 
     # ------------------------------------------------------------- Pyro sites
-    def _simplex_prior(self, batch: tuple[int, ...], k: int, opts: dict) -> dist.Distribution:
-        """Flat on the simplex for maximum likelihood, ``Dirichlet(1)`` under MCMC."""
+    def _simplex_prior(self, site: str, batch: tuple[int, ...], k: int, opts: dict) -> dist.Distribution:
+        """Flat on the simplex for maximum likelihood, ``Dirichlet(1)`` under MCMC.
+
+        The flat prior's sampler is a point mass at the current value of ``site`` (see
+        :func:`~ppmix.models._flat.flat_prior`).
+        """
         if not self.is_bayesian:
-            return FlatPrior(constraints.simplex, batch, (k,))
+            return flat_prior(self, site, constraints.simplex, batch, (k,), opts)
         return dist.Dirichlet(torch.ones(*batch, k, **opts))
 
     def _component_prior(self, site: str, k: int, d: int, opts: dict) -> dist.Distribution:
@@ -156,8 +177,10 @@ class GaussianComponentsMixin:
                 "corr_cholesky": constraints.corr_cholesky,
             }
             event = (d, d) if site == "corr_cholesky" else (d,)
-            return FlatPrior(support[site], (k,), event)
-        mean, std = self._data_mean.to(**opts), self._data_std.to(**opts)
+            return flat_prior(self, site, support[site], (k,), event, opts)
+        # before a fit (no data scale recorded) the weak priors are centred at 0 with unit scale
+        mean = getattr(self, "_data_mean", torch.zeros(d)).to(**opts)
+        std = getattr(self, "_data_std", torch.ones(d)).to(**opts)
         if site == "locs":
             return dist.Normal(mean, 3.0 * std).to_event(1)
         if site == "scales":
@@ -170,11 +193,12 @@ class GaussianComponentsMixin:
         """Sample the component sites in the ``components`` plate (``plate`` when the model
         already opened it) and return their family."""
         with plate if plate is not None else pyro.plate("components", k):
-            locs = pyro.sample("locs", self._component_prior("locs", k, d, opts))
-            scales = pyro.sample("scales", self._component_prior("scales", k, d, opts))
+            locs = drop_leading_ones(pyro.sample("locs", self._component_prior("locs", k, d, opts)), 2)
+            scales = drop_leading_ones(pyro.sample("scales", self._component_prior("scales", k, d, opts)), 2)
             if self.covariance_type == "diag":
                 return DiagGaussian(locs, scales)
             corr = pyro.sample("corr_cholesky", self._component_prior("corr_cholesky", k, d, opts))
+            corr = drop_leading_ones(corr, 3)
             return FullGaussian(locs, scales[..., None] * corr)
 
     # ---------------------------------------------------- sites <-> the family

@@ -23,15 +23,29 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from sklearn.utils.metaestimators import available_if
+
 from ppmix.components.statistics import merge_statistics, scale_statistics
 
 __all__ = ["OnlineEMMixin"]
+
+
+def _online_em_available(model: Any) -> bool:
+    """Whether ``model`` offers ``partial_fit``; a model that cannot names why (an ``AttributeError``, so
+    ``hasattr(model, "partial_fit")`` is False and scikit-learn does not try it)."""
+    if why := getattr(model, "online_em_unavailable", None):
+        raise AttributeError(f"{type(model).__name__} has no partial_fit: {why}")
+    return True
 
 
 class OnlineEMMixin:
     """``partial_fit`` by stochastic EM for a :class:`~ppmix.models.base.MixtureModel` with ``em_statistics``
     and ``em_update`` (GMM, HMM)."""
 
+    #: set by a subclass that cannot learn online: the reason, given when ``partial_fit`` is asked for
+    online_em_unavailable: str | None = None
+
+    @available_if(_online_em_available)
     def partial_fit(self, X: Any, y: Any = None, *, step_offset: float = 2.0, step_exponent: float = 0.6) -> Any:
         """One step of online EM (Cappé & Moulines, 2009) on the chunk ``X``.
 

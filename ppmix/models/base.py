@@ -18,6 +18,7 @@ import pyro
 import torch
 from pyro.infer import TraceEnum_ELBO
 from pyro.nn import PyroModule
+from sklearn.base import DensityMixin
 
 from ppmix._validation import NotFittedError, check_matrix, check_positive_int, resolve_device, to_output
 from ppmix.inference.engines import run_em, run_mcmc, run_svi
@@ -29,7 +30,7 @@ from ppmix.inference.engines.enumeration import (
     sample_program,
 )
 from ppmix.inference.engines.params import local_params
-from ppmix.io import Savable, constructor_params, load_model
+from ppmix.io import Savable, load_model
 from ppmix.models._params import check_seed, store_params
 
 __all__ = ["MixtureModel"]
@@ -37,7 +38,7 @@ __all__ = ["MixtureModel"]
 ENGINES = ("em", "svi", "mcmc")
 
 
-class MixtureModel(Savable, PyroModule):
+class MixtureModel(DensityMixin, Savable, PyroModule):
     """Base class of ppmix's generative mixture models.
 
     Parameters
@@ -54,6 +55,8 @@ class MixtureModel(Savable, PyroModule):
 
     Notes
     -----
+    A scikit-learn estimator (``get_params``, ``set_params``, ``clone``, pipelines, grid
+    search): a density estimator whose ``score`` is the mean log-likelihood per data point.
     Fitted attributes end in ``_``: ``engine_``, ``history_`` (objective per data
     point after every iteration/step), ``n_iter_``, ``converged_``, ``lower_bound_``,
     ``n_features_in_`` and ``feature_names_in_``.
@@ -121,8 +124,12 @@ class MixtureModel(Savable, PyroModule):
         site at the current parameter values, discrete latents enumerated in the model.
 
         Override to use another family (e.g. enumerated discrete sites in the guide).
+
+        Its parameters stay local to this model (never in Pyro's global param store), so the
+        guides of several models in one session cannot read each other's values.
         """
-        return self._point_guide()(data)
+        with local_params():
+            return self._point_guide()(data)
 
     # ------------------------------------------------------- optional EM hooks
     def em_initialize(self, data: Any, generator: torch.Generator) -> None:
@@ -148,10 +155,9 @@ class MixtureModel(Savable, PyroModule):
     def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> Any:
         """Validate user input and return what ``model``/``guide`` receive.
 
-        Default: a single 2-D float matrix, no target.
+        Default: a single 2-D float matrix; ``y`` is ignored (scikit-learn's convention for
+        unsupervised estimators, so they fit inside pipelines and cross-validation).
         """
-        if y is not None:
-            raise ValueError(f"{type(self).__name__} is unsupervised; y must be None")
         n_features, names_in = (None, None) if fitting else (self.n_features_in_, self.feature_names_in_)
         x, names = check_matrix(
             X, "X", dtype=self.dtype, device=self._device, n_features=n_features, feature_names=names_in
@@ -381,6 +387,10 @@ class MixtureModel(Savable, PyroModule):
         data = self.prepare_data(X)
         return to_output(self.responsibilities(data).argmax(-1), self.output_like(X))
 
+    def fit_predict(self, X: Any, y: Any = None, **fit_options: Any) -> Any:
+        """``fit(X, y, **fit_options)``, then :meth:`predict` on the same ``X``."""
+        return self.fit(X, y, **fit_options).predict(X)
+
     def pointwise_log_likelihood(self, data: Any) -> torch.Tensor:
         """``log p(x_n | globals)`` for every data point, shape ``(N,)``.
 
@@ -448,35 +458,25 @@ class MixtureModel(Savable, PyroModule):
             yield
 
     # ================================================================== ArviZ
-    def to_arviz(self, X: Any = None, y: Any = None, num_samples: int = 100) -> Any:
-        """ArviZ ``InferenceData`` of the fit.
+    def to_arviz(self, X: Any = None, y: Any = None, num_samples: int = 100, approximation: str | None = None) -> Any:
+        """ArviZ ``InferenceData`` of the fit (groups and draws: :func:`ppmix.models._arviz.build_inference_data`).
 
-        Groups: ``posterior`` (draws of the global sites: the MCMC draws, draws from an
-        SVI ``normal`` guide, or the single point estimate of EM/``delta`` SVI),
-        ``log_likelihood`` (pointwise, per draw), ``observed_data`` and
-        ``discrete_posterior`` (per-draw posterior probabilities of the enumerated
-        latents). ``X`` defaults to the training data.
+        ``posterior`` holds the relabelled MCMC draws, an SVI ``normal`` guide's draws, Laplace draws at
+        the point estimate (``approximation="laplace"``) or else the one point estimate of EM/``delta``
+        SVI, which ``az.loo`` cannot use (a ``PointEstimateWarning`` says so). ``X`` defaults to the training data.
         """
         from ppmix.models._arviz import build_inference_data
 
         self._check_fitted()
         if (data := self._train_data if X is None else self.prepare_data(X, y)) is None:
             raise ValueError("X is required: this model holds no training data (loaded from disk, or fitted on shards)")
-        return build_inference_data(self, data, num_samples=num_samples)
+        return build_inference_data(self, data, num_samples=num_samples, approximation=approximation)
 
     def arviz_dims(self) -> dict[str, list[str]]:
         """Dimension names of each global site (after chain and draw), for ArviZ."""
         return {}
 
     # ============================================================ persistence
-    #: constructor arguments of a parent class that a subclass fixes (not its own parameters)
-    fixed_params: ClassVar[tuple[str, ...]] = ()
-
-    def get_params(self) -> dict[str, Any]:
-        """Constructor arguments, read back from the attributes of the same names (see
-        :func:`ppmix.io.constructor_params`; :attr:`fixed_params` left out)."""
-        return constructor_params(self, self.fixed_params)
-
     @classmethod
     def load(cls, path: str | Path, map_location: str | torch.device | None = None) -> "MixtureModel":
         """Load a model written by :meth:`save` (safe tensor loading, version checked)."""
@@ -489,10 +489,6 @@ class MixtureModel(Savable, PyroModule):
     def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
         """Inverse of :meth:`state_tensors`."""
         self.set_globals(tensors)
-
-    def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
-        return f"{type(self).__name__}({args})"
 
     # attributes read before fitting
     n_features_in_: int

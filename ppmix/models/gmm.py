@@ -112,7 +112,7 @@ class GMM(GaussianComponentsMixin, InformationCriteriaMixin, OnlineEMMixin, Mixt
         """``weights -> z_n -> x_n`` with the component index enumerated in parallel."""
         k, d = self.n_components, x.shape[1]
         opts = {"dtype": x.dtype, "device": x.device}
-        weights = pyro.sample("weights", self._simplex_prior((), k, opts))
+        weights = pyro.sample("weights", self._simplex_prior("weights", (), k, opts))
         family = self._sample_components(k, d, opts)
         with self.data_plate(x.shape[0]) as idx:
             z = pyro.sample("z", dist.Categorical(weights), infer={"enumerate": "parallel"})

@@ -14,7 +14,7 @@ from ppmix._validation import check_n_components, check_positive_int, to_output
 from ppmix.components.centred import CentredData
 from ppmix.inference.engines.forward_backward import ForwardBackwardResult, forward_backward, viterbi
 from ppmix.models._criteria import InformationCriteriaMixin
-from ppmix.models._gaussian_components import GaussianComponentsMixin
+from ppmix.models._gaussian_components import GaussianComponentsMixin, drop_leading_ones
 from ppmix.models._online import OnlineEMMixin
 from ppmix.models._params import store_params
 from ppmix.models._sequences import SequenceBatch, as_sequence_batch
@@ -132,9 +132,7 @@ class HMM(GaussianComponentsMixin, InformationCriteriaMixin, OnlineEMMixin, Mixt
 
     # ------------------------------------------------------------------- data
     def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> SequenceBatch:
-        """Sequences as a padded :class:`SequenceBatch` (``X`` may be ``(padded, lengths)``)."""
-        if y is not None:
-            raise ValueError("HMM is unsupervised; y must be None")
+        """Sequences as a padded :class:`SequenceBatch` (``X`` may be ``(padded, lengths)``); ``y`` is ignored."""
         return self._prepare_sequences(X, None, fitting=fitting)
 
     def _prepare_sequences(self, X: Any, y: Any, *, fitting: bool) -> SequenceBatch:
@@ -198,10 +196,12 @@ class HMM(GaussianComponentsMixin, InformationCriteriaMixin, OnlineEMMixin, Mixt
 
     def _sample_chain(self, k: int, opts: dict) -> tuple["_Chain", pyro.plate]:
         """Sample ``initial`` and ``transition`` (in the ``components`` plate, also returned)."""
-        initial = pyro.sample("initial", self._simplex_prior((), k, opts))
+        # values given from outside (Predictive) may carry leading singleton dimensions
+        initial = drop_leading_ones(pyro.sample("initial", self._simplex_prior("initial", (), k, opts)), 1)
         components = pyro.plate("components", k)
         with components:
-            transition = pyro.sample("transition", self._simplex_prior((k,), k, opts))
+            transition = pyro.sample("transition", self._simplex_prior("transition", (k,), k, opts))
+        transition = drop_leading_ones(transition, 2)
         return _Chain(initial, transition, torch.eye(k, **opts)), components
 
     # -------------------------------------------------------------- globals

@@ -10,13 +10,15 @@ import pyro.distributions as dist
 import torch
 import torch.nn.functional as F
 from pyro.distributions import constraints
+from sklearn.utils.metaestimators import available_if
 
 from ppmix._validation import check_matrix, to_output
 from ppmix.components import GaussianExpert, LogisticExpert, SoftmaxGate
-from ppmix.models._flat import FlatPrior
+from ppmix.models._flat import flat_prior
 from ppmix.models._params import store_params
+from ppmix.models._target import TargetKindMixin
 from ppmix.models.base import MixtureModel
-from ppmix.models.moe_data import check_response, prepare_training_data
+from ppmix.models.moe_data import check_response, prepare_training_data, referenced_gate
 from ppmix.models.moe_moves import initial_responsibilities, split_and_merge
 from ppmix.ops.logspace import normalize_log_joint_
 
@@ -34,7 +36,7 @@ def _family_attribute(family: str, name: str, doc: str) -> property:
     return property(lambda self: getattr(getattr(self, family), name), doc=doc)
 
 
-class MixtureOfExperts(MixtureModel):
+class MixtureOfExperts(TargetKindMixin, MixtureModel):
     """Mixture of experts: ``z | x ~ softmax(x^T alpha)``, ``y | x, z = k ~ expert_k(x)``.
 
     The gate is a :class:`~ppmix.components.SoftmaxGate` (the last gate fixed to zero,
@@ -126,9 +128,21 @@ class MixtureOfExperts(MixtureModel):
         super().__init__(n_experts)
         store_params(self, locals())
 
-    # ------------------------------------------------------------ checking
+    @property
+    def _classifies(self) -> bool:
+        return self.expert == "logistic"
+
+    @property
+    def n_components(self) -> int:
+        """The number of mixture components: ``n_experts`` (the parameter to set)."""
+        return self.n_experts
+
+    @n_components.setter
+    def n_components(self, value: int) -> None:
+        if "n_experts" in vars(self):  # MixtureModel.__init__ sets it before n_experts exists
+            raise AttributeError("a MixtureOfExperts has n_experts components; set n_experts instead")
+
     def validate_params(self) -> None:
-        self.n_components = self.n_experts
         super().validate_params()
         if self.n_experts < 2:
             raise ValueError(f"n_experts must be >= 2; got {self.n_experts}")
@@ -149,6 +163,7 @@ class MixtureOfExperts(MixtureModel):
 
     def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """Standardised covariates and the response, ``(x, y)`` (``y`` is ``None`` when not given)."""
+        y = self._encode_response(y, fitting=fitting)
         if fitting:
             return prepare_training_data(self, X, y)
         x = self._covariates(X)
@@ -183,13 +198,18 @@ class MixtureOfExperts(MixtureModel):
 
     # ------------------------------------------------------------ the program
     def _prior(self, site: str, batch: int, event: tuple[int, ...], opts: dict) -> dist.Distribution:
+        """Flat for maximum likelihood (sampled: a point mass at the current value, see
+        :func:`~ppmix.models._flat.flat_prior`), weakly informative under MCMC."""
         if not self.is_bayesian:
             support = constraints.positive if site == "scale" else constraints.real
-            return FlatPrior(support, (batch,), event)
+            return flat_prior(self, site, support, (batch,), event, opts)
+        # before a fit (no response scale recorded) the weak priors are centred at 0 with unit scale
+        y_mean = getattr(self, "_y_mean", torch.tensor(0.0)).to(**opts)
+        y_std = getattr(self, "_y_std", torch.tensor(1.0)).to(**opts)
         if site == "scale":
-            return dist.LogNormal(self._y_std.log().to(**opts).expand(batch), 1.0)
-        centre = self._y_mean.to(**opts) if (site == "intercept" and self.expert == "gaussian") else 0.0
-        spread = 10.0 * (self._y_std.to(**opts) if site == "intercept" and self.expert == "gaussian" else 1.0)
+            return dist.LogNormal(y_std.log().expand(batch), 1.0)
+        centre = y_mean if (site == "intercept" and self.expert == "gaussian") else 0.0
+        spread = 10.0 * (y_std if site == "intercept" and self.expert == "gaussian" else 1.0)
         base = dist.Normal(torch.zeros(batch, *event, **opts) + centre, spread)
         return base.to_event(len(event))
 
@@ -335,27 +355,16 @@ class MixtureOfExperts(MixtureModel):
         """
         expert = "gaussian" if scale is not None else "logistic"
         dtype = kwargs.get("dtype", torch.float64)
-
-        def tensor(value: Any) -> torch.Tensor:
-            return torch.as_tensor(np.asarray(value, dtype=np.float64), dtype=dtype)
-
-        coef, gate_c, gate_i = tensor(coef), tensor(gate_coef), tensor(gate_intercept)
+        coef = torch.as_tensor(np.asarray(coef, dtype=np.float64), dtype=dtype)
         k, p = coef.shape
-        if gate_c.shape == (k - 1, p):
-            gate_c, gate_i = torch.cat([gate_c, gate_c.new_zeros(1, p)]), torch.cat([gate_i, gate_i.new_zeros(1)])
-        if gate_c.shape != (k, p) or gate_i.shape != (k,):
-            raise ValueError(
-                f"gate_coef/gate_intercept must have shapes ({k}, {p})/({k},) or ({k - 1}, {p})/({k - 1},)"
-            )
-        gate_c, gate_i = gate_c - gate_c[-1], gate_i - gate_i[-1]
+        gate_c, gate_i = referenced_gate(gate_coef, gate_intercept, k, p, dtype)
         model = cls(k, expert=expert, **{"progress": False, **kwargs})
         model.validate_params()
         model.n_features_in_, model.feature_names_in_ = p, feature_names
         model._x_mean, model._x_scale = coef.new_zeros(p), coef.new_ones(p)
-        values = {"gate_coef": gate_c[:-1], "gate_intercept": gate_i[:-1], "coef": coef, "intercept": tensor(intercept)}
-        if scale is not None:
-            values["scale"] = tensor(scale)
-        model.set_globals(values)
+        values = dict(gate_coef=gate_c[:-1], gate_intercept=gate_i[:-1], coef=coef, intercept=intercept, scale=scale)
+        values = {name: value for name, value in values.items() if value is not None}
+        model.set_globals({name: torch.as_tensor(np.asarray(v, np.float64), dtype=dtype) for name, v in values.items()})
         model.engine_, model.history_, model.n_iter_, model.converged_ = engine, [], 0, True
         model.lower_bound_ = float("nan")
         return model
@@ -427,15 +436,15 @@ class MixtureOfExperts(MixtureModel):
         return (self._gate.log_prob(x).exp() * self._expert_means(x)).sum(-1)
 
     def predict(self, X: Any) -> Any:
-        """``E[y | x]`` for Gaussian experts; the most probable class (0/1) for logistic experts."""
+        """``E[y | x]`` for Gaussian experts; the most probable class (of ``classes_``) for logistic experts."""
         self._check_fitted()
         mean = self._conditional_mean(self._covariates(X))
-        return to_output(mean if self.expert == "gaussian" else (mean >= 0.5).to(mean.dtype), X)
+        return to_output(mean, X) if self.expert == "gaussian" else self._decode_prediction((mean >= 0.5).long(), X)
 
+    @available_if(lambda self: self.expert == "logistic")
     def predict_proba(self, X: Any) -> Any:
-        """``[P(y = 0 | x), P(y = 1 | x)]``, shape ``(N, 2)`` (logistic experts only)."""
-        if self.expert != "logistic":
-            raise ValueError("predict_proba needs logistic experts; use predict (the conditional mean) or posterior")
+        """``[P(y = c_0 | x), P(y = c_1 | x)]`` for ``classes_ = [c_0, c_1]``, shape ``(N, 2)`` (logistic experts
+        only: Gaussian experts have no such method)."""
         self._check_fitted()
         x = self._covariates(X)
         log_gate, eta = self._gate.log_prob(x), self._experts.linear_predictor(x)

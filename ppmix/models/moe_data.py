@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from ppmix._validation import check_matrix
+from ppmix._validation import check_matrix, ravel_column_vector
 from ppmix.ops.scaling import feature_scales
 
 if TYPE_CHECKING:
@@ -27,12 +27,15 @@ def check_response(y: Any, n: int, expert: str, name: str = "y") -> torch.Tensor
     tensor([0., 1., 1.], dtype=torch.float64)
     """
     if y is None:
-        raise ValueError(f"{name} is required: a mixture of experts models y given X")
+        raise ValueError(
+            f"{name} is required: a mixture of experts models y given X (it requires y to be passed, but the target "
+            "y is None)"
+        )
     if hasattr(y, "to_numpy"):
         y = y.to_numpy()
-    array = y.detach().cpu().numpy() if isinstance(y, torch.Tensor) else np.asarray(y)
+    array = ravel_column_vector(y.detach().cpu().numpy() if isinstance(y, torch.Tensor) else np.asarray(y), name)
     if array.dtype == object or array.dtype.kind not in "biuf":
-        raise TypeError(f"{name} must be numeric; got dtype {array.dtype}")
+        raise TypeError(f"{name} must be numeric (Unknown label type: dtype {array.dtype})")
     array = array.astype(np.float64)
     if array.ndim != 1 or array.shape[0] != n:
         raise ValueError(f"{name} must have shape ({n},) to match X; got {array.shape}")
@@ -56,8 +59,8 @@ def prepare_training_data(model: MixtureOfExperts, X: Any, y: Any) -> tuple[torc
     model.feature_names_in_ = names
     if x.shape[0] <= model.n_parameters:
         raise ValueError(
-            f"X has {x.shape[0]} rows, not more than the {model.n_parameters} free parameters of a "
-            f"{model.n_experts}-expert {model.expert} MoE with {x.shape[1]} features"
+            f"X has {x.shape[0]} rows (n_samples={x.shape[0]}), not more than the {model.n_parameters} free "
+            f"parameters of a {model.n_experts}-expert {model.expert} MoE with {x.shape[1]} features"
         )
     if model.standardize:
         model._x_mean, model._x_scale = feature_scales(x)
@@ -67,3 +70,24 @@ def prepare_training_data(model: MixtureOfExperts, X: Any, y: Any) -> tuple[torc
     model._y_mean, model._y_std = response.mean(), response.std().clamp_min(1e-12)
     model._noise_floor = model.min_variance * float(model._y_std.square())
     return model._standardise(x), response
+
+
+def referenced_gate(
+    gate_coef: Any, gate_intercept: Any, k: int, p: int, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A gate's ``(K, P)`` coefficients and ``(K,)`` intercepts shifted so the last gate is zero, from shapes
+    ``(K, P)``/``(K,)`` or ``(K-1, P)``/``(K-1,)`` (the last gate then zero already).
+
+    Examples
+    --------
+    >>> coef, intercept = referenced_gate([[2.0]], [1.0], 2, 1, torch.float64)
+    >>> coef.tolist(), intercept.tolist()
+    ([[2.0], [0.0]], [1.0, 0.0])
+    """
+    coef = torch.as_tensor(np.asarray(gate_coef, dtype=np.float64), dtype=dtype)
+    intercept = torch.as_tensor(np.asarray(gate_intercept, dtype=np.float64), dtype=dtype)
+    if coef.shape == (k - 1, p):
+        coef, intercept = torch.cat([coef, coef.new_zeros(1, p)]), torch.cat([intercept, intercept.new_zeros(1)])
+    if coef.shape != (k, p) or intercept.shape != (k,):
+        raise ValueError(f"gate_coef/gate_intercept must have shapes ({k}, {p})/({k},) or ({k - 1}, {p})/({k - 1},)")
+    return coef - coef[-1], intercept - intercept[-1]

@@ -91,10 +91,17 @@ CASES: dict[str, Case] = {
     "GMM-diag": Case(lambda: GMM(2, covariance_type="diag", max_iter=20, **QUIET), _blobs),
     "GMM-full": Case(lambda: GMM(2, covariance_type="full", max_iter=20, **QUIET), _blobs),
     "HMM": Case(lambda: HMM(2, max_iter=10, **QUIET), _sequences, sequences=True),
-    "PFGMM": Case(lambda: PFGMM(2, switch_prior=0.5, max_iter=20, **QUIET), _labelled_blobs),
-    "SupervisedGMM": Case(lambda: SupervisedGMM(2, max_iter=20, **QUIET), _labelled_blobs),
-    "PFHMM": Case(lambda: PFHMM(2, switch_prior=0.5, max_iter=10, **QUIET), _labelled_sequences, sequences=True),
-    "SupervisedHMM": Case(lambda: SupervisedHMM(2, max_iter=10, **QUIET), _labelled_sequences, sequences=True),
+    "PFGMM": Case(lambda: PFGMM(2, switch_prior=0.5, max_iter=20, **QUIET), _labelled_blobs, score_needs_y=True),
+    "SupervisedGMM": Case(lambda: SupervisedGMM(2, max_iter=20, **QUIET), _labelled_blobs, score_needs_y=True),
+    "PFHMM": Case(
+        lambda: PFHMM(2, switch_prior=0.5, max_iter=10, **QUIET),
+        _labelled_sequences,
+        sequences=True,
+        score_needs_y=True,
+    ),
+    "SupervisedHMM": Case(
+        lambda: SupervisedHMM(2, max_iter=10, **QUIET), _labelled_sequences, sequences=True, score_needs_y=True
+    ),
     "MoE-gaussian": Case(
         lambda: MixtureOfExperts(2, max_iter=20, **QUIET),
         lambda: make_expert_data(60, expert="gaussian"),

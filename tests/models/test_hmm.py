@@ -156,11 +156,11 @@ def test_bad_input(X, match):
         HMM(3, progress=False).fit(X)
 
 
-def test_labels_are_rejected_and_prediction_checks_features():
+def test_labels_are_ignored_and_prediction_checks_features():
     seqs, _ = planted(5, seed=9)
-    with pytest.raises(ValueError, match="y must be None"):
-        HMM(3, progress=False).fit(seqs, [np.zeros(len(s)) for s in seqs])
     hmm = HMM(3, seed=0, progress=False).fit(seqs)
+    labelled = HMM(3, seed=0, progress=False).fit(seqs, [np.zeros(len(s)) for s in seqs])
+    assert labelled.lower_bound_ == hmm.lower_bound_
     with pytest.raises(ValueError, match="fitted with 2"):
         hmm.predict([np.zeros((4, 3))])
 

@@ -116,7 +116,7 @@ class SavableEstimator(Savable):
 
     _SAVED_PARAMS: tuple[str, ...] = ()
 
-    def get_params(self) -> dict[str, Any]:
+    def saved_params(self) -> dict[str, Any]:
         """The constructor arguments a saved file records (objects that JSON cannot hold are left out)."""
         return {name: getattr(self, name) for name in self._SAVED_PARAMS}
 

@@ -10,8 +10,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from ppmix._estimator import Estimator
 from ppmix._validation import NotFittedError, check_matrix
 from ppmix.components import DiagGaussian, FullGaussian
+from ppmix.models._labels import BinaryClassifierMixin, binary_classes, encode_binary_labels
 from ppmix.models._params import check_seed
 
 __all__ = ["check_binary_labels", "gaussian_mixture_marginal_log_prob"]
@@ -38,7 +40,10 @@ def check_binary_labels(y: Any, n_samples: int, name: str = "y") -> np.ndarray:
     array([ 0.,  1., nan])
     """
     if y is None:
-        raise ValueError(f"{name} is required: binary labels in {{0, 1}}, NaN where missing")
+        raise ValueError(
+            f"{name} is required: binary labels in {{0, 1}}, NaN where missing (this estimator requires y to be "
+            "passed, but the target y is None)"
+        )
     try:
         labels = _numpy(y.to_numpy(dtype=np.float64) if hasattr(y, "to_numpy") else y).astype(np.float64)
     except (TypeError, ValueError) as err:
@@ -54,7 +59,7 @@ def check_binary_labels(y: Any, n_samples: int, name: str = "y") -> np.ndarray:
     if bad.size:
         raise ValueError(f"{name} has labels outside {{0, 1}}: {bad[:5].tolist()} (use NaN for a missing label)")
     if np.unique(observed).size < 2:
-        raise ValueError(f"{name} must contain both classes 0 and 1 among its observed labels")
+        raise ValueError(f"{name} must contain both classes among its observed labels; it holds one class only")
     return labels
 
 
@@ -107,13 +112,17 @@ def gaussian_mixture_marginal_log_prob(
     return torch.logsumexp(family.log_prob(x[:, mask]) + w.log(), dim=1).numpy()
 
 
-class _LabelBaseline(ABC):
-    """``fit(X, y)`` input handling, the fitted check and ``predict`` from ``predict_proba``."""
+class _LabelBaseline(BinaryClassifierMixin, Estimator, ABC):
+    """``fit(X, y)`` input handling, the fitted check and ``predict`` from ``predict_proba``; a scikit-learn
+    binary classifier (``get_params``/``set_params``, ``clone``, ``score`` the accuracy) for labels 0/1."""
 
     def _prepare_fit(self, X: Any, y: Any) -> tuple[torch.Tensor, np.ndarray]:
         check_seed(getattr(self, "seed", None))
         x, names = check_matrix(X, "X")
-        labels = check_binary_labels(y, x.shape[0])
+        if y is None:
+            check_binary_labels(y, x.shape[0])
+        self._fit_classes = binary_classes(y)
+        labels = check_binary_labels(encode_binary_labels(y, self._fit_classes), x.shape[0])
         self.n_features_in_ = int(x.shape[1])
         self.feature_names_in_ = names
         return x, labels
@@ -134,12 +143,9 @@ class _LabelBaseline(ABC):
         """The more probable label of each row (one array per sequence for sequence input)."""
         proba = self.predict_proba(X)
         if isinstance(proba, list):
-            return [p.argmax(1) for p in proba]
-        return proba.argmax(1)
+            return [self.classes_[p.argmax(1)] for p in proba]
+        return self.classes_[proba.argmax(1)]
 
-    def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.endswith("_") and not k.startswith("_"))
-        return f"{type(self).__name__}({args})"
 
 
 class _GaussianMixtureDensity(ABC):

@@ -76,7 +76,7 @@ class ClassSpecificGMM(_GaussianMixtureDensity, _LabelBaseline):
             for c in (0, 1)
         ]
         self.class_prior_ = counts / counts.sum()
-        self.classes_ = np.array([0, 1])
+        self.classes_ = self._fit_classes
         return self
 
     def _class_log_joint(self, X: Any) -> torch.Tensor:

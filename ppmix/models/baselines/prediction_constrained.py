@@ -203,7 +203,7 @@ class PCGMM(_GaussianMixtureDensity, _LabelBaseline):
             raise RuntimeError("every PCGMM start diverged (non-finite objective); lower lr")
         self.objective_, self.initial_objective_, self._params, self.history_, self.converged_ = best
         self.n_iter_ = len(self.history_)
-        self.classes_ = np.array([0, 1])
+        self.classes_ = self._fit_classes
         return self
 
     # ---------------------------------------------------------------- attributes

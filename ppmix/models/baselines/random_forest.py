@@ -19,9 +19,8 @@ class RandomForestBaseline(_LabelBaseline):
 
     Parameters
     ----------
-    **rf_kwargs
-        Passed to :class:`sklearn.ensemble.RandomForestClassifier` (e.g.
-        ``n_estimators``, ``random_state``).
+    n_estimators, max_depth, min_samples_leaf, random_state
+        Passed to :class:`sklearn.ensemble.RandomForestClassifier`.
 
     Attributes
     ----------
@@ -35,19 +34,31 @@ class RandomForestBaseline(_LabelBaseline):
     (100, 2)
     """
 
-    def __init__(self, **rf_kwargs: Any) -> None:
-        self.rf_kwargs = rf_kwargs
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.rf_kwargs.items())})"
+    def __init__(
+        self,
+        n_estimators: int = 100,
+        *,
+        max_depth: int | None = None,
+        min_samples_leaf: int = 1,
+        random_state: int | None = None,
+    ) -> None:
+        self.n_estimators = n_estimators
+        self.max_depth = max_depth
+        self.min_samples_leaf = min_samples_leaf
+        self.random_state = random_state
 
     def fit(self, X: Any, y: Any) -> "RandomForestBaseline":
         """Fit the forest on the labelled rows."""
         x, labels = self._prepare_fit(X, y)
         labelled = ~np.isnan(labels)
-        self.classifier_ = RandomForestClassifier(**self.rf_kwargs)
+        self.classifier_ = RandomForestClassifier(
+            n_estimators=self.n_estimators,
+            max_depth=self.max_depth,
+            min_samples_leaf=self.min_samples_leaf,
+            random_state=self.random_state,
+        )
         self.classifier_.fit(x.numpy()[labelled], labels[labelled].astype(np.int64))
-        self.classes_ = np.array([0, 1])
+        self.classes_ = self._fit_classes
         return self
 
     def predict_proba(self, X: Any) -> np.ndarray:

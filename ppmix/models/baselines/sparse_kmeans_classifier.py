@@ -110,7 +110,7 @@ class SparseKMeansClassifier(_LabelBaseline):
         labelled = ~np.isnan(labels)
         self.classifier_ = LogisticRegression(C=self.C, max_iter=1000)
         self.classifier_.fit(self._one_hot(result.labels)[labelled], labels[labelled].astype(np.int64))
-        self.classes_ = np.array([0, 1])
+        self.classes_ = self._fit_classes
         return self
 
     def _one_hot(self, clusters: np.ndarray) -> np.ndarray:

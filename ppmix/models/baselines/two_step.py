@@ -83,6 +83,7 @@ class TwoStep(_GaussianMixtureDensity, _LabelBaseline):
         self.sequences_ = _is_sequence_list(X)
         if self.sequences_:
             labels = _sequence_labels(X, y)
+            self._fit_classes = np.array([0, 1])  # per-step labels of sequences are numeric 0/1
             model.fit(X)
             self.n_features_in_ = int(model.n_features_in_)
             self.feature_names_in_ = getattr(model, "feature_names_in_", None)
@@ -94,7 +95,7 @@ class TwoStep(_GaussianMixtureDensity, _LabelBaseline):
         labelled = ~np.isnan(labels)
         self.classifier_ = LogisticRegression(C=self.C, max_iter=self.max_iter)
         self.classifier_.fit(features[labelled], labels[labelled].astype(np.int64))
-        self.classes_ = np.array([0, 1])
+        self.classes_ = self._fit_classes
         return self
 
     def _posterior_features(self, X: Any) -> np.ndarray:

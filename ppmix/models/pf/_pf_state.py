@@ -10,6 +10,7 @@ import torch
 from ppmix.components import BernoulliLabel, DiagGaussian
 from ppmix.components.centred import CentredData
 from ppmix.components.statistics import GaussianStatistics
+from ppmix.models._labels import BinaryClassifierMixin
 from ppmix.models.pf.switches import FrameLabels, PredictionFocusedMixin
 
 __all__ = ["PFStateMixin"]
@@ -23,9 +24,12 @@ PF_DIMS: dict[str, list[str]] = {
 }
 
 
-class PFStateMixin(PredictionFocusedMixin):
+class PFStateMixin(BinaryClassifierMixin, PredictionFocusedMixin):
     """The label, background and switch part of a prediction-focused model's state (``labels_``, ``background_``,
     ``switch_probs_``), for a host that is also a :class:`~ppmix.models.base.MixtureModel` with Gaussian components.
+
+The host is a binary classifier in scikit-learn's sense: ``classes_`` holds the two labels
+seen in ``fit`` and ``score`` is the accuracy of ``predict``.
 
     Examples
     --------
@@ -74,13 +78,11 @@ class PFStateMixin(PredictionFocusedMixin):
             return self._initial_frame_responsibilities(frames, labels, generator, centred)
         return self._initial_responsibilities(frames, generator)
 
-    def partial_fit(self, X: Any, y: Any = None, **options: Any) -> Any:
-        """Not available: the switch update weighs the components' gain against a background fitted on all the
-        data, which a stream does not have. Use :func:`ppmix.distributed.fit_em` for data beyond memory."""
-        raise TypeError(
-            f"{type(self).__name__} has no partial_fit (online EM needs a background fitted on all the data); "
-            "fit it on shards with ppmix.distributed.fit_em instead"
-        )
+    #: online EM (``partial_fit``) is not available; see :class:`~ppmix.models._online.OnlineEMMixin`
+    online_em_unavailable = (
+        "the switch update weighs the components' gain against a background fitted on all the data, which a "
+        "stream does not have; fit on shards with ppmix.distributed.fit_em instead"
+    )
 
     def em_data_statistics(self, data: Any) -> GaussianStatistics:
         """Before a sharded fit: the background's statistics of ``data.frames`` (it is fitted once, on all shards)."""

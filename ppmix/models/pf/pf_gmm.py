@@ -14,7 +14,7 @@ from pyro.distributions.transforms import biject_to
 from ppmix._validation import check_n_components, check_positive_int, to_output
 from ppmix.components import BernoulliLabel, DiagGaussian
 from ppmix.components.centred import CentredData
-from ppmix.models._flat import FlatPrior
+from ppmix.models._flat import flat_prior
 from ppmix.models._gaussian_components import GaussianComponentsMixin
 from ppmix.models._params import store_params
 from ppmix.models.base import MixtureModel
@@ -165,7 +165,8 @@ class PFGMM(PFStateMixin, GaussianComponentsMixin, MixtureModel):
     def fit(self, X: Any, y: Any = None, *, engine: str = "em", **options: Any) -> "PFGMM":
         """Fit by variational EM (``engine="em"``) or SVI (``"svi"``) on features ``X`` and labels ``y``.
 
-        ``y`` holds 0/1 with NaN for missing labels; ``y=None`` fits without labels.
+        ``y`` holds two classes (0/1, ±1, booleans or strings; ``classes_`` records them)
+        with NaN or None for missing labels; ``y=None`` fits without labels.
         """
         if engine == "mcmc":
             raise ValueError(f"{type(self).__name__} is fitted by engine='em' or 'svi'; 'mcmc' is not available")
@@ -173,16 +174,17 @@ class PFGMM(PFStateMixin, GaussianComponentsMixin, MixtureModel):
 
     # ------------------------------------------------------------------- data
     def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> PFData:
-        """Validate ``X`` (N, D) and the binary labels ``y`` (NaN for missing; optional)."""
+        """Validate ``X`` (N, D) and the binary labels ``y`` (NaN or None for missing; optional)."""
         x = MixtureModel.prepare_data(self, X, None, fitting=fitting)
         if fitting:
             check_n_components(self.n_components, x.shape[0])
             self._check_pf_features(x)
             self._record_data_scale(x)
         if y is None:
+            self._encode_labels(None, fitting=fitting)
             labels = FrameLabels.missing(x.shape[0], x.dtype, x.device)
         else:
-            labels = FrameLabels.from_values(y, x.shape[0], x.dtype, x.device)
+            labels = FrameLabels.from_values(self._encode_labels(y, fitting=fitting), x.shape[0], x.dtype, x.device)
         return PFData(x, labels)
 
     def em_data(self, data: PFData | _PFEMData) -> _PFEMData:
@@ -199,7 +201,7 @@ class PFGMM(PFStateMixin, GaussianComponentsMixin, MixtureModel):
     # ------------------------------------------------------------ the program
     def _weights_prior(self, k: int, opts: dict) -> dist.Distribution:
         if self.alpha == 1 and not self.is_bayesian:
-            return FlatPrior(constraints.simplex, (), (k,))
+            return flat_prior(self, "weights", constraints.simplex, (), (k,), opts)
         return dist.Dirichlet(torch.full((k,), float(self.alpha), **opts))
 
     def model(self, data: PFData) -> None:
@@ -304,16 +306,17 @@ class PFGMM(PFStateMixin, GaussianComponentsMixin, MixtureModel):
         return to_output(self.responsibilities(self.prepare_data(X)).argmax(-1), X)
 
     def predict_proba(self, X: Any) -> Any:
-        """``[P(y=0 | x), P(y=1 | x)]`` with ``P(y=1 | x) = sum_k q(z=k | x) label_probs_k`` (§5), ``(N, 2)``."""
+        """``[P(y=c_0 | x), P(y=c_1 | x)]`` for ``classes_ = [c_0, c_1]``, with ``P(y=c_1 | x) = sum_k q(z=k | x)
+        label_probs_k`` (§5), ``(N, 2)``."""
         self._check_fitted()
         p1 = self.responsibilities(self.prepare_data(X)) @ self.labels_.probs
         return to_output(torch.stack([1 - p1, p1], dim=1), X)
 
     def predict(self, X: Any) -> Any:
-        """The more probable label of each row."""
+        """The more probable label of each row (a class of ``classes_``)."""
         self._check_fitted()
         p1 = self.responsibilities(self.prepare_data(X)) @ self.labels_.probs
-        return to_output((p1 > 0.5).long(), X)
+        return self._decode_labels((p1 > 0.5).long(), X)
 
     def pointwise_log_likelihood(self, data: PFData, switches: str = "map") -> torch.Tensor:
         """``log p(x_n)`` (labels not used), shape ``(N,)``; ``switches`` as in :meth:`score_samples`."""
@@ -339,11 +342,6 @@ class PFGMM(PFStateMixin, GaussianComponentsMixin, MixtureModel):
             raise ValueError(f"relevant_mask must be a boolean (D,) = ({data.x.shape[1]},) mask selecting a feature")
         log_joint = self._switch_mixture_log_prob(data.x, mask, switches) + self.weights_.log()
         return to_output(torch.logsumexp(log_joint, dim=1), X)
-
-    def score(self, X: Any, y: Any = None) -> float:
-        """Mean ``log p(x)`` per row (``y`` is ignored)."""
-        self._check_fitted()
-        return float(self.pointwise_log_likelihood(self.prepare_data(X)).mean())
 
     def sample(self, n_samples: int = 1) -> dict[str, Any]:
         """Draw ``{"x", "y", "z", "s"}``: components, labels, switches ``~ Bern(phi)`` and features."""

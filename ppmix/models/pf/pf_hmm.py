@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyro
 import pyro.distributions as dist
 import torch
@@ -155,6 +156,7 @@ class PFHMM(PFStateMixin, HMM):
             raise ValueError("y has no observed label; pass y=None to fit without labels")
         if fitting:
             self._check_pf_features(batch.frames)
+            self._encode_labels(None, fitting=True)  # classes_ = [0, 1]: per-step labels are numeric
         return batch
 
     def _frames_data(self, batch: SequenceBatch, use_labels: bool, shift: torch.Tensor | None = None) -> _PFEMData:
@@ -313,6 +315,29 @@ class PFHMM(PFStateMixin, HMM):
         """The more probable label of every step, one ``(length,)`` array per sequence."""
         batch, p1 = self._label_probability(X)
         return [to_output(p, self.output_like(X)) for p in batch.unpad((p1 > 0.5).long())]
+
+    def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
+        """Accuracy of :meth:`predict` over every labelled step (scikit-learn's classifier ``score``).
+
+        ``y`` is given as in :meth:`fit`; steps whose label is missing are left out, and
+        ``sample_weight`` (one weight per sequence) weighs every step of a sequence.
+        """
+        from sklearn.metrics import accuracy_score
+
+        predicted = torch.cat([torch.as_tensor(p).reshape(-1) for p in self.predict(X)]).cpu().numpy()
+        batch = self.prepare_data(X, y)
+        if batch.y is None:
+            raise ValueError("y is required: score is the accuracy of the predicted labels")
+        labels = batch.y[batch.mask].cpu().numpy()
+        weights = None
+        if sample_weight is not None:
+            weights = np.repeat(np.asarray(sample_weight, dtype=np.float64), batch.lengths.cpu().numpy())
+        observed = ~np.isnan(labels)
+        return float(
+            accuracy_score(
+                labels[observed], predicted[observed], sample_weight=None if weights is None else weights[observed]
+            )
+        )
 
     def pointwise_log_likelihood(self, data: SequenceBatch, switches: str = "map") -> torch.Tensor:
         """``log p(x_{1:T_b})`` of every sequence (labels not used), ``(B,)``.

@@ -28,7 +28,8 @@ from pyro.ops.indexing import Vindex
 from ppmix.components import BernoulliLabel, DiagGaussian
 from ppmix.components.centred import CentredData
 from ppmix.components.statistics import GaussianStatistics
-from ppmix.models._flat import FlatPrior
+from ppmix.models._flat import flat_prior
+from ppmix.models._gaussian_components import drop_leading_ones
 from ppmix.ops.kmeans import kmeans
 
 __all__ = ["FrameLabels", "PredictionFocusedMixin", "switch_kl_terms", "switched_log_joint"]
@@ -141,7 +142,9 @@ class PredictionFocusedMixin:
     def _check_pf_features(self, frames: torch.Tensor) -> None:
         """At least two features to select among (when ``p < 1``) and no constant feature (named)."""
         if frames.shape[1] < 2 and not self._all_relevant:
-            raise ValueError("X needs at least 2 features for feature selection (switch_prior < 1)")
+            raise ValueError("X has 1 feature(s); feature selection (switch_prior < 1) needs at least 2")
+        if frames.shape[0] < 2:
+            raise ValueError("X has 1 sample: every feature is constant; fitting needs at least 2")
         constant = (frames == frames[:1]).all(0)
         if constant.any():
             names = self.feature_names_in_ or list(range(frames.shape[1]))
@@ -291,10 +294,13 @@ class PredictionFocusedMixin:
         """
         components = components or pyro.plate("components", k)
         family = self._sample_components(k, d, opts, plate=components)
-        with components:
-            label_probs = pyro.sample("label_probs", FlatPrior(constraints.unit_interval, (k,), ()))
-        bg_loc = pyro.sample("background_loc", FlatPrior(constraints.real, (), (d,)))
-        bg_scale = pyro.sample("background_scale", FlatPrior(constraints.positive, (), (d,)))
+        with components:  # values given from outside (Predictive) may carry leading singleton dimensions
+            label_probs = drop_leading_ones(
+                pyro.sample("label_probs", self._pf_prior("label_probs", (k,), (), opts)), 1
+            )
+        bg_loc = drop_leading_ones(pyro.sample("background_loc", self._pf_prior("background_loc", (), (d,), opts)), 1)
+        bg_scale = pyro.sample("background_scale", self._pf_prior("background_scale", (), (d,), opts))
+        bg_scale = drop_leading_ones(bg_scale, 1)
         return {
             "loc": family.loc,
             "scale": family.scale,
@@ -302,6 +308,21 @@ class PredictionFocusedMixin:
             "bg_loc": bg_loc,
             "bg_scale": bg_scale,
         }
+
+    def _pf_prior(self, site: str, batch: tuple[int, ...], event: tuple[int, ...], opts: dict) -> dist.Distribution:
+        """Flat for maximum likelihood (sampled: a point mass at the current value, see
+        :func:`~ppmix.models._flat.flat_prior`); inside :meth:`bayesian`, ``Beta(1, 1)`` label
+        probabilities and the components' weak priors for the background."""
+        if not self.is_bayesian:
+            support = {
+                "label_probs": constraints.unit_interval,
+                "background_loc": constraints.real,
+                "background_scale": constraints.positive,
+            }[site]
+            return flat_prior(self, site, support, batch, event, opts)
+        if site == "label_probs":
+            return dist.Beta(torch.ones(batch, **opts), torch.ones(batch, **opts))
+        return self._component_prior("locs" if site == "background_loc" else "scales", 1, event[0], opts)
 
     def _pf_guide_global_sites(self, values: dict[str, torch.Tensor], components: pyro.plate) -> None:
         """Point masses on the sites of :meth:`_pf_global_sites` at ``values`` (keyed by site name)."""

@@ -36,13 +36,13 @@ class PrestoPersistence(SavableEstimator):
         "device",
     )
 
-    def get_params(self) -> dict[str, Any]:
+    def saved_params(self) -> dict[str, Any]:
         """Constructor arguments as a saved file records them.
 
         A component object is recorded as ``None`` (pass it to :meth:`load`), an
         ``init`` array as ``"kmeans"`` and ``executor`` not at all.
         """
-        params = super().get_params()
+        params = super().saved_params()
         params["component"] = self.component if isinstance(self.component, str) else None
         params["init"] = self.init if isinstance(self.init, str) else "kmeans"
         params["router"] = self.router if isinstance(self.router, str) else None

@@ -18,13 +18,16 @@ from typing import Any
 
 import numpy as np
 import torch
+from sklearn.utils.metaestimators import available_if
 
 from ppmix._validation import (
+    InvalidDataError,
     NotFittedError,
     as_numpy,
     check_matrix,
     check_n_components,
     check_positive_int,
+    ravel_column_vector,
     resolve_device,
     to_output,
 )
@@ -44,13 +47,14 @@ from ppmix.inference.optimizers.presto.adapters import (
     open_executor,
 )
 from ppmix.inference.optimizers.presto.assignment import initial_partition, partition_onehot, sq_distances
+from ppmix.models._target import TargetKindMixin
 
 __all__ = ["PRESTO"]
 
 _DTYPE = torch.float64
 
 
-class PRESTO(PrestoPersistence):
+class PRESTO(TargetKindMixin, PrestoPersistence):
     """Partition ``N`` points into ``K`` parts while training one model per part.
 
     Implements Algorithm 1 of Sangani et al. (PRESTO) with the practical choices
@@ -247,12 +251,12 @@ class PRESTO(PrestoPersistence):
             raise ValueError(f"tol must be a number >= 0; got {self.tol!r}")
 
     def _check_y(self, y: Any, n: int, device: torch.device) -> torch.Tensor:
-        arr = as_numpy(y.to_numpy() if hasattr(y, "to_numpy") else y)
+        if y is None:
+            raise ValueError("y is required: PRESTO requires y to be passed, but the target y is None")
+        arr = ravel_column_vector(as_numpy(y.to_numpy() if hasattr(y, "to_numpy") else y))
         if arr.dtype == object or arr.dtype.kind not in "biuf":
-            raise TypeError(f"y must be numeric; got dtype {arr.dtype}")
+            raise TypeError(f"y must be numeric (Unknown label type: dtype {arr.dtype})")
         arr = arr.astype(np.float64)
-        if arr.ndim == 2 and arr.shape[1] == 1:
-            arr = arr[:, 0]
         if arr.shape != (n,):
             raise ValueError(f"y must have shape ({n},) to match X; got {arr.shape}")
         if not np.isfinite(arr).all():
@@ -260,6 +264,10 @@ class PRESTO(PrestoPersistence):
         if component_kind(self.component) == "logistic" and not np.isin(arr, (0.0, 1.0)).all():
             raise ValueError("y must hold binary labels in {0, 1} for component='logistic'")
         return torch.as_tensor(arr, dtype=_DTYPE, device=device)
+
+    @property
+    def _classifies(self) -> bool:
+        return component_kind(self.component) == "logistic"
 
     def _make_adapter(self, k: int, p: int, device: torch.device, executor: Any = None) -> Adapter:
         return make_adapter(self.component, self.ridge, k, p, device, executor)
@@ -283,8 +291,10 @@ class PRESTO(PrestoPersistence):
         device = resolve_device(self.device)
         x, names = check_matrix(X, "X", dtype=_DTYPE, device=device)
         n, p = x.shape
+        if n < 2:
+            raise InvalidDataError("X has 1 sample (n_samples=1): PRESTO needs at least 2 to partition")
         k = check_n_components(self.n_components, n)
-        yt = self._check_y(y, n, device)
+        yt = self._check_y(self._encode_response(y, fitting=True), n, device)
         self.scales_ = self._training_scales(x, yt)
         x, yt = standardise_x(x, self.scales_), standardise_y(yt, self.scales_)
         generator = torch.Generator().manual_seed(int(self.seed) if self.seed is not None else 0)
@@ -389,17 +399,15 @@ class PRESTO(PrestoPersistence):
         x = self._check_X(X)
         route = self._routing_proba(x).argmax(1)
         values = self._adapter.predict(x).gather(1, route[:, None]).squeeze(1)
-        if component_kind(self.component) == "logistic":
-            values = values.long()
-        else:
-            values = values * self.scales_["y_scale"] + self.scales_["y_mean"]
-        return to_output(values, X)
+        if self._classifies:
+            return self._decode_prediction(values.long(), X)
+        return to_output(values * self.scales_["y_scale"] + self.scales_["y_mean"], X)
 
+    @available_if(lambda self: self._classifies)
     def predict_proba(self, X: Any) -> Any:
-        """``[P(y=0), P(y=1)]`` under the routed logistic component, shape ``(N, 2)``."""
+        """``[P(y=c_0), P(y=c_1)]`` for ``classes_ = [c_0, c_1]`` under the routed logistic component, shape
+        ``(N, 2)`` (logistic components only)."""
         self._check_fitted()
-        if not hasattr(self.components_, "predict_proba"):
-            raise TypeError("predict_proba needs a classification component (component='logistic')")
         x = self._check_X(X)
         route = self._routing_proba(x).argmax(1)
         p1 = torch.as_tensor(self.components_.predict_proba(x)).gather(1, route[:, None]).squeeze(1)
@@ -417,7 +425,7 @@ class PRESTO(PrestoPersistence):
         x, _ = check_matrix(X, "X", dtype=_DTYPE, device=device)
         n, p = x.shape
         k = check_n_components(self.n_components, n)
-        yt = self._check_y(y, n, device)
+        yt = self._check_y(self._encode_response(y, fitting=not hasattr(self, "classes_")), n, device)
         scales = self.scales_ if hasattr(self, "scales_") else self._training_scales(x, yt)
         x, yt = standardise_x(x, scales), standardise_y(yt, scales)
         part = torch.as_tensor(as_numpy(partition), dtype=torch.long, device=device)

@@ -197,7 +197,7 @@ class RegularizedWeighting(SavableEstimator):
         else:
             array = np.asarray(y)
             if array.dtype == object or array.dtype.kind not in "iuf":
-                raise TypeError(f"y must be a real numeric array; got dtype {array.dtype}")
+                raise TypeError(f"y must be a real numeric array (Unknown label type: dtype {array.dtype})")
             if not array.flags.writeable:  # e.g. pandas copy-on-write views
                 array = array.copy()
             tensor = torch.as_tensor(array, dtype=torch.float64, device=device)
@@ -242,7 +242,7 @@ class RegularizedWeighting(SavableEstimator):
         y_t = self._check_y(y, n, device)
         k = check_positive_int(self.n_models, "n_models")
         if k > n:
-            raise ValueError(f"n_models={k} is larger than the number of samples ({n})")
+            raise ValueError(f"n_models={k} is larger than the number of samples ({n}): n_samples={n}")
         n_init = check_positive_int(self.n_init, "n_init")
         max_iter = check_positive_int(self.max_iter, "max_iter")
         weight_max_iter = check_positive_int(self.weight_max_iter, "weight_max_iter")
@@ -377,9 +377,9 @@ class RegularizedWeighting(SavableEstimator):
         if not hasattr(self, "models_"):
             raise NotFittedError("this RegularizedWeighting is not fitted yet; call fit first")
 
-    def get_params(self) -> dict[str, Any]:
+    def saved_params(self) -> dict[str, Any]:
         """Constructor arguments as a saved file records them (a learner object as ``None``; pass it to ``load``)."""
-        params = super().get_params()
+        params = super().saved_params()
         params["learner"] = self.learner if isinstance(self.learner, str) else None
         return params
 

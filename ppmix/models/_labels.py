@@ -1,0 +1,148 @@
+"""Binary labels of any two values (0/1, ±1, booleans, strings) for ppmix's binary classifiers.
+
+The models compute with codes 0/1 (NaN for a missing label); :class:`BinaryLabelsMixin`
+records the two classes seen in ``fit`` as ``classes_`` (scikit-learn's convention: sorted,
+``classes_[1]`` is the positive class of ``predict_proba[:, 1]``) and maps labels to codes
+and predictions back to labels.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from sklearn.base import ClassifierMixin
+
+from ppmix._validation import InvalidDataError, ravel_column_vector, to_output
+
+__all__ = ["BinaryClassifierMixin", "binary_classes", "decode_binary_labels", "encode_binary_labels"]
+
+_DEFAULT_CLASSES = np.array([0, 1])
+
+
+def _flat_values(y: Any) -> np.ndarray:
+    if isinstance(y, torch.Tensor):
+        y = y.detach().cpu().numpy()
+    elif hasattr(y, "to_numpy"):  # pandas Series / one-column DataFrame
+        y = y.to_numpy()
+    return ravel_column_vector(np.asarray(y))
+
+
+def _is_missing(values: np.ndarray) -> np.ndarray:
+    return np.asarray(pd.isna(values), dtype=bool) if values.dtype.kind in "fOcmM" else np.zeros(values.shape, bool)
+
+
+def binary_classes(y: Any, name: str = "y") -> np.ndarray:
+    """The two classes of ``y`` (missing labels, NaN or None, left out), sorted.
+
+    Numeric labels within {0, 1} give ``[0, 1]`` whether or not both occur (a partly
+    labelled fit may observe one class); booleans give ``[False, True]``; any other labels
+    must take exactly two values.
+
+    Raises
+    ------
+    InvalidDataError
+        If ``y`` takes more than two values, or one value that is not 0/1.
+
+    Examples
+    --------
+    >>> binary_classes(["spam", "ham", None, "spam"]).tolist(), binary_classes([-1, 1]).tolist()
+    (['ham', 'spam'], [-1, 1])
+    >>> binary_classes([1.0, float("nan")]).tolist()
+    [0, 1]
+    """
+    values = _flat_values(y)
+    observed = values[~_is_missing(values)]
+    if observed.dtype == object:
+        kinds = {type(v) for v in observed.tolist()}
+        if kinds and all(issubclass(k, (int, float, np.number)) and not issubclass(k, bool) for k in kinds):
+            observed = observed.astype(np.float64)
+    if observed.dtype.kind == "f" and not np.array_equal(observed, np.round(observed)):
+        raise InvalidDataError(
+            f"{name} must hold class labels, not continuous values (Unknown label type: continuous, "
+            f"e.g. {observed[observed != np.round(observed)][0]!r}); use a regressor"
+        )
+    if observed.dtype.kind == "b":
+        return np.array([False, True])
+    if observed.dtype.kind in "iuf" and np.isin(observed, (0, 1)).all():
+        return _DEFAULT_CLASSES.copy()
+    classes = np.unique(observed)
+    if classes.size != 2:
+        shown = classes[:5].tolist()
+        raise InvalidDataError(
+            f"Only binary classification is supported: {name} must hold two classes (NaN or None where "
+            f"missing); found {classes.size} "
+            f"class(es): {shown}{' ...' if classes.size > 5 else ''}"
+        )
+    return classes
+
+
+def encode_binary_labels(y: Any, classes: np.ndarray, name: str = "y") -> np.ndarray:
+    """Codes ``0.0``/``1.0`` of ``y`` by position in ``classes`` (NaN where a label is missing).
+
+    Raises
+    ------
+    InvalidDataError
+        If ``y`` holds a label that is not one of ``classes``.
+
+    Examples
+    --------
+    >>> encode_binary_labels(["b", None, "a"], binary_classes(["a", "b"])).tolist()
+    [1.0, nan, 0.0]
+    """
+    values = _flat_values(y)
+    missing = _is_missing(values)
+    codes = np.full(values.shape, np.nan)
+    observed = values[~missing]
+    if np.array_equal(classes, _DEFAULT_CLASSES) and observed.dtype == object:
+        try:
+            observed = observed.astype(np.float64)
+        except (TypeError, ValueError):
+            pass
+    positive = observed == classes[1]
+    unknown = ~(positive | (observed == classes[0]))
+    if unknown.any():
+        raise InvalidDataError(
+            f"{name} holds labels outside the classes {classes.tolist()} (NaN or None for a missing label): "
+            f"{np.unique(observed[unknown])[:5].tolist()}"
+        )
+    codes[~missing] = positive.astype(np.float64)
+    return codes
+
+
+def decode_binary_labels(codes: torch.Tensor, classes: np.ndarray, like: Any) -> Any:
+    """Labels of predicted codes 0/1: the codes themselves (tensor in, tensor out, as every ppmix output) for
+    ``classes = [0, 1]``, else an array of the classes.
+
+    Examples
+    --------
+    >>> decode_binary_labels(torch.tensor([1, 0]), np.array(["ham", "spam"]), None).tolist()
+    ['spam', 'ham']
+    """
+    if np.array_equal(classes, _DEFAULT_CLASSES):
+        return to_output(codes, like)
+    return classes[codes.detach().cpu().numpy().astype(np.int64)]
+
+
+class BinaryClassifierMixin(ClassifierMixin):
+    """scikit-learn's ``ClassifierMixin`` for a binary classifier: ``classes_`` from the labels given to ``fit``,
+    labels to codes and predicted codes back to labels, ``score`` the accuracy, tagged as not multi-class."""
+
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_class = False
+        return tags
+
+    classes_: np.ndarray
+
+    def _encode_labels(self, y: Any, *, fitting: bool) -> np.ndarray | None:
+        """Codes of ``y`` (None stays None); when fitting, first record ``classes_`` from ``y``."""
+        if fitting:
+            self.classes_ = _DEFAULT_CLASSES.copy() if y is None else binary_classes(y)
+        return None if y is None else encode_binary_labels(y, self.classes_)
+
+    def _decode_labels(self, codes: torch.Tensor, like: Any) -> Any:
+        # a file saved before classes_ was saved holds labels 0/1
+        return decode_binary_labels(codes, getattr(self, "classes_", _DEFAULT_CLASSES), like)
