@@ -110,7 +110,7 @@ def _global_fit(n: int, max_iter: int, threads: int, seed: int) -> dict[str, Any
         "seconds_total": round(total, 2),
         "seconds_per_iteration_median": round(float(np.median(iteration_seconds)), 4),
         "mean_log_likelihood": model.lower_bound_,
-        "true_model_log_likelihood": data.true_model().score(data.X, data.y),
+        "true_model_log_likelihood": data.true_model().log_likelihood(data.X, data.y) / len(data.y),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "rss_after_data_mb": round(rss_data, 1),
     }

@@ -22,6 +22,7 @@ _EXPORTS = {
     "GMM": "ppmix.models.gmm",
     "HMM": "ppmix.models.hmm",
     "MixtureOfExperts": "ppmix.models.moe",
+    "select_components": "ppmix.models.selection",
     "PFGMM": "ppmix.models.pf",
     "SupervisedGMM": "ppmix.models.pf",
     "PFHMM": "ppmix.models.pf",

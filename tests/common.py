@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import pyro
+import pyro.distributions as dist
 import pytest
 import torch
+
+from ppmix import MixtureModel
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -95,3 +99,21 @@ def make_expert_data(n: int = 80, n_features: int = 2, expert: str = "gaussian",
         return x, np.where(left, 2 * x[:, 0], -3 * x[:, 0] + 1) + 0.1 * rng.normal(size=n)
     logit = np.where(left, 3 * x[:, 0], -3 * x[:, 0] + 1)
     return x, (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(float)
+
+
+class StudentTMixture(MixtureModel):
+    """A mixture a user writes: only the Pyro program, with proper priors and a fixed ``df``."""
+
+    def __init__(self, n_components: int = 2, *, df: float = 3.0, seed: int | None = None, progress: bool = False):
+        super().__init__(n_components, seed=seed, progress=progress)
+        self.df = df
+
+    def model(self, x: torch.Tensor) -> None:
+        k, d = self.n_components, x.shape[1]
+        w = pyro.sample("weights", dist.Dirichlet(torch.ones(k, dtype=x.dtype)))
+        with pyro.plate("components", k):
+            loc = pyro.sample("loc", dist.Normal(torch.zeros(d, dtype=x.dtype), 10.0).to_event(1))
+            scale = pyro.sample("scale", dist.LogNormal(torch.zeros(d, dtype=x.dtype), 1.0).to_event(1))
+        with self.data_plate(x.shape[0]) as idx:
+            z = pyro.sample("z", dist.Categorical(w), infer={"enumerate": "parallel"})
+            pyro.sample("x", dist.StudentT(self.df, loc[z], scale[z]).to_event(1), obs=x[idx])

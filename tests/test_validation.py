@@ -21,7 +21,7 @@ X = np.random.default_rng(0).normal(size=(30, 2))
         (X[:, 0], ValueError, "X must be 2-D.*reshape"),
         (X[None], ValueError, "X must be 2-D"),
         (np.array([["a", "b"], ["c", "d"]]), TypeError, "X must be a real numeric"),
-        (np.array([[1, None], [2, 3]], dtype=object), TypeError, "X must be a real numeric"),
+        (np.array([[1, None], [2, 3]], dtype=object), ValueError, "X contains NaN"),  # None is NaN, as in sklearn
         (np.zeros((0, 2)), ValueError, "X is empty"),
     ],
     ids=["nan", "inf", "1d", "3d", "strings", "object", "empty"],
@@ -64,7 +64,7 @@ def test_predicting_before_fit(method):
 
 def test_wrong_feature_count_at_predict_time():
     gmm = GMM(2, seed=0, progress=False).fit(X)
-    with pytest.raises(ValueError, match="X has 3 features, but the model was fitted with 2"):
+    with pytest.raises(ValueError, match="X has 3 features, but it is expecting 2 features as input"):
         gmm.predict(np.zeros((4, 3)))
 
 

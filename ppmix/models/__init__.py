@@ -15,6 +15,8 @@ _EXPORTS = {
     "MixtureOfExperts": "ppmix.models.moe",
     "FlatPriorError": "ppmix.models._flat",
     "PointEstimateWarning": "ppmix.models._arviz",
+    "ComponentSelection": "ppmix.models.selection",
+    "select_components": "ppmix.models.selection",
     **dict.fromkeys(
         [
             "PFGMM",

@@ -1,19 +1,61 @@
-"""Information criteria for the generative models whose likelihood ppmix computes exactly (GMM, HMM)."""
+"""Information criteria of every generative model: ``bic`` and ``aic`` from its log-likelihood and its count of
+free parameters (the model's own ``n_parameters``, or else counted from its Pyro program)."""
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
-__all__ = ["InformationCriteriaMixin"]
+from pyro import poutine
+from pyro.distributions.transforms import biject_to
+
+__all__ = ["InformationCriteriaMixin", "program_parameter_count"]
+
+
+def program_parameter_count(model: Callable[..., Any], data: Any, data_plate: str) -> int:
+    """Free parameters of a Pyro program: the unconstrained size of each global sample site.
+
+    A global site is one that is neither observed, discrete nor inside the plate ``data_plate``; its
+    free parameters are the elements of its value mapped to the unconstrained space of its
+    support (a ``K``-simplex has ``K - 1``, a ``D x D`` correlation Cholesky factor
+    ``D (D - 1) / 2``). The program runs once on ``data`` (a fitted ppmix model's flat priors
+    sample their fitted values).
+
+    Examples
+    --------
+    >>> import pyro, pyro.distributions as dist, torch
+    >>> def program(x):
+    ...     w = pyro.sample("w", dist.Dirichlet(torch.ones(3)))
+    ...     with pyro.plate("components", 3):
+    ...         loc = pyro.sample("loc", dist.Normal(0.0, 1.0))
+    ...     with pyro.plate("data", len(x)):
+    ...         z = pyro.sample("z", dist.Categorical(w))
+    ...         pyro.sample("x", dist.Normal(loc[z], 1.0), obs=x)
+    >>> program_parameter_count(program, torch.zeros(5), "data")
+    5
+    """
+    trace = poutine.trace(model).get_trace(data)
+    count = 0
+    for site in trace.nodes.values():
+        if site["type"] != "sample" or site["is_observed"]:
+            continue
+        support = getattr(site["fn"], "support", None)  # None: a plate's subsample site
+        if support is None or support.is_discrete:
+            continue  # data, and discrete latents (assignments, feature switches), are not parameters
+        if any(frame.name == data_plate for frame in site["cond_indep_stack"]):
+            continue
+        count += biject_to(support).inv(site["value"]).numel()
+    return count
 
 
 class InformationCriteriaMixin:
-    """``bic`` and ``aic`` from the host's ``n_parameters``, ``prepare_data``, ``pointwise_log_likelihood`` and
-    ``n_observations`` (the rows of a mixture, the time steps of an HMM: ``N`` in ``p log N``)."""
+    """``bic`` and ``aic`` for a :class:`~ppmix.models.base.MixtureModel`: its ``pointwise_log_likelihood``, its
+    ``n_observations`` (the rows of a mixture, the time steps of an HMM: ``N`` in ``p log N``) and its free
+    parameters, ``n_parameters`` where the model defines it, else counted from its program
+    (:func:`program_parameter_count`), so a user's model has them too."""
 
-    def bic(self, X: Any) -> float:
-        """Bayesian information criterion ``-2 log L + p log N`` (lower is better).
+    def bic(self, X: Any, y: Any = None) -> float:
+        """Bayesian information criterion ``-2 log L + p log N`` (lower is better); ``y`` for models with a target.
 
         Examples
         --------
@@ -24,14 +66,21 @@ class InformationCriteriaMixin:
         >>> bool(abs(gmm.bic(X) - gmm.aic(X) - gmm.n_parameters * (np.log(200) - 2)) < 1e-9)
         True
         """
-        log_likelihood, n = self._log_likelihood_and_size(X)
-        return -2.0 * log_likelihood + self.n_parameters * math.log(n)
+        log_likelihood, n, p = self._criterion_terms(X, y)
+        return -2.0 * log_likelihood + p * math.log(n)
 
-    def aic(self, X: Any) -> float:
+    def aic(self, X: Any, y: Any = None) -> float:
         """Akaike information criterion ``-2 log L + 2 p`` (lower is better)."""
-        return -2.0 * self._log_likelihood_and_size(X)[0] + 2.0 * self.n_parameters
+        log_likelihood, _, p = self._criterion_terms(X, y)
+        return -2.0 * log_likelihood + 2.0 * p
 
-    def _log_likelihood_and_size(self, X: Any) -> tuple[float, int]:
+    def _criterion_terms(self, X: Any, y: Any) -> tuple[float, int, int]:
+        """``(log L, N, p)`` on ``(X, y)``."""
         self._check_fitted()
-        data = self.prepare_data(X)
-        return float(self.pointwise_log_likelihood(data).sum()), self.n_observations(data)
+        data = self.prepare_data(X, y)
+        own = getattr(type(self), "n_parameters", None)
+        if own is not None:
+            p = int(self.n_parameters)
+        else:
+            p = program_parameter_count(self.model, data, self.data_plate_name)
+        return float(self.pointwise_log_likelihood(data).sum()), self.n_observations(data), p

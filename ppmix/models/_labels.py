@@ -138,10 +138,13 @@ class BinaryClassifierMixin(ClassifierMixin):
     classes_: np.ndarray
 
     def _encode_labels(self, y: Any, *, fitting: bool) -> np.ndarray | None:
-        """Codes of ``y`` (None stays None); when fitting, first record ``classes_`` from ``y``."""
+        """Codes of ``y`` (None stays None); when fitting, first record ``classes_`` from ``y`` (a model not fitted
+        by ``fit``, e.g. on shards, codes by the classes of ``y`` itself)."""
         if fitting:
             self.classes_ = _DEFAULT_CLASSES.copy() if y is None else binary_classes(y)
-        return None if y is None else encode_binary_labels(y, self.classes_)
+        if y is None:
+            return None
+        return encode_binary_labels(y, self.classes_ if hasattr(self, "classes_") else binary_classes(y))
 
     def _decode_labels(self, codes: torch.Tensor, like: Any) -> Any:
         # a file saved before classes_ was saved holds labels 0/1

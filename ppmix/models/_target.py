@@ -62,7 +62,8 @@ class TargetKindMixin:
             return y
         if fitting:
             self.classes_ = binary_classes(y)
-        codes = encode_binary_labels(y, self.classes_)
+        # a model built from parameters (from_parameters, a distributed fit) codes by the classes of y itself
+        codes = encode_binary_labels(y, self.classes_ if hasattr(self, "classes_") else binary_classes(y))
         if fitting and np.unique(codes[~np.isnan(codes)]).size < 2:
             raise InvalidDataError("y holds one class only: logistic components need both classes to train")
         return codes

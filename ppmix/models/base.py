@@ -31,6 +31,7 @@ from ppmix.inference.engines.enumeration import (
 )
 from ppmix.inference.engines.params import local_params
 from ppmix.io import Savable, load_model
+from ppmix.models._criteria import InformationCriteriaMixin
 from ppmix.models._params import check_seed, store_params
 
 __all__ = ["MixtureModel"]
@@ -38,7 +39,7 @@ __all__ = ["MixtureModel"]
 ENGINES = ("em", "svi", "mcmc")
 
 
-class MixtureModel(DensityMixin, Savable, PyroModule):
+class MixtureModel(DensityMixin, InformationCriteriaMixin, Savable, PyroModule):
     """Base class of ppmix's generative mixture models.
 
     Parameters

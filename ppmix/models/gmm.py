@@ -11,7 +11,6 @@ import torch
 from ppmix._validation import check_n_components, check_positive_int, to_output
 from ppmix.components.centred import CentredData, padded_counts
 from ppmix.components.statistics import GaussianStatistics
-from ppmix.models._criteria import InformationCriteriaMixin
 from ppmix.models._gaussian_components import GaussianComponentsMixin
 from ppmix.models._online import OnlineEMMixin
 from ppmix.models._params import store_params
@@ -21,7 +20,7 @@ from ppmix.ops.logspace import normalize_log_joint_
 __all__ = ["GMM"]
 
 
-class GMM(GaussianComponentsMixin, InformationCriteriaMixin, OnlineEMMixin, MixtureModel):
+class GMM(GaussianComponentsMixin, OnlineEMMixin, MixtureModel):
     """Gaussian mixture model: ``z_n ~ Cat(weights)``, ``x_n | z_n = k ~ N(mu_k, Sigma_k)``.
 
     One Pyro program, three engines: ``fit(X, engine="em")`` (closed-form EM, the

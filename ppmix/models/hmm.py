@@ -13,7 +13,6 @@ from pyro import poutine
 from ppmix._validation import check_n_components, check_positive_int, to_output
 from ppmix.components.centred import CentredData
 from ppmix.inference.engines.forward_backward import ForwardBackwardResult, forward_backward, viterbi
-from ppmix.models._criteria import InformationCriteriaMixin
 from ppmix.models._gaussian_components import GaussianComponentsMixin, drop_leading_ones
 from ppmix.models._online import OnlineEMMixin
 from ppmix.models._params import store_params
@@ -57,7 +56,7 @@ class _EMData:
     frames: CentredData
 
 
-class HMM(GaussianComponentsMixin, InformationCriteriaMixin, OnlineEMMixin, MixtureModel):
+class HMM(GaussianComponentsMixin, OnlineEMMixin, MixtureModel):
     """Hidden Markov model: ``z_1 ~ Cat(initial)``, ``z_t | z_{t-1} ~ Cat(transition[z_{t-1}])``,
     ``x_t | z_t = k ~ N(mu_k, Sigma_k)``.
 

@@ -5,13 +5,13 @@ import warnings
 
 import numpy as np
 import pyro
-import pyro.distributions as dist
 import pytest
 import torch
 
-from ppmix import GMM, MixtureModel, MixtureOfExperts
+from ppmix import GMM, MixtureOfExperts
 from ppmix.inference.engines.mcmc import RHAT_THRESHOLD, ChainsDisagreeWarning, _warn_if_chains_disagree
 from ppmix.inference.engines.relabel import apply_permutations, component_axes, max_rhat, relabel_draws
+from tests.common import StudentTMixture
 
 
 def _draws(n_chains=2, n_draws=200, seed=0):
@@ -100,26 +100,12 @@ def test_chains_already_in_one_labelling_are_untouched():
         torch.testing.assert_close(relabelled[name], truth[name], rtol=0, atol=0)
 
 
-class StudentTMixture(MixtureModel):
-    """A user's model with no arviz_dims: its component axes are read from its plates and simplex."""
-
-    def model(self, x):
-        k, d = self.n_components, x.shape[1]
-        w = pyro.sample("weights", dist.Dirichlet(torch.ones(k, dtype=x.dtype)))
-        with pyro.plate("components", k):
-            loc = pyro.sample("loc", dist.Normal(torch.zeros(d, dtype=x.dtype), 10.0).to_event(1))
-            scale = pyro.sample("scale", dist.LogNormal(torch.zeros(d, dtype=x.dtype), 1.0).to_event(1))
-        with self.data_plate(x.shape[0]) as idx:
-            z = pyro.sample("z", dist.Categorical(w), infer={"enumerate": "parallel"})
-            pyro.sample("x", dist.StudentT(4.0, loc[z], scale[z]).to_event(1), obs=x[idx])
-
-
 def test_component_axes_from_arviz_dims_and_from_the_program():
     x = torch.randn(30, 2, dtype=torch.float64)
     gmm = GMM(3, covariance_type="full", seed=0, progress=False).fit(x)
     samples = {k: v[None, None] for k, v in gmm.get_globals().items()}
     assert component_axes(gmm, x, samples) == {"weights": (0,), "locs": (0,), "scales": (0,), "corr_cholesky": (0,)}
-    user = StudentTMixture(3, seed=0, progress=False)
+    user = StudentTMixture(3, df=4.0, seed=0)
     values = {
         "weights": torch.full((3,), 1 / 3, dtype=torch.float64),
         "loc": torch.zeros(3, 2, dtype=torch.float64),

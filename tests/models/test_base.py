@@ -6,12 +6,11 @@ import numpy as np
 import pyro
 import pyro.distributions as dist
 import pytest
-import torch
 from pyro.distributions import constraints
 
 from ppmix import GMM, MixtureModel
 from ppmix.models._flat import FlatPrior
-from tests.common import assert_close
+from tests.common import StudentTMixture, assert_close
 
 
 class PlainGMM(MixtureModel):
@@ -26,22 +25,6 @@ class PlainGMM(MixtureModel):
         with self.data_plate(x.shape[0]) as idx:
             z = pyro.sample("z", dist.Categorical(w), infer={"enumerate": "parallel"})
             pyro.sample("x", dist.Normal(loc[z], scale[z]).to_event(1), obs=x[idx])
-
-
-class StudentTMixture(MixtureModel):
-    def __init__(self, n_components=2, *, df=3.0, seed=None, progress=False):
-        super().__init__(n_components, seed=seed, progress=progress)
-        self.df = df
-
-    def model(self, x):
-        k, d = self.n_components, x.shape[1]
-        w = pyro.sample("weights", dist.Dirichlet(torch.ones(k, dtype=x.dtype)))
-        with pyro.plate("components", k):
-            loc = pyro.sample("loc", dist.Normal(torch.zeros(d, dtype=x.dtype), 10.0).to_event(1))
-            scale = pyro.sample("scale", dist.LogNormal(torch.zeros(d, dtype=x.dtype), 1.0).to_event(1))
-        with self.data_plate(x.shape[0]) as idx:
-            z = pyro.sample("z", dist.Categorical(w), infer={"enumerate": "parallel"})
-            pyro.sample("x", dist.StudentT(self.df, loc[z], scale[z]).to_event(1), obs=x[idx])
 
 
 def two_groups(n=60, seed=0):

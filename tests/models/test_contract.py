@@ -18,8 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
-import pyro
-import pyro.distributions as dist
 import pytest
 import torch
 
@@ -27,27 +25,13 @@ import ppmix
 import ppmix.models
 from ppmix import GMM, HMM, PFGMM, PFHMM, MixtureModel, MixtureOfExperts, SupervisedGMM, SupervisedHMM
 from ppmix.models import PFGMMGibbs
-from tests.common import make_blobs, make_expert_data, make_labelled_blobs, make_sequences
+from tests.common import StudentTMixture, make_blobs, make_expert_data, make_labelled_blobs, make_sequences
 
 pytestmark = pytest.mark.filterwarnings("ignore::ppmix.inference.engines.result.ConvergenceWarning")
 
 
-class UserStudentT(MixtureModel):
+class UserStudentT(StudentTMixture):
     """A mixture a user writes: only the Pyro program (proper priors) and a data-driven start; fitted by SVI."""
-
-    def __init__(self, n_components: int = 2, *, df: float = 4.0, seed: int | None = None, progress: bool = True):
-        super().__init__(n_components, seed=seed, progress=progress)
-        self.df = df
-
-    def model(self, x: torch.Tensor) -> None:
-        k, d = self.n_components, x.shape[1]
-        w = pyro.sample("weights", dist.Dirichlet(torch.ones(k, dtype=x.dtype)))
-        with pyro.plate("components", k):
-            loc = pyro.sample("loc", dist.Normal(torch.zeros(d, dtype=x.dtype), 10.0).to_event(1))
-            scale = pyro.sample("scale", dist.LogNormal(torch.zeros(d, dtype=x.dtype), 1.0).to_event(1))
-        with self.data_plate(x.shape[0]) as idx:
-            z = pyro.sample("z", dist.Categorical(w), infer={"enumerate": "parallel"})
-            pyro.sample("x", dist.StudentT(self.df, loc[z], scale[z]).to_event(1), obs=x[idx])
 
     def init_values(self, data: torch.Tensor, generator: torch.Generator) -> dict[str, torch.Tensor]:
         rows = torch.randperm(data.shape[0], generator=generator)[: self.n_components]
@@ -114,7 +98,7 @@ CASES: dict[str, Case] = {
         score_needs_y=True,
     ),
     "user-StudentT-svi": Case(
-        lambda: UserStudentT(2, **QUIET), _blobs, fit_options={"engine": "svi", "num_steps": 30, "lr": 0.05}
+        lambda: UserStudentT(2, df=4.0, **QUIET), _blobs, fit_options={"engine": "svi", "num_steps": 30, "lr": 0.05}
     ),
     "PFGMMGibbs": Case(lambda: PFGMMGibbs(2, num_samples=10, warmup_steps=5, seed=0), _labelled_blobs),
 }
@@ -360,10 +344,12 @@ def _as_strings(case: Case, y: Any) -> Any:
 
 
 @pytest.mark.parametrize(
-    "case_id, item, variant", cases(only=lambda case: case.data()[1] is not None and case.n_labels == 2)
+    "case_id, item, variant",
+    cases(only=lambda case: case.data()[1] is not None and case.n_labels == 2 and case.sequences),
 )
 def test_string_labels_are_a_clear_error_naming_y(case_id, item, variant):
-    """Words as labels: an error naming ``y`` (not numpy's bare 'could not convert string to float')."""
+    """Words as per-step labels of sequences: an error naming ``y`` (not numpy's bare 'could not convert string to
+    float'). The row-wise classifiers take any two labels (tests/test_estimator.py)."""
     case = CASES[case_id]
     x, y = case.data()
     with pytest.raises((ValueError, TypeError), match=r"\by\b.*(0/1|\{0, 1\}|numeric|number)") as error:

@@ -167,10 +167,10 @@ def test_to_arviz_has_switch_probs():
 @pytest.mark.parametrize(
     ("y_bad", "message"),
     [
-        (np.full(50, 2.0), "binary labels"),
+        (np.full(50, 2.0), "two classes"),
         (np.full(50, np.nan), "no observed label"),
         (np.zeros(49), "shape"),
-        (np.array(["a"] * 50), "numeric"),
+        (np.array(["a"] * 50), "two classes"),
     ],
 )
 def test_bad_labels(y_bad, message):

@@ -142,7 +142,7 @@ class PredictionFocusedMixin:
     def _check_pf_features(self, frames: torch.Tensor) -> None:
         """At least two features to select among (when ``p < 1``) and no constant feature (named)."""
         if frames.shape[1] < 2 and not self._all_relevant:
-            raise ValueError("X has 1 feature(s); feature selection (switch_prior < 1) needs at least 2")
+            raise ValueError("X has 1 feature(s): it needs at least 2 features to select from (switch_prior < 1)")
         if frames.shape[0] < 2:
             raise ValueError("X has 1 sample: every feature is constant; fitting needs at least 2")
         constant = (frames == frames[:1]).all(0)
