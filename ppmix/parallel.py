@@ -10,6 +10,7 @@ that raises is retried, and tasks that still fail are named together in one
 
 from __future__ import annotations
 
+import atexit
 import logging
 import multiprocessing
 import time
@@ -18,7 +19,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-__all__ = ["TaskError", "TaskInputError", "TaskResult", "run_tasks"]
+__all__ = ["TaskError", "TaskInputError", "TaskResult", "run_tasks", "shutdown_pools"]
 
 logger = logging.getLogger(__name__)
 
@@ -71,10 +72,42 @@ def _process_pool(max_workers: int | None) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(max_workers=max_workers, mp_context=multiprocessing.get_context("spawn"))
 
 
+#: the local process pools of this session, by size: started on first use, kept for later calls (a pool's
+#: start-up, spawning workers that import torch and ppmix, costs seconds), replaced when a worker died
+_SHARED_POOLS: dict[int | None, ProcessPoolExecutor] = {}
+
+
+def _shared_pool(max_workers: int | None, *, replace: bool = False) -> ProcessPoolExecutor:
+    """The session's local process pool of ``max_workers`` workers; a new one if asked, or if a worker died."""
+    pool = _SHARED_POOLS.get(max_workers)
+    if pool is not None and (replace or _is_broken(pool)):
+        pool.shutdown(wait=False, cancel_futures=True)
+        pool = None
+    if pool is None:
+        pool = _SHARED_POOLS[max_workers] = _process_pool(max_workers)
+    return pool
+
+
+def shutdown_pools() -> None:
+    """Stop the local process pools that ``executor=None`` started (they are kept for later calls, and stopped
+    at exit): frees their workers' memory.
+
+    Examples
+    --------
+    >>> shutdown_pools()
+    """
+    while _SHARED_POOLS:
+        _SHARED_POOLS.popitem()[1].shutdown(wait=True, cancel_futures=True)
+
+
+atexit.register(shutdown_pools)
+
+
 def _as_executor(executor: Any, max_workers: int | None) -> tuple[Executor, bool]:
-    """Normalise ``executor`` to a ``concurrent.futures.Executor``; the flag says whether we own it."""
+    """Normalise ``executor`` to a ``concurrent.futures.Executor``; the flag says whether it is ours (the shared
+    local pool, or inline), to replace when a worker dies."""
     if executor is None:
-        return _process_pool(max_workers), True
+        return _shared_pool(max_workers), True
     if executor == "inline":
         return _InlineExecutor(), True
     if isinstance(executor, Executor):
@@ -116,8 +149,9 @@ def run_tasks(
     names : sequence of str, optional
         One name per item, used in logs and errors (default ``task-0``, ``task-1``, ...).
     executor : None, 'inline', concurrent.futures.Executor or dask.distributed.Client
-        Where to run. ``None`` starts (and shuts down) a local process pool; ``'inline'``
-        runs in this process; an executor or a Dask client you pass is left running.
+        Where to run. ``None``: the session's local process pool of ``max_workers`` workers,
+        started on first use and kept for later calls (:func:`shutdown_pools` stops it);
+        ``'inline'``: in this process; an executor or a Dask client you pass is left running.
     retries : int
         How many times a failing task is resubmitted before it counts as failed (a
         :class:`TaskInputError` is never resubmitted). A worker
@@ -173,12 +207,13 @@ def run_tasks(
                 results[i] = TaskResult(names[i], value, seconds, attempts[i])
             if to_retry and owned and isinstance(pool, ProcessPoolExecutor) and _is_broken(pool):
                 logger.warning("a worker died and broke the process pool; starting a new one")
-                pool.shutdown(wait=True, cancel_futures=True)
-                pool = _process_pool(max_workers)
+                pool = _shared_pool(max_workers, replace=True)
             pending = {i: pool.submit(_timed_call, fn, items[i]) for i in to_retry}
-    finally:
-        if owned:
-            pool.shutdown(wait=True, cancel_futures=True)
+    except BaseException:
+        if owned and isinstance(pool, ProcessPoolExecutor):  # interrupted: drop its queued tasks, start afresh next
+            _SHARED_POOLS.pop(max_workers, None)
+            pool.shutdown(wait=False, cancel_futures=True)
+        raise
     if failures:
         raise TaskError(failures)
     return [results[i] for i in range(len(items))]

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import signal
+import time
 
 import distributed
 import pytest
 
-from ppmix.parallel import TaskError, run_tasks
+from ppmix import parallel
+from ppmix.parallel import TaskError, run_tasks, shutdown_pools
 
 
 def _square(x: int) -> int:
@@ -68,3 +71,22 @@ def test_bad_arguments():
         run_tasks(_square, [1, 2], names=["x"], executor="inline")
     with pytest.raises(ValueError, match="retries"):
         run_tasks(_square, [1], executor="inline", retries=-1)
+
+
+def _worker_pid(_: object) -> int:
+    return os.getpid()
+
+
+def test_the_local_pool_is_kept_for_later_calls_and_replaced_when_a_worker_died():
+    """executor=None starts the pool once (its start-up costs seconds); a dead worker means a fresh pool, no error."""
+    shutdown_pools()
+    first = {r.value for r in run_tasks(_worker_pid, range(6), max_workers=2)}
+    pool = parallel._SHARED_POOLS[2]
+    assert {r.value for r in run_tasks(_worker_pid, range(6), max_workers=2)} <= first
+    assert parallel._SHARED_POOLS[2] is pool  # the same pool, the same workers
+    os.kill(next(iter(first)), signal.SIGKILL)  # a worker dies between calls
+    time.sleep(1.0)
+    assert len(run_tasks(_worker_pid, range(6), max_workers=2)) == 6
+    assert parallel._SHARED_POOLS[2] is not pool
+    shutdown_pools()
+    assert not parallel._SHARED_POOLS

@@ -198,8 +198,8 @@ def fit_distributed(
     target : str, default "y"
         Name of the response column/array in file and DataFrame shards.
     executor : None, 'inline', concurrent.futures.Executor or dask.distributed.Client
-        Where the local fits run (see :func:`ppmix.parallel.run_tasks`); ``None`` is a
-        local process pool.
+        Where the local fits run (see :func:`ppmix.parallel.run_tasks`); ``None`` is the
+        session's local process pool, started on first use and kept for later calls.
     support_size : int, optional
         Total size of the supporting sample; each shard sends ``ceil(support_size / M)``
         rows. Default: each shard sends ``ceil(N_m / M)`` rows, so ``S ~ N / M`` as in
