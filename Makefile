@@ -9,7 +9,7 @@ LOCK   := requirements/dev.lock
 # Where pip finds the CPU build of torch pinned in constraints.txt (this project's machines keep it there).
 TORCH_WHEELS ?= /opt/wheels
 
-.PHONY: demo test install bench lock test-latest check-install clean
+.PHONY: demo test install bench tutorials lock test-latest check-install clean
 
 $(STAMP): pyproject.toml constraints.txt $(LOCK)
 	rm -rf $(VENV)
@@ -28,6 +28,10 @@ test: $(STAMP)
 	$(BIN)/ruff check ppmix tests benchmarks
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -n 2 -q
+
+# re-run every tutorial and store it with its outputs (tests/test_tutorials.py checks they are current)
+tutorials: $(STAMP)
+	$(BIN)/python -m tests.tutorial_outputs
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_gmm.py

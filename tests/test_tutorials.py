@@ -12,7 +12,6 @@ from another environment) cannot take the run to another Python. No
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -22,24 +21,17 @@ import pytest
 from jupyter_client.kernelspec import KernelSpecManager
 from nbclient import NotebookClient
 
+from tests.tutorial_outputs import KERNEL_NAME, source_digest, write_kernelspec
+
 TUTORIALS = Path(__file__).resolve().parents[1] / "tutorials"
 NOTEBOOKS = sorted(TUTORIALS.glob("*.ipynb"))
-KERNEL_NAME = "python3"
 
 
 @pytest.fixture
 def venv_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """A ``python3`` kernelspec that runs ``sys.executable``, first on ``JUPYTER_PATH``."""
-    spec_dir = tmp_path / "jupyter" / "kernels" / KERNEL_NAME
-    spec_dir.mkdir(parents=True)
-    spec = {
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": f"Python 3 ({sys.prefix})",
-        "language": "python",
-    }
-    (spec_dir / "kernel.json").write_text(json.dumps(spec))
     previous = os.environ.get("JUPYTER_PATH")
-    monkeypatch.setenv("JUPYTER_PATH", os.pathsep.join(filter(None, [str(tmp_path / "jupyter"), previous])))
+    monkeypatch.setenv("JUPYTER_PATH", os.pathsep.join(filter(None, [str(write_kernelspec(tmp_path)), previous])))
     # the kernel inherits this process's environment
     monkeypatch.setenv("MPLBACKEND", "Agg")
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # small problems; no oversubscription under xdist
@@ -50,15 +42,18 @@ def venv_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_is_saved_clean(path: Path) -> None:
-    """Valid nbformat v4, a python3 kernelspec, and no stored outputs."""
+def test_notebook_is_saved_with_current_outputs(path: Path) -> None:
+    """Valid nbformat v4, a python3 kernelspec, stored executed top to bottom without errors (readers browsing the
+    repository see the outputs and figures), from the cells as they are now (``make tutorials`` re-runs it)."""
     nb = nbformat.read(path, as_version=4)
     nbformat.validate(nb)
     assert nb.metadata.get("kernelspec", {}).get("name") == KERNEL_NAME
-    dirty = [
-        i for i, c in enumerate(nb.cells) if c.cell_type == "code" and (c.outputs or c.execution_count is not None)
-    ]
-    assert not dirty, f"{path.name}: code cells {dirty} have saved outputs; clear them before committing"
+    recorded = nb.metadata.get("ppmix", {}).get("source_sha256")
+    assert recorded == source_digest(nb), f"{path.name}: its outputs are not from its current cells; run make tutorials"
+    counts = [c.execution_count for c in nb.cells if c.cell_type == "code"]
+    assert counts == list(range(1, len(counts) + 1)), f"{path.name}: not executed top to bottom once: {counts}"
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    assert not errors, f"{path.name}: stored with errors"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
