@@ -112,16 +112,16 @@ def encode_binary_labels(y: Any, classes: np.ndarray, name: str = "y") -> np.nda
     return codes
 
 
-def decode_binary_labels(codes: torch.Tensor, classes: np.ndarray, like: Any) -> Any:
+def decode_binary_labels(codes: torch.Tensor, classes: np.ndarray | None, like: Any) -> Any:
     """Labels of predicted codes 0/1: the codes themselves (tensor in, tensor out, as every ppmix output) for
-    ``classes = [0, 1]``, else an array of the classes.
+    ``classes = [0, 1]`` or ``None`` (a model saved before ``classes_`` was saved), else an array of the classes.
 
     Examples
     --------
     >>> decode_binary_labels(torch.tensor([1, 0]), np.array(["ham", "spam"]), None).tolist()
     ['spam', 'ham']
     """
-    if np.array_equal(classes, _DEFAULT_CLASSES):
+    if classes is None or np.array_equal(classes, _DEFAULT_CLASSES):
         return to_output(codes, like)
     return classes[codes.detach().cpu().numpy().astype(np.int64)]
 
@@ -147,5 +147,4 @@ class BinaryClassifierMixin(ClassifierMixin):
         return encode_binary_labels(y, self.classes_ if hasattr(self, "classes_") else binary_classes(y))
 
     def _decode_labels(self, codes: torch.Tensor, like: Any) -> Any:
-        # a file saved before classes_ was saved holds labels 0/1
-        return decode_binary_labels(codes, getattr(self, "classes_", _DEFAULT_CLASSES), like)
+        return decode_binary_labels(codes, getattr(self, "classes_", None), like)

@@ -69,5 +69,4 @@ class TargetKindMixin:
         return codes
 
     def _decode_prediction(self, codes: torch.Tensor, like: Any) -> Any:
-        # a file saved before classes_ was saved holds labels 0/1
-        return decode_binary_labels(codes, getattr(self, "classes_", np.array([0, 1])), like)
+        return decode_binary_labels(codes, getattr(self, "classes_", None), like)
