@@ -51,6 +51,7 @@ ESTIMATORS = [
     SparseKMeansClassifier(2, seed=0),
     PRESTO(2, **QUIET),
     PRESTO(2, "linear", **QUIET),
+    PRESTO(2, "softmax", **QUIET),
     RegularizedWeighting(2, **QUIET),
 ]
 
@@ -188,6 +189,7 @@ def test_get_params_set_params_and_clone():
 def test_estimator_kinds_follow_the_model():
     assert get_tags(GMM(2)).estimator_type == "density_estimator"
     assert is_classifier(PFGMM(2)) and is_classifier(PRESTO(2)) and is_regressor(PRESTO(2, "linear"))
+    assert is_classifier(PRESTO(2, "softmax"))
     assert is_regressor(MixtureOfExperts(2)) and is_classifier(MixtureOfExperts(2, expert="logistic"))
     assert not hasattr(MixtureOfExperts(2), "predict_proba") and hasattr(
         MixtureOfExperts(2, expert="logistic"), "predict_proba"

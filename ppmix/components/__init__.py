@@ -13,6 +13,7 @@ from ppmix.components.gaussian_diag import DiagGaussian
 from ppmix.components.gaussian_expert import GaussianExpert
 from ppmix.components.gaussian_full import FullGaussian
 from ppmix.components.logistic_expert import LogisticExpert
+from ppmix.components.softmax_expert import SoftmaxExpert
 from ppmix.components.softmax_gate import SoftmaxGate
 
 __all__ = [
@@ -23,5 +24,6 @@ __all__ = [
     "FullGaussian",
     "GaussianExpert",
     "LogisticExpert",
+    "SoftmaxExpert",
     "SoftmaxGate",
 ]

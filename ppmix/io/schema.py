@@ -149,9 +149,9 @@ _FITTED_TYPES: dict[str, tuple[str, Callable[[Any], bool]]] = {
         lambda v: v is None or (isinstance(v, list) and all(isinstance(x, str) for x in v)),
     ),
     "classes_": (
-        "a list of two labels (strings, numbers or booleans) or null",
+        "a list of two or more labels (strings, numbers or booleans) or null",
         lambda v: v is None
-        or (isinstance(v, list) and len(v) == 2 and all(isinstance(x, (str, bool)) or _is_number(x) for x in v)),
+        or (isinstance(v, list) and len(v) >= 2 and all(isinstance(x, (str, bool)) or _is_number(x) for x in v)),
     ),
 }
 

@@ -14,6 +14,7 @@ from ppmix.components import (
     FullGaussian,
     GaussianExpert,
     LogisticExpert,
+    SoftmaxExpert,
     SoftmaxGate,
 )
 from tests.common import assert_close
@@ -47,6 +48,11 @@ def _family(name: str, seed: int, device: str):
         return LogisticExpert(coef, intercept, ridge=1e-3), (x, t(r.integers(0, 2, size=N), device=device))
     if name == "SoftmaxGate":
         return SoftmaxGate(coef, intercept, ridge=1e-3), x
+    if name == "SoftmaxExpert":  # three classes
+        experts = SoftmaxExpert(
+            t(r.normal(size=(K, 3, D)), device=device), t(r.normal(size=(K, 3)), device=device), ridge=1e-3
+        )
+        return experts, (x, torch.as_tensor(r.integers(0, 3, size=N), device=device))
     raise AssertionError(name)
 
 
@@ -57,6 +63,7 @@ FAMILIES = [
     "CategoricalLabel",
     "GaussianExpert",
     "LogisticExpert",
+    "SoftmaxExpert",
     "SoftmaxGate",
 ]
 parametrize_family = pytest.mark.parametrize("family", FAMILIES)

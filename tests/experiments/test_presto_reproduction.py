@@ -52,3 +52,33 @@ def test_presto_reproduction_registered():
     item = registry.get("presto")
     assert item.run is run
     assert "Table 5" in item.description
+
+
+def test_presto_accuracy_rows_on_the_region_synthetic():
+    from ppmix.experiments.presto_accuracy import compare_predictors, make_region_rules
+
+    X, y, region = make_region_rules(200, seed=0)
+    Xt, yt, region_t = make_region_rules(600, seed=1)
+    rows = compare_predictors(X, y, Xt, yt, component="logistic", k=4, oracle=(region, region_t))
+    assert {
+        "PRESTO (mu=0)",
+        "PRESTO (mu=1)",
+        "one model",
+        "k-means + one model per cluster",
+        "hard AM (Learn-MLR) + router",
+        "MixtureOfExperts (logistic)",
+        "oracle router",
+    } <= set(rows)
+    assert any(name.startswith("MLP (") for name in rows)
+    for row in rows.values():
+        assert 0.0 <= row["test_accuracy"] <= 1.0 and 0.0 <= row["test_macro_f1"] <= 1.0 and row["seconds"] >= 0
+    # no single linear rule fits; the oracle's four do; the router term makes PRESTO's partition routable
+    assert rows["oracle router"]["test_accuracy"] > rows["one model"]["test_accuracy"] + 0.3
+    assert rows["PRESTO (mu=1)"]["routability"] > rows["PRESTO (mu=0)"]["routability"]
+
+
+def test_presto_accuracy_registered():
+    from ppmix.experiments import presto_accuracy
+
+    item = registry.get("presto-accuracy")
+    assert item.run is presto_accuracy.run and item.stem == "presto_accuracy"

@@ -26,6 +26,8 @@ logger = logging.getLogger(__name__)
 
 Scores = Callable[[Adapter, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 Objective = Callable[[Adapter, torch.Tensor, torch.Tensor, torch.Tensor, float], float]
+#: ``router_cost(onehot) -> (N, K)``: ``mu * (-log pi_phi(k | x_i))`` of a router fitted on the partition
+RouterCost = Callable[[torch.Tensor], torch.Tensor]
 
 
 @dataclass
@@ -53,6 +55,7 @@ def mm_sweep(
     max_iter: int,
     tol: float,
     progress: bool,
+    router_cost: RouterCost | None = None,
 ) -> SweepResult:
     """Fit ``adapter`` on ``part``, then alternate reassignment and refitting (steps 1-4 of ``PRESTO``).
 
@@ -63,6 +66,11 @@ def mm_sweep(
     ``sum_i M[i, part_i]`` (falling back to single-point improving moves when the greedy
     does). It stops when no point moves, the bound cannot be lowered, the relative change
     of ``objective(..., eps)`` is at most ``tol``, or after ``max_iter`` iterations.
+
+    **Router term.** With ``router_cost`` (``PRESTO(router_weight=mu)``), the router is refitted
+    on the partition after every component fit, and its costs ``mu * (-log pi_phi(k | x_i))``
+    join every pair's score and the history (not ``loss_history``): the sweep minimises
+    ``sum_k G(S_k) + mu * sum_i -log pi_phi(part_i | x_i)`` over the partition and ``phi``.
 
     **Monotonicity.** With ``scores="loss"`` and exactly optimal fits the history is
     non-increasing (the acceptance test makes this hold also when capacities bind): the
@@ -78,11 +86,18 @@ def mm_sweep(
         part = greedy_capacity_assignment(sq_distances(x, partition_onehot(part, k)), capacity)
     onehot = partition_onehot(part, k)
     adapter.fit(x, y, onehot)
-    history, loss_history = [objective(adapter, x, y, onehot, eps)], [objective(adapter, x, y, onehot, 0.0)]
+    routing = None if router_cost is None else router_cost(onehot)
+
+    def routed(value: float) -> float:
+        return value if routing is None else value + float((onehot * routing).sum())
+
+    history, loss_history = [routed(objective(adapter, x, y, onehot, eps))], [objective(adapter, x, y, onehot, 0.0)]
     converged, iteration = False, 0
     with tqdm(total=max_iter, disable=not progress, desc="PRESTO", leave=False) as bar:
         for iteration in range(1, max_iter + 1):
             bound = scores(adapter, x, y, onehot) + eps * sq_distances(x, onehot)
+            if routing is not None:
+                bound = bound + routing
             new = greedy_capacity_assignment(bound, capacity)
             old_value = bound.gather(1, part[:, None]).sum()
             new_value = bound.gather(1, new[:, None]).sum()
@@ -102,7 +117,8 @@ def mm_sweep(
                 break
             part, onehot = new, partition_onehot(new, k)
             adapter.fit(x, y, onehot)
-            value = objective(adapter, x, y, onehot, eps)
+            routing = None if router_cost is None else router_cost(onehot)
+            value = routed(objective(adapter, x, y, onehot, eps))
             previous = history[-1]
             history.append(value)
             loss_history.append(objective(adapter, x, y, onehot, 0.0))

@@ -30,6 +30,7 @@ class PrestoPersistence(SavableEstimator):
         "max_iter",
         "tol",
         "router_ridge",
+        "router_weight",
         "standardize",
         "seed",
         "progress",
@@ -62,6 +63,7 @@ class PrestoPersistence(SavableEstimator):
         """JSON-able fitted state beyond the tensors."""
         return {
             "loss_history": [float(v) for v in self.loss_history_],
+            "routability": float(self.routability_),
             "component_type": self.component if isinstance(self.component, str) else type(self.component).__name__,
         }
 
@@ -89,6 +91,8 @@ class PrestoPersistence(SavableEstimator):
             raise ValueError(f"saved partition must hold part indices in [0, {k})")
         self.part_sizes_ = np.bincount(self.partition_, minlength=k)
         self.loss_history_ = [float(v) for v in extra["loss_history"]]
+        if "routability" in extra:  # saved since router_weight was added
+            self.routability_ = float(extra["routability"])
 
     @classmethod
     def load(cls, path: Any, component: Any = None, map_location: str | torch.device | None = None) -> Any:

@@ -5,7 +5,7 @@ a user classifier), its routing probabilities, and the tensors that save and res
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -14,7 +14,7 @@ from ppmix._validation import as_numpy
 from ppmix.components import SoftmaxGate
 from ppmix.inference.optimizers.persist import load_object_tensors, object_tensors
 
-__all__ = ["fit_router", "load_router", "router_tensors", "routing_proba"]
+__all__ = ["fit_router", "load_router", "router_cost", "router_costs", "router_tensors", "routing_proba"]
 
 
 def _softmax_router(k: int, p: int, ridge: float, device: torch.device) -> SoftmaxGate:
@@ -48,6 +48,36 @@ def routing_proba(router: Any, x: torch.Tensor, k: int) -> torch.Tensor:
     full = torch.zeros(x.shape[0], k, dtype=torch.float64, device=x.device)
     full[:, torch.as_tensor(classes, device=x.device)] = proba
     return full
+
+
+def router_costs(router: Any, ridge: float, x: torch.Tensor, onehot: torch.Tensor) -> torch.Tensor:
+    """``-log pi_phi(k | x_i)`` of the ``router`` fitted on the partition ``onehot``, shape (N, K).
+
+    The router term of ``PRESTO(router_weight=mu)``: fitting the router minimises
+    ``sum_i -log pi_phi(part_i | x_i)`` over ``phi`` (plus its ridge), and with ``phi`` fixed
+    the term is modular in the partition, so it adds to every pair's score.
+
+    Examples
+    --------
+    >>> import torch
+    >>> x = torch.tensor([[-2.0], [-1.0], [1.0], [2.0]], dtype=torch.float64)
+    >>> onehot = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0]], dtype=torch.float64)
+    >>> costs = router_costs("softmax", 1e-2, x, onehot)
+    >>> costs.shape, bool((costs.argmin(1) == onehot.argmax(1)).all())
+    (torch.Size([4, 2]), True)
+    """
+    fitted = fit_router(router, ridge, x, onehot, as_numpy(onehot.argmax(1)))
+    return -routing_proba(fitted, x, onehot.shape[1]).clamp_min(torch.finfo(torch.float64).tiny).log()
+
+
+def router_cost(
+    router: Any, ridge: float, weight: float, x: torch.Tensor
+) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """The router term of ``PRESTO(router_weight=weight)`` for :func:`~._mm.mm_sweep`: a function of a partition
+    giving ``weight * router_costs(...)``; ``None`` for ``weight = 0`` (the paper's algorithm)."""
+    if not weight:
+        return None
+    return lambda onehot: weight * router_costs(router, ridge, x, onehot)
 
 
 def router_tensors(router: Any) -> dict[str, torch.Tensor]:

@@ -1,6 +1,6 @@
 """What PRESTO needs from its ``K`` components (fit on a partition, per-point losses, regulariser,
 marginal gains, predictions), behind one small interface: :class:`Adapter` for any component family,
-its logistic and linear-Gaussian specialisations with leave-one-out gains, :class:`TorchAdapter` for
+its logistic, softmax and linear-Gaussian specialisations with leave-one-out gains, :class:`TorchAdapter` for
 user ``nn.Module`` components, :func:`make_adapter`, which picks one for PRESTO's ``component``, and
 the executor the components are trained on (:func:`check_executor`, :func:`open_executor`).
 """
@@ -16,16 +16,17 @@ from typing import Any, Iterator
 
 import torch
 
-from ppmix.components import GaussianExpert, LogisticExpert
+from ppmix.components import GaussianExpert, LogisticExpert, SoftmaxExpert
 from ppmix.inference.optimizers.persist import move_object_tensors
 from ppmix.inference.optimizers.presto.components import check_torch_component
-from ppmix.inference.optimizers.presto.loo import gaussian_loo_gains, logistic_loo_gains
+from ppmix.inference.optimizers.presto.loo import gaussian_loo_gains, logistic_loo_gains, softmax_loo_gains
 from ppmix.parallel import run_tasks
 
 __all__ = [
     "Adapter",
     "GaussianAdapter",
     "LogisticAdapter",
+    "SoftmaxAdapter",
     "TorchAdapter",
     "check_executor",
     "component_kind",
@@ -161,6 +162,30 @@ class LogisticAdapter(Adapter):
     def predict(self, x: torch.Tensor) -> torch.Tensor:
         return (self.comp.predict_proba(x) > 0.5).to(_DTYPE)
 
+    def proba(self, x: torch.Tensor) -> torch.Tensor:
+        """Class probabilities ``[P(y=0), P(y=1)]`` of every member, shape (N, K, 2)."""
+        p1 = self.comp.predict_proba(x)
+        return torch.stack([1 - p1, p1], dim=-1)
+
+
+class SoftmaxAdapter(Adapter):
+    """:class:`~ppmix.components.SoftmaxExpert` components (labels coded ``0..C-1``), ``R = ridge/2 ||coef||^2``."""
+
+    def penalty(self) -> torch.Tensor:
+        return 0.5 * self.ridge * self.comp.coef.square().sum((1, 2))
+
+    def gains(self, x: torch.Tensor, y: torch.Tensor, onehot: torch.Tensor) -> torch.Tensor:
+        """Approximate gains: one Newton step from the full fit (:func:`~.loo.softmax_loo_gains`)."""
+        targets = torch.nn.functional.one_hot(y.long(), self.comp.n_classes).to(_DTYPE)
+        return softmax_loo_gains(x, targets, onehot, self.comp.coef, self.comp.intercept, self.ridge)[1]
+
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
+        return self.comp.predict_proba(x).argmax(-1).to(_DTYPE)
+
+    def proba(self, x: torch.Tensor) -> torch.Tensor:
+        """Class probabilities of every member, shape (N, K, C)."""
+        return self.comp.predict_proba(x)
+
 
 class GaussianAdapter(Adapter):
     """:class:`~ppmix.components.GaussianExpert` components, ``R = ridge ||coef||^2 / (2 sigma^2)``.
@@ -255,10 +280,19 @@ class TorchAdapter(Adapter):
         return torch.stack(outputs, dim=1)
 
 
-def make_adapter(component: Any, ridge: float, k: int, p: int, device: torch.device, executor: Any = None) -> Adapter:
+def make_adapter(
+    component: Any,
+    ridge: float,
+    k: int,
+    p: int,
+    device: torch.device,
+    executor: Any = None,
+    n_classes: int = 2,
+) -> Adapter:
     """The adapter of PRESTO's ``component`` with ``k`` members on ``p`` features, on ``device``.
 
-    ``"logistic"`` and ``"linear"`` (or ``"gaussian"``) build fresh families with ``ridge``;
+    ``"logistic"``, ``"softmax"`` (``n_classes`` classes) and ``"linear"`` (or ``"gaussian"``) build
+    fresh families with ``ridge``;
     an ``nn.Module`` (copied ``k`` times) or a list of ``k`` modules gives a :class:`TorchAdapter`;
     any other object needs ``log_prob(data) -> (N, K)`` and ``fit(data, weights)`` and is copied
     to ``device`` (the built-in families keep their own ``ridge``).
@@ -268,9 +302,12 @@ def make_adapter(component: Any, ridge: float, k: int, p: int, device: torch.dev
         zeros = torch.zeros(k, p, dtype=_DTYPE, device=device)
         if kind == "logistic":
             return LogisticAdapter(LogisticExpert(zeros, ridge=ridge), ridge, k, device, executor)
+        if kind == "softmax":
+            coef = torch.zeros(k, n_classes, p, dtype=_DTYPE, device=device)
+            return SoftmaxAdapter(SoftmaxExpert(coef, ridge=ridge), ridge, k, device, executor)
         if kind in ("linear", "gaussian"):
             return GaussianAdapter(GaussianExpert(zeros, ridge=ridge), ridge, k, device, executor)
-        raise ValueError(f"component must be 'logistic', 'linear' or a component object; got {component!r}")
+        raise ValueError(f"component must be 'logistic', 'softmax', 'linear' or a component object; got {component!r}")
     if isinstance(component, torch.nn.Module) or (
         isinstance(component, (list, tuple)) and any(isinstance(c, torch.nn.Module) for c in component)
     ):
@@ -292,15 +329,19 @@ def make_adapter(component: Any, ridge: float, k: int, p: int, device: torch.dev
     comp = move_object_tensors(copy.deepcopy(component), device)
     if isinstance(comp, LogisticExpert):
         return LogisticAdapter(comp, comp.ridge, k, device, executor)
+    if isinstance(comp, SoftmaxExpert):
+        return SoftmaxAdapter(comp, comp.ridge, k, device, executor)
     if isinstance(comp, GaussianExpert):
         return GaussianAdapter(comp, comp.ridge, k, device, executor)
     return Adapter(comp, 0.0, k, device, executor)
 
 
 def component_kind(component: Any) -> str:
-    """``"logistic"``, ``"linear"``, ``"torch"`` or ``"other"``: how PRESTO predicts with ``component``."""
+    """``"logistic"``, ``"softmax"``, ``"linear"``, ``"torch"`` or ``"other"``: how PRESTO predicts with it."""
     if isinstance(component, str):
-        return "logistic" if component.lower() == "logistic" else "linear"
+        return component.lower() if component.lower() in ("logistic", "softmax") else "linear"
     if isinstance(component, (torch.nn.Module, list, tuple)):
         return "torch"
+    if isinstance(component, SoftmaxExpert):
+        return "softmax"
     return "logistic" if isinstance(component, LogisticExpert) else "other"

@@ -31,9 +31,10 @@ from ppmix._validation import (
     resolve_device,
     to_output,
 )
+from ppmix.inference.optimizers.presto._guarantee import theorem2_guarantee
 from ppmix.inference.optimizers.presto._mm import mm_sweep
 from ppmix.inference.optimizers.presto._persistence import PrestoPersistence
-from ppmix.inference.optimizers.presto._routing import fit_router, routing_proba
+from ppmix.inference.optimizers.presto._routing import fit_router, router_cost, routing_proba
 from ppmix.inference.optimizers.presto._scaling import (
     standardise_x,
     standardise_y,
@@ -72,28 +73,29 @@ class PRESTO(TargetKindMixin, PrestoPersistence):
        point can improve.
 
     **Objective.** ``G(S) = min_theta sum_{i in S} l_i(theta) + R(theta)`` with
-    ``l_i = -log p(y_i | x_i, theta)``. Logistic: ``R = ridge/2 ||coef||^2``.
+    ``l_i = -log p(y_i | x_i, theta)``. Logistic and softmax: ``R = ridge/2 ||coef||^2``.
     Linear-Gaussian: ``R = ridge ||coef||^2 / (2 sigma^2)``, the noise variance refitted
     jointly; the intercept is never penalised. ``history_`` holds ``sum_k G(S_k)`` plus
     ``epsilon`` times the within-part squared distances; ``loss_history_`` ``sum_k G(S_k)``.
 
     **Marginal gains** ``G(S_k) - G(S_k \\ i)`` are computed without retraining
     (:mod:`~ppmix.inference.optimizers.presto.loo`): exactly for linear-Gaussian
-    components, by one Newton step from the full fit for logistic ones; for other
+    components, by one Newton step from the full fit for logistic and softmax ones; for other
     component objects and ``nn.Module`` components the member's own per-sample loss
     ``l_i(theta_k)`` stands in for it. A non-member scores its loss ``l_i(theta_k)``, an
     upper bound on the singleton ``G({(i, k)})`` that still tells the components apart.
 
     **Monotonicity.** ``history_`` is non-increasing for ``scores="loss"`` with exact fits;
     for ``scores="presto"`` only if ``G`` is ``alpha``-submodular (Theorem 2) and the gains
-    are exact, so small increases are possible for logistic components.
+    are exact, so small increases are possible for logistic and softmax components.
 
     Parameters
     ----------
     n_components : int
         Number of parts ``K``.
-    component : {"logistic", "linear"}, component family, ``nn.Module`` or list of ``K`` modules
+    component : {"logistic", "softmax", "linear"}, component family, ``nn.Module`` or list of ``K`` modules
         ``"logistic"``: :class:`~ppmix.components.LogisticExpert` (binary ``y``);
+        ``"softmax"``: :class:`~ppmix.components.SoftmaxExpert` (``y`` with any number of classes);
         ``"linear"`` (or ``"gaussian"``): :class:`~ppmix.components.GaussianExpert`.
         A family object must offer ``log_prob((x, y)) -> (N, K)`` and ``fit((x, y), weights)``.
         A ``torch.nn.Module`` must follow :class:`~ppmix.inference.optimizers.presto.components.TorchComponent`
@@ -127,6 +129,13 @@ class PRESTO(TargetKindMixin, PrestoPersistence):
         ``predict_proba(X)`` (e.g. a scikit-learn classifier; it is cloned).
     router_ridge : float, default 1e-4
         Ridge of the softmax router.
+    router_weight : float, default 0.0
+        ``mu >= 0``: puts the router into the MM (beyond the paper), so that the partition is one the
+        router can reproduce at test time. Every point's score for part ``k`` gains
+        ``mu * (-log pi_phi(k | x_i))``, the router ``pi_phi`` being refitted on the partition after
+        every component fit; the sweep then minimises ``sum_k G(S_k) + mu * sum_i -log pi_phi(part_i | x_i)``
+        (``history_`` includes the router term, ``loss_history_`` does not). ``0`` is the paper's
+        algorithm, unchanged.
     standardize : bool, default True
         Fit on standardised data: every feature of ``X`` centred and divided by its standard
         deviation (and ``y`` too for ``"linear"`` components), so that ``ridge``, ``epsilon``,
@@ -164,12 +173,15 @@ class PRESTO(TargetKindMixin, PrestoPersistence):
     router_ : fitted router
         Fitted on the standardised ``X``.
     history_ : list of float
-        Objective (with the tie-break term) after the initial fit and every accepted iteration.
+        Objective (with the tie-break and router terms) after the initial fit and every accepted iteration.
     loss_history_ : list of float
         ``sum_k G(S_k)`` at the same points.
     n_iter_ : int
     converged_ : bool
     part_sizes_ : ndarray of shape (K,)
+    routability_ : float
+        Accuracy of the fitted router on the training partition (share of training points it
+        routes to their own part).
     scales_ : dict of Tensor
         ``x_mean``, ``x_scale`` (``(P,)``), ``y_mean``, ``y_scale``: the standardisation the
         components and the router see (zeros and ones with ``standardize=False``).
@@ -209,6 +221,7 @@ class PRESTO(TargetKindMixin, PrestoPersistence):
         tol: float = 1e-6,
         router: Any = "softmax",
         router_ridge: float = 1e-4,
+        router_weight: float = 0.0,
         standardize: bool = True,
         seed: int | None = None,
         progress: bool = True,
@@ -227,6 +240,7 @@ class PRESTO(TargetKindMixin, PrestoPersistence):
         self.tol = tol
         self.router = router
         self.router_ridge = router_ridge
+        self.router_weight = router_weight
         self.standardize = standardize
         self.seed = seed
         self.progress = progress
@@ -245,6 +259,9 @@ class PRESTO(TargetKindMixin, PrestoPersistence):
             raise ValueError(f"epsilon must be a number >= 0; got {self.epsilon!r}")
         if self.scores not in ("presto", "loss"):
             raise ValueError(f"scores must be 'presto' or 'loss'; got {self.scores!r}")
+        mu = self.router_weight
+        if not (isinstance(mu, (int, float)) and not isinstance(mu, bool) and math.isfinite(mu) and mu >= 0):
+            raise ValueError(f"router_weight must be a finite number >= 0; got {mu!r}")
         check_positive_int(self.max_iter, "max_iter")
         check_executor(self.executor)
         if not (isinstance(self.tol, (int, float)) and self.tol >= 0):
@@ -261,16 +278,28 @@ class PRESTO(TargetKindMixin, PrestoPersistence):
             raise ValueError(f"y must have shape ({n},) to match X; got {arr.shape}")
         if not np.isfinite(arr).all():
             raise ValueError("y contains NaN or infinite values")
-        if component_kind(self.component) == "logistic" and not np.isin(arr, (0.0, 1.0)).all():
-            raise ValueError("y must hold binary labels in {0, 1} for component='logistic'")
+        if self._classifies and not np.isin(arr, np.arange(self._n_classes)).all():
+            raise ValueError(f"y must hold class codes 0..{self._n_classes - 1} of classes_")
         return torch.as_tensor(arr, dtype=_DTYPE, device=device)
 
     @property
     def _classifies(self) -> bool:
-        return component_kind(self.component) == "logistic"
+        return component_kind(self.component) in ("logistic", "softmax")
+
+    @property
+    def _multiclass(self) -> bool:
+        return component_kind(self.component) == "softmax"
+
+    @property
+    def _n_classes(self) -> int:
+        """Classes of the components: those of a given family, else those seen in ``fit`` (2 for logistic)."""
+        if hasattr(self.component, "n_classes"):
+            return int(self.component.n_classes)
+        return len(self.classes_) if self._multiclass else 2
 
     def _make_adapter(self, k: int, p: int, device: torch.device, executor: Any = None) -> Adapter:
-        return make_adapter(self.component, self.ridge, k, p, device, executor)
+        n_classes = self._n_classes if self._classifies else 2
+        return make_adapter(self.component, self.ridge, k, p, device, executor, n_classes=n_classes)
 
     # ------------------------------------------------------------------ fitting
     def fit(self, X: Any, y: Any) -> "PRESTO":
@@ -280,8 +309,8 @@ class PRESTO(TargetKindMixin, PrestoPersistence):
         ----------
         X : array-like of shape (N, P)
         y : array-like of shape (N,)
-            Binary labels in {0, 1} for ``component="logistic"``, real values for
-            ``"linear"``.
+            Class labels for ``component="logistic"`` (two classes) and ``"softmax"`` (any
+            number; recorded in ``classes_``), real values for ``"linear"``.
 
         Returns
         -------
@@ -316,6 +345,7 @@ class PRESTO(TargetKindMixin, PrestoPersistence):
                 max_iter=int(self.max_iter),
                 tol=float(self.tol),
                 progress=self.progress,
+                router_cost=router_cost(self.router, self.router_ridge, float(self.router_weight), x),
             )
 
         adapter.executor = None  # the fitted object keeps no reference to a (closed) pool
@@ -331,11 +361,11 @@ class PRESTO(TargetKindMixin, PrestoPersistence):
         self.n_features_in_ = p
         self.feature_names_in_ = names
         self.router_ = fit_router(self.router, self.router_ridge, x, sweep.onehot, self.partition_)
+        self.routability_ = float((as_numpy(self._routing_proba(x).argmax(1)) == self.partition_).mean())
         return self
 
     def _training_scales(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
-        scale_y = component_kind(self.component) != "logistic"
-        return training_scales(x, y, standardize=bool(self.standardize), scale_y=scale_y)
+        return training_scales(x, y, standardize=bool(self.standardize), scale_y=not self._classifies)
 
     def _initial_partition(
         self, x: torch.Tensor, k: int, capacity: int | None, generator: torch.Generator
@@ -405,13 +435,39 @@ class PRESTO(TargetKindMixin, PrestoPersistence):
 
     @available_if(lambda self: self._classifies)
     def predict_proba(self, X: Any) -> Any:
-        """``[P(y=c_0), P(y=c_1)]`` for ``classes_ = [c_0, c_1]`` under the routed logistic component, shape
-        ``(N, 2)`` (logistic components only)."""
+        """``P(y = classes_[c])`` under the routed component, shape ``(N, C)`` (logistic: ``C = 2``; softmax
+        components only)."""
         self._check_fitted()
         x = self._check_X(X)
         route = self._routing_proba(x).argmax(1)
-        p1 = torch.as_tensor(self.components_.predict_proba(x)).gather(1, route[:, None]).squeeze(1)
-        return to_output(torch.stack([1 - p1, p1], dim=1), X)
+        proba = self._adapter.proba(x)
+        return to_output(proba[torch.arange(x.shape[0], device=x.device), route], X)
+
+    def guarantee_(self, X: Any, y: Any) -> dict[str, float]:
+        """What Theorems 2 and 4 of the paper promise for this fit on its training data ``(X, y)``.
+
+        Logistic and softmax components only. Returns ``lambda`` (``ridge / 2``), ``lipschitz`` (``L``),
+        ``eps_min``, ``l_min_min``, ``l_min_max``, ``alpha_G``, ``kappa_G``, Theorem 4's ``factor``
+        ``1 / ((1 - kappa_G) alpha_G^2)`` and its tighter form ``factor_tight`` (eq. 41), which bound ``G`` of
+        the partition found over the optimum's. The constants are those of the paper's ``G``, whose penalty
+        also shrinks the intercepts (:mod:`~ppmix.inference.optimizers.presto._guarantee` says why).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> X = np.random.default_rng(0).normal(size=(60, 2))
+        >>> y = (X[:, 0] * X[:, 1] > 0).astype(int)
+        >>> g = PRESTO(2, "logistic", seed=0, progress=False).fit(X, y).guarantee_(X, y)
+        >>> 0 < g["alpha_G"] <= 1 and 0 <= g["kappa_G"] < 1 and g["factor"] >= g["factor_tight"] >= 1
+        True
+        """
+        self._check_fitted()
+        if not self._classifies:
+            raise TypeError("guarantee_ is computed for logistic and softmax components only")
+        x = self._check_X(X)
+        codes = self._check_y(self._encode_response(y, fitting=False), x.shape[0], x.device)
+        targets = torch.nn.functional.one_hot(codes.long(), self._n_classes).to(_DTYPE)
+        return theorem2_guarantee(x, targets, float(self.ridge))
 
     def objective(self, X: Any, y: Any, partition: Any) -> float:
         """``sum_k G(S_k)`` of a given partition of ``(X, y)`` (components refitted on it).
