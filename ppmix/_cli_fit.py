@@ -62,7 +62,7 @@ def add_fit_parsers(fit_sub: Any, positive: Callable[[str], int], seed: Callable
     moe.add_argument("--target", metavar="COLUMN", required=True, help="column holding the response y")
     moe.add_argument("--k", "--experts", dest="k", type=_at_least_two, required=True, help="number of experts K (>= 2)")
     moe.add_argument("--expert", choices=["gaussian", "logistic"], default="gaussian")
-    _add_common(moe, positive, seed, n_init=5, max_iter=100)
+    _add_common(moe, positive, seed, n_init=10, max_iter=100)
 
 
 def _add_engine(parser: argparse.ArgumentParser, positive: Callable[[str], int]) -> None:

@@ -311,7 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dmoe.add_argument("--workers", type=positive, help="size of the local process pool")
     dmoe.add_argument("--support-size", type=positive, help="total supporting sample size (default about N / M)")
-    dmoe.add_argument("--n-init", type=positive, default=5, help="EM restarts of every local fit")
+    dmoe.add_argument("--n-init", type=positive, default=10, help="EM starts of every local fit")
     dmoe.add_argument("--max-iter", type=positive, default=100, help="EM iterations of every local fit")
     dmoe.add_argument("--seed", type=seed, default=0)
     dmoe.add_argument("--quiet", action="store_true", help="no progress lines on stderr")

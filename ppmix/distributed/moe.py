@@ -176,7 +176,7 @@ def fit_distributed(
     target: str = "y",
     executor: Any = None,
     support_size: int | None = None,
-    n_init: int = 5,
+    n_init: int = 10,
     max_iter: int = 100,
     tol: float = 1e-6,
     seed: int = 0,
@@ -204,7 +204,7 @@ def fit_distributed(
         Total size of the supporting sample; each shard sends ``ceil(support_size / M)``
         rows. Default: each shard sends ``ceil(N_m / M)`` rows, so ``S ~ N / M`` as in
         the paper.
-    n_init, max_iter, tol : EM settings of every local fit.
+    n_init, max_iter, tol : EM settings of every local fit (short "small EM" starts, see ``MixtureOfExperts``).
     seed : int
         With the shard contents, determines every random choice.
     retries : int, default 1

@@ -3,8 +3,10 @@
 ``az.from_pyro`` accepts only MCMC objects, so ppmix assembles the groups itself:
 
 - ``posterior``: draws of the global sites: the (relabelled) MCMC draws, draws from an
-  SVI ``normal`` guide, draws from a Laplace approximation when asked
-  (``approximation="laplace"``), or else the single point estimate;
+  SVI ``normal`` guide, or, for a point fit (EM, ``delta`` SVI), draws from a Laplace
+  approximation at the point estimate (``approximation="laplace"``; by default,
+  ``"auto"``, whenever the model has one and at most :data:`AUTO_LAPLACE_MAX_PARAMETERS`
+  unconstrained parameters) or else the single point estimate (``approximation=None``);
 - ``log_likelihood``: the pointwise log-likelihood for every draw;
 - ``posterior_predictive``: one replicated data set per draw, drawn by Pyro's
   ``Predictive`` from the program with its observed sites unconditioned and its
@@ -18,8 +20,9 @@
 
 ``idata.attrs["ppmix_draws"]`` says where the posterior draws come from (``"mcmc"``,
 ``"svi_normal_guide"``, ``"laplace"`` or ``"point_estimate"``). A point estimate is one
-draw: ArviZ's ``loo``/``waic``/``compare`` cannot use it, so building such an
-InferenceData warns (:class:`PointEstimateWarning`) with the ways to get draws.
+draw: ArviZ's ``loo``/``waic``/``compare`` cannot use it (ArviZ fails with an
+IndexError), so building such an InferenceData warns (:class:`PointEstimateWarning`)
+with the reason no Laplace draws were made and the ways to get draws.
 """
 
 from __future__ import annotations
@@ -45,7 +48,12 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-APPROXIMATIONS = (None, "laplace")
+APPROXIMATIONS = ("auto", "laplace", None)
+
+#: ``approximation="auto"`` draws from the Laplace approximation of a point fit only up to this
+#: many unconstrained parameters: its Hessian costs one backward pass per parameter, and every
+#: draw one pass over the data (about 6 s at 329 parameters, N = 5000, on two cores)
+AUTO_LAPLACE_MAX_PARAMETERS = 500
 
 
 class PointEstimateWarning(UserWarning):
@@ -53,20 +61,35 @@ class PointEstimateWarning(UserWarning):
 
 
 def global_draws(
-    model: "MixtureModel", data: Any, num_samples: int, approximation: str | None = None
-) -> tuple[dict[str, torch.Tensor], str]:
-    """Draws of every global site with leading ``(chain, draw)`` dimensions, and where they come from."""
+    model: "MixtureModel", data: Any, num_samples: int, approximation: str | None = "auto"
+) -> tuple[dict[str, torch.Tensor], str, str]:
+    """Draws of every global site with leading ``(chain, draw)`` dimensions, where they come from, and
+    (for a point estimate under ``approximation="auto"``) why there are no Laplace draws."""
     samples = getattr(model, "mcmc_samples_", None)
     if model.engine_ == "mcmc" and samples:
-        return samples, "mcmc"
+        return samples, "mcmc", ""
     guide = model.variational_guide_
     if model.engine_ == "svi" and isinstance(guide, AutoNormal):
         with local_params(), torch.no_grad(), model.forked_rng(offset=1):
             draws = [guide(data) for _ in range(num_samples)]
-        return {k: torch.stack([d[k] for d in draws])[None] for k in draws[0]}, "svi_normal_guide"
+        return {k: torch.stack([d[k] for d in draws])[None] for k in draws[0]}, "svi_normal_guide", ""
+    point = {k: v[None, None] for k, v in model.get_globals().items()}
     if approximation == "laplace":
-        return laplace_draws(model, data, num_samples), "laplace"
-    return {k: v[None, None] for k, v in model.get_globals().items()}, "point_estimate"
+        return laplace_draws(model, data, num_samples), "laplace", ""
+    if approximation == "auto":
+        try:
+            return laplace_draws(model, data, num_samples, max_parameters=AUTO_LAPLACE_MAX_PARAMETERS), "laplace", ""
+        except LaplaceUnavailable as err:
+            return point, "point_estimate", err.reason
+    return point, "point_estimate", ""
+
+
+class LaplaceUnavailable(ValueError):
+    """A point fit has no Laplace approximation (or, under ``approximation="auto"``, too many parameters)."""
+
+    def __init__(self, reason: str, remedy: str = "fit with engine='mcmc' or engine='svi', guide='normal'") -> None:
+        super().__init__(f"{reason}; {remedy}")
+        self.reason = reason
 
 
 # ------------------------------------------------------------------ Laplace approximation
@@ -74,7 +97,9 @@ def _empty_guide(*args: Any, **kwargs: Any) -> None:
     return None
 
 
-def laplace_draws(model: "MixtureModel", data: Any, num_samples: int) -> dict[str, torch.Tensor]:
+def laplace_draws(
+    model: "MixtureModel", data: Any, num_samples: int, max_parameters: int | None = None
+) -> dict[str, torch.Tensor]:
     """``num_samples`` draws ``(1, S, ...)`` from a Laplace approximation at the fitted point estimates.
 
     Each global site is mapped to the unconstrained space of its support (``biject_to``:
@@ -84,7 +109,9 @@ def laplace_draws(model: "MixtureModel", data: Any, num_samples: int) -> dict[st
     the log prior density as the program writes it: zero under ppmix's flat priors). The
     draws are mapped back. Exact for no model, good when ``N`` is large beside the number
     of parameters and the fit is a well-separated optimum; every model whose discrete
-    latents are enumerated in its program qualifies (not the pf models).
+    latents are enumerated in its program qualifies (not the pf models). Raises
+    :class:`LaplaceUnavailable` where there is none, or where the unconstrained
+    parameters outnumber ``max_parameters``.
     """
     values = model.get_globals()
     with local_params(), torch.no_grad():
@@ -100,15 +127,22 @@ def laplace_draws(model: "MixtureModel", data: Any, num_samples: int) -> dict[st
         and site["infer"].get("enumerate") != "parallel"
     ]
     if set(names) != set(values) or sampled:
-        raise ValueError(
+        raise LaplaceUnavailable(
             f"a Laplace approximation needs every global of {type(model).__name__} to be a site of its program "
-            "and every discrete latent enumerated there; fit with engine='mcmc' or engine='svi', guide='normal'"
+            "and every discrete latent enumerated there"
         )
     transforms = {n: biject_to(trace.nodes[n]["fn"].support) for n in names}
     unconstrained = {n: transforms[n].inv(values[n]) for n in names}
     shapes = {n: unconstrained[n].shape for n in names}
     sizes = [unconstrained[n].numel() for n in names]
     centre = torch.cat([unconstrained[n].reshape(-1) for n in names]).to(torch.float64)
+    if max_parameters is not None and centre.numel() > max_parameters:
+        raise LaplaceUnavailable(
+            f"{type(model).__name__} has {centre.numel()} unconstrained parameters, more than the "
+            f"{max_parameters} up to which approximation='auto' computes a Laplace approximation "
+            "(its Hessian costs one pass per parameter)",
+            "ask for it with approximation='laplace'",
+        )
 
     def split(flat: torch.Tensor) -> dict[str, torch.Tensor]:
         parts = torch.split(flat, sizes)
@@ -124,9 +158,9 @@ def laplace_draws(model: "MixtureModel", data: Any, num_samples: int) -> dict[st
     precision = 0.5 * (precision + precision.T)
     chol, info = torch.linalg.cholesky_ex(precision)
     if int(info) != 0 or not torch.isfinite(precision).all():
-        raise ValueError(
+        raise LaplaceUnavailable(
             "the fitted objective is not strictly concave at the point estimate (a flat direction: an empty or "
-            "duplicated component?), so it has no Laplace approximation; fit with engine='mcmc'"
+            "duplicated component?), so it has no Laplace approximation"
         )
     with torch.no_grad(), model.forked_rng(offset=4):
         noise = torch.randn(num_samples, centre.numel(), dtype=centre.dtype)
@@ -222,19 +256,22 @@ def prior_samples(
 
 # ------------------------------------------------------------------------- the builder
 def build_inference_data(
-    model: "MixtureModel", data: Any, num_samples: int = 100, approximation: str | None = None
+    model: "MixtureModel", data: Any, num_samples: int = 100, approximation: str | None = "auto"
 ) -> Any:
     """``InferenceData`` with the groups listed in this module's docstring.
 
-    ``approximation="laplace"`` makes a point fit (EM, ``delta`` SVI) give
-    ``num_samples`` draws from :func:`laplace_draws` instead of its single point
-    estimate; it does not change the draws of MCMC or of an SVI ``normal`` guide.
+    For a point fit (EM, ``delta`` SVI), ``approximation="laplace"`` gives
+    ``num_samples`` draws from :func:`laplace_draws` (raising
+    :class:`LaplaceUnavailable` where there is none), ``"auto"`` the same where the
+    model has one with at most :data:`AUTO_LAPLACE_MAX_PARAMETERS` parameters and the
+    point estimate otherwise, and ``None`` the single point estimate. It does not
+    change the draws of MCMC or of an SVI ``normal`` guide.
     """
     import arviz as az
 
     if approximation not in APPROXIMATIONS:
         raise ValueError(f"approximation must be one of {APPROXIMATIONS}; got {approximation!r}")
-    draws, source = global_draws(model, data, num_samples, approximation)
+    draws, source, no_laplace = global_draws(model, data, num_samples, approximation)
     n_chains, n_draws = next(iter(draws.values())).shape[:2]
     saved_state, saved_guide = model.state_tensors(), model._guide_cache
     loglik, discrete = [], {}
@@ -287,8 +324,8 @@ def build_inference_data(
     idata.attrs["ppmix_draws"] = source
     idata.attrs["ppmix_engine"] = model.engine_
     if n_chains * n_draws == 1:
-        idata.attrs["ppmix_note"] = _one_draw_message(model)
-        warnings.warn(_one_draw_message(model), PointEstimateWarning, stacklevel=3)
+        idata.attrs["ppmix_note"] = _one_draw_message(model, no_laplace)
+        warnings.warn(idata.attrs["ppmix_note"], PointEstimateWarning, stacklevel=3)
     return idata
 
 
@@ -305,9 +342,14 @@ def _optional(group: str, build: Any, quiet: bool = False) -> Any:
         return None
 
 
-def _one_draw_message(model: "MixtureModel") -> str:
+def _one_draw_message(model: "MixtureModel", no_laplace: str = "") -> str:
     offers_laplace = "approximation" in inspect.signature(model.to_arviz).parameters
-    laplace = ", or to_arviz(approximation='laplace') for draws from a Laplace approximation" if offers_laplace else ""
+    if no_laplace:
+        laplace = f" (no Laplace approximation: {no_laplace})"
+    elif offers_laplace:
+        laplace = ", or to_arviz(approximation='laplace') for draws from a Laplace approximation"
+    else:
+        laplace = ""
     fit = {"em": "an EM fit", "svi": "a point-mass (guide='delta') SVI fit"}.get(model.engine_, "a fit")
     return (
         f"this InferenceData holds one draw, the point estimate of {fit} of "

@@ -459,12 +459,13 @@ class MixtureModel(DensityMixin, InformationCriteriaMixin, Savable, PyroModule):
             yield
 
     # ================================================================== ArviZ
-    def to_arviz(self, X: Any = None, y: Any = None, num_samples: int = 100, approximation: str | None = None) -> Any:
+    def to_arviz(self, X: Any = None, y: Any = None, num_samples: int = 100, approximation: str | None = "auto") -> Any:
         """ArviZ ``InferenceData`` of the fit (groups and draws: :func:`ppmix.models._arviz.build_inference_data`).
 
-        ``posterior`` holds the relabelled MCMC draws, an SVI ``normal`` guide's draws, Laplace draws at
-        the point estimate (``approximation="laplace"``) or else the one point estimate of EM/``delta``
-        SVI, which ``az.loo`` cannot use (a ``PointEstimateWarning`` says so). ``X`` defaults to the training data.
+        ``posterior`` holds the relabelled MCMC draws, an SVI ``normal`` guide's draws, or for EM/``delta``
+        SVI Laplace draws at the point estimate (``"auto"``: where the model has one, with at most 500
+        parameters; ``"laplace"``: always) or the one point estimate (``None``), which ``az.loo`` cannot
+        use (a ``PointEstimateWarning`` says so). ``X`` defaults to the training data.
         """
         from ppmix.models._arviz import build_inference_data
 

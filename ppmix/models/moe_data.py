@@ -15,7 +15,25 @@ from ppmix.ops.scaling import feature_scales
 if TYPE_CHECKING:
     from ppmix.models.moe import MixtureOfExperts
 
-__all__ = ["check_response", "prepare_training_data"]
+__all__ = ["check_response", "check_settings", "prepare_training_data", "referenced_gate"]
+
+
+def check_settings(model: "MixtureOfExperts", experts: tuple[str, ...]) -> None:
+    """Raise ``ValueError`` naming the first constructor argument of ``model`` out of its range."""
+    if model.n_experts < 2:
+        raise ValueError(f"n_experts must be >= 2; got {model.n_experts}")
+    if model.expert not in experts:
+        raise ValueError(f"expert must be one of {experts}; got {model.expert!r}")
+    def is_int(value: Any, least: int) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+    if not is_int(model.split_merge, 0):
+        raise ValueError(f"split_merge must be a non-negative integer; got {model.split_merge!r}")
+    if not (model.init_iter is None or is_int(model.init_iter, 1)):
+        raise ValueError(f"init_iter must be a positive integer or None; got {model.init_iter!r}")
+    for name in ("ridge", "min_variance", "tol"):
+        if not getattr(model, name) >= 0:
+            raise ValueError(f"{name} must be non-negative; got {getattr(model, name)}")
 
 
 def check_response(y: Any, n: int, expert: str, name: str = "y") -> torch.Tensor:

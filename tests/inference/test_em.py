@@ -112,3 +112,28 @@ def test_a_rounding_level_decrease_is_not_logged(caplog):
     with caplog.at_level("WARNING", logger="ppmix.inference.engines.em"):
         run_em(model, None, tol=0.0, max_iter=3)
     assert not [r for r in caplog.records if "decreased" in r.getMessage()]
+
+
+class Resumable(Scripted):
+    """A stand-in whose kept parameters are its place in the sequence: restoring them resumes that run."""
+
+    def get_globals(self):
+        return {"restart": torch.tensor(self.restart), "step": torch.tensor(self.step)}
+
+    def set_globals(self, values):
+        self.restart, self.step = int(values["restart"]), int(values["step"])
+
+
+def test_small_em_runs_on_only_the_best_short_run():
+    plateau = [-10.0, -3.0, -2.5, -2.4, -2.4]  # best after two iterations, not at convergence
+    late = [-10.0, -6.0, -5.0, -1.0, -1.0]
+    model = Resumable([[-10.0, -9.0, -8.0, -8.0, -8.0], plateau, late])
+    result = run_em(model, None, n_init=3, init_iter=2, tol=0.0, max_iter=10)
+    assert model.restart == 1  # chosen on the short runs, then resumed, not restarted
+    assert result.history == pytest.approx([v / 10 for v in plateau])
+    assert result.converged and result.n_iter == 4
+    # without init_iter every start runs to convergence and the late one wins
+    result = run_em(Resumable([[-10.0, -9.0, -8.0, -8.0, -8.0], plateau, late]), None, n_init=3, tol=0.0, max_iter=10)
+    assert result.history[-1] == pytest.approx(-0.1)
+    with pytest.raises(ValueError, match="init_iter"):
+        run_em(Resumable([[0.0]] * 2), None, n_init=2, init_iter=0)

@@ -56,15 +56,32 @@ def test_svi_normal_guide_supports_plot_ppc_and_loo():
     assert np.isfinite(loo.elpd_loo)
 
 
-def test_em_fit_says_az_loo_needs_draws():
-    """What a user does after EM: ``az.loo(model.to_arviz())``. The InferenceData warns first, with the ways out."""
+def test_az_loo_works_after_em_by_default():
+    """What a user does after EM: ``az.loo(model.to_arviz())``; the default draws from the Laplace approximation."""
+    gmm = GMM(3, seed=0, progress=False).fit(_three_groups())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PointEstimateWarning)
+        idata = gmm.to_arviz(num_samples=50)
+    assert idata.attrs["ppmix_draws"] == "laplace"
+    assert idata.posterior["locs"].shape == (1, 50, 3, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert np.isfinite(az.loo(idata).elpd_loo)
+
+
+def test_point_estimate_says_az_loo_needs_draws_and_why_there_are_none(monkeypatch):
     gmm = GMM(3, seed=0, progress=False).fit(_three_groups())
     with pytest.warns(PointEstimateWarning, match=r"az\.loo.*need posterior draws.*engine='mcmc'.*guide='normal'"):
-        idata = gmm.to_arviz()
+        idata = gmm.to_arviz(approximation=None)
     assert idata.attrs["ppmix_draws"] == "point_estimate"
     assert "az.loo" in idata.attrs["ppmix_note"]
     assert idata.posterior["locs"].shape == (1, 1, 3, 2)
     assert idata.posterior_predictive["x"].shape == (1, 1, 90, 2)
+    # "auto" above the parameter budget (here 14 parameters > 10): the point estimate, with the reason
+    monkeypatch.setattr("ppmix.models._arviz.AUTO_LAPLACE_MAX_PARAMETERS", 10)
+    with pytest.warns(PointEstimateWarning, match=r"no Laplace approximation: GMM has 14 unconstrained parameters"):
+        assert gmm.to_arviz().posterior["locs"].shape == (1, 1, 3, 2)
+    assert gmm.to_arviz(approximation="laplace", num_samples=5).posterior["locs"].shape == (1, 5, 3, 2)
 
 
 def test_laplace_approximation_gives_a_point_fit_draws_that_az_loo_accepts():
@@ -93,6 +110,8 @@ def test_laplace_is_refused_clearly_where_it_does_not_exist():
     pf = PFGMM(2, switch_prior=0.5, seed=0, progress=False).fit(x, labels)  # its switch posterior is no site
     with pytest.raises(ValueError, match="Laplace approximation needs every global"):
         build_inference_data(pf, pf.prepare_data(x, labels), approximation="laplace")
+    with pytest.warns(PointEstimateWarning, match="no Laplace approximation: a Laplace approximation needs every"):
+        assert pf.to_arviz().attrs["ppmix_draws"] == "point_estimate"  # the default falls back, saying why
     with pytest.raises(ValueError, match="approximation must be one of"):
         build_inference_data(pf, pf.prepare_data(x, labels), approximation="nuts")
 
@@ -103,7 +122,7 @@ def test_hmm_replicates_frames_and_moe_replicates_the_target():
     hmm = HMM(2, seed=0, progress=False).fit(seqs)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PointEstimateWarning)
-        idata = hmm.to_arviz()
+        idata = hmm.to_arviz(approximation=None)
     frames = sum(len(s) for s in seqs)
     assert idata.observed_data["x"].shape == (frames, 2)
     assert idata.posterior_predictive["x"].shape == (1, 1, frames, 2)
@@ -114,7 +133,7 @@ def test_hmm_replicates_frames_and_moe_replicates_the_target():
     moe = MixtureOfExperts(2, seed=0, progress=False).fit(x, y)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PointEstimateWarning)
-        idata = moe.to_arviz(x, y)
+        idata = moe.to_arviz(x, y, approximation=None)
     replicated = idata.posterior_predictive["y"].values[0, 0]
     assert replicated.shape == (80,)
     assert np.corrcoef(replicated, y)[0, 1] > 0.9  # replicated given the same X

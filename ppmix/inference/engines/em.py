@@ -87,6 +87,7 @@ def run_em(
     tol: float | None = None,
     warm_start: bool | None = None,
     progress: bool | None = None,
+    init_iter: int | None = None,
 ) -> FitResult:
     """Fit ``model`` by EM, keeping the best of ``n_init`` restarts.
 
@@ -106,6 +107,12 @@ def run_em(
         Default to the model's attributes of the same names.
         With ``warm_start`` a fitted model continues from its current parameters
         (one restart).
+    init_iter : int, optional
+        "Small EM" (Biernacki, Celeux & Govaert, 2003): every restart runs only
+        ``init_iter`` iterations, and only the best of them is run on to convergence,
+        which buys many starts for the price of a few full runs. Defaults to the
+        model's ``init_iter`` attribute where it has one; ``None`` runs every restart to
+        convergence.
 
     Returns
     -------
@@ -130,24 +137,30 @@ def run_em(
     em_data = model.em_data(data)
     n_obs = model.n_observations(data)
 
+    init_iter = getattr(model, "init_iter", None) if init_iter is None else init_iter
+    short = None if init_iter is None or warm or n_init == 1 else check_positive_int(init_iter, "init_iter")
     best: tuple[float, dict[str, torch.Tensor], FitResult] | None = None
     for restart in range(1 if warm else n_init):
         if not warm:
             model.em_initialize(em_data, model.generator(restart))
-        result = _single_run(model, em_data, n_obs, max_iter, tol, show, restart)
+        result = _single_run(model, em_data, n_obs, min(short or max_iter, max_iter), tol, show, restart)
         final = result.history[-1]
         logger.info("EM restart %d: objective/point %.6f after %d iterations", restart, final, result.n_iter)
         if best is None or final > best[0]:
             best = (final, model.get_globals(), result)
     assert best is not None
     model.set_globals(best[1])
-    if not best[2].converged:
+    result = best[2]
+    if short is not None and not result.converged:  # small EM: run the best start on to convergence
+        tail = _single_run(model, em_data, n_obs, max(max_iter - result.n_iter, 1), tol, show, n_init)
+        result = FitResult(result.history + tail.history[1:], result.n_iter + tail.n_iter, tail.converged)
+    if not result.converged:
         warnings.warn(
             f"EM did not converge in max_iter={max_iter} iterations (tol={tol}); increase max_iter or tol",
             ConvergenceWarning,
             stacklevel=3,
         )
-    return best[2]
+    return result
 
 
 def _single_run(
