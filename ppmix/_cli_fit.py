@@ -17,10 +17,6 @@ from ppmix._cli_common import UserError
 
 __all__ = ["add_fit_parsers"]
 
-#: a feature is reported relevant when its switch posterior is above 0.5 and this much above the prior
-RELEVANCE_MARGIN = 0.05
-
-
 # ------------------------------------------------------------------------------------- parsers
 def add_fit_parsers(fit_sub: Any, positive: Callable[[str], int], seed: Callable[[str], int]) -> None:
     """Add ``hmm``, ``pfgmm`` and ``moe`` to the ``fit`` subparsers (``gmm`` is added by :mod:`ppmix.cli`)."""
@@ -48,7 +44,10 @@ def add_fit_parsers(fit_sub: Any, positive: Callable[[str], int], seed: Callable
     pf.add_argument("--target", metavar="COLUMN", required=True, help="column holding the binary label")
     pf.add_argument("--k", type=positive, required=True, help="number of components")
     pf.add_argument(
-        "--switch-prior", type=_probability, default=0.5, help="prior probability p that a feature is relevant"
+        "--switch-prior",
+        type=_switch_prior,
+        default="auto",
+        help="prior probability p that a feature is relevant, or 'auto' (default: chosen by cross-validation)",
     )
     _add_common(pf, positive, seed, n_init=1, max_iter=200)
 
@@ -77,6 +76,10 @@ def _add_common(parser: Any, positive: Callable[[str], int], seed: Callable[[str
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--out", required=True, help="output directory (model/, summary.json, plot.png)")
     parser.set_defaults(func=FIT_COMMANDS[parser.prog.split()[-1]])
+
+
+def _switch_prior(text: str) -> float | str:
+    return "auto" if text == "auto" else _probability(text)
 
 
 def _probability(text: str) -> float:
@@ -292,9 +295,8 @@ def fit_pfgmm(args: argparse.Namespace) -> int:
     proba = np.asarray(model.predict_proba(features))[:, 1]
     relevance = [float(r) for r in np.asarray(model.relevance_, dtype=float).reshape(-1)]
     names = list(model.feature_names_in_)
-    # relevant: more likely on than off, and moved clearly above the prior by the data (an unused
-    # feature's switch posterior stays at the prior, e.g. 0.503 for p = 0.5)
-    relevant = [n for n, r in zip(names, relevance) if r > 0.5 and r - args.switch_prior > RELEVANCE_MARGIN]
+    # relevant: PFGMM.relevant_features_ (the gain and the label association both significant at 0.05 / D)
+    relevant = [n for n, on in zip(names, np.asarray(model.relevant_features_, dtype=bool)) if on]
     summary = {
         **model.summary(),
         "target": args.target,
@@ -304,8 +306,10 @@ def fit_pfgmm(args: argparse.Namespace) -> int:
         "train_auroc": float(auroc(y, proba)),
         "relevant_features": relevant,
         "n_relevant": len(relevant),
-        "relevant_rule": f"q(S_d = 1) > 0.5 and more than {RELEVANCE_MARGIN} above switch_prior",
+        "relevant_rule": "PFGMM.relevant_features_: gain (chi2, 2(K-1) df) and label association (chi2, 2 df) "
+        "both significant at level 0.05 / n_features",
         "relevance_by_feature": dict(zip(names, relevance)),
+        "relevance_gain_by_feature": dict(zip(names, np.asarray(model.relevance_gain_, dtype=float).tolist())),
     }
 
     def draw(axes: Any) -> None:
@@ -314,7 +318,7 @@ def fit_pfgmm(args: argparse.Namespace) -> int:
 
     _save(model, summary, Path(args.out), draw, 2)
     print(
-        f"fitted PFGMM(k={args.k}, switch_prior={args.switch_prior}) to {args.target!r} "
+        f"fitted PFGMM(k={args.k}, switch_prior={args.switch_prior}, p={model.p_:.3g}) to {args.target!r} "
         f"(positive class {classes[1]!r}): training AUROC {summary['train_auroc']:.3f}; "
         f"relevant features ({len(relevant)} of {len(names)}): {', '.join(relevant) or 'none'} -> {args.out}"
     )

@@ -217,7 +217,7 @@ def test_grid_search_over_n_components_picks_the_planted_number():
 
 def test_pf_models_in_cross_validation_and_grid_search():
     x, y = make_labelled_blobs(120, n_features=4)
-    scores = cross_val_score(PFGMM(2, max_iter=30, **QUIET), x, y, scoring="roc_auc", cv=3, n_jobs=2)
+    scores = cross_val_score(PFGMM(2, switch_prior=0.5, max_iter=30, **QUIET), x, y, scoring="roc_auc", cv=3, n_jobs=2)
     assert scores.shape == (3,) and scores.min() > 0.8
     search = GridSearchCV(PFGMM(2, max_iter=30, **QUIET), {"switch_prior": [0.1, 0.5]}, scoring="roc_auc", cv=3)
     assert search.fit(x, y).best_score_ > 0.8
@@ -231,8 +231,8 @@ def test_pf_models_in_cross_validation_and_grid_search():
 def test_binary_classifiers_take_any_two_labels(labels, tmp_path):
     x, codes = make_labelled_blobs(80, n_features=3)
     y = labels[codes.astype(int)]
-    reference = PFGMM(2, max_iter=30, **QUIET).fit(x, codes)
-    model = PFGMM(2, max_iter=30, **QUIET).fit(x, y)
+    reference = PFGMM(2, switch_prior=0.5, max_iter=30, **QUIET).fit(x, codes)
+    model = PFGMM(2, switch_prior=0.5, max_iter=30, **QUIET).fit(x, y)
     np.testing.assert_array_equal(model.classes_, labels)
     np.testing.assert_array_equal(model.predict(x), labels[reference.predict(x)])
     np.testing.assert_allclose(model.predict_proba(x), reference.predict_proba(x))
@@ -246,7 +246,7 @@ def test_missing_labels_and_a_third_class():
     x, codes = make_labelled_blobs(80, n_features=3)
     y = np.where(codes == 1, "spam", "ham").astype(object)
     y[::4] = None  # missing labels: the rows count for the features only
-    model = PFGMM(2, max_iter=30, **QUIET).fit(x, y)
+    model = PFGMM(2, switch_prior=0.5, max_iter=30, **QUIET).fit(x, y)
     assert model.classes_.tolist() == ["ham", "spam"]
     y[1] = "eggs"
     with pytest.raises(ValueError, match="Only binary classification is supported.*found 3"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from ppmix.experiments import registry
@@ -41,3 +42,21 @@ def test_outputs_and_paper_numbers(quick_result):
     assert saved["settings"]["D_R=20,K=4"]["paper"]["pf-GMM"] == list(PAPER_FIGURE11["D_R=20,K=4"]["pf-GMM"])
     assert (out / "pf_gmm.png").stat().st_size > 10_000
     assert any("Bayes limit" in line for line in result["report"])
+
+
+def test_real_data_comparison_small():
+    """Defaults only on breast cancer + distractors (3 folds, K = 2): close to logistic regression, no distractor
+    selected, and the summary rows of every model."""
+    from ppmix.experiments.pf_gmm_real import compare, load_binary, report_lines, with_distractors
+
+    x, y = load_binary("breast_cancer")
+    data = with_distractors(x, 20, seed=1)
+    real = np.arange(data.shape[1]) < x.shape[1]
+    result = {"bc": compare(data, y, real, (2,), n_folds=3, quick=True, hindsight=False)}
+    rows = result["bc"]["K=2"]["models"]
+    assert set(rows) == {"pf-GMM", "sup-GMM", "Logistic regression", "Random forest"}
+    assert rows["pf-GMM"]["auroc"] > rows["Logistic regression"]["auroc"] - 0.03
+    assert rows["pf-GMM"]["auroc_worst_fold"] > rows["pf-GMM"]["auroc"] - 0.05
+    assert rows["pf-GMM"]["selection_precision"] == 1.0 and rows["pf-GMM"]["selection_recall"] > 0.5
+    assert rows["Logistic regression"]["log_p_x_relevant"] is None and rows["sup-GMM"]["log_p_x_relevant"] < 0
+    assert any("relevant_features_ precision 1.000" in line for line in report_lines(result))

@@ -36,7 +36,7 @@ seen in ``fit`` and ``score`` is the accuracy of ``predict``.
     >>> from ppmix.datasets import make_pf_synthetic
     >>> from ppmix.models.pf.pf_gmm import PFGMM
     >>> data = make_pf_synthetic(200, n_relevant=2, n_features=4, seed=0)
-    >>> model = PFGMM(2, seed=0, progress=False).fit(data.X, data.y)
+    >>> model = PFGMM(2, switch_prior=0.3, seed=0, progress=False).fit(data.X, data.y)
     >>> sorted(model._pf_globals())
     ['background_loc', 'background_scale', 'label_probs', 'switch_probs']
     """
@@ -73,7 +73,7 @@ seen in ``fit`` and ``score`` is the accuracy of ``predict``.
         self._fit_background(frames)
         self.components_ = self._new_components(frames.x)
         self.labels_ = BernoulliLabel(frames.x.new_full((self.n_components,), 0.5))
-        self.switch_probs_ = frames.x.new_full((frames.x.shape[1],), float(self.switch_prior))
+        self.switch_probs_ = frames.x.new_full((frames.x.shape[1],), self._switch_p)
         if self.init_params == "relevance":
             return self._initial_frame_responsibilities(frames, labels, generator, centred)
         return self._initial_responsibilities(frames, generator)
@@ -111,7 +111,7 @@ seen in ``fit`` and ``score`` is the accuracy of ``predict``.
         return {
             "model": type(self).__name__,
             "n_components": self.n_components,
-            "switch_prior": float(self.switch_prior),
+            "switch_prior": self._switch_p,
             "n_iter": self.n_iter_,
             "converged": self.converged_,
             **fit,

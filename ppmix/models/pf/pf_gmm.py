@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyro
 import pyro.distributions as dist
 import torch
@@ -19,10 +21,14 @@ from ppmix.models._gaussian_components import GaussianComponentsMixin
 from ppmix.models._params import store_params
 from ppmix.models.base import MixtureModel
 from ppmix.models.pf._pf_state import PF_DIMS, PFStateMixin
+from ppmix.models.pf._relevance import RelevanceOutputsMixin
+from ppmix.models.pf.switch_selection import in_sample_log_p_y, relevant_feature_mask, select_switch_prior
 from ppmix.models.pf.switches import FrameLabels, switched_log_joint
 from ppmix.ops.logspace import normalize_log_joint_
 
 __all__ = ["PFGMM", "SupervisedGMM"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -71,7 +77,7 @@ class _PointGuide(torch.nn.Module):
         return {k: v.detach() for k, v in self.values().items()}
 
 
-class PFGMM(PFStateMixin, GaussianComponentsMixin, MixtureModel):
+class PFGMM(RelevanceOutputsMixin, PFStateMixin, GaussianComponentsMixin, MixtureModel):
     """Prediction-focused Gaussian mixture: a mixture over the label-relevant features only.
 
     Generative program (eqs. 13–14, with the per-point switches of §5)::
@@ -93,9 +99,17 @@ class PFGMM(PFStateMixin, GaussianComponentsMixin, MixtureModel):
     ----------
     n_components : int, default 2
         ``K``, the component budget.
-    switch_prior : float in (0, 1], default 0.5
-        ``p``, the prior probability that a feature is relevant. ``p = 1`` is the
-        supervised GMM (:class:`SupervisedGMM`). See
+    switch_prior : "auto" or float in (0, 1], default "auto"
+        ``p``, the prior probability that a feature is relevant. ``"auto"`` chooses it by
+        stratified 3-fold cross-validation of the held-out mean ``log P(y | x)`` over a
+        log-spaced grid from 1e-3 to 0.5 (extended downwards while its lower edge wins,
+        refined around the best; the smallest ``p`` within one standard error of the best
+        score is kept, or the next best smaller one while the fit on all the data falls
+        below its held-out score by more than a standard error; seeded by ``seed``; see
+        :func:`~ppmix.models.pf.switch_selection.select_switch_prior`; the validation fits
+        use EM whatever the engine), then fits on all the data; this costs about 25 extra
+        fits. Without two labelled rows per class it falls back to 0.5. A number is used
+        as given. ``p = 1`` is the supervised GMM (:class:`SupervisedGMM`). See
         :func:`ppmix.models.switch_prior_window` for the range that selects the
         label-aligned components.
     alpha : float >= 1, default 1.0
@@ -117,14 +131,32 @@ class PFGMM(PFStateMixin, GaussianComponentsMixin, MixtureModel):
     label_probs_ : Tensor (K,)
         ``P(Y = 1 | component)``.
     relevance_ : ndarray or pandas Series (D,)
-        ``phi_d = q(S_d = 1)``.
+        ``phi_d = q(S_d = 1) = sigmoid(logit p + gain_d)``: it moves with ``p`` (every
+        ``phi_d >= p``), so its value says little by itself; see ``relevance_gain_``.
+    relevance_gain_ : ndarray or pandas Series (D,)
+        ``gain_d = logit phi_d - logit p`` (B.2.1): the per-point log-likelihood gain of
+        feature ``d`` under the components over the background, free of ``p``.
+    relevant_features_ : ndarray or pandas Series of bool (D,)
+        The features the fitted mixture uses and that go with the label: both the gain
+        (``2 N gain_d`` against ``chi^2_{2(K-1)}``) and the label association (class-conditional
+        against pooled Gaussian, ``chi^2_2``) significant at level ``0.05 / D`` (see
+        :func:`~ppmix.models.pf.switch_selection.relevant_feature_mask`). The chance that any
+        feature independent of the label is selected is at most 0.05 (asymptotically, for
+        features Gaussian or lighter-tailed within each class). All True when ``p = 1``.
+    p_ : float
+        The switch prior used: ``switch_prior``, or the value ``"auto"`` chose.
+    switch_prior_scores_ : dict or None
+        For ``"auto"``: the cross-validated mean held-out ``log P(y | x)`` of every ``p``
+        scored (empty when too few labels to validate, then ``p_ = 0.5``); None otherwise.
 
     Examples
     --------
     >>> from ppmix.datasets import make_pf_synthetic
     >>> data = make_pf_synthetic(400, n_relevant=4, n_features=12, seed=0)
-    >>> model = PFGMM(n_components=4, switch_prior=0.3, seed=0, progress=False).fit(data.X, data.y)
-    >>> (model.relevance_ > 0.5).tolist() == data.relevant.tolist()
+    >>> model = PFGMM(n_components=4, seed=0, progress=False).fit(data.X, data.y)
+    >>> model.relevant_features_.tolist() == data.relevant.tolist()
+    True
+    >>> model.p_ in model.switch_prior_scores_
     True
     >>> model.predict_proba(data.X[:2]).shape
     (2, 2)
@@ -135,12 +167,13 @@ class PFGMM(PFStateMixin, GaussianComponentsMixin, MixtureModel):
 
     #: EM on shards (:func:`ppmix.distributed.fit_em`): ``em_statistics`` merge across shards
     sharded_em = True
+    supports_auto_switch_prior = True
 
     def __init__(
         self,
         n_components: int = 2,
         *,
-        switch_prior: float = 0.5,
+        switch_prior: float | str = "auto",
         alpha: float = 1.0,
         init_params: str = "relevance",
         n_init: int = 1,
@@ -170,7 +203,30 @@ class PFGMM(PFStateMixin, GaussianComponentsMixin, MixtureModel):
         """
         if engine == "mcmc":
             raise ValueError(f"{type(self).__name__} is fitted by engine='em' or 'svi'; 'mcmc' is not available")
-        return super().fit(X, y, engine=engine, **options)
+        self.validate_params()
+        self.switch_prior_scores_: dict[float, float] | None = None
+        if not self._auto_switch_prior:
+            self.p_ = float(self.switch_prior)
+            super().fit(X, y, engine=engine, **options)
+        else:
+            data = self.prepare_data(X, y, fitting=True)
+            selection = select_switch_prior(
+                self, data.x, data.labels.y, data.labels.observed, fit_options=options if engine == "em" else None
+            )
+            self.switch_prior_scores_ = selection.scores
+            for p in selection.candidates():  # the first whose fit on all the data agrees with its validation
+                self.p_ = p
+                super().fit(X, y, engine=engine, **options)
+                if selection.agrees(p, in_sample_log_p_y(self, self._train_data)):
+                    break
+                logger.info("the fit at p = %.3g fell below its validation score; trying a smaller p", p)
+        if self._all_relevant:
+            self._relevant_mask = np.ones(self.n_features_in_, dtype=bool)
+        else:
+            gain = np.asarray(self.relevance_gain_, dtype=np.float64)
+            train = self._train_data
+            self._relevant_mask = relevant_feature_mask(gain, self.n_components, train.x, train.labels)
+        return self
 
     # ------------------------------------------------------------------- data
     def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> PFData:
@@ -360,11 +416,20 @@ class PFGMM(PFStateMixin, GaussianComponentsMixin, MixtureModel):
         return {"x": x.numpy(), "y": y.numpy(), "z": z.numpy(), "s": s.numpy()}
 
     def summary(self) -> dict[str, Any]:
-        """A JSON-able description of the fit."""
+        """A JSON-able description of the fit; ``relevant`` and ``n_relevant`` follow :attr:`relevant_features_`."""
         self._check_fitted()
-        return self._pf_summary(
+        summary = self._pf_summary(
             engine=self.engine_, elbo_per_point=self.lower_bound_, weights=self.weights_.cpu().tolist()
         )
+        scores = getattr(self, "switch_prior_scores_", None)
+        summary["switch_prior_scores"] = None if scores is None else [[p, s] for p, s in scores.items()]
+        gain = np.asarray(self.relevance_gain_, dtype=float)
+        summary["relevance_gain"] = None if self._all_relevant else [float(g) for g in gain]
+        mask = getattr(self, "_relevant_mask", None)
+        if mask is not None:
+            summary["relevant"] = [bool(m) for m in mask]
+            summary["n_relevant"] = int(mask.sum())
+        return summary
 
 
 def _variational_log_joint(x: torch.Tensor, labels: FrameLabels, values: dict[str, torch.Tensor]) -> torch.Tensor:

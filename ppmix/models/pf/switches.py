@@ -125,7 +125,9 @@ class PredictionFocusedMixin:
     ``labels_`` (a :class:`~ppmix.components.BernoulliLabel`) while fitting.
     """
 
-    switch_prior: float
+    switch_prior: float | str
+    #: whether the host accepts ``switch_prior="auto"`` (it then sets ``p_`` before fitting; see :attr:`_switch_p`)
+    supports_auto_switch_prior = False
     components_: DiagGaussian
     background_: DiagGaussian
     switch_probs_: torch.Tensor
@@ -153,12 +155,30 @@ class PredictionFocusedMixin:
 
     def _validate_switch_prior(self) -> None:
         p = self.switch_prior
+        if self._auto_switch_prior and self.supports_auto_switch_prior:
+            return
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 < float(p) <= 1.0:
             raise ValueError(f"switch_prior must be a probability in (0, 1]; got {p!r}")
 
     @property
+    def _auto_switch_prior(self) -> bool:
+        return isinstance(self.switch_prior, str) and self.switch_prior == "auto"
+
+    @property
+    def _switch_p(self) -> float:
+        """The switch prior in use: ``switch_prior``, or for ``"auto"`` the value ``fit`` chose (``p_``)."""
+        if not self._auto_switch_prior:
+            return float(self.switch_prior)
+        chosen = getattr(self, "p_", None)
+        if chosen is None:
+            raise ValueError(
+                f"switch_prior='auto' is chosen by {type(self).__name__}.fit; pass a number in (0, 1] to fit otherwise"
+            )
+        return float(chosen)
+
+    @property
     def _all_relevant(self) -> bool:
-        return float(self.switch_prior) == 1.0
+        return not self._auto_switch_prior and float(self.switch_prior) == 1.0
 
     # ---------------------------------------------------------------- EM parts
     def _fit_background(self, frames: CentredData) -> None:
@@ -192,7 +212,7 @@ class PredictionFocusedMixin:
     def _switch_objective(self, n_frames: int) -> torch.Tensor:
         """``n_frames`` times the switches' ``E_q[log p(S) - log q(S)]``: the part of the ELBO that is not a sum
         over the data's values (added once on the driver of a sharded fit)."""
-        return n_frames * switch_kl_terms(self.switch_probs_, self.switch_prior)
+        return n_frames * switch_kl_terms(self.switch_probs_, self._switch_p)
 
     def _update_frame_parameters(self, frames: CentredData, labels: FrameLabels, resp: torch.Tensor) -> None:
         """Components and labels by weighted MLE, then ``phi`` by its closed form (B.2.1)."""
@@ -217,7 +237,7 @@ class PredictionFocusedMixin:
             return
         counts = components.counts.to(self.dtype)
         relevant_ll = self.components_.fitted_feature_log_likelihood(counts).sum(0)  # (D,)
-        logit_p = math.log(self.switch_prior) - math.log1p(-self.switch_prior)
+        logit_p = math.log(self._switch_p) - math.log1p(-self._switch_p)
         self.switch_probs_ = torch.sigmoid(logit_p + (relevant_ll - self._background_ll) / counts.sum())
 
     def _initial_frame_responsibilities(
@@ -357,7 +377,7 @@ class PredictionFocusedMixin:
         with features or pyro.plate("features", d, dim=-1):
             loc, scale = Vindex(sites["loc"])[z, feature_index], Vindex(sites["scale"])[z, feature_index]
             if not self._all_relevant:
-                prior = dist.Bernoulli(torch.as_tensor(self.switch_prior, dtype=x.dtype, device=x.device))
+                prior = dist.Bernoulli(torch.as_tensor(self._switch_p, dtype=x.dtype, device=x.device))
                 on = pyro.sample(f"s{suffix}", prior).bool()
                 loc = torch.where(on, loc, sites["bg_loc"])
                 scale = torch.where(on, scale, sites["bg_scale"])

@@ -1,0 +1,279 @@
+"""Choosing pf-GMM's switch prior ``p`` from the data, and a calibrated test of which features are relevant.
+
+``switch_prior="auto"`` (:class:`~ppmix.models.PFGMM`'s default) runs
+:func:`select_switch_prior`: stratified, seeded ``n_folds``-fold cross-validation of the
+held-out mean ``log P(y | x)`` (a proper scoring rule: unlike AUROC it also rewards
+calibration, and ``p`` acts on the sharpness of ``q(z | x)``) over a log-spaced grid of ``p``, extended downwards
+while the best value sits on the lower edge, then refined at the geometric midpoints
+around the best. Of the values scored it keeps the smallest ``p`` whose score is within
+one standard error (of the paired per-row difference) of the best: the one-standard-error
+rule towards the sparser model, since too large a ``p`` lets label-independent structure
+take the components over (AUROC collapses), while too small a ``p`` only costs some calibration.
+Where that takeover happens moves with the amount of data, so ``PFGMM.fit`` checks the fit
+on all the data against its validation score (:meth:`SwitchPriorSelection.agrees`) and
+falls back to the next best smaller ``p`` when it lands far below it.
+
+The switch posterior of B.2.1 is ``phi_d = sigmoid(logit p + gain_d)``, where ``gain_d`` is
+the per-point log-likelihood gain of feature ``d`` under the components over the
+background: it is free of ``p``, while ``phi_d`` follows ``p``. :func:`relevant_feature_mask`
+selects features by two Bonferroni-corrected likelihood-ratio tests: the gain, and the
+feature's association with the label.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from ppmix.inference.engines.result import ConvergenceWarning
+from ppmix.models.pf.switches import FrameLabels, label_relevant_features
+
+__all__ = [
+    "SWITCH_PRIOR_GRID",
+    "SwitchPriorSelection",
+    "in_sample_log_p_y",
+    "relevant_feature_mask",
+    "select_switch_prior",
+]
+
+logger = logging.getLogger(__name__)
+
+#: the coarse grid of ``p`` that ``switch_prior="auto"`` scores (log-spaced, 1e-3 to 0.5)
+SWITCH_PRIOR_GRID = tuple(float(p) for p in np.geomspace(1e-3, 0.5, 7))
+#: the smallest ``p`` the downward extension of the grid reaches
+SMALLEST_SWITCH_PRIOR = 1e-6
+#: the prior used when there are too few labels to validate (the former default)
+FALLBACK_SWITCH_PRIOR = 0.5
+#: the family-wise level of :attr:`PFGMM.relevant_features_` (over features independent of the label)
+RELEVANCE_LEVEL = 0.05
+#: the EM settings of the validation fits (unless ``fit_options`` say otherwise)
+SELECTION_TOL, SELECTION_MAX_ITER = 1e-5, 100
+_PROBA_FLOOR = 1e-12
+
+
+@dataclass
+class SwitchPriorSelection:
+    """The chosen ``p``, and the cross-validated mean held-out ``log P(y | x)`` of every ``p`` scored with its
+    standard error."""
+
+    p: float
+    scores: dict[float, float] = field(default_factory=dict)
+    standard_errors: dict[float, float] = field(default_factory=dict)
+
+    def candidates(self) -> list[float]:
+        """``p``, then the smaller values scored, best score first: the order in which the final fit tries them."""
+        smaller = [q for q in self.scores if q < self.p]
+        return [self.p, *sorted(smaller, key=self.scores.__getitem__, reverse=True)]
+
+    def agrees(self, p: float, in_sample: float) -> bool:
+        """Whether a fit on all the data at ``p`` reached the regime the validation saw: its in-sample mean
+        ``log P(y | x)`` is not below the held-out score by more than one standard error (it is usually above).
+        A fit on more data can land where label-independent structure takes the components over."""
+        if p not in self.scores:
+            return True
+        return in_sample >= self.scores[p] - self.standard_errors[p]
+
+
+def _stratified_folds(y: np.ndarray, labelled: np.ndarray, n_folds: int, seed: int | None) -> np.ndarray:
+    """Fold index of every labelled row (each class spread evenly over the folds); -1 for unlabelled rows."""
+    rng = np.random.default_rng(seed)
+    folds = np.full(y.shape[0], -1)
+    for c in (0.0, 1.0):
+        members = np.flatnonzero(labelled & (y == c))
+        folds[rng.permutation(members)] = (np.arange(members.size) + rng.integers(n_folds)) % n_folds
+    return folds
+
+
+def select_switch_prior(
+    model: Any,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    observed: torch.Tensor,
+    *,
+    n_folds: int = 3,
+    grid: tuple[float, ...] = SWITCH_PRIOR_GRID,
+    fit_options: dict[str, Any] | None = None,
+) -> SwitchPriorSelection:
+    """Choose ``p`` by stratified cross-validation of the held-out mean ``log P(y | x)``.
+
+    Parameters
+    ----------
+    model : PFGMM
+        Its parameters (``n_components``, ``n_init``, ``seed``, ...) are copied for every
+        fit, with ``switch_prior`` set to the value scored; EM fits them.
+    x : Tensor (N, D)
+    y : Tensor (N,)
+        Labels in {0, 1} (any value where not ``observed``).
+    observed : Tensor (N,) bool
+        Which labels are observed; unlabelled rows join every training fold.
+    n_folds : int, default 3
+        Reduced to the smaller class size; with fewer than two labelled rows of either
+        class, ``p = FALLBACK_SWITCH_PRIOR`` (0.5) is returned unscored.
+    grid : tuple of float
+        The increasing coarse grid. While its smallest value scores best, it extends
+        downwards by the grid's ratio (to ``1e-6`` at most); then the geometric midpoints
+        between the best value and its neighbours are scored too.
+    fit_options : dict, optional
+        Passed to every ``fit`` (e.g. ``max_iter``); by default the fits stop at
+        ``tol = max(model.tol, 1e-5)`` or ``max_iter = min(model.max_iter, 100)``
+        (scoring needs the optimum less exactly than the final fit), without warnings.
+
+    Returns
+    -------
+    SwitchPriorSelection
+        The smallest ``p`` whose score is within one standard error of the paired
+        per-row difference from the best score, and every score.
+
+    Examples
+    --------
+    >>> from ppmix.datasets import make_pf_synthetic
+    >>> from ppmix.models import PFGMM
+    >>> data = make_pf_synthetic(300, n_relevant=3, n_features=8, seed=0)
+    >>> x, y = torch.as_tensor(data.X), torch.as_tensor(data.y, dtype=torch.float64)
+    >>> model = PFGMM(4, seed=0, progress=False)
+    >>> selection = select_switch_prior(model, x, y, torch.ones(300, dtype=torch.bool), grid=(0.01, 0.1, 0.5))
+    >>> selection.p in selection.scores
+    True
+    """
+    from sklearn.base import clone
+
+    x_np = x.detach().cpu().numpy()
+    y_np = y.detach().cpu().numpy().astype(np.float64)
+    labelled = observed.detach().cpu().numpy().astype(bool)
+    smallest_class = min(int((labelled & (y_np == c)).sum()) for c in (0.0, 1.0))
+    n_folds = min(n_folds, smallest_class)
+    if n_folds < 2:
+        logger.info("too few labels to validate the switch prior; using p = %s", FALLBACK_SWITCH_PRIOR)
+        return SwitchPriorSelection(FALLBACK_SWITCH_PRIOR)
+    folds = _stratified_folds(y_np, labelled, n_folds, model.seed)
+    y_fit = np.where(labelled, y_np, np.nan)
+    options = {"tol": max(model.tol, SELECTION_TOL), "max_iter": min(model.max_iter, SELECTION_MAX_ITER)}
+    options.update(fit_options or {})
+    scores: dict[float, float] = {}
+    per_row: dict[float, np.ndarray] = {}  # held-out log P(y_n | x_n), rows in the same order for every p
+
+    def score(p: float) -> float:
+        if p not in scores:
+            parts = []
+            for fold in range(n_folds):
+                train, test = folds != fold, folds == fold
+                fitted = clone(model).set_params(switch_prior=p, progress=False)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", ConvergenceWarning)
+                    fitted.fit(x_np[train], y_fit[train], **options)
+                p1 = np.clip(np.asarray(fitted.predict_proba(x_np[test]))[:, 1], _PROBA_FLOOR, 1 - _PROBA_FLOOR)
+                parts.append(np.where(y_np[test] == 1, np.log(p1), np.log1p(-p1)))
+            per_row[p] = np.concatenate(parts)
+            scores[p] = float(per_row[p].mean())
+            logger.debug("switch prior %.3g: held-out log P(y|x) %.4f", p, scores[p])
+        return scores[p]
+
+    values = sorted(float(p) for p in grid)
+    for p in values:
+        score(p)
+    ratio = values[1] / values[0] if len(values) > 1 else 10.0
+    while max(scores, key=scores.__getitem__) == min(scores) and min(scores) / ratio >= SMALLEST_SWITCH_PRIOR:
+        score(min(scores) / ratio)
+    ordered = sorted(scores)
+    best = max(ordered, key=scores.__getitem__)
+    i = ordered.index(best)
+    for j in (i - 1, i + 1):
+        if 0 <= j < len(ordered):
+            score(math.sqrt(best * ordered[j]))
+    best = max(sorted(scores), key=scores.__getitem__)
+    chosen = min(p for p in scores if _within_one_standard_error(per_row[p], per_row[best]))
+    logger.info(
+        "switch_prior='auto' chose p = %.3g (held-out log P(y|x) %.4f; best %.4f at p = %.3g)",
+        chosen,
+        scores[chosen],
+        scores[best],
+        best,
+    )
+    errors = {p: float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else 0.0 for p, v in per_row.items()}
+    return SwitchPriorSelection(chosen, dict(sorted(scores.items())), errors)
+
+
+def in_sample_log_p_y(model: Any, data: Any) -> float:
+    """Mean ``log P(y_n | x_n)`` of a fitted pf-GMM over the labelled rows of prepared data (``model.prepare_data``).
+
+    Examples
+    --------
+    >>> from ppmix.datasets import make_pf_synthetic
+    >>> from ppmix.models import PFGMM
+    >>> data = make_pf_synthetic(200, n_relevant=2, n_features=4, seed=0)
+    >>> model = PFGMM(2, switch_prior=0.2, seed=0, progress=False).fit(data.X, data.y)
+    >>> -0.7 < in_sample_log_p_y(model, model.prepare_data(data.X, data.y)) <= 0
+    True
+    """
+    observed = data.labels.observed
+    p1 = (model.responsibilities(data) @ model.labels_.probs)[observed].clamp(_PROBA_FLOOR, 1 - _PROBA_FLOOR)
+    y = data.labels.y[observed]
+    return float((y * p1.log() + (1 - y) * (-p1).log1p()).mean())
+
+
+def _within_one_standard_error(candidate: np.ndarray, best: np.ndarray) -> bool:
+    """Whether ``candidate``'s mean is below ``best``'s by at most one standard error of the paired difference."""
+    diff = candidate - best
+    return bool(diff.mean() >= -diff.std(ddof=1) / math.sqrt(diff.size)) if diff.size > 1 else bool(diff.mean() >= 0)
+
+
+def relevant_feature_mask(
+    gain: np.ndarray,
+    n_components: int,
+    x: torch.Tensor,
+    labels: FrameLabels,
+    level: float = RELEVANCE_LEVEL,
+) -> np.ndarray:
+    """Features that the fitted mixture uses *and* that go with the label, each at level ``level / D``.
+
+    Two likelihood-ratio tests per feature, both Bonferroni-corrected over the ``D``
+    features: the mixture's gain, ``2 N gain_d`` against ``chi^2_{2(K-1)}`` (``gain_d`` as
+    :attr:`PFGMM.relevance_gain_`; the asymptotic law of the statistic for a feature
+    independent of the component assignment), and the label's, class-conditional
+    Gaussians against one pooled Gaussian on the labelled rows against ``chi^2_2``
+    (:func:`~ppmix.models.pf.switches.label_relevant_features`). The gain test alone
+    cannot tell a label-relevant feature from one whose own cluster structure some
+    components follow (at larger ``K`` they do); the label test can. What is guaranteed:
+    the probability that any feature independent of the label is selected is at most
+    ``level`` (asymptotically, for features Gaussian or lighter-tailed within each class).
+
+    Parameters
+    ----------
+    gain : ndarray (D,)
+        Per-point gains (NaN counts as none).
+    n_components : int
+    x : Tensor (N, D)
+        The training features (``N`` enters the gain statistic).
+    labels : FrameLabels
+        The training labels; without any, the label test is skipped.
+    level : float, default 0.05
+
+    Returns
+    -------
+    ndarray of bool (D,)
+
+    Examples
+    --------
+    >>> g = torch.Generator().manual_seed(0)
+    >>> y = (torch.arange(400) % 2).double()
+    >>> x = torch.randn(400, 3, generator=g, dtype=torch.float64)
+    >>> x[:, 0] += 3 * y
+    >>> labels = FrameLabels(y, torch.ones(400, dtype=torch.bool))
+    >>> relevant_feature_mask(np.array([1.0, 1.0, 0.001]), 2, x, labels).tolist()
+    [True, False, False]
+    """
+    from scipy.stats import chi2
+
+    d = x.shape[1]
+    statistic = 2.0 * x.shape[0] * np.nan_to_num(np.asarray(gain, dtype=np.float64), nan=0.0)
+    mask = chi2.sf(statistic, df=2 * max(n_components - 1, 1)) <= level / d
+    if labels.any:
+        observed = labels.observed
+        mask &= label_relevant_features(x[observed], labels.y[observed], p_value=level / d).cpu().numpy()
+    return mask
