@@ -1,7 +1,9 @@
 """PRESTO as a predictor: held-out accuracy of the router + components against its peers.
 
-Three settings, each with a training and a test split:
+Four settings, each with a training and a test split:
 
+* **§4.1 synthetic**: the paper's four sets (:func:`~ppmix.datasets.make_presto_synthetic`, labels ±1),
+  logistic components, ``K = 4``, with the oracle that routes by the true set;
 * **regions**: a 2-D synthetic where each quadrant needs its own linear rule (:func:`make_region_rules`),
   logistic components, ``K = 4``, with the oracle that routes by the true quadrant;
 * **digits**: scikit-learn's ``load_digits`` (10 classes, 64 features), softmax components, ``K = 3``;
@@ -244,15 +246,21 @@ def _table_split(loader: Callable[..., Any], quick: bool, n_quick: int) -> tuple
     "PRESTO as a predictor: held-out accuracy against one model, k-means + models, MoE, an MLP and an oracle",
 )
 def run(out_dir: Path, quick: bool) -> dict:
-    """Run the three settings (smaller splits with ``quick``) and write ``presto_accuracy.json``."""
+    """Run the four settings (smaller splits with ``quick``) and write ``presto_accuracy.json``."""
     from sklearn.datasets import load_breast_cancer, load_digits
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    from ppmix.datasets.presto import make_presto_synthetic
+
     n_train, n_test = (400, 1000) if quick else (2000, 10000)
     X, y, region = make_region_rules(n_train, seed=SEED)
     Xt, yt, region_t = make_region_rules(n_test, seed=SEED + 1)
+    paper, paper_t = make_presto_synthetic(n_train // 4, seed=SEED), make_presto_synthetic(n_test // 4, seed=SEED + 1)
     settings = {
+        "§4.1 synthetic": compare_predictors(
+            paper.X, paper.y, paper_t.X, paper_t.y, component="logistic", k=4, oracle=(paper.sets, paper_t.sets)
+        ),
         "regions": compare_predictors(X, y, Xt, yt, component="logistic", k=4, oracle=(region, region_t)),
         "digits": compare_predictors(*_table_split(load_digits, quick, 300), component="softmax", k=3),
         "breast cancer": compare_predictors(*_table_split(load_breast_cancer, quick, 200), component="logistic", k=3),

@@ -74,7 +74,8 @@ class MixtureOfExperts(TargetKindMixin, MixtureModel):
         EM stops when the log-likelihood per observation changes by at most ``tol`` (nats).
     ridge : float, default 1e-6
         Ridge penalty of the gate and of logistic experts (standardised scale); it keeps
-        their Newton fits finite on separable data.
+        their Newton fits finite on separable data. A sharp regime boundary gives a large but
+        finite gate slope (``gate_coef_`` 309 in the example below, whose true gate is a step).
     min_variance : float, default 1e-4
         Floor of the Gaussian experts' noise variance, as a fraction of the variance of
         ``y`` in ``fit`` (it keeps an expert from collapsing onto a few points, where the
