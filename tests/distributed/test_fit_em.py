@@ -131,8 +131,9 @@ def test_pf_gmm_from_labelled_parquet_shards(tmp_path):
     for i, part in enumerate(np.array_split(np.arange(900), 3)):
         paths.append(tmp_path / f"part-{i}.parquet")
         pd.DataFrame(data.X[part], columns=names).assign(label=data.y[part]).to_parquet(paths[-1])
-    sharded = _quiet(fit_em, PFGMM(2, switch_prior=0.5, seed=0, progress=False), paths, executor="inline", target="label")
-    reference = _quiet(PFGMM(2, switch_prior=0.5, seed=0, progress=False).fit, pd.DataFrame(data.X, columns=names), data.y)
+    model = PFGMM(2, switch_prior=0.5, seed=0, progress=False)  # fit_em needs a numeric switch prior
+    sharded = _quiet(fit_em, copy.deepcopy(model), paths, executor="inline", target="label")
+    reference = _quiet(model.fit, pd.DataFrame(data.X, columns=names), data.y)
     assert sharded.feature_names_in_ == names
     assert sharded.lower_bound_ == pytest.approx(reference.lower_bound_, abs=1e-4)
     np.testing.assert_allclose(np.sort(sharded.relevance_), np.sort(reference.relevance_), atol=1e-4)
