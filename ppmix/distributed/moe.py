@@ -248,6 +248,10 @@ def fit_distributed(
     n_experts = check_positive_int(n_experts, "n_experts")
     if n_experts < 2:
         raise ValueError(f"n_experts must be an integer >= 2; got {n_experts!r}")
+    if expert not in ("gaussian", "logistic"):
+        raise ValueError(
+            f"expert must be 'gaussian' or 'logistic' (the OT reduction has no softmax experts); got {expert!r}"
+        )
     if support_size is not None:
         support_size = check_positive_int(support_size, "support_size")
     paths = [str(Path(s).resolve()) for s in shards if isinstance(s, (str, Path))]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import pyro
 import pyro.distributions as dist
 import torch
@@ -13,18 +12,19 @@ from pyro.distributions import constraints
 from sklearn.utils.metaestimators import available_if
 
 from ppmix._validation import check_matrix, to_output
-from ppmix.components import GaussianExpert, LogisticExpert, SoftmaxGate
+from ppmix.components import GaussianExpert, LogisticExpert, SoftmaxExpert, SoftmaxGate
 from ppmix.models._flat import flat_prior
 from ppmix.models._params import store_params
 from ppmix.models._target import TargetKindMixin
 from ppmix.models.base import MixtureModel
-from ppmix.models.moe_data import check_response, check_settings, prepare_training_data, referenced_gate
+from ppmix.models.moe_build import ParametersMixin
+from ppmix.models.moe_data import check_response, check_settings, prepare_training_data
 from ppmix.models.moe_moves import initial_responsibilities, split_and_merge
 from ppmix.ops.logspace import normalize_log_joint_
 
 __all__ = ["MixtureOfExperts"]
 
-EXPERTS: dict[str, type] = {"gaussian": GaussianExpert, "logistic": LogisticExpert}
+EXPERTS: dict[str, type] = {"gaussian": GaussianExpert, "logistic": LogisticExpert, "softmax": SoftmaxExpert}
 INIT_METHODS = ("kmeans", "random")
 #: damped Newton steps of the gate (and of logistic experts) per M-step: a generalised EM
 #: step, still monotone because every damped Newton step decreases its objective
@@ -36,7 +36,7 @@ def _family_attribute(family: str, name: str, doc: str) -> property:
     return property(lambda self: getattr(getattr(self, family), name), doc=doc)
 
 
-class MixtureOfExperts(TargetKindMixin, MixtureModel):
+class MixtureOfExperts(ParametersMixin, TargetKindMixin, MixtureModel):
     """Mixture of experts: ``z | x ~ softmax(x^T alpha)``, ``y | x, z = k ~ expert_k(x)``.
 
     The gate is a :class:`~ppmix.components.SoftmaxGate` (the last gate fixed to zero,
@@ -61,7 +61,9 @@ class MixtureOfExperts(TargetKindMixin, MixtureModel):
     ----------
     n_experts : int, default 2
         Number of experts ``K`` (at least 2).
-    expert : {"gaussian", "logistic"}, default "gaussian"
+    expert : {"gaussian", "logistic", "softmax"}, default "gaussian"
+        Regression experts, binary classifiers (any two labels) or multi-class ones
+        (:class:`~ppmix.components.SoftmaxExpert`, any number of labels; not for ``fit_distributed``).
     n_init : int, default 10
         EM starts; the best log-likelihood is kept.
     init_iter : int or None, default 5
@@ -97,7 +99,7 @@ class MixtureOfExperts(TargetKindMixin, MixtureModel):
     ----------
     gate_ : SoftmaxGate
         The gate on the user's scale (``gate_coef_``, ``gate_intercept_`` are its parameters).
-    experts_ : GaussianExpert or LogisticExpert
+    experts_ : GaussianExpert, LogisticExpert or SoftmaxExpert
         The experts on the user's scale (``coef_``, ``intercept_``, ``scale_``).
 
     Examples
@@ -137,7 +139,15 @@ class MixtureOfExperts(TargetKindMixin, MixtureModel):
 
     @property
     def _classifies(self) -> bool:
-        return self.expert == "logistic"
+        return self.expert != "gaussian"
+
+    @property
+    def _multiclass(self) -> bool:
+        return self.expert == "softmax"
+
+    def _class_shape(self) -> tuple[int, ...]:
+        """``(C,)`` for softmax experts (one row of coefficients per class), else ``()``."""
+        return (len(self.classes_),) if self.expert == "softmax" else ()
 
     @property
     def n_components(self) -> int:
@@ -156,9 +166,10 @@ class MixtureOfExperts(TargetKindMixin, MixtureModel):
 
     @property
     def n_parameters(self) -> int:
-        """Number of free parameters: ``(K-1)(P+1)`` gate, ``K(P+1)`` expert, ``K`` variances."""
-        k, p = self.n_experts, self.n_features_in_
-        return (k - 1) * (p + 1) + k * (p + 1) + (k if self.expert == "gaussian" else 0)
+        """Number of free parameters: ``(K-1)(P+1)`` gate, ``K(P+1)`` expert (``K(C-1)(P+1)`` for softmax experts
+        over ``C`` classes), ``K`` variances."""
+        k, p, rows = self.n_experts, self.n_features_in_, len(self.classes_) - 1 if self.expert == "softmax" else 1
+        return (k - 1) * (p + 1) + k * rows * (p + 1) + (k if self.expert == "gaussian" else 0)
 
     def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """Standardised covariates and the response, ``(x, y)`` (``y`` is ``None`` when not given)."""
@@ -220,10 +231,11 @@ class MixtureOfExperts(TargetKindMixin, MixtureModel):
         with pyro.plate("gates", k - 1):
             gate_coef = pyro.sample("gate_coef", self._prior("gate_coef", k - 1, (p,), opts))
             gate_intercept = pyro.sample("gate_intercept", self._prior("gate_intercept", k - 1, (), opts))
+        classes = self._class_shape()
         with pyro.plate("experts", k):
             params = {
-                "coef": pyro.sample("coef", self._prior("coef", k, (p,), opts)),
-                "intercept": pyro.sample("intercept", self._prior("intercept", k, (), opts)),
+                "coef": pyro.sample("coef", self._prior("coef", k, (*classes, p), opts)),
+                "intercept": pyro.sample("intercept", self._prior("intercept", k, classes, opts)),
             }
             if self.expert == "gaussian":
                 params["scale"] = pyro.sample("scale", self._prior("scale", k, (), opts))
@@ -239,11 +251,12 @@ class MixtureOfExperts(TargetKindMixin, MixtureModel):
         intercept = torch.cat([free_intercept, torch.zeros_like(free_intercept[:1])])
         return SoftmaxGate(coef, intercept, ridge=self.ridge, max_iter=NEWTON_STEPS)
 
-    def _make_experts(self, params: dict[str, torch.Tensor]) -> GaussianExpert | LogisticExpert:
+    def _make_experts(self, params: dict[str, torch.Tensor]) -> GaussianExpert | LogisticExpert | SoftmaxExpert:
         if self.expert == "gaussian":
             floor = getattr(self, "_noise_floor", self.min_variance)
             return GaussianExpert(**params, ridge=self.ridge, min_variance=floor)
-        return LogisticExpert(params["coef"], params["intercept"], ridge=self.ridge, max_iter=NEWTON_STEPS)
+        family = EXPERTS[self.expert]
+        return family(params["coef"], params["intercept"], ridge=self.ridge, max_iter=NEWTON_STEPS)
 
     # -------------------------------------------------------------- globals
     def get_globals(self) -> dict[str, torch.Tensor]:
@@ -270,8 +283,8 @@ class MixtureOfExperts(TargetKindMixin, MixtureModel):
         dims = {
             "gate_coef": ["gate", "feature"],
             "gate_intercept": ["gate"],
-            "coef": ["expert", "feature"],
-            "intercept": ["expert"],
+            "coef": ["expert", "class", "feature"] if self.expert == "softmax" else ["expert", "feature"],
+            "intercept": ["expert", "class"] if self.expert == "softmax" else ["expert"],
         }
         if self.expert == "gaussian":
             dims["scale"] = ["expert"]
@@ -284,7 +297,8 @@ class MixtureOfExperts(TargetKindMixin, MixtureModel):
         k = self.n_experts
         zeros = torch.zeros(k, x.shape[1], dtype=x.dtype, device=x.device)
         self._gate = self._make_gate(zeros[:-1].clone(), zeros[:-1, 0].clone())
-        params = {"coef": zeros.clone(), "intercept": zeros[:, 0].clone()}
+        classes = self._class_shape()
+        params = {"coef": x.new_zeros(k, *classes, x.shape[1]), "intercept": x.new_zeros(k, *classes)}
         if self.expert == "gaussian":
             params["scale"] = torch.ones_like(zeros[:, 0])
         self._experts = self._make_experts(params)
@@ -325,63 +339,6 @@ class MixtureOfExperts(TargetKindMixin, MixtureModel):
         self._gate = self._make_gate((gate_coef - gate_coef[-1])[:-1], (gate_intercept - gate_intercept[-1])[:-1])
         self._experts = self._make_experts({n: v[order] for n, v in self._experts.state_dict().items()})
         self._invalidate_guide()
-
-    @classmethod
-    def from_parameters(
-        cls,
-        *,
-        gate_coef: Any,
-        gate_intercept: Any,
-        coef: Any,
-        intercept: Any,
-        scale: Any = None,
-        feature_names: list[str] | None = None,
-        engine: str = "given",
-        **kwargs: Any,
-    ) -> "MixtureOfExperts":
-        """A fitted model with the given parameters on the user's scale.
-
-        ``scale=None`` means logistic experts. ``gate_coef`` has shape ``(K, P)`` or
-        ``(K-1, P)`` (then the last gate is zero); it is shifted so its last row is zero.
-
-        Examples
-        --------
-        >>> import numpy as np
-        >>> moe = MixtureOfExperts.from_parameters(gate_coef=[[1.0], [0.0]], gate_intercept=[0.0, 0.0],
-        ...                                        coef=[[1.0], [-1.0]], intercept=[0.0, 0.0], scale=[1.0, 1.0])
-        >>> moe.predict(np.zeros((1, 1))).tolist()
-        [0.0]
-        """
-        expert = "gaussian" if scale is not None else "logistic"
-        dtype = kwargs.get("dtype", torch.float64)
-        coef = torch.as_tensor(np.asarray(coef, dtype=np.float64), dtype=dtype)
-        k, p = coef.shape
-        gate_c, gate_i = referenced_gate(gate_coef, gate_intercept, k, p, dtype)
-        model = cls(k, expert=expert, **{"progress": False, **kwargs})
-        model.validate_params()
-        model.n_features_in_, model.feature_names_in_ = p, feature_names
-        model._x_mean, model._x_scale = coef.new_zeros(p), coef.new_ones(p)
-        values = dict(gate_coef=gate_c[:-1], gate_intercept=gate_i[:-1], coef=coef, intercept=intercept, scale=scale)
-        values = {name: value for name, value in values.items() if value is not None}
-        model.set_globals({name: torch.as_tensor(np.asarray(v, np.float64), dtype=dtype) for name, v in values.items()})
-        model.engine_, model.history_, model.n_iter_, model.converged_ = engine, [], 0, True
-        model.lower_bound_ = float("nan")
-        return model
-
-    @classmethod
-    def from_families(
-        cls, gate: SoftmaxGate, experts: GaussianExpert | LogisticExpert, **kwargs: Any
-    ) -> "MixtureOfExperts":
-        """A fitted model from a gate and an expert family on the user's scale (see :meth:`from_parameters`)."""
-        scale = experts.scale if isinstance(experts, GaussianExpert) else None
-        return cls.from_parameters(
-            gate_coef=gate.coef.detach().cpu(),
-            gate_intercept=gate.intercept.detach().cpu(),
-            coef=experts.coef.detach().cpu(),
-            intercept=experts.intercept.detach().cpu(),
-            scale=None if scale is None else scale.detach().cpu(),
-            **kwargs,
-        )
 
     # ---------------------------------------------------------- parameters
     def _unstandardise(self, coef: torch.Tensor, intercept: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -435,17 +392,26 @@ class MixtureOfExperts(TargetKindMixin, MixtureModel):
         return (self._gate.log_prob(x).exp() * self._expert_means(x)).sum(-1)
 
     def predict(self, X: Any) -> Any:
-        """``E[y | x]`` for Gaussian experts; the most probable class (of ``classes_``) for logistic experts."""
+        """``E[y | x]`` for Gaussian experts; the most probable class (of ``classes_``) for classifying ones."""
         self._check_fitted()
+        if self.expert == "softmax":
+            return self._decode_prediction(self._class_log_proba(self._covariates(X)).argmax(-1), X)
         mean = self._conditional_mean(self._covariates(X))
         return to_output(mean, X) if self.expert == "gaussian" else self._decode_prediction((mean >= 0.5).long(), X)
 
-    @available_if(lambda self: self.expert == "logistic")
+    def _class_log_proba(self, x: torch.Tensor) -> torch.Tensor:
+        """``log sum_k gate_k(x) P_k(c | x)`` of softmax experts, shape ``(N, C)``."""
+        joint = self._gate.log_prob(x)[:, :, None] + torch.log_softmax(self._experts.linear_predictor(x), dim=-1)
+        return torch.logsumexp(joint, dim=1)
+
+    @available_if(lambda self: self.expert != "gaussian")
     def predict_proba(self, X: Any) -> Any:
-        """``[P(y = c_0 | x), P(y = c_1 | x)]`` for ``classes_ = [c_0, c_1]``, shape ``(N, 2)`` (logistic experts
-        only: Gaussian experts have no such method)."""
+        """``P(y = c | x)`` for every class of ``classes_``, shape ``(N, C)`` (logistic and softmax experts only:
+        Gaussian experts have no such method)."""
         self._check_fitted()
         x = self._covariates(X)
+        if self.expert == "softmax":
+            return to_output(self._class_log_proba(x).exp(), X)
         log_gate, eta = self._gate.log_prob(x), self._experts.linear_predictor(x)
         log_p1, log_p0 = (torch.logsumexp(log_gate + F.logsigmoid(sign * eta), -1) for sign in (1, -1))
         p1 = torch.sigmoid(log_p1 - log_p0)  # in [0, 1] by construction, unlike a sum of gate-weighted sigmoids

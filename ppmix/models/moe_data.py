@@ -62,6 +62,8 @@ def check_response(y: Any, n: int, expert: str, name: str = "y") -> torch.Tensor
     if expert == "logistic" and not np.isin(array, (0.0, 1.0)).all():
         bad = np.unique(array[~np.isin(array, (0.0, 1.0))])[:5].tolist()
         raise ValueError(f"{name} must be binary (0/1) for logistic experts; got values such as {bad}")
+    if expert == "softmax" and ((array < 0).any() or (array != np.round(array)).any()):
+        raise ValueError(f"{name} must hold class codes 0, 1, ..., C-1 for softmax experts")
     return torch.as_tensor(array)
 
 
@@ -75,6 +77,7 @@ def prepare_training_data(model: MixtureOfExperts, X: Any, y: Any) -> tuple[torc
     x, names = check_matrix(X, "X", dtype=model.dtype, device=model._device)
     model.n_features_in_ = int(x.shape[1])
     model.feature_names_in_ = names
+    response = check_response(y, x.shape[0], model.expert).to(dtype=model.dtype, device=model._device)
     if x.shape[0] <= model.n_parameters:
         raise ValueError(
             f"X has {x.shape[0]} rows (n_samples={x.shape[0]}), not more than the {model.n_parameters} free "
@@ -84,7 +87,6 @@ def prepare_training_data(model: MixtureOfExperts, X: Any, y: Any) -> tuple[torc
         model._x_mean, model._x_scale = feature_scales(x)
     else:
         model._x_mean, model._x_scale = torch.zeros_like(x[0]), torch.ones_like(x[0])
-    response = check_response(y, x.shape[0], model.expert).to(dtype=model.dtype, device=model._device)
     model._y_mean, model._y_std = response.mean(), response.std().clamp_min(1e-12)
     model._noise_floor = model.min_variance * float(model._y_std.square())
     return model._standardise(x), response

@@ -133,7 +133,10 @@ def split_merge_proposal(model: MixtureOfExperts, x: torch.Tensor, y: torch.Tens
     if not torch.isfinite(fit[worst]):
         return None
     members = hard == worst
-    residual = y - model._expert_means(x)[:, worst]
+    if model.expert == "softmax":  # no mean to subtract: split by how badly the expert fits each point
+        residual = -model._experts.log_prob((x, y))[:, worst]
+    else:
+        residual = y - model._expert_means(x)[:, worst]
     upper = members & (residual > residual[members].median())
     proposal[upper, freed] = proposal[upper, worst]
     proposal[upper, worst] = 0.0
