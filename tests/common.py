@@ -31,6 +31,27 @@ def assert_close(actual, expected, rtol: float = 1e-7, atol: float = 1e-9, msg: 
 # Tiny planted data sets that every model test can share (the model-contract test uses all of them).
 
 
+def assert_em_objective_is_trace_enum_elbo(moe, x, y, *, perturbation: float = 0.3, rtol: float = 1e-10) -> None:
+    """A mixture of experts' EM objective equals Pyro's ``TraceEnum_ELBO`` at its fitted and at perturbed globals."""
+    from pyro.infer import TraceEnum_ELBO
+
+    from ppmix.inference.engines.params import local_params
+
+    gen = torch.Generator().manual_seed(1)
+    fitted = moe.get_globals()
+    perturbed = {k: v + perturbation * torch.randn(v.shape, generator=gen, dtype=v.dtype) for k, v in fitted.items()}
+    if "scale" in perturbed:
+        perturbed["scale"] = perturbed["scale"].abs() + 0.1
+    for values in (fitted, perturbed):
+        moe.set_globals(values)
+        data = moe.prepare_data(x, y)
+        _, em_objective = moe.e_step(data)
+        with local_params():
+            pyro_elbo = -TraceEnum_ELBO(max_plate_nesting=1).loss(moe.model, moe.guide, data)
+        assert_close(em_objective, pyro_elbo, rtol=rtol)
+        assert_close(moe.log_likelihood(x, y), pyro_elbo, rtol=rtol)
+
+
 def make_blobs(n: int = 60, n_features: int = 2, n_components: int = 2, *, seed: int = 0):
     """``n`` points from ``n_components`` unit-variance Gaussian clusters 6 apart on every feature.
 

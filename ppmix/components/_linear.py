@@ -81,22 +81,26 @@ def weighted_grams(
 class LinearFamily(ComponentFamily):
     """A family whose ``K`` members each have coefficients ``coef[k]`` and ``intercept[k]``."""
 
-    def _init_linear(self, coef: torch.Tensor, intercept: torch.Tensor | None, ridge: float) -> None:
+    def _init_linear(
+        self, coef: torch.Tensor, intercept: torch.Tensor | None, ridge: float, shape: str = "(K, P)"
+    ) -> None:
+        """Check and set ``coef`` of ``shape`` (``"(K, P)"``, or ``"(K, C, P)"`` with one row per class),
+        ``intercept`` of ``coef``'s shape less its last axis (zeros when ``None``) and ``ridge``."""
         coef = torch.as_tensor(coef)
-        if coef.dim() != 2:
-            raise ValueError(f"coef must have shape (K, P); got {tuple(coef.shape)}")
+        if coef.dim() != shape.count(",") + 1:
+            raise ValueError(f"coef must have shape {shape}; got {tuple(coef.shape)}")
         if intercept is None:
-            intercept = torch.zeros(coef.shape[0], dtype=coef.dtype, device=coef.device)
+            intercept = torch.zeros(coef.shape[:-1], dtype=coef.dtype, device=coef.device)
         intercept = torch.as_tensor(intercept)
-        if intercept.shape != coef.shape[:1]:
-            raise ValueError(f"intercept must have shape ({coef.shape[0]},); got {tuple(intercept.shape)}")
+        if intercept.shape != coef.shape[:-1]:
+            raise ValueError(f"intercept must have shape {tuple(coef.shape[:-1])}; got {tuple(intercept.shape)}")
         if ridge < 0:
             raise ValueError("ridge must be non-negative")
         self.coef, self.intercept, self.ridge = coef, intercept.to(coef.dtype), float(ridge)
 
     @property
     def n_covariates(self) -> int:
-        return int(self.coef.shape[1])
+        return int(self.coef.shape[-1])
 
     def _covariates(self, x: torch.Tensor, name: str = "x") -> torch.Tensor:
         x = torch.as_tensor(x).to(device=self.device, dtype=self.dtype)

@@ -58,25 +58,14 @@ class SoftmaxExpert(LinearFamily):
         max_iter: int = 100,
         tol: float = 1e-10,
     ) -> None:
-        coef = torch.as_tensor(coef)
-        if coef.dim() != 3 or coef.shape[1] < 2:
-            raise ValueError(f"coef must have shape (K, C, P) with C >= 2 classes; got {tuple(coef.shape)}")
-        if intercept is None:
-            intercept = coef.new_zeros(coef.shape[:2])
-        intercept = torch.as_tensor(intercept).to(coef.dtype)
-        if intercept.shape != coef.shape[:2]:
-            raise ValueError(f"intercept must have shape {tuple(coef.shape[:2])}; got {tuple(intercept.shape)}")
-        if ridge < 0:
-            raise ValueError("ridge must be non-negative")
-        self.coef = coef - coef[:, -1:]
-        self.intercept = intercept - intercept[:, -1:]
-        self.ridge, self.max_iter, self.tol = float(ridge), int(max_iter), float(tol)
+        self._init_linear(coef, intercept, ridge, shape="(K, C, P)")
+        if self.coef.shape[1] < 2:
+            raise ValueError(f"coef must have shape (K, C, P) with C >= 2 classes; got {tuple(self.coef.shape)}")
+        self.coef = self.coef - self.coef[:, -1:]  # the last class is the reference
+        self.intercept = self.intercept - self.intercept[:, -1:]
+        self.max_iter, self.tol = int(max_iter), float(tol)
         self.n_iter_: int = 0
         self.converged_: bool = False
-
-    @property
-    def n_covariates(self) -> int:
-        return int(self.coef.shape[2])
 
     @property
     def n_classes(self) -> int:

@@ -174,66 +174,51 @@ def compare_predictors(
     True
     """
     with torch_threads(1):  # small dense problems: a second thread only waits on a busy machine
-        rows = _compare(X, y, Xt, yt, component, k, router_weights, oracle)
+        rows: dict[str, dict[str, float]] = {}
+
+        def timed(fit: Callable[[], Any]) -> tuple[Any, float]:
+            start = time.perf_counter()
+            return fit(), time.perf_counter() - start
+
+        for mu in router_weights:
+            model, seconds = timed(lambda mu=mu: _presto(k, component, router_weight=mu).fit(X, y))
+            rows[f"PRESTO (mu={mu:g})"] = _scores(model.predict, Xt, yt, seconds) | {
+                "train_objective": float(model.loss_history_[-1]),
+                "routability": float(model.routability_),
+            }
+        single, seconds = timed(lambda: _presto(1, component).fit(X, y))
+        rows["one model"] = _scores(single.predict, Xt, yt, seconds)
+        start = time.perf_counter()
+        scaler = StandardScaler().fit(X)
+        kmeans = KMeans(k, n_init=3, random_state=SEED).fit(scaler.transform(X))
+        per_cluster = _PerPart(component, k, X, y, kmeans.labels_)
+        seconds = time.perf_counter() - start
+        nearest = kmeans.predict(scaler.transform(Xt))
+        rows["k-means + one model per cluster"] = _scores(lambda Z: per_cluster.predict(Z, nearest), Xt, yt, seconds)
+        am, seconds = timed(lambda: _hard_am(component, k, X, y))
+        rows["hard AM (Learn-MLR) + router"] = _scores(am.predict, Xt, yt, seconds)
+        if component in ("logistic", "softmax"):
+            from ppmix import MixtureOfExperts
+
+            try:
+                moe, seconds = timed(lambda: MixtureOfExperts(k, expert=component, seed=SEED, progress=False).fit(X, y))
+            except ValueError as refused:  # more free parameters than training rows (softmax experts on digits)
+                logger.info("MixtureOfExperts (%s) left out: %s", component, refused)
+            else:
+                rows[f"MixtureOfExperts ({component})"] = _scores(moe.predict, Xt, yt, seconds)
+        member = single.components_.coef[0].numel() + single.components_.intercept[0].numel()
+        n_params = k * member + (k - 1) * (X.shape[1] + 1)  # components + softmax router
+        n_out = 1 if component == "logistic" else len(np.unique(y))
+        hidden = max(1, round((n_params - n_out) / (X.shape[1] + 1 + n_out)))
+        mlp = make_pipeline(StandardScaler(), MLPClassifier((hidden,), max_iter=2000, random_state=SEED))
+        mlp, seconds = timed(lambda: mlp.fit(X, y))
+        rows[f"MLP ({hidden} hidden, ~{n_params} parameters)"] = _scores(mlp.predict, Xt, yt, seconds)
+        if oracle is not None:
+            parts, parts_t = oracle
+            true_parts, seconds = timed(lambda: _PerPart(component, k, X, y, parts))
+            rows["oracle router"] = _scores(lambda Z: true_parts.predict(Z, parts_t), Xt, yt, seconds)
     for name, row in rows.items():
         logger.info("%s: test accuracy %.3f, macro-F1 %.3f", name, row["test_accuracy"], row["test_macro_f1"])
-    return rows
-
-
-def _compare(
-    X: np.ndarray,
-    y: np.ndarray,
-    Xt: np.ndarray,
-    yt: np.ndarray,
-    component: str,
-    k: int,
-    router_weights: tuple[float, ...],
-    oracle: tuple[np.ndarray, np.ndarray] | None,
-) -> dict[str, dict[str, float]]:
-    rows: dict[str, dict[str, float]] = {}
-
-    def timed(fit: Callable[[], Any]) -> tuple[Any, float]:
-        start = time.perf_counter()
-        return fit(), time.perf_counter() - start
-
-    for mu in router_weights:
-        model, seconds = timed(lambda mu=mu: _presto(k, component, router_weight=mu).fit(X, y))
-        rows[f"PRESTO (mu={mu:g})"] = _scores(model.predict, Xt, yt, seconds) | {
-            "train_objective": float(model.loss_history_[-1]),
-            "routability": float(model.routability_),
-        }
-    single, seconds = timed(lambda: _presto(1, component).fit(X, y))
-    rows["one model"] = _scores(single.predict, Xt, yt, seconds)
-    start = time.perf_counter()
-    scaler = StandardScaler().fit(X)
-    kmeans = KMeans(k, n_init=3, random_state=SEED).fit(scaler.transform(X))
-    per_cluster = _PerPart(component, k, X, y, kmeans.labels_)
-    seconds = time.perf_counter() - start
-    nearest_centre = kmeans.predict(scaler.transform(Xt))
-    rows["k-means + one model per cluster"] = _scores(lambda Z: per_cluster.predict(Z, nearest_centre), Xt, yt, seconds)
-    am, seconds = timed(lambda: _hard_am(component, k, X, y))
-    rows["hard AM (Learn-MLR) + router"] = _scores(am.predict, Xt, yt, seconds)
-    if component in ("logistic", "softmax"):
-        from ppmix import MixtureOfExperts
-
-        try:
-            moe, seconds = timed(lambda: MixtureOfExperts(k, expert=component, seed=SEED, progress=False).fit(X, y))
-        except ValueError as refused:  # more free parameters than training rows (softmax experts on digits)
-            logger.info("MixtureOfExperts (%s) left out: %s", component, refused)
-        else:
-            rows[f"MixtureOfExperts ({component})"] = _scores(moe.predict, Xt, yt, seconds)
-    member = single.components_.coef[0].numel() + single.components_.intercept[0].numel()
-    n_params = k * member + (k - 1) * (X.shape[1] + 1)  # components + softmax router
-    n_out = 1 if component == "logistic" else len(np.unique(y))
-    hidden = max(1, round((n_params - n_out) / (X.shape[1] + 1 + n_out)))
-    mlp, seconds = timed(
-        lambda: make_pipeline(StandardScaler(), MLPClassifier((hidden,), max_iter=2000, random_state=SEED)).fit(X, y)
-    )
-    rows[f"MLP ({hidden} hidden, ~{n_params} parameters)"] = _scores(mlp.predict, Xt, yt, seconds)
-    if oracle is not None:
-        parts, parts_t = oracle
-        true_parts, seconds = timed(lambda: _PerPart(component, k, X, y, parts))
-        rows["oracle router"] = _scores(lambda Z: true_parts.predict(Z, parts_t), Xt, yt, seconds)
     return rows
 
 

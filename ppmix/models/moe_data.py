@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from ppmix._validation import check_matrix, ravel_column_vector
+from ppmix._validation import check_matrix, check_positive_int, ravel_column_vector
 from ppmix.ops.scaling import feature_scales
 
 if TYPE_CHECKING:
@@ -24,13 +24,11 @@ def check_settings(model: "MixtureOfExperts", experts: tuple[str, ...]) -> None:
         raise ValueError(f"n_experts must be >= 2; got {model.n_experts}")
     if model.expert not in experts:
         raise ValueError(f"expert must be one of {experts}; got {model.expert!r}")
-    def is_int(value: Any, least: int) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool) and value >= least
-
-    if not is_int(model.split_merge, 0):
-        raise ValueError(f"split_merge must be a non-negative integer; got {model.split_merge!r}")
-    if not (model.init_iter is None or is_int(model.init_iter, 1)):
-        raise ValueError(f"init_iter must be a positive integer or None; got {model.init_iter!r}")
+    split_merge = model.split_merge
+    if isinstance(split_merge, bool) or not isinstance(split_merge, int) or split_merge < 0:
+        raise ValueError(f"split_merge must be a non-negative integer; got {split_merge!r}")
+    if model.init_iter is not None:
+        check_positive_int(model.init_iter, "init_iter")
     for name in ("ridge", "min_variance", "tol"):
         if not getattr(model, name) >= 0:
             raise ValueError(f"{name} must be non-negative; got {getattr(model, name)}")
