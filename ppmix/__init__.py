@@ -27,6 +27,7 @@ _EXPORTS = {
     "SupervisedGMM": "ppmix.models.pf",
     "PFHMM": "ppmix.models.pf",
     "SupervisedHMM": "ppmix.models.pf",
+    "set_thread_policy": "ppmix.ops.threads",
 }
 __all__ = [*sorted(_EXPORTS), "__version__"]
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

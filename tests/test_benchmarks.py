@@ -213,3 +213,16 @@ def test_bench_moe_starts_quick(tmp_path):
         assert fit["small EM"]["log_likelihood"] == pytest.approx(best, abs=report["settings"]["miss_threshold"])
     for summary in strategies.values():
         assert_timing(summary["seconds"], summary["seconds_over_one_start"])
+
+
+def test_bench_threads_quick(tmp_path):
+    report = run_quick("bench_threads.py", tmp_path / "threads.json")
+    assert report["benchmark"] == "threads" and report["quick"] and report["spinners"] == 1
+    assert set(report["loads"]) == {"idle", "loaded"}
+    for rows in report["loads"].values():
+        assert len(rows) == 2  # the quick cases: a small GMM and a small MoE
+        for row in rows.values():
+            assert set(row["seconds"]) == {"1 thread", "all threads", "all threads + policy"}
+            ratios = [row["all threads / 1 thread"], row["all threads + policy / 1 thread"]]
+            assert_timing(*row["seconds"].values(), *ratios)
+    assert report["cpu_count"] >= 1 and report["all_threads"] == 1

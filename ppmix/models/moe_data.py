@@ -81,13 +81,36 @@ def prepare_training_data(model: MixtureOfExperts, X: Any, y: Any) -> tuple[torc
             f"X has {x.shape[0]} rows (n_samples={x.shape[0]}), not more than the {model.n_parameters} free "
             f"parameters of a {model.n_experts}-expert {model.expert} MoE with {x.shape[1]} features"
         )
+    held = _user_scale_globals(model) if model.is_fitted else None
     if model.standardize:
         model._x_mean, model._x_scale = feature_scales(x)
     else:
         model._x_mean, model._x_scale = torch.zeros_like(x[0]), torch.ones_like(x[0])
+    if held is not None:  # a warm start continues from the same model, re-expressed on the new scales
+        model.set_globals(_restandardised(held, model._x_mean, model._x_scale))
     model._y_mean, model._y_std = response.mean(), response.std().clamp_min(1e-12)
     model._noise_floor = model.min_variance * float(model._y_std.square())
     return model._standardise(x), response
+
+
+#: the (coefficients, intercepts) pairs of the linear parameters in ``MixtureOfExperts.get_globals()``
+_LINEAR_PAIRS = (("gate_coef", "gate_intercept"), ("coef", "intercept"))
+
+
+def _user_scale_globals(model: MixtureOfExperts) -> dict[str, torch.Tensor]:
+    """``model.get_globals()`` with the linear parameters on the user's (unstandardised) scale."""
+    values = dict(model.get_globals())
+    for coef, intercept in _LINEAR_PAIRS:
+        values[coef], values[intercept] = model._unstandardise(values[coef], values[intercept])
+    return values
+
+
+def _restandardised(values: dict[str, torch.Tensor], mean: torch.Tensor, scale: torch.Tensor) -> dict[str, Any]:
+    """User-scale parameters re-expressed on covariates standardised by ``mean`` and ``scale``."""
+    values = dict(values)
+    for coef, intercept in _LINEAR_PAIRS:
+        values[coef], values[intercept] = values[coef] * scale, values[intercept] + values[coef] @ mean
+    return values
 
 
 def referenced_gate(

@@ -100,6 +100,24 @@ def test_standardisation_is_invisible_to_the_user():
     np.testing.assert_allclose(a.predict(x), c.predict(x), atol=1e-3)
 
 
+@pytest.mark.parametrize("expert", ["gaussian", "logistic"])
+def test_a_warm_start_continues_from_the_model_it_holds_whatever_its_scales(expert):
+    """A model built on the user's scale (no standardisation) continues from exactly itself on new data."""
+    x, y, _ = planted(expert, n=600)
+    x = x * np.array([50.0, 0.1]) + np.array([7.0, -3.0])  # far from standardised
+    fitted = MixtureOfExperts(2, expert=expert, seed=0, progress=False).fit(x, y)
+    names = ("gate_coef", "gate_intercept", "coef", "intercept")
+    params = {name: getattr(fitted, f"{name}_").numpy() for name in names}
+    if expert == "gaussian":
+        params["scale"] = fitted.scale_.numpy()
+    given = MixtureOfExperts.from_parameters(**params, engine="em")
+    start = float(given.pointwise_log_likelihood(given.prepare_data(x, y)).mean())
+    given.fit(x, y, warm_start=True, n_init=1, max_iter=2)
+    assert given.history_[0] == pytest.approx(start, rel=1e-9)
+    assert given.history_[-1] >= given.history_[0]  # EM from the fitted optimum stays at or near it
+    np.testing.assert_allclose(given.predict(x), fitted.predict(x), atol=1e-2)
+
+
 def test_canonical_order_and_identifiable_gate():
     x, y, _ = planted("gaussian", n=1000)
     moe = MixtureOfExperts(3, seed=0, progress=False).fit(x, y)

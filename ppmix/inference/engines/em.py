@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import warnings
+from contextlib import ExitStack
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -12,6 +13,7 @@ from tqdm import tqdm
 
 from ppmix._validation import check_positive_int
 from ppmix.inference.engines.result import ConvergenceWarning, FitResult
+from ppmix.ops.threads import threads_for, torch_threads
 
 __all__ = ["EM_HOOKS", "EMModel", "run_em"]
 
@@ -140,20 +142,21 @@ def run_em(
     init_iter = getattr(model, "init_iter", None) if init_iter is None else init_iter
     short = None if init_iter is None or warm or n_init == 1 else check_positive_int(init_iter, "init_iter")
     best: tuple[float, dict[str, torch.Tensor], FitResult] | None = None
-    for restart in range(1 if warm else n_init):
-        if not warm:
-            model.em_initialize(em_data, model.generator(restart))
-        result = _single_run(model, em_data, n_obs, min(short or max_iter, max_iter), tol, show, restart)
-        final = result.history[-1]
-        logger.info("EM restart %d: objective/point %.6f after %d iterations", restart, final, result.n_iter)
-        if best is None or final > best[0]:
-            best = (final, model.get_globals(), result)
-    assert best is not None
-    model.set_globals(best[1])
-    result = best[2]
-    if short is not None and not result.converged:  # small EM: run the best start on to convergence
-        tail = _single_run(model, em_data, n_obs, max(max_iter - result.n_iter, 1), tol, show, n_init)
-        result = FitResult(result.history + tail.history[1:], result.n_iter + tail.n_iter, tail.converged)
+    with ExitStack() as threads:
+        # until the size of a pass is known: one thread only if the CPU is busy (ppmix.ops.threads)
+        threads.enter_context(torch_threads(threads_for(math.inf)))
+        for restart in range(1 if warm else n_init):
+            if not warm:
+                model.em_initialize(em_data, model.generator(restart))
+            if restart == 0:  # then by the work of a pass, known once the parameters exist
+                threads.enter_context(torch_threads(threads_for(pass_work(model, n_obs))))
+            best = _better(best, model, em_data, n_obs, min(short or max_iter, max_iter), tol, show, restart)
+        assert best is not None
+        model.set_globals(best[1])
+        result = best[2]
+        if short is not None and not result.converged:  # small EM: run the best start on to convergence
+            tail = _single_run(model, em_data, n_obs, max(max_iter - result.n_iter, 1), tol, show, n_init)
+            result = FitResult(result.history + tail.history[1:], result.n_iter + tail.n_iter, tail.converged)
     if not result.converged:
         warnings.warn(
             f"EM did not converge in max_iter={max_iter} iterations (tol={tol}); increase max_iter or tol",
@@ -161,6 +164,36 @@ def run_em(
             stacklevel=3,
         )
     return result
+
+
+def pass_work(model: EMModel, n_obs: int) -> float:
+    """The work of one EM pass, for the thread policy (:func:`ppmix.ops.threads.threads_for`).
+
+    The model's ``em_pass_work(n_obs)`` where it defines one, else rows times parameter values.
+    """
+    own = getattr(model, "em_pass_work", None)
+    if own is not None:
+        return float(own(n_obs))
+    return float(n_obs) * sum(value.numel() for value in model.get_globals().values())
+
+
+def _better(
+    best: tuple[float, dict[str, torch.Tensor], FitResult] | None,
+    model: EMModel,
+    data: Any,
+    n_obs: int,
+    iterations: int,
+    tol: float,
+    show: bool,
+    restart: int,
+) -> tuple[float, dict[str, torch.Tensor], FitResult]:
+    """Run one restart from the model's current parameters; the better of it and ``best``."""
+    result = _single_run(model, data, n_obs, iterations, tol, show, restart)
+    final = result.history[-1]
+    logger.info("EM restart %d: objective/point %.6f after %d iterations", restart, final, result.n_iter)
+    if best is None or final > best[0]:
+        return final, model.get_globals(), result
+    return best
 
 
 def _single_run(

@@ -49,6 +49,7 @@ from ppmix.inference.optimizers.presto.adapters import (
 )
 from ppmix.inference.optimizers.presto.assignment import initial_partition, partition_onehot, sq_distances
 from ppmix.models._target import TargetKindMixin
+from ppmix.ops.threads import threads_for, torch_threads
 
 __all__ = ["PRESTO"]
 
@@ -331,7 +332,8 @@ class PRESTO(TargetKindMixin, PrestoPersistence):
             generator.seed()
         capacity = None if self.leeway is None else math.ceil((1.0 + float(self.leeway)) * n / k)
 
-        with open_executor(self.executor) as executor:
+        # a sweep is many small operations: one thread unless the pass is large (ppmix.ops.threads)
+        with open_executor(self.executor) as executor, torch_threads(threads_for(n * k * (p + 1))):
             adapter = self._make_adapter(k, p, device, executor)
             sweep = mm_sweep(
                 adapter,
