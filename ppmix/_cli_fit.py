@@ -49,6 +49,12 @@ def add_fit_parsers(fit_sub: Any, positive: Callable[[str], int], seed: Callable
         default="auto",
         help="prior probability p that a feature is relevant, or 'auto' (default: chosen by cross-validation)",
     )
+    pf.add_argument(
+        "--n-restarts",
+        type=positive,
+        default=3,
+        help="EM starts (the model's own, class-stratified, relevance-scaled), the best kept (default: 3)",
+    )
     _add_common(pf, positive, seed, n_init=1, max_iter=200)
 
     moe = fit_sub.add_parser(
@@ -289,8 +295,8 @@ def fit_pfgmm(args: argparse.Namespace) -> int:
 
     frame = _read(args, text_columns=(args.target,), named={"--target": args.target})
     features, y, classes = _binary_target(frame, args)
-    model = PFGMM(args.k, switch_prior=args.switch_prior, n_init=args.n_init, max_iter=args.max_iter,
-                  seed=args.seed, progress=not args.quiet)  # fmt: skip
+    model = PFGMM(args.k, switch_prior=args.switch_prior, n_restarts=args.n_restarts, n_init=args.n_init,
+                  max_iter=args.max_iter, seed=args.seed, progress=not args.quiet)  # fmt: skip
     _fit(model, args, features, y)
     proba = np.asarray(model.predict_proba(features))[:, 1]
     relevance = [float(r) for r in np.asarray(model.relevance_, dtype=float).reshape(-1)]

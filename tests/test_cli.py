@@ -308,6 +308,9 @@ def test_fit_pfgmm_reports_auroc_and_the_relevant_features_by_name(tmp_path, cap
     from ppmix.metrics import auroc
 
     assert auroc((frame["outcome"] == "well").to_numpy(), proba) == pytest.approx(summary["train_auroc"])
+    assert model.n_restarts == 3 and len(model.restart_scores_) == 3  # the default, saved with the model
+    assert main([*argv[:-2], "--n-restarts", "1", "--out", str(tmp_path / "one")]) == 0
+    assert PFGMM.load(tmp_path / "one" / "model").n_restarts == 1
 
 
 def test_fit_pfgmm_bad_target_is_one_line_naming_it(tmp_path, capsys):
@@ -320,6 +323,7 @@ def test_fit_pfgmm_bad_target_is_one_line_naming_it(tmp_path, capsys):
     )
     assert "--switch-prior: must be a probability" in error_line([*base, "--target", "outcome",
                                                                   "--switch-prior", "0"], capsys)  # fmt: skip
+    assert "--n-restarts" in error_line([*base, "--target", "outcome", "--n-restarts", "0"], capsys)
 
 
 def test_fit_moe_gaussian_and_logistic(tmp_path, capsys):

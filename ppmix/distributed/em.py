@@ -160,7 +160,8 @@ def fit_em(
     ----------
     model : GMM, HMM or a pf model
         Its settings (``n_components``, ``covariance_type``, ``n_init``, ``max_iter``,
-        ``tol``, ``seed``, ``warm_start``, ...) apply as in ``fit``.
+        ``tol``, ``seed``, ``warm_start``, ...) apply as in ``fit``; a pf-GMM's
+        ``n_restarts`` does not (one start), and its ``switch_prior`` must be a number.
     shards : sequence
         Paths to Parquet/CSV files (every column a feature; for an HMM also its
         ``sequence_column``), NPY files of rows, NPZ files with ``X`` (and ``lengths`` for

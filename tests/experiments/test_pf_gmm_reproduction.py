@@ -60,3 +60,18 @@ def test_real_data_comparison_small():
     assert rows["pf-GMM"]["selection_precision"] == 1.0 and rows["pf-GMM"]["selection_recall"] > 0.5
     assert rows["Logistic regression"]["log_p_x_relevant"] is None and rows["sup-GMM"]["log_p_x_relevant"] < 0
     assert any("relevant_features_ precision 1.000" in line for line in report_lines(result))
+
+
+def test_bar_check_and_command_line(capsys):
+    """The bars (within 0.01 of the best p with hindsight; no fold more than 0.05 below the mean) as computed."""
+    from ppmix.experiments.pf_gmm_real import bar_check, main
+
+    pf = {"auroc": 0.98, "auroc_worst_fold": 0.95}
+    block = {"models": {"pf-GMM": pf}, "hindsight": {0.01: 0.985, 0.1: 0.99, 0.5: 0.9}}
+    bars = bar_check(block)
+    assert bars["hindsight_best_p"] == 0.1 and bars["hindsight_best_auroc"] == 0.99
+    assert bars["shortfall"] == pytest.approx(0.01) and bars["worst_fold_below_mean"] == pytest.approx(0.03)
+    assert bar_check({**block, "hindsight": {}}) is None
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0 and "--jobs" in capsys.readouterr().out

@@ -28,8 +28,8 @@ class PFStateMixin(BinaryClassifierMixin, PredictionFocusedMixin):
     """The label, background and switch part of a prediction-focused model's state (``labels_``, ``background_``,
     ``switch_probs_``), for a host that is also a :class:`~ppmix.models.base.MixtureModel` with Gaussian components.
 
-The host is a binary classifier in scikit-learn's sense: ``classes_`` holds the two labels
-seen in ``fit`` and ``score`` is the accuracy of ``predict``.
+    The host is a binary classifier in scikit-learn's sense: ``classes_`` holds the two labels
+    seen in ``fit`` and ``score`` is the accuracy of ``predict``.
 
     Examples
     --------

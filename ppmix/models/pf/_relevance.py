@@ -8,6 +8,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from ppmix.components import DiagGaussian
+from ppmix.models.pf.switch_selection import relevant_mask_from_ratio
+from ppmix.models.pf.switches import label_ratio_from_statistics
+
 __all__ = ["RelevanceOutputsMixin"]
 
 
@@ -27,6 +31,7 @@ class RelevanceOutputsMixin:
 
     p_: float
     switch_prior_scores_: dict[float, float] | None
+    restart_scores_: list[float] | None
     _relevant_mask: np.ndarray | None
 
     @property
@@ -41,12 +46,54 @@ class RelevanceOutputsMixin:
 
     @property
     def relevant_features_(self) -> Any:
-        """Features the mixture uses and that go with the label (see the class docstring); all when ``p = 1``."""
+        """Features the mixture uses and that go with the label (see the class docstring); all when ``p = 1``.
+
+        After :func:`ppmix.distributed.fit_em` it comes from the statistics merged across the
+        shards (the rows and the per-class Gaussian moments), the same test as after ``fit``.
+        """
         self._check_fitted()
         mask = getattr(self, "_relevant_mask", None)
+        sharded = getattr(self, "_shard_label_statistics", None)
+        if mask is None and sharded is not None:
+            mask = self._relevant_mask = self._sharded_relevant_mask(sharded)
         if mask is None:
-            raise AttributeError("relevant_features_ is computed by PFGMM.fit (not by fit_em, nor in older files)")
+            raise AttributeError("relevant_features_ is computed by PFGMM.fit or fit_em (files before it hold none)")
         return self._feature_output(mask, "relevant")
+
+    def _relevant_mask_or_none(self) -> np.ndarray | None:
+        try:
+            return np.asarray(self.relevant_features_, dtype=bool)
+        except AttributeError:
+            return None
+
+    def _sharded_relevant_mask(self, stats: dict[str, Any]) -> np.ndarray:
+        if self._all_relevant:
+            return np.ones(self.n_features_in_, dtype=bool)
+        classes = stats["classes"]
+        labelled = bool((classes.counts > 0).all())
+        ratio = label_ratio_from_statistics(classes) if labelled else None
+        gain = np.asarray(self.relevance_gain_, dtype=np.float64)
+        return relevant_mask_from_ratio(gain, self.n_components, int(stats["rows"]), ratio)
+
+    def em_data_statistics(self, data: Any) -> dict[str, Any]:
+        """Before a sharded fit: the background's statistics, the number of rows and the Gaussian statistics of
+        each class's labelled rows (for :attr:`relevant_features_`); they merge across shards."""
+        frames, labels = data.frames, data.labels
+        onehot = torch.stack([labels.observed & (labels.y == c) for c in (0.0, 1.0)], 1).to(frames.x.dtype)
+        d = frames.x.shape[1]
+        family = DiagGaussian(frames.x.new_zeros(2, d), frames.x.new_ones(2, d))
+        return {
+            "background": self._background_statistics(frames),
+            "classes": family.statistics(frames, onehot),
+            "rows": torch.tensor(float(frames.n_samples), dtype=torch.float64),
+        }
+
+    def em_set_data_statistics(self, stats: dict[str, Any]) -> None:
+        """The background from the (merged) statistics of :meth:`em_data_statistics`; the rest kept for
+        :attr:`relevant_features_`."""
+        self._set_background(stats["background"])
+        self._shard_label_statistics = stats
+        self._relevant_mask = None
 
     def _feature_output(self, values: np.ndarray, name: str) -> Any:
         """``values`` as numpy, or a pandas Series indexed by the feature names."""
@@ -57,12 +104,14 @@ class RelevanceOutputsMixin:
         return pd.Series(values, index=self.feature_names_in_, name=name)
 
     def extra_state(self) -> dict[str, Any]:
-        """The chosen ``p_``, its scores and :attr:`relevant_features_` (a fit by ``fit_em`` has only ``p``)."""
+        """The chosen ``p_``, its scores, :attr:`relevant_features_` and the restarts' scores (a fit by ``fit_em``
+        has only ``p``)."""
         scores = getattr(self, "switch_prior_scores_", None)
         return {
             "p": self._switch_p,
             "switch_prior_scores": None if scores is None else [[p, s] for p, s in scores.items()],
-            "relevant": None if getattr(self, "_relevant_mask", None) is None else self._relevant_mask.tolist(),
+            "relevant": None if (mask := self._relevant_mask_or_none()) is None else mask.tolist(),
+            "restart_scores": getattr(self, "restart_scores_", None),
         }
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
@@ -72,3 +121,5 @@ class RelevanceOutputsMixin:
         self.switch_prior_scores_ = None if scores is None else {float(p): float(s) for p, s in scores}
         relevant = state.get("relevant")
         self._relevant_mask = None if relevant is None else np.asarray(relevant, dtype=bool)
+        restarts = state.get("restart_scores")  # files written before n_restarts hold none
+        self.restart_scores_ = None if restarts is None else [float(s) for s in restarts]

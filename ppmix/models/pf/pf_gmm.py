@@ -22,7 +22,8 @@ from ppmix.models._params import store_params
 from ppmix.models.base import MixtureModel
 from ppmix.models.pf._pf_state import PF_DIMS, PFStateMixin
 from ppmix.models.pf._relevance import RelevanceOutputsMixin
-from ppmix.models.pf.switch_selection import in_sample_log_p_y, relevant_feature_mask, select_switch_prior
+from ppmix.models.pf.restarts import fit_restarts, in_sample_log_p_y, start_responsibilities
+from ppmix.models.pf.switch_selection import relevant_feature_mask, select_switch_prior
 from ppmix.models.pf.switches import FrameLabels, switched_log_joint
 from ppmix.ops.logspace import normalize_log_joint_
 
@@ -107,18 +108,26 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, GaussianComponentsMixin, Mixtur
         score is kept, or the next best smaller one while the fit on all the data falls
         below its held-out score by more than a standard error; seeded by ``seed``; see
         :func:`~ppmix.models.pf.switch_selection.select_switch_prior`; the validation fits
-        use EM whatever the engine), then fits on all the data; this costs about 25 extra
-        fits. Without two labelled rows per class it falls back to 0.5. A number is used
-        as given. ``p = 1`` is the supervised GMM (:class:`SupervisedGMM`). See
-        :func:`ppmix.models.switch_prior_window` for the range that selects the
-        label-aligned components.
+        use EM whatever the engine and score each ``p`` by the mean over the ``n_restarts``
+        starts, so that a ``p`` whose fit depends on the start scores low), then fits on all
+        the data; this costs about 25 ``n_restarts`` extra fits. Without two labelled rows
+        per class it falls back to 0.5. A number is used as given. ``p = 1`` is the
+        supervised GMM (:class:`SupervisedGMM`). See :func:`ppmix.models.switch_prior_window`
+        for the range that selects the label-aligned components.
     alpha : float >= 1, default 1.0
         Dirichlet prior on the weights (B.2.4); 1 is flat.
     init_params : {"relevance", "kmeans", "k-means++", "random"}, default "relevance"
         ``"relevance"``: k-means on the features whose distribution changes with the
         label (see :func:`ppmix.models.pf.switches.label_relevant_features`); without it EM
         usually starts, and stays, at the solution that follows the irrelevant features.
-    n_init, max_iter, tol, reg_covar, warm_start : as for :class:`~ppmix.models.gmm.GMM`.
+    n_restarts : int >= 1, default 3
+        Relevance-guided starts of every fit (:mod:`~ppmix.models.pf.restarts`): the
+        ``init_params`` start, a class-stratified k-means start and k-means on the
+        label-associated features scaled by their label statistic; the fit with the best
+        in-sample mean ``log P(y | x)`` is kept (the ELBO without labels), a later start only
+        when better by more than a standard error. 1 is one start; ``fit_em`` makes one.
+    n_init, max_iter, tol, reg_covar, warm_start : as for :class:`~ppmix.models.gmm.GMM`
+        (``n_init`` EM runs per start, kept by the ELBO; ``warm_start`` continues from the fit, one start).
     seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
 
     Attributes
@@ -148,6 +157,10 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, GaussianComponentsMixin, Mixtur
     switch_prior_scores_ : dict or None
         For ``"auto"``: the cross-validated mean held-out ``log P(y | x)`` of every ``p``
         scored (empty when too few labels to validate, then ``p_ = 0.5``); None otherwise.
+    restart_scores_ : list of float
+        The in-sample mean ``log P(y | x)`` (ELBO per point without labels) of every start of
+        the final fit, in start order; a later start replaces the one kept only when better by
+        more than one standard error of the paired per-row difference (and than 1e-4).
 
     Examples
     --------
@@ -156,14 +169,16 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, GaussianComponentsMixin, Mixtur
     >>> model = PFGMM(n_components=4, seed=0, progress=False).fit(data.X, data.y)
     >>> model.relevant_features_.tolist() == data.relevant.tolist()
     True
-    >>> model.p_ in model.switch_prior_scores_
-    True
+    >>> model.p_ in model.switch_prior_scores_, len(model.restart_scores_)
+    (True, 3)
     >>> model.predict_proba(data.X[:2]).shape
     (2, 2)
     """
 
     max_plate_nesting = 2
     covariance_type = "diag"
+    #: the start :meth:`em_initialize` makes (set by :func:`~ppmix.models.pf.restarts.fit_restarts`)
+    _restart = 0
 
     #: EM on shards (:func:`ppmix.distributed.fit_em`): ``em_statistics`` merge across shards
     sharded_em = True
@@ -177,6 +192,7 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, GaussianComponentsMixin, Mixtur
         alpha: float = 1.0,
         init_params: str = "relevance",
         n_init: int = 1,
+        n_restarts: int = 3,
         max_iter: int = 200,
         tol: float = 1e-7,
         reg_covar: float = 1e-6,
@@ -194,6 +210,7 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, GaussianComponentsMixin, Mixtur
         self._validate_pf_params()
         if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not self.alpha >= 1:
             raise ValueError(f"alpha must be a number >= 1 (the MAP weights need it); got {self.alpha!r}")
+        check_positive_int(self.n_restarts, "n_restarts")
 
     def fit(self, X: Any, y: Any = None, *, engine: str = "em", **options: Any) -> "PFGMM":
         """Fit by variational EM (``engine="em"``) or SVI (``"svi"``) on features ``X`` and labels ``y``.
@@ -207,7 +224,7 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, GaussianComponentsMixin, Mixtur
         self.switch_prior_scores_: dict[float, float] | None = None
         if not self._auto_switch_prior:
             self.p_ = float(self.switch_prior)
-            super().fit(X, y, engine=engine, **options)
+            self._fit_restarts(X, y, engine, options)
         else:
             data = self.prepare_data(X, y, fitting=True)
             selection = select_switch_prior(
@@ -216,7 +233,7 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, GaussianComponentsMixin, Mixtur
             self.switch_prior_scores_ = selection.scores
             for p in selection.candidates():  # the first whose fit on all the data agrees with its validation
                 self.p_ = p
-                super().fit(X, y, engine=engine, **options)
+                self._fit_restarts(X, y, engine, options)
                 if selection.agrees(p, in_sample_log_p_y(self, self._train_data)):
                     break
                 logger.info("the fit at p = %.3g fell below its validation score; trying a smaller p", p)
@@ -227,6 +244,14 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, GaussianComponentsMixin, Mixtur
             train = self._train_data
             self._relevant_mask = relevant_feature_mask(gain, self.n_components, train.x, train.labels)
         return self
+
+    def _fit_restarts(self, X: Any, y: Any, engine: str, options: dict[str, Any]) -> None:
+        """``n_restarts`` fits at ``p_``, the best kept (:func:`~ppmix.models.pf.restarts.fit_restarts`)."""
+        n_restarts = 1 if self.warm_start and self.is_fitted else self.n_restarts
+        self.restart_scores_ = fit_restarts(self, lambda: self._fit_once(X, y, engine, options), n_restarts)
+
+    def _fit_once(self, X: Any, y: Any, engine: str, options: dict[str, Any]) -> None:
+        super().fit(X, y, engine=engine, **options)
 
     # ------------------------------------------------------------------- data
     def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> PFData:
@@ -309,8 +334,11 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, GaussianComponentsMixin, Mixtur
 
     # ------------------------------------------------------------------- EM
     def em_initialize(self, data: _PFEMData, generator: torch.Generator) -> None:
-        """Background fitted once; responsibilities from (relevance-)k-means; then one M-step."""
-        self.m_step(data, self._pf_start(data.frames, data.labels, generator))
+        """Background fitted once; responsibilities from (relevance-)k-means, or restart ``_restart``'s; one M-step."""
+        resp = self._pf_start(data.frames, data.labels, generator)
+        if self._restart:
+            resp = start_responsibilities(self, data.frames, data.labels, generator, self._restart)
+        self.m_step(data, resp)
 
     def _log_weights_prior(self) -> torch.Tensor:
         if self.alpha == 1:
@@ -423,9 +451,10 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, GaussianComponentsMixin, Mixtur
         )
         scores = getattr(self, "switch_prior_scores_", None)
         summary["switch_prior_scores"] = None if scores is None else [[p, s] for p, s in scores.items()]
+        summary["restart_scores"] = getattr(self, "restart_scores_", None)
         gain = np.asarray(self.relevance_gain_, dtype=float)
         summary["relevance_gain"] = None if self._all_relevant else [float(g) for g in gain]
-        mask = getattr(self, "_relevant_mask", None)
+        mask = self._relevant_mask_or_none()
         if mask is not None:
             summary["relevant"] = [bool(m) for m in mask]
             summary["n_relevant"] = int(mask.sum())
@@ -444,7 +473,9 @@ class SupervisedGMM(PFGMM):
 
     Every feature is relevant (``phi = 1``); the code path is PFGMM's. The other keyword
     arguments are :class:`PFGMM`'s (``alpha``, ``n_init``, ``max_iter``, ``tol``, ``reg_covar``,
-    ``warm_start``, ``seed``, ``device``, ``dtype``, ``progress``); the default start is k-means.
+    ``warm_start``, ``seed``, ``device``, ``dtype``, ``progress``); the default start is k-means, and
+    ``n_restarts`` defaults to 1: the paper's baseline maximises the joint likelihood, which label-guided
+    restarts kept by ``log P(y | x)`` would not.
 
     Examples
     --------
@@ -456,5 +487,7 @@ class SupervisedGMM(PFGMM):
 
     fixed_params = ("switch_prior",)
 
-    def __init__(self, n_components: int = 2, *, init_params: str = "kmeans", **kwargs: Any) -> None:
-        super().__init__(n_components, switch_prior=1.0, init_params=init_params, **kwargs)
+    def __init__(
+        self, n_components: int = 2, *, init_params: str = "kmeans", n_restarts: int = 1, **kwargs: Any
+    ) -> None:
+        super().__init__(n_components, switch_prior=1.0, init_params=init_params, n_restarts=n_restarts, **kwargs)

@@ -9,6 +9,10 @@ around the best. Of the values scored it keeps the smallest ``p`` whose score is
 one standard error (of the paired per-row difference) of the best: the one-standard-error
 rule towards the sparser model, since too large a ``p`` lets label-independent structure
 take the components over (AUROC collapses), while too small a ``p`` only costs some calibration.
+Each validation fit runs the model's ``n_restarts`` starts (:mod:`~ppmix.models.pf.restarts`)
+and the held-out score of ``p`` averages over them: where the fit depends on the start (some
+starts end on label-independent structure, which grows with ``p`` and ``K``) the score drops,
+so the choice leans to values of ``p`` at which every start agrees.
 Where that takeover happens moves with the amount of data, so ``PFGMM.fit`` checks the fit
 on all the data against its validation score (:meth:`SwitchPriorSelection.agrees`) and
 falls back to the next best smaller ``p`` when it lands far below it.
@@ -32,13 +36,14 @@ import numpy as np
 import torch
 
 from ppmix.inference.engines.result import ConvergenceWarning
-from ppmix.models.pf.switches import FrameLabels, label_relevant_features
+from ppmix.models.pf.restarts import PROBA_FLOOR, fit_restarts
+from ppmix.models.pf.switches import FrameLabels, label_ratio
 
 __all__ = [
     "SWITCH_PRIOR_GRID",
     "SwitchPriorSelection",
-    "in_sample_log_p_y",
     "relevant_feature_mask",
+    "relevant_mask_from_ratio",
     "select_switch_prior",
 ]
 
@@ -54,7 +59,6 @@ FALLBACK_SWITCH_PRIOR = 0.5
 RELEVANCE_LEVEL = 0.05
 #: the EM settings of the validation fits (unless ``fit_options`` say otherwise)
 SELECTION_TOL, SELECTION_MAX_ITER = 1e-5, 100
-_PROBA_FLOOR = 1e-12
 
 
 @dataclass
@@ -105,8 +109,10 @@ def select_switch_prior(
     Parameters
     ----------
     model : PFGMM
-        Its parameters (``n_components``, ``n_init``, ``seed``, ...) are copied for every
-        fit, with ``switch_prior`` set to the value scored; EM fits them.
+        Its parameters (``n_components``, ``n_init``, ``n_restarts``, ``seed``, ...) are copied
+        for every fit, with ``switch_prior`` set to the value scored; EM fits them. A row's
+        held-out score is the mean over the ``n_restarts`` starts. Any classifier with
+        ``set_params``, ``fit(x, y, **fit_options)`` and ``predict_proba`` can stand in.
     x : Tensor (N, D)
     y : Tensor (N,)
         Labels in {0, 1} (any value where not ``observed``).
@@ -164,11 +170,7 @@ def select_switch_prior(
             for fold in range(n_folds):
                 train, test = folds != fold, folds == fold
                 fitted = clone(model).set_params(switch_prior=p, progress=False)
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", ConvergenceWarning)
-                    fitted.fit(x_np[train], y_fit[train], **options)
-                p1 = np.clip(np.asarray(fitted.predict_proba(x_np[test]))[:, 1], _PROBA_FLOOR, 1 - _PROBA_FLOOR)
-                parts.append(np.where(y_np[test] == 1, np.log(p1), np.log1p(-p1)))
+                parts.append(_held_out_log_p_y(fitted, x_np[train], y_fit[train], x_np[test], y_np[test], options))
             per_row[p] = np.concatenate(parts)
             scores[p] = float(per_row[p].mean())
             logger.debug("switch prior %.3g: held-out log P(y|x) %.4f", p, scores[p])
@@ -199,22 +201,30 @@ def select_switch_prior(
     return SwitchPriorSelection(chosen, dict(sorted(scores.items())), errors)
 
 
-def in_sample_log_p_y(model: Any, data: Any) -> float:
-    """Mean ``log P(y_n | x_n)`` of a fitted pf-GMM over the labelled rows of prepared data (``model.prepare_data``).
+def _held_out_log_p_y(
+    model: Any, x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray, options: dict
+) -> np.ndarray:
+    """Per test row, ``log P(y_n | x_n)`` averaged over ``model``'s restarts fitted on the training rows.
 
-    Examples
-    --------
-    >>> from ppmix.datasets import make_pf_synthetic
-    >>> from ppmix.models import PFGMM
-    >>> data = make_pf_synthetic(200, n_relevant=2, n_features=4, seed=0)
-    >>> model = PFGMM(2, switch_prior=0.2, seed=0, progress=False).fit(data.X, data.y)
-    >>> -0.7 < in_sample_log_p_y(model, model.prepare_data(data.X, data.y)) <= 0
-    True
+    The average over the starts (rather than the start kept in-sample) scores how much the
+    fit at this ``p`` depends on where EM starts: where some starts end with components
+    that follow label-independent structure, the held-out score drops.
     """
-    observed = data.labels.observed
-    p1 = (model.responsibilities(data) @ model.labels_.probs)[observed].clamp(_PROBA_FLOOR, 1 - _PROBA_FLOOR)
-    y = data.labels.y[observed]
-    return float((y * p1.log() + (1 - y) * (-p1).log1p()).mean())
+    starts: list[np.ndarray] = []
+
+    def held_out(_: int) -> None:
+        p1 = np.clip(np.asarray(model.predict_proba(x_test))[:, 1], PROBA_FLOOR, 1 - PROBA_FLOOR)
+        starts.append(np.where(y_test == 1, np.log(p1), np.log1p(-p1)))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        if hasattr(model, "_fit_once"):
+            model.validate_params()
+            fit_restarts(model, lambda: model._fit_once(x_train, y_train, "em", options), model.n_restarts, held_out)
+        else:  # any classifier with fit and predict_proba
+            model.fit(x_train, y_train, **options)
+            held_out(0)
+    return np.mean(starts, axis=0)
 
 
 def _within_one_standard_error(candidate: np.ndarray, best: np.ndarray) -> bool:
@@ -268,12 +278,27 @@ def relevant_feature_mask(
     >>> relevant_feature_mask(np.array([1.0, 1.0, 0.001]), 2, x, labels).tolist()
     [True, False, False]
     """
+    observed = labels.observed
+    ratio = label_ratio(x[observed], labels.y[observed]) if labels.any else None
+    return relevant_mask_from_ratio(gain, n_components, x.shape[0], ratio, level)
+
+
+def relevant_mask_from_ratio(
+    gain: np.ndarray, n_components: int, n_rows: int, ratio: torch.Tensor | None, level: float = RELEVANCE_LEVEL
+) -> np.ndarray:
+    """:func:`relevant_feature_mask` from the label test's statistic (:func:`~ppmix.models.pf.switches.label_ratio`,
+    or :func:`~ppmix.models.pf.switches.label_ratio_from_statistics` on shards; None: no label test) and ``N``.
+
+    Examples
+    --------
+    >>> relevant_mask_from_ratio(np.array([0.5, 0.5, 1e-4]), 2, 400, torch.tensor([90.0, 1.0, 90.0])).tolist()
+    [True, False, False]
+    """
     from scipy.stats import chi2
 
-    d = x.shape[1]
-    statistic = 2.0 * x.shape[0] * np.nan_to_num(np.asarray(gain, dtype=np.float64), nan=0.0)
+    d = np.asarray(gain).shape[0]
+    statistic = 2.0 * n_rows * np.nan_to_num(np.asarray(gain, dtype=np.float64), nan=0.0)
     mask = chi2.sf(statistic, df=2 * max(n_components - 1, 1)) <= level / d
-    if labels.any:
-        observed = labels.observed
-        mask &= label_relevant_features(x[observed], labels.y[observed], p_value=level / d).cpu().numpy()
+    if ratio is not None:
+        mask &= (ratio > chi2.ppf(1.0 - level / d, df=2)).cpu().numpy()
     return mask

@@ -32,7 +32,15 @@ from ppmix.models._flat import flat_prior
 from ppmix.models._gaussian_components import drop_leading_ones
 from ppmix.ops.kmeans import kmeans
 
-__all__ = ["FrameLabels", "PredictionFocusedMixin", "switch_kl_terms", "switched_log_joint"]
+__all__ = [
+    "FrameLabels",
+    "PredictionFocusedMixin",
+    "label_ratio",
+    "label_ratio_from_statistics",
+    "label_relevant_features",
+    "switch_kl_terms",
+    "switched_log_joint",
+]
 
 #: the guide keeps q(S) strictly inside (0, 1) so Pyro's enumerated ELBO stays finite
 _PHI_FLOOR = 1e-12
@@ -399,8 +407,8 @@ def label_relevant_features(x: torch.Tensor, y: torch.Tensor, p_value: float = R
     """Features whose distribution changes with a binary label, ``(D,)`` bool.
 
     Per feature, twice the log-likelihood ratio of class-conditional Gaussians (own mean
-    and variance per class) over one pooled Gaussian is compared with the ``chi^2_2``
-    quantile at ``p_value``.
+    and variance per class) over one pooled Gaussian (:func:`label_ratio`) is compared with
+    the ``chi^2_2`` quantile at ``p_value``.
 
     Examples
     --------
@@ -414,15 +422,59 @@ def label_relevant_features(x: torch.Tensor, y: torch.Tensor, p_value: float = R
     """
     from scipy.stats import chi2
 
+    return label_ratio(x, y) > chi2.ppf(1.0 - p_value, df=2)
+
+
+def label_ratio(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Per feature, twice the log-likelihood ratio of class-conditional Gaussians over one pooled Gaussian, ``(D,)``.
+
+    ``x`` ``(N, D)`` and labels ``y`` ``(N,)`` in {0, 1}; a class with fewer than two rows adds nothing.
+
+    Examples
+    --------
+    >>> y = torch.tensor([0.0, 0.0, 1.0, 1.0])
+    >>> x = torch.tensor([[0.0], [2.0], [4.0], [6.0]])
+    >>> round(label_ratio(x, y).item(), 4)  # 4 log 5 - 4 log 1
+    6.4378
+    """
+    members = [x[y == c] for c in (0.0, 1.0)]
+    classes = [(m.shape[0], m.var(0, unbiased=False) if m.shape[0] > 1 else None) for m in members]
+    return _label_ratio(x.shape[0], x.var(0, unbiased=False), classes)
+
+
+def label_ratio_from_statistics(stats: GaussianStatistics) -> torch.Tensor:
+    """:func:`label_ratio` from the Gaussian statistics ``(2, D)`` of the rows of class 0 and of class 1 (as merged
+    across shards).
+
+    Examples
+    --------
+    >>> y = torch.tensor([0.0, 0.0, 1.0, 1.0], dtype=torch.float64)
+    >>> x = torch.tensor([[0.0], [2.0], [4.0], [6.0]], dtype=torch.float64)
+    >>> family = DiagGaussian(torch.zeros(2, 1, dtype=torch.float64), torch.ones(2, 1, dtype=torch.float64))
+    >>> stats = family.statistics(x, torch.stack([y == 0, y == 1], 1).double())
+    >>> bool(torch.isclose(label_ratio_from_statistics(stats), label_ratio(x, y)).all())
+    True
+    """
+    counts = stats.counts
+
+    def part(c: int) -> GaussianStatistics:
+        return GaussianStatistics(counts[c : c + 1], stats.mean[c : c + 1], stats.scatter[c : c + 1])
+
+    pooled = part(0).merge(part(1))
+    classes = [(float(counts[c]), stats.scatter[c] / counts[c].clamp_min(1.0)) for c in (0, 1)]
+    return _label_ratio(float(pooled.counts[0]), pooled.scatter[0] / pooled.counts[0].clamp_min(1.0), classes)
+
+
+def _label_ratio(n: float, variance: torch.Tensor, classes: list[tuple[float, torch.Tensor | None]]) -> torch.Tensor:
+    """``n log var - sum_c n_c log var_c`` over the classes with more than one row."""
+
     def log_var(v: torch.Tensor) -> torch.Tensor:
         # a constant feature (zero variance) at the smallest normal number, not at an absolute
         # floor, so that the test is the same for ``x`` and ``c * x`` at any scale
-        return v.var(0, unbiased=False).clamp_min(torch.finfo(v.dtype).tiny).log()
+        return v.clamp_min(torch.finfo(v.dtype).tiny).log()
 
-    n = x.shape[0]
-    ratio = n * log_var(x)
-    for c in (0.0, 1.0):
-        members = x[y == c]
-        if members.shape[0] > 1:
-            ratio = ratio - members.shape[0] * log_var(members)
-    return ratio > chi2.ppf(1.0 - p_value, df=2)
+    ratio = n * log_var(variance)
+    for count, class_variance in classes:
+        if count > 1 and class_variance is not None:
+            ratio = ratio - count * log_var(class_variance)
+    return ratio

@@ -1,0 +1,239 @@
+"""Relevance-guided restarts of pf-GMM, kept by the in-sample counterpart of the criterion that chooses ``p``.
+
+With label-independent structure in the data (distractor features), EM from one start can
+settle where some components follow that structure, and how often it does grows with ``p``
+and ``K``. :class:`~ppmix.models.PFGMM` (``n_restarts``) therefore fits from several starts
+and keeps the fit with the best mean ``log P(y_n | x_n)`` over its labelled training rows:
+the quantity whose held-out value chooses ``p`` (:mod:`~ppmix.models.pf.switch_selection`),
+so that each candidate ``p`` is scored by the same procedure as the final fit (the
+validation fits restart too). Without labels the restarts are kept by the ELBO.
+
+The starts (:func:`start_responsibilities`), all on the features whose distribution changes
+with the label (:func:`~ppmix.models.pf.switches.label_relevant_features`, all features when
+none does):
+
+0. the model's own start (``init_params``; k-means on those features for ``"relevance"``);
+1. class-stratified: the ``K`` components shared out over the two classes in proportion to
+   their sizes, k-means within each class, so that every component starts label-pure;
+2. and on: k-means on those features, each scaled by its label statistic (the per-row
+   log-likelihood ratio of class-conditional against pooled Gaussians), from a fresh seed:
+   the strongly label-associated features dominate the distances.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from ppmix.components.centred import CentredData
+from ppmix.models.pf.switches import FrameLabels, label_ratio, label_relevant_features
+from ppmix.ops.kmeans import kmeans
+
+__all__ = [
+    "PROBA_FLOOR",
+    "RESTART_TIE",
+    "fit_restarts",
+    "in_sample_log_p_y",
+    "in_sample_log_p_y_rows",
+    "label_statistic",
+    "start_responsibilities",
+]
+
+logger = logging.getLogger(__name__)
+
+#: seed offset between restarts (clear of the ``n_init`` offsets of one EM run)
+RESTART_SEED_STRIDE = 7919
+#: a start replaces the best so far only when better by more than this (nats per labelled row): starts that
+#: converge to one optimum differ by about the EM tolerance, and then the earlier start is kept
+RESTART_TIE = 1e-4
+#: predicted probabilities are clamped to [PROBA_FLOOR, 1 - PROBA_FLOOR] before their logarithm
+PROBA_FLOOR = 1e-12
+
+
+def label_statistic(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Per feature, the per-row log-likelihood ratio of class-conditional Gaussians over one pooled Gaussian, ``(D,)``.
+
+    Half of :func:`~ppmix.models.pf.switches.label_ratio` (the statistic of
+    :func:`~ppmix.models.pf.switches.label_relevant_features`) divided by the number of rows:
+    near 0 for a feature whose mean and variance do not change with the label.
+
+    Examples
+    --------
+    >>> g = torch.Generator().manual_seed(0)
+    >>> y = (torch.arange(400) % 2).double()
+    >>> x = torch.randn(400, 2, generator=g, dtype=torch.float64)
+    >>> x[:, 0] += 3 * y
+    >>> stat = label_statistic(x, y)
+    >>> bool(stat[0] > 0.5 > 0.01 > stat[1])
+    True
+    """
+    return (0.5 * label_ratio(x, y) / x.shape[0]).clamp_min(0.0)
+
+
+def _child_generator(generator: torch.Generator, restart: int) -> torch.Generator:
+    """A generator for start ``restart`` drawn from the engine's ``generator`` (reproducible for a seed)."""
+    seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator)) + RESTART_SEED_STRIDE * restart
+    return torch.Generator().manual_seed(seed)
+
+
+def _one_hot(assignment: torch.Tensor, k: int, dtype: torch.dtype) -> torch.Tensor:
+    return torch.nn.functional.one_hot(assignment, k).to(dtype)
+
+
+def _class_stratified(x: torch.Tensor, labels: FrameLabels, k: int, generator: torch.Generator) -> torch.Tensor:
+    """Hard assignment: ``K`` clusters shared out over the classes by size (one at least each), k-means within
+    each class; unlabelled rows join the nearest centre."""
+    y, observed = labels.y, labels.observed
+    sizes = [int((observed & (y == c)).sum()) for c in (0.0, 1.0)]
+    share = min(max(round(k * sizes[1] / sum(sizes)), 1), k - 1)
+    centres = []
+    for c, k_c in ((0.0, k - share), (1.0, share)):
+        members = x[observed & (y == c)]
+        centres.append(kmeans(members, min(k_c, members.shape[0]), generator, n_init=3)[0])
+    all_centres = torch.cat(centres)
+    assignment = torch.cdist(x, all_centres).argmin(1)
+    rows = torch.nonzero(observed).flatten()
+    offset = 0
+    for c, block in zip((0.0, 1.0), centres):
+        in_class = rows[y[rows] == c]
+        local = torch.cdist(x[in_class], block).argmin(1)
+        assignment[in_class] = local + offset
+        offset += block.shape[0]
+    return assignment
+
+
+def start_responsibilities(
+    model: Any, frames: CentredData, labels: FrameLabels, generator: torch.Generator, restart: int
+) -> torch.Tensor:
+    """The hard ``(N, K)`` responsibilities of start ``restart >= 1`` (start 0 is the model's own; see the module).
+
+    Without labels (or with fewer than two labelled rows of a class) every start is
+    k-means on all the features from a fresh seed.
+
+    Examples
+    --------
+    >>> from ppmix.datasets import make_pf_synthetic
+    >>> from ppmix.models import PFGMM
+    >>> data = make_pf_synthetic(200, n_relevant=2, n_features=6, seed=0)
+    >>> x, y = torch.as_tensor(data.X), torch.as_tensor(data.y, dtype=torch.float64)
+    >>> labels = FrameLabels(y, torch.ones(200, dtype=torch.bool))
+    >>> resp = start_responsibilities(PFGMM(4), CentredData.from_tensor(x), labels, torch.Generator(), 1)
+    >>> resp.shape, bool(resp.sum(1).eq(1).all())
+    (torch.Size([200, 4]), True)
+    """
+    k, x = model.n_components, frames.centred
+    child = _child_generator(generator, restart)
+    observed = labels.observed
+    class_sizes = [int((observed & (labels.y == c)).sum()) for c in (0.0, 1.0)]
+    if min(class_sizes) < 2:
+        return _one_hot(kmeans(x, k, child, n_init=3)[1], k, x.dtype)
+    x_lab, y_lab = frames.x[observed], labels.y[observed]
+    selected = label_relevant_features(x_lab, y_lab)
+    if not selected.any():
+        selected = torch.ones_like(selected)
+    x = x[:, selected]
+    if restart == 1 and k >= 2:
+        return _one_hot(_class_stratified(x, labels, k, child), k, x.dtype)
+    strength = label_statistic(x_lab[:, selected], y_lab).sqrt()
+    if not bool((strength > 0).any()):  # no feature goes with the label: plain k-means
+        strength = torch.ones_like(strength)
+    scale = strength / x.std(0).clamp_min(torch.finfo(x.dtype).tiny)
+    return _one_hot(kmeans(x * scale, k, child, n_init=3)[1], k, x.dtype)
+
+
+def _clearly_better(rows: np.ndarray, best: np.ndarray) -> bool:
+    """Whether per-row scores ``rows`` beat ``best``'s on average by more than ``RESTART_TIE`` and (with several
+    rows) by more than one standard error of the paired per-row difference."""
+    diff = rows - best
+    margin = diff.std(ddof=1) / math.sqrt(diff.size) if diff.size > 1 else 0.0
+    return bool(diff.mean() > max(margin, RESTART_TIE))
+
+
+#: the fitted attributes an engine sets, restored with the best restart's parameters
+_RESULT_ATTRIBUTES = ("engine_", "history_", "n_iter_", "converged_", "lower_bound_")
+
+
+def fit_restarts(
+    model: Any, fit_once: Callable[[], Any], n_restarts: int, each: Callable[[int], Any] | None = None
+) -> list[float]:
+    """Call ``fit_once()`` (a fit of ``model`` on its training data) for starts ``0 .. n_restarts - 1`` and keep the
+    best by mean in-sample ``log P(y | x)`` of the labelled rows (by the ELBO per point without labels).
+
+    A later start replaces the one kept only when its mean is higher by more than one standard
+    error of the paired per-row difference (and by more than ``RESTART_TIE``): in-sample, a start
+    whose components also follow label-independent features can gain a little by chance, and
+    the one-standard-error rule, as for ``p``, keeps the earlier (model's own) start then.
+    ``model._restart`` tells ``em_initialize`` which start to make; ``each(restart)``, if given,
+    is called after every start's fit. Returns the mean score of every start.
+
+    Examples
+    --------
+    >>> from ppmix.datasets import make_pf_synthetic
+    >>> from ppmix.models import PFGMM
+    >>> from ppmix.models.pf.restarts import in_sample_log_p_y
+    >>> data = make_pf_synthetic(200, n_relevant=2, n_features=6, seed=0)
+    >>> model = PFGMM(3, switch_prior=0.2, seed=0, progress=False)
+    >>> scores = fit_restarts(model, lambda: model._fit_once(data.X, data.y, "em", {}), 3)
+    >>> len(scores), in_sample_log_p_y(model, model._train_data) >= max(scores) - RESTART_TIE
+    (3, True)
+    """
+    best: tuple[np.ndarray, dict[str, torch.Tensor], dict[str, Any]] | None = None
+    scores = []
+    try:
+        for restart in range(n_restarts):
+            object.__setattr__(model, "_restart", restart)
+            fit_once()
+            if each is not None:
+                each(restart)
+            data = model._train_data
+            rows = in_sample_log_p_y_rows(model, data) if data.labels.any else np.array([model.lower_bound_])
+            scores.append(float(rows.mean()))
+            logger.debug("restart %d: %.5f", restart, scores[-1])
+            if best is None or _clearly_better(rows, best[0]):
+                best = (rows, model.get_globals(), {a: getattr(model, a) for a in _RESULT_ATTRIBUTES})
+    finally:
+        object.__setattr__(model, "_restart", 0)
+    assert best is not None
+    if n_restarts > 1:
+        model.set_globals(best[1])
+        for name, value in best[2].items():
+            setattr(model, name, value)
+    return scores
+
+
+def in_sample_log_p_y(model: Any, data: Any) -> float:
+    """Mean ``log P(y_n | x_n)`` of a fitted pf-GMM over the labelled rows of prepared data (``model.prepare_data``).
+
+    Examples
+    --------
+    >>> from ppmix.datasets import make_pf_synthetic
+    >>> from ppmix.models import PFGMM
+    >>> data = make_pf_synthetic(200, n_relevant=2, n_features=4, seed=0)
+    >>> model = PFGMM(2, switch_prior=0.2, seed=0, progress=False).fit(data.X, data.y)
+    >>> -0.7 < in_sample_log_p_y(model, model.prepare_data(data.X, data.y)) <= 0
+    True
+    """
+    rows = in_sample_log_p_y_rows(model, data)
+    return float(rows.mean()) if rows.size else float("nan")
+
+
+def in_sample_log_p_y_rows(model: Any, data: Any) -> np.ndarray:
+    """``log P(y_n | x_n)`` of every labelled row of prepared data under a fitted pf-GMM (:func:`in_sample_log_p_y`).
+
+    Examples
+    --------
+    >>> from ppmix.datasets import make_pf_synthetic
+    >>> from ppmix.models import PFGMM
+    >>> data = make_pf_synthetic(200, n_relevant=2, n_features=4, seed=0)
+    >>> model = PFGMM(2, switch_prior=0.2, seed=0, progress=False).fit(data.X, data.y[:150].tolist() + [None] * 50)
+    >>> in_sample_log_p_y_rows(model, model._train_data).shape
+    (150,)
+    """
+    observed = data.labels.observed
+    p1 = (model.responsibilities(data) @ model.labels_.probs)[observed].clamp(PROBA_FLOOR, 1 - PROBA_FLOOR)
+    y = data.labels.y[observed]
+    return (y * p1.log() + (1 - y) * (-p1).log1p()).detach().cpu().numpy()
