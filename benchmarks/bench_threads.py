@@ -13,7 +13,9 @@ For every case (a model and a problem size) the same fit runs
 first with the machine as it is ("idle": nothing started by the script) and then under a
 generated background load: one process per core spinning in a pure-Python loop, the
 situation of a shared server. The three settings alternate within every repeat, so drift
-in the machine's load hits them alike. Reported: median seconds per setting and the
+in the machine's load hits them alike. Every fit runs in a worker process that holds the
+data; one still running after ``--cap`` seconds (default 180) is stopped and recorded as
+censored (``null`` in the JSON, "past the cap" in the table). Reported: median seconds per setting and the
 ratios to 1 thread, per case and load. Ratios, not absolute times, compare across machines.
 
 Usage::
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import multiprocessing
 import os
 import statistics
@@ -146,22 +149,73 @@ def _time_setting(fit: Callable[[], Any], setting: str, all_threads: int) -> flo
     return time.perf_counter() - start
 
 
-def measure(cases: dict[str, Callable[[], Any]], repeats: int, all_threads: int) -> dict[str, dict[str, float]]:
-    """Median seconds per case and setting; the settings rotate their order within each repeat."""
-    times: dict[str, dict[str, list[float]]] = {name: {s: [] for s in SETTINGS} for name in cases}
-    for name, fit in cases.items():
-        for repeat in range(repeats):
-            order = SETTINGS[repeat % 3 :] + SETTINGS[: repeat % 3]
-            for setting in order:
-                seconds = _time_setting(fit, setting, all_threads)
-                times[name][setting].append(seconds)
-                logger.info("%s | %s | %.3fs", name, setting, seconds)
-    return {name: {s: statistics.median(v) for s, v in per.items()} for name, per in times.items()}
+_worker_cases: dict[str, Callable[[], Any]] = {}
 
 
-def _ratios(medians: dict[str, float]) -> dict[str, float]:
+def _time_in_worker(name: str, setting: str, all_threads: int, quick: bool) -> float:
+    """Worker side: make the cases once per process, time one fit."""
+    if not _worker_cases:
+        _worker_cases.update(make_cases(quick))
+    return _time_setting(_worker_cases[name], setting, all_threads)
+
+
+class CaseWorker:
+    """A child process that holds the cases' data and times fits, killed and replaced when one runs past ``cap``."""
+
+    def __init__(self, quick: bool) -> None:
+        self.quick = quick
+        self.pool: Any = None
+
+    def time(self, name: str, setting: str, all_threads: int, cap: float) -> float | None:
+        """Seconds of one fit, or ``None`` when it ran past ``cap`` seconds (the worker is then replaced)."""
+        if self.pool is None:
+            self.pool = multiprocessing.get_context("spawn").Pool(1)
+        pending = self.pool.apply_async(_time_in_worker, (name, setting, all_threads, self.quick))
+        try:
+            return pending.get(timeout=cap)
+        except multiprocessing.TimeoutError:
+            self.close()
+            return None
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.terminate()
+            self.pool.join()
+            self.pool = None
+
+
+def measure(
+    names: list[str], repeats: int, all_threads: int, cap: float, quick: bool
+) -> dict[str, dict[str, float | None]]:
+    """Median seconds per case and setting (``None``: past ``cap``); the settings rotate their order per repeat.
+
+    Each fit runs in a worker process holding the data, so that one stalled beyond ``cap``
+    seconds is stopped and recorded as censored instead of holding up the benchmark.
+    """
+    times: dict[str, dict[str, list[float]]] = {name: {s: [] for s in SETTINGS} for name in names}
+    worker = CaseWorker(quick)
+    try:
+        for name in names:
+            for repeat in range(repeats):
+                order = SETTINGS[repeat % 3 :] + SETTINGS[: repeat % 3]
+                for setting in order:
+                    seconds = worker.time(name, setting, all_threads, cap)
+                    times[name][setting].append(math.inf if seconds is None else seconds)
+                    logger.info("%s | %s | %s", name, setting, "past the cap" if seconds is None else f"{seconds:.3f}s")
+    finally:
+        worker.close()
+    return {
+        name: {s: (None if math.isinf(m := statistics.median(v)) else m) for s, v in per.items()}
+        for name, per in times.items()
+    }
+
+
+def _ratios(medians: dict[str, float | None]) -> dict[str, float | None]:
     one = medians["1 thread"]
-    return {f"{s} / 1 thread": round(medians[s] / one, 3) for s in SETTINGS[1:]}
+    return {
+        f"{s} / 1 thread": None if medians[s] is None or one is None else round(medians[s] / one, 3)
+        for s in SETTINGS[1:]
+    }
 
 
 def main() -> None:
@@ -170,12 +224,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2, help="the 'all threads' count")
     parser.add_argument("--spinners", type=int, default=os.cpu_count() or 2, help="busy processes of the load")
+    parser.add_argument("--cap", type=float, default=180.0, help="seconds after which a fit is stopped (censored)")
     parser.add_argument("--out", type=Path)
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     repeats, spinners = (1, 1) if args.quick else (args.repeats, args.spinners)
-    cases = make_cases(args.quick)
+    names = list(make_cases(args.quick))
     report: dict[str, Any] = {
         "benchmark": "threads",
         "quick": args.quick,
@@ -184,17 +239,19 @@ def main() -> None:
         "all_threads": args.threads,
         "spinners": spinners,
         "repeats": repeats,
+        "cap_seconds": args.cap,
         "machine_before": machine_load(),
         "loads": {},
     }
     for load in ("idle", "loaded"):
         if load == "idle":
-            medians = measure(cases, repeats, args.threads)
+            medians = measure(names, repeats, args.threads, args.cap, args.quick)
         else:
             with BackgroundLoad(spinners):
-                medians = measure(cases, repeats, args.threads)
+                medians = measure(names, repeats, args.threads, args.cap, args.quick)
         report["loads"][load] = {
-            name: {"seconds": {s: round(v, 4) for s, v in m.items()}, **_ratios(m)} for name, m in medians.items()
+            name: {"seconds": {s: None if v is None else round(v, 4) for s, v in m.items()}, **_ratios(m)}
+            for name, m in medians.items()
         }
     report["machine_after"] = machine_load()
     out = args.out or (QUICK_OUT if args.quick else DEFAULT_OUT)
@@ -202,8 +259,10 @@ def main() -> None:
     out.write_text(json.dumps(report, indent=2) + "\n")
     for load, rows in report["loads"].items():
         for name, row in rows.items():
-            ratios = ", ".join(f"{k} {v:.2f}" for k, v in row.items() if k != "seconds")
-            print(f"{load:6s} {name:40s} 1 thread {row['seconds']['1 thread']:.2f}s; {ratios}")
+            ratios = ", ".join(
+                f"{k} {'past the cap' if v is None else f'{v:.2f}'}" for k, v in row.items() if k != "seconds"
+            )
+            print(f"{load:6s} {name:40s} 1 thread {row['seconds']['1 thread']}s; {ratios}")
     print(f"wrote {out}")
 
 

@@ -226,3 +226,11 @@ def test_bench_threads_quick(tmp_path):
             ratios = [row["all threads / 1 thread"], row["all threads + policy / 1 thread"]]
             assert_timing(*row["seconds"].values(), *ratios)
     assert report["cpu_count"] >= 1 and report["all_threads"] == 1
+
+
+def test_bench_threads_stops_a_fit_past_the_cap_and_records_it_as_censored(tmp_path):
+    report = run_quick("bench_threads.py", tmp_path / "threads.json", "--cap", "0.001")
+    assert report["cap_seconds"] == 0.001
+    for rows in report["loads"].values():
+        for row in rows.values():
+            assert set(row["seconds"].values()) == {None} and row["all threads / 1 thread"] is None
