@@ -206,7 +206,11 @@ def _cmd_dmoe(args: argparse.Namespace) -> int:
 
         def tick() -> None:
             done.append(1)
-            say(f"local fit {len(done)}/{len(paths)} done")
+            if len(done) <= len(paths):
+                say(f"local fit {len(done)}/{len(paths)} done")
+            else:  # --rounds 2: the gate refit's passes over the shards
+                gate_pass, shard = divmod(len(done) - len(paths) - 1, len(paths))
+                say(f"second round, pass {gate_pass + 1}: shard {shard + 1}/{len(paths)} done")
 
         if client is not None:
             executor = ProgressExecutor(client.get_executor(), tick)
@@ -226,6 +230,7 @@ def _cmd_dmoe(args: argparse.Namespace) -> int:
                 max_iter=args.max_iter,
                 seed=args.seed,
                 max_workers=args.workers,
+                rounds=args.rounds,
             )
         except (TaskError, TypeError, ValueError) as err:
             raise UserError(str(err)) from None
@@ -313,6 +318,13 @@ def build_parser() -> argparse.ArgumentParser:
     dmoe.add_argument("--support-size", type=positive, help="total supporting sample size (default about N / M)")
     dmoe.add_argument("--n-init", type=positive, default=10, help="EM starts of every local fit")
     dmoe.add_argument("--max-iter", type=positive, default=100, help="EM iterations of every local fit")
+    dmoe.add_argument(
+        "--rounds",
+        type=int,
+        choices=[1, 2],
+        default=1,
+        help="1: the paper's one communication round; 2: then refit the gate by Newton steps on all shards",
+    )
     dmoe.add_argument("--seed", type=seed, default=0)
     dmoe.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     dmoe.add_argument("--out", required=True, help="output directory (model/, summary.json)")

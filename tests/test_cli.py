@@ -103,7 +103,7 @@ def test_dmoe_fits_parquet_shards_on_the_local_pool(tmp_path):
     out = tmp_path / "out"
     result = run(
         "dmoe", "--shards", str(tmp_path / "part-*.parquet"), "--target", "target", "--experts", "2",
-        "--workers", "2", "--n-init", "2", "--out", str(out),
+        "--workers", "2", "--n-init", "2", "--rounds", "2", "--out", str(out),
     )  # fmt: skip
     assert "reduced 3 local gaussian MoE fits" in result.stdout
     progress = [line.split("] ", 1)[1] for line in result.stderr.splitlines() if line.startswith("[")]
@@ -111,11 +111,14 @@ def test_dmoe_fits_parquet_shards_on_the_local_pool(tmp_path):
     assert [p for p in progress if p.startswith("dmoe: local fit")] == [
         f"dmoe: local fit {i}/3 done" for i in (1, 2, 3)
     ]
-    assert progress[-1].startswith("dmoe: reduced 3 local fits in ")
+    assert "dmoe: second round, pass 1: shard 3/3 done" in progress
+    assert [p for p in progress if p.startswith("dmoe: reduced")][0].startswith("dmoe: reduced 3 local fits in ")
     summary = json.loads((out / "summary.json").read_text(), parse_constant=_refuse_non_standard)  # strict JSON
     assert [s["n_rows"] for s in summary["shards"]] == [300, 300, 300]
     assert summary["critical_path_seconds"] >= max(s["seconds"] for s in summary["shards"])
     assert summary["model"]["feature_names"] == ["u", "v"]
+    history = summary["second_round"]["history"]  # the gate refitted on all shards: its objective never falls
+    assert summary["rounds"] == 2 and len(history) >= 2 and all(b >= a for a, b in zip(history, history[1:]))
     model = MixtureOfExperts.load(out / "model")
     n = len(data.y)  # mean log-likelihood (``score`` is scikit-learn's R² for a regressor)
     assert model.log_likelihood(data.X, data.y) / n > data.true_model().log_likelihood(data.X, data.y) / n - 0.1

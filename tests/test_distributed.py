@@ -43,24 +43,31 @@ def write_shards(data, directory, kinds=("parquet", "csv", "npz", "parquet")) ->
 
 @pytest.mark.filterwarnings("ignore:EM did not converge")
 def test_process_pool_and_dask_cluster_give_the_same_model(data, tmp_path):
+    """Both rounds (rounds=2: the second round's tasks travel to the workers too) on every executor."""
     paths = write_shards(data, tmp_path)
-    pooled = fit_distributed(paths, 2, executor=None, max_workers=2, **FAST)
+    pooled = fit_distributed(paths, 2, executor=None, max_workers=2, rounds=2, **FAST)
     options = {"n_workers": 2, "threads_per_worker": 1, "processes": True, "dashboard_address": None}
     with distributed.LocalCluster(**options) as cluster, distributed.Client(cluster) as client:
-        on_dask = fit_distributed(paths, 2, executor=client, **FAST)
-    inline = fit_distributed(paths, 2, executor="inline", **FAST)
-    np.testing.assert_allclose(parameters(on_dask.model), parameters(pooled.model), rtol=1e-10, atol=1e-10)
-    np.testing.assert_allclose(parameters(inline.model), parameters(pooled.model), rtol=1e-10, atol=1e-10)
+        on_dask = fit_distributed(paths, 2, executor=client, rounds=2, **FAST)
+    inline = fit_distributed(paths, 2, executor="inline", rounds=2, **FAST)
+    for fit in (on_dask, inline):
+        np.testing.assert_allclose(parameters(fit.model), parameters(pooled.model), rtol=1e-10, atol=1e-10)
+        one_round = parameters(fit.one_round_model)
+        np.testing.assert_allclose(one_round, parameters(pooled.one_round_model), rtol=1e-10, atol=1e-10)
     assert pooled.shard_names == paths and pooled.n_rows == [400] * 4
-    assert pooled.critical_path_seconds == max(pooled.local_seconds) + pooled.aggregation_seconds
+    assert pooled.gate_rounds.n_passes >= 2 and len(pooled.gate_rounds.shard_seconds[0]) == 4
+    assert pooled.critical_path_seconds == pytest.approx(
+        max(pooled.local_seconds) + pooled.aggregation_seconds + pooled.gate_rounds.critical_path_seconds
+    )
     assert pooled.X_support.shape == (4 * 100, 3)  # ceil(N_m / M) rows from every shard
 
 
 @pytest.mark.filterwarnings("ignore:EM did not converge")
-def test_result_does_not_depend_on_shard_order(data):
+@pytest.mark.parametrize("rounds", [1, 2])
+def test_result_does_not_depend_on_shard_order(data, rounds):
     shards = [(data.X[i::4], data.y[i::4]) for i in range(4)]
-    forward = fit_distributed(shards, 2, executor="inline", **FAST)
-    backward = fit_distributed(shards[::-1], 2, executor="inline", **FAST)
+    forward = fit_distributed(shards, 2, executor="inline", rounds=rounds, **FAST)
+    backward = fit_distributed(shards[::-1], 2, executor="inline", rounds=rounds, **FAST)
     np.testing.assert_allclose(parameters(forward.model), parameters(backward.model), rtol=1e-12)
     np.testing.assert_allclose(parameters(forward.local_models[0]), parameters(backward.local_models[3]), rtol=1e-12)
 

@@ -14,6 +14,7 @@ order the shards are given in.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import math
@@ -25,12 +26,14 @@ from typing import Any, Sequence
 import numpy as np
 
 from ppmix._validation import check_positive_int
+from ppmix.distributed.gate_rounds import GateRounds, model_parameters, refit_gate_on_shards
 from ppmix.distributed.shards import align_columns, read_shard, shard_columns
 from ppmix.parallel import TaskInputError, run_tasks
 
 __all__ = ["DistributedFit", "fit_distributed"]
 
 logger = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class _ShardTask:
@@ -72,9 +75,12 @@ def _fit_shard(task: _ShardTask) -> _ShardResult:
         return _fit_shard_here(task)
 
 
-def _fit_shard_here(task: _ShardTask) -> _ShardResult:
+def _read_task_shard(task: _ShardTask) -> tuple[np.ndarray, np.ndarray, list[str] | None]:
+    """Worker side: the shard's checked covariates (columns in the first shard's order), response and names.
+
+    A shard that is itself wrong raises :class:`~ppmix.parallel.TaskInputError` naming it (a retry cannot help).
+    """
     from ppmix._validation import check_matrix
-    from ppmix.models.moe import MixtureOfExperts
     from ppmix.models.moe_data import check_response
 
     try:
@@ -85,7 +91,18 @@ def _fit_shard_here(task: _ShardTask) -> _ShardResult:
         response = check_response(y, x.shape[0], expert, f"y of shard {task.name}")
     except (KeyError, ValueError, TypeError) as err:  # the shard itself is wrong: a retry cannot help
         raise TaskInputError(f"shard {task.name}: {err}") from err
-    x_np, y_np = x.numpy(), response.numpy()
+    return x.numpy(), response.numpy(), names
+
+
+def _read_covariates(task: _ShardTask) -> np.ndarray:
+    """Worker side, second round: the shard's checked covariates (read and checked as in the first)."""
+    return _read_task_shard(task)[0]
+
+
+def _fit_shard_here(task: _ShardTask) -> _ShardResult:
+    from ppmix.models.moe import MixtureOfExperts
+
+    x_np, y_np, names = _read_task_shard(task)
     digest = hashlib.blake2b(x_np.tobytes() + y_np.tobytes(), digest_size=16).hexdigest()
     local_seed = (task.seed + int(digest[:8], 16)) % (2**31)
     model = MixtureOfExperts(task.n_experts, seed=local_seed, progress=False, **task.model_options)
@@ -93,16 +110,17 @@ def _fit_shard_here(task: _ShardTask) -> _ShardResult:
     n = x_np.shape[0]
     rows = task.support_rows if task.support_rows is not None else math.ceil(n / task.n_shards)
     pick = np.sort(np.random.default_rng(local_seed).choice(n, size=min(rows, n), replace=False))
-    params = {
-        "gate_coef": model.gate_coef_.numpy(),
-        "gate_intercept": model.gate_intercept_.numpy(),
-        "coef": model.coef_.numpy(),
-        "intercept": model.intercept_.numpy(),
-    }
-    if model.expert == "gaussian":
-        params["scale"] = model.scale_.numpy()
     return _ShardResult(
-        task.name, digest, n, names, params, x_np[pick], y_np[pick], model.n_iter_, model.converged_, model.lower_bound_
+        task.name,
+        digest,
+        n,
+        names,
+        model_parameters(model),
+        x_np[pick],
+        y_np[pick],
+        model.n_iter_,
+        model.converged_,
+        model.lower_bound_,
     )
 
 
@@ -128,6 +146,11 @@ class DistributedFit:
         The supporting sample the shards sent.
     canonical_order : list of int
         Shard indices in the (content-digest) order used for the aggregation.
+    gate_rounds : GateRounds or None
+        With ``rounds=2``: the second round's objective history, passes and seconds
+        (:class:`~ppmix.distributed.gate_rounds.GateRounds`); ``None`` with one round.
+    one_round_model : MixtureOfExperts or None
+        With ``rounds=2``: the one-round reduction estimator that the second round started from.
     """
 
     model: Any
@@ -139,10 +162,30 @@ class DistributedFit:
     X_support: np.ndarray
     y_support: np.ndarray
     canonical_order: list[int] = field(default_factory=list)
+    gate_rounds: GateRounds | None = None
+    one_round_model: Any = None
 
     @property
     def critical_path_seconds(self) -> float:
-        return max(self.local_seconds) + self.aggregation_seconds
+        """The slowest local fit, the aggregation and (with two rounds) the second round's critical path."""
+        extra = 0.0 if self.gate_rounds is None else self.gate_rounds.critical_path_seconds
+        return max(self.local_seconds) + self.aggregation_seconds + extra
+
+    @property
+    def second_round_share(self) -> dict[str, float] | None:
+        """The second round's cost relative to the local fits (``None`` with one round).
+
+        ``"critical_path"``: its critical path over the slowest local fit's seconds;
+        ``"compute"``: its seconds summed over shards and passes, plus the driver's, over
+        the local fits' summed seconds.
+        """
+        if self.gate_rounds is None:
+            return None
+        rounds = self.gate_rounds
+        return {
+            "critical_path": rounds.critical_path_seconds / max(self.local_seconds),
+            "compute": (rounds.worker_seconds + rounds.driver_seconds) / sum(self.local_seconds),
+        }
 
     @property
     def weights(self) -> list[float]:
@@ -161,6 +204,9 @@ class DistributedFit:
             "aggregation_seconds": self.aggregation_seconds,
             "critical_path_seconds": self.critical_path_seconds,
             "support_size": int(self.X_support.shape[0]),
+            "rounds": 1 if self.gate_rounds is None else 2,
+            **({} if self.gate_rounds is None else {"second_round": self.gate_rounds.summary()}),
+            **({} if self.gate_rounds is None else {"second_round_share": self.second_round_share}),
         }
 
 
@@ -185,6 +231,9 @@ def fit_distributed(
     threads_per_task: int = 1,
     model_options: dict[str, Any] | None = None,
     reduction_options: dict[str, Any] | None = None,
+    rounds: int = 1,
+    round_max_iter: int = 5,
+    round_tol: float = 1e-7,
 ) -> DistributedFit:
     """Fit a mixture of experts on every shard and reduce the local fits to one by optimal transport.
 
@@ -218,6 +267,20 @@ def fit_distributed(
         Further :class:`~ppmix.models.moe.MixtureOfExperts` arguments (``ridge``, ...).
     reduction_options : dict, optional
         Arguments of :func:`~ppmix.inference.optimizers.ot.reduction.ot_reduce` (``n_init``, ...).
+    rounds : {1, 2}, default 1
+        ``1`` is the paper's method: one communication round, the reduced gate fitted over
+        the supporting sample. ``2`` (beyond the paper) then refits the reduced gate, the
+        experts fixed, to the same objective over every row of every shard: a few Newton
+        steps, each one more pass over the shards in which the workers send the
+        objective's gradient and Hessian on their rows
+        (:func:`~ppmix.distributed.gate_rounds.refit_gate_on_shards`). The result keeps
+        the one-round model in ``one_round_model`` and the round's history and seconds in
+        ``gate_rounds``.
+    round_max_iter : int, default 5
+        Passes over the shards of the second round after its first.
+    round_tol : float, default 1e-7
+        The second round stops when the predicted gain of a Newton step per row is at most
+        ``round_tol * max(1, |L|)``.
 
     Returns
     -------
@@ -226,7 +289,7 @@ def fit_distributed(
     Raises
     ------
     ValueError
-        No shards, or shards with different numbers of features.
+        No shards, shards with different numbers of features, or ``rounds`` not 1 or 2.
     ppmix.parallel.TaskError
         Shards that still fail after their retries, each named with its error.
 
@@ -238,6 +301,9 @@ def fit_distributed(
     >>> fit = fit_distributed(parts, 2, executor="inline", n_init=2)
     >>> fit.model.n_experts, len(fit.local_models), fit.critical_path_seconds > 0
     (2, 3, True)
+    >>> two = fit_distributed(parts, 2, executor="inline", n_init=2, rounds=2)  # the gate refitted on all rows
+    >>> two.gate_rounds.history[-1] >= two.gate_rounds.history[0], two.one_round_model.coef_.equal(two.model.coef_)
+    (True, True)
     """
     from ppmix.inference.optimizers.ot.reduction import ot_reduce
     from ppmix.models.moe import MixtureOfExperts
@@ -245,6 +311,11 @@ def fit_distributed(
     shards = list(shards)
     if not shards:
         raise ValueError("shards is empty: give at least one shard")
+    if not isinstance(rounds, (int, np.integer)) or isinstance(rounds, bool) or rounds not in (1, 2):
+        raise ValueError(
+            f"rounds must be 1 (the paper's one round) or 2 (the gate refitted on all shards); got {rounds!r}"
+        )
+    round_max_iter = check_positive_int(round_max_iter, "round_max_iter")
     n_experts = check_positive_int(n_experts, "n_experts")
     if n_experts < 2:
         raise ValueError(f"n_experts must be an integer >= 2; got {n_experts!r}")
@@ -294,6 +365,24 @@ def fit_distributed(
     aggregation = time.perf_counter() - start
     model.feature_names_in_ = feature_names
     logger.info("reduced %d local fits in %.3fs", len(fits), aggregation)
+    one_round, gate_rounds = None, None
+    if rounds == 2:
+        one_round = model
+        model, gate_rounds = refit_gate_on_shards(
+            model,
+            [local_models[i] for i in order],
+            [fits[i].n_rows for i in order],
+            [functools.partial(_read_covariates, tasks[i]) for i in order],
+            [names[i] for i in order],
+            executor=executor,
+            retries=retries,
+            max_workers=max_workers,
+            threads_per_task=threads_per_task,
+            model_kwargs=_model_kwargs(options),
+            max_iter=round_max_iter,
+            tol=round_tol,
+            reduction_options=reduction_options,
+        )
     return DistributedFit(
         model=model,
         local_models=local_models,
@@ -304,6 +393,8 @@ def fit_distributed(
         X_support=X_support,
         y_support=y_support,
         canonical_order=order,
+        gate_rounds=gate_rounds,
+        one_round_model=one_round,
     )
 
 

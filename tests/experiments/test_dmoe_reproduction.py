@@ -5,7 +5,7 @@ import json
 import pytest
 
 from ppmix.experiments import registry
-from ppmix.experiments.dmoe import DISTRIBUTED, PAPER_CLAIMS, quality_bar, run
+from ppmix.experiments.dmoe import DISTRIBUTED, PAPER_CLAIMS, ROUND_COST, main, quality_bar, run, seed_bar
 
 
 @pytest.mark.filterwarnings("ignore:EM did not converge")
@@ -29,12 +29,26 @@ def test_dmoe_reproduction_quick(tmp_path):
             assert 0.0 < row["rpe"] < 1.0
         else:
             assert 0.5 < row["accuracy"] <= 1.0 and row["log_loss"] == pytest.approx(-row["log_lik"])
-        if name == "Reduction":
+        if name in ("Reduction", "Reduction-2"):
             # the reduction keeps the MoE structure: a better test likelihood than picking or averaging local fits
             assert row["log_lik"] > max(
                 rows[(expert, m, "Middle")]["log_lik"], rows[(expert, m, "Weighted")]["log_lik"]
             )
+        # the second round's cost is reported, as a share of the local fitting time, on its rows only
+        assert all(key in row for key in ROUND_COST) == (name == "Reduction-2")
+        if name == "Reduction-2":
+            assert (
+                row["round2_passes"] >= 1
+                and 0 < row["round2_share"]
+                and row["seconds"] > rows[(expert, m, "Reduction")]["seconds"]
+            )
     assert {c["M"] for c in result["quality_bar"]} == {4, 8}
+    assert {(c["expert"], c["estimator"]) for c in result["quality_bar"]} == {
+        (e, name) for e in kinds for name in ("Reduction", "Reduction-2")
+    }
+    assert {(c["expert"], c["M"], c["estimator"]) for c in result["seed_bar"]} == {
+        (e, m, name) for e in kinds for m in (4, 8) for name in ("Reduction", "Reduction-2")
+    }
 
 
 def test_dmoe_reproduction_registered():
@@ -67,3 +81,29 @@ def test_quality_bar_checks_logistic_experts_on_accuracy_and_log_loss():
     assert set(checks) == {"accuracy", "log_loss"}
     assert checks["accuracy"]["gap"] == pytest.approx(0.0333, abs=1e-4) and not checks["accuracy"]["pass"]
     assert checks["log_loss"]["gap"] == pytest.approx(-0.05) and checks["log_loss"]["pass"]
+
+
+@pytest.mark.filterwarnings("ignore:EM did not converge")
+def test_dmoe_command_prints_the_checks_with_one_and_two_rounds(tmp_path, capsys):
+    argv = ["--n-samples", "2000", "--machines", "4", "--seeds", "0", "1", "--experts", "gaussian", "--n-init", "1"]
+    assert main([*argv, "--max-iter", "20", "--rounds", "1", "2", "--out", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    marked = [line for line in lines if line[:1] in "✔✘"]
+    for name in ("Reduction:", "Reduction-2:"):
+        assert any(name in line and "on every seed" in line for line in marked)
+        assert any(name in line and "on every seed" not in line for line in marked)
+    assert any(line.startswith("gaussian  1     4 Reduction-2") and "[" in line for line in lines)
+
+
+def test_seed_bar_fails_when_one_seed_misses():
+    """The bar holds on every seed: one seed 3% behind Global fails it, whatever the mean."""
+    rows = [
+        {"expert": "gaussian", "seed": s, "M": 1, "estimator": "Global", "rpe": 0.1, "log_lik": -2.0} for s in (0, 1)
+    ]
+    rows += [
+        {"expert": "gaussian", "seed": 0, "M": 16, "estimator": "Reduction-2", "rpe": 0.097, "log_lik": -1.98},
+        {"expert": "gaussian", "seed": 1, "M": 16, "estimator": "Reduction-2", "rpe": 0.103, "log_lik": -1.99},
+    ]
+    checks = {c["check"].split()[0]: c for c in seed_bar(rows)}
+    assert checks["rpe"]["gaps"] == [-0.03, 0.03] and not checks["rpe"]["pass"]
+    assert checks["log_lik"]["pass"] and checks["log_lik"]["estimator"] == "Reduction-2"

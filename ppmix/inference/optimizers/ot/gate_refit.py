@@ -24,17 +24,20 @@ not the problem: with the gate that maximises the training likelihood they reach
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 
 from ppmix.components import GaussianExpert, LogisticExpert, SoftmaxGate
+from ppmix.components._linear import design_matrix, weighted_grams
+from ppmix.components.softmax_gate import softmax_hessian
 from ppmix.ops.logspace import normalize_log_joint_
 
 if TYPE_CHECKING:
     from ppmix.inference.optimizers.ot.reduction import LocalMixture
 
-__all__ = ["refit_gate"]
+__all__ = ["GateStatistics", "gate_statistics", "refit_gate"]
 
 #: Gauss–Hermite nodes per local Gaussian expert (exact for polynomials of degree < 16)
 QUADRATURE_NODES = 8
@@ -96,27 +99,11 @@ def refit_gate(
     """
     x = local.x
     n_points = x.shape[0]
-    rows, values, weights = _pseudo_responses(local, n_nodes)
-    blocks = [slice(start, start + _BLOCK) for start in range(0, rows.shape[0], _BLOCK)]
-
-    def experts_log_prob(b: slice) -> torch.Tensor:  # (block, K); x[rows] is never made whole
-        return experts.log_prob((x[rows[b]], values[b]))
-
-    # fixed while the gate moves: kept between iterations when they fit the memory budget
-    cached = None
-    if rows.shape[0] * experts.n_components <= _CACHE_ELEMENTS:
-        cached = [experts_log_prob(b) for b in blocks]
+    expectation = _Expectation(local, experts, n_nodes)
     gate = SoftmaxGate(gate.coef.clone(), gate.intercept.clone(), ridge=gate.ridge, max_iter=_NEWTON_STEPS)
 
     def objective_and_targets() -> tuple[float, torch.Tensor]:
-        log_gate = gate.log_prob(x)
-        value = -0.5 * gate.ridge * gate.coef.square().sum()
-        targets = torch.zeros_like(log_gate)
-        for i, b in enumerate(blocks):
-            log_phi = cached[i] if cached is not None else experts_log_prob(b)
-            resp, log_norm = normalize_log_joint_(log_gate[rows[b]] + log_phi)
-            value = value + weights[b] @ log_norm[:, 0]
-            targets.index_add_(0, rows[b], resp.mul_(weights[b][:, None]))
+        value, targets, _ = expectation.accumulate(gate.log_prob(x), -0.5 * gate.ridge * gate.coef.square().sum())
         return float(value) / n_points, targets
 
     value, targets = objective_and_targets()
@@ -128,6 +115,144 @@ def refit_gate(
         if abs(history[-1] - history[-2]) <= tol * max(abs(history[-1]), 1e-300):
             break
     return SoftmaxGate(gate.coef, gate.intercept, ridge=gate.ridge), history
+
+
+@dataclass
+class GateStatistics:
+    """Sums over rows of the gate-refit objective and its derivatives in the gate's free parameters.
+
+    The free parameters are rows ``0..K-2`` of ``[coef, intercept]`` (``(K - 1, P + 1)``, row
+    ``K-1`` is pinned to 0), flattened row by row. Sums over disjoint sets of rows add up,
+    so the statistics of data shards are summed into those of the whole data. The ridge
+    penalty is not included.
+
+    Attributes
+    ----------
+    value : float
+        ``sum_s E_{y ~ f^W(.|x_s)} log sum_k pi_k(x_s) phi_k(y | x_s)``.
+    gradient : Tensor, shape ((K - 1) (P + 1),)
+    information : Tensor, shape ((K - 1) (P + 1), (K - 1) (P + 1))
+        Minus the Hessian of the EM surrogate ``Q`` (the softmax regression on the
+        responsibility targets), positive semi-definite.
+    missing : Tensor, same shape
+        The missing information: minus the Hessian of the objective is
+        ``information - missing`` (not necessarily positive definite far from a maximum).
+    n_rows : int
+    """
+
+    value: float
+    gradient: torch.Tensor
+    information: torch.Tensor
+    missing: torch.Tensor
+    n_rows: int
+
+    def __add__(self, other: "GateStatistics") -> "GateStatistics":
+        return GateStatistics(
+            self.value + other.value,
+            self.gradient + other.gradient,
+            self.information + other.information,
+            self.missing + other.missing,
+            self.n_rows + other.n_rows,
+        )
+
+
+def gate_statistics(
+    local: "LocalMixture",
+    gate: SoftmaxGate,
+    experts: GaussianExpert | LogisticExpert,
+    *,
+    n_nodes: int = QUADRATURE_NODES,
+) -> GateStatistics:
+    """The objective of :func:`refit_gate` summed over ``local``'s rows, with its gradient and curvature.
+
+    The gradient ``sum_s (T_s - t_s pi(x_s)) [x_s, 1]`` (targets ``T_s``, the responsibilities of
+    the pseudo-responses weighted, and their total ``t_s``) is that of the EM surrogate
+    at the current gate. Minus the Hessian of the objective is the surrogate's
+    information ``sum_s t_s (diag pi - pi pi^T) kron a_s a_s^T`` less the missing information
+    ``sum_s (diag T_s - sum_j w_j r_j r_j^T) kron a_s a_s^T`` over the pseudo-responses ``j`` of row ``s``.
+
+    Parameters
+    ----------
+    local : LocalMixture
+        ``f^W`` on some rows (e.g. one data shard).
+    gate : SoftmaxGate
+        The gate at which to evaluate (its ridge is not used).
+    experts : GaussianExpert or LogisticExpert
+        The reduced experts.
+    n_nodes : int
+        Quadrature nodes per local Gaussian expert.
+
+    Returns
+    -------
+    GateStatistics
+
+    Examples
+    --------
+    >>> import torch
+    >>> from ppmix.components import GaussianExpert, SoftmaxGate
+    >>> from ppmix.inference.optimizers.ot.reduction import LocalMixture
+    >>> x = torch.linspace(-2, 2, 40, dtype=torch.float64)[:, None]
+    >>> experts = GaussianExpert(torch.tensor([[1.0], [-1.0]], dtype=torch.float64))
+    >>> truth = SoftmaxGate(torch.tensor([[3.0], [0.0]], dtype=torch.float64))
+    >>> local = LocalMixture(x, truth.log_prob(x).exp(), experts, 2)
+    >>> halves = [LocalMixture(x[i::2], local.gate_probs[i::2], experts, 2) for i in range(2)]
+    >>> whole = gate_statistics(local, truth, experts)
+    >>> summed = gate_statistics(halves[0], truth, experts) + gate_statistics(halves[1], truth, experts)
+    >>> whole.n_rows, torch.allclose(summed.gradient, whole.gradient), round(summed.value - whole.value, 9)
+    (40, True, 0.0)
+    """
+    x = local.x
+    free = gate.n_components - 1
+    pairs = (torch.arange(free).repeat_interleave(free), torch.arange(free).repeat(free))
+    log_gate = gate.log_prob(x)
+    value, targets, outer = _Expectation(local, experts, n_nodes).accumulate(log_gate, x.new_zeros(()), pairs)
+    a = design_matrix(x)
+    totals = targets.sum(1)
+    p = log_gate[:, :free].exp()
+    weighted = totals[:, None] * p
+    gradient = ((targets[:, :free] - weighted).T @ a).reshape(-1)
+    # block (i, j) of the missing information is A^T diag(T_i delta_ij - sum_j w r_i r_j) A
+    curvature = targets[:, pairs[0]] * (pairs[0] == pairs[1]).to(x.dtype) - outer
+    m = a.shape[1]
+    missing = weighted_grams(a, curvature).view(free, free, m, m).transpose(1, 2).reshape(free * m, free * m)
+    return GateStatistics(float(value), gradient, softmax_hessian(a, weighted, p), missing, x.shape[0])
+
+
+class _Expectation:
+    """Sums of ``E_{y ~ f^W(.|x_s)}`` over the pseudo-responses of :func:`_pseudo_responses`, in blocks.
+
+    The experts' log-densities at the pseudo-responses are fixed while the gate moves and
+    are kept when they fit the memory budget (``_CACHE_ELEMENTS``); ``x[rows]`` is never made whole.
+    """
+
+    def __init__(self, local: "LocalMixture", experts: GaussianExpert | LogisticExpert, n_nodes: int) -> None:
+        self.x, self.experts = local.x, experts
+        self.rows, self.values, self.weights = _pseudo_responses(local, n_nodes)
+        self.blocks = [slice(start, start + _BLOCK) for start in range(0, self.rows.shape[0], _BLOCK)]
+        self.cached = None
+        if self.rows.shape[0] * experts.n_components <= _CACHE_ELEMENTS:
+            self.cached = [self._log_phi(b) for b in self.blocks]
+
+    def _log_phi(self, b: slice) -> torch.Tensor:  # (block, K)
+        return self.experts.log_prob((self.x[self.rows[b]], self.values[b]))
+
+    def accumulate(
+        self, log_gate: torch.Tensor, value: torch.Tensor, pairs: tuple[torch.Tensor, torch.Tensor] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """``value`` plus the weighted log-likelihood of the pseudo-responses under the gate ``log_gate`` ``(S, K)``,
+        the per-row sums of their weighted responsibilities ``(S, K)`` and, for index ``pairs`` ``(i, j)``, the
+        per-row sums of ``w r_i r_j`` ``(S, len(i))``."""
+        rows, weights = self.rows, self.weights
+        targets = torch.zeros_like(log_gate)
+        outer = None if pairs is None else log_gate.new_zeros(log_gate.shape[0], pairs[0].shape[0])
+        for i, b in enumerate(self.blocks):
+            log_phi = self.cached[i] if self.cached is not None else self._log_phi(b)
+            resp, log_norm = normalize_log_joint_(log_gate[rows[b]] + log_phi)
+            value = value + weights[b] @ log_norm[:, 0]
+            if outer is not None:
+                outer.index_add_(0, rows[b], resp[:, pairs[0]] * resp[:, pairs[1]] * weights[b][:, None])
+            targets.index_add_(0, rows[b], resp.mul_(weights[b][:, None]))
+        return value, targets, outer
 
 
 def _pseudo_responses(local: "LocalMixture", n_nodes: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
