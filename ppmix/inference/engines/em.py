@@ -99,6 +99,8 @@ def run_em(
     held after each iteration. A restart stops when the objective per observation changes
     by at most ``tol`` (an absolute change in nats, as scikit-learn's: rescaling the data
     shifts a log-likelihood by a constant, so a relative change would depend on the units).
+    Torch runs on one thread where a pass is small or the CPU busy, and otherwise on its own
+    setting (:mod:`ppmix.ops.threads`; ``ppmix.set_thread_policy("torch")`` turns this off).
 
     Parameters
     ----------
@@ -149,7 +151,7 @@ def run_em(
             if not warm:
                 model.em_initialize(em_data, model.generator(restart))
             if restart == 0:  # then by the work of a pass, known once the parameters exist
-                threads.enter_context(torch_threads(threads_for(pass_work(model, n_obs))))
+                threads.enter_context(torch_threads(threads_for(_pass_work(model, n_obs))))
             best = _better(best, model, em_data, n_obs, min(short or max_iter, max_iter), tol, show, restart)
         assert best is not None
         model.set_globals(best[1])
@@ -166,14 +168,8 @@ def run_em(
     return result
 
 
-def pass_work(model: EMModel, n_obs: int) -> float:
-    """The work of one EM pass, for the thread policy (:func:`ppmix.ops.threads.threads_for`).
-
-    The model's ``em_pass_work(n_obs)`` where it defines one, else rows times parameter values.
-    """
-    own = getattr(model, "em_pass_work", None)
-    if own is not None:
-        return float(own(n_obs))
+def _pass_work(model: EMModel, n_obs: int) -> float:
+    """The work of one EM pass for the thread policy (:func:`ppmix.ops.threads.threads_for`): rows x values."""
     return float(n_obs) * sum(value.numel() for value in model.get_globals().values())
 
 
