@@ -114,11 +114,17 @@ def _start_sample(summaries: list[ShardSummary], sample_size: int) -> tuple[Any,
         take = min(len(x), max(1, round(sample_size * summary.n_units / total)))
         xs.append(x[:take])
         ys.append(None if y is None else y[:take])
-    if any(y is None for y in ys):
-        ys = None
+    if any(y is None for y in ys) or not any(_has_label(y) for y in ys):
+        ys = None  # no label in the sample (e.g. a pf model fitted without target=): fit it without labels
     if isinstance(xs[0], np.ndarray):
         return np.concatenate(xs), None if ys is None else np.concatenate(ys)
     return [u for part in xs for u in part], None if ys is None else [u for part in ys for u in part]
+
+
+def _has_label(y: Any) -> bool:
+    """Whether the labels of rows (an array) or of sequences (a list of arrays) hold any value that is not NaN."""
+    parts = y if isinstance(y, list) else [y]
+    return any(not np.isnan(np.asarray(part, dtype=float)).all() for part in parts)
 
 
 def _as_shards(shards: Any) -> tuple[list[Any], list[str] | None]:

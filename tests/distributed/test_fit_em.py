@@ -140,6 +140,20 @@ def test_pf_gmm_from_labelled_parquet_shards(tmp_path):
     np.testing.assert_allclose(np.sort(sharded.relevance_), np.sort(reference.relevance_), atol=1e-4)
 
 
+def test_pf_gmm_without_target_is_fitted_without_labels_as_in_memory():
+    """No ``target=``: the shards carry no label, and the fit is the unlabelled one ``fit(X)`` makes."""
+    data = make_pf_synthetic(600, n_relevant=2, n_features=4, seed=1)
+    reference = _quiet(PFGMM(2, switch_prior=0.5, seed=0, progress=False, tol=1e-10, max_iter=500).fit, data.X)
+    # continued on the shards from the in-memory optimum, sharded EM stays there: the same unlabelled objective
+    warm = copy.deepcopy(reference).set_params(warm_start=True)
+    sharded = _quiet(fit_em, warm, [data.X[:300], data.X[300:]], executor="inline")
+    assert sharded.lower_bound_ == pytest.approx(reference.lower_bound_, abs=1e-6)
+    cold = _quiet(
+        fit_em, PFGMM(2, switch_prior=0.5, seed=0, progress=False), [data.X[:300], data.X[300:]], executor="inline"
+    )
+    assert np.isfinite(cold.lower_bound_) and cold.predict_proba(data.X).shape == (600, 2)
+
+
 def test_the_start_from_a_sample_does_not_depend_on_the_shard_order():
     x = _rows(3000)
     shards = _split(x, 5, False)
