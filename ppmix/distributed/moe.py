@@ -14,6 +14,7 @@ order the shards are given in.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import logging
@@ -27,6 +28,7 @@ import numpy as np
 
 from ppmix._validation import check_positive_int
 from ppmix.distributed.gate_rounds import GateRounds, model_parameters, refit_gate_on_shards
+from ppmix.distributed.local_screening import REFIT_STARTS, poor_local_fits
 from ppmix.distributed.shards import align_columns, read_shard, shard_columns
 from ppmix.parallel import TaskInputError, run_tasks
 
@@ -151,6 +153,8 @@ class DistributedFit:
         (:class:`~ppmix.distributed.gate_rounds.GateRounds`); ``None`` with one round.
     one_round_model : MixtureOfExperts or None
         With ``rounds=2``: the one-round reduction estimator that the second round started from.
+    refitted : list of str
+        Shards whose poor local fit was replaced by a refit with more starts (``refit_poor_fits``).
     """
 
     model: Any
@@ -164,6 +168,7 @@ class DistributedFit:
     canonical_order: list[int] = field(default_factory=list)
     gate_rounds: GateRounds | None = None
     one_round_model: Any = None
+    refitted: list[str] = field(default_factory=list)
 
     @property
     def critical_path_seconds(self) -> float:
@@ -205,6 +210,7 @@ class DistributedFit:
             "critical_path_seconds": self.critical_path_seconds,
             "support_size": int(self.X_support.shape[0]),
             "rounds": 1 if self.gate_rounds is None else 2,
+            "refitted": self.refitted,
             **({} if self.gate_rounds is None else {"second_round": self.gate_rounds.summary()}),
             **({} if self.gate_rounds is None else {"second_round_share": self.second_round_share}),
         }
@@ -234,6 +240,7 @@ def fit_distributed(
     rounds: int = 1,
     round_max_iter: int = 5,
     round_tol: float = 1e-7,
+    refit_poor_fits: bool = True,
 ) -> DistributedFit:
     """Fit a mixture of experts on every shard and reduce the local fits to one by optimal transport.
 
@@ -281,6 +288,11 @@ def fit_distributed(
     round_tol : float, default 1e-7
         The second round stops when the predicted gain of a Newton step per row is at most
         ``round_tol * max(1, |L|)``.
+    refit_poor_fits : bool, default True
+        Refit, with three times the starts, every shard whose local fit's mean
+        log-likelihood lies far below the other shards' (a poor EM optimum; see
+        :mod:`ppmix.distributed.local_screening`), and keep the better fit; ``refitted``
+        names the shards whose refit was kept. ``False`` is the paper's method.
 
     Returns
     -------
@@ -341,6 +353,8 @@ def fit_distributed(
     ]
     results = run_tasks(_fit_shard, tasks, names, executor=executor, retries=retries, max_workers=max_workers)
     fits = [r.value for r in results]
+    local_seconds = [r.seconds for r in results]
+    refitted = _refit_poor_fits(tasks, fits, local_seconds, executor, retries, max_workers) if refit_poor_fits else []
     widths = {f.name: f.support_X.shape[1] for f in fits}
     if len(set(widths.values())) > 1:
         raise ValueError(f"shards have different numbers of features: {widths}")
@@ -388,14 +402,54 @@ def fit_distributed(
         local_models=local_models,
         shard_names=names,
         n_rows=[f.n_rows for f in fits],
-        local_seconds=[r.seconds for r in results],
+        local_seconds=local_seconds,
         aggregation_seconds=aggregation,
         X_support=X_support,
         y_support=y_support,
         canonical_order=order,
         gate_rounds=gate_rounds,
         one_round_model=one_round,
+        refitted=refitted,
     )
+
+
+def _refit_poor_fits(
+    tasks: list[_ShardTask],
+    fits: list[_ShardResult],
+    local_seconds: list[float],
+    executor: Any,
+    retries: int,
+    max_workers: int | None,
+) -> list[str]:
+    """Refit the shards whose local fit is poor (:func:`~ppmix.distributed.local_screening.poor_local_fits`) with
+    more and other starts; keep the better fit of each in ``fits`` (the seconds add up). Returns the shards whose
+    refit was kept."""
+    poor = poor_local_fits([f.mean_log_likelihood for f in fits])
+    if not poor:
+        return []
+    retry = [
+        dataclasses.replace(
+            tasks[i],
+            seed=tasks[i].seed + 1,
+            model_options={**tasks[i].model_options, "n_init": REFIT_STARTS * tasks[i].model_options["n_init"]},
+        )
+        for i in poor
+    ]
+    again = run_tasks(_fit_shard, retry, [t.name for t in retry], executor=executor, retries=retries,
+                      max_workers=max_workers)  # fmt: skip
+    kept = []
+    for i, result in zip(poor, again):
+        local_seconds[i] += result.seconds
+        if result.value.mean_log_likelihood > fits[i].mean_log_likelihood:
+            kept.append(tasks[i].name)
+            logger.warning(
+                "shard %s: local fit at a poor optimum (%.4f per row) refitted with more starts: %.4f",
+                tasks[i].name,
+                fits[i].mean_log_likelihood,
+                result.value.mean_log_likelihood,
+            )
+            fits[i] = result.value
+    return kept
 
 
 def _model_kwargs(options: dict[str, Any]) -> dict[str, Any]:
