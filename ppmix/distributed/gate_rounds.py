@@ -20,7 +20,6 @@ per shard and pass.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import time
 from dataclasses import dataclass, field
@@ -238,11 +237,10 @@ def refit_gate_on_shards(
     >>> rounds.history[-1] >= rounds.history[0], refitted.coef_.equal(reduced.coef_)
     (True, True)
     """
-    from ppmix.inference.optimizers.ot.reduction import ot_reduce
+    from ppmix.inference.optimizers.ot.reduction import GATE_RIDGE, MASS_TOL
 
-    defaults = {k: v.default for k, v in inspect.signature(ot_reduce).parameters.items()}
-    options = {**defaults, **(reduction_options or {})}
-    ridge, mass_tol = float(options["gate_ridge"]), float(options["mass_tol"])
+    options = reduction_options or {}
+    ridge, mass_tol = float(options.get("gate_ridge", GATE_RIDGE)), float(options.get("mass_tol", MASS_TOL))
     start = time.perf_counter()
     local_params = [model_parameters(m) for m in local_models]
     lam = [float(w) / float(sum(weights)) for w in weights]

@@ -476,11 +476,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         executor=executor,
         rounds=args.rounds,
     )
-    print(strict_json({"table": result["table"], "quality_bar": result["quality_bar"]}))
-    print("\n".join(["", *seed_table(result["rows"]), "", "checks on the means over seeds:"]))
-    print("\n".join(format_checks(result["quality_bar"])))
-    print("\nchecks on every seed:")
-    print("\n".join(format_checks(result["seed_bar"])))
+    report = [strict_json({"table": result["table"], "quality_bar": result["quality_bar"]})]
+    report += ["", *seed_table(result["rows"])]
+    report += ["", "checks on the means over seeds:", *format_checks(result["quality_bar"])]
+    report += ["", "checks on every seed:", *format_checks(result["seed_bar"])]
+    print("\n".join(report))  # the command's output
     return 0
 
 

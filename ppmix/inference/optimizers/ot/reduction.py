@@ -60,6 +60,9 @@ Experts = GaussianExpert | LogisticExpert
 LOGISTIC_UPDATES = ("s14", "newton")
 GATE_TARGETS = ("auto", "matched", "plan")
 GATE_REFITS = ("kl", "s5")
+#: defaults of :func:`ot_reduce` that the second round of ``fit_distributed`` reuses: the gate's ridge and the
+#: gate mass below which a (point, local expert) pair is dropped
+GATE_RIDGE, MASS_TOL = 1e-6, 1e-12
 #: pairs per block of the cost evaluation (a block of costs fits in a core's cache)
 _BLOCK = 1 << 13
 
@@ -274,10 +277,10 @@ def ot_reduce(
     tol: float = 1e-5,
     logistic_update: str = "newton",
     epsilon: float = 1e-6,
-    gate_ridge: float = 1e-6,
+    gate_ridge: float = GATE_RIDGE,
     gate_targets: str = "auto",
     gate_refit: str = "kl",
-    mass_tol: float = 1e-12,
+    mass_tol: float = MASS_TOL,
     seed: int = 0,
 ) -> MixtureOfExperts:
     """The reduction estimator: the ``K``-expert MoE closest to the weighted average of ``models``.
