@@ -5,7 +5,8 @@ import json
 import pytest
 
 from ppmix.experiments import registry
-from ppmix.experiments.dmoe import DISTRIBUTED, PAPER_CLAIMS, ROUND_COST, main, quality_bar, run, seed_bar
+from ppmix.experiments.dmoe import DISTRIBUTED, PAPER_CLAIMS, ROUND_COST, main, run
+from ppmix.experiments.dmoe_checks import quality_bar, seed_bar, truth_bar
 
 
 @pytest.mark.filterwarnings("ignore:EM did not converge")
@@ -17,7 +18,7 @@ def test_dmoe_reproduction_quick(tmp_path):
         assert (tmp_path / f"dmoe_{expert}.png").stat().st_size > 0
     rows = {(t["expert"], t["M"], t["estimator"]): t for t in result["table"]}
     kinds = ("gaussian", "logistic")
-    expected = {(e, 0, "Truth") for e in kinds} | {(e, 1, "Global") for e in kinds}
+    expected = {(e, 0, "Truth") for e in kinds} | {(e, 1, name) for e in kinds for name in ("Truth-EM", "Global")}
     expected |= {(e, m, name) for e in kinds for m in (4, 8) for name in DISTRIBUTED}
     assert set(rows) == expected
     for (expert, m, name), row in rows.items():
@@ -42,6 +43,12 @@ def test_dmoe_reproduction_quick(tmp_path):
                 and 0 < row["round2_share"]
                 and row["seconds"] > rows[(expert, m, "Reduction")]["seconds"]
             )
+    # EM started at the planted model stays in the truth's basin: its clustering matches the truth's
+    for expert in kinds:
+        assert rows[(expert, 1, "Truth-EM")]["ari"] > rows[(expert, 0, "Truth")]["ari"] - 0.05
+    assert {(c["expert"], c["estimator"]) for c in result["truth_bar"]} == {
+        (e, name) for e in kinds for name in ("Truth-EM", "Global")
+    }
     assert {c["M"] for c in result["quality_bar"]} == {4, 8}
     assert {(c["expert"], c["estimator"]) for c in result["quality_bar"]} == {
         (e, name) for e in kinds for name in ("Reduction", "Reduction-2")
@@ -89,6 +96,8 @@ def test_dmoe_command_prints_the_checks_with_one_and_two_rounds(tmp_path, capsys
     assert main([*argv, "--max-iter", "20", "--rounds", "1", "2", "--out", str(tmp_path)]) == 0
     lines = capsys.readouterr().out.splitlines()
     marked = [line for line in lines if line[:1] in "✔✘"]
+    assert any("Global: rpe at most 10% worse than Truth on every seed" in line for line in marked)
+    assert any("Truth-EM: ari at least 0.9 on every seed" in line for line in marked)
     for name in ("Reduction:", "Reduction-2:"):
         assert any(name in line and "on every seed" in line for line in marked)
         assert any(name in line and "on every seed" not in line for line in marked)
@@ -107,3 +116,19 @@ def test_seed_bar_fails_when_one_seed_misses():
     checks = {c["check"].split()[0]: c for c in seed_bar(rows)}
     assert checks["rpe"]["gaps"] == [-0.03, 0.03] and not checks["rpe"]["pass"]
     assert checks["log_lik"]["pass"] and checks["log_lik"]["estimator"] == "Reduction-2"
+
+
+def test_truth_bar_checks_every_seed_against_the_data_generating_model():
+    """10% above the truth's loss on one seed fails the loss check; ARI below 0.9 on one seed fails that one."""
+    rows = []
+    for seed, (excess, ari) in enumerate([(0.05, 0.95), (0.15, 0.89)]):
+        rows.append({"expert": "logistic", "seed": seed, "M": 0, "estimator": "Truth", "log_loss": 0.02, "ari": 0.96})
+        rows.append({"expert": "logistic", "seed": seed, "M": 1, "estimator": "Global",
+                     "log_loss": 0.02 * (1 + excess), "ari": ari})  # fmt: skip
+        rows.append({"expert": "logistic", "seed": seed, "M": 1, "estimator": "Truth-EM",
+                     "log_loss": 0.0209, "ari": 0.95})  # fmt: skip
+    checks = {(c["estimator"], c["check"].split()[0]): c for c in truth_bar(rows)}
+    assert checks[("Global", "log_loss")]["gaps"] == [0.05, 0.15] and not checks[("Global", "log_loss")]["pass"]
+    assert checks[("Global", "ari")]["values"] == [0.95, 0.89] and not checks[("Global", "ari")]["pass"]
+    assert checks[("Truth-EM", "log_loss")]["pass"] and checks[("Truth-EM", "ari")]["pass"]
+    assert list(checks)[:2] == [("Global", "log_loss"), ("Global", "ari")]  # Global first
