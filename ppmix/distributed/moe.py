@@ -27,7 +27,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ppmix._validation import check_positive_int
-from ppmix.distributed.gate_rounds import GateRounds, model_parameters, refit_gate_on_shards
+from ppmix.distributed.gate_rounds import ROUND_OBJECTIVES, GateRounds, model_parameters, refit_gate_on_shards
 from ppmix.distributed.local_screening import REFIT_STARTS, poor_local_fits
 from ppmix.distributed.shards import align_columns, read_shard, shard_columns
 from ppmix.parallel import TaskInputError, run_tasks
@@ -99,6 +99,11 @@ def _read_task_shard(task: _ShardTask) -> tuple[np.ndarray, np.ndarray, list[str
 def _read_covariates(task: _ShardTask) -> np.ndarray:
     """Worker side, second round: the shard's checked covariates (read and checked as in the first)."""
     return _read_task_shard(task)[0]
+
+
+def _read_rows(task: _ShardTask) -> tuple[np.ndarray, np.ndarray]:
+    """Worker side, second round on the observed responses: the shard's checked covariates and responses."""
+    return _read_task_shard(task)[:2]
 
 
 def _fit_shard_here(task: _ShardTask) -> _ShardResult:
@@ -240,6 +245,7 @@ def fit_distributed(
     rounds: int = 1,
     round_max_iter: int = 5,
     round_tol: float = 1e-7,
+    round_objective: str = "kl",
     refit_poor_fits: bool = True,
 ) -> DistributedFit:
     """Fit a mixture of experts on every shard and reduce the local fits to one by optimal transport.
@@ -288,6 +294,10 @@ def fit_distributed(
     round_tol : float, default 1e-7
         The second round stops when the predicted gain of a Newton step per row is at most
         ``round_tol * max(1, |L|)``.
+    round_objective : {"kl", "likelihood"}, default "kl"
+        The second round's objective: ``"kl"`` keeps the first round's (``f^W``'s expected
+        log-likelihood); ``"likelihood"`` uses the shards' observed responses (the reduced
+        model's log-likelihood of the training rows, as a global fit's gate maximises it).
     refit_poor_fits : bool, default True
         Refit, with three times the starts, every shard whose local fit's mean
         log-likelihood lies far below the other shards' (a poor EM optimum; see
@@ -327,6 +337,8 @@ def fit_distributed(
         raise ValueError(
             f"rounds must be 1 (the paper's one round) or 2 (the gate refitted on all shards); got {rounds!r}"
         )
+    if round_objective not in ROUND_OBJECTIVES:
+        raise ValueError(f"round_objective must be one of {ROUND_OBJECTIVES}; got {round_objective!r}")
     round_max_iter = check_positive_int(round_max_iter, "round_max_iter")
     n_experts = check_positive_int(n_experts, "n_experts")
     if n_experts < 2:
@@ -381,12 +393,12 @@ def fit_distributed(
     logger.info("reduced %d local fits in %.3fs", len(fits), aggregation)
     one_round, gate_rounds = None, None
     if rounds == 2:
-        one_round = model
+        one_round, likelihood = model, round_objective == "likelihood"
         model, gate_rounds = refit_gate_on_shards(
             model,
             [local_models[i] for i in order],
             [fits[i].n_rows for i in order],
-            [functools.partial(_read_covariates, tasks[i]) for i in order],
+            [functools.partial(_read_rows if likelihood else _read_covariates, tasks[i]) for i in order],
             [names[i] for i in order],
             executor=executor,
             retries=retries,
@@ -396,6 +408,7 @@ def fit_distributed(
             max_iter=round_max_iter,
             tol=round_tol,
             reduction_options=reduction_options,
+            objective=round_objective,
         )
     return DistributedFit(
         model=model,

@@ -29,9 +29,19 @@ __all__ = [
 
 #: "Truth" is the data-generating model scored on the same test set: the reference for Global;
 #: "Truth-EM" is EM on all training rows started at the planted parameters
-ESTIMATORS = ("Truth", "Truth-EM", "Global", "Reduction", "Reduction-2", "Reduction-S4", "Middle", "Weighted")
+ESTIMATORS = (
+    "Truth",
+    "Truth-EM",
+    "Global",
+    "Reduction",
+    "Reduction-2",
+    "Reduction-2L",
+    "Reduction-S4",
+    "Middle",
+    "Weighted",
+)
 #: the estimators the quality bar checks against Global
-CHECKED = ("Reduction", "Reduction-2")
+CHECKED = ("Reduction", "Reduction-2", "Reduction-2L")
 #: the quality bar's metrics at M <= 16, with sign +1 where lower is better and -1 where higher is
 CLOSE_TO_GLOBAL = {"gaussian": (("rpe", 1.0), ("log_lik", -1.0)), "logistic": (("accuracy", -1.0), ("log_loss", 1.0))}
 #: the loss the truth bar compares with the data-generating model's (lower is better)

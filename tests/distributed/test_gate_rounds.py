@@ -15,7 +15,7 @@ from ppmix.datasets.moe import make_moe
 from ppmix.distributed import fit_distributed
 from ppmix.distributed import moe as distributed_moe
 from ppmix.distributed.gate_rounds import _GateTask, _shard_gate_statistics, model_parameters
-from ppmix.inference.optimizers.ot.gate_refit import gate_statistics, refit_gate
+from ppmix.inference.optimizers.ot.gate_refit import gate_statistics, observed_gate_statistics, refit_gate
 from ppmix.inference.optimizers.ot.reduction import LocalMixture, ot_reduce
 from ppmix.models.moe import MixtureOfExperts
 from ppmix.parallel import TaskError
@@ -69,10 +69,11 @@ def test_shard_statistics_sum_to_those_of_all_rows(expert):
 
 
 @pytest.mark.parametrize("expert", ["gaussian", "logistic"])
-def test_gradient_and_hessian_match_finite_differences(expert):
+@pytest.mark.parametrize("objective", ["kl", "likelihood"])
+def test_gradient_and_hessian_match_finite_differences(expert, objective):
     """The gradient is that of the objective; ``information - missing`` is minus its Hessian (not the surrogate's)."""
     data, models, reduced = _problem(expert)
-    x = torch.as_tensor(data.X[:300])
+    x, y = torch.as_tensor(data.X[:300]), torch.as_tensor(data.y[:300])
     local = LocalMixture.from_models(models, x, [1, 1, 1], 0.0)
     gate, experts = reduced.gate_, reduced.experts_
     free, m = gate.n_components - 1, gate.n_covariates + 1
@@ -80,7 +81,8 @@ def test_gradient_and_hessian_match_finite_differences(expert):
 
     def stats_at(t: torch.Tensor):
         params = torch.cat([t.reshape(free, m), t.new_zeros(1, m)])
-        return gate_statistics(local, type(gate)(params[:, :-1], params[:, -1]), experts)
+        at = type(gate)(params[:, :-1], params[:, -1])
+        return gate_statistics(local, at, experts) if objective == "kl" else observed_gate_statistics(at, experts, x, y)
 
     at = stats_at(theta)
     h = 1e-5
@@ -122,6 +124,57 @@ def test_two_rounds_raise_the_full_data_objective_to_the_refit_on_all_rows(exper
     assert fit.critical_path_seconds > fit.gate_rounds.critical_path_seconds > 0
     assert set(fit.second_round_share) == {"critical_path", "compute"}
     assert fit.summary()["rounds"] == 2 and fit.summary()["second_round"]["n_passes"] == fit.gate_rounds.n_passes
+
+
+def _rows(data, rows: slice) -> tuple[np.ndarray, np.ndarray]:
+    return data.X[rows], data.y[rows]
+
+
+@pytest.mark.parametrize("expert", ["gaussian", "logistic"])
+def test_observed_statistics_of_the_shards_sum_to_the_model_log_likelihood(expert):
+    """Known answer: with ``objective="likelihood"`` the shards' values add up to the reduced model's own
+    log-likelihood of all rows, and their gradients to that of all rows at once."""
+    data, models, reduced = _problem(expert)
+    params = [model_parameters(m) for m in models]
+    tasks = [
+        _GateTask(functools.partial(_rows, data, slice(i, None, 4)), 1, {}, params, [1 / 3] * 3,
+                  model_parameters(reduced), 1e-12, "likelihood")
+        for i in range(4)
+    ]  # fmt: skip
+    parts = [_shard_gate_statistics(t) for t in tasks]
+    summed = parts[0] + parts[1] + parts[2] + parts[3]
+    assert summed.n_rows == 1500
+    assert summed.value == pytest.approx(reduced.log_likelihood(data.X, data.y), rel=1e-10)
+    whole = observed_gate_statistics(reduced.gate_, reduced.experts_, torch.as_tensor(data.X), torch.as_tensor(data.y))
+    for name in ("gradient", "information", "missing"):
+        torch.testing.assert_close(getattr(summed, name), getattr(whole, name), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("expert", ["gaussian", "logistic"])
+def test_two_rounds_on_the_likelihood_reach_the_gate_that_maximises_the_data_likelihood(expert):
+    """With ``round_objective="likelihood"`` the objective is the model's own log-likelihood of the training rows
+    (ridge included), never decreases, and ends where its gradient in the gate vanishes; the experts stay fixed."""
+    data, _, _ = _problem(expert)
+    fit = _quiet(fit_distributed, _shards(data, 3), 3, expert=expert, executor="inline", support_size=30, rounds=2,
+                 round_objective="likelihood", round_tol=1e-12, round_max_iter=12, **FAST)  # fmt: skip
+    history = fit.gate_rounds.history
+    assert all(b >= a for a, b in zip(history, history[1:])) and history[-1] > history[0] + 1e-4
+    gate = fit.model.gate_
+    ridge = 0.5 * 1e-6 * float(gate.coef.square().sum())
+    assert history[-1] == pytest.approx((fit.model.log_likelihood(data.X, data.y) - ridge) / 1500, rel=1e-10)
+    one = fit.one_round_model
+    assert history[0] == pytest.approx(
+        (one.log_likelihood(data.X, data.y) - 0.5 * 1e-6 * float(one.gate_.coef.square().sum())) / 1500, rel=1e-10
+    )
+    end = observed_gate_statistics(gate, fit.model.experts_, torch.as_tensor(data.X), torch.as_tensor(data.y))
+    start = observed_gate_statistics(one.gate_, one.experts_, torch.as_tensor(data.X), torch.as_tensor(data.y))
+    assert end.gradient.abs().max() < 1e-3 * start.gradient.abs().max()
+    torch.testing.assert_close(fit.model.coef_, one.coef_)
+
+
+def test_round_objective_must_be_known():
+    with pytest.raises(ValueError, match="round_objective"):
+        fit_distributed([(np.zeros((5, 1)), np.zeros(5))], 2, rounds=2, round_objective="mse")
 
 
 def test_with_a_tiny_supporting_sample_round_two_comes_closer_to_the_global_fit():

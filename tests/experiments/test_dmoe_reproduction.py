@@ -30,14 +30,14 @@ def test_dmoe_reproduction_quick(tmp_path):
             assert 0.0 < row["rpe"] < 1.0
         else:
             assert 0.5 < row["accuracy"] <= 1.0 and row["log_loss"] == pytest.approx(-row["log_lik"])
-        if name in ("Reduction", "Reduction-2"):
+        if name in ("Reduction", "Reduction-2", "Reduction-2L"):
             # the reduction keeps the MoE structure: a better test likelihood than picking or averaging local fits
             assert row["log_lik"] > max(
                 rows[(expert, m, "Middle")]["log_lik"], rows[(expert, m, "Weighted")]["log_lik"]
             )
         # the second round's cost is reported, as a share of the local fitting time, on its rows only
-        assert all(key in row for key in ROUND_COST) == (name == "Reduction-2")
-        if name == "Reduction-2":
+        assert all(key in row for key in ROUND_COST) == (name in ("Reduction-2", "Reduction-2L"))
+        if name in ("Reduction-2", "Reduction-2L"):
             assert (
                 row["round2_passes"] >= 1
                 and 0 < row["round2_share"]
@@ -51,10 +51,10 @@ def test_dmoe_reproduction_quick(tmp_path):
     }
     assert {c["M"] for c in result["quality_bar"]} == {4, 8}
     assert {(c["expert"], c["estimator"]) for c in result["quality_bar"]} == {
-        (e, name) for e in kinds for name in ("Reduction", "Reduction-2")
+        (e, name) for e in kinds for name in ("Reduction", "Reduction-2", "Reduction-2L")
     }
     assert {(c["expert"], c["M"], c["estimator"]) for c in result["seed_bar"]} == {
-        (e, m, name) for e in kinds for m in (4, 8) for name in ("Reduction", "Reduction-2")
+        (e, m, name) for e in kinds for m in (4, 8) for name in ("Reduction", "Reduction-2", "Reduction-2L")
     }
 
 
@@ -98,7 +98,7 @@ def test_dmoe_command_prints_the_checks_with_one_and_two_rounds(tmp_path, capsys
     marked = [line for line in lines if line[:1] in "✔✘"]
     assert any("Global: rpe at most 10% worse than Truth on every seed" in line for line in marked)
     assert any("Truth-EM: ari at least 0.9 on every seed" in line for line in marked)
-    for name in ("Reduction:", "Reduction-2:"):
+    for name in ("Reduction:", "Reduction-2:", "Reduction-2L:"):
         assert any(name in line and "on every seed" in line for line in marked)
         assert any(name in line and "on every seed" not in line for line in marked)
     assert any(line.startswith("gaussian  1     4 Reduction-2") and "[" in line for line in lines)

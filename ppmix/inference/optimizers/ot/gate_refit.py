@@ -37,7 +37,7 @@ from ppmix.ops.logspace import normalize_log_joint_
 if TYPE_CHECKING:
     from ppmix.inference.optimizers.ot.reduction import LocalMixture
 
-__all__ = ["GateStatistics", "gate_statistics", "refit_gate"]
+__all__ = ["GateStatistics", "gate_statistics", "observed_gate_statistics", "refit_gate"]
 
 #: Gauss–Hermite nodes per local Gaussian expert (exact for polynomials of degree < 16)
 QUADRATURE_NODES = 8
@@ -202,10 +202,71 @@ def gate_statistics(
     (40, True, 0.0)
     """
     x = local.x
-    free = gate.n_components - 1
-    pairs = (torch.arange(free).repeat_interleave(free), torch.arange(free).repeat(free))
+    pairs = _free_pairs(gate)
     log_gate = gate.log_prob(x)
     value, targets, outer = _Expectation(local, experts, n_nodes).accumulate(log_gate, x.new_zeros(()), pairs)
+    return _assemble(x, log_gate, float(value), targets, outer, pairs)
+
+
+def observed_gate_statistics(
+    gate: SoftmaxGate, experts: GaussianExpert | LogisticExpert, x: torch.Tensor, y: torch.Tensor
+) -> GateStatistics:
+    """:func:`gate_statistics` for the observed responses: the MoE log-likelihood of ``(x, y)``, experts fixed.
+
+    The objective is ``sum_n log sum_k pi_k(x_n) phi_k(y_n | x_n)``: the data's own
+    likelihood in place of ``f^W``'s expected one (each row is one pseudo-response of
+    weight 1, its observed ``y``). Its maximiser over the gate is the gate a global fit
+    with these experts would reach.
+
+    Parameters
+    ----------
+    gate : SoftmaxGate
+        The gate at which to evaluate (its ridge is not used).
+    experts : GaussianExpert or LogisticExpert
+        The reduced experts.
+    x : Tensor, shape (N, P)
+    y : Tensor, shape (N,)
+        Responses (logistic experts: codes 0 and 1).
+
+    Returns
+    -------
+    GateStatistics
+
+    Examples
+    --------
+    >>> import torch
+    >>> from ppmix.components import GaussianExpert, SoftmaxGate
+    >>> x = torch.linspace(-2, 2, 40, dtype=torch.float64)[:, None]
+    >>> experts = GaussianExpert(torch.tensor([[1.0], [-1.0]], dtype=torch.float64))
+    >>> gate = SoftmaxGate(torch.tensor([[3.0], [0.0]], dtype=torch.float64))
+    >>> y = x[:, 0].abs()
+    >>> stats = observed_gate_statistics(gate, experts, x, y)
+    >>> log_lik = torch.logsumexp(gate.log_prob(x) + experts.log_prob((x, y)), 1).sum()
+    >>> stats.n_rows, round(stats.value - float(log_lik), 9)
+    (40, 0.0)
+    """
+    pairs = _free_pairs(gate)
+    log_gate = gate.log_prob(x)
+    resp, log_norm = normalize_log_joint_(log_gate + experts.log_prob((x, y)))
+    return _assemble(x, log_gate, float(log_norm.sum()), resp, resp[:, pairs[0]] * resp[:, pairs[1]], pairs)
+
+
+def _free_pairs(gate: SoftmaxGate) -> tuple[torch.Tensor, torch.Tensor]:
+    """Index pairs ``(i, j)`` over the gate's free rows ``0..K-2``, row-major."""
+    free = gate.n_components - 1
+    return torch.arange(free).repeat_interleave(free), torch.arange(free).repeat(free)
+
+
+def _assemble(
+    x: torch.Tensor,
+    log_gate: torch.Tensor,
+    value: float,
+    targets: torch.Tensor,
+    outer: torch.Tensor,
+    pairs: tuple[torch.Tensor, torch.Tensor],
+) -> GateStatistics:
+    """The statistics from per-row sums of the responsibility targets ``(S, K)`` and of ``w r_i r_j`` over ``pairs``."""
+    free = log_gate.shape[1] - 1
     a = design_matrix(x)
     totals = targets.sum(1)
     p = log_gate[:, :free].exp()
@@ -215,7 +276,7 @@ def gate_statistics(
     curvature = targets[:, pairs[0]] * (pairs[0] == pairs[1]).to(x.dtype) - outer
     m = a.shape[1]
     missing = weighted_grams(a, curvature).view(free, free, m, m).transpose(1, 2).reshape(free * m, free * m)
-    return GateStatistics(float(value), gradient, softmax_hessian(a, weighted, p), missing, x.shape[0])
+    return GateStatistics(value, gradient, softmax_hessian(a, weighted, p), missing, x.shape[0])
 
 
 class _Expectation:
