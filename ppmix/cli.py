@@ -231,6 +231,7 @@ def _cmd_dmoe(args: argparse.Namespace) -> int:
                 seed=args.seed,
                 max_workers=args.workers,
                 rounds=args.rounds,
+                round_objective=args.round_objective,
             )
         except (TaskError, TypeError, ValueError) as err:
             raise UserError(str(err)) from None
@@ -324,6 +325,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=[1, 2],
         default=1,
         help="1: the paper's one communication round; 2: then refit the gate by Newton steps on all shards",
+    )
+    dmoe.add_argument(
+        "--round-objective",
+        choices=["kl", "likelihood"],
+        default="kl",
+        help="the second round's gate objective: f^W's expected log-likelihood (kl) or the shards' own (likelihood)",
     )
     dmoe.add_argument("--seed", type=seed, default=0)
     dmoe.add_argument("--quiet", action="store_true", help="no progress lines on stderr")

@@ -103,7 +103,7 @@ def test_dmoe_fits_parquet_shards_on_the_local_pool(tmp_path):
     out = tmp_path / "out"
     result = run(
         "dmoe", "--shards", str(tmp_path / "part-*.parquet"), "--target", "target", "--experts", "2",
-        "--workers", "2", "--n-init", "2", "--rounds", "2", "--out", str(out),
+        "--workers", "2", "--n-init", "2", "--rounds", "2", "--round-objective", "likelihood", "--out", str(out),
     )  # fmt: skip
     assert "reduced 3 local gaussian MoE fits" in result.stdout
     progress = [line.split("] ", 1)[1] for line in result.stderr.splitlines() if line.startswith("[")]
@@ -119,8 +119,11 @@ def test_dmoe_fits_parquet_shards_on_the_local_pool(tmp_path):
     assert summary["model"]["feature_names"] == ["u", "v"]
     history = summary["second_round"]["history"]  # the gate refitted on all shards: its objective never falls
     assert summary["rounds"] == 2 and len(history) >= 2 and all(b >= a for a, b in zip(history, history[1:]))
+    assert summary["second_round"]["objective"] == "likelihood"
     model = MixtureOfExperts.load(out / "model")
     n = len(data.y)  # mean log-likelihood (``score`` is scikit-learn's R² for a regressor)
+    # the objective of the round on the observed responses is the saved model's own log-likelihood (ridge ~1e-6)
+    assert history[-1] == pytest.approx(model.log_likelihood(data.X, data.y) / n, abs=1e-5)
     assert model.log_likelihood(data.X, data.y) / n > data.true_model().log_likelihood(data.X, data.y) / n - 0.1
 
 

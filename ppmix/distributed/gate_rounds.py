@@ -77,6 +77,8 @@ class GateRounds:
         Seconds of the whole round as the driver saw it (waiting for the workers included).
     converged : bool
         The predicted gain of the next step fell below ``tol``.
+    objective : {"kl", "likelihood"}
+        What the gate maximised (see :func:`refit_gate_on_shards`).
     """
 
     history: list[float] = field(default_factory=list)
@@ -85,6 +87,7 @@ class GateRounds:
     driver_seconds: float = 0.0
     wall_seconds: float = 0.0
     converged: bool = False
+    objective: str = "kl"
 
     @property
     def n_passes(self) -> int:
@@ -112,6 +115,7 @@ class GateRounds:
             "wall_seconds": self.wall_seconds,
             "critical_path_seconds": self.critical_path_seconds,
             "converged": self.converged,
+            "objective": self.objective,
         }
 
 
@@ -279,7 +283,7 @@ def refit_gate_on_shards(
     block_ridge = torch.kron(
         torch.eye(free, dtype=gate.dtype), SoftmaxGate(gate.coef, gate.intercept, ridge=ridge)._ridge_matrix()
     )
-    rounds = GateRounds()
+    rounds = GateRounds(objective=objective)
     waiting = 0.0
 
     def stacked(theta: torch.Tensor) -> torch.Tensor:  # (K, P + 1) with the pinned last row
