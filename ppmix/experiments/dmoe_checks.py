@@ -193,7 +193,7 @@ def seed_table(rows: list[dict]) -> list[str]:
     for r in sorted(rows, key=lambda r: (r["expert"], r["seed"], r["M"], ESTIMATORS.index(r["estimator"]))):
         if r["estimator"] not in ("Truth", "Truth-EM", "Global", *CHECKED):
             continue
-        shown = [key for key, _ in CLOSE_TO_GLOBAL[r["expert"]]] + (["ari"] if "ari" in r else [])
+        shown = [key for key, _ in CLOSE_TO_GLOBAL[r["expert"]]] + [k for k in ("ari", "train_log_lik") if k in r]
         metrics = "  ".join(f"{key}={r[key]:.4f}" for key in shown)
         cost = ""
         if "round2_seconds" in r:
