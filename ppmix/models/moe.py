@@ -308,9 +308,19 @@ class MixtureOfExperts(ParametersMixin, TargetKindMixin, MixtureModel):
         return self._gate.log_prob(x) + self._experts.log_prob((x, y))
 
     def e_step(self, data: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Responsibilities and the log-likelihood ``sum_n log sum_k pi_k(x_n) p_k(y_n | x_n)``."""
+        """Responsibilities and the EM objective: the log-likelihood ``sum_n log sum_k pi_k(x_n) p_k(y_n | x_n)``
+        less :meth:`ridge_penalty`."""
         resp, log_norm = normalize_log_joint_(self._log_joint(*data))
-        return resp, log_norm.sum()
+        return resp, log_norm.sum() - self.ridge_penalty()
+
+    def ridge_penalty(self) -> torch.Tensor:
+        """The ridge term of the EM objective: ``ridge / 2 * (||gate coef||^2 + ||expert coef||^2)`` on the
+        standardised scale for logistic and softmax experts, whose Newton M-steps maximise the log-likelihood less
+        exactly this (a Gaussian prior on the slopes), so ``history_`` and ``lower_bound_`` are the penalised
+        log-likelihood and never fall. 0 for Gaussian experts, whose ridge only keeps least squares regular."""
+        if self.expert == "gaussian":
+            return torch.zeros((), dtype=self.dtype, device=self._device)
+        return 0.5 * self.ridge * (self._gate.coef.square().sum() + self._experts.coef.square().sum())
 
     def m_step(self, data: tuple[torch.Tensor, torch.Tensor], resp: torch.Tensor) -> None:
         """Experts by weighted least squares / weighted IRLS, gate by Newton on the soft targets."""

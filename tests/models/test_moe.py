@@ -110,7 +110,7 @@ def test_a_warm_start_continues_from_the_model_it_holds_whatever_its_scales(expe
     params = {name: getattr(fitted, f"{name}_").numpy() for name in names}
     if expert == "gaussian":
         params["scale"] = fitted.scale_.numpy()
-    given = MixtureOfExperts.from_parameters(**params, engine="em")
+    given = MixtureOfExperts.from_parameters(**params, engine="em", ridge=0.0)  # the objective is the log-likelihood
     start = float(given.pointwise_log_likelihood(given.prepare_data(x, y)).mean())
     given.fit(x, y, warm_start=True, n_init=1, max_iter=2)
     assert given.history_[0] == pytest.approx(start, rel=1e-9)
@@ -325,3 +325,27 @@ def test_dataset_follows_the_paper_setting():
             assert np.var(resid[data.labels == k]) == pytest.approx(data.scale[k] ** 2, rel=0.2)
     again = make_moe(4000, seed=5)
     np.testing.assert_array_equal(again.y, data.y)
+
+
+@pytest.mark.filterwarnings("ignore:EM did not converge")
+@pytest.mark.parametrize("expert", ["logistic", "softmax"])
+def test_with_a_large_ridge_the_objective_is_the_penalised_log_likelihood_and_never_falls(expert):
+    """Known answer: for classifying experts ``lower_bound_`` is the log-likelihood less ``ridge / 2`` times the
+    squared standardised slopes (gate and experts), which every M-step raises."""
+    data = make_moe(1500, expert="logistic", n_experts=3, n_features=4, seed=2)
+    moe = MixtureOfExperts(3, expert=expert, seed=1, progress=False, max_iter=40, tol=0.0, ridge=0.5)
+    moe.fit(data.X, data.y)
+    steps = np.diff(moe.history_)
+    assert (steps >= -1e-9 * np.abs(moe.history_[1:])).all(), steps.min()
+    slopes = moe._gate.coef.square().sum() + moe._experts.coef.square().sum()
+    assert float(moe.ridge_penalty()) == pytest.approx(0.25 * float(slopes), rel=1e-12) and float(slopes) > 1.0
+    n = len(data.y)
+    expected = (moe.log_likelihood(data.X, data.y) - float(moe.ridge_penalty())) / n
+    assert moe.lower_bound_ == pytest.approx(expected, rel=1e-10)
+
+
+def test_gaussian_experts_keep_the_log_likelihood_as_their_objective():
+    x, y, _ = planted("gaussian", n=400)
+    moe = MixtureOfExperts(2, seed=0, progress=False, ridge=0.5).fit(x, y)
+    assert float(moe.ridge_penalty()) == 0.0
+    assert moe.lower_bound_ == pytest.approx(moe.log_likelihood(x, y) / len(y), rel=1e-10)
