@@ -30,6 +30,8 @@ def check_settings(model: "MixtureOfExperts", experts: tuple[str, ...]) -> None:
     if model.init_iter is not None:
         check_positive_int(model.init_iter, "init_iter")
     for name in ("ridge", "min_variance", "tol"):
+        if name == "ridge" and model.ridge is None:  # the expert kind's default
+            continue
         if not getattr(model, name) >= 0:
             raise ValueError(f"{name} must be non-negative; got {getattr(model, name)}")
 

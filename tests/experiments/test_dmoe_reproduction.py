@@ -45,7 +45,7 @@ def test_dmoe_reproduction_quick(tmp_path):
             )
     # EM started at the planted model stays in the truth's basin: its clustering matches the truth's
     for expert in kinds:
-        assert rows[(expert, 1, "Truth-EM")]["ari"] > rows[(expert, 0, "Truth")]["ari"] - 0.05
+        assert rows[(expert, 1, "Truth-EM")]["ari"] > rows[(expert, 0, "Truth")]["ari"] - 0.1
         # the training objective per row, to tell a poor basin (Global below Truth-EM) from over-fitting
         assert all(rows[(expert, 1, name)]["train_log_lik"] < 0 for name in ("Truth-EM", "Global"))
     assert {(c["expert"], c["estimator"]) for c in result["truth_bar"]} == {

@@ -63,6 +63,9 @@ GATE_REFITS = ("kl", "s5")
 #: defaults of :func:`ot_reduce` that the second round of ``fit_distributed`` reuses: the gate's ridge and the
 #: gate mass below which a (point, local expert) pair is dropped
 GATE_RIDGE, MASS_TOL = 1e-6, 1e-12
+#: the ridge of the reduced experts' fits: a numerical safeguard only (the local fits' own ridge is their prior,
+#: and identical local experts must reduce to themselves)
+EXPERT_RIDGE = 1e-6
 #: pairs per block of the cost evaluation (a block of costs fits in a core's cache)
 _BLOCK = 1 << 13
 
@@ -114,7 +117,9 @@ class LocalMixture:
         """Stack fitted models (all with the same number and kind of experts and features)."""
         lam = check_models(models, weights)
         probs = torch.cat([w * m.gate_probabilities(x) for w, m in zip(lam, models)], dim=1)
-        return cls(x, probs, _stack([m.experts_ for m in models]), models[0].n_experts, mass_tol)
+        experts = _stack([m.experts_ for m in models])
+        experts.ridge = EXPERT_RIDGE
+        return cls(x, probs, experts, models[0].n_experts, mass_tol)
 
 
 @dataclass
