@@ -328,8 +328,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dmoe.add_argument(
         "--round-objective",
-        choices=["kl", "likelihood"],
-        default="kl",
+        choices=["likelihood", "kl"],
+        default="likelihood",
         help="the second round's gate objective: f^W's expected log-likelihood (kl) or the shards' own (likelihood)",
     )
     dmoe.add_argument("--seed", type=seed, default=0)

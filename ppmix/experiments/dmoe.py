@@ -18,8 +18,9 @@ expected KL divergence from the weighted average ``f^W`` (``gate_refit="kl"``).
 per-point plan's marginals (S4)–(S5) and, for logistic experts, the closed form S14.
 ``Reduction-2`` (beyond the paper, ``rounds=(1, 2)``) is ``Reduction`` with a second
 communication round: the reduced gate refitted to ``f^W`` over every training row of every
-shard (``fit_distributed(rounds=2)``), from the same local fits; ``Reduction-2L`` refits
-it instead to the shards' observed responses (``round_objective="likelihood"``). Their
+shard (``fit_distributed(rounds=2, round_objective="kl")``), from the same local fits;
+``Reduction-2L`` refits it instead to the shards' observed responses (the default,
+``round_objective="likelihood"``). Their
 rows carry the round's cost as a share of the local fitting time. ``Truth-EM`` is EM on
 all training rows started at the planted parameters (the checks are in
 :mod:`ppmix.experiments.dmoe_checks`).
@@ -195,7 +196,14 @@ def compare_estimators(
             for m in machines:
                 shards = [(X[i::m], y[i::m]) for i in range(m)]
                 fit = fit_distributed(
-                    shards, 4, expert=expert, executor=executor, seed=seed, rounds=2 if two else 1, **settings
+                    shards,
+                    4,
+                    expert=expert,
+                    executor=executor,
+                    seed=seed,
+                    rounds=2 if two else 1,
+                    round_objective="kl",  # Reduction-2; Reduction-2L is the likelihood round from the same fits
+                    **settings,
                 )
                 local = [fit.local_models[i] for i in fit.canonical_order]
                 weights = [fit.n_rows[i] for i in fit.canonical_order]

@@ -108,7 +108,8 @@ def test_two_rounds_raise_the_full_data_objective_to_the_refit_on_all_rows(exper
     data, _, _ = _problem(expert)
     shards = _shards(data, 3)
     fit = _quiet(fit_distributed, shards, 3, expert=expert, executor="inline", support_size=30, rounds=2,
-                 round_tol=1e-12, round_max_iter=12, model_options={"ridge": SATURATED}, **FAST)  # fmt: skip
+                 round_objective="kl", round_tol=1e-12, round_max_iter=12, model_options={"ridge": SATURATED},
+                 **FAST)  # fmt: skip
     history = fit.gate_rounds.history
     assert len(history) >= 3 and all(b >= a for a, b in zip(history, history[1:]))
     local = [fit.local_models[i] for i in fit.canonical_order]
@@ -180,14 +181,15 @@ def test_round_objective_must_be_known():
         fit_distributed([(np.zeros((5, 1)), np.zeros(5))], 2, rounds=2, round_objective="mse")
 
 
-def test_with_a_tiny_supporting_sample_round_two_comes_closer_to_the_global_fit():
+@pytest.mark.parametrize("objective", ["kl", "likelihood"])
+def test_with_a_tiny_supporting_sample_round_two_comes_closer_to_the_global_fit(objective):
     """Twelve supporting rows place the one-round gate poorly; refitted on all rows it predicts like Global."""
     data = make_moe(3000, expert="logistic", n_experts=3, n_features=2, seed=1)
     X, y, X_test, y_test = data.X[:2400], data.y[:2400], data.X[2400:], data.y[2400:]
     glob = _quiet(MixtureOfExperts(3, expert="logistic", seed=0, progress=False, ridge=SATURATED, **FAST).fit, X, y)
     shards = [(X[i::4], y[i::4]) for i in range(4)]
     fit = _quiet(fit_distributed, shards, 3, expert="logistic", executor="inline", support_size=12, rounds=2,
-                 model_options={"ridge": SATURATED}, **FAST)  # fmt: skip
+                 round_objective=objective, model_options={"ridge": SATURATED}, **FAST)  # fmt: skip
     assert fit.X_support.shape[0] == 12
 
     def distance(model) -> tuple[float, float]:
