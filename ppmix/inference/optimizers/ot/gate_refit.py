@@ -235,15 +235,17 @@ def observed_gate_statistics(
     Examples
     --------
     >>> import torch
-    >>> from ppmix.components import GaussianExpert, SoftmaxGate
-    >>> x = torch.linspace(-2, 2, 40, dtype=torch.float64)[:, None]
-    >>> experts = GaussianExpert(torch.tensor([[1.0], [-1.0]], dtype=torch.float64))
-    >>> gate = SoftmaxGate(torch.tensor([[3.0], [0.0]], dtype=torch.float64))
-    >>> y = x[:, 0].abs()
+    >>> from ppmix.components import LogisticExpert, SoftmaxGate
+    >>> x = torch.linspace(-2, 2, 30, dtype=torch.float64)[:, None]
+    >>> experts = LogisticExpert(torch.tensor([[4.0], [-4.0]], dtype=torch.float64))
+    >>> y = (x[:, 0] > 0).to(torch.float64)
+    >>> gate = SoftmaxGate(torch.tensor([[2.0], [0.0]], dtype=torch.float64))
     >>> stats = observed_gate_statistics(gate, experts, x, y)
     >>> log_lik = torch.logsumexp(gate.log_prob(x) + experts.log_prob((x, y)), 1).sum()
     >>> stats.n_rows, round(stats.value - float(log_lik), 9)
-    (40, 0.0)
+    (30, 0.0)
+    >>> float(stats.gradient[1]) > 0  # expert 0 fits every row: the gradient raises its gate's intercept
+    True
     """
     pairs = _free_pairs(gate)
     log_gate = gate.log_prob(x)
