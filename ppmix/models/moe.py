@@ -77,8 +77,9 @@ class MixtureOfExperts(ParametersMixin, TargetKindMixin, MixtureModel):
     tol : float, default 1e-6
         EM stops when the log-likelihood per observation changes by at most ``tol`` (nats).
     ridge : float, optional
-        Ridge penalty ``ridge / 2 * ||slopes||^2`` of the gate and of the experts (standardised
-        scale); it keeps their Newton fits finite on separable data. ``None`` (default) is
+        Ridge penalty on the slopes of the gate and of the experts (standardised scale:
+        ``ridge / 2 * ||slopes||^2`` in the Newton fits, ``ridge * ||slopes||^2`` added to the
+        Gaussian experts' least squares); it keeps the fits finite on separable data. ``None`` (default) is
         ``1e-6`` for Gaussian experts (a sharp regime boundary then gives a large but finite
         gate slope: ``gate_coef_`` 309 in the example below, whose true gate is a step) and
         ``1e-2`` for logistic and softmax experts, a weak Gaussian prior (sd 10 on the
