@@ -222,25 +222,19 @@ def compare_estimators(
                     gate_refit="s5",
                     logistic_update="s14",
                 )
-                costs = {}
+                estimators, costs = {}, {}
+                if 1 in rounds:
+                    estimators["Reduction"] = (fit.one_round_model if two else fit.model, fit.aggregation_seconds)
                 if two:
                     by_likelihood, costs["Reduction-2L"] = _likelihood_round(fit, shards, executor)
                     costs["Reduction-2"] = fit.gate_rounds
-                estimators = {
-                    "Reduction": (fit.one_round_model if two else fit.model, fit.aggregation_seconds),
-                    "Reduction-2": (fit.model, fit.critical_path_seconds - slowest),
-                    "Reduction-2L": (
-                        by_likelihood if two else None,
-                        fit.aggregation_seconds + (costs["Reduction-2L"].critical_path_seconds if two else 0.0),
-                    ),
-                    "Reduction-S4": (literal, literal_seconds),
-                    "Middle": (middle, middle_seconds),
-                    "Weighted": (weighted, weighted_seconds),
-                }
-                wanted = {"Reduction": 1 in rounds, "Reduction-2": two, "Reduction-2L": two}
+                    estimators["Reduction-2"] = (fit.model, fit.critical_path_seconds - slowest)
+                    likelihood_seconds = fit.aggregation_seconds + costs["Reduction-2L"].critical_path_seconds
+                    estimators["Reduction-2L"] = (by_likelihood, likelihood_seconds)
+                estimators["Reduction-S4"] = (literal, literal_seconds)
+                estimators["Middle"] = (middle, middle_seconds)
+                estimators["Weighted"] = (weighted, weighted_seconds)
                 for name, (model, aggregation) in estimators.items():
-                    if not wanted.get(name, True):
-                        continue
                     row = {**base, "M": m, "estimator": name, "seconds": slowest + aggregation}
                     row.update(aggregation_seconds=aggregation, **_metrics(model, truth, test, eval_points))
                     rows.append({**row, **(_round_cost(costs[name], fit.local_seconds) if name in costs else {})})
