@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from ppmix._validation import check_matrix, check_positive_int, ravel_column_vector
+from ppmix.models.moe_moves import SEARCHES
 from ppmix.ops.scaling import feature_scales
 
 if TYPE_CHECKING:
@@ -27,6 +28,8 @@ def check_settings(model: "MixtureOfExperts", experts: tuple[str, ...]) -> None:
     split_merge = model.split_merge
     if isinstance(split_merge, bool) or not isinstance(split_merge, int) or split_merge < 0:
         raise ValueError(f"split_merge must be a non-negative integer; got {split_merge!r}")
+    if model.split_merge_search not in SEARCHES:
+        raise ValueError(f"split_merge_search must be one of {SEARCHES}; got {model.split_merge_search!r}")
     if model.init_iter is not None:
         check_positive_int(model.init_iter, "init_iter")
     for name in ("ridge", "min_variance", "tol"):

@@ -9,9 +9,7 @@ from scipy.optimize import linear_sum_assignment
 
 from ppmix._validation import NotFittedError
 from ppmix.datasets.moe import make_moe
-from ppmix.models import moe_moves
 from ppmix.models.moe import MixtureOfExperts
-from ppmix.models.moe_moves import _DUPLICATE_KL
 from tests.common import assert_em_objective_is_trace_enum_elbo
 
 EXPERTS = ["gaussian", "logistic"]
@@ -200,57 +198,6 @@ def test_mcmc_runs_with_proper_priors():
     assert np.isfinite(moe.log_likelihood(x, y) / len(y))
 
 
-def test_split_and_merge_repairs_the_duplicated_expert_optimum():
-    """From restarts where plain EM splits one expert in two and merges two others, the moves reach the best optimum."""
-    data = make_moe(2000, n_experts=4, n_features=5, seed=0)
-    one_start = {"n_init": 1, "progress": False}
-    best = MixtureOfExperts(4, seed=1, split_merge=0, **one_start).fit(data.X, data.y).lower_bound_
-    for seed in (3, 4):  # plain EM from these random gates ends at a duplicated expert
-        plain = MixtureOfExperts(4, seed=seed, split_merge=0, **one_start).fit(data.X, data.y)
-        moved = MixtureOfExperts(4, seed=seed, **one_start).fit(data.X, data.y)
-        assert plain.lower_bound_ < best - 0.05
-        assert moved.lower_bound_ == pytest.approx(best, abs=1e-6)
-        assert (np.diff(moved.history_) >= -1e-9 * np.abs(moved.history_[1:])).all()
-        assert moved.n_iter_ > plain.n_iter_
-        # the default: ten short EM starts of which the best runs on ("small EM"), then the moves
-        default = MixtureOfExperts(4, seed=seed, progress=False).fit(data.X, data.y)
-        assert default.lower_bound_ == pytest.approx(best, abs=1e-6)
-    # at the best optimum there is no duplicate pair: the moves leave the fit as it is
-    again = MixtureOfExperts(4, seed=1, **one_start).fit(data.X, data.y)
-    assert again.lower_bound_ == best
-
-
-def test_split_and_merge_frees_the_least_used_expert_when_no_pair_is_duplicated():
-    """A local optimum without a duplicate pair: freeing the expert with the least mass and splitting the worst
-    one reaches the best optimum."""
-    data = make_moe(2000, n_experts=4, n_features=5, seed=0)
-    best = MixtureOfExperts(4, seed=1, n_init=1, progress=False, split_merge=0).fit(data.X, data.y).lower_bound_
-    plain = MixtureOfExperts(4, seed=0, n_init=1, progress=False, split_merge=0).fit(data.X, data.y)
-    x = plain.em_data(plain._train_data)[0]
-    kl = plain._experts.kl(plain._experts, x).mean(0)
-    assert float((kl + kl.T).fill_diagonal_(float("inf")).min()) >= _DUPLICATE_KL
-    assert plain.lower_bound_ < best - 0.05
-    moved = MixtureOfExperts(4, seed=0, n_init=1, progress=False).fit(data.X, data.y)
-    assert moved.lower_bound_ == pytest.approx(best, abs=1e-6)
-    assert (np.diff(moved.history_) >= -1e-9 * np.abs(moved.history_[1:])).all()
-
-
-def test_split_and_merge_rejects_a_move_that_empties_an_expert(monkeypatch):
-    """A proposal under which an expert's least squares becomes singular is rejected and the fit kept."""
-    data = make_moe(600, n_experts=3, n_features=3, seed=2)
-    plain = MixtureOfExperts(3, seed=0, n_init=1, progress=False, split_merge=0).fit(data.X, data.y)
-
-    def emptying(model, x, y):
-        proposal = torch.zeros(x.shape[0], model.n_experts, dtype=x.dtype)
-        proposal[:, 0] = 1.0
-        return proposal
-
-    monkeypatch.setattr(moe_moves, "split_merge_proposal", emptying)
-    moved = MixtureOfExperts(3, seed=0, n_init=1, progress=False).fit(data.X, data.y)
-    assert moved.lower_bound_ == plain.lower_bound_
-    np.testing.assert_array_equal(moved.coef_.numpy(), plain.coef_.numpy())
-
-
 @pytest.mark.parametrize(
     "kwargs, fit_args, error, match",
     [
@@ -264,6 +211,7 @@ def test_split_and_merge_rejects_a_move_that_empties_an_expert(monkeypatch):
         ({"expert": "poisson"}, "ok", ValueError, "expert must be one of"),
         ({"init_params": "magic"}, "ok", ValueError, "init_params"),
         ({"split_merge": -1}, "ok", ValueError, "split_merge must be a non-negative integer"),
+        ({"split_merge_search": "all"}, "ok", ValueError, "split_merge_search must be one of"),
         ({}, "strings", TypeError, "y must be numeric"),
     ],
     ids=[
@@ -277,6 +225,7 @@ def test_split_and_merge_rejects_a_move_that_empties_an_expert(monkeypatch):
         "bad-expert",
         "bad-init",
         "negative-split-merge",
+        "bad-split-merge-search",
         "string-y",
     ],
 )

@@ -1,0 +1,171 @@
+"""Split-and-merge moves of MixtureOfExperts: the proposal and screened searches, the moves' responsibilities,
+the candidates, and rejected moves."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from ppmix.datasets.moe import make_moe
+from ppmix.models import moe_moves
+from ppmix.models.moe import MixtureOfExperts
+from ppmix.models.moe_moves import (
+    _DUPLICATE_KL,
+    _SCREEN_KEEP,
+    _SCREEN_MOST,
+    candidate_moves,
+    move_responsibilities,
+    screened_moves,
+)
+
+QUIET = {"n_init": 1, "progress": False}
+
+
+def _monotone(history) -> bool:
+    return bool((np.diff(history) >= -1e-9 * np.abs(np.asarray(history)[1:])).all())
+
+
+def test_split_and_merge_repairs_the_duplicated_expert_optimum():
+    """From restarts where plain EM splits one expert in two and merges two others, the moves reach the best optimum."""
+    data = make_moe(2000, n_experts=4, n_features=5, seed=0)
+    best = MixtureOfExperts(4, seed=1, split_merge=0, **QUIET).fit(data.X, data.y).lower_bound_
+    for seed in (3, 4):  # plain EM from these random gates ends at a duplicated expert
+        plain = MixtureOfExperts(4, seed=seed, split_merge=0, **QUIET).fit(data.X, data.y)
+        moved = MixtureOfExperts(4, seed=seed, **QUIET).fit(data.X, data.y)
+        assert plain.lower_bound_ < best - 0.05
+        assert moved.lower_bound_ == pytest.approx(best, abs=1e-6)
+        assert _monotone(moved.history_)
+        assert moved.n_iter_ > plain.n_iter_
+        # the default: ten short EM starts of which the best runs on ("small EM"), then the moves
+        default = MixtureOfExperts(4, seed=seed, progress=False).fit(data.X, data.y)
+        assert default.lower_bound_ == pytest.approx(best, abs=1e-6)
+    # at the best optimum there is no duplicate pair: the moves leave the fit as it is
+    again = MixtureOfExperts(4, seed=1, **QUIET).fit(data.X, data.y)
+    assert again.lower_bound_ == best
+
+
+def test_split_and_merge_frees_the_least_used_expert_when_no_pair_is_duplicated():
+    """A local optimum without a duplicate pair: freeing the expert with the least mass and splitting the worst
+    one reaches the best optimum."""
+    data = make_moe(2000, n_experts=4, n_features=5, seed=0)
+    best = MixtureOfExperts(4, seed=1, split_merge=0, **QUIET).fit(data.X, data.y).lower_bound_
+    plain = MixtureOfExperts(4, seed=0, split_merge=0, **QUIET).fit(data.X, data.y)
+    x = plain.em_data(plain._train_data)[0]
+    kl = plain._experts.kl(plain._experts, x).mean(0)
+    assert float((kl + kl.T).fill_diagonal_(float("inf")).min()) >= _DUPLICATE_KL
+    assert plain.lower_bound_ < best - 0.05
+    moved = MixtureOfExperts(4, seed=0, **QUIET).fit(data.X, data.y)
+    assert moved.lower_bound_ == pytest.approx(best, abs=1e-6)
+    assert _monotone(moved.history_)
+
+
+@pytest.mark.parametrize("search", ["proposal", "screened"])
+def test_split_and_merge_rejects_a_move_that_empties_an_expert(monkeypatch, search):
+    """A move under which an expert's least squares becomes singular is rejected (not screened) and the fit kept."""
+    data = make_moe(600, n_experts=3, n_features=3, seed=2)
+    plain = MixtureOfExperts(3, seed=0, split_merge=0, **QUIET).fit(data.X, data.y)
+
+    def emptying(model, x, y, move):
+        proposal = torch.zeros(x.shape[0], model.n_experts, dtype=x.dtype)
+        proposal[:, 0] = 1.0
+        return proposal
+
+    monkeypatch.setattr(moe_moves, "move_responsibilities", emptying)
+    moved = MixtureOfExperts(3, seed=0, split_merge_search=search, **QUIET).fit(data.X, data.y)
+    assert moved.lower_bound_ == plain.lower_bound_
+    np.testing.assert_array_equal(moved.coef_.numpy(), plain.coef_.numpy())
+
+
+@pytest.fixture(scope="module")
+def three_experts():
+    data = make_moe(400, n_experts=3, n_features=2, seed=3)
+    model = MixtureOfExperts(3, seed=0, split_merge=0, **QUIET).fit(data.X, data.y)
+    return model, model.em_data(model._train_data)
+
+
+@pytest.mark.parametrize("keep", [1, None])
+def test_move_responsibilities_free_one_expert_and_split_another(three_experts, keep):
+    """Known answer: the freed expert's mass goes to ``keep`` (or to the others in proportion); the split expert's
+    points above its median residual move to the freed expert; nothing else changes."""
+    model, (x, y) = three_experts
+    freed, split = 0, 2
+    resp = model.responsibilities(model._train_data)
+    proposal = move_responsibilities(model, x, y, (freed, keep, split))
+    members = resp.argmax(1) == split
+    residual = y - model._expert_means(x)[:, split]
+    upper = members & (residual > residual[members].median())
+    assert int(upper.sum()) == int(members.sum()) // 2  # distinct residuals: half the points, rounded down
+    if keep is None:
+        after_free = resp / (1 - resp[:, [freed]])
+        after_free[:, freed] = 0.0
+    else:
+        after_free = resp.clone()
+        after_free[:, keep] += after_free[:, freed]
+        after_free[:, freed] = 0.0
+    expected = after_free.clone()
+    expected[upper, freed], expected[upper, split] = after_free[upper, split], 0.0
+    torch.testing.assert_close(proposal, expected)
+    torch.testing.assert_close(proposal.sum(1), torch.ones_like(y))
+
+
+def test_a_split_needs_two_points(three_experts):
+    model, (x, y) = three_experts
+    hard = model.responsibilities(model._train_data).argmax(1)
+    lonely = torch.nonzero(hard == 0)[:1, 0]
+    rows = torch.cat([lonely, torch.nonzero(hard != 0)[:, 0]])
+    with pytest.raises(ValueError, match="expert 0 holds 1 points; a split needs at least 2"):
+        move_responsibilities(model, x[rows], y[rows], (1, 2, 0))
+
+
+def test_candidate_moves_are_every_triple_or_the_closest_sixty():
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(300, 2)), rng.normal(size=300)
+    fits = {k: MixtureOfExperts(k, seed=0, split_merge=0, max_iter=3, **QUIET).fit(X, y) for k in (2, 4, 6)}
+    x = {k: m.em_data(m._train_data)[0] for k, m in fits.items()}
+    assert candidate_moves(fits[2], x[2]) == [(0, 1, 1), (1, 0, 0)]  # two experts: re-split the pair
+    assert sorted(candidate_moves(fits[4], x[4])) == sorted(itertools.permutations(range(4), 3))
+    moves = candidate_moves(fits[6], x[6])
+    assert len(moves) == _SCREEN_MOST < 6 * 5 * 4
+    kl = fits[6]._experts.kl(fits[6]._experts, x[6]).mean(0)
+    distance = kl + kl.T
+    left_out = set(itertools.permutations(range(6), 3)) - set(moves)
+    assert max(float(distance[f, k]) for f, k, _ in moves) <= min(float(distance[f, k]) for f, k, _ in left_out)
+
+
+def test_screened_search_reaches_an_optimum_the_single_proposal_misses():
+    """From the same EM optimum, one round of the screened search climbs far higher than the proposal's move."""
+    data = make_moe(800, expert="gaussian", seed=1)
+    options = {"seed": 5, "split_merge": 1, **QUIET}
+    plain = MixtureOfExperts(4, **{**options, "split_merge": 0}).fit(data.X, data.y)
+    proposal = MixtureOfExperts(4, **options).fit(data.X, data.y)
+    screened = MixtureOfExperts(4, split_merge_search="screened", **options).fit(data.X, data.y)
+    assert plain.lower_bound_ <= proposal.lower_bound_ < screened.lower_bound_ - 0.1
+    assert _monotone(screened.history_)
+    assert screened.lower_bound_ == pytest.approx(screened.history_[-1])
+    assert screened.n_iter_ > plain.n_iter_
+
+
+@pytest.mark.parametrize("screen_rows", [10_000, 150])
+def test_screened_moves_rank_their_starts_and_restore_the_model(three_experts, monkeypatch, screen_rows):
+    """The starts come best first by their screening objective (all rows when there are fewer than the subsample
+    size), each at least as high as a fresh move; the model's parameters are left as they were."""
+    monkeypatch.setattr(moe_moves, "_SCREEN_ROWS", screen_rows)
+    model, data = three_experts
+    before = model.get_globals()
+    starts = screened_moves(model, data, torch.Generator().manual_seed(0), 1e-6)
+    after = model.get_globals()
+    assert all(torch.equal(before[name], after[name]) for name in before)
+    assert 1 <= len(starts) <= _SCREEN_KEEP
+    assert len({move for move, _ in starts}) == len(starts)
+    if screen_rows > data[1].shape[0]:
+        objectives = []
+        for _, values in starts:
+            model.set_globals(values)
+            objectives.append(float(model.e_step(data)[1]))
+        model.set_globals(before)
+        assert objectives == sorted(objectives, reverse=True)
+    again = screened_moves(model, data, torch.Generator().manual_seed(0), 1e-6)
+    assert [move for move, _ in again] == [move for move, _ in starts]
