@@ -67,6 +67,9 @@ def add_fit_parsers(fit_sub: Any, positive: Callable[[str], int], seed: Callable
     moe.add_argument("--target", metavar="COLUMN", required=True, help="column holding the response y")
     moe.add_argument("--k", "--experts", dest="k", type=_at_least_two, required=True, help="number of experts K (>= 2)")
     moe.add_argument("--expert", choices=["gaussian", "logistic"], default="gaussian")
+    moe.add_argument("--split-merge-search", choices=["proposal", "screened"], default="proposal",
+                     help="split-and-merge moves after EM: one proposal per round, or every move screened on a "
+                          "subsample (slower, finds better optima; see MixtureOfExperts)")  # fmt: skip
     _add_common(moe, positive, seed, n_init=10, max_iter=100)
 
 
@@ -349,7 +352,8 @@ def fit_moe(args: argparse.Namespace) -> int:
         features = frame.drop(columns=[args.target])
         _check_features(features, args)
     model = MixtureOfExperts(args.k, expert=args.expert, n_init=args.n_init, max_iter=args.max_iter,
-                             seed=args.seed, progress=not args.quiet)  # fmt: skip
+                             split_merge_search=args.split_merge_search, seed=args.seed,
+                             progress=not args.quiet)  # fmt: skip
     _fit(model, args, features, y)
     summary = {**model.summary(), "target": args.target, "n_samples": int(len(frame))}
     summary["expert_share"] = np.bincount(np.asarray(model.predict_components(features)), minlength=args.k).tolist()

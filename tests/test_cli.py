@@ -356,10 +356,11 @@ def test_fit_moe_gaussian_and_logistic(tmp_path, capsys):
     pd.DataFrame({"a": x[:, 0], "b": x[:, 1], "label": np.where(y, "yes", "no")}).to_csv(tmp_path / "cls.csv",
                                                                                           index=False)  # fmt: skip
     argv = ["fit", "moe", str(tmp_path / "cls.csv"), "--target", "label", "--expert", "logistic", "--experts", "2",
-            "--n-init", "2", "--quiet", "--out", str(tmp_path / "cls")]  # fmt: skip
+            "--n-init", "2", "--split-merge-search", "screened", "--quiet", "--out", str(tmp_path / "cls")]  # fmt: skip
     assert main(argv) == 0
     summary = json.loads((tmp_path / "cls" / "summary.json").read_text(), parse_constant=_refuse_non_standard)
     assert summary["classes"] == ["no", "yes"] and summary["train_accuracy"] > 0.8
+    assert MixtureOfExperts.load(tmp_path / "cls" / "model").split_merge_search == "screened"
     assert "expert" in summary and summary["expert"] == "logistic"
 
 

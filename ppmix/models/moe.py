@@ -99,13 +99,12 @@ class MixtureOfExperts(ParametersMixin, TargetKindMixin, MixtureModel):
         the EM run that followed it and ``n_iter_`` counts the iterations of all runs.
     split_merge_search : {"proposal", "screened"}, default "proposal"
         Which moves a round tries. ``"proposal"``: one, chosen by the criteria above.
-        ``"screened"``: every (freed, keeping, split) triple of experts (at most 60) runs 60 EM
-        iterations on a subsample of at most 10 000 rows, and EM on all rows goes on from the
-        3 best; the best of those is kept if it beats the round's start. It finds optima that
-        need moves no single proposal picks, at many times the cost: on the S4.1 logistic
-        simulation (N = 10^5) it brought Global's test log-loss from 1.2–1.6 times the
-        truth's to within 3% on three of five seeds (``python -m ppmix.experiments.dmoe
-        --split-merge-search screened``), a fit of minutes instead of one.
+        ``"screened"``: every move of a (freed, keeping, split) triple of experts, its split by
+        residual or along the covariates' main axis (at most 120 moves), runs 60 EM iterations
+        on a subsample of at most 10 000 rows, and EM on all rows goes on from the 3 best; the
+        best of those is kept if it beats the round's start. It finds optima that need moves no
+        single proposal picks, at several times the cost (see the README's mixture-of-experts
+        section for the S4.1 logistic simulation).
     init_params : {"random", "kmeans"}, default "random"
         Starting responsibilities: from a random gate (coefficients ``N(0, 2^2)`` on the
         standardised covariates; Chamroukhi & Pham (2026) keep the best of five random starts) or from

@@ -2,17 +2,19 @@
 responsibilities (a random gate, or k-means on the standardised ``(x, y)``) and the split-and-merge moves run
 after EM (in the spirit of SMEM, Ueda et al. 2000).
 
-A move ``(freed, keep, split)`` frees one expert, whose points go to ``keep`` (or, with ``keep`` None, to the
-others in proportion), and gives it the upper half (by residual) of the ``split`` expert's points; EM restarts
-from there and the move is kept only if the objective rises. This repairs the typical local optima of MoE EM:
+A move ``(freed, keep, split, by)`` frees one expert, whose points go to ``keep`` (or, with ``keep`` None, to
+the others in proportion), and gives it the upper half of the ``split`` expert's points, by residual or along
+the main direction of their covariates (``by``); EM restarts from there and the move is kept only if the
+objective rises. This repairs the typical local optima of MoE EM:
 one expert split in two, or a starved expert fitting a handful of points while two small experts share one wide
 one. Which moves are tried is the ``split_merge_search`` of the model:
 
 - ``"proposal"``: one move per round, chosen by the criteria below (:func:`split_merge_proposal`);
-- ``"screened"``: every move is screened by a short EM run on a subsample and the few best run on to
-  convergence (:func:`screened_moves`). Some optima need two moves that a single proposal never picks: on the
-  S4.1 logistic simulation (Chamroukhi & Pham 2026, N = 10^5) one true expert held by two fitted ones while two
-  others shared one.
+- ``"screened"``: every move, with both splits, is screened by a short EM run on a subsample and the few best
+  run on to convergence (:func:`screened_moves`). Some optima need moves that a single proposal never picks:
+  on the S4.1 logistic simulation (Chamroukhi & Pham 2026, N = 10^5) one true expert held by two fitted ones
+  while two others shared one, and experts whose regions have constant labels, which only a covariate split
+  separates.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SEARCHES",
+    "SPLITS",
     "candidate_moves",
     "initial_responsibilities",
     "move_responsibilities",
@@ -44,7 +47,9 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 #: a move: the freed expert, the expert that takes its points (None: the others, in proportion), the split expert
-Move = tuple[int, "int | None", int]
+Move = tuple[int, "int | None", int, str]
+#: how a move splits the ``split`` expert's points: by residual, or along their covariates' first principal axis
+SPLITS = ("residual", "covariates")
 #: the values of ``MixtureOfExperts(split_merge_search=...)``
 SEARCHES = ("proposal", "screened")
 
@@ -61,7 +66,7 @@ _DUPLICATE_KL = 10.0
 _SCREEN_ROWS = 10_000
 _SCREEN_ITER = 60
 _SCREEN_KEEP = 3
-_SCREEN_MOST = 60
+_SCREEN_MOST = 120
 
 
 def initial_responsibilities(
@@ -177,12 +182,13 @@ def split_merge_proposal(model: MixtureOfExperts, x: torch.Tensor, y: torch.Tens
     fit[excluded] = float("inf")
     fit[counts < 2] = float("inf")
     split = int(fit.argmin())
-    return (freed, keep, split) if torch.isfinite(fit[split]) else None
+    return (freed, keep, split, "residual") if torch.isfinite(fit[split]) else None
 
 
 def candidate_moves(model: MixtureOfExperts, x: torch.Tensor) -> list[Move]:
     """The moves the screened search screens: every ``(freed, keep, split)`` of distinct experts (with ``K = 2``,
-    the pair's re-split ``keep = split``); at most 60, those whose freed and keeping experts predict most alike.
+    the pair's re-split ``keep = split``), each split by residual and by covariates; at most 120, those whose freed
+    and keeping experts predict most alike.
 
     Examples
     --------
@@ -190,13 +196,13 @@ def candidate_moves(model: MixtureOfExperts, x: torch.Tensor) -> list[Move]:
     >>> from ppmix.models import MixtureOfExperts
     >>> x = torch.randn(50, 1, dtype=torch.float64)
     >>> moe = MixtureOfExperts(3, seed=0, progress=False, split_merge=0).fit(x.numpy(), x[:, 0].numpy())
-    >>> len(candidate_moves(moe, moe.em_data(moe._train_data)[0]))
-    6
+    >>> moves = candidate_moves(moe, moe.em_data(moe._train_data)[0])
+    >>> len(moves), moves[0], moves[-1]
+    (12, (0, 1, 2, 'residual'), (2, 1, 0, 'covariates'))
     """
     k = model.n_experts
-    if k == 2:
-        return [(0, 1, 1), (1, 0, 0)]
-    moves: list[Move] = list(itertools.permutations(range(k), 3))
+    triples = [(0, 1, 1), (1, 0, 0)] if k == 2 else list(itertools.permutations(range(k), 3))
+    moves: list[Move] = [(freed, keep, split, by) for by in SPLITS for freed, keep, split in triples]
     if len(moves) > _SCREEN_MOST:
         distance = _prediction_distance(model, x)
         moves.sort(key=lambda move: float(distance[move[0], move[1]]))  # stable: ties keep the order
@@ -243,15 +249,18 @@ def screened_moves(
 
 
 def move_responsibilities(model: MixtureOfExperts, x: torch.Tensor, y: torch.Tensor, move: Move) -> torch.Tensor:
-    """The responsibilities ``(N, K)`` after ``move = (freed, keep, split)``, from the model's current ones.
+    """The responsibilities ``(N, K)`` after ``move = (freed, keep, split, by)``, from the model's current ones.
 
     ``freed``'s responsibility goes to ``keep`` (to the others in proportion when ``keep`` is
     None); then of the points whose most responsible expert is ``split``, those above the
-    median residual (``y`` less the expert's mean; for softmax experts, the expert's negative
-    log-likelihood) move from ``split`` to ``freed``. ``ValueError`` when ``split`` holds fewer
-    than 2 points.
+    median of a score move from ``split`` to ``freed``. The score is the residual with
+    ``by="residual"`` (``y`` less the expert's mean; for softmax experts, the expert's
+    negative log-likelihood), or with ``by="covariates"`` the projection of ``x`` on the first
+    principal axis of those points' covariates: a cut of the expert's region that a linear
+    gate can draw, where its labels alone cannot tell two experts apart (regions of constant
+    labels). ``ValueError`` when ``split`` holds fewer than 2 points.
     """
-    freed, keep, split = move
+    freed, keep, split, by = move
     resp, _ = normalize_log_joint_(model._log_joint(x, y))
     members = resp.argmax(1) == split
     if int(members.sum()) < 2:
@@ -263,11 +272,15 @@ def move_responsibilities(model: MixtureOfExperts, x: torch.Tensor, y: torch.Ten
     else:
         proposal[:, keep] += proposal[:, freed]
         proposal[:, freed] = 0.0
-    if model.expert == "softmax":  # no mean to subtract: split by how badly the expert fits each point
-        residual = -model._experts.log_prob((x, y))[:, split]
+    if by == "covariates":
+        centred = x[members] - x[members].mean(0)
+        axis = torch.linalg.svd(centred, full_matrices=False).Vh[0]
+        score = (x - x[members].mean(0)) @ axis
+    elif model.expert == "softmax":  # no mean to subtract: split by how badly the expert fits each point
+        score = -model._experts.log_prob((x, y))[:, split]
     else:
-        residual = y - model._expert_means(x)[:, split]
-    upper = members & (residual > residual[members].median())
+        score = y - model._expert_means(x)[:, split]
+    upper = members & (score > score[members].median())
     proposal[upper, freed] = proposal[upper, split]
     proposal[upper, split] = 0.0
     return proposal
