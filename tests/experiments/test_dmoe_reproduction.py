@@ -134,3 +134,16 @@ def test_truth_bar_checks_every_seed_against_the_data_generating_model():
     assert checks[("Global", "ari")]["values"] == [0.95, 0.89] and not checks[("Global", "ari")]["pass"]
     assert checks[("Truth-EM", "log_loss")]["pass"] and checks[("Truth-EM", "ari")]["pass"]
     assert list(checks)[:2] == [("Global", "log_loss"), ("Global", "ari")]  # Global first
+
+
+def test_dmoe_command_without_machines_checks_global_with_the_screened_search(tmp_path, capsys):
+    """``--machines`` with no value: the Truth, Truth-EM and Global rows only; the search reaches the fits."""
+    argv = ["--n-samples", "1000", "--machines", "--seeds", "0", "--experts", "gaussian", "--n-init", "1",
+            "--max-iter", "20", "--split-merge-search", "screened", "--split-merge", "1",
+            "--out", str(tmp_path)]  # fmt: skip
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any("Global: rpe at most 10% worse than Truth on every seed" in line for line in lines)
+    result = json.loads((tmp_path / "dmoe.json").read_text())
+    assert [row["estimator"] for row in result["rows"]] == ["Truth", "Truth-EM", "Global"]
+    assert result["settings"]["split_merge_search"] == "screened" and result["settings"]["split_merge"] == 1
