@@ -67,6 +67,8 @@ _SCREEN_ROWS = 10_000
 _SCREEN_ITER = 60
 _SCREEN_KEEP = 3
 _SCREEN_MOST = 120
+#: round ``r`` of the screened search draws its subsample with ``model.generator(_SCREEN_SEED_OFFSET + r)``
+_SCREEN_SEED_OFFSET = 7717
 
 
 def initial_responsibilities(
@@ -120,19 +122,17 @@ def split_and_merge(model: MixtureOfExperts, options: dict[str, Any]) -> None:
     em_options = {key: options[key] for key in ("max_iter", "tol") if key in options}
     for round_ in range(model.split_merge):
         if model.split_merge_search == "screened":
-            starts = screened_moves(model, data, model.generator(offset=7717 + round_), tol)
+            starts = screened_moves(model, data, model.generator(offset=_SCREEN_SEED_OFFSET + round_), tol)
         else:
             move = split_merge_proposal(model, *data)
             starts = [] if move is None else [(move, None)]
         saved, before = model.get_globals(), model.lower_bound_
         best: tuple[float, Any, dict[str, torch.Tensor]] | None = None
         for move, screened in starts:
-            model.set_globals(saved)
+            model.set_globals(saved if screened is None else screened)
             try:
                 if screened is None:
                     model.m_step(data, move_responsibilities(model, *data, move))
-                else:
-                    model.set_globals(screened)
                 result = run_em(model, model._train_data, n_init=1, warm_start=True, progress=False, **em_options)
             except ValueError as error:  # an expert left with no points: the move is rejected
                 logger.info("split-and-merge move %s rejected: %s", move, error)
