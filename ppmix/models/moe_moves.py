@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ppmix.inference.engines.result import ConvergenceWarning
 from ppmix.ops.kmeans import kmeans
 from ppmix.ops.logspace import normalize_log_joint_
 
@@ -223,6 +222,7 @@ def screened_moves(
     parameters are restored afterwards.
     """
     from ppmix.inference import run_em
+    from ppmix.inference.engines.result import ConvergenceWarning
 
     x, y = data
     if len(y) > _SCREEN_ROWS:
