@@ -26,7 +26,9 @@ class GaussianExpert(LinearFamily):
     scale : Tensor, shape (K,), optional (ones)
         Noise standard deviations.
     ridge : float, default 0.0
-        Penalty ``ridge * ||coef[k]||^2`` added to the weighted least squares.
+        Penalty ``ridge * ||coef[k]||^2`` added to the weighted least squares; in log-likelihood units
+        ``ridge ||coef[k]||^2 / (2 scale[k]^2)`` (:meth:`penalty`), a Gaussian prior on the slopes whose
+        scale follows the noise, so that :meth:`fit` maximises the penalised likelihood jointly.
     min_variance : float, default 1e-8
         Floor of the noise variance in :meth:`fit`.
 
@@ -77,10 +79,13 @@ class GaussianExpert(LinearFamily):
         return -0.5 * (math.log(2 * math.pi) + resid.square()) - self.scale.log()
 
     def fit(self, data: tuple[torch.Tensor, torch.Tensor], weights: torch.Tensor) -> "GaussianExpert":
-        """Weighted least squares for every expert at once, then the weighted residual variance.
+        """Weighted ridge least squares for every expert at once, then the noise variance.
 
-        One pass over the data: the weighted Grams of ``b = [x, 1, y - mean(y)]`` hold the
-        normal equations and the residual sums of squares.
+        The exact maximiser of the weighted log-likelihood less :meth:`penalty`: the ridge fit
+        does not depend on the noise, and the variance is then
+        ``(RSS_k + ridge ||coef[k]||^2) / n_k`` (floored at ``min_variance``). One pass over the
+        data: the weighted Grams of ``b = [x, 1, y - mean(y)]`` hold the normal equations and the
+        residual sums of squares.
         """
         x, y = self._pair(data)
         weights = self._check_weights(weights, x.shape[0])
@@ -101,9 +106,22 @@ class GaussianExpert(LinearFamily):
         rss = y_wy - 2 * (theta * a_wy).sum(-1) + (theta * (a_wa @ theta[:, :, None]).squeeze(-1)).sum(-1)
         theta[:, -1] += shift
         self._unstack(theta)
-        var = rss.clamp_min(0) / component_counts(weights)
+        var = (rss.clamp_min(0) + self.ridge * self.coef.square().sum(-1)) / component_counts(weights)
         self.scale = var.clamp_min(self.min_variance).sqrt()
         return self
+
+    def penalty(self) -> torch.Tensor:
+        """The ridge term of each expert's penalised log-likelihood, ``ridge ||coef[k]||^2 / (2 scale[k]^2)``,
+        shape ``(K,)``.
+
+        Examples
+        --------
+        >>> import torch
+        >>> experts = GaussianExpert(torch.tensor([[3.0, 4.0]]), scale=torch.tensor([5.0]), ridge=2.0)
+        >>> experts.penalty().tolist()
+        [1.0]
+        """
+        return self.ridge * self.coef.square().sum(-1) / (2 * self.scale.square())
 
     def response_quadrature(
         self, eta: torch.Tensor, index: torch.Tensor, n_nodes: int = 8

@@ -27,7 +27,9 @@ def damped_newton(
     numerically positive definite) and backtracks (Armijo rule) until the objective
     decreases, so the iteration is monotone. A problem stops when its Newton
     decrement ``g^T d`` falls below ``tol * (1 + |f|)``; that last Newton step is
-    still applied, so the parameters are accurate to about ``tol``, not ``sqrt(tol)``.
+    still applied, so the parameters are accurate to about ``tol``, not ``sqrt(tol)``,
+    unless it raises the objective (a small decrement allows a long step along a nearly
+    flat direction, where the quadratic model fails): then the problem stops where it is.
     A problem whose step does not decrease the objective after ``max_halvings``
     halvings stays where it is and stops (reported as not converged).
     The objective is evaluated once per trial point; the accepted trial's evaluation
@@ -67,8 +69,13 @@ def damped_newton(
         step = torch.cholesky_solve(grad.unsqueeze(-1), chol).squeeze(-1)
         decrement = (grad * step).sum(-1)
         done = active & (decrement <= tol * (1.0 + value.abs()))
-        # a problem that meets the tolerance still takes its (full, quadratically convergent) step
-        theta = theta - step * done[:, None]
+        if done.any():
+            # a problem that meets the tolerance still takes its (full, quadratically convergent) step, if it
+            # does not raise the objective: a small decrement allows a huge step along a nearly flat direction
+            # (a saturated softmax gate), where the quadratic model no longer holds
+            final = theta - step * done[:, None]
+            taken = done & (objective(final)[0] <= value)
+            theta = torch.where(taken[:, None], final, theta)
         active = active & ~done
         if not active.any():
             return theta, iteration, not bool(stalled.any())

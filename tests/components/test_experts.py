@@ -132,7 +132,8 @@ def test_gaussian_expert_fit_one_hot_equals_group_lstsq(k, p, dtype, device):
     ],
 )
 def test_gaussian_expert_fit_fractional_weights_equals_wls(k, p, dtype, device, ridge, chunk_rows, shift, monkeypatch):
-    """fit against a per-expert numpy lstsq on sqrt(w)-scaled rows, and the two-pass weighted variance."""
+    """fit against a per-expert numpy lstsq on sqrt(w)-scaled rows, and the two-pass weighted variance with the
+    ridge term, ``(sum w r^2 + ridge ||coef||^2) / sum w``: the joint maximiser of the penalised likelihood."""
     r = rng(4)
     x, y = regression_data(r, 120, p, 1)
     x, y = rounded(x, dtype), rounded(y + shift, dtype)
@@ -149,7 +150,7 @@ def test_gaussian_expert_fit_fractional_weights_equals_wls(k, p, dtype, device, 
         theta, *_ = np.linalg.lstsq(
             np.vstack([sw[:, None] * a, penalty]), np.concatenate([sw * y, np.zeros(p)]), rcond=None
         )
-        sigma2 = np.average((y - a @ theta) ** 2, weights=w[:, j])
+        sigma2 = (np.sum(w[:, j] * (y - a @ theta) ** 2) + ridge * np.sum(theta[:-1] ** 2)) / np.sum(w[:, j])
         assert_close(comp.coef[j], theta[:-1], **TOL[dtype], msg=f"coef[{j}]")
         assert_close(comp.intercept[j], theta[-1], **TOL[dtype], msg=f"intercept[{j}]")
         assert_close(comp.scale[j], np.sqrt(sigma2), **TOL[dtype], msg=f"scale[{j}]")

@@ -44,8 +44,9 @@ def test_quadratic_minimiser_in_one_or_two_iterations(b, m):
     start_copy = start.clone()
     theta, n_iter, converged = damped_newton(objective, start)
     assert converged and n_iter <= 2 and calls["derivatives"] == n_iter
-    # the start, then one accepted trial per iteration but the last: every point is evaluated once
-    assert calls["values"] == n_iter
+    # the start, one accepted trial per iteration but the last, and the last's final step, checked before it is
+    # taken: every point is evaluated once
+    assert calls["values"] == n_iter + 1
     assert torch.equal(start, start_copy), "the starting point must not be modified"
     assert_close(theta, np.linalg.solve(a_np, c_np[..., None])[..., 0], rtol=1e-10, atol=1e-10)
 
@@ -123,7 +124,7 @@ def test_batch_members_are_independent():
 
 
 def test_finished_problems_do_not_hold_up_the_line_search():
-    """A problem that meets the tolerance takes its step even if it goes uphill, and the line search ignores it."""
+    """A problem that meets the tolerance does not take a step that goes uphill, and the line search ignores it."""
     hess = t([0.5, 2.0])[:, None, None]  # problem 0: half its true curvature, so its step overshoots uphill
     offset = t([100.0, 0.0])
     calls = [0]
@@ -133,10 +134,12 @@ def test_finished_problems_do_not_hold_up_the_line_search():
         return (theta - 1).square().sum(-1) + offset, lambda: (2 * (theta - 1), hess)
 
     theta, n_iter, converged = damped_newton(objective, t([[0.0], [-3.0]]), tol=0.1)
-    # iteration 1: problem 0 is done (decrement 8 <= 0.1 * (1 + 101)) and steps to 4; problem 1 to its minimum
+    # iteration 1: problem 0 is done (decrement 8 <= 0.1 * (1 + 101)); its step to 4 would raise f from 101 to 109,
+    # so it stays at 0. Problem 1 steps to its minimum and is done at iteration 2
     assert converged and n_iter == 2
-    assert_close(theta, [[4.0], [1.0]], rtol=0, atol=1e-12)
-    assert calls[0] == 2, "the line search backtracked for a problem that had already finished"
+    assert_close(theta, [[0.0], [1.0]], rtol=0, atol=1e-12)
+    # the start, problem 0's final step, problem 1's trial, problem 1's final step: no backtracking
+    assert calls[0] == 4, "the line search backtracked for a problem that had already finished"
 
 
 def test_a_step_that_never_decreases_the_objective_is_not_taken():
@@ -159,3 +162,25 @@ def test_a_step_that_never_decreases_the_objective_is_not_taken():
     assert theta[0].tolist() == [0.0, 0.0]
     assert theta[1].tolist() == [2.0, 2.0]
     assert converged is False
+
+
+def test_a_final_step_that_raises_the_objective_is_not_taken():
+    """``f(t) = c t + h t^2 / 2 + t^4`` at 0 with tiny ``c`` and ``h``: the Newton decrement ``c^2 / h`` meets the
+    tolerance, but the full step ``-c / h = -1`` leaves the quadratic model (``f(-1) ~ 1 > f(0) = 0``). The method
+    stops at 0 instead of taking it; where the step does lower the objective (``f = c t + h t^2 / 2``) it is taken."""
+    c, h = 1e-5, 1e-5
+
+    def objective(quartic: float):
+        def value_and_derivatives(theta):
+            value = c * theta[:, 0] + 0.5 * h * theta[:, 0] ** 2 + quartic * theta[:, 0] ** 4
+            grad = c + h * theta + 4 * quartic * theta**3
+            hess = (h + 12 * quartic * theta**2)[:, :, None]
+            return value, lambda: (grad, hess)
+
+        return value_and_derivatives
+
+    start = torch.zeros(1, 1, dtype=torch.float64)
+    stopped, n_iter, _ = damped_newton(objective(1.0), start, tol=1e-4)
+    assert n_iter == 1 and float(stopped) == 0.0
+    stepped, _, _ = damped_newton(objective(0.0), start, tol=1e-4)
+    assert float(stepped) == pytest.approx(-1.0, rel=1e-12)

@@ -23,6 +23,8 @@ from ppmix.models.moe_moves import (
 )
 
 QUIET = {"n_init": 1, "progress": False}
+#: two EM runs that end at the same optimum stop within a few times EM's tol (1e-6 nats per point) of it
+_SAME_OPTIMUM = 1e-5
 
 
 def _monotone(history, rtol: float = 1e-9) -> bool:
@@ -37,12 +39,12 @@ def test_split_and_merge_repairs_the_duplicated_expert_optimum():
         plain = MixtureOfExperts(4, seed=seed, split_merge=0, **QUIET).fit(data.X, data.y)
         moved = MixtureOfExperts(4, seed=seed, **QUIET).fit(data.X, data.y)
         assert plain.lower_bound_ < best - 0.05
-        assert moved.lower_bound_ == pytest.approx(best, abs=1e-6)
+        assert moved.lower_bound_ == pytest.approx(best, abs=_SAME_OPTIMUM)
         assert _monotone(moved.history_)
         assert moved.n_iter_ > plain.n_iter_
         # the default: ten short EM starts of which the best runs on ("small EM"), then the moves
         default = MixtureOfExperts(4, seed=seed, progress=False).fit(data.X, data.y)
-        assert default.lower_bound_ == pytest.approx(best, abs=1e-6)
+        assert default.lower_bound_ == pytest.approx(best, abs=_SAME_OPTIMUM)
     # at the best optimum there is no duplicate pair: the moves leave the fit as it is
     again = MixtureOfExperts(4, seed=1, **QUIET).fit(data.X, data.y)
     assert again.lower_bound_ == best
@@ -59,7 +61,7 @@ def test_split_and_merge_frees_the_least_used_expert_when_no_pair_is_duplicated(
     assert float((kl + kl.T).fill_diagonal_(float("inf")).min()) >= _DUPLICATE_KL
     assert plain.lower_bound_ < best - 0.05
     moved = MixtureOfExperts(4, seed=0, **QUIET).fit(data.X, data.y)
-    assert moved.lower_bound_ == pytest.approx(best, abs=1e-6)
+    assert moved.lower_bound_ == pytest.approx(best, abs=_SAME_OPTIMUM)
     assert _monotone(moved.history_)
 
 
@@ -159,13 +161,12 @@ def test_candidate_moves_are_every_triple_both_ways_or_the_closest_120():
 def test_screened_search_reaches_an_optimum_the_single_proposal_misses():
     """From the same EM optimum, one round of the screened search climbs far higher than the proposal's move."""
     data = make_moe(800, expert="gaussian", seed=1)
-    options = {"seed": 5, "split_merge": 1, **QUIET}
+    options = {"seed": 1, "split_merge": 1, **QUIET}
     plain = MixtureOfExperts(4, **{**options, "split_merge": 0}).fit(data.X, data.y)
     proposal = MixtureOfExperts(4, **options).fit(data.X, data.y)
     screened = MixtureOfExperts(4, split_merge_search="screened", **options).fit(data.X, data.y)
     assert plain.lower_bound_ <= proposal.lower_bound_ < screened.lower_bound_ - 0.1
-    # at convergence the damped-Newton gate steps of this fit wobble by ~1e-8 nats per point (logged by EM)
-    assert _monotone(screened.history_, rtol=1e-7), screened.history_
+    assert _monotone(screened.history_), screened.history_
     assert screened.lower_bound_ == pytest.approx(screened.history_[-1])
     assert screened.n_iter_ > plain.n_iter_
 

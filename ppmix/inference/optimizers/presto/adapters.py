@@ -190,20 +190,12 @@ class SoftmaxAdapter(Adapter):
 class GaussianAdapter(Adapter):
     """:class:`~ppmix.components.GaussianExpert` components, ``R = ridge ||coef||^2 / (2 sigma^2)``.
 
-    The noise variance is refitted jointly after every fit, ``sigma^2 = (RSS + ridge ||coef||^2) / n``
-    (floored at the family's ``min_variance``).
+    The family's fit is the joint optimum of the penalised likelihood: ridge least squares, then
+    ``sigma^2 = (RSS + ridge ||coef||^2) / n`` (floored at the family's ``min_variance``).
     """
 
-    def _after_fit(self, x: torch.Tensor, y: torch.Tensor, onehot: torch.Tensor) -> None:
-        # joint optimum of the penalised Gaussian likelihood: s2 = (RSS + ridge ||beta||^2) / n
-        resid2 = (y[:, None] - self.comp.linear_predictor(x)).square()
-        q = (onehot * resid2).sum(0) + self.ridge * self.comp.coef.square().sum(-1)
-        counts = onehot.sum(0)
-        s2 = (q / counts.clamp_min(1.0)).clamp_min(self.comp.min_variance)
-        self.comp.scale = torch.where(counts > 0, s2.sqrt(), self.comp.scale)
-
     def penalty(self) -> torch.Tensor:
-        return self.ridge * self.comp.coef.square().sum(-1) / (2 * self.comp.scale.square())
+        return self.comp.penalty()
 
     def gains(self, x: torch.Tensor, y: torch.Tensor, onehot: torch.Tensor) -> torch.Tensor:
         """Exact closed-form leave-one-out gains (:func:`~.loo.gaussian_loo_gains`)."""
