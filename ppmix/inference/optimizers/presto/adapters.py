@@ -102,7 +102,6 @@ class Adapter:
                 self._restore(old, empty)
         if empty.any():
             logger.info("PRESTO: components %s are empty and keep their parameters", empty.nonzero().flatten().tolist())
-        self._after_fit(x, y, onehot)
 
     def _fit_members(self, x: torch.Tensor, y: torch.Tensor, onehot: torch.Tensor) -> None:
         ks = [k for k in range(self.k) if onehot[:, k].any()]
@@ -125,9 +124,6 @@ class Adapter:
             setattr(self.comp, name, current)
         if not names:
             self.comp = old
-
-    def _after_fit(self, x: torch.Tensor, y: torch.Tensor, onehot: torch.Tensor) -> None:
-        pass
 
     def losses(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Per-point loss ``l_i(theta_k)``, shape (N, K)."""
