@@ -125,6 +125,19 @@ class LinearFamily(ComponentFamily):
     def _unstack(self, theta: torch.Tensor) -> None:
         self.coef, self.intercept = theta[:, :-1].contiguous(), theta[:, -1].contiguous()
 
+    def penalty(self) -> torch.Tensor:
+        """The ridge term of each member's penalised log-likelihood, ``ridge / 2 * ||coef[k]||^2`` (the intercept
+        is not shrunk), shape ``(K,)``: what :meth:`fit` subtracts from the weighted log-likelihood it maximises.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from ppmix.components import LogisticExpert
+        >>> LogisticExpert(torch.tensor([[3.0, 4.0], [0.0, 1.0]]), ridge=2.0).penalty().tolist()
+        [25.0, 1.0]
+        """
+        return 0.5 * self.ridge * self.coef.square().flatten(1).sum(-1)
+
     def _ridge_matrix(self) -> torch.Tensor:
         """Ridge penalty on the coefficients only (the intercept is not shrunk)."""
         diag = torch.full((self.n_covariates + 1,), self.ridge, dtype=self.dtype, device=self.device)

@@ -130,7 +130,10 @@ class Adapter:
         return -torch.as_tensor(self.comp.log_prob((x, y))).to(device=self.device, dtype=_DTYPE)
 
     def penalty(self) -> torch.Tensor:
-        """Regulariser ``R(theta_k)``, shape (K,)."""
+        """Regulariser ``R(theta_k)``, shape (K,): the family's own ``penalty()`` (the ridge term its fit
+        maximises against), zeros for a family without one."""
+        if callable(getattr(self.comp, "penalty", None)):
+            return self.comp.penalty().to(device=self.device, dtype=_DTYPE)
         return torch.zeros(self.k, dtype=_DTYPE, device=self.device)
 
     def gains(self, x: torch.Tensor, y: torch.Tensor, onehot: torch.Tensor) -> torch.Tensor:
@@ -148,9 +151,6 @@ class Adapter:
 class LogisticAdapter(Adapter):
     """:class:`~ppmix.components.LogisticExpert` components, ``R = ridge/2 ||coef||^2``."""
 
-    def penalty(self) -> torch.Tensor:
-        return 0.5 * self.ridge * self.comp.coef.square().sum(-1)
-
     def gains(self, x: torch.Tensor, y: torch.Tensor, onehot: torch.Tensor) -> torch.Tensor:
         """Approximate gains: one Newton step from the full fit (:func:`~.loo.logistic_loo_gains`)."""
         return logistic_loo_gains(x, y, onehot, self.comp.coef, self.comp.intercept, self.ridge)[1]
@@ -166,9 +166,6 @@ class LogisticAdapter(Adapter):
 
 class SoftmaxAdapter(Adapter):
     """:class:`~ppmix.components.SoftmaxExpert` components (labels coded ``0..C-1``), ``R = ridge/2 ||coef||^2``."""
-
-    def penalty(self) -> torch.Tensor:
-        return 0.5 * self.ridge * self.comp.coef.square().sum((1, 2))
 
     def gains(self, x: torch.Tensor, y: torch.Tensor, onehot: torch.Tensor) -> torch.Tensor:
         """Approximate gains: one Newton step from the full fit (:func:`~.loo.softmax_loo_gains`)."""
@@ -189,9 +186,6 @@ class GaussianAdapter(Adapter):
     The family's fit is the joint optimum of the penalised likelihood: ridge least squares, then
     ``sigma^2 = (RSS + ridge ||coef||^2) / n`` (floored at the family's ``min_variance``).
     """
-
-    def penalty(self) -> torch.Tensor:
-        return self.comp.penalty()
 
     def gains(self, x: torch.Tensor, y: torch.Tensor, onehot: torch.Tensor) -> torch.Tensor:
         """Exact closed-form leave-one-out gains (:func:`~.loo.gaussian_loo_gains`)."""
