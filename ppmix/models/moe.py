@@ -100,7 +100,8 @@ class MixtureOfExperts(ParametersMixin, TargetKindMixin, MixtureModel):
     split_merge_search : {"proposal", "screened"}, default "proposal"
         Which moves a round tries. ``"proposal"``: one, chosen by the criteria above.
         ``"screened"``: every move of a (freed, keeping, split) triple of experts, its split by
-        residual or along the covariates' main axis (at most 120 moves), runs 60 EM iterations
+        residual or along the covariates' main axis (at most 120 moves), and every worst-fit move
+        (a freed expert takes the 5% of points the mixture fits worst) runs 60 EM iterations
         on a subsample of at most 10 000 rows, and EM on all rows goes on from the 3 best; the
         best of those is kept if it beats the round's start. It finds optima that need moves no
         single proposal picks, at several times the cost (see the README's mixture-of-experts

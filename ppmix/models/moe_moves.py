@@ -4,17 +4,20 @@ after EM (in the spirit of SMEM, Ueda et al. 2000).
 
 A move ``(freed, keep, split, by)`` frees one expert, whose points go to ``keep`` (or, with ``keep`` None, to
 the others in proportion), and gives it the upper half of the ``split`` expert's points, by residual or along
-the main direction of their covariates (``by``); EM restarts from there and the move is kept only if the
+the main direction of their covariates (``by``), or (``by="worst"``, ``split`` None) the 5% of all points that
+the mixture fits worst; EM restarts from there and the move is kept only if the
 objective rises. This repairs the typical local optima of MoE EM:
 one expert split in two, or a starved expert fitting a handful of points while two small experts share one wide
 one. Which moves are tried is the ``split_merge_search`` of the model:
 
 - ``"proposal"``: one move per round, chosen by the criteria below (:func:`split_merge_proposal`);
-- ``"screened"``: every move, with both splits, is screened by a short EM run on a subsample and the few best
-  run on to convergence (:func:`screened_moves`). Some optima need moves that a single proposal never picks:
-  on the S4.1 logistic simulation (Chamroukhi & Pham 2026, N = 10^5) one true expert held by two fitted ones
-  while two others shared one, and experts whose regions have constant labels, which only a covariate split
-  separates.
+- ``"screened"``: every move, with both splits and the worst-fit one, is screened by a short EM run on a
+  subsample and the few best run on to convergence (:func:`screened_moves`). Some optima need moves that a
+  single proposal never picks: on the S4.1 logistic simulation (Chamroukhi & Pham 2026, N = 10^5) one true
+  expert held by two fitted ones while two others shared one, experts whose regions have constant labels,
+  which only a covariate split separates, and a chain of experts each holding parts of two true ones, which
+  no split of one expert repairs but the worst-fit move does (it gathers the misclassified points of every
+  region at once).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SEARCHES",
     "SPLITS",
+    "WORST_FIT",
     "candidate_moves",
     "initial_responsibilities",
     "move_responsibilities",
@@ -46,9 +50,14 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 #: a move: the freed expert, the expert that takes its points (None: the others, in proportion), the split expert
-Move = tuple[int, "int | None", int, str]
+#: (None for a worst-fit move), how the freed expert's new points are chosen
+Move = tuple[int, "int | None", "int | None", str]
 #: how a move splits the ``split`` expert's points: by residual, or along their covariates' first principal axis
 SPLITS = ("residual", "covariates")
+#: the ``by`` of a move whose freed expert takes the points the mixture fits worst (no expert is split)
+WORST_FIT = "worst"
+#: the share of all points a worst-fit move gives the freed expert: those of lowest log-likelihood under the mixture
+_WORST_SHARE = 0.05
 #: the values of ``MixtureOfExperts(split_merge_search=...)``
 SEARCHES = ("proposal", "screened")
 
@@ -126,7 +135,7 @@ def split_and_merge(model: MixtureOfExperts, options: dict[str, Any]) -> None:
             move = split_merge_proposal(model, *data)
             starts = [] if move is None else [(move, None)]
         saved, before = model.get_globals(), model.lower_bound_
-        best: tuple[float, Any, dict[str, torch.Tensor]] | None = None
+        best: tuple[float, Any, dict[str, torch.Tensor], Move] | None = None
         for move, screened in starts:
             model.set_globals(saved if screened is None else screened)
             try:
@@ -137,14 +146,14 @@ def split_and_merge(model: MixtureOfExperts, options: dict[str, Any]) -> None:
                 logger.info("split-and-merge move %s rejected: %s", move, error)
                 continue
             if best is None or float(result.history[-1]) > best[0]:
-                best = (float(result.history[-1]), result, model.get_globals())
+                best = (float(result.history[-1]), result, model.get_globals(), move)
         # a gain within EM's own stopping tolerance is the same optimum, not a better one
         if best is None or not best[0] > before + tol * abs(before):
             model.set_globals(saved)
             return
-        after, result, values = best
+        after, result, values, move = best
         model.set_globals(values)
-        logger.info("split-and-merge move: objective/point %.6f -> %.6f", before, after)
+        logger.info("split-and-merge move %s: objective/point %.6f -> %.6f", move, before, after)
         model.history_ = list(result.history)  # the EM run of the last kept move (monotone)
         model.n_iter_ += int(result.n_iter)
         model.converged_, model.lower_bound_ = bool(result.converged), after
@@ -186,8 +195,9 @@ def split_merge_proposal(model: MixtureOfExperts, x: torch.Tensor, y: torch.Tens
 
 def candidate_moves(model: MixtureOfExperts, x: torch.Tensor) -> list[Move]:
     """The moves the screened search screens: every ``(freed, keep, split)`` of distinct experts (with ``K = 2``,
-    the pair's re-split ``keep = split``), each split by residual and by covariates; at most 120, those whose freed
-    and keeping experts predict most alike.
+    the pair's re-split ``keep = split``), each split by residual and by covariates, at most 120, those whose freed
+    and keeping experts predict most alike; then the ``K^2`` worst-fit moves (``K(K - 1)`` at ``K = 2``), every
+    expert freed into each other one and (``K > 2``) into all in proportion.
 
     Examples
     --------
@@ -196,8 +206,8 @@ def candidate_moves(model: MixtureOfExperts, x: torch.Tensor) -> list[Move]:
     >>> x = torch.randn(50, 1, dtype=torch.float64)
     >>> moe = MixtureOfExperts(3, seed=0, progress=False, split_merge=0).fit(x.numpy(), x[:, 0].numpy())
     >>> moves = candidate_moves(moe, moe.em_data(moe._train_data)[0])
-    >>> len(moves), moves[0], moves[-1]
-    (12, (0, 1, 2, 'residual'), (2, 1, 0, 'covariates'))
+    >>> len(moves), moves[0], moves[11], moves[-1]
+    (21, (0, 1, 2, 'residual'), (2, 1, 0, 'covariates'), (2, None, None, 'worst'))
     """
     k = model.n_experts
     triples = [(0, 1, 1), (1, 0, 0)] if k == 2 else list(itertools.permutations(range(k), 3))
@@ -206,7 +216,13 @@ def candidate_moves(model: MixtureOfExperts, x: torch.Tensor) -> list[Move]:
         distance = _prediction_distance(model, x)
         moves.sort(key=lambda move: float(distance[move[0], move[1]]))  # stable: ties keep the order
         moves = moves[:_SCREEN_MOST]
-    return moves
+    keeps: list[int | None] = [None] if k > 2 else []
+    worst: list[Move] = [(freed, keep, None, WORST_FIT) for freed in range(k) for keep in [*_others(k, freed), *keeps]]
+    return moves + worst
+
+
+def _others(k: int, expert: int) -> list[int]:
+    return [other for other in range(k) if other != expert]
 
 
 def screened_moves(
@@ -252,7 +268,10 @@ def move_responsibilities(model: MixtureOfExperts, x: torch.Tensor, y: torch.Ten
     """The responsibilities ``(N, K)`` after ``move = (freed, keep, split, by)``, from the model's current ones.
 
     ``freed``'s responsibility goes to ``keep`` (to the others in proportion when ``keep`` is
-    None); then of the points whose most responsible expert is ``split``, those above the
+    None). Then, with ``by="worst"`` (``split`` None), the 5% of the points (at least one) with
+    the lowest log-likelihood under the mixture go wholly to ``freed``: where a fitted expert
+    holds parts of two true ones, the points it misfits gather there, in every region at once.
+    Otherwise, of the points whose most responsible expert is ``split``, those above the
     median of a score move from ``split`` to ``freed``. The score is the residual with
     ``by="residual"`` (``y`` less the expert's mean; for softmax experts, the expert's
     negative log-likelihood), or with ``by="covariates"`` the projection of ``x`` on the first
@@ -261,10 +280,7 @@ def move_responsibilities(model: MixtureOfExperts, x: torch.Tensor, y: torch.Ten
     labels). ``ValueError`` when ``split`` holds fewer than 2 points.
     """
     freed, keep, split, by = move
-    resp, _ = normalize_log_joint_(model._log_joint(x, y))
-    members = resp.argmax(1) == split
-    if int(members.sum()) < 2:
-        raise ValueError(f"expert {split} holds {int(members.sum())} points; a split needs at least 2")
+    resp, log_lik = normalize_log_joint_(model._log_joint(x, y))
     proposal = resp.clone()
     if keep is None:
         proposal[:, freed] = 0.0
@@ -272,6 +288,14 @@ def move_responsibilities(model: MixtureOfExperts, x: torch.Tensor, y: torch.Ten
     else:
         proposal[:, keep] += proposal[:, freed]
         proposal[:, freed] = 0.0
+    if by == WORST_FIT:
+        worst = torch.topk(log_lik.reshape(-1), max(1, int(_WORST_SHARE * len(y))), largest=False).indices
+        proposal[worst] = 0.0
+        proposal[worst, freed] = 1.0
+        return proposal
+    members = resp.argmax(1) == split
+    if int(members.sum()) < 2:
+        raise ValueError(f"expert {split} holds {int(members.sum())} points; a split needs at least 2")
     if by == "covariates":
         centred = x[members] - x[members].mean(0)
         axis = torch.linalg.svd(centred, full_matrices=False).Vh[0]

@@ -18,6 +18,7 @@ from ppmix.models.moe_moves import (
     _SCREEN_KEEP,
     _SCREEN_MOST,
     SPLITS,
+    WORST_FIT,
     candidate_moves,
     move_responsibilities,
     screened_moves,
@@ -141,22 +142,54 @@ def test_covariate_split_cuts_the_expert_region_across_its_main_axis(three_exper
     assert torch.equal(proposal[moved, 0], resp[moved, 2])
 
 
-def test_candidate_moves_are_every_triple_both_ways_or_the_closest_120():
+def test_candidate_moves_are_every_triple_both_ways_or_the_closest_120_then_the_worst_fit_moves():
     rng = np.random.default_rng(0)
     X, y = rng.normal(size=(300, 2)), rng.normal(size=300)
     fits = {k: MixtureOfExperts(k, seed=0, split_merge=0, max_iter=3, **QUIET).fit(X, y) for k in (2, 4, 6)}
     x = {k: m.em_data(m._train_data)[0] for k, m in fits.items()}
+
+    def worst_fit(k):  # every expert freed into each other one, and (K > 2) into all in proportion
+        keeps = lambda f: [o for o in range(k) if o != f] + ([None] if k > 2 else [])  # noqa: E731
+        return [(f, keep, None, WORST_FIT) for f in range(k) for keep in keeps(f)]
+
     both = [(0, 1, 1, "residual"), (1, 0, 0, "residual"), (0, 1, 1, "covariates"), (1, 0, 0, "covariates")]
-    assert candidate_moves(fits[2], x[2]) == both  # two experts: re-split the pair
+    assert candidate_moves(fits[2], x[2]) == both + [(0, 1, None, WORST_FIT), (1, 0, None, WORST_FIT)]
     triples = list(itertools.permutations(range(4), 3))
-    assert sorted(candidate_moves(fits[4], x[4])) == sorted((*t, by) for t in triples for by in SPLITS)
+    moves = candidate_moves(fits[4], x[4])
+    assert moves[-16:] == worst_fit(4)
+    assert sorted(moves[:-16]) == sorted((*t, by) for t in triples for by in SPLITS)
     moves = candidate_moves(fits[6], x[6])
-    assert len(moves) == _SCREEN_MOST < 2 * 6 * 5 * 4
+    assert moves[_SCREEN_MOST:] == worst_fit(6)
+    splits = moves[:_SCREEN_MOST]
+    assert _SCREEN_MOST < 2 * 6 * 5 * 4 and all(by in SPLITS for *_, by in splits)
     kl = fits[6]._experts.kl(fits[6]._experts, x[6]).mean(0)
     distance = kl + kl.T
     every = {(*t, by) for t in itertools.permutations(range(6), 3) for by in SPLITS}
-    left_out = every - set(moves)
-    assert max(float(distance[f, k]) for f, k, *_ in moves) <= min(float(distance[f, k]) for f, k, *_ in left_out)
+    left_out = every - set(splits)
+    assert max(float(distance[f, k]) for f, k, *_ in splits) <= min(float(distance[f, k]) for f, k, *_ in left_out)
+
+
+@pytest.mark.parametrize("keep", [1, None])
+def test_worst_fit_move_gives_the_freed_expert_the_points_the_mixture_fits_worst(three_experts, keep):
+    """Known answer: the freed expert's mass goes to ``keep`` (or to the others in proportion); then the 5% of the
+    points of lowest mixture log-likelihood (found here by sorting) belong to the freed expert alone."""
+    model, (x, y) = three_experts
+    freed = 0
+    resp = model.responsibilities(model._train_data)
+    proposal = move_responsibilities(model, x, y, (freed, keep, None, WORST_FIT))
+    log_lik = model.pointwise_log_likelihood(model._train_data).reshape(-1)
+    worst = np.argsort(log_lik.numpy())[: int(0.05 * len(y))]  # 400 points: the 20 worst
+    assert len(worst) == 20
+    if keep is None:
+        expected = resp / (1 - resp[:, [freed]])
+        expected[:, freed] = 0.0
+    else:
+        expected = resp.clone()
+        expected[:, keep] += expected[:, freed]
+        expected[:, freed] = 0.0
+    expected[worst] = 0.0
+    expected[worst, freed] = 1.0
+    torch.testing.assert_close(proposal, expected)
 
 
 def test_screened_search_reaches_an_optimum_the_single_proposal_misses(caplog):
@@ -174,6 +207,24 @@ def test_screened_search_reaches_an_optimum_the_single_proposal_misses(caplog):
     assert _monotone(screened.history_), screened.history_
     assert screened.lower_bound_ == pytest.approx(screened.history_[-1])
     assert screened.n_iter_ > plain.n_iter_
+
+
+def test_worst_fit_move_climbs_where_no_split_of_one_expert_does(monkeypatch, caplog):
+    """On this logistic fit the best screened move is a worst-fit one: the search with it ends higher than the
+    search restricted to splits of one expert, and says which move it kept."""
+    data = make_moe(2000, expert="logistic", n_features=5, seed=0)
+    options = {"seed": 1, "split_merge": 1, "split_merge_search": "screened", "expert": "logistic", **QUIET}
+    with caplog.at_level(logging.INFO, logger="ppmix.models.moe_moves"):
+        screened = MixtureOfExperts(4, **options).fit(data.X, data.y)
+    kept = [r.getMessage() for r in caplog.records if "objective/point" in r.getMessage()]
+    assert len(kept) == 1 and f"'{WORST_FIT}')" in kept[0], kept
+    every = moe_moves.candidate_moves
+    monkeypatch.setattr(
+        moe_moves, "candidate_moves", lambda model, x: [m for m in every(model, x) if m[3] != WORST_FIT]
+    )
+    splits_only = MixtureOfExperts(4, **options).fit(data.X, data.y)
+    assert screened.lower_bound_ > splits_only.lower_bound_ + 1e-3
+    assert _monotone(screened.history_)
 
 
 @pytest.mark.parametrize("screen_rows", [10_000, 150])
