@@ -216,13 +216,10 @@ def candidate_moves(model: MixtureOfExperts, x: torch.Tensor) -> list[Move]:
         distance = _prediction_distance(model, x)
         moves.sort(key=lambda move: float(distance[move[0], move[1]]))  # stable: ties keep the order
         moves = moves[:_SCREEN_MOST]
-    keeps: list[int | None] = [None] if k > 2 else []
-    worst: list[Move] = [(freed, keep, None, WORST_FIT) for freed in range(k) for keep in [*_others(k, freed), *keeps]]
-    return moves + worst
-
-
-def _others(k: int, expert: int) -> list[int]:
-    return [other for other in range(k) if other != expert]
+    for freed in range(k):
+        keeps: list[int | None] = [other for other in range(k) if other != freed]
+        moves += [(freed, keep, None, WORST_FIT) for keep in keeps + ([None] if k > 2 else [])]
+    return moves
 
 
 def screened_moves(
