@@ -91,6 +91,17 @@ def three_experts():
     return model, model.em_data(model._train_data)
 
 
+def _freed(resp: torch.Tensor, freed: int, keep: int | None) -> torch.Tensor:
+    """The responsibilities after ``freed``'s mass goes to ``keep`` (None: to the others in proportion)."""
+    if keep is None:
+        after = resp / (1 - resp[:, [freed]])
+    else:
+        after = resp.clone()
+        after[:, keep] += after[:, freed]
+    after[:, freed] = 0.0
+    return after
+
+
 @pytest.mark.parametrize("keep", [1, None])
 def test_move_responsibilities_free_one_expert_and_split_another(three_experts, keep):
     """Known answer: the freed expert's mass goes to ``keep`` (or to the others in proportion); the split expert's
@@ -103,13 +114,7 @@ def test_move_responsibilities_free_one_expert_and_split_another(three_experts, 
     residual = y - model._expert_means(x)[:, split]
     upper = members & (residual > residual[members].median())
     assert int(upper.sum()) == int(members.sum()) // 2  # distinct residuals: half the points, rounded down
-    if keep is None:
-        after_free = resp / (1 - resp[:, [freed]])
-        after_free[:, freed] = 0.0
-    else:
-        after_free = resp.clone()
-        after_free[:, keep] += after_free[:, freed]
-        after_free[:, freed] = 0.0
+    after_free = _freed(resp, freed, keep)
     expected = after_free.clone()
     expected[upper, freed], expected[upper, split] = after_free[upper, split], 0.0
     torch.testing.assert_close(proposal, expected)
@@ -180,13 +185,7 @@ def test_worst_fit_move_gives_the_freed_expert_the_points_the_mixture_fits_worst
     log_lik = model.pointwise_log_likelihood(model._train_data).reshape(-1)
     worst = np.argsort(log_lik.numpy())[: int(0.05 * len(y))]  # 400 points: the 20 worst
     assert len(worst) == 20
-    if keep is None:
-        expected = resp / (1 - resp[:, [freed]])
-        expected[:, freed] = 0.0
-    else:
-        expected = resp.clone()
-        expected[:, keep] += expected[:, freed]
-        expected[:, freed] = 0.0
+    expected = _freed(resp, freed, keep)
     expected[worst] = 0.0
     expected[worst, freed] = 1.0
     torch.testing.assert_close(proposal, expected)
