@@ -117,7 +117,9 @@ class SoftmaxExpert(LinearFamily):
         coef, intercept = self.coef.clone(), self.intercept.clone()
         n_iter, converged = 0, True
         for k in range(self.n_components):
-            gate = SoftmaxGate(coef[k], intercept[k], ridge=self.ridge, max_iter=self.max_iter, tol=self.tol)
+            gate = SoftmaxGate(
+                coef[k], intercept[k], ridge=self.ridge, max_iter=self.max_iter, tol=self.tol, centred_penalty=False
+            )
             gate.fit(x, weights[:, k : k + 1] * targets)
             coef[k], intercept[k] = gate.coef, gate.intercept
             n_iter, converged = max(n_iter, gate.n_iter_), converged and gate.converged_

@@ -51,7 +51,7 @@ class SoftmaxGate(LinearFamily):
 
     ``fit(x, targets)`` maximises ``sum_nk targets[n, k] log P(k | x_n)`` (soft targets,
     e.g. EM responsibilities; rows need not sum to one: their sum acts as a sample
-    weight) minus ``ridge / 2 * ||coef||^2``, by damped Newton.
+    weight) minus the ridge :meth:`penalty`, by damped Newton.
 
     Parameters
     ----------
@@ -59,6 +59,13 @@ class SoftmaxGate(LinearFamily):
     intercept : Tensor, shape (K,), optional (zeros)
     ridge : float, default 1e-6
     max_iter, tol : Newton iteration limit and tolerance on the Newton decrement.
+    centred_penalty : bool, default True
+        The penalty is ``ridge / 2 * sum_k ||coef[k] - mean_j coef[j]||^2``: it shrinks the
+        slopes towards their mean, so it does not depend on which component is the reference
+        (the row fixed at 0). That is the right prior for exchangeable components (a mixture's
+        gate: relabelling them must not change the fit). False: ``ridge / 2 * ||coef||^2``,
+        shrinkage towards the reference, for categories with a fixed identity (the classes of
+        :class:`~ppmix.components.SoftmaxExpert`).
 
     Examples
     --------
@@ -80,8 +87,10 @@ class SoftmaxGate(LinearFamily):
         ridge: float = 1e-6,
         max_iter: int = 100,
         tol: float = 1e-10,
+        centred_penalty: bool = True,
     ) -> None:
         self._init_linear(coef, intercept, ridge)
+        self.centred_penalty = bool(centred_penalty)
         if self.coef.shape[0] < 1:
             raise ValueError("a gate needs at least one component")
         self.coef = self.coef - self.coef[-1]
@@ -89,6 +98,42 @@ class SoftmaxGate(LinearFamily):
         self.max_iter, self.tol = int(max_iter), float(tol)
         self.n_iter_: int = 0
         self.converged_: bool = False
+
+    def penalty(self) -> torch.Tensor:
+        """The ridge term of each component, shape ``(K,)``: ``ridge / 2 * ||coef[k] - mean_j coef[j]||^2``
+        (``centred_penalty``; else ``ridge / 2 * ||coef[k]||^2``). The intercepts are not shrunk.
+
+        Examples
+        --------
+        >>> import torch
+        >>> gate = SoftmaxGate(torch.tensor([[3.0, 4.0], [-3.0, 2.0], [0.0, 0.0]]), ridge=2.0)
+        >>> gate.penalty().tolist()  # the mean slope is (0, 2): shifting the reference leaves it unchanged
+        [13.0, 9.0, 4.0]
+        >>> float(SoftmaxGate(gate.coef - gate.coef[1], ridge=2.0).penalty().sum())
+        26.0
+        """
+        if not self.centred_penalty:
+            return super().penalty()
+        return 0.5 * self.ridge * (self.coef - self.coef.mean(0)).square().sum(-1)
+
+    def penalty_hessian(self) -> torch.Tensor:
+        """The Hessian of the summed :meth:`penalty` in the free parameters (rows ``0..K-2`` of ``[coef,
+        intercept]``, flattened row by row), shape ``((K - 1) (P + 1), (K - 1) (P + 1))``: ``kron(C, R)`` with
+        ``R`` the ridge on the slopes and ``C = I - 1 1^T / K`` (``I`` without ``centred_penalty``).
+
+        Examples
+        --------
+        >>> import torch
+        >>> gate = SoftmaxGate(torch.randn(3, 2, dtype=torch.float64), ridge=2.0)
+        >>> theta = gate._stacked()[:2].reshape(-1)
+        >>> torch.allclose(0.5 * theta @ gate.penalty_hessian() @ theta, gate.penalty().sum())
+        True
+        """
+        free = self.n_components - 1
+        centring = torch.eye(free, dtype=self.dtype, device=self.device)
+        if self.centred_penalty:
+            centring = centring - 1.0 / self.n_components
+        return torch.kron(centring, self._ridge_matrix())
 
     def log_prob(self, x: torch.Tensor) -> torch.Tensor:
         """``log P(k | x_n)``, shape ``(N, K)``."""
@@ -106,20 +151,19 @@ class SoftmaxGate(LinearFamily):
         totals = targets.sum(1)
         # sum_nk targets[n, k] * eta[n, k] = <params, target_sums>: the targets enter the objective only through it
         target_sums = targets[:, :free].T @ a
-        ridge = self._ridge_matrix()
-        block_ridge = torch.kron(torch.eye(free, dtype=a.dtype, device=a.device), ridge)
+        block_ridge = self.penalty_hessian()
 
         def objective(theta: torch.Tensor):
             params = theta.reshape(free, m)
             eta = a @ params.T  # (N, K-1); the last component's predictor is 0
             log_norm = torch.logsumexp(F.pad(eta, (0, 1)), dim=1)
-            penalty = 0.5 * ((params @ ridge) * params).sum()
-            value = totals @ log_norm - (params * target_sums).sum() + penalty
+            penalty_grad = (block_ridge @ theta.reshape(-1)).reshape(free, m)
+            value = totals @ log_norm - (params * target_sums).sum() + 0.5 * (penalty_grad * params).sum()
 
             def derivatives() -> tuple[torch.Tensor, torch.Tensor]:
                 p = (eta - log_norm[:, None]).exp_()
                 weighted = totals[:, None] * p
-                grad = weighted.T @ a - target_sums + params @ ridge
+                grad = weighted.T @ a - target_sums + penalty_grad
                 return grad.reshape(1, -1), (softmax_hessian(a, weighted, p) + block_ridge)[None]
 
             return value[None], derivatives

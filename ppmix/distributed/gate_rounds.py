@@ -280,9 +280,7 @@ def refit_gate_on_shards(
     lam = [float(w) / float(sum(weights)) for w in weights]
     gate = model.gate_
     free, m = gate.n_components - 1, gate.n_covariates + 1
-    block_ridge = torch.kron(
-        torch.eye(free, dtype=gate.dtype), SoftmaxGate(gate.coef, gate.intercept, ridge=ridge)._ridge_matrix()
-    )
+    block_ridge = SoftmaxGate(gate.coef, gate.intercept, ridge=ridge).penalty_hessian()
     rounds = GateRounds(objective=objective)
     waiting = 0.0
 

@@ -30,6 +30,8 @@ def check_settings(model: "MixtureOfExperts", experts: tuple[str, ...]) -> None:
         raise ValueError(f"split_merge must be a non-negative integer; got {split_merge!r}")
     if model.split_merge_search not in SEARCHES:
         raise ValueError(f"split_merge_search must be one of {SEARCHES}; got {model.split_merge_search!r}")
+    if not isinstance(model.polish, bool):
+        raise ValueError(f"polish must be True or False; got {model.polish!r}")
     if model.init_iter is not None:
         check_positive_int(model.init_iter, "init_iter")
     for name in ("ridge", "min_variance", "tol"):

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ppmix.models.moe_polish import polished
 from ppmix.ops.kmeans import kmeans
 from ppmix.ops.logspace import normalize_log_joint_
 
@@ -115,7 +116,7 @@ def split_and_merge(model: MixtureOfExperts, options: dict[str, Any]) -> None:
 
     A round tries one move (``split_merge_search="proposal"``) or the few best of the
     screened ones (``"screened"``), each followed by EM on all rows to convergence (with
-    ``options``' ``max_iter`` and ``tol``): an early verdict would reject good moves on
+    ``options``' ``max_iter`` and ``tol``) and the model's L-BFGS polish: an early verdict would reject good moves on
     slowly converging fits (on the S4.1 logistic simulation, a move that was still far below
     its starting objective after 10 iterations ended 7% higher after 100). The best is kept
     only if the objective per point rises by more than ``tol`` (relative; ``options["tol"]``
@@ -142,6 +143,7 @@ def split_and_merge(model: MixtureOfExperts, options: dict[str, Any]) -> None:
                 if screened is None:
                     model.m_step(data, move_responsibilities(model, *data, move))
                 result = run_em(model, model._train_data, n_init=1, warm_start=True, progress=False, **em_options)
+                result = polished(model, result, options)
             except ValueError as error:  # an expert left with no points: the move is rejected
                 logger.info("split-and-merge move %s rejected: %s", move, error)
                 continue
@@ -265,10 +267,10 @@ def move_responsibilities(model: MixtureOfExperts, x: torch.Tensor, y: torch.Ten
     """The responsibilities ``(N, K)`` after ``move = (freed, keep, split, by)``, from the model's current ones.
 
     ``freed``'s responsibility goes to ``keep`` (to the others in proportion when ``keep`` is
-    None). Then, with ``by="worst"`` (``split`` None), the 5% of the points (at least one) with
-    the lowest log-likelihood under the mixture go wholly to ``freed``: where a fitted expert
-    holds parts of two true ones, the points it misfits gather there, in every region at once.
-    Otherwise, of the points whose most responsible expert is ``split``, those above the
+    None; evenly where the others' is 0). Then, with ``by="worst"`` (``split`` None), the 5% of
+    the points (at least one) with the lowest log-likelihood under the mixture go wholly to
+    ``freed``: where a fitted expert holds parts of two true ones, the points it misfits gather
+    there, in every region at once. Otherwise, of the points whose most responsible expert is ``split``, those above the
     median of a score move from ``split`` to ``freed``. The score is the residual with
     ``by="residual"`` (``y`` less the expert's mean; for softmax experts, the expert's
     negative log-likelihood), or with ``by="covariates"`` the projection of ``x`` on the first
@@ -281,7 +283,10 @@ def move_responsibilities(model: MixtureOfExperts, x: torch.Tensor, y: torch.Ten
     proposal = resp.clone()
     if keep is None:
         proposal[:, freed] = 0.0
-        proposal /= proposal.sum(1, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny)
+        orphans = proposal.sum(1) == 0  # points the freed expert held alone: to the others evenly
+        proposal[orphans] = 1.0
+        proposal[orphans, freed] = 0.0
+        proposal /= proposal.sum(1, keepdim=True)
     else:
         proposal[:, keep] += proposal[:, freed]
         proposal[:, freed] = 0.0

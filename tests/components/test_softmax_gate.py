@@ -7,6 +7,8 @@ import pytest
 import scipy.optimize as opt
 import scipy.special as sp
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ppmix.components import SoftmaxGate, _linear, softmax_gate
 from tests.common import assert_close
@@ -29,9 +31,11 @@ def raw_params(k, p, seed=0):
     return r.normal(size=(k, p)), r.normal(size=k)
 
 
-def make(k, p, dtype=torch.float64, device="cpu", seed=0, ridge=1e-3):
+def make(k, p, dtype=torch.float64, device="cpu", seed=0, ridge=1e-3, centred_penalty=True):
     coef, intercept = raw_params(k, p, seed)
-    return SoftmaxGate(t(coef, dtype, device), t(intercept, dtype, device), ridge=ridge)
+    return SoftmaxGate(
+        t(coef, dtype, device), t(intercept, dtype, device), ridge=ridge, centred_penalty=centred_penalty
+    )
 
 
 def assert_last_row_zero(gate):
@@ -55,8 +59,9 @@ def test_log_prob_is_log_softmax_and_last_row_is_zero(k, p, dtype, device):
     assert_close(lp.exp().sum(1), np.ones(30), **TOL[dtype])
 
 
-def scipy_gate_fit(x, targets, ridge):
-    """Minimise -sum_nk R_nk log softmax_k + ridge/2 ||coef||^2, last row fixed at 0 (L-BFGS-B)."""
+def scipy_gate_fit(x, targets, ridge, centred=True):
+    """Minimise -sum_nk R_nk log softmax_k + ridge/2 sum_k ||coef_k - centre||^2, last row fixed at 0 (L-BFGS-B);
+    the centre is the mean of the K slope rows (``centred``) or 0."""
     n_points, p = x.shape
     k = targets.shape[1]
     a = np.column_stack([x, np.ones(n_points)])
@@ -68,8 +73,9 @@ def scipy_gate_fit(x, targets, ridge):
     def f(theta):
         params = full(theta)
         log_p = sp.log_softmax(a @ params.T, axis=1)
-        value = -np.sum(targets * log_p) + 0.5 * np.sum(pen * params**2)
-        grad = (np.exp(log_p) * targets.sum(1, keepdims=True) - targets).T @ a + pen * params
+        shrunk = params - params.mean(0) if centred else params  # its gradient is the same expression
+        value = -np.sum(targets * log_p) + 0.5 * np.sum(pen * shrunk**2)
+        grad = (np.exp(log_p) * targets.sum(1, keepdims=True) - targets).T @ a + pen * shrunk
         return value, grad[:-1].ravel()
 
     res = opt.minimize(
@@ -96,22 +102,24 @@ def soft_targets(r, x, k, row_weights=False):
 @parametrize_p
 @pytest.mark.parametrize("k", [pytest.param(2, id="K2"), pytest.param(3, id="K3"), pytest.param(5, id="K5")])
 @pytest.mark.parametrize("row_weights", [pytest.param(False, id="rows1"), pytest.param(True, id="rowsw")])
-def test_fit_matches_scipy_optimum(k, p, device, row_weights):
+@pytest.mark.parametrize("centred", [pytest.param(True, id="centred"), pytest.param(False, id="reference")])
+def test_fit_matches_scipy_optimum(k, p, device, row_weights, centred):
     r = rng(2)
     x = r.normal(size=(200, p))
     targets = soft_targets(r, x, k, row_weights)
-    gate = make(k, p, device=device, ridge=1e-3)
+    gate = make(k, p, device=device, ridge=0.3, centred_penalty=centred)
     out = gate.fit(t(x, device=device), t(targets, device=device))
     assert out is gate and gate.converged_
     assert_last_row_zero(gate)
-    expected = scipy_gate_fit(x, targets, 1e-3)
+    expected = scipy_gate_fit(x, targets, 0.3, centred)
     assert_close(gate.coef, expected[:, :-1], rtol=1e-5, atol=1e-5)
     assert_close(gate.intercept, expected[:, -1], rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("k", [pytest.param(2, id="K2"), pytest.param(3, id="K3"), pytest.param(5, id="K5")])
 @pytest.mark.parametrize("chunk_rows", [pytest.param(1, id="rows1"), pytest.param(7, id="rows7"), None])
-def test_newton_objective_matches_autograd(k, chunk_rows, monkeypatch):
+@pytest.mark.parametrize("centred", [pytest.param(True, id="centred"), pytest.param(False, id="reference")])
+def test_newton_objective_matches_autograd(k, chunk_rows, centred, monkeypatch):
     """Value, gradient and Hessian that fit hands to Newton against autograd of -sum R log softmax + ridge.
 
     Non-normalised targets (row sums are sample weights), a ridge, and Hessians assembled in
@@ -131,14 +139,15 @@ def test_newton_objective_matches_autograd(k, chunk_rows, monkeypatch):
         return start, 0, False
 
     monkeypatch.setattr(softmax_gate, "damped_newton", capture)
-    make(k, p, ridge=ridge).fit(t(x), t(targets))
+    make(k, p, ridge=ridge, centred_penalty=centred).fit(t(x), t(targets))
 
     a, target = t(np.column_stack([x, np.ones(len(x))])), t(targets)
     penalty = t(np.append(np.full(p, ridge), 0.0))
 
     def reference(theta):
         params = torch.cat([theta.view(k - 1, p + 1), theta.new_zeros(1, p + 1)])
-        return -(target * torch.log_softmax(a @ params.T, dim=1)).sum() + 0.5 * (penalty * params.square()).sum()
+        shrunk = params - params.mean(0) if centred else params
+        return -(target * torch.log_softmax(a @ params.T, dim=1)).sum() + 0.5 * (penalty * shrunk.square()).sum()
 
     theta = t(r.normal(size=(k - 1) * (p + 1)))
     value, derivatives = captured[0](theta[None])
@@ -146,6 +155,30 @@ def test_newton_objective_matches_autograd(k, chunk_rows, monkeypatch):
     assert_close(value, reference(theta)[None], rtol=1e-12, atol=1e-12)
     assert_close(grad[0], torch.func.grad(reference)(theta), rtol=1e-10, atol=1e-10)
     assert_close(hess[0], torch.autograd.functional.hessian(reference, theta), rtol=1e-10, atol=1e-10)
+
+
+@settings(max_examples=40, deadline=None)
+@given(k=st.integers(2, 6), reference=st.integers(0, 5), seed=st.integers(0, 2**16))
+def test_centred_penalty_and_fit_do_not_depend_on_which_component_is_the_reference(k, reference, seed):
+    """Relabelling the components (here: making component ``reference`` the one fixed at 0) leaves the centred
+    penalty unchanged, and a fit from the relabelled start ends at the same gate probabilities; with three or more
+    components the penalty towards the reference changes."""
+    reference = reference % k
+    r = rng(seed)
+    x = r.normal(size=(60, 2))
+    targets = soft_targets(r, x, k)
+    coef, intercept = t(r.normal(scale=3.0, size=(k, 2))), t(r.normal(size=k))
+    order = [j for j in range(k) if j != reference] + [reference]
+    gate = SoftmaxGate(coef, intercept, ridge=0.7)
+    moved = SoftmaxGate(coef[order], intercept[order], ridge=0.7)
+    assert float(moved.penalty().sum()) == pytest.approx(float(gate.penalty().sum()), rel=1e-12)
+    gate.fit(t(x), t(targets))
+    moved.fit(t(x), t(targets[:, order]))
+    assert_close(moved.log_prob(t(x)), gate.log_prob(t(x))[:, order], rtol=1e-7, atol=1e-7)
+    if k > 2 and reference != k - 1:  # (with two components both penalties are |coef_0 - coef_1|^2 / 2 or /4)
+        plain = SoftmaxGate(coef, intercept, ridge=0.7, centred_penalty=False).penalty().sum()
+        moved_plain = SoftmaxGate(coef[order], intercept[order], ridge=0.7, centred_penalty=False).penalty().sum()
+        assert abs(float(plain) - float(moved_plain)) > 1e-6
 
 
 def test_fit_restores_the_thread_count():

@@ -108,7 +108,7 @@ def test_two_rounds_raise_the_full_data_objective_to_the_refit_on_all_rows(exper
     data, _, _ = _problem(expert)
     shards = _shards(data, 3)
     fit = _quiet(fit_distributed, shards, 3, expert=expert, executor="inline", support_size=30, rounds=2,
-                 round_objective="kl", round_tol=1e-12, round_max_iter=12, model_options={"ridge": SATURATED},
+                 round_objective="kl", round_tol=1e-12, round_max_iter=30, model_options={"ridge": SATURATED},
                  **FAST)  # fmt: skip
     history = fit.gate_rounds.history
     assert len(history) >= 3 and all(b >= a for a, b in zip(history, history[1:]))
@@ -116,7 +116,7 @@ def test_two_rounds_raise_the_full_data_objective_to_the_refit_on_all_rows(exper
     everything = LocalMixture.from_models(local, torch.as_tensor(data.X), [500, 500, 500], 1e-12)
     one = fit.one_round_model
     start = gate_statistics(everything, one.gate_, one.experts_)
-    ridge = 0.5 * 1e-6 * float(one.gate_.coef.square().sum())
+    ridge = 0.5 * 1e-6 * float((one.gate_.coef - one.gate_.coef.mean(0)).square().sum())  # the centred penalty
     assert history[0] == pytest.approx((start.value - ridge) / 1500, rel=1e-12)
     assert history[-1] > history[0] + 1e-4
     gate = type(one.gate_)(one.gate_.coef, one.gate_.intercept, ridge=1e-6)
@@ -164,11 +164,16 @@ def test_two_rounds_on_the_likelihood_reach_the_gate_that_maximises_the_data_lik
     history = fit.gate_rounds.history
     assert all(b >= a for a, b in zip(history, history[1:])) and history[-1] > history[0] + 1e-4
     gate = fit.model.gate_
-    ridge = 0.5 * 1e-6 * float(gate.coef.square().sum())
+    ridge = 0.5 * 1e-6 * float((gate.coef - gate.coef.mean(0)).square().sum())  # the centred penalty
     assert history[-1] == pytest.approx((fit.model.log_likelihood(data.X, data.y) - ridge) / 1500, rel=1e-10)
     one = fit.one_round_model
     assert history[0] == pytest.approx(
-        (one.log_likelihood(data.X, data.y) - 0.5 * 1e-6 * float(one.gate_.coef.square().sum())) / 1500, rel=1e-10
+        (
+            one.log_likelihood(data.X, data.y)
+            - 0.5 * 1e-6 * float((one.gate_.coef - one.gate_.coef.mean(0)).square().sum())
+        )
+        / 1500,
+        rel=1e-10,
     )
     end = observed_gate_statistics(gate, fit.model.experts_, torch.as_tensor(data.X), torch.as_tensor(data.y))
     start = observed_gate_statistics(one.gate_, one.experts_, torch.as_tensor(data.X), torch.as_tensor(data.y))
@@ -183,7 +188,10 @@ def test_round_objective_must_be_known():
 
 @pytest.mark.parametrize("objective", ["kl", "likelihood"])
 def test_with_a_tiny_supporting_sample_round_two_comes_closer_to_the_global_fit(objective):
-    """Twelve supporting rows place the one-round gate poorly; refitted on all rows it predicts like Global."""
+    """Twelve supporting rows place the one-round gate poorly; refitted on all rows it predicts closer to Global.
+
+    (Since the local fits are polished by L-BFGS the one-round model is already 3x closer than before, so the
+    second round's gain in predicted probabilities is about 20% rather than 2x; in log-likelihood it is 2.5x.)"""
     data = make_moe(3000, expert="logistic", n_experts=3, n_features=2, seed=1)
     X, y, X_test, y_test = data.X[:2400], data.y[:2400], data.X[2400:], data.y[2400:]
     glob = _quiet(MixtureOfExperts(3, expert="logistic", seed=0, progress=False, ridge=SATURATED, **FAST).fit, X, y)
@@ -198,7 +206,7 @@ def test_with_a_tiny_supporting_sample_round_two_comes_closer_to_the_global_fit(
         return float(proba), float(log_lik)
 
     one, two = distance(fit.one_round_model), distance(fit.model)
-    assert two[0] < 0.8 * one[0] and two[1] < 0.5 * one[1]
+    assert two[0] < 0.85 * one[0] and two[1] < 0.5 * one[1]
 
 
 def test_one_round_is_unchanged_and_is_where_two_rounds_start():

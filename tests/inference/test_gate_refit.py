@@ -34,14 +34,15 @@ def test_refit_objective_never_decreases(expert):
 
 
 def test_logistic_objective_is_the_exact_expected_log_likelihood():
-    """``sum_s sum_y p^W(y|x_s) log g(y|x_s) / S`` minus the ridge term, computed directly."""
+    """``sum_s sum_y p^W(y|x_s) log g(y|x_s) / S`` minus the ridge term (on the slopes about their mean over the
+    gates), computed directly."""
     local, gate, experts = reduced_families("logistic")
     _, history = refit_gate(local, gate, experts, max_iter=0)
     x = local.x
     p_w = (local.gate_probs * torch.sigmoid(local.experts.linear_predictor(x))).sum(1).numpy()
     p_g = (gate.log_prob(x).exp() * experts.predict_proba(x)).sum(1).numpy()
     expected = np.mean(p_w * np.log(p_g) + (1 - p_w) * np.log1p(-p_g))
-    expected -= 0.5 * gate.ridge * float(gate.coef.square().sum()) / x.shape[0]
+    expected -= 0.5 * gate.ridge * float((gate.coef - gate.coef.mean(0)).square().sum()) / x.shape[0]
     np.testing.assert_allclose(history[0], expected, rtol=1e-10)
 
 

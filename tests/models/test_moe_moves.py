@@ -92,9 +92,12 @@ def three_experts():
 
 
 def _freed(resp: torch.Tensor, freed: int, keep: int | None) -> torch.Tensor:
-    """The responsibilities after ``freed``'s mass goes to ``keep`` (None: to the others in proportion)."""
+    """The responsibilities after ``freed``'s mass goes to ``keep`` (None: to the others in proportion, or evenly
+    where they have none)."""
     if keep is None:
-        after = resp / (1 - resp[:, [freed]])
+        # the others' mass summed (1 - resp[freed] rounds to 0 where resp[freed] is 1 - 1e-17)
+        others = resp[:, [k for k in range(resp.shape[1]) if k != freed]].sum(1, keepdim=True)
+        after = torch.where(others > 0, resp / others, 1 / (resp.shape[1] - 1))
     else:
         after = resp.clone()
         after[:, keep] += after[:, freed]

@@ -103,7 +103,7 @@ def refit_gate(
     gate = SoftmaxGate(gate.coef.clone(), gate.intercept.clone(), ridge=gate.ridge, max_iter=_NEWTON_STEPS)
 
     def objective_and_targets() -> tuple[float, torch.Tensor]:
-        value, targets, _ = expectation.accumulate(gate.log_prob(x), -0.5 * gate.ridge * gate.coef.square().sum())
+        value, targets, _ = expectation.accumulate(gate.log_prob(x), -gate.penalty().sum())
         return float(value) / n_points, targets
 
     value, targets = objective_and_targets()
