@@ -6,9 +6,9 @@ Setting: the simulation of Chamroukhi & Pham (2026), Supplement S4.1 (Gaussian e
 
 1. **Global EM** (:class:`ppmix.models.moe.MixtureOfExperts`, one random start): seconds
    per EM iteration (median of the iterations of the fit, measured around ``m_step`` +
-   ``e_step``), total fit seconds (EM and its L-BFGS polish), iterations (all, and EM's), and the
-   peak resident memory of the process that generates the data and fits (a fresh spawned
-   process, so nothing else counts).
+   ``e_step``), total fit seconds (EM and its L-BFGS polish), iterations (``n_iter_``; and every
+   EM iteration run), and the peak resident memory of the process that generates the data and
+   fits (a fresh spawned process, so nothing else counts).
 2. **Distributed fit** at ``M`` in {16, 128}: the ``N`` rows in ``M`` shards, local EM fits
    on a local process pool (:func:`ppmix.distributed.fit_distributed`; five random starts
    each by default, the protocol of S4.2), then the OT reduction. Reported: slowest and
@@ -106,7 +106,7 @@ def _global_fit(n: int, max_iter: int, threads: int, seed: int) -> dict[str, Any
         "n": n,
         "threads": threads,
         "iterations": model.n_iter_,  # EM's and the L-BFGS polish's
-        "em_iterations": len(iteration_seconds),
+        "em_iterations": len(iteration_seconds),  # every EM iteration run, rejected split-and-merge moves too
         "converged": model.converged_,
         "seconds_total": round(total, 2),
         "seconds_per_iteration_median": round(float(np.median(iteration_seconds)), 4),

@@ -152,9 +152,9 @@ def test_bench_moe_quick(tmp_path):
     assert report["benchmark"] == "moe" and settings["quick"]
     n, max_iter, n_init = int(settings["n"]), settings["max_iter"], settings["local_n_init"]
     fit = report["global_em"]
-    assert fit["n"] == n and fit["threads"] == 1 and 1 <= fit["em_iterations"] <= fit["iterations"]
+    assert fit["n"] == n and fit["threads"] == 1 and fit["em_iterations"] >= 1
     # EM and then the L-BFGS polish, each at most max_iter, in the fit and in up to 3 kept split-and-merge moves
-    assert fit["iterations"] <= 2 * max_iter * 4
+    assert 1 <= fit["iterations"] <= 2 * max_iter * 4
     assert_timing(fit["seconds_total"], fit["seconds_per_iteration_median"])
     assert 0 < fit["rss_after_data_mb"] <= fit["peak_rss_mb"]
     # the fitted model scores its training data at least about as well as the model that generated it

@@ -116,13 +116,14 @@ def split_and_merge(model: MixtureOfExperts, options: dict[str, Any]) -> None:
 
     A round tries one move (``split_merge_search="proposal"``) or the few best of the
     screened ones (``"screened"``), each followed by EM on all rows to convergence (with
-    ``options``' ``max_iter`` and ``tol``) and the model's L-BFGS polish: an early verdict would reject good moves on
-    slowly converging fits (on the S4.1 logistic simulation, a move that was still far below
-    its starting objective after 10 iterations ended 7% higher after 100). The best is kept
-    only if the objective per point rises by more than ``tol`` (relative; ``options["tol"]``
-    or ``model.tol``); a round that keeps nothing ends the search. A move that leaves an
-    expert without points is rejected. After a kept move ``history_`` is the objective of the
-    EM run that followed it and ``n_iter_`` counts the iterations of all kept runs.
+    ``options``' ``max_iter`` and ``tol``) and the model's L-BFGS polish: an early verdict would
+    reject good moves on slowly converging fits (on the S4.1 logistic simulation, a move that
+    was still far below its starting objective after 10 iterations ended 7% higher after 100).
+    The best is kept only if the objective per point rises by more than ``tol`` (relative;
+    ``options["tol"]`` or ``model.tol``); a round that keeps nothing ends the search. A move
+    that leaves an expert without points is rejected. After a kept move ``history_`` is the
+    objective of the EM run (and polish) that followed it and ``n_iter_`` counts the iterations
+    of all kept runs.
     """
     from ppmix.inference import run_em
 
@@ -270,8 +271,8 @@ def move_responsibilities(model: MixtureOfExperts, x: torch.Tensor, y: torch.Ten
     None; evenly where the others' is 0). Then, with ``by="worst"`` (``split`` None), the 5% of
     the points (at least one) with the lowest log-likelihood under the mixture go wholly to
     ``freed``: where a fitted expert holds parts of two true ones, the points it misfits gather
-    there, in every region at once. Otherwise, of the points whose most responsible expert is ``split``, those above the
-    median of a score move from ``split`` to ``freed``. The score is the residual with
+    there, in every region at once. Otherwise, of the points whose most responsible expert is
+    ``split``, those above the median of a score move from ``split`` to ``freed``. The score is the residual with
     ``by="residual"`` (``y`` less the expert's mean; for softmax experts, the expert's
     negative log-likelihood), or with ``by="covariates"`` the projection of ``x`` on the first
     principal axis of those points' covariates: a cut of the expert's region that a linear
