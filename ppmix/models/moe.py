@@ -13,13 +13,13 @@ from pyro.distributions import constraints
 from sklearn.utils.metaestimators import available_if
 
 from ppmix._validation import check_matrix, to_output
-from ppmix.components import GaussianExpert, LogisticExpert, SoftmaxExpert, SoftmaxGate
+from ppmix.components import GaussianExpert, LogisticExpert, SoftmaxGate
 from ppmix.inference.engines.result import ConvergenceWarning
 from ppmix.models._flat import flat_prior
 from ppmix.models._params import store_params
 from ppmix.models._target import TargetKindMixin
 from ppmix.models.base import MixtureModel
-from ppmix.models.moe_build import ParametersMixin
+from ppmix.models.moe_build import EXPERTS, ParametersMixin
 from ppmix.models.moe_data import check_response, check_settings, prepare_training_data
 from ppmix.models.moe_moves import initial_responsibilities, split_and_merge
 from ppmix.models.moe_polish import polish_fit
@@ -27,11 +27,7 @@ from ppmix.ops.logspace import normalize_log_joint_
 
 __all__ = ["MixtureOfExperts"]
 
-EXPERTS: dict[str, type] = {"gaussian": GaussianExpert, "logistic": LogisticExpert, "softmax": SoftmaxExpert}
 INIT_METHODS = ("kmeans", "random")
-#: damped Newton steps of the gate (and of logistic experts) per M-step: a generalised EM
-#: step, still monotone because every damped Newton step decreases its objective
-NEWTON_STEPS = 3
 #: ``ridge`` when it is None, by expert kind
 DEFAULT_RIDGE = {"gaussian": 1e-6, "logistic": 1e-2, "softmax": 1e-2}
 
@@ -274,43 +270,6 @@ class MixtureOfExperts(ParametersMixin, TargetKindMixin, MixtureModel):
             xi = x[idx]
             z = pyro.sample("z", gate.pyro_dist(x=xi), infer={"enumerate": "parallel"})
             pyro.sample("y", experts.pyro_dist(z, x=xi), obs=y[idx])
-
-    def _make_gate(self, free_coef: torch.Tensor, free_intercept: torch.Tensor) -> SoftmaxGate:
-        coef = torch.cat([free_coef, torch.zeros_like(free_coef[:1])])
-        intercept = torch.cat([free_intercept, torch.zeros_like(free_intercept[:1])])
-        return SoftmaxGate(coef, intercept, ridge=self.ridge_value, max_iter=NEWTON_STEPS)
-
-    def _make_experts(self, params: dict[str, torch.Tensor]) -> GaussianExpert | LogisticExpert | SoftmaxExpert:
-        if self.expert == "gaussian":
-            floor = getattr(self, "_noise_floor", self.min_variance)
-            return GaussianExpert(**params, ridge=self.ridge_value, min_variance=floor)
-        family = EXPERTS[self.expert]
-        return family(params["coef"], params["intercept"], ridge=self.ridge_value, max_iter=NEWTON_STEPS)
-
-    # -------------------------------------------------------------- globals
-    def get_globals(self) -> dict[str, torch.Tensor]:
-        values = {"gate_coef": self._gate.coef[:-1].clone(), "gate_intercept": self._gate.intercept[:-1].clone()}
-        values.update(self._experts.state_dict())
-        return values
-
-    def set_globals(self, values: dict[str, torch.Tensor]) -> None:
-        opts = {"dtype": self.dtype, "device": self._device}
-        self.assign_globals({k: torch.as_tensor(v).detach().to(**opts) for k, v in values.items()})
-
-    def assign_globals(self, values: dict[str, torch.Tensor]) -> None:
-        """Build the gate and the experts from ``values`` (``get_globals``' keys) as they are: unlike
-        :meth:`set_globals`, without detaching or converting them, so that autograd sees through."""
-        self._gate = self._make_gate(values["gate_coef"], values["gate_intercept"])
-        self._experts = self._make_experts({n: values[n] for n in EXPERTS[self.expert].param_names})
-        self._invalidate_guide()
-
-    def state_tensors(self) -> dict[str, torch.Tensor]:
-        return {**self.get_globals(), "x_mean": self._x_mean.clone(), "x_scale": self._x_scale.clone()}
-
-    def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
-        opts = {"dtype": self.dtype, "device": self._device}
-        self._x_mean, self._x_scale = tensors["x_mean"].to(**opts), tensors["x_scale"].to(**opts)
-        self.set_globals({k: v for k, v in tensors.items() if k not in ("x_mean", "x_scale")})
 
     def arviz_dims(self) -> dict[str, list[str]]:
         dims = {

@@ -1,5 +1,7 @@
-"""Building a fitted :class:`~ppmix.models.MixtureOfExperts` from given parameters (``from_parameters``,
-``from_families``): how distributed fits, the OT reduction and users hand ppmix a model they did not fit."""
+"""The parameters of a :class:`~ppmix.models.MixtureOfExperts`: building its gate and experts from
+flat tensors (``get_globals``/``set_globals``/``assign_globals``, saved state) and a fitted model from
+given parameters (``from_parameters``, ``from_families``), which is how distributed fits, the OT
+reduction and users hand ppmix a model they did not fit."""
 
 from __future__ import annotations
 
@@ -8,17 +10,62 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from ppmix.components import GaussianExpert, LogisticExpert, SoftmaxGate
+from ppmix.components import GaussianExpert, LogisticExpert, SoftmaxExpert, SoftmaxGate
 from ppmix.models.moe_data import referenced_gate
 
 if TYPE_CHECKING:
     from ppmix.models.moe import MixtureOfExperts
 
-__all__ = ["ParametersMixin"]
+__all__ = ["EXPERTS", "NEWTON_STEPS", "ParametersMixin"]
+
+EXPERTS: dict[str, type] = {"gaussian": GaussianExpert, "logistic": LogisticExpert, "softmax": SoftmaxExpert}
+#: damped Newton steps of the gate (and of logistic experts) per M-step: a generalised EM
+#: step, still monotone because every damped Newton step decreases its objective
+NEWTON_STEPS = 3
 
 
 class ParametersMixin:
-    """The alternative constructors of :class:`~ppmix.models.MixtureOfExperts`."""
+    """The parameter plumbing and the alternative constructors of :class:`~ppmix.models.MixtureOfExperts`.
+
+    The free parameters are the gate's first ``K - 1`` rows (the last is fixed at zero) and the
+    experts' parameters, on the standardised covariate scale.
+    """
+
+    def _make_gate(self, free_coef: torch.Tensor, free_intercept: torch.Tensor) -> SoftmaxGate:
+        coef = torch.cat([free_coef, torch.zeros_like(free_coef[:1])])
+        intercept = torch.cat([free_intercept, torch.zeros_like(free_intercept[:1])])
+        return SoftmaxGate(coef, intercept, ridge=self.ridge_value, max_iter=NEWTON_STEPS)
+
+    def _make_experts(self, params: dict[str, torch.Tensor]) -> GaussianExpert | LogisticExpert | SoftmaxExpert:
+        if self.expert == "gaussian":
+            floor = getattr(self, "_noise_floor", self.min_variance)
+            return GaussianExpert(**params, ridge=self.ridge_value, min_variance=floor)
+        family = EXPERTS[self.expert]
+        return family(params["coef"], params["intercept"], ridge=self.ridge_value, max_iter=NEWTON_STEPS)
+
+    def get_globals(self) -> dict[str, torch.Tensor]:
+        values = {"gate_coef": self._gate.coef[:-1].clone(), "gate_intercept": self._gate.intercept[:-1].clone()}
+        values.update(self._experts.state_dict())
+        return values
+
+    def set_globals(self, values: dict[str, torch.Tensor]) -> None:
+        opts = {"dtype": self.dtype, "device": self._device}
+        self.assign_globals({k: torch.as_tensor(v).detach().to(**opts) for k, v in values.items()})
+
+    def assign_globals(self, values: dict[str, torch.Tensor]) -> None:
+        """Build the gate and the experts from ``values`` (``get_globals``' keys) as they are: unlike
+        :meth:`set_globals`, without detaching or converting them, so that autograd sees through."""
+        self._gate = self._make_gate(values["gate_coef"], values["gate_intercept"])
+        self._experts = self._make_experts({n: values[n] for n in EXPERTS[self.expert].param_names})
+        self._invalidate_guide()
+
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        return {**self.get_globals(), "x_mean": self._x_mean.clone(), "x_scale": self._x_scale.clone()}
+
+    def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        opts = {"dtype": self.dtype, "device": self._device}
+        self._x_mean, self._x_scale = tensors["x_mean"].to(**opts), tensors["x_scale"].to(**opts)
+        self.set_globals({k: v for k, v in tensors.items() if k not in ("x_mean", "x_scale")})
 
     @classmethod
     def from_parameters(
