@@ -22,7 +22,7 @@ from ppmix.models.base import MixtureModel
 from ppmix.models.moe_build import EXPERTS, ParametersMixin
 from ppmix.models.moe_data import check_response, check_settings, prepare_training_data
 from ppmix.models.moe_moves import initial_responsibilities, split_and_merge
-from ppmix.models.moe_polish import polish_fit
+from ppmix.models.moe_polish import polish_fit, warn_unconverged
 from ppmix.ops.logspace import normalize_log_joint_
 
 __all__ = ["MixtureOfExperts"]
@@ -345,6 +345,7 @@ class MixtureOfExperts(ParametersMixin, TargetKindMixin, MixtureModel):
         if engine == "em":
             polish_fit(self, options)
             split_and_merge(self, options)
+            warn_unconverged(self)
         if engine in ("em", "svi"):
             self._canonical_order(self._train_data[0])
         return self

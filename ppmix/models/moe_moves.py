@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ppmix.inference.engines.result import ConvergenceWarning
 from ppmix.models.moe_polish import polished
 from ppmix.ops.kmeans import kmeans
 from ppmix.ops.logspace import normalize_log_joint_
@@ -143,7 +144,10 @@ def split_and_merge(model: MixtureOfExperts, options: dict[str, Any]) -> None:
             try:
                 if screened is None:
                     model.m_step(data, move_responsibilities(model, *data, move))
-                result = run_em(model, model._train_data, n_init=1, warm_start=True, progress=False, **em_options)
+                with warnings.catch_warnings():
+                    if model.polish:  # EM's own verdict is replaced by the polish's (MixtureOfExperts.fit)
+                        warnings.simplefilter("ignore", ConvergenceWarning)
+                    result = run_em(model, model._train_data, n_init=1, warm_start=True, progress=False, **em_options)
                 result = polished(model, result, options)
             except ValueError as error:  # an expert left with no points: the move is rejected
                 logger.info("split-and-merge move %s rejected: %s", move, error)
@@ -238,7 +242,6 @@ def screened_moves(
     parameters are restored afterwards.
     """
     from ppmix.inference import run_em
-    from ppmix.inference.engines.result import ConvergenceWarning
 
     x, y = data
     if len(y) > _SCREEN_ROWS:

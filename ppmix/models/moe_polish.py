@@ -30,7 +30,7 @@ from ppmix.ops.threads import threads_for, torch_threads
 if TYPE_CHECKING:
     from ppmix.models.moe import MixtureOfExperts
 
-__all__ = ["polish", "polish_fit", "polished"]
+__all__ = ["polish", "polish_fit", "polished", "warn_unconverged"]
 
 logger = logging.getLogger(__name__)
 
@@ -155,11 +155,14 @@ def polished(model: MixtureOfExperts, result: FitResult, options: dict[str, Any]
 
 
 def polish_fit(model: MixtureOfExperts, options: dict[str, Any]) -> None:
-    """Continue the EM fit recorded in ``model``'s fitted attributes by :func:`polished`; warn if the polish
-    stopped at ``max_iter`` before meeting ``tol``."""
-    result = polished(model, FitResult(model.history_, model.n_iter_, model.converged_), options)
-    model._store_result("em", result)
-    if model.polish and not result.converged:
+    """Continue the EM fit recorded in ``model``'s fitted attributes by :func:`polished`."""
+    model._store_result("em", polished(model, FitResult(model.history_, model.n_iter_, model.converged_), options))
+
+
+def warn_unconverged(model: MixtureOfExperts) -> None:
+    """Warn if the fit's last EM run and its polish stopped at ``max_iter`` before meeting ``tol``: the verdict
+    that replaces EM's own warning when ``model.polish``."""
+    if model.polish and not model.converged_:
         warnings.warn(
             "EM and its L-BFGS polish did not converge in max_iter iterations each; increase max_iter or tol",
             ConvergenceWarning,

@@ -112,3 +112,20 @@ def test_polish_alone_from_a_short_em_fit_raises_the_objective_monotonically(log
 def test_polish_must_be_a_bool(value):
     with pytest.raises(ValueError, match="polish must be True or False"):
         MixtureOfExperts(2, polish=value, progress=False).fit(np.zeros((10, 1)), np.arange(10.0))
+
+
+def test_split_and_merge_runs_warn_only_by_the_polishs_verdict(logistic_data):
+    """The EM run after each split-and-merge move is polished too, so its ``max_iter`` stop is not reported: a fit
+    with moves warns once at most, by the verdict of its last polish. Without the polish the moves' EM runs warn."""
+    X, y = logistic_data
+    settings = {"expert": "logistic", "seed": 0, "max_iter": 50, "progress": False, "split_merge": 2}
+
+    def messages(**options) -> list[str]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ConvergenceWarning)
+            MixtureOfExperts(3, **{**settings, **options}).fit(X, y)
+        return [str(w.message).split(" in ")[0] for w in caught]
+
+    assert messages(polish=False) == ["EM did not converge"] * 3  # the first fit's and two moves' EM runs
+    assert messages() == ["EM and its L-BFGS polish did not converge"]
+    assert messages(max_iter=100) == []
