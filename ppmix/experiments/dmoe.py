@@ -425,7 +425,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     report = [strict_json({"table": result["table"], "quality_bar": result["quality_bar"]})]
     report += ["", *seed_table(result["rows"])]
-    report += ["", "checks against the truth, on every seed:", *format_checks(result["truth_bar"])]
+    report += ["", "checks against the truth, on the mean over seeds:", *format_checks(result["truth_bar"])]
     report += ["", "checks on the means over seeds:", *format_checks(result["quality_bar"])]
     report += ["", "checks on every seed:", *format_checks(result["seed_bar"])]
     print("\n".join(report))  # the command's output

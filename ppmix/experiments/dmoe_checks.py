@@ -4,7 +4,8 @@ Three bars, from the issue that set them:
 
 - **against the truth** (:func:`truth_bar`): Global, EM on all training rows, within 10% of
   the data-generating model's test loss (log-loss for logistic experts, RPE for Gaussian
-  ones) and with ARI at least 0.9, on every seed. The ``Truth-EM`` row, EM started at the
+  ones) and with ARI at least 0.9, on the mean over seeds (the issue's decision: a miss on
+  the mean is a miss; every seed's value is printed beside it). The ``Truth-EM`` row, EM started at the
   planted parameters, is checked the same way: it tells a poor basin (Truth-EM passes,
   Global fails) from a maximum-likelihood optimum that itself over-fits (both fail);
 - **against Global, on the means over seeds** (:func:`quality_bar`): the Reduction within 2%
@@ -53,19 +54,22 @@ MIN_ARI = 0.9
 
 
 def truth_bar(rows: list[dict]) -> list[dict]:
-    """Global (and Truth-EM, where present) against the data-generating model on every seed.
+    """Global (and Truth-EM, where present) against the data-generating model, on the mean over seeds.
 
     Two checks per expert kind and estimator: the test loss at most 10% above the truth's
-    (``gaps``: relative excess per seed) and ARI at least 0.9 (``values`` per seed).
+    (``gaps``: relative excess per seed; ``mean``: their mean, which is checked) and ARI at
+    least 0.9 (``values`` per seed; ``mean`` checked).
 
     Examples
     --------
-    >>> rows = [{"expert": "logistic", "seed": 0, "M": 0, "estimator": "Truth", "log_loss": 0.020, "ari": 0.97},
-    ...         {"expert": "logistic", "seed": 0, "M": 1, "estimator": "Global", "log_loss": 0.030, "ari": 0.70}]
+    >>> rows = [{"expert": "logistic", "seed": s, "M": 0, "estimator": "Truth", "log_loss": 0.020, "ari": 0.97}
+    ...         for s in (0, 1)]
+    >>> rows += [{"expert": "logistic", "seed": s, "M": 1, "estimator": "Global", "log_loss": loss, "ari": ari}
+    ...          for s, loss, ari in ((0, 0.021, 0.95), (1, 0.030, 0.70))]
     >>> for check in truth_bar(rows):
-    ...     print(check["check"], check.get("gaps", check.get("values")), check["pass"])
-    log_loss at most 10% worse than Truth on every seed [0.5] False
-    ari at least 0.9 on every seed [0.7] False
+    ...     print(check["check"], check["mean"], check.get("gaps", check.get("values")), check["pass"])
+    log_loss at most 10% worse than Truth on the mean over seeds 0.275 [0.05, 0.5] False
+    ari at least 0.9 on the mean over seeds 0.825 [0.95, 0.7] False
     """
     index = {(r["expert"], r["seed"], r["estimator"]): r for r in rows}
     fits = {(e, n) for e, _, n in index if n in ("Truth-EM", "Global")}
@@ -76,11 +80,12 @@ def truth_bar(rows: list[dict]) -> list[dict]:
         key = TRUTH_LOSS[expert]
         gaps = [round(_gap(index[(expert, s, name)], index[(expert, s, "Truth")], key, 1.0), 4) for s in seeds]
         aris = [round(index[(expert, s, name)]["ari"], 4) for s in seeds]
+        mean_gap, mean_ari = round(sum(gaps) / len(gaps), 4), round(sum(aris) / len(aris), 4)
         base = {"expert": expert, "M": 1, "estimator": name, "seeds": seeds}
-        checks.append({**base, "check": f"{key} at most {TRUTH_TOLERANCE:.0%} worse than Truth on every seed",
-                       "gaps": gaps, "pass": bool(max(gaps) <= TRUTH_TOLERANCE)})  # fmt: skip
-        checks.append({**base, "check": f"ari at least {MIN_ARI} on every seed", "values": aris,
-                       "pass": bool(min(aris) >= MIN_ARI)})  # fmt: skip
+        checks.append({**base, "check": f"{key} at most {TRUTH_TOLERANCE:.0%} worse than Truth on the mean over seeds",
+                       "mean": mean_gap, "gaps": gaps, "pass": bool(mean_gap <= TRUTH_TOLERANCE)})  # fmt: skip
+        checks.append({**base, "check": f"ari at least {MIN_ARI} on the mean over seeds", "mean": mean_ari,
+                       "values": aris, "pass": bool(mean_ari >= MIN_ARI)})  # fmt: skip
     return checks
 
 
@@ -169,8 +174,10 @@ def format_checks(checks: list[dict]) -> list[str]:
     for c in checks:
         if "gaps" in c:
             detail = "gaps " + ", ".join(f"{g:+.2%}" for g in c["gaps"])
+            detail = f"mean {c['mean']:+.2%}; {detail}" if "mean" in c else detail
         elif "values" in c:
             detail = "values " + ", ".join(f"{v:.3f}" for v in c["values"])
+            detail = f"mean {c['mean']:.3f}; {detail}" if "mean" in c else detail
         elif "gap" in c:
             detail = f"gap {c['gap']:+.2%}"
         else:

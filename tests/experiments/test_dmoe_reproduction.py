@@ -6,7 +6,7 @@ import pytest
 
 from ppmix.experiments import registry
 from ppmix.experiments.dmoe import DISTRIBUTED, PAPER_CLAIMS, ROUND_COST, main, run
-from ppmix.experiments.dmoe_checks import quality_bar, seed_bar, truth_bar
+from ppmix.experiments.dmoe_checks import format_checks, quality_bar, seed_bar, truth_bar
 
 
 @pytest.mark.filterwarnings("ignore:EM did not converge")
@@ -99,8 +99,8 @@ def test_dmoe_command_prints_the_checks_with_one_and_two_rounds(tmp_path, capsys
     assert main([*argv, "--max-iter", "20", "--rounds", "1", "2", "--out", str(tmp_path)]) == 0
     lines = capsys.readouterr().out.splitlines()
     marked = [line for line in lines if line[:1] in "✔✘"]
-    assert any("Global: rpe at most 10% worse than Truth on every seed" in line for line in marked)
-    assert any("Truth-EM: ari at least 0.9 on every seed" in line for line in marked)
+    assert any("Global: rpe at most 10% worse than Truth on the mean over seeds" in line for line in marked)
+    assert any("Truth-EM: ari at least 0.9 on the mean over seeds" in line for line in marked)
     for name in ("Reduction:", "Reduction-2:", "Reduction-2L:"):
         assert any(name in line and "on every seed" in line for line in marked)
         assert any(name in line and "on every seed" not in line for line in marked)
@@ -121,20 +121,33 @@ def test_seed_bar_fails_when_one_seed_misses():
     assert checks["log_lik"]["pass"] and checks["log_lik"]["estimator"] == "Reduction-2"
 
 
-def test_truth_bar_checks_every_seed_against_the_data_generating_model():
-    """10% above the truth's loss on one seed fails the loss check; ARI below 0.9 on one seed fails that one."""
-    rows = []
-    for seed, (excess, ari) in enumerate([(0.05, 0.95), (0.15, 0.89)]):
-        rows.append({"expert": "logistic", "seed": seed, "M": 0, "estimator": "Truth", "log_loss": 0.02, "ari": 0.96})
-        rows.append({"expert": "logistic", "seed": seed, "M": 1, "estimator": "Global",
-                     "log_loss": 0.02 * (1 + excess), "ari": ari})  # fmt: skip
-        rows.append({"expert": "logistic", "seed": seed, "M": 1, "estimator": "Truth-EM",
-                     "log_loss": 0.0209, "ari": 0.95})  # fmt: skip
-    checks = {(c["estimator"], c["check"].split()[0]): c for c in truth_bar(rows)}
-    assert checks[("Global", "log_loss")]["gaps"] == [0.05, 0.15] and not checks[("Global", "log_loss")]["pass"]
-    assert checks[("Global", "ari")]["values"] == [0.95, 0.89] and not checks[("Global", "ari")]["pass"]
-    assert checks[("Truth-EM", "log_loss")]["pass"] and checks[("Truth-EM", "ari")]["pass"]
-    assert list(checks)[:2] == [("Global", "log_loss"), ("Global", "ari")]  # Global first
+def test_truth_bar_checks_the_mean_over_seeds_against_the_data_generating_model():
+    """The issue's decision: the mean over seeds is checked and every seed's value is reported beside it. One seed
+    15% above the truth's loss passes on a mean of 8.5%; one seed 25% above fails on 15%. ARI likewise."""
+
+    def checks(excesses: list[float], aris: list[float]) -> dict:
+        rows = []
+        for seed, (excess, ari) in enumerate(zip(excesses, aris)):
+            rows.append({"expert": "logistic", "seed": seed, "M": 0, "estimator": "Truth", "log_loss": 0.02,
+                         "ari": 0.96})  # fmt: skip
+            rows.append({"expert": "logistic", "seed": seed, "M": 1, "estimator": "Global",
+                         "log_loss": 0.02 * (1 + excess), "ari": ari})  # fmt: skip
+            rows.append({"expert": "logistic", "seed": seed, "M": 1, "estimator": "Truth-EM",
+                         "log_loss": 0.0209, "ari": 0.95})  # fmt: skip
+        return {(c["estimator"], c["check"].split()[0]): c for c in truth_bar(rows)}
+
+    passing = checks([0.02, 0.15], [0.95, 0.89])
+    loss, ari = passing[("Global", "log_loss")], passing[("Global", "ari")]
+    assert loss["gaps"] == [0.02, 0.15] and loss["mean"] == pytest.approx(0.085) and loss["pass"]
+    assert ari["values"] == [0.95, 0.89] and ari["mean"] == pytest.approx(0.92) and ari["pass"]
+    failing = checks([0.05, 0.25], [0.95, 0.80])
+    loss, ari = failing[("Global", "log_loss")], failing[("Global", "ari")]
+    assert loss["mean"] == pytest.approx(0.15) and not loss["pass"]
+    assert ari["mean"] == pytest.approx(0.875) and not ari["pass"]
+    assert failing[("Truth-EM", "log_loss")]["pass"] and failing[("Truth-EM", "ari")]["pass"]
+    assert list(failing)[:2] == [("Global", "log_loss"), ("Global", "ari")]  # Global first
+    line = format_checks([ari])[0]
+    assert line.startswith("✘ logistic M=1 Global: ari at least 0.9 on the mean over seeds (mean 0.875; values")
 
 
 def test_dmoe_command_without_machines_checks_global_with_the_screened_search(tmp_path, capsys):
@@ -144,7 +157,7 @@ def test_dmoe_command_without_machines_checks_global_with_the_screened_search(tm
             "--out", str(tmp_path)]  # fmt: skip
     assert main(argv) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert any("Global: rpe at most 10% worse than Truth on every seed" in line for line in lines)
+    assert any("Global: rpe at most 10% worse than Truth on the mean over seeds" in line for line in lines)
     result = json.loads((tmp_path / "dmoe.json").read_text())
     assert [row["estimator"] for row in result["rows"]] == ["Truth", "Truth-EM", "Global"]
     assert result["settings"]["split_merge_search"] == "screened" and result["settings"]["split_merge"] == 1
