@@ -211,6 +211,40 @@ def test_screened_search_reaches_an_optimum_the_single_proposal_misses(caplog):
     assert screened.n_iter_ > plain.n_iter_
 
 
+@pytest.mark.parametrize("search", ["proposal", "screened"])
+def test_a_screened_round_that_keeps_nothing_is_followed_by_another_but_a_proposal_round_ends_the_search(
+    monkeypatch, search
+):
+    """A screened round ranks moves on its own subsample, so one round that keeps nothing (here: screens none) does
+    not end the search; two in a row do. A proposal round that keeps nothing ends it (the next would repeat it)."""
+    data = make_moe(800, expert="gaussian", seed=1)
+    options = {"seed": 1, "split_merge_search": search, **QUIET}
+    plain = MixtureOfExperts(4, **options, split_merge=0).fit(data.X, data.y)
+    name = "screened_moves" if search == "screened" else "split_merge_proposal"
+    real, calls = getattr(moe_moves, name), []
+
+    def first_rounds_find_nothing(idle_rounds):
+        def search_round(model, *args):
+            calls.append(len(calls))
+            if len(calls) <= idle_rounds:
+                return [] if search == "screened" else None
+            return real(model, *args)
+
+        return search_round
+
+    monkeypatch.setattr(moe_moves, name, first_rounds_find_nothing(1))
+    after_one_idle = MixtureOfExperts(4, **options, split_merge=2).fit(data.X, data.y)
+    if search == "screened":
+        assert len(calls) == 2 and after_one_idle.lower_bound_ > plain.lower_bound_ + 0.1
+    else:
+        assert len(calls) == 1 and after_one_idle.lower_bound_ == pytest.approx(plain.lower_bound_, abs=1e-12)
+    calls.clear()
+    monkeypatch.setattr(moe_moves, name, first_rounds_find_nothing(2))
+    after_two_idle = MixtureOfExperts(4, **options, split_merge=3).fit(data.X, data.y)
+    assert len(calls) == (2 if search == "screened" else 1)
+    assert after_two_idle.lower_bound_ == pytest.approx(plain.lower_bound_, abs=1e-12)
+
+
 def test_worst_fit_move_climbs_where_no_split_of_one_expert_does(monkeypatch, caplog):
     """On this logistic fit the best screened move is a worst-fit one: the search with it ends higher than the
     search restricted to splits of one expert (by 4e-4 nats per row), and says which move it kept."""
