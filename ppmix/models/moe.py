@@ -103,8 +103,8 @@ class MixtureOfExperts(ParametersMixin, TargetKindMixin, MixtureModel):
         (a freed expert takes the 5% of points the mixture fits worst) runs 60 EM iterations
         on a subsample of at most 10 000 rows, and EM on all rows goes on from the 3 best; the
         best of those is kept if it beats the round's start. Every round screens a fresh
-        subsample, and the search ends when two rounds in a row keep nothing (a proposal
-        round that keeps nothing ends it). It finds optima that need moves no
+        subsample, and the search ends when two rounds in a row keep nothing (one, where the
+        rows are few enough to be screened whole, and in the proposal search). It finds optima that need moves no
         single proposal picks, at several times the cost (see the README's mixture-of-experts
         section for the S4.1 logistic simulation).
     polish : bool, default True

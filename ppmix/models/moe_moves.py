@@ -124,9 +124,10 @@ def split_and_merge(model: MixtureOfExperts, options: dict[str, Any]) -> None:
     was still far below its starting objective after 10 iterations ended 7% higher after 100).
     The best is kept only if the objective per point rises by more than ``tol`` (relative;
     ``options["tol"]`` or ``model.tol``). A proposal round that keeps nothing ends the search
-    (the next would propose the same move). A screened round ranks the moves on its own
-    subsample, and that ranking is noisy: so the screened search ends only after
-    ``_SCREEN_PATIENCE`` (2) rounds in a row keep nothing. On the S4.1 logistic simulation
+    (the next would propose the same move), and so does a screened round on data small enough
+    to be screened whole (the next would screen the same rows). Otherwise a screened round
+    ranks the moves on its own subsample, and that ranking is noisy: so the screened search
+    ends only after ``_SCREEN_PATIENCE`` (2) rounds in a row keep nothing. On the S4.1 logistic simulation
     (seed 1) a round that kept nothing was followed by one, on a fresh subsample, whose move
     reached the truth's basin (objective per point -0.0512 -> -0.0390). A move
     that leaves an expert without points is rejected. After a kept move ``history_`` is the
@@ -138,7 +139,8 @@ def split_and_merge(model: MixtureOfExperts, options: dict[str, Any]) -> None:
     data = model.em_data(model._train_data)
     tol = options.get("tol", model.tol)
     em_options = {key: options[key] for key in ("max_iter", "tol") if key in options}
-    patience = _SCREEN_PATIENCE if model.split_merge_search == "screened" else 1
+    subsampled = model.split_merge_search == "screened" and len(data[1]) > _SCREEN_ROWS
+    patience = _SCREEN_PATIENCE if subsampled else 1
     idle = 0  # rounds in a row that kept nothing
     for round_ in range(model.split_merge):
         if model.split_merge_search == "screened":

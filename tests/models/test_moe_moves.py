@@ -211,14 +211,17 @@ def test_screened_search_reaches_an_optimum_the_single_proposal_misses(caplog):
     assert screened.n_iter_ > plain.n_iter_
 
 
-@pytest.mark.parametrize("search", ["proposal", "screened"])
-def test_a_screened_round_that_keeps_nothing_is_followed_by_another_but_a_proposal_round_ends_the_search(
-    monkeypatch, search
+@pytest.mark.parametrize("search, screen_rows", [("proposal", None), ("screened", 500), ("screened", 10_000)])
+def test_a_screened_round_that_keeps_nothing_is_followed_by_another_on_a_fresh_subsample(
+    monkeypatch, search, screen_rows
 ):
     """A screened round ranks moves on its own subsample, so one round that keeps nothing (here: screens none) does
-    not end the search; two in a row do. A proposal round that keeps nothing ends it (the next would repeat it)."""
+    not end the search; two in a row do. Where the rows are screened whole (800 <= 10 000), or in the proposal
+    search, the next round would repeat the idle one, and one idle round ends the search."""
     data = make_moe(800, expert="gaussian", seed=1)
     options = {"seed": 1, "split_merge_search": search, **QUIET}
+    if screen_rows is not None:
+        monkeypatch.setattr(moe_moves, "_SCREEN_ROWS", screen_rows)
     plain = MixtureOfExperts(4, **options, split_merge=0).fit(data.X, data.y)
     name = "screened_moves" if search == "screened" else "split_merge_proposal"
     real, calls = getattr(moe_moves, name), []
@@ -232,16 +235,17 @@ def test_a_screened_round_that_keeps_nothing_is_followed_by_another_but_a_propos
 
         return search_round
 
+    subsampled = screen_rows is not None and len(data.y) > screen_rows
     monkeypatch.setattr(moe_moves, name, first_rounds_find_nothing(1))
     after_one_idle = MixtureOfExperts(4, **options, split_merge=2).fit(data.X, data.y)
-    if search == "screened":
+    if subsampled:
         assert len(calls) == 2 and after_one_idle.lower_bound_ > plain.lower_bound_ + 0.1
     else:
         assert len(calls) == 1 and after_one_idle.lower_bound_ == pytest.approx(plain.lower_bound_, abs=1e-12)
     calls.clear()
     monkeypatch.setattr(moe_moves, name, first_rounds_find_nothing(2))
     after_two_idle = MixtureOfExperts(4, **options, split_merge=3).fit(data.X, data.y)
-    assert len(calls) == (2 if search == "screened" else 1)
+    assert len(calls) == (2 if subsampled else 1)
     assert after_two_idle.lower_bound_ == pytest.approx(plain.lower_bound_, abs=1e-12)
 
 
