@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import pyro
@@ -14,7 +13,7 @@ from sklearn.utils.metaestimators import available_if
 
 from ppmix._validation import check_matrix, to_output
 from ppmix.components import GaussianExpert, LogisticExpert, SoftmaxGate
-from ppmix.inference.engines.result import ConvergenceWarning
+from ppmix.inference.engines.result import convergence_warnings_ignored
 from ppmix.models._flat import flat_prior
 from ppmix.models._params import store_params
 from ppmix.models._target import TargetKindMixin
@@ -340,9 +339,7 @@ class MixtureOfExperts(ParametersMixin, TargetKindMixin, MixtureModel):
 
         ``y`` is required (binary 0/1 for logistic experts).
         """
-        with warnings.catch_warnings():
-            if engine == "em" and self.polish:  # EM's own verdict is replaced by the polish's
-                warnings.simplefilter("ignore", ConvergenceWarning)
+        with convergence_warnings_ignored(engine == "em" and self.polish):  # the polish's verdict replaces EM's
             super().fit(X, y, engine=engine, **options)
         if engine == "em":
             polish_fit(self, options)

@@ -24,12 +24,11 @@ from __future__ import annotations
 
 import itertools
 import logging
-import warnings
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ppmix.inference.engines.result import ConvergenceWarning
+from ppmix.inference.engines.result import convergence_warnings_ignored
 from ppmix.models.moe_polish import polished
 from ppmix.ops.kmeans import kmeans
 from ppmix.ops.logspace import normalize_log_joint_
@@ -155,9 +154,7 @@ def split_and_merge(model: MixtureOfExperts, options: dict[str, Any]) -> None:
             try:
                 if screened is None:
                     model.m_step(data, move_responsibilities(model, *data, move))
-                with warnings.catch_warnings():
-                    if model.polish:  # EM's own verdict is replaced by the polish's (MixtureOfExperts.fit)
-                        warnings.simplefilter("ignore", ConvergenceWarning)
+                with convergence_warnings_ignored(model.polish):  # the polish's verdict replaces EM's
                     result = run_em(model, model._train_data, n_init=1, warm_start=True, progress=False, **em_options)
                 result = polished(model, result, options)
             except ValueError as error:  # an expert left with no points: the move is rejected
@@ -268,8 +265,7 @@ def screened_moves(
         model.set_globals(saved)
         try:
             model.m_step((x, y), move_responsibilities(model, x, y, move))
-            with warnings.catch_warnings():  # a screening run is short by design
-                warnings.simplefilter("ignore", ConvergenceWarning)
+            with convergence_warnings_ignored():  # a screening run is short by design
                 result = run_em(
                     model, (x, y), n_init=1, warm_start=True, progress=False, max_iter=_SCREEN_ITER, tol=tol
                 )

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Iterator
 
 
 @dataclass
@@ -20,3 +23,25 @@ class FitResult:
 
 class ConvergenceWarning(UserWarning):
     """An engine stopped at its iteration limit before meeting its tolerance."""
+
+
+@contextmanager
+def convergence_warnings_ignored(ignore: bool = True) -> Iterator[None]:
+    """Silence :class:`ConvergenceWarning` inside the block (when ``ignore``): for runs short by design, or
+    whose verdict a later step replaces. Other warnings pass.
+
+    Examples
+    --------
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     with convergence_warnings_ignored():
+    ...         warnings.warn("stopped early", ConvergenceWarning)
+    ...         warnings.warn("other", UserWarning)
+    >>> [str(w.message) for w in caught]
+    ['other']
+    """
+    with warnings.catch_warnings():
+        if ignore:
+            warnings.simplefilter("ignore", ConvergenceWarning)
+        yield

@@ -28,14 +28,13 @@ from __future__ import annotations
 
 import logging
 import math
-import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
-from ppmix.inference.engines.result import ConvergenceWarning
+from ppmix.inference.engines.result import convergence_warnings_ignored
 from ppmix.models.pf.restarts import PROBA_FLOOR, fit_restarts
 from ppmix.models.pf.switches import FrameLabels, label_ratio
 
@@ -216,8 +215,7 @@ def _held_out_log_p_y(
         p1 = np.clip(np.asarray(model.predict_proba(x_test))[:, 1], PROBA_FLOOR, 1 - PROBA_FLOOR)
         starts.append(np.where(y_test == 1, np.log(p1), np.log1p(-p1)))
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
+    with convergence_warnings_ignored():
         if hasattr(model, "_fit_once"):
             model.validate_params()
             fit_restarts(model, lambda: model._fit_once(x_train, y_train, "em", options), model.n_restarts, held_out)
