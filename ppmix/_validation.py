@@ -163,7 +163,7 @@ def check_matrix(
         raise InvalidDataError(
             f"{name} is empty: 0 {what}(s) (shape={tuple(tensor.shape)}) while a minimum of 1 is required."
         )
-    if not torch.isfinite(tensor).all():
+    if not all_finite(tensor):
         raise InvalidDataError(f"{name} contains NaN or infinite values")
     if n_features is not None and tensor.shape[1] != n_features:
         raise InvalidDataError(
@@ -171,6 +171,25 @@ def check_matrix(
             f"the model was fitted with {n_features}"
         )
     return tensor, names
+
+
+def all_finite(tensor: torch.Tensor) -> bool:
+    """Whether every entry of ``tensor`` is finite.
+
+    A NaN or an infinity anywhere makes the sum non-finite, so a finite sum (one fast
+    reduction) settles it; only a sum that overflows, or non-finite data, need the
+    entry-by-entry check.
+
+    Examples
+    --------
+    >>> all_finite(torch.tensor([1.0, 2.0])), all_finite(torch.tensor([1.0, float("nan")]))
+    (True, False)
+    >>> all_finite(torch.tensor([3e38, 3e38]))  # the sum overflows float32, the entries are finite
+    True
+    """
+    if not tensor.is_floating_point() or bool(torch.isfinite(tensor.sum())):
+        return True
+    return bool(torch.isfinite(tensor).all())
 
 
 def _numeric_array(x: Any, name: str) -> np.ndarray:

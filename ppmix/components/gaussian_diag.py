@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import pyro.distributions as dist
 import torch
@@ -13,13 +14,42 @@ from ppmix.components.centred import (
     as_centred,
     as_floor,
     cancellation_tol,
-    component_counts,
     inexact_spreads,
     padded_counts,
 )
 from ppmix.components.statistics import GaussianStatistics
+from ppmix.ops.logspace import normalize_log_joint_
 
 __all__ = ["DiagGaussian"]
+
+#: bytes of one block of ``[x, x^2]`` rows that the row-blocked passes build and reuse (it stays in cache)
+_BLOCK_BYTES = 2**22
+#: rows per block on a GPU, where fewer, larger kernels are what counts
+_GPU_BLOCK_ROWS = 2**16
+
+
+def _moment_blocks(data: CentredData) -> Iterator[tuple[slice, torch.Tensor]]:
+    """``[x - shift, (x - shift)^2]`` for consecutive blocks of rows, ``(rows, 2D)`` each.
+
+    Built in one reused buffer, so the passes over the data never hold an ``N x 2D`` array and
+    read ``x`` once (the squares are formed in cache); if the data already hold their moments
+    (:attr:`CentredData.moments`) the blocks are slices of them. A block is valid until the next one.
+    """
+    n, d = data.centred.shape
+    if data._moments is not None:
+        yield slice(0, n), data._moments
+        return
+    if data.centred.device.type == "cuda":
+        rows = _GPU_BLOCK_ROWS
+    else:
+        rows = max(256, min(4096, _BLOCK_BYTES // max(1, 2 * d * data.centred.element_size())))
+    buffer = data.centred.new_empty(min(rows, n), 2 * d)
+    for start in range(0, n, rows):
+        block = data.centred[start : start + rows]
+        moments = buffer[: block.shape[0]]
+        moments[:, :d] = block
+        torch.square(block, out=moments[:, d:])
+        yield slice(start, start + block.shape[0]), moments
 
 
 class DiagGaussian(ComponentFamily):
@@ -86,6 +116,19 @@ class DiagGaussian(ComponentFamily):
         tensor is centred at :attr:`reference`.
         """
         data = as_centred(data, self.dtype, self.device, shift=self.reference)
+        natural, bias, cancelled = self._natural(data, feature_weights)
+        log_prob = torch.empty(data.n_samples, self.loc.shape[0], dtype=self.dtype, device=self.device)
+        for rows, moments in _moment_blocks(data):
+            log_prob[rows] = torch.addmm(bias, natural, moments.T).T  # (K, rows): the fast orientation
+        self._redo_cancelled(data, log_prob, cancelled, feature_weights)
+        return log_prob
+
+    def _natural(
+        self, data: CentredData, feature_weights: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+        """Natural parameters ``(K, 2D)`` and constants ``(K, 1)`` of the log-density of ``[x, x^2]``
+        about ``data.shift``, and the components whose products would cancel more than
+        :func:`~ppmix.components.centred.cancellation_tol` nats (a collapsed component at the floor)."""
         precision = self.variance.reciprocal()
         loc_c = self.loc - data.shift
         log_const = 0.5 * math.log(2 * math.pi) + self.scale.log()  # (K, D)
@@ -95,14 +138,79 @@ class DiagGaussian(ComponentFamily):
             log_const = log_const * feature_weights
         log_norm = log_const + 0.5 * loc_c.square() * precision
         natural = torch.cat([loc_c * precision, -0.5 * precision], dim=1)  # (K, 2D)
-        log_prob = torch.addmm(-log_norm.sum(dim=1), data.moments, natural.T)
-        # the product cancels terms of size precision * (x - shift)^2: redo the components whose
-        # rounding there would exceed cancellation_tol nats (a collapsed component at the floor)
         cancelled = torch.finfo(self.dtype).eps * (precision * (data.max_square + loc_c.square())).sum(dim=1)
-        for k in torch.nonzero(cancelled > cancellation_tol(self.dtype)).flatten().tolist():
+        flagged = torch.nonzero(cancelled > cancellation_tol(self.dtype)).flatten().tolist()
+        return natural, -log_norm.sum(dim=1, keepdim=True), flagged
+
+    def _redo_cancelled(
+        self, data: CentredData, log_prob: torch.Tensor, flagged: list[int], feature_weights: torch.Tensor | None
+    ) -> None:
+        """Recompute the columns of ``flagged`` components directly from the deviations, in place."""
+        if not flagged:
+            return
+        precision = self.variance.reciprocal()
+        log_const = 0.5 * math.log(2 * math.pi) + self.scale.log()
+        if feature_weights is not None:
+            feature_weights = feature_weights.to(dtype=self.dtype, device=self.device)
+            precision, log_const = precision * feature_weights, log_const * feature_weights
+        loc_c = self.loc - data.shift
+        for k in flagged:
             maha = (data.centred - loc_c[k]).square_().mul_(precision[k]).sum(dim=1)
             log_prob[:, k] = -0.5 * maha - log_const[k].sum()
-        return log_prob
+
+    def expected_statistics(
+        self, data: torch.Tensor | CentredData, log_weights: torch.Tensor
+    ) -> tuple[GaussianStatistics, torch.Tensor]:
+        """One fused E-step pass: the statistics of :meth:`statistics` under the responsibilities
+        ``r_nk ∝ weights_k N(x_n | k)`` and the log-likelihood ``sum_n log sum_k weights_k N(x_n | k)``.
+
+        Per block of rows: the log-densities as one matrix product ``(K, rows)`` of the natural
+        parameters with ``[x, x^2]``, their normalisation over ``K``, and the weighted sums of the
+        same block for the M-step, while the block is in cache; no ``(N, K)`` or ``(N, 2D)``
+        array is formed. Equal to ``statistics(data, softmax(log_prob(data) + log_weights))``
+        (which it falls back to where a component's rounding calls for the direct formulas).
+
+        Examples
+        --------
+        >>> comp = DiagGaussian(torch.tensor([[0.0], [4.0]], dtype=torch.float64), torch.ones(2, 1, dtype=torch.float64))
+        >>> x = torch.tensor([[0.1], [3.9], [4.2]], dtype=torch.float64)
+        >>> log_w = torch.tensor([0.5, 0.5], dtype=torch.float64).log()
+        >>> stats, log_lik = comp.expected_statistics(x, log_w)
+        >>> resp = torch.softmax(comp.log_prob(x) + log_w, dim=1)
+        >>> bool(torch.allclose(stats.mean, comp.statistics(x, resp).mean))
+        True
+        >>> bool(torch.isclose(log_lik, torch.logsumexp(comp.log_prob(x) + log_w, dim=1).sum()))
+        True
+        """
+        data = as_centred(data, self.dtype, self.device)
+        log_weights = log_weights.to(dtype=self.dtype, device=self.device)
+        natural, bias, flagged = self._natural(data)
+        if flagged:
+            return self._unfused_statistics(data, log_weights)
+        bias = bias + log_weights[:, None]
+        k, d = natural.shape[0], self.n_features
+        sums = natural.new_zeros(k, 2 * d)
+        totals = natural.new_zeros(k)
+        log_likelihood = natural.new_zeros(())
+        for _, moments in _moment_blocks(data):
+            joint = torch.addmm(bias, natural, moments.T)  # (K, rows)
+            largest = joint.amax(dim=0)
+            resp = joint.sub_(largest).exp_()
+            norm = resp.sum(dim=0)
+            resp.div_(norm)
+            log_likelihood += norm.log_().add_(largest).sum()
+            totals += resp.sum(dim=1)
+            sums.addmm_(resp, moments)
+        stats = self._statistics_from_sums(data, totals, sums)
+        if stats is None:  # a spread lost its digits to cancellation: the direct formulas need every row
+            return self._unfused_statistics(data, log_weights)
+        return stats, log_likelihood
+
+    def _unfused_statistics(
+        self, data: CentredData, log_weights: torch.Tensor
+    ) -> tuple[GaussianStatistics, torch.Tensor]:
+        resp, log_norm = normalize_log_joint_(self.log_prob(data).add_(log_weights))
+        return self.statistics(data, resp), log_norm.sum()
 
     def fitted_feature_log_likelihood(self, counts: torch.Tensor) -> torch.Tensor:
         """``sum_n w_nk log N(x_nd | k)`` per component and feature, ``(K, D)``, right after :meth:`fit`.
@@ -143,17 +251,40 @@ class DiagGaussian(ComponentFamily):
         """
         data = as_centred(data, self.dtype, self.device)
         weights = self._check_weights(weights, data.n_samples)
-        counts = component_counts(weights)
-        sums = weights.T @ data.moments  # (K, 2D)
-        d = self.n_features
-        mean_c = sums[:, :d] / counts[:, None]
-        second = sums[:, d:] / counts[:, None]
-        spread = (second - mean_c.square()).clamp_min(0.0)
-        floor = torch.as_tensor(self.reg_covar, dtype=self.dtype, device=self.device)
+        sums = weights.new_zeros(weights.shape[1], 2 * self.n_features)
+        for rows, moments in _moment_blocks(data):
+            sums.addmm_(weights[rows].T, moments)
+        stats = self._statistics_from_sums(data, weights.sum(0), sums)
+        if stats is not None:
+            return stats
         # a component far from the centre (or collapsed) cancels its digits away: sum its deviations directly
-        for k in inexact_spreads(second.sum(1), torch.maximum(spread, floor).sum(1)):
+        counts = padded_counts(weights.sum(0))
+        mean_c = sums[:, : self.n_features] / counts[:, None]
+        spread = self._spreads(counts, sums)
+        floor = torch.as_tensor(self.reg_covar, dtype=self.dtype, device=self.device)
+        for k in inexact_spreads(sums[:, self.n_features :].sum(1) / counts, torch.maximum(spread, floor).sum(1)):
             spread[k] = weights[:, k] @ (data.centred - mean_c[k]).square() / counts[k]
         return GaussianStatistics(weights.sum(0), mean_c + data.shift, spread * counts[:, None])
+
+    def _spreads(self, counts: torch.Tensor, sums: torch.Tensor) -> torch.Tensor:
+        """Weighted variances ``(K, D)`` from the weighted sums of ``[x, x^2]`` about the centre."""
+        d = self.n_features
+        mean_c = sums[:, :d] / counts[:, None]
+        return (sums[:, d:] / counts[:, None] - mean_c.square()).clamp_min(0.0)
+
+    def _statistics_from_sums(
+        self, data: CentredData, totals: torch.Tensor, sums: torch.Tensor
+    ) -> GaussianStatistics | None:
+        """The statistics from the total weights ``(K,)`` and weighted sums of ``[x, x^2]`` ``(K, 2D)``
+        about ``data.shift``; ``None`` where a spread lost more than ``cancellation_tol`` of its digits."""
+        counts = padded_counts(totals)
+        d = self.n_features
+        mean_c = sums[:, :d] / counts[:, None]
+        spread = self._spreads(counts, sums)
+        floor = torch.as_tensor(self.reg_covar, dtype=self.dtype, device=self.device)
+        if inexact_spreads(sums[:, d:].sum(1) / counts, torch.maximum(spread, floor).sum(1)):
+            return None
+        return GaussianStatistics(totals, mean_c + data.shift, spread * counts[:, None])
 
     def fit_statistics(self, stats: GaussianStatistics) -> "DiagGaussian":
         """The weighted maximum-likelihood update from :meth:`statistics` (of one or many shards), in place."""

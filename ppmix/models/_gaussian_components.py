@@ -23,12 +23,33 @@ from ppmix.ops.kmeans import kmeans, kmeans_plusplus, nearest_centre
 
 COVARIANCE_TYPES = ("diag", "full")
 INIT_METHODS = ("kmeans", "k-means++", "random")
-#: k-means runs (best inertia kept) behind one ``init_params="kmeans"`` start
+#: k-means runs (best inertia kept) behind one ``init_params="kmeans"`` start; they run on a
+#: subsample of at most :data:`START_SAMPLE_ROWS` rows, so restarts cost little at any ``N``
 KMEANS_RUNS = 3
+#: rows (at least, and ``START_ROWS_PER_COMPONENT`` per component) that seed and run k-means for a start
+START_SAMPLE_ROWS = 20_000
+START_ROWS_PER_COMPONENT = 500
+#: rows of the fixed random subsample whose medians set the robust spread of the variance floor
+SCALE_SAMPLE_ROWS = 20_000
 
 
 #: 1 / Phi^{-1}(3/4): the median absolute deviation of a normal sample times this is its standard deviation
 MAD_TO_SD = 1.4826
+
+
+def scale_sample(x: torch.Tensor, size: int = SCALE_SAMPLE_ROWS) -> torch.Tensor:
+    """The rows of ``x`` that estimate its spread: all of them up to ``size`` rows, else ``size``
+    rows drawn with a fixed seed (so the same data give the same rows, whatever the model's seed).
+
+    Examples
+    --------
+    >>> scale_sample(torch.zeros(10, 2)).shape, scale_sample(torch.zeros(100, 2), size=30).shape
+    (torch.Size([10, 2]), torch.Size([30, 2]))
+    """
+    if x.shape[0] <= size:
+        return x
+    rows = torch.randint(x.shape[0], (size,), generator=torch.Generator().manual_seed(0))
+    return x[rows.to(x.device)]
 
 
 def relative_floor(x: torch.Tensor, reg_covar: float) -> torch.Tensor:
@@ -37,7 +58,10 @@ def relative_floor(x: torch.Tensor, reg_covar: float) -> torch.Tensor:
     ``spread_d`` is the robust spread of feature ``d`` (1.4826 times its median absolute
     deviation), so that a few far outliers cannot raise the floor of every cluster; a
     feature whose median absolute deviation is zero uses its standard deviation, and a
-    constant feature keeps the absolute floor ``reg_covar``.
+    constant feature keeps the absolute floor ``reg_covar``. Beyond
+    :data:`SCALE_SAMPLE_ROWS` rows the spread is estimated on that many rows
+    (:func:`scale_sample`; its relative error is about 1 %, and the floor is a safeguard, not an
+    estimate), so that it costs no more than the fit's own passes.
 
     Examples
     --------
@@ -47,6 +71,7 @@ def relative_floor(x: torch.Tensor, reg_covar: float) -> torch.Tensor:
     """
     if x.shape[0] < 2:
         return torch.full_like(x[0], reg_covar)
+    x = scale_sample(x)
     mad_spread = ((x - x.median(0).values).abs().median(0).values * MAD_TO_SD).square()
     spread = torch.where(mad_spread > 0, mad_spread, x.var(0, unbiased=False))
     return reg_covar * torch.where(spread > 0, spread, torch.ones_like(spread))
@@ -71,13 +96,15 @@ def check_squared_range(x: torch.Tensor, name: str = "X") -> None:
         return
     info = torch.finfo(x.dtype)
     # Python floats (double precision): the check itself cannot overflow
-    total = float((x - x.mean(0)).abs().max()) ** 2 * x.shape[0]
+    mean = x.mean(0)
+    total = float(torch.maximum(x.amax(0) - mean, mean - x.amin(0)).max()) ** 2 * x.shape[0]
     if not total < info.max:
         raise InvalidDataError(
             f"{name} is too large for {x.dtype}: its sums of squared deviations (up to about {total:.0e}) "
             f"overflow the largest {x.dtype} number ({info.max:.1e}); rescale {name} or use dtype=torch.float64"
         )
-    spread = (x - x.median(0).values).abs().median(0).values.double().square()
+    sample = scale_sample(x)  # the spread of the floor (relative_floor), on the same rows
+    spread = (sample - sample.median(0).values).abs().median(0).values.double().square()
     smallest = float(spread[spread > 0].min()) if bool((spread > 0).any()) else info.tiny
     if smallest < info.tiny:
         raise InvalidDataError(
@@ -134,7 +161,8 @@ class GaussianComponentsMixin:
         variance floor of every fit (a warm start of a loaded model included)."""
         check_squared_range(x)
         self._data_mean = x.mean(0)
-        self._data_std = x.std(0).clamp_min(1e-6) if x.shape[0] > 1 else torch.ones_like(x[0])
+        # the scale of MCMC's weak priors: estimated on at most SCALE_SAMPLE_ROWS rows, like the floor
+        self._data_std = scale_sample(x).std(0).clamp_min(1e-6) if x.shape[0] > 1 else torch.ones_like(x[0])
         self._feature_floor = relative_floor(x, self.reg_covar)
         if getattr(self, "components_", None) is not None:
             self.components_.reg_covar = as_floor(self._feature_floor)
@@ -232,13 +260,19 @@ class GaussianComponentsMixin:
 
     # ----------------------------------------------------------- EM helpers
     def _initial_responsibilities(self, data: CentredData, generator: torch.Generator) -> torch.Tensor:
-        """Hard k-means (or k-means++ seeding) assignments, or random soft ones, ``(N, K)``."""
+        """Hard k-means (or k-means++ seeding) assignments, or random soft ones, ``(N, K)``.
+
+        ``"kmeans"`` seeds and runs Lloyd on a random subsample of ``max(START_SAMPLE_ROWS,
+        START_ROWS_PER_COMPONENT * K)`` rows (all rows when there are fewer), keeps the best of
+        :data:`KMEANS_RUNS` runs by inertia and assigns every row to its nearest centre.
+        """
         x, k = data.x, self.n_components
         if self.init_params == "random":
             resp = torch.rand(x.shape[0], k, generator=generator, dtype=x.dtype).to(x.device)
             return resp / resp.sum(1, keepdim=True)
+        sample_size = max(START_SAMPLE_ROWS, START_ROWS_PER_COMPONENT * k)
         if self.init_params == "kmeans":
-            _, labels = kmeans(data.centred, k, generator, n_init=KMEANS_RUNS)
+            _, labels = kmeans(data.centred, k, generator, n_init=KMEANS_RUNS, sample_size=sample_size)
         else:
             labels = nearest_centre(data.centred, kmeans_plusplus(data.centred, k, generator))
         return torch.nn.functional.one_hot(labels, k).to(x.dtype)
@@ -249,10 +283,13 @@ class GaussianComponentsMixin:
         return getattr(self, "_feature_floor", self.reg_covar)
 
     def _new_components(self, x: torch.Tensor) -> DiagGaussian | FullGaussian:
-        """A placeholder family of the right shape (parameters are set by the first M-step);
-        records the relative variance floor of the training data ``x``."""
+        """A placeholder family of the right shape (parameters are set by the first M-step), with the
+        relative variance floor of the training data ``x`` (recorded by ``prepare_data(..., fitting=True)``,
+        which every fit runs first; computed here if it was not)."""
         k, d = self.n_components, x.shape[1]
-        self._feature_floor = relative_floor(x, self.reg_covar)
+        recorded = getattr(self, "_feature_floor", None)
+        if recorded is None or recorded.shape != (d,):
+            self._feature_floor = relative_floor(x, self.reg_covar)
         scale = torch.ones(k, d, dtype=x.dtype, device=x.device)
         zeros = torch.zeros(k, d, dtype=x.dtype, device=x.device)
         if self.covariance_type == "diag":

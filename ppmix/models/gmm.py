@@ -150,18 +150,32 @@ class GMM(GaussianComponentsMixin, OnlineEMMixin, MixtureModel):
         self.components_ = self._new_components(data.x)
         self.m_step(data, self._initial_responsibilities(data, generator))
 
-    def e_step(self, data: CentredData) -> tuple[torch.Tensor, torch.Tensor]:
-        """Responsibilities and the log-likelihood ``sum_n log sum_k w_k N(x_n | k)``."""
-        resp, log_norm = normalize_log_joint_(self.components_.log_prob(data).add_(self.weights_.log()))
+    def e_step(self, data: CentredData) -> tuple[GaussianStatistics | torch.Tensor, torch.Tensor]:
+        """The M-step's statistics under the responsibilities, and the log-likelihood
+        ``sum_n log sum_k w_k N(x_n | k)``.
+
+        Families with a fused pass (``expected_statistics``: the diagonal Gaussian) return the
+        merged statistics of one pass over the rows; the others return the responsibilities
+        ``(N, K)``. :meth:`m_step` and :meth:`em_statistics` take either.
+        """
+        log_weights = self.weights_.log()
+        fused = getattr(self.components_, "expected_statistics", None)
+        if fused is not None:
+            return fused(data, log_weights)
+        resp, log_norm = normalize_log_joint_(self.components_.log_prob(data).add_(log_weights))
         return resp, log_norm.sum()
 
-    def m_step(self, data: CentredData, resp: torch.Tensor) -> None:
-        """Closed-form weighted MLE of the components and ``weights = mean responsibility``."""
+    def m_step(self, data: CentredData, resp: GaussianStatistics | torch.Tensor) -> None:
+        """Closed-form weighted MLE of the components and ``weights = mean responsibility``, from the
+        E-step's statistics or from responsibilities ``(N, K)``."""
         self.em_update(self.em_statistics(data, resp))
 
-    def em_statistics(self, data: CentredData, resp: torch.Tensor) -> GaussianStatistics:
-        """What the M-step needs of ``data`` under ``resp``: statistics that merge across shards
+    def em_statistics(self, data: CentredData, resp: GaussianStatistics | torch.Tensor) -> GaussianStatistics:
+        """What the M-step needs of ``data`` under ``resp`` (responsibilities ``(N, K)``, or the E-step's
+        statistics, returned as they are): statistics that merge across shards
         (:func:`ppmix.distributed.fit_em`)."""
+        if isinstance(resp, GaussianStatistics):
+            return resp
         return self.components_.statistics(data, resp)
 
     def em_update(self, stats: GaussianStatistics) -> None:

@@ -1,4 +1,9 @@
-"""Initialisation of cluster centres: k-means++ seeding and Lloyd iterations, in torch."""
+"""Initialisation of cluster centres: k-means++ seeding and Lloyd iterations, in torch.
+
+A start for EM needs good centres, not a converged k-means of every row: :func:`kmeans` with
+``sample_size`` seeds and runs Lloyd on a random subsample of the rows and assigns every row
+to its nearest centre in one more pass, so the start costs a fixed amount however large ``N``.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +18,10 @@ def _power_of_two_scale(x: torch.Tensor) -> float:
     """``2^e`` close to ``max |x|``: dividing by it is exact and keeps squared distances finite
     (no overflow at 1e20 in float32, no underflow at 1e-150), and the results of the
     functions here are the same for ``x`` and ``2^j x``."""
-    largest = float(x.abs().max()) if x.numel() else 0.0
+    if not x.numel():
+        return 1.0
+    low, high = torch.aminmax(x)
+    largest = max(-float(low), float(high))
     if not math.isfinite(largest):
         raise ValueError("X must be finite for k-means")
     return 2.0 ** math.frexp(largest)[1] if largest > 0 else 1.0
@@ -25,10 +33,21 @@ def _squared_distances(x: torch.Tensor, centres: torch.Tensor, x_sq: torch.Tenso
 
 
 def nearest_centre(x: torch.Tensor, centres: torch.Tensor) -> torch.Tensor:
-    """Index of the nearest centre for every row of ``x``."""
-    scale = _power_of_two_scale(x)
-    x, centres = x / scale, centres / scale
-    return _squared_distances(x, centres, x.square().sum(1)).argmin(dim=1)
+    """Index of the nearest centre for every row of ``x``.
+
+    One matrix product, ``argmin_k |c_k|^2 - 2 x . c_k`` (the row's own ``|x|^2`` does not
+    change the argmin), with the centres divided by a power of two near their largest entry
+    (exact) so that nothing overflows or underflows, and no pass over ``x`` besides the product.
+
+    Examples
+    --------
+    >>> nearest_centre(torch.tensor([[0.0], [9.0]]), torch.tensor([[10.0], [1.0]])).tolist()
+    [1, 0]
+    """
+    scale = _power_of_two_scale(centres)
+    unit = centres / scale
+    scores = torch.addmm((unit.square().sum(1) * scale)[:, None], unit, x.T, alpha=-2.0)  # (K, N)
+    return scores.argmin(dim=0)
 
 
 def kmeans_plusplus(
@@ -71,13 +90,23 @@ def kmeans_plusplus(
 
 
 def kmeans(
-    x: torch.Tensor, n_clusters: int, generator: torch.Generator, max_iter: int = 100, n_init: int = 1
+    x: torch.Tensor,
+    n_clusters: int,
+    generator: torch.Generator,
+    max_iter: int = 100,
+    n_init: int = 1,
+    sample_size: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Greedy k-means++ seeding and Lloyd iterations until the assignment is stable.
 
     With ``n_init > 1`` the run with the lowest within-cluster sum of squares is
-    kept. Returns the centres ``(K, D)`` and the hard assignment ``(N,)``. Empty
-    clusters keep their previous centre.
+    kept. With ``sample_size`` and more rows than that, seeding and Lloyd run on
+    ``sample_size`` rows drawn at random (with replacement) and every row of ``x`` is then
+    assigned to its nearest centre: the cost no longer grows with ``N`` beyond that one
+    pass, and the centres are those of the sample (as good as the full data's for a start
+    of EM when the sample holds enough points of every cluster). Returns the centres
+    ``(K, D)`` and the hard assignment of every row ``(N,)``. Empty clusters keep their
+    previous centre.
 
     Examples
     --------
@@ -86,38 +115,52 @@ def kmeans(
     >>> centres, labels = kmeans(x, 2, torch.Generator().manual_seed(0), n_init=2)
     >>> int(labels[0] != labels[-1])
     1
+    >>> big = torch.cat([torch.zeros(5000, 2), torch.ones(5000, 2) * 10])
+    >>> _, labels = kmeans(big, 2, torch.Generator().manual_seed(0), sample_size=100)
+    >>> int(labels[:5000].unique().numel() == 1 and labels[0] != labels[-1])
+    1
     """
-    scale = _power_of_two_scale(x)
-    x = x / scale
+    sampled = sample_size is not None and x.shape[0] > sample_size
+    fit_rows = x[torch.randint(x.shape[0], (sample_size,), generator=generator).to(x.device)] if sampled else x
+    scale = _power_of_two_scale(fit_rows)
+    fit_rows = fit_rows / scale
     best: tuple[float, torch.Tensor, torch.Tensor] | None = None
     for _ in range(n_init):
-        centres, labels = _lloyd(x, kmeans_plusplus(x, n_clusters, generator), max_iter)
-        inertia = float((x - centres[labels]).square().sum())
+        centres, labels, inertia = _lloyd(fit_rows, kmeans_plusplus(fit_rows, n_clusters, generator), max_iter)
         if best is None or inertia < best[0]:
             best = (inertia, centres, labels)
     assert best is not None
-    return best[1] * scale, best[2]
+    centres = best[1] * scale
+    return centres, nearest_centre(x, centres) if sampled else best[2]
 
 
 def _lloyd(
     x: torch.Tensor, centres: torch.Tensor, max_iter: int, tol: float = 1e-4
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, float]:
     """Lloyd iterations until the assignment is stable or the centres move less than
-    ``tol`` times the mean feature variance (squared distance, summed over centres)."""
+    ``tol`` times the mean feature variance (squared distance, summed over centres, as
+    scikit-learn's ``KMeans``). Returns the centres, the assignment and its inertia.
+
+    Each pass is one matrix product ``(K, N)`` of scores ``|c_k|^2 - 2 c_k . x_n`` (the
+    squared distance less ``|x_n|^2``, which the argmin does not need)."""
     n_clusters = centres.shape[0]
-    x_sq = x.square().sum(1)
     threshold = tol * float(x.var(0).mean()) if x.shape[0] > 1 else 0.0
-    labels = _squared_distances(x, centres, x_sq).argmin(1)
+
+    def scores(c: torch.Tensor) -> torch.Tensor:
+        return torch.addmm(c.square().sum(1)[:, None], c, x.T, alpha=-2.0)
+
+    best = scores(centres).min(0)
+    labels = best.indices
     for _ in range(max_iter):
-        onehot = torch.nn.functional.one_hot(labels, n_clusters).to(x.dtype)
-        counts = onehot.sum(0)
-        sums = onehot.T @ x
+        counts = torch.bincount(labels, minlength=n_clusters).to(x.dtype)
+        sums = torch.zeros_like(centres).index_add_(0, labels, x)
         new_centres = torch.where(counts[:, None] > 0, sums / counts.clamp_min(1.0)[:, None], centres)
         shift = float((new_centres - centres).square().sum())
         centres = new_centres
-        new_labels = _squared_distances(x, centres, x_sq).argmin(1)
-        stable = torch.equal(new_labels, labels)
-        labels = new_labels
+        best = scores(centres).min(0)
+        stable = torch.equal(best.indices, labels)
+        labels = best.indices
         if stable or shift <= threshold:
             break
-    return centres, labels
+    inertia = float((best.values + x.square().sum(1)).clamp_min(0.0).sum())
+    return centres, labels, inertia
