@@ -13,9 +13,17 @@ of the batch, so that a row's prediction depends on that row and the model only.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
+
+
+#: bytes of one block of rows of ``[x, x^2]`` or ``[x, x x^T]`` that the row-blocked passes build and
+#: reuse: small enough to stay in cache while the block's products run
+BLOCK_BYTES = 2**22
+#: rows per block on a GPU, where fewer, larger kernels are what counts
+GPU_BLOCK_ROWS = 2**16
 
 
 @dataclass
@@ -25,8 +33,6 @@ class CentredData:
     x: torch.Tensor
     shift: torch.Tensor
     centred: torch.Tensor
-    _moments: torch.Tensor | None = field(default=None, repr=False)
-    _outer: torch.Tensor | None = field(default=None, repr=False)
     _max_square: torch.Tensor | None = field(default=None, repr=False)
 
     @classmethod
@@ -49,39 +55,53 @@ class CentredData:
         return int(self.x.shape[0])
 
     @property
-    def moments(self) -> torch.Tensor:
-        """``[x - shift, (x - shift)^2]`` as one ``[N, 2D]`` matrix (built on first use; :attr:`centred`
-        then becomes a view of its first ``D`` columns, so the centred data are held once)."""
-        if self._moments is None:
-            d = self.centred.shape[1]
-            moments = self.centred.new_empty(self.centred.shape[0], 2 * d)
-            moments[:, :d] = self.centred
-            moments[:, d:] = self.centred.square()
-            self._moments, self.centred = moments, moments[:, :d]
-        return self._moments
-
-    @property
     def max_square(self) -> torch.Tensor:
         """``max_n (x_nd - shift_d)^2`` per feature, ``(D,)``: the size of the terms the
         moment products cancel (built on first use)."""
         if self._max_square is None:
-            self._max_square = (
-                self.centred.square().amax(dim=0) if self.n_samples else self.shift.new_zeros(self.shift.shape)
-            )
+            if self.n_samples:
+                low, high = self.centred.amin(dim=0), self.centred.amax(dim=0)
+                self._max_square = torch.maximum(low.square(), high.square())
+            else:
+                self._max_square = self.shift.new_zeros(self.shift.shape)
         return self._max_square
 
-    def outer_moments_bytes(self) -> int:
-        """Memory :attr:`outer_moments` needs."""
-        n, d = self.centred.shape
-        return n * (d + d * (d + 1) // 2) * self.centred.element_size()
+    def block_rows(self, width: int) -> int:
+        """Rows per block of a ``width``-column design built from these data (:meth:`moment_blocks`)."""
+        if self.centred.device.type == "cuda":
+            return GPU_BLOCK_ROWS
+        return max(64, min(4096, BLOCK_BYTES // max(1, width * self.centred.element_size())))
 
-    @property
-    def outer_moments(self) -> torch.Tensor:
-        """``[x - shift, (x_i - s_i)(x_j - s_j) for i <= j]`` as ``[N, D + D(D+1)/2]`` (built on first use)."""
-        if self._outer is None:
-            rows, cols = upper_triangle(self.centred.shape[1], self.centred.device)
-            self._outer = torch.cat([self.centred, self.centred[:, rows] * self.centred[:, cols]], dim=1)
-        return self._outer
+    def moment_blocks(self, outer: bool = False) -> Iterator[tuple[slice, torch.Tensor]]:
+        """``[x - s, (x - s)^2]`` (``(rows, 2D)``), or with ``outer`` ``[x - s, (x_i - s_i)(x_j - s_j) for
+        i <= j]`` (``(rows, D + D(D+1)/2)``, the pairs in :func:`upper_triangle`'s order), for consecutive
+        blocks of rows.
+
+        Built in one reused buffer: a pass over the data reads ``x`` once, forms the products in
+        cache and never holds an ``N``-row design. A block is valid until the next one is yielded.
+
+        Examples
+        --------
+        >>> data = CentredData.from_tensor(torch.tensor([[1.0, 2.0], [3.0, 6.0]]))
+        >>> [block.tolist() for _, block in data.moment_blocks(outer=True)]
+        [[[-1.0, -2.0, 1.0, 2.0, 4.0], [1.0, 2.0, 1.0, 2.0, 4.0]]]
+        """
+        n, d = self.centred.shape
+        width = d + (d * (d + 1) // 2 if outer else d)
+        rows = self.block_rows(width)
+        buffer = self.centred.new_empty(min(rows, n), width)
+        for start in range(0, n, rows):
+            block = self.centred[start : start + rows]
+            design = buffer[: block.shape[0]]
+            design[:, :d] = block
+            if not outer:
+                torch.square(block, out=design[:, d:])
+            else:
+                column = d
+                for i in range(d):
+                    torch.mul(block[:, i : i + 1], block[:, i:], out=design[:, column : column + d - i])
+                    column += d - i
+            yield slice(start, start + block.shape[0]), design
 
 
 def upper_triangle(d: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 
 import pyro.distributions as dist
 import torch
@@ -21,36 +20,6 @@ from ppmix.components.statistics import GaussianStatistics
 from ppmix.ops.logspace import normalize_log_joint_
 
 __all__ = ["DiagGaussian"]
-
-#: bytes of one block of ``[x, x^2]`` rows that the row-blocked passes build and reuse (it stays in cache)
-_BLOCK_BYTES = 2**22
-#: rows per block on a GPU, where fewer, larger kernels are what counts
-_GPU_BLOCK_ROWS = 2**16
-
-
-def _moment_blocks(data: CentredData) -> Iterator[tuple[slice, torch.Tensor]]:
-    """``[x - shift, (x - shift)^2]`` for consecutive blocks of rows, ``(rows, 2D)`` each.
-
-    Built in one reused buffer, so the passes over the data never hold an ``N x 2D`` array and
-    read ``x`` once (the squares are formed in cache); if the data already hold their moments
-    (:attr:`CentredData.moments`) the blocks are slices of them. A block is valid until the next one.
-    """
-    n, d = data.centred.shape
-    if data._moments is not None:
-        yield slice(0, n), data._moments
-        return
-    if data.centred.device.type == "cuda":
-        rows = _GPU_BLOCK_ROWS
-    else:
-        rows = max(256, min(4096, _BLOCK_BYTES // max(1, 2 * d * data.centred.element_size())))
-    buffer = data.centred.new_empty(min(rows, n), 2 * d)
-    for start in range(0, n, rows):
-        block = data.centred[start : start + rows]
-        moments = buffer[: block.shape[0]]
-        moments[:, :d] = block
-        torch.square(block, out=moments[:, d:])
-        yield slice(start, start + block.shape[0]), moments
-
 
 class DiagGaussian(ComponentFamily):
     """``K`` Gaussians with diagonal covariance: ``x | k ~ N(loc[k], diag(scale[k]^2))``.
@@ -118,7 +87,7 @@ class DiagGaussian(ComponentFamily):
         data = as_centred(data, self.dtype, self.device, shift=self.reference)
         natural, bias, cancelled = self._natural(data, feature_weights)
         log_prob = torch.empty(data.n_samples, self.loc.shape[0], dtype=self.dtype, device=self.device)
-        for rows, moments in _moment_blocks(data):
+        for rows, moments in data.moment_blocks():
             log_prob[rows] = torch.addmm(bias, natural, moments.T).T  # (K, rows): the fast orientation
         self._redo_cancelled(data, log_prob, cancelled, feature_weights)
         return log_prob
@@ -192,7 +161,7 @@ class DiagGaussian(ComponentFamily):
         sums = natural.new_zeros(k, 2 * d)
         totals = natural.new_zeros(k)
         log_likelihood = natural.new_zeros(())
-        for _, moments in _moment_blocks(data):
+        for _, moments in data.moment_blocks():
             joint = torch.addmm(bias, natural, moments.T)  # (K, rows)
             largest = joint.amax(dim=0)
             resp = joint.sub_(largest).exp_()
@@ -252,7 +221,7 @@ class DiagGaussian(ComponentFamily):
         data = as_centred(data, self.dtype, self.device)
         weights = self._check_weights(weights, data.n_samples)
         sums = weights.new_zeros(weights.shape[1], 2 * self.n_features)
-        for rows, moments in _moment_blocks(data):
+        for rows, moments in data.moment_blocks():
             sums.addmm_(weights[rows].T, moments)
         stats = self._statistics_from_sums(data, weights.sum(0), sums)
         if stats is not None:

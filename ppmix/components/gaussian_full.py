@@ -19,12 +19,14 @@ from ppmix.components.centred import (
     upper_triangle,
 )
 from ppmix.components.statistics import GaussianStatistics
+from ppmix.ops.logspace import normalize_log_joint_
 
 __all__ = ["FullGaussian"]
 
 _BLOCK_ROWS = 8192
-#: largest cached ``[x, x x^T]`` design (bytes) for which the exponential-family path is used
-MOMENTS_BUDGET_BYTES = 512 * 2**20
+#: bytes of 64 rows of the ``[x, x x^T]`` design beyond which (D above about 360 in float64) the
+#: exponential-family path gives way to whitening, whose rows are ``K D`` wide instead
+MOMENTS_BUDGET_BYTES = 64 * 2**20
 
 
 class FullGaussian(ComponentFamily):
@@ -80,7 +82,8 @@ class FullGaussian(ComponentFamily):
         return as_centred(x, self.dtype, self.device)
 
     def _use_moments(self, data: CentredData) -> bool:
-        return data.outer_moments_bytes() <= MOMENTS_BUDGET_BYTES
+        d = self.n_features
+        return 64 * (d + d * (d + 1) // 2) * data.centred.element_size() <= MOMENTS_BUDGET_BYTES
 
     def log_prob(self, data: torch.Tensor | CentredData) -> torch.Tensor:
         """Log-density of every point under every component, shape ``(N, K)``.
@@ -97,25 +100,119 @@ class FullGaussian(ComponentFamily):
             return self._log_prob_natural(data)
         return self._log_prob_whitened(data)
 
-    def _log_prob_natural(self, data: CentredData) -> torch.Tensor:
+    def _natural(self, data: CentredData) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Natural parameters ``(K, D + T)`` (``P mu`` and the upper triangle of ``-P/2``) and constants
+        ``(K, 1)`` of the log-density of ``[x, x x^T]`` about ``data.shift``; ``None`` where the product
+        would cancel terms whose rounding exceeds ``cancellation_tol`` nats (a component collapsed at the
+        floor: whiten instead)."""
         k, d = self.loc.shape
         eye = torch.eye(d, dtype=self.dtype, device=self.device).expand(k, d, d)
         inv_tril = torch.linalg.solve_triangular(self.scale_tril, eye, upper=False)
         precision = inv_tril.mT @ inv_tril
         loc_c = self.loc - data.shift
-        # the product cancels terms up to trace(P) |x - shift|^2: whiten instead when their
-        # rounding would exceed cancellation_tol nats (a component collapsed at the floor)
+        # the product cancels terms up to trace(P) |x - shift|^2
         spread = data.max_square.sum() + loc_c.square().sum(-1)
         rounding = torch.finfo(self.dtype).eps * inv_tril.square().sum((-2, -1)) * spread
         if bool((rounding > cancellation_tol(self.dtype)).any()):
-            return self._log_prob_whitened(data)
+            return None
         linear = (precision @ loc_c.unsqueeze(-1)).squeeze(-1)  # (K, D)
         rows, cols = upper_triangle(d, self.device)
         off_diagonal = torch.where(rows == cols, 1.0, 2.0).to(self.dtype)
         quadratic = -0.5 * precision[:, rows, cols] * off_diagonal  # (K, T)
         log_det = torch.diagonal(self.scale_tril, dim1=-2, dim2=-1).log().sum(dim=-1)
         const = -0.5 * (d * math.log(2 * math.pi) + (loc_c * linear).sum(-1)) - log_det
-        return torch.addmm(const, data.outer_moments, torch.cat([linear, quadratic], dim=1).T)
+        return torch.cat([linear, quadratic], dim=1), const[:, None]
+
+    def _log_prob_natural(self, data: CentredData) -> torch.Tensor:
+        natural = self._natural(data)
+        if natural is None:
+            return self._log_prob_whitened(data)
+        weights, const = natural
+        log_prob = torch.empty(data.n_samples, self.loc.shape[0], dtype=self.dtype, device=self.device)
+        for rows, design in data.moment_blocks(outer=True):
+            log_prob[rows] = torch.addmm(const, weights, design.T).T  # (K, rows): the fast orientation
+        return log_prob
+
+    def expected_statistics(
+        self, data: torch.Tensor | CentredData, log_weights: torch.Tensor
+    ) -> tuple[GaussianStatistics, torch.Tensor]:
+        """One fused E-step pass: the statistics of :meth:`statistics` under the responsibilities
+        ``r_nk ∝ weights_k N(x_n | k)`` and the log-likelihood ``sum_n log sum_k weights_k N(x_n | k)``.
+
+        Per block of rows: the log-densities as one product of the natural parameters with
+        ``[x, x x^T]``, their normalisation and the block's weighted sums for the M-step, while
+        the block is in cache. Equal to ``statistics(data, softmax(log_prob(data) + log_weights))``,
+        which it falls back to where rounding calls for the whitened or direct formulas.
+
+        Examples
+        --------
+        >>> comp = FullGaussian(torch.zeros(2, 2, dtype=torch.float64), torch.eye(2, dtype=torch.float64).expand(2, 2, 2))
+        >>> comp.loc[1] = 3.0
+        >>> x = torch.tensor([[0.1, 0.2], [2.9, 3.3], [3.2, 2.7]], dtype=torch.float64)
+        >>> log_w = torch.tensor([0.5, 0.5], dtype=torch.float64).log()
+        >>> stats, log_lik = comp.expected_statistics(x, log_w)
+        >>> resp = torch.softmax(comp.log_prob(x) + log_w, dim=1)
+        >>> bool(torch.allclose(stats.scatter, comp.statistics(x, resp).scatter))
+        True
+        """
+        data = as_centred(data, self.dtype, self.device)
+        log_weights = log_weights.to(dtype=self.dtype, device=self.device)
+        natural = self._natural(data) if self._use_moments(data) else None
+        if natural is not None:
+            weights, const = natural
+            const = const + log_weights[:, None]
+            sums = weights.new_zeros(weights.shape)
+            totals = weights.new_zeros(weights.shape[0])
+            log_likelihood = weights.new_zeros(())
+            for _, design in data.moment_blocks(outer=True):
+                joint = torch.addmm(const, weights, design.T)  # (K, rows)
+                largest = joint.amax(dim=0)
+                resp = joint.sub_(largest).exp_()
+                norm = resp.sum(dim=0)
+                resp.div_(norm)
+                log_likelihood += norm.log_().add_(largest).sum()
+                totals += resp.sum(dim=1)
+                sums.addmm_(resp, design)
+            stats = self._statistics_from_sums(data, totals, sums)
+            if stats is not None:
+                return stats, log_likelihood
+        resp, log_norm = normalize_log_joint_(self.log_prob(data).add_(log_weights))
+        return self.statistics(data, resp), log_norm.sum()
+
+    def _statistics_from_sums(
+        self, data: CentredData, totals: torch.Tensor, sums: torch.Tensor
+    ) -> GaussianStatistics | None:
+        """The statistics from the total weights ``(K,)`` and weighted sums of ``[x, x x^T]``
+        ``(K, D + T)`` about ``data.shift``; ``None`` where a spread lost its digits to cancellation."""
+        mean_c, second, covs, inexact = self._covariances(data, padded_counts(totals), sums)
+        if inexact:
+            return None
+        counts = padded_counts(totals)
+        return GaussianStatistics(totals, mean_c + data.shift, covs * counts[:, None, None])
+
+    def _covariances(
+        self, data: CentredData, counts: torch.Tensor, sums: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[int]]:
+        """Means and second moments about the centre, covariances, and the components whose
+        covariance lost more than ``cancellation_tol`` of its digits, from the weighted design sums."""
+        k, d = self.loc.shape
+        sums = sums / counts[:, None]
+        mean_c = sums[:, :d]
+        rows, cols = upper_triangle(d, self.device)
+        second = torch.zeros(k, d, d, dtype=self.dtype, device=self.device)
+        second[:, rows, cols] = sums[:, d:]
+        second[:, cols, rows] = sums[:, d:]
+        return (mean_c, second, *self._covariances_from_second(mean_c, second))
+
+    def _covariances_from_second(
+        self, mean_c: torch.Tensor, second: torch.Tensor
+    ) -> tuple[torch.Tensor, list[int]]:
+        d = self.n_features
+        covs = second - mean_c[:, :, None] * mean_c[:, None, :]
+        floor_trace = torch.as_tensor(self.reg_covar, dtype=self.dtype, device=self.device).expand(d).sum()
+        traces = torch.diagonal(second, dim1=-2, dim2=-1).sum(-1)
+        spreads = torch.diagonal(covs, dim1=-2, dim2=-1).sum(-1).clamp_min(0.0)
+        return covs, inexact_spreads(traces, torch.maximum(spreads, floor_trace))
 
     def _log_prob_whitened(self, data: CentredData) -> torch.Tensor:
         k, d = self.loc.shape
@@ -161,25 +258,19 @@ class FullGaussian(ComponentFamily):
         counts = component_counts(weights)
         k, d = self.loc.shape
         if self._use_moments(data):
-            sums = (weights.T @ data.outer_moments) / counts[:, None]  # (K, D + T)
-            mean_c = sums[:, :d]
-            rows, cols = upper_triangle(d, self.device)
-            second = torch.zeros(k, d, d, dtype=self.dtype, device=self.device)
-            second[:, rows, cols] = sums[:, d:]
-            second[:, cols, rows] = sums[:, d:]
+            sums = weights.new_zeros(k, d + d * (d + 1) // 2)
+            for rows, design in data.moment_blocks(outer=True):
+                sums.addmm_(weights[rows].T, design)
+            mean_c, _, covs, inexact = self._covariances(data, counts, sums)
         else:
             mean_c = (weights.T @ data.centred) / counts[:, None]
             second = (
                 torch.stack([(weights[:, j, None] * data.centred).T @ data.centred for j in range(k)])
                 / counts[:, None, None]
             )
-        # weighted second moments about the data mean, minus the outer product of the means
-        covs = second - mean_c[:, :, None] * mean_c[:, None, :]
-        floor_trace = torch.as_tensor(self.reg_covar, dtype=self.dtype, device=self.device).expand(d).sum()
-        traces = torch.diagonal(second, dim1=-2, dim2=-1).sum(-1)
-        spreads = torch.diagonal(covs, dim1=-2, dim2=-1).sum(-1).clamp_min(0.0)
+            covs, inexact = self._covariances_from_second(mean_c, second)
         # a component far from the centre (or collapsed) cancels its digits away: sum its deviations directly
-        for j in inexact_spreads(traces, torch.maximum(spreads, floor_trace)):
+        for j in inexact:
             deviation = data.centred - mean_c[j]
             covs[j] = (weights[:, j, None] * deviation).T @ deviation / counts[j]
         return GaussianStatistics(weights.sum(0), mean_c + data.shift, covs * counts[:, None, None])

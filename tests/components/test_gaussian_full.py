@@ -212,7 +212,7 @@ def test_sample_same_seed_same_draws(dtype, device):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
 def test_natural_parameter_and_whitening_paths_agree(dtype, monkeypatch):
-    """The cached-moments path (small data) and the fallback (large data) give the same answers."""
+    """The natural-parameter path (row blocks of [x, x x^T]) and the whitening fallback (large D) agree."""
     import ppmix.components.gaussian_full as module
 
     gen = torch.Generator().manual_seed(3)
