@@ -89,12 +89,14 @@ class Setting:
 FULL_SETTINGS = (
     Setting("A", 200_000, 50, 8, "diag"),
     Setting("B", 50_000, 20, 8, "full"),
+    Setting("C", 20_000, 5, 4, "full"),
 )
 # Small enough that most tensors stay under torch's parallel grain size (32768 elements): the smoke run
 # then finishes quickly even on a loaded machine, where every OpenMP barrier can cost a scheduler slice.
 QUICK_SETTINGS = (
     Setting("A", 600, 50, 8, "diag"),
     Setting("B", 1_000, 20, 8, "full"),
+    Setting("C", 400, 5, 4, "full"),
 )
 
 
@@ -135,7 +137,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=1e-6,
         help="convergence: relative change of the total log-likelihood (default 1e-6)",
     )
-    p.add_argument("--settings", default="A,B", help="comma-separated subset of settings to run (default A,B)")
+    p.add_argument("--settings", default="A,B,C", help="comma-separated subset of settings to run (default A,B,C)")
+    p.add_argument(
+        "--e2e-repeats", type=int, default=None, help="end-to-end default fits per library (default 3; quick 1)"
+    )
     p.add_argument("--no-pomegranate", action="store_true", help="skip pomegranate")
     p.add_argument(
         "--no-profile",
@@ -156,6 +161,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.warmup_iters = args.warmup_iters if args.warmup_iters is not None else (0 if args.quick else 1)
     args.max_iter = args.max_iter or (10 if args.quick else 500)
     args.passes = args.passes or (1 if args.quick else 4)
+    args.e2e_repeats = args.e2e_repeats or (1 if args.quick else 3)
     if args.quick:
         args.no_profile, args.one_thread_check = True, False
     if args.out is None:
@@ -470,6 +476,114 @@ def _pomegranate_params(model, covariance_type: str):
     return w, mu, cov
 
 
+# ================================================================ end to end
+def end_to_end(x: np.ndarray, s: Setting, seed: int, repeats: int) -> dict[str, Any]:
+    """What a user times: each library's whole ``fit`` with every argument at its default, at 1 thread.
+
+    ``GMM(K, covariance_type=..., seed=seed)`` against ``GaussianMixture(K, covariance_type=...,
+    random_state=seed)``: each from its own default start, with its own default tolerance
+    (ppmix 1e-6 nats per point, scikit-learn 1e-3), validation and bookkeeping included. The
+    libraries alternate, ``repeats`` fits each; the median wall time is reported with the final
+    mean log-likelihood re-scored by :func:`mean_loglik`.
+    """
+    from sklearn.mixture import GaussianMixture
+
+    from ppmix import GMM
+
+    makers = {
+        "ppmix": lambda: GMM(s.k, covariance_type=s.covariance_type, seed=seed, progress=False),
+        "scikit-learn": lambda: GaussianMixture(s.k, covariance_type=s.covariance_type, random_state=seed),
+    }
+    walls: dict[str, list[float]] = {name: [] for name in makers}
+    fitted: dict[str, Any] = {}
+    torch.set_num_threads(1)
+    with threadpool_limits(limits=1), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for repeat in range(repeats):
+            for name in list(makers)[repeat % 2 :] + list(makers)[: repeat % 2]:
+                model = makers[name]()
+                time.sleep(0.2)
+                start = time.perf_counter()
+                model.fit(x)
+                walls[name].append(time.perf_counter() - start)
+                fitted[name] = model
+    out: dict[str, Any] = {}
+    for name, model in fitted.items():
+        params = (model.weights_, model.means_, model.covariances_)
+        out[name] = {
+            "fit_wall_s": statistics.median(walls[name]),
+            "fit_walls_s": walls[name],
+            "n_iter": int(model.n_iter_),
+            "mean_loglik": mean_loglik(x, *(_np(p) for p in params), s.covariance_type),
+        }
+    out["ratio_ppmix_vs_sklearn"] = out["ppmix"]["fit_wall_s"] / out["scikit-learn"]["fit_wall_s"]
+    out["dloglik_ppmix_vs_sklearn"] = out["ppmix"]["mean_loglik"] - out["scikit-learn"]["mean_loglik"]
+    return out
+
+
+def gemm_rate(dtype: torch.dtype = torch.float64, size: int = 2048, repeats: int = 5) -> float:
+    """The machine's GFLOP/s for one ``size x size`` matrix product at torch's current thread count (best of ``repeats``)."""
+    a = torch.randn(size, size, dtype=dtype)
+    a @ a
+    best = math.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ a
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best / 1e9
+
+
+def estep_rate(n: int, d: int = 50, k: int = 8, repeats: int = 5) -> dict[str, Any]:
+    """GFLOP/s of ppmix's diagonal E-step at 1 thread, float64, counting ``3 N K D`` flops.
+
+    ``e_step`` is the fused pass (log-densities, responsibilities, log-likelihood and the M-step's
+    weighted sums); ``log_prob + normalise`` is the E-step without the sums (what the
+    responsibilities alone cost). Both beside the 1-thread float64 GEMM rate of :func:`gemm_rate`.
+    """
+    from ppmix import GMM
+    from ppmix.ops.logspace import normalize_log_joint_
+
+    torch.set_num_threads(1)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(n, d, generator=gen, dtype=torch.float64)
+    gmm = GMM(k, seed=0, progress=False)
+    data = gmm.em_data(gmm.prepare_data(x, fitting=True))
+    gmm.components_ = gmm._new_components(data.x)
+    gmm.m_step(data, torch.softmax(torch.randn(n, k, generator=gen, dtype=torch.float64), 1))
+
+    def best_of(step) -> float:
+        step()
+        best = math.inf
+        for _ in range(repeats):
+            start = time.perf_counter()
+            step()
+            best = min(best, time.perf_counter() - start)
+        return best
+
+    with threadpool_limits(limits=1):
+        fused = best_of(lambda: gmm.e_step(data))
+        responsibilities = best_of(
+            lambda: normalize_log_joint_(gmm.components_.log_prob(data).add_(gmm.weights_.log()))
+        )
+        gemm = gemm_rate()
+    flops = 3 * n * k * d
+    return {
+        "n": n,
+        "d": d,
+        "k": k,
+        "dtype": "float64",
+        "threads": 1,
+        "flops_counted": "3 N K D",
+        "e_step_s": fused,
+        "e_step_gflops": flops / fused / 1e9,
+        "log_prob_normalise_s": responsibilities,
+        "log_prob_normalise_gflops": flops / responsibilities / 1e9,
+        "gemm_gflops": gemm,
+        "e_step_share_of_gemm": flops / fused / 1e9 / gemm,
+        "log_prob_normalise_share_of_gemm": flops / responsibilities / 1e9 / gemm,
+    }
+
+
 # ================================================================== measuring
 def time_iterations(
     runners: list[Runner],
@@ -676,7 +790,16 @@ def run_setting(s: Setting, args: argparse.Namespace) -> dict[str, Any]:
         for r in runners:
             results[r.key]["per_iteration_1thread"] = timing1[r.key]
     for r in runners:
-        for attr in ("data", "gmm", "gm", "model", "_stats", "_log_resp", "_e_step", "_m_step"):  # free the stepping state
+        for attr in (
+            "data",
+            "gmm",
+            "gm",
+            "model",
+            "_stats",
+            "_log_resp",
+            "_e_step",
+            "_m_step",
+        ):  # free the stepping state
             r.__dict__.pop(attr, None)
 
     def record(key: str, label: str, fit: dict[str, Any]) -> None:
@@ -693,6 +816,9 @@ def run_setting(s: Setting, args: argparse.Namespace) -> dict[str, Any]:
             fit["mean_loglik"],
         )
 
+    logger.info("setting %s: end to end, every library at its defaults, 1 thread", s.name)
+    e2e = end_to_end(x, s, args.seed, args.e2e_repeats)
+    torch.set_num_threads(args.threads)
     logger.info("setting %s: convergence runs (public fit, own default initialisation)", s.name)
     for r in runners:
         record(r.key, "fit_default_init", r.fit_default())
@@ -724,6 +850,7 @@ def run_setting(s: Setting, args: argparse.Namespace) -> dict[str, Any]:
         "tol_rel": args.tol_rel,
         "tol_sklearn_mean": tol_mean,
         "tol_pomegranate_total": tol_total,
+        "end_to_end": e2e,
         "results": results,
         "machine_load": load,
     }
@@ -742,6 +869,30 @@ def run_setting(s: Setting, args: argparse.Namespace) -> dict[str, Any]:
 def _seconds(value: float | None) -> str:
     """A 7-wide seconds column; '-' where a library's E and M steps were not timed apart."""
     return f"{value:7.4f}" if value is not None else f"{'-':>7}"
+
+
+def format_end_to_end(settings: list[dict[str, Any]], kernel: dict[str, Any] | None) -> str:
+    """The whole default ``fit`` of each library (what users time), first; then the E-step's GFLOP/s."""
+    lines = [
+        "End to end: every library's default fit, 1 thread (median wall; mean LL re-scored by one evaluator)",
+        f"{'set':<3} {'N':>8} {'D':>3} {'K':>3} {'cov':<5} {'ppmix s':>8} {'it':>4} {'sklearn s':>9} {'it':>4} "
+        f"{'ppmix/skl':>9} {'dLL/pt':>10}",
+    ]
+    for st in settings:
+        e = st["end_to_end"]
+        lines.append(
+            f"{st['name']:<3} {st['n']:>8} {st['d']:>3} {st['k']:>3} {st['covariance_type']:<5} "
+            f"{e['ppmix']['fit_wall_s']:8.3f} {e['ppmix']['n_iter']:4d} {e['scikit-learn']['fit_wall_s']:9.3f} "
+            f"{e['scikit-learn']['n_iter']:4d} {e['ratio_ppmix_vs_sklearn']:9.2f} {e['dloglik_ppmix_vs_sklearn']:+10.2e}"
+        )
+    if kernel:
+        lines.append(
+            f"Diag E-step, N={kernel['n']} D={kernel['d']} K={kernel['k']} float64, 1 thread, 3NKD flops: fused e_step "
+            f"{kernel['e_step_gflops']:.1f} GFLOP/s ({100 * kernel['e_step_share_of_gemm']:.0f}% of GEMM), "
+            f"log_prob+normalise {kernel['log_prob_normalise_gflops']:.1f} GFLOP/s "
+            f"({100 * kernel['log_prob_normalise_share_of_gemm']:.0f}%); float64 GEMM {kernel['gemm_gflops']:.1f} GFLOP/s"
+        )
+    return "\n".join(lines)
 
 
 def format_table(settings: list[dict[str, Any]]) -> str:
@@ -808,6 +959,9 @@ def main(argv: list[str] | None = None) -> int:
             load_start,
         )
         results = [run_setting(s, args) for s in settings]
+        logger.info("E-step GFLOP/s at 1 thread")
+        kernel = estep_rate(100_000 if args.quick else 1_000_000, repeats=2 if args.quick else 5)
+        torch.set_num_threads(args.threads)
     report = {
         "benchmark": "gmm_em",
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -826,12 +980,15 @@ def main(argv: list[str] | None = None) -> int:
         },
         "machine": info,
         "settings": results,
+        "estep_kernel": kernel,
         "load_start": load_start,
         "load_end": machine_load(),
         "total_wall_s": time.perf_counter() - t_start,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1, default=float) + "\n")
+    print(format_end_to_end(results, kernel))
+    print()
     table = format_table(results)
     print(table)
     if not args.no_profile:

@@ -23,7 +23,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from _common import early_threads
@@ -45,7 +44,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from bench_gmm import mean_loglik  # noqa: E402
 
-import ppmix.models._gaussian_components as gaussian_components  # noqa: E402
+import ppmix.ops.kmeans as kmeans_module  # noqa: E402
 from ppmix import GMM  # noqa: E402
 
 logger = logging.getLogger("bench_gmm_start")
@@ -91,9 +90,9 @@ def make_data(s: Hard, n: int, seed: int) -> np.ndarray:
 
 
 def fit(x: np.ndarray, s: Hard, seed: int, full_data_start: bool) -> dict[str, float]:
-    saved = gaussian_components.START_SAMPLE_ROWS
+    saved = kmeans_module.START_SAMPLE_ROWS
     if full_data_start:
-        gaussian_components.START_SAMPLE_ROWS = x.shape[0] + 1
+        kmeans_module.START_SAMPLE_ROWS = x.shape[0] + 1
     try:
         gmm = GMM(s.k, covariance_type=s.covariance_type, seed=seed, progress=False)
         start = time.perf_counter()
@@ -102,7 +101,7 @@ def fit(x: np.ndarray, s: Hard, seed: int, full_data_start: bool) -> dict[str, f
             gmm.fit(x)
         wall = time.perf_counter() - start
     finally:
-        gaussian_components.START_SAMPLE_ROWS = saved
+        kmeans_module.START_SAMPLE_ROWS = saved
     ll = mean_loglik(x, gmm.weights_.numpy(), gmm.means_.numpy(), gmm.covariances_.numpy(), s.covariance_type)
     return {"fit_wall_s": wall, "mean_loglik": ll, "n_iter": int(gmm.n_iter_)}
 
@@ -134,9 +133,13 @@ def main(argv: list[str] | None = None) -> int:
             for label in runs:
                 runs[label].append(fit(x, s, seed, full_data_start=label == "full-data"))
             logger.info(
-                "%s seed %d: sampled %.6f (%.2fs), full-data %.6f (%.2fs)", s.name, seed,
-                runs["sampled"][-1]["mean_loglik"], runs["sampled"][-1]["fit_wall_s"],
-                runs["full-data"][-1]["mean_loglik"], runs["full-data"][-1]["fit_wall_s"],
+                "%s seed %d: sampled %.6f (%.2fs), full-data %.6f (%.2fs)",
+                s.name,
+                seed,
+                runs["sampled"][-1]["mean_loglik"],
+                runs["sampled"][-1]["fit_wall_s"],
+                runs["full-data"][-1]["mean_loglik"],
+                runs["full-data"][-1]["fit_wall_s"],
             )
         entry = {"name": s.name, "n": n, "d": s.d, "k": s.k, "covariance_type": s.covariance_type, "runs": runs}
         for label, rows in runs.items():

@@ -21,13 +21,13 @@ is its own:
    ``LocalCluster(n_workers=2, threads_per_worker=1, processes=True)``; seconds per iteration
    = median of ``fit_report_["iteration_seconds"]`` after the first (the E-step and statistics on
    the workers plus the merge; the driver's M-step update is a few microseconds; the first E-step,
-   which also builds every shard's moments cache, belongs to the start as in 1.); the ratio of its per-row
+   which also prepares every shard's centred data, belongs to the start as in 1.); the ratio of its per-row
    cost to in-memory's (goal 1.3); peak RSS of every worker and of the driver, which never
    holds the data.
 3. ``sharded_1e8``: 100 shards (N = 10^8, 4 GB of float32 on disk) on the same kind of cluster
    (goal: 10 s per iteration, driver memory independent of N). Before it runs, the memory of a
-   worker holding 50 shards is estimated (measured per shard in 2., and counted: x, centred x
-   and the ``[x, x^2]`` moments cache = 160 bytes a row, plus the ``N x K`` E-step temporaries);
+   worker holding 50 shards is estimated (measured per shard in 2., and counted: x and centred x
+   = 80 bytes a row; the fused E-step's temporaries are one block of rows);
    if two workers would not fit in the memory then available, fewer shards are used and the
    JSON says so.
 4. ``sklearn_1e7``: scikit-learn's ``GaussianMixture(8, covariance_type="diag")`` on the same
@@ -37,14 +37,13 @@ is its own:
    call), median; peak RSS.
 5. ``bound``: FLOPs and bytes of one iteration beside the measured times. FLOPs: the E-step
    product ``[N x 2D] [2D x K]`` and the statistics product ``[K x N] [N x 2D]`` (``8 N D K``),
-   plus ``N K`` exponentials. Bytes: *as implemented* (the moments cache read twice, the
-   ``N x K`` log-joint/responsibilities passed over 14 times: ``addmm`` write, ``+log w``,
-   ``amax``, ``sub_``, ``exp_``, ``sum``, ``div_``, three reads in the statistics), and
-   *minimal* (reading the ``N x D`` float32 data once). The rates are measured in the script
+   plus ``N K`` exponentials. Bytes: *as implemented* (the fused E-step reads the centred
+   ``N x D`` float32 data once: ``[x, x^2]`` and the responsibilities of a block of rows stay in
+   cache), which is also the *minimal* traffic. The rates are measured in the script
    with torch: a 2048^3 float32 GEMM and ``exp`` at one thread (times the 2 cores used), and
    memory read bandwidth (``sum`` of a large tensor) at the run's thread count; the bound is the
    roofline ``max(compute time, memory time)``, reported as measured / bound; beside it the same
-   FLOPs at the rate torch reaches on the E-step's own shape ``[N, 2D] x [2D, K]`` (1 thread).
+   FLOPs at the rate torch reaches on the E-step's own shape ``[K, 2D] x [2D, N]`` (1 thread).
 
 ``--quick`` runs the same steps on tiny data (4 and 8 shards of 20 000 rows, the Dask cluster
 in-process) and writes the same keys, each with ``N`` saying what was measured.
@@ -221,9 +220,9 @@ def part_start(cfg: dict[str, Any]) -> dict[str, Any]:
     gmm.warm_start = True
     with open(cfg["start_path"], "wb") as f:
         pickle.dump(gmm, f)
-    # what a worker holds per shard: the prepared data with its moments cache, counted on the first shard
+    # what a worker holds per shard: the prepared data (x and its centred copy), counted on the first shard
     held = gmm.em_data(gmm.prepare_data(np.load(cfg["paths"][0])))
-    held_bytes = sum(t.untyped_storage().nbytes() for t in (held.x, held.centred, held.moments))
+    held_bytes = sum(t.untyped_storage().nbytes() for t in (held.x, held.centred))
     return {
         "sample_rows": int(len(sample)),
         "mean_loglik_on_sample": float(gmm.lower_bound_),
@@ -449,7 +448,7 @@ def part_rates(cfg: dict[str, Any]) -> dict[str, Any]:
     gemm = 2 * n**3 / best(lambda: a @ b, 3)
     rows = 200_000 if cfg["quick"] else 2_000_000
     moments, natural = torch.randn(rows, 2 * D), torch.randn(K, 2 * D)
-    skinny = 2 * rows * 2 * D * K / best(lambda: moments @ natural.T, 3)
+    skinny = 2 * rows * 2 * D * K / best(lambda: natural @ moments.T, 3)  # the (K, rows) orientation of the E-step
     logits = torch.randn(rows, K)
     exp = rows * K / best(lambda: logits.exp(), 3)
     big = torch.ones((1 << 24) if cfg["quick"] else (1 << 27))  # 64 MiB / 512 MiB of float32, far beyond cache
@@ -503,7 +502,7 @@ def bound(n: int, rates: dict[str, Any], cores: int, threads: int, measured_s: f
     """The FLOP and byte bound of one EM iteration on ``n`` rows, beside the measured seconds."""
     flops = 8 * n * D * K  # E: [N,2D][2D,K]; statistics: [K,N][N,2D]; 2 flops a multiply-add
     exps = n * K
-    bytes_implemented = 4 * (2 * n * 2 * D + 14 * n * K)
+    bytes_implemented = 4 * n * D  # the fused E-step reads the centred rows once; [x, x^2] and r_nk stay in cache
     bytes_minimal = 4 * n * D
     compute_s = flops / (cores * rates["gemm_flops_1thread"]) + exps / (cores * rates["exp_per_s_1thread"])
     bandwidth = rates["read_bytes_per_s"][str(threads)]
@@ -707,9 +706,10 @@ def main(argv: list[str] | None = None) -> int:
             "rates": rates,
             "model": "roofline max(compute, memory): compute = 8NDK GEMM flops / (cores x 1-thread GEMM rate) "
             "+ NK exps / (cores x 1-thread exp rate); memory = bytes / read bandwidth at the run's thread count; "
-            "as implemented: moments (N x 2D) read twice + 14 passes over N x K float32; minimal: N x D float32 once; "
+            "as implemented: the fused, row-blocked E-step reads the centred N x D float32 once ([x, x^2] and the "
+            "responsibilities of a block stay in cache), the same as minimal: N x D float32 once; "
             "compute_at_skinny_gemm_rate: the same FLOPs at the rate torch reaches on the E-step's own shape "
-            "[N, 2D] x [2D, K] (1 thread, times the cores)",
+            "[K, 2D] x [2D, N] (1 thread, times the cores)",
         }
         for key, entry, threads in (("in_memory_1e7", mem, args.threads), ("sharded_1e7", shard, args.workers)):
             if "s_per_iter" in entry:

@@ -48,8 +48,18 @@ def test_bench_gmm_quick(tmp_path):
     # the smoke run steps scikit-learn through public API only (its private _e_step/_m_step are for full runs)
     assert config["peer_api"] == "public"
     assert report["machine"]["pomegranate"] is not None
-    assert [(s["name"], s["covariance_type"]) for s in report["settings"]] == [("A", "diag"), ("B", "full")]
+    settings = [(s["name"], s["covariance_type"]) for s in report["settings"]]
+    assert settings == [("A", "diag"), ("B", "full"), ("C", "full")]
+    kernel = report["estep_kernel"]
+    assert kernel["gemm_gflops"] > 0 and kernel["e_step_gflops"] > 0 and kernel["log_prob_normalise_gflops"] > 0
+    assert kernel["e_step_share_of_gemm"] == pytest.approx(kernel["e_step_gflops"] / kernel["gemm_gflops"])
     for setting in report["settings"]:
+        e2e = setting["end_to_end"]  # every library's whole default fit, 1 thread
+        for library in ("ppmix", "scikit-learn"):
+            assert e2e[library]["fit_wall_s"] > 0 and math.isfinite(e2e[library]["mean_loglik"])
+            assert e2e[library]["n_iter"] >= 1
+        walls = e2e["ppmix"]["fit_wall_s"], e2e["scikit-learn"]["fit_wall_s"]
+        assert e2e["ratio_ppmix_vs_sklearn"] == pytest.approx(walls[0] / walls[1])
         results = setting["results"]
         assert set(results) == BOTH_DTYPES | {"sklearn"}
         assert math.isfinite(setting["true_mean_loglik"])

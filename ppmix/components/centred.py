@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-
 #: bytes of one block of rows of ``[x, x^2]`` or ``[x, x x^T]`` that the row-blocked passes build and
 #: reuse: small enough to stay in cache while the block's products run
 BLOCK_BYTES = 2**22
@@ -87,6 +86,11 @@ class CentredData:
         [[[-1.0, -2.0, 1.0, 2.0, 4.0], [1.0, 2.0, 1.0, 2.0, 4.0]]]
         """
         n, d = self.centred.shape
+        if self.centred.requires_grad:  # under autograd (e.g. SVI): one block, built without in-place writes
+            rows, cols = upper_triangle(d, self.centred.device)
+            products = self.centred[:, rows] * self.centred[:, cols] if outer else self.centred.square()
+            yield slice(0, n), torch.cat([self.centred, products], dim=1)
+            return
         width = d + (d * (d + 1) // 2 if outer else d)
         rows = self.block_rows(width)
         buffer = self.centred.new_empty(min(rows, n), width)

@@ -21,6 +21,7 @@ from ppmix.ops.logspace import normalize_log_joint_
 
 __all__ = ["DiagGaussian"]
 
+
 class DiagGaussian(ComponentFamily):
     """``K`` Gaussians with diagonal covariance: ``x | k ~ N(loc[k], diag(scale[k]^2))``.
 
@@ -141,7 +142,8 @@ class DiagGaussian(ComponentFamily):
 
         Examples
         --------
-        >>> comp = DiagGaussian(torch.tensor([[0.0], [4.0]], dtype=torch.float64), torch.ones(2, 1, dtype=torch.float64))
+        >>> f64 = torch.float64
+        >>> comp = DiagGaussian(torch.tensor([[0.0], [4.0]], dtype=f64), torch.ones(2, 1, dtype=f64))
         >>> x = torch.tensor([[0.1], [3.9], [4.2]], dtype=torch.float64)
         >>> log_w = torch.tensor([0.5, 0.5], dtype=torch.float64).log()
         >>> stats, log_lik = comp.expected_statistics(x, log_w)

@@ -146,7 +146,8 @@ class FullGaussian(ComponentFamily):
 
         Examples
         --------
-        >>> comp = FullGaussian(torch.zeros(2, 2, dtype=torch.float64), torch.eye(2, dtype=torch.float64).expand(2, 2, 2))
+        >>> eye = torch.eye(2, dtype=torch.float64)
+        >>> comp = FullGaussian(torch.zeros(2, 2, dtype=torch.float64), eye.expand(2, 2, 2))
         >>> comp.loc[1] = 3.0
         >>> x = torch.tensor([[0.1, 0.2], [2.9, 3.3], [3.2, 2.7]], dtype=torch.float64)
         >>> log_w = torch.tensor([0.5, 0.5], dtype=torch.float64).log()
@@ -204,9 +205,7 @@ class FullGaussian(ComponentFamily):
         second[:, cols, rows] = sums[:, d:]
         return (mean_c, second, *self._covariances_from_second(mean_c, second))
 
-    def _covariances_from_second(
-        self, mean_c: torch.Tensor, second: torch.Tensor
-    ) -> tuple[torch.Tensor, list[int]]:
+    def _covariances_from_second(self, mean_c: torch.Tensor, second: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
         d = self.n_features
         covs = second - mean_c[:, :, None] * mean_c[:, None, :]
         floor_trace = torch.as_tensor(self.reg_covar, dtype=self.dtype, device=self.device).expand(d).sum()

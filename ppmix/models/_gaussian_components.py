@@ -19,16 +19,10 @@ from ppmix._validation import InvalidDataError
 from ppmix.components import DiagGaussian, FullGaussian
 from ppmix.components.centred import CentredData, as_floor
 from ppmix.models._flat import flat_prior
-from ppmix.ops.kmeans import kmeans, kmeans_plusplus, nearest_centre
+from ppmix.ops.kmeans import kmeans_plusplus, kmeans_start, nearest_centre
 
 COVARIANCE_TYPES = ("diag", "full")
 INIT_METHODS = ("kmeans", "k-means++", "random")
-#: k-means runs (best inertia kept) behind one ``init_params="kmeans"`` start; they run on a
-#: subsample of at most :data:`START_SAMPLE_ROWS` rows, so restarts cost little at any ``N``
-KMEANS_RUNS = 3
-#: rows (at least, and ``START_ROWS_PER_COMPONENT`` per component) that seed and run k-means for a start
-START_SAMPLE_ROWS = 20_000
-START_ROWS_PER_COMPONENT = 500
 #: rows of the fixed random subsample whose medians set the robust spread of the variance floor
 SCALE_SAMPLE_ROWS = 20_000
 
@@ -262,17 +256,15 @@ class GaussianComponentsMixin:
     def _initial_responsibilities(self, data: CentredData, generator: torch.Generator) -> torch.Tensor:
         """Hard k-means (or k-means++ seeding) assignments, or random soft ones, ``(N, K)``.
 
-        ``"kmeans"`` seeds and runs Lloyd on a random subsample of ``max(START_SAMPLE_ROWS,
-        START_ROWS_PER_COMPONENT * K)`` rows (all rows when there are fewer), keeps the best of
-        :data:`KMEANS_RUNS` runs by inertia and assigns every row to its nearest centre.
+        ``"kmeans"`` is :func:`~ppmix.ops.kmeans.kmeans_start`: the best of three k-means runs on a
+        random subsample of the rows, then every row assigned to its nearest centre.
         """
         x, k = data.x, self.n_components
         if self.init_params == "random":
             resp = torch.rand(x.shape[0], k, generator=generator, dtype=x.dtype).to(x.device)
             return resp / resp.sum(1, keepdim=True)
-        sample_size = max(START_SAMPLE_ROWS, START_ROWS_PER_COMPONENT * k)
         if self.init_params == "kmeans":
-            _, labels = kmeans(data.centred, k, generator, n_init=KMEANS_RUNS, sample_size=sample_size)
+            _, labels = kmeans_start(data.centred, k, generator)
         else:
             labels = nearest_centre(data.centred, kmeans_plusplus(data.centred, k, generator))
         return torch.nn.functional.one_hot(labels, k).to(x.dtype)

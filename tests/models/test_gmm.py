@@ -252,3 +252,35 @@ def test_to_arviz_leaves_the_fit_untouched():
     gmm.to_arviz(num_samples=3)
     assert gmm.variational_guide_ is guide
     assert_close(gmm.score_samples(x), before, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("cov", COV_TYPES)
+def test_default_start_on_more_rows_than_its_sample_finds_the_planted_clusters(cov, monkeypatch):
+    """Beyond START_SAMPLE_ROWS rows the k-means start runs on a subsample and assigns every row once;
+    the fit still finds the planted partition and scikit-learn's optimum."""
+    import ppmix.ops.kmeans as kmeans_module
+
+    monkeypatch.setattr(kmeans_module, "START_SAMPLE_ROWS", 200)
+    monkeypatch.setattr(kmeans_module, "START_ROWS_PER_COMPONENT", 10)
+    x, z, *_ = planted(n=3000, seed=3)
+    gmm = GMM(3, covariance_type=cov, seed=0, progress=False).fit(x)
+    sk = GaussianMixture(3, covariance_type=cov, tol=1e-8, random_state=0).fit(x)
+    from sklearn.metrics import adjusted_rand_score
+
+    assert adjusted_rand_score(z, gmm.predict(x)) == pytest.approx(1.0)
+    assert gmm.score(x) == pytest.approx(sk.score(x), abs=1e-4)
+
+
+def test_variance_floor_on_many_rows_comes_from_a_fixed_sample_and_scales_with_the_data(monkeypatch):
+    """The floor's robust spread uses SCALE_SAMPLE_ROWS rows drawn with a fixed seed: the same for every
+    model seed, close to the exact spread, and multiplied by c^2 when the data are multiplied by c."""
+    import ppmix.models._gaussian_components as gaussian_components
+
+    x = np.random.default_rng(0).standard_t(3, size=(5000, 2)) * [1.0, 10.0]
+    exact = gaussian_components.relative_floor(torch.as_tensor(x), 1e-2)
+    monkeypatch.setattr(gaussian_components, "SCALE_SAMPLE_ROWS", 1000)
+    floors = [GMM(2, seed=seed, reg_covar=1e-2, progress=False).fit(x)._feature_floor for seed in (0, 1)]
+    assert torch.equal(floors[0], floors[1])
+    assert_close(floors[0], exact, rtol=0.15, atol=0)
+    scaled = GMM(2, seed=0, reg_covar=1e-2, progress=False).fit(x * 8.0)._feature_floor
+    assert_close(scaled, floors[0] * 64.0, rtol=1e-12, atol=0)

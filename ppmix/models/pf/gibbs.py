@@ -11,7 +11,7 @@ from ppmix._validation import NotFittedError, check_matrix, check_n_components, 
 from ppmix.inference.engines.gibbs import GibbsDraws, block_log_prob, run_pf_gibbs
 from ppmix.models._params import check_seed, store_params
 from ppmix.models.pf.switches import FrameLabels, label_relevant_features
-from ppmix.ops.kmeans import kmeans
+from ppmix.ops.kmeans import kmeans_start
 
 __all__ = ["PFGMMGibbs"]
 
@@ -91,7 +91,7 @@ class PFGMMGibbs:
         if self.init_params == "relevance":
             selected = label_relevant_features(x[labels.observed], labels.y[labels.observed])
             features = x[:, selected] if selected.any() else x
-            start = kmeans(features - features.mean(0), k, generator, n_init=3)[1].numpy()
+            start = kmeans_start(features - features.mean(0), k, generator)[1].numpy()
         self.n_features_in_ = int(x.shape[1])
         self.feature_names_in_ = names
         self.draws_: GibbsDraws = run_pf_gibbs(

@@ -30,7 +30,7 @@ from ppmix.components.centred import CentredData
 from ppmix.components.statistics import GaussianStatistics
 from ppmix.models._flat import flat_prior
 from ppmix.models._gaussian_components import drop_leading_ones
-from ppmix.ops.kmeans import kmeans
+from ppmix.ops.kmeans import kmeans_start
 
 __all__ = [
     "FrameLabels",
@@ -271,7 +271,7 @@ class PredictionFocusedMixin:
             selected = label_relevant_features(test_x[labels.observed], labels.y[labels.observed])
             if selected.any():
                 x = x[:, selected]
-        _, assignment = kmeans(x, self.n_components, generator, n_init=3)
+        _, assignment = kmeans_start(x, self.n_components, generator)
         return torch.nn.functional.one_hot(assignment, self.n_components).to(frames.x.dtype)
 
     # -------------------------------------------------------------- predictions

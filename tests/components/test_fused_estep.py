@@ -1,0 +1,81 @@
+"""The fused E-step of the Gaussian families (``expected_statistics``) against its definition,
+``statistics(data, softmax(log_prob(data) + log_weights))``, for both families, both dtypes, data
+spanning several row blocks, and the collapsed components that take the direct formulas."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import ppmix.components.centred as centred
+from ppmix.components import DiagGaussian, FullGaussian
+from ppmix.components.centred import CentredData
+from tests.common import assert_close
+from tests.components._util import parametrize_device, parametrize_dtype, random_scale_tril, rng, t
+
+TOL = {torch.float64: {"rtol": 1e-9, "atol": 1e-9}, torch.float32: {"rtol": 2e-4, "atol": 2e-4}}
+
+
+def _family(kind: str, k: int, d: int, dtype, device, seed: int = 0):
+    r = rng(seed)
+    loc = t(r.normal(scale=3.0, size=(k, d)), dtype, device)
+    if kind == "diag":
+        return DiagGaussian(loc, t(r.uniform(0.5, 1.5, size=(k, d)), dtype, device))
+    return FullGaussian(loc, t(random_scale_tril(r, k, d), dtype, device))
+
+
+def _definition(family, data: CentredData, log_weights: torch.Tensor):
+    joint = family.log_prob(data) + log_weights
+    return family.statistics(data, torch.softmax(joint, dim=1)), torch.logsumexp(joint, dim=1).sum()
+
+
+def _assert_same(fused, expected, dtype) -> None:
+    (stats, log_lik), (want, want_log_lik) = fused, expected
+    for got, ref in zip((stats.counts, stats.mean, stats.scatter), (want.counts, want.mean, want.scatter)):
+        assert_close(got, ref, **TOL[dtype])
+    assert float(log_lik) == pytest.approx(float(want_log_lik), rel=TOL[dtype]["rtol"] * 10)
+
+
+@parametrize_device
+@parametrize_dtype
+@pytest.mark.parametrize("kind", ["diag", "full"])
+def test_fused_estep_equals_its_definition_over_several_row_blocks(kind, dtype, device, monkeypatch):
+    monkeypatch.setattr(centred, "BLOCK_BYTES", 1)  # the smallest blocks (64 rows): 700 rows span 11 of them
+    family = _family(kind, 3, 4, dtype, device)
+    r = rng(1)
+    x = t(r.normal(scale=3.0, size=(700, 4)) + 5.0, dtype, device)
+    data = CentredData.from_tensor(x)
+    log_weights = t([0.2, 0.5, 0.3], dtype, device).log()
+    _assert_same(family.expected_statistics(data, log_weights), _definition(family, data, log_weights), dtype)
+
+
+@pytest.mark.parametrize("kind", ["diag", "full"])
+def test_fused_estep_falls_back_to_direct_formulas_for_a_collapsed_component(kind):
+    """A component far from the centre with a tiny spread cancels its digits in the moment algebra:
+    the fused pass must give the direct formulas' answer, not the cancelled one."""
+    dtype = torch.float64
+    r = rng(2)
+    far = 1e6 + r.normal(scale=1e-4, size=(50, 2))
+    x = t(list(r.normal(size=(200, 2))) + list(far), dtype)
+    loc = t([[0.0, 0.0], [1e6, 1e6]], dtype)
+    if kind == "diag":
+        family = DiagGaussian(loc, t([[1.0, 1.0], [1e-4, 1e-4]], dtype), reg_covar=1e-12)
+    else:
+        family = FullGaussian(loc, torch.diag_embed(t([[1.0, 1.0], [1e-4, 1e-4]], dtype)), reg_covar=1e-12)
+    data = CentredData.from_tensor(x)
+    log_weights = t([0.8, 0.2], dtype).log()
+    stats, _ = family.expected_statistics(data, log_weights)
+    direct = (far - far.mean(0)) ** 2
+    scatter = stats.scatter[1] if kind == "diag" else torch.diagonal(stats.scatter[1])
+    assert_close(scatter, t(direct.sum(0), dtype), rtol=1e-6, atol=0)
+    _assert_same((stats, _), _definition(family, data, log_weights), dtype)
+
+
+@pytest.mark.parametrize("kind", ["diag", "full"])
+def test_log_prob_does_not_depend_on_the_block_size(kind, monkeypatch):
+    family = _family(kind, 4, 3, torch.float64, "cpu", seed=3)
+    x = t(rng(4).normal(scale=2.0, size=(300, 3)))
+    whole = family.log_prob(x)
+    monkeypatch.setattr(centred, "BLOCK_BYTES", 1)
+    assert_close(family.log_prob(x), whole, rtol=1e-12, atol=1e-12)
+    assert_close(whole[:7], family.log_prob(x[:7]), rtol=1e-12, atol=1e-12)

@@ -1,0 +1,82 @@
+"""k-means for EM starts: nearest-centre assignment, Lloyd, and the subsampled start."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.metrics import adjusted_rand_score
+
+from ppmix.ops.kmeans import kmeans, nearest_centre
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(1, 30),
+    k=st.integers(1, 5),
+    d=st.integers(1, 4),
+    seed=st.integers(0, 10_000),
+    exponent=st.sampled_from([-150, 0, 150]),
+)
+def test_nearest_centre_is_the_brute_force_argmin_at_any_scale(n, k, d, seed, exponent):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=gen, dtype=torch.float64) * 2.0**exponent
+    centres = torch.randn(k, d, generator=gen, dtype=torch.float64) * 2.0**exponent
+    brute = ((x[:, None, :] / 2.0**exponent - centres[None] / 2.0**exponent) ** 2).sum(-1)
+    labels = nearest_centre(x, centres)
+    # ties aside, the chosen centre is at the smallest distance
+    chosen = brute.gather(1, labels[:, None]).squeeze(1)
+    assert torch.allclose(chosen, brute.min(1).values, rtol=1e-9, atol=1e-12)
+
+
+def _blobs(n_per: int, k: int, d: int, seed: int, sizes=None) -> tuple[torch.Tensor, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    sizes = sizes or [n_per] * k
+    centres = rng.normal(scale=40.0, size=(k, d))
+    z = np.repeat(np.arange(k), sizes)
+    return torch.as_tensor(centres[z] + rng.normal(size=(len(z), d))), z
+
+
+@pytest.mark.parametrize("sample_size", [None, 300])
+def test_kmeans_recovers_separated_clusters_and_assigns_every_row_to_its_nearest_centre(sample_size):
+    x, z = _blobs(2000, 4, 3, seed=0, sizes=[4000, 2000, 1500, 500])
+    centres, labels = kmeans(x, 4, torch.Generator().manual_seed(0), n_init=3, sample_size=sample_size)
+    assert labels.shape == (x.shape[0],)
+    assert adjusted_rand_score(z, labels.numpy()) == pytest.approx(1.0)
+    assert torch.equal(labels, nearest_centre(x, centres))
+
+
+def test_sampled_start_costs_one_pass_over_the_rows_beyond_the_sample(monkeypatch):
+    """With a sample, Lloyd runs on ``sample_size`` rows only: every distance product but the final
+    assignment has that many rows."""
+    import ppmix.ops.kmeans as module
+
+    x, _ = _blobs(5000, 3, 2, seed=1)
+    seen: list[int] = []
+    original = torch.addmm
+
+    def counting(*args, **kwargs):
+        seen.append(max(a.shape[0] if a.dim() == 2 else 0 for a in args[1:3]))
+        seen[-1] = max(seen[-1], *(a.shape[1] for a in args[1:3] if a.dim() == 2))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(module.torch, "addmm", counting)
+    kmeans(x, 3, torch.Generator().manual_seed(0), n_init=2, sample_size=500)
+    assert sum(rows >= x.shape[0] for rows in seen) == 1
+    assert all(rows <= 500 for rows in seen if rows < x.shape[0])
+
+
+def test_kmeans_is_deterministic_given_the_generator_and_keeps_the_better_run():
+    x, _ = _blobs(300, 5, 2, seed=2)
+    one = kmeans(x, 5, torch.Generator().manual_seed(4), n_init=3, sample_size=400)
+    two = kmeans(x, 5, torch.Generator().manual_seed(4), n_init=3, sample_size=400)
+    assert torch.equal(one[0], two[0]) and torch.equal(one[1], two[1])
+    single = kmeans(x, 5, torch.Generator().manual_seed(4), n_init=1)
+    best = kmeans(x, 5, torch.Generator().manual_seed(4), n_init=4)
+
+    def inertia(result):
+        return float((x - result[0][result[1]]).square().sum())
+
+    assert inertia(best) <= inertia(single) + 1e-9
