@@ -69,7 +69,7 @@ class CentredData:
         """Rows per block of a ``width``-column design built from these data (:meth:`moment_blocks`)."""
         if self.centred.device.type == "cuda":
             return GPU_BLOCK_ROWS
-        return max(64, min(4096, BLOCK_BYTES // max(1, width * self.centred.element_size())))
+        return max(64, min(32_768, BLOCK_BYTES // max(1, width * self.centred.element_size())))
 
     def moment_blocks(self, outer: bool = False) -> Iterator[tuple[slice, torch.Tensor]]:
         """``[x - s, (x - s)^2]`` (``(rows, 2D)``), or with ``outer`` ``[x - s, (x_i - s_i)(x_j - s_j) for

@@ -46,7 +46,19 @@ def scale_sample(x: torch.Tensor, size: int = SCALE_SAMPLE_ROWS) -> torch.Tensor
     return x[rows.to(x.device)]
 
 
-def relative_floor(x: torch.Tensor, reg_covar: float) -> torch.Tensor:
+def median_absolute_deviation(x: torch.Tensor) -> torch.Tensor:
+    """Each feature's median absolute deviation, ``(D,)``, on the rows of :func:`scale_sample`.
+
+    Examples
+    --------
+    >>> median_absolute_deviation(torch.tensor([[0.0, 1.0], [2.0, 1.0], [4.0, 1.0]])).tolist()
+    [2.0, 0.0]
+    """
+    sample = scale_sample(x)
+    return (sample - sample.median(0).values).abs().median(0).values
+
+
+def relative_floor(x: torch.Tensor, reg_covar: float, mad: torch.Tensor | None = None) -> torch.Tensor:
     """The variance floor ``reg_covar * spread_d(x)**2`` of every feature, ``(D,)``.
 
     ``spread_d`` is the robust spread of feature ``d`` (1.4826 times its median absolute
@@ -55,7 +67,8 @@ def relative_floor(x: torch.Tensor, reg_covar: float) -> torch.Tensor:
     constant feature keeps the absolute floor ``reg_covar``. Beyond
     :data:`SCALE_SAMPLE_ROWS` rows the spread is estimated on that many rows
     (:func:`scale_sample`; its relative error is about 1 %, and the floor is a safeguard, not an
-    estimate), so that it costs no more than the fit's own passes.
+    estimate), so that it costs no more than the fit's own passes. ``mad``: the features' median
+    absolute deviations if already computed (:func:`median_absolute_deviation`).
 
     Examples
     --------
@@ -65,19 +78,19 @@ def relative_floor(x: torch.Tensor, reg_covar: float) -> torch.Tensor:
     """
     if x.shape[0] < 2:
         return torch.full_like(x[0], reg_covar)
-    x = scale_sample(x)
-    mad_spread = ((x - x.median(0).values).abs().median(0).values * MAD_TO_SD).square()
-    spread = torch.where(mad_spread > 0, mad_spread, x.var(0, unbiased=False))
+    mad = median_absolute_deviation(x) if mad is None else mad
+    mad_spread = (mad * MAD_TO_SD).square()
+    spread = torch.where(mad_spread > 0, mad_spread, scale_sample(x).var(0, unbiased=False))
     return reg_covar * torch.where(spread > 0, spread, torch.ones_like(spread))
 
 
-def check_squared_range(x: torch.Tensor, name: str = "X") -> None:
+def check_squared_range(x: torch.Tensor, name: str = "X", mad: torch.Tensor | None = None) -> None:
     """Refuse data whose squared deviations the dtype cannot hold, naming ``name``.
 
     Gaussian fits form sums of squared deviations from the mean (and variances of that
     size): their largest sum, ``N * max |x - mean|^2``, must be finite in ``x``'s dtype,
     and the squared robust spread of every non-constant feature must be a normal number
-    (not subnormal), or the variances lose their precision.
+    (not subnormal), or the variances lose their precision. ``mad``: as for :func:`relative_floor`.
 
     Examples
     --------
@@ -97,8 +110,8 @@ def check_squared_range(x: torch.Tensor, name: str = "X") -> None:
             f"{name} is too large for {x.dtype}: its sums of squared deviations (up to about {total:.0e}) "
             f"overflow the largest {x.dtype} number ({info.max:.1e}); rescale {name} or use dtype=torch.float64"
         )
-    sample = scale_sample(x)  # the spread of the floor (relative_floor), on the same rows
-    spread = (sample - sample.median(0).values).abs().median(0).values.double().square()
+    # the spread of the floor (relative_floor), on the same rows
+    spread = (median_absolute_deviation(x) if mad is None else mad).double().square()
     smallest = float(spread[spread > 0].min()) if bool((spread > 0).any()) else info.tiny
     if smallest < info.tiny:
         raise InvalidDataError(
@@ -153,11 +166,12 @@ class GaussianComponentsMixin:
     def _record_data_scale(self, x: torch.Tensor) -> None:
         """Centre and spread of the training data: for the weakly informative priors of MCMC, and the
         variance floor of every fit (a warm start of a loaded model included)."""
-        check_squared_range(x)
+        mad = median_absolute_deviation(x) if x.shape[0] > 1 else None
+        check_squared_range(x, mad=mad)
         self._data_mean = x.mean(0)
         # the scale of MCMC's weak priors: estimated on at most SCALE_SAMPLE_ROWS rows, like the floor
         self._data_std = scale_sample(x).std(0).clamp_min(1e-6) if x.shape[0] > 1 else torch.ones_like(x[0])
-        self._feature_floor = relative_floor(x, self.reg_covar)
+        self._feature_floor = relative_floor(x, self.reg_covar, mad=mad)
         if getattr(self, "components_", None) is not None:
             self.components_.reg_covar = as_floor(self._feature_floor)
 

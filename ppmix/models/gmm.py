@@ -47,8 +47,10 @@ class GMM(GaussianComponentsMixin, OnlineEMMixin, MixtureModel):
         this floor, so EM never decreases the log-likelihood and the fit does not depend
         on the data's units.
     init_params : {"kmeans", "k-means++", "random"}, default "kmeans"
-        ``"kmeans"``: the best of 3 runs of greedy k-means++ seeding and Lloyd
-        iterations; ``"k-means++"``: one seeding only; ``"random"``: random
+        ``"kmeans"``: the best (by inertia) of 10 runs of greedy k-means++ seeding and
+        Lloyd iterations on a random subsample of ``max(4000, 250 K)`` rows, then every
+        row assigned to its nearest centre (:func:`~ppmix.ops.kmeans.kmeans_start`: one
+        pass over the data beyond a fixed cost); ``"k-means++"``: one seeding on all rows; ``"random"``: random
         responsibilities.
     warm_start : bool, default False
         Continue EM from the current parameters on the next ``fit``.

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from ppmix.components.centred import CentredData
-from ppmix.models.pf.switches import FrameLabels, label_ratio, label_relevant_features
+from ppmix.models.pf.switches import PF_KMEANS_RUNS, FrameLabels, label_ratio, label_relevant_features
 from ppmix.ops.kmeans import kmeans_start
 
 __all__ = [
@@ -93,7 +93,7 @@ def _class_stratified(x: torch.Tensor, labels: FrameLabels, k: int, generator: t
     centres = []
     for c, k_c in ((0.0, k - share), (1.0, share)):
         members = x[observed & (y == c)]
-        centres.append(kmeans_start(members, min(k_c, members.shape[0]), generator)[0])
+        centres.append(kmeans_start(members, min(k_c, members.shape[0]), generator, runs=PF_KMEANS_RUNS)[0])
     all_centres = torch.cat(centres)
     assignment = torch.cdist(x, all_centres).argmin(1)
     rows = torch.nonzero(observed).flatten()
@@ -130,7 +130,7 @@ def start_responsibilities(
     observed = labels.observed
     class_sizes = [int((observed & (labels.y == c)).sum()) for c in (0.0, 1.0)]
     if min(class_sizes) < 2:
-        return _one_hot(kmeans_start(x, k, child)[1], k, x.dtype)
+        return _one_hot(kmeans_start(x, k, child, runs=PF_KMEANS_RUNS)[1], k, x.dtype)
     x_lab, y_lab = frames.x[observed], labels.y[observed]
     selected = label_relevant_features(x_lab, y_lab)
     if not selected.any():
@@ -142,7 +142,7 @@ def start_responsibilities(
     if not bool((strength > 0).any()):  # no feature goes with the label: plain k-means
         strength = torch.ones_like(strength)
     scale = strength / x.std(0).clamp_min(torch.finfo(x.dtype).tiny)
-    return _one_hot(kmeans_start(x * scale, k, child)[1], k, x.dtype)
+    return _one_hot(kmeans_start(x * scale, k, child, runs=PF_KMEANS_RUNS)[1], k, x.dtype)
 
 
 def _clearly_better(rows: np.ndarray, best: np.ndarray) -> bool:

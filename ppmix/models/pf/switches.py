@@ -46,6 +46,9 @@ __all__ = [
 _PHI_FLOOR = 1e-12
 #: starts of the pf models' EM: label-informed k-means, or those of the Gaussian mixtures
 PF_INIT_METHODS = ("relevance", "kmeans", "k-means++", "random")
+#: k-means runs behind one pf start: the pf models diversify their starts by restarts of their own
+#: (:mod:`~ppmix.models.pf.restarts`), so each start keeps the best of 3 runs, not 10
+PF_KMEANS_RUNS = 3
 #: p-value of the per-feature label test that selects the features of the "relevance" initialisation
 RELEVANCE_P_VALUE = 1e-3
 
@@ -271,7 +274,7 @@ class PredictionFocusedMixin:
             selected = label_relevant_features(test_x[labels.observed], labels.y[labels.observed])
             if selected.any():
                 x = x[:, selected]
-        _, assignment = kmeans_start(x, self.n_components, generator)
+        _, assignment = kmeans_start(x, self.n_components, generator, runs=PF_KMEANS_RUNS)
         return torch.nn.functional.one_hot(assignment, self.n_components).to(frames.x.dtype)
 
     # -------------------------------------------------------------- predictions
