@@ -108,6 +108,41 @@ class CentredData:
             yield slice(start, start + block.shape[0]), design
 
 
+def fused_expected_sums(
+    data: CentredData, natural: torch.Tensor, const: torch.Tensor, outer: bool = False
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One pass of the fused E-step of an exponential family over the design blocks of ``data``.
+
+    The log-joint of every row and component is ``const_k + natural_k . t(x_n)`` with ``t(x)`` the
+    design row of :meth:`CentredData.moment_blocks` (``[x, x^2]``, or ``[x, x x^T]`` with ``outer``);
+    per block, while it is in cache: that product ``(K, rows)``, its normalisation over ``K``
+    (the responsibilities ``r_nk``) and the block's contribution to the sums. Returns the total
+    responsibilities ``(K,)``, the weighted design sums ``sum_n r_nk t(x_n)`` ``(K, width)`` and the
+    log-likelihood ``sum_n log sum_k exp(const_k + natural_k . t(x_n))``.
+
+    Examples
+    --------
+    >>> data = CentredData.from_tensor(torch.tensor([[-1.0], [1.0]], dtype=torch.float64))
+    >>> natural = torch.tensor([[-1.0, -0.5], [1.0, -0.5]], dtype=torch.float64)  # N(-1, 1) and N(1, 1)
+    >>> totals, sums, log_lik = fused_expected_sums(data, natural, torch.zeros(2, 1, dtype=torch.float64))
+    >>> [round(v, 4) for v in totals.tolist()], round(float(sums[0, 0]), 4)
+    ([1.0, 1.0], -0.7616)
+    """
+    totals = natural.new_zeros(natural.shape[0])
+    sums = natural.new_zeros(natural.shape)
+    log_likelihood = natural.new_zeros(())
+    for _, design in data.moment_blocks(outer=outer):
+        resp = torch.addmm(const, natural, design.T)  # (K, rows): the fast orientation of the product
+        largest = resp.amax(dim=0)
+        resp.sub_(largest).exp_()
+        norm = resp.sum(dim=0)
+        resp.div_(norm)
+        log_likelihood += norm.log_().add_(largest).sum()
+        totals += resp.sum(dim=1)
+        sums.addmm_(resp, design)
+    return totals, sums, log_likelihood
+
+
 def upper_triangle(d: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """Row and column indices of the upper triangle (diagonal included) of a ``d x d`` matrix."""
     rows, cols = torch.triu_indices(d, d, device=device)

@@ -13,6 +13,7 @@ from ppmix.components.centred import (
     as_centred,
     as_floor,
     cancellation_tol,
+    fused_expected_sums,
     inexact_spreads,
     padded_counts,
 )
@@ -158,20 +159,7 @@ class DiagGaussian(ComponentFamily):
         natural, bias, flagged = self._natural(data)
         if flagged:
             return self._unfused_statistics(data, log_weights)
-        bias = bias + log_weights[:, None]
-        k, d = natural.shape[0], self.n_features
-        sums = natural.new_zeros(k, 2 * d)
-        totals = natural.new_zeros(k)
-        log_likelihood = natural.new_zeros(())
-        for _, moments in data.moment_blocks():
-            joint = torch.addmm(bias, natural, moments.T)  # (K, rows)
-            largest = joint.amax(dim=0)
-            resp = joint.sub_(largest).exp_()
-            norm = resp.sum(dim=0)
-            resp.div_(norm)
-            log_likelihood += norm.log_().add_(largest).sum()
-            totals += resp.sum(dim=1)
-            sums.addmm_(resp, moments)
+        totals, sums, log_likelihood = fused_expected_sums(data, natural, bias + log_weights[:, None])
         stats = self._statistics_from_sums(data, totals, sums)
         if stats is None:  # a spread lost its digits to cancellation: the direct formulas need every row
             return self._unfused_statistics(data, log_weights)

@@ -14,6 +14,7 @@ from ppmix.components.centred import (
     as_floor,
     cancellation_tol,
     component_counts,
+    fused_expected_sums,
     inexact_spreads,
     padded_counts,
     upper_triangle,
@@ -161,19 +162,7 @@ class FullGaussian(ComponentFamily):
         natural = self._natural(data) if self._use_moments(data) else None
         if natural is not None:
             weights, const = natural
-            const = const + log_weights[:, None]
-            sums = weights.new_zeros(weights.shape)
-            totals = weights.new_zeros(weights.shape[0])
-            log_likelihood = weights.new_zeros(())
-            for _, design in data.moment_blocks(outer=True):
-                joint = torch.addmm(const, weights, design.T)  # (K, rows)
-                largest = joint.amax(dim=0)
-                resp = joint.sub_(largest).exp_()
-                norm = resp.sum(dim=0)
-                resp.div_(norm)
-                log_likelihood += norm.log_().add_(largest).sum()
-                totals += resp.sum(dim=1)
-                sums.addmm_(resp, design)
+            totals, sums, log_likelihood = fused_expected_sums(data, weights, const + log_weights[:, None], outer=True)
             stats = self._statistics_from_sums(data, totals, sums)
             if stats is not None:
                 return stats, log_likelihood
