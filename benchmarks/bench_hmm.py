@@ -272,6 +272,55 @@ def time_iterations(runners: list[Any], timed: int, passes: int, gap_s: float = 
     }
 
 
+def end_to_end(seqs: list[np.ndarray], k: int, repeats: int) -> dict[str, Any]:
+    """What a user times: ``HMM(K, seed=0).fit(seqs)`` against hmmlearn's
+    ``GaussianHMM(K, random_state=0).fit(X, lengths)``, every other argument at its default (each
+    library's own start and tolerance), at 1 thread; median wall over ``repeats`` alternating fits,
+    the final log-likelihood per step from :func:`loglik_per_step`."""
+    from hmmlearn.hmm import GaussianHMM
+
+    from ppmix.models.hmm import HMM
+
+    frames, lengths = np.concatenate(seqs), [len(s) for s in seqs]
+    fits = {
+        "ppmix": lambda: HMM(k, seed=0, progress=False).fit(seqs),
+        "hmmlearn": lambda: GaussianHMM(k, random_state=0).fit(frames, lengths),
+    }
+    walls: dict[str, list[float]] = {name: [] for name in fits}
+    models: dict[str, Any] = {}
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with threadpool_limits(limits=1), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for repeat in range(repeats):
+            for name in list(fits)[repeat % 2 :] + list(fits)[: repeat % 2]:
+                time.sleep(0.2)
+                start = time.perf_counter()
+                models[name] = fits[name]()
+                walls[name].append(time.perf_counter() - start)
+    torch.set_num_threads(previous)
+    ours, theirs = models["ppmix"], models["hmmlearn"]
+    params = {
+        "ppmix": (_np(ours.initial_), _np(ours.transition_), _np(ours.means_), _np(ours.covariances_)),
+        "hmmlearn": (
+            theirs.startprob_,
+            theirs.transmat_,
+            theirs.means_,
+            np.stack([np.diag(c) for c in theirs.covars_]),
+        ),
+    }
+    out: dict[str, Any] = {
+        name: {
+            "fit_wall_s": statistics.median(walls[name]),
+            "fit_walls_s": walls[name],
+            "loglik_per_step": loglik_per_step(params[name], seqs),
+        }
+        for name in fits
+    }
+    out["ratio_ppmix_vs_hmmlearn"] = out["ppmix"]["fit_wall_s"] / out["hmmlearn"]["fit_wall_s"]
+    return out
+
+
 def run_size(n_sequences: int, args: argparse.Namespace) -> dict[str, Any]:
     """All libraries on one data set: the same start, timed iterations, final log-likelihood per step."""
     seqs = make_sequences(n_sequences, args.d, args.k, seed=0)
@@ -305,6 +354,7 @@ def run_size(n_sequences: int, args: argparse.Namespace) -> dict[str, Any]:
         )
         row["loglik_diff_vs_hmmlearn"] = row["loglik_per_step"] - ref["loglik_per_step"]
     return {
+        "end_to_end": end_to_end(seqs, args.k, 1 if args.quick else 3),
         "n_sequences": n_sequences,
         "n_frames": int(sum(len(s) for s in seqs)),
         "n_pomegranate_groups": len(np.unique([len(s) for s in seqs])),
@@ -380,6 +430,13 @@ def main(argv: list[str] | None = None) -> None:
     header = (
         f"{'N':>6} {'frames':>7} {'library':>20} {'s/iter':>9} {'cpu s':>8} {'/hmmlearn':>9} {'LL/step':>12} {'dLL':>9}"
     )
+    for res in results:
+        e2e = res["end_to_end"]
+        print(
+            f"end to end, defaults, 1 thread, {res['n_sequences']} sequences: ppmix {e2e['ppmix']['fit_wall_s']:.3f} s "
+            f"(LL/step {e2e['ppmix']['loglik_per_step']:.6f}), hmmlearn {e2e['hmmlearn']['fit_wall_s']:.3f} s "
+            f"(LL/step {e2e['hmmlearn']['loglik_per_step']:.6f}): ratio {e2e['ratio_ppmix_vs_hmmlearn']:.2f}"
+        )
     print(header)
     for res in results:
         for row in res["libraries"]:

@@ -160,6 +160,35 @@ def em_vs_svi(n: int, k: int, gap: float, max_svi_steps: int, seed: int) -> dict
     }
 
 
+def end_to_end(n: int, k: int, repeats: int, seed: int = 0) -> dict:
+    """What a user times: the whole default ``PFGMM(K, switch_prior=0.3, seed=0).fit(X, y)`` (its
+    restarts included) and, as the reference for the same data, ``GMM(K, seed=0).fit(X)`` and
+    scikit-learn's ``GaussianMixture(K, random_state=0).fit(X)`` (unsupervised: they see ``X`` only), at
+    1 thread; median wall over ``repeats`` fits each."""
+    from sklearn.mixture import GaussianMixture
+    from threadpoolctl import threadpool_limits
+
+    x, y = _data(n, seed)
+    fits = {
+        "pf-GMM": lambda: PFGMM(k, switch_prior=0.3, seed=seed, progress=False).fit(x, y),
+        "our GMM": lambda: GMM(k, seed=seed, progress=False).fit(x),
+        "scikit-learn GMM": lambda: GaussianMixture(k, random_state=seed).fit(x),
+    }
+    walls: dict[str, list[float]] = {name: [] for name in fits}
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with threadpool_limits(limits=1), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(repeats):
+            for name, fit in fits.items():
+                time.sleep(0.2)
+                start = time.perf_counter()
+                fit()
+                walls[name].append(time.perf_counter() - start)
+    torch.set_num_threads(previous)
+    return {"n": n, "k": k, "threads": 1, "fit_wall_s": {name: statistics.median(w) for name, w in walls.items()}}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small smoke run (writes to the temp directory)")
@@ -176,7 +205,9 @@ def main(argv: list[str] | None = None) -> None:
     else:
         per_iter = time_iterations(100_000, 4, blocks=5, per_block=4, seed=0, peer_api=args.peer_api)
         race = em_vs_svi(2000, 4, args.svi_gap, 1500, seed=0)
+    e2e = [end_to_end(n, 4, 1 if args.quick else 3) for n in ((300,) if args.quick else (2000, 100_000))]
     result = {
+        "end_to_end": e2e,
         "per_iteration": per_iter,
         "em_vs_svi": race,
         "threads": torch.get_num_threads(),
@@ -184,6 +215,9 @@ def main(argv: list[str] | None = None) -> None:
         "machine": platform.machine(),
         "quick": args.quick,
     }
+    for entry in e2e:
+        walls = ", ".join(f"{name} {seconds:.3f} s" for name, seconds in entry["fit_wall_s"].items())
+        print(f"end to end, defaults, 1 thread, N={entry['n']}: {walls}")
     for name, seconds in per_iter["seconds_per_iteration"].items():
         ratio, cpu_ratio = per_iter["ratio_to_our_gmm"][name], per_iter["cpu_ratio_to_our_gmm"][name]
         print(f"{name:<14} {seconds * 1e3:9.1f} ms/iteration wall ({ratio:.2f}x our GMM; CPU time {cpu_ratio:.2f}x)")

@@ -96,6 +96,11 @@ def test_bench_hmm_quick(tmp_path):
     (result,) = report["results"]
     assert result["torch_threads"] == 1
     assert result["n_sequences"] == 60 and 10 * 60 <= result["n_frames"] <= 50 * 60
+    e2e = result["end_to_end"]  # every library's whole default fit, 1 thread
+    for library in ("ppmix", "hmmlearn"):
+        assert_timing(e2e[library]["fit_wall_s"])
+        assert math.isfinite(e2e[library]["loglik_per_step"])
+    assert e2e["ratio_ppmix_vs_hmmlearn"] == pytest.approx(e2e["ppmix"]["fit_wall_s"] / e2e["hmmlearn"]["fit_wall_s"])
     rows = {row["key"]: row for row in result["libraries"]}
     assert set(rows) == BOTH_DTYPES | {"hmmlearn-float64"}
     assert rows["hmmlearn-float64"]["ratio_to_hmmlearn"] == 1.0
@@ -138,6 +143,9 @@ def test_bench_partition_quick(tmp_path):
 def test_bench_pf_gmm_quick(tmp_path):
     report = run_quick("bench_pf_gmm.py", tmp_path / "pf_gmm.json")
     assert report["quick"] and report["threads"] == 1
+    (e2e,) = report["end_to_end"]
+    assert e2e["threads"] == 1 and set(e2e["fit_wall_s"]) == {"pf-GMM", "our GMM", "scikit-learn GMM"}
+    assert_timing(*e2e["fit_wall_s"].values())
     per_iteration = report["per_iteration"]
     names = {"pf-GMM", "GMM (ours)", "scikit-learn"}
     for field in ("seconds_per_iteration", "cpu_seconds_per_iteration", "ratio_to_our_gmm", "cpu_ratio_to_our_gmm"):
