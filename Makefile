@@ -35,6 +35,7 @@ tutorials: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_gmm.py
+	$(BIN)/python benchmarks/bench_gmm_start.py
 	$(BIN)/python benchmarks/bench_hmm.py
 	$(BIN)/python benchmarks/bench_partition.py
 	$(BIN)/python benchmarks/bench_pf_gmm.py

@@ -17,7 +17,7 @@ to three (the same k-means code, three runs, on every row).
 Usage::
 
     .venv/bin/python benchmarks/bench_gmm_start.py            # 10 seeds (about 2 minutes)
-    .venv/bin/python benchmarks/bench_gmm_start.py --quick    # 2 seeds, small N (smoke run)
+    .venv/bin/python benchmarks/bench_gmm_start.py --quick    # 2 seeds, N = 6 000 (smoke run)
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def fit(x: np.ndarray, s: Hard, seed: int, previous_start: bool) -> dict[str, fl
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="2 seeds, N = 30 000 (smoke run)")
+    p.add_argument("--quick", action="store_true", help="2 seeds, N = 6 000 (smoke run)")
     p.add_argument("--seeds", type=int, default=10)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", type=Path, default=None)
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     lines = [f"{'setting':<13} {'start':<10} {'median LL':>11} {'worst LL':>11} {'median fit s':>12} {'wins':>5}"]
     for s in SETTINGS:
-        n = 30_000 if args.quick else s.n
+        n = 6_000 if args.quick else s.n
         runs = {"sampled": [], "previous": []}
         for seed in seeds:
             x = make_data(s, n, seed)

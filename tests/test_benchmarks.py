@@ -254,3 +254,17 @@ def test_bench_threads_stops_a_fit_past_the_cap_and_records_it_as_censored(tmp_p
     for rows in report["loads"].values():
         for row in rows.values():
             assert set(row["seconds"].values()) == {None} and row["all threads / 1 thread"] is None
+
+
+def test_bench_gmm_start_quick(tmp_path):
+    report = run_quick("bench_gmm_start.py", tmp_path / "gmm_start.json")
+    assert report["benchmark"] == "gmm_start" and report["threads"] == 1
+    assert [s["name"] for s in report["settings"]] == ["overlap", "unequal", "full-overlap"]
+    for setting in report["settings"]:
+        for start in ("sampled", "previous"):
+            runs = setting["runs"][start]
+            assert len(runs) == 2 and all(math.isfinite(r["mean_loglik"]) and r["n_iter"] >= 1 for r in runs)
+            assert_timing(*(r["fit_wall_s"] for r in runs))
+            summary = setting[start]
+            assert summary["median_mean_loglik"] >= summary["worst_mean_loglik"]
+            assert 0 <= summary["at_least_as_good"] <= 2
