@@ -205,6 +205,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         per_iter = time_iterations(100_000, 4, blocks=5, per_block=4, seed=0, peer_api=args.peer_api)
         race = em_vs_svi(2000, 4, args.svi_gap, 1500, seed=0)
+    # last: its 1-thread limits must not touch the thread pools of the timings above
     e2e = [end_to_end(n, 4, 1 if args.quick else 3) for n in ((300,) if args.quick else (2000, 100_000))]
     result = {
         "end_to_end": e2e,
