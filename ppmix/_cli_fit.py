@@ -17,7 +17,6 @@ from ppmix._cli_common import UserError
 
 __all__ = ["add_fit_parsers"]
 
-
 # ------------------------------------------------------------------------------------- parsers
 def add_fit_parsers(fit_sub: Any, positive: Callable[[str], int], seed: Callable[[str], int]) -> None:
     """Add ``hmm``, ``pfgmm`` and ``moe`` to the ``fit`` subparsers (``gmm`` is added by :mod:`ppmix.cli`)."""

@@ -12,13 +12,13 @@ from ppmix.components.centred import (
     CentredData,
     as_centred,
     as_floor,
+    blocked_log_density,
     cancellation_tol,
     fused_expected_sums,
     inexact_spreads,
     padded_counts,
 )
 from ppmix.components.statistics import GaussianStatistics
-from ppmix.ops.logspace import normalize_log_joint_
 
 __all__ = ["DiagGaussian"]
 
@@ -88,11 +88,24 @@ class DiagGaussian(ComponentFamily):
         """
         data = as_centred(data, self.dtype, self.device, shift=self.reference)
         natural, bias, cancelled = self._natural(data, feature_weights)
-        log_prob = torch.empty(data.n_samples, self.loc.shape[0], dtype=self.dtype, device=self.device)
-        for rows, moments in data.moment_blocks():
-            log_prob[rows] = torch.addmm(bias, natural, moments.T).T  # (K, rows): the fast orientation
-        self._redo_cancelled(data, log_prob, cancelled, feature_weights)
+        log_prob = blocked_log_density(data, natural, bias)
+        if cancelled:  # recompute those components directly from the deviations
+            precision, log_const = self._weighted_terms(feature_weights)
+            loc_c = self.loc - data.shift
+            for k in cancelled:
+                maha = (data.centred - loc_c[k]).square_().mul_(precision[k]).sum(dim=1)
+                log_prob[:, k] = -0.5 * maha - log_const[k].sum()
         return log_prob
+
+    def _weighted_terms(self, feature_weights: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Precisions and per-feature log-normalisers ``log sqrt(2 pi) + log scale``, ``(K, D)`` each, times
+        ``feature_weights`` when given."""
+        precision = self.variance.reciprocal()
+        log_const = 0.5 * math.log(2 * math.pi) + self.scale.log()
+        if feature_weights is not None:
+            feature_weights = feature_weights.to(dtype=self.dtype, device=self.device)
+            precision, log_const = precision * feature_weights, log_const * feature_weights
+        return precision, log_const
 
     def _natural(
         self, data: CentredData, feature_weights: torch.Tensor | None = None
@@ -100,34 +113,13 @@ class DiagGaussian(ComponentFamily):
         """Natural parameters ``(K, 2D)`` and constants ``(K, 1)`` of the log-density of ``[x, x^2]``
         about ``data.shift``, and the components whose products would cancel more than
         :func:`~ppmix.components.centred.cancellation_tol` nats (a collapsed component at the floor)."""
-        precision = self.variance.reciprocal()
+        precision, log_const = self._weighted_terms(feature_weights)
         loc_c = self.loc - data.shift
-        log_const = 0.5 * math.log(2 * math.pi) + self.scale.log()  # (K, D)
-        if feature_weights is not None:
-            feature_weights = feature_weights.to(dtype=self.dtype, device=self.device)
-            precision = precision * feature_weights
-            log_const = log_const * feature_weights
         log_norm = log_const + 0.5 * loc_c.square() * precision
         natural = torch.cat([loc_c * precision, -0.5 * precision], dim=1)  # (K, 2D)
         cancelled = torch.finfo(self.dtype).eps * (precision * (data.max_square + loc_c.square())).sum(dim=1)
         flagged = torch.nonzero(cancelled > cancellation_tol(self.dtype)).flatten().tolist()
         return natural, -log_norm.sum(dim=1, keepdim=True), flagged
-
-    def _redo_cancelled(
-        self, data: CentredData, log_prob: torch.Tensor, flagged: list[int], feature_weights: torch.Tensor | None
-    ) -> None:
-        """Recompute the columns of ``flagged`` components directly from the deviations, in place."""
-        if not flagged:
-            return
-        precision = self.variance.reciprocal()
-        log_const = 0.5 * math.log(2 * math.pi) + self.scale.log()
-        if feature_weights is not None:
-            feature_weights = feature_weights.to(dtype=self.dtype, device=self.device)
-            precision, log_const = precision * feature_weights, log_const * feature_weights
-        loc_c = self.loc - data.shift
-        for k in flagged:
-            maha = (data.centred - loc_c[k]).square_().mul_(precision[k]).sum(dim=1)
-            log_prob[:, k] = -0.5 * maha - log_const[k].sum()
 
     def expected_statistics(
         self, data: torch.Tensor | CentredData, log_weights: torch.Tensor
@@ -139,7 +131,8 @@ class DiagGaussian(ComponentFamily):
         parameters with ``[x, x^2]``, their normalisation over ``K``, and the weighted sums of the
         same block for the M-step, while the block is in cache; no ``(N, K)`` or ``(N, 2D)``
         array is formed. Equal to ``statistics(data, softmax(log_prob(data) + log_weights))``
-        (which it falls back to where a component's rounding calls for the direct formulas).
+        (the base class's two passes, which it falls back to where a component's rounding calls for
+        the direct formulas).
 
         Examples
         --------
@@ -157,19 +150,12 @@ class DiagGaussian(ComponentFamily):
         data = as_centred(data, self.dtype, self.device)
         log_weights = log_weights.to(dtype=self.dtype, device=self.device)
         natural, bias, flagged = self._natural(data)
-        if flagged:
-            return self._unfused_statistics(data, log_weights)
-        totals, sums, log_likelihood = fused_expected_sums(data, natural, bias + log_weights[:, None])
-        stats = self._statistics_from_sums(data, totals, sums)
-        if stats is None:  # a spread lost its digits to cancellation: the direct formulas need every row
-            return self._unfused_statistics(data, log_weights)
-        return stats, log_likelihood
-
-    def _unfused_statistics(
-        self, data: CentredData, log_weights: torch.Tensor
-    ) -> tuple[GaussianStatistics, torch.Tensor]:
-        resp, log_norm = normalize_log_joint_(self.log_prob(data).add_(log_weights))
-        return self.statistics(data, resp), log_norm.sum()
+        if not flagged:
+            totals, sums, log_likelihood = fused_expected_sums(data, natural, bias + log_weights[:, None])
+            counts, mean_c, spread, inexact = self._moments_from_sums(totals, sums)
+            if not inexact:
+                return GaussianStatistics(totals, mean_c + data.shift, spread * counts[:, None]), log_likelihood
+        return super().expected_statistics(data, log_weights)
 
     def fitted_feature_log_likelihood(self, counts: torch.Tensor) -> torch.Tensor:
         """``sum_n w_nk log N(x_nd | k)`` per component and feature, ``(K, D)``, right after :meth:`fit`.
@@ -213,37 +199,25 @@ class DiagGaussian(ComponentFamily):
         sums = weights.new_zeros(weights.shape[1], 2 * self.n_features)
         for rows, moments in data.moment_blocks():
             sums.addmm_(weights[rows].T, moments)
-        stats = self._statistics_from_sums(data, weights.sum(0), sums)
-        if stats is not None:
-            return stats
+        counts, mean_c, spread, inexact = self._moments_from_sums(weights.sum(0), sums)
         # a component far from the centre (or collapsed) cancels its digits away: sum its deviations directly
-        counts = padded_counts(weights.sum(0))
-        mean_c = sums[:, : self.n_features] / counts[:, None]
-        spread = self._spreads(counts, sums)
-        floor = torch.as_tensor(self.reg_covar, dtype=self.dtype, device=self.device)
-        for k in inexact_spreads(sums[:, self.n_features :].sum(1) / counts, torch.maximum(spread, floor).sum(1)):
+        for k in inexact:
             spread[k] = weights[:, k] @ (data.centred - mean_c[k]).square() / counts[k]
         return GaussianStatistics(weights.sum(0), mean_c + data.shift, spread * counts[:, None])
 
-    def _spreads(self, counts: torch.Tensor, sums: torch.Tensor) -> torch.Tensor:
-        """Weighted variances ``(K, D)`` from the weighted sums of ``[x, x^2]`` about the centre."""
-        d = self.n_features
-        mean_c = sums[:, :d] / counts[:, None]
-        return (sums[:, d:] / counts[:, None] - mean_c.square()).clamp_min(0.0)
-
-    def _statistics_from_sums(
-        self, data: CentredData, totals: torch.Tensor, sums: torch.Tensor
-    ) -> GaussianStatistics | None:
-        """The statistics from the total weights ``(K,)`` and weighted sums of ``[x, x^2]`` ``(K, 2D)``
-        about ``data.shift``; ``None`` where a spread lost more than ``cancellation_tol`` of its digits."""
+    def _moments_from_sums(
+        self, totals: torch.Tensor, sums: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[int]]:
+        """From the total weights ``(K,)`` and the weighted sums of ``[x, x^2]`` about the centre ``(K, 2D)``:
+        the counts (kept away from zero), the means about the centre and the variances ``(K, D)``, and the
+        components whose variance lost more than ``cancellation_tol`` of its digits to the subtraction."""
         counts = padded_counts(totals)
         d = self.n_features
         mean_c = sums[:, :d] / counts[:, None]
-        spread = self._spreads(counts, sums)
+        second = sums[:, d:] / counts[:, None]
+        spread = (second - mean_c.square()).clamp_min(0.0)
         floor = torch.as_tensor(self.reg_covar, dtype=self.dtype, device=self.device)
-        if inexact_spreads(sums[:, d:].sum(1) / counts, torch.maximum(spread, floor).sum(1)):
-            return None
-        return GaussianStatistics(totals, mean_c + data.shift, spread * counts[:, None])
+        return counts, mean_c, spread, inexact_spreads(second.sum(1), torch.maximum(spread, floor).sum(1))
 
     def fit_statistics(self, stats: GaussianStatistics) -> "DiagGaussian":
         """The weighted maximum-likelihood update from :meth:`statistics` (of one or many shards), in place."""

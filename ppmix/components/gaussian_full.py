@@ -12,6 +12,7 @@ from ppmix.components.centred import (
     CentredData,
     as_centred,
     as_floor,
+    blocked_log_density,
     cancellation_tol,
     component_counts,
     fused_expected_sums,
@@ -20,7 +21,6 @@ from ppmix.components.centred import (
     upper_triangle,
 )
 from ppmix.components.statistics import GaussianStatistics
-from ppmix.ops.logspace import normalize_log_joint_
 
 __all__ = ["FullGaussian"]
 
@@ -128,11 +128,7 @@ class FullGaussian(ComponentFamily):
         natural = self._natural(data)
         if natural is None:
             return self._log_prob_whitened(data)
-        weights, const = natural
-        log_prob = torch.empty(data.n_samples, self.loc.shape[0], dtype=self.dtype, device=self.device)
-        for rows, design in data.moment_blocks(outer=True):
-            log_prob[rows] = torch.addmm(const, weights, design.T).T  # (K, rows): the fast orientation
-        return log_prob
+        return blocked_log_density(data, *natural, outer=True)
 
     def expected_statistics(
         self, data: torch.Tensor | CentredData, log_weights: torch.Tensor
@@ -142,8 +138,9 @@ class FullGaussian(ComponentFamily):
 
         Per block of rows: the log-densities as one product of the natural parameters with
         ``[x, x x^T]``, their normalisation and the block's weighted sums for the M-step, while
-        the block is in cache. Equal to ``statistics(data, softmax(log_prob(data) + log_weights))``,
-        which it falls back to where rounding calls for the whitened or direct formulas.
+        the block is in cache. Equal to ``statistics(data, softmax(log_prob(data) + log_weights))``
+        (the base class's two passes, which it falls back to where rounding calls for the whitened or
+        direct formulas).
 
         Examples
         --------
@@ -163,28 +160,17 @@ class FullGaussian(ComponentFamily):
         if natural is not None:
             weights, const = natural
             totals, sums, log_likelihood = fused_expected_sums(data, weights, const + log_weights[:, None], outer=True)
-            stats = self._statistics_from_sums(data, totals, sums)
-            if stats is not None:
-                return stats, log_likelihood
-        resp, log_norm = normalize_log_joint_(self.log_prob(data).add_(log_weights))
-        return self.statistics(data, resp), log_norm.sum()
+            counts = padded_counts(totals)
+            mean_c, covs, inexact = self._covariances_from_sums(counts, sums)
+            if not inexact:
+                return GaussianStatistics(totals, mean_c + data.shift, covs * counts[:, None, None]), log_likelihood
+        return super().expected_statistics(data, log_weights)
 
-    def _statistics_from_sums(
-        self, data: CentredData, totals: torch.Tensor, sums: torch.Tensor
-    ) -> GaussianStatistics | None:
-        """The statistics from the total weights ``(K,)`` and weighted sums of ``[x, x x^T]``
-        ``(K, D + T)`` about ``data.shift``; ``None`` where a spread lost its digits to cancellation."""
-        mean_c, second, covs, inexact = self._covariances(data, padded_counts(totals), sums)
-        if inexact:
-            return None
-        counts = padded_counts(totals)
-        return GaussianStatistics(totals, mean_c + data.shift, covs * counts[:, None, None])
-
-    def _covariances(
-        self, data: CentredData, counts: torch.Tensor, sums: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[int]]:
-        """Means and second moments about the centre, covariances, and the components whose
-        covariance lost more than ``cancellation_tol`` of its digits, from the weighted design sums."""
+    def _covariances_from_sums(
+        self, counts: torch.Tensor, sums: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+        """Means about the centre and covariances from the weighted sums of ``[x, x x^T]`` ``(K, D + T)``
+        and the (padded) counts, with :meth:`_covariances_from_second`'s inexact components."""
         k, d = self.loc.shape
         sums = sums / counts[:, None]
         mean_c = sums[:, :d]
@@ -192,9 +178,11 @@ class FullGaussian(ComponentFamily):
         second = torch.zeros(k, d, d, dtype=self.dtype, device=self.device)
         second[:, rows, cols] = sums[:, d:]
         second[:, cols, rows] = sums[:, d:]
-        return (mean_c, second, *self._covariances_from_second(mean_c, second))
+        return (mean_c, *self._covariances_from_second(mean_c, second))
 
     def _covariances_from_second(self, mean_c: torch.Tensor, second: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
+        """Covariances from the weighted means and second moments about the centre, and the components
+        whose covariance lost more than ``cancellation_tol`` of its digits to the subtraction."""
         d = self.n_features
         covs = second - mean_c[:, :, None] * mean_c[:, None, :]
         floor_trace = torch.as_tensor(self.reg_covar, dtype=self.dtype, device=self.device).expand(d).sum()
@@ -249,7 +237,7 @@ class FullGaussian(ComponentFamily):
             sums = weights.new_zeros(k, d + d * (d + 1) // 2)
             for rows, design in data.moment_blocks(outer=True):
                 sums.addmm_(weights[rows].T, design)
-            mean_c, _, covs, inexact = self._covariances(data, counts, sums)
+            mean_c, covs, inexact = self._covariances_from_sums(counts, sums)
         else:
             mean_c = (weights.T @ data.centred) / counts[:, None]
             second = (

@@ -188,3 +188,5 @@ def _discard(directory: Path) -> None:
         directory.rmdir()
     except OSError:
         logger.warning("kept %s: it holds files a ppmix save did not write (%s)", directory, os.listdir(directory))
+
+

@@ -316,3 +316,5 @@ class Savable(Estimator):
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
         """Inverse of :meth:`extra_state`."""
+
+

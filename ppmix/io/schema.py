@@ -150,10 +150,8 @@ _FITTED_TYPES: dict[str, tuple[str, Callable[[Any], bool]]] = {
     ),
     "classes_": (
         "a list of two or more labels (strings, numbers or booleans) or null",
-        lambda v: (
-            v is None
-            or (isinstance(v, list) and len(v) >= 2 and all(isinstance(x, (str, bool)) or _is_number(x) for x in v))
-        ),
+        lambda v: v is None
+        or (isinstance(v, list) and len(v) >= 2 and all(isinstance(x, (str, bool)) or _is_number(x) for x in v)),
     ),
 }
 
@@ -260,3 +258,5 @@ def _check_content(config: dict[str, Any], version: int) -> tuple[type, dict[str
     if not isinstance(extra, dict):
         raise ValueError(f"field 'extra' must be an object, got {type(extra).__name__}")
     return cls, params, fitted, extra
+
+

@@ -15,7 +15,6 @@ from ppmix.models._gaussian_components import GaussianComponentsMixin
 from ppmix.models._online import OnlineEMMixin
 from ppmix.models._params import store_params
 from ppmix.models.base import MixtureModel
-from ppmix.ops.logspace import normalize_log_joint_
 
 __all__ = ["GMM"]
 
@@ -152,20 +151,12 @@ class GMM(GaussianComponentsMixin, OnlineEMMixin, MixtureModel):
         self.components_ = self._new_components(data.x)
         self.m_step(data, self._initial_responsibilities(data, generator))
 
-    def e_step(self, data: CentredData) -> tuple[GaussianStatistics | torch.Tensor, torch.Tensor]:
-        """The M-step's statistics under the responsibilities, and the log-likelihood
-        ``sum_n log sum_k w_k N(x_n | k)``.
-
-        Families with a fused pass (``expected_statistics``: the diagonal Gaussian) return the
-        merged statistics of one pass over the rows; the others return the responsibilities
-        ``(N, K)``. :meth:`m_step` and :meth:`em_statistics` take either.
-        """
-        log_weights = self.weights_.log()
-        fused = getattr(self.components_, "expected_statistics", None)
-        if fused is not None:
-            return fused(data, log_weights)
-        resp, log_norm = normalize_log_joint_(self.components_.log_prob(data).add_(log_weights))
-        return resp, log_norm.sum()
+    def e_step(self, data: CentredData) -> tuple[GaussianStatistics, torch.Tensor]:
+        """The M-step's statistics under the responsibilities and the log-likelihood
+        ``sum_n log sum_k w_k N(x_n | k)``: one fused pass over the rows
+        (:meth:`~ppmix.components.DiagGaussian.expected_statistics`), whose merged statistics
+        :meth:`m_step` and :meth:`em_statistics` take as they are."""
+        return self.components_.expected_statistics(data, self.weights_.log())
 
     def m_step(self, data: CentredData, resp: GaussianStatistics | torch.Tensor) -> None:
         """Closed-form weighted MLE of the components and ``weights = mean responsibility``, from the

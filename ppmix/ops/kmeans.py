@@ -52,10 +52,15 @@ def nearest_centre(x: torch.Tensor, centres: torch.Tensor) -> torch.Tensor:
     >>> nearest_centre(torch.tensor([[0.0], [9.0]]), torch.tensor([[10.0], [1.0]])).tolist()
     [1, 0]
     """
-    scale = _power_of_two_scale(centres)
+    return _centre_scores(x, centres, _power_of_two_scale(centres)).argmin(dim=0)
+
+
+def _centre_scores(x: torch.Tensor, centres: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+    """``(|c_k|^2 - 2 c_k . x_n) / scale`` for every centre and row, ``(K, N)``: the squared distance less
+    the row's own ``|x_n|^2``, one matrix product in the ``(K, N)`` orientation (the fast one in MKL for
+    a few centres), with the centres divided by ``scale`` (a power of two: exact)."""
     unit = centres / scale
-    scores = torch.addmm((unit.square().sum(1) * scale)[:, None], unit, x.T, alpha=-2.0)  # (K, N)
-    return scores.argmin(dim=0)
+    return torch.addmm((unit.square().sum(1) * scale)[:, None], unit, x.T, alpha=-2.0)
 
 
 def kmeans_plusplus(
@@ -183,15 +188,10 @@ def _lloyd(
     ``tol`` times the mean feature variance (squared distance, summed over centres, as
     scikit-learn's ``KMeans``). Returns the centres, the assignment and its inertia.
 
-    Each pass is one matrix product ``(K, N)`` of scores ``|c_k|^2 - 2 c_k . x_n`` (the
-    squared distance less ``|x_n|^2``, which the argmin does not need)."""
+    Each pass is one matrix product (:func:`_centre_scores`)."""
     n_clusters = centres.shape[0]
     threshold = tol * float(x.var(0).mean()) if x.shape[0] > 1 else 0.0
-
-    def scores(c: torch.Tensor) -> torch.Tensor:
-        return torch.addmm(c.square().sum(1)[:, None], c, x.T, alpha=-2.0)
-
-    best = scores(centres).min(0)
+    best = _centre_scores(x, centres).min(0)
     labels = best.indices
     for _ in range(max_iter):
         counts = torch.bincount(labels, minlength=n_clusters).to(x.dtype)
@@ -199,7 +199,7 @@ def _lloyd(
         new_centres = torch.where(counts[:, None] > 0, sums / counts.clamp_min(1.0)[:, None], centres)
         shift = float((new_centres - centres).square().sum())
         centres = new_centres
-        best = scores(centres).min(0)
+        best = _centre_scores(x, centres).min(0)
         stable = torch.equal(best.indices, labels)
         labels = best.indices
         if stable or shift <= threshold:
