@@ -19,6 +19,7 @@ from ppmix._version import __version__
 
 _EXPORTS = {
     "MixtureModel": "ppmix.models.base",
+    "Mixture": "ppmix.models.mixture",
     "GMM": "ppmix.models.gmm",
     "HMM": "ppmix.models.hmm",
     "MixtureOfExperts": "ppmix.models.moe",

@@ -57,6 +57,16 @@ class ComponentFamily:
     def dtype(self) -> torch.dtype:
         return getattr(self, self.param_names[0]).dtype
 
+    @property
+    def mean(self) -> torch.Tensor:
+        """Each component's mean, ``(K, D)``."""
+        raise NotImplementedError(f"{type(self).__name__} does not define its components' means")
+
+    @property
+    def covariance(self) -> torch.Tensor:
+        """Each component's covariance: ``(K, D)`` variances for independent features, else ``(K, D, D)``."""
+        raise NotImplementedError(f"{type(self).__name__} does not define its components' covariances")
+
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Parameters as a dict of detached tensors (a copy)."""
         return {name: getattr(self, name).detach().clone() for name in self.param_names}

@@ -68,6 +68,15 @@ class DiagGaussian(ComponentFamily):
         return self.scale.square()
 
     @property
+    def mean(self) -> torch.Tensor:
+        return self.loc
+
+    @property
+    def covariance(self) -> torch.Tensor:
+        """The variances ``(K, D)`` (the covariance matrices' diagonals)."""
+        return self.variance
+
+    @property
     def reference(self) -> torch.Tensor:
         """The centre :meth:`log_prob` uses for a plain tensor: the mean of the component means,
         so that a row's log-density depends on that row and the parameters only."""

@@ -69,6 +69,10 @@ class FullGaussian(ComponentFamily):
         return int(self.loc.shape[1])
 
     @property
+    def mean(self) -> torch.Tensor:
+        return self.loc
+
+    @property
     def covariance(self) -> torch.Tensor:
         return self.scale_tril @ self.scale_tril.mT
 

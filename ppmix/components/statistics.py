@@ -14,11 +14,13 @@ from dataclasses import dataclass
 
 import torch
 
+from ppmix.components.family import Statistics
+
 __all__ = ["GaussianStatistics", "merge_statistics", "scale_statistics"]
 
 
 @dataclass(frozen=True)
-class GaussianStatistics:
+class GaussianStatistics(Statistics):
     """Per component: total weight ``counts`` ``(K,)``, weighted ``mean`` ``(K, D)`` and ``scatter``
     ``sum_n w_nk (x_n - mean_k)^2`` (``(K, D)``, diagonal) or its outer products (``(K, D, D)``, full).
 
@@ -60,8 +62,8 @@ class GaussianStatistics:
 
 
 def merge_statistics(first: object, second: object) -> object:
-    """Merge two E-step statistics of the same structure: tensors add, objects with ``merge`` merge,
-    dicts, lists and tuples merge entry by entry.
+    """Merge two E-step statistics of the same structure: tensors add,
+    :class:`~ppmix.components.family.Statistics` merge, dicts, lists and tuples merge entry by entry.
 
     Examples
     --------
@@ -78,15 +80,15 @@ def merge_statistics(first: object, second: object) -> object:
         return {key: merge_statistics(first[key], second[key]) for key in first}
     if isinstance(first, (list, tuple)):
         return type(first)(merge_statistics(a, b) for a, b in zip(first, second, strict=True))
-    if hasattr(first, "merge"):
+    if isinstance(first, Statistics):
         return first.merge(second)
     raise TypeError(f"cannot merge statistics of type {type(first).__name__}")
 
 
 def scale_statistics(stats: object, factor: float) -> object:
-    """E-step statistics as if every weight were multiplied by ``factor`` (tensors scale, objects with
-    ``scaled`` scale, dicts, lists and tuples entry by entry). With :func:`merge_statistics` this forms
-    the convex combinations of stochastic EM.
+    """E-step statistics as if every weight were multiplied by ``factor`` (tensors scale,
+    :class:`~ppmix.components.family.Statistics` scale, dicts, lists and tuples entry by entry). With
+    :func:`merge_statistics` this forms the convex combinations of stochastic EM.
 
     Examples
     --------
@@ -99,6 +101,6 @@ def scale_statistics(stats: object, factor: float) -> object:
         return {key: scale_statistics(value, factor) for key, value in stats.items()}
     if isinstance(stats, (list, tuple)):
         return type(stats)(scale_statistics(value, factor) for value in stats)
-    if hasattr(stats, "scaled"):
+    if isinstance(stats, Statistics):
         return stats.scaled(factor)
     raise TypeError(f"cannot scale statistics of type {type(stats).__name__}")

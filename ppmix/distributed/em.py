@@ -32,6 +32,7 @@ import torch
 from ppmix.components.statistics import merge_statistics
 from ppmix.distributed.holders import ShardSummary, ShardTask, make_holders
 from ppmix.distributed.shards import shard_columns
+from ppmix.inference.engines.capabilities import DataStatisticsEM, GlobalObjectiveEM, SequenceData, ShardableEM
 from ppmix.inference.engines.em import run_em
 from ppmix.parallel import TaskError, TaskInputError
 
@@ -92,7 +93,7 @@ class _ShardedEM:
         self.step_seconds.append([r.seconds for r in results])
         merged = merge_in_tree([r.statistics for r in results])
         objective = math.fsum(r.objective for r in results)
-        if hasattr(self.model, "em_global_objective"):
+        if isinstance(self.model, GlobalObjectiveEM):
             objective += float(self.model.em_global_objective(self.total))
         self.iteration_seconds.append(time.perf_counter() - start)
         return merged, torch.tensor(objective, dtype=torch.float64)
@@ -210,7 +211,7 @@ def fit_em(
     >>> sorted(np.round(gmm.weights_.numpy(), 2).tolist()), gmm.fit_report_["n_shards"]
     ([0.5, 0.5], 3)
     """
-    if not getattr(model, "sharded_em", False):
+    if not isinstance(model, ShardableEM):
         raise TypeError(f"fit_em needs a model with sharded EM (GMM, HMM, the pf models); got {type(model).__name__}")
     model.validate_params()
     _check_options(options)
@@ -224,11 +225,11 @@ def fit_em(
     if not (isinstance(sample_size, int) and sample_size >= 1):
         raise ValueError(f"sample_size must be a positive integer; got {sample_size!r}")
     object.__setattr__(model, "_train_data", None)  # nothing of an earlier in-memory fit travels to the workers
-    excluded = {getattr(model, "sequence_column", None), target}
+    excluded = {model.sequence_column if isinstance(model, SequenceData) else None, target}
     columns = (shard_columns(s, "") for s in shards)
     named = collection_columns or next((c for c in columns if c is not None), None)
     model.feature_names_in_ = None if named is None else [c for c in named if c not in excluded]
-    if not getattr(model, "is_fitted", False):
+    if not model.is_fitted:
         model.n_features_in_ = None
     tasks = [ShardTask(i, name, shard, sample_size, target) for i, (name, shard) in enumerate(zip(names, shards))]
     start = time.perf_counter()
@@ -248,7 +249,7 @@ def fit_em(
         start_data = model.em_data(model.prepare_data(sample_x, sample_y, fitting=True))
         model.feature_names_in_ = names_in
         data_stats = None
-        if hasattr(model, "em_data_statistics"):  # fitted once from all the data (e.g. the pf background)
+        if isinstance(model, DataStatisticsEM):  # fitted once from all the data (e.g. the pf background)
             data_stats = merge_in_tree([r.statistics for r in holders.run("data_statistics", model)])
             model.em_set_data_statistics(data_stats)
         sharded = _ShardedEM(model, holders, start_data, sum(s.n_observations for s in summaries), data_stats)

@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from ppmix.distributed.shards import read_features
+from ppmix.inference.engines.capabilities import GlobalObjectiveEM, LabelledRows, SequenceData
 from ppmix.parallel import TaskError, TaskInputError
 
 __all__ = ["DaskHolders", "InlineHolders", "ProcessHolders", "ShardSummary", "ShardTask", "StepResult", "make_holders"]
@@ -90,7 +91,7 @@ class HeldShard:
                 if not hasattr(model, name):
                     setattr(model, name, None)
             x, y = read_features(source, task.target)
-            if isinstance(x, list) and not hasattr(model, "sequence_column"):
+            if isinstance(x, list) and not isinstance(model, SequenceData):
                 raise ValueError(
                     f"shard {task.name} holds sequences (an NPZ with 'lengths'), but {type(model).__name__} takes rows"
                 )
@@ -127,7 +128,7 @@ class HeldShard:
         not sums over the data, ``em_global_objective``, are left to the driver)."""
         start = time.perf_counter()
         stats, objective = model.e_step(self.data)
-        if hasattr(model, "em_global_objective"):
+        if isinstance(model, GlobalObjectiveEM):
             objective = objective - model.em_global_objective(self.summary.n_observations)
         statistics = model.em_statistics(self.data, stats)
         return StepResult(statistics, float(objective), time.perf_counter() - start)
@@ -146,7 +147,7 @@ def _units(prepared: Any) -> tuple[Any, Any]:
     the rows of a matrix (arrays), or the sequences of a batch (lists of arrays)."""
     if isinstance(prepared, torch.Tensor):
         return prepared.cpu().numpy(), None
-    if hasattr(prepared, "labels"):  # features and frame labels
+    if isinstance(prepared, LabelledRows):  # features and frame labels
         labels = torch.where(prepared.labels.observed, prepared.labels.y, torch.nan)
         return prepared.x.cpu().numpy(), labels.cpu().numpy()
     sequences = [s.cpu().numpy() for s in prepared.unpad(prepared.x)]

@@ -10,6 +10,7 @@ _BASELINES = "ppmix.models.baselines"
 _PF = "ppmix.models.pf"
 _EXPORTS = {
     "MixtureModel": "ppmix.models.base",
+    "Mixture": "ppmix.models.mixture",
     "GMM": "ppmix.models.gmm",
     "HMM": "ppmix.models.hmm",
     "MixtureOfExperts": "ppmix.models.moe",

@@ -33,7 +33,7 @@ __all__ = ["OnlineEMMixin"]
 def _online_em_available(model: Any) -> bool:
     """Whether ``model`` offers ``partial_fit``; a model that cannot names why (an ``AttributeError``, so
     ``hasattr(model, "partial_fit")`` is False and scikit-learn does not try it)."""
-    if why := getattr(model, "online_em_unavailable", None):
+    if why := model.online_em_unavailable:
         raise AttributeError(f"{type(model).__name__} has no partial_fit: {why}")
     return True
 

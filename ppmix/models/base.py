@@ -25,6 +25,7 @@ from ppmix.inference.engines import run_em, run_mcmc, run_svi
 from ppmix.inference.engines.em import EM_HOOKS
 from ppmix.inference.engines.enumeration import (
     autoguide,
+    check_local_latents,
     enumerated_log_likelihood,
     enumerated_marginals,
     sample_program,
@@ -37,6 +38,30 @@ from ppmix.models._params import check_seed, store_params
 __all__ = ["MixtureModel"]
 
 ENGINES = ("em", "svi", "mcmc")
+
+
+#: methods a model writes for its own program: a subclass that replaces ``model`` must rewrite those it inherits
+PROGRAM_HOOKS = ("e_step", "get_globals", "set_globals", "pointwise_log_likelihood")
+
+
+def _refuse_stale_hooks(cls: type) -> None:
+    """Refuse a subclass that replaced ``model`` but inherits hooks written for an ancestor's other program
+    (e.g. ``class PoissonHMM(HMM)`` with a new ``model``: HMM's EM would fit the Gaussian HMM)."""
+    program = cls.model
+    stale: dict[str, str] = {}
+    for hook in PROGRAM_HOOKS:
+        owner = next(c for c in cls.__mro__ if hook in vars(c))
+        if owner is MixtureModel or owner.__dict__.get("model", getattr(owner, "model", None)) in (None, program):
+            continue
+        stale[hook] = owner.__name__
+    if stale:
+        owners = sorted(set(stale.values()))
+        raise TypeError(
+            f"{cls.__name__} replaces model() but inherits {sorted(stale)} from {', '.join(owners)}, written for "
+            f"{owners[0]}'s own program: fitting would silently fit that program instead of yours. For a new "
+            "component or emission family use Mixture(family=...) or HMM(emission=...) (see the README's 'Writing "
+            "a new component family'); otherwise subclass MixtureModel, or write these methods for your program"
+        )
 
 
 class MixtureModel(DensityMixin, InformationCriteriaMixin, Savable, PyroModule):
@@ -92,6 +117,7 @@ class MixtureModel(DensityMixin, InformationCriteriaMixin, Savable, PyroModule):
     #: defaults, and constructor arguments (kept by :func:`~ppmix.models._params.store_params`) of the
     #: models that write the EM hooks
     n_init: int = 1
+    init_iter: int | None = None
     max_iter: int = 100
     tol: float = 1e-6
     reg_covar: float = 1e-6
@@ -316,6 +342,7 @@ class MixtureModel(DensityMixin, InformationCriteriaMixin, Savable, PyroModule):
             raise ValueError(f"engine must be one of {ENGINES}; got {engine!r}")
         if engine == "em" and not self.supports_em:
             raise ValueError(f"{type(self).__name__} has no EM updates; use engine='svi' or 'mcmc'")
+        _refuse_stale_hooks(type(self))
         self.validate_params()
         data = self.prepare_data(X, y, fitting=True)
         object.__setattr__(self, "_train_data", data)
@@ -378,7 +405,9 @@ class MixtureModel(DensityMixin, InformationCriteriaMixin, Savable, PyroModule):
         return to_output(self.responsibilities(data), self.output_like(X))
 
     def responsibilities(self, data: Any) -> torch.Tensor:
-        """``q(z_n = k)`` for the main discrete latent, as a tensor ``(N, K)``."""
+        """``q(z_n = k)`` for the main discrete latent, as a tensor ``(N, K)`` (the first enumerated site; a
+        program whose latents form a ``pyro.markov`` chain is refused: it has no one latent per point)."""
+        check_local_latents(self.model, self.guide, data, self.max_plate_nesting, type(self).__name__)
         marginals = self.posterior_marginals(data)
         return next(iter(marginals.values()))
 
@@ -401,7 +430,9 @@ class MixtureModel(DensityMixin, InformationCriteriaMixin, Savable, PyroModule):
         to one data point (mixtures); models with latents spanning several points
         (HMMs) or nested plates override it.
         """
-        return enumerated_log_likelihood(self.model, self.guide, data, self.max_plate_nesting, self.data_plate_name)
+        return enumerated_log_likelihood(
+            self.model, self.guide, data, self.max_plate_nesting, self.data_plate_name, type(self).__name__
+        )
 
     def score_samples(self, X: Any) -> Any:
         """``log p(x_n)`` for every row of ``X``."""

@@ -4,24 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-import pyro
-import pyro.distributions as dist
 import torch
 
-from ppmix._validation import check_n_components, check_positive_int, to_output
-from ppmix.components.centred import CentredData, padded_counts
-from ppmix.components.statistics import GaussianStatistics
-from ppmix.models._gaussian_components import GaussianComponentsMixin
-from ppmix.models._online import OnlineEMMixin
+from ppmix.components.gaussian_family import GaussianFamily
 from ppmix.models._params import store_params
-from ppmix.models.base import MixtureModel
+from ppmix.models.mixture import Mixture
 
 __all__ = ["GMM"]
 
 
-class GMM(GaussianComponentsMixin, OnlineEMMixin, MixtureModel):
+class GMM(Mixture):
     """Gaussian mixture model: ``z_n ~ Cat(weights)``, ``x_n | z_n = k ~ N(mu_k, Sigma_k)``.
 
+    :class:`~ppmix.models.mixture.Mixture` with the Gaussian family
+    (:class:`~ppmix.components.gaussian_family.GaussianFamily`), whose settings are arguments here.
     One Pyro program, three engines: ``fit(X, engine="em")`` (closed-form EM, the
     default), ``"svi"`` (``TraceEnum_ELBO`` on the same model) and ``"mcmc"`` (NUTS).
     EM and SVI estimate by maximum likelihood (flat priors, so the ELBO equals the
@@ -46,11 +42,7 @@ class GMM(GaussianComponentsMixin, OnlineEMMixin, MixtureModel):
         this floor, so EM never decreases the log-likelihood and the fit does not depend
         on the data's units.
     init_params : {"kmeans", "k-means++", "random"}, default "kmeans"
-        ``"kmeans"``: the best (by inertia) of 10 runs of greedy k-means++ seeding and
-        Lloyd iterations on a random subsample of ``max(4000, 250 K)`` rows, then every
-        row assigned to its nearest centre (:func:`~ppmix.ops.kmeans.kmeans_start`: one
-        pass over the data beyond a fixed cost); ``"k-means++"``: one seeding on all rows; ``"random"``: random
-        responsibilities.
+        As for :class:`~ppmix.models.mixture.Mixture`.
     warm_start : bool, default False
         Continue EM from the current parameters on the next ``fit``.
     seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
@@ -74,9 +66,6 @@ class GMM(GaussianComponentsMixin, OnlineEMMixin, MixtureModel):
     (3,)
     """
 
-    #: EM on shards (:func:`ppmix.distributed.fit_em`): ``em_statistics`` merge across shards
-    sharded_em = True
-
     def __init__(
         self,
         n_components: int = 1,
@@ -96,128 +85,9 @@ class GMM(GaussianComponentsMixin, OnlineEMMixin, MixtureModel):
         super().__init__()
         store_params(self, locals())
 
-    def validate_params(self) -> None:
-        super().validate_params()
-        self._validate_gaussian_params()
+    def component_family(self) -> GaussianFamily:
+        return GaussianFamily(self.covariance_type, self.reg_covar)
 
-    def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> torch.Tensor:
-        x = super().prepare_data(X, y, fitting=fitting)
-        if fitting:
-            check_n_components(self.n_components, x.shape[0])
-            self._record_data_scale(x)
-        return x
-
-    # ------------------------------------------------------------ the program
-    def model(self, x: torch.Tensor) -> None:
-        """``weights -> z_n -> x_n`` with the component index enumerated in parallel."""
-        k, d = self.n_components, x.shape[1]
-        opts = {"dtype": x.dtype, "device": x.device}
-        weights = pyro.sample("weights", self._simplex_prior("weights", (), k, opts))
-        family = self._sample_components(k, d, opts)
-        with self.data_plate(x.shape[0]) as idx:
-            z = pyro.sample("z", dist.Categorical(weights), infer={"enumerate": "parallel"})
-            pyro.sample("x", family.pyro_dist(z), obs=x[idx])
-
-    # -------------------------------------------------------------- globals
-    def get_globals(self) -> dict[str, torch.Tensor]:
-        return {"weights": self.weights_.clone(), **self._component_globals()}
-
-    def set_globals(self, values: dict[str, torch.Tensor]) -> None:
-        weights = torch.as_tensor(values["weights"]).to(dtype=self.dtype, device=self._device)
-        self.weights_ = weights / weights.sum()
-        self._set_component_globals(values)
-        self._invalidate_guide()
-
-    def state_tensors(self) -> dict[str, torch.Tensor]:
-        return {"weights": self.weights_.clone(), **self.components_.state_dict()}
-
-    def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
-        self.weights_ = tensors["weights"].to(dtype=self.dtype, device=self._device)
-        self._load_component_state(tensors)
-        self._invalidate_guide()
-
-    def arviz_dims(self) -> dict[str, list[str]]:
-        return {"weights": ["component"], **self._component_dims()}
-
-    # ------------------------------------------------------------------- EM
-    def em_data(self, data: torch.Tensor) -> CentredData:
-        return CentredData.from_tensor(data)
-
-    def n_observations(self, data: Any) -> int:
-        return int(data.n_samples if isinstance(data, CentredData) else data.shape[0])
-
-    def em_initialize(self, data: CentredData, generator: torch.Generator) -> None:
-        """Responsibilities from k-means (or its seeding, or at random), then one M-step."""
-        self.components_ = self._new_components(data.x)
-        self.m_step(data, self._initial_responsibilities(data, generator))
-
-    def e_step(self, data: CentredData) -> tuple[GaussianStatistics, torch.Tensor]:
-        """The M-step's statistics under the responsibilities and the log-likelihood
-        ``sum_n log sum_k w_k N(x_n | k)``: one fused pass over the rows
-        (:meth:`~ppmix.components.DiagGaussian.expected_statistics`), whose merged statistics
-        :meth:`m_step` and :meth:`em_statistics` take as they are."""
-        return self.components_.expected_statistics(data, self.weights_.log())
-
-    def m_step(self, data: CentredData, resp: GaussianStatistics | torch.Tensor) -> None:
-        """Closed-form weighted MLE of the components and ``weights = mean responsibility``, from the
-        E-step's statistics or from responsibilities ``(N, K)``."""
-        self.em_update(self.em_statistics(data, resp))
-
-    def em_statistics(self, data: CentredData, resp: GaussianStatistics | torch.Tensor) -> GaussianStatistics:
-        """What the M-step needs of ``data`` under ``resp`` (responsibilities ``(N, K)``, or the E-step's
-        statistics, returned as they are): statistics that merge across shards
-        (:func:`ppmix.distributed.fit_em`)."""
-        if isinstance(resp, GaussianStatistics):
-            return resp
-        return self.components_.statistics(data, resp)
-
-    def em_update(self, stats: GaussianStatistics) -> None:
-        """The M-step from (merged) statistics: the components' weighted MLE, ``weights`` their total weights."""
-        self.components_.fit_statistics(stats)
-        counts = padded_counts(stats.counts.to(self.dtype))
-        self.weights_ = counts / counts.sum()
-        self._invalidate_guide()
-
-    # ---------------------------------------------------------- predictions
-    def _log_joint(self, data: torch.Tensor) -> torch.Tensor:
-        return self.components_.log_prob(data) + self.weights_.log()
-
-    def responsibilities(self, data: torch.Tensor) -> torch.Tensor:
-        return torch.softmax(self._log_joint(data), dim=1)
-
-    def posterior_marginals(self, data: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"z": self.responsibilities(data)}
-
-    def pointwise_log_likelihood(self, data: torch.Tensor) -> torch.Tensor:
-        return torch.logsumexp(self._log_joint(data), dim=1)
-
-    @property
-    def n_parameters(self) -> int:
-        """Number of free parameters: ``K - 1`` weights and the components'."""
-        return (self.n_components - 1) + self._component_parameters
-
-    def sample(self, n_samples: int = 1) -> dict[str, Any]:
-        """Draw ``n_samples`` points: ``{"x": (n, D) array, "z": (n,) component indices}``."""
-        self._check_fitted()
-        n = check_positive_int(n_samples, "n_samples")
-        gen = self.generator(offset=7919)
-        z = torch.multinomial(self.weights_.cpu(), n, replacement=True, generator=gen).to(self._device)
-        x = self.components_.sample(z, generator=gen if self._device.type == "cpu" else None)
-        return {"x": x.cpu().numpy(), "z": z.cpu().numpy()}
-
-    # ------------------------------------------------------------ attributes
     def summary(self) -> dict[str, Any]:
         """A JSON-able description of the fit."""
-        self._check_fitted()
-        return {
-            "model": "GMM",
-            "n_components": self.n_components,
-            "covariance_type": self.covariance_type,
-            "engine": self.engine_,
-            "n_iter": self.n_iter_,
-            "converged": self.converged_,
-            "mean_log_likelihood": self.lower_bound_,
-            "weights": to_output(self.weights_, None).tolist(),
-            "means": to_output(self.means_, None).tolist(),
-            "feature_names": self.feature_names_in_,
-        }
+        return {**super().summary(), "covariance_type": self.covariance_type}

@@ -1,4 +1,5 @@
-"""``HMM``: hidden Markov model with Gaussian emissions, batched over variable-length sequences."""
+"""``HMM``: hidden Markov model with emissions of any density family (Gaussian by default), batched over
+variable-length sequences."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ import torch
 from pyro import poutine
 
 from ppmix._validation import check_n_components, check_positive_int, to_output
-from ppmix.components.centred import CentredData
+from ppmix.components.family import DensityFamily
+from ppmix.components.registry import family_config, family_from
 from ppmix.inference.engines.forward_backward import ForwardBackwardResult, forward_backward, viterbi
-from ppmix.models._gaussian_components import GaussianComponentsMixin, drop_leading_ones
+from ppmix.models._family_components import FamilyComponentsMixin, drop_leading_ones
 from ppmix.models._online import OnlineEMMixin
 from ppmix.models._params import store_params
 from ppmix.models._sequences import SequenceBatch, as_sequence_batch
@@ -53,12 +55,12 @@ class _EMData:
     """A sequence batch with its valid frames prepared once for the emission family."""
 
     batch: SequenceBatch
-    frames: CentredData
+    frames: Any
 
 
-class HMM(GaussianComponentsMixin, OnlineEMMixin, MixtureModel):
+class HMM(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
     """Hidden Markov model: ``z_1 ~ Cat(initial)``, ``z_t | z_{t-1} ~ Cat(transition[z_{t-1}])``,
-    ``x_t | z_t = k ~ N(mu_k, Sigma_k)``.
+    ``x_t | z_t = k ~ emission(theta_k)`` (by default Gaussian, ``N(mu_k, Sigma_k)``).
 
     Sequences may have different lengths; they are processed together, padded, with
     a mask (see :func:`ppmix.models._sequences.as_sequence_batch` for the accepted
@@ -73,7 +75,13 @@ class HMM(GaussianComponentsMixin, OnlineEMMixin, MixtureModel):
     ----------
     n_components : int, default 2
         Number of hidden states.
-    covariance_type, n_init, max_iter, tol, reg_covar, init_params, warm_start :
+    emission : str or DensityFamily, default "gaussian"
+        The emissions' family: a registered name (:data:`ppmix.components.registry.FAMILIES`, e.g.
+        ``"gaussian"``, ``"poisson"``) or a family object. Write a new emission as a family
+        (see the README's "Writing a new component family"), not as a subclass of ``HMM``.
+    covariance_type, reg_covar :
+        The Gaussian emission's settings (for ``emission="gaussian"``), as for :class:`~ppmix.models.gmm.GMM`.
+    n_init, max_iter, tol, init_params, warm_start :
         As for :class:`~ppmix.models.gmm.GMM` (k-means on all frames initialises the
         emissions; initial and transition probabilities come from the initial labels).
     sequence_column : str, optional
@@ -85,7 +93,8 @@ class HMM(GaussianComponentsMixin, OnlineEMMixin, MixtureModel):
     initial_ : Tensor (K,)
     transition_ : Tensor (K, K)
         Row ``i`` is ``P(z_t = . | z_{t-1} = i)``.
-    components_ : DiagGaussian or FullGaussian
+    components_ : ComponentFamily
+        The fitted emissions (``DiagGaussian`` or ``FullGaussian`` for the Gaussian).
 
     Examples
     --------
@@ -102,13 +111,11 @@ class HMM(GaussianComponentsMixin, OnlineEMMixin, MixtureModel):
 
     data_plate_name = "sequences"
 
-    #: EM on shards (:func:`ppmix.distributed.fit_em`): ``em_statistics`` merge across shards
-    sharded_em = True
-
     def __init__(
         self,
         n_components: int = 2,
         *,
+        emission: str | DensityFamily | dict = "gaussian",
         covariance_type: str = "diag",
         n_init: int = 1,
         max_iter: int = 100,
@@ -125,9 +132,18 @@ class HMM(GaussianComponentsMixin, OnlineEMMixin, MixtureModel):
         super().__init__()
         store_params(self, locals())
 
+    def component_family(self) -> DensityFamily:
+        return family_from(self.emission, "emission", covariance_type=self.covariance_type, reg_covar=self.reg_covar)
+
+    def saved_params(self) -> dict[str, Any]:
+        params = super().saved_params()
+        if "emission" in params:
+            params["emission"] = family_config(params["emission"])
+        return params
+
     def validate_params(self) -> None:
         super().validate_params()
-        self._validate_gaussian_params()
+        self._validate_family_params()
 
     # ------------------------------------------------------------------- data
     def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> SequenceBatch:
@@ -155,17 +171,20 @@ class HMM(GaussianComponentsMixin, OnlineEMMixin, MixtureModel):
             self.n_features_in_ = batch.n_features
             self.feature_names_in_ = batch.feature_names
             self._record_data_scale(frames)
+        else:
+            self.component_family().check_data(batch.frames, "X")
         return batch
 
     def em_data(self, data: SequenceBatch | _EMData) -> _EMData:
         if isinstance(data, _EMData):
             return data
-        return _EMData(batch=data, frames=CentredData.from_tensor(data.frames))
+        return _EMData(batch=data, frames=self.component_family().prepare(data.frames))
 
     def _prediction_data(self, batch: SequenceBatch) -> _EMData:
-        """:meth:`em_data` for predictions: frames centred at the fitted components' reference (not at
-        the batch mean), so each sequence's output depends on that sequence and the model only."""
-        return _EMData(batch=batch, frames=CentredData.from_tensor(batch.frames, self.components_.reference))
+        """:meth:`em_data` for predictions: frames prepared for the fitted components (the Gaussian's centred at
+        their reference, not at the batch mean), so each sequence's output depends on that sequence and the
+        model only."""
+        return _EMData(batch=batch, frames=self.component_family().prepare(batch.frames, self.components_))
 
     def output_like(self, X: Any) -> Any:
         return _first(X)
@@ -248,7 +267,7 @@ class HMM(GaussianComponentsMixin, OnlineEMMixin, MixtureModel):
 
     def em_initialize(self, data: _EMData, generator: torch.Generator) -> None:
         """Emissions from k-means on all frames; initial and transition counts from its labels."""
-        self.components_ = self._new_components(data.frames.x)
+        self.components_ = self._new_components(self.component_family().rows(data.frames))
         self._initialize_from_frames(data, self._initial_responsibilities(data.frames, generator))
 
     def _initialize_from_frames(self, data: _EMData, resp_frames: torch.Tensor) -> None:

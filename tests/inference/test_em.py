@@ -17,7 +17,7 @@ class Scripted:
     It implements the :class:`EMModel` protocol and nothing else: the engine needs no more.
     """
 
-    n_init, max_iter, tol, warm_start = 1, 100, 1e-6, False
+    n_init, init_iter, max_iter, tol, warm_start = 1, None, 100, 1e-6, False
     progress = False
     is_fitted = False
 

@@ -23,9 +23,18 @@ import torch
 
 import ppmix
 import ppmix.models
-from ppmix import GMM, HMM, PFGMM, PFHMM, MixtureModel, MixtureOfExperts, SupervisedGMM, SupervisedHMM
+from ppmix import GMM, HMM, PFGMM, PFHMM, Mixture, MixtureModel, MixtureOfExperts, SupervisedGMM, SupervisedHMM
 from ppmix.models import PFGMMGibbs
-from tests.common import StudentTMixture, make_blobs, make_expert_data, make_labelled_blobs, make_sequences
+from tests.common import (
+    FAMILY_DATA,
+    StudentTMixture,
+    make_blobs,
+    make_expert_data,
+    make_family_rows,
+    make_family_sequences,
+    make_labelled_blobs,
+    make_sequences,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore::ppmix.inference.engines.result.ConvergenceWarning")
 
@@ -102,6 +111,17 @@ CASES: dict[str, Case] = {
     ),
     "PFGMMGibbs": Case(lambda: PFGMMGibbs(2, num_samples=10, warmup_steps=5, seed=0), _labelled_blobs),
 }
+# every registered family, as the components of a Mixture and the emissions of an HMM
+for _name in FAMILY_DATA:
+    CASES[f"Mixture-{_name}"] = Case(
+        lambda name=_name: Mixture(2, family=name, max_iter=20, **QUIET),
+        lambda name=_name: (make_family_rows(name, 40)[0], None),
+    )
+    CASES[f"HMM-{_name}"] = Case(
+        lambda name=_name: HMM(2, emission=name, max_iter=10, **QUIET),
+        lambda name=_name: (make_family_sequences(name)[0], None),
+        sequences=True,
+    )
 
 PREDICTIONS = ("predict", "predict_proba", "score", "score_samples")
 ITEMS = ("fit_attributes", *PREDICTIONS, "save_load", "to_arviz")

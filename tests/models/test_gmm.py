@@ -274,13 +274,13 @@ def test_default_start_on_more_rows_than_its_sample_finds_the_planted_clusters(c
 def test_variance_floor_on_many_rows_comes_from_a_fixed_sample_and_scales_with_the_data(monkeypatch):
     """The floor's robust spread uses SCALE_SAMPLE_ROWS rows drawn with a fixed seed: the same for every
     model seed, close to the exact spread, and multiplied by c^2 when the data are multiplied by c."""
-    import ppmix.models._gaussian_components as gaussian_components
+    import ppmix.components.gaussian_family as gaussian_components
 
     x = np.random.default_rng(0).standard_t(3, size=(5000, 2)) * [1.0, 10.0]
     exact = gaussian_components.relative_floor(torch.as_tensor(x), 1e-2)
     monkeypatch.setattr(gaussian_components, "SCALE_SAMPLE_ROWS", 1000)
-    floors = [GMM(2, seed=seed, reg_covar=1e-2, progress=False).fit(x)._feature_floor for seed in (0, 1)]
+    floors = [GMM(2, seed=seed, reg_covar=1e-2, progress=False).fit(x)._data_scale["floor"] for seed in (0, 1)]
     assert torch.equal(floors[0], floors[1])
     assert_close(floors[0], exact, rtol=0.15, atol=0)
-    scaled = GMM(2, seed=0, reg_covar=1e-2, progress=False).fit(x * 8.0)._feature_floor
+    scaled = GMM(2, seed=0, reg_covar=1e-2, progress=False).fit(x * 8.0)._data_scale["floor"]
     assert_close(scaled, floors[0] * 64.0, rtol=1e-12, atol=0)

@@ -60,7 +60,7 @@ def test_without_pressure_information_the_load_average_decides(tmp_path, monkeyp
 class CountingThreads:
     """An EM stand-in that records torch's thread count in every E-step."""
 
-    n_init, max_iter, tol, warm_start, progress, is_fitted = 2, 3, 0.0, False, False, False
+    n_init, init_iter, max_iter, tol, warm_start, progress, is_fitted = 2, None, 3, 0.0, False, False, False
 
     def __init__(self, n_obs):
         self.n_obs, self.seen, self.initialised_on, self.value = n_obs, [], [], 0.0

@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ppmix.components import DiagGaussian, FullGaussian
+from ppmix.components.gaussian_family import relative_floor
 from ppmix.datasets import make_pf_synthetic
 from ppmix.models import GMM, HMM
-from ppmix.models._gaussian_components import relative_floor
 from ppmix.models.pf.pf_gmm import PFGMM, SupervisedGMM
 
 #: a step may lose at most this much of the objective per row (rounding of the E-step sums)

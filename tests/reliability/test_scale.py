@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
+from ppmix.components.gaussian_family import relative_floor
 from ppmix.datasets import make_pf_synthetic
 from ppmix.models import GMM, HMM
-from ppmix.models._gaussian_components import relative_floor
 from ppmix.models.pf.pf_gmm import PFGMM
 from ppmix.ops.kmeans import kmeans_plusplus
 

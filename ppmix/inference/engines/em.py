@@ -42,9 +42,12 @@ class EMModel(Protocol):
         Show a progress bar.
     is_fitted : bool
         Whether the model holds fitted parameters (``warm_start`` needs them).
+    init_iter : int or None
+        Iterations of every restart before only the best is run on (None: every restart runs to the end).
     """
 
     n_init: int
+    init_iter: int | None
     max_iter: int
     tol: float
     warm_start: bool
@@ -141,7 +144,7 @@ def run_em(
     em_data = model.em_data(data)
     n_obs = model.n_observations(data)
 
-    init_iter = getattr(model, "init_iter", None) if init_iter is None else init_iter
+    init_iter = model.init_iter if init_iter is None else init_iter
     short = None if init_iter is None or warm or n_init == 1 else check_positive_int(init_iter, "init_iter")
     best: tuple[float, dict[str, torch.Tensor], FitResult] | None = None
     with ExitStack() as threads:

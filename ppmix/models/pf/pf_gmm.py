@@ -16,8 +16,8 @@ from pyro.distributions.transforms import biject_to
 from ppmix._validation import check_n_components, check_positive_int, to_output
 from ppmix.components import BernoulliLabel, DiagGaussian
 from ppmix.components.centred import CentredData
+from ppmix.models._family_components import FamilyComponentsMixin
 from ppmix.models._flat import flat_prior
-from ppmix.models._gaussian_components import GaussianComponentsMixin
 from ppmix.models._params import store_params
 from ppmix.models.base import MixtureModel
 from ppmix.models.pf._pf_state import PF_DIMS, PFStateMixin
@@ -78,7 +78,7 @@ class _PointGuide(torch.nn.Module):
         return {k: v.detach() for k, v in self.values().items()}
 
 
-class PFGMM(RelevanceOutputsMixin, PFStateMixin, GaussianComponentsMixin, MixtureModel):
+class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureModel):
     """Prediction-focused Gaussian mixture: a mixture over the label-relevant features only.
 
     Generative program (eqs. 13–14, with the per-point switches of §5)::
@@ -180,8 +180,6 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, GaussianComponentsMixin, Mixtur
     #: the start :meth:`em_initialize` makes (set by :func:`~ppmix.models.pf.restarts.fit_restarts`)
     _restart = 0
 
-    #: EM on shards (:func:`ppmix.distributed.fit_em`): ``em_statistics`` merge across shards
-    sharded_em = True
     supports_auto_switch_prior = True
 
     def __init__(

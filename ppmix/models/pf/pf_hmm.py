@@ -102,9 +102,6 @@ class PFHMM(PFStateMixin, HMM):
     max_plate_nesting = 2
     covariance_type = "diag"
 
-    #: EM on shards (:func:`ppmix.distributed.fit_em`): ``em_statistics`` merge across shards
-    sharded_em = True
-
     def __init__(
         self,
         n_components: int = 2,

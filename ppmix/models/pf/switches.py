@@ -27,9 +27,11 @@ from pyro.ops.indexing import Vindex
 
 from ppmix.components import BernoulliLabel, DiagGaussian
 from ppmix.components.centred import CentredData
+from ppmix.components.family import DensityFamily
+from ppmix.components.gaussian_family import GaussianFamily
 from ppmix.components.statistics import GaussianStatistics
+from ppmix.models._family_components import drop_leading_ones
 from ppmix.models._flat import flat_prior
-from ppmix.models._gaussian_components import drop_leading_ones
 from ppmix.ops.kmeans import kmeans_start
 
 __all__ = [
@@ -144,6 +146,15 @@ class PredictionFocusedMixin:
     switch_probs_: torch.Tensor
     labels_: BernoulliLabel
     _background_ll: torch.Tensor
+
+    def component_family(self) -> DensityFamily:
+        """The pf models' features are diagonal Gaussians (the switch algebra of §B needs independent features)."""
+        return GaussianFamily("diag", self.reg_covar)
+
+    @property
+    def _variance_floor(self) -> float | torch.Tensor:
+        """``reg_covar`` times each feature's squared robust spread in the training data (``reg_covar`` before)."""
+        return self._scale.get("floor", self.reg_covar)
 
     def _validate_pf_params(self) -> None:
         """Check the switch prior, the start and the EM settings shared by the pf models."""

@@ -1,0 +1,207 @@
+"""The declared protocols between component families and the structures that use them.
+
+Two levels, as in ``torch.distributions`` (a class, then an instance with parameters):
+
+- :class:`DensityFamily` is what a user passes to a structure (``Mixture(3, family=...)``,
+  ``HMM(3, emission=...)``): the *kind* of component and its settings, without parameters.
+  It knows the Pyro sites of its parameters and their priors, what data it accepts, how
+  to prepare data for EM, and how to build its fitted components.
+- :class:`~ppmix.components.base.ComponentFamily` is the batch of ``K`` fitted components
+  (parameters with leading dimension ``K``): ``log_prob -> (N, K)``, ``statistics(data, weights)``
+  and ``fit_statistics(stats)`` (the weighted MLE), ``pyro_dist``, ``sample``, ``state_dict``.
+
+:class:`Statistics` is the one base of every family's E-step statistics: they merge across
+shards (sharded EM), scale (online EM's convex combinations) and move between devices.
+
+A new family is one module with one class of each kind and one line in
+:mod:`ppmix.components.registry`; see :mod:`ppmix.components.poisson` for a whole example.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+import pyro.distributions as dist
+import torch
+from pyro.distributions import constraints
+
+from ppmix.components.base import ComponentFamily
+
+__all__ = ["AdditiveStatistics", "DataScale", "DensityFamily", "SiteSpec", "Statistics"]
+
+#: a family's data-dependent settings, measured once on the training data (e.g. a variance floor)
+DataScale = dict[str, torch.Tensor]
+
+
+@dataclasses.dataclass(frozen=True)
+class SiteSpec:
+    """One global Pyro site of a family's parameters, in the ``components`` plate: its support and the
+    event shape of one component's value."""
+
+    support: constraints.Constraint
+    event_shape: tuple[int, ...]
+
+
+class Statistics:
+    """Base of the E-step statistics of every family: what one M-step needs of some rows.
+
+    Subclasses define :meth:`merge` (the statistics of the union of two sets of rows),
+    :meth:`scaled` (every weight multiplied by a factor) and :meth:`to`. Sharded EM merges
+    the statistics of every shard; online EM forms convex combinations with both.
+    """
+
+    def merge(self, other: Any) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} must define merge(other)")
+
+    def scaled(self, factor: float) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} must define scaled(factor)")
+
+    def to(self, dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} must define to(dtype, device)")
+
+
+class AdditiveStatistics(Statistics):
+    """Statistics that are plain weighted sums (a dataclass of tensors): they merge by adding and scale by
+    multiplying, field by field. Subclass it with ``@dataclass(frozen=True)``.
+
+    Examples
+    --------
+    >>> from dataclasses import dataclass
+    >>> @dataclass(frozen=True)
+    ... class Sums(AdditiveStatistics):
+    ...     counts: torch.Tensor
+    ...     totals: torch.Tensor
+    >>> both = Sums(torch.tensor([1.0]), torch.tensor([2.0])).merge(Sums(torch.tensor([3.0]), torch.tensor([4.0])))
+    >>> both.counts.item(), both.scaled(0.5).totals.item()
+    (4.0, 3.0)
+    """
+
+    def _fields(self) -> dict[str, torch.Tensor]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+
+    def merge(self, other: Any) -> Any:
+        if type(other) is not type(self):
+            raise TypeError(f"cannot merge {type(self).__name__} with {type(other).__name__}")
+        return type(self)(**{name: value + getattr(other, name) for name, value in self._fields().items()})
+
+    def scaled(self, factor: float) -> Any:
+        return type(self)(**{name: value * factor for name, value in self._fields().items()})
+
+    def to(self, dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> Any:
+        return type(self)(**{name: value.to(dtype=dtype, device=device) for name, value in self._fields().items()})
+
+
+@runtime_checkable
+class DensityFamily(Protocol):
+    """A kind of component for the structures (mixture, HMM): what they ask of it, declared once.
+
+    Subclass it to write a family: the methods with bodies below are defaults that suit most
+    families; ``sites``, ``components`` and ``n_parameters`` must be written. The fitted
+    components it builds are a :class:`~ppmix.components.base.ComponentFamily` with
+    ``log_prob``, ``statistics``, ``fit_statistics``, ``pyro_dist``, ``sample`` and ``state_dict``.
+
+    Attributes
+    ----------
+    name : str
+        The family's name in the registry (:mod:`ppmix.components.registry`) and in saved files.
+    components_class : type
+        The :class:`~ppmix.components.base.ComponentFamily` subclass of its fitted components.
+
+    Examples
+    --------
+    >>> from ppmix.components.registry import family_from
+    >>> family = family_from("gaussian")
+    >>> isinstance(family, DensityFamily), sorted(family.sites(3, 2))
+    (True, ['locs', 'scales'])
+    """
+
+    name: ClassVar[str]
+    components_class: ClassVar[type[ComponentFamily]]
+
+    # ------------------------------------------------------------------ settings
+    def config(self) -> dict[str, Any]:
+        """The family's settings as JSON-able keyword arguments of its constructor (saved with a model)."""
+        return {}
+
+    def validate(self) -> None:
+        """Check the settings (called by ``fit``); raise ``ValueError`` naming the bad one."""
+
+    # ---------------------------------------------------------------------- data
+    def check_data(self, x: torch.Tensor, name: str = "X") -> None:
+        """Refuse data the family cannot model (e.g. negative counts), naming ``name``; default: any real data."""
+
+    def data_scale(self, x: torch.Tensor, name: str = "X") -> DataScale:
+        """What the fit needs to know of the training data's scale (floors, the priors' centre); default: nothing."""
+        return {}
+
+    def prepare(self, x: torch.Tensor, components: ComponentFamily | None = None) -> Any:
+        """``x`` as the fitted components' ``log_prob``/``statistics`` want it, prepared once per fit (training
+        data, ``components`` None) or per prediction (``components`` the fitted ones); default: ``x`` itself."""
+        return x
+
+    def rows(self, data: Any) -> torch.Tensor:
+        """The ``(N, D)`` rows of prepared data (the inverse of :meth:`prepare`)."""
+        return data
+
+    def start_points(self, data: Any) -> torch.Tensor:
+        """The points the k-means start clusters, ``(N, D)``; default: the rows."""
+        return self.rows(data)
+
+    # ----------------------------------------------------------- the components
+    def sites(self, k: int, d: int) -> dict[str, SiteSpec]:
+        """The global Pyro sites of ``k`` components on ``d`` features, in sampling order."""
+        raise NotImplementedError(f"{type(self).__name__} must define sites(k, d)")
+
+    def components(self, values: dict[str, torch.Tensor], scale: DataScale) -> ComponentFamily:
+        """The fitted components from the values of :meth:`sites` (each ``(K, *event_shape)``); default: the
+        sites are the components' parameters, under the same names."""
+        return self.from_state(values, scale)
+
+    def site_values(self, components: ComponentFamily) -> dict[str, torch.Tensor]:
+        """The values of :meth:`sites` for ``components`` (the inverse of :meth:`components`); default: the
+        components' parameters under the same names."""
+        state = components.state_dict()
+        return {site: state[site] for site in self.sites(components.n_components, 1)}
+
+    def from_state(self, state: dict[str, torch.Tensor], scale: DataScale) -> ComponentFamily:
+        """The components from their ``state_dict`` (a saved model)."""
+        cls = self.components_class
+        return cls(*(state[name] for name in cls.param_names), **self._component_options(scale))
+
+    def placeholder(self, k: int, d: int, scale: DataScale, opts: dict) -> ComponentFamily:
+        """Components of the right shape whose parameters the first M-step sets."""
+        values = {}
+        for site, spec in self.sites(k, d).items():
+            values[site] = _a_point_of(spec.support, (k, *spec.event_shape), opts)
+        return self.components(values, scale)
+
+    def _component_options(self, scale: DataScale) -> dict[str, Any]:
+        """Keyword arguments of ``components_class`` beyond its parameters (e.g. a floor); default: none."""
+        return {}
+
+    def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
+        """The weakly informative prior of ``site`` for MCMC (``bayesian()``), for one component (broadcast over
+        the ``components`` plate)."""
+        raise NotImplementedError(f"{type(self).__name__} has no priors for MCMC")
+
+    def n_parameters(self, k: int, d: int) -> int:
+        """Free parameters of ``k`` components on ``d`` features (for the information criteria)."""
+        raise NotImplementedError(f"{type(self).__name__} must define n_parameters(k, d)")
+
+    def site_dims(self) -> dict[str, list[str]]:
+        """ArviZ dimension names of each site beyond the draws: by default ``component`` then ``feature`` and,
+        for a square event, ``feature_bis``."""
+        dims = {}
+        for site, spec in self.sites(1, 2).items():
+            dims[site] = ["component", "feature", "feature_bis"][: 1 + len(spec.event_shape)]
+        return dims
+
+
+def _a_point_of(support: constraints.Constraint, shape: tuple[int, ...], opts: dict) -> torch.Tensor:
+    """A valid value of ``support`` of ``shape`` (zeros, ones or the identity), for placeholders."""
+    if support is constraints.real:
+        return torch.zeros(shape, **opts)
+    if support is constraints.corr_cholesky:
+        return torch.eye(shape[-1], **opts).expand(shape).clone()
+    return torch.ones(shape, **opts)

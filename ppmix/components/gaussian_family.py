@@ -1,0 +1,234 @@
+"""The Gaussian family (diagonal or full covariance) as the structures use it: its Pyro sites
+``locs``, ``scales`` and, for full covariance, ``corr_cholesky``; their weakly informative, data-scaled
+priors for MCMC; and the data-relative variance floor measured once on the training data.
+
+The fitted components are :class:`~ppmix.components.DiagGaussian` or
+:class:`~ppmix.components.FullGaussian`; EM data are :class:`~ppmix.components.centred.CentredData`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyro.distributions as dist
+import torch
+from pyro.distributions import constraints
+
+from ppmix._validation import InvalidDataError
+from ppmix.components.base import ComponentFamily
+from ppmix.components.centred import CentredData, as_floor
+from ppmix.components.family import DataScale, DensityFamily, SiteSpec
+from ppmix.components.gaussian_diag import DiagGaussian
+from ppmix.components.gaussian_full import FullGaussian
+
+__all__ = ["COVARIANCE_TYPES", "GaussianFamily", "check_squared_range", "relative_floor", "scale_sample"]
+
+COVARIANCE_TYPES = ("diag", "full")
+#: rows of the fixed random subsample whose medians set the robust spread of the variance floor
+SCALE_SAMPLE_ROWS = 20_000
+
+
+#: 1 / Phi^{-1}(3/4): the median absolute deviation of a normal sample times this is its standard deviation
+MAD_TO_SD = 1.4826
+
+
+def scale_sample(x: torch.Tensor, size: int | None = None) -> torch.Tensor:
+    """The rows of ``x`` that estimate its spread: all of them up to ``size`` rows, else ``size``
+    rows drawn with a fixed seed (so the same data give the same rows, whatever the model's seed).
+
+    Examples
+    --------
+    >>> scale_sample(torch.zeros(10, 2)).shape, scale_sample(torch.zeros(100, 2), size=30).shape
+    (torch.Size([10, 2]), torch.Size([30, 2]))
+    """
+    size = SCALE_SAMPLE_ROWS if size is None else size
+    if x.shape[0] <= size:
+        return x
+    rows = torch.randint(x.shape[0], (size,), generator=torch.Generator().manual_seed(0))
+    return x[rows.to(x.device)]
+
+
+def median_absolute_deviation(x: torch.Tensor) -> torch.Tensor:
+    """Each feature's median absolute deviation, ``(D,)``, on the rows of :func:`scale_sample`.
+
+    Examples
+    --------
+    >>> median_absolute_deviation(torch.tensor([[0.0, 1.0], [2.0, 1.0], [4.0, 1.0]])).tolist()
+    [2.0, 0.0]
+    """
+    sample = scale_sample(x)
+    return (sample - sample.median(0).values).abs().median(0).values
+
+
+def relative_floor(x: torch.Tensor, reg_covar: float, mad: torch.Tensor | None = None) -> torch.Tensor:
+    """The variance floor ``reg_covar * spread_d(x)**2`` of every feature, ``(D,)``.
+
+    ``spread_d`` is the robust spread of feature ``d`` (1.4826 times its median absolute
+    deviation), so that a few far outliers cannot raise the floor of every cluster; a
+    feature whose median absolute deviation is zero uses its standard deviation, and a
+    constant feature keeps the absolute floor ``reg_covar``. Beyond
+    :data:`SCALE_SAMPLE_ROWS` rows the spread is estimated on that many rows
+    (:func:`scale_sample`; its relative error is about 1 %, and the floor is a safeguard, not an
+    estimate), so that it costs no more than the fit's own passes. ``mad``: the features' median
+    absolute deviations if already computed (:func:`median_absolute_deviation`).
+
+    Examples
+    --------
+    >>> floor = relative_floor(torch.tensor([[0.0, 1.0], [2.0, 1.0], [4.0, 1.0]], dtype=torch.float64), 1e-2)
+    >>> [round(v, 4) for v in floor.tolist()]
+    [0.0879, 0.01]
+    """
+    if x.shape[0] < 2:
+        return torch.full_like(x[0], reg_covar)
+    mad = median_absolute_deviation(x) if mad is None else mad
+    mad_spread = (mad * MAD_TO_SD).square()
+    spread = torch.where(mad_spread > 0, mad_spread, scale_sample(x).var(0, unbiased=False))
+    return reg_covar * torch.where(spread > 0, spread, torch.ones_like(spread))
+
+
+def check_squared_range(x: torch.Tensor, name: str = "X", mad: torch.Tensor | None = None) -> None:
+    """Refuse data whose squared deviations the dtype cannot hold, naming ``name``.
+
+    Gaussian fits form sums of squared deviations from the mean (and variances of that
+    size): their largest sum, ``N * max |x - mean|^2``, must be finite in ``x``'s dtype,
+    and the squared robust spread of every non-constant feature must be a normal number
+    (not subnormal), or the variances lose their precision. ``mad``: as for :func:`relative_floor`.
+
+    Examples
+    --------
+    >>> check_squared_range(torch.tensor([[0.0], [1e20]]))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ppmix._validation.InvalidDataError: X is too large for torch.float32: its sums of squared deviations ...
+    """
+    if x.shape[0] < 2:
+        return
+    info = torch.finfo(x.dtype)
+    # Python floats (double precision): the check itself cannot overflow
+    mean = x.mean(0)
+    total = float(torch.maximum(x.amax(0) - mean, mean - x.amin(0)).max()) ** 2 * x.shape[0]
+    if not total < info.max:
+        raise InvalidDataError(
+            f"{name} is too large for {x.dtype}: its sums of squared deviations (up to about {total:.0e}) "
+            f"overflow the largest {x.dtype} number ({info.max:.1e}); rescale {name} or use dtype=torch.float64"
+        )
+    # the spread of the floor (relative_floor), on the same rows
+    spread = (median_absolute_deviation(x) if mad is None else mad).double().square()
+    smallest = float(spread[spread > 0].min()) if bool((spread > 0).any()) else info.tiny
+    if smallest < info.tiny:
+        raise InvalidDataError(
+            f"{name} is too small for {x.dtype}: its squared spread (about {smallest:.0e}) is below the smallest "
+            f"normal {x.dtype} number ({info.tiny:.1e}); rescale {name} or use dtype=torch.float64"
+        )
+
+
+class GaussianFamily(DensityFamily):
+    """Gaussian components, diagonal or full covariance, with a variance floor relative to the data.
+
+    Parameters
+    ----------
+    covariance_type : {"diag", "full"}, default "diag"
+    reg_covar : float, default 1e-6
+        The variance floor of feature ``d`` is ``reg_covar`` times the squared robust spread of feature
+        ``d`` in the training data (:func:`relative_floor`), so fits do not depend on the data's units.
+        A fitted variance is ``max(weighted variance, floor)`` (full: ``Sigma >= diag(floor)``), the
+        constrained maximum-likelihood estimate, so EM never decreases its objective.
+
+    Examples
+    --------
+    >>> family = GaussianFamily("full")
+    >>> sorted(family.sites(3, 2)), family.n_parameters(3, 2)
+    (['corr_cholesky', 'locs', 'scales'], 15)
+    """
+
+    name = "gaussian"
+
+    def __init__(self, covariance_type: str = "diag", reg_covar: float = 1e-6) -> None:
+        self.covariance_type, self.reg_covar = covariance_type, reg_covar
+
+    def __repr__(self) -> str:
+        return f"GaussianFamily(covariance_type={self.covariance_type!r}, reg_covar={self.reg_covar!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, GaussianFamily) and self.config() == other.config()
+
+    def config(self) -> dict[str, Any]:
+        return {"covariance_type": self.covariance_type, "reg_covar": self.reg_covar}
+
+    def validate(self) -> None:
+        if self.covariance_type not in COVARIANCE_TYPES:
+            raise ValueError(f"covariance_type must be one of {COVARIANCE_TYPES}; got {self.covariance_type!r}")
+        if not self.reg_covar >= 0:
+            raise ValueError(f"reg_covar must be non-negative; got {self.reg_covar}")
+
+    @property
+    def components_class(self) -> type[ComponentFamily]:  # type: ignore[override]
+        return DiagGaussian if self.covariance_type == "diag" else FullGaussian
+
+    # ---------------------------------------------------------------------- data
+    def data_scale(self, x: torch.Tensor, name: str = "X") -> DataScale:
+        """Column means, standard deviations (for MCMC's weak priors) and the variance floor (``floor``),
+        from at most :data:`SCALE_SAMPLE_ROWS` rows; refuses data whose squares the dtype cannot hold."""
+        if x.shape[0] < 2:
+            return {"mean": x.mean(0), "std": torch.ones_like(x[0]), "floor": relative_floor(x, self.reg_covar)}
+        mad = median_absolute_deviation(x)
+        check_squared_range(x, name, mad=mad)
+        return {
+            "mean": x.mean(0),
+            "std": scale_sample(x).std(0).clamp_min(1e-6),
+            "floor": relative_floor(x, self.reg_covar, mad=mad),
+        }
+
+    def prepare(self, x: torch.Tensor, components: ComponentFamily | None = None) -> CentredData:
+        """Training data centred at their mean; prediction data at the fitted components' ``reference``
+        (so a row's output depends on that row and the model only)."""
+        return CentredData.from_tensor(x, None if components is None else components.reference)
+
+    def rows(self, data: Any) -> torch.Tensor:
+        return data.x if isinstance(data, CentredData) else data
+
+    def start_points(self, data: Any) -> torch.Tensor:
+        return data.centred if isinstance(data, CentredData) else data
+
+    # ----------------------------------------------------------- the components
+    def sites(self, k: int, d: int) -> dict[str, SiteSpec]:
+        sites = {"locs": SiteSpec(constraints.real, (d,)), "scales": SiteSpec(constraints.positive, (d,))}
+        if self.covariance_type == "full":
+            sites["corr_cholesky"] = SiteSpec(constraints.corr_cholesky, (d, d))
+        return sites
+
+    def _component_options(self, scale: DataScale) -> dict[str, Any]:
+        return {"reg_covar": as_floor(scale.get("floor", self.reg_covar))}
+
+    def components(self, values: dict[str, torch.Tensor], scale: DataScale) -> ComponentFamily:
+        locs, scales = values["locs"], values["scales"]
+        if self.covariance_type == "diag":
+            return DiagGaussian(locs, scales, **self._component_options(scale))
+        corr = values["corr_cholesky"]
+        corr = corr / corr.norm(dim=-1, keepdim=True)  # rows of a correlation Cholesky have unit norm
+        return FullGaussian(locs, scales[..., None] * corr, **self._component_options(scale))
+
+    def site_values(self, components: ComponentFamily) -> dict[str, torch.Tensor]:
+        if isinstance(components, DiagGaussian):
+            return {"locs": components.loc.clone(), "scales": components.scale.clone()}
+        scales = components.scale_tril.square().sum(-1).sqrt()
+        return {
+            "locs": components.loc.clone(),
+            "scales": scales,
+            "corr_cholesky": components.scale_tril / scales[..., None],
+        }
+
+    def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
+        """``locs ~ N(mean(X), 3 std(X))``, ``scales ~ LogNormal(log std(X), 1)``, ``corr_cholesky ~
+        LKJCholesky(D, 2)`` (before a fit: centred at 0 with unit scale)."""
+        mean = scale.get("mean", torch.zeros(d)).to(**opts)
+        std = scale.get("std", torch.ones(d)).to(**opts)
+        if site == "locs":
+            return dist.Normal(mean, 3.0 * std).to_event(1)
+        if site == "scales":
+            return dist.LogNormal(std.log(), 1.0).to_event(1)
+        return dist.LKJCholesky(d, torch.tensor(2.0, **opts))
+
+    def n_parameters(self, k: int, d: int) -> int:
+        """``K D`` means and ``K D`` variances (``K D (D + 1) / 2`` covariances)."""
+        return k * d + (k * d if self.covariance_type == "diag" else k * d * (d + 1) // 2)

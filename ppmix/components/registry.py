@@ -1,0 +1,84 @@
+"""The one place where a family's name leads to its class: ``Mixture(3, family="poisson")``,
+``HMM(3, emission="poisson")`` and saved models look families up here.
+
+Each entry is ``name: "module:Class"``, imported on first use, so registering a family is one
+line and ``import ppmix`` loads none of them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from typing import Any
+
+from ppmix.components.family import DensityFamily
+
+__all__ = ["FAMILIES", "family_class", "family_config", "family_from"]
+
+#: registered density families: name -> "module:Class"
+FAMILIES: dict[str, str] = {
+    "gaussian": "ppmix.components.gaussian_family:GaussianFamily",
+}
+
+
+def family_class(name: str) -> type:
+    """The class registered under ``name``.
+
+    Examples
+    --------
+    >>> family_class("gaussian").__name__
+    'GaussianFamily'
+    """
+    if name not in FAMILIES:
+        raise ValueError(f"unknown component family {name!r}; registered: {sorted(FAMILIES)}")
+    module, _, cls = FAMILIES[name].partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def family_from(family: Any, argument: str = "family", **defaults: Any) -> DensityFamily:
+    """A :class:`~ppmix.components.family.DensityFamily` from what a user gave as ``argument``: a family
+    object (returned as is), a registered name, or a saved config ``{"name": ..., **settings}``.
+
+    ``defaults`` are settings a structure offers for its default family (e.g. ``covariance_type`` for the
+    Gaussian); those the family's constructor does not take are ignored.
+
+    Examples
+    --------
+    >>> family_from("gaussian", covariance_type="full").covariance_type
+    'full'
+    >>> family_from({"name": "gaussian", "covariance_type": "diag", "reg_covar": 1e-3}).reg_covar
+    0.001
+    """
+    if isinstance(family, DensityFamily):
+        return family
+    if isinstance(family, dict) and isinstance(family.get("name"), str):
+        settings = {k: v for k, v in family.items() if k != "name"}
+        return family_class(family["name"])(**settings)
+    if isinstance(family, str):
+        cls = family_class(family)
+        accepted = inspect.signature(cls).parameters
+        return cls(**{k: v for k, v in defaults.items() if k in accepted})
+    raise TypeError(
+        f"{argument} must be a registered family name ({sorted(FAMILIES)}), a DensityFamily object or a saved "
+        f"family config; got {family!r} ({type(family).__name__})"
+    )
+
+
+def family_config(family: Any) -> Any:
+    """What a saved model records of a family argument: a name as is, a family object as
+    ``{"name": ..., **settings}`` (which :func:`family_from` reads back).
+
+    Examples
+    --------
+    >>> from ppmix.components.gaussian_family import GaussianFamily
+    >>> family_config(GaussianFamily("full"))
+    {'name': 'gaussian', 'covariance_type': 'full', 'reg_covar': 1e-06}
+    """
+    if isinstance(family, DensityFamily):
+        if family_class(family.name) is not type(family):
+            raise ValueError(
+                f"{type(family).__name__} is not the family registered as {family.name!r}: a saved model could not "
+                "load it back; register it in ppmix.components.registry.FAMILIES"
+            )
+        return {"name": family.name, **family.config()}
+    return family

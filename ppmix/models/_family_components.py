@@ -1,0 +1,181 @@
+"""The components of a structure (mixture, HMM, pf model), written once against the
+:class:`~ppmix.components.family.DensityFamily` protocol.
+
+The mixin turns the family's declared sites into Pyro sample statements (flat priors for
+maximum likelihood, the family's weak priors under MCMC), maps the model's globals to the
+fitted components and back, records the family's data scale on the training data, and starts
+EM from k-means (or its seeding, or random) responsibilities. Nothing here knows which family
+it serves.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyro
+import pyro.distributions as dist
+import torch
+from pyro.distributions import constraints
+
+from ppmix.components.base import ComponentFamily
+from ppmix.components.family import DataScale, DensityFamily
+from ppmix.models._flat import flat_prior
+from ppmix.ops.kmeans import kmeans_plusplus, kmeans_start, nearest_centre
+
+__all__ = ["INIT_METHODS", "FamilyComponentsMixin", "drop_leading_ones"]
+
+INIT_METHODS = ("kmeans", "k-means++", "random")
+
+
+def drop_leading_ones(value: torch.Tensor, dim: int) -> torch.Tensor:
+    """``value`` without leading singleton dimensions beyond its ``dim`` own ones.
+
+    A site's value replayed or conditioned from outside (e.g. Pyro's ``Predictive`` pads
+    global samples with singleton dimensions up to ``max_plate_nesting``) may carry them; the
+    component families want their parameters as ``(K, ...)``.
+
+    Examples
+    --------
+    >>> drop_leading_ones(torch.zeros(1, 1, 2, 3), 2).shape
+    torch.Size([2, 3])
+    """
+    while value.dim() > dim and value.shape[0] == 1:
+        value = value[0]
+    return value
+
+
+class FamilyComponentsMixin:
+    """Components of one :class:`~ppmix.components.family.DensityFamily` for a
+    :class:`~ppmix.models.base.MixtureModel` subclass.
+
+    The host class defines :meth:`component_family` (the family its arguments ask for), stores
+    ``init_params`` and sets ``components_`` during fitting; ``_data_scale`` is what the family
+    measured on the training data (e.g. the Gaussian variance floor).
+    """
+
+    init_params: str
+    components_: ComponentFamily
+    _data_scale: DataScale
+
+    def component_family(self) -> DensityFamily:
+        """The family of this model's components (built from its constructor arguments)."""
+        raise NotImplementedError(f"{type(self).__name__} must define component_family()")
+
+    def _validate_family_params(self) -> None:
+        self.component_family().validate()
+        self._validate_em_settings(INIT_METHODS)
+
+    @property
+    def _scale(self) -> DataScale:
+        return getattr(self, "_data_scale", {})
+
+    def _record_data_scale(self, x: torch.Tensor, name: str = "X") -> None:
+        """Check that the family can model the training data ``x`` and record its scale (floors, priors);
+        fitted components (a warm start) take the new scale."""
+        family = self.component_family()
+        family.check_data(x, name)
+        self._data_scale = family.data_scale(x, name)
+        if getattr(self, "components_", None) is not None:
+            self.components_ = family.from_state(self.components_.state_dict(), self._data_scale)
+
+    @property
+    def _component_parameters(self) -> int:
+        """Free parameters of the components."""
+        return self.component_family().n_parameters(self.n_components, self.n_features_in_)
+
+    @property
+    def means_(self) -> torch.Tensor:
+        """Component means ``(K, D)``."""
+        self._check_fitted()
+        return self.components_.mean
+
+    @property
+    def covariances_(self) -> torch.Tensor:
+        """Component covariances: ``(K, D)`` for families with independent features (the diagonal Gaussian's
+        variances), ``(K, D, D)`` matrices for the full Gaussian."""
+        self._check_fitted()
+        return self.components_.covariance
+
+    # ------------------------------------------------------------- Pyro sites
+    def _simplex_prior(self, site: str, batch: tuple[int, ...], k: int, opts: dict) -> dist.Distribution:
+        """Flat on the simplex for maximum likelihood, ``Dirichlet(1)`` under MCMC.
+
+        The flat prior's sampler is a point mass at the current value of ``site`` (see
+        :func:`~ppmix.models._flat.flat_prior`).
+        """
+        if not self.is_bayesian:
+            return flat_prior(self, site, constraints.simplex, batch, (k,), opts)
+        return dist.Dirichlet(torch.ones(*batch, k, **opts))
+
+    def _component_prior(self, site: str, k: int, d: int, opts: dict) -> dist.Distribution:
+        """The prior of one of the family's sites: flat for maximum likelihood, the family's own under MCMC."""
+        family = self.component_family()
+        if not self.is_bayesian:
+            spec = family.sites(k, d)[site]
+            return flat_prior(self, site, spec.support, (k,), spec.event_shape, opts)
+        return family.prior(site, k, d, self._scale, opts)
+
+    def _sample_components(self, k: int, d: int, opts: dict, plate: pyro.plate | None = None) -> ComponentFamily:
+        """Sample the family's sites in the ``components`` plate (``plate`` when the model already opened it)
+        and return the components."""
+        family = self.component_family()
+        values = {}
+        with plate if plate is not None else pyro.plate("components", k):
+            for site, spec in family.sites(k, d).items():
+                value = pyro.sample(site, self._component_prior(site, k, d, opts))
+                values[site] = drop_leading_ones(value, 1 + len(spec.event_shape))
+        return family.components(values, self._scale)
+
+    # ---------------------------------------------------- sites <-> the family
+    def _component_globals(self) -> dict[str, torch.Tensor]:
+        return {k: v.clone() for k, v in self.component_family().site_values(self.components_).items()}
+
+    def _set_component_globals(self, values: dict[str, Any]) -> None:
+        opts = {"dtype": self.dtype, "device": self._device}
+        family = self.component_family()
+        sites = family.sites(self.n_components, 1)
+        missing = sorted(set(sites) - set(values))
+        if missing:
+            raise ValueError(
+                f"{type(self).__name__}'s {family.name} components need the sites {sorted(sites)}; the values given "
+                f"lack {missing} (a subclass whose program samples other sites must write its own set_globals, or "
+                "use a structure that takes the family, e.g. HMM(emission=...))"
+            )
+        self.components_ = family.components({s: torch.as_tensor(values[s]).to(**opts) for s in sites}, self._scale)
+
+    def _load_component_state(self, tensors: dict[str, torch.Tensor]) -> None:
+        opts = {"dtype": self.dtype, "device": self._device}
+        family = self.component_family()
+        state = {name: tensors[name].to(**opts) for name in family.components_class.param_names}
+        self.components_ = family.from_state(state, self._scale)
+
+    def _component_dims(self) -> dict[str, list[str]]:
+        return self.component_family().site_dims()
+
+    # ----------------------------------------------------------- EM helpers
+    def _initial_responsibilities(self, data: Any, generator: torch.Generator) -> torch.Tensor:
+        """Hard k-means (or k-means++ seeding) assignments, or random soft ones, ``(N, K)``.
+
+        ``"kmeans"`` is :func:`~ppmix.ops.kmeans.kmeans_start`: the best of several k-means runs on a
+        random subsample of the rows, then every row assigned to its nearest centre.
+        """
+        family, k = self.component_family(), self.n_components
+        x = family.rows(data)
+        if self.init_params == "random":
+            resp = torch.rand(x.shape[0], k, generator=generator, dtype=x.dtype).to(x.device)
+            return resp / resp.sum(1, keepdim=True)
+        points = family.start_points(data)
+        if self.init_params == "kmeans":
+            _, labels = kmeans_start(points, k, generator)
+        else:
+            labels = nearest_centre(points, kmeans_plusplus(points, k, generator))
+        return torch.nn.functional.one_hot(labels, k).to(x.dtype)
+
+    def _new_components(self, x: torch.Tensor) -> ComponentFamily:
+        """Components of the right shape (parameters are set by the first M-step), with the data scale of
+        the training data ``x`` (recorded by ``prepare_data(..., fitting=True)``, which every fit runs first;
+        measured here if it was not)."""
+        family = self.component_family()
+        if not self._scale or any(v.dim() == 1 and v.shape[0] != x.shape[1] for v in self._scale.values()):
+            self._data_scale = family.data_scale(x)
+        return family.placeholder(self.n_components, x.shape[1], self._scale, {"dtype": x.dtype, "device": x.device})

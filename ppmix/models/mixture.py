@@ -1,0 +1,228 @@
+"""``Mixture``: a finite mixture of components of any :class:`~ppmix.components.family.DensityFamily`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyro
+import pyro.distributions as dist
+import torch
+
+from ppmix._validation import check_n_components, check_positive_int, to_output
+from ppmix.components.centred import padded_counts
+from ppmix.components.family import DensityFamily, Statistics
+from ppmix.components.registry import family_config, family_from
+from ppmix.models._family_components import FamilyComponentsMixin
+from ppmix.models._online import OnlineEMMixin
+from ppmix.models._params import store_params
+from ppmix.models.base import MixtureModel
+
+__all__ = ["Mixture"]
+
+
+class Mixture(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
+    """Finite mixture: ``z_n ~ Cat(weights)``, ``x_n | z_n = k ~ family(theta_k)``.
+
+    One Pyro program, three engines: ``fit(X, engine="em")`` (closed-form EM through the
+    family's weighted statistics, the default), ``"svi"`` (``TraceEnum_ELBO`` on the same
+    model) and ``"mcmc"`` (NUTS under ``weights ~ Dirichlet(1)`` and the family's weak priors).
+    EM and SVI estimate by maximum likelihood (flat priors, so the ELBO equals the
+    log-likelihood). Sharded EM (:func:`ppmix.distributed.fit_em`) and online EM
+    (``partial_fit``) work for every family, through its mergeable statistics.
+
+    Parameters
+    ----------
+    n_components : int, default 1
+    family : str or DensityFamily, default "gaussian"
+        The components' family: a registered name (:data:`ppmix.components.registry.FAMILIES`, e.g.
+        ``"gaussian"``, ``"poisson"``) with its default settings, or a family object
+        (e.g. ``GaussianFamily("full", reg_covar=1e-4)``). :class:`~ppmix.models.gmm.GMM` is this
+        mixture with the Gaussian family and its settings as arguments.
+    n_init : int, default 1
+        EM restarts; the best objective is kept.
+    max_iter : int, default 100
+    tol : float, default 1e-6
+        EM stops when the log-likelihood per observation changes by at most ``tol`` (nats).
+    init_params : {"kmeans", "k-means++", "random"}, default "kmeans"
+        ``"kmeans"``: the best (by inertia) of 10 runs of greedy k-means++ seeding and
+        Lloyd iterations on a random subsample of ``max(4000, 250 K)`` rows, then every
+        row assigned to its nearest centre (:func:`~ppmix.ops.kmeans.kmeans_start`: one
+        pass over the data beyond a fixed cost); ``"k-means++"``: one seeding on all rows; ``"random"``: random
+        responsibilities.
+    warm_start : bool, default False
+        Continue EM from the current parameters on the next ``fit``.
+    seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
+
+    Attributes
+    ----------
+    weights_ : Tensor (K,)
+    components_ : ComponentFamily
+        The fitted components (e.g. ``PoissonComponents`` with ``rate`` ``(K, D)``).
+    means_ : Tensor (K, D)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ppmix.components.gaussian_family import GaussianFamily
+    >>> rng = np.random.default_rng(0)
+    >>> X = np.concatenate([rng.normal(-4, 1, (100, 2)), rng.normal(4, 1, (100, 2))])
+    >>> mix = Mixture(2, family=GaussianFamily("full"), seed=0, progress=False).fit(X)
+    >>> np.round(np.sort(mix.means_[:, 0].numpy()))
+    array([-4.,  4.])
+    """
+
+    def __init__(
+        self,
+        n_components: int = 1,
+        *,
+        family: str | DensityFamily | dict = "gaussian",
+        n_init: int = 1,
+        max_iter: int = 100,
+        tol: float = 1e-6,
+        init_params: str = "kmeans",
+        warm_start: bool = False,
+        seed: int | None = None,
+        device: str | torch.device | None = None,
+        dtype: torch.dtype = torch.float64,
+        progress: bool = True,
+    ) -> None:
+        super().__init__()
+        store_params(self, locals())
+
+    def component_family(self) -> DensityFamily:
+        return family_from(self.family, "family")
+
+    def saved_params(self) -> dict[str, Any]:
+        params = super().saved_params()
+        if "family" in params:
+            params["family"] = family_config(params["family"])
+        return params
+
+    def validate_params(self) -> None:
+        super().validate_params()
+        self._validate_family_params()
+
+    def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> torch.Tensor:
+        x = super().prepare_data(X, y, fitting=fitting)
+        if fitting:
+            check_n_components(self.n_components, x.shape[0])
+            self._record_data_scale(x)
+        else:
+            self.component_family().check_data(x, "X")
+        return x
+
+    # ------------------------------------------------------------ the program
+    def model(self, x: torch.Tensor) -> None:
+        """``weights -> z_n -> x_n`` with the component index enumerated in parallel."""
+        k, d = self.n_components, x.shape[1]
+        opts = {"dtype": x.dtype, "device": x.device}
+        weights = pyro.sample("weights", self._simplex_prior("weights", (), k, opts))
+        family = self._sample_components(k, d, opts)
+        with self.data_plate(x.shape[0]) as idx:
+            z = pyro.sample("z", dist.Categorical(weights), infer={"enumerate": "parallel"})
+            pyro.sample("x", family.pyro_dist(z), obs=x[idx])
+
+    # -------------------------------------------------------------- globals
+    def get_globals(self) -> dict[str, torch.Tensor]:
+        return {"weights": self.weights_.clone(), **self._component_globals()}
+
+    def set_globals(self, values: dict[str, torch.Tensor]) -> None:
+        weights = torch.as_tensor(values["weights"]).to(dtype=self.dtype, device=self._device)
+        self.weights_ = weights / weights.sum()
+        self._set_component_globals(values)
+        self._invalidate_guide()
+
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        return {"weights": self.weights_.clone(), **self.components_.state_dict()}
+
+    def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        self.weights_ = tensors["weights"].to(dtype=self.dtype, device=self._device)
+        self._load_component_state(tensors)
+        self._invalidate_guide()
+
+    def arviz_dims(self) -> dict[str, list[str]]:
+        return {"weights": ["component"], **self._component_dims()}
+
+    # ------------------------------------------------------------------- EM
+    def em_data(self, data: Any) -> Any:
+        family = self.component_family()
+        return data if not isinstance(data, torch.Tensor) else family.prepare(data)
+
+    def n_observations(self, data: Any) -> int:
+        return int(self.component_family().rows(data).shape[0])
+
+    def em_initialize(self, data: Any, generator: torch.Generator) -> None:
+        """Responsibilities from k-means (or its seeding, or at random), then one M-step."""
+        self.components_ = self._new_components(self.component_family().rows(data))
+        self.m_step(data, self._initial_responsibilities(data, generator))
+
+    def e_step(self, data: Any) -> tuple[Statistics, torch.Tensor]:
+        """The M-step's statistics under the responsibilities and the log-likelihood
+        ``sum_n log sum_k w_k p_k(x_n)``, in one pass where the family fuses them
+        (:meth:`~ppmix.components.base.ComponentFamily.expected_statistics`); :meth:`m_step` and
+        :meth:`em_statistics` take the (merged) statistics as they are."""
+        return self.components_.expected_statistics(data, self.weights_.log())
+
+    def m_step(self, data: Any, resp: Statistics | torch.Tensor) -> None:
+        """The family's weighted MLE and ``weights = mean responsibility``, from the E-step's statistics or
+        from responsibilities ``(N, K)``."""
+        self.em_update(self.em_statistics(data, resp))
+
+    def em_statistics(self, data: Any, resp: Statistics | torch.Tensor) -> Statistics:
+        """What the M-step needs of ``data`` under ``resp`` (responsibilities ``(N, K)``, or the E-step's
+        statistics, returned as they are): statistics that merge across shards
+        (:func:`ppmix.distributed.fit_em`)."""
+        if isinstance(resp, Statistics):
+            return resp
+        return self.components_.statistics(data, resp)
+
+    def em_update(self, stats: Statistics) -> None:
+        """The M-step from (merged) statistics: the components' weighted MLE, ``weights`` their total weights."""
+        self.components_.fit_statistics(stats)
+        counts = padded_counts(stats.counts.to(self.dtype))
+        self.weights_ = counts / counts.sum()
+        self._invalidate_guide()
+
+    # ---------------------------------------------------------- predictions
+    def _log_joint(self, data: torch.Tensor) -> torch.Tensor:
+        return self.components_.log_prob(data) + self.weights_.log()
+
+    def responsibilities(self, data: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(self._log_joint(data), dim=1)
+
+    def posterior_marginals(self, data: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"z": self.responsibilities(data)}
+
+    def pointwise_log_likelihood(self, data: torch.Tensor) -> torch.Tensor:
+        return torch.logsumexp(self._log_joint(data), dim=1)
+
+    @property
+    def n_parameters(self) -> int:
+        """Number of free parameters: ``K - 1`` weights and the components'."""
+        return (self.n_components - 1) + self._component_parameters
+
+    def sample(self, n_samples: int = 1) -> dict[str, Any]:
+        """Draw ``n_samples`` points: ``{"x": (n, D) array, "z": (n,) component indices}``."""
+        self._check_fitted()
+        n = check_positive_int(n_samples, "n_samples")
+        gen = self.generator(offset=7919)
+        z = torch.multinomial(self.weights_.cpu(), n, replacement=True, generator=gen).to(self._device)
+        x = self.components_.sample(z, generator=gen if self._device.type == "cpu" else None)
+        return {"x": x.cpu().numpy(), "z": z.cpu().numpy()}
+
+    # ------------------------------------------------------------ attributes
+    def summary(self) -> dict[str, Any]:
+        """A JSON-able description of the fit."""
+        self._check_fitted()
+        return {
+            "model": type(self).__name__,
+            "n_components": self.n_components,
+            "family": {"name": self.component_family().name, **self.component_family().config()},
+            "engine": self.engine_,
+            "n_iter": self.n_iter_,
+            "converged": self.converged_,
+            "mean_log_likelihood": self.lower_bound_,
+            "weights": to_output(self.weights_, None).tolist(),
+            "means": to_output(self.means_, None).tolist(),
+            "feature_names": self.feature_names_in_,
+        }
