@@ -114,6 +114,7 @@ def make_sequences(
 #: tests/components/test_families.py (EM, shards, partial_fit, SVI, MCMC, M-step) run over it.
 FAMILY_DATA = {
     "gaussian": lambda z, d, rng: 6.0 * z[:, None] + rng.normal(size=(len(z), d)),
+    "poisson": lambda z, d, rng: rng.poisson(np.where(z[:, None] == 1, 20.0, 2.0), size=(len(z), d)),
 }
 
 

@@ -18,6 +18,7 @@ __all__ = ["FAMILIES", "family_class", "family_config", "family_from"]
 #: registered density families: name -> "module:Class"
 FAMILIES: dict[str, str] = {
     "gaussian": "ppmix.components.gaussian_family:GaussianFamily",
+    "poisson": "ppmix.components.poisson:PoissonFamily",
 }
 
 

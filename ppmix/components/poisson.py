@@ -1,0 +1,165 @@
+"""The Poisson family: ``K`` components over ``D`` independent counts, ``x_d ~ Poisson(rate_kd)``.
+
+The whole family in one module, as an example of writing one (see the README's "Writing a new
+component family"): :class:`PoissonComponents` are the fitted components (``log_prob``, the
+weighted statistics and their MLE, the Pyro distribution, sampling); :class:`PoissonFamily`
+is what a structure takes (``Mixture(3, family="poisson")``, ``HMM(3, emission="poisson")``):
+its Pyro site ``rate``, the data it accepts (non-negative integers) and the weak prior of MCMC.
+Registered in :mod:`ppmix.components.registry` as ``"poisson"``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pyro.distributions as dist
+import torch
+from pyro.distributions import constraints
+
+from ppmix._validation import InvalidDataError
+from ppmix.components.base import ComponentFamily
+from ppmix.components.family import AdditiveStatistics, DataScale, DensityFamily, SiteSpec
+
+__all__ = ["PoissonComponents", "PoissonFamily", "PoissonStatistics"]
+
+
+@dataclass(frozen=True)
+class PoissonStatistics(AdditiveStatistics):
+    """Per component: the total weight ``counts`` ``(K,)`` and the weighted sums of the data ``totals`` ``(K, D)``."""
+
+    counts: torch.Tensor
+    totals: torch.Tensor
+
+
+class PoissonComponents(ComponentFamily):
+    """``K`` Poisson components with rates ``rate`` ``(K, D)``, independent across features.
+
+    Parameters
+    ----------
+    rate : Tensor (K, D)
+        Positive rates.
+    floor : float, default 1e-10
+        The smallest rate the weighted MLE returns (an empty component, or one whose rows are all zero,
+        keeps a positive rate, so its log-density stays finite).
+
+    Examples
+    --------
+    >>> comp = PoissonComponents(torch.tensor([[1.0], [5.0]], dtype=torch.float64))
+    >>> x = torch.tensor([[0.0], [4.0], [6.0]], dtype=torch.float64)
+    >>> comp.log_prob(x).shape
+    torch.Size([3, 2])
+    >>> comp.fit(x, torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.0, 1.0]], dtype=torch.float64)).rate.ravel().tolist()
+    [1e-10, 5.0]
+    """
+
+    param_names = ("rate",)
+
+    def __init__(self, rate: torch.Tensor, floor: float = 1e-10) -> None:
+        rate = torch.as_tensor(rate)
+        if rate.dim() != 2:
+            raise ValueError(f"rate must have shape (K, D); got {tuple(rate.shape)}")
+        if not bool((rate > 0).all()):
+            raise ValueError("rate must be positive")
+        self.rate, self.floor = rate, float(floor)
+
+    @property
+    def mean(self) -> torch.Tensor:
+        return self.rate
+
+    @property
+    def covariance(self) -> torch.Tensor:
+        """The variances ``(K, D)``: a Poisson count's variance is its rate."""
+        return self.rate
+
+    def log_prob(self, data: torch.Tensor) -> torch.Tensor:
+        """``sum_d log Poisson(x_nd | rate_kd)``, ``(N, K)``: one GEMM for ``x log(rate)``."""
+        x = data.to(self.dtype)
+        return x @ self.rate.log().T - self.rate.sum(1) - torch.lgamma(x + 1).sum(1, keepdim=True)
+
+    def statistics(self, data: torch.Tensor, weights: torch.Tensor) -> PoissonStatistics:
+        weights = self._check_weights(weights, data.shape[0])
+        return PoissonStatistics(weights.sum(0), weights.T @ data.to(self.dtype))
+
+    def fit_statistics(self, stats: PoissonStatistics) -> "PoissonComponents":
+        """The weighted MLE ``rate_kd = sum_n r_nk x_nd / sum_n r_nk``, at least ``floor``; in place."""
+        counts = stats.counts.to(self.dtype)[:, None]
+        rate = stats.totals.to(self.dtype) / torch.where(counts > 0, counts, 1.0)
+        self.rate = rate.clamp_min(self.floor)
+        return self
+
+    def fit(self, data: torch.Tensor, weights: torch.Tensor) -> "PoissonComponents":
+        return self.fit_statistics(self.statistics(data, weights))
+
+    def pyro_dist(self, index: torch.Tensor | None = None) -> dist.Distribution:
+        rate = self.rate if index is None else self.rate[index]
+        return dist.Poisson(rate).to_event(1)
+
+    def sample(self, index: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        return torch.poisson(self.rate[index], generator=generator)
+
+    def kl(self, other: "PoissonComponents") -> torch.Tensor:
+        """``KL(self_i || other_j)``, ``(K, K')``: ``sum_d a log(a / b) - a + b``."""
+        a, b = self.rate[:, None, :], other.rate[None, :, :]
+        return (a * (a.log() - b.log()) - a + b).sum(-1)
+
+
+class PoissonFamily(DensityFamily):
+    """Poisson components over counts, for the structures (registered as ``"poisson"``).
+
+    Parameters
+    ----------
+    floor : float, default 1e-10
+        The smallest fitted rate.
+
+    Notes
+    -----
+    The Pyro site is ``rate`` ``(K, D)`` (as in ``torch.distributions.Poisson``); under MCMC its prior
+    is ``Gamma(1, 1 / mean_d)``, an exponential whose mean is the data's mean count of feature ``d``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ppmix import Mixture
+    >>> rng = np.random.default_rng(0)
+    >>> X = np.concatenate([rng.poisson(2.0, (200, 3)), rng.poisson(15.0, (200, 3))])
+    >>> mix = Mixture(2, family="poisson", seed=0, progress=False).fit(X)
+    >>> np.round(np.sort(mix.means_[:, 0].numpy()))
+    array([ 2., 15.])
+    """
+
+    name = "poisson"
+    components_class = PoissonComponents
+
+    def __init__(self, floor: float = 1e-10) -> None:
+        self.floor = floor
+
+    def __repr__(self) -> str:
+        return f"PoissonFamily(floor={self.floor!r})"
+
+    def config(self) -> dict[str, Any]:
+        return {"floor": self.floor}
+
+    def validate(self) -> None:
+        if not (isinstance(self.floor, (int, float)) and self.floor > 0):
+            raise ValueError(f"floor must be a positive number; got {self.floor!r}")
+
+    def check_data(self, x: torch.Tensor, name: str = "X") -> None:
+        if not bool(((x >= 0) & (x == x.round())).all()):
+            raise InvalidDataError(f"{name} must hold counts (non-negative integers) for the Poisson family")
+
+    def data_scale(self, x: torch.Tensor, name: str = "X") -> DataScale:
+        return {"mean": x.mean(0)}
+
+    def sites(self, k: int, d: int) -> dict[str, SiteSpec]:
+        return {"rate": SiteSpec(constraints.positive, (d,))}
+
+    def _component_options(self, scale: DataScale) -> dict[str, Any]:
+        return {"floor": self.floor}
+
+    def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
+        mean = scale.get("mean", torch.ones(d)).to(**opts).clamp_min(self.floor)
+        return dist.Gamma(torch.ones_like(mean), 1.0 / mean).to_event(1)
+
+    def n_parameters(self, k: int, d: int) -> int:
+        return k * d
