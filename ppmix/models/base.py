@@ -34,34 +34,11 @@ from ppmix.inference.engines.params import local_params
 from ppmix.io import Savable, load_model
 from ppmix.models._criteria import InformationCriteriaMixin
 from ppmix.models._params import check_seed, store_params
+from ppmix.models._subclassing import refuse_stale_hooks
 
 __all__ = ["MixtureModel"]
 
 ENGINES = ("em", "svi", "mcmc")
-
-
-#: methods a model writes for its own program: a subclass that replaces ``model`` must rewrite those it inherits
-PROGRAM_HOOKS = ("e_step", "get_globals", "set_globals", "pointwise_log_likelihood")
-
-
-def _refuse_stale_hooks(cls: type) -> None:
-    """Refuse a subclass that replaced ``model`` but inherits hooks written for an ancestor's other program
-    (e.g. ``class PoissonHMM(HMM)`` with a new ``model``: HMM's EM would fit the Gaussian HMM)."""
-    program = cls.model
-    stale: dict[str, str] = {}
-    for hook in PROGRAM_HOOKS:
-        owner = next(c for c in cls.__mro__ if hook in vars(c))
-        if owner is MixtureModel or owner.__dict__.get("model", getattr(owner, "model", None)) in (None, program):
-            continue
-        stale[hook] = owner.__name__
-    if stale:
-        owners = sorted(set(stale.values()))
-        raise TypeError(
-            f"{cls.__name__} replaces model() but inherits {sorted(stale)} from {', '.join(owners)}, written for "
-            f"{owners[0]}'s own program: fitting would silently fit that program instead of yours. For a new "
-            "component or emission family use Mixture(family=...) or HMM(emission=...) (see the README's 'Writing "
-            "a new component family'); otherwise subclass MixtureModel, or write these methods for your program"
-        )
 
 
 class MixtureModel(DensityMixin, InformationCriteriaMixin, Savable, PyroModule):
@@ -342,7 +319,7 @@ class MixtureModel(DensityMixin, InformationCriteriaMixin, Savable, PyroModule):
             raise ValueError(f"engine must be one of {ENGINES}; got {engine!r}")
         if engine == "em" and not self.supports_em:
             raise ValueError(f"{type(self).__name__} has no EM updates; use engine='svi' or 'mcmc'")
-        _refuse_stale_hooks(type(self))
+        refuse_stale_hooks(type(self), MixtureModel)
         self.validate_params()
         data = self.prepare_data(X, y, fitting=True)
         object.__setattr__(self, "_train_data", data)
