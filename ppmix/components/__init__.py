@@ -11,6 +11,7 @@ structures take (``Mixture(family=...)``, ``HMM(emission=...)``) are declared by
 from ppmix.components.base import ComponentFamily
 from ppmix.components.bernoulli import BernoulliLabel
 from ppmix.components.categorical import CategoricalLabel
+from ppmix.components.expert_family import ExpertFamily
 from ppmix.components.family import AdditiveStatistics, DensityFamily, SiteSpec, Statistics
 from ppmix.components.gaussian_diag import DiagGaussian
 from ppmix.components.gaussian_expert import GaussianExpert
@@ -27,6 +28,7 @@ __all__ = [
     "ComponentFamily",
     "DensityFamily",
     "DiagGaussian",
+    "ExpertFamily",
     "FullGaussian",
     "GaussianExpert",
     "GaussianFamily",

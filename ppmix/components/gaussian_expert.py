@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pyro.distributions as dist
 import torch
+from pyro.distributions import constraints
 
 from ppmix.components._linear import LinearFamily, weighted_grams
+from ppmix.components.base import ComponentFamily
 from ppmix.components.centred import component_counts
+from ppmix.components.expert_family import ExpertFamily, TargetScale
+from ppmix.components.family import SiteSpec
 
-__all__ = ["GaussianExpert"]
+__all__ = ["GaussianExpert", "GaussianExpertFamily"]
 
 
 class GaussianExpert(LinearFamily):
@@ -184,3 +189,43 @@ class GaussianExpert(LinearFamily):
         """
         var_p, var_q = self.scale.square()[index_p], other.scale.square()
         return 0.5 * (var_q.log() - var_p.log() + (var_p + (eta_p - eta_q).square()) / var_q - 1.0)
+
+
+class GaussianExpertFamily(ExpertFamily):
+    """Linear-Gaussian regression experts for :class:`~ppmix.models.MixtureOfExperts` (``expert="gaussian"``):
+    sites ``coef``, ``intercept`` and the noise ``scale``; under MCMC ``intercept ~ N(mean(y), 10 std(y))``
+    and ``scale ~ LogNormal(log std(y), 1)``.
+
+    Examples
+    --------
+    >>> GaussianExpertFamily().n_parameters(2, 3, None)
+    10
+    """
+
+    name = "gaussian"
+    target_kind = "real"
+    default_ridge = 1e-6
+
+    def sites(self, k: int, p: int, n_classes: int | None) -> dict[str, SiteSpec]:
+        return {**super().sites(k, p, n_classes), "scale": SiteSpec(constraints.positive, ())}
+
+    def site_dims(self) -> dict[str, list[str]]:
+        return {**super().site_dims(), "scale": ["expert"]}
+
+    def prior(self, site: str, k: int, event: tuple[int, ...], scale: TargetScale, opts: dict) -> dist.Distribution:
+        y_mean = scale.get("mean", torch.tensor(0.0)).to(**opts)
+        y_std = scale.get("std", torch.tensor(1.0)).to(**opts)
+        if site == "scale":
+            return dist.LogNormal(y_std.log().expand(k), 1.0)
+        if site == "intercept":
+            return dist.Normal(torch.zeros(k, **opts) + y_mean, 10.0 * y_std)
+        return super().prior(site, k, event, scale, opts)
+
+    def experts(self, params: dict[str, torch.Tensor], ridge: float, newton_steps: int, noise_floor: float) -> Any:
+        return GaussianExpert(**params, ridge=ridge, min_variance=noise_floor)
+
+    def n_parameters(self, k: int, p: int, n_classes: int | None) -> int:
+        return super().n_parameters(k, p, n_classes) + k
+
+    def expected_target(self, experts: ComponentFamily, x: torch.Tensor) -> torch.Tensor:
+        return experts.mean(x)

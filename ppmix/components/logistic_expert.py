@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
 import pyro.distributions as dist
 import torch
 import torch.nn.functional as F
 
 from ppmix.components._linear import LinearFamily, design_matrix, weighted_grams
+from ppmix.components.base import ComponentFamily
+from ppmix.components.expert_family import ExpertFamily
 from ppmix.ops.newton import damped_newton
 
-__all__ = ["LogisticExpert"]
+__all__ = ["LogisticExpert", "LogisticExpertFamily"]
 
 
 class LogisticExpert(LinearFamily):
@@ -150,3 +155,31 @@ class LogisticExpert(LinearFamily):
         """
         p = torch.sigmoid(eta_p)
         return p * (F.logsigmoid(eta_p) - F.logsigmoid(eta_q)) + (1 - p) * (F.logsigmoid(-eta_p) - F.logsigmoid(-eta_q))
+
+
+class LogisticExpertFamily(ExpertFamily):
+    """Logistic-regression experts for :class:`~ppmix.models.MixtureOfExperts` (``expert="logistic"``): a
+    binary target (any two labels, coded 0/1), sites ``coef`` and ``intercept``.
+
+    Examples
+    --------
+    >>> LogisticExpertFamily().check_target(np.array([0.0, 2.0]))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: y must be binary (0/1) for logistic experts; got values such as [2.0]
+    """
+
+    name = "logistic"
+    target_kind = "binary"
+    default_ridge = 1e-2
+
+    def check_target(self, y: np.ndarray, name: str = "y") -> None:
+        if not np.isin(y, (0.0, 1.0)).all():
+            bad = np.unique(y[~np.isin(y, (0.0, 1.0))])[:5].tolist()
+            raise ValueError(f"{name} must be binary (0/1) for logistic experts; got values such as {bad}")
+
+    def experts(self, params: dict[str, torch.Tensor], ridge: float, newton_steps: int, noise_floor: float) -> Any:
+        return LogisticExpert(params["coef"], params["intercept"], ridge=ridge, max_iter=newton_steps)
+
+    def expected_target(self, experts: ComponentFamily, x: torch.Tensor) -> torch.Tensor:
+        return experts.predict_proba(x)

@@ -11,9 +11,17 @@ import importlib
 import inspect
 from typing import Any
 
+from ppmix.components.expert_family import ExpertFamily
 from ppmix.components.family import DensityFamily
 
-__all__ = ["FAMILIES", "family_class", "family_config", "family_from"]
+__all__ = [
+    "EXPERT_FAMILIES",
+    "FAMILIES",
+    "expert_family_from",
+    "family_class",
+    "family_config",
+    "family_from",
+]
 
 #: registered density families: name -> "module:Class"
 FAMILIES: dict[str, str] = {
@@ -21,19 +29,51 @@ FAMILIES: dict[str, str] = {
     "poisson": "ppmix.components.poisson:PoissonFamily",
 }
 
+#: registered expert (conditional) families of MixtureOfExperts: name -> "module:Class"
+EXPERT_FAMILIES: dict[str, str] = {
+    "gaussian": "ppmix.components.gaussian_expert:GaussianExpertFamily",
+    "logistic": "ppmix.components.logistic_expert:LogisticExpertFamily",
+    "softmax": "ppmix.components.softmax_expert:SoftmaxExpertFamily",
+}
 
-def family_class(name: str) -> type:
-    """The class registered under ``name``.
+
+def family_class(name: str, registry: dict[str, str] | None = None) -> type:
+    """The class registered under ``name`` (in :data:`FAMILIES`, or the ``registry`` given).
 
     Examples
     --------
-    >>> family_class("gaussian").__name__
-    'GaussianFamily'
+    >>> family_class("gaussian").__name__, family_class("gaussian", EXPERT_FAMILIES).__name__
+    ('GaussianFamily', 'GaussianExpertFamily')
     """
-    if name not in FAMILIES:
-        raise ValueError(f"unknown component family {name!r}; registered: {sorted(FAMILIES)}")
-    module, _, cls = FAMILIES[name].partition(":")
+    registry = FAMILIES if registry is None else registry
+    if name not in registry:
+        kind = "component" if registry is FAMILIES else "expert"
+        raise ValueError(f"unknown {kind} family {name!r}; registered: {sorted(registry)}")
+    module, _, cls = registry[name].partition(":")
     return getattr(importlib.import_module(module), cls)
+
+
+def expert_family_from(expert: Any, argument: str = "expert") -> ExpertFamily:
+    """An :class:`~ppmix.components.expert_family.ExpertFamily` from what a user gave as ``argument``: a family
+    object (returned as is), a registered name (:data:`EXPERT_FAMILIES`) or a saved config.
+
+    Examples
+    --------
+    >>> expert_family_from("logistic").target_kind
+    'binary'
+    """
+    if isinstance(expert, ExpertFamily):
+        return expert
+    if isinstance(expert, dict) and isinstance(expert.get("name"), str):
+        return family_class(expert["name"], EXPERT_FAMILIES)(**{k: v for k, v in expert.items() if k != "name"})
+    if isinstance(expert, str):
+        if expert not in EXPERT_FAMILIES:
+            raise ValueError(f"{argument} must be one of {tuple(EXPERT_FAMILIES)} or an ExpertFamily; got {expert!r}")
+        return family_class(expert, EXPERT_FAMILIES)()
+    raise TypeError(
+        f"{argument} must be a registered expert family name ({sorted(EXPERT_FAMILIES)}), an ExpertFamily object or "
+        f"a saved family config; got {expert!r} ({type(expert).__name__})"
+    )
 
 
 def family_from(family: Any, argument: str = "family", **defaults: Any) -> DensityFamily:
@@ -75,11 +115,13 @@ def family_config(family: Any) -> Any:
     >>> family_config(GaussianFamily("full"))
     {'name': 'gaussian', 'covariance_type': 'full', 'reg_covar': 1e-06}
     """
-    if isinstance(family, DensityFamily):
-        if family_class(family.name) is not type(family):
+    if isinstance(family, (DensityFamily, ExpertFamily)):
+        density = isinstance(family, DensityFamily)
+        registry = FAMILIES if density else EXPERT_FAMILIES
+        if family.name not in registry or family_class(family.name, registry) is not type(family):
             raise ValueError(
                 f"{type(family).__name__} is not the family registered as {family.name!r}: a saved model could not "
-                "load it back; register it in ppmix.components.registry.FAMILIES"
+                f"load it back; register it in ppmix.components.registry.{'FAMILIES' if density else 'EXPERT_FAMILIES'}"
             )
         return {"name": family.name, **family.config()}
     return family

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
 import pyro.distributions as dist
 import torch
 
 from ppmix.components._linear import LinearFamily
+from ppmix.components.expert_family import ExpertFamily
 from ppmix.components.softmax_gate import SoftmaxGate
 
-__all__ = ["SoftmaxExpert"]
+__all__ = ["SoftmaxExpert", "SoftmaxExpertFamily"]
 
 
 class SoftmaxExpert(LinearFamily):
@@ -150,3 +154,26 @@ class SoftmaxExpert(LinearFamily):
         log_p = torch.log_softmax(self.linear_predictor(x), dim=-1)[:, :, None]
         log_q = torch.log_softmax(other.linear_predictor(x), dim=-1)[:, None]
         return (log_p.exp() * (log_p - log_q)).sum(-1)
+
+
+class SoftmaxExpertFamily(ExpertFamily):
+    """Softmax-regression experts for :class:`~ppmix.models.MixtureOfExperts` (``expert="softmax"``): a
+    categorical target (any labels, coded ``0, ..., C-1``), sites ``coef`` ``(K, C, P)`` and ``intercept``
+    ``(K, C)`` (the last class the reference).
+
+    Examples
+    --------
+    >>> SoftmaxExpertFamily().n_parameters(2, 3, 4)
+    24
+    """
+
+    name = "softmax"
+    target_kind = "categorical"
+    default_ridge = 1e-2
+
+    def check_target(self, y: np.ndarray, name: str = "y") -> None:
+        if (y < 0).any() or (y != np.round(y)).any():
+            raise ValueError(f"{name} must hold class codes 0, 1, ..., C-1 for softmax experts")
+
+    def experts(self, params: dict[str, torch.Tensor], ridge: float, newton_steps: int, noise_floor: float) -> Any:
+        return SoftmaxExpert(params["coef"], params["intercept"], ridge=ridge, max_iter=newton_steps)

@@ -185,7 +185,7 @@ def model_parameters(model: "MixtureOfExperts") -> dict[str, np.ndarray]:
         "coef": model.coef_.numpy(),
         "intercept": model.intercept_.numpy(),
     }
-    if model.expert == "gaussian":
+    if model.target_kind == "real":
         params["scale"] = model.scale_.numpy()
     return params
 

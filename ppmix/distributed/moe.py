@@ -83,13 +83,14 @@ def _read_task_shard(task: _ShardTask) -> tuple[np.ndarray, np.ndarray, list[str
     A shard that is itself wrong raises :class:`~ppmix.parallel.TaskInputError` naming it (a retry cannot help).
     """
     from ppmix._validation import check_matrix
+    from ppmix.components.registry import expert_family_from
     from ppmix.models.moe_data import check_response
 
     try:
         X, y, names = read_shard(task.shard, task.target)
         X, names = align_columns(X, names, task.columns, task.name)
         x, _ = check_matrix(X, f"X of shard {task.name}")
-        expert = task.model_options.get("expert", "gaussian")
+        expert = expert_family_from(task.model_options.get("expert", "gaussian"))
         response = check_response(y, x.shape[0], expert, f"y of shard {task.name}")
     except (KeyError, ValueError, TypeError) as err:  # the shard itself is wrong: a retry cannot help
         raise TaskInputError(f"shard {task.name}: {err}") from err

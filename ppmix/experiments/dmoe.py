@@ -99,7 +99,7 @@ def parameter_mse(model: MixtureOfExperts, truth: MixtureOfExperts, X: Any) -> f
     ref = [truth.gate_coef_.numpy(), truth.gate_intercept_.numpy()]
     est += [model.coef_.numpy()[perm], model.intercept_.numpy()[perm]]
     ref += [truth.coef_.numpy(), truth.intercept_.numpy()]
-    if model.expert == "gaussian":
+    if model.target_kind == "real":
         est.append(model.scale_.numpy()[perm] ** 2)
         ref.append(truth.scale_.numpy() ** 2)
     diff = np.concatenate([(e - r).ravel() for e, r in zip(est, ref)])
@@ -114,7 +114,7 @@ def _metrics(model: MixtureOfExperts, truth: MixtureOfExperts, data: dict[str, n
         "mse": parameter_mse(model, truth, X[:eval_points]),
         "ari": adjusted_rand_index(labels, model.predict_components(X)),
     }
-    if model.expert == "gaussian":
+    if model.target_kind == "real":
         out["rpe"] = relative_prediction_error(y, model.predict(X))
     else:
         out["accuracy"] = float(np.mean(model.predict(X) == y))

@@ -13,22 +13,28 @@ from sklearn.utils.metaestimators import available_if
 
 from ppmix._validation import check_matrix, to_output
 from ppmix.components import GaussianExpert, LogisticExpert, SoftmaxGate
-from ppmix.inference.engines.result import convergence_warnings_ignored
+from ppmix.components.expert_family import ExpertFamily
+from ppmix.components.registry import expert_family_from, family_config
+from ppmix.inference.engines.result import FitResult, convergence_warnings_ignored
 from ppmix.models._flat import flat_prior
 from ppmix.models._params import store_params
 from ppmix.models._target import TargetKindMixin
 from ppmix.models.base import MixtureModel
-from ppmix.models.moe_build import EXPERTS, ParametersMixin
-from ppmix.models.moe_data import check_response, check_settings, prepare_training_data
+from ppmix.models.moe_build import ParametersMixin
+from ppmix.models.moe_data import (
+    check_response,
+    check_settings,
+    check_training_data,
+    restandardised,
+    unstandardised,
+)
 from ppmix.models.moe_moves import initial_responsibilities, split_and_merge
-from ppmix.models.moe_polish import polish_fit, warn_unconverged
+from ppmix.models.moe_polish import polished, warn_unconverged
 from ppmix.ops.logspace import normalize_log_joint_
 
 __all__ = ["MixtureOfExperts"]
 
 INIT_METHODS = ("kmeans", "random")
-#: ``ridge`` when it is None, by expert kind
-DEFAULT_RIDGE = {"gaussian": 1e-6, "logistic": 1e-2, "softmax": 1e-2}
 
 
 def _family_attribute(family: str, name: str, doc: str) -> property:
@@ -61,9 +67,12 @@ class MixtureOfExperts(ParametersMixin, TargetKindMixin, MixtureModel):
     ----------
     n_experts : int, default 2
         Number of experts ``K`` (at least 2).
-    expert : {"gaussian", "logistic", "softmax"}, default "gaussian"
+    expert : {"gaussian", "logistic", "softmax"} or ExpertFamily, default "gaussian"
         Regression experts, binary classifiers (any two labels) or multi-class ones
-        (:class:`~ppmix.components.SoftmaxExpert`, any number of labels; not for ``fit_distributed``).
+        (:class:`~ppmix.components.SoftmaxExpert`, any number of labels; not for ``fit_distributed``): a
+        registered name (:data:`ppmix.components.registry.EXPERT_FAMILIES`) or a family object
+        (:class:`~ppmix.components.expert_family.ExpertFamily`, e.g. ``GaussianExpertFamily()``), whose
+        ``target_kind`` makes the model a regressor or a classifier.
     n_init : int, default 10
         EM starts; the best log-likelihood is kept.
     init_iter : int or None, default 5
@@ -143,7 +152,7 @@ class MixtureOfExperts(ParametersMixin, TargetKindMixin, MixtureModel):
         self,
         n_experts: int = 2,
         *,
-        expert: str = "gaussian",
+        expert: str | ExpertFamily | dict = "gaussian",
         n_init: int = 10,
         init_iter: int | None = 5,
         max_iter: int = 100,
@@ -163,17 +172,32 @@ class MixtureOfExperts(ParametersMixin, TargetKindMixin, MixtureModel):
         super().__init__(n_experts)
         store_params(self, locals())
 
+    def expert_family(self) -> ExpertFamily:
+        """The experts' family (from ``expert``: a registered name or a family object)."""
+        return expert_family_from(self.expert)
+
+    @property
+    def target_kind(self) -> str:
+        """What ``y`` is: ``"real"`` (a regression), ``"binary"`` or ``"categorical"`` (a classifier)."""
+        return self.expert_family().target_kind
+
     @property
     def _classifies(self) -> bool:
-        return self.expert != "gaussian"
+        return self.target_kind in ("binary", "categorical")
 
     @property
     def _multiclass(self) -> bool:
-        return self.expert == "softmax"
+        return self.target_kind == "categorical"
 
-    def _class_shape(self) -> tuple[int, ...]:
-        """``(C,)`` for softmax experts (one row of coefficients per class), else ``()``."""
-        return (len(self.classes_),) if self.expert == "softmax" else ()
+    @property
+    def _n_classes(self) -> int | None:
+        """``C`` for a categorical target (one row of coefficients per class), else None."""
+        return len(self.classes_) if self._multiclass else None
+
+    def saved_params(self) -> dict[str, Any]:
+        params = super().saved_params()
+        params["expert"] = family_config(params["expert"])
+        return params
 
     @property
     def n_components(self) -> int:
@@ -188,23 +212,39 @@ class MixtureOfExperts(ParametersMixin, TargetKindMixin, MixtureModel):
     def validate_params(self) -> None:
         super().validate_params()
         self._validate_em_settings(INIT_METHODS)
-        check_settings(self, tuple(EXPERTS))
+        check_settings(self)
 
     @property
     def n_parameters(self) -> int:
-        """Number of free parameters: ``(K-1)(P+1)`` gate, ``K(P+1)`` expert (``K(C-1)(P+1)`` for softmax experts
-        over ``C`` classes), ``K`` variances."""
-        k, p, rows = self.n_experts, self.n_features_in_, len(self.classes_) - 1 if self.expert == "softmax" else 1
-        return (k - 1) * (p + 1) + k * rows * (p + 1) + (k if self.expert == "gaussian" else 0)
+        """Number of free parameters: ``(K-1)(P+1)`` gate and the experts' (e.g. ``K(P+1)`` coefficients and ``K``
+        variances of Gaussian experts, ``K(C-1)(P+1)`` of softmax experts over ``C`` classes)."""
+        k, p = self.n_experts, self.n_features_in_
+        return (k - 1) * (p + 1) + self.expert_family().n_parameters(k, p, self._n_classes)
 
     def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """Standardised covariates and the response, ``(x, y)`` (``y`` is ``None`` when not given)."""
         y = self._encode_response(y, fitting=fitting)
         if fitting:
-            return prepare_training_data(self, X, y)
+            return self._prepare_training_data(X, y)
         x = self._covariates(X)
-        response = None if y is None else check_response(y, x.shape[0], self.expert)
+        response = None if y is None else check_response(y, x.shape[0], self.expert_family())
         return x, None if response is None else response.to(dtype=self.dtype, device=self._device)
+
+    def _prepare_training_data(self, X: Any, y: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """Check the training data and record the scales fitted on them
+        (:func:`~ppmix.models.moe_data.check_training_data`); a warm start continues from the same model,
+        re-expressed on the new covariate scales."""
+        held = unstandardised(self.get_globals(), self._x_mean, self._x_scale) if self.is_fitted else None
+        settings = {"dtype": self.dtype, "device": self._device, "standardize": self.standardize}
+        data = check_training_data(
+            X, y, self.expert_family(), self.n_experts, {**settings, "min_variance": self.min_variance}
+        )
+        self.n_features_in_, self.feature_names_in_ = int(data.x.shape[1]), data.feature_names
+        self._x_mean, self._x_scale = data.x_mean, data.x_scale
+        if held is not None:
+            self.set_globals(restandardised(held, self._x_mean, self._x_scale))
+        self._y_mean, self._y_std, self._noise_floor = data.y_mean, data.y_std, data.noise_floor
+        return self._standardise(data.x), data.response
 
     def _covariates(self, X: Any) -> torch.Tensor:
         x, _ = check_matrix(
@@ -233,21 +273,18 @@ class MixtureOfExperts(ParametersMixin, TargetKindMixin, MixtureModel):
         return data[0], data[1]
 
     # ------------------------------------------------------------ the program
-    def _prior(self, site: str, batch: int, event: tuple[int, ...], opts: dict) -> dist.Distribution:
+    def _prior(
+        self, site: str, batch: int, event: tuple[int, ...], opts: dict, support: Any = constraints.real
+    ) -> dist.Distribution:
         """Flat for maximum likelihood (sampled: a point mass at the current value, see
-        :func:`~ppmix.models._flat.flat_prior`), weakly informative under MCMC."""
+        :func:`~ppmix.models._flat.flat_prior`); under MCMC ``N(0, 10^2)`` on the gate and the experts' family's
+        weakly informative priors (before a fit, centred at 0 with unit scale)."""
         if not self.is_bayesian:
-            support = constraints.positive if site == "scale" else constraints.real
             return flat_prior(self, site, support, (batch,), event, opts)
-        # before a fit (no response scale recorded) the weak priors are centred at 0 with unit scale
-        y_mean = getattr(self, "_y_mean", torch.tensor(0.0)).to(**opts)
-        y_std = getattr(self, "_y_std", torch.tensor(1.0)).to(**opts)
-        if site == "scale":
-            return dist.LogNormal(y_std.log().expand(batch), 1.0)
-        centre = y_mean if (site == "intercept" and self.expert == "gaussian") else 0.0
-        spread = 10.0 * (y_std if site == "intercept" and self.expert == "gaussian" else 1.0)
-        base = dist.Normal(torch.zeros(batch, *event, **opts) + centre, spread)
-        return base.to_event(len(event))
+        if site.startswith("gate_"):
+            return dist.Normal(torch.zeros(batch, *event, **opts), 10.0).to_event(len(event))
+        scale = {"mean": getattr(self, "_y_mean", torch.tensor(0.0)), "std": getattr(self, "_y_std", torch.tensor(1.0))}
+        return self.expert_family().prior(site, batch, event, scale, opts)
 
     def model(self, data: tuple[torch.Tensor, torch.Tensor]) -> None:
         """Gate and expert globals, then ``z_n ~ gate(x_n)`` (enumerated) and ``y_n ~ expert_z(x_n)``."""
@@ -257,14 +294,12 @@ class MixtureOfExperts(ParametersMixin, TargetKindMixin, MixtureModel):
         with pyro.plate("gates", k - 1):
             gate_coef = pyro.sample("gate_coef", self._prior("gate_coef", k - 1, (p,), opts))
             gate_intercept = pyro.sample("gate_intercept", self._prior("gate_intercept", k - 1, (), opts))
-        classes = self._class_shape()
+        sites = self.expert_family().sites(k, p, self._n_classes)
         with pyro.plate("experts", k):
             params = {
-                "coef": pyro.sample("coef", self._prior("coef", k, (*classes, p), opts)),
-                "intercept": pyro.sample("intercept", self._prior("intercept", k, classes, opts)),
+                site: pyro.sample(site, self._prior(site, k, spec.event_shape, opts, spec.support))
+                for site, spec in sites.items()
             }
-            if self.expert == "gaussian":
-                params["scale"] = pyro.sample("scale", self._prior("scale", k, (), opts))
         gate = self._make_gate(gate_coef, gate_intercept)
         experts = self._make_experts(params)
         with self.data_plate(x.shape[0]) as idx:
@@ -273,15 +308,7 @@ class MixtureOfExperts(ParametersMixin, TargetKindMixin, MixtureModel):
             pyro.sample("y", experts.pyro_dist(z, x=xi), obs=y[idx])
 
     def arviz_dims(self) -> dict[str, list[str]]:
-        dims = {
-            "gate_coef": ["gate", "feature"],
-            "gate_intercept": ["gate"],
-            "coef": ["expert", "class", "feature"] if self.expert == "softmax" else ["expert", "feature"],
-            "intercept": ["expert", "class"] if self.expert == "softmax" else ["expert"],
-        }
-        if self.expert == "gaussian":
-            dims["scale"] = ["expert"]
-        return dims
+        return {"gate_coef": ["gate", "feature"], "gate_intercept": ["gate"], **self.expert_family().site_dims()}
 
     # ------------------------------------------------------------------- EM
     def em_initialize(self, data: tuple[torch.Tensor, torch.Tensor], generator: torch.Generator) -> None:
@@ -290,10 +317,11 @@ class MixtureOfExperts(ParametersMixin, TargetKindMixin, MixtureModel):
         k = self.n_experts
         zeros = torch.zeros(k, x.shape[1], dtype=x.dtype, device=x.device)
         self._gate = self._make_gate(zeros[:-1].clone(), zeros[:-1, 0].clone())
-        classes = self._class_shape()
-        params = {"coef": x.new_zeros(k, *classes, x.shape[1]), "intercept": x.new_zeros(k, *classes)}
-        if self.expert == "gaussian":
-            params["scale"] = torch.ones_like(zeros[:, 0])
+        sites = self.expert_family().sites(k, x.shape[1], self._n_classes)
+        params = {
+            site: (x.new_ones if spec.support is constraints.positive else x.new_zeros)(k, *spec.event_shape)
+            for site, spec in sites.items()
+        }
         self._experts = self._make_experts(params)
         self.m_step(data, initial_responsibilities(x, y, k, self.init_params, generator))
 
@@ -313,8 +341,8 @@ class MixtureOfExperts(ParametersMixin, TargetKindMixin, MixtureModel):
 
     @property
     def ridge_value(self) -> float:
-        """``ridge``, or its default for the expert kind (``DEFAULT_RIDGE``) when it is None."""
-        return DEFAULT_RIDGE[self.expert] if self.ridge is None else float(self.ridge)
+        """``ridge``, or its default for the experts' family (``default_ridge``) when it is None."""
+        return self.expert_family().default_ridge if self.ridge is None else float(self.ridge)
 
     def ridge_penalty(self) -> torch.Tensor:
         """The ridge term of the EM objective, on the standardised scale: the gate's and the experts'
@@ -342,7 +370,8 @@ class MixtureOfExperts(ParametersMixin, TargetKindMixin, MixtureModel):
         with convergence_warnings_ignored(engine == "em" and self.polish):  # the polish's verdict replaces EM's
             super().fit(X, y, engine=engine, **options)
         if engine == "em":
-            polish_fit(self, options)
+            em = FitResult(self.history_, self.n_iter_, self.converged_)
+            self._store_result("em", polished(self, self.em_data(self._train_data), em, options))
             split_and_merge(self, options)
             warn_unconverged(self)
         if engine in ("em", "svi"):
@@ -384,8 +413,8 @@ class MixtureOfExperts(ParametersMixin, TargetKindMixin, MixtureModel):
     @property
     def scale_(self) -> torch.Tensor:
         """Noise standard deviations ``(K,)`` of Gaussian experts."""
-        if self.expert != "gaussian":
-            raise AttributeError("logistic experts have no noise scale")
+        if "scale" not in self.expert_family().sites(self.n_experts, 1, 2):
+            raise AttributeError(f"{self.expert_family().name} experts have no noise scale")
         self._check_fitted()
         return self._experts.scale
 
@@ -401,33 +430,31 @@ class MixtureOfExperts(ParametersMixin, TargetKindMixin, MixtureModel):
         return to_output(self._gate.log_prob(self._covariates(X)).argmax(-1), X)
 
     def _expert_means(self, x: torch.Tensor) -> torch.Tensor:
-        if self.expert == "gaussian":
-            return self._experts.mean(x)
-        return self._experts.predict_proba(x)
+        return self.expert_family().expected_target(self._experts, x)
 
     def _conditional_mean(self, x: torch.Tensor) -> torch.Tensor:
         return (self._gate.log_prob(x).exp() * self._expert_means(x)).sum(-1)
 
     def predict(self, X: Any) -> Any:
-        """``E[y | x]`` for Gaussian experts; the most probable class (of ``classes_``) for classifying ones."""
+        """``E[y | x]`` for a real target; the most probable class (of ``classes_``) for classifying experts."""
         self._check_fitted()
-        if self.expert == "softmax":
+        if self._multiclass:
             return self._decode_prediction(self._class_log_proba(self._covariates(X)).argmax(-1), X)
         mean = self._conditional_mean(self._covariates(X))
-        return to_output(mean, X) if self.expert == "gaussian" else self._decode_prediction((mean >= 0.5).long(), X)
+        return self._decode_prediction((mean >= 0.5).long(), X) if self._classifies else to_output(mean, X)
 
     def _class_log_proba(self, x: torch.Tensor) -> torch.Tensor:
         """``log sum_k gate_k(x) P_k(c | x)`` of softmax experts, shape ``(N, C)``."""
         joint = self._gate.log_prob(x)[:, :, None] + torch.log_softmax(self._experts.linear_predictor(x), dim=-1)
         return torch.logsumexp(joint, dim=1)
 
-    @available_if(lambda self: self.expert != "gaussian")
+    @available_if(lambda self: self._classifies)
     def predict_proba(self, X: Any) -> Any:
         """``P(y = c | x)`` for every class of ``classes_``, shape ``(N, C)`` (logistic and softmax experts only:
         Gaussian experts have no such method)."""
         self._check_fitted()
         x = self._covariates(X)
-        if self.expert == "softmax":
+        if self._multiclass:
             return to_output(self._class_log_proba(x).exp(), X)
         log_gate, eta = self._gate.log_prob(x), self._experts.linear_predictor(x)
         log_p1, log_p0 = (torch.logsumexp(log_gate + F.logsigmoid(sign * eta), -1) for sign in (1, -1))
@@ -458,7 +485,7 @@ class MixtureOfExperts(ParametersMixin, TargetKindMixin, MixtureModel):
         self._check_fitted()
         out = {
             "model": "MixtureOfExperts",
-            "expert": self.expert,
+            "expert": self.expert_family().name,
             "n_experts": self.n_experts,
             "engine": self.engine_,
             "n_iter": self.n_iter_,
@@ -470,7 +497,7 @@ class MixtureOfExperts(ParametersMixin, TargetKindMixin, MixtureModel):
             "intercept": self.intercept_.tolist(),
             "feature_names": self.feature_names_in_,
         }
-        if self.expert == "gaussian":
+        if "scale" in self.expert_family().site_dims():
             out["scale"] = self.scale_.tolist()
         return out
 

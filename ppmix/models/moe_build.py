@@ -11,14 +11,14 @@ import numpy as np
 import torch
 
 from ppmix.components import GaussianExpert, LogisticExpert, SoftmaxExpert, SoftmaxGate
+from ppmix.components.expert_family import ExpertFamily
 from ppmix.models.moe_data import referenced_gate
 
 if TYPE_CHECKING:
     from ppmix.models.moe import MixtureOfExperts
 
-__all__ = ["EXPERTS", "NEWTON_STEPS", "ParametersMixin"]
+__all__ = ["NEWTON_STEPS", "ParametersMixin"]
 
-EXPERTS: dict[str, type] = {"gaussian": GaussianExpert, "logistic": LogisticExpert, "softmax": SoftmaxExpert}
 #: damped Newton steps of the gate (and of logistic experts) per M-step: a generalised EM
 #: step, still monotone because every damped Newton step decreases its objective
 NEWTON_STEPS = 3
@@ -36,12 +36,11 @@ class ParametersMixin:
         intercept = torch.cat([free_intercept, torch.zeros_like(free_intercept[:1])])
         return SoftmaxGate(coef, intercept, ridge=self.ridge_value, max_iter=NEWTON_STEPS)
 
+    expert_family: Any  # the host's method: the ExpertFamily its ``expert`` argument names
+
     def _make_experts(self, params: dict[str, torch.Tensor]) -> GaussianExpert | LogisticExpert | SoftmaxExpert:
-        if self.expert == "gaussian":
-            floor = getattr(self, "_noise_floor", self.min_variance)
-            return GaussianExpert(**params, ridge=self.ridge_value, min_variance=floor)
-        family = EXPERTS[self.expert]
-        return family(params["coef"], params["intercept"], ridge=self.ridge_value, max_iter=NEWTON_STEPS)
+        floor = getattr(self, "_noise_floor", self.min_variance)
+        return self.expert_family().experts(params, self.ridge_value, NEWTON_STEPS, floor)
 
     def get_globals(self) -> dict[str, torch.Tensor]:
         values = {"gate_coef": self._gate.coef[:-1].clone(), "gate_intercept": self._gate.intercept[:-1].clone()}
@@ -56,7 +55,8 @@ class ParametersMixin:
         """Build the gate and the experts from ``values`` (``get_globals``' keys) as they are: unlike
         :meth:`set_globals`, without detaching or converting them, so that autograd sees through."""
         self._gate = self._make_gate(values["gate_coef"], values["gate_intercept"])
-        self._experts = self._make_experts({n: values[n] for n in EXPERTS[self.expert].param_names})
+        sites = self.expert_family().sites(self.n_experts, 1, 2)
+        self._experts = self._make_experts({n: values[n] for n in sites})
         self._invalidate_guide()
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
@@ -82,7 +82,7 @@ class ParametersMixin:
     ) -> "MixtureOfExperts":
         """A fitted model with the given parameters on the user's scale.
 
-        ``scale=None`` means logistic experts. ``gate_coef`` has shape ``(K, P)`` or
+        ``scale=None`` means logistic experts (unless ``expert=`` says otherwise). ``gate_coef`` has shape ``(K, P)`` or
         ``(K-1, P)`` (then the last gate is zero); it is shifted so its last row is zero.
 
         Examples
@@ -94,7 +94,7 @@ class ParametersMixin:
         >>> moe.predict(np.zeros((1, 1))).tolist()
         [0.0]
         """
-        expert = "gaussian" if scale is not None else "logistic"
+        expert: str | ExpertFamily = kwargs.pop("expert", None) or ("gaussian" if scale is not None else "logistic")
         dtype = kwargs.get("dtype", torch.float64)
         coef = torch.as_tensor(np.asarray(coef, dtype=np.float64), dtype=dtype)
         k, p = coef.shape

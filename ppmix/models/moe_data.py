@@ -4,27 +4,33 @@ mean and spread, which set the MCMC priors and the Gaussian experts' noise floor
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
 from ppmix._validation import check_matrix, check_positive_int, ravel_column_vector
+from ppmix.components.expert_family import ExpertFamily
 from ppmix.models.moe_moves import SEARCHES
 from ppmix.ops.scaling import feature_scales
 
-if TYPE_CHECKING:
-    from ppmix.models.moe import MixtureOfExperts
+__all__ = [
+    "TrainingData",
+    "check_response",
+    "check_settings",
+    "check_training_data",
+    "referenced_gate",
+    "restandardised",
+    "unstandardised",
+]
 
-__all__ = ["check_response", "check_settings", "prepare_training_data", "referenced_gate"]
 
-
-def check_settings(model: "MixtureOfExperts", experts: tuple[str, ...]) -> None:
+def check_settings(model: Any) -> None:
     """Raise ``ValueError`` naming the first constructor argument of ``model`` out of its range."""
     if model.n_experts < 2:
         raise ValueError(f"n_experts must be >= 2; got {model.n_experts}")
-    if model.expert not in experts:
-        raise ValueError(f"expert must be one of {experts}; got {model.expert!r}")
+    model.expert_family()  # a registered name or a family object, else an error naming expert
     split_merge = model.split_merge
     if isinstance(split_merge, bool) or not isinstance(split_merge, int) or split_merge < 0:
         raise ValueError(f"split_merge must be a non-negative integer; got {split_merge!r}")
@@ -41,12 +47,14 @@ def check_settings(model: "MixtureOfExperts", experts: tuple[str, ...]) -> None:
             raise ValueError(f"{name} must be non-negative; got {getattr(model, name)}")
 
 
-def check_response(y: Any, n: int, expert: str, name: str = "y") -> torch.Tensor:
-    """``y`` as a float64 vector of length ``n``; binary (0/1) for logistic experts.
+def check_response(y: Any, n: int, family: ExpertFamily, name: str = "y") -> torch.Tensor:
+    """``y`` as a float64 vector of length ``n`` with values the experts' ``family`` accepts (e.g. binary 0/1 for
+    logistic experts).
 
     Examples
     --------
-    >>> check_response([0, 1, 1], 3, "logistic")
+    >>> from ppmix.components.registry import expert_family_from
+    >>> check_response([0, 1, 1], 3, expert_family_from("logistic"))
     tensor([0., 1., 1.], dtype=torch.float64)
     """
     if y is None:
@@ -64,55 +72,62 @@ def check_response(y: Any, n: int, expert: str, name: str = "y") -> torch.Tensor
         raise ValueError(f"{name} must have shape ({n},) to match X; got {array.shape}")
     if not np.isfinite(array).all():
         raise ValueError(f"{name} contains NaN or infinite values")
-    if expert == "logistic" and not np.isin(array, (0.0, 1.0)).all():
-        bad = np.unique(array[~np.isin(array, (0.0, 1.0))])[:5].tolist()
-        raise ValueError(f"{name} must be binary (0/1) for logistic experts; got values such as {bad}")
-    if expert == "softmax" and ((array < 0).any() or (array != np.round(array)).any()):
-        raise ValueError(f"{name} must hold class codes 0, 1, ..., C-1 for softmax experts")
+    family.check_target(array, name)
     return torch.as_tensor(array)
 
 
-def prepare_training_data(model: MixtureOfExperts, X: Any, y: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """Check the training data, fit ``model``'s scales on it; the standardised covariates and the response.
+@dataclass(frozen=True)
+class TrainingData:
+    """The checked training data of a mixture of experts and the scales fitted on them."""
 
-    Sets ``n_features_in_``, ``feature_names_in_``, the covariates' mean and scale
-    (zero and one when ``model.standardize`` is false), the response's mean and standard
-    deviation and the Gaussian experts' noise floor (``min_variance`` times the variance of ``y``).
+    x: torch.Tensor  # (N, P) covariates on the user's scale
+    response: torch.Tensor  # (N,)
+    feature_names: list[str] | None
+    x_mean: torch.Tensor  # (P,) zeros when not standardising
+    x_scale: torch.Tensor  # (P,) ones when not standardising
+    y_mean: torch.Tensor
+    y_std: torch.Tensor
+    noise_floor: float  # min_variance times the variance of y: the Gaussian experts' noise floor
+
+
+def check_training_data(X: Any, y: Any, family: ExpertFamily, n_experts: int, settings: dict[str, Any]) -> TrainingData:
+    """Check the training data of ``n_experts`` experts of ``family`` and fit the scales on them.
+
+    ``settings``: the model's ``dtype``, ``device``, ``standardize`` and ``min_variance``. Refuses data with
+    no more rows than free parameters (naming ``X``).
     """
-    x, names = check_matrix(X, "X", dtype=model.dtype, device=model._device)
-    model.n_features_in_ = int(x.shape[1])
-    model.feature_names_in_ = names
-    response = check_response(y, x.shape[0], model.expert).to(dtype=model.dtype, device=model._device)
-    if x.shape[0] <= model.n_parameters:
+    x, names = check_matrix(X, "X", dtype=settings["dtype"], device=settings["device"])
+    response = check_response(y, x.shape[0], family).to(dtype=settings["dtype"], device=settings["device"])
+    k, p = n_experts, int(x.shape[1])
+    n_classes = int(response.max()) + 1 if family.target_kind == "categorical" and response.numel() else None
+    n_parameters = (k - 1) * (p + 1) + family.n_parameters(k, p, n_classes)
+    if x.shape[0] <= n_parameters:
         raise ValueError(
-            f"X has {x.shape[0]} rows (n_samples={x.shape[0]}), not more than the {model.n_parameters} free "
-            f"parameters of a {model.n_experts}-expert {model.expert} MoE with {x.shape[1]} features"
+            f"X has {x.shape[0]} rows (n_samples={x.shape[0]}), not more than the {n_parameters} free "
+            f"parameters of a {k}-expert {family.name} MoE with {p} features"
         )
-    held = _user_scale_globals(model) if model.is_fitted else None
-    if model.standardize:
-        model._x_mean, model._x_scale = feature_scales(x)
+    if settings["standardize"]:
+        x_mean, x_scale = feature_scales(x)
     else:
-        model._x_mean, model._x_scale = torch.zeros_like(x[0]), torch.ones_like(x[0])
-    if held is not None:  # a warm start continues from the same model, re-expressed on the new scales
-        model.set_globals(_restandardised(held, model._x_mean, model._x_scale))
-    model._y_mean, model._y_std = response.mean(), response.std().clamp_min(1e-12)
-    model._noise_floor = model.min_variance * float(model._y_std.square())
-    return model._standardise(x), response
+        x_mean, x_scale = torch.zeros_like(x[0]), torch.ones_like(x[0])
+    y_mean, y_std = response.mean(), response.std().clamp_min(1e-12)
+    return TrainingData(x, response, names, x_mean, x_scale, y_mean, y_std, settings["min_variance"] * float(y_std**2))
 
 
 #: the (coefficients, intercepts) pairs of the linear parameters in ``MixtureOfExperts.get_globals()``
 _LINEAR_PAIRS = (("gate_coef", "gate_intercept"), ("coef", "intercept"))
 
 
-def _user_scale_globals(model: MixtureOfExperts) -> dict[str, torch.Tensor]:
-    """``model.get_globals()`` with the linear parameters on the user's (unstandardised) scale."""
-    values = dict(model.get_globals())
+def unstandardised(values: dict[str, torch.Tensor], mean: torch.Tensor, scale: torch.Tensor) -> dict[str, Any]:
+    """Parameters on covariates standardised by ``mean`` and ``scale`` re-expressed on the user's scale."""
+    values = dict(values)
     for coef, intercept in _LINEAR_PAIRS:
-        values[coef], values[intercept] = model._unstandardise(values[coef], values[intercept])
+        user = values[coef] / scale
+        values[coef], values[intercept] = user, values[intercept] - user @ mean
     return values
 
 
-def _restandardised(values: dict[str, torch.Tensor], mean: torch.Tensor, scale: torch.Tensor) -> dict[str, Any]:
+def restandardised(values: dict[str, torch.Tensor], mean: torch.Tensor, scale: torch.Tensor) -> dict[str, Any]:
     """User-scale parameters re-expressed on covariates standardised by ``mean`` and ``scale``."""
     values = dict(values)
     for coef, intercept in _LINEAR_PAIRS:

@@ -156,7 +156,7 @@ def split_and_merge(model: MixtureOfExperts, options: dict[str, Any]) -> None:
                     model.m_step(data, move_responsibilities(model, *data, move))
                 with convergence_warnings_ignored(model.polish):  # the polish's verdict replaces EM's
                     result = run_em(model, model._train_data, n_init=1, warm_start=True, progress=False, **em_options)
-                result = polished(model, result, options)
+                result = polished(model, data, result, options)
             except ValueError as error:  # an expert left with no points: the move is rejected
                 logger.info("split-and-merge move %s rejected: %s", move, error)
                 continue
@@ -317,7 +317,7 @@ def move_responsibilities(model: MixtureOfExperts, x: torch.Tensor, y: torch.Ten
         centred = x[members] - x[members].mean(0)
         axis = torch.linalg.svd(centred, full_matrices=False).Vh[0]
         score = (x - x[members].mean(0)) @ axis
-    elif model.expert == "softmax":  # no mean to subtract: split by how badly the expert fits each point
+    elif model.target_kind == "categorical":  # no mean to subtract: split by how badly the expert fits each point
         score = -model._experts.log_prob((x, y))[:, split]
     else:
         score = y - model._expert_means(x)[:, split]

@@ -9,7 +9,9 @@ iterations (12 s against 4 min), and the experts it ended with matched the plant
 far better (adjusted Rand index 0.75 -> 0.93). So after EM the fit goes on by L-BFGS
 (strong-Wolfe line search) on exactly EM's objective, the penalised log-likelihood
 (:meth:`~ppmix.models.MixtureOfExperts.penalised_log_likelihood`), from EM's end point.
-Every iterate that is kept raises that objective, so ``history_`` stays monotone.
+Every iterate that is kept raises that objective, so ``history_`` stays monotone. The L-BFGS
+loop is the engine piece :func:`~ppmix.inference.engines.polish.lbfgs_polish`; this module says
+how a mixture of experts is polished.
 
 Gaussian experts' noise scales are optimised as ``log(scale^2 - floor)``, which keeps them
 above the variance floor that EM keeps them above.
@@ -17,52 +19,38 @@ above the variance floor that EM keeps them above.
 
 from __future__ import annotations
 
-import logging
-import math
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
+from ppmix.inference.engines.polish import Values, lbfgs_polish
 from ppmix.inference.engines.result import ConvergenceWarning, FitResult
-from ppmix.ops.threads import threads_for, torch_threads
 
-if TYPE_CHECKING:
-    from ppmix.models.moe import MixtureOfExperts
-
-__all__ = ["polish", "polish_fit", "polished", "warn_unconverged"]
-
-logger = logging.getLogger(__name__)
-
-#: correction pairs L-BFGS keeps
-_HISTORY_SIZE = 20
-#: the most objective evaluations of one iteration (its line search)
-_LINE_SEARCH_EVALS = 25
-#: the polish has converged when the objective per point rose by at most ``tol`` over this many iterations
-#: (L-BFGS's gains are irregular: a single small one does not mean it is done)
-_WINDOW = 5
+__all__ = ["polish", "polished", "warn_unconverged"]
 
 
-def _unconstrained(model: MixtureOfExperts, values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The parameters on an unconstrained scale: Gaussian experts' ``scale`` as ``log(scale^2 - floor)``."""
-    if "scale" not in values:
-        return dict(values)
-    floor = model._experts.min_variance
-    excess = (values["scale"].square() - floor).clamp_min(torch.finfo(values["scale"].dtype).tiny)
-    return {**values, "scale": excess.log()}
+def _floor_maps(floor: float) -> tuple[Any, Any]:
+    """Gaussian experts' ``scale`` to ``log(scale^2 - floor)`` and back (other parameters unchanged)."""
+
+    def to_free(values: Values) -> Values:
+        if "scale" not in values:
+            return dict(values)
+        excess = (values["scale"].square() - floor).clamp_min(torch.finfo(values["scale"].dtype).tiny)
+        return {**values, "scale": excess.log()}
+
+    def from_free(free: Values) -> Values:
+        if "scale" not in free:
+            return dict(free)
+        return {**free, "scale": (floor + free["scale"].exp()).sqrt()}
+
+    return to_free, from_free
 
 
-def _constrained(model: MixtureOfExperts, free: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Inverse of :func:`_unconstrained`."""
-    if "scale" not in free:
-        return dict(free)
-    return {**free, "scale": (model._experts.min_variance + free["scale"].exp()).sqrt()}
-
-
-def polish(
-    model: MixtureOfExperts, data: tuple[torch.Tensor, torch.Tensor], max_iter: int, tol: float
-) -> tuple[list[float], bool]:
-    """Run L-BFGS on ``model``'s penalised log-likelihood per point from its current parameters, in place.
+def polish(model: Any, data: tuple[torch.Tensor, torch.Tensor], max_iter: int, tol: float) -> tuple[list[float], bool]:
+    """Run L-BFGS on a fitted :class:`~ppmix.models.MixtureOfExperts`'s penalised log-likelihood per point from
+    its current parameters, in place (:func:`~ppmix.inference.engines.polish.lbfgs_polish`; Gaussian experts'
+    noise scales kept above their floor).
 
     Parameters
     ----------
@@ -91,75 +79,30 @@ def polish(
     >>> y = (X[:, 0] * np.sign(X[:, 1]) + 0.3 * rng.normal(size=300) > 0).astype(float)
     >>> moe = MixtureOfExperts(2, expert="logistic", seed=0, progress=False, split_merge=0, polish=False)
     >>> moe = moe.fit(X, y, max_iter=5)
-    >>> history, converged = polish(moe, moe.em_data(moe._train_data), max_iter=200, tol=1e-9)
+    >>> history, converged = polish(moe, moe.em_data(moe.prepare_data(X, y)), max_iter=200, tol=1e-9)
     >>> bool(history[-1] > moe.lower_bound_), bool(np.all(np.diff(history) >= 0))
     (True, True)
     """
-    x, y = data
-    n_rows = len(y)
-    start = model.get_globals()
-    free = {name: value.clone().requires_grad_(True) for name, value in _unconstrained(model, start).items()}
-    optimizer = torch.optim.LBFGS(
-        list(free.values()),
-        lr=1.0,
-        max_iter=1,  # one iteration per step, so that every iteration's objective is recorded
-        max_eval=_LINE_SEARCH_EVALS,  # torch's default, 1.25 max_iter, would leave the line search none
-        history_size=_HISTORY_SIZE,
-        line_search_fn="strong_wolfe",
-        tolerance_grad=0.0,
-        tolerance_change=0.0,
-    )
-
-    def loss() -> torch.Tensor:
-        optimizer.zero_grad()
-        model.assign_globals(_constrained(model, free))
-        value = -model.penalised_log_likelihood(x, y) / n_rows
-        value.backward()
-        return value
-
-    def snapshot() -> dict[str, torch.Tensor]:
-        return {name: value.detach().clone() for name, value in _constrained(model, free).items()}
-
-    work = float(n_rows) * sum(value.numel() for value in start.values())
-    best_value, best, history, converged = -float(loss().detach()), start, [], False
-    with torch_threads(threads_for(work)):
-        for _ in range(max_iter):
-            optimizer.step(loss)
-            with torch.no_grad():
-                model.assign_globals(_constrained(model, free))
-                value = float(model.penalised_log_likelihood(x, y)) / n_rows
-            if not math.isfinite(value) or value <= best_value:  # no gain: the line search found nothing better
-                converged = True
-                break
-            best_value, best = value, snapshot()
-            history.append(value)
-            if len(history) > _WINDOW and history[-1] - history[-1 - _WINDOW] <= tol:
-                converged = True
-                break
-    model.set_globals(best)
-    logger.info("L-BFGS polish: objective/point %s after %d iterations", f"{best_value:.6f}", len(history))
-    return history, converged
+    floor = getattr(model.experts_, "min_variance", 0.0)  # Gaussian experts' noise floor (others have none)
+    return lbfgs_polish(model, data, max_iter, tol, *_floor_maps(floor))
 
 
-def polished(model: MixtureOfExperts, result: FitResult, options: dict[str, Any]) -> FitResult:
-    """``result``, an EM run on ``model``'s training data, continued by :func:`polish` when ``model.polish``:
-    its history extended, its iterations added and its convergence the polish's.
+def polished(
+    model: Any, data: tuple[torch.Tensor, torch.Tensor], result: FitResult, options: dict[str, Any]
+) -> FitResult:
+    """``result``, an EM run on ``data`` (the standardised training data), continued by :func:`polish` when
+    ``model.polish``: its history extended, its iterations added and its convergence the polish's.
 
     ``options``' ``max_iter`` and ``tol`` (else the model's) bound the polish as they bound EM.
     """
     if not model.polish:
         return result
     max_iter, tol = options.get("max_iter", model.max_iter), options.get("tol", model.tol)
-    history, converged = polish(model, model.em_data(model._train_data), int(max_iter), float(tol))
+    history, converged = polish(model, data, int(max_iter), float(tol))
     return FitResult(list(result.history) + history, int(result.n_iter) + len(history), converged)
 
 
-def polish_fit(model: MixtureOfExperts, options: dict[str, Any]) -> None:
-    """Continue the EM fit recorded in ``model``'s fitted attributes by :func:`polished`."""
-    model._store_result("em", polished(model, FitResult(model.history_, model.n_iter_, model.converged_), options))
-
-
-def warn_unconverged(model: MixtureOfExperts) -> None:
+def warn_unconverged(model: Any) -> None:
     """Warn if the fit's last EM run and its polish stopped at ``max_iter`` before meeting ``tol``: the verdict
     that replaces EM's own warning when ``model.polish``."""
     if model.polish and not model.converged_:

@@ -25,10 +25,11 @@ def check_models(models: Sequence[MixtureOfExperts], weights: Sequence[float] | 
         m._check_fitted()
     first = models[0]
     for i, m in enumerate(models):
-        if (m.n_experts, m.expert, m.n_features_in_) != (first.n_experts, first.expert, first.n_features_in_):
+        kind, first_kind = m.expert_family().name, first.expert_family().name
+        if (m.n_experts, kind, m.n_features_in_) != (first.n_experts, first_kind, first.n_features_in_):
             raise ValueError(
-                f"models[{i}] has {m.n_experts} {m.expert} experts on {m.n_features_in_} features; "
-                f"models[0] has {first.n_experts} {first.expert} experts on {first.n_features_in_}"
+                f"models[{i}] has {m.n_experts} {kind} experts on {m.n_features_in_} features; "
+                f"models[0] has {first.n_experts} {first_kind} experts on {first.n_features_in_}"
             )
     if weights is None:
         return [1.0 / len(models)] * len(models)
