@@ -224,7 +224,7 @@ def fit_em(
         raise ValueError("a shard is listed twice: each file may appear once")
     if not (isinstance(sample_size, int) and sample_size >= 1):
         raise ValueError(f"sample_size must be a positive integer; got {sample_size!r}")
-    object.__setattr__(model, "_train_data", None)  # nothing of an earlier in-memory fit travels to the workers
+    model.release_training_data()  # nothing of an earlier in-memory fit travels to the workers
     excluded = {model.sequence_column if isinstance(model, SequenceData) else None, target}
     columns = (shard_columns(s, "") for s in shards)
     named = collection_columns or next((c for c in columns if c is not None), None)
@@ -256,7 +256,7 @@ def fit_em(
         result = run_em(sharded, None, **options)
     finally:
         holders.close()
-    model._store_result("em", result)
+    model.record_result("em", result)
     model.fit_report_ = {
         "n_shards": len(shards),
         "shards": [

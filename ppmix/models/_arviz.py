@@ -273,18 +273,14 @@ def build_inference_data(
         raise ValueError(f"approximation must be one of {APPROXIMATIONS}; got {approximation!r}")
     draws, source, no_laplace = global_draws(model, data, num_samples, approximation)
     n_chains, n_draws = next(iter(draws.values())).shape[:2]
-    saved_state, saved_guide = model.state_tensors(), model._guide_cache
     loglik, discrete = [], {}
-    try:
+    with model.parameters_restored():  # the fitted state and guide are left exactly as they were
         for c in range(n_chains):
             for d in range(n_draws):
                 model.set_globals({k: v[c, d] for k, v in draws.items()})
                 loglik.append(model.pointwise_log_likelihood(data).detach().cpu().numpy())
                 for name, probs in model.posterior_marginals(data).items():
                     discrete.setdefault(name, []).append(probs.detach().cpu().numpy())
-    finally:  # the fitted state and guide (e.g. a trained AutoNormal) are left exactly as they were
-        model.load_state_tensors(saved_state)
-        model._set_guide(saved_guide)
 
     def per_draw(arrays: list[np.ndarray]) -> np.ndarray:
         stacked = np.stack(arrays)

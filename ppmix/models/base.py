@@ -220,8 +220,16 @@ class MixtureModel(DensityMixin, InformationCriteriaMixin, Savable, PyroModule):
             object.__setattr__(self, "_guide_cache", autoguide(self.model, "delta", self.get_globals()))
         return self._guide_cache
 
-    def _set_guide(self, guide: Any) -> None:
-        object.__setattr__(self, "_guide_cache", guide)
+    @contextlib.contextmanager
+    def parameters_restored(self) -> Iterator[None]:
+        """Inside the context the parameters may be set to anything (e.g. posterior draws, one by one); after it
+        the fitted state and guide (e.g. a trained ``AutoNormal``) are exactly as they were."""
+        saved_state, saved_guide = self.state_tensors(), self._guide_cache
+        try:
+            yield
+        finally:
+            self.load_state_tensors(saved_state)
+            object.__setattr__(self, "_guide_cache", saved_guide)
 
     @property
     def variational_guide_(self) -> Any:
@@ -325,14 +333,21 @@ class MixtureModel(DensityMixin, InformationCriteriaMixin, Savable, PyroModule):
         object.__setattr__(self, "_train_data", data)
         self.set_variational_guide(None)
         runner = {"em": run_em, "svi": run_svi, "mcmc": run_mcmc}[engine]
-        return self._store_result(engine, runner(self, data, **options))
+        return self.record_result(engine, runner(self, data, **options))
 
-    def _store_result(self, engine: str, result: Any) -> "MixtureModel":
-        """Record an engine's :class:`~ppmix.inference.engines.result.FitResult` as the fitted attributes."""
+    def record_result(self, engine: str, result: Any) -> "MixtureModel":
+        """Record an engine's :class:`~ppmix.inference.engines.result.FitResult` as the fitted attributes
+        (``engine_``, ``history_``, ``n_iter_``, ``converged_``, ``lower_bound_``): what an engine run outside
+        :meth:`fit` (e.g. :func:`ppmix.distributed.fit_em`) calls to leave the model fitted."""
         self.engine_, self.history_ = engine, list(result.history)
         self.n_iter_, self.converged_ = int(result.n_iter), bool(result.converged)
         self.lower_bound_ = float(result.history[-1]) if result.history else float("nan")
         return self
+
+    def release_training_data(self) -> None:
+        """Drop the prepared training data a fit keeps (for ``to_arviz()`` without data, split-and-merge, restarts),
+        e.g. before the model travels to workers."""
+        object.__setattr__(self, "_train_data", None)
 
     def validate_params(self) -> None:
         """Check constructor arguments (called by :meth:`fit`)."""

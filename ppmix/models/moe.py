@@ -371,8 +371,8 @@ class MixtureOfExperts(ParametersMixin, TargetKindMixin, MixtureModel):
             super().fit(X, y, engine=engine, **options)
         if engine == "em":
             em = FitResult(self.history_, self.n_iter_, self.converged_)
-            self._store_result("em", polished(self, self.em_data(self._train_data), em, options))
-            split_and_merge(self, options)
+            em = polished(self, self.em_data(self._train_data), em, options)
+            self.record_result("em", split_and_merge(self, self._train_data, options, em))
             warn_unconverged(self)
         if engine in ("em", "svi"):
             self._canonical_order(self._train_data[0])

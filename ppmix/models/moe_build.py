@@ -5,7 +5,7 @@ reduction and users hand ppmix a model they did not fit."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Self
 
 import numpy as np
 import torch
@@ -13,9 +13,6 @@ import torch
 from ppmix.components import GaussianExpert, LogisticExpert, SoftmaxExpert, SoftmaxGate
 from ppmix.components.expert_family import ExpertFamily
 from ppmix.models.moe_data import referenced_gate
-
-if TYPE_CHECKING:
-    from ppmix.models.moe import MixtureOfExperts
 
 __all__ = ["NEWTON_STEPS", "ParametersMixin"]
 
@@ -79,7 +76,7 @@ class ParametersMixin:
         feature_names: list[str] | None = None,
         engine: str = "given",
         **kwargs: Any,
-    ) -> "MixtureOfExperts":
+    ) -> Self:
         """A fitted model with the given parameters on the user's scale.
 
         ``scale=None`` means logistic experts (unless ``expert=`` says otherwise). ``gate_coef`` has shape ``(K, P)`` or
@@ -113,7 +110,7 @@ class ParametersMixin:
     @classmethod
     def from_families(
         cls, gate: SoftmaxGate, experts: GaussianExpert | LogisticExpert, **kwargs: Any
-    ) -> "MixtureOfExperts":
+    ) -> Self:
         """A fitted model from a gate and an expert family on the user's scale (see :meth:`from_parameters`)."""
         scale = experts.scale if isinstance(experts, GaussianExpert) else None
         return cls.from_parameters(

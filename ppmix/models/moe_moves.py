@@ -24,17 +24,17 @@ from __future__ import annotations
 
 import itertools
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-from ppmix.inference.engines.result import convergence_warnings_ignored
+from ppmix.inference.engines.result import FitResult, convergence_warnings_ignored
 from ppmix.models.moe_polish import polished
 from ppmix.ops.kmeans import kmeans
 from ppmix.ops.logspace import normalize_log_joint_
 
-if TYPE_CHECKING:
-    from ppmix.models.moe import MixtureOfExperts
+#: a fitted :class:`~ppmix.models.MixtureOfExperts` (annotation only: this module does not import the model)
+MixtureOfExperts = Any
 
 __all__ = [
     "SEARCHES",
@@ -112,9 +112,13 @@ def initial_responsibilities(
     return torch.softmax(x @ slopes.to(x.device) + offsets.to(x.device), dim=1)
 
 
-def split_and_merge(model: MixtureOfExperts, options: dict[str, Any]) -> None:
-    """Up to ``model.split_merge`` rounds of moves on a model just fitted by EM; a round keeps its best move
-    only if EM from it ends higher.
+def split_and_merge(
+    model: MixtureOfExperts, train_data: Any, options: dict[str, Any], fitted: FitResult
+) -> FitResult:
+    """Up to ``model.split_merge`` rounds of moves on a model just fitted by EM (on ``train_data``, its prepared
+    training data, ending as ``fitted`` says); a round keeps its best move only if EM from it ends higher.
+    Returns the fit's record after the moves (``fitted`` itself when none was kept); the model keeps the
+    parameters of the last kept move.
 
     A round tries one move (``split_merge_search="proposal"``) or the few best of the
     screened ones (``"screened"``), each followed by EM on all rows to convergence (with
@@ -135,7 +139,7 @@ def split_and_merge(model: MixtureOfExperts, options: dict[str, Any]) -> None:
     """
     from ppmix.inference import run_em
 
-    data = model.em_data(model._train_data)
+    data = model.em_data(train_data)
     tol = options.get("tol", model.tol)
     em_options = {key: options[key] for key in ("max_iter", "tol") if key in options}
     subsampled = model.split_merge_search == "screened" and len(data[1]) > _SCREEN_ROWS
@@ -147,7 +151,7 @@ def split_and_merge(model: MixtureOfExperts, options: dict[str, Any]) -> None:
         else:
             move = split_merge_proposal(model, *data)
             starts = [] if move is None else [(move, None)]
-        saved, before = model.get_globals(), model.lower_bound_
+        saved, before = model.get_globals(), float(fitted.history[-1])
         best: tuple[float, Any, dict[str, torch.Tensor], Move] | None = None
         for move, screened in starts:
             model.set_globals(saved if screened is None else screened)
@@ -155,7 +159,7 @@ def split_and_merge(model: MixtureOfExperts, options: dict[str, Any]) -> None:
                 if screened is None:
                     model.m_step(data, move_responsibilities(model, *data, move))
                 with convergence_warnings_ignored(model.polish):  # the polish's verdict replaces EM's
-                    result = run_em(model, model._train_data, n_init=1, warm_start=True, progress=False, **em_options)
+                    result = run_em(model, train_data, n_init=1, warm_start=True, progress=False, **em_options)
                 result = polished(model, data, result, options)
             except ValueError as error:  # an expert left with no points: the move is rejected
                 logger.info("split-and-merge move %s rejected: %s", move, error)
@@ -167,15 +171,15 @@ def split_and_merge(model: MixtureOfExperts, options: dict[str, Any]) -> None:
             model.set_globals(saved)
             idle += 1
             if idle == patience:
-                return
+                return fitted
             continue
         idle = 0
         after, result, values, move = best
         model.set_globals(values)
         logger.info("split-and-merge move %s: objective/point %.6f -> %.6f", move, before, after)
-        model.history_ = list(result.history)  # the EM run of the last kept move (monotone)
-        model.n_iter_ += int(result.n_iter)
-        model.converged_, model.lower_bound_ = bool(result.converged), after
+        # the history of the EM run of the last kept move (monotone); the iterations of every run
+        fitted = FitResult(list(result.history), fitted.n_iter + int(result.n_iter), bool(result.converged))
+    return fitted
 
 
 def _prediction_distance(model: MixtureOfExperts, x: torch.Tensor) -> torch.Tensor:

@@ -52,23 +52,8 @@ def polish(model: Any, data: tuple[torch.Tensor, torch.Tensor], max_iter: int, t
     its current parameters, in place (:func:`~ppmix.inference.engines.polish.lbfgs_polish`; Gaussian experts'
     noise scales kept above their floor).
 
-    Parameters
-    ----------
-    model : MixtureOfExperts
-        A model fitted by EM (its gate and experts are set).
-    data : (x, y)
-        The standardised training data (``model.em_data``).
-    max_iter : int
-        The most L-BFGS iterations.
-    tol : float
-        Stop when the last 5 iterations gained at most this much objective per point in all (EM's ``tol``).
-
-    Returns
-    -------
-    history : list of float
-        The objective per point after each iteration (empty if the first did not gain).
-    converged : bool
-        Whether it stopped by ``tol``, or at a point where the line search found no gain.
+    ``data`` is the standardised training data (``model.em_data``); ``max_iter``, ``tol`` and the returned
+    ``(history, converged)`` are those of :func:`~ppmix.inference.engines.polish.lbfgs_polish`.
 
     Examples
     --------

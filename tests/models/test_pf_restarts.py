@@ -95,7 +95,7 @@ def test_validation_scores_average_over_the_starts():
 
     model = PFGMM(2, switch_prior=0.5, n_restarts=3, seed=0, **QUIET)
     model.p_ = 0.5
-    fit_restarts(model, lambda: model._fit_once(x, y, "em", {}), 3, collect)
+    fit_restarts(model, lambda r: model.fit_start(x, y, r), 3, collect)
     fresh = PFGMM(2, switch_prior=0.5, n_restarts=3, seed=0, **QUIET)
     scores = _held_out_log_p_y(fresh, x, y, x_test, y_test, {})
     np.testing.assert_allclose(scores, np.mean(per_start, axis=0), rtol=1e-10)
@@ -164,6 +164,6 @@ def test_fit_restarts_keeps_the_first_of_equal_starts():
     model = PFGMM(2, switch_prior=0.05, seed=0, **QUIET)
     model.p_ = 0.05
     seen = []
-    scores = fit_restarts(model, lambda: model._fit_once(x, y, "em", {}), 3, lambda r: seen.append(model.get_globals()))
+    scores = fit_restarts(model, lambda r: model.fit_start(x, y, r), 3, lambda r: seen.append(model.get_globals()))
     assert len(scores) == 3 and max(scores) - min(scores) < RESTART_TIE  # at small p every start ends in one fit
     torch.testing.assert_close(model.get_globals()["locs"], seen[0]["locs"], rtol=0, atol=0)  # the first is kept

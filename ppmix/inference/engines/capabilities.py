@@ -43,6 +43,12 @@ class ShardableEM(Protocol):
     def em_update(self, stats: Any) -> None:
         """The M-step from (merged) statistics."""
 
+    def record_result(self, engine: str, result: Any) -> Any:
+        """Record the fit's :class:`~ppmix.inference.engines.result.FitResult` as the fitted attributes."""
+
+    def release_training_data(self) -> None:
+        """Drop prepared training data held from an earlier fit."""
+
 
 @runtime_checkable
 class GlobalObjectiveEM(Protocol):

@@ -246,10 +246,24 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
     def _fit_restarts(self, X: Any, y: Any, engine: str, options: dict[str, Any]) -> None:
         """``n_restarts`` fits at ``p_``, the best kept (:func:`~ppmix.models.pf.restarts.fit_restarts`)."""
         n_restarts = 1 if self.warm_start and self.is_fitted else self.n_restarts
-        self.restart_scores_ = fit_restarts(self, lambda: self._fit_once(X, y, engine, options), n_restarts)
+        self.restart_scores_ = fit_restarts(
+            self, lambda restart: self.fit_start(X, y, restart, engine=engine, **options), n_restarts
+        )
 
-    def _fit_once(self, X: Any, y: Any, engine: str, options: dict[str, Any]) -> None:
-        super().fit(X, y, engine=engine, **options)
+    def fit_start(self, X: Any, y: Any, restart: int, *, engine: str = "em", **options: Any) -> PFData:
+        """One fit at ``p_`` (``switch_prior`` when it is a number) from start ``restart`` (0: the model's own
+        start; the others: :func:`~ppmix.models.pf.restarts.start_responsibilities`); the prepared training data.
+
+        What :meth:`fit` runs ``n_restarts`` times (keeping the best) and switch-prior selection runs per fold.
+        """
+        if not self._auto_switch_prior:
+            self.p_ = float(self.switch_prior)
+        object.__setattr__(self, "_restart", restart)
+        try:
+            super().fit(X, y, engine=engine, **options)
+        finally:
+            object.__setattr__(self, "_restart", 0)
+        return self._train_data
 
     # ------------------------------------------------------------------- data
     def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> PFData:

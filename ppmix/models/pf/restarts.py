@@ -24,18 +24,20 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Protocol, runtime_checkable
 
 import numpy as np
 import torch
 
 from ppmix.components.centred import CentredData
+from ppmix.inference.engines.restarts import best_of_starts
 from ppmix.models.pf.switches import PF_KMEANS_RUNS, FrameLabels, label_ratio, label_relevant_features
 from ppmix.ops.kmeans import kmeans_start
 
 __all__ = [
     "PROBA_FLOOR",
     "RESTART_TIE",
+    "StartFitting",
     "fit_restarts",
     "in_sample_log_p_y",
     "in_sample_log_p_y_rows",
@@ -157,52 +159,58 @@ def _clearly_better(rows: np.ndarray, best: np.ndarray) -> bool:
 _RESULT_ATTRIBUTES = ("engine_", "history_", "n_iter_", "converged_", "lower_bound_")
 
 
+@runtime_checkable
+class StartFitting(Protocol):
+    """A model that fits from a numbered start (``fit_start``, returning the prepared training data) and says how
+    many starts it makes (``n_restarts``): PFGMM and its subclasses."""
+
+    n_restarts: int
+
+    def fit_start(self, X: Any, y: Any, restart: int, *, engine: str = "em", **options: Any) -> Any: ...
+
+
 def fit_restarts(
-    model: Any, fit_once: Callable[[], Any], n_restarts: int, each: Callable[[int], Any] | None = None
+    model: Any, fit_start: Callable[[int], Any], n_restarts: int, each: Callable[[int], Any] | None = None
 ) -> list[float]:
-    """Call ``fit_once()`` (a fit of ``model`` on its training data) for starts ``0 .. n_restarts - 1`` and keep the
-    best by mean in-sample ``log P(y | x)`` of the labelled rows (by the ELBO per point without labels).
+    """Call ``fit_start(restart)`` (a fit of ``model`` from start ``restart``, returning its prepared training
+    data) for starts
+    ``0 .. n_restarts - 1`` and keep the best by mean in-sample ``log P(y | x)`` of the labelled rows (by the
+    ELBO per point without labels), through :func:`~ppmix.inference.engines.restarts.best_of_starts`.
 
     A later start replaces the one kept only when its mean is higher by more than one standard
     error of the paired per-row difference (and by more than ``RESTART_TIE``): in-sample, a start
     whose components also follow label-independent features can gain a little by chance, and
     the one-standard-error rule, as for ``p``, keeps the earlier (model's own) start then.
-    ``model._restart`` tells ``em_initialize`` which start to make; ``each(restart)``, if given,
-    is called after every start's fit. Returns the mean score of every start.
+    ``each(restart)``, if given, is called after every start's fit. Returns the mean score of every start.
 
     Examples
     --------
     >>> from ppmix.datasets import make_pf_synthetic
     >>> from ppmix.models import PFGMM
-    >>> from ppmix.models.pf.restarts import in_sample_log_p_y
     >>> data = make_pf_synthetic(200, n_relevant=2, n_features=6, seed=0)
     >>> model = PFGMM(3, switch_prior=0.2, seed=0, progress=False)
-    >>> scores = fit_restarts(model, lambda: model._fit_once(data.X, data.y, "em", {}), 3)
-    >>> len(scores), in_sample_log_p_y(model, model._train_data) >= max(scores) - RESTART_TIE
+    >>> scores = fit_restarts(model, lambda r: model.fit_start(data.X, data.y, r), 3)
+    >>> len(scores), in_sample_log_p_y(model, model.prepare_data(data.X, data.y)) >= max(scores) - RESTART_TIE
     (3, True)
     """
-    best: tuple[np.ndarray, dict[str, torch.Tensor], dict[str, Any]] | None = None
-    scores = []
-    try:
-        for restart in range(n_restarts):
-            object.__setattr__(model, "_restart", restart)
-            fit_once()
-            if each is not None:
-                each(restart)
-            data = model._train_data
-            rows = in_sample_log_p_y_rows(model, data) if data.labels.any else np.array([model.lower_bound_])
-            scores.append(float(rows.mean()))
-            logger.debug("restart %d: %.5f", restart, scores[-1])
-            if best is None or _clearly_better(rows, best[0]):
-                best = (rows, model.get_globals(), {a: getattr(model, a) for a in _RESULT_ATTRIBUTES})
-    finally:
-        object.__setattr__(model, "_restart", 0)
-    assert best is not None
-    if n_restarts > 1:
-        model.set_globals(best[1])
-        for name, value in best[2].items():
+    latest: dict[str, Any] = {}
+
+    def fit(restart: int) -> None:
+        latest["data"] = fit_start(restart)
+
+    def score_rows() -> np.ndarray:
+        data = latest["data"]
+        return in_sample_log_p_y_rows(model, data) if data.labels.any else np.array([model.lower_bound_])
+
+    def snapshot() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        return model.get_globals(), {a: getattr(model, a) for a in _RESULT_ATTRIBUTES}
+
+    def restore(snap: tuple[dict[str, torch.Tensor], dict[str, Any]]) -> None:
+        model.set_globals(snap[0])
+        for name, value in snap[1].items():
             setattr(model, name, value)
-    return scores
+
+    return best_of_starts(n_restarts, fit, score_rows, snapshot, restore, _clearly_better, each)
 
 
 def in_sample_log_p_y(model: Any, data: Any) -> float:
@@ -229,8 +237,9 @@ def in_sample_log_p_y_rows(model: Any, data: Any) -> np.ndarray:
     >>> from ppmix.datasets import make_pf_synthetic
     >>> from ppmix.models import PFGMM
     >>> data = make_pf_synthetic(200, n_relevant=2, n_features=4, seed=0)
-    >>> model = PFGMM(2, switch_prior=0.2, seed=0, progress=False).fit(data.X, data.y[:150].tolist() + [None] * 50)
-    >>> in_sample_log_p_y_rows(model, model._train_data).shape
+    >>> y = data.y[:150].tolist() + [None] * 50
+    >>> model = PFGMM(2, switch_prior=0.2, seed=0, progress=False).fit(data.X, y)
+    >>> in_sample_log_p_y_rows(model, model.prepare_data(data.X, y)).shape
     (150,)
     """
     observed = data.labels.observed

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from ppmix.inference.engines.result import convergence_warnings_ignored
-from ppmix.models.pf.restarts import PROBA_FLOOR, fit_restarts
+from ppmix.models.pf.restarts import PROBA_FLOOR, StartFitting, fit_restarts
 from ppmix.models.pf.switches import FrameLabels, label_ratio
 
 __all__ = [
@@ -216,9 +216,10 @@ def _held_out_log_p_y(
         starts.append(np.where(y_test == 1, np.log(p1), np.log1p(-p1)))
 
     with convergence_warnings_ignored():
-        if hasattr(model, "_fit_once"):
+        if isinstance(model, StartFitting):
             model.validate_params()
-            fit_restarts(model, lambda: model._fit_once(x_train, y_train, "em", options), model.n_restarts, held_out)
+            fit_one = lambda restart: model.fit_start(x_train, y_train, restart, **options)  # noqa: E731
+            fit_restarts(model, fit_one, model.n_restarts, held_out)
         else:  # any classifier with fit and predict_proba
             model.fit(x_train, y_train, **options)
             held_out(0)
