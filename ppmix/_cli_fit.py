@@ -31,6 +31,11 @@ def add_fit_parsers(fit_sub: Any, positive: Callable[[str], int], seed: Callable
     hmm.add_argument("--k", type=positive, required=True, help="number of hidden states")
     hmm.add_argument("--sequence-column", metavar="COLUMN", help="column holding the sequence id of every row")
     hmm.add_argument("--covariance", choices=["diag", "full"], default="diag")
+    hmm.add_argument(
+        "--emission",
+        default="gaussian",
+        help="the emissions' family, by its registered name: gaussian (default; --covariance applies), poisson, ...",
+    )
     _add_engine(hmm, positive)
     _add_common(hmm, positive, seed, n_init=1, max_iter=100)
 
@@ -232,6 +237,7 @@ def fit_hmm(args: argparse.Namespace) -> int:
     import numpy as np
 
     from ppmix import HMM
+    from ppmix.components.registry import family_from
     from ppmix.viz import plot_clusters, plot_history
 
     column = args.sequence_column
@@ -244,13 +250,18 @@ def fit_hmm(args: argparse.Namespace) -> int:
     else:
         sequences = [frame]
         data = [frame]
-    model = HMM(args.k, covariance_type=args.covariance, n_init=args.n_init, max_iter=args.max_iter,
-                sequence_column=column, seed=args.seed, progress=not args.quiet)  # fmt: skip
+    try:
+        family_from(args.emission, "--emission")
+    except (TypeError, ValueError) as err:
+        raise UserError(f"--emission: {err}") from None
+    model = HMM(args.k, emission=args.emission, covariance_type=args.covariance, n_init=args.n_init,
+                max_iter=args.max_iter, sequence_column=column, seed=args.seed, progress=not args.quiet)  # fmt: skip
     _fit(model, args, data, **_engine_options(args))
     states = [np.asarray(s) for s in model.predict(data)]
     summary = {
         "model": "HMM",
         "n_components": args.k,
+        "emission": args.emission,
         "covariance_type": args.covariance,
         "engine": model.engine_,
         "n_iter": model.n_iter_,
@@ -280,7 +291,8 @@ def fit_hmm(args: argparse.Namespace) -> int:
 
     _save(model, summary, Path(args.out), draw, 3)
     print(
-        f"fitted HMM(k={args.k}, {args.covariance}) by {args.engine} on {len(sequences)} sequence(s) of "
+        f"fitted HMM(k={args.k}, {args.covariance if args.emission == 'gaussian' else args.emission}) by "
+        f"{args.engine} on {len(sequences)} sequence(s) of "
         f"{len(frame)} rows: mean log-likelihood {summary['mean_log_likelihood']:.4f}, BIC {summary['bic']:.1f}, "
         f"{summary['n_iter']} iterations -> {args.out}"
     )

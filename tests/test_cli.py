@@ -284,6 +284,24 @@ def test_fit_hmm_whole_file_is_one_sequence_and_bad_input_names_the_option(tmp_p
     assert not (tmp_path / "o2").exists()
 
 
+def test_fit_hmm_with_poisson_emissions_and_an_unknown_emission_named(tmp_path, capsys):
+    from ppmix import HMM
+
+    rng = np.random.default_rng(0)
+    state = np.repeat(rng.integers(0, 2, size=24), 10)
+    counts = rng.poisson(np.where(state[:, None] == 1, 15.0, 2.0), size=(240, 2))
+    pd.DataFrame(counts, columns=["calls", "visits"]).assign(run=np.repeat(np.arange(6), 40)).to_csv(
+        tmp_path / "counts.csv", index=False
+    )
+    argv = ["fit", "hmm", str(tmp_path / "counts.csv"), "--k", "2", "--sequence-column", "run", "--quiet"]
+    assert main([*argv, "--emission", "poisson", "--out", str(tmp_path / "out")]) == 0
+    assert "fitted HMM(k=2, poisson) by em on 6 sequence(s)" in capsys.readouterr().out
+    model = HMM.load(tmp_path / "out" / "model")
+    assert model.emission == "poisson" and sorted(np.round(model.means_[:, 0].numpy())) == [2.0, 15.0]
+    line = error_line([*argv, "--emission", "negbin", "--out", str(tmp_path / "o2")], capsys)
+    assert line.startswith("ppmix: error: --emission: unknown component family 'negbin'") and "poisson" in line
+
+
 def _pf_csv(path):
     from ppmix.datasets import make_pf_synthetic
 

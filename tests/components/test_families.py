@@ -147,18 +147,20 @@ def test_partial_fit_on_chunks_approaches_the_batch_fit(structure, name):
     assert online.score(x) == pytest.approx(batch.score(x), abs=0.02)
 
 
+@STRUCTURES
 @FAMILY
-def test_svi_reaches_the_em_optimum(name):
-    x, _ = make_family_rows(name, 200)
-    em = _quiet(Mixture(2, family=name, **QUIET).fit, x)
-    svi = _quiet(Mixture(2, family=name, **QUIET).fit, x, engine="svi", num_steps=150, lr=0.05)
+def test_svi_reaches_the_em_optimum(structure, name):
+    x, _ = _data(structure, name)
+    em = _quiet(_structure(structure, name).fit, x)
+    svi = _quiet(_structure(structure, name).fit, x, engine="svi", num_steps=150, lr=0.05)
     assert svi.score(x) == pytest.approx(em.score(x), abs=1e-2)
 
 
+@STRUCTURES
 @FAMILY
-def test_mcmc_draws_reach_arviz(name):
-    x, _ = make_family_rows(name, 40)
-    model = _quiet(Mixture(2, family=name, **QUIET).fit, x, engine="mcmc", num_samples=15, warmup_steps=15)
+def test_mcmc_draws_reach_arviz(structure, name):
+    x = make_family_rows(name, 40)[0] if structure == "Mixture" else make_family_sequences(name, 4, (4, 8))[0]
+    model = _quiet(_structure(structure, name).fit, x, engine="mcmc", num_samples=15, warmup_steps=15)
     posterior = model.to_arviz().posterior
     for site in family_from(name).sites(2, 2):
         assert posterior[site].sizes["draw"] == 15
