@@ -199,9 +199,11 @@ class DensityFamily(Protocol):
 
 
 def _a_point_of(support: constraints.Constraint, shape: tuple[int, ...], opts: dict) -> torch.Tensor:
-    """A valid value of ``support`` of ``shape`` (zeros, ones or the identity), for placeholders."""
+    """A valid value of ``support`` of ``shape`` (zeros, one half, ones or the identity), for placeholders."""
     if support is constraints.real:
         return torch.zeros(shape, **opts)
+    if support is constraints.unit_interval:
+        return torch.full(shape, 0.5, **opts)
     if support is constraints.corr_cholesky:
         return torch.eye(shape[-1], **opts).expand(shape).clone()
     return torch.ones(shape, **opts)

@@ -27,6 +27,8 @@ __all__ = [
 FAMILIES: dict[str, str] = {
     "gaussian": "ppmix.components.gaussian_family:GaussianFamily",
     "poisson": "ppmix.components.poisson:PoissonFamily",
+    "bernoulli": "ppmix.components.bernoulli_features:BernoulliFamily",
+    "exponential": "ppmix.components.exponential:ExponentialFamily",
 }
 
 #: registered expert (conditional) families of MixtureOfExperts: name -> "module:Class"

@@ -1,0 +1,160 @@
+"""The Bernoulli family: ``K`` components over ``D`` independent binary features, ``x_d ~ Bernoulli(probs_kd)``.
+
+A mixture of them is latent class analysis; an HMM of them has multivariate binary emissions.
+Registered in :mod:`ppmix.components.registry` as ``"bernoulli"`` (the label family of the pf models
+is :class:`~ppmix.components.BernoulliLabel`, one binary label per component).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pyro.distributions as dist
+import torch
+from pyro.distributions import constraints
+
+from ppmix._validation import InvalidDataError
+from ppmix.components.base import ComponentFamily
+from ppmix.components.family import AdditiveStatistics, DataScale, DensityFamily, SiteSpec
+
+__all__ = ["BernoulliComponents", "BernoulliFamily", "BernoulliStatistics"]
+
+
+@dataclass(frozen=True)
+class BernoulliStatistics(AdditiveStatistics):
+    """Per component: the total weight ``counts`` ``(K,)`` and the weighted number of ones ``ones`` ``(K, D)``."""
+
+    counts: torch.Tensor
+    ones: torch.Tensor
+
+
+class BernoulliComponents(ComponentFamily):
+    """``K`` components of independent Bernoulli features with success probabilities ``probs`` ``(K, D)``.
+
+    Parameters
+    ----------
+    probs : Tensor (K, D)
+        Probabilities in ``[0, 1]``.
+    floor : float, default 1e-10
+        The weighted MLE keeps every probability in ``[floor, 1 - floor]`` (a feature that is constant
+        within a component keeps a finite log-density for the other value).
+
+    Examples
+    --------
+    >>> comp = BernoulliComponents(torch.tensor([[0.5, 0.5], [0.9, 0.1]], dtype=torch.float64))
+    >>> x = torch.tensor([[1.0, 0.0], [1.0, 1.0]], dtype=torch.float64)
+    >>> comp.log_prob(x).exp()
+    tensor([[0.2500, 0.8100],
+            [0.2500, 0.0900]], dtype=torch.float64)
+    """
+
+    param_names = ("probs",)
+
+    def __init__(self, probs: torch.Tensor, floor: float = 1e-10) -> None:
+        probs = torch.as_tensor(probs)
+        if probs.dim() != 2:
+            raise ValueError(f"probs must have shape (K, D); got {tuple(probs.shape)}")
+        if not bool(((probs >= 0) & (probs <= 1)).all()):
+            raise ValueError("probs must lie in [0, 1]")
+        self.probs, self.floor = probs, float(floor)
+
+    @property
+    def mean(self) -> torch.Tensor:
+        return self.probs
+
+    @property
+    def covariance(self) -> torch.Tensor:
+        """The variances ``p (1 - p)`` ``(K, D)``."""
+        return self.probs * (1 - self.probs)
+
+    def log_prob(self, data: torch.Tensor) -> torch.Tensor:
+        """``sum_d x log p + (1 - x) log(1 - p)``, ``(N, K)``, as two GEMMs (a probability of exactly 0 or 1 is
+        taken as the smallest positive number away from it, so no ``0 * inf`` appears)."""
+        x = data.to(self.dtype)
+        tiny = torch.finfo(self.dtype).tiny
+        log_p, log_q = self.probs.clamp_min(tiny).log(), (1 - self.probs).clamp_min(tiny).log()
+        return x @ log_p.T + (1 - x) @ log_q.T
+
+    def statistics(self, data: torch.Tensor, weights: torch.Tensor) -> BernoulliStatistics:
+        weights = self._check_weights(weights, data.shape[0])
+        return BernoulliStatistics(weights.sum(0), weights.T @ data.to(self.dtype))
+
+    def fit_statistics(self, stats: BernoulliStatistics) -> "BernoulliComponents":
+        """The weighted MLE ``probs_kd = sum_n r_nk x_nd / sum_n r_nk``, kept in ``[floor, 1 - floor]``; in place."""
+        counts = stats.counts.to(self.dtype)[:, None]
+        probs = stats.ones.to(self.dtype) / torch.where(counts > 0, counts, 1.0)
+        self.probs = probs.clamp(self.floor, 1 - self.floor)
+        return self
+
+    def fit(self, data: torch.Tensor, weights: torch.Tensor) -> "BernoulliComponents":
+        return self.fit_statistics(self.statistics(data, weights))
+
+    def pyro_dist(self, index: torch.Tensor | None = None) -> dist.Distribution:
+        probs = self.probs if index is None else self.probs[index]
+        return dist.Bernoulli(probs=probs).to_event(1)
+
+    def sample(self, index: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        return torch.bernoulli(self.probs[index], generator=generator)
+
+    def kl(self, other: "BernoulliComponents") -> torch.Tensor:
+        """``KL(self_i || other_j)``, ``(K, K')``."""
+        p, q = self.probs[:, None, :], other.probs[None, :, :]
+        return (torch.xlogy(p, p / q) + torch.xlogy(1 - p, (1 - p) / (1 - q))).sum(-1)
+
+
+class BernoulliFamily(DensityFamily):
+    """Bernoulli components over binary features, for the structures (registered as ``"bernoulli"``).
+
+    Parameters
+    ----------
+    floor : float, default 1e-10
+        Fitted probabilities stay in ``[floor, 1 - floor]``.
+
+    Notes
+    -----
+    The Pyro site is ``probs`` ``(K, D)`` (as in ``torch.distributions.Bernoulli``); under MCMC its prior is
+    ``Beta(1, 1)`` (uniform).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ppmix import Mixture
+    >>> rng = np.random.default_rng(0)
+    >>> X = np.concatenate([rng.random((200, 6)) < 0.9, rng.random((200, 6)) < 0.1]).astype(float)
+    >>> mix = Mixture(2, family="bernoulli", seed=0, progress=False).fit(X)
+    >>> np.round(np.sort(mix.means_.mean(1).numpy()), 1)
+    array([0.1, 0.9])
+    """
+
+    name = "bernoulli"
+    components_class = BernoulliComponents
+
+    def __init__(self, floor: float = 1e-10) -> None:
+        self.floor = floor
+
+    def __repr__(self) -> str:
+        return f"BernoulliFamily(floor={self.floor!r})"
+
+    def config(self) -> dict[str, Any]:
+        return {"floor": self.floor}
+
+    def validate(self) -> None:
+        if not (isinstance(self.floor, (int, float)) and 0 < self.floor < 0.5):
+            raise ValueError(f"floor must be a number in (0, 0.5); got {self.floor!r}")
+
+    def check_data(self, x: torch.Tensor, name: str = "X") -> None:
+        if not bool(((x == 0) | (x == 1)).all()):
+            raise InvalidDataError(f"{name} must hold binary values (0 or 1) for the Bernoulli family")
+
+    def sites(self, k: int, d: int) -> dict[str, SiteSpec]:
+        return {"probs": SiteSpec(constraints.unit_interval, (d,))}
+
+    def _component_options(self, scale: DataScale) -> dict[str, Any]:
+        return {"floor": self.floor}
+
+    def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
+        return dist.Beta(torch.ones(d, **opts), torch.ones(d, **opts)).to_event(1)
+
+    def n_parameters(self, k: int, d: int) -> int:
+        return k * d
