@@ -40,10 +40,11 @@ def _structure(structure: str, name: str, **options):
     return HMM(2, emission=name, **QUIET, **options)
 
 
-def _data(structure: str, name: str, n_features: int = 2):
+def _data(structure: str, name: str, n_features: int = 2, size: int = 300):
+    """``size`` rows, or sequences of ``size`` steps in all (12 to 40 of them, of 10 to 30 steps)."""
     if structure == "Mixture":
-        return make_family_rows(name, 300, n_features)
-    return make_family_sequences(name, 12, (10, 30), n_features)
+        return make_family_rows(name, size, n_features)
+    return make_family_sequences(name, max(2, size // 25), (10, 30), n_features)
 
 
 STRUCTURES = pytest.mark.parametrize("structure", ["Mixture", "HMM"])
@@ -160,8 +161,8 @@ def test_svi_reaches_the_em_optimum(structure, name):
 @FAMILY
 def test_mcmc_draws_reach_arviz(structure, name):
     x = make_family_rows(name, 40)[0] if structure == "Mixture" else make_family_sequences(name, 4, (4, 8))[0]
-    model = _quiet(_structure(structure, name).fit, x, engine="mcmc", num_samples=15, warmup_steps=15)
+    model = _quiet(_structure(structure, name).fit, x, engine="mcmc", num_samples=10, warmup_steps=10)
     posterior = model.to_arviz().posterior
     for site in family_from(name).sites(2, 2):
-        assert posterior[site].sizes["draw"] == 15
+        assert posterior[site].sizes["draw"] == 10
         assert np.isfinite(posterior[site].values).all()
