@@ -37,6 +37,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_gmm.py
 	$(BIN)/python benchmarks/bench_gmm_start.py
 	$(BIN)/python benchmarks/bench_hmm.py
+	$(BIN)/python benchmarks/bench_families.py
 	$(BIN)/python benchmarks/bench_partition.py
 	$(BIN)/python benchmarks/bench_pf_gmm.py
 	$(BIN)/python benchmarks/bench_moe.py

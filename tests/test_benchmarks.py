@@ -268,3 +268,13 @@ def test_bench_gmm_start_quick(tmp_path):
             summary = setting[start]
             assert summary["median_mean_loglik"] >= summary["worst_mean_loglik"]
             assert 0 <= summary["at_least_as_good"] <= 2
+
+
+def test_bench_families_quick(tmp_path):
+    report = run_quick("bench_families.py", tmp_path / "families.json")
+    assert report["benchmark"] == "families" and report["threads"] == 1
+    assert [r["family"] for r in report["results"]] == ["poisson", "bernoulli", "exponential"]
+    for result in report["results"]:
+        assert_timing(result["ppmix_iteration_s"], result["pomegranate_iteration_s"])
+        # the same EM from the same start in both libraries
+        assert abs(result["loglik_difference"]) < 1e-6 * abs(result["pomegranate_mean_loglik"])
