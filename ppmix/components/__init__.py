@@ -12,7 +12,14 @@ from ppmix.components.base import ComponentFamily
 from ppmix.components.bernoulli import BernoulliLabel
 from ppmix.components.categorical import CategoricalLabel
 from ppmix.components.expert_family import ExpertFamily
-from ppmix.components.family import AdditiveStatistics, DensityFamily, SiteSpec, Statistics
+from ppmix.components.family import (
+    AdditiveStatistics,
+    DensityFamily,
+    MeanStatisticsComponents,
+    SiteSpec,
+    Statistics,
+    WeightedSums,
+)
 from ppmix.components.gaussian_diag import DiagGaussian
 from ppmix.components.gaussian_expert import GaussianExpert
 from ppmix.components.gaussian_family import GaussianFamily
@@ -33,8 +40,10 @@ __all__ = [
     "GaussianExpert",
     "GaussianFamily",
     "LogisticExpert",
+    "MeanStatisticsComponents",
     "SoftmaxExpert",
     "SiteSpec",
     "SoftmaxGate",
     "Statistics",
+    "WeightedSums",
 ]

@@ -7,7 +7,6 @@ is :class:`~ppmix.components.BernoulliLabel`, one binary label per component).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import pyro.distributions as dist
@@ -15,21 +14,12 @@ import torch
 from pyro.distributions import constraints
 
 from ppmix._validation import InvalidDataError
-from ppmix.components.base import ComponentFamily
-from ppmix.components.family import AdditiveStatistics, DataScale, DensityFamily, SiteSpec
+from ppmix.components.family import DataScale, DensityFamily, MeanStatisticsComponents, SiteSpec, WeightedSums
 
-__all__ = ["BernoulliComponents", "BernoulliFamily", "BernoulliStatistics"]
-
-
-@dataclass(frozen=True)
-class BernoulliStatistics(AdditiveStatistics):
-    """Per component: the total weight ``counts`` ``(K,)`` and the weighted number of ones ``ones`` ``(K, D)``."""
-
-    counts: torch.Tensor
-    ones: torch.Tensor
+__all__ = ["BernoulliComponents", "BernoulliFamily"]
 
 
-class BernoulliComponents(ComponentFamily):
+class BernoulliComponents(MeanStatisticsComponents):
     """``K`` components of independent Bernoulli features with success probabilities ``probs`` ``(K, D)``.
 
     Parameters
@@ -76,19 +66,10 @@ class BernoulliComponents(ComponentFamily):
         log_p, log_q = self.probs.clamp_min(tiny).log(), (1 - self.probs).clamp_min(tiny).log()
         return x @ log_p.T + (1 - x) @ log_q.T
 
-    def statistics(self, data: torch.Tensor, weights: torch.Tensor) -> BernoulliStatistics:
-        weights = self._check_weights(weights, data.shape[0])
-        return BernoulliStatistics(weights.sum(0), weights.T @ data.to(self.dtype))
-
-    def fit_statistics(self, stats: BernoulliStatistics) -> "BernoulliComponents":
+    def fit_statistics(self, stats: WeightedSums) -> "BernoulliComponents":
         """The weighted MLE ``probs_kd = sum_n r_nk x_nd / sum_n r_nk``, kept in ``[floor, 1 - floor]``; in place."""
-        counts = stats.counts.to(self.dtype)[:, None]
-        probs = stats.ones.to(self.dtype) / torch.where(counts > 0, counts, 1.0)
-        self.probs = probs.clamp(self.floor, 1 - self.floor)
+        self.probs = self.weighted_means(stats).clamp(self.floor, 1 - self.floor)
         return self
-
-    def fit(self, data: torch.Tensor, weights: torch.Tensor) -> "BernoulliComponents":
-        return self.fit_statistics(self.statistics(data, weights))
 
     def pyro_dist(self, index: torch.Tensor | None = None) -> dist.Distribution:
         probs = self.probs if index is None else self.probs[index]

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import pyro.distributions as dist
@@ -11,21 +10,12 @@ import torch
 from pyro.distributions import constraints
 
 from ppmix._validation import InvalidDataError
-from ppmix.components.base import ComponentFamily
-from ppmix.components.family import AdditiveStatistics, DataScale, DensityFamily, SiteSpec
+from ppmix.components.family import DataScale, DensityFamily, MeanStatisticsComponents, SiteSpec, WeightedSums
 
-__all__ = ["ExponentialComponents", "ExponentialFamily", "ExponentialStatistics"]
-
-
-@dataclass(frozen=True)
-class ExponentialStatistics(AdditiveStatistics):
-    """Per component: the total weight ``counts`` ``(K,)`` and the weighted sums of the data ``totals`` ``(K, D)``."""
-
-    counts: torch.Tensor
-    totals: torch.Tensor
+__all__ = ["ExponentialComponents", "ExponentialFamily"]
 
 
-class ExponentialComponents(ComponentFamily):
+class ExponentialComponents(MeanStatisticsComponents):
     """``K`` exponential components with rates ``rate`` ``(K, D)`` (means ``1 / rate``).
 
     Parameters
@@ -66,19 +56,11 @@ class ExponentialComponents(ComponentFamily):
         """``sum_d log rate - rate x``, ``(N, K)``: one GEMM."""
         return self.rate.log().sum(1) - data.to(self.dtype) @ self.rate.T
 
-    def statistics(self, data: torch.Tensor, weights: torch.Tensor) -> ExponentialStatistics:
-        weights = self._check_weights(weights, data.shape[0])
-        return ExponentialStatistics(weights.sum(0), weights.T @ data.to(self.dtype))
-
-    def fit_statistics(self, stats: ExponentialStatistics) -> "ExponentialComponents":
+    def fit_statistics(self, stats: WeightedSums) -> "ExponentialComponents":
         """The weighted MLE ``rate_kd = sum_n r_nk / sum_n r_nk x_nd``, at most ``max_rate``; in place."""
-        counts, totals = stats.counts.to(self.dtype)[:, None], stats.totals.to(self.dtype)
-        rate = counts / torch.where(totals > 0, totals, 1.0)
-        self.rate = torch.where(totals > 0, rate, self.max_rate).clamp(torch.finfo(self.dtype).tiny, self.max_rate)
+        # a component whose rows are all zero (or that has none) has mean 0: its rate is max_rate
+        self.rate = self.weighted_means(stats).reciprocal().clamp(torch.finfo(self.dtype).tiny, self.max_rate)
         return self
-
-    def fit(self, data: torch.Tensor, weights: torch.Tensor) -> "ExponentialComponents":
-        return self.fit_statistics(self.statistics(data, weights))
 
     def pyro_dist(self, index: torch.Tensor | None = None) -> dist.Distribution:
         rate = self.rate if index is None else self.rate[index]

@@ -28,7 +28,15 @@ from pyro.distributions import constraints
 
 from ppmix.components.base import ComponentFamily
 
-__all__ = ["AdditiveStatistics", "DataScale", "DensityFamily", "SiteSpec", "Statistics"]
+__all__ = [
+    "AdditiveStatistics",
+    "DataScale",
+    "DensityFamily",
+    "MeanStatisticsComponents",
+    "SiteSpec",
+    "Statistics",
+    "WeightedSums",
+]
 
 #: a family's data-dependent settings, measured once on the training data (e.g. a variance floor)
 DataScale = dict[str, torch.Tensor]
@@ -90,6 +98,33 @@ class AdditiveStatistics(Statistics):
 
     def to(self, dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> Any:
         return type(self)(**{name: value.to(dtype=dtype, device=device) for name, value in self._fields().items()})
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightedSums(AdditiveStatistics):
+    """Per component, the total weight ``counts`` ``(K,)`` and the weighted sums of the rows ``totals`` ``(K, D)``:
+    all the weighted MLE needs in families whose estimate is a function of the weighted mean (Poisson,
+    Bernoulli, exponential)."""
+
+    counts: torch.Tensor
+    totals: torch.Tensor
+
+
+class MeanStatisticsComponents(ComponentFamily):
+    """Base of the components whose weighted MLE depends on the rows only through their weighted means:
+    :meth:`statistics` are :class:`WeightedSums`; a subclass writes ``fit_statistics`` from :meth:`weighted_means`."""
+
+    def statistics(self, data: torch.Tensor, weights: torch.Tensor) -> WeightedSums:
+        weights = self._check_weights(weights, data.shape[0])
+        return WeightedSums(weights.sum(0), weights.T @ data.to(self.dtype))
+
+    def weighted_means(self, stats: WeightedSums) -> torch.Tensor:
+        """``sum_n r_nk x_n / sum_n r_nk`` ``(K, D)`` (zero for a component without weight)."""
+        counts = stats.counts.to(self.dtype)[:, None]
+        return stats.totals.to(self.dtype) / torch.where(counts > 0, counts, 1.0)
+
+    def fit(self, data: torch.Tensor, weights: torch.Tensor) -> Any:
+        return self.fit_statistics(self.statistics(data, weights))
 
 
 @runtime_checkable

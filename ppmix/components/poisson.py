@@ -1,16 +1,16 @@
 """The Poisson family: ``K`` components over ``D`` independent counts, ``x_d ~ Poisson(rate_kd)``.
 
 The whole family in one module, as an example of writing one (see the README's "Writing a new
-component family"): :class:`PoissonComponents` are the fitted components (``log_prob``, the
-weighted statistics and their MLE, the Pyro distribution, sampling); :class:`PoissonFamily`
-is what a structure takes (``Mixture(3, family="poisson")``, ``HMM(3, emission="poisson")``):
-its Pyro site ``rate``, the data it accepts (non-negative integers) and the weak prior of MCMC.
-Registered in :mod:`ppmix.components.registry` as ``"poisson"``.
+component family"): :class:`PoissonComponents` are the fitted components (``log_prob``, the MLE
+from the weighted sums of :class:`~ppmix.components.family.MeanStatisticsComponents`, the Pyro
+distribution, sampling); :class:`PoissonFamily` is what a structure takes (``Mixture(3,
+family="poisson")``, ``HMM(3, emission="poisson")``): its Pyro site ``rate``, the data it accepts
+(non-negative integers) and the weak prior of MCMC. Registered in :mod:`ppmix.components.registry`
+as ``"poisson"``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import pyro.distributions as dist
@@ -18,21 +18,12 @@ import torch
 from pyro.distributions import constraints
 
 from ppmix._validation import InvalidDataError
-from ppmix.components.base import ComponentFamily
-from ppmix.components.family import AdditiveStatistics, DataScale, DensityFamily, SiteSpec
+from ppmix.components.family import DataScale, DensityFamily, MeanStatisticsComponents, SiteSpec, WeightedSums
 
-__all__ = ["PoissonComponents", "PoissonFamily", "PoissonStatistics"]
-
-
-@dataclass(frozen=True)
-class PoissonStatistics(AdditiveStatistics):
-    """Per component: the total weight ``counts`` ``(K,)`` and the weighted sums of the data ``totals`` ``(K, D)``."""
-
-    counts: torch.Tensor
-    totals: torch.Tensor
+__all__ = ["PoissonComponents", "PoissonFamily"]
 
 
-class PoissonComponents(ComponentFamily):
+class PoissonComponents(MeanStatisticsComponents):
     """``K`` Poisson components with rates ``rate`` ``(K, D)``, independent across features.
 
     Parameters
@@ -77,19 +68,10 @@ class PoissonComponents(ComponentFamily):
         x = data.to(self.dtype)
         return x @ self.rate.log().T - self.rate.sum(1) - torch.lgamma(x + 1).sum(1, keepdim=True)
 
-    def statistics(self, data: torch.Tensor, weights: torch.Tensor) -> PoissonStatistics:
-        weights = self._check_weights(weights, data.shape[0])
-        return PoissonStatistics(weights.sum(0), weights.T @ data.to(self.dtype))
-
-    def fit_statistics(self, stats: PoissonStatistics) -> "PoissonComponents":
+    def fit_statistics(self, stats: WeightedSums) -> "PoissonComponents":
         """The weighted MLE ``rate_kd = sum_n r_nk x_nd / sum_n r_nk``, at least ``floor``; in place."""
-        counts = stats.counts.to(self.dtype)[:, None]
-        rate = stats.totals.to(self.dtype) / torch.where(counts > 0, counts, 1.0)
-        self.rate = rate.clamp_min(self.floor)
+        self.rate = self.weighted_means(stats).clamp_min(self.floor)
         return self
-
-    def fit(self, data: torch.Tensor, weights: torch.Tensor) -> "PoissonComponents":
-        return self.fit_statistics(self.statistics(data, weights))
 
     def pyro_dist(self, index: torch.Tensor | None = None) -> dist.Distribution:
         rate = self.rate if index is None else self.rate[index]
