@@ -114,12 +114,6 @@ class BernoulliFamily(DensityFamily):
     def __init__(self, floor: float = 1e-10) -> None:
         self.floor = floor
 
-    def __repr__(self) -> str:
-        return f"BernoulliFamily(floor={self.floor!r})"
-
-    def config(self) -> dict[str, Any]:
-        return {"floor": self.floor}
-
     def validate(self) -> None:
         if not (isinstance(self.floor, (int, float)) and 0 < self.floor < 0.5):
             raise ValueError(f"floor must be a number in (0, 0.5); got {self.floor!r}")

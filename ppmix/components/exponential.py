@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pyro.distributions as dist
 import torch
 from pyro.distributions import constraints
@@ -114,6 +112,3 @@ class ExponentialFamily(DensityFamily):
 
     def n_parameters(self, k: int, d: int) -> int:
         return k * d
-
-    def config(self) -> dict[str, Any]:
-        return {}

@@ -20,6 +20,7 @@ A new family is one module with one class of each kind and one line in
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import pyro.distributions as dist
@@ -156,8 +157,14 @@ class DensityFamily(Protocol):
 
     # ------------------------------------------------------------------ settings
     def config(self) -> dict[str, Any]:
-        """The family's settings as JSON-able keyword arguments of its constructor (saved with a model)."""
-        return {}
+        """The family's settings as JSON-able keyword arguments of its constructor (saved with a model); default:
+        every named constructor argument, read back from the attribute of the same name."""
+        parameters = inspect.signature(type(self)).parameters.values()
+        named = (p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+        return {name: getattr(self, name) for name in named}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.config().items())})"
 
     def validate(self) -> None:
         """Check the settings (called by ``fit``); raise ``ValueError`` naming the bad one."""

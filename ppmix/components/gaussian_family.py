@@ -146,15 +146,6 @@ class GaussianFamily(DensityFamily):
     def __init__(self, covariance_type: str = "diag", reg_covar: float = 1e-6) -> None:
         self.covariance_type, self.reg_covar = covariance_type, reg_covar
 
-    def __repr__(self) -> str:
-        return f"GaussianFamily(covariance_type={self.covariance_type!r}, reg_covar={self.reg_covar!r})"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, GaussianFamily) and self.config() == other.config()
-
-    def config(self) -> dict[str, Any]:
-        return {"covariance_type": self.covariance_type, "reg_covar": self.reg_covar}
-
     def validate(self) -> None:
         if self.covariance_type not in COVARIANCE_TYPES:
             raise ValueError(f"covariance_type must be one of {COVARIANCE_TYPES}; got {self.covariance_type!r}")

@@ -116,12 +116,6 @@ class PoissonFamily(DensityFamily):
     def __init__(self, floor: float = 1e-10) -> None:
         self.floor = floor
 
-    def __repr__(self) -> str:
-        return f"PoissonFamily(floor={self.floor!r})"
-
-    def config(self) -> dict[str, Any]:
-        return {"floor": self.floor}
-
     def validate(self) -> None:
         if not (isinstance(self.floor, (int, float)) and self.floor > 0):
             raise ValueError(f"floor must be a positive number; got {self.floor!r}")

@@ -413,7 +413,7 @@ class MixtureOfExperts(ParametersMixin, TargetKindMixin, MixtureModel):
     @property
     def scale_(self) -> torch.Tensor:
         """Noise standard deviations ``(K,)`` of Gaussian experts."""
-        if "scale" not in self.expert_family().sites(self.n_experts, 1, 2):
+        if "scale" not in self.expert_family().site_dims():
             raise AttributeError(f"{self.expert_family().name} experts have no noise scale")
         self._check_fitted()
         return self._experts.scale
