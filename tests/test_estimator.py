@@ -11,6 +11,7 @@ import warnings
 
 import numpy as np
 import pytest
+import sklearn
 from sklearn.base import clone, is_classifier, is_regressor
 from sklearn.model_selection import GridSearchCV, cross_val_score
 from sklearn.pipeline import make_pipeline
@@ -107,7 +108,19 @@ _SEQUENCES = {
         "check_classifier_data_not_an_array",
         "check_classifiers_multilabel_output_format_predict",
         "check_classifiers_multilabel_output_format_predict_proba",
+        "check_sample_weights_pandas_series",
+        "check_sample_weights_not_an_array",
+        "check_sample_weights_list",
+        "check_all_zero_sample_weights_error",
+        "check_sample_weights_shape",
+        "check_sample_weights_not_overwritten",
+        "check_sample_weight_equivalence_on_dense_data",
     )
+}
+_WEIGHTED_START = {
+    "check_sample_weight_equivalence_on_dense_data": "weights equal repeated rows from the same start "
+    "(tests/models/test_contract.py, to 1e-10); from the default start the weighted k-means start draws a weighted "
+    "resample, whose random numbers are not those of the repeated rows, so the components may come out permuted",
 }
 
 
@@ -151,6 +164,8 @@ def expected_failed_checks(estimator) -> dict[str, str]:
     if isinstance(estimator, MixtureModel):
         failures.update(_TORCH_MODULE)
         failures.update(_TORCH_DTYPE)
+    if isinstance(estimator, GMM):
+        failures.update(_WEIGHTED_START)
     if isinstance(estimator, HMM):
         failures.update(_SEQUENCES)
         if not isinstance(estimator, PFHMM):  # the pf-HMMs have no partial_fit
@@ -271,3 +286,21 @@ def test_mixture_of_experts_scores_as_its_kind():
     clf = MixtureOfExperts(2, expert="logistic", n_init=3, **QUIET).fit(x, labels)
     assert clf.classes_.tolist() == ["no", "yes"] and set(clf.predict(x)) <= {"no", "yes"}
     assert clf.score(x, labels) == pytest.approx(np.mean(clf.predict(x) == labels))
+
+
+@pytest.mark.parametrize("routing", [False, True], ids=["fit-params", "metadata-routing"])
+def test_grid_search_passes_sample_weight_to_every_fit(routing):
+    """GridSearchCV(GMM).fit(X, sample_weight=w) fits every split and the refit with the weights: the refit equals
+    a weighted fit on all rows, and differs from the unweighted one (the cluster on the right counts 3 times)."""
+    x = _blobs(240)
+    weight = np.where(x[:, 0] > 0, 3.0, 1.0)
+    with sklearn.config_context(enable_metadata_routing=routing):
+        model = GMM(2, **QUIET)
+        if routing:
+            model = model.set_fit_request(sample_weight=True).set_score_request(sample_weight=True)
+        search = GridSearchCV(model, {"covariance_type": ["diag"]}, cv=3).fit(x, sample_weight=weight)
+    direct = GMM(2, covariance_type="diag", **QUIET).fit(x, sample_weight=weight)
+    plain = GMM(2, covariance_type="diag", **QUIET).fit(x)
+    np.testing.assert_allclose(search.best_estimator_.means_.numpy(), direct.means_.numpy(), rtol=1e-10)
+    np.testing.assert_allclose(sorted(search.best_estimator_.weights_.tolist()), [0.25, 0.75], atol=0.01)
+    np.testing.assert_allclose(sorted(plain.weights_.tolist()), [0.5, 0.5], atol=0.01)

@@ -105,17 +105,24 @@ class ComponentFamily:
         return f"{type(self).__name__}({shapes})"
 
     # ----------------------------------------------------------------- helpers
-    def expected_statistics(self, data: Any, log_weights: torch.Tensor) -> tuple[Any, torch.Tensor]:
+    def expected_statistics(
+        self, data: Any, log_weights: torch.Tensor, row_weights: torch.Tensor | None = None
+    ) -> tuple[Any, torch.Tensor]:
         """The E-step of a mixture of these components for families with ``log_prob`` and ``statistics``:
         ``statistics(data, r)`` under the responsibilities ``r_nk ∝ weights_k p_k(x_n)`` and the
         log-likelihood ``sum_n log sum_k weights_k p_k(x_n)`` (``log_weights`` the log mixing weights ``(K,)``).
+        With ``row_weights`` ``(N,)`` (``sample_weight``) row ``n`` counts ``row_weights[n]`` times: its
+        responsibilities and its log-likelihood are multiplied by its weight.
 
         This is the definition, in two passes (log-densities, then statistics); families with a fused
         single pass (the Gaussians) override it and fall back to it where their rounding calls for it.
         """
         log_joint = self.log_prob(data).add_(log_weights.to(dtype=self.dtype, device=self.device))
         resp, log_norm = normalize_log_joint_(log_joint)
-        return self.statistics(data, resp), log_norm.sum()
+        if row_weights is None:
+            return self.statistics(data, resp), log_norm.sum()
+        row_weights = row_weights.to(dtype=self.dtype, device=self.device)
+        return self.statistics(data, resp.mul_(row_weights[:, None])), log_norm.reshape(-1) @ row_weights
 
     def _check_weights(self, weights: torch.Tensor, n: int) -> torch.Tensor:
         """Validate a responsibility/weight matrix against ``n`` points."""

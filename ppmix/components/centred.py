@@ -129,7 +129,11 @@ def blocked_log_density(
 
 
 def fused_expected_sums(
-    data: CentredData, natural: torch.Tensor, const: torch.Tensor, outer: bool = False
+    data: CentredData,
+    natural: torch.Tensor,
+    const: torch.Tensor,
+    outer: bool = False,
+    row_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One pass of the fused E-step of an exponential family over the design blocks of ``data``.
 
@@ -138,7 +142,8 @@ def fused_expected_sums(
     per block, while it is in cache: that product ``(K, rows)``, its normalisation over ``K``
     (the responsibilities ``r_nk``) and the block's contribution to the sums. Returns the total
     responsibilities ``(K,)``, the weighted design sums ``sum_n r_nk t(x_n)`` ``(K, width)`` and the
-    log-likelihood ``sum_n log sum_k exp(const_k + natural_k . t(x_n))``.
+    log-likelihood ``sum_n log sum_k exp(const_k + natural_k . t(x_n))``. With ``row_weights`` ``(N,)`` every
+    row's responsibilities and log-likelihood count that many times (``sample_weight``).
 
     Examples
     --------
@@ -151,13 +156,18 @@ def fused_expected_sums(
     totals = natural.new_zeros(natural.shape[0])
     sums = natural.new_zeros(natural.shape)
     log_likelihood = natural.new_zeros(())
-    for _, design in data.moment_blocks(outer=outer):
+    for rows, design in data.moment_blocks(outer=outer):
         resp = torch.addmm(const, natural, design.T)  # (K, rows): the fast orientation of the product
         largest = resp.amax(dim=0)
         resp.sub_(largest).exp_()
         norm = resp.sum(dim=0)
-        resp.div_(norm)
-        log_likelihood += norm.log_().add_(largest).sum()
+        if row_weights is None:
+            resp.div_(norm)
+            log_likelihood += norm.log_().add_(largest).sum()
+        else:
+            weight = row_weights[rows]
+            resp.mul_(weight / norm)
+            log_likelihood += norm.log_().add_(largest) @ weight
         totals += resp.sum(dim=1)
         sums.addmm_(resp, design)
     return totals, sums, log_likelihood

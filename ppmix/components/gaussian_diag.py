@@ -131,10 +131,14 @@ class DiagGaussian(ComponentFamily):
         return natural, -log_norm.sum(dim=1, keepdim=True), flagged
 
     def expected_statistics(
-        self, data: torch.Tensor | CentredData, log_weights: torch.Tensor
+        self,
+        data: torch.Tensor | CentredData,
+        log_weights: torch.Tensor,
+        row_weights: torch.Tensor | None = None,
     ) -> tuple[GaussianStatistics, torch.Tensor]:
         """One fused E-step pass: the statistics of :meth:`statistics` under the responsibilities
-        ``r_nk ∝ weights_k N(x_n | k)`` and the log-likelihood ``sum_n log sum_k weights_k N(x_n | k)``.
+        ``r_nk ∝ weights_k N(x_n | k)`` and the log-likelihood ``sum_n log sum_k weights_k N(x_n | k)``
+        (each row counted ``row_weights[n]`` times where given).
 
         Per block of rows: the log-densities as one matrix product ``(K, rows)`` of the natural
         parameters with ``[x, x^2]``, their normalisation over ``K``, and the weighted sums of the
@@ -158,13 +162,17 @@ class DiagGaussian(ComponentFamily):
         """
         data = as_centred(data, self.dtype, self.device)
         log_weights = log_weights.to(dtype=self.dtype, device=self.device)
+        if row_weights is not None:
+            row_weights = row_weights.to(dtype=self.dtype, device=self.device)
         natural, bias, flagged = self._natural(data)
         if not flagged:
-            totals, sums, log_likelihood = fused_expected_sums(data, natural, bias + log_weights[:, None])
+            totals, sums, log_likelihood = fused_expected_sums(
+                data, natural, bias + log_weights[:, None], row_weights=row_weights
+            )
             counts, mean_c, spread, inexact = self._moments_from_sums(totals, sums)
             if not inexact:
                 return GaussianStatistics(totals, mean_c + data.shift, spread * counts[:, None]), log_likelihood
-        return super().expected_statistics(data, log_weights)
+        return super().expected_statistics(data, log_weights, row_weights)
 
     def fitted_feature_log_likelihood(self, counts: torch.Tensor) -> torch.Tensor:
         """``sum_n w_nk log N(x_nd | k)`` per component and feature, ``(K, D)``, right after :meth:`fit`.

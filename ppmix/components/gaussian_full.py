@@ -135,10 +135,14 @@ class FullGaussian(ComponentFamily):
         return blocked_log_density(data, *natural, outer=True)
 
     def expected_statistics(
-        self, data: torch.Tensor | CentredData, log_weights: torch.Tensor
+        self,
+        data: torch.Tensor | CentredData,
+        log_weights: torch.Tensor,
+        row_weights: torch.Tensor | None = None,
     ) -> tuple[GaussianStatistics, torch.Tensor]:
         """One fused E-step pass: the statistics of :meth:`statistics` under the responsibilities
-        ``r_nk ∝ weights_k N(x_n | k)`` and the log-likelihood ``sum_n log sum_k weights_k N(x_n | k)``.
+        ``r_nk ∝ weights_k N(x_n | k)`` and the log-likelihood ``sum_n log sum_k weights_k N(x_n | k)``
+        (each row counted ``row_weights[n]`` times where given).
 
         Per block of rows: the log-densities as one product of the natural parameters with
         ``[x, x x^T]``, their normalisation and the block's weighted sums for the M-step, while
@@ -160,15 +164,19 @@ class FullGaussian(ComponentFamily):
         """
         data = as_centred(data, self.dtype, self.device)
         log_weights = log_weights.to(dtype=self.dtype, device=self.device)
+        if row_weights is not None:
+            row_weights = row_weights.to(dtype=self.dtype, device=self.device)
         natural = self._natural(data) if self._use_moments(data) else None
         if natural is not None:
             weights, const = natural
-            totals, sums, log_likelihood = fused_expected_sums(data, weights, const + log_weights[:, None], outer=True)
+            totals, sums, log_likelihood = fused_expected_sums(
+                data, weights, const + log_weights[:, None], outer=True, row_weights=row_weights
+            )
             counts = padded_counts(totals)
             mean_c, covs, inexact = self._covariances_from_sums(counts, sums)
             if not inexact:
                 return GaussianStatistics(totals, mean_c + data.shift, covs * counts[:, None, None]), log_likelihood
-        return super().expected_statistics(data, log_weights)
+        return super().expected_statistics(data, log_weights, row_weights)
 
     def _covariances_from_sums(
         self, counts: torch.Tensor, sums: torch.Tensor

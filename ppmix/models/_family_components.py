@@ -56,6 +56,8 @@ class FamilyComponentsMixin:
     init_params: str
     components_: ComponentFamily
     _data_scale: DataScale
+    #: the starts ``init_params`` may name (a structure with more of its own extends them)
+    init_methods: tuple[str, ...] = INIT_METHODS
 
     def component_family(self) -> DensityFamily:
         """The family of this model's components (built from its constructor arguments)."""
@@ -63,7 +65,7 @@ class FamilyComponentsMixin:
 
     def _validate_family_params(self) -> None:
         self.component_family().validate()
-        self._validate_em_settings(INIT_METHODS)
+        self._validate_em_settings(self.init_methods)
 
     @property
     def _scale(self) -> DataScale:
@@ -97,15 +99,17 @@ class FamilyComponentsMixin:
         return self.components_.covariance
 
     # ------------------------------------------------------------- Pyro sites
-    def _simplex_prior(self, site: str, batch: tuple[int, ...], k: int, opts: dict) -> dist.Distribution:
-        """Flat on the simplex for maximum likelihood, ``Dirichlet(1)`` under MCMC.
+    def _simplex_prior(
+        self, site: str, batch: tuple[int, ...], k: int, opts: dict, concentration: float = 1.0
+    ) -> dist.Distribution:
+        """Flat on the simplex for maximum likelihood, ``Dirichlet(concentration)`` (default 1) under MCMC.
 
         The flat prior's sampler is a point mass at the current value of ``site`` (see
         :func:`~ppmix.models._flat.flat_prior`).
         """
         if not self.is_bayesian:
             return flat_prior(self, site, constraints.simplex, batch, (k,), opts)
-        return dist.Dirichlet(torch.ones(*batch, k, **opts))
+        return dist.Dirichlet(torch.full((*batch, k), concentration, **opts))
 
     def _component_prior(self, site: str, k: int, d: int, opts: dict) -> dist.Distribution:
         """The prior of one of the family's sites: flat for maximum likelihood, the family's own under MCMC."""
@@ -153,11 +157,14 @@ class FamilyComponentsMixin:
         return self.component_family().site_dims()
 
     # ----------------------------------------------------------- EM helpers
-    def _initial_responsibilities(self, data: Any, generator: torch.Generator) -> torch.Tensor:
+    def _initial_responsibilities(
+        self, data: Any, generator: torch.Generator, weight: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Hard k-means (or k-means++ seeding) assignments, or random soft ones, ``(N, K)``.
 
         ``"kmeans"`` is :func:`~ppmix.ops.kmeans.kmeans_start`: the best of several k-means runs on a
-        random subsample of the rows, then every row assigned to its nearest centre.
+        random subsample of the rows, then every row assigned to its nearest centre. With row ``weight``
+        (``sample_weight``) k-means runs on the weighted rows (a weighted resample, a weighted seeding).
         """
         family, k = self.component_family(), self.n_components
         x = family.rows(data)
@@ -166,9 +173,9 @@ class FamilyComponentsMixin:
             return resp / resp.sum(1, keepdim=True)
         points = family.start_points(data)
         if self.init_params == "kmeans":
-            _, labels = kmeans_start(points, k, generator)
+            _, labels = kmeans_start(points, k, generator, weight=weight)
         else:
-            labels = nearest_centre(points, kmeans_plusplus(points, k, generator))
+            labels = nearest_centre(points, kmeans_plusplus(points, k, generator, weight=weight))
         return torch.nn.functional.one_hot(labels, k).to(x.dtype)
 
     def _new_components(self, x: torch.Tensor) -> ComponentFamily:

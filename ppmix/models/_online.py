@@ -46,7 +46,15 @@ class OnlineEMMixin:
     online_em_unavailable: str | None = None
 
     @available_if(_online_em_available)
-    def partial_fit(self, X: Any, y: Any = None, *, step_offset: float = 2.0, step_exponent: float = 0.6) -> Any:
+    def partial_fit(
+        self,
+        X: Any,
+        y: Any = None,
+        *,
+        sample_weight: Any = None,
+        step_offset: float = 2.0,
+        step_exponent: float = 0.6,
+    ) -> Any:
         """One step of online EM (Cappé & Moulines, 2009) on the chunk ``X``.
 
         The first call on an unfitted model initialises it from the chunk as ``fit`` would
@@ -58,6 +66,9 @@ class OnlineEMMixin:
         ----------
         X : a chunk of data, as for ``fit``.
         y : None
+        sample_weight : array-like, optional
+            One non-negative weight per row (per sequence for an HMM) of the chunk, as in ``fit``: the chunk's
+            statistics are its weighted means.
         step_offset : float, default 2.0
             ``t0 >= 0``: delays the decay of the steps.
         step_exponent : float, default 0.6
@@ -87,7 +98,10 @@ class OnlineEMMixin:
         starting = not self.is_fitted
         if starting:
             self.validate_params()
-        data = self.em_data(self.prepare_data(X, y, fitting=starting))
+        prepared = self.prepare_data(X, y, fitting=starting)
+        if sample_weight is not None:
+            prepared = self.weigh(prepared, sample_weight, fitting=starting)
+        data = self.em_data(prepared)
         if starting:
             self.em_initialize(data, self.generator(0))
         chunk_stats, objective = self.e_step(data)

@@ -35,6 +35,7 @@ from ppmix.io import Savable, load_model
 from ppmix.models._criteria import InformationCriteriaMixin
 from ppmix.models._params import check_seed, store_params
 from ppmix.models._subclassing import refuse_stale_hooks
+from ppmix.models._weights import Weighted, check_sample_weight
 
 __all__ = ["MixtureModel"]
 
@@ -179,6 +180,30 @@ class MixtureModel(DensityMixin, InformationCriteriaMixin, Savable, PyroModule):
         """Number of data points in ``data`` (the size of the data plate)."""
         return int(data.shape[0])
 
+    def sample_weight_units(self, data: Any) -> tuple[str, int] | None:
+        """What one ``sample_weight`` entry weighs in prepared ``data`` and how many there are (e.g. ``("row",
+        N)``); None (the default) for a model whose EM hooks do not take :class:`~ppmix.models._weights.Weighted`
+        data."""
+        return None
+
+    def weigh(self, data: Any, sample_weight: Any, *, fitting: bool = True) -> Weighted:
+        """Prepared ``data`` with its ``sample_weight`` checked (one finite, non-negative entry per unit of
+        :meth:`sample_weight_units`; for ``fitting``, as many positive ones as components where a unit is a
+        row), for the EM hooks."""
+        units = self.sample_weight_units(data)
+        if units is None:
+            raise TypeError(f"{type(self).__name__} does not take sample_weight")
+        unit, count = units
+        weight = check_sample_weight(
+            sample_weight,
+            count,
+            unit,
+            dtype=self.dtype,
+            device=self._device,
+            min_positive=int(self.n_components) if fitting and unit == "row" else 1,
+        )
+        return Weighted(data, weight)
+
     def observed_data(self, data: Any) -> dict[str, torch.Tensor]:
         """Observed sites and values, for ArviZ. Default: the matrix under the name ``"x"``."""
         return {"x": data}
@@ -304,12 +329,18 @@ class MixtureModel(DensityMixin, InformationCriteriaMixin, Savable, PyroModule):
         return gen
 
     # ==================================================================== fit
-    def fit(self, X: Any, y: Any = None, *, engine: str = "em", **options: Any) -> "MixtureModel":
+    def fit(
+        self, X: Any, y: Any = None, *, sample_weight: Any = None, engine: str = "em", **options: Any
+    ) -> "MixtureModel":
         """Fit the model with one of the engines.
 
         Parameters
         ----------
         X, y : data (``y`` only for models with a target).
+        sample_weight : array-like, optional
+            One non-negative weight per row (per sequence for sequence models), as in scikit-learn: an
+            integer weight counts as that many copies of the row, zero drops it. EM only (models that
+            take it: :meth:`sample_weight_units`).
         engine : {"em", "svi", "mcmc"}
             ``"em"``: the model's closed-form coordinate ascent (if it implements it);
             ``"svi"``: :func:`ppmix.inference.engines.svi.run_svi`; ``"mcmc"``: NUTS via
@@ -329,11 +360,14 @@ class MixtureModel(DensityMixin, InformationCriteriaMixin, Savable, PyroModule):
             raise ValueError(f"{type(self).__name__} has no EM updates; use engine='svi' or 'mcmc'")
         refuse_stale_hooks(type(self), MixtureModel)
         self.validate_params()
+        if sample_weight is not None and engine != "em":
+            raise ValueError(f"sample_weight is taken by engine='em' only; got engine={engine!r}")
         data = self.prepare_data(X, y, fitting=True)
         object.__setattr__(self, "_train_data", data)
         self.set_variational_guide(None)
         runner = {"em": run_em, "svi": run_svi, "mcmc": run_mcmc}[engine]
-        return self.record_result(engine, runner(self, data, **options))
+        fit_data = data if sample_weight is None else self.weigh(data, sample_weight)
+        return self.record_result(engine, runner(self, fit_data, **options))
 
     def record_result(self, engine: str, result: Any) -> "MixtureModel":
         """Record an engine's :class:`~ppmix.inference.engines.result.FitResult` as the fitted attributes
@@ -432,11 +466,15 @@ class MixtureModel(DensityMixin, InformationCriteriaMixin, Savable, PyroModule):
         data = self.prepare_data(X)
         return to_output(self.pointwise_log_likelihood(data), self.output_like(X))
 
-    def score(self, X: Any, y: Any = None) -> float:
-        """Mean log-likelihood per data point."""
+    def score(self, X: Any, y: Any = None, sample_weight: Any = None) -> float:
+        """Mean log-likelihood per data point (weighted by ``sample_weight``, one per point, where given)."""
         self._check_fitted()
         data = self.prepare_data(X, y)
-        return float(self.pointwise_log_likelihood(data).mean())
+        log_lik = self.pointwise_log_likelihood(data)
+        if sample_weight is None:
+            return float(log_lik.mean())
+        weight = self.weigh(data, sample_weight, fitting=False).weight.to(log_lik)
+        return float(log_lik @ weight / weight.sum())
 
     def log_likelihood(self, X: Any, y: Any = None) -> float:
         """Total log-likelihood ``log p(X | globals)`` at the point estimates."""

@@ -15,10 +15,17 @@ from ppmix._validation import check_n_components, check_positive_int, to_output
 from ppmix.components.family import DensityFamily
 from ppmix.components.registry import family_config, family_from
 from ppmix.inference.engines.forward_backward import ForwardBackwardResult, forward_backward, viterbi
-from ppmix.models._family_components import FamilyComponentsMixin, drop_leading_ones
+from ppmix.models._family_components import INIT_METHODS, FamilyComponentsMixin, drop_leading_ones
 from ppmix.models._online import OnlineEMMixin
 from ppmix.models._params import store_params
 from ppmix.models._sequences import SequenceBatch, as_sequence_batch
+from ppmix.models._transitions import (
+    check_transition_prior,
+    log_transition_prior,
+    transition_mask,
+    transition_update,
+)
+from ppmix.models._weights import Weighted, split_weights
 from ppmix.models.base import MixtureModel
 
 __all__ = ["HMM"]
@@ -81,9 +88,22 @@ class HMM(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
         (see the README's "Writing a new component family"), not as a subclass of ``HMM``.
     covariance_type, reg_covar :
         The Gaussian emission's settings (for ``emission="gaussian"``), as for :class:`~ppmix.models.gmm.GMM`.
-    n_init, max_iter, tol, init_params, warm_start :
-        As for :class:`~ppmix.models.gmm.GMM` (k-means on all frames initialises the
-        emissions; initial and transition probabilities come from the initial labels).
+    transition_pattern : {None, "ergodic", "left-right", "upper"} or array (K, K), default None
+        The transitions the chain allows (:func:`~ppmix.models._transitions.transition_mask`): every one
+        (None, ``"ergodic"``), stay or move to the next state (``"left-right"``), stay or jump forward
+        (``"upper"``), or the non-zero entries of a ``(K, K)`` array (e.g. a starting transition matrix).
+        Disallowed transitions are zero from the start and stay zero through EM, SVI and MCMC.
+    transition_prior : float, default 1.0
+        Concentration ``alpha >= 1`` of a symmetric Dirichlet prior on every row's allowed transitions:
+        EM is MAP-EM (``alpha - 1`` added to the expected counts, the log prior added to ``history_``)
+        and MCMC samples under it; 1 is maximum likelihood.
+    init_params : {"kmeans", "k-means++", "random", "segments"}, default "kmeans"
+        As for :class:`~ppmix.models.gmm.GMM` (k-means on all frames initialises the emissions; initial and
+        transition probabilities come from the initial labels), or ``"segments"``: every sequence cut into
+        K consecutive stretches of equal length, stretch ``k`` in state ``k`` (the usual start of a
+        left-right chain, whose states follow each other in time).
+    n_init, max_iter, tol, warm_start :
+        As for :class:`~ppmix.models.gmm.GMM`.
     sequence_column : str, optional
         Column of a DataFrame ``X`` holding the sequence id.
     seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
@@ -110,6 +130,10 @@ class HMM(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
     """
 
     data_plate_name = "sequences"
+    init_methods = (*INIT_METHODS, "segments")
+    #: defaults for subclasses whose constructors do not take them (the pf-HMMs: every transition, ML)
+    transition_pattern: Any = None
+    transition_prior: float = 1.0
 
     def __init__(
         self,
@@ -117,6 +141,8 @@ class HMM(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
         *,
         emission: str | DensityFamily | dict = "gaussian",
         covariance_type: str = "diag",
+        transition_pattern: Any = None,
+        transition_prior: float = 1.0,
         n_init: int = 1,
         max_iter: int = 100,
         tol: float = 1e-6,
@@ -139,11 +165,32 @@ class HMM(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
         params = super().saved_params()
         if "emission" in params:
             params["emission"] = family_config(params["emission"])
+        pattern = params.get("transition_pattern")
+        if pattern is not None and not isinstance(pattern, str):  # an array: saved as nested lists of 0/1
+            params["transition_pattern"] = self._transition_mask.int().tolist()
         return params
 
     def validate_params(self) -> None:
         super().validate_params()
         self._validate_family_params()
+        transition_mask(self.transition_pattern, int(self.n_components))
+        check_transition_prior(self.transition_prior)
+
+    def init_values(self, data: Any, generator: torch.Generator) -> dict[str, torch.Tensor]:
+        """The EM start (as for every model with EM), its disallowed transitions lifted off zero: SVI and NUTS
+        move the ``transition`` site in unconstrained space, where a zero has no image; the program masks them
+        out again, so the chain it runs is the start's."""
+        values = super().init_values(data, generator)
+        if "transition" in values and self.transition_pattern is not None:
+            transition = values["transition"]
+            lifted = torch.where(self._transition_mask, transition, torch.full_like(transition, 1e-6))
+            values["transition"] = lifted / lifted.sum(-1, keepdim=True)
+        return values
+
+    @property
+    def _transition_mask(self) -> torch.Tensor:
+        """The allowed transitions ``(K, K)`` of ``transition_pattern``."""
+        return transition_mask(self.transition_pattern, int(self.n_components), self._device)
 
     # ------------------------------------------------------------------- data
     def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> SequenceBatch:
@@ -175,7 +222,14 @@ class HMM(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
             self.component_family().check_data(batch.frames, "X")
         return batch
 
-    def em_data(self, data: SequenceBatch | _EMData) -> _EMData:
+    def sample_weight_units(self, data: Any) -> tuple[str, int]:
+        inner = split_weights(data)[0]
+        return "sequence", (inner.batch if isinstance(inner, _EMData) else inner).n_sequences
+
+    def em_data(self, data: SequenceBatch | _EMData | Weighted) -> _EMData | Weighted:
+        """The batch with its frames prepared for the emission family (sequence weights kept)."""
+        if isinstance(data, Weighted):
+            return Weighted(self.em_data(data.data), data.weight)
         if isinstance(data, _EMData):
             return data
         return _EMData(batch=data, frames=self.component_family().prepare(data.frames))
@@ -189,9 +243,12 @@ class HMM(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
     def output_like(self, X: Any) -> Any:
         return _first(X)
 
-    def n_observations(self, data: Any) -> int:
-        batch = data.batch if isinstance(data, _EMData) else data
-        return int(batch.lengths.sum())
+    def n_observations(self, data: Any) -> float:
+        inner, weight = split_weights(data)
+        batch = inner.batch if isinstance(inner, _EMData) else inner
+        if weight is None:
+            return int(batch.lengths.sum())
+        return float(weight @ batch.lengths.to(weight))
 
     def observed_data(self, data: SequenceBatch) -> dict[str, torch.Tensor]:
         return {"x": data.frames}
@@ -218,8 +275,12 @@ class HMM(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
         initial = drop_leading_ones(pyro.sample("initial", self._simplex_prior("initial", (), k, opts)), 1)
         components = pyro.plate("components", k)
         with components:
-            transition = pyro.sample("transition", self._simplex_prior("transition", (k,), k, opts))
+            prior = self._simplex_prior("transition", (k,), k, opts, concentration=float(self.transition_prior))
+            transition = pyro.sample("transition", prior)
         transition = drop_leading_ones(transition, 2)
+        if self.transition_pattern is not None:  # the disallowed transitions masked out, the rows renormalised
+            allowed = transition * self._transition_mask.to(transition.device)
+            transition = allowed / allowed.sum(-1, keepdim=True)
         return _Chain(initial, transition, torch.eye(k, **opts)), components
 
     # -------------------------------------------------------------- globals
@@ -231,6 +292,7 @@ class HMM(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
         initial = torch.as_tensor(values["initial"]).to(**opts)
         transition = torch.as_tensor(values["transition"]).to(**opts)
         self.initial_ = initial / initial.sum()
+        transition = transition * self._transition_mask  # values of an unconstrained site (SVI, MCMC): masked
         self.transition_ = transition / transition.sum(-1, keepdim=True)
         self._set_component_globals(values)
         self._invalidate_guide()
@@ -265,28 +327,54 @@ class HMM(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
             self.initial_.log(), self.transition_.log(), self._log_emissions(data), data.batch.lengths
         )
 
-    def em_initialize(self, data: _EMData, generator: torch.Generator) -> None:
-        """Emissions from k-means on all frames; initial and transition counts from its labels."""
-        self.components_ = self._new_components(self.component_family().rows(data.frames))
-        self._initialize_from_frames(data, self._initial_responsibilities(data.frames, generator))
+    def em_initialize(self, data: _EMData | Weighted, generator: torch.Generator) -> None:
+        """Emissions from k-means on all frames (each weighted by its sequence's weight); initial and transition
+        counts from its labels."""
+        inner, weight = split_weights(data)
+        self.components_ = self._new_components(self.component_family().rows(inner.frames))
+        if self.init_params == "segments":
+            self._initialize_from_frames(data, _segment_responsibilities(inner.batch, self.n_components))
+            return
+        frame_weight = None if weight is None else _sequence_weights(inner.batch, weight)[inner.batch.mask]
+        self._initialize_from_frames(data, self._initial_responsibilities(inner.frames, generator, frame_weight))
 
-    def _initialize_from_frames(self, data: _EMData, resp_frames: torch.Tensor) -> None:
-        """One M-step from per-frame responsibilities ``(sum(lengths), K)`` (lightly smoothed chain counts)."""
-        batch = data.batch
+    def _initialize_from_frames(self, data: _EMData | Weighted, resp_frames: torch.Tensor) -> None:
+        """One M-step from per-frame responsibilities ``(sum(lengths), K)`` (lightly smoothed chain counts,
+        every sequence's weighted by its sample weight)."""
+        inner, weight = split_weights(data)
+        batch = inner.batch
         resp = batch.x.new_zeros(batch.n_sequences, batch.max_length, self.n_components)
         resp[batch.mask] = resp_frames
         both = (batch.mask[:, 1:] & batch.mask[:, :-1]).to(resp.dtype)
+        if weight is not None:  # every pair and frame of a sequence counts its weight times
+            both *= weight.to(resp)[:, None]
         pairs = torch.einsum("bti,btj,bt->ij", resp[:, :-1], resp[:, 1:], both)
+        if weight is not None:
+            resp *= weight.to(resp)[:, None, None]
         smoothing = 1.0 / self.n_components  # a light smoothing of the first, hard counts
         self.m_step(data, _Counts(initial=resp[:, 0].sum(0) + smoothing, transitions=pairs + smoothing, posterior=resp))
 
-    def e_step(self, data: _EMData) -> tuple[_Counts, torch.Tensor]:
-        """Forward–backward statistics and the total log-likelihood of all sequences."""
-        result = self._forward_backward(data)
+    def e_step(self, data: _EMData | Weighted) -> tuple[_Counts, torch.Tensor]:
+        """Forward–backward statistics and the total log-likelihood of all sequences (each counted as often
+        as its sample weight)."""
+        inner, weight = split_weights(data)
+        result = self._forward_backward(inner)
+        if weight is None:
+            counts = _Counts(
+                initial=result.initial.sum(0), transitions=result.pair_counts.sum(0), posterior=result.posterior
+            )
+            return counts, result.log_likelihood.sum() + self._log_transition_prior()
+        weight = weight.to(result.posterior)
         counts = _Counts(
-            initial=result.initial.sum(0), transitions=result.pair_counts.sum(0), posterior=result.posterior
+            initial=weight @ result.initial,
+            transitions=torch.einsum("b,bij->ij", weight, result.pair_counts),
+            posterior=result.posterior * weight[:, None, None],
         )
-        return counts, result.log_likelihood.sum()
+        return counts, result.log_likelihood @ weight + self._log_transition_prior()
+
+    def _log_transition_prior(self) -> torch.Tensor:
+        """The Dirichlet ``transition_prior``'s log density at ``transition_`` (MAP-EM's objective; 0 under ML)."""
+        return log_transition_prior(self.transition_, self._transition_mask, float(self.transition_prior))
 
     def m_step(self, data: _EMData, stats: _Counts) -> None:
         """Baum–Welch updates: initial and transition from expected counts, emissions by weighted MLE."""
@@ -295,11 +383,12 @@ class HMM(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
     def em_statistics(self, data: _EMData, stats: _Counts) -> dict[str, Any]:
         """What the M-step needs of ``data``: expected initial and transition counts and the emission
         statistics of the frames, all of which merge across shards (:func:`ppmix.distributed.fit_em`)."""
-        frames = stats.posterior[data.batch.mask]
+        inner = split_weights(data)[0]  # the counts carry the sequence weights already
+        frames = stats.posterior[inner.batch.mask]
         return {
             "initial": stats.initial,
             "transitions": stats.transitions,
-            "emissions": self.components_.statistics(data.frames, frames),
+            "emissions": self.components_.statistics(inner.frames, frames),
         }
 
     def em_update(self, stats: dict[str, Any]) -> None:
@@ -309,11 +398,13 @@ class HMM(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
         self._invalidate_guide()
 
     def _update_chain(self, initial: torch.Tensor, transitions: torch.Tensor) -> None:
-        """``initial`` and ``transition`` from expected counts (lightly padded)."""
+        """``initial`` and ``transition`` from expected counts (lightly padded; the transitions MAP under
+        ``transition_prior``, zero where ``transition_pattern`` allows none)."""
         initial = initial.to(self.dtype) + _EPS
         self.initial_ = initial / initial.sum()
-        counts = transitions.to(self.dtype) + _EPS
-        self.transition_ = counts / counts.sum(-1, keepdim=True)
+        self.transition_ = transition_update(
+            transitions.to(self.dtype), self._transition_mask, float(self.transition_prior)
+        )
 
     # ---------------------------------------------------------- predictions
     def pointwise_log_likelihood(self, data: SequenceBatch) -> torch.Tensor:
@@ -349,11 +440,16 @@ class HMM(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
         """Most probable state path of each sequence (Viterbi)."""
         return self.decode(X)[1]
 
-    def score(self, X: Any, y: Any = None) -> float:
-        """Mean log-likelihood per time step (the quantity in ``history_``)."""
+    def score(self, X: Any, y: Any = None, sample_weight: Any = None) -> float:
+        """Mean log-likelihood per time step (the quantity in ``history_``); with ``sample_weight`` (one per
+        sequence) every sequence's steps count that many times."""
         self._check_fitted()
         batch = self.prepare_data(X, y)
-        return float(self.pointwise_log_likelihood(batch).sum()) / int(batch.lengths.sum())
+        log_lik = self.pointwise_log_likelihood(batch)
+        if sample_weight is None:
+            return float(log_lik.sum()) / int(batch.lengths.sum())
+        weight = self.weigh(batch, sample_weight, fitting=False).weight.to(log_lik)
+        return float(log_lik @ weight) / float(weight @ batch.lengths.to(weight))
 
     def sample(self, n_samples: int = 1, length: int = 50) -> dict[str, Any]:
         """Draw ``n_samples`` sequences of ``length`` steps: ``{"x": (n, T, D), "z": (n, T)}``."""
@@ -370,9 +466,24 @@ class HMM(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
 
     @property
     def n_parameters(self) -> int:
-        """Number of free parameters: ``K - 1`` initial, ``K (K - 1)`` transition probabilities and the emissions'."""
+        """Number of free parameters: ``K - 1`` initial, ``K (K - 1)`` transition probabilities (fewer under a
+        ``transition_pattern``: each row's allowed ones less one) and the emissions'."""
         k = self.n_components
-        return (k - 1) + k * (k - 1) + self._component_parameters
+        free_transitions = int(self._transition_mask.sum()) - k
+        return (k - 1) + free_transitions + self._component_parameters
+
+
+def _segment_responsibilities(batch: SequenceBatch, k: int) -> torch.Tensor:
+    """One-hot states ``(sum(lengths), K)`` of the valid frames: step ``t`` of a sequence of length ``T`` in state
+    ``floor(t K / T)``, so every sequence runs through the states in order."""
+    steps = torch.arange(batch.max_length, device=batch.lengths.device)
+    state = (steps[None, :] * k) // batch.lengths[:, None].clamp_min(1)
+    return torch.nn.functional.one_hot(state[batch.mask.to(state.device)].clamp_max(k - 1), k).to(batch.x)
+
+
+def _sequence_weights(batch: SequenceBatch, weight: torch.Tensor) -> torch.Tensor:
+    """Every step's sequence weight, ``(B, T)``."""
+    return weight.to(batch.x)[:, None].expand(batch.n_sequences, batch.max_length)
 
 
 def _first(X: Any) -> Any:

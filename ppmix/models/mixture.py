@@ -15,6 +15,7 @@ from ppmix.components.registry import family_config, family_from
 from ppmix.models._family_components import FamilyComponentsMixin
 from ppmix.models._online import OnlineEMMixin
 from ppmix.models._params import store_params
+from ppmix.models._weights import Weighted, split_weights
 from ppmix.models.base import MixtureModel
 
 __all__ = ["Mixture"]
@@ -144,24 +145,33 @@ class Mixture(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
         return {"weights": ["component"], **self._component_dims()}
 
     # ------------------------------------------------------------------- EM
+    def sample_weight_units(self, data: Any) -> tuple[str, int]:
+        return "row", int(self.component_family().rows(split_weights(data)[0]).shape[0])
+
     def em_data(self, data: Any) -> Any:
+        """The family's prepared rows (:class:`~ppmix.models._weights.Weighted` data keep their row weights)."""
+        if isinstance(data, Weighted):
+            return Weighted(self.em_data(data.data), data.weight)
         family = self.component_family()
         return data if not isinstance(data, torch.Tensor) else family.prepare(data)
 
-    def n_observations(self, data: Any) -> int:
-        return int(self.component_family().rows(data).shape[0])
+    def n_observations(self, data: Any) -> float:
+        rows, weight = split_weights(data)
+        return float(weight.sum()) if weight is not None else int(self.component_family().rows(rows).shape[0])
 
     def em_initialize(self, data: Any, generator: torch.Generator) -> None:
-        """Responsibilities from k-means (or its seeding, or at random), then one M-step."""
-        self.components_ = self._new_components(self.component_family().rows(data))
-        self.m_step(data, self._initial_responsibilities(data, generator))
+        """Responsibilities from k-means (or its seeding, or at random; on the weighted rows), then one M-step."""
+        rows, weight = split_weights(data)
+        self.components_ = self._new_components(self.component_family().rows(rows))
+        self.m_step(data, self._initial_responsibilities(rows, generator, weight))
 
     def e_step(self, data: Any) -> tuple[Statistics, torch.Tensor]:
         """The M-step's statistics under the responsibilities and the log-likelihood
-        ``sum_n log sum_k w_k p_k(x_n)``, in one pass where the family fuses them
-        (:meth:`~ppmix.components.base.ComponentFamily.expected_statistics`); :meth:`m_step` and
-        :meth:`em_statistics` take the (merged) statistics as they are."""
-        return self.components_.expected_statistics(data, self.weights_.log())
+        ``sum_n log sum_k w_k p_k(x_n)`` (every row counted as often as its sample weight), in one pass where
+        the family fuses them (:meth:`~ppmix.components.base.ComponentFamily.expected_statistics`);
+        :meth:`m_step` and :meth:`em_statistics` take the (merged) statistics as they are."""
+        rows, weight = split_weights(data)
+        return self.components_.expected_statistics(rows, self.weights_.log(), weight)
 
     def m_step(self, data: Any, resp: Statistics | torch.Tensor) -> None:
         """The family's weighted MLE and ``weights = mean responsibility``, from the E-step's statistics or
@@ -169,12 +179,13 @@ class Mixture(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
         self.em_update(self.em_statistics(data, resp))
 
     def em_statistics(self, data: Any, resp: Statistics | torch.Tensor) -> Statistics:
-        """What the M-step needs of ``data`` under ``resp`` (responsibilities ``(N, K)``, or the E-step's
-        statistics, returned as they are): statistics that merge across shards
+        """What the M-step needs of ``data`` under ``resp`` (responsibilities ``(N, K)``, times the rows' sample
+        weights; or the E-step's statistics, returned as they are): statistics that merge across shards
         (:func:`ppmix.distributed.fit_em`)."""
         if isinstance(resp, Statistics):
             return resp
-        return self.components_.statistics(data, resp)
+        rows, weight = split_weights(data)
+        return self.components_.statistics(rows, resp if weight is None else resp * weight[:, None].to(resp))
 
     def em_update(self, stats: Statistics) -> None:
         """The M-step from (merged) statistics: the components' weighted MLE, ``weights`` their total weights."""

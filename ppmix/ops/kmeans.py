@@ -64,13 +64,19 @@ def _centre_scores(x: torch.Tensor, centres: torch.Tensor, scale: float = 1.0) -
 
 
 def kmeans_plusplus(
-    x: torch.Tensor, n_clusters: int, generator: torch.Generator, n_trials: int | None = None
+    x: torch.Tensor,
+    n_clusters: int,
+    generator: torch.Generator,
+    n_trials: int | None = None,
+    weight: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Greedy k-means++ seeding (Arthur & Vassilvitskii, 2007).
 
     Each new centre is the best, by the resulting k-means potential, of ``n_trials``
     candidates drawn with probability proportional to ``D^2`` (default
-    ``2 + floor(log K)``, the usual greedy variant; ``1`` is plain k-means++).
+    ``2 + floor(log K)``, the usual greedy variant; ``1`` is plain k-means++). With row
+    weights ``(N,)`` (non-negative, not all zero) the draws are proportional to ``w D^2`` and the
+    potential is ``sum_n w_n D_n^2``: the seeding of the data with row ``n`` repeated ``w_n`` times.
 
     Examples
     --------
@@ -85,21 +91,30 @@ def kmeans_plusplus(
     n = x.shape[0]
     trials = n_trials if n_trials is not None else 2 + int(math.log(n_clusters))
     x_sq = x.square().sum(1)
-    first = torch.randint(n, (1,), generator=generator).item()
+    mass = None if weight is None else weight.to(dtype=x.dtype, device=x.device)
+    first = _draw(mass, n, 1, generator).item()
     centres = [x[first]]
     closest = _squared_distances(x, x[first : first + 1], x_sq).squeeze(1)
     for _ in range(1, n_clusters):
-        total = closest.sum()
-        if total <= 0:  # every point coincides with a centre: pick uniformly
-            candidates = torch.randint(n, (trials,), generator=generator)
+        potential = closest if mass is None else closest * mass
+        total = potential.sum()
+        if total <= 0:  # every point coincides with a centre: pick at random
+            candidates = _draw(mass, n, trials, generator)
         else:
-            candidates = torch.multinomial((closest / total).cpu(), trials, replacement=True, generator=generator)
+            candidates = torch.multinomial((potential / total).cpu(), trials, replacement=True, generator=generator)
         candidates = candidates.to(x.device)
         updated = torch.minimum(closest[None, :], _squared_distances(x, x[candidates], x_sq).T)  # (trials, N)
-        best = int(updated.sum(1).argmin())
+        best = int((updated.sum(1) if mass is None else updated @ mass).argmin())
         centres.append(x[candidates[best]])
         closest = updated[best]
     return torch.stack(centres) * scale
+
+
+def _draw(weight: torch.Tensor | None, n: int, size: int, generator: torch.Generator) -> torch.Tensor:
+    """``size`` row indices drawn with replacement: uniformly, or in proportion to ``weight``."""
+    if weight is None:
+        return torch.randint(n, (size,), generator=generator)
+    return torch.multinomial(weight.cpu() / weight.sum().cpu(), size, replacement=True, generator=generator)
 
 
 def kmeans(
@@ -109,6 +124,7 @@ def kmeans(
     max_iter: int = 100,
     n_init: int = 1,
     sample_size: int | None = None,
+    weight: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Greedy k-means++ seeding and Lloyd iterations until the assignment is stable.
 
@@ -119,7 +135,10 @@ def kmeans(
     pass, and the centres are those of the sample (as good as the full data's for a start
     of EM when the sample holds enough points of every cluster). Returns the centres
     ``(K, D)`` and the hard assignment of every row ``(N,)``. Empty clusters keep their
-    previous centre.
+    previous centre. With row weights ``(N,)`` (``sample_weight``: non-negative, not all zero) the
+    rows k-means runs on are a resample of the weighted rows (``sample_size`` of them, or ``N``), drawn
+    in proportion to the weights: a row of weight zero is never a centre, and an integer weight
+    counts as that many copies of the row.
 
     Examples
     --------
@@ -133,8 +152,10 @@ def kmeans(
     >>> int(labels[:5000].unique().numel() == 1 and labels[0] != labels[-1])
     1
     """
-    sampled = sample_size is not None and x.shape[0] > sample_size
-    fit_rows = x[torch.randint(x.shape[0], (sample_size,), generator=generator).to(x.device)] if sampled else x
+    n = x.shape[0]
+    sampled = weight is not None or (sample_size is not None and n > sample_size)
+    size = n if sample_size is None else sample_size
+    fit_rows = x[_draw(weight, n, size, generator).to(x.device)] if sampled else x
     scale = _power_of_two_scale(fit_rows)
     fit_rows = fit_rows / scale
     best: tuple[float, torch.Tensor, torch.Tensor] | None = None
@@ -160,11 +181,16 @@ def start_sample_size(n_clusters: int) -> int:
 
 
 def kmeans_start(
-    x: torch.Tensor, n_clusters: int, generator: torch.Generator, runs: int | None = None
+    x: torch.Tensor,
+    n_clusters: int,
+    generator: torch.Generator,
+    runs: int | None = None,
+    weight: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The k-means start of EM: ``runs`` (default :data:`START_RUNS`) runs of greedy k-means++ and Lloyd
     on a random subsample of :func:`start_sample_size` rows (all rows when there are fewer), the best by
     inertia, and every row assigned to its nearest centre. Returns the centres and the assignment.
+    Row ``weight`` (``sample_weight``) makes the subsample a weighted resample (:func:`kmeans`).
 
     A start needs centres, not a converged k-means of every row: the cost is one pass over
     ``x`` beyond a fixed amount of work, and the final log-likelihood after EM is that of
@@ -178,7 +204,7 @@ def kmeans_start(
     1
     """
     runs = START_RUNS if runs is None else runs
-    return kmeans(x, n_clusters, generator, n_init=runs, sample_size=start_sample_size(n_clusters))
+    return kmeans(x, n_clusters, generator, n_init=runs, sample_size=start_sample_size(n_clusters), weight=weight)
 
 
 def _lloyd(

@@ -79,3 +79,25 @@ def test_log_prob_does_not_depend_on_the_block_size(kind, monkeypatch):
     monkeypatch.setattr(centred, "BLOCK_BYTES", 1)
     assert_close(family.log_prob(x), whole, rtol=1e-12, atol=1e-12)
     assert_close(whole[:7], family.log_prob(x[:7]), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("collapsed", [False, True], ids=["fused", "direct-fallback"])
+@pytest.mark.parametrize("kind", ["diag", "full"])
+def test_row_weights_count_each_row_that_many_times(kind, collapsed, monkeypatch):
+    """``expected_statistics(..., row_weights=w)`` equals the E-step on the rows repeated ``w`` times (integer
+    ``w``, zeros included), on the fused pass and on the direct formulas it falls back to."""
+    monkeypatch.setattr(centred, "BLOCK_BYTES", 1)
+    dtype = torch.float64
+    r = rng(3)
+    x = t(r.normal(scale=2.0, size=(300, 3)), dtype)
+    family = _family(kind, 2, 3, dtype, torch.device("cpu"))
+    if collapsed:  # a component at 1e6 with a tiny spread: the moment algebra would cancel, the direct path runs
+        x[:40] = 1e6 + t(r.normal(scale=1e-4, size=(40, 3)), dtype)
+        family.loc[1] = 1e6
+    weight = torch.as_tensor(r.integers(0, 4, 300), dtype=dtype)
+    repeated = x.repeat_interleave(weight.long(), dim=0)
+    log_weights = t([0.6, 0.4], dtype).log()
+    shift = x.mean(0)
+    got = family.expected_statistics(CentredData.from_tensor(x, shift), log_weights, row_weights=weight)
+    want = family.expected_statistics(CentredData.from_tensor(repeated, shift), log_weights)
+    _assert_same(got, want, dtype)

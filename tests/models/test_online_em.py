@@ -102,3 +102,18 @@ def test_the_pf_models_refuse_partial_fit_and_name_fit_em():
 
     assert not hasattr(PFHMM(2), "partial_fit")  # scikit-learn then never calls it
     assert "fit_em" in PFHMM.online_em_unavailable
+
+
+@pytest.mark.parametrize("make", [lambda: GMM(3, seed=0, progress=False), lambda: HMM(2, seed=0, progress=False)])
+def test_a_weighted_chunk_is_the_chunk_with_its_rows_repeated(make):
+    """partial_fit's sample_weight (per row; per sequence for an HMM): the same step as on the repeated chunk."""
+    rng = np.random.default_rng(3)
+    hmm = isinstance(make(), HMM)
+    chunk = [_chunk(rng, 20) for _ in range(6)] if hmm else _chunk(rng, 120)
+    model = make().partial_fit(chunk)
+    weight = rng.integers(0, 4, len(chunk))
+    repeated = [s for s, c in zip(chunk, weight) for _ in range(c)] if hmm else np.repeat(chunk, weight, axis=0)
+    weighted, plain = copy.deepcopy(model).partial_fit(chunk, sample_weight=weight), model.partial_fit(repeated)
+    for site, value in plain.get_globals().items():
+        np.testing.assert_allclose(weighted.get_globals()[site].numpy(), value.numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(weighted.history_, plain.history_, rtol=1e-10)

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import adjusted_rand_score
 
-from ppmix.ops.kmeans import kmeans, nearest_centre
+from ppmix.ops.kmeans import kmeans, kmeans_plusplus, kmeans_start, nearest_centre
 
 
 @settings(max_examples=40, deadline=None)
@@ -80,3 +80,20 @@ def test_kmeans_is_deterministic_given_the_generator_and_keeps_the_better_run():
         return float((x - result[0][result[1]]).square().sum())
 
     assert inertia(best) <= inertia(single) + 1e-9
+
+
+def test_weighted_seeding_and_start_never_use_a_row_of_weight_zero():
+    """Rows of weight zero are never a centre; a cluster carried only by weight (few rows, large weights)
+    gets a centre of its own."""
+    gen = torch.Generator().manual_seed(0)
+    heavy = torch.full((3, 2), 10.0)  # 3 rows of weight 100
+    light = torch.randn(300, 2, generator=gen, dtype=torch.float64).float()
+    ghost = torch.full((200, 2), -50.0)  # weight 0: as if absent
+    x = torch.cat([heavy, light, ghost]).double()
+    weight = torch.cat([torch.full((3,), 100.0), torch.ones(300), torch.zeros(200)]).double()
+    for seed in range(5):
+        centres = kmeans_plusplus(x, 2, torch.Generator().manual_seed(seed), weight=weight)
+        assert (centres > -40).all(), centres
+        centres, labels = kmeans_start(x, 2, torch.Generator().manual_seed(seed), weight=weight)
+        assert sorted(torch.round(centres[:, 0]).tolist()) == [0.0, 10.0], centres
+        assert labels[0] != labels[3]

@@ -259,6 +259,11 @@ class PFHMM(PFStateMixin, HMM):
         log_emit[batch.mask] = self._frame_log_joint(data.frames, data.labels, log_emit.new_zeros(self.n_components))
         return log_emit
 
+    def sample_weight_units(self, data: Any) -> None:
+        """None: the pf objective's background and switch terms take no sample weights yet, so ``fit`` refuses
+        ``sample_weight`` (an :class:`~ppmix.models.hmm.HMM` takes them)."""
+        return None
+
     def em_initialize(self, data: _PFEMData, generator: torch.Generator) -> None:
         """Background fitted once; frame responsibilities from (relevance-)k-means; then one M-step."""
         self._initialize_from_frames(

@@ -1,0 +1,106 @@
+"""Which state transitions an HMM allows, and the Dirichlet prior on the rows of its transition matrix.
+
+A pattern fixes the support of the transition matrix: disallowed entries are zero at the start and stay
+zero through every EM step (Baum–Welch's expected counts of a zero-probability transition are zero, and the
+update keeps them so), and the Pyro program masks them too. ``transition_prior`` is the concentration
+``alpha >= 1`` of a symmetric Dirichlet on every row's allowed entries: MAP-EM adds ``alpha - 1`` to the
+expected counts (``alpha = 1``: maximum likelihood).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["PATTERNS", "check_transition_prior", "log_transition_prior", "transition_mask", "transition_update"]
+
+#: named patterns: ``"ergodic"`` every transition; ``"left-right"`` stay or move to the next state (the last
+#: state absorbing); ``"upper"`` stay or jump forward to any later state (Bakis)
+PATTERNS = ("ergodic", "left-right", "upper")
+
+#: added to every allowed count, so a state never visited keeps a uniform row over its allowed successors
+_EPS = 1e-10
+
+
+def transition_mask(pattern: Any, k: int, device: torch.device | None = None) -> torch.Tensor:
+    """The allowed transitions ``(K, K)`` (bool; row ``i`` the successors of state ``i``) of ``pattern``.
+
+    ``pattern`` is None or one of :data:`PATTERNS`, or a ``(K, K)`` array whose non-zero entries are the
+    allowed transitions (e.g. the zeros of a starting transition matrix); every row must allow one.
+
+    Examples
+    --------
+    >>> transition_mask("left-right", 3).int().tolist()
+    [[1, 1, 0], [0, 1, 1], [0, 0, 1]]
+    >>> transition_mask([[1, 0], [0, 0]], 2)
+    Traceback (most recent call last):
+    ...
+    ValueError: transition_pattern must allow every state a successor; row 1 allows none
+    """
+    rows = torch.arange(k, device=device)
+    if pattern is None or (isinstance(pattern, str) and pattern == "ergodic"):
+        return torch.ones(k, k, dtype=torch.bool, device=device)
+    if isinstance(pattern, str):
+        if pattern == "left-right":
+            return (rows[None, :] == rows[:, None]) | (rows[None, :] == rows[:, None] + 1)
+        if pattern == "upper":
+            return rows[None, :] >= rows[:, None]
+        raise ValueError(f"transition_pattern must be one of {PATTERNS} or a (K, K) array; got {pattern!r}")
+    values = np.asarray(pattern.detach().cpu() if isinstance(pattern, torch.Tensor) else pattern)
+    if values.shape != (k, k) or values.dtype.kind not in "biuf" or not np.isfinite(values).all():
+        raise ValueError(
+            f"transition_pattern must be one of {PATTERNS} or a finite ({k}, {k}) array (n_components "
+            f"squared); got shape {values.shape}, dtype {values.dtype}"
+        )
+    mask = torch.as_tensor(values != 0, device=device)
+    empty = torch.nonzero(~mask.any(1)).flatten().tolist()
+    if empty:
+        raise ValueError(f"transition_pattern must allow every state a successor; row {empty[0]} allows none")
+    return mask
+
+
+def check_transition_prior(prior: Any) -> float:
+    """``transition_prior`` as a float ``>= 1``, or a ``ValueError`` naming it."""
+    if isinstance(prior, bool) or not isinstance(prior, (int, float)) or not (math.isfinite(prior) and prior >= 1):
+        raise ValueError(
+            f"transition_prior must be a finite number >= 1 (a Dirichlet concentration; 1: maximum likelihood); "
+            f"got {prior!r}"
+        )
+    return float(prior)
+
+
+def transition_update(counts: torch.Tensor, mask: torch.Tensor, prior: float) -> torch.Tensor:
+    """The (MAP-)EM transition matrix from expected counts ``(K, K)``: ``counts + prior - 1`` on the allowed
+    entries, zero elsewhere, every row normalised.
+
+    Examples
+    --------
+    >>> counts = torch.tensor([[3.0, 1.0], [0.0, 2.0]], dtype=torch.float64)
+    >>> transition_update(counts, transition_mask("left-right", 2), 2.0).tolist()
+    [[0.6666666666666666, 0.3333333333333333], [0.0, 1.0]]
+    """
+    allowed = mask.to(counts.device)
+    padded = torch.where(allowed, counts + (prior - 1.0) + _EPS, torch.zeros_like(counts))
+    return padded / padded.sum(-1, keepdim=True)
+
+
+def log_transition_prior(transition: torch.Tensor, mask: torch.Tensor, prior: float) -> torch.Tensor:
+    """``sum_i log Dirichlet(transition_i restricted to its allowed entries | prior)``: the term MAP-EM's objective
+    adds to the log-likelihood (zero for ``prior = 1``, the flat prior of maximum likelihood).
+
+    Examples
+    --------
+    >>> t = torch.tensor([[0.5, 0.5], [0.0, 1.0]], dtype=torch.float64)
+    >>> round(float(log_transition_prior(t, transition_mask("left-right", 2), 2.0)), 6)  # log(6 * 0.25) + log 1
+    0.405465
+    """
+    if prior == 1.0:
+        return transition.new_zeros(())
+    allowed = mask.to(transition.device)
+    sizes = allowed.sum(-1).to(transition.dtype)
+    log_norm = torch.lgamma(sizes * prior) - sizes * math.lgamma(prior)
+    log_entries = torch.where(allowed, transition.clamp_min(torch.finfo(transition.dtype).tiny).log(), 0.0)
+    return (log_norm + (prior - 1.0) * log_entries.sum(-1)).sum()
