@@ -52,7 +52,7 @@ def test_presto_torch_component_round_trip_needs_the_module(tmp_path, presto_dat
     for a, b in zip(loaded.components_, model.components_):
         assert_close(a.linear.weight, b.linear.weight, rtol=0, atol=0)
     assert_close(loaded.predict(X), model.predict(X), rtol=0, atol=0)
-    with pytest.raises(ValueError, match="do not fit"):
+    with pytest.raises(ValueError, match="component object passed to load imply"):
         PRESTO.load(path, component=LinearSVMComponent(3))
 
 
