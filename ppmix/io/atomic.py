@@ -135,6 +135,16 @@ def _aside(tmp: Path) -> Path:
     return tmp.with_name(tmp.name + ".old")
 
 
+def being_replaced(target: Path) -> bool:
+    """Whether a save is between its two renames at ``target`` (the previous save is aside, nothing at
+    ``target`` yet): then a reader waits a moment instead of reporting the model missing."""
+    prefix = f".{target.name[:_NAME_KEPT]}.tmp-"
+    try:
+        return any(n.startswith(prefix) and n.endswith(".old") for n in os.listdir(target.parent))
+    except OSError:
+        return False
+
+
 def _clean_up(tmp: Path, target: Path, new: os.stat_result | None) -> None:
     """Discard what a save leaves beside ``target``: ``tmp`` (the new files after a failure, the previous save
     after a swap) and, once the new save (the directory ``new``) is at ``target``, the previous save that two

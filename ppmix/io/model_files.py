@@ -201,6 +201,8 @@ def _check_device(device: Any, name: str, hint: str) -> None:
         raise ValueError(f"{shown} is a meta device, which holds no values: no model can be loaded onto it{hint}")
     if resolved.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"{shown} asks for CUDA, but torch.cuda.is_available() is False{hint}")
+    if resolved.type == "cuda" and resolved.index is not None and resolved.index >= torch.cuda.device_count():
+        raise ValueError(f"{shown} asks for a GPU this machine lacks (it has {torch.cuda.device_count()}){hint}")
     try:
         torch.empty(1, device=resolved)
     except (RuntimeError, AssertionError) as err:  # a device this build of PyTorch or this machine lacks

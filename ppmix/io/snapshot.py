@@ -6,7 +6,10 @@ once and both files through that handle (``openat``: ``os.open(name, dir_fd=...)
 files of one version even if a new save takes the path a moment later: the open descriptors keep
 the old files readable after they are discarded. Only when the save swaps and discards the opened
 directory between opening it and opening its files does a file vanish; then the directory now at
-the path is opened again (a bounded number of times).
+the path is opened again (a bounded number of times). Where the atomic swap is unavailable (not
+Linux), a save replaces the directory by two renames, between which nothing is at the path; a
+reader that finds the previous save set aside then waits for the new one instead of reporting the
+model missing.
 """
 
 from __future__ import annotations
@@ -14,15 +17,19 @@ from __future__ import annotations
 import dataclasses
 import os
 import stat
+import time
 from pathlib import Path
 from typing import BinaryIO
 
+from ppmix.io.atomic import being_replaced
 from ppmix.io.schema import CONFIG_FILE, TENSOR_FILE
 
 __all__ = ["SavedFiles", "open_saved"]
 
 #: how many times a directory replaced while it is opened is opened again before giving up
 MAX_REOPENS = 50
+#: how long a reader waits for a save that is between its two renames (no atomic swap) to put the new directory in place
+RENAMES_WAIT_S = 5.0
 _HAS_DIR_FD = os.open in os.supports_dir_fd and hasattr(os, "O_DIRECTORY")
 
 
@@ -83,19 +90,27 @@ def _open_files(path: Path, dir_fd: int | None) -> dict[str, int]:
 def _open_version(path: Path) -> dict[str, int]:
     if not _HAS_DIR_FD:  # Windows: no directory handles, and no directory can be renamed while a file in it is open
         return _open_files(path, None)
-    for _ in range(MAX_REOPENS):
+    reopens, deadline = 0, time.monotonic() + RENAMES_WAIT_S
+    while True:
         try:
             dir_fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
         except (FileNotFoundError, NotADirectoryError):
+            if being_replaced(path) and time.monotonic() < deadline:  # a save between its two renames
+                time.sleep(0.001)
+                continue
             raise _missing(path, CONFIG_FILE) from None
         try:
             return _open_files(path, dir_fd)
         except FileNotFoundError:
+            reopens += 1
             if not _replaced(path, dir_fd):
                 raise
+            if reopens >= MAX_REOPENS:
+                raise OSError(
+                    f"{path} was replaced by new saves {reopens} times while it was being opened; load it again"
+                ) from None
         finally:
             os.close(dir_fd)
-    raise OSError(f"{path} was replaced by new saves {MAX_REOPENS} times while it was being opened; load it again")
 
 
 def open_saved(path: str | Path) -> SavedFiles:

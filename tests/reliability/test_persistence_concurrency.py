@@ -78,7 +78,7 @@ def test_loading_while_another_process_saves_always_reads_one_version(tmp_path, 
     worker.start()
     seen = []
     try:
-        for _ in range(200 if saver == "process" else 100):
+        for _ in range(100 if saver == "thread" else 200):
             loaded = GMM.load(path)  # a good model is never reported as corrupt
             seen.append(loaded.n_components)
             assert same_gmm(loaded, gmm_a if loaded.n_components == 2 else gmm_b)
@@ -88,6 +88,27 @@ def test_loading_while_another_process_saves_always_reads_one_version(tmp_path, 
     assert not worker.is_alive()
     assert set(seen) == {2, 3}, "the saver did not overlap the loads"
     assert siblings(path) == []
+
+
+def test_a_load_between_the_two_renames_of_a_save_waits_for_the_new_model(tmp_path, gmm_a, gmm_b, monkeypatch):
+    """Where the atomic swap is unavailable, nothing is at the path between a save's two renames."""
+    path = gmm_a.save(tmp_path / "m")
+    monkeypatch.setattr(atomic, "_exchange", lambda a, b: False)
+    real_replace, loads = os.replace, []
+
+    def replace(src: Any, dst: Any) -> None:
+        real_replace(src, dst)
+        if Path(dst).name.endswith(".old") and not loads:  # the previous save is aside: load now, from a thread
+            loader = threading.Thread(target=lambda: loads.append(GMM.load(path)))
+            loader.start()
+            loader.join(timeout=0.2)  # it waits for the new model ...
+            assert loader.is_alive() and not loads
+            loads.append(loader)  # ... which the second rename puts in place
+
+    monkeypatch.setattr(os, "replace", replace)
+    gmm_b.save(path)
+    loads[0].join(timeout=30)
+    assert len(loads) == 2 and same_gmm(loads[1], gmm_b)
 
 
 # ------------------------------------------------------------------------ interrupted saves
