@@ -356,7 +356,9 @@ class Savable(Estimator):
     :class:`~ppmix.models.MixtureModel` and the optimizers (PRESTO, RegularizedWeighting) derive
     from it. A subclass provides ``saved_params()`` (JSON-able constructor arguments),
     ``_check_fitted()`` and ``state_tensors()``/``load_state_tensors()``; ``extra_state()``
-    /``load_extra_state()`` carry JSON-able fitted state beyond the tensors.
+    /``load_extra_state()`` carry JSON-able fitted state beyond the tensors. ``state_shapes()``
+    declares the state its settings imply (checked on every load), ``upgrade_saved()`` brings
+    saves of older ppmix versions to the current layout.
 
     Examples
     --------
