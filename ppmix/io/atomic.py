@@ -7,6 +7,7 @@ import errno
 import json
 import logging
 import os
+import secrets
 import sys
 from functools import lru_cache
 from pathlib import Path
@@ -119,16 +120,63 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(code, os.strerror(code), os.fspath(b))
 
 
-def _install(tmp: Path, target: Path) -> Path | None:
+#: characters of the target's name kept in its temporary sibling's name (which must stay a legal name)
+_NAME_KEPT = 24
+
+
+def _temp_name(target: Path) -> Path:
+    """A fresh name ``.{name}.tmp-XXXXXXXXXXXXXXXX`` beside ``target``, ``name`` cut to a few characters so that
+    a target of any legal name length has a legal temporary name."""
+    return target.with_name(f".{target.name[:_NAME_KEPT]}.tmp-{secrets.token_hex(8)}")
+
+
+def _aside(tmp: Path) -> Path:
+    """Where two renames put the previous save while the new one takes its place."""
+    return tmp.with_name(tmp.name + ".old")
+
+
+def being_replaced(target: Path) -> bool:
+    """Whether a save is between its two renames at ``target`` (the previous save is aside, nothing at
+    ``target`` yet): then a reader waits a moment instead of reporting the model missing."""
+    prefix = f".{target.name[:_NAME_KEPT]}.tmp-"
+    try:
+        return any(n.startswith(prefix) and n.endswith(".old") for n in os.listdir(target.parent))
+    except OSError:
+        return False
+
+
+def _clean_up(tmp: Path, target: Path, new: os.stat_result | None) -> None:
+    """Discard what a save leaves beside ``target``: ``tmp`` (the new files after a failure, the previous save
+    after a swap) and, once the new save (the directory ``new``) is at ``target``, the previous save that two
+    renames moved aside. Runs to its end even if interrupted (``KeyboardInterrupt``), then re-raises."""
+    interrupted: BaseException | None = None
+    while True:
+        try:
+            try:
+                now = os.stat(target)
+                installed = new is not None and (now.st_dev, now.st_ino) == (new.st_dev, new.st_ino)
+            except OSError:
+                installed = False
+            _discard(tmp)
+            if installed:
+                _discard(_aside(tmp))
+            break
+        except BaseException as err:  # a Ctrl-C during the clean-up: finish it, then raise it
+            interrupted = interrupted or err
+    if interrupted is not None:
+        raise interrupted
+
+
+def _install(tmp: Path, target: Path) -> None:
     """Put the complete save in ``tmp`` at ``target``.
 
-    Returns the directory that now holds what was at ``target`` (to be discarded), or ``None``
-    if nothing was there. On failure ``target`` is as it was (or the error names where the
+    What was at ``target`` ends in ``tmp`` (after a swap) or in ``_aside(tmp)`` (after two renames), for
+    :func:`_clean_up` to discard. On failure ``target`` is as it was (or the error names where the
     previous save was kept).
     """
     if not os.path.lexists(target):
         os.replace(tmp, target)
-        return None
+        return
     if _exchange(tmp, target):  # one atomic swap: target holds the new save, tmp the previous one
         previous = tmp
 
@@ -137,12 +185,13 @@ def _install(tmp: Path, target: Path) -> Path | None:
                 raise OSError(errno.EIO, "could not swap back", os.fspath(target))
 
     else:  # two renames; between them nothing is at target, and a failure puts the previous save back
-        previous = tmp.with_name(tmp.name + ".old")
-        os.replace(target, previous)
+        previous = _aside(tmp)
         try:
+            os.replace(target, previous)
             os.replace(tmp, target)
-        except BaseException:
-            _restore(previous, target)
+        except BaseException:  # a failure or a Ctrl-C after the first rename: the previous save goes back
+            if os.path.lexists(previous) and not os.path.lexists(target):
+                _restore(previous, target)
             raise
 
         def undo() -> None:
@@ -163,7 +212,6 @@ def _install(tmp: Path, target: Path) -> Path | None:
             f"cannot save to {target}: files that are not a ppmix save appeared in it during the save "
             f"({', '.join(foreign[:5])}); nothing was replaced"
         )
-    return previous
 
 
 def _restore(previous: Path, target: Path) -> None:
@@ -188,5 +236,3 @@ def _discard(directory: Path) -> None:
         directory.rmdir()
     except OSError:
         logger.warning("kept %s: it holds files a ppmix save did not write (%s)", directory, os.listdir(directory))
-
-

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
-import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 import torch
@@ -15,7 +15,7 @@ import torch
 if TYPE_CHECKING:
     from ppmix.models.base import MixtureModel
 from ppmix._estimator import Estimator, constructor_parameters
-from ppmix.io.atomic import _discard, _fsync_dir, _install, check_save_target
+from ppmix.io.atomic import _clean_up, _fsync_dir, _install, _temp_name, check_save_target
 from ppmix.io.registry import qualified_name, register_savable
 from ppmix.io.schema import (
     _CHECKSUM_KEY,
@@ -34,6 +34,8 @@ from ppmix.io.schema import (
     _to_json,
     config_checksum,
 )
+from ppmix.io.snapshot import SavedFiles, open_saved
+from ppmix.io.state_check import check_state
 
 logger = logging.getLogger(__name__)
 
@@ -104,9 +106,18 @@ def save_model(model: "MixtureModel", path: str | Path) -> Path:
         raise ValueError(f"cannot save this {cls.__name__}: {err}") from None
 
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    previous = None
+    tmp, new = None, None
     try:
+        for _ in range(100):  # the name is assigned before the directory exists: a Ctrl-C at any point is cleaned up
+            tmp = _temp_name(target)
+            try:
+                os.mkdir(tmp, 0o700)
+                break
+            except FileExistsError:  # not ours: never discarded
+                tmp = None
+        if tmp is None:
+            raise FileExistsError(errno.EEXIST, "no free temporary name beside the target", os.fspath(target))
+        new = os.stat(tmp)
         with open(tmp / TENSOR_FILE, "wb") as fh:
             torch.save(tensors, fh)
             fh.flush()
@@ -119,20 +130,19 @@ def save_model(model: "MixtureModel", path: str | Path) -> Path:
             fh.flush()
             os.fsync(fh.fileno())
         _fsync_dir(tmp)
-        previous = _install(tmp, target)
+        _install(tmp, target)
         try:  # the new save is in place: a failure to make the rename durable is reported, not raised
             _fsync_dir(target.parent)
         except OSError as err:
             logger.warning("saved %s, but syncing its parent directory failed: %s", target, err)
-    finally:
-        _discard(tmp)  # the new files after a failure; the previous save after a swap
-        if previous is not None:
-            _discard(previous)
+    finally:  # the new files after a failure (or Ctrl-C); the previous save after a swap
+        if tmp is not None:
+            _clean_up(tmp, target, new)
     return given
 
 
 # ----------------------------------------------------------------------------------------- loading
-def _parse_config(config_path: Path) -> dict[str, Any]:
+def _parse_config(config_path: Path, data: bytes) -> dict[str, Any]:
     def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for key, value in pairs:
@@ -142,7 +152,7 @@ def _parse_config(config_path: Path) -> dict[str, Any]:
         return out
 
     try:
-        config = json.loads(config_path.read_bytes().decode("utf-8"), object_pairs_hook=no_duplicates)
+        config = json.loads(data.decode("utf-8"), object_pairs_hook=no_duplicates)
     except (ValueError, RecursionError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise ValueError(f"{config_path} is not valid JSON (corrupt or truncated): {err}") from None
     if not isinstance(config, dict) or config.get("format") != FORMAT_NAME:
@@ -157,9 +167,10 @@ def _parse_config(config_path: Path) -> dict[str, Any]:
     return config
 
 
-def _read_tensors(tensor_path: Path, map_location: Any) -> dict[str, torch.Tensor]:
+def _read_tensors(tensor_path: Path, source: BinaryIO, map_location: Any) -> dict[str, torch.Tensor]:
     try:
-        tensors = torch.load(tensor_path, map_location=map_location or "cpu", weights_only=True)
+        source.seek(0)
+        tensors = torch.load(source, map_location=map_location or "cpu", weights_only=True)
     except Exception as err:  # torch raises several types for damaged archives
         raise ValueError(f"{tensor_path} could not be read safely: {err}") from None
     if not isinstance(tensors, dict):
@@ -169,55 +180,39 @@ def _read_tensors(tensor_path: Path, map_location: Any) -> dict[str, torch.Tenso
             raise ValueError(f"{tensor_path} holds an unexpected entry {key!r}")
         if not isinstance(value, torch.Tensor):
             raise ValueError(f"{tensor_path}: entry {key!r} is a {type(value).__name__}, not a tensor")
-        if key.startswith("state.") and value.is_floating_point() and bool(torch.isnan(value).any()):
-            raise ValueError(f"{tensor_path}: fitted parameter {key.removeprefix('state.')!r} holds NaN")
     return tensors
 
 
-def load_model(
-    path: str | Path, expected: type | None = None, map_location: str | torch.device | None = None
-) -> "MixtureModel":
-    """Load a model written by :func:`save_model`, verified first.
+def _check_device(device: Any, name: str, hint: str) -> None:
+    """Refuse a device that cannot hold the loaded tensors here, naming ``name`` (``map_location`` or the saved
+    ``device``) and what to do (``hint``)."""
+    if device is None:
+        return
+    if isinstance(device, bool) or not isinstance(device, (str, int, torch.device)):
+        raise TypeError(f"{name} must be None, a string, an integer or a torch.device; got {type(device).__name__}")
+    try:
+        resolved = torch.device(device)
+    except RuntimeError:
+        raise ValueError(
+            f"{name} must be a torch.device or a device string such as 'cpu' or 'cuda:0'; got {device!r}{hint}"
+        ) from None
+    shown = f"{name}={str(device)!r}"
+    if resolved.type == "meta":
+        raise ValueError(f"{shown} is a meta device, which holds no values: no model can be loaded onto it{hint}")
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"{shown} asks for CUDA, but torch.cuda.is_available() is False{hint}")
+    if resolved.type == "cuda" and resolved.index is not None and resolved.index >= torch.cuda.device_count():
+        raise ValueError(f"{shown} asks for a GPU this machine lacks (it has {torch.cuda.device_count()}){hint}")
+    try:
+        torch.empty(1, device=resolved)
+    except (RuntimeError, AssertionError) as err:  # a device this build of PyTorch or this machine lacks
+        raise ValueError(f"{shown} cannot be used here: {err}{hint}") from None
 
-    Checked in order: both files exist; ``config.json`` is JSON of a readable format version;
-    its checksum (over the config and, through ``tensors_sha256``, the tensor file); its schema
-    (constructor arguments of the saved class with values of their annotated types, only known
-    fitted attributes); the tensor file's checksum and safe loading; the restored state.
 
-    Parameters
-    ----------
-    path : str or Path
-        Directory written by :func:`save_model`.
-    expected : type, optional
-        The loaded class must be this class or a subclass of it.
-    map_location : str or torch.device, optional
-        Device to load onto; it becomes the loaded object's ``device`` argument.
-
-    Raises
-    ------
-    FileNotFoundError
-        If ``path`` lacks the config or tensor file (the file is named).
-    ValueError
-        If either file is corrupt or was modified after saving, the config is from another
-        format version, fails the schema, names an unknown or unexpected class, or the state
-        does not fit the class (the file, and where known the field, are named).
-
-    Examples
-    --------
-    >>> import tempfile, torch
-    >>> from ppmix import GMM
-    >>> x = torch.randn(50, 2, generator=torch.Generator().manual_seed(0))
-    >>> gmm = GMM(2, seed=0, progress=False).fit(x)
-    >>> loaded = load_model(gmm.save(tempfile.mkdtemp()), expected=GMM)
-    >>> bool((loaded.predict(x) == gmm.predict(x)).all())
-    True
-    """
-    path = Path(path)
-    config_path, tensor_path = path / CONFIG_FILE, path / TENSOR_FILE
-    for p in (config_path, tensor_path):
-        if not p.is_file():
-            raise FileNotFoundError(f"{p} not found: path must be a directory written by save()")
-    config = _parse_config(config_path)
+def _verified_config(files: SavedFiles) -> tuple[dict[str, Any], type, dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The parsed config and its class, params, fitted and extra, the checksums of both files verified."""
+    config_path, tensor_path = files.config_path, files.tensor_path
+    config = _parse_config(config_path, files.config)
     version = config["format_version"]
     try:
         cls, params, fitted, extra = _check_content(config, version)
@@ -241,16 +236,93 @@ def load_model(
             version,
             FORMAT_VERSION,
         )
-    if _sha256(tensor_path) != config["tensors_sha256"]:
+    if _sha256(files.tensors) != config["tensors_sha256"]:
         raise ValueError(
             f"{tensor_path} does not match the checksum recorded in {config_path}: the tensor file is corrupt, "
             "was modified, or comes from another save"
         )
-    if expected is not None and not issubclass(cls, expected):
-        raise ValueError(f"{path} holds a {cls.__name__}, not a {expected.__name__}")
-    tensors = _read_tensors(tensor_path, map_location)
-    if map_location is not None and "device" in constructor_parameters(cls):
-        params["device"] = str(map_location)
+    return config, cls, params, fitted, extra
+
+
+def load_model(
+    path: str | Path,
+    expected: type | None = None,
+    map_location: str | torch.device | None = None,
+    objects: dict[str, Any] | None = None,
+) -> "MixtureModel":
+    """Load a model written by :func:`save_model`, verified first.
+
+    Checked in order: ``map_location``; both files exist; ``config.json`` is JSON of a readable
+    format version; its checksum (over the config and, through ``tensors_sha256``, the tensor
+    file); its schema (constructor arguments of the saved class with values of their annotated
+    types, only known fitted attributes); the tensor file's checksum and safe loading; the
+    state against the config (:func:`~ppmix.io.state_check.check_state`: every entry the
+    settings imply, of the shape they imply, all values finite); the restored state.
+
+    Both files are read from one version of the save even while another process saves over
+    ``path`` (:func:`~ppmix.io.snapshot.open_saved`), so a server may reload a model that is
+    being replaced.
+
+    Parameters
+    ----------
+    path : str or Path
+        Directory written by :func:`save_model`.
+    expected : type, optional
+        The loaded class must be this class or a subclass of it.
+    map_location : str or torch.device, optional
+        Device to load onto; it becomes the loaded object's ``device`` argument.
+    objects : dict, optional
+        Objects for constructor arguments that a file cannot hold and the save recorded as
+        ``null`` (a PRESTO ``component`` module, a RegularizedWeighting ``learner`` object):
+        required to load such a save; ignored for arguments the save recorded.
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``path`` lacks the config or tensor file (the file is named).
+    ValueError
+        If either file is corrupt or was modified after saving, the config is from another
+        format version, fails the schema, names an unknown or unexpected class, the state
+        contradicts the config or does not fit the class (the file, and where known the field
+        or entry, are named), or ``map_location`` (or the saved device) cannot be used here.
+
+    Examples
+    --------
+    >>> import tempfile, torch
+    >>> from ppmix import GMM
+    >>> x = torch.randn(50, 2, generator=torch.Generator().manual_seed(0))
+    >>> gmm = GMM(2, seed=0, progress=False).fit(x)
+    >>> loaded = load_model(gmm.save(tempfile.mkdtemp()), expected=GMM)
+    >>> bool((loaded.predict(x) == gmm.predict(x)).all())
+    True
+    """
+    path = Path(path)
+    if map_location is not None:
+        _check_device(map_location, "map_location", "; load onto 'cpu' or a device this machine has")
+    with open_saved(path) as files:
+        config, cls, params, fitted, extra = _verified_config(files)
+        if expected is not None and not issubclass(cls, expected):
+            raise ValueError(f"{path} holds a {cls.__name__}, not a {expected.__name__}")
+        tensors = _read_tensors(files.tensor_path, files.tensors, map_location)
+    config_path, tensor_path = files.config_path, files.tensor_path
+    state = {k.removeprefix("state."): v for k, v in tensors.items() if k.startswith("state.")}
+    mcmc = {k.removeprefix("mcmc."): v for k, v in tensors.items() if k.startswith("mcmc.")}
+    try:
+        cls.upgrade_saved(params, fitted, extra, state)
+    except ValueError as err:
+        raise ValueError(
+            f"{path} was saved by ppmix {config['ppmix_version']} (format version {config['format_version']}) "
+            f"in a layout this ppmix cannot read: {err}"
+        ) from None
+    signature = constructor_parameters(cls)
+    if "device" in signature:
+        if map_location is not None:
+            params["device"] = str(map_location)
+        else:
+            hint = f" ({path} was saved for it); to load it here, pass map_location='cpu'"
+            _check_device(params.get("device"), "device", hint)
+    given = tuple(n for n, v in (objects or {}).items() if n in signature and params.get(n) is None and v is not None)
+    params.update({name: objects[name] for name in given} if objects else {})
     try:
         model = cls(**params)
     except (TypeError, ValueError, KeyError, AttributeError, RuntimeError) as err:
@@ -263,14 +335,15 @@ def load_model(
         setattr(model, name, value)
     try:
         model.load_extra_state(extra)
+    except ObjectRequired as err:
+        raise ValueError(f"{path}: {err}") from None
     except (TypeError, ValueError, KeyError, AttributeError, IndexError) as err:
         raise ValueError(f"{config_path}: field 'extra' does not hold a valid {cls.__name__} state: {err}") from None
-    state = {k.removeprefix("state."): v for k, v in tensors.items() if k.startswith("state.")}
+    check_state(model, state, mcmc, tensor_path, given)
     try:
         model.load_state_tensors(state)
     except (TypeError, ValueError, KeyError, AttributeError, IndexError, RuntimeError) as err:
         raise ValueError(f"{tensor_path} does not hold a valid {cls.__name__} state: {err}") from None
-    mcmc = {k.removeprefix("mcmc."): v for k, v in tensors.items() if k.startswith("mcmc.")}
     if mcmc:
         model.mcmc_samples_ = mcmc
     return model
@@ -283,7 +356,9 @@ class Savable(Estimator):
     :class:`~ppmix.models.MixtureModel` and the optimizers (PRESTO, RegularizedWeighting) derive
     from it. A subclass provides ``saved_params()`` (JSON-able constructor arguments),
     ``_check_fitted()`` and ``state_tensors()``/``load_state_tensors()``; ``extra_state()``
-    /``load_extra_state()`` carry JSON-able fitted state beyond the tensors.
+    /``load_extra_state()`` carry JSON-able fitted state beyond the tensors. ``state_shapes()``
+    declares the state its settings imply (checked on every load), ``upgrade_saved()`` brings
+    saves of older ppmix versions to the current layout.
 
     Examples
     --------
@@ -317,4 +392,25 @@ class Savable(Estimator):
     def load_extra_state(self, state: dict[str, Any]) -> None:
         """Inverse of :meth:`extra_state`."""
 
+    def state_shapes(self) -> dict[str, tuple[int | None, ...]] | None:
+        """The shape of every state tensor that this object's settings imply (``None`` in a shape: any size).
 
+        Called by :func:`load_model` once the constructor arguments, fitted attributes and extra state of
+        a save are set, before the tensors are: a saved entry missing, not implied, or of another shape
+        is refused (:func:`~ppmix.io.state_check.check_state`). Default ``None``: not declared, and only
+        the values are checked (finite).
+        """
+        return None
+
+    @classmethod
+    def upgrade_saved(
+        cls, params: dict[str, Any], fitted: dict[str, Any], extra: dict[str, Any], state: dict[str, torch.Tensor]
+    ) -> None:
+        """Bring a save written by an older ppmix to the current layout, in place (default: nothing to do).
+
+        Raise ``ValueError`` saying what is missing and what to do where it cannot be brought.
+        """
+
+
+class ObjectRequired(ValueError):
+    """A save needs an object that a file cannot hold (a component module, a learner), passed at load."""

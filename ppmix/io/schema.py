@@ -7,7 +7,7 @@ import inspect
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, BinaryIO, Callable
 
 import numpy as np
 import torch
@@ -112,12 +112,16 @@ def config_checksum(config: dict[str, Any]) -> str:
     return hashlib.sha256(_canonical({k: v for k, v in config.items() if k != _CHECKSUM_KEY})).hexdigest()
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
+def _sha256(source: Path | BinaryIO) -> str:
+    """SHA-256 of a file, given by path or as a file open for reading (read from its start, left at its end)."""
+    if not isinstance(source, (str, os.PathLike)):
+        source.seek(0)
+        digest = hashlib.sha256()
+        for block in iter(lambda: source.read(1 << 20), b""):
             digest.update(block)
-    return digest.hexdigest()
+        return digest.hexdigest()
+    with open(source, "rb") as fh:
+        return _sha256(fh)
 
 
 # ----------------------------------------------------------------------------------------- schema
@@ -150,8 +154,10 @@ _FITTED_TYPES: dict[str, tuple[str, Callable[[Any], bool]]] = {
     ),
     "classes_": (
         "a list of two or more labels (strings, numbers or booleans) or null",
-        lambda v: v is None
-        or (isinstance(v, list) and len(v) >= 2 and all(isinstance(x, (str, bool)) or _is_number(x) for x in v)),
+        lambda v: (
+            v is None
+            or (isinstance(v, list) and len(v) >= 2 and all(isinstance(x, (str, bool)) or _is_number(x) for x in v))
+        ),
     ),
 }
 
@@ -258,5 +264,3 @@ def _check_content(config: dict[str, Any], version: int) -> tuple[type, dict[str
     if not isinstance(extra, dict):
         raise ValueError(f"field 'extra' must be an object, got {type(extra).__name__}")
     return cls, params, fitted, extra
-
-

@@ -153,6 +153,15 @@ class FamilyComponentsMixin:
         state = {name: tensors[name].to(**opts) for name in family.components_class.param_names}
         self.components_ = family.from_state(state, self._scale)
 
+    def _component_state_shapes(self, *, sites: bool = False) -> dict[str, tuple[int, ...]]:
+        """The shapes of the components' state for these settings (``n_components``, ``n_features_in_``, the
+        family): of ``components_.state_dict()``, or with ``sites`` of the Pyro site values."""
+        family, k, d = self.component_family(), self.n_components, self.n_features_in_
+        if sites:
+            return {name: (k, *spec.event_shape) for name, spec in family.sites(k, d).items()}
+        placeholder = family.placeholder(k, d, {}, {"dtype": self.dtype, "device": torch.device("cpu")})
+        return {name: tuple(value.shape) for name, value in placeholder.state_dict().items()}
+
     def _component_dims(self) -> dict[str, list[str]]:
         return self.component_family().site_dims()
 

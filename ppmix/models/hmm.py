@@ -311,6 +311,10 @@ class HMM(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
         self._load_component_state(tensors)
         self._invalidate_guide()
 
+    def state_shapes(self) -> dict[str, tuple[int | None, ...]]:
+        k = self.n_components
+        return {"initial": (k,), "transition": (k, k), **self._component_state_shapes()}
+
     def arviz_dims(self) -> dict[str, list[str]]:
         return {"initial": ["component"], "transition": ["component", "component_to"], **self._component_dims()}
 

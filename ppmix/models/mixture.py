@@ -141,6 +141,9 @@ class Mixture(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
         self._load_component_state(tensors)
         self._invalidate_guide()
 
+    def state_shapes(self) -> dict[str, tuple[int | None, ...]]:
+        return {"weights": (self.n_components,), **self._component_state_shapes()}
+
     def arviz_dims(self) -> dict[str, list[str]]:
         return {"weights": ["component"], **self._component_dims()}
 

@@ -59,6 +59,18 @@ class ParametersMixin:
     def state_tensors(self) -> dict[str, torch.Tensor]:
         return {**self.get_globals(), "x_mean": self._x_mean.clone(), "x_scale": self._x_scale.clone()}
 
+    def state_shapes(self) -> dict[str, tuple[int | None, ...]]:
+        k, d = self.n_experts, self.n_features_in_
+        classes = getattr(self, "classes_", None)
+        sites = self.expert_family().sites(k, d, None if classes is None else len(classes))
+        return {
+            "gate_coef": (k - 1, d),
+            "gate_intercept": (k - 1,),
+            **{name: (k, *spec.event_shape) for name, spec in sites.items()},
+            "x_mean": (d,),
+            "x_scale": (d,),
+        }
+
     def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
         opts = {"dtype": self.dtype, "device": self._device}
         self._x_mean, self._x_scale = tensors["x_mean"].to(**opts), tensors["x_scale"].to(**opts)
@@ -108,9 +120,7 @@ class ParametersMixin:
         return model
 
     @classmethod
-    def from_families(
-        cls, gate: SoftmaxGate, experts: GaussianExpert | LogisticExpert, **kwargs: Any
-    ) -> Self:
+    def from_families(cls, gate: SoftmaxGate, experts: GaussianExpert | LogisticExpert, **kwargs: Any) -> Self:
         """A fitted model from a gate and an expert family on the user's scale (see :meth:`from_parameters`)."""
         scale = experts.scale if isinstance(experts, GaussianExpert) else None
         return cls.from_parameters(

@@ -13,6 +13,7 @@ from ppmix._validation import NotFittedError
 from ppmix.datasets.presto import make_presto_synthetic
 from ppmix.inference import PRESTO, RegularizedWeighting, SubspaceLearner
 from ppmix.inference.optimizers.presto.components import LinearSVMComponent
+from ppmix.io import load_model
 from tests.common import assert_close
 
 
@@ -46,13 +47,19 @@ def test_presto_torch_component_round_trip_needs_the_module(tmp_path, presto_dat
     X, y = presto_data.X, presto_data.y
     model = PRESTO(4, LinearSVMComponent(2, epochs=30), max_iter=3, seed=0, progress=False).fit(X, y)
     path = model.save(tmp_path / "svm")
-    with pytest.raises(ValueError, match=r"PRESTO.load\(path, component=\.\.\.\)"):
-        PRESTO.load(path)
+    for load in (PRESTO.load, load_model):
+        with pytest.raises(
+            ValueError, match=r"LinearSVMComponent component object.*PRESTO.load\(path, component=\.\.\.\)"
+        ):
+            load(path)
     loaded = PRESTO.load(path, component=LinearSVMComponent(2))
     for a, b in zip(loaded.components_, model.components_):
         assert_close(a.linear.weight, b.linear.weight, rtol=0, atol=0)
     assert_close(loaded.predict(X), model.predict(X), rtol=0, atol=0)
-    with pytest.raises(ValueError, match="do not fit"):
+    # ppmix.io.load_model gives the same fitted object, the module passed as objects=
+    loaded = load_model(path, objects={"component": LinearSVMComponent(2)})
+    assert_close(loaded.predict(X), model.predict(X), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="component object passed to load imply"):
         PRESTO.load(path, component=LinearSVMComponent(3))
 
 

@@ -551,7 +551,7 @@ def _forge_tensors(path: Path, edit: Callable[[dict], None]) -> None:
 @pytest.mark.parametrize(
     "case, edit, match",
     [
-        ("missing entry", lambda t: t.pop("state.loc"), "does not hold a valid GMM state"),
+        ("missing entry", lambda t: t.pop("state.loc"), "lacks the entry 'loc', which the settings in config.json"),
         ("NaN weights", lambda t: t["state.weights"].fill_(float("nan")), "'weights' holds NaN"),
         ("foreign entry", lambda t: t.update({"evil": torch.zeros(1)}), "unexpected entry 'evil'"),
         ("not a tensor", lambda t: t.update({"state.loc": [1.0]}), "is a list, not a tensor"),
@@ -570,7 +570,7 @@ def test_another_class_whose_state_does_not_fit_is_a_value_error(tmp_path, gmm_a
     config = read_config(path)
     config["class"] = "ppmix.models.hmm.HMM"  # GMM's arguments are all HMM arguments: only the state differs
     write_config(path, config, reseal=True)
-    with pytest.raises(ValueError, match=r"tensors\.pt does not hold a valid HMM state"):
+    with pytest.raises(ValueError, match=r"tensors\.pt lacks the entry 'initial'.*a HMM with them holds"):
         load_model(path)
     with pytest.raises(ValueError, match="holds a HMM, not a GMM"):
         GMM.load(path)

@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from ppmix._validation import resolve_device
 from ppmix.io import Savable, load_model
+from ppmix.io.model_files import ObjectRequired
 
 __all__ = ["SavableEstimator", "load_object_tensors", "move_object_tensors", "object_tensors"]
 
@@ -108,39 +108,47 @@ class SavableEstimator(Savable):
     """:class:`~ppmix.io.Savable` for estimators that are not Pyro models.
 
     Subclasses provide ``_check_fitted``, ``state_tensors``, ``extra_state``,
-    ``_restore(tensors, extra, template)`` (rebuild the fitted state) and
-    ``_SAVED_PARAMS`` (constructor arguments that JSON can hold). ``_restore`` rebuilds
-    the fitted state on the device of the loaded ``device`` parameter (``map_location``
-    when one is given).
+    ``_restore(tensors, extra)`` (rebuild the fitted state), ``_SAVED_PARAMS`` (constructor
+    arguments that JSON can hold) and ``_OBJECT_PARAM`` (the constructor argument that may be an
+    object a file cannot hold: saved as ``null``, passed again at load). :func:`ppmix.io.load_model`
+    restores the fitted state (``_restore`` runs when the tensors arrive), on the device of the
+    loaded ``device`` parameter (``map_location`` when one is given).
     """
 
     _SAVED_PARAMS: tuple[str, ...] = ()
+    _OBJECT_PARAM: str = ""
 
     def saved_params(self) -> dict[str, Any]:
         """The constructor arguments a saved file records (objects that JSON cannot hold are left out)."""
         return {name: getattr(self, name) for name in self._SAVED_PARAMS}
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
-        """Keep the JSON state until the tensors arrive (called by :func:`ppmix.io.load_model`)."""
+        """Keep the JSON state until the tensors arrive (called by :func:`ppmix.io.load_model`).
+
+        Raises
+        ------
+        ObjectRequired
+            If the save used an object for ``_OBJECT_PARAM`` and none was passed to load.
+        """
+        name, cls = self._OBJECT_PARAM, type(self).__name__
+        if name and getattr(self, name) is None:
+            kind = state.get(f"{name}_type")
+            raise ObjectRequired(
+                f"this {cls} was saved with a {kind} {name} object, which a file cannot hold; pass an unfitted "
+                f"one of the same kind to {cls}.load(path, {name}=...) (or load_model(path, objects={{{name!r}: ...}}))"
+            )
         self._loaded_extra = dict(state)
 
     def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
-        """Keep the tensors until :meth:`_load` rebuilds the fitted state with ``_restore``."""
-        self._loaded_tensors = dict(tensors)
+        """Rebuild the fitted state from the tensors and the JSON state with ``_restore``."""
+        try:
+            self._restore(dict(tensors), self._loaded_extra)
+        finally:
+            del self._loaded_extra
+
+    def _restore(self, tensors: dict[str, torch.Tensor], extra: dict[str, Any]) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must define _restore(tensors, extra)")
 
     @classmethod
     def _load(cls, path: str | Path, template: Any = None, map_location: str | torch.device | None = None) -> Any:
-        est = load_model(path, expected=cls, map_location=map_location)
-        try:
-            resolve_device(est.device)
-        except ValueError as err:
-            raise ValueError(
-                f"{path} was saved for device={est.device!r}: {err}. To load it here, pass map_location='cpu'"
-            ) from None
-        try:
-            est._restore(est._loaded_tensors, est._loaded_extra, template)
-        except (KeyError, RuntimeError) as err:
-            raise ValueError(f"{path} does not hold a valid {cls.__name__} state: {err}") from None
-        finally:
-            del est._loaded_tensors, est._loaded_extra
-        return est
+        return load_model(path, expected=cls, map_location=map_location, objects={cls._OBJECT_PARAM: template})

@@ -52,6 +52,12 @@ class PFStateMixin(BinaryClassifierMixin, PredictionFocusedMixin):
             values["switch_probs"] = self.switch_probs_.clone()
         return values
 
+    def _pf_state_shapes(self) -> dict[str, tuple[int, ...]]:
+        """The shapes of :meth:`_pf_globals` for these settings."""
+        d = self.n_features_in_
+        shapes = {"label_probs": (self.n_components,), "background_loc": (d,), "background_scale": (d,)}
+        return shapes if self._all_relevant else {**shapes, "switch_probs": (d,)}
+
     def _set_pf_globals(self, values: dict[str, torch.Tensor]) -> None:
         """Inverse of :meth:`_pf_globals` (``phi = 1`` where ``switch_probs`` is absent)."""
         opts = {"dtype": self.dtype, "device": self._device}

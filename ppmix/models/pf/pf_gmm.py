@@ -334,6 +334,9 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
     def get_globals(self) -> dict[str, torch.Tensor]:
         return {"weights": self.weights_.clone(), **self._component_globals(), **self._pf_globals()}
 
+    def state_shapes(self) -> dict[str, tuple[int | None, ...]]:
+        return {"weights": (self.n_components,), **self._component_state_shapes(sites=True), **self._pf_state_shapes()}
+
     def set_globals(self, values: dict[str, torch.Tensor]) -> None:
         weights = torch.as_tensor(values["weights"]).to(dtype=self.dtype, device=self._device)
         self.weights_ = weights / weights.sum()

@@ -242,6 +242,15 @@ class PFHMM(PFStateMixin, HMM):
     def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
         self.set_globals(tensors)
 
+    def state_shapes(self) -> dict[str, tuple[int | None, ...]]:
+        k = self.n_components
+        return {
+            "initial": (k,),
+            "transition": (k, k),
+            **self._component_state_shapes(sites=True),
+            **self._pf_state_shapes(),
+        }
+
     def extra_state(self) -> dict[str, Any]:
         return {"label_column": self.label_column_}
 

@@ -4,6 +4,7 @@ arguments, the partition, the standardisation, the components' and the softmax r
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
@@ -11,10 +12,12 @@ import torch
 
 from ppmix._validation import as_numpy, resolve_device
 from ppmix.inference.optimizers.persist import SavableEstimator, load_object_tensors, object_tensors
-from ppmix.inference.optimizers.presto._routing import load_router, router_tensors
-from ppmix.inference.optimizers.presto._scaling import load_scales, scale_tensors
+from ppmix.inference.optimizers.presto._routing import load_router, router_state_shapes, router_tensors
+from ppmix.inference.optimizers.presto._scaling import SCALE_NAMES, load_scales, scale_tensors, training_scales
 
 __all__ = ["PrestoPersistence"]
+
+logger = logging.getLogger(__name__)
 
 
 class PrestoPersistence(SavableEstimator):
@@ -36,6 +39,7 @@ class PrestoPersistence(SavableEstimator):
         "progress",
         "device",
     )
+    _OBJECT_PARAM = "component"
 
     def saved_params(self) -> dict[str, Any]:
         """Constructor arguments as a saved file records them.
@@ -67,15 +71,47 @@ class PrestoPersistence(SavableEstimator):
             "component_type": self.component if isinstance(self.component, str) else type(self.component).__name__,
         }
 
-    def _restore(self, tensors: dict[str, torch.Tensor], extra: dict[str, Any], template: Any) -> None:
+    @classmethod
+    def upgrade_saved(
+        cls, params: dict[str, Any], fitted: dict[str, Any], extra: dict[str, Any], state: dict[str, torch.Tensor]
+    ) -> None:
+        """Saves from before PRESTO standardised its data (no ``standardize`` argument, no ``scales.*``
+        tensors) were fitted on the data as given: they load with ``standardize=False`` and identity scales."""
+        if any(f"scales.{name}" in state for name in SCALE_NAMES):
+            return
+        if "standardize" in params:
+            raise ValueError(
+                f"it records standardize={params['standardize']!r} but holds no standardisation scales "
+                f"(scales.{', scales.'.join(SCALE_NAMES)}); fit the model again with this ppmix and save it"
+            )
+        p = fitted.get("n_features_in_")
+        if not isinstance(p, int):
+            raise ValueError("it holds neither standardisation scales nor n_features_in_; fit it again and save it")
+        params["standardize"] = False
+        identity = training_scales(
+            torch.zeros(1, p, dtype=torch.float64),
+            torch.zeros(1, dtype=torch.float64),
+            standardize=False,
+            scale_y=False,
+        )
+        state.update(scale_tensors(identity))
+        logger.info("loading a PRESTO saved before standardize existed: it loads with standardize=False")
+
+    def state_shapes(self) -> dict[str, tuple[int | None, ...]]:
+        """Partition (any length), scales, and the component's and router's tensors for these settings."""
         k, p = int(self.n_components), int(self.n_features_in_)
-        if self.component is None:
-            if template is None:
-                raise ValueError(
-                    f"this PRESTO was saved with a {extra.get('component_type')} component object; pass an "
-                    "unfitted one of the same kind to PRESTO.load(path, component=...)"
-                )
-            self.component = template
+        cpu = torch.device("cpu")
+        component = object_tensors(self._make_adapter(k, p, cpu).comp, "component")
+        scales = {f"scales.{name}": (p,) if name.startswith("x") else () for name in SCALE_NAMES}
+        return {
+            "partition": (None,),
+            **scales,
+            **{name: tuple(value.shape) for name, value in component.items()},
+            **router_state_shapes(k, p),
+        }
+
+    def _restore(self, tensors: dict[str, torch.Tensor], extra: dict[str, Any]) -> None:
+        k, p = int(self.n_components), int(self.n_features_in_)
         device = resolve_device(self.device)
         adapter = self._make_adapter(k, p, device)
         load_object_tensors(adapter.comp, tensors, "component")
@@ -97,6 +133,9 @@ class PrestoPersistence(SavableEstimator):
     @classmethod
     def load(cls, path: Any, component: Any = None, map_location: str | torch.device | None = None) -> Any:
         """Load a PRESTO written by :meth:`save` (safe tensor loading, checksum and version checked).
+
+        Saves of older ppmix versions load too (see :meth:`upgrade_saved`); ``ppmix.io.load_model(path)``
+        gives the same fitted object.
 
         Parameters
         ----------

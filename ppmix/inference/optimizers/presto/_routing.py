@@ -90,6 +90,11 @@ def router_tensors(router: Any) -> dict[str, torch.Tensor]:
     return object_tensors(router, "router")
 
 
+def router_state_shapes(k: int, p: int) -> dict[str, tuple[int, ...]]:
+    """The shapes of the tensors :func:`router_tensors` writes for a softmax router of ``k`` parts on ``p`` features."""
+    return {name: tuple(v.shape) for name, v in router_tensors(_softmax_router(k, p, 0.0, torch.device("cpu"))).items()}
+
+
 def load_router(tensors: dict[str, torch.Tensor], k: int, p: int, ridge: float, device: torch.device) -> SoftmaxGate:
     """The softmax router saved by :func:`router_tensors`, on ``device``."""
     gate = _softmax_router(k, p, ridge, device)

@@ -372,6 +372,7 @@ class RegularizedWeighting(SavableEstimator):
         "progress",
         "device",
     )
+    _OBJECT_PARAM = "learner"
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "models_"):
@@ -404,28 +405,38 @@ class RegularizedWeighting(SavableEstimator):
             "learner_type": self.learner if isinstance(self.learner, str) else type(self.learner).__name__,
         }
 
-    def _restore(self, tensors: dict[str, torch.Tensor], extra: dict[str, Any], template: Any) -> None:
-        if self.learner is None:
-            if template is None:
-                raise ValueError(
-                    f"this RegularizedWeighting was saved with a {extra.get('learner_type')} learner object; pass "
-                    "an unfitted one of the same kind to RegularizedWeighting.load(path, learner=...)"
-                )
-            self.learner = template
-        weights = tensors["weights"].to(device="cpu", dtype=torch.float64)
-        k, n, p = int(self.n_models), weights.shape[1], int(self.n_features_in_)
-        if weights.shape[0] != k:
-            raise ValueError(f"saved weights have {weights.shape[0]} rows but n_models={k}")
-        # build a learner of the right structure on stand-in data, then put the saved tensors in
+    def _stand_in_learner(self, supervised: bool, device: torch.device) -> WeightedLearner:
+        """A learner of the fitted structure (``n_models`` models on ``n_features_in_`` features), fitted on
+        stand-in data: what a save's learner tensors are loaded into."""
+        k, p = int(self.n_models), int(self.n_features_in_)
         generator = torch.Generator().manual_seed(0)
         rows = max(2 * k, p + 2)
-        device = resolve_device(self.device)
         stand_in = torch.randn(rows, p, generator=generator, dtype=torch.float64)
         target = torch.randn(rows, generator=generator, dtype=torch.float64)
-        supervised = bool(extra.get("supervised", self.learner == "regression"))
-        learner = self._init_learner(
+        return self._init_learner(
             make_learner(self.learner), stand_in, target if supervised else None, k, generator, device
         )
+
+    def state_shapes(self) -> dict[str, tuple[int | None, ...]]:
+        """Weights (``n_models`` rows), labels, outlier flags and the learner's tensors for these settings."""
+        extra = getattr(self, "_loaded_extra", None)  # while loading; a fitted object knows
+        supervised = self._supervised if extra is None else bool(extra.get("supervised", self.learner == "regression"))
+        learner = object_tensors(self._stand_in_learner(supervised, torch.device("cpu")), "learner")
+        return {
+            "weights": (int(self.n_models), None),
+            "labels": (None,),
+            "outliers": (None,),
+            **{name: tuple(value.shape) for name, value in learner.items()},
+        }
+
+    def _restore(self, tensors: dict[str, torch.Tensor], extra: dict[str, Any]) -> None:
+        weights = tensors["weights"].to(device="cpu", dtype=torch.float64)
+        k, n = int(self.n_models), weights.shape[1]
+        if weights.shape[0] != k:
+            raise ValueError(f"saved weights have {weights.shape[0]} rows but n_models={k}")
+        device = resolve_device(self.device)
+        supervised = bool(extra.get("supervised", self.learner == "regression"))
+        learner = self._stand_in_learner(supervised, device)
         load_object_tensors(learner, tensors, "learner")
         self.models_ = learner
         self.weights_ = weights
