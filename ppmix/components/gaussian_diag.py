@@ -20,7 +20,7 @@ from ppmix.components.centred import (
 )
 from ppmix.components.statistics import GaussianStatistics
 
-__all__ = ["DiagGaussian"]
+__all__ = ["DiagGaussian", "SphericalGaussian"]
 
 
 class DiagGaussian(ComponentFamily):
@@ -261,3 +261,32 @@ class DiagGaussian(ComponentFamily):
         var_p, var_q = self.variance[:, None, :], other.variance[None, :, :]
         diff2 = (self.loc[:, None, :] - other.loc[None, :, :]).square()
         return 0.5 * (var_q.log() - var_p.log() + (var_p + diff2) / var_q - 1.0).sum(dim=-1)
+
+
+class SphericalGaussian(DiagGaussian):
+    """``K`` Gaussians with one variance each: ``x | k ~ N(loc[k], scale[k]^2 I)``.
+
+    A :class:`DiagGaussian` whose M-step ties every component's variances across the features: the
+    weighted maximum-likelihood variance is the mean over the features of the per-feature ones
+    (scikit-learn's ``covariance_type="spherical"``), floored at the mean of the feature floors. The
+    state is the diagonal one (``scale`` ``(K, D)``, equal along each row), so every diagonal pass
+    (fused E-step, statistics, KL) serves it unchanged.
+
+    Examples
+    --------
+    >>> x = torch.tensor([[0.0, 0.0], [2.0, 6.0]], dtype=torch.float64)
+    >>> comp = SphericalGaussian(torch.zeros(1, 2, dtype=torch.float64), torch.ones(1, 2, dtype=torch.float64))
+    >>> comp.fit(x, torch.ones(2, 1, dtype=torch.float64)).variance.tolist()  # (1 + 9) / 2
+    [[5.0, 5.0]]
+    """
+
+    def fit_statistics(self, stats: GaussianStatistics) -> "SphericalGaussian":
+        """The weighted maximum-likelihood update under one variance per component, in place."""
+        stats = stats.to(dtype=self.dtype, device=self.device)
+        spread = stats.scatter / padded_counts(stats.counts)[:, None]
+        floor = torch.as_tensor(self.reg_covar, dtype=self.dtype, device=self.device).mean()
+        var = torch.maximum(spread.mean(dim=1, keepdim=True), floor).expand_as(spread)
+        self.loc = stats.mean
+        self.scale = var.sqrt().contiguous()
+        self._fitted_spread = spread
+        return self

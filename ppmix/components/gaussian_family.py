@@ -18,12 +18,12 @@ from ppmix._validation import InvalidDataError
 from ppmix.components.base import ComponentFamily
 from ppmix.components.centred import CentredData, as_floor
 from ppmix.components.family import DataScale, DensityFamily, SiteSpec
-from ppmix.components.gaussian_diag import DiagGaussian
+from ppmix.components.gaussian_diag import DiagGaussian, SphericalGaussian
 from ppmix.components.gaussian_full import FullGaussian
 
 __all__ = ["COVARIANCE_TYPES", "GaussianFamily", "check_squared_range", "relative_floor", "scale_sample"]
 
-COVARIANCE_TYPES = ("diag", "full")
+COVARIANCE_TYPES = ("diag", "full", "spherical")
 #: rows of the fixed random subsample whose medians set the robust spread of the variance floor
 SCALE_SAMPLE_ROWS = 20_000
 
@@ -123,11 +123,13 @@ def check_squared_range(x: torch.Tensor, name: str = "X", mad: torch.Tensor | No
 
 
 class GaussianFamily(DensityFamily):
-    """Gaussian components, diagonal or full covariance, with a variance floor relative to the data.
+    """Gaussian components, diagonal, full or spherical covariance, with a variance floor relative to the data.
 
     Parameters
     ----------
-    covariance_type : {"diag", "full"}, default "diag"
+    covariance_type : {"diag", "full", "spherical"}, default "diag"
+        ``"spherical"``: one variance per component (:class:`~ppmix.components.gaussian_diag.SphericalGaussian`,
+        whose ``scales`` site is ``(K,)``).
     reg_covar : float, default 1e-6
         The variance floor of feature ``d`` is ``reg_covar`` times the squared robust spread of feature
         ``d`` in the training data (:func:`relative_floor`), so fits do not depend on the data's units.
@@ -154,7 +156,7 @@ class GaussianFamily(DensityFamily):
 
     @property
     def components_class(self) -> type[ComponentFamily]:  # type: ignore[override]
-        return DiagGaussian if self.covariance_type == "diag" else FullGaussian
+        return {"diag": DiagGaussian, "spherical": SphericalGaussian}.get(self.covariance_type, FullGaussian)
 
     # ---------------------------------------------------------------------- data
     def data_scale(self, x: torch.Tensor, name: str = "X") -> DataScale:
@@ -183,7 +185,8 @@ class GaussianFamily(DensityFamily):
 
     # ----------------------------------------------------------- the components
     def sites(self, k: int, d: int) -> dict[str, SiteSpec]:
-        sites = {"locs": SiteSpec(constraints.real, (d,)), "scales": SiteSpec(constraints.positive, (d,))}
+        scales = () if self.covariance_type == "spherical" else (d,)
+        sites = {"locs": SiteSpec(constraints.real, (d,)), "scales": SiteSpec(constraints.positive, scales)}
         if self.covariance_type == "full":
             sites["corr_cholesky"] = SiteSpec(constraints.corr_cholesky, (d, d))
         return sites
@@ -193,6 +196,8 @@ class GaussianFamily(DensityFamily):
 
     def components(self, values: dict[str, torch.Tensor], scale: DataScale) -> ComponentFamily:
         locs, scales = values["locs"], values["scales"]
+        if self.covariance_type == "spherical":
+            return SphericalGaussian(locs, scales[..., None].expand_as(locs), **self._component_options(scale))
         if self.covariance_type == "diag":
             return DiagGaussian(locs, scales, **self._component_options(scale))
         corr = values["corr_cholesky"]
@@ -200,6 +205,8 @@ class GaussianFamily(DensityFamily):
         return FullGaussian(locs, scales[..., None] * corr, **self._component_options(scale))
 
     def site_values(self, components: ComponentFamily) -> dict[str, torch.Tensor]:
+        if isinstance(components, SphericalGaussian):
+            return {"locs": components.loc.clone(), "scales": components.scale[:, 0].clone()}
         if isinstance(components, DiagGaussian):
             return {"locs": components.loc.clone(), "scales": components.scale.clone()}
         scales = components.scale_tril.square().sum(-1).sqrt()
@@ -216,10 +223,13 @@ class GaussianFamily(DensityFamily):
         std = scale.get("std", torch.ones(d)).to(**opts)
         if site == "locs":
             return dist.Normal(mean, 3.0 * std).to_event(1)
+        if site == "scales" and self.covariance_type == "spherical":
+            return dist.LogNormal(std.log().mean(), torch.ones((), **opts))
         if site == "scales":
             return dist.LogNormal(std.log(), 1.0).to_event(1)
         return dist.LKJCholesky(d, torch.tensor(2.0, **opts))
 
     def n_parameters(self, k: int, d: int) -> int:
-        """``K D`` means and ``K D`` variances (``K D (D + 1) / 2`` covariances)."""
-        return k * d + (k * d if self.covariance_type == "diag" else k * d * (d + 1) // 2)
+        """``K D`` means and ``K D`` variances (``K`` spherical ones, ``K D (D + 1) / 2`` covariances)."""
+        variances = {"diag": k * d, "spherical": k}.get(self.covariance_type, k * d * (d + 1) // 2)
+        return k * d + variances

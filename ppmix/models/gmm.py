@@ -29,7 +29,9 @@ class GMM(Mixture):
     Parameters
     ----------
     n_components : int, default 1
-    covariance_type : {"diag", "full"}, default "diag"
+    covariance_type : {"diag", "full", "spherical"}, default "diag"
+        ``"spherical"``: one variance per component (``covariances_`` keeps the ``(K, D)`` layout of
+        ``"diag"``, each row constant; its Pyro site ``scales`` is ``(K,)``).
     n_init : int, default 1
         EM restarts; the best objective is kept.
     max_iter : int, default 100

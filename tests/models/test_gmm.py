@@ -16,7 +16,7 @@ from ppmix.inference import ConvergenceWarning
 from ppmix.inference.engines.params import local_params
 from tests.common import DEVICES, assert_close
 
-COV_TYPES = ["diag", "full"]
+COV_TYPES = ["diag", "full", "spherical"]
 
 
 def planted(n=600, seed=0):
@@ -37,6 +37,8 @@ def random_globals(gmm: GMM, k: int, d: int, seed: int = 1) -> dict:
         "locs": torch.randn(k, d, generator=g, dtype=torch.float64) * 3,
         "scales": torch.rand(k, d, generator=g, dtype=torch.float64) + 0.5,
     }
+    if gmm.covariance_type == "spherical":
+        values["scales"] = values["scales"][:, 0]
     if gmm.covariance_type == "full":
         a = torch.randn(k, d, d, generator=g, dtype=torch.float64)
         cov = a @ a.mT + torch.eye(d, dtype=torch.float64)
@@ -75,7 +77,7 @@ def test_em_never_decreases_log_likelihood(cov):
     assert np.all(np.diff(gmm.history_) >= -1e-10)
 
 
-@pytest.mark.parametrize("cov", COV_TYPES)
+@pytest.mark.parametrize("cov", ["diag", "full"])  # the planted scales differ between features
 def test_em_recovers_planted_parameters(cov):
     x, z, weights, means, scales = planted(4000, seed=2)
     gmm = GMM(3, covariance_type=cov, seed=0, progress=False).fit(x)
@@ -100,7 +102,7 @@ def test_log_likelihood_matches_scikit_learn(cov):
     assert ours.score(x) >= sk.score(x) - 1e-3
     # at scikit-learn's parameters our log-density is scikit-learn's
     values = {"weights": torch.tensor(sk.weights_), "locs": torch.tensor(sk.means_)}
-    if cov == "diag":
+    if cov in ("diag", "spherical"):
         values["scales"] = torch.tensor(np.sqrt(sk.covariances_))
     else:
         tril = torch.linalg.cholesky(torch.tensor(sk.covariances_))
@@ -284,3 +286,37 @@ def test_variance_floor_on_many_rows_comes_from_a_fixed_sample_and_scales_with_t
     assert_close(floors[0], exact, rtol=0.15, atol=0)
     scaled = GMM(2, seed=0, reg_covar=1e-2, progress=False).fit(x * 8.0)._data_scale["floor"]
     assert_close(scaled, floors[0] * 64.0, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("cov", COV_TYPES)
+def test_every_em_iteration_equals_scikit_learns_from_the_same_start(cov):
+    """From the same weights, means and covariances (no floor on either side), ppmix's EM and scikit-learn's
+    ``GaussianMixture`` take the same steps: parameters after 1, 2 and 5 M-steps equal to 1e-8 relative."""
+    rng = np.random.default_rng(7)
+    x = np.concatenate([rng.normal(-2, 1, (150, 3)), rng.normal(2, 0.6, (150, 3)), rng.normal(0, 2.5, (100, 3))])
+    start = GMM(3, covariance_type=cov, reg_covar=0.0, max_iter=1, seed=3, progress=False).fit(x)
+    covariance = start.covariances_.numpy()
+    precisions = 1 / covariance[:, 0] if cov == "spherical" else 1 / covariance if cov == "diag" else None
+    precisions = np.linalg.inv(covariance) if cov == "full" else precisions
+    for steps in (1, 2, 5):
+        ours = GMM(3, covariance_type=cov, reg_covar=0.0, warm_start=True, tol=0.0, max_iter=steps, progress=False)
+        ours.fit(x, max_iter=1)
+        ours.set_globals(start.get_globals())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ours.fit(x)
+            sk = GaussianMixture(
+                3,
+                covariance_type=cov,
+                reg_covar=0.0,
+                tol=0.0,
+                max_iter=steps,
+                weights_init=start.weights_.numpy(),
+                means_init=start.means_.numpy(),
+                precisions_init=precisions,
+            ).fit(x)
+        sk_covariances = sk.covariances_[:, None].repeat(3, 1) if cov == "spherical" else sk.covariances_
+        assert_close(ours.weights_, sk.weights_, rtol=1e-8, atol=1e-12)
+        assert_close(ours.means_, sk.means_, rtol=1e-8, atol=1e-12)
+        assert_close(ours.covariances_, sk_covariances, rtol=1e-8, atol=1e-12)
+        assert ours.score(x) == pytest.approx(sk.score(x), rel=1e-10)
