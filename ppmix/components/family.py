@@ -45,11 +45,24 @@ DataScale = dict[str, torch.Tensor]
 
 @dataclasses.dataclass(frozen=True)
 class SiteSpec:
-    """One global Pyro site of a family's parameters, in the ``components`` plate: its support and the
-    event shape of one component's value."""
+    """One global Pyro site of a family's parameters: its support and the event shape of one component's
+    value, in the ``components`` plate; or, ``shared``, one value of that shape for every component, outside
+    the plate (e.g. a tied covariance)."""
 
     support: constraints.Constraint
     event_shape: tuple[int, ...]
+    shared: bool = False
+
+    def value_shape(self, k: int) -> tuple[int, ...]:
+        """The shape of the site's value for ``k`` components: ``(k, *event_shape)``, or ``event_shape`` if shared.
+
+        Examples
+        --------
+        >>> per_component, shared = SiteSpec(constraints.real, (2,)), SiteSpec(constraints.real, (2,), shared=True)
+        >>> per_component.value_shape(3), shared.value_shape(3)
+        ((3, 2), (2,))
+        """
+        return tuple(self.event_shape) if self.shared else (k, *self.event_shape)
 
 
 class Statistics:
@@ -196,7 +209,7 @@ class DensityFamily(Protocol):
         raise NotImplementedError(f"{type(self).__name__} must define sites(k, d)")
 
     def components(self, values: dict[str, torch.Tensor], scale: DataScale) -> ComponentFamily:
-        """The fitted components from the values of :meth:`sites` (each ``(K, *event_shape)``); default: the
+        """The fitted components from the values of :meth:`sites` (each ``SiteSpec.value_shape(K)``); default: the
         sites are the components' parameters, under the same names."""
         return self.from_state(values, scale)
 
@@ -215,7 +228,7 @@ class DensityFamily(Protocol):
         """Components of the right shape whose parameters the first M-step sets."""
         values = {}
         for site, spec in self.sites(k, d).items():
-            values[site] = _a_point_of(spec.support, (k, *spec.event_shape), opts)
+            values[site] = _a_point_of(spec.support, spec.value_shape(k), opts)
         return self.components(values, scale)
 
     def _component_options(self, scale: DataScale) -> dict[str, Any]:
@@ -224,7 +237,7 @@ class DensityFamily(Protocol):
 
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
         """The weakly informative prior of ``site`` for MCMC (``bayesian()``), for one component (broadcast over
-        the ``components`` plate)."""
+        the ``components`` plate; a shared site's, for its one value)."""
         raise NotImplementedError(f"{type(self).__name__} has no priors for MCMC")
 
     def n_parameters(self, k: int, d: int) -> int:
@@ -232,11 +245,12 @@ class DensityFamily(Protocol):
         raise NotImplementedError(f"{type(self).__name__} must define n_parameters(k, d)")
 
     def site_dims(self) -> dict[str, list[str]]:
-        """ArviZ dimension names of each site beyond the draws: by default ``component`` then ``feature`` and,
-        for a square event, ``feature_bis``."""
+        """ArviZ dimension names of each site beyond the draws: by default ``component`` (not for a shared site)
+        then ``feature`` and, for a square event, ``feature_bis``."""
         dims = {}
         for site, spec in self.sites(1, 2).items():
-            dims[site] = ["component", "feature", "feature_bis"][: 1 + len(spec.event_shape)]
+            event = ["feature", "feature_bis"][: len(spec.event_shape)]
+            dims[site] = event if spec.shared else ["component", *event]
         return dims
 
 

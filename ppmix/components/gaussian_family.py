@@ -19,11 +19,11 @@ from ppmix.components.base import ComponentFamily
 from ppmix.components.centred import CentredData, as_floor
 from ppmix.components.family import DataScale, DensityFamily, SiteSpec
 from ppmix.components.gaussian_diag import DiagGaussian, SphericalGaussian
-from ppmix.components.gaussian_full import FullGaussian
+from ppmix.components.gaussian_full import FullGaussian, TiedGaussian
 
 __all__ = ["COVARIANCE_TYPES", "GaussianFamily", "check_squared_range", "relative_floor", "scale_sample"]
 
-COVARIANCE_TYPES = ("diag", "full", "spherical")
+COVARIANCE_TYPES = ("diag", "full", "spherical", "tied")
 #: rows of the fixed random subsample whose medians set the robust spread of the variance floor
 SCALE_SAMPLE_ROWS = 20_000
 
@@ -127,9 +127,11 @@ class GaussianFamily(DensityFamily):
 
     Parameters
     ----------
-    covariance_type : {"diag", "full", "spherical"}, default "diag"
+    covariance_type : {"diag", "full", "spherical", "tied"}, default "diag"
         ``"spherical"``: one variance per component (:class:`~ppmix.components.gaussian_diag.SphericalGaussian`,
-        whose ``scales`` site is ``(K,)``).
+        whose ``scales`` site is ``(K,)``); ``"tied"``: one full covariance shared by all components
+        (:class:`~ppmix.components.gaussian_full.TiedGaussian`; its sites ``scales`` ``(D,)`` and
+        ``corr_cholesky`` ``(D, D)`` are shared, outside the ``components`` plate).
     reg_covar : float, default 1e-6
         The variance floor of feature ``d`` is ``reg_covar`` times the squared robust spread of feature
         ``d`` in the training data (:func:`relative_floor`), so fits do not depend on the data's units.
@@ -156,7 +158,8 @@ class GaussianFamily(DensityFamily):
 
     @property
     def components_class(self) -> type[ComponentFamily]:  # type: ignore[override]
-        return {"diag": DiagGaussian, "spherical": SphericalGaussian}.get(self.covariance_type, FullGaussian)
+        classes = {"diag": DiagGaussian, "spherical": SphericalGaussian, "tied": TiedGaussian}
+        return classes.get(self.covariance_type, FullGaussian)
 
     # ---------------------------------------------------------------------- data
     def data_scale(self, x: torch.Tensor, name: str = "X") -> DataScale:
@@ -186,9 +189,13 @@ class GaussianFamily(DensityFamily):
     # ----------------------------------------------------------- the components
     def sites(self, k: int, d: int) -> dict[str, SiteSpec]:
         scales = () if self.covariance_type == "spherical" else (d,)
-        sites = {"locs": SiteSpec(constraints.real, (d,)), "scales": SiteSpec(constraints.positive, scales)}
-        if self.covariance_type == "full":
-            sites["corr_cholesky"] = SiteSpec(constraints.corr_cholesky, (d, d))
+        tied = self.covariance_type == "tied"
+        sites = {
+            "locs": SiteSpec(constraints.real, (d,)),
+            "scales": SiteSpec(constraints.positive, scales, shared=tied),
+        }
+        if self.covariance_type in ("full", "tied"):
+            sites["corr_cholesky"] = SiteSpec(constraints.corr_cholesky, (d, d), shared=tied)
         return sites
 
     def _component_options(self, scale: DataScale) -> dict[str, Any]:
@@ -202,19 +209,19 @@ class GaussianFamily(DensityFamily):
             return DiagGaussian(locs, scales, **self._component_options(scale))
         corr = values["corr_cholesky"]
         corr = corr / corr.norm(dim=-1, keepdim=True)  # rows of a correlation Cholesky have unit norm
-        return FullGaussian(locs, scales[..., None] * corr, **self._component_options(scale))
+        tril = scales[..., None] * corr
+        if self.covariance_type == "tied":  # one matrix for every component
+            return TiedGaussian(locs, tril.expand(locs.shape[0], *tril.shape), **self._component_options(scale))
+        return FullGaussian(locs, tril, **self._component_options(scale))
 
     def site_values(self, components: ComponentFamily) -> dict[str, torch.Tensor]:
         if isinstance(components, SphericalGaussian):
             return {"locs": components.loc.clone(), "scales": components.scale[:, 0].clone()}
         if isinstance(components, DiagGaussian):
             return {"locs": components.loc.clone(), "scales": components.scale.clone()}
-        scales = components.scale_tril.square().sum(-1).sqrt()
-        return {
-            "locs": components.loc.clone(),
-            "scales": scales,
-            "corr_cholesky": components.scale_tril / scales[..., None],
-        }
+        tril = components.scale_tril[0] if isinstance(components, TiedGaussian) else components.scale_tril
+        scales = tril.square().sum(-1).sqrt()
+        return {"locs": components.loc.clone(), "scales": scales, "corr_cholesky": tril / scales[..., None]}
 
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
         """``locs ~ N(mean(X), 3 std(X))``, ``scales ~ LogNormal(log std(X), 1)``, ``corr_cholesky ~
@@ -230,6 +237,8 @@ class GaussianFamily(DensityFamily):
         return dist.LKJCholesky(d, torch.tensor(2.0, **opts))
 
     def n_parameters(self, k: int, d: int) -> int:
-        """``K D`` means and ``K D`` variances (``K`` spherical ones, ``K D (D + 1) / 2`` covariances)."""
-        variances = {"diag": k * d, "spherical": k}.get(self.covariance_type, k * d * (d + 1) // 2)
+        """``K D`` means and ``K D`` variances (``K`` spherical ones, ``K D (D + 1) / 2`` covariances, ``D (D + 1)
+        / 2`` tied ones)."""
+        full = d * (d + 1) // 2
+        variances = {"diag": k * d, "spherical": k, "tied": full}.get(self.covariance_type, k * full)
         return k * d + variances

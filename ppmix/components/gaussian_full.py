@@ -22,7 +22,7 @@ from ppmix.components.centred import (
 )
 from ppmix.components.statistics import GaussianStatistics
 
-__all__ = ["FullGaussian"]
+__all__ = ["FullGaussian", "TiedGaussian"]
 
 _BLOCK_ROWS = 8192
 #: bytes of 64 rows of the ``[x, x x^T]`` design beyond which (D above about 360 in float64) the
@@ -272,7 +272,7 @@ class FullGaussian(ComponentFamily):
             If a covariance is not positive definite even under the floor ``reg_covar``.
         """
         stats = stats.to(dtype=self.dtype, device=self.device)
-        covs = floored_covariance(stats.scatter / padded_counts(stats.counts)[:, None, None], self.reg_covar)
+        covs = floored_covariance(self._weighted_covariances(stats), self.reg_covar)
         tril, info = torch.linalg.cholesky_ex(covs)
         # a pivot at rounding level means a (numerically) singular covariance, too
         scale = torch.diagonal(covs, dim1=-2, dim2=-1).amax(-1)
@@ -285,6 +285,11 @@ class FullGaussian(ComponentFamily):
             )
         self.loc, self.scale_tril = stats.mean, tril
         return self
+
+    def _weighted_covariances(self, stats: GaussianStatistics) -> torch.Tensor:
+        """The components' weighted covariances ``(K, D, D)`` (before the floor): each one's scatter over its
+        weight."""
+        return stats.scatter / padded_counts(stats.counts)[:, None, None]
 
     def pyro_dist(self, index: torch.Tensor | None = None) -> dist.Distribution:
         """``MultivariateNormal(loc[index], scale_tril=scale_tril[index])``."""
@@ -344,3 +349,27 @@ def floored_covariance(covs: torch.Tensor, floor: float | torch.Tensor) -> torch
         return covs
     clamped = (vectors * eigenvalues.clamp_min(1.0)[..., None, :]) @ vectors.mT
     return clamped * (root[:, None] * root[None, :])
+
+
+class TiedGaussian(FullGaussian):
+    """``K`` Gaussians sharing one full covariance: ``x | k ~ N(loc[k], Sigma)``.
+
+    A :class:`FullGaussian` whose M-step pools the components' scatters: ``Sigma = sum_k scatter_k / sum_k
+    n_k``, the weighted maximum-likelihood estimate of a shared covariance (scikit-learn's and hmmlearn's
+    ``covariance_type="tied"``), under the same floor. The state is the full one (``scale_tril`` ``(K, D, D)``,
+    the same matrix for every component), so every full-covariance pass serves it unchanged.
+
+    Examples
+    --------
+    >>> f64 = torch.float64
+    >>> comp = TiedGaussian(torch.zeros(2, 1, dtype=f64), torch.ones(2, 1, 1, dtype=f64), reg_covar=0.0)
+    >>> x = torch.tensor([[-1.0], [1.0], [9.0], [11.0]], dtype=f64)
+    >>> hard = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0]], dtype=f64)
+    >>> comp.fit(x, hard).covariance[:, 0, 0].tolist()  # both clusters' scatter, 2 + 2, over 4 points
+    [1.0, 1.0]
+    """
+
+    def _weighted_covariances(self, stats: GaussianStatistics) -> torch.Tensor:
+        """The pooled covariance ``sum_k scatter_k / sum_k n_k`` for every component, ``(K, D, D)``."""
+        pooled = stats.scatter.sum(0) / padded_counts(stats.counts.sum(0, keepdim=True))
+        return pooled.expand_as(stats.scatter)

@@ -116,18 +116,24 @@ class FamilyComponentsMixin:
         family = self.component_family()
         if not self.is_bayesian:
             spec = family.sites(k, d)[site]
-            return flat_prior(self, site, spec.support, (k,), spec.event_shape, opts)
+            return flat_prior(self, site, spec.support, () if spec.shared else (k,), spec.event_shape, opts)
         return family.prior(site, k, d, self._scale, opts)
 
     def _sample_components(self, k: int, d: int, opts: dict, plate: pyro.plate | None = None) -> ComponentFamily:
-        """Sample the family's sites in the ``components`` plate (``plate`` when the model already opened it)
-        and return the components."""
+        """Sample the family's shared sites, then its other sites in the ``components`` plate (``plate`` when the
+        model already opened it), and return the components."""
         family = self.component_family()
+        sites = family.sites(k, d)
         values = {}
-        with plate if plate is not None else pyro.plate("components", k):
-            for site, spec in family.sites(k, d).items():
+        for site, spec in sites.items():
+            if spec.shared:
                 value = pyro.sample(site, self._component_prior(site, k, d, opts))
-                values[site] = drop_leading_ones(value, 1 + len(spec.event_shape))
+                values[site] = drop_leading_ones(value, len(spec.event_shape))
+        with plate if plate is not None else pyro.plate("components", k):
+            for site, spec in sites.items():
+                if not spec.shared:
+                    value = pyro.sample(site, self._component_prior(site, k, d, opts))
+                    values[site] = drop_leading_ones(value, 1 + len(spec.event_shape))
         return family.components(values, self._scale)
 
     # ---------------------------------------------------- sites <-> the family

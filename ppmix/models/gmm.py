@@ -29,9 +29,11 @@ class GMM(Mixture):
     Parameters
     ----------
     n_components : int, default 1
-    covariance_type : {"diag", "full", "spherical"}, default "diag"
+    covariance_type : {"diag", "full", "spherical", "tied"}, default "diag"
         ``"spherical"``: one variance per component (``covariances_`` keeps the ``(K, D)`` layout of
-        ``"diag"``, each row constant; its Pyro site ``scales`` is ``(K,)``).
+        ``"diag"``, each row constant; its Pyro site ``scales`` is ``(K,)``); ``"tied"``: one full covariance
+        for all components (``covariances_`` ``(K, D, D)``, the same matrix K times; its sites ``scales`` and
+        ``corr_cholesky`` are shared, outside the ``components`` plate).
     n_init : int, default 1
         EM restarts; the best objective is kept.
     max_iter : int, default 100

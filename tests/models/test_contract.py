@@ -87,6 +87,8 @@ CASES: dict[str, Case] = {
     "GMM-diag": Case(lambda: GMM(2, covariance_type="diag", max_iter=20, **QUIET), _blobs),
     "GMM-full": Case(lambda: GMM(2, covariance_type="full", max_iter=20, **QUIET), _blobs),
     "GMM-spherical": Case(lambda: GMM(2, covariance_type="spherical", max_iter=20, **QUIET), _blobs),
+    "GMM-tied": Case(lambda: GMM(2, covariance_type="tied", max_iter=20, **QUIET), _blobs),
+    "HMM-tied": Case(lambda: HMM(2, covariance_type="tied", max_iter=10, **QUIET), _sequences, sequences=True),
     "HMM": Case(lambda: HMM(2, max_iter=10, **QUIET), _sequences, sequences=True),
     "HMM-left-right-MAP": Case(
         lambda: HMM(

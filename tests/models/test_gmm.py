@@ -16,7 +16,7 @@ from ppmix.inference import ConvergenceWarning
 from ppmix.inference.engines.params import local_params
 from tests.common import DEVICES, assert_close
 
-COV_TYPES = ["diag", "full", "spherical"]
+COV_TYPES = ["diag", "full", "spherical", "tied"]
 
 
 def planted(n=600, seed=0):
@@ -39,8 +39,8 @@ def random_globals(gmm: GMM, k: int, d: int, seed: int = 1) -> dict:
     }
     if gmm.covariance_type == "spherical":
         values["scales"] = values["scales"][:, 0]
-    if gmm.covariance_type == "full":
-        a = torch.randn(k, d, d, generator=g, dtype=torch.float64)
+    if gmm.covariance_type in ("full", "tied"):
+        a = torch.randn(*(() if gmm.covariance_type == "tied" else (k,)), d, d, generator=g, dtype=torch.float64)
         cov = a @ a.mT + torch.eye(d, dtype=torch.float64)
         tril = torch.linalg.cholesky(cov)
         values["scales"] = tril.square().sum(-1).sqrt()
@@ -77,7 +77,7 @@ def test_em_never_decreases_log_likelihood(cov):
     assert np.all(np.diff(gmm.history_) >= -1e-10)
 
 
-@pytest.mark.parametrize("cov", ["diag", "full"])  # the planted scales differ between features
+@pytest.mark.parametrize("cov", ["diag", "full"])  # the planted scales differ between features and components
 def test_em_recovers_planted_parameters(cov):
     x, z, weights, means, scales = planted(4000, seed=2)
     gmm = GMM(3, covariance_type=cov, seed=0, progress=False).fit(x)
@@ -298,6 +298,7 @@ def test_every_em_iteration_equals_scikit_learns_from_the_same_start(cov):
     covariance = start.covariances_.numpy()
     precisions = 1 / covariance[:, 0] if cov == "spherical" else 1 / covariance if cov == "diag" else None
     precisions = np.linalg.inv(covariance) if cov == "full" else precisions
+    precisions = np.linalg.inv(covariance[0]) if cov == "tied" else precisions
     for steps in (1, 2, 5):
         ours = GMM(3, covariance_type=cov, reg_covar=0.0, warm_start=True, tol=0.0, max_iter=steps, progress=False)
         ours.fit(x, max_iter=1)
@@ -316,6 +317,7 @@ def test_every_em_iteration_equals_scikit_learns_from_the_same_start(cov):
                 precisions_init=precisions,
             ).fit(x)
         sk_covariances = sk.covariances_[:, None].repeat(3, 1) if cov == "spherical" else sk.covariances_
+        sk_covariances = np.broadcast_to(sk.covariances_, (3, 3, 3)) if cov == "tied" else sk_covariances
         assert_close(ours.weights_, sk.weights_, rtol=1e-8, atol=1e-12)
         assert_close(ours.means_, sk.means_, rtol=1e-8, atol=1e-12)
         assert_close(ours.covariances_, sk_covariances, rtol=1e-8, atol=1e-12)
