@@ -276,7 +276,7 @@ class SphericalGaussian(DiagGaussian):
     --------
     >>> x = torch.tensor([[0.0, 0.0], [2.0, 6.0]], dtype=torch.float64)
     >>> comp = SphericalGaussian(torch.zeros(1, 2, dtype=torch.float64), torch.ones(1, 2, dtype=torch.float64))
-    >>> comp.fit(x, torch.ones(2, 1, dtype=torch.float64)).variance.tolist()  # (1 + 9) / 2
+    >>> comp.fit(x, torch.ones(2, 1, dtype=torch.float64)).variance.round(decimals=12).tolist()  # (1 + 9) / 2
     [[5.0, 5.0]]
     """
 

@@ -79,8 +79,8 @@ def transition_update(counts: torch.Tensor, mask: torch.Tensor, prior: float) ->
     Examples
     --------
     >>> counts = torch.tensor([[3.0, 1.0], [0.0, 2.0]], dtype=torch.float64)
-    >>> transition_update(counts, transition_mask("left-right", 2), 2.0).tolist()
-    [[0.6666666666666666, 0.3333333333333333], [0.0, 1.0]]
+    >>> transition_update(counts, transition_mask("left-right", 2), 2.0).round(decimals=6).tolist()
+    [[0.666667, 0.333333], [0.0, 1.0]]
     """
     allowed = mask.to(counts.device)
     padded = torch.where(allowed, counts + (prior - 1.0) + _EPS, torch.zeros_like(counts))
