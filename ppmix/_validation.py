@@ -21,6 +21,7 @@ __all__ = [
     "check_positive_int",
     "resolve_device",
     "to_output",
+    "torch_ready",
 ]
 
 
@@ -147,13 +148,12 @@ def check_matrix(
     if isinstance(x, torch.Tensor):
         if x.dtype == torch.bool or x.is_complex() or not (x.is_floating_point() or x.dtype in _INT_DTYPES):
             raise TypeError(f"{name} must be a real numeric tensor; got dtype {x.dtype}")
-        tensor = x.detach().to(device=resolve_device(device) if device is not None else x.device, dtype=dtype)
+        device = resolve_device(device) if device is not None else x.device
+        tensor = x.detach().to(device=device, dtype=dtype).contiguous()
     elif hasattr(x, "tocsr"):  # scipy.sparse matrix or array
         raise TypeError(f"{name} is a sparse {type(x).__name__}; sparse input is not supported: pass {name}.toarray()")
     else:
-        array = _numeric_array(x, name)
-        if not array.flags.writeable:  # e.g. pandas copy-on-write views
-            array = array.copy()
+        array = torch_ready(_numeric_array(x, name), name)
         tensor = torch.as_tensor(array, dtype=dtype, device=resolve_device(device))
     if tensor.dim() != 2:
         hint = f". Reshape your data with {name}.reshape(-1, 1) if it has a single feature" if tensor.dim() == 1 else ""
@@ -190,6 +190,38 @@ def all_finite(tensor: torch.Tensor) -> bool:
     if not tensor.is_floating_point() or bool(torch.isfinite(tensor.sum())):
         return True
     return bool(torch.isfinite(tensor).all())
+
+
+def torch_ready(array: np.ndarray, name: str = "X") -> np.ndarray:
+    """``array`` in a form :func:`torch.as_tensor` takes: C-contiguous, writeable, of a dtype torch knows.
+
+    Any memory layout is accepted (negative strides such as ``X[::-1]`` or ``np.flip(X)``,
+    Fortran order, strided slices, read-only arrays such as pandas copy-on-write views): such
+    an array is copied once, a C-contiguous writeable one is returned as is. Floats wider
+    than float64 (``np.longdouble``) become float64, which must hold their values.
+
+    Raises
+    ------
+    InvalidDataError
+        If a ``np.longdouble`` value is finite but beyond float64's range.
+
+    Examples
+    --------
+    >>> reversed_rows = np.arange(6.0).reshape(3, 2)[::-1]
+    >>> torch.as_tensor(torch_ready(reversed_rows)).tolist()
+    [[4.0, 5.0], [2.0, 3.0], [0.0, 1.0]]
+    """
+    if array.dtype.kind == "f" and array.dtype.itemsize > 8:
+        wide = array
+        with np.errstate(over="ignore"):
+            array = wide.astype(np.float64)
+        overflow = np.isinf(array) & np.isfinite(wide)
+        if overflow.any():
+            raise InvalidDataError(
+                f"{name} holds {wide.dtype} values beyond float64's range (e.g. {wide[overflow][0]!r}); "
+                "ppmix computes in float64 at most: rescale it"
+            )
+    return np.require(array, requirements=["C_CONTIGUOUS", "WRITEABLE"])
 
 
 def _numeric_array(x: Any, name: str) -> np.ndarray:

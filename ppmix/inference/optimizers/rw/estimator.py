@@ -23,6 +23,7 @@ from ppmix._validation import (
     check_positive_int,
     resolve_device,
     to_output,
+    torch_ready,
 )
 from ppmix.inference.engines.result import ConvergenceWarning
 from ppmix.inference.optimizers.persist import (
@@ -198,9 +199,7 @@ class RegularizedWeighting(SavableEstimator):
             array = np.asarray(y)
             if array.dtype == object or array.dtype.kind not in "iuf":
                 raise TypeError(f"y must be a real numeric array (Unknown label type: dtype {array.dtype})")
-            if not array.flags.writeable:  # e.g. pandas copy-on-write views
-                array = array.copy()
-            tensor = torch.as_tensor(array, dtype=torch.float64, device=device)
+            tensor = torch.as_tensor(torch_ready(array, "y"), dtype=torch.float64, device=device)
         if tensor.shape != (n,):
             raise ValueError(f"y must have shape ({n},) to match X; got {tuple(tensor.shape)}")
         if not torch.isfinite(tensor).all():
