@@ -106,7 +106,8 @@ def check_squared_range(x: torch.Tensor, name: str = "X", mad: torch.Tensor | No
     info = torch.finfo(x.dtype)
     # Python floats (double precision): the check itself cannot overflow
     mean = x.mean(0)
-    total = float(torch.maximum(x.amax(0) - mean, mean - x.amin(0)).max()) ** 2 * x.shape[0]
+    deviation = float(torch.maximum(x.amax(0) - mean, mean - x.amin(0)).max())
+    total = deviation * deviation * x.shape[0]  # inf, not an OverflowError as ``** 2`` would raise
     if not total < info.max:
         raise InvalidDataError(
             f"{name} is too large for {x.dtype}: its sums of squared deviations (up to about {total:.0e}) "

@@ -21,6 +21,7 @@ from ppmix._validation import (
     check_float,
     check_matrix,
     check_positive_int,
+    check_seed,
     resolve_device,
     to_output,
     torch_ready,
@@ -255,7 +256,8 @@ class RegularizedWeighting(SavableEstimator):
         if self.learner == "regression" and y_t is None:
             raise ValueError("y is required for learner='regression'")
         template = make_learner(self.learner)
-        base_seed = self.seed if self.seed is not None else int(np.random.SeedSequence().generate_state(1)[0])
+        seed = check_seed(self.seed)
+        base_seed = seed if seed is not None else int(np.random.SeedSequence().generate_state(1)[0])
 
         best: dict[str, Any] | None = None
         for restart in range(n_init):
