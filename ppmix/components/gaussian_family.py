@@ -14,7 +14,7 @@ import pyro.distributions as dist
 import torch
 from pyro.distributions import constraints
 
-from ppmix._validation import InvalidDataError
+from ppmix._validation import InvalidDataError, check_float
 from ppmix.components.base import ComponentFamily
 from ppmix.components.centred import CentredData, as_floor
 from ppmix.components.family import DataScale, DensityFamily, SiteSpec
@@ -150,8 +150,7 @@ class GaussianFamily(DensityFamily):
     def validate(self) -> None:
         if self.covariance_type not in COVARIANCE_TYPES:
             raise ValueError(f"covariance_type must be one of {COVARIANCE_TYPES}; got {self.covariance_type!r}")
-        if not self.reg_covar >= 0:
-            raise ValueError(f"reg_covar must be non-negative; got {self.reg_covar}")
+        check_float(self.reg_covar, "reg_covar", positive=False)
 
     @property
     def components_class(self) -> type[ComponentFamily]:  # type: ignore[override]

@@ -295,3 +295,17 @@ def test_longdouble_input_is_taken_as_float64():
             InvalidDataError, match=r"X holds long double \(float\d+\) values beyond float64.s range \(e\.g\. 1e\+400\)"
         ):
             GMM(2, progress=False).fit(huge)
+
+
+@pytest.mark.parametrize("make", [
+    lambda **kw: GMM(2, progress=False, **kw),
+    lambda **kw: PFGMM(2, switch_prior=0.5, n_restarts=1, progress=False, **kw),
+], ids=["GMM", "PFGMM"])  # fmt: skip
+@pytest.mark.parametrize(("name", "value", "error"), [
+    ("reg_covar", float("inf"), ValueError), ("reg_covar", float("nan"), ValueError), ("reg_covar", -1.0, ValueError),
+    ("reg_covar", "1e-6", TypeError), ("tol", "1e-3", TypeError), ("tol", float("nan"), ValueError),
+])  # fmt: skip
+def test_a_bad_setting_is_an_error_naming_it(make, name, value, error):
+    """reg_covar=inf failed as 'EM objective became nan ... larger variance floor'; tol='a' without naming tol."""
+    with pytest.raises(error, match=rf"^{name} must"):
+        make(**{name: value}).fit(X, Y_BINARY)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import numbers
 import warnings
 from contextlib import ExitStack
 from typing import Any, Protocol, runtime_checkable
@@ -138,7 +139,10 @@ def run_em(
     """
     n_init = check_positive_int(model.n_init if n_init is None else n_init, "n_init")
     max_iter = check_positive_int(model.max_iter if max_iter is None else max_iter, "max_iter")
-    tol = float(model.tol if tol is None else tol)
+    tol = model.tol if tol is None else tol
+    if isinstance(tol, bool) or not isinstance(tol, numbers.Real):
+        raise TypeError(f"tol must be a number; got {tol!r} ({type(tol).__name__})")
+    tol = float(tol)
     if not tol >= 0:
         raise ValueError(f"tol must be non-negative; got {tol}")
     warm = bool(model.warm_start if warm_start is None else warm_start) and model.is_fitted

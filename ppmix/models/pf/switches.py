@@ -25,7 +25,7 @@ import torch
 from pyro.distributions import constraints
 from pyro.ops.indexing import Vindex
 
-from ppmix._validation import InvalidDataError
+from ppmix._validation import InvalidDataError, check_float
 from ppmix.components import BernoulliLabel, DiagGaussian
 from ppmix.components.centred import CentredData
 from ppmix.components.family import DensityFamily
@@ -161,8 +161,7 @@ class PredictionFocusedMixin:
         """Check the switch prior, the start and the EM settings shared by the pf models."""
         self._validate_switch_prior()
         self._validate_em_settings(PF_INIT_METHODS)
-        if not self.reg_covar >= 0:
-            raise ValueError(f"reg_covar must be non-negative; got {self.reg_covar}")
+        check_float(self.reg_covar, "reg_covar", positive=False)
 
     def _check_pf_features(self, frames: torch.Tensor) -> None:
         """At least two features to select among (when ``p < 1``) and no constant feature (named)."""
