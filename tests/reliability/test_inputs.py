@@ -111,7 +111,7 @@ def test_predictions_take_any_memory_layout(name):
     _, x, _, _, _ = ESTIMATORS[name]
     expected = _outputs(name, FITTED[name], x)
 
-    @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(laid_out=layouts(x))
     def same_outputs(laid_out):
         _assert_same(_outputs(name, FITTED[name], laid_out), expected)
@@ -173,7 +173,7 @@ def test_a_date_or_duration_column_is_refused_by_name():
         GMM(2, progress=False).fit(frame.drop(columns="when").assign(lag=pd.to_timedelta(np.arange(len(X)), "s")))
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(exponent=st.integers(155, 307), row=st.integers(0, len(X) - 1), sign=st.sampled_from([-1.0, 1.0]))
 def test_finite_values_too_large_for_the_dtype_are_refused_honestly(exponent, row, sign):
     """Finite rows near 1e155-1e307 gave NaN probabilities, raw OverflowErrors or 'contains NaN or infinite'."""
@@ -267,7 +267,7 @@ ALL_SEEDED = {
 
 @pytest.mark.parametrize("name", sorted(ALL_SEEDED))
 def test_a_seed_out_of_range_is_an_error_naming_it(name):
-    @settings(max_examples=6, deadline=None)
+    @settings(max_examples=4, deadline=None)
     @given(seed=st.one_of(st.integers(max_value=-1), st.integers(min_value=2**63), st.just(np.uint64(2**64 - 1))))
     def refused(seed):
         with pytest.raises(ValueError, match=r"seed must be in \[0, 2\*\*63 - 1\]"):
