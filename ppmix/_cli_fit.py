@@ -17,6 +17,7 @@ from ppmix._cli_common import UserError
 
 __all__ = ["add_fit_parsers"]
 
+
 # ------------------------------------------------------------------------------------- parsers
 def add_fit_parsers(fit_sub: Any, positive: Callable[[str], int], seed: Callable[[str], int]) -> None:
     """Add ``hmm``, ``pfgmm`` and ``moe`` to the ``fit`` subparsers (``gmm`` is added by :mod:`ppmix.cli`)."""
@@ -132,13 +133,29 @@ def _column(frame: Any, name: str, option: str, path: str) -> Any:
     return frame[name]
 
 
+def _target(frame: Any, args: argparse.Namespace) -> Any:
+    """The ``--target`` column, refused (naming it, the file and the first row) if a value is missing or infinite."""
+    import numpy as np
+    import pandas as pd
+
+    column = _column(frame, args.target, "--target", args.data)
+    bad = column.isna().to_numpy()
+    if pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column):
+        bad = bad | np.isinf(column.to_numpy(dtype=float))
+    if bad.any():
+        first = int(np.argmax(bad))
+        raise UserError(
+            f"--target: column {args.target!r} of data file {args.data} has {int(bad.sum())} missing or infinite "
+            f"value(s), the first in data row {first + 1} ({_plain(column.iloc[first])!r})"
+        )
+    return column
+
+
 def _binary_target(frame: Any, args: argparse.Namespace) -> tuple[Any, Any, list]:
     """The features, the target as 0/1 floats and the two classes ``[negative, positive]`` (sorted)."""
     import numpy as np
 
-    column = _column(frame, args.target, "--target", args.data)
-    if column.isna().any():
-        raise UserError(f"--target: column {args.target!r} has {int(column.isna().sum())} missing values")
+    column = _target(frame, args)
     classes = sorted(column.unique().tolist(), key=lambda v: (str(type(v)), v))
     if len(classes) != 2:
         shown = classes[:5] + (["..."] if len(classes) > 5 else [])
@@ -360,7 +377,7 @@ def fit_moe(args: argparse.Namespace) -> int:
     if logistic:
         features, y, classes = _binary_target(frame, args)
     else:
-        y = _column(frame, args.target, "--target", args.data).to_numpy(dtype=float)
+        y = _target(frame, args).to_numpy(dtype=float)
         features = frame.drop(columns=[args.target])
         _check_features(features, args)
     model = MixtureOfExperts(args.k, expert=args.expert, n_init=args.n_init, max_iter=args.max_iter,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
 from typing import Any
 
@@ -19,8 +20,10 @@ __all__ = [
     "check_matrix",
     "check_n_components",
     "check_positive_int",
+    "check_seed",
     "resolve_device",
     "to_output",
+    "torch_ready",
 ]
 
 
@@ -120,7 +123,7 @@ def check_matrix(
     Raises
     ------
     TypeError
-        If ``x`` is not numeric (strings, objects, booleans).
+        If ``x`` is not numeric (strings, objects, booleans, dates, times or durations).
     ValueError
         If ``x`` is not 2-D, is empty, holds NaN/inf, has the wrong number of columns, or
         column names other than ``feature_names``.
@@ -140,6 +143,7 @@ def check_matrix(
         names = [str(c) for c in x.columns]
         if feature_names is not None and names != list(feature_names):
             x, names = _reorder_columns(x, names, list(feature_names), name)
+        _check_no_time_columns(x, name)
         try:
             x = x.to_numpy(dtype=np.float64)
         except (TypeError, ValueError) as err:
@@ -147,13 +151,13 @@ def check_matrix(
     if isinstance(x, torch.Tensor):
         if x.dtype == torch.bool or x.is_complex() or not (x.is_floating_point() or x.dtype in _INT_DTYPES):
             raise TypeError(f"{name} must be a real numeric tensor; got dtype {x.dtype}")
-        tensor = x.detach().to(device=resolve_device(device) if device is not None else x.device, dtype=dtype)
+        device = resolve_device(device) if device is not None else x.device
+        source = x
+        tensor = x.detach().to(device=device, dtype=dtype).contiguous()
     elif hasattr(x, "tocsr"):  # scipy.sparse matrix or array
         raise TypeError(f"{name} is a sparse {type(x).__name__}; sparse input is not supported: pass {name}.toarray()")
     else:
-        array = _numeric_array(x, name)
-        if not array.flags.writeable:  # e.g. pandas copy-on-write views
-            array = array.copy()
+        array = source = torch_ready(_numeric_array(x, name), name)
         tensor = torch.as_tensor(array, dtype=dtype, device=resolve_device(device))
     if tensor.dim() != 2:
         hint = f". Reshape your data with {name}.reshape(-1, 1) if it has a single feature" if tensor.dim() == 1 else ""
@@ -164,13 +168,37 @@ def check_matrix(
             f"{name} is empty: 0 {what}(s) (shape={tuple(tensor.shape)}) while a minimum of 1 is required."
         )
     if not all_finite(tensor):
-        raise InvalidDataError(f"{name} contains NaN or infinite values")
+        raise InvalidDataError(_non_finite_message(tensor, source, name, names))
     if n_features is not None and tensor.shape[1] != n_features:
         raise InvalidDataError(
             f"{name} has {tensor.shape[1]} features, but it is expecting {n_features} features as input: "
             f"the model was fitted with {n_features}"
         )
     return tensor, names
+
+
+def _non_finite_message(tensor: torch.Tensor, source: Any, name: str, names: list[str] | None) -> str:
+    """Why ``tensor`` (``source`` converted) is not finite, naming its first such entry: NaN or infinite in
+    ``source``, or finite there but beyond the range of ``tensor``'s dtype."""
+    row, col = (int(i) for i in torch.nonzero(~torch.isfinite(tensor))[0])
+    where = f"row {row}, column {names[col]!r}" if names else f"row {row}, column {col}"
+    value = float(source[row, col])
+    if math.isfinite(value):
+        return (
+            f"{name} holds values that overflow {tensor.dtype} (first at {where}: {value:.3g}; the largest "
+            f"{tensor.dtype} number is {torch.finfo(tensor.dtype).max:.3g}): rescale {name} or use a wider dtype"
+        )
+    return f"{name} contains NaN or infinite values (first at {where}: {value})"
+
+
+def _check_no_time_columns(frame: Any, name: str) -> None:
+    """A date, time or duration column is refused (pandas would turn it into nanoseconds since 1970)."""
+    timed = [str(c) for c, dtype in frame.dtypes.items() if getattr(dtype, "kind", "") in "mM"]
+    if timed:
+        raise TypeError(
+            f"{name} has date/time or duration columns {timed}: ppmix fits numbers only, and will not read them as "
+            "nanoseconds since 1970; drop them, or derive numeric features from them first"
+        )
 
 
 def all_finite(tensor: torch.Tensor) -> bool:
@@ -190,6 +218,38 @@ def all_finite(tensor: torch.Tensor) -> bool:
     if not tensor.is_floating_point() or bool(torch.isfinite(tensor.sum())):
         return True
     return bool(torch.isfinite(tensor).all())
+
+
+def torch_ready(array: np.ndarray, name: str = "X") -> np.ndarray:
+    """``array`` in a form :func:`torch.as_tensor` takes: C-contiguous, writeable, of a dtype torch knows.
+
+    Any memory layout is accepted (negative strides such as ``X[::-1]`` or ``np.flip(X)``,
+    Fortran order, strided slices, read-only arrays such as pandas copy-on-write views): such
+    an array is copied once, a C-contiguous writeable one is returned as is. Floats wider
+    than float64 (``np.longdouble``) become float64, which must hold their values.
+
+    Raises
+    ------
+    InvalidDataError
+        If a ``np.longdouble`` value is finite but beyond float64's range.
+
+    Examples
+    --------
+    >>> reversed_rows = np.arange(6.0).reshape(3, 2)[::-1]
+    >>> torch.as_tensor(torch_ready(reversed_rows)).tolist()
+    [[4.0, 5.0], [2.0, 3.0], [0.0, 1.0]]
+    """
+    if array.dtype.kind == "f" and array.dtype.itemsize > 8:
+        wide = array
+        with np.errstate(over="ignore"):
+            array = wide.astype(np.float64)
+        overflow = np.isinf(array) & np.isfinite(wide)
+        if overflow.any():
+            raise InvalidDataError(
+                f"{name} holds long double ({wide.dtype}) values beyond float64's range "
+                f"(e.g. {str(wide[overflow][0])}); ppmix computes in float64 at most: rescale it"
+            )
+    return np.require(array, requirements=["C_CONTIGUOUS", "WRITEABLE"])
 
 
 def _numeric_array(x: Any, name: str) -> np.ndarray:
@@ -237,6 +297,38 @@ def check_positive_int(value: Any, name: str) -> int:
     if value < 1:
         raise ValueError(f"{name} must be >= 1; got {value}")
     return int(value)
+
+
+#: seeds are integers in [0, MAX_SEED]: torch's generators take up to 2**64 - 1, and restart r adds r
+MAX_SEED = 2**63 - 1
+
+
+def check_seed(seed: Any, name: str = "seed") -> int | None:
+    """Validate a seed: ``None`` or an integer in ``[0, 2**63 - 1]`` (``bool`` and non-integral numbers refused).
+
+    Raises
+    ------
+    TypeError
+        If ``seed`` is neither None nor an integer.
+    ValueError
+        If ``seed`` is negative or above ``2**63 - 1`` (restart ``r`` draws from ``seed + r``).
+
+    Examples
+    --------
+    >>> check_seed(3), check_seed(None)
+    (3, None)
+    >>> check_seed(2**64)
+    Traceback (most recent call last):
+    ...
+    ValueError: seed must be in [0, 2**63 - 1]; got 18446744073709551616
+    """
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise TypeError(f"{name} must be an integer or None; got {seed!r} ({type(seed).__name__})")
+    if not 0 <= int(seed) <= MAX_SEED:
+        raise ValueError(f"{name} must be in [0, 2**63 - 1]; got {int(seed)}")
+    return int(seed)
 
 
 def check_float(value: Any, name: str, *, positive: bool) -> float:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Callable, NoReturn, Sequence
 from urllib.parse import urlsplit
@@ -48,6 +50,17 @@ def _int_at_least(minimum: int, why: str = "") -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def _seed(text: str) -> int:
+    """An argparse ``type=`` for a seed: an integer in [0, 2**63 - 1] (:func:`ppmix._validation.check_seed`)."""
+    from ppmix._validation import check_seed
+
+    value = _int_at_least(0)(text)
+    try:
+        return int(check_seed(value))
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err).removeprefix("seed ")) from None
 
 
 def _scheduler_address(text: str) -> str:
@@ -258,7 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
     from ppmix._cli_fit import add_fit_parsers
 
     positive = _int_at_least(1)
-    seed = _int_at_least(0)
+    seed = _seed
     parser = _Parser(prog="ppmix", description="Mixture models as probabilistic programs.")
     parser.add_argument("--verbose", action="store_true", help="log progress messages")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an internal error")
@@ -358,8 +371,25 @@ def _check_out(out: Path, saves_model: bool) -> None:
 
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"{out} exists and is a file, not a directory")
+    _check_writable(out)
     if saves_model:
         check_save_target(out / "model")
+
+
+def _check_writable(out: Path) -> None:
+    """``out``, or the nearest directory above it that exists, must let us create entries: tried by making
+    (and removing at once) an empty directory there, which answers for read-only file systems and for root."""
+    existing = out.absolute()
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise NotADirectoryError(f"{out} cannot be created: {existing} is a file, not a directory")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".ppmix-probe-", dir=existing))
+    except OSError as err:
+        raise PermissionError(
+            f"cannot write to {existing} ({err.strerror or err}); choose a directory you may write"
+        ) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -368,8 +398,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         try:
-            _check_out(Path(args.out), saves_model=args.command in ("fit", "dmoe"))
-        except (ValueError, FileExistsError) as err:  # before any fitting: one line, exit code 2
+            lists_only = args.command == "reproduce" and (args.list or not args.name)
+            if not lists_only:
+                _check_out(Path(args.out), saves_model=args.command in ("fit", "dmoe"))
+        except (ValueError, OSError) as err:  # before any fitting: one line, exit code 2
             raise UserError(f"--out: {err}") from None
         logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
         return int(args.func(args))

@@ -14,7 +14,7 @@ import pyro.distributions as dist
 import torch
 from pyro.distributions import constraints
 
-from ppmix._validation import InvalidDataError
+from ppmix._validation import InvalidDataError, check_float
 from ppmix.components.base import ComponentFamily
 from ppmix.components.centred import CentredData, as_floor
 from ppmix.components.family import DataScale, DensityFamily, SiteSpec
@@ -106,7 +106,8 @@ def check_squared_range(x: torch.Tensor, name: str = "X", mad: torch.Tensor | No
     info = torch.finfo(x.dtype)
     # Python floats (double precision): the check itself cannot overflow
     mean = x.mean(0)
-    total = float(torch.maximum(x.amax(0) - mean, mean - x.amin(0)).max()) ** 2 * x.shape[0]
+    deviation = float(torch.maximum(x.amax(0) - mean, mean - x.amin(0)).max())
+    total = deviation * deviation * x.shape[0]  # inf, not an OverflowError as ``** 2`` would raise
     if not total < info.max:
         raise InvalidDataError(
             f"{name} is too large for {x.dtype}: its sums of squared deviations (up to about {total:.0e}) "
@@ -153,8 +154,7 @@ class GaussianFamily(DensityFamily):
     def validate(self) -> None:
         if self.covariance_type not in COVARIANCE_TYPES:
             raise ValueError(f"covariance_type must be one of {COVARIANCE_TYPES}; got {self.covariance_type!r}")
-        if not self.reg_covar >= 0:
-            raise ValueError(f"reg_covar must be non-negative; got {self.reg_covar}")
+        check_float(self.reg_covar, "reg_covar", positive=False)
 
     @property
     def components_class(self) -> type[ComponentFamily]:  # type: ignore[override]

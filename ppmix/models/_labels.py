@@ -49,6 +49,11 @@ def _observed_labels(values: np.ndarray, name: str) -> np.ndarray:
         kinds = {type(v) for v in observed.tolist()}
         if kinds and all(issubclass(k, (int, float, np.number)) and not issubclass(k, bool) for k in kinds):
             observed = observed.astype(np.float64)
+    if observed.dtype.kind == "f" and not np.isfinite(observed).all():
+        raise InvalidDataError(
+            f"{name} contains infinite values (e.g. {float(observed[~np.isfinite(observed)][0])}); class labels "
+            "must be finite (NaN or None marks a missing label)"
+        )
     if observed.dtype.kind == "f" and not np.array_equal(observed, np.round(observed)):
         raise InvalidDataError(
             f"{name} must hold class labels, not continuous values (Unknown label type: continuous, "
@@ -141,8 +146,6 @@ def multiclass_classes(y: Any, name: str = "y") -> np.ndarray:
     observed = _observed_labels(_flat_values(y), name)
     classes = np.unique(observed)
     if classes.dtype.kind == "f":
-        if not np.isfinite(classes).all():
-            raise InvalidDataError(f"{name} contains infinite values; class labels must be finite")
         classes = classes.astype(np.int64)
     if classes.size < 2:
         raise InvalidDataError(

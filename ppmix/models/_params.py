@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import numbers
 from typing import Any
+
+from ppmix._validation import check_seed
 
 __all__ = ["check_seed", "store_params"]
 
@@ -31,23 +32,3 @@ def store_params(obj: Any, arguments: dict[str, Any]) -> None:
     for name, value in arguments.items():
         if name not in ("self", "__class__"):
             setattr(obj, name, value)
-
-
-def check_seed(seed: Any, name: str = "seed") -> int | None:
-    """Validate a seed: ``None`` or an integer (``bool`` and non-integral numbers are refused).
-
-    Raises
-    ------
-    TypeError
-        If ``seed`` is neither None nor an integer.
-
-    Examples
-    --------
-    >>> check_seed(3), check_seed(None)
-    (3, None)
-    """
-    if seed is None:
-        return None
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise TypeError(f"{name} must be an integer or None; got {seed!r} ({type(seed).__name__})")
-    return int(seed)

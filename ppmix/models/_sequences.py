@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ppmix._validation import check_matrix, resolve_device
+from ppmix._validation import InvalidDataError, check_matrix, resolve_device
 
 __all__ = ["SequenceBatch", "as_sequence_batch"]
 
@@ -86,6 +86,17 @@ def _check_labels(labels: Any, lengths: list[int], name: str = "y") -> list[np.n
     return out
 
 
+def _check_sequence_ids(frame: Any, column: str) -> None:
+    """Every row of ``frame`` must name its sequence: a missing id (NaN, None, NaT) is refused, naming the row."""
+    missing = frame[column].isna().to_numpy()
+    if missing.any():
+        first = int(np.argmax(missing))
+        raise InvalidDataError(
+            f"sequence_column {column!r} has {int(missing.sum())} missing sequence id(s) (NaN or None), the first "
+            f"in row {first} (index {frame.index[first]!r}); every row needs the id of its sequence"
+        )
+
+
 def as_sequence_batch(
     X: Any,
     y: Any = None,
@@ -113,7 +124,8 @@ def as_sequence_batch(
     Raises
     ------
     ValueError
-        Empty list, a zero-length sequence, mismatched feature counts, NaN/inf in ``X``,
+        A missing id in ``sequence_column`` (an :class:`~ppmix._validation.InvalidDataError`), an
+        empty list, a zero-length sequence, mismatched feature counts, NaN/inf in ``X``,
         labels outside {0, 1}, or lengths that do not fit the padded array.
 
     Examples
@@ -127,6 +139,7 @@ def as_sequence_batch(
     if hasattr(X, "columns") and hasattr(X, "groupby"):  # pandas DataFrame
         if sequence_column is None or sequence_column not in X.columns:
             raise ValueError(f"a DataFrame X needs its sequence-id column; sequence_column={sequence_column!r}")
+        _check_sequence_ids(X, sequence_column)
         label_column = y if isinstance(y, str) else None
         features = [c for c in X.columns if c not in (sequence_column, label_column)]
         names = [str(c) for c in features]

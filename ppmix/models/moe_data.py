@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ppmix._validation import check_matrix, check_positive_int, ravel_column_vector
+from ppmix._validation import InvalidDataError, check_matrix, check_positive_int, ravel_column_vector
 from ppmix.components.expert_family import ExpertFamily
 from ppmix.models.moe_moves import SEARCHES
 from ppmix.ops.scaling import feature_scales
@@ -69,9 +69,9 @@ def check_response(y: Any, n: int, family: ExpertFamily, name: str = "y") -> tor
         raise TypeError(f"{name} must be numeric (Unknown label type: dtype {array.dtype})")
     array = array.astype(np.float64)
     if array.ndim != 1 or array.shape[0] != n:
-        raise ValueError(f"{name} must have shape ({n},) to match X; got {array.shape}")
+        raise InvalidDataError(f"{name} must have shape ({n},) to match X; got {array.shape}")
     if not np.isfinite(array).all():
-        raise ValueError(f"{name} contains NaN or infinite values")
+        raise InvalidDataError(f"{name} contains NaN or infinite values")
     family.check_target(array, name)
     return torch.as_tensor(array)
 
@@ -102,7 +102,7 @@ def check_training_data(X: Any, y: Any, family: ExpertFamily, n_experts: int, se
     n_classes = int(response.max()) + 1 if family.target_kind == "categorical" and response.numel() else None
     n_parameters = (k - 1) * (p + 1) + family.n_parameters(k, p, n_classes)
     if x.shape[0] <= n_parameters:
-        raise ValueError(
+        raise InvalidDataError(
             f"X has {x.shape[0]} rows (n_samples={x.shape[0]}), not more than the {n_parameters} free "
             f"parameters of a {k}-expert {family.name} MoE with {p} features"
         )

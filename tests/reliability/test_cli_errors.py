@@ -186,3 +186,63 @@ def test_a_value_error_inside_fit_is_an_internal_error(inputs, monkeypatch, caps
     path = inputs / "part-0.csv"
     line = _error_of(["fit", "gmm", str(path), "--k", "2", "--out", str(inputs / "o"), "--quiet"], capsys, code=1)
     assert line.startswith("ppmix: error: internal error: ValueError: an M-step went wrong")
+
+
+def test_out_that_cannot_be_written_is_refused_before_fitting(tmp_path, capsys, monkeypatch):
+    """Issue 39: an unwritable --out was found only after the whole fit; the data file here is never read."""
+    data = tmp_path / "never_read.csv"
+    (tmp_path / "a_file").write_text("keep me")
+    line = _error_of(["fit", "gmm", str(data), "--k", "2", "--out", str(tmp_path / "a_file" / "sub" / "o")], capsys)
+    assert "--out:" in line and "a_file is a file, not a directory" in line
+
+    import tempfile
+
+    def read_only(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", read_only)  # as in a read-only directory, which root may not see
+    for argv in (
+        ["fit", "gmm", str(data), "--k", "2", "--out", str(tmp_path / "ro" / "o")],
+        ["fit", "moe", str(data), "--target", "y", "--k", "2", "--out", str(tmp_path / "ro")],
+        ["demo", "--out", str(tmp_path)],
+    ):
+        line = _error_of(argv, capsys)
+        assert f"--out: cannot write to {tmp_path} (Permission denied)" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
+
+
+_ROWS = np.random.default_rng(0).normal(size=(40, 2))
+# name -> (the CSV, the command's arguments after the file, fragments the error line must hold)
+BAD_FIT_DATA = {
+    "moe_nan_target": (pd.DataFrame(_ROWS, columns=["a", "b"]).assign(y=np.r_[np.nan, _ROWS[1:, 0]]),
+                       ["moe", "--target", "y"], ["--target: column 'y'", "missing or infinite", "data row 1"]),
+    "moe_inf_target": (pd.DataFrame(_ROWS, columns=["a", "b"]).assign(y=np.r_[_ROWS[:5, 0], np.inf, _ROWS[6:, 0]]),
+                       ["moe", "--target", "y"], ["--target: column 'y'", "data row 6 (inf)"]),
+    "moe_few_rows": (pd.DataFrame(_ROWS[:3], columns=["a", "b"]).assign(y=[0.0, 1.0, 2.0]),
+                     ["moe", "--target", "y"], ["X has 3 rows"]),
+    "pfgmm_constant": (pd.DataFrame(_ROWS, columns=["a", "b"]).assign(a=1.0, y=_ROWS[:, 0] > 0),
+                       ["pfgmm", "--target", "y"], ["X has constant feature(s) ['a']"]),
+    "pfgmm_single": (pd.DataFrame(_ROWS[:, :1], columns=["a"]).assign(y=_ROWS[:, 0] > 0),
+                     ["pfgmm", "--target", "y"], ["X has 1 feature(s)"]),
+    "hmm_nan_sequence": (pd.DataFrame(_ROWS, columns=["a", "b"]).assign(s=np.r_[np.ones(5), np.nan, np.ones(34)]),
+                         ["hmm", "--sequence-column", "s"], ["sequence_column 's'", "row 5"]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(BAD_FIT_DATA))
+def test_data_a_model_cannot_fit_is_a_user_error_naming_the_file(tmp_path, capsys, name):
+    """Issue 39: these exited as 'internal error' (exit 1) without naming the file, or fitted fewer rows."""
+    frame, args, fragments = BAD_FIT_DATA[name]
+    path = tmp_path / f"{name}.csv"
+    frame.to_csv(path, index=False)
+    line = _error_of(["fit", args[0], str(path), *args[1:], "--k", "2", "--out", str(tmp_path / "o"), "--quiet"],
+                     capsys)  # fmt: skip
+    assert f"{name}.csv" in line
+    for fragment in fragments:
+        assert fragment in line
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_seed_out_of_range_is_refused_by_the_parser(inputs, capsys):
+    line = _error_of([*FIT[:2], str(inputs / "part-0.csv"), "--k", "2", "--out", "o", "--seed", str(2**64)], capsys)
+    assert "--seed: must be in [0, 2**63 - 1]" in line

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import numbers
 import warnings
 from contextlib import ExitStack
 from typing import Any, Protocol, runtime_checkable
@@ -18,8 +19,10 @@ from ppmix.ops.threads import threads_for, torch_threads
 __all__ = ["EM_HOOKS", "EMModel", "run_em"]
 
 logger = logging.getLogger(__name__)
-#: relative decrease of the EM objective tolerated as rounding before a warning is logged
+#: relative decrease of the EM objective tolerated as rounding before a warning is logged (float64) ...
 DECREASE_TOL = 1e-9
+#: ... or this many machine epsilons of the objective's dtype, if more (float32: about 1.2e-4)
+DECREASE_EPS = 1e3
 
 
 @runtime_checkable
@@ -136,13 +139,18 @@ def run_em(
     """
     n_init = check_positive_int(model.n_init if n_init is None else n_init, "n_init")
     max_iter = check_positive_int(model.max_iter if max_iter is None else max_iter, "max_iter")
-    tol = float(model.tol if tol is None else tol)
+    tol = model.tol if tol is None else tol
+    if isinstance(tol, bool) or not isinstance(tol, numbers.Real):
+        raise TypeError(f"tol must be a number; got {tol!r} ({type(tol).__name__})")
+    tol = float(tol)
     if not tol >= 0:
         raise ValueError(f"tol must be non-negative; got {tol}")
     warm = bool(model.warm_start if warm_start is None else warm_start) and model.is_fitted
     show = model.progress if progress is None else progress
     em_data = model.em_data(data)
     n_obs = model.n_observations(data)
+    if warm and warm_start is None:  # the user's warm start: only from parameters of the shapes this fit needs
+        warm = _held_parameters_fit(model, em_data)
 
     init_iter = model.init_iter if init_iter is None else init_iter
     short = None if init_iter is None or warm or n_init == 1 else check_positive_int(init_iter, "init_iter")
@@ -169,6 +177,27 @@ def run_em(
             stacklevel=3,
         )
     return result
+
+
+def _held_parameters_fit(model: EMModel, data: Any) -> bool:
+    """Whether the fitted parameters have the shapes a fresh start on ``data`` has (the same number of
+    components, features, ...); if not, a warning says the fit starts from scratch. The held parameters
+    are kept where they fit; otherwise the model holds a fresh start."""
+    held = {name: value.detach().clone() for name, value in model.get_globals().items()}
+    model.em_initialize(data, model.generator(0))
+    shapes = {name: tuple(value.shape) for name, value in model.get_globals().items()}
+    held_shapes = {name: tuple(value.shape) for name, value in held.items()}
+    if shapes == held_shapes:
+        model.set_globals(held)
+        return True
+    changed = ", ".join(f"{n} {held_shapes.get(n)} -> {s}" for n, s in shapes.items() if held_shapes.get(n) != s)
+    warnings.warn(
+        f"warm_start=True, but the fitted parameters do not have the shapes this fit needs ({changed}: "
+        "n_components or the number of features changed); fitting from scratch",
+        UserWarning,
+        stacklevel=4,
+    )
+    return False
 
 
 def _pass_work(model: EMModel, n_obs: int) -> float:
@@ -200,6 +229,7 @@ def _single_run(
 ) -> FitResult:
     stats, objective = model.e_step(data)
     previous = _finite(objective, 0)
+    decrease_tol = _decrease_tol(objective)
     history = [previous / n_obs]
     converged = False
     iteration = 0
@@ -209,7 +239,7 @@ def _single_run(
             stats, objective = model.e_step(data)
             current = _finite(objective, iteration)
             history.append(current / n_obs)
-            _check_ascent(previous, current, n_obs, iteration)
+            _check_ascent(previous, current, n_obs, iteration, decrease_tol)
             bar.update(1)
             bar.set_postfix(objective=f"{history[-1]:.6g}")
             if abs(current - previous) <= tol * n_obs:
@@ -219,14 +249,21 @@ def _single_run(
     return FitResult(history=history, n_iter=iteration, converged=converged)
 
 
-def _check_ascent(previous: float, current: float, n_obs: int, iteration: int) -> None:
+def _decrease_tol(objective: torch.Tensor | float) -> float:
+    """The relative rounding of an objective computed in ``objective``'s dtype (Python floats: float64):
+    :data:`DECREASE_TOL`, or :data:`DECREASE_EPS` machine epsilons of a coarser dtype."""
+    dtype = objective.dtype if isinstance(objective, torch.Tensor) and objective.is_floating_point() else torch.float64
+    return max(DECREASE_TOL, DECREASE_EPS * torch.finfo(dtype).eps)
+
+
+def _check_ascent(previous: float, current: float, n_obs: int, iteration: int, tol: float) -> None:
     """Log a warning when an EM step lowers the objective by more than rounding.
 
     Every M-step is the exact maximiser of the reported objective (the variance floor is a
-    constraint), so a decrease beyond :data:`DECREASE_TOL` per observation means a bug or
-    a numerically degenerate fit; it is logged, not raised, so a long fit is not lost.
+    constraint), so a decrease beyond ``tol`` (relative; :func:`_decrease_tol` of the objective's
+    dtype) means a bug or a numerically degenerate fit; it is logged, not raised, so a long fit is not lost.
     """
-    if current < previous - DECREASE_TOL * max(abs(previous), n_obs):
+    if current < previous - tol * max(abs(previous), n_obs):
         logger.warning(
             "EM objective decreased at iteration %d: %.10g -> %.10g per observation",
             iteration,

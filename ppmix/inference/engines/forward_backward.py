@@ -45,6 +45,8 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from ppmix._validation import torch_ready
+
 __all__ = ["ForwardBackwardResult", "forward_backward", "viterbi"]
 
 logger = logging.getLogger(__name__)
@@ -339,7 +341,7 @@ def _as_float_tensor(x: Any, name: str) -> torch.Tensor:
         array = np.asarray(x)
         if array.dtype == object or array.dtype.kind not in "iuf":
             raise TypeError(f"{name} must be a real floating-point tensor; got dtype {array.dtype}")
-        x = torch.as_tensor(array, dtype=torch.float64 if array.dtype.kind in "iu" else None)
+        x = torch.as_tensor(torch_ready(array, name), dtype=torch.float64 if array.dtype.kind in "iu" else None)
     if not x.is_floating_point():
         raise TypeError(f"{name} must be a floating-point tensor of log-probabilities; got dtype {x.dtype}")
     return x
@@ -379,7 +381,7 @@ def _check_inputs(log_init: Any, log_trans: Any, log_emit: Any, lengths: Any):
             array = np.asarray(lengths)
             if array.dtype.kind not in "iu":
                 raise TypeError(f"lengths must hold integers; got dtype {array.dtype}")
-            lengths = torch.as_tensor(array)
+            lengths = torch.as_tensor(torch_ready(array, "lengths"))
         if lengths.is_floating_point() or lengths.is_complex() or lengths.dtype == torch.bool:
             raise TypeError(f"lengths must be an integer tensor; got dtype {lengths.dtype}")
         if lengths.shape != (batch,):

@@ -25,6 +25,7 @@ import torch
 from pyro.distributions import constraints
 from pyro.ops.indexing import Vindex
 
+from ppmix._validation import InvalidDataError, check_float
 from ppmix.components import BernoulliLabel, DiagGaussian
 from ppmix.components.centred import CentredData
 from ppmix.components.family import DensityFamily
@@ -84,13 +85,13 @@ class FrameLabels:
         if values.ndim == 2 and values.shape[1] == 1:
             values = values[:, 0]
         if values.ndim != 1 or values.shape[0] != n:
-            raise ValueError(f"{name} must have shape ({n},) to match X; got {values.shape}")
+            raise InvalidDataError(f"{name} must have shape ({n},) to match X; got {values.shape}")
         observed = ~np.isnan(values)
         if not np.all(np.isin(values[observed], (0.0, 1.0))):
             bad = sorted(set(values[observed].tolist()) - {0.0, 1.0})[:5]
-            raise ValueError(f"{name} must hold binary labels 0/1 (NaN for missing); found {bad}")
+            raise InvalidDataError(f"{name} must hold binary labels 0/1 (NaN for missing); found {bad}")
         if not observed.any():
-            raise ValueError(f"{name} has no observed label; pass y=None to fit without labels")
+            raise InvalidDataError(f"{name} has no observed label; pass y=None to fit without labels")
         filled = np.where(observed, values, 0.0)
         return cls(torch.as_tensor(filled, dtype=dtype, device=device), torch.as_tensor(observed, device=device))
 
@@ -160,20 +161,19 @@ class PredictionFocusedMixin:
         """Check the switch prior, the start and the EM settings shared by the pf models."""
         self._validate_switch_prior()
         self._validate_em_settings(PF_INIT_METHODS)
-        if not self.reg_covar >= 0:
-            raise ValueError(f"reg_covar must be non-negative; got {self.reg_covar}")
+        check_float(self.reg_covar, "reg_covar", positive=False)
 
     def _check_pf_features(self, frames: torch.Tensor) -> None:
         """At least two features to select among (when ``p < 1``) and no constant feature (named)."""
         if frames.shape[1] < 2 and not self._all_relevant:
-            raise ValueError("X has 1 feature(s): it needs at least 2 features to select from (switch_prior < 1)")
+            raise InvalidDataError("X has 1 feature(s): it needs at least 2 features to select from (switch_prior < 1)")
         if frames.shape[0] < 2:
-            raise ValueError("X has 1 sample: every feature is constant; fitting needs at least 2")
+            raise InvalidDataError("X has 1 sample: every feature is constant; fitting needs at least 2")
         constant = (frames == frames[:1]).all(0)
         if constant.any():
             names = self.feature_names_in_ or list(range(frames.shape[1]))
             bad = [names[i] for i in torch.nonzero(constant).flatten().tolist()][:10]
-            raise ValueError(f"X has constant feature(s) {bad}: they carry no information; drop them")
+            raise InvalidDataError(f"X has constant feature(s) {bad}: they carry no information; drop them")
 
     def _validate_switch_prior(self) -> None:
         p = self.switch_prior

@@ -27,6 +27,7 @@ from ppmix._validation import (
     check_matrix,
     check_n_components,
     check_positive_int,
+    check_seed,
     ravel_column_vector,
     resolve_device,
     to_output,
@@ -327,7 +328,8 @@ class PRESTO(TargetKindMixin, PrestoPersistence):
         yt = self._check_y(self._encode_response(y, fitting=True), n, device)
         self.scales_ = self._training_scales(x, yt)
         x, yt = standardise_x(x, self.scales_), standardise_y(yt, self.scales_)
-        generator = torch.Generator().manual_seed(int(self.seed) if self.seed is not None else 0)
+        seed = check_seed(self.seed)
+        generator = torch.Generator().manual_seed(seed if seed is not None else 0)
         if self.seed is None:
             generator.seed()
         capacity = None if self.leeway is None else math.ceil((1.0 + float(self.leeway)) * n / k)

@@ -21,8 +21,10 @@ from ppmix._validation import (
     check_float,
     check_matrix,
     check_positive_int,
+    check_seed,
     resolve_device,
     to_output,
+    torch_ready,
 )
 from ppmix.inference.engines.result import ConvergenceWarning
 from ppmix.inference.optimizers.persist import (
@@ -198,9 +200,7 @@ class RegularizedWeighting(SavableEstimator):
             array = np.asarray(y)
             if array.dtype == object or array.dtype.kind not in "iuf":
                 raise TypeError(f"y must be a real numeric array (Unknown label type: dtype {array.dtype})")
-            if not array.flags.writeable:  # e.g. pandas copy-on-write views
-                array = array.copy()
-            tensor = torch.as_tensor(array, dtype=torch.float64, device=device)
+            tensor = torch.as_tensor(torch_ready(array, "y"), dtype=torch.float64, device=device)
         if tensor.shape != (n,):
             raise ValueError(f"y must have shape ({n},) to match X; got {tuple(tensor.shape)}")
         if not torch.isfinite(tensor).all():
@@ -256,7 +256,8 @@ class RegularizedWeighting(SavableEstimator):
         if self.learner == "regression" and y_t is None:
             raise ValueError("y is required for learner='regression'")
         template = make_learner(self.learner)
-        base_seed = self.seed if self.seed is not None else int(np.random.SeedSequence().generate_state(1)[0])
+        seed = check_seed(self.seed)
+        base_seed = seed if seed is not None else int(np.random.SeedSequence().generate_state(1)[0])
 
         best: dict[str, Any] | None = None
         for restart in range(n_init):
