@@ -107,6 +107,15 @@ class MemoryWatch:
         self.client, self.allowed = client, allowed
         self.restarts: list[dict[str, Any]] = []
         self.seen = {self._key(stamp, event) for stamp, event in self._events()}
+        self.limits = self._limits()  # now: the workers restarted later may be down when the error is made
+
+    def _limits(self) -> set[int]:
+        """The memory limits of the cluster's workers (bytes; none if they cannot be read)."""
+        try:
+            workers = self.client.scheduler_info()["workers"].values()
+        except Exception:  # noqa: BLE001 - the limits only make the message more helpful
+            return set()
+        return {int(w["memory_limit"]) for w in workers if w.get("memory_limit")}
 
     def _events(self) -> list[tuple[float, dict[str, Any]]]:
         try:
@@ -135,10 +144,7 @@ class MemoryWatch:
         """The error naming the restarts so far, or None without any."""
         if not self.restarts:
             return None
-        try:
-            limits = sorted({w.get("memory_limit") for w in self.client.scheduler_info()["workers"].values()} - {None})
-        except Exception:  # noqa: BLE001 - the limits only make the message more helpful
-            limits = []
+        limits = sorted(self.limits | self._limits())
         largest = max(event.get("rss", 0) for event in self.restarts) / 2**20
         limit = f" (memory_limit {', '.join(f'{m / 2**20:.0f} MiB' for m in limits)})" if limits else ""
         return WorkerMemoryError(
@@ -203,11 +209,13 @@ def wait_all(
             wait = remaining if watch is None else min(POLL_SECONDS, remaining or POLL_SECONDS)
             try:
                 values[key] = future.result(timeout=wait)
-            except TimeoutError:
-                if future.done():  # the task's own TimeoutError, or it finished just now
-                    _outcome(future, key, values, errors)
-                elif watch is not None:  # our wait ran out, not the task
-                    watch()
+            except TimeoutError as err:
+                if not future.done():  # our wait ran out, not the task
+                    if watch is not None:
+                        watch()
+                elif _raised_timeout(future, wait):  # the task's own TimeoutError
+                    errors[key] = err
+                # else it finished just now: its outcome is fetched on the next turn
             except Exception as err:  # noqa: BLE001 - the task's error, for the caller to retry or name
                 errors[key] = err
     if errors and watch is not None:
@@ -222,12 +230,12 @@ def check_timeout(timeout: Any) -> None:
         raise ValueError(f"timeout must be a positive number of seconds or None; got {timeout!r}")
 
 
-def _outcome(future: Any, key: Any, values: dict[Any, Any], errors: dict[Any, BaseException]) -> None:
-    """The value or the error of a finished future, into ``values`` or ``errors``."""
+def _raised_timeout(future: Any, wait: float | None) -> bool:
+    """Whether a finished future's task raised a TimeoutError itself."""
     try:
-        values[key] = future.result(timeout=0)
-    except Exception as err:  # noqa: BLE001 - the task's error
-        errors[key] = err
+        return isinstance(future.exception(timeout=wait), TimeoutError)
+    except TimeoutError:  # its outcome is still on its way (a Dask worker): not known to be one
+        return False
 
 
 def executor_watch(executor: Any, allowed: int) -> MemoryWatch | None:

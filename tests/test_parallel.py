@@ -90,3 +90,12 @@ def test_the_local_pool_is_kept_for_later_calls_and_replaced_when_a_worker_died(
     assert parallel._SHARED_POOLS[2] is not pool
     shutdown_pools()
     assert not parallel._SHARED_POOLS
+
+
+def _raises_timeout(x: int) -> int:
+    raise TimeoutError(f"the task's own timeout {x}")
+
+
+def test_a_task_that_raises_timeout_error_is_a_task_failure_not_a_timeout_of_the_wait():
+    with pytest.raises(TaskError, match="t0: TimeoutError: the task's own timeout 7"):
+        run_tasks(_raises_timeout, [7], names=["t0"], executor="inline", retries=0, timeout=5.0)

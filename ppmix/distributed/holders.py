@@ -372,6 +372,10 @@ def _dask_summary(held: HeldShard) -> ShardSummary:
     return held.summary
 
 
+def _same(value: Any) -> Any:
+    return value
+
+
 def _dask_run(held: HeldShard, model: Any, operation: str, task: ShardTask) -> StepResult:
     return held.run(operation, model, task)
 
@@ -408,15 +412,15 @@ class DaskHolders:
         results: dict[int, StepResult] = {}
         pending, attempts = list(range(len(self.tasks))), 0
         while True:
+            # the model as a task, not scattered and broadcast: a broadcast to a worker that is dying can stall for
+            # ever, a scattered copy lost with its worker is gone; a task's result is computed again where needed
+            shared = self.client.submit(_same, model, pure=False)
             try:
-                # to one worker, not broadcast: replicating to a worker that is dying can stall for ever; the others
-                # fetch it when their step needs it, and a copy lost with its worker fails the steps, which are redone
-                scattered = self.client.scatter(model, hash=False)
                 holders = self.client.who_has([self.held[i] for i in pending])
-            except (OSError, TimeoutError) as err:  # the cluster lost a worker meanwhile: redone below
-                futures, failed = {}, dict.fromkeys(pending, err)
+            except (OSError, TimeoutError) as err:  # the scheduler could not answer: the round is redone below
+                failed = dict.fromkeys(pending, err)
             else:
-                futures = {i: self._submit(i, holders, scattered, operation) for i in pending}
+                futures = {i: self._submit(i, holders, shared, operation) for i in pending}
                 done, failed = self._wait(futures, f"a step ({operation}) on the shards")
                 results.update(done)
             if not failed:
