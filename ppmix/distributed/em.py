@@ -184,7 +184,7 @@ def fit_em(
         (reordered by name when named). An empty shard (e.g. an empty partition after a
         filter) is skipped; if all are empty, the fit is refused. A shard read again during
         the fit (by a replaced worker) must be the one read first (its digest and size),
-        else a :class:`~ppmix.distributed.holders.ShardChangedError` names it.
+        else a :class:`~ppmix.distributed.shards.ShardChangedError` names it.
     executor : None, "processes", "inline", concurrent.futures.Executor or dask.distributed.Client
         ``None``/``"processes"``: local worker processes, shard ``i`` pinned to process
         ``i mod W``; ``"inline"``: this process; an executor you pass (each of its

@@ -17,7 +17,8 @@ A shard that cannot be read or has the wrong shape raises a :class:`~ppmix.paral
 naming it at once; other failures are retried, then named in a :class:`~ppmix.parallel.TaskError`.
 A shard read again (by a replaced worker, by another process of an executor you pass, or by Dask
 after losing a worker) must be the one read first: every step checks the digest and the size of
-the shard it runs on against the first read, and a changed shard is a :class:`ShardChangedError`
+the shard it runs on against the first read, and a changed shard is a
+:class:`~ppmix.distributed.shards.ShardChangedError`
 naming it, never a fit on two versions of it. Every wait has a ``timeout``
 (:func:`~ppmix.parallel.wait_all`). An empty shard (say an empty partition of a Dask DataFrame,
 after a filter) is held and skipped.
@@ -39,7 +40,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from ppmix.distributed.shards import read_features
+from ppmix.distributed.shards import check_unchanged, read_features
 from ppmix.inference.engines.capabilities import GlobalObjectiveEM, LabelledRows, SequenceData
 from ppmix.parallel import (
     DEFAULT_TIMEOUT,
@@ -55,7 +56,6 @@ __all__ = [
     "DaskHolders",
     "InlineHolders",
     "ProcessHolders",
-    "ShardChangedError",
     "ShardSummary",
     "ShardTask",
     "StepResult",
@@ -63,10 +63,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-
-class ShardChangedError(TaskInputError):
-    """A shard read again during a fit is not the one read first (other rows, or other values)."""
 
 
 @dataclass(frozen=True)
@@ -79,26 +75,16 @@ class ShardTask:
     source: Any
     sample_size: int
     target: str | None = None
-    digest: str | None = None
-    n_units: int | None = None
+    first_read: tuple[str, int, int | None] | None = None
 
     def read_as(self, summary: ShardSummary) -> ShardTask:
         """This task, bound to the content of its first read."""
-        return replace(self, digest=summary.digest, n_units=summary.n_units)
+        return replace(self, first_read=summary.identity)
 
     def check(self, summary: ShardSummary) -> None:
-        """Raise a :class:`ShardChangedError` naming the shard if ``summary`` (of a read) differs from the first."""
-        if self.digest is None or (summary.digest, summary.n_units) == (self.digest, self.n_units):
-            return
-        unit = summary.unit
-        if summary.n_units != self.n_units:
-            change = f"it now has {summary.n_units} {unit}, {self.n_units} when first read"
-        else:
-            change = f"its content differs from the first read (the same {summary.n_units} {unit})"
-        raise ShardChangedError(
-            f"shard {self.name} changed during the fit and was read again: {change}; a fit on two versions of a "
-            "shard would be wrong, so rewrite shards only between fits"
-        )
+        """Raise a :class:`~ppmix.distributed.shards.ShardChangedError` naming the shard if ``summary`` (of a
+        read) differs from the first."""
+        check_unchanged(self.name, self.first_read, summary.identity, summary.unit)
 
 
 @dataclass(frozen=True)
@@ -115,6 +101,11 @@ class ShardSummary:
     sample: Any
     seconds: float
     unit: str = "rows"
+
+    @property
+    def identity(self) -> tuple[str, int, int | None]:
+        """What a later read of the shard must match: its digest, units and features."""
+        return self.digest, self.n_units, self.n_features
 
 
 @dataclass(frozen=True)

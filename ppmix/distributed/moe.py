@@ -29,7 +29,7 @@ import numpy as np
 from ppmix._validation import check_positive_int
 from ppmix.distributed.gate_rounds import ROUND_OBJECTIVES, GateRounds, model_parameters, refit_gate_on_shards
 from ppmix.distributed.local_screening import REFIT_STARTS, poor_local_fits
-from ppmix.distributed.shards import align_columns, read_shard, shard_columns
+from ppmix.distributed.shards import align_columns, check_unchanged, read_shard, shard_columns
 from ppmix.parallel import TaskInputError, run_tasks
 
 __all__ = ["DistributedFit", "fit_distributed"]
@@ -49,6 +49,8 @@ class _ShardTask:
     n_shards: int
     threads: int
     columns: list[str] | None = None
+    #: the digest, rows and columns of the first read, which every later read (a refit, a second round) must match
+    first_read: tuple[str, int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -77,10 +79,12 @@ def _fit_shard(task: _ShardTask) -> _ShardResult:
         return _fit_shard_here(task)
 
 
-def _read_task_shard(task: _ShardTask) -> tuple[np.ndarray, np.ndarray, list[str] | None]:
-    """Worker side: the shard's checked covariates (columns in the first shard's order), response and names.
+def _read_task_shard(task: _ShardTask) -> tuple[np.ndarray, np.ndarray, list[str] | None, str]:
+    """Worker side: the shard's checked covariates (columns in the first shard's order), response, names and
+    content digest.
 
-    A shard that is itself wrong raises :class:`~ppmix.parallel.TaskInputError` naming it (a retry cannot help).
+    A shard that is itself wrong raises :class:`~ppmix.parallel.TaskInputError` naming it (a retry cannot help),
+    one that is not its first read a :class:`~ppmix.distributed.shards.ShardChangedError`.
     """
     from ppmix._validation import check_matrix
     from ppmix.components.registry import expert_family_from
@@ -94,7 +98,10 @@ def _read_task_shard(task: _ShardTask) -> tuple[np.ndarray, np.ndarray, list[str
         response = check_response(y, x.shape[0], expert, f"y of shard {task.name}")
     except (KeyError, ValueError, TypeError) as err:  # the shard itself is wrong: a retry cannot help
         raise TaskInputError(f"shard {task.name}: {err}") from err
-    return x.numpy(), response.numpy(), names
+    x_np, y_np = x.numpy(), response.numpy()
+    digest = hashlib.blake2b(x_np.tobytes() + y_np.tobytes(), digest_size=16).hexdigest()
+    check_unchanged(task.name, task.first_read, (digest, *x_np.shape))
+    return x_np, y_np, names, digest
 
 
 def _read_covariates(task: _ShardTask) -> np.ndarray:
@@ -110,8 +117,7 @@ def _read_rows(task: _ShardTask) -> tuple[np.ndarray, np.ndarray]:
 def _fit_shard_here(task: _ShardTask) -> _ShardResult:
     from ppmix.models.moe import MixtureOfExperts
 
-    x_np, y_np, names = _read_task_shard(task)
-    digest = hashlib.blake2b(x_np.tobytes() + y_np.tobytes(), digest_size=16).hexdigest()
+    x_np, y_np, names, digest = _read_task_shard(task)
     local_seed = (task.seed + int(digest[:8], 16)) % (2**31)
     model = MixtureOfExperts(task.n_experts, seed=local_seed, progress=False, **task.model_options)
     model.fit(x_np, y_np)
@@ -371,6 +377,7 @@ def fit_distributed(
     results = run_tasks(_fit_shard, tasks, names, executor=executor, retries=retries, max_workers=max_workers)
     fits = [r.value for r in results]
     local_seconds = [r.seconds for r in results]
+    tasks = [dataclasses.replace(t, first_read=(f.digest, f.n_rows, f.support_X.shape[1])) for t, f in zip(tasks, fits)]
     refitted = _refit_poor_fits(tasks, fits, local_seconds, executor, retries, max_workers) if refit_poor_fits else []
     widths = {f.name: f.support_X.shape[1] for f in fits}
     if len(set(widths.values())) > 1:

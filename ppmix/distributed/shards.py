@@ -1,7 +1,8 @@
 """Reading data shards where they live: files (Parquet, CSV, NPY, NPZ), arrays and DataFrames, with the
 check that every shard has the first shard's feature columns (reordered by name, or refused naming the shard).
 A CSV file must end with a line break: one that does not may be cut (a partial write or copy) in its last
-row, even in the middle of a number, and is refused naming the file and the line."""
+row, even in the middle of a number, and is refused naming the file and the line. A shard read again during
+a fit must be the one read first (:func:`check_unchanged`)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,51 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["align_columns", "read_features", "read_shard", "shard_columns"]
+from ppmix.parallel import TaskInputError
+
+__all__ = ["ShardChangedError", "align_columns", "check_unchanged", "read_features", "read_shard", "shard_columns"]
 
 logger = logging.getLogger(__name__)
 
 SHARD_SUFFIXES = (".parquet", ".pq", ".csv", ".npz")
+
+
+class ShardChangedError(TaskInputError):
+    """A shard read again during a fit is not the one read first (other rows, or other values)."""
+
+
+def check_unchanged(
+    name: str,
+    first: tuple[str, int, int | None] | None,
+    read: tuple[str, int, int | None],
+    unit: str = "rows",
+) -> None:
+    """Refuse, naming the shard and what changed, a read of it whose ``(digest, units, feature columns)``
+    differ from those of its first read ``first`` (None: this is the first read).
+
+    A fit that reads a shard more than once (a replaced worker, a second round) would otherwise fit on
+    two versions of it.
+
+    Examples
+    --------
+    >>> check_unchanged("a.csv", ("d1", 300, 2), ("d1", 300, 2))
+    >>> check_unchanged("a.csv", ("d1", 300, 2), ("d2", 600, 2))
+    Traceback (most recent call last):
+    ...
+    ppmix.distributed.shards.ShardChangedError: shard a.csv changed during the fit and was read again: it now has 600 rows, 300 when first read; ...
+    """  # noqa: E501
+    if first is None or tuple(first) == tuple(read):
+        return
+    words = (unit, "feature columns")
+    pairs = [(word, then, now) for word, then, now in zip(words, first[1:], read[1:]) if None not in (then, now)]
+    changes = [f"{now} {word}, {then} when first read" for word, then, now in pairs if then != now]
+    change = f"it now has {' and '.join(changes)}" if changes else (
+        f"its content differs from the first read (the same {read[1]} {unit})"
+    )  # fmt: skip
+    raise ShardChangedError(
+        f"shard {name} changed during the fit and was read again: {change}; a fit on two versions of a "
+        "shard would be wrong, so rewrite shards only between fits"
+    )
 
 
 def read_shard(shard: Any, target: str = "y") -> tuple[np.ndarray, np.ndarray, list[str] | None]:
