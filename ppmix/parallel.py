@@ -37,6 +37,7 @@ __all__ = [
     "raise_failures",
     "run_tasks",
     "shutdown_pools",
+    "stop_pool",
     "wait_all",
 ]
 
@@ -282,6 +283,15 @@ def _shared_pool(max_workers: int | None, *, replace: bool = False) -> ProcessPo
     return pool
 
 
+def stop_pool(pool: ProcessPoolExecutor) -> None:
+    """Stop a local process pool now, its workers killed: what a wait that timed out (its tasks still running)
+    or an interrupt leaves behind, so that no worker outlives it (and the interpreter's exit does not wait)."""
+    processes = list((pool._processes or {}).values())  # before shutdown forgets them
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.terminate()
+
+
 def shutdown_pools() -> None:
     """Stop the local process pools that ``executor=None`` started (they are kept for later calls, and stopped
     at exit): frees their workers' memory.
@@ -416,9 +426,9 @@ def run_tasks(
                 pool = _shared_pool(max_workers, replace=True)
             pending = {i: pool.submit(_timed_call, fn, items[i]) for i in to_retry}
     except BaseException:
-        if owned and isinstance(pool, ProcessPoolExecutor):  # interrupted: drop its queued tasks, start afresh next
+        if owned and isinstance(pool, ProcessPoolExecutor):  # interrupted or timed out: stop it, start afresh next
             _SHARED_POOLS.pop(max_workers, None)
-            pool.shutdown(wait=False, cancel_futures=True)
+            stop_pool(pool)
         raise
     if failures:
         raise_failures(failures, watch)

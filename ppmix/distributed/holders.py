@@ -49,6 +49,7 @@ from ppmix.parallel import (
     TaskInputError,
     executor_watch,
     raise_failures,
+    stop_pool,
     wait_all,
 )
 
@@ -285,6 +286,7 @@ class ProcessHolders:
         timeout: float | None = DEFAULT_TIMEOUT,
     ) -> None:
         self.tasks, self.retries, self.timeout = list(tasks), retries, timeout
+        self.interrupted = False  # a wait timed out or was interrupted: tasks may still run in our pools
         self.prefix = f"{os.getpid()}-{id(self)}-"
         self.owned = executor is None
         if self.owned:
@@ -321,7 +323,11 @@ class ProcessHolders:
                 i: self.pools[self._pool_of(i)].submit(fn, self.prefix + str(i), self.tasks[i], model, *args)
                 for i in pending
             }
-            done, failed = wait_all(futures, self._names(), timeout=self.timeout, what=_WHAT[fn])
+            try:
+                done, failed = wait_all(futures, self._names(), timeout=self.timeout, what=_WHAT[fn])
+            except BaseException:
+                self.interrupted = True
+                raise
             results.update(done)
             bad = {self.tasks[i].name: err for i, err in failed.items() if isinstance(err, TaskInputError)}
             if bad:  # a bad shard: named at once, not retried
@@ -345,7 +351,10 @@ class ProcessHolders:
     def close(self) -> None:
         if self.owned:
             for pool in self.pools:
-                pool.shutdown(wait=True, cancel_futures=True)
+                if self.interrupted:  # its tasks may run for ever: stopped, not waited for
+                    stop_pool(pool)  # type: ignore[arg-type]
+                else:
+                    pool.shutdown(wait=True, cancel_futures=True)
         else:
             try:
                 wait_all({0: self.pools[0].submit(_drop_here, self.prefix)}, {0: "free"}, timeout=self.timeout,

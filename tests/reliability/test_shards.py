@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ppmix.distributed import fit_em, read_features
+from ppmix.distributed import fit_distributed, fit_em, read_features
 from ppmix.distributed import holders as holders_module
 from ppmix.models import GMM
 from ppmix.parallel import ExecutorTimeoutError, TaskError, run_tasks
@@ -113,9 +113,14 @@ def test_every_wait_on_an_executor_ends_by_a_timeout_naming_the_tasks(shard_dir)
     assert info.value.pending == [str(p) for p in paths]
     with pytest.raises(ExecutorTimeoutError, match=r"run_tasks: 1 task\(s\) .*timeout=0.1 s \(stuck\)"):
         run_tasks(abs, [1], names=["stuck"], executor=_NeverDone(), timeout=0.1)
+    pairs = [(np.load(p), np.zeros(60)) for p in paths]
+    with pytest.raises(ExecutorTimeoutError, match=r"2 task\(s\) did not finish .* \(shard-0, shard-1\)"):
+        fit_distributed(pairs, 2, executor=_NeverDone(), timeout=0.1)
     for bad in (0, -1.0, "60", True):
         with pytest.raises(ValueError, match="timeout must be a positive number"):
             fit_em(GMM(2), paths, executor=_NeverDone(), timeout=bad)
+        with pytest.raises(ValueError, match="timeout must be a positive number"):
+            fit_distributed(pairs, 2, executor=_NeverDone(), timeout=bad)
 
 
 @settings(max_examples=15, deadline=None)
