@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from concurrent.futures import Executor, Future
+
 import distributed
 import numpy as np
 import pandas as pd
@@ -170,3 +172,35 @@ def test_a_shard_with_other_column_names_is_refused_naming_it():
     first, second = _named_shards()
     with pytest.raises(TaskError, match=r"shard-1.*missing \['a'\].*\['c'\]"):
         fit_distributed([first, second.rename(columns={"a": "c"})], 2, executor="inline", n_init=1, retries=0)
+
+
+class _RewritesAfter(Executor):
+    """Runs tasks here; after the first ``n`` it rewrites a shard file (between the first and the second round)."""
+
+    def __init__(self, n: int, rewrite) -> None:
+        self.n, self.rewrite, self.calls = n, rewrite, 0
+
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        if self.calls == self.n:
+            self.rewrite()
+        self.calls += 1
+        future: Future = Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as err:  # noqa: BLE001 - delivered through the future, as a real executor does
+            future.set_exception(err)
+        return future
+
+
+@pytest.mark.filterwarnings("ignore:EM did not converge")
+@pytest.mark.parametrize("change", ["more rows", "other values"])
+def test_a_shard_rewritten_between_the_rounds_is_named(data, tmp_path, change):
+    """Issue 39: the second round read every shard again, and fitted the gate on whatever the file held then."""
+    paths = write_shards(data, tmp_path, ("npz", "npz"))
+    with np.load(paths[1]) as arrays:
+        x, y = arrays["X"], arrays["y"]
+    new = (np.r_[x, x], np.r_[y, y]) if change == "more rows" else (x + 1.0, y)
+    executor = _RewritesAfter(2, lambda: np.savez(paths[1], X=new[0], y=new[1]))
+    what = "it now has 1600 rows, 800 when first read" if change == "more rows" else "its content differs"
+    with pytest.raises(TaskError, match=rf"part-1.npz changed during the fit and was read again: {what}"):
+        fit_distributed(paths, 2, executor=executor, rounds=2, refit_poor_fits=False, **FAST)

@@ -90,3 +90,45 @@ def test_the_local_pool_is_kept_for_later_calls_and_replaced_when_a_worker_died(
     assert parallel._SHARED_POOLS[2] is not pool
     shutdown_pools()
     assert not parallel._SHARED_POOLS
+
+
+def _raises_timeout(x: int) -> int:
+    raise TimeoutError(f"the task's own timeout {x}")
+
+
+def test_a_task_that_raises_timeout_error_is_a_task_failure_not_a_timeout_of_the_wait():
+    with pytest.raises(TaskError, match="t0: TimeoutError: the task's own timeout 7"):
+        run_tasks(_raises_timeout, [7], names=["t0"], executor="inline", retries=0, timeout=5.0)
+
+
+def _write_pid_then_hang(path: str) -> None:
+    with open(path, "w") as file:
+        file.write(str(os.getpid()))
+    time.sleep(3600)
+
+
+def _gone(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_a_task_that_never_ends_times_out_naming_it_and_its_worker_is_stopped(tmp_path):
+    """Issue 39: nothing in the executor path had a timeout. The worker of a task that timed out is killed:
+    it would run on after the call, and the interpreter's exit would wait for it."""
+    from ppmix.parallel import ExecutorTimeoutError
+
+    run_tasks(_square, [1], max_workers=1)  # the pool started: the timeout below is the task's, not the start's
+    path = tmp_path / "pid"
+    with pytest.raises(ExecutorTimeoutError, match=r"run_tasks: 1 task\(s\) did not finish within timeout=1 s \(stuck"):
+        run_tasks(_write_pid_then_hang, [str(path)], names=["stuck"], max_workers=1, timeout=1.0)
+    pid = int(path.read_text())
+    for _ in range(100):
+        if _gone(pid):
+            break
+        time.sleep(0.1)
+    assert _gone(pid)
+    assert 1 not in parallel._SHARED_POOLS  # the next call starts a fresh pool

@@ -34,7 +34,7 @@ from ppmix.distributed.holders import ShardSummary, ShardTask, make_holders
 from ppmix.distributed.shards import shard_columns
 from ppmix.inference.engines.capabilities import DataStatisticsEM, GlobalObjectiveEM, SequenceData, ShardableEM
 from ppmix.inference.engines.em import run_em
-from ppmix.parallel import TaskError, TaskInputError
+from ppmix.parallel import DEFAULT_TIMEOUT, TaskError, TaskInputError, check_timeout
 
 __all__ = ["fit_em", "merge_in_tree"]
 
@@ -91,7 +91,7 @@ class _ShardedEM:
         start = time.perf_counter()
         results = self.holders.run("step", self.model)
         self.step_seconds.append([r.seconds for r in results])
-        merged = merge_in_tree([r.statistics for r in results])
+        merged = merge_in_tree(_statistics(results))
         objective = math.fsum(r.objective for r in results)
         if isinstance(self.model, GlobalObjectiveEM):
             objective += float(self.model.em_global_objective(self.total))
@@ -102,6 +102,11 @@ class _ShardedEM:
         self.model.em_update(stats)
 
 
+def _statistics(results: Sequence[Any]) -> list[Any]:
+    """The statistics of the shards' step results, those of empty shards left out."""
+    return [r.statistics for r in results if r.statistics is not None]
+
+
 def _shard_name(shard: Any, index: int) -> str:
     return str(shard) if isinstance(shard, (str, Path)) else f"shard-{index}"
 
@@ -110,7 +115,7 @@ def _start_sample(summaries: list[ShardSummary], sample_size: int) -> tuple[Any,
     """About ``sample_size`` units ``(X, y)``, from every shard in proportion to its size, in digest order."""
     total = sum(s.n_units for s in summaries)
     xs, ys = [], []
-    for summary in sorted(summaries, key=lambda s: s.digest):
+    for summary in sorted((s for s in summaries if s.n_units), key=lambda s: s.digest):
         x, y = summary.sample
         take = min(len(x), max(1, round(sample_size * summary.n_units / total)))
         xs.append(x[:take])
@@ -154,6 +159,7 @@ def fit_em(
     sample_size: int = DEFAULT_SAMPLE_SIZE,
     retries: int = 1,
     target: str | None = None,
+    timeout: float | None = DEFAULT_TIMEOUT,
     **options: Any,
 ) -> Any:
     """Fit ``model`` (GMM, HMM, PFGMM, SupervisedGMM, PFHMM, SupervisedHMM) by exact EM on shards.
@@ -175,7 +181,10 @@ def fit_em(
         sequences), or data in memory (arrays, DataFrames, lists of sequences); or a Dask
         array or DataFrame, one shard per block (on a Dask client computed on the workers,
         never gathered on the driver). Every shard must have the first shard's columns
-        (reordered by name when named).
+        (reordered by name when named). An empty shard (e.g. an empty partition after a
+        filter) is skipped; if all are empty, the fit is refused. A shard read again during
+        the fit (by a replaced worker) must be the one read first (its digest and size),
+        else a :class:`~ppmix.distributed.shards.ShardChangedError` names it.
     executor : None, "processes", "inline", concurrent.futures.Executor or dask.distributed.Client
         ``None``/``"processes"``: local worker processes, shard ``i`` pinned to process
         ``i mod W``; ``"inline"``: this process; an executor you pass (each of its
@@ -191,6 +200,12 @@ def fit_em(
     target : str, optional
         The label column (array in NPZ files) of a supervised model's shards (the pf
         models); in-memory shards are then ``(X, y)`` pairs. None: the shards hold features only.
+    timeout : float or None, default one hour
+        Seconds each wait on the executor may last (reading the shards, one step on all of
+        them); past it an :class:`~ppmix.parallel.ExecutorTimeoutError` names the shards
+        still running, instead of a hang. None waits for ever. On a Dask cluster, workers
+        restarted for exceeding their memory limit more than ``retries`` times raise a
+        :class:`~ppmix.parallel.WorkerMemoryError`.
     **options
         ``n_init``, ``max_iter``, ``tol``, ``progress``: override the model's values.
 
@@ -224,6 +239,9 @@ def fit_em(
         raise ValueError("a shard is listed twice: each file may appear once")
     if not (isinstance(sample_size, int) and sample_size >= 1):
         raise ValueError(f"sample_size must be a positive integer; got {sample_size!r}")
+    check_timeout(timeout)
+    if hasattr(model, "fit_report_"):  # a report of an earlier fit must not outlive a failed one
+        del model.fit_report_
     model.release_training_data()  # nothing of an earlier in-memory fit travels to the workers
     excluded = {model.sequence_column if isinstance(model, SequenceData) else None, target}
     columns = (shard_columns(s, "") for s in shards)
@@ -233,13 +251,15 @@ def fit_em(
         model.n_features_in_ = None
     tasks = [ShardTask(i, name, shard, sample_size, target) for i, (name, shard) in enumerate(zip(names, shards))]
     start = time.perf_counter()
-    holders = make_holders(tasks, model, executor, max_workers, retries)
+    holders = make_holders(tasks, model, executor, max_workers, retries, timeout)
     try:
         summaries = holders.summaries
         load_seconds = time.perf_counter() - start
-        widths = {s.name: s.n_features for s in summaries}
+        if not any(s.n_units for s in summaries):
+            raise ValueError(f"every shard is empty ({len(summaries)} shards, no rows): there is nothing to fit")
+        widths = {s.name: s.n_features for s in summaries if s.n_units}
         if len(set(widths.values())) > 1:
-            first = summaries[0].n_features
+            first = next(iter(widths.values()))
             raise TaskError(
                 {name: TaskInputError(f"{width} features, the first shard {first}") for name, width in widths.items()
                  if width != first}
@@ -250,7 +270,7 @@ def fit_em(
         model.feature_names_in_ = names_in
         data_stats = None
         if isinstance(model, DataStatisticsEM):  # fitted once from all the data (e.g. the pf background)
-            data_stats = merge_in_tree([r.statistics for r in holders.run("data_statistics", model)])
+            data_stats = merge_in_tree(_statistics(holders.run("data_statistics", model)))
             model.em_set_data_statistics(data_stats)
         sharded = _ShardedEM(model, holders, start_data, sum(s.n_observations for s in summaries), data_stats)
         result = run_em(sharded, None, **options)

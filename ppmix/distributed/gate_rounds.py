@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from ppmix.components import SoftmaxGate
-from ppmix.parallel import TaskInputError, run_tasks
+from ppmix.parallel import DEFAULT_TIMEOUT, TaskInputError, run_tasks
 
 if TYPE_CHECKING:
     from ppmix.inference.optimizers.ot.gate_refit import GateStatistics
@@ -200,6 +200,7 @@ def refit_gate_on_shards(
     executor: Any = None,
     retries: int = 1,
     max_workers: int | None = None,
+    timeout: float | None = DEFAULT_TIMEOUT,
     threads_per_task: int = 1,
     model_kwargs: dict[str, Any] | None = None,
     max_iter: int = 5,
@@ -225,7 +226,7 @@ def refit_gate_on_shards(
         its covariates and responses ``(X, y)`` (``"likelihood"``; logistic: 0/1).
     names : sequence of str
         The shards' names, used in logs and errors.
-    executor, retries, max_workers, threads_per_task :
+    executor, retries, max_workers, timeout, threads_per_task :
         As in :func:`~ppmix.distributed.moe.fit_distributed`.
     model_kwargs : dict, optional
         ``MixtureOfExperts`` arguments (``dtype``, ...) with which the workers rebuild the models.
@@ -302,7 +303,13 @@ def refit_gate_on_shards(
         ]
         before = time.perf_counter()
         results = run_tasks(
-            _shard_gate_statistics, tasks, names, executor=executor, retries=retries, max_workers=max_workers
+            _shard_gate_statistics,
+            tasks,
+            names,
+            executor=executor,
+            retries=retries,
+            max_workers=max_workers,
+            timeout=timeout,
         )
         waiting += time.perf_counter() - before
         rounds.shard_seconds.append([r.seconds for r in results])

@@ -15,6 +15,13 @@ returning only small results. Three kinds:
 
 A shard that cannot be read or has the wrong shape raises a :class:`~ppmix.parallel.TaskInputError`
 naming it at once; other failures are retried, then named in a :class:`~ppmix.parallel.TaskError`.
+A shard read again (by a replaced worker, by another process of an executor you pass, or by Dask
+after losing a worker) must be the one read first: every step checks the digest and the size of
+the shard it runs on against the first read, and a changed shard is a
+:class:`~ppmix.distributed.shards.ShardChangedError`
+naming it, never a fit on two versions of it. Every wait has a ``timeout``
+(:func:`~ppmix.parallel.wait_all`). An empty shard (say an empty partition of a Dask DataFrame,
+after a filter) is held and skipped.
 """
 
 from __future__ import annotations
@@ -27,30 +34,58 @@ import os
 import time
 from concurrent.futures import Executor, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 
-from ppmix.distributed.shards import read_features
+from ppmix.distributed.shards import check_unchanged, read_features
 from ppmix.inference.engines.capabilities import GlobalObjectiveEM, LabelledRows, SequenceData
-from ppmix.parallel import TaskError, TaskInputError
+from ppmix.parallel import (
+    DEFAULT_TIMEOUT,
+    MemoryWatch,
+    TaskError,
+    TaskInputError,
+    executor_watch,
+    raise_failures,
+    stop_pool,
+    wait_all,
+)
 
-__all__ = ["DaskHolders", "InlineHolders", "ProcessHolders", "ShardSummary", "ShardTask", "StepResult", "make_holders"]
+__all__ = [
+    "DaskHolders",
+    "InlineHolders",
+    "ProcessHolders",
+    "ShardSummary",
+    "ShardTask",
+    "StepResult",
+    "make_holders",
+]
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class ShardTask:
-    """One shard: its place in the list, its name (for errors) and its source (a path or data)."""
+    """One shard: its place in the list, its name (for errors) and its source (a path or data); after its first
+    read also its digest and number of units, which every later read must match."""
 
     index: int
     name: str
     source: Any
     sample_size: int
     target: str | None = None
+    first_read: tuple[str, int, int | None] | None = None
+
+    def read_as(self, summary: ShardSummary) -> ShardTask:
+        """This task, bound to the content of its first read."""
+        return replace(self, first_read=summary.identity)
+
+    def check(self, summary: ShardSummary) -> None:
+        """Raise a :class:`~ppmix.distributed.shards.ShardChangedError` naming the shard if ``summary`` (of a
+        read) differs from the first."""
+        check_unchanged(self.name, self.first_read, summary.identity, summary.unit)
 
 
 @dataclass(frozen=True)
@@ -63,9 +98,15 @@ class ShardSummary:
     digest: str
     n_units: int
     n_observations: int
-    n_features: int
+    n_features: int | None
     sample: Any
     seconds: float
+    unit: str = "rows"
+
+    @property
+    def identity(self) -> tuple[str, int, int | None]:
+        """What a later read of the shard must match: its digest, units and features."""
+        return self.digest, self.n_units, self.n_features
 
 
 @dataclass(frozen=True)
@@ -95,6 +136,12 @@ class HeldShard:
                 raise ValueError(
                     f"shard {task.name} holds sequences (an NPZ with 'lengths'), but {type(model).__name__} takes rows"
                 )
+            if len(x) == 0:  # e.g. an empty partition of a filtered Dask DataFrame: held, and skipped
+                logger.info("shard %s is empty; skipped", task.name)
+                self.data, self.nbytes = None, 0
+                unit = "sequences" if isinstance(model, SequenceData) else "rows"
+                self.summary = ShardSummary(task.name, "", 0, 0, None, None, time.perf_counter() - start, unit)
+                return
             prepared = model.prepare_data(x, y)
             self.data = model.em_data(prepared)
         except (KeyError, OSError, TypeError, ValueError) as err:  # the shard itself is wrong: a retry cannot help
@@ -118,6 +165,7 @@ class HeldShard:
             int(units[0].shape[-1]),
             sample,
             time.perf_counter() - start,
+            "rows" if isinstance(units, np.ndarray) else "sequences",
         )
 
     def __sizeof__(self) -> int:
@@ -125,8 +173,10 @@ class HeldShard:
 
     def step(self, model: Any) -> StepResult:
         """The E-step: the M-step's statistics and the objective's sum over this shard (a model's terms that are
-        not sums over the data, ``em_global_objective``, are left to the driver)."""
+        not sums over the data, ``em_global_objective``, are left to the driver); no statistics if it is empty."""
         start = time.perf_counter()
+        if self.data is None:
+            return StepResult(None, 0.0, 0.0)
         stats, objective = model.e_step(self.data)
         if isinstance(model, GlobalObjectiveEM):
             objective = objective - model.em_global_objective(self.summary.n_observations)
@@ -136,9 +186,13 @@ class HeldShard:
     def data_statistics(self, model: Any) -> StepResult:
         """The statistics a model fits once from all the data before EM (``em_data_statistics``)."""
         start = time.perf_counter()
+        if self.data is None:
+            return StepResult(None, 0.0, 0.0)
         return StepResult(model.em_data_statistics(self.data), 0.0, time.perf_counter() - start)
 
-    def run(self, operation: str, model: Any) -> StepResult:
+    def run(self, operation: str, model: Any, task: ShardTask) -> StepResult:
+        """``operation`` on this shard, once it is checked to be the shard ``task`` first read."""
+        task.check(self.summary)
         return getattr(self, operation)(model)
 
 
@@ -172,13 +226,17 @@ class InlineHolders:
                 self.held.append(HeldShard(task, model))
             except TaskInputError as err:
                 raise TaskError({task.name: err}) from err
-
-    @property
-    def summaries(self) -> list[ShardSummary]:
-        return [h.summary for h in self.held]
+        self.summaries = [h.summary for h in self.held]
+        self.tasks = [task.read_as(s) for task, s in zip(tasks, self.summaries)]
 
     def run(self, operation: str, model: Any) -> list[StepResult]:
-        return [h.run(operation, model) for h in self.held]
+        results = []
+        for held, task in zip(self.held, self.tasks):
+            try:
+                results.append(held.run(operation, model, task))
+            except TaskInputError as err:
+                raise TaskError({task.name: err}) from err
+        return results
 
     def close(self) -> None:
         self.held = []
@@ -202,7 +260,7 @@ def _run_here(key: str, task: ShardTask, model: Any, operation: str) -> StepResu
     held = _HELD.get(key)
     if held is None:  # a replaced process, or an executor that sent this shard elsewhere: read it (again)
         held = _HELD[key] = HeldShard(task, model)
-    return held.run(operation, model)
+    return held.run(operation, model, task)
 
 
 def _drop_here(prefix: str) -> None:
@@ -210,14 +268,25 @@ def _drop_here(prefix: str) -> None:
         del _HELD[key]
 
 
+#: what a wait on these functions waits for, in its errors
+_WHAT = {_load_here: "reading the shards", _run_here: "a step on the shards"}
+
+
 class ProcessHolders:
     """Shards pinned to worker processes: our own single-process pools (shard ``i`` on pool ``i mod W``),
     or an executor you pass (each of its processes reads a shard the first time a step needs it there)."""
 
     def __init__(
-        self, tasks: Sequence[ShardTask], model: Any, executor: Executor | None, max_workers: int | None, retries: int
+        self,
+        tasks: Sequence[ShardTask],
+        model: Any,
+        executor: Executor | None,
+        max_workers: int | None,
+        retries: int,
+        timeout: float | None = DEFAULT_TIMEOUT,
     ) -> None:
-        self.tasks, self.retries = list(tasks), retries
+        self.tasks, self.retries, self.timeout = list(tasks), retries, timeout
+        self.interrupted = False  # a wait timed out or was interrupted: tasks may still run in our pools
         self.prefix = f"{os.getpid()}-{id(self)}-"
         self.owned = executor is None
         if self.owned:
@@ -227,6 +296,7 @@ class ProcessHolders:
         else:
             self.pools = [executor]
         self.summaries = self._run(_load_here, model)
+        self.tasks = [task.read_as(s) for task, s in zip(self.tasks, self.summaries)]
 
     def run(self, operation: str, model: Any) -> list[StepResult]:
         return self._run(_run_here, model, operation)
@@ -235,6 +305,9 @@ class ProcessHolders:
         # spawn: forking a process whose torch/OpenMP thread pools are running can deadlock
         context = multiprocessing.get_context("spawn")
         return ProcessPoolExecutor(1, mp_context=context, initializer=_set_threads, initargs=(self.threads,))
+
+    def _names(self) -> dict[int, str]:
+        return {i: task.name for i, task in enumerate(self.tasks)}
 
     def _pool_of(self, index: int) -> int:
         return index % len(self.pools)
@@ -250,14 +323,15 @@ class ProcessHolders:
                 i: self.pools[self._pool_of(i)].submit(fn, self.prefix + str(i), self.tasks[i], model, *args)
                 for i in pending
             }
-            failed: dict[int, BaseException] = {}
-            for i, future in futures.items():
-                try:
-                    results[i] = future.result()
-                except TaskInputError as err:  # a bad shard: named at once, not retried
-                    raise TaskError({self.tasks[i].name: err}) from err
-                except Exception as err:  # noqa: BLE001 - retried below, then named
-                    failed[i] = err
+            try:
+                done, failed = wait_all(futures, self._names(), timeout=self.timeout, what=_WHAT[fn])
+            except BaseException:
+                self.interrupted = True
+                raise
+            results.update(done)
+            bad = {self.tasks[i].name: err for i, err in failed.items() if isinstance(err, TaskInputError)}
+            if bad:  # a bad shard: named at once, not retried
+                raise TaskError(bad) from next(iter(bad.values()))
             if not failed:
                 break
             attempts += 1
@@ -277,10 +351,14 @@ class ProcessHolders:
     def close(self) -> None:
         if self.owned:
             for pool in self.pools:
-                pool.shutdown(wait=True, cancel_futures=True)
+                if self.interrupted:  # its tasks may run for ever: stopped, not waited for
+                    stop_pool(pool)  # type: ignore[arg-type]
+                else:
+                    pool.shutdown(wait=True, cancel_futures=True)
         else:
             try:
-                self.pools[0].submit(_drop_here, self.prefix).result()
+                wait_all({0: self.pools[0].submit(_drop_here, self.prefix)}, {0: "free"}, timeout=self.timeout,
+                         what="freeing the shards")  # fmt: skip
             except Exception:  # noqa: BLE001 - only frees memory in a process we do not own
                 logger.debug("could not free the shards held by the executor", exc_info=True)
 
@@ -294,68 +372,90 @@ def _dask_summary(held: HeldShard) -> ShardSummary:
     return held.summary
 
 
-def _dask_run(held: HeldShard, model: Any, operation: str) -> StepResult:
-    return held.run(operation, model)
+def _same(value: Any) -> Any:
+    return value
+
+
+def _dask_run(held: HeldShard, model: Any, operation: str, task: ShardTask) -> StepResult:
+    return held.run(operation, model, task)
 
 
 class DaskHolders:
     """One future per shard on a Dask cluster: the shard stays in the memory of the worker that read it,
     and each step runs there (Dask reads a lost worker's shards again elsewhere)."""
 
-    def __init__(self, tasks: Sequence[ShardTask], model: Any, client: Any, retries: int) -> None:
-        self.client, self.tasks, self.retries = client, list(tasks), retries
+    def __init__(
+        self,
+        tasks: Sequence[ShardTask],
+        model: Any,
+        client: Any,
+        retries: int,
+        timeout: float | None = DEFAULT_TIMEOUT,
+    ) -> None:
+        self.client, self.tasks, self.retries, self.timeout = client, list(tasks), retries, timeout
+        self.watch: MemoryWatch | None = executor_watch(client, retries)
         # blocks of a Dask collection are computed on the cluster and handed to the task there, never gathered here
         sources = [client.compute(t.source) if hasattr(t.source, "dask") else None for t in self.tasks]
         self.held = [
             client.submit(_dask_hold, task, model, source, pure=False, retries=retries)
             for task, source in zip(self.tasks, sources)
         ]
-        self.summaries = self._gather([client.submit(_dask_summary, h, pure=False) for h in self.held])
+        futures = {i: client.submit(_dask_summary, h, pure=False) for i, h in enumerate(self.held)}
+        summaries, failed = self._wait(futures, "reading the shards")
+        if failed:
+            raise_failures({self.tasks[i].name: err for i, err in failed.items()}, self.watch)
+        self.summaries = [summaries[i] for i in range(len(self.tasks))]
+        self.tasks = [task.read_as(s) for task, s in zip(self.tasks, self.summaries)]
 
     def run(self, operation: str, model: Any) -> list[StepResult]:
         """``operation`` on every shard where it is held; steps lost with a worker are redone (``retries`` times)."""
         results: dict[int, StepResult] = {}
         pending, attempts = list(range(len(self.tasks))), 0
         while True:
-            scattered = self.client.scatter(model, broadcast=True, hash=False)
-            holders = self.client.who_has([self.held[i] for i in pending])
-            futures = {i: self._submit(self.held[i], holders, scattered, operation) for i in pending}
-            failed: dict[int, BaseException] = {}
-            for i, future in futures.items():
-                try:
-                    results[i] = future.result()
-                except Exception as err:  # noqa: BLE001 - a bad shard is named at once; others are redone
-                    if isinstance(err, TaskInputError):
-                        raise TaskError({self.tasks[i].name: err}) from err
-                    failed[i] = err
+            # the model as a task, not scattered and broadcast: a broadcast to a worker that is dying can stall for
+            # ever, a scattered copy lost with its worker is gone; a task's result is computed again where needed
+            shared = self.client.submit(_same, model, pure=False)
+            try:
+                holders = self.client.who_has([self.held[i] for i in pending])
+            except (OSError, TimeoutError) as err:  # the scheduler could not answer: the round is redone below
+                failed = dict.fromkeys(pending, err)
+            else:
+                futures = {i: self._submit(i, holders, shared, operation) for i in pending}
+                done, failed = self._wait(futures, f"a step ({operation}) on the shards")
+                results.update(done)
             if not failed:
                 return [results[i] for i in range(len(self.tasks))]
             attempts += 1
             if attempts > self.retries:
-                raise TaskError({self.tasks[i].name: err for i, err in failed.items()})
+                raise_failures({self.tasks[i].name: err for i, err in failed.items()}, self.watch)
             logger.warning("shard steps lost (%s); redoing them", sorted({type(e).__name__ for e in failed.values()}))
             pending = sorted(failed)
 
-    def _submit(self, held: Any, holders: dict[str, Any], model: Any, operation: str) -> Any:
+    def _wait(self, futures: dict[int, Any], what: str) -> tuple[dict[int, Any], dict[int, BaseException]]:
+        """The values and errors of ``futures``; a bad shard is named at once (a retry cannot help)."""
+        names = {i: task.name for i, task in enumerate(self.tasks)}
+        done, failed = wait_all(futures, names, timeout=self.timeout, what=what, watch=self.watch)
+        bad = {names[i]: err for i, err in failed.items() if isinstance(err, TaskInputError)}
+        if bad:
+            raise TaskError(bad) from next(iter(bad.values()))
+        return done, failed
+
+    def _submit(self, i: int, holders: dict[str, Any], model: Any, operation: str) -> Any:
         # on the worker that holds the shard (moving it would copy the whole shard); elsewhere only if that worker
         # is gone, and then Dask reads the shard again where it recomputes it
+        held = self.held[i]
         where = list(holders.get(held.key, ())) or None
         return self.client.submit(
-            _dask_run, held, model, operation, pure=False, retries=self.retries, workers=where, allow_other_workers=True
+            _dask_run,
+            held,
+            model,
+            operation,
+            self.tasks[i],
+            pure=False,
+            retries=self.retries,
+            workers=where,
+            allow_other_workers=True,
         )
-
-    def _gather(self, futures: list[Any]) -> list[Any]:
-        results, failures = [], {}
-        for task, future in zip(self.tasks, futures):
-            try:
-                results.append(future.result())
-            except Exception as err:  # noqa: BLE001 - named with its shard
-                if isinstance(err, TaskInputError):
-                    raise TaskError({task.name: err}) from err
-                failures[task.name] = err
-        if failures:
-            raise TaskError(failures)
-        return results
 
     def close(self) -> None:
         for future in self.held:
@@ -364,18 +464,24 @@ class DaskHolders:
 
 
 def make_holders(
-    tasks: Sequence[ShardTask], model: Any, executor: Any, max_workers: int | None, retries: int
+    tasks: Sequence[ShardTask],
+    model: Any,
+    executor: Any,
+    max_workers: int | None,
+    retries: int,
+    timeout: float | None = DEFAULT_TIMEOUT,
 ) -> InlineHolders | ProcessHolders | DaskHolders:
     """The holders for ``executor``: ``"inline"``; ``None``/``"processes"`` (our pinned pools); a
-    ``concurrent.futures.Executor``; or a ``dask.distributed.Client``."""
+    ``concurrent.futures.Executor``; or a ``dask.distributed.Client``. ``timeout``: the seconds each
+    wait on the executor may last (see :func:`~ppmix.parallel.wait_all`)."""
     if executor == "inline":
         return InlineHolders(tasks, model)
     if executor is None or executor == "processes":
-        return ProcessHolders(tasks, model, None, max_workers, retries)
+        return ProcessHolders(tasks, model, None, max_workers, retries, timeout)
     if isinstance(executor, Executor):
-        return ProcessHolders(tasks, model, executor, max_workers, retries)
+        return ProcessHolders(tasks, model, executor, max_workers, retries, timeout)
     if hasattr(executor, "submit") and hasattr(executor, "scatter"):  # dask.distributed.Client
-        return DaskHolders(tasks, model, executor, retries)
+        return DaskHolders(tasks, model, executor, retries, timeout)
     raise TypeError(
         "executor must be None or 'processes' (a local process pool), 'inline', a concurrent.futures.Executor "
         f"or a dask.distributed.Client; got {type(executor).__name__}"

@@ -29,8 +29,8 @@ import numpy as np
 from ppmix._validation import check_positive_int
 from ppmix.distributed.gate_rounds import ROUND_OBJECTIVES, GateRounds, model_parameters, refit_gate_on_shards
 from ppmix.distributed.local_screening import REFIT_STARTS, poor_local_fits
-from ppmix.distributed.shards import align_columns, read_shard, shard_columns
-from ppmix.parallel import TaskInputError, run_tasks
+from ppmix.distributed.shards import align_columns, check_unchanged, read_shard, shard_columns
+from ppmix.parallel import DEFAULT_TIMEOUT, TaskInputError, check_timeout, run_tasks
 
 __all__ = ["DistributedFit", "fit_distributed"]
 
@@ -49,6 +49,8 @@ class _ShardTask:
     n_shards: int
     threads: int
     columns: list[str] | None = None
+    #: the digest, rows and columns of the first read, which every later read (a refit, a second round) must match
+    first_read: tuple[str, int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -77,10 +79,12 @@ def _fit_shard(task: _ShardTask) -> _ShardResult:
         return _fit_shard_here(task)
 
 
-def _read_task_shard(task: _ShardTask) -> tuple[np.ndarray, np.ndarray, list[str] | None]:
-    """Worker side: the shard's checked covariates (columns in the first shard's order), response and names.
+def _read_task_shard(task: _ShardTask) -> tuple[np.ndarray, np.ndarray, list[str] | None, str]:
+    """Worker side: the shard's checked covariates (columns in the first shard's order), response, names and
+    content digest.
 
-    A shard that is itself wrong raises :class:`~ppmix.parallel.TaskInputError` naming it (a retry cannot help).
+    A shard that is itself wrong raises :class:`~ppmix.parallel.TaskInputError` naming it (a retry cannot help),
+    one that is not its first read a :class:`~ppmix.distributed.shards.ShardChangedError`.
     """
     from ppmix._validation import check_matrix
     from ppmix.components.registry import expert_family_from
@@ -94,7 +98,10 @@ def _read_task_shard(task: _ShardTask) -> tuple[np.ndarray, np.ndarray, list[str
         response = check_response(y, x.shape[0], expert, f"y of shard {task.name}")
     except (KeyError, ValueError, TypeError) as err:  # the shard itself is wrong: a retry cannot help
         raise TaskInputError(f"shard {task.name}: {err}") from err
-    return x.numpy(), response.numpy(), names
+    x_np, y_np = x.numpy(), response.numpy()
+    digest = hashlib.blake2b(x_np.tobytes() + y_np.tobytes(), digest_size=16).hexdigest()
+    check_unchanged(task.name, task.first_read, (digest, *x_np.shape))
+    return x_np, y_np, names, digest
 
 
 def _read_covariates(task: _ShardTask) -> np.ndarray:
@@ -110,8 +117,7 @@ def _read_rows(task: _ShardTask) -> tuple[np.ndarray, np.ndarray]:
 def _fit_shard_here(task: _ShardTask) -> _ShardResult:
     from ppmix.models.moe import MixtureOfExperts
 
-    x_np, y_np, names = _read_task_shard(task)
-    digest = hashlib.blake2b(x_np.tobytes() + y_np.tobytes(), digest_size=16).hexdigest()
+    x_np, y_np, names, digest = _read_task_shard(task)
     local_seed = (task.seed + int(digest[:8], 16)) % (2**31)
     model = MixtureOfExperts(task.n_experts, seed=local_seed, progress=False, **task.model_options)
     model.fit(x_np, y_np)
@@ -240,6 +246,7 @@ def fit_distributed(
     seed: int = 0,
     retries: int = 1,
     max_workers: int | None = None,
+    timeout: float | None = DEFAULT_TIMEOUT,
     threads_per_task: int = 1,
     model_options: dict[str, Any] | None = None,
     reduction_options: dict[str, Any] | None = None,
@@ -275,6 +282,9 @@ def fit_distributed(
         retried this many times and then named in a :class:`~ppmix.parallel.TaskError`.
     max_workers : int, optional
         Size of the default process pool.
+    timeout : float or None, default one hour
+        Seconds each round of tasks may take (see :func:`~ppmix.parallel.run_tasks`); past it an
+        :class:`~ppmix.parallel.ExecutorTimeoutError` names the shards still running. None waits for ever.
     threads_per_task : int, default 1
         Torch threads of each local fit (small fits run fastest on one thread each).
     model_options : dict, optional
@@ -361,6 +371,7 @@ def fit_distributed(
     options = {"expert": expert, "n_init": n_init, "max_iter": max_iter, "tol": tol, **(model_options or {})}
     # settings that would fail on every shard are checked here, before any task is sent
     MixtureOfExperts(n_experts, seed=seed, progress=False, **options).validate_params()
+    check_timeout(timeout)
     per_shard = None if support_size is None else math.ceil(support_size / len(shards))
     names = [_shard_name(s, i) for i, s in enumerate(shards)]
     columns = next((c for c in (shard_columns(s, target) for s in shards) if c is not None), None)
@@ -368,10 +379,12 @@ def fit_distributed(
         _ShardTask(name, shard, target, n_experts, options, seed, per_shard, len(shards), threads_per_task, columns)
         for name, shard in zip(names, shards)
     ]
-    results = run_tasks(_fit_shard, tasks, names, executor=executor, retries=retries, max_workers=max_workers)
+    run = {"executor": executor, "retries": retries, "max_workers": max_workers, "timeout": timeout}
+    results = run_tasks(_fit_shard, tasks, names, **run)
     fits = [r.value for r in results]
     local_seconds = [r.seconds for r in results]
-    refitted = _refit_poor_fits(tasks, fits, local_seconds, executor, retries, max_workers) if refit_poor_fits else []
+    tasks = [dataclasses.replace(t, first_read=(f.digest, f.n_rows, f.support_X.shape[1])) for t, f in zip(tasks, fits)]
+    refitted = _refit_poor_fits(tasks, fits, local_seconds, run) if refit_poor_fits else []
     widths = {f.name: f.support_X.shape[1] for f in fits}
     if len(set(widths.values())) > 1:
         raise ValueError(f"shards have different numbers of features: {widths}")
@@ -405,9 +418,7 @@ def fit_distributed(
             [fits[i].n_rows for i in order],
             [functools.partial(_read_rows if likelihood else _read_covariates, tasks[i]) for i in order],
             [names[i] for i in order],
-            executor=executor,
-            retries=retries,
-            max_workers=max_workers,
+            **run,
             threads_per_task=threads_per_task,
             model_kwargs=_model_kwargs(options),
             max_iter=round_max_iter,
@@ -435,13 +446,11 @@ def _refit_poor_fits(
     tasks: list[_ShardTask],
     fits: list[_ShardResult],
     local_seconds: list[float],
-    executor: Any,
-    retries: int,
-    max_workers: int | None,
+    run: dict[str, Any],
 ) -> list[str]:
     """Refit the shards whose local fit is poor (:func:`~ppmix.distributed.local_screening.poor_local_fits`) with
     more and other starts; keep the better fit of each in ``fits`` (the seconds add up). Returns the shards whose
-    refit was kept."""
+    refit was kept. ``run``: the settings of :func:`~ppmix.parallel.run_tasks`."""
     poor = poor_local_fits([f.mean_log_likelihood for f in fits])
     if not poor:
         return []
@@ -453,8 +462,7 @@ def _refit_poor_fits(
         )
         for i in poor
     ]
-    again = run_tasks(_fit_shard, retry, [t.name for t in retry], executor=executor, retries=retries,
-                      max_workers=max_workers)  # fmt: skip
+    again = run_tasks(_fit_shard, retry, [t.name for t in retry], **run)
     kept = []
     for i, result in zip(poor, again):
         local_seconds[i] += result.seconds

@@ -1,19 +1,63 @@
 """Reading data shards where they live: files (Parquet, CSV, NPY, NPZ), arrays and DataFrames, with the
-check that every shard has the first shard's feature columns (reordered by name, or refused naming the shard)."""
+check that every shard has the first shard's feature columns (reordered by name, or refused naming the shard).
+A CSV file must end with a line break: one that does not may be cut (a partial write or copy) in its last
+row, even in the middle of a number, and is refused naming the file and the line. A shard read again during
+a fit must be the one read first (:func:`check_unchanged`)."""
 
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["align_columns", "read_features", "read_shard", "shard_columns"]
+from ppmix.parallel import TaskInputError
+
+__all__ = ["ShardChangedError", "align_columns", "check_unchanged", "read_features", "read_shard", "shard_columns"]
 
 logger = logging.getLogger(__name__)
 
 SHARD_SUFFIXES = (".parquet", ".pq", ".csv", ".npz")
+
+
+class ShardChangedError(TaskInputError):
+    """A shard read again during a fit is not the one read first (other rows, or other values)."""
+
+
+def check_unchanged(
+    name: str,
+    first: tuple[str, int, int | None] | None,
+    read: tuple[str, int, int | None],
+    unit: str = "rows",
+) -> None:
+    """Refuse, naming the shard and what changed, a read of it whose ``(digest, units, feature columns)``
+    differ from those of its first read ``first`` (None: this is the first read).
+
+    A fit that reads a shard more than once (a replaced worker, a second round) would otherwise fit on
+    two versions of it.
+
+    Examples
+    --------
+    >>> check_unchanged("a.csv", ("d1", 300, 2), ("d1", 300, 2))
+    >>> check_unchanged("a.csv", ("d1", 300, 2), ("d2", 600, 2))
+    Traceback (most recent call last):
+    ...
+    ppmix.distributed.shards.ShardChangedError: shard a.csv changed during the fit and was read again: it now has 600 rows, 300 when first read; ...
+    """  # noqa: E501
+    if first is None or tuple(first) == tuple(read):
+        return
+    words = (unit, "feature columns")
+    pairs = [(word, then, now) for word, then, now in zip(words, first[1:], read[1:]) if None not in (then, now)]
+    changes = [f"{now} {word}, {then} when first read" for word, then, now in pairs if then != now]
+    change = f"it now has {' and '.join(changes)}" if changes else (
+        f"its content differs from the first read (the same {read[1]} {unit})"
+    )  # fmt: skip
+    raise ShardChangedError(
+        f"shard {name} changed during the fit and was read again: {change}; a fit on two versions of a "
+        "shard would be wrong, so rewrite shards only between fits"
+    )
 
 
 def read_shard(shard: Any, target: str = "y") -> tuple[np.ndarray, np.ndarray, list[str] | None]:
@@ -39,7 +83,7 @@ def read_shard(shard: Any, target: str = "y") -> tuple[np.ndarray, np.ndarray, l
                 if "X" not in arrays or target not in arrays:
                     raise ValueError(f"shard {path} must hold arrays 'X' and {target!r}; has {sorted(arrays)}")
                 return np.asarray(arrays["X"]), np.asarray(arrays[target]), None
-        shard = pd.read_csv(path) if suffix == ".csv" else pd.read_parquet(path)
+        shard = _read_csv(path) if suffix == ".csv" else pd.read_parquet(path)
     if isinstance(shard, pd.DataFrame):
         if target not in shard.columns:
             raise ValueError(f"shard has no target column {target!r}; columns are {list(shard.columns)}")
@@ -134,8 +178,37 @@ def read_features(shard: Any, target: str | None = None) -> tuple[Any, Any]:
         return _read_npz(path, target)
     import pandas as pd
 
-    frame = pd.read_csv(path) if suffix == ".csv" else pd.read_parquet(path)
+    frame = _read_csv(path) if suffix == ".csv" else pd.read_parquet(path)
     return _split_target(frame, target) if target is not None else (frame, None)
+
+
+def _read_csv(path: Path) -> Any:
+    """A CSV file as a DataFrame; refused, naming the file and its last line, if that line has no line break
+    (the file may be cut there, even in the middle of a number, and would be read without a sign of it).
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> path = Path(tempfile.mkdtemp()) / "cut.csv"
+    >>> _ = path.write_text("a,b\\n1.5,2.25\\n3.5,4.")
+    >>> _read_csv(path)
+    Traceback (most recent call last):
+    ...
+    ValueError: shard .../cut.csv ends without a line break: its last line (3) may be cut ...
+    """
+    import pandas as pd
+
+    with open(path, "rb") as file:
+        if file.seek(0, os.SEEK_END) > 0:
+            file.seek(-1, os.SEEK_END)
+            if file.read(1) != b"\n":
+                file.seek(0)
+                lines = 1 + sum(chunk.count(b"\n") for chunk in iter(lambda: file.read(1 << 20), b""))
+                raise ValueError(
+                    f"shard {path} ends without a line break: its last line ({lines}) may be cut (a partial "
+                    "write or copy); if the file is whole, end it with a line break"
+                )
+    return pd.read_csv(path)
 
 
 def _shard_file(shard: str | Path, suffixes: tuple[str, ...]) -> tuple[Path, str]:

@@ -298,3 +298,59 @@ def test_dask_collections_are_sharded_by_block():
         on_cluster = _quiet(fit_em, copy.deepcopy(start), frame, executor=client, max_iter=5, tol=0.0)
     _assert_same_fit(on_cluster, expected)
     assert on_cluster.feature_names_in_ == ["a", "b", "c"]
+
+
+class _KillsItsWorkerAndRewrites(_KillsItsWorker):
+    """Rewrites every shard file (twice the rows), then kills its worker (the first E-step of one worker process
+    only: the marker file is created exclusively); the replacement reads the shards again."""
+
+    shards: tuple = ()
+
+    def e_step(self, data):
+        if os.getpid() != self.driver:
+            try:
+                os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                pass
+            else:
+                for path in self.shards:
+                    np.save(path, np.tile(np.load(path), (2, 1)))
+                os._exit(1)
+        return GMM.e_step(self, data)
+
+
+@pytest.mark.parametrize("executor", ["processes", "dask"])
+def test_a_shard_rewritten_before_a_replaced_worker_reads_it_is_named(tmp_path, executor):
+    """Issue 39: a killed worker's replacement (a new local process, or another Dask worker) read the rewritten
+    shard and the fit went on, on two versions of it."""
+    import distributed
+
+    x = _rows()
+    paths = []
+    for i, part in enumerate(_split(x, 3, False)):
+        paths.append(str(tmp_path / f"part{i}.npy"))
+        np.save(paths[-1], part)
+    killer = _killer(_started(GMM(3, seed=0, progress=False), x), tmp_path / "killed")
+    killer.__class__ = _KillsItsWorkerAndRewrites
+    killer.shards = tuple(paths)
+    changed = r"part\d.npy changed during the fit and was read again: it now has 46\d rows, 23\d when first read"
+    with pytest.raises(TaskError, match=changed):
+        if executor == "processes":
+            _quiet(fit_em, killer, paths, executor=None, max_workers=2, max_iter=6, tol=0.0)
+        else:
+            options = {"n_workers": 2, "threads_per_worker": 1, "processes": True, "dashboard_address": None}
+            with distributed.LocalCluster(**options) as cluster, distributed.Client(cluster) as client:
+                _quiet(fit_em, killer, paths, executor=client, max_iter=6, tol=0.0)
+    assert os.path.exists(tmp_path / "killed")
+
+
+def test_dask_workers_restarted_for_memory_are_named_not_the_shards():
+    """Issue 39: workers whose memory_limit is below what torch needs were restarted in a loop, with no error."""
+    import distributed
+
+    from ppmix.parallel import WorkerMemoryError
+
+    options = {"n_workers": 1, "threads_per_worker": 1, "processes": True, "dashboard_address": None}
+    with distributed.LocalCluster(memory_limit="150MB", **options) as cluster, distributed.Client(cluster) as client:
+        with pytest.raises(WorkerMemoryError, match=r"restart\(s\) for exceeding the memory limit \(memory_limit 14"):
+            fit_em(GMM(2, seed=0, progress=False), [_rows(50)], executor=client, timeout=120)
