@@ -31,7 +31,7 @@ def add_fit_parsers(fit_sub: Any, positive: Callable[[str], int], seed: Callable
     hmm.add_argument("data", help="CSV file with a header row, all columns numeric")
     hmm.add_argument("--k", type=positive, required=True, help="number of hidden states")
     hmm.add_argument("--sequence-column", metavar="COLUMN", help="column holding the sequence id of every row")
-    hmm.add_argument("--covariance", choices=["diag", "full"], default="diag")
+    hmm.add_argument("--covariance", choices=["diag", "full", "spherical", "tied"], default="diag")
     hmm.add_argument(
         "--emission",
         default="gaussian",

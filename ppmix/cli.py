@@ -288,7 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
         "e.g. 'data/part-*.parquet'), fitted by exact EM where they are read",
     )
     gmm.add_argument("--k", type=positive, required=True, help="number of components")
-    gmm.add_argument("--covariance", choices=["diag", "full"], default="diag")
+    gmm.add_argument("--covariance", choices=["diag", "full", "spherical", "tied"], default="diag")
     gmm.add_argument("--engine", choices=["em", "svi"], default="em")
     gmm.add_argument("--n-init", type=positive, default=1, help="EM restarts")
     gmm.add_argument("--max-iter", type=positive, default=100, help="EM iterations")
