@@ -3,14 +3,26 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import Iterator
 
 import pyro
 
+#: Pyro keeps its effect-handler stack and its settings in module globals, so two programs run at once in two
+#: threads see each other's sample sites ("Multiple sample sites named ...", "duplicate plate"); every Pyro-based
+#: run of ppmix (SVI, MCMC, ELBOs, enumerated posteriors, ArviZ export) holds this lock, re-entrant so that
+#: nested runs in one thread pass
+_PYRO_LOCK = threading.RLock()
+
 
 @contextlib.contextmanager
 def local_params() -> Iterator[None]:
-    """Keep ``PyroModule`` parameters local to their module (no global param store).
+    """Keep ``PyroModule`` parameters local to their module (no global param store), and run alone.
+
+    Pyro is not thread-safe (its handler stack is global), so concurrent Pyro-based calls from several
+    threads (``fit(engine="svi")``, ``elbo()``, ``to_arviz()``, ...) take turns here instead of corrupting
+    each other's traces; EM and the exact predictions do not use Pyro and run concurrently. Processes are
+    independent.
 
     Examples
     --------
@@ -19,5 +31,5 @@ def local_params() -> Iterator[None]:
     ...     pyro.settings.get("module_local_params")
     True
     """
-    with pyro.settings.context(module_local_params=True):
+    with _PYRO_LOCK, pyro.settings.context(module_local_params=True):
         yield
