@@ -37,7 +37,7 @@ def test_bad_training_data(bad, error, match):
         ({"n_components": 31}, ValueError, "n_components=31 is larger than the number of samples"),
         ({"n_components": 0}, ValueError, "n_components must be >= 1"),
         ({"n_components": 2.5}, TypeError, "n_components must be an integer"),
-        ({"n_components": 2, "covariance_type": "spherical"}, ValueError, "covariance_type"),
+        ({"n_components": 2, "covariance_type": "circular"}, ValueError, "covariance_type"),
         ({"n_components": 2, "init_params": "magic"}, ValueError, "init_params"),
         ({"n_components": 2, "reg_covar": -1.0}, ValueError, "reg_covar"),
         ({"n_components": 2, "max_iter": 0}, ValueError, "max_iter"),

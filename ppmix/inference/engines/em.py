@@ -150,7 +150,7 @@ def run_em(
     em_data = model.em_data(data)
     n_obs = model.n_observations(data)
     if warm and warm_start is None:  # the user's warm start: only from parameters of the shapes this fit needs
-        warm = _held_parameters_fit(model, em_data)
+        warm = _held_parameters_fit(model)
 
     init_iter = model.init_iter if init_iter is None else init_iter
     short = None if init_iter is None or warm or n_init == 1 else check_positive_int(init_iter, "init_iter")
@@ -179,20 +179,25 @@ def run_em(
     return result
 
 
-def _held_parameters_fit(model: EMModel, data: Any) -> bool:
-    """Whether the fitted parameters have the shapes a fresh start on ``data`` has (the same number of
-    components, features, ...); if not, a warning says the fit starts from scratch. The held parameters
-    are kept where they fit; otherwise the model holds a fresh start."""
-    held = {name: value.detach().clone() for name, value in model.get_globals().items()}
-    model.em_initialize(data, model.generator(0))
-    shapes = {name: tuple(value.shape) for name, value in model.get_globals().items()}
-    held_shapes = {name: tuple(value.shape) for name, value in held.items()}
-    if shapes == held_shapes:
-        model.set_globals(held)
+def _held_parameters_fit(model: EMModel) -> bool:
+    """Whether the fitted parameters have the shapes this fit's settings and data imply (``state_shapes()``,
+    where the model declares them: the number of components, of features, ...); if not, a warning says the fit
+    starts from scratch. Costs no start and no pass over the data."""
+    expected = getattr(model, "state_shapes", lambda: None)()
+    if not expected:
         return True
-    changed = ", ".join(f"{n} {held_shapes.get(n)} -> {s}" for n, s in shapes.items() if held_shapes.get(n) != s)
+    held = {name: tuple(value.shape) for name, value in model.state_tensors().items()}  # type: ignore[attr-defined]
+    changed = [
+        f"{name} {held.get(name)} -> {tuple('any' if e is None else e for e in shape)}"
+        for name, shape in expected.items()
+        if name not in held
+        or len(held[name]) != len(shape)
+        or any(e is not None and h != e for h, e in zip(held[name], shape))
+    ]
+    if not changed:
+        return True
     warnings.warn(
-        f"warm_start=True, but the fitted parameters do not have the shapes this fit needs ({changed}: "
+        f"warm_start=True, but the fitted parameters do not have the shapes this fit needs ({', '.join(changed)}: "
         "n_components or the number of features changed); fitting from scratch",
         UserWarning,
         stacklevel=4,
