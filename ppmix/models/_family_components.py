@@ -164,7 +164,7 @@ class FamilyComponentsMixin:
         family): of ``components_.state_dict()``, or with ``sites`` of the Pyro site values."""
         family, k, d = self.component_family(), self.n_components, self.n_features_in_
         if sites:
-            return {name: (k, *spec.event_shape) for name, spec in family.sites(k, d).items()}
+            return {name: spec.value_shape(k) for name, spec in family.sites(k, d).items()}
         placeholder = family.placeholder(k, d, {}, {"dtype": self.dtype, "device": torch.device("cpu")})
         return {name: tuple(value.shape) for name, value in placeholder.state_dict().items()}
 

@@ -161,7 +161,8 @@ def test_svi_reaches_the_em_optimum(structure, name):
 @FAMILY
 def test_mcmc_draws_reach_arviz(structure, name):
     x = make_family_rows(name, 40)[0] if structure == "Mixture" else make_family_sequences(name, 4, (4, 8))[0]
-    model = _quiet(_structure(structure, name).fit, x, engine="mcmc", num_samples=10, warmup_steps=10)
+    # shallow trees: the test is that draws of every site reach ArviZ, not that the chain mixes
+    model = _quiet(_structure(structure, name).fit, x, engine="mcmc", num_samples=10, warmup_steps=10, max_tree_depth=4)
     posterior = model.to_arviz().posterior
     for site in family_from(name).sites(2, 2):
         assert posterior[site].sizes["draw"] == 10

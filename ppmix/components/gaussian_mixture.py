@@ -1,0 +1,350 @@
+"""Components that are themselves mixtures of Gaussians: component ``k`` is ``sum_m w_km N(loc_km, Sigma_km)``.
+
+As an HMM's emission (``HMM(3, emission=GaussianMixtureFamily(n_mix=2))`` or ``emission="gmm"``) it is
+hmmlearn's ``GMMHMM``: every state emits from its own mixture of ``M`` Gaussians, and Baum–Welch weighs the
+state posteriors by the within-state responsibilities. Registered as ``"gmm"``.
+
+The ``K x M`` Gaussians are one batch of the Gaussian family's components (diagonal or full), so the
+log-densities, the weighted statistics (mergeable across shards) and the floors are the Gaussian family's own;
+this module adds the within-component mixing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pyro.distributions as dist
+import torch
+from pyro.distributions import constraints
+
+from ppmix.components.base import ComponentFamily
+from ppmix.components.centred import CentredData, as_centred, as_floor, padded_counts
+from ppmix.components.family import DataScale, DensityFamily, SiteSpec, Statistics
+from ppmix.components.gaussian_diag import DiagGaussian
+from ppmix.components.gaussian_family import GaussianFamily
+from ppmix.components.gaussian_full import FullGaussian
+from ppmix.components.statistics import GaussianStatistics
+from ppmix.ops.kmeans import kmeans
+
+__all__ = ["DiagGaussianMixtures", "FullGaussianMixtures", "GaussianMixtureFamily", "MixtureStatistics"]
+
+#: covariance types of the Gaussians inside a component
+MIXTURE_COVARIANCE_TYPES = ("diag", "full")
+
+
+@dataclass(frozen=True)
+class MixtureStatistics(Statistics):
+    """The statistics of ``K`` components of ``n_mix`` Gaussians each: the ``K M`` Gaussians' own (``gaussians``,
+    component-major), and ``counts`` the components' total weights ``(K,)`` (what a mixture's weights need)."""
+
+    gaussians: GaussianStatistics
+    n_mix: int
+
+    @property
+    def counts(self) -> torch.Tensor:
+        return self.gaussians.counts.reshape(-1, self.n_mix).sum(-1)
+
+    def merge(self, other: Any) -> "MixtureStatistics":
+        if not isinstance(other, MixtureStatistics) or other.n_mix != self.n_mix:
+            raise TypeError(f"cannot merge MixtureStatistics with {type(other).__name__}")
+        return MixtureStatistics(self.gaussians.merge(other.gaussians), self.n_mix)
+
+    def scaled(self, factor: float) -> "MixtureStatistics":
+        return MixtureStatistics(self.gaussians.scaled(factor), self.n_mix)
+
+    def to(self, dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> "MixtureStatistics":
+        return MixtureStatistics(self.gaussians.to(dtype=dtype, device=device), self.n_mix)
+
+
+class _GaussianMixtures(ComponentFamily):
+    """``K`` components, each a mixture of ``M`` Gaussians: ``mix_weights`` ``(K, M)``, ``loc`` ``(K, M, D)`` and the
+    spread of :attr:`inner_class` per Gaussian (``scale`` ``(K, M, D)`` or ``scale_tril`` ``(K, M, D, D)``).
+
+    A fresh batch (``fresh=True``, what a family's placeholder builds) splits each component's rows among its
+    ``M`` Gaussians by weighted k-means in its first :meth:`statistics`, since identical Gaussians would
+    never separate.
+    """
+
+    inner_class: type[ComponentFamily]
+    spread_name: str
+
+    def __init__(
+        self,
+        mix_weights: torch.Tensor,
+        loc: torch.Tensor,
+        spread: torch.Tensor,
+        reg_covar: float | torch.Tensor = 1e-6,
+        fresh: bool = False,
+    ) -> None:
+        mix_weights, loc, spread = torch.as_tensor(mix_weights), torch.as_tensor(loc), torch.as_tensor(spread)
+        if mix_weights.dim() != 2 or loc.dim() != 3 or loc.shape[:2] != mix_weights.shape:
+            raise ValueError(
+                f"mix_weights must be (K, M) and loc (K, M, D); got {tuple(mix_weights.shape)}, {tuple(loc.shape)}"
+            )
+        self.mix_weights, self.loc, self.reg_covar, self.fresh = mix_weights, loc, as_floor(reg_covar), fresh
+        setattr(self, self.spread_name, spread)
+        self._inner()  # checks the spread's shape and values
+
+    @property
+    def n_mix(self) -> int:
+        return int(self.mix_weights.shape[1])
+
+    @property
+    def n_features(self) -> int:
+        return int(self.loc.shape[2])
+
+    def _inner(self) -> ComponentFamily:
+        """The ``K M`` Gaussians as one batch of the Gaussian family's components (component-major order)."""
+        k, m = self.mix_weights.shape
+        spread = getattr(self, self.spread_name)
+        return self.inner_class(self.loc.reshape(k * m, -1), spread.reshape(k * m, *spread.shape[2:]), self.reg_covar)
+
+    @property
+    def reference(self) -> torch.Tensor:
+        """The centre a plain tensor is prepared at: the mean of all the Gaussians' means."""
+        return self.loc.reshape(-1, self.n_features).mean(0)
+
+    @property
+    def mean(self) -> torch.Tensor:
+        """Each component's mean ``sum_m w_km loc_km``, ``(K, D)``."""
+        return torch.einsum("km,kmd->kd", self.mix_weights, self.loc)
+
+    def _log_joint(self, data: torch.Tensor | CentredData) -> torch.Tensor:
+        """``log w_km + log N(x_n | loc_km, Sigma_km)``, ``(N, K, M)``."""
+        data = as_centred(data, self.dtype, self.device, shift=self.reference)
+        k, m = self.mix_weights.shape
+        return self._inner().log_prob(data).reshape(-1, k, m) + self.mix_weights.log()
+
+    def log_prob(self, data: torch.Tensor | CentredData) -> torch.Tensor:
+        """``log sum_m w_km N(x_n | loc_km, Sigma_km)``, ``(N, K)``."""
+        return torch.logsumexp(self._log_joint(data), dim=-1)
+
+    def statistics(self, data: torch.Tensor | CentredData, weights: torch.Tensor) -> MixtureStatistics:
+        """The Gaussian statistics of the ``K M`` Gaussians under ``weights`` ``(N, K)`` times the within-component
+        responsibilities ``w_km N(x | km) / sum_m' w_km' N(x | km')`` (on a fresh batch: weighted k-means
+        assignments); their counts are the mixing weights' statistics."""
+        data = as_centred(data, self.dtype, self.device)
+        weights = self._check_weights(weights, data.n_samples)
+        within = self._start_split(data, weights) if self.fresh else torch.softmax(self._log_joint(data), dim=-1)
+        return MixtureStatistics(self._inner().statistics(data, (within * weights[..., None]).flatten(1)), self.n_mix)
+
+    def _start_split(self, data: CentredData, weights: torch.Tensor) -> torch.Tensor:
+        """One-hot within-component assignments ``(N, K, M)``: k-means of each component's rows, weighted by
+        ``weights[:, k]`` (a fixed seed: the structure's start has already drawn its randomness)."""
+        n, (k, m) = data.n_samples, self.mix_weights.shape
+        within = weights.new_zeros(n, k, m)
+        for component in range(k):
+            if float(weights[:, component].sum()) <= 0:
+                within[:, component] = 1.0 / m
+                continue
+            generator = torch.Generator().manual_seed(component)
+            _, labels = kmeans(data.centred, m, generator, weight=weights[:, component], sample_size=4 * 1024)
+            within[:, component] = torch.nn.functional.one_hot(labels, m).to(weights)
+        return within
+
+    def fit_statistics(self, stats: MixtureStatistics) -> "_GaussianMixtures":
+        """The weighted maximum-likelihood update of every Gaussian (under the floor) and of the mixing weights
+        (their total weights per component), in place."""
+        k, m = self.mix_weights.shape
+        inner = self._inner().fit_statistics(stats.gaussians)
+        counts = padded_counts(stats.gaussians.counts.to(self.dtype)).reshape(k, m)
+        self.mix_weights = counts / counts.sum(-1, keepdim=True)
+        self.loc = inner.loc.reshape(k, m, -1)
+        spread = getattr(inner, self.spread_name)
+        setattr(self, self.spread_name, spread.reshape(k, m, *spread.shape[1:]))
+        self.fresh = False
+        return self
+
+    def _gaussians(self, index: torch.Tensor | None) -> dist.Distribution:
+        raise NotImplementedError
+
+    def pyro_dist(self, index: torch.Tensor | None = None) -> dist.Distribution:
+        """``MixtureSameFamily(Categorical(mix_weights[index]), Gaussians[index])`` (every component if None)."""
+        weights = self.mix_weights if index is None else self.mix_weights[index]
+        return dist.MixtureSameFamily(dist.Categorical(weights), self._gaussians(index))
+
+    def sample(self, index: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """One draw from component ``index[i]`` for every ``i``: a Gaussian of its mixture, then a point of it."""
+        flat = index.reshape(-1)
+        within = torch.multinomial(self.mix_weights[flat].cpu(), 1, generator=generator).squeeze(-1)
+        gaussian = flat * self.n_mix + within.to(flat.device)
+        return self._inner().sample(gaussian, generator=generator).reshape(*index.shape, self.n_features)
+
+
+class DiagGaussianMixtures(_GaussianMixtures):
+    """Components that are mixtures of diagonal Gaussians (``scale`` ``(K, M, D)``).
+
+    Examples
+    --------
+    >>> f64 = torch.float64
+    >>> halves, locs = torch.full((1, 2), 0.5, dtype=f64), torch.tensor([[[-2.0], [2.0]]], dtype=f64)
+    >>> comp = DiagGaussianMixtures(halves, locs, torch.ones(1, 2, 1, dtype=f64))
+    >>> x = torch.tensor([[0.0]], dtype=f64)  # halfway: both Gaussians give the same density
+    >>> round(float(comp.log_prob(x)), 6) == round(float(torch.distributions.Normal(2.0, 1.0).log_prob(x)), 6)
+    True
+    """
+
+    param_names = ("mix_weights", "loc", "scale")
+    inner_class = DiagGaussian
+    spread_name = "scale"
+
+    @property
+    def covariance(self) -> torch.Tensor:
+        """Each component's variances ``sum_m w_km (scale_km^2 + loc_km^2) - mean_k^2``, ``(K, D)``."""
+        second = torch.einsum("km,kmd->kd", self.mix_weights, self.scale.square() + self.loc.square())
+        return second - self.mean.square()
+
+    def _gaussians(self, index: torch.Tensor | None) -> dist.Distribution:
+        loc, scale = (self.loc, self.scale) if index is None else (self.loc[index], self.scale[index])
+        return dist.Normal(loc, scale).to_event(1)
+
+
+class FullGaussianMixtures(_GaussianMixtures):
+    """Components that are mixtures of full-covariance Gaussians (``scale_tril`` ``(K, M, D, D)``)."""
+
+    param_names = ("mix_weights", "loc", "scale_tril")
+    inner_class = FullGaussian
+    spread_name = "scale_tril"
+
+    @property
+    def covariance(self) -> torch.Tensor:
+        """Each component's covariance ``sum_m w_km (Sigma_km + loc_km loc_km^T) - mean_k mean_k^T``, ``(K, D, D)``."""
+        outer = self.scale_tril @ self.scale_tril.mT + self.loc[..., :, None] * self.loc[..., None, :]
+        mean = self.mean
+        return torch.einsum("km,kmij->kij", self.mix_weights, outer) - mean[:, :, None] * mean[:, None, :]
+
+    def _gaussians(self, index: torch.Tensor | None) -> dist.Distribution:
+        loc, tril = (self.loc, self.scale_tril) if index is None else (self.loc[index], self.scale_tril[index])
+        return dist.MultivariateNormal(loc, scale_tril=tril)
+
+
+class GaussianMixtureFamily(DensityFamily):
+    """Components that are mixtures of ``n_mix`` Gaussians, for the structures (registered as ``"gmm"``): an HMM
+    with these emissions is a GMM-HMM (hmmlearn's ``GMMHMM``).
+
+    Parameters
+    ----------
+    n_mix : int, default 2
+        Gaussians per component (per HMM state).
+    covariance_type : {"diag", "full"}, default "diag"
+    reg_covar : float, default 1e-6
+        The variance floor relative to the data, as for :class:`~ppmix.components.gaussian_family.GaussianFamily`.
+
+    Notes
+    -----
+    The Pyro sites are ``mix_weights`` ``(K, M)``, ``locs`` and ``scales`` ``(K, M, D)`` and, for full
+    covariance, ``corr_cholesky`` ``(K, M, D, D)``; under MCMC: ``Dirichlet(1)`` on the mixing weights and the
+    Gaussian family's data-scaled priors on every Gaussian. The first M-step splits each component's rows among
+    its Gaussians by weighted k-means (hmmlearn's start, within the structure's own start).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ppmix import HMM
+    >>> rng = np.random.default_rng(0)
+    >>> seqs = [np.r_[rng.choice([-6.0, -2.0], 20)[:, None], rng.choice([2.0, 6.0], 20)[:, None]]
+    ...         + 0.3 * rng.normal(size=(40, 1)) for _ in range(10)]
+    >>> hmm = HMM(2, emission=GaussianMixtureFamily(n_mix=2), seed=0, progress=False).fit(seqs)
+    >>> sorted(np.round(hmm.components_.loc.numpy().ravel()).tolist())
+    [-6.0, -2.0, 2.0, 6.0]
+    """
+
+    name = "gmm"
+
+    def __init__(self, n_mix: int = 2, covariance_type: str = "diag", reg_covar: float = 1e-6) -> None:
+        self.n_mix, self.covariance_type, self.reg_covar = n_mix, covariance_type, reg_covar
+
+    @property
+    def _gaussian(self) -> GaussianFamily:
+        """The Gaussian family of the Gaussians inside: data checks, scale, floors, preparation and priors."""
+        return GaussianFamily(self.covariance_type, self.reg_covar)
+
+    def validate(self) -> None:
+        if isinstance(self.n_mix, bool) or not isinstance(self.n_mix, int) or self.n_mix < 1:
+            raise ValueError(f"n_mix must be a positive integer; got {self.n_mix!r}")
+        if self.covariance_type not in MIXTURE_COVARIANCE_TYPES:
+            raise ValueError(
+                f"covariance_type must be one of {MIXTURE_COVARIANCE_TYPES} for a mixture emission; "
+                f"got {self.covariance_type!r}"
+            )
+        self._gaussian.validate()
+
+    @property
+    def components_class(self) -> type[ComponentFamily]:  # type: ignore[override]
+        return DiagGaussianMixtures if self.covariance_type == "diag" else FullGaussianMixtures
+
+    # ---------------------------------------------------------------------- data
+    def check_data(self, x: torch.Tensor, name: str = "X") -> None:
+        self._gaussian.check_data(x, name)
+
+    def data_scale(self, x: torch.Tensor, name: str = "X") -> DataScale:
+        return self._gaussian.data_scale(x, name)
+
+    def prepare(self, x: torch.Tensor, components: ComponentFamily | None = None) -> CentredData:
+        return self._gaussian.prepare(x, components)
+
+    def rows(self, data: Any) -> torch.Tensor:
+        return self._gaussian.rows(data)
+
+    def start_points(self, data: Any) -> torch.Tensor:
+        return self._gaussian.start_points(data)
+
+    # ----------------------------------------------------------- the components
+    def sites(self, k: int, d: int) -> dict[str, SiteSpec]:
+        m = self.n_mix
+        sites = {
+            "mix_weights": SiteSpec(constraints.simplex, (m,)),
+            "locs": SiteSpec(constraints.real, (m, d)),
+            "scales": SiteSpec(constraints.positive, (m, d)),
+        }
+        if self.covariance_type == "full":
+            sites["corr_cholesky"] = SiteSpec(constraints.corr_cholesky, (m, d, d))
+        return sites
+
+    def _component_options(self, scale: DataScale) -> dict[str, Any]:
+        return self._gaussian._component_options(scale)
+
+    def components(self, values: dict[str, torch.Tensor], scale: DataScale) -> ComponentFamily:
+        scales = values["scales"]
+        if self.covariance_type == "full":
+            corr = values["corr_cholesky"]
+            scales = scales[..., None] * corr / corr.norm(dim=-1, keepdim=True)
+        return self.components_class(values["mix_weights"], values["locs"], scales, **self._component_options(scale))
+
+    def site_values(self, components: ComponentFamily) -> dict[str, torch.Tensor]:
+        values = {"mix_weights": components.mix_weights.clone(), "locs": components.loc.clone()}
+        if isinstance(components, DiagGaussianMixtures):
+            return {**values, "scales": components.scale.clone()}
+        scales = components.scale_tril.square().sum(-1).sqrt()
+        return {**values, "scales": scales, "corr_cholesky": components.scale_tril / scales[..., None]}
+
+    def placeholder(self, k: int, d: int, scale: DataScale, opts: dict) -> ComponentFamily:
+        """Components of the right shape, marked fresh: their first statistics split each one's rows by k-means."""
+        spread = torch.eye(d, **opts).expand(k, self.n_mix, d, d) if self.covariance_type == "full" else None
+        return self.components_class(
+            torch.full((k, self.n_mix), 1.0 / self.n_mix, **opts),
+            torch.zeros(k, self.n_mix, d, **opts),
+            torch.ones(k, self.n_mix, d, **opts) if spread is None else spread.clone(),
+            **self._component_options(scale),
+            fresh=True,
+        )
+
+    def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
+        """``mix_weights ~ Dirichlet(1)``; every Gaussian under the Gaussian family's priors."""
+        if site == "mix_weights":
+            return dist.Dirichlet(torch.ones(self.n_mix, **opts))
+        single = self._gaussian.prior(site, k, d, scale, opts)
+        return single.expand((self.n_mix,)).to_event(1)
+
+    def site_dims(self) -> dict[str, list[str]]:
+        """ArviZ dimensions: ``component``, then ``mix`` (the Gaussian within it), then the features."""
+        dims = {
+            name: ["component", "mix", "feature", "feature_bis"][: 3 + (name == "corr_cholesky")]
+            for name in self.sites(1, 2)
+        }
+        return {**dims, "mix_weights": ["component", "mix"]}
+
+    def n_parameters(self, k: int, d: int) -> int:
+        """``K (M - 1)`` mixing weights and the ``K M`` Gaussians' parameters."""
+        return k * (self.n_mix - 1) + self._gaussian.n_parameters(k * self.n_mix, d)

@@ -1,0 +1,116 @@
+"""Mixture-of-Gaussians components (``"gmm"``): an HMM with them is hmmlearn's GMMHMM, iteration by iteration."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from hmmlearn.hmm import GMMHMM
+from scipy.stats import multivariate_normal
+
+from ppmix import HMM
+from ppmix.components.gaussian_mixture import DiagGaussianMixtures, FullGaussianMixtures, GaussianMixtureFamily
+from tests.common import assert_close
+
+
+def _sequences(seed: int = 0) -> list[np.ndarray]:
+    """Two states, each emitting from two well-separated Gaussians on the first feature; noise on the second."""
+    rng = np.random.default_rng(seed)
+    sequences = []
+    for _ in range(10):
+        first = np.r_[rng.choice([-6.0, -2.0], 20), rng.choice([2.0, 6.0], 20)][:, None]
+        sequences.append(np.hstack([first + 0.5 * rng.normal(size=(40, 1)), rng.normal(size=(40, 1))]))
+    return sequences
+
+
+def _covariances(components) -> np.ndarray:
+    if isinstance(components, DiagGaussianMixtures):
+        return components.scale.square().numpy()
+    return (components.scale_tril @ components.scale_tril.mT).numpy()
+
+
+@pytest.mark.parametrize("cov", ["diag", "full"])
+def test_every_baum_welch_iteration_equals_hmmlearns_gmmhmm_from_the_same_start(cov):
+    sequences = _sequences()
+    family = GaussianMixtureFamily(n_mix=2, covariance_type=cov, reg_covar=0.0)
+    start = HMM(2, emission=family, max_iter=2, seed=0, progress=False).fit(sequences)
+    x, lengths = np.concatenate(sequences), [len(s) for s in sequences]
+    for steps in (1, 3):
+        ours = HMM(2, emission=family, warm_start=True, tol=0.0, max_iter=steps, progress=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ours.fit(sequences, max_iter=1)
+            ours.set_globals(start.get_globals())
+            ours.fit(sequences)
+            peer = GMMHMM(2, n_mix=2, covariance_type=cov, init_params="", params="stmcw", n_iter=steps, tol=-np.inf)
+            peer.startprob_, peer.transmat_ = start.initial_.numpy(), start.transition_.numpy()
+            fitted = start.components_
+            peer.weights_, peer.means_, peer.covars_ = (
+                fitted.mix_weights.numpy(),
+                fitted.loc.numpy(),
+                _covariances(fitted),
+            )
+            peer.fit(x, lengths)
+        got = ours.components_
+        assert_close(got.mix_weights, peer.weights_, rtol=1e-8, atol=1e-12)
+        assert_close(got.loc, peer.means_, rtol=1e-8, atol=1e-12)
+        assert_close(_covariances(got), peer.covars_, rtol=1e-8, atol=1e-12)
+        assert_close(ours.transition_, peer.transmat_, rtol=1e-8, atol=1e-9)  # ppmix pads counts by 1e-10
+        assert ours.log_likelihood(sequences) == pytest.approx(peer.score(x, lengths), rel=1e-10)
+
+
+@pytest.mark.parametrize("components_class", [DiagGaussianMixtures, FullGaussianMixtures])
+def test_log_prob_is_the_log_of_the_mixture_density_and_the_program_agrees(components_class):
+    rng = np.random.default_rng(1)
+    k, m, d = 2, 3, 2
+    weights = torch.as_tensor(rng.dirichlet(np.ones(m), size=k))
+    loc = torch.as_tensor(rng.normal(scale=3.0, size=(k, m, d)))
+    tril = torch.as_tensor(np.tril(rng.normal(scale=0.3, size=(k, m, d, d)), -1)) + torch.diag_embed(
+        torch.as_tensor(rng.uniform(0.5, 1.5, size=(k, m, d)))
+    )
+    spread = tril if components_class is FullGaussianMixtures else torch.diagonal(tril, dim1=-2, dim2=-1)
+    components = components_class(weights, loc, spread, reg_covar=0.0)
+    x = rng.normal(scale=3.0, size=(50, d))
+    covs = _covariances(components)
+    want = np.log(
+        np.stack(
+            [
+                sum(
+                    weights[j, i].item()
+                    * multivariate_normal(loc[j, i].numpy(), covs[j, i] if covs.ndim == 4 else np.diag(covs[j, i])).pdf(
+                        x
+                    )
+                    for i in range(m)
+                )
+                for j in range(k)
+            ],
+            axis=1,
+        )
+    )
+    assert_close(components.log_prob(torch.as_tensor(x)), want, rtol=1e-10)
+    assert_close(components.pyro_dist().log_prob(torch.as_tensor(x)[:, None, :]), want, rtol=1e-10)
+
+
+def test_an_hmm_with_mixture_emissions_elbo_is_its_log_likelihood():
+    sequences = _sequences(2)
+    hmm = HMM(2, emission=GaussianMixtureFamily(n_mix=2, covariance_type="full"), seed=0, progress=False)
+    hmm.fit(sequences)
+    assert hmm.elbo(sequences) == pytest.approx(hmm.log_likelihood(sequences), rel=1e-10)
+    assert np.all(np.diff(hmm.history_) >= -1e-12)
+    assert hmm.n_parameters == 1 + 2 + 2 * (1 + 2 * (2 + 3))  # initial, transition, per state: weight + 2 x (mean, cov)
+
+
+@pytest.mark.parametrize(
+    "settings, match",
+    [
+        ({"n_mix": 0}, "n_mix must be a positive integer"),
+        ({"n_mix": 1.5}, "n_mix must be a positive integer"),
+        ({"covariance_type": "tied"}, "covariance_type must be one of .* for a mixture emission"),
+        ({"reg_covar": -1.0}, "reg_covar"),
+    ],
+)
+def test_bad_settings_are_named(settings, match):
+    with pytest.raises(ValueError, match=match):
+        HMM(2, emission=GaussianMixtureFamily(**settings), progress=False).fit(_sequences()[:2])
