@@ -88,7 +88,6 @@ CASES: dict[str, Case] = {
     "GMM-full": Case(lambda: GMM(2, covariance_type="full", max_iter=20, **QUIET), _blobs),
     "GMM-spherical": Case(lambda: GMM(2, covariance_type="spherical", max_iter=20, **QUIET), _blobs),
     "GMM-tied": Case(lambda: GMM(2, covariance_type="tied", max_iter=20, **QUIET), _blobs),
-    "HMM-gmm": Case(lambda: HMM(2, emission="gmm", max_iter=10, **QUIET), _sequences, sequences=True),
     "HMM-tied": Case(lambda: HMM(2, covariance_type="tied", max_iter=10, **QUIET), _sequences, sequences=True),
     "HMM": Case(lambda: HMM(2, max_iter=10, **QUIET), _sequences, sequences=True),
     "HMM-left-right-MAP": Case(
