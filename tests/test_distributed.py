@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from concurrent.futures import Executor, Future
-
 import distributed
 import numpy as np
 import pandas as pd
@@ -12,6 +10,7 @@ import pytest
 from ppmix.datasets.moe import make_moe
 from ppmix.distributed import fit_distributed, read_shard
 from ppmix.parallel import TaskError
+from tests.common import InlineExecutor
 
 FAST = {"n_init": 2, "max_iter": 30}
 
@@ -174,22 +173,16 @@ def test_a_shard_with_other_column_names_is_refused_naming_it():
         fit_distributed([first, second.rename(columns={"a": "c"})], 2, executor="inline", n_init=1, retries=0)
 
 
-class _RewritesAfter(Executor):
+class _RewritesAfter(InlineExecutor):
     """Runs tasks here; after the first ``n`` it rewrites a shard file (between the first and the second round)."""
 
     def __init__(self, n: int, rewrite) -> None:
         self.n, self.rewrite, self.calls = n, rewrite, 0
 
-    def submit(self, fn, /, *args, **kwargs) -> Future:
+    def before(self, fn, args) -> None:
         if self.calls == self.n:
             self.rewrite()
         self.calls += 1
-        future: Future = Future()
-        try:
-            future.set_result(fn(*args, **kwargs))
-        except BaseException as err:  # noqa: BLE001 - delivered through the future, as a real executor does
-            future.set_exception(err)
-        return future
 
 
 @pytest.mark.filterwarnings("ignore:EM did not converge")

@@ -42,23 +42,12 @@ from ppmix.io import (
     load_model,
     schema,
 )
+from tests.reliability._saved_models import SWAP_WORKS, X, same_gmm
 
 pytestmark = pytest.mark.filterwarnings("ignore::ppmix.inference.engines.result.ConvergenceWarning")
 
-_rng = np.random.default_rng(0)
-X = np.concatenate([_rng.normal(size=(40, 2)), _rng.normal(size=(40, 2)) + 5.0])
-SWAP_WORKS = atomic._renameat2() is not None
-
 
 # ----------------------------------------------------------------------------------------- helpers
-@pytest.fixture(scope="module")
-def gmm_a():
-    return GMM(2, seed=0, progress=False).fit(X)
-
-
-@pytest.fixture(scope="module")
-def gmm_b():
-    return GMM(3, covariance_type="full", seed=1, progress=False).fit(X)
 
 
 @pytest.fixture(scope="module")
@@ -74,10 +63,6 @@ def presto(presto_data):
 @pytest.fixture(scope="module")
 def rw():
     return RegularizedWeighting(2, n_init=1, seed=0, progress=False).fit(X)
-
-
-def same_gmm(loaded: Any, model: Any) -> bool:
-    return type(loaded) is type(model) and np.array_equal(loaded.predict_proba(X), model.predict_proba(X))
 
 
 def leftovers(path: Path) -> list[str]:
@@ -129,16 +114,6 @@ STEPS = [
     ("os.replace", os, "replace"),
     ("swap", atomic, "_exchange"),
 ]
-
-
-@pytest.fixture(params=["swap", "renames"])
-def mode(request, monkeypatch):
-    """Install the new save by the atomic swap (Linux) or by two renames (elsewhere)."""
-    if request.param == "swap" and not SWAP_WORKS:
-        pytest.skip("renameat2(RENAME_EXCHANGE) is not available here")
-    if request.param == "renames":
-        monkeypatch.setattr(atomic, "_exchange", lambda a, b: False)
-    return request.param
 
 
 # ------------------------------------------------------------------------------------- atomic save

@@ -31,24 +31,7 @@ from ppmix import GMM, HMM, Mixture, MixtureOfExperts, SupervisedGMM
 from ppmix.datasets.presto import make_presto_synthetic
 from ppmix.inference import PRESTO, RegularizedWeighting
 from ppmix.io import CONFIG_FILE, TENSOR_FILE, atomic, config_checksum, load_model, schema
-
-_rng = np.random.default_rng(0)
-X = np.concatenate([_rng.normal(size=(40, 2)), _rng.normal(size=(40, 2)) + 5.0])
-SWAP_WORKS = atomic._renameat2() is not None
-
-
-@pytest.fixture(scope="module")
-def gmm_a():
-    return GMM(2, seed=0, progress=False).fit(X)
-
-
-@pytest.fixture(scope="module")
-def gmm_b():
-    return GMM(3, covariance_type="full", seed=1, progress=False).fit(X)
-
-
-def same_gmm(loaded: Any, model: Any) -> bool:
-    return type(loaded) is type(model) and np.array_equal(loaded.predict_proba(X), model.predict_proba(X))
+from tests.reliability._saved_models import X, same_gmm
 
 
 def siblings(path: Path) -> list[str]:
@@ -141,15 +124,6 @@ def interrupt_on_call(monkeypatch: pytest.MonkeyPatch, owner: Any, attr: str, n:
 
     monkeypatch.setattr(owner, attr, wrapper)
     return count
-
-
-@pytest.fixture(params=["swap", "renames"])
-def mode(request, monkeypatch):
-    if request.param == "swap" and not SWAP_WORKS:
-        pytest.skip("renameat2(RENAME_EXCHANGE) is not available here")
-    if request.param == "renames":
-        monkeypatch.setattr(atomic, "_exchange", lambda a, b: False)
-    return request.param
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -18,6 +18,7 @@ from ppmix.distributed import fit_distributed, fit_em, read_features
 from ppmix.distributed import holders as holders_module
 from ppmix.models import GMM
 from ppmix.parallel import ExecutorTimeoutError, TaskError, run_tasks
+from tests.common import InlineExecutor
 
 MAX_ITER = 5
 
@@ -27,7 +28,7 @@ def _rows(n: int, seed: int) -> np.ndarray:
     return np.r_[rng.normal(size=(n // 2, 2)), rng.normal(size=(n - n // 2, 2)) + 5.0]
 
 
-class _EveryStepAFreshProcess(Executor):
+class _EveryStepAFreshProcess(InlineExecutor):
     """Runs each task here, as a process that never held the shard would (a replaced worker, or another process
     of a pool): the shard is read again at every step. Before step call ``rewrite_at`` it runs ``rewrite``."""
 
@@ -36,7 +37,7 @@ class _EveryStepAFreshProcess(Executor):
         self.calls = 0
         self.reread_after_rewrite = False
 
-    def submit(self, fn, /, *args, **kwargs) -> Future:
+    def before(self, fn, args) -> None:
         if fn is holders_module._run_here:
             key, task = args[0], args[1]
             if self.calls == self.rewrite_at:
@@ -44,12 +45,6 @@ class _EveryStepAFreshProcess(Executor):
             self.reread_after_rewrite |= self.calls >= self.rewrite_at and task.name == self.watched
             self.calls += 1
             holders_module._HELD.pop(key, None)
-        future: Future = Future()
-        try:
-            future.set_result(fn(*args, **kwargs))
-        except BaseException as err:  # noqa: BLE001 - delivered through the future, as a real executor does
-            future.set_exception(err)
-        return future
 
 
 def _fit(paths, executor):
