@@ -145,13 +145,16 @@ def make_expert_data(n: int = 80, n_features: int = 2, expert: str = "gaussian",
     """Two regimes split at ``x_0 = 0``: ``(X (n, D), y (n,))`` for a mixture of experts.
 
     Gaussian experts: ``y = 2 x_0`` left of 0, ``-3 x_0 + 1`` right of it, plus ``N(0, 0.1^2)`` noise;
-    logistic experts: ``y ~ Bernoulli(sigmoid(3 x_0))`` left of 0 and ``Bernoulli(sigmoid(-3 x_0 + 1))`` right.
+    logistic experts: ``y ~ Bernoulli(sigmoid(3 x_0))`` left of 0 and ``Bernoulli(sigmoid(-3 x_0 + 1))`` right;
+    Poisson experts: counts ``y ~ Poisson(exp(0.5 x_0 + 1))`` left of 0 and ``Poisson(exp(-0.8 x_0 + 2))`` right.
     """
     rng = np.random.default_rng(seed)
     x = rng.uniform(-3, 3, size=(n, n_features))
     left = x[:, 0] < 0
     if expert == "gaussian":
         return x, np.where(left, 2 * x[:, 0], -3 * x[:, 0] + 1) + 0.1 * rng.normal(size=n)
+    if expert == "poisson":
+        return x, rng.poisson(np.exp(np.where(left, 0.5 * x[:, 0] + 1, -0.8 * x[:, 0] + 2))).astype(float)
     logit = np.where(left, 3 * x[:, 0], -3 * x[:, 0] + 1)
     return x, (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(float)
 

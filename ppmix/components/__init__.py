@@ -25,6 +25,7 @@ from ppmix.components.gaussian_expert import GaussianExpert
 from ppmix.components.gaussian_family import GaussianFamily
 from ppmix.components.gaussian_full import FullGaussian
 from ppmix.components.logistic_expert import LogisticExpert
+from ppmix.components.poisson_expert import PoissonExpert
 from ppmix.components.softmax_expert import SoftmaxExpert
 from ppmix.components.softmax_gate import SoftmaxGate
 
@@ -40,6 +41,7 @@ __all__ = [
     "GaussianExpert",
     "GaussianFamily",
     "LogisticExpert",
+    "PoissonExpert",
     "MeanStatisticsComponents",
     "SoftmaxExpert",
     "SiteSpec",

@@ -37,6 +37,7 @@ EXPERT_FAMILIES: dict[str, str] = {
     "gaussian": "ppmix.components.gaussian_expert:GaussianExpertFamily",
     "logistic": "ppmix.components.logistic_expert:LogisticExpertFamily",
     "softmax": "ppmix.components.softmax_expert:SoftmaxExpertFamily",
+    "poisson": "ppmix.components.poisson_expert:PoissonExpertFamily",
 }
 
 

@@ -264,7 +264,7 @@ def fit_distributed(
         Paths to Parquet/CSV files with a ``target`` column or NPZ files with arrays
         ``X`` and ``target`` (read on the worker); ``(X, y)`` pairs; or DataFrames.
     n_experts : int
-    expert : {"gaussian", "logistic"}
+    expert : {"gaussian", "logistic", "poisson"}
     target : str, default "y"
         Name of the response column/array in file and DataFrame shards.
     executor : None, 'inline', concurrent.futures.Executor or dask.distributed.Client
@@ -358,9 +358,10 @@ def fit_distributed(
     n_experts = check_positive_int(n_experts, "n_experts")
     if n_experts < 2:
         raise ValueError(f"n_experts must be an integer >= 2; got {n_experts!r}")
-    if expert not in ("gaussian", "logistic"):
+    if expert not in ("gaussian", "logistic", "poisson"):
         raise ValueError(
-            f"expert must be 'gaussian' or 'logistic' (the OT reduction has no softmax experts); got {expert!r}"
+            f"expert must be 'gaussian', 'logistic' or 'poisson' (the OT reduction has no softmax experts); "
+            f"got {expert!r}"
         )
     if support_size is not None:
         support_size = check_positive_int(support_size, "support_size")
@@ -480,4 +481,4 @@ def _refit_poor_fits(
 
 def _model_kwargs(options: dict[str, Any]) -> dict[str, Any]:
     """Constructor arguments a rebuilt local model keeps (the fit settings are not needed)."""
-    return {k: v for k, v in options.items() if k in ("ridge", "min_variance", "dtype")}
+    return {k: v for k, v in options.items() if k in ("expert", "ridge", "min_variance", "dtype")}

@@ -67,9 +67,10 @@ class MixtureOfExperts(ParametersMixin, TargetKindMixin, MixtureModel):
     ----------
     n_experts : int, default 2
         Number of experts ``K`` (at least 2).
-    expert : {"gaussian", "logistic", "softmax"} or ExpertFamily, default "gaussian"
-        Regression experts, binary classifiers (any two labels) or multi-class ones
-        (:class:`~ppmix.components.SoftmaxExpert`, any number of labels; not for ``fit_distributed``): a
+    expert : {"gaussian", "logistic", "softmax", "poisson"} or ExpertFamily, default "gaussian"
+        Regression experts, binary classifiers (any two labels), multi-class ones
+        (:class:`~ppmix.components.SoftmaxExpert`, any number of labels; not for ``fit_distributed``) or
+        Poisson regressions of counts (:class:`~ppmix.components.PoissonExpert`, log link; a regressor): a
         registered name (:data:`ppmix.components.registry.EXPERT_FAMILIES`) or a family object
         (:class:`~ppmix.components.expert_family.ExpertFamily`, e.g. ``GaussianExpertFamily()``), whose
         ``target_kind`` makes the model a regressor or a classifier.
@@ -178,7 +179,7 @@ class MixtureOfExperts(ParametersMixin, TargetKindMixin, MixtureModel):
 
     @property
     def target_kind(self) -> str:
-        """What ``y`` is: ``"real"`` (a regression), ``"binary"`` or ``"categorical"`` (a classifier)."""
+        """What ``y`` is: ``"real"`` or ``"count"`` (a regression), ``"binary"`` or ``"categorical"`` (a classifier)."""
         return self.expert_family().target_kind
 
     @property

@@ -121,7 +121,10 @@ class ParametersMixin:
 
     @classmethod
     def from_families(cls, gate: SoftmaxGate, experts: GaussianExpert | LogisticExpert, **kwargs: Any) -> Self:
-        """A fitted model from a gate and an expert family on the user's scale (see :meth:`from_parameters`)."""
+        """A fitted model from a gate and an expert family on the user's scale (see :meth:`from_parameters`);
+        ``expert=`` names the family of experts other than Gaussian and logistic ones."""
+        if "expert" not in kwargs and not isinstance(experts, (GaussianExpert, LogisticExpert)):
+            raise ValueError(f"expert= is required to build a model from {type(experts).__name__} experts")
         scale = experts.scale if isinstance(experts, GaussianExpert) else None
         return cls.from_parameters(
             gate_coef=gate.coef.detach().cpu(),

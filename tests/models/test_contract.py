@@ -119,6 +119,12 @@ CASES: dict[str, Case] = {
         lambda: make_expert_data(60, expert="logistic"),
         score_needs_y=True,
     ),
+    "MoE-poisson": Case(
+        lambda: MixtureOfExperts(2, expert="poisson", max_iter=20, **QUIET),
+        lambda: make_expert_data(60, expert="poisson"),
+        n_labels=None,
+        score_needs_y=True,
+    ),
     "user-StudentT-svi": Case(
         lambda: UserStudentT(2, df=4.0, **QUIET), _blobs, fit_options={"engine": "svi", "num_steps": 30, "lr": 0.05}
     ),
@@ -145,6 +151,8 @@ NOT_OFFERED: dict[tuple[str, str], str] = {
     ("MoE-gaussian", "predict_proba"): "Gaussian experts are a regression: predict gives E[y | x]",
     ("MoE-gaussian", "score_samples"): "the MoE models y given X; score_samples(X) takes no y (score(X, y) does)",
     ("MoE-logistic", "score_samples"): "the MoE models y given X; score_samples(X) takes no y (score(X, y) does)",
+    ("MoE-poisson", "predict_proba"): "Poisson experts are a regression of counts: predict gives E[y | x]",
+    ("MoE-poisson", "score_samples"): "the MoE models y given X; score_samples(X) takes no y (score(X, y) does)",
     ("PFGMMGibbs", "fit_attributes"): "a Gibbs sampler, not a MixtureModel: its fit keeps draws_, no n_iter_/history_",
     ("PFGMMGibbs", "score"): "not a MixtureModel: score_samples only",
     ("PFGMMGibbs", "save_load"): "not a MixtureModel: no save/load",
@@ -152,7 +160,15 @@ NOT_OFFERED: dict[tuple[str, str], str] = {
     ("user-StudentT-svi", "sample_weight"): "fitted by SVI: sample_weight is taken by engine='em' only",
     **{
         (case_id, "sample_weight"): "sample_weight not written yet for the pf objective / the mixture of experts"
-        for case_id in ("PFGMM", "SupervisedGMM", "PFHMM", "SupervisedHMM", "MoE-gaussian", "MoE-logistic")
+        for case_id in (
+            "PFGMM",
+            "SupervisedGMM",
+            "PFHMM",
+            "SupervisedHMM",
+            "MoE-gaussian",
+            "MoE-logistic",
+            "MoE-poisson",
+        )
     },
 }
 

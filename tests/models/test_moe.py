@@ -210,7 +210,7 @@ def test_mcmc_runs_with_proper_priors():
         ({"expert": "logistic"}, "nonbinary", ValueError, "binary"),
         ({"n_experts": 30}, "ok", ValueError, "not more than the"),
         ({"n_experts": 1}, "ok", ValueError, "n_experts must be >= 2"),
-        ({"expert": "poisson"}, "ok", ValueError, "expert must be one of"),
+        ({"expert": "gamma"}, "ok", ValueError, "expert must be one of"),
         ({"init_params": "magic"}, "ok", ValueError, "init_params"),
         ({"split_merge": -1}, "ok", ValueError, "split_merge must be a non-negative integer"),
         ({"split_merge_search": "all"}, "ok", ValueError, "split_merge_search must be one of"),

@@ -108,4 +108,4 @@ def weighted_average_estimator(
         for name, value in parts.items():
             sums[name] = sums.get(name, 0) + w * value
     scale = sums.pop("variance").sqrt() if "variance" in sums else None
-    return MixtureOfExperts.from_parameters(**sums, scale=scale, engine="weighted-average")
+    return MixtureOfExperts.from_parameters(**sums, scale=scale, engine="weighted-average", expert=reference.expert)

@@ -15,7 +15,9 @@ supporting sample ``X_S`` (expectations are means over ``X_S``):
    ``sigma_k^2 = sum w [sigma_l^2 + (x^T(beta_k - beta_l))^2] / sum w``), and for logistic
    experts either by the paper's closed form S14 (least squares on the clamped
    log-odds of ``V``; an approximation of (19)) or exactly by weighted Newton/IRLS on the
-   soft targets ``V`` (which keeps the MM monotone);
+   soft targets ``V`` (which keeps the MM monotone); for Poisson experts, whose cost is
+   ``lambda_l log(lambda_l / lambda_k) - lambda_l + lambda_k``, exactly by weighted Newton on the mean
+   local rate ``V`` (a Poisson regression on soft targets; S14 has no Poisson counterpart here);
 3. stop on the relative change of the objective (15); keep the best of several
    initialisations (each starts from the experts of one local model);
 4. gate (S5): softmax regression on ``X_S`` of targets ``a_sk`` — the gate mass of the
@@ -45,7 +47,7 @@ import numpy as np
 import torch
 
 from ppmix._validation import check_matrix, check_positive_int
-from ppmix.components import GaussianExpert, LogisticExpert, SoftmaxGate
+from ppmix.components import GaussianExpert, LogisticExpert, PoissonExpert, SoftmaxGate
 from ppmix.components._linear import design_matrix, weighted_grams
 from ppmix.inference.optimizers.ot._local_models import check_models
 from ppmix.inference.optimizers.ot.gate_refit import refit_gate
@@ -56,7 +58,7 @@ __all__ = ["LocalMixture", "ot_reduce", "reduction_plan", "update_experts"]
 
 logger = logging.getLogger(__name__)
 
-Experts = GaussianExpert | LogisticExpert
+Experts = GaussianExpert | LogisticExpert | PoissonExpert
 LOGISTIC_UPDATES = ("s14", "newton")
 GATE_TARGETS = ("auto", "matched", "plan")
 GATE_REFITS = ("kl", "s5")
@@ -197,6 +199,8 @@ def update_experts(
     ``logit V``, with ``V`` clamped to ``(epsilon, 1 - epsilon)``, on the points that carry
     mass) or the exact minimiser (``logistic_update="newton"``: weighted Newton/IRLS with
     the soft targets ``V`` and weights ``sum_l w``, no clamping needed).
+    Poisson experts: ``V_sk = sum_l w lambda_l(x_s) / sum_l w``, then the exact minimiser, weighted Newton on
+    the soft targets ``V`` (``logistic_update="s14"`` is refused for them).
     A reduced expert that receives no mass (or whose system is singular) keeps its
     current parameters.
     """
@@ -232,8 +236,12 @@ def _update(
         return new
     if logistic_update not in LOGISTIC_UPDATES:
         raise ValueError(f"logistic_update must be one of {LOGISTIC_UPDATES}; got {logistic_update!r}")
+    counts = isinstance(current, PoissonExpert)
+    if counts and logistic_update == "s14":
+        raise ValueError("logistic_update='s14' is the closed form of logistic experts; use 'newton' for poisson ones")
     has_mass = mass > 0
-    v = per_point(weights * torch.sigmoid(pairs.eta)) / mass.where(has_mass, torch.ones_like(mass))
+    local_means = pairs.eta.exp() if counts else torch.sigmoid(pairs.eta)  # E[y | x_s] of every local expert
+    v = per_point(weights * local_means) / mass.where(has_mass, torch.ones_like(mass))
     v = v.where(has_mass, torch.full_like(v, 0.5))
     stacked = current._stacked().clone()
     for k in torch.nonzero(alive).flatten().tolist():
@@ -320,7 +328,7 @@ def ot_reduce(
         local expert ``l`` to the reduced expert ``k(l)`` that receives most of its plan
         mass over the supporting sample — the correspondence ``k(l)`` of the paper's
         consistency argument (S1.3), to which the plan converges. ``"auto"`` is
-        ``"matched"`` for Gaussian experts and ``"plan"`` for logistic ones:
+        ``"matched"`` for Gaussian (and Poisson) experts and ``"plan"`` for logistic ones:
 
         * Gaussian: where two experts' conditionals cross, the per-point argmin sends a
           local expert's mass to the wrong reduced expert at a few points; on nearly
@@ -398,13 +406,13 @@ def ot_reduce(
         assert best is not None
         _, experts, assign, history, converged = best
         if gate_targets == "auto":
-            gate_targets = "matched" if isinstance(experts, GaussianExpert) else "plan"
+            gate_targets = "plan" if isinstance(experts, LogisticExpert) else "matched"
         targets = _gate_targets(local, assign, k, gate_targets)
         gate = SoftmaxGate(torch.zeros(k, x.shape[1], dtype=x.dtype), ridge=gate_ridge).fit(x, targets)
         gate_history: list[float] = []
         if gate_refit == "kl":
             gate, gate_history = refit_gate(local, gate, experts, max_iter=max_iter, tol=tol)
-    model = MixtureOfExperts.from_families(gate, experts, engine="ot-reduction")
+    model = MixtureOfExperts.from_families(gate, experts, engine="ot-reduction", expert=models[0].expert)
     model.history_, model.n_iter_, model.converged_ = history, len(history) - 1, converged
     model.gate_targets_, model.gate_history_ = targets, gate_history
     return model
