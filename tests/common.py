@@ -117,6 +117,7 @@ FAMILY_DATA = {
     "poisson": lambda z, d, rng: rng.poisson(np.where(z[:, None] == 1, 20.0, 2.0), size=(len(z), d)),
     "bernoulli": lambda z, d, rng: rng.random((len(z), d)) < np.where(z[:, None] == 1, 0.9, 0.1),
     "exponential": lambda z, d, rng: rng.exponential(np.where(z[:, None] == 1, 50.0, 1.0), size=(len(z), d)),
+    "student_t": lambda z, d, rng: 8.0 * z[:, None] + rng.standard_t(2.0, size=(len(z), d)),
 }
 
 

@@ -29,6 +29,7 @@ FAMILIES: dict[str, str] = {
     "poisson": "ppmix.components.poisson:PoissonFamily",
     "bernoulli": "ppmix.components.bernoulli_features:BernoulliFamily",
     "exponential": "ppmix.components.exponential:ExponentialFamily",
+    "student_t": "ppmix.components.student_t:StudentTFamily",
 }
 
 #: registered expert (conditional) families of MixtureOfExperts: name -> "module:Class"
