@@ -64,13 +64,15 @@ def solve_df(mean_log_precision: torch.Tensor, df_range: tuple[float, float] = D
     [5.3097, 200.0, 0.5]
     """
     m = mean_log_precision.to(torch.float64)
-    low = torch.full_like(m, math.log(df_range[0]))
-    high = torch.full_like(m, math.log(df_range[1]))
+    smallest, largest = (torch.full_like(m, end) for end in df_range)
+    low, high = smallest.log(), largest.log()
     for _ in range(BISECTION_STEPS):
         middle = (low + high) / 2
         above = df_equation(middle.exp(), m) > 0  # the root lies above the middle
         low, high = torch.where(above, middle, low), torch.where(above, high, middle)
-    return ((low + high) / 2).exp().to(mean_log_precision.dtype)
+    df = ((low + high) / 2).exp()
+    df = torch.where(df_equation(largest, m) >= 0, largest, df)  # exactly the end the root lies beyond
+    return torch.where(df_equation(smallest, m) <= 0, smallest, df).to(mean_log_precision.dtype)
 
 
 @dataclass(frozen=True)
@@ -116,7 +118,7 @@ class StudentTComponents(ComponentFamily):
     Examples
     --------
     >>> f64 = torch.float64
-    >>> comp = StudentTComponents(torch.tensor([3.0], dtype=f64), torch.zeros(1, 2, dtype=f64), torch.ones(1, 2, dtype=f64))
+    >>> comp = StudentTComponents(*(torch.tensor(v, dtype=f64) for v in ([3.0], [[0.0, 0.0]], [[1.0, 1.0]])))
     >>> x = torch.tensor([[0.0, 0.0], [10.0, 0.0]], dtype=f64)
     >>> comp.precision_weights(x).ravel().tolist()  # (df + D) / (df + delta): the far row weighs little
     [1.6666666666666667, 0.04854368932038835]
@@ -182,7 +184,7 @@ class StudentTComponents(ComponentFamily):
         Examples
         --------
         >>> f64 = torch.float64
-        >>> comp = StudentTComponents(torch.tensor([4.0], dtype=f64), torch.zeros(1, 1, dtype=f64), torch.ones(1, 1, dtype=f64))
+        >>> comp = StudentTComponents(*(torch.tensor(v, dtype=f64) for v in ([4.0], [[0.0]], [[1.0]])))
         >>> x, ones = torch.tensor([[0.0], [1.0], [30.0]], dtype=f64), torch.ones(3, 1, dtype=f64)
         >>> merged = comp.statistics(x[:2], ones[:2]).merge(comp.statistics(x[2:], ones[2:]))
         >>> whole = comp.statistics(x, ones)
@@ -225,7 +227,14 @@ class StudentTComponents(ComponentFamily):
         return dist.MultivariateStudentT(df, loc, torch.diag_embed(scale))
 
     def sample(self, index: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        """``loc + scale * z / sqrt(u)`` with ``z ~ N(0, I)``, ``u ~ Gamma(df / 2, df / 2)``; shape ``index.shape + (D,)``."""
+        """Draws ``loc + scale * z / sqrt(u)``, ``z ~ N(0, I)``, ``u ~ Gamma(df / 2, df / 2)``: ``index.shape + (D,)``.
+
+        Examples
+        --------
+        >>> comp = StudentTComponents(torch.tensor([3.0]), torch.zeros(1, 2), torch.ones(1, 2))
+        >>> comp.sample(torch.zeros(5, dtype=torch.long), torch.Generator().manual_seed(0)).shape
+        torch.Size([5, 2])
+        """
         half = (self.df[index] / 2).cpu()
         seed = int(torch.randint(2**62, (1,), generator=generator))
         with torch.random.fork_rng(devices=[]):
