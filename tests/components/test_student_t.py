@@ -11,7 +11,7 @@ import pytest
 import torch
 from scipy import optimize, special, stats
 
-from ppmix import GMM, Mixture
+from ppmix import GMM, HMM, Mixture
 from ppmix.components.student_t import StudentTComponents, StudentTFamily
 from tests.common import assert_close
 
@@ -92,12 +92,19 @@ def test_df_beyond_the_range_is_the_nearest_end():
     assert float(comp.df[0]) == 200.0
 
 
-def test_em_never_decreases_the_log_likelihood():
-    x = np.concatenate([RNG.standard_t(2.0, size=(150, 2)), 5.0 + RNG.standard_t(2.0, size=(150, 2))])
+@pytest.mark.parametrize("structure", ["Mixture", "HMM"])
+def test_em_never_decreases_the_log_likelihood(structure):
+    rng = np.random.default_rng(1)
+    x = np.concatenate([rng.standard_t(2.0, size=(150, 2)), 5.0 + rng.standard_t(2.0, size=(150, 2))])
+    options = {"max_iter": 60, "tol": 0.0, "seed": 1, "progress": False}
+    if structure == "Mixture":
+        model = Mixture(3, family="student_t", **options)
+    else:  # 10 sequences of 30 steps
+        model, x = HMM(3, emission="student_t", **options), np.split(rng.permutation(x), 10)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a fixed number of iterations, not convergence
-        mix = Mixture(3, family="student_t", max_iter=60, tol=0.0, seed=1, progress=False).fit(x)
-    history = np.asarray(mix.history_)
+        model.fit(x)
+    history = np.asarray(model.history_)
     assert len(history) > 50
     assert (np.diff(history) >= -1e-12 * np.abs(history[1:])).all()
 
