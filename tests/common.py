@@ -124,6 +124,7 @@ FAMILY_DATA = {
     "gmm": lambda z, d, rng: (
         8.0 * z[:, None] + rng.choice([-1.5, 1.5], size=(len(z), 1)) + 0.4 * rng.normal(size=(len(z), d))
     ),
+    "student_t": lambda z, d, rng: 8.0 * z[:, None] + rng.standard_t(2.0, size=(len(z), d)),
 }
 
 

@@ -30,6 +30,7 @@ FAMILIES: dict[str, str] = {
     "bernoulli": "ppmix.components.bernoulli_features:BernoulliFamily",
     "exponential": "ppmix.components.exponential:ExponentialFamily",
     "gmm": "ppmix.components.gaussian_mixture:GaussianMixtureFamily",
+    "student_t": "ppmix.components.student_t:StudentTFamily",
 }
 
 #: registered expert (conditional) families of MixtureOfExperts: name -> "module:Class"
