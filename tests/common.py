@@ -108,6 +108,12 @@ def make_sequences(
     return xs, ys, zs
 
 
+def _profile(k: int, d: int) -> np.ndarray:
+    """The category probabilities of planted multinomial component ``k``: 4 to 1 for the features of parity ``k``."""
+    weights = np.where(np.arange(d) % 2 == k, 4.0, 1.0)
+    return weights / weights.sum()
+
+
 #: every registered density family (ppmix.components.registry.FAMILIES) and how to draw its data from planted
 #: components: ``emit(z, n_features, rng)`` gives one row per state in ``z`` (0 or 1), the two components well
 #: apart. The one list a new family is added to: the contract suite (Mixture and HMM cases) and
@@ -117,6 +123,10 @@ FAMILY_DATA = {
     "poisson": lambda z, d, rng: rng.poisson(np.where(z[:, None] == 1, 20.0, 2.0), size=(len(z), d)),
     "bernoulli": lambda z, d, rng: rng.random((len(z), d)) < np.where(z[:, None] == 1, 0.9, 0.1),
     "exponential": lambda z, d, rng: rng.exponential(np.where(z[:, None] == 1, 50.0, 1.0), size=(len(z), d)),
+    "multinomial": lambda z, d, rng: np.array([rng.multinomial(rng.integers(20, 40), _profile(k, d)) for k in z]),
+    "categorical": lambda z, d, rng: np.where(
+        rng.random((len(z), d)) < 0.8, 2 * z[:, None], rng.integers(0, 3, (len(z), d))
+    ),
 }
 
 

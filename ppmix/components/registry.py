@@ -29,6 +29,8 @@ FAMILIES: dict[str, str] = {
     "poisson": "ppmix.components.poisson:PoissonFamily",
     "bernoulli": "ppmix.components.bernoulli_features:BernoulliFamily",
     "exponential": "ppmix.components.exponential:ExponentialFamily",
+    "multinomial": "ppmix.components.multinomial:MultinomialFamily",
+    "categorical": "ppmix.components.categorical_features:CategoricalFamily",
 }
 
 #: registered expert (conditional) families of MixtureOfExperts: name -> "module:Class"
