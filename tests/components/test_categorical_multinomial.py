@@ -138,3 +138,37 @@ def test_multinomial_mixture_recovers_planted_topics_from_documents_of_any_lengt
     assert adjusted_rand_score(z, mixture.predict(documents)) > 0.95
     order = [int(np.argmax(np.bincount(mixture.predict(documents)[z == k], minlength=2))) for k in range(2)]
     assert_close(mixture.components_.probs[order], topics, atol=0.03)
+
+
+def _sticky_chains(n_sequences: int, length: int, emit) -> list[np.ndarray]:
+    """Sequences of a three-state chain that keeps its state with probability 0.8, each step emitted by ``emit``."""
+    transition = np.full((3, 3), 0.1) + 0.7 * np.eye(3)
+    sequences = []
+    for _ in range(n_sequences):
+        z = [int(RNG.integers(3))]
+        for _ in range(length - 1):
+            z.append(int(RNG.choice(3, p=transition[z[-1]])))
+        sequences.append(np.stack([emit(state) for state in z]).astype(float))
+    return sequences
+
+
+def _hmmlearn_score(peer, model, sequences, emissionprob) -> float:
+    peer.startprob_, peer.transmat_ = model.initial_.numpy(), model.transition_.numpy()
+    peer.emissionprob_ = emissionprob
+    return peer.score(np.concatenate(sequences).astype(int), lengths=[len(s) for s in sequences])
+
+
+def test_hmm_log_likelihoods_equal_hmmlearns_categorical_and_multinomial_hmms_at_the_fitted_parameters():
+    hmmlearn = pytest.importorskip("hmmlearn.hmm")
+    levels = RNG.dirichlet(np.ones(4), size=3)
+    codes = _sticky_chains(10, 30, lambda k: [RNG.choice(4, p=levels[k])])
+    model = HMM(3, emission="categorical", seed=0, progress=False).fit(codes)
+    peer = hmmlearn.CategoricalHMM(n_components=3, n_features=4)
+    expected = _hmmlearn_score(peer, model, codes, model.components_.probs[:, 0].numpy())
+    assert model.log_likelihood(codes) == pytest.approx(expected, rel=1e-10)
+
+    counts = _sticky_chains(10, 30, lambda k: RNG.multinomial(12, levels[k]))  # hmmlearn takes one total
+    model = HMM(3, emission="multinomial", seed=0, progress=False).fit(counts)
+    peer = hmmlearn.MultinomialHMM(n_components=3, n_trials=12)
+    expected = _hmmlearn_score(peer, model, counts, model.components_.probs.numpy())
+    assert model.log_likelihood(counts) == pytest.approx(expected, rel=1e-10)
