@@ -111,6 +111,12 @@ def make_sequences(
     return xs, ys, zs
 
 
+def _profile(k: int, d: int) -> np.ndarray:
+    """The category probabilities of planted multinomial component ``k``: 4 to 1 for the features of parity ``k``."""
+    weights = np.where(np.arange(d) % 2 == k, 4.0, 1.0)
+    return weights / weights.sum()
+
+
 #: every registered density family (ppmix.components.registry.FAMILIES) and how to draw its data from planted
 #: components: ``emit(z, n_features, rng)`` gives one row per state in ``z`` (0 or 1), the two components well
 #: apart. The one list a new family is added to: the contract suite (Mixture and HMM cases) and
@@ -125,6 +131,10 @@ FAMILY_DATA = {
         8.0 * z[:, None] + rng.choice([-1.5, 1.5], size=(len(z), 1)) + 0.4 * rng.normal(size=(len(z), d))
     ),
     "student_t": lambda z, d, rng: 8.0 * z[:, None] + rng.standard_t(2.0, size=(len(z), d)),
+    "multinomial": lambda z, d, rng: np.array([rng.multinomial(rng.integers(20, 40), _profile(k, d)) for k in z]),
+    "categorical": lambda z, d, rng: np.where(
+        rng.random((len(z), d)) < 0.8, 2 * z[:, None], rng.integers(0, 3, (len(z), d))
+    ),
 }
 
 

@@ -182,6 +182,13 @@ class DensityFamily(Protocol):
     def validate(self) -> None:
         """Check the settings (called by ``fit``); raise ``ValueError`` naming the bad one."""
 
+    def measured(self, scale: DataScale) -> "DensityFamily":
+        """The family with the settings it measures on the training data (:meth:`data_scale`) filled in from
+        ``scale``, for the calls that take no scale (``sites``, ``check_data``, ``prepare``); a structure's
+        ``component_family()`` is this of its recorded scale. Default: the family itself (its sites do not depend
+        on the data); the categorical family fills in its number of levels."""
+        return self
+
     # ---------------------------------------------------------------------- data
     def check_data(self, x: torch.Tensor, name: str = "X") -> None:
         """Refuse data the family cannot model (e.g. negative counts), naming ``name``; default: any real data."""
@@ -255,11 +262,14 @@ class DensityFamily(Protocol):
 
 
 def _a_point_of(support: constraints.Constraint, shape: tuple[int, ...], opts: dict) -> torch.Tensor:
-    """A valid value of ``support`` of ``shape`` (zeros, one half, ones or the identity), for placeholders."""
+    """A valid value of ``support`` of ``shape`` (zeros, one half, uniform on the simplex, ones or the identity), for
+    placeholders."""
     if support is constraints.real:
         return torch.zeros(shape, **opts)
     if support is constraints.unit_interval:
         return torch.full(shape, 0.5, **opts)
+    if support is constraints.simplex:
+        return torch.full(shape, 1.0 / shape[-1], **opts)
     if support is constraints.corr_cholesky:
         return torch.eye(shape[-1], **opts).expand(shape).clone()
     return torch.ones(shape, **opts)

@@ -31,6 +31,8 @@ FAMILIES: dict[str, str] = {
     "exponential": "ppmix.components.exponential:ExponentialFamily",
     "gmm": "ppmix.components.gaussian_mixture:GaussianMixtureFamily",
     "student_t": "ppmix.components.student_t:StudentTFamily",
+    "multinomial": "ppmix.components.multinomial:MultinomialFamily",
+    "categorical": "ppmix.components.categorical_features:CategoricalFamily",
 }
 
 #: registered expert (conditional) families of MixtureOfExperts: name -> "module:Class"

@@ -73,12 +73,24 @@ class FamilyComponentsMixin:
 
     def _record_data_scale(self, x: torch.Tensor, name: str = "X") -> None:
         """Check that the family can model the training data ``x`` and record its scale (floors, priors);
-        fitted components (a warm start) take the new scale."""
+        fitted components (a warm start) take the new scale. The family measures the data as its constructor
+        arguments ask, not as an earlier fit measured it."""
+        self._data_scale = {}
         family = self.component_family()
         family.check_data(x, name)
         self._data_scale = family.data_scale(x, name)
         if getattr(self, "components_", None) is not None:
             self.components_ = family.from_state(self.components_.state_dict(), self._data_scale)
+
+    def extra_state(self) -> dict[str, Any]:
+        """The data scale recorded by the fit (saved: MCMC's priors and the measured settings of a family, e.g. the
+        categorical family's number of levels, read it)."""
+        return {**super().extra_state(), "data_scale": {name: v.tolist() for name, v in self._scale.items()}}  # type: ignore[misc]
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        super().load_extra_state(state)  # type: ignore[misc]
+        opts = {"dtype": self.dtype, "device": self._device}  # type: ignore[attr-defined]
+        self._data_scale = {name: torch.tensor(v, **opts) for name, v in state.get("data_scale", {}).items()}
 
     @property
     def _component_parameters(self) -> int:

@@ -159,7 +159,8 @@ class HMM(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
         store_params(self, locals())
 
     def component_family(self) -> DensityFamily:
-        return family_from(self.emission, "emission", covariance_type=self.covariance_type, reg_covar=self.reg_covar)
+        family = family_from(self.emission, "emission", covariance_type=self.covariance_type, reg_covar=self.reg_covar)
+        return family.measured(self._scale)
 
     def saved_params(self) -> dict[str, Any]:
         params = super().saved_params()

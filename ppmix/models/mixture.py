@@ -91,7 +91,7 @@ class Mixture(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
         store_params(self, locals())
 
     def component_family(self) -> DensityFamily:
-        return family_from(self.family, "family")
+        return family_from(self.family, "family").measured(self._scale)
 
     def saved_params(self) -> dict[str, Any]:
         params = super().saved_params()

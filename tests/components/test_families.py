@@ -65,8 +65,8 @@ def test_the_m_step_maximises_the_weighted_log_likelihood(name):
     x = torch.as_tensor(x_np)
     gen = torch.Generator().manual_seed(0)
     weights = torch.distributions.Dirichlet(torch.ones(4, dtype=torch.float64)).sample((200,))
-    family = family_from(name)
-    scale = family.data_scale(x)
+    scale = family_from(name).data_scale(x)
+    family = family_from(name).measured(scale)  # with the settings it measures on the data (categorical: levels)
     comps = family.placeholder(4, 3, scale, {"dtype": torch.float64})
     # one M-step is the maximiser where the statistics depend on the weights only; where they also depend on the
     # current components (student_t's expected precisions) the M-step is repeated to its fixed point
@@ -172,6 +172,6 @@ def test_mcmc_draws_reach_arviz(structure, name):
     # shallow trees: the test is that draws of every site reach ArviZ, not that the chain mixes
     model = _quiet(_structure(structure, name).fit, x, engine="mcmc", num_samples=10, warmup_steps=10, max_tree_depth=4)
     posterior = model.to_arviz().posterior
-    for site in family_from(name).sites(2, 2):
+    for site in model.component_family().sites(2, 2):
         assert posterior[site].sizes["draw"] == 10
         assert np.isfinite(posterior[site].values).all()
