@@ -29,6 +29,8 @@ FAMILIES: dict[str, str] = {
     "poisson": "ppmix.components.poisson:PoissonFamily",
     "bernoulli": "ppmix.components.bernoulli_features:BernoulliFamily",
     "exponential": "ppmix.components.exponential:ExponentialFamily",
+    "gamma": "ppmix.components.gamma:GammaFamily",
+    "lognormal": "ppmix.components.lognormal:LogNormalFamily",
 }
 
 #: registered expert (conditional) families of MixtureOfExperts: name -> "module:Class"
