@@ -118,7 +118,7 @@ FAMILY_DATA = {
     "bernoulli": lambda z, d, rng: rng.random((len(z), d)) < np.where(z[:, None] == 1, 0.9, 0.1),
     "exponential": lambda z, d, rng: rng.exponential(np.where(z[:, None] == 1, 50.0, 1.0), size=(len(z), d)),
     "gamma": lambda z, d, rng: rng.gamma(
-        np.where(z[:, None] == 1, 8.0, 2.0), np.where(z[:, None] == 1, 10.0, 0.5), (len(z), d)
+        np.where(z[:, None] == 1, 2.0, 1.0), np.where(z[:, None] == 1, 40.0, 1.0), (len(z), d)
     ),
     "lognormal": lambda z, d, rng: np.exp(rng.normal(np.where(z[:, None] == 1, 3.0, 0.0), 0.5, (len(z), d))),
 }

@@ -57,8 +57,8 @@ def log_minus_digamma(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     series = u / 2 + w * (
         1 / 12 + w * (-1 / 120 + w * (1 / 252 + w * (-1 / 240 + w * (1 / 132 + w * (-691 / 32760 + w / 12)))))
     )
-    bernoulli = 1 / 6 + w * (-1 / 30 + w * (1 / 42 + w * (-1 / 30 + w * (5 / 66 + w * (-691 / 2730 + w * 7 / 6)))))
-    series_derivative = -w / 2 - u * w * bernoulli
+    tail = 1 / 6 + w * (-1 / 30 + w * (1 / 42 + w * (-1 / 30 + w * (5 / 66 + w * (-691 / 2730 + w * 7 / 6)))))
+    series_derivative = -w / 2 - u * w * tail  # minus the sum of B_2k / a^(2k + 1)
     value = torch.where(small, direct.log() - torch.digamma(direct), series)
     derivative = torch.where(small, 1 / direct - torch.polygamma(1, direct), series_derivative)
     return value, derivative
