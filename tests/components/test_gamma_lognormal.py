@@ -12,7 +12,7 @@ from scipy import optimize, stats
 from ppmix import HMM, Mixture
 from ppmix.components.gamma import GammaComponents, gamma_shape, log_minus_digamma
 from ppmix.components.lognormal import LogNormalComponents, LogNormalFamily
-from tests.common import assert_close
+from tests.common import assert_close, make_family_sequences
 
 RNG = np.random.default_rng(0)
 F64 = torch.float64
@@ -143,7 +143,7 @@ def test_data_outside_the_support_are_an_error_naming_x(family, bad):
 
 @pytest.mark.parametrize("family", ["gamma", "lognormal"])
 def test_predictions_refuse_data_outside_the_support_too(family):
-    x = RNG.gamma(2.0, 1.0, size=(30, 2))
-    hmm = HMM(2, emission=family, max_iter=50, seed=0, progress=False).fit([x[:15], x[15:]])
+    sequences, _ = make_family_sequences(family)
+    hmm = HMM(2, emission=family, seed=0, progress=False).fit(sequences)
     with pytest.raises(ValueError, match="X must be positive"):
-        hmm.predict([np.vstack([x[:3], [[1.0, 0.0]]])])
+        hmm.predict([np.vstack([sequences[0], [[1.0, 0.0]]])])
