@@ -135,6 +135,10 @@ FAMILY_DATA = {
     "categorical": lambda z, d, rng: np.where(
         rng.random((len(z), d)) < 0.8, 2 * z[:, None], rng.integers(0, 3, (len(z), d))
     ),
+    "gamma": lambda z, d, rng: rng.gamma(
+        np.where(z[:, None] == 1, 2.0, 1.0), np.where(z[:, None] == 1, 40.0, 1.0), (len(z), d)
+    ),
+    "lognormal": lambda z, d, rng: np.exp(rng.normal(np.where(z[:, None] == 1, 3.0, 0.0), 0.5, (len(z), d))),
 }
 
 

@@ -33,6 +33,8 @@ FAMILIES: dict[str, str] = {
     "student_t": "ppmix.components.student_t:StudentTFamily",
     "multinomial": "ppmix.components.multinomial:MultinomialFamily",
     "categorical": "ppmix.components.categorical_features:CategoricalFamily",
+    "gamma": "ppmix.components.gamma:GammaFamily",
+    "lognormal": "ppmix.components.lognormal:LogNormalFamily",
 }
 
 #: registered expert (conditional) families of MixtureOfExperts: name -> "module:Class"

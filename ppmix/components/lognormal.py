@@ -1,0 +1,197 @@
+"""The log-normal family of positive data: ``K`` components over ``D`` independent features,
+``log x_d ~ Normal(loc_kd, scale_kd)`` (``torch.distributions.LogNormal(loc, scale)``). Registered as ``"lognormal"``.
+
+A log-normal component is a diagonal Gaussian on ``log x`` whose density carries the Jacobian ``-sum_d log x_d``:
+the statistics, the weighted MLE with its variance floor (relative to the spread of ``log x``), the fused E-step
+and the KL divergence (unchanged by the bijection ``exp``) are :class:`~ppmix.components.DiagGaussian`'s on the
+logarithms.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyro.distributions as dist
+import torch
+from pyro.distributions import constraints
+
+from ppmix._validation import check_float
+from ppmix.components.base import ComponentFamily
+from ppmix.components.centred import as_floor
+from ppmix.components.family import DataScale, SiteSpec
+from ppmix.components.gaussian_diag import DiagGaussian
+from ppmix.components.gaussian_family import GaussianFamily
+from ppmix.components.positive import LogData, LogDataFamily, as_log_data
+from ppmix.components.statistics import GaussianStatistics
+
+__all__ = ["LogNormalComponents", "LogNormalFamily", "PaddedLogNormal"]
+
+
+class PaddedLogNormal(dist.LogNormal):
+    """``LogNormal`` that also accepts the zeros an HMM pads its shorter sequences with (masked steps): its
+    log-density is evaluated at ``max(x, tiny)``, finite with finite gradients, where the plain distribution's
+    is ``NaN`` at zero; at every positive normal number it is ``LogNormal``'s.
+
+    Examples
+    --------
+    >>> d = PaddedLogNormal(torch.zeros(2), torch.ones(2))
+    >>> bool(torch.isfinite(d.log_prob(torch.tensor([0.0, 1.0]))).all())
+    True
+    """
+
+    support = constraints.nonnegative
+
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        return super().log_prob(value.clamp_min(torch.finfo(value.dtype).tiny))
+
+
+class LogNormalComponents(ComponentFamily):
+    """``K`` log-normal components, ``log x | k ~ N(loc[k], diag(scale[k]^2))`` (``torch.distributions.LogNormal``).
+
+    Parameters
+    ----------
+    loc, scale : Tensor (K, D)
+        The means and (positive) standard deviations of ``log x``.
+    reg_covar : float or Tensor (D,), default 1e-6
+        The floor of the fitted variances of ``log x`` (:class:`~ppmix.components.DiagGaussian`'s).
+
+    Examples
+    --------
+    >>> f64 = torch.float64
+    >>> comp = LogNormalComponents(torch.zeros(1, 1, dtype=f64), torch.ones(1, 1, dtype=f64))
+    >>> x = torch.tensor([[1.0], [100.0]], dtype=f64)
+    >>> fitted = comp.fit(x, torch.ones(2, 1, dtype=f64))
+    >>> round(fitted.loc.item(), 6), round(fitted.scale.item(), 6)  # log 10 and log 10
+    (2.302585, 2.302585)
+    """
+
+    param_names = ("loc", "scale")
+
+    def __init__(self, loc: torch.Tensor, scale: torch.Tensor, reg_covar: float | torch.Tensor = 1e-6) -> None:
+        self.loc, self.scale, self.reg_covar = torch.as_tensor(loc), torch.as_tensor(scale), as_floor(reg_covar)
+        self._normal()  # checks the shapes and the scales
+
+    def _normal(self) -> DiagGaussian:
+        """The Gaussian components of ``log x`` with these parameters (sharing the tensors)."""
+        return DiagGaussian(self.loc, self.scale, self.reg_covar)
+
+    @property
+    def mean(self) -> torch.Tensor:
+        """``exp(loc + scale^2 / 2)`` ``(K, D)``."""
+        return (self.loc + self.scale.square() / 2).exp()
+
+    @property
+    def covariance(self) -> torch.Tensor:
+        """The variances ``(exp(scale^2) - 1) exp(2 loc + scale^2)`` ``(K, D)``."""
+        variance = self.scale.square()
+        return variance.expm1() * (2 * self.loc + variance).exp()
+
+    @property
+    def reference(self) -> torch.Tensor:
+        """The centre of the logarithms of prediction data: the mean of ``loc`` (as
+        :attr:`~ppmix.components.DiagGaussian.reference`)."""
+        return self.loc.mean(dim=0)
+
+    def _log_data(self, data: torch.Tensor | LogData) -> LogData:
+        return as_log_data(data, self.dtype, self.device, shift=self.reference)
+
+    def log_prob(self, data: torch.Tensor | LogData) -> torch.Tensor:
+        """``log N(log x | loc, scale) - sum_d log x_d``, ``(N, K)``."""
+        data = self._log_data(data)
+        return self._normal().log_prob(data.log) - data.log.x.sum(1, keepdim=True)
+
+    def expected_statistics(
+        self, data: torch.Tensor | LogData, log_weights: torch.Tensor, row_weights: torch.Tensor | None = None
+    ) -> tuple[GaussianStatistics, torch.Tensor]:
+        """The fused E-step of :class:`~ppmix.components.DiagGaussian` on ``log x``, its log-likelihood less the
+        (row-weighted) Jacobian ``sum_n sum_d log x_nd``."""
+        data = self._log_data(data)
+        stats, log_likelihood = self._normal().expected_statistics(data.log, log_weights, row_weights)
+        jacobian = data.log.x.sum(1)
+        if row_weights is None:
+            return stats, log_likelihood - jacobian.sum()
+        return stats, log_likelihood - jacobian @ row_weights.to(dtype=self.dtype, device=self.device)
+
+    def statistics(self, data: torch.Tensor | LogData, weights: torch.Tensor) -> GaussianStatistics:
+        """The Gaussian statistics of ``log x`` (total weights, weighted means and scatters; they merge exactly)."""
+        return self._normal().statistics(self._log_data(data).log, weights)
+
+    def fit_statistics(self, stats: GaussianStatistics) -> "LogNormalComponents":
+        """The weighted MLE: the weighted mean and variance of ``log x``, the variance at least ``reg_covar``."""
+        normal = self._normal().fit_statistics(stats)
+        self.loc, self.scale = normal.loc, normal.scale
+        return self
+
+    def fit(self, data: torch.Tensor | LogData, weights: torch.Tensor) -> "LogNormalComponents":
+        return self.fit_statistics(self.statistics(data, weights))
+
+    def pyro_dist(self, index: torch.Tensor | None = None) -> dist.Distribution:
+        loc, scale = (self.loc, self.scale) if index is None else (self.loc[index], self.scale[index])
+        return PaddedLogNormal(loc, scale).to_event(1)
+
+    def sample(self, index: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        return self._normal().sample(index, generator).exp()
+
+    def kl(self, other: "LogNormalComponents") -> torch.Tensor:
+        """``KL(self_i || other_j)``, ``(K, K')``: the Gaussians' on ``log x`` (``exp`` is a bijection)."""
+        return self._normal().kl(other._normal())
+
+
+class LogNormalFamily(LogDataFamily):
+    """Log-normal components over positive data, for the structures (registered as ``"lognormal"``).
+
+    Parameters
+    ----------
+    reg_covar : float, default 1e-6
+        The floor of the fitted variances of ``log x_d``: ``reg_covar`` times the squared robust spread of
+        ``log x_d`` in the training data (:func:`~ppmix.components.gaussian_family.relative_floor`).
+
+    Notes
+    -----
+    The Pyro sites are ``loc`` and ``scale`` ``(K, D)`` (as in ``torch.distributions.LogNormal``); under MCMC their
+    priors are the diagonal Gaussian family's on ``log x``: ``loc ~ N(mean(log X), 3 std(log X))`` and ``scale ~
+    LogNormal(log std(log X), 1)``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ppmix import Mixture
+    >>> rng = np.random.default_rng(0)
+    >>> X = np.exp(np.concatenate([rng.normal(1.0, 0.5, (300, 3)), rng.normal(4.0, 0.5, (300, 3))]))
+    >>> mix = Mixture(2, family="lognormal", seed=0, progress=False).fit(X)
+    >>> np.sort(mix.components_.loc.mean(1).numpy()).round(1).tolist()
+    [1.0, 4.0]
+    """
+
+    name = "lognormal"
+    components_class = LogNormalComponents
+
+    def __init__(self, reg_covar: float = 1e-6) -> None:
+        self.reg_covar = reg_covar
+
+    def _log_gaussian(self) -> GaussianFamily:
+        """The diagonal Gaussian family of ``log x``, whose data scale and priors these are."""
+        return GaussianFamily("diag", self.reg_covar)
+
+    def validate(self) -> None:
+        check_float(self.reg_covar, "reg_covar", positive=False)
+
+    def data_scale(self, x: torch.Tensor, name: str = "X") -> DataScale:
+        """The mean, standard deviation and variance floor (``floor``) of ``log x`` (the Gaussian family's)."""
+        return self._log_gaussian().data_scale(x.log(), name)
+
+    def prepare(self, x: torch.Tensor, components: ComponentFamily | None = None) -> LogData:
+        """Training data with their logarithms centred at their mean; prediction data at the components' reference."""
+        return LogData.from_tensor(x, None if components is None else components.reference)
+
+    def sites(self, k: int, d: int) -> dict[str, SiteSpec]:
+        return {"loc": SiteSpec(constraints.real, (d,)), "scale": SiteSpec(constraints.positive, (d,))}
+
+    def _component_options(self, scale: DataScale) -> dict[str, Any]:
+        return {"reg_covar": as_floor(scale.get("floor", self.reg_covar))}
+
+    def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
+        return self._log_gaussian().prior({"loc": "locs", "scale": "scales"}[site], k, d, scale, opts)
+
+    def n_parameters(self, k: int, d: int) -> int:
+        return 2 * k * d
