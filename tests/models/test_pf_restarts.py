@@ -167,3 +167,37 @@ def test_fit_restarts_keeps_the_first_of_equal_starts():
     scores = fit_restarts(model, lambda r: model.fit_start(x, y, r), 3, lambda r: seen.append(model.get_globals()))
     assert len(scores) == 3 and max(scores) - min(scores) < RESTART_TIE  # at small p every start ends in one fit
     torch.testing.assert_close(model.get_globals()["locs"], seen[0]["locs"], rtol=0, atol=0)  # the first is kept
+
+
+def test_a_start_that_memorises_one_mislabelled_row_is_not_kept():
+    """Issue 39, item 7 (tutorial 02's data, smaller): the class-stratified start (1) gives a component to one
+    mislabelled row and merges two clusters of a class; its in-sample ``log P(y|x)`` is higher by about one standard
+    error (that row), its ELBO nats per point lower. The default fit must reach start 0's optimum, which EM
+    warm-started there keeps."""
+    from ppmix.datasets import make_pf_synthetic
+
+    data = make_pf_synthetic(120, n_relevant=20, n_features=30, label_probs=(0.01, 0.99, 0.01, 0.99), seed=0)
+    x, y = (data.X - data.X.mean(0)) / data.X.std(0), data.y
+    stratified = PFGMM(4, switch_prior=0.3, n_restarts=1, seed=0, **QUIET)
+    stratified.fit_start(x, y, 1)
+    better = PFGMM(4, switch_prior=0.3, n_restarts=1, warm_start=True, seed=0, **QUIET).fit(x, y)
+    reached = better.lower_bound_
+    assert better.fit(x, y).lower_bound_ == pytest.approx(reached, abs=1e-6)  # an optimum of the objective
+    assert stratified.lower_bound_ < reached - 1  # the trap: start 1 alone ends far below it
+    model = PFGMM(4, switch_prior=0.3, seed=0, **QUIET).fit(x, y)
+    assert model.restart_scores_[1] > model.restart_scores_[0]  # start 1 wins in-sample, by one row ...
+    assert model.lower_bound_ > reached - 0.1  # ... and is not kept
+
+
+@pytest.mark.parametrize("gain", [0.5, 5.0, 500.0])
+def test_a_gain_that_one_row_carries_is_not_clearly_better(gain):
+    """Its mean equals its standard error (gain / N) whatever its size; spread over many rows it counts."""
+    from ppmix.models.pf.restarts import RESTART_MARGIN_SE, _clearly_better
+
+    best = np.random.default_rng(0).normal(-0.1, 0.05, size=300)
+    one_row = best.copy()
+    one_row[7] += gain
+    diff = one_row - best
+    assert diff.mean() == pytest.approx(diff.std(ddof=1) / np.sqrt(diff.size))  # exactly one standard error
+    assert RESTART_MARGIN_SE > 1 and not _clearly_better(one_row, best)
+    assert _clearly_better(best + gain / 300 + np.random.default_rng(1).normal(0, 1e-3, size=300), best)

@@ -125,7 +125,7 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
         ``init_params`` start, a class-stratified k-means start and k-means on the
         label-associated features scaled by their label statistic; the fit with the best
         in-sample mean ``log P(y | x)`` is kept (the ELBO without labels), a later start only
-        when better by more than a standard error. 1 is one start; ``fit_em`` makes one.
+        when better by more than two standard errors. 1 is one start; ``fit_em`` makes one.
     n_init, max_iter, tol, reg_covar, warm_start : as for :class:`~ppmix.models.gmm.GMM`
         (``n_init`` EM runs per start, kept by the ELBO; ``warm_start`` continues from the fit, one start).
     seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
@@ -160,7 +160,7 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
     restart_scores_ : list of float
         The in-sample mean ``log P(y | x)`` (ELBO per point without labels) of every start of
         the final fit, in start order; a later start replaces the one kept only when better by
-        more than one standard error of the paired per-row difference (and than 1e-4).
+        more than two standard errors of the paired per-row difference (and than 1e-4).
 
     Examples
     --------
