@@ -119,7 +119,7 @@ class StudentTBase(ComponentFamily):
     full: :class:`FullStudentTComponents`). A subclass gives the Mahalanobis distances, the log-determinant, the
     scatter of the weighted rows, the scale's M-step and the Cholesky factors of ``Sigma_k``."""
 
-    param_names: tuple[str, ...] = ("df", "loc")
+    param_names = ("df", "loc")
 
     def _set_common(
         self, df: torch.Tensor, loc: torch.Tensor, reg_covar: float | torch.Tensor, df_range: tuple[float, float]
