@@ -273,17 +273,7 @@ class FullGaussian(ComponentFamily):
         """
         stats = stats.to(dtype=self.dtype, device=self.device)
         covs = floored_covariance(self._weighted_covariances(stats), self.reg_covar)
-        tril, info = torch.linalg.cholesky_ex(covs)
-        # a pivot at rounding level means a (numerically) singular covariance, too
-        scale = torch.diagonal(covs, dim1=-2, dim2=-1).amax(-1)
-        tiny = 1e-2 * torch.finfo(self.dtype).eps * scale
-        singular = (info > 0) | (torch.diagonal(tril, dim1=-2, dim2=-1).square() <= tiny[:, None]).any(-1)
-        if singular.any():
-            bad = torch.nonzero(singular).flatten().tolist()
-            raise ValueError(
-                f"covariance of component(s) {bad} is not positive definite; increase reg_covar or reduce n_components"
-            )
-        self.loc, self.scale_tril = stats.mean, tril
+        self.loc, self.scale_tril = stats.mean, checked_cholesky(covs)
         return self
 
     def _weighted_covariances(self, stats: GaussianStatistics) -> torch.Tensor:
@@ -349,6 +339,37 @@ def floored_covariance(covs: torch.Tensor, floor: float | torch.Tensor) -> torch
         return covs
     clamped = (vectors * eigenvalues.clamp_min(1.0)[..., None, :]) @ vectors.mT
     return clamped * (root[:, None] * root[None, :])
+
+
+def checked_cholesky(covs: torch.Tensor) -> torch.Tensor:
+    """The lower Cholesky factors ``(K, D, D)`` of the fitted covariances ``covs``, refusing any that is not
+    (numerically) positive definite: a failed factorisation or a pivot at rounding level.
+
+    Raises
+    ------
+    ValueError
+        Naming the components whose covariance is singular, and ``reg_covar``.
+
+    Examples
+    --------
+    >>> checked_cholesky(torch.tensor([[[4.0, 0.0], [0.0, 1.0]]], dtype=torch.float64)).tolist()
+    [[[2.0, 0.0], [0.0, 1.0]]]
+    >>> checked_cholesky(torch.ones(1, 2, 2, dtype=torch.float64))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: covariance of component(s) [0] is not positive definite; increase reg_covar ...
+    """
+    tril, info = torch.linalg.cholesky_ex(covs)
+    # a pivot at rounding level means a (numerically) singular covariance, too
+    scale = torch.diagonal(covs, dim1=-2, dim2=-1).amax(-1)
+    tiny = 1e-2 * torch.finfo(covs.dtype).eps * scale
+    singular = (info > 0) | (torch.diagonal(tril, dim1=-2, dim2=-1).square() <= tiny[:, None]).any(-1)
+    if singular.any():
+        bad = torch.nonzero(singular).flatten().tolist()
+        raise ValueError(
+            f"covariance of component(s) {bad} is not positive definite; increase reg_covar or reduce n_components"
+        )
+    return tril
 
 
 class TiedGaussian(FullGaussian):
