@@ -22,6 +22,7 @@ from sklearn.metrics import adjusted_rand_score
 from ppmix import HMM, Mixture
 from ppmix.components.registry import FAMILIES, family_from
 from ppmix.distributed import fit_em
+from ppmix.models.selection import select_components
 from tests.common import FAMILY_DATA, make_family_rows, make_family_sequences
 
 NAMES = sorted(FAMILY_DATA)
@@ -179,3 +180,12 @@ def test_mcmc_draws_reach_arviz(structure, name):
     for site in model.component_family().sites(2, 2):
         assert posterior[site].sizes["draw"] == 10
         assert np.isfinite(posterior[site].values).all()
+
+
+@FAMILY
+def test_bic_selects_the_planted_number_of_components(name):
+    """``select_components`` (by BIC, through the family's ``n_parameters``) finds the two planted components of
+    every family: the criteria work for every family."""
+    x, _ = _data("Mixture", name)
+    selection = _quiet(select_components, _structure("Mixture", name), x, ks=[1, 2, 3])
+    assert selection.best_k == 2, selection.scores
