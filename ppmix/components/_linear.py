@@ -7,6 +7,7 @@ from typing import Callable
 import torch
 
 from ppmix.components.base import ComponentFamily
+from ppmix.ops.newton import damped_newton
 from ppmix.ops.threads import torch_threads
 
 #: elements of the per-chunk GEMM operand of :func:`weighted_grams` (4 MiB in float64: cache-sized;
@@ -143,3 +144,89 @@ class LinearFamily(ComponentFamily):
         diag = torch.full((self.n_covariates + 1,), self.ridge, dtype=self.dtype, device=self.device)
         diag[-1] = 0.0
         return torch.diag(diag)
+
+
+class GLMExperts(LinearFamily):
+    """``K`` generalised-linear experts of a scalar response with linear predictor ``eta_k = x^T coef[k] +
+    intercept[k]``: the constructor, the ``(x, y)`` check, the weighted penalised maximum-likelihood M-step by
+    damped Newton and the pairwise KL, shared by the logistic and the Poisson experts.
+
+    A subclass gives the per-point negative log-likelihood in ``eta`` (up to a term free of the parameters),
+    its first and second derivatives, which responses it takes (``_valid_response``, described by
+    ``response_values``) and ``kl_at_predictors``. ``tol`` defaults to the subclass's ``newton_tol``.
+    """
+
+    param_names = ("coef", "intercept")
+    #: the Newton tolerance (on the decrement) when ``tol`` is not given
+    newton_tol = 1e-10
+    #: what ``y`` must hold, for the error of a bad one
+    response_values = "any values"
+
+    def __init__(
+        self,
+        coef: torch.Tensor,
+        intercept: torch.Tensor | None = None,
+        ridge: float = 1e-6,
+        max_iter: int = 100,
+        tol: float | None = None,
+    ) -> None:
+        self._init_linear(coef, intercept, ridge)
+        self.max_iter, self.tol = int(max_iter), float(self.newton_tol if tol is None else tol)
+        self.n_iter_: int = 0
+        self.converged_: bool = False
+
+    def _valid_response(self, y: torch.Tensor) -> bool:
+        return True
+
+    def _negative_log_likelihood(self, eta: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """``-log p(y_n | eta_nk)`` up to a term free of ``eta``, ``(N, K)`` (``y`` is ``(N,)``)."""
+        raise NotImplementedError(f"{type(self).__name__} must define _negative_log_likelihood")
+
+    def _residual_and_curvature(self, eta: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first and second derivatives of :meth:`_negative_log_likelihood` in ``eta``, ``(N, K)`` each."""
+        raise NotImplementedError(f"{type(self).__name__} must define _residual_and_curvature")
+
+    def kl_at_predictors(
+        self, eta_p: torch.Tensor, index_p: torch.Tensor, other: "GLMExperts", eta_q: torch.Tensor
+    ) -> torch.Tensor:
+        """``KL(p(. | eta_p) || q(. | eta_q))``, broadcast over the trailing axis ``K'``."""
+        raise NotImplementedError(f"{type(self).__name__} must define kl_at_predictors")
+
+    def _pair(self, data: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        if not isinstance(data, (tuple, list)) or len(data) != 2:
+            raise TypeError("data must be a pair (x, y)")
+        x = self._covariates(data[0])
+        y = torch.as_tensor(data[1]).to(device=self.device, dtype=self.dtype)
+        if y.shape != (x.shape[0],) or not self._valid_response(y):
+            raise ValueError(f"y must have shape ({x.shape[0]},) with {self.response_values}")
+        return x, y
+
+    def fit(self, data: tuple[torch.Tensor, torch.Tensor], weights: torch.Tensor) -> "GLMExperts":
+        """Weighted penalised MLE of every expert at once by damped Newton (IRLS), in place: minimises
+        ``sum_n w_nk nll(y_n | eta_nk) + ridge / 2 ||coef[k]||^2`` for every ``k``."""
+        x, y = self._pair(data)
+        weights = self._check_weights(weights, x.shape[0])
+        a = design_matrix(x)
+        ridge = self._ridge_matrix()
+
+        def objective(theta: torch.Tensor):
+            eta = a @ theta.T  # (N, K)
+            value = (weights * self._negative_log_likelihood(eta, y)).sum(0) + 0.5 * ((theta @ ridge) * theta).sum(-1)
+
+            def derivatives() -> tuple[torch.Tensor, torch.Tensor]:
+                residual, curvature = self._residual_and_curvature(eta, y)
+                return (weights * residual).T @ a + theta @ ridge, weighted_grams(a, weights * curvature) + ridge
+
+            return value, derivatives
+
+        theta, self.n_iter_, self.converged_ = damped_newton(
+            objective, self._stacked(), max_iter=self.max_iter, tol=self.tol
+        )
+        self._unstack(theta)
+        return self
+
+    def kl(self, other: "GLMExperts", x: torch.Tensor) -> torch.Tensor:
+        """``KL(self_k(. | x_n) || other_l(. | x_n))`` for every point and pair, shape ``(N, K, K')``."""
+        index = torch.arange(self.n_components, device=self.coef.device)[:, None]
+        eta_p, eta_q = self.linear_predictor(x)[:, :, None], other.linear_predictor(x)[:, None, :]
+        return self.kl_at_predictors(eta_p, index, other, eta_q)

@@ -9,15 +9,14 @@ import pyro.distributions as dist
 import torch
 import torch.nn.functional as F
 
-from ppmix.components._linear import LinearFamily, design_matrix, weighted_grams
+from ppmix.components._linear import GLMExperts
 from ppmix.components.base import ComponentFamily
 from ppmix.components.expert_family import ExpertFamily
-from ppmix.ops.newton import damped_newton
 
 __all__ = ["LogisticExpert", "LogisticExpertFamily"]
 
 
-class LogisticExpert(LinearFamily):
+class LogisticExpert(GLMExperts):
     """``K`` logistic-regression experts for a binary (or soft) response.
 
     Parameters
@@ -39,29 +38,11 @@ class LogisticExpert(LinearFamily):
     torch.Size([2, 3])
     """
 
-    param_names = ("coef", "intercept")
+    newton_tol = 1e-10
+    response_values = "values in [0, 1]"
 
-    def __init__(
-        self,
-        coef: torch.Tensor,
-        intercept: torch.Tensor | None = None,
-        ridge: float = 1e-6,
-        max_iter: int = 100,
-        tol: float = 1e-10,
-    ) -> None:
-        self._init_linear(coef, intercept, ridge)
-        self.max_iter, self.tol = int(max_iter), float(tol)
-        self.n_iter_: int = 0
-        self.converged_: bool = False
-
-    def _pair(self, data: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        if not isinstance(data, (tuple, list)) or len(data) != 2:
-            raise TypeError("data must be a pair (x, y)")
-        x = self._covariates(data[0])
-        y = torch.as_tensor(data[1]).to(device=self.device, dtype=self.dtype)
-        if y.shape != (x.shape[0],) or (y < 0).any() or (y > 1).any():
-            raise ValueError(f"y must have shape ({x.shape[0]},) with values in [0, 1]")
-        return x, y
+    def _valid_response(self, y: torch.Tensor) -> bool:
+        return not bool((y < 0).any() or (y > 1).any())
 
     def predict_proba(self, x: torch.Tensor) -> torch.Tensor:
         """``P(y = 1 | x, k)``, shape ``(N, K)``."""
@@ -73,31 +54,12 @@ class LogisticExpert(LinearFamily):
         eta = self.linear_predictor(x)
         return y[:, None] * F.logsigmoid(eta) + (1 - y[:, None]) * F.logsigmoid(-eta)
 
-    def fit(self, data: tuple[torch.Tensor, torch.Tensor], weights: torch.Tensor) -> "LogisticExpert":
-        """Weighted penalised MLE of every expert at once by damped Newton (IRLS), in place."""
-        x, y = self._pair(data)
-        weights = self._check_weights(weights, x.shape[0])
-        a = design_matrix(x)
-        ridge = self._ridge_matrix()
+    def _negative_log_likelihood(self, eta: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return -(y[:, None] * F.logsigmoid(eta) + (1 - y[:, None]) * F.logsigmoid(-eta))
 
-        def objective(theta: torch.Tensor):
-            eta = a @ theta.T  # (N, K)
-            nll = -(weights * (y[:, None] * F.logsigmoid(eta) + (1 - y[:, None]) * F.logsigmoid(-eta))).sum(0)
-            value = nll + 0.5 * ((theta @ ridge) * theta).sum(-1)
-
-            def derivatives() -> tuple[torch.Tensor, torch.Tensor]:
-                p = torch.sigmoid(eta)
-                grad = (weights * (p - y[:, None])).T @ a + theta @ ridge
-                curvature = weights * p * (1 - p)  # (N, K)
-                return grad, weighted_grams(a, curvature) + ridge
-
-            return value, derivatives
-
-        theta, self.n_iter_, self.converged_ = damped_newton(
-            objective, self._stacked(), max_iter=self.max_iter, tol=self.tol
-        )
-        self._unstack(theta)
-        return self
+    def _residual_and_curvature(self, eta: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        p = torch.sigmoid(eta)
+        return p - y[:, None], p * (1 - p)
 
     def response_quadrature(
         self, eta: torch.Tensor, index: torch.Tensor, n_nodes: int = 2
@@ -130,12 +92,6 @@ class LogisticExpert(LinearFamily):
         """Binary responses drawn from expert ``index[n]`` at covariates ``x[n]``."""
         p = torch.sigmoid(self._indexed_predictor(index, self._covariates(x)))
         return (torch.rand(p.shape, generator=generator, dtype=self.dtype, device=self.device) < p).to(self.dtype)
-
-    def kl(self, other: "LogisticExpert", x: torch.Tensor) -> torch.Tensor:
-        """``KL(Bern(p_k(x_n)) || Bern(q_l(x_n)))`` for every point and pair, shape ``(N, K, K')``."""
-        index = torch.arange(self.n_components, device=self.coef.device)[:, None]
-        eta_p, eta_q = self.linear_predictor(x)[:, :, None], other.linear_predictor(x)[:, None, :]
-        return self.kl_at_predictors(eta_p, index, other, eta_q)
 
     def kl_at_predictors(
         self, eta_p: torch.Tensor, index_p: torch.Tensor, other: "LogisticExpert", eta_q: torch.Tensor

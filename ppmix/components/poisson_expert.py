@@ -9,10 +9,9 @@ import numpy as np
 import pyro.distributions as dist
 import torch
 
-from ppmix.components._linear import LinearFamily, design_matrix, weighted_grams
+from ppmix.components._linear import GLMExperts
 from ppmix.components.base import ComponentFamily
 from ppmix.components.expert_family import ExpertFamily, TargetScale
-from ppmix.ops.newton import damped_newton
 
 __all__ = ["PoissonExpert", "PoissonExpertFamily"]
 
@@ -21,7 +20,7 @@ __all__ = ["PoissonExpert", "PoissonExpertFamily"]
 _WINDOW_SDS = 8.0
 
 
-class PoissonExpert(LinearFamily):
+class PoissonExpert(GLMExperts):
     """``K`` Poisson-regression experts for a count response, log link.
 
     Expert ``k`` has rate ``exp(x^T coef[k] + intercept[k])``. ``fit((x, y), weights)`` maximises,
@@ -49,29 +48,11 @@ class PoissonExpert(LinearFamily):
     (True, [[2.0]])
     """
 
-    param_names = ("coef", "intercept")
+    newton_tol = 1e-12
+    response_values = "non-negative values (counts)"
 
-    def __init__(
-        self,
-        coef: torch.Tensor,
-        intercept: torch.Tensor | None = None,
-        ridge: float = 1e-6,
-        max_iter: int = 100,
-        tol: float = 1e-12,
-    ) -> None:
-        self._init_linear(coef, intercept, ridge)
-        self.max_iter, self.tol = int(max_iter), float(tol)
-        self.n_iter_: int = 0
-        self.converged_: bool = False
-
-    def _pair(self, data: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        if not isinstance(data, (tuple, list)) or len(data) != 2:
-            raise TypeError("data must be a pair (x, y)")
-        x = self._covariates(data[0])
-        y = torch.as_tensor(data[1]).to(device=self.device, dtype=self.dtype)
-        if y.shape != (x.shape[0],) or (y < 0).any():
-            raise ValueError(f"y must have shape ({x.shape[0]},) with non-negative values (counts)")
-        return x, y
+    def _valid_response(self, y: torch.Tensor) -> bool:
+        return not bool((y < 0).any())
 
     def mean(self, x: torch.Tensor) -> torch.Tensor:
         """The rates ``E[y | x, k] = exp(x^T coef[k] + intercept[k])``, shape ``(N, K)``."""
@@ -83,29 +64,12 @@ class PoissonExpert(LinearFamily):
         eta = self.linear_predictor(x)
         return y[:, None] * eta - eta.exp() - torch.lgamma(y + 1)[:, None]
 
-    def fit(self, data: tuple[torch.Tensor, torch.Tensor], weights: torch.Tensor) -> "PoissonExpert":
-        """Weighted penalised MLE of every expert at once by damped Newton, in place (see the class docstring)."""
-        x, y = self._pair(data)
-        weights = self._check_weights(weights, x.shape[0])
-        a = design_matrix(x)
-        ridge = self._ridge_matrix()
+    def _negative_log_likelihood(self, eta: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return eta.exp() - y[:, None] * eta
 
-        def objective(theta: torch.Tensor):
-            eta = a @ theta.T  # (N, K)
-            rate = eta.exp()
-            value = (weights * (rate - y[:, None] * eta)).sum(0) + 0.5 * ((theta @ ridge) * theta).sum(-1)
-
-            def derivatives() -> tuple[torch.Tensor, torch.Tensor]:
-                grad = (weights * (rate - y[:, None])).T @ a + theta @ ridge
-                return grad, weighted_grams(a, weights * rate) + ridge
-
-            return value, derivatives
-
-        theta, self.n_iter_, self.converged_ = damped_newton(
-            objective, self._stacked(), max_iter=self.max_iter, tol=self.tol
-        )
-        self._unstack(theta)
-        return self
+    def _residual_and_curvature(self, eta: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        rate = eta.exp()
+        return rate - y[:, None], rate
 
     def response_quadrature(
         self, eta: torch.Tensor, index: torch.Tensor, n_nodes: int = 8
@@ -145,12 +109,6 @@ class PoissonExpert(LinearFamily):
         """Counts drawn from expert ``index[n]`` at covariates ``x[n]``."""
         rate = self._indexed_predictor(index, self._covariates(x)).exp()
         return torch.poisson(rate, generator=generator)
-
-    def kl(self, other: "PoissonExpert", x: torch.Tensor) -> torch.Tensor:
-        """``KL(Poisson(p_k(x_n)) || Poisson(q_l(x_n)))`` for every point and pair, shape ``(N, K, K')``."""
-        index = torch.arange(self.n_components, device=self.coef.device)[:, None]
-        eta_p, eta_q = self.linear_predictor(x)[:, :, None], other.linear_predictor(x)[:, None, :]
-        return self.kl_at_predictors(eta_p, index, other, eta_q)
 
     def kl_at_predictors(
         self, eta_p: torch.Tensor, index_p: torch.Tensor, other: "PoissonExpert", eta_q: torch.Tensor
