@@ -279,8 +279,10 @@ def test_a_seed_out_of_range_is_an_error_naming_it(name):
             ALL_SEEDED[name](seed)
 
 
-def test_the_largest_seed_fits():
-    _quiet(ALL_SEEDED["GMM"], 2**63 - 1)
+def test_the_largest_seed_fits_and_is_reproducible():
+    first, again = (_quiet(ALL_SEEDED["GMM"], 2**63 - 1) for _ in range(2))
+    assert first.is_fitted and np.isfinite(first.lower_bound_)
+    np.testing.assert_array_equal(first.means_.numpy(), again.means_.numpy())
 
 
 def test_longdouble_input_is_taken_as_float64():
