@@ -26,10 +26,17 @@ import numpy as np
 import pytest
 import torch
 
-from ppmix import GMM, HMM, PFGMM, MixtureOfExperts
+from ppmix import GMM, HMM, PFGMM, Mixture, MixtureOfExperts
 from ppmix.datasets import make_pf_synthetic
 from ppmix.inference import ConvergenceWarning, forward_backward, viterbi
-from tests.common import assert_close, requires_cuda
+from tests.common import (
+    FAMILY_DATA,
+    assert_close,
+    make_expert_data,
+    make_family_rows,
+    make_family_sequences,
+    requires_cuda,
+)
 
 pytestmark = requires_cuda
 
@@ -97,7 +104,7 @@ def _gmm(covariance_type: str, device: str, dtype: torch.dtype = torch.float64) 
     return GMM(3, covariance_type=covariance_type, seed=0, device=device, dtype=dtype, progress=False)
 
 
-@pytest.mark.parametrize("covariance_type", ["diag", "full"])
+@pytest.mark.parametrize("covariance_type", ["diag", "full", "spherical", "tied"])
 def test_gmm_cuda_float64_matches_cpu(covariance_type):
     x = gmm_data()
     cpu = _gmm(covariance_type, "cpu").fit(x)
@@ -187,7 +194,7 @@ def _hmm(covariance_type: str, device: str, dtype: torch.dtype = torch.float64) 
     return HMM(2, covariance_type=covariance_type, seed=0, device=device, dtype=dtype, progress=False)
 
 
-@pytest.mark.parametrize("covariance_type", ["diag", "full"])
+@pytest.mark.parametrize("covariance_type", ["diag", "full", "spherical", "tied"])
 def test_hmm_cuda_float64_matches_cpu(covariance_type):
     seqs = hmm_data()
     cpu = _hmm(covariance_type, "cpu").fit(seqs)
@@ -299,6 +306,53 @@ def test_pfgmm_float32_on_cuda_and_saved_model_loads_on_cpu(tmp_path, pf_data):
     assert_close(cpu.predict_proba(X), gpu.predict_proba(X), **F64)
 
 
+# ------------------------------------------------- every density family
+def _family_model(structure: str, name: str, device: str):
+    options = {"seed": 0, "device": device, "progress": False}
+    if structure == "Mixture":
+        return Mixture(2, family=name, **options)
+    return HMM(2, emission=name, **options)
+
+
+def _family_data(structure: str, name: str):
+    if structure == "Mixture":
+        return make_family_rows(name, 200, 3)[0]
+    return make_family_sequences(name, 8, (10, 30), 3)[0]
+
+
+@pytest.mark.parametrize("structure", ["Mixture", "HMM"])
+@pytest.mark.parametrize("name", sorted(FAMILY_DATA))
+def test_every_family_on_cuda_matches_cpu(structure, name):
+    """Every registered family, in a mixture and as HMM emissions: the float64 fit on CUDA equals the CPU's."""
+    x = _family_data(structure, name)
+    cpu = _fit_quietly(_family_model(structure, name, "cpu"), x)
+    gpu = _fit_quietly(_family_model(structure, name, GPU), x)
+    assert gpu.n_iter_ == cpu.n_iter_
+    mine, theirs = gpu.state_tensors(), cpu.state_tensors()
+    assert mine.keys() == theirs.keys()
+    for key, value in mine.items():
+        if value.is_floating_point():
+            assert _is_on_gpu(value), key
+            assert_close(value, theirs[key], **F64, msg=key)
+    assert gpu.score(x) == pytest.approx(cpu.score(x), rel=1e-8)
+    gpu_post, cpu_post = gpu.predict_proba(x), cpu.predict_proba(x)
+    for p, q in zip(gpu_post, cpu_post) if structure == "HMM" else [(gpu_post, cpu_post)]:
+        assert isinstance(p, np.ndarray)
+        assert_close(p, q, **F64)
+
+
+def test_weighted_gmm_on_cuda_matches_cpu():
+    """``sample_weight`` on CUDA: the weighted fit equals the CPU's."""
+    x = gmm_data()
+    weights = np.random.default_rng(1).uniform(0.2, 3.0, size=len(x))
+    cpu = _gmm("full", "cpu").fit(x, sample_weight=weights)
+    gpu = _gmm("full", GPU).fit(x, sample_weight=weights)
+    assert gpu.n_iter_ == cpu.n_iter_
+    for name in ("weights_", "means_", "covariances_"):
+        assert_close(getattr(gpu, name), getattr(cpu, name), **F64, msg=name)
+    assert gpu.score(x, sample_weight=weights) == pytest.approx(cpu.score(x, sample_weight=weights), rel=1e-8)
+
+
 # ------------------------------------------------------ mixture of experts
 def _moe(device: str, dtype: torch.dtype = torch.float64) -> MixtureOfExperts:
     return MixtureOfExperts(2, expert="gaussian", n_init=2, seed=0, device=device, dtype=dtype, progress=False)
@@ -325,6 +379,21 @@ def test_moe_gaussian_cuda_float64_matches_cpu(tmp_path):
     _assert_same_state(loaded, gpu)
     assert_close(loaded.coef_, gpu.coef_, **F64)
     assert_close(loaded.predict(X), gpu.predict(X), **F64)
+
+
+@pytest.mark.parametrize("expert", ["logistic", "poisson"])
+def test_moe_glm_experts_on_cuda_match_cpu(expert):
+    """The Newton M-step of the GLM experts (logistic, Poisson) on CUDA: the float64 fit equals the CPU's."""
+    X, y = make_expert_data(300, expert=expert)
+    models = [MixtureOfExperts(2, expert=expert, seed=0, device=device, progress=False) for device in ("cpu", GPU)]
+    cpu, gpu = (_fit_quietly(model, X, y) for model in models)
+    assert gpu.n_iter_ == cpu.n_iter_
+    for name in ("coef_", "intercept_", "gate_coef_", "gate_intercept_"):
+        value = getattr(gpu, name)
+        assert _is_on_gpu(value), name
+        assert_close(value, getattr(cpu, name), **F64, msg=name)
+    assert gpu.log_likelihood(X, y) == pytest.approx(cpu.log_likelihood(X, y), rel=1e-8)
+    assert_close(gpu.predict(X), cpu.predict(X), **F64)
 
 
 def test_moe_gaussian_float32_on_cuda():
