@@ -36,6 +36,7 @@ from ppmix.models._criteria import InformationCriteriaMixin
 from ppmix.models._params import check_seed, store_params
 from ppmix.models._subclassing import refuse_stale_hooks
 from ppmix.models._weights import Weighted, check_sample_weight
+from ppmix.ops.selection import beats
 
 __all__ = ["MixtureModel"]
 
@@ -222,7 +223,7 @@ class MixtureModel(DensityMixin, InformationCriteriaMixin, Savable, PyroModule):
         for restart in range(int(self.n_init)):
             self.em_initialize(em_data, generator if restart == 0 else self.generator(restart))
             objective = float(self.e_step(em_data)[1])
-            if best is None or objective > best[0]:
+            if beats(objective, None if best is None else best[0], getattr(self, "dtype", torch.float64)):
                 best = (objective, self.get_globals())
         assert best is not None
         return best[1]

@@ -163,7 +163,9 @@ def test_dataframe_layout_save_load_and_arviz(tmp_path):
     # the label column is not a feature at prediction time, and predictions do not read it
     assert_close(np.concatenate(model.predict_proba(df)), np.concatenate(on_lists.predict_proba(data.X[train])))
     loaded = PFHMM.load(model.save(tmp_path / "pf_hmm"))
-    assert_close(np.concatenate(loaded.predict_proba(df)), np.concatenate(model.predict_proba(df)), rtol=0, atol=0)
+    # the same computation on the loaded parameters: equal up to the order of multi-threaded sums (1e-14 seen
+    # on 16 threads), which moves with where the arrays lie in memory
+    assert_close(np.concatenate(loaded.predict_proba(df)), np.concatenate(model.predict_proba(df)), rtol=1e-12)
     assert_close(loaded.relevance_.to_numpy(), model.relevance_.to_numpy(), rtol=0, atol=0)
     idata = on_lists.to_arviz()
     assert idata.posterior["switch_probs"].shape == (1, 1, 4)

@@ -14,6 +14,7 @@ from tqdm import tqdm
 
 from ppmix._validation import check_positive_int
 from ppmix.inference.engines.result import ConvergenceWarning, FitResult
+from ppmix.ops.selection import beats
 from ppmix.ops.threads import threads_for, torch_threads
 
 __all__ = ["EM_HOOKS", "EMModel", "run_em"]
@@ -224,7 +225,7 @@ def _better(
     result = _single_run(model, data, n_obs, iterations, tol, show, restart)
     final = result.history[-1]
     logger.info("EM restart %d: objective/point %.6f after %d iterations", restart, final, result.n_iter)
-    if best is None or final > best[0]:
+    if beats(final, None if best is None else best[0], getattr(model, "dtype", torch.float64)):
         return final, model.get_globals(), result
     return best
 
