@@ -360,6 +360,11 @@ def test_weighted_gmm_on_cuda_matches_cpu():
 #: 486.55590 on CUDA, 486.55609 on the CPU). A small ridge gives the gate a finite, well-conditioned
 #: maximum, where the devices can be held to F64.
 RIDGE = {"ridge": 0.1}
+#: the experts' EM contracts slowly (the logistic fit here takes ~130 iterations), and a slow contraction
+#: multiplies the rounding of reordered sums by ~1 / (1 - rate) before the tolerance stops it: seen on an
+#: H100, coefficients of order one equal to 1e-9 and those near zero (-0.00503) apart by 6e-8. Held at 1e-6,
+#: far below what a wrong update or a parameter on the wrong device gives; the log-likelihood stays at 1e-8.
+MOE = {"rtol": 1e-6, "atol": 1e-6}
 
 
 def _moe(device: str, dtype: torch.dtype = torch.float64) -> MixtureOfExperts:
@@ -374,13 +379,13 @@ def test_moe_gaussian_cuda_float64_matches_cpu(tmp_path):
     for name in ("coef_", "intercept_", "scale_", "gate_coef_", "gate_intercept_"):
         value = getattr(gpu, name)
         assert _is_on_gpu(value) and value.dtype == torch.float64, name
-        assert_close(value, getattr(cpu, name), **F64, msg=name)
+        assert_close(value, getattr(cpu, name), **MOE, msg=name)
     assert_close(gpu.history_, cpu.history_, **F64)
     assert gpu.log_likelihood(X, y) == pytest.approx(cpu.log_likelihood(X, y), rel=1e-8)
     for method in ("predict", "gate_probabilities", "predict_components"):
         out = getattr(gpu, method)(X)
         assert isinstance(out, np.ndarray), method
-        assert_close(out, getattr(cpu, method)(X), **F64, msg=method)
+        assert_close(out, getattr(cpu, method)(X), **MOE, msg=method)
     assert _is_on_gpu(gpu.predict(torch.as_tensor(X)))
     loaded = MixtureOfExperts.load(gpu.save(tmp_path / "moe"), map_location="cpu")
     assert loaded.coef_.device.type == "cpu"
@@ -401,9 +406,9 @@ def test_moe_glm_experts_on_cuda_match_cpu(expert):
     for name in ("coef_", "intercept_", "gate_coef_", "gate_intercept_"):
         value = getattr(gpu, name)
         assert _is_on_gpu(value), name
-        assert_close(value, getattr(cpu, name), **F64, msg=name)
+        assert_close(value, getattr(cpu, name), **MOE, msg=name)
     assert gpu.log_likelihood(X, y) == pytest.approx(cpu.log_likelihood(X, y), rel=1e-8)
-    assert_close(gpu.predict(X), cpu.predict(X), **F64)
+    assert_close(gpu.predict(X), cpu.predict(X), **MOE)
 
 
 def test_moe_gaussian_float32_on_cuda():
