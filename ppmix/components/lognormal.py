@@ -24,25 +24,7 @@ from ppmix.components.gaussian_family import GaussianFamily
 from ppmix.components.positive import LogData, LogDataFamily, as_log_data
 from ppmix.components.statistics import GaussianStatistics
 
-__all__ = ["LogNormalComponents", "LogNormalFamily", "PaddedLogNormal"]
-
-
-class PaddedLogNormal(dist.LogNormal):
-    """``LogNormal`` that also accepts the zeros an HMM pads its shorter sequences with (masked steps): its
-    log-density is evaluated at ``max(x, tiny)``, finite with finite gradients, where the plain distribution's
-    is ``NaN`` at zero; at every positive normal number it is ``LogNormal``'s.
-
-    Examples
-    --------
-    >>> d = PaddedLogNormal(torch.zeros(2), torch.ones(2))
-    >>> bool(torch.isfinite(d.log_prob(torch.tensor([0.0, 1.0]))).all())
-    True
-    """
-
-    support = constraints.nonnegative
-
-    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
-        return super().log_prob(value.clamp_min(torch.finfo(value.dtype).tiny))
+__all__ = ["LogNormalComponents", "LogNormalFamily"]
 
 
 class LogNormalComponents(ComponentFamily):
@@ -127,7 +109,7 @@ class LogNormalComponents(ComponentFamily):
 
     def pyro_dist(self, index: torch.Tensor | None = None) -> dist.Distribution:
         loc, scale = (self.loc, self.scale) if index is None else (self.loc[index], self.scale[index])
-        return PaddedLogNormal(loc, scale).to_event(1)
+        return dist.LogNormal(loc, scale).to_event(1)
 
     def sample(self, index: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         return self._normal().sample(index, generator).exp()

@@ -20,7 +20,8 @@ class SequenceBatch:
     Attributes
     ----------
     x : Tensor (B, T, D)
-        Observations; padded steps hold zeros.
+        Observations; a padded step holds its sequence's last observation (a value every family's
+        density accepts, so the masked steps of a Pyro program stay finite, and their gradients zero).
     lengths : LongTensor (B,)
         Number of valid steps of each sequence (all >= 1).
     y : Tensor (B, T), optional
@@ -177,6 +178,8 @@ def as_sequence_batch(
     lens_list = [int(s.shape[0]) for s in seqs]
     target = resolve_device(device) if device is not None else seqs[0].device
     x = torch.nn.utils.rnn.pad_sequence(seqs, batch_first=True).to(target)
+    for b, n in enumerate(lens_list):
+        x[b, n:] = x[b, n - 1]
     batch_y = None
     if y is not None:
         labels = _check_labels(y, lens_list)

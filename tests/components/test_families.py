@@ -106,6 +106,9 @@ def test_em_objective_equals_pyro_trace_enum_elbo(structure, name):
     data = model.prepare_data(x)
     em_objective = float(model.e_step(model.em_data(data))[1])
     np.testing.assert_allclose(em_objective, model.elbo_tensor(data), rtol=1e-10)
+    if structure == "HMM":  # the program scores every step of the padded batch, masked ones too: all finite
+        steps = data.x.reshape(-1, data.x.shape[-1])
+        assert torch.isfinite(model.components_.log_prob(model.component_family().prepare(steps))).all()
 
 
 @STRUCTURES

@@ -16,10 +16,12 @@ LABELS = [np.array([0, 1, np.nan, 1]), np.array([1, 1, 0, 0, np.nan, 1, 0]), np.
 
 
 def padded():
+    """The reference batch: a padded step holds its sequence's last frame (valid for every family's density)."""
     x = np.zeros((3, 7, 3))
     y = np.full((3, 7), np.nan)
     for b, (s, lab) in enumerate(zip(SEQS, LABELS)):
         x[b, : len(s)] = s
+        x[b, len(s) :] = s[-1]
         y[b, : len(lab)] = lab
     return x, y
 
