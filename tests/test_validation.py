@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
 
-from ppmix import GMM, HMM
+from ppmix import GMM, HMM, Mixture, MixtureOfExperts
 from ppmix._validation import NotFittedError, check_matrix, resolve_device
 from tests.common import requires_cuda
 
@@ -47,6 +49,30 @@ def test_bad_training_data(bad, error, match):
 def test_bad_parameters(kwargs, error, match):
     with pytest.raises(error, match=match):
         GMM(progress=False, **kwargs).fit(X)
+
+
+@pytest.mark.parametrize("structure", ["GMM", "Mixture", "HMM", "MixtureOfExperts"])
+def test_a_numpy_integer_count_fits_as_the_python_integer(structure):
+    """``n_components=np.int8(2)`` (numpy's smallest integer, as a grid search over ``np.arange`` can pass): the
+    same fit, BIC included, as ``2``, with no overflow in the start's sample size or the parameter count."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(60, 130))  # K * D beyond int8
+    y = x[:, 0] + rng.normal(size=60)
+
+    def fit(k):
+        options = {"seed": 0, "progress": False, "max_iter": 3}
+        if structure == "HMM":
+            return HMM(k, **options).fit([x[:30], x[30:]])
+        if structure == "MixtureOfExperts":
+            return MixtureOfExperts(k, **options, n_init=1, split_merge=0, polish=False).fit(x[:, :3], y)
+        model = GMM(k, **options) if structure == "GMM" else Mixture(k, family="poisson", **options)
+        return model.fit(x if structure == "GMM" else np.abs(np.round(3 * x)))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        small, plain = fit(np.int8(2)), fit(2)
+    assert small.n_parameters == plain.n_parameters
+    assert small.history_ == plain.history_
 
 
 def test_y_is_ignored_by_an_unsupervised_model():

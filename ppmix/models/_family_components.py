@@ -95,7 +95,7 @@ class FamilyComponentsMixin:
     @property
     def _component_parameters(self) -> int:
         """Free parameters of the components."""
-        return self.component_family().n_parameters(self.n_components, self.n_features_in_)
+        return self.component_family().n_parameters(int(self.n_components), self.n_features_in_)
 
     @property
     def means_(self) -> torch.Tensor:

@@ -473,7 +473,7 @@ class HMM(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
     def n_parameters(self) -> int:
         """Number of free parameters: ``K - 1`` initial, ``K (K - 1)`` transition probabilities (fewer under a
         ``transition_pattern``: each row's allowed ones less one) and the emissions'."""
-        k = self.n_components
+        k = int(self.n_components)
         free_transitions = int(self._transition_mask.sum()) - k
         return (k - 1) + free_transitions + self._component_parameters
 

@@ -213,7 +213,7 @@ class Mixture(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
     @property
     def n_parameters(self) -> int:
         """Number of free parameters: ``K - 1`` weights and the components'."""
-        return (self.n_components - 1) + self._component_parameters
+        return (int(self.n_components) - 1) + self._component_parameters
 
     def sample(self, n_samples: int = 1) -> dict[str, Any]:
         """Draw ``n_samples`` points: ``{"x": (n, D) array, "z": (n,) component indices}``."""

@@ -219,7 +219,7 @@ class MixtureOfExperts(ParametersMixin, TargetKindMixin, MixtureModel):
     def n_parameters(self) -> int:
         """Number of free parameters: ``(K-1)(P+1)`` gate and the experts' (e.g. ``K(P+1)`` coefficients and ``K``
         variances of Gaussian experts, ``K(C-1)(P+1)`` of softmax experts over ``C`` classes)."""
-        k, p = self.n_experts, self.n_features_in_
+        k, p = int(self.n_experts), self.n_features_in_
         return (k - 1) * (p + 1) + self.expert_family().n_parameters(k, p, self._n_classes)
 
     def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> tuple[torch.Tensor, torch.Tensor]:

@@ -183,7 +183,7 @@ def start_sample_size(n_clusters: int) -> int:
     >>> start_sample_size(4), start_sample_size(100)
     (4000, 25000)
     """
-    return max(START_SAMPLE_ROWS, START_ROWS_PER_COMPONENT * n_clusters)
+    return max(START_SAMPLE_ROWS, START_ROWS_PER_COMPONENT * int(n_clusters))
 
 
 def kmeans_start(
