@@ -110,8 +110,12 @@ def check_matrix(
     device: Any = None,
     n_features: int | None = None,
     feature_names: list[str] | None = None,
+    allow_missing: bool = False,
 ) -> tuple[torch.Tensor, list[str] | None]:
     """Validate a 2-D numeric data matrix and return it as a tensor plus column names.
+
+    ``allow_missing``: NaN entries are kept (missing values; infinities are still refused), but a row
+    with every entry missing is refused, naming it.
 
     Accepts numpy arrays, torch tensors, pandas DataFrames and nested lists.
 
@@ -167,8 +171,10 @@ def check_matrix(
         raise InvalidDataError(
             f"{name} is empty: 0 {what}(s) (shape={tuple(tensor.shape)}) while a minimum of 1 is required."
         )
-    if not all_finite(tensor):
-        raise InvalidDataError(_non_finite_message(tensor, source, name, names))
+    if allow_missing:
+        _check_missing_rows(tensor, name)
+    if bool(torch.isinf(tensor).any()) if allow_missing else not all_finite(tensor):
+        raise InvalidDataError(_non_finite_message(tensor, source, name, names, allow_missing))
     if n_features is not None and tensor.shape[1] != n_features:
         raise InvalidDataError(
             f"{name} has {tensor.shape[1]} features, but it is expecting {n_features} features as input: "
@@ -177,10 +183,22 @@ def check_matrix(
     return tensor, names
 
 
-def _non_finite_message(tensor: torch.Tensor, source: Any, name: str, names: list[str] | None) -> str:
+def _check_missing_rows(tensor: torch.Tensor, name: str) -> None:
+    """A row of ``tensor`` whose every entry is missing (NaN) is an error naming the row."""
+    empty = torch.isnan(tensor).all(dim=1)
+    if bool(empty.any()):
+        row = int(torch.nonzero(empty)[0])
+        raise InvalidDataError(f"{name} row {row} has every entry missing (NaN): a row needs one observed entry")
+
+
+def _non_finite_message(
+    tensor: torch.Tensor, source: Any, name: str, names: list[str] | None, allow_missing: bool = False
+) -> str:
     """Why ``tensor`` (``source`` converted) is not finite, naming its first such entry: NaN or infinite in
-    ``source``, or finite there but beyond the range of ``tensor``'s dtype."""
-    row, col = (int(i) for i in torch.nonzero(~torch.isfinite(tensor))[0])
+    ``source``, or finite there but beyond the range of ``tensor``'s dtype (NaN passes where
+    ``allow_missing``)."""
+    bad = torch.isinf(tensor) if allow_missing else ~torch.isfinite(tensor)
+    row, col = (int(i) for i in torch.nonzero(bad)[0])
     where = f"row {row}, column {names[col]!r}" if names else f"row {row}, column {col}"
     value = float(source[row, col])
     if math.isfinite(value):

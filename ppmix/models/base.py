@@ -158,6 +158,9 @@ class MixtureModel(DensityMixin, InformationCriteriaMixin, Savable, PyroModule):
         return all(getattr(cls, name) is not getattr(MixtureModel, name) for name in EM_HOOKS)
 
     # ------------------------------------------------ data handling (overridable)
+    #: whether ``X`` may hold missing entries (NaN): models that marginalise them say so
+    _accepts_missing: bool = False
+
     def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> Any:
         """Validate user input and return what ``model``/``guide`` receive.
 
@@ -166,7 +169,13 @@ class MixtureModel(DensityMixin, InformationCriteriaMixin, Savable, PyroModule):
         """
         n_features, names_in = (None, None) if fitting else (self.n_features_in_, self.feature_names_in_)
         x, names = check_matrix(
-            X, "X", dtype=self.dtype, device=self._device, n_features=n_features, feature_names=names_in
+            X,
+            "X",
+            dtype=self.dtype,
+            device=self._device,
+            n_features=n_features,
+            feature_names=names_in,
+            allow_missing=self._accepts_missing,
         )
         if fitting:
             self.n_features_in_ = int(x.shape[1])

@@ -49,6 +49,9 @@ class GMM(Mixture):
         As for :class:`~ppmix.models.mixture.Mixture`.
     warm_start : bool, default False
         Continue EM from the current parameters on the next ``fit``.
+    missing : {"error", "marginalize"}, default "error"
+        NaN in ``X``: an error naming ``X``, or an entry missing at random, marginalised by EM (see
+        :class:`~ppmix.models.mixture.Mixture`; :meth:`impute` fills such entries in).
     seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
 
     Attributes
@@ -81,6 +84,7 @@ class GMM(Mixture):
         reg_covar: float = 1e-6,
         init_params: str = "kmeans",
         warm_start: bool = False,
+        missing: str = "error",
         seed: int | None = None,
         device: str | torch.device | None = None,
         dtype: torch.dtype = torch.float64,

@@ -8,11 +8,21 @@ import pyro
 import pyro.distributions as dist
 import torch
 
-from ppmix._validation import check_n_components, check_positive_int, to_output
+from ppmix._validation import check_matrix, check_n_components, check_positive_int, to_output
 from ppmix.components.centred import padded_counts
 from ppmix.components.family import DensityFamily, Statistics
 from ppmix.components.registry import family_config, family_from
 from ppmix.models._family_components import FamilyComponentsMixin
+from ppmix.models._missing import (
+    PartlyObserved,
+    check_missing_option,
+    fill_column_means,
+    impute_rows,
+    log_joint_with_missing,
+    partly_observed,
+    partly_observed_e_step,
+    partly_observed_statistics,
+)
 from ppmix.models._online import OnlineEMMixin
 from ppmix.models._params import store_params
 from ppmix.models._weights import Weighted, split_weights
@@ -52,6 +62,11 @@ class Mixture(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
         responsibilities.
     warm_start : bool, default False
         Continue EM from the current parameters on the next ``fit``.
+    missing : {"error", "marginalize"}, default "error"
+        What a NaN in ``X`` is: an error naming ``X``, or (``"marginalize"``, the Gaussian family) an entry
+        missing at random: EM scores a row by the marginal density of its observed entries and its M-step
+        takes the missing block's conditional expectations (exact EM); predictions and ``score`` take such
+        rows too, and :meth:`impute` fills them in. EM only (``fit``, ``partial_fit``).
     seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
 
     Attributes
@@ -82,6 +97,7 @@ class Mixture(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
         tol: float = 1e-6,
         init_params: str = "kmeans",
         warm_start: bool = False,
+        missing: str = "error",
         seed: int | None = None,
         device: str | torch.device | None = None,
         dtype: torch.dtype = torch.float64,
@@ -99,22 +115,33 @@ class Mixture(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
             params["family"] = family_config(params["family"])
         return params
 
+    #: the default of a subclass whose constructor does not take ``missing``
+    missing: str = "error"
+
     def validate_params(self) -> None:
         super().validate_params()
         self._validate_family_params()
+        check_missing_option(self.missing, self.component_family())
+
+    @property
+    def _accepts_missing(self) -> bool:  # type: ignore[override]
+        return self.missing == "marginalize"
 
     def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> torch.Tensor:
         x = super().prepare_data(X, y, fitting=fitting)
+        measurable = fill_column_means(x) if self._accepts_missing else x
         if fitting:
             check_n_components(self.n_components, x.shape[0])
-            self._record_data_scale(x)
+            self._record_data_scale(measurable)
         else:
-            self.component_family().check_data(x, "X")
+            self.component_family().check_data(measurable, "X")
         return x
 
     # ------------------------------------------------------------ the program
     def model(self, x: torch.Tensor) -> None:
         """``weights -> z_n -> x_n`` with the component index enumerated in parallel."""
+        if self._accepts_missing and bool(torch.isnan(x).any()):
+            raise ValueError("X has missing entries (NaN): missing='marginalize' is for EM (fit, partial_fit) only")
         k, d = self.n_components, x.shape[1]
         opts = {"dtype": x.dtype, "device": x.device}
         weights = pyro.sample("weights", self._simplex_prior("weights", (), k, opts))
@@ -149,22 +176,32 @@ class Mixture(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
 
     # ------------------------------------------------------------------- EM
     def sample_weight_units(self, data: Any) -> tuple[str, int]:
-        return "row", int(self.component_family().rows(split_weights(data)[0]).shape[0])
+        return "row", self._n_rows(split_weights(data)[0])
+
+    def _n_rows(self, rows: Any) -> int:
+        return int(rows.x.shape[0] if isinstance(rows, PartlyObserved) else self.component_family().rows(rows).shape[0])
 
     def em_data(self, data: Any) -> Any:
-        """The family's prepared rows (:class:`~ppmix.models._weights.Weighted` data keep their row weights)."""
+        """The family's prepared rows (:class:`~ppmix.models._weights.Weighted` data keep their row weights;
+        with missing entries, :class:`~ppmix.models._missing.PartlyObserved` rows)."""
         if isinstance(data, Weighted):
             return Weighted(self.em_data(data.data), data.weight)
         family = self.component_family()
-        return data if not isinstance(data, torch.Tensor) else family.prepare(data)
+        if not isinstance(data, torch.Tensor):
+            return data
+        return partly_observed(data, family) if self._accepts_missing else family.prepare(data)
 
     def n_observations(self, data: Any) -> float:
         rows, weight = split_weights(data)
-        return float(weight.sum()) if weight is not None else int(self.component_family().rows(rows).shape[0])
+        return float(weight.sum()) if weight is not None else self._n_rows(rows)
 
     def em_initialize(self, data: Any, generator: torch.Generator) -> None:
-        """Responsibilities from k-means (or its seeding, or at random; on the weighted rows), then one M-step."""
+        """Responsibilities from k-means (or its seeding, or at random; on the weighted rows), then one M-step
+        (rows with missing entries start with their columns' means filled in)."""
         rows, weight = split_weights(data)
+        if isinstance(rows, PartlyObserved):
+            rows = self.component_family().prepare(fill_column_means(rows.x, weight))
+            data = rows if weight is None else Weighted(rows, weight)
         self.components_ = self._new_components(self.component_family().rows(rows))
         self.m_step(data, self._initial_responsibilities(rows, generator, weight))
 
@@ -174,6 +211,8 @@ class Mixture(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
         the family fuses them (:meth:`~ppmix.components.base.ComponentFamily.expected_statistics`);
         :meth:`m_step` and :meth:`em_statistics` take the (merged) statistics as they are."""
         rows, weight = split_weights(data)
+        if isinstance(rows, PartlyObserved):
+            return partly_observed_e_step(self.components_, self.weights_.log(), rows, weight)
         return self.components_.expected_statistics(rows, self.weights_.log(), weight)
 
     def m_step(self, data: Any, resp: Statistics | torch.Tensor) -> None:
@@ -188,7 +227,10 @@ class Mixture(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
         if isinstance(resp, Statistics):
             return resp
         rows, weight = split_weights(data)
-        return self.components_.statistics(rows, resp if weight is None else resp * weight[:, None].to(resp))
+        resp = resp if weight is None else resp * weight[:, None].to(resp)
+        if isinstance(rows, PartlyObserved):
+            return partly_observed_statistics(self.components_, rows, resp)
+        return self.components_.statistics(rows, resp)
 
     def em_update(self, stats: Statistics) -> None:
         """The M-step from (merged) statistics: the components' weighted MLE, ``weights`` their total weights."""
@@ -199,7 +241,38 @@ class Mixture(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
 
     # ---------------------------------------------------------- predictions
     def _log_joint(self, data: torch.Tensor) -> torch.Tensor:
+        if self._accepts_missing:
+            return log_joint_with_missing(self.components_, self.weights_.log(), data)
         return self.components_.log_prob(data) + self.weights_.log()
+
+    def impute(self, X: Any) -> Any:
+        """``X`` with every missing entry (NaN) replaced by its conditional expectation given the row's observed
+        entries under the fitted mixture: each component's conditional mean (Gaussian conditioning on the
+        observed block), weighted by the row's posterior probabilities given the observed entries. The
+        Gaussian family only; any ``missing`` setting.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.multivariate_normal([0, 0], [[1.0, 0.9], [0.9, 1.0]], size=500)
+        >>> gmm = Mixture(1, family={"name": "gaussian", "covariance_type": "full"}, seed=0, progress=False).fit(X)
+        >>> filled = gmm.impute(np.array([[2.0, np.nan]]))
+        >>> bool(abs(filled[0, 1] - 0.9 * 2.0) < 0.2)
+        True
+        """
+        self._check_fitted()
+        check_missing_option("marginalize", self.component_family())
+        x, _ = check_matrix(
+            X,
+            "X",
+            dtype=self.dtype,
+            device=self._device,
+            n_features=self.n_features_in_,
+            feature_names=self.feature_names_in_,
+            allow_missing=True,
+        )
+        return to_output(impute_rows(self.components_, self.weights_.log(), x), X)
 
     def responsibilities(self, data: torch.Tensor) -> torch.Tensor:
         return torch.softmax(self._log_joint(data), dim=1)

@@ -1,0 +1,168 @@
+"""Missing values (NaN) in the rows of a Gaussian mixture, marginalised by EM (``missing="marginalize"``).
+
+The rows without a missing entry take the family's own path (prepared once, the fused E-step); the others
+are scored by the marginal density of their observed entries and contribute EM's expected statistics
+(:mod:`ppmix.components.gaussian_missing`), merged with the complete rows' before the M-step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ppmix.components.family import DensityFamily, Statistics
+from ppmix.components.gaussian_family import GaussianFamily
+from ppmix.components.gaussian_missing import conditional_mean, expected_statistics, marginal_log_prob
+
+__all__ = [
+    "MISSING_OPTIONS",
+    "PartlyObserved",
+    "check_missing_option",
+    "fill_column_means",
+    "impute_rows",
+    "log_joint_with_missing",
+    "partly_observed",
+    "partly_observed_e_step",
+    "partly_observed_statistics",
+]
+
+#: what a NaN in ``X`` means: an error naming ``X`` (the default), or a value missing at random
+MISSING_OPTIONS = ("error", "marginalize")
+
+
+def check_missing_option(missing: Any, family: DensityFamily) -> None:
+    """``missing`` is one of :data:`MISSING_OPTIONS`, and ``"marginalize"`` comes with the Gaussian family."""
+    if missing not in MISSING_OPTIONS:
+        raise ValueError(f"missing must be one of {MISSING_OPTIONS}; got {missing!r}")
+    if missing == "marginalize" and not isinstance(family, GaussianFamily):
+        raise ValueError(
+            f"missing='marginalize' is built for the Gaussian family (every covariance type); got the {family.name!r} "
+            "family"
+        )
+
+
+@dataclass(frozen=True)
+class PartlyObserved:
+    """Training rows of which some have missing entries.
+
+    Attributes
+    ----------
+    x : Tensor (N, D)
+        All rows, NaN where an entry is missing.
+    complete : Any
+        The rows without a missing entry, as the family prepares rows (None if there are none).
+    complete_rows, partial_rows : LongTensor
+        Which rows of ``x`` are complete and which are not.
+    """
+
+    x: torch.Tensor
+    complete: Any
+    complete_rows: torch.Tensor
+    partial_rows: torch.Tensor
+
+
+def partly_observed(x: torch.Tensor, family: DensityFamily) -> Any:
+    """``x`` prepared by ``family`` when nothing is missing, else :class:`PartlyObserved`.
+
+    Examples
+    --------
+    >>> fam = GaussianFamily("diag")
+    >>> data = partly_observed(torch.tensor([[1.0, float("nan")], [2.0, 3.0]]), fam)
+    >>> data.complete_rows.tolist(), data.partial_rows.tolist()
+    ([1], [0])
+    """
+    missing = torch.isnan(x).any(dim=1)
+    if not bool(missing.any()):
+        return family.prepare(x)
+    complete_rows = torch.nonzero(~missing).squeeze(1)
+    complete = family.prepare(x[complete_rows]) if complete_rows.numel() else None
+    return PartlyObserved(x, complete, complete_rows, torch.nonzero(missing).squeeze(1))
+
+
+def fill_column_means(x: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+    """``x`` with every NaN replaced by its column's (weighted) mean over the observed entries: for the start
+    of EM and for measuring the data's scale.
+
+    Examples
+    --------
+    >>> fill_column_means(torch.tensor([[1.0, float("nan")], [3.0, 4.0]])).tolist()
+    [[1.0, 4.0], [3.0, 4.0]]
+    """
+    observed = ~torch.isnan(x)
+    if bool(observed.all()):
+        return x
+    w = observed.to(x.dtype) if weight is None else observed.to(x.dtype) * weight[:, None].to(x.dtype)
+    means = (torch.where(observed, x, 0.0) * w).sum(0) / w.sum(0).clamp_min(torch.finfo(x.dtype).tiny)
+    return torch.where(observed, x, means)
+
+
+def missing_log_joint(components: Any, log_weights: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``log w_k + log p_k(x_n[o_n])`` ``(N, K)`` of rows with missing entries (the marginal of the observed ones)."""
+    return marginal_log_prob(x, components.mean, components.covariance) + log_weights
+
+
+def partly_observed_e_step(
+    components: Any, log_weights: torch.Tensor, data: PartlyObserved, weight: torch.Tensor | None
+) -> tuple[Statistics, torch.Tensor]:
+    """The E-step on :class:`PartlyObserved` rows: the merged statistics (complete rows by the components' fused
+    E-step, the others by their expected statistics) and the log-likelihood of the observed entries."""
+    partial = data.x[data.partial_rows]
+    joint = missing_log_joint(components, log_weights, partial)
+    norm = torch.logsumexp(joint, dim=1)
+    resp = torch.exp(joint - norm[:, None])
+    if weight is not None:
+        partial_weight = weight[data.partial_rows].to(resp)
+        resp = resp * partial_weight[:, None]
+        log_likelihood = (norm * partial_weight).sum()
+    else:
+        log_likelihood = norm.sum()
+    stats = _expected(components, partial, resp)
+    if data.complete is None:
+        return stats, log_likelihood
+    complete_weight = None if weight is None else weight[data.complete_rows]
+    complete_stats, complete_log_likelihood = components.expected_statistics(
+        data.complete, log_weights, complete_weight
+    )
+    return complete_stats.merge(stats), complete_log_likelihood + log_likelihood
+
+
+def partly_observed_statistics(components: Any, data: PartlyObserved, resp: torch.Tensor) -> Statistics:
+    """The M-step's statistics of :class:`PartlyObserved` rows under responsibilities ``resp`` ``(N, K)`` (times
+    any row weights) and the current components."""
+    stats = _expected(components, data.x[data.partial_rows], resp[data.partial_rows])
+    if data.complete is None:
+        return stats
+    return components.statistics(data.complete, resp[data.complete_rows]).merge(stats)
+
+
+def _expected(components: Any, partial: torch.Tensor, resp: torch.Tensor) -> Statistics:
+    cov = components.covariance
+    return expected_statistics(partial, resp, components.mean, cov, diagonal=cov.dim() == 2)
+
+
+def log_joint_with_missing(components: Any, log_weights: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``log w_k + log p_k(x_n)`` ``(N, K)`` of rows that may have missing entries (those by their observed
+    entries' marginal)."""
+    missing = torch.isnan(x).any(dim=1)
+    if not bool(missing.any()):
+        return components.log_prob(x) + log_weights
+    out = x.new_empty(x.shape[0], log_weights.shape[0])
+    out[missing] = missing_log_joint(components, log_weights, x[missing])
+    if not bool(missing.all()):
+        out[~missing] = components.log_prob(x[~missing]) + log_weights
+    return out
+
+
+def impute_rows(components: Any, log_weights: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``x`` with every missing entry replaced by its conditional expectation given the row's observed entries
+    under the mixture (each component's conditional mean, weighted by the row's posterior probabilities)."""
+    missing = torch.isnan(x).any(dim=1)
+    if not bool(missing.any()):
+        return x.clone()
+    out = x.clone()
+    partial = x[missing]
+    resp = torch.softmax(missing_log_joint(components, log_weights, partial), dim=1)
+    out[missing] = conditional_mean(partial, resp, components.mean, components.covariance)
+    return out
