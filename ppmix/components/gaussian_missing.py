@@ -1,13 +1,17 @@
 """Gaussian components on rows with missing entries (NaN), missing at random.
 
-A row's observed coordinates ``o`` are Gaussian under component ``k`` with the sub-vector ``mu_k[o]``
-and the sub-matrix ``Sigma_k[o, o]``, so its log-density is that marginal's. EM's expected statistics
-of such a row (Ghahramani & Jordan, 1994) fill its missing block ``m`` with the conditional mean
-``mu_k[m] + Sigma_k[m, o] Sigma_k[o, o]^{-1} (x[o] - mu_k[o])`` and add the conditional covariance
-``Sigma_k[m, m] - Sigma_k[m, o] Sigma_k[o, o]^{-1} Sigma_k[o, m]`` to the scatter, so the M-step from
-them is the exact maximiser of EM's objective. Rows are grouped by their pattern of missing entries,
-and each pattern is one batch of matrix products; a diagonal covariance is the full one with zeros
-off its diagonal (its conditional mean of a missing entry is then the component's mean).
+A row's observed entries ``o`` are Gaussian under component ``k`` with the sub-vector ``mu_k[o]`` and the
+sub-matrix ``Sigma_k[o, o]``, so its log-density is that marginal's. EM's expected statistics of such a
+row (Ghahramani & Jordan, 1994) fill its missing block ``m`` with the conditional mean and add the
+conditional covariance to the scatter, so the M-step from them is the exact maximiser of EM's objective.
+
+Every row is handled at once, whatever its pattern of missing entries, through the precision matrix
+``P = Sigma^{-1}``: the conditional covariance of the missing block is ``P[m, m]^{-1}``, its conditional
+mean ``mu[m] - P[m, m]^{-1} P[m, o] (x[o] - mu[o])``; the observed entries' quadratic form is that of the
+completed row under ``P``, and ``log det Sigma[o, o] = log det Sigma + log det P[m, m]``. Each row's
+``P[m, m]`` is embedded in a ``D x D`` matrix with the identity on the observed entries, so one batched
+Cholesky factorisation serves every row and component. Diagonal covariances need none of it: the
+missing entries drop out of the sums, and every quantity is a few matrix products with the mask.
 
 Examples
 --------
@@ -24,108 +28,180 @@ Examples
 from __future__ import annotations
 
 import math
-from typing import Iterator
+from dataclasses import dataclass
+from typing import Iterable, Iterator
 
 import torch
 
 from ppmix.components.statistics import GaussianStatistics
 
-__all__ = ["conditional_mean", "expected_statistics", "marginal_log_prob", "missing_patterns"]
+__all__ = ["conditional_mean", "expected_statistics", "marginal_log_prob", "missing_e_step"]
+
+#: rows per batch of the full-covariance path (its ``(K, rows, D, D)`` tensors hold at most about
+#: ``ROW_BLOCK_ENTRIES`` numbers)
+ROW_BLOCK_ENTRIES = 2**22
+LOG_2PI = math.log(2 * math.pi)
 
 
-def missing_patterns(x: torch.Tensor) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """``(observed (D,) bool, rows (n,) long)`` for every pattern of missing entries among the rows of ``x``.
+@dataclass(frozen=True)
+class _Completed:
+    """Rows under full components: ``log_prob`` ``(n, K)``, the completed rows about each component's mean
+    ``centred`` ``(K, n, D)``, and the conditional covariance of each row's missing block ``conditional``
+    ``(K, n, D, D)`` (zero elsewhere)."""
 
-    Examples
-    --------
-    >>> nan = float("nan")
-    >>> x = torch.tensor([[1.0, nan], [nan, 2.0], [3.0, nan]])
-    >>> [(o.tolist(), r.tolist()) for o, r in missing_patterns(x)]
-    [([False, True], [1]), ([True, False], [0, 2])]
-    """
+    log_prob: torch.Tensor
+    centred: torch.Tensor
+    conditional: torch.Tensor
+    loc: torch.Tensor
+
+    def moments(self, resp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``sum_n r_nk E[x_n - mu_k]`` ``(K, D)`` and ``sum_n r_nk E[(x_n - mu_k)(x_n - mu_k)^T]`` ``(K, D, D)``."""
+        weights = resp.T
+        sums = torch.einsum("kn,knd->kd", weights, self.centred)
+        seconds = torch.einsum("kn,kni,knj->kij", weights, self.centred, self.centred)
+        return sums, seconds + torch.einsum("kn,knij->kij", weights, self.conditional)
+
+    def filled(self, resp: torch.Tensor) -> torch.Tensor:
+        """The rows completed by their conditional means under the mixture ``(n, D)``."""
+        return torch.einsum("nk,knd->nd", resp, self.centred + self.loc[:, None, :])
+
+
+@dataclass(frozen=True)
+class _Masked:
+    """Rows under diagonal components, kept as matrices: ``x0`` the rows less a reference point near the data
+    (the components' average mean), zero where missing; ``weight`` 1 where observed; ``loc`` the means less
+    the same point; ``var`` the variances; ``log_prob`` ``(n, K)`` (matrix products with the mask, no
+    ``(K, n, D)`` tensor)."""
+
+    x0: torch.Tensor
+    weight: torch.Tensor
+    loc: torch.Tensor
+    reference: torch.Tensor
+    var: torch.Tensor
+    log_prob: torch.Tensor
+
+    @classmethod
+    def of(cls, x: torch.Tensor, loc: torch.Tensor, var: torch.Tensor) -> "_Masked":
+        reference = loc.mean(0)
+        observed = ~torch.isnan(x)
+        x0, weight, loc = torch.where(observed, x - reference, 0.0), observed.to(x.dtype), loc - reference
+        precision = 1.0 / var
+        quadratic = x0.square() @ precision.T - 2 * x0 @ (loc * precision).T + weight @ (loc.square() * precision).T
+        log_prob = -0.5 * (quadratic + weight @ var.log().T + LOG_2PI * weight.sum(1)[:, None])
+        return cls(x0, weight, loc, reference, var, log_prob)
+
+    def moments(self, resp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``sum_n r_nk E[x_n - mu_k]`` and ``sum_n r_nk E[(x_n - mu_k)^2]`` ``(K, D)``: a missing entry's
+        conditional mean is ``mu_k`` and its conditional variance ``var_k``."""
+        weights = resp.T
+        seen, first = weights @ self.weight, weights @ self.x0
+        sums = first - self.loc * seen
+        seconds = weights @ self.x0.square() - 2 * self.loc * first + self.loc.square() * seen
+        return sums, seconds + self.var * (weights.sum(1)[:, None] - seen)
+
+    def filled(self, resp: torch.Tensor) -> torch.Tensor:
+        """The rows' missing entries' conditional means under the mixture ``(n, D)`` (observed entries: any)."""
+        return resp @ (self.loc + self.reference)
+
+
+def _full(x: torch.Tensor, loc: torch.Tensor, cov: torch.Tensor) -> _Completed:
+    d = x.shape[1]
     observed = ~torch.isnan(x)
-    patterns, which = torch.unique(observed, dim=0, return_inverse=True)
-    for index in range(patterns.shape[0]):
-        yield patterns[index], torch.nonzero(which == index).squeeze(1)
+    missing = ~observed
+    chol_cov = torch.linalg.cholesky(cov)
+    precision = torch.cholesky_inverse(chol_cov)  # (K, D, D)
+    log_det = 2 * torch.log(torch.diagonal(chol_cov, dim1=1, dim2=2)).sum(1)  # (K,)
+    centred = torch.where(observed, x[None] - loc[:, None, :], 0.0)  # (K, n, D), zero on the missing entries
+    both_missing = (missing[:, :, None] & missing[:, None, :])[None]  # (1, n, D, D)
+    eye = torch.eye(d, dtype=x.dtype, device=x.device)
+    block = torch.where(both_missing, precision[:, None], eye)  # P[m, m] with the identity on the observed entries
+    chol = torch.linalg.cholesky(block)  # (K, n, D, D)
+    rhs = torch.where(missing[None], centred @ precision, 0.0)  # (P (x - mu))[m], the observed part only
+    shift = -torch.cholesky_solve(rhs.unsqueeze(-1), chol).squeeze(-1)  # zero on the observed entries
+    centred = centred + shift
+    quadratic = ((centred @ precision) * centred).sum(2)
+    log_det_observed = log_det[:, None] + 2 * torch.log(torch.diagonal(chol, dim1=2, dim2=3)).sum(2)
+    log_prob = -0.5 * (quadratic + log_det_observed + LOG_2PI * observed.sum(1).to(x.dtype)[None, :])
+    conditional = torch.where(both_missing, torch.cholesky_inverse(chol), 0.0)
+    return _Completed(log_prob.T, centred, conditional, loc)
 
 
-def _full(cov: torch.Tensor) -> torch.Tensor:
-    """``(K, D, D)`` covariances from ``(K, D)`` variances (diagonal) or as they are."""
-    return torch.diag_embed(cov) if cov.dim() == 2 else cov
-
-
-def _pattern_parts(x: torch.Tensor, obs: torch.Tensor, loc: torch.Tensor, cov: torch.Tensor):
-    """The observed part of rows ``x`` (one pattern), their residuals under every component ``(K, n, |o|)`` and
-    the Cholesky factors of ``Sigma_k[o, o]`` ``(K, |o|, |o|)``."""
-    x_obs = x[:, obs]
-    residual = x_obs[None, :, :] - loc[:, None, obs]
-    chol = torch.linalg.cholesky(cov[:, obs][:, :, obs])
-    return x_obs, residual, chol
+def _blocks(x: torch.Tensor, loc: torch.Tensor, cov: torch.Tensor) -> Iterator[tuple[slice, _Masked | _Completed]]:
+    """``(rows, part)`` over blocks of rows (one block for diagonal covariances ``(K, D)``)."""
+    if cov.dim() == 2:
+        yield slice(None), _Masked.of(x, loc, cov)
+        return
+    k, d = cov.shape[0], cov.shape[1]
+    step = max(1, ROW_BLOCK_ENTRIES // (k * d * d))
+    for start in range(0, x.shape[0], step):
+        rows = slice(start, start + step)
+        yield rows, _full(x[rows], loc, cov)
 
 
 def marginal_log_prob(x: torch.Tensor, loc: torch.Tensor, cov: torch.Tensor) -> torch.Tensor:
     """``log N(x[o]; mu_k[o], Sigma_k[o, o])`` of every row and component ``(N, K)``, ``o`` each row's observed
     entries (not NaN; every row has one). ``cov``: ``(K, D)`` variances or ``(K, D, D)`` covariances."""
-    cov = _full(cov)
-    out = x.new_empty(x.shape[0], loc.shape[0])
-    for obs, rows in missing_patterns(x):
-        _, residual, chol = _pattern_parts(x[rows], obs, loc, cov)
-        white = torch.linalg.solve_triangular(chol, residual.transpose(1, 2), upper=False)  # (K, |o|, n)
-        half_log_det = torch.log(torch.diagonal(chol, dim1=1, dim2=2)).sum(1)  # (K,)
-        d_obs = int(obs.sum())
-        out[rows] = (-0.5 * white.square().sum(1) - half_log_det[:, None] - 0.5 * d_obs * math.log(2 * math.pi)).T
-    return out
-
-
-def _completed(x: torch.Tensor, loc: torch.Tensor, cov: torch.Tensor):
-    """Per pattern of missing entries: ``(rows, filled (K, n, D), missing index (m,), conditional covariance
-    (K, m, m))``, ``filled`` the rows with their missing block replaced by its conditional mean under every
-    component."""
-    cov = _full(cov)
-    for obs, rows in missing_patterns(x):
-        miss = ~obs
-        x_obs, residual, chol = _pattern_parts(x[rows], obs, loc, cov)
-        filled = x[rows].expand(loc.shape[0], -1, -1).clone()
-        index = torch.nonzero(miss).squeeze(1)
-        cross = cov[:, miss][:, :, obs]  # (K, m, |o|)
-        gain = torch.cholesky_solve(cross.transpose(1, 2), chol).transpose(1, 2)  # Sigma_mo Sigma_oo^-1
-        filled[:, :, miss] = loc[:, None, miss] + residual @ gain.transpose(1, 2)
-        yield rows, filled, index, cov[:, miss][:, :, miss] - gain @ cross.transpose(1, 2)
+    return torch.cat([part.log_prob for _, part in _blocks(x, loc, cov)])
 
 
 def conditional_mean(x: torch.Tensor, resp: torch.Tensor, loc: torch.Tensor, cov: torch.Tensor) -> torch.Tensor:
     """``E[x | x[o]]`` of every row ``(N, D)``: the observed entries as they are, the missing ones their
     conditional means under each component averaged with the rows' posterior probabilities ``resp`` ``(N, K)``
     (the mixture's conditional mean)."""
-    out = x.clone()
-    missing = torch.isnan(x)
-    for rows, filled, _, _ in _completed(x, loc, cov):
-        out[rows] = torch.where(missing[rows], torch.einsum("nk,knd->nd", resp[rows], filled), x[rows])
-    return out
+    filled = torch.cat([part.filled(resp[rows]) for rows, part in _blocks(x, loc, cov)])
+    return torch.where(torch.isnan(x), filled, x)
 
 
 def expected_statistics(
-    x: torch.Tensor, resp: torch.Tensor, loc: torch.Tensor, cov: torch.Tensor, *, diagonal: bool
+    x: torch.Tensor, resp: torch.Tensor, loc: torch.Tensor, cov: torch.Tensor
 ) -> GaussianStatistics:
     """EM's expected statistics of rows with missing entries under responsibilities ``resp`` ``(N, K)`` (times
     any row weights): total weight, weighted mean of the completed rows and their weighted scatter plus the
-    conditional covariances, ``(K, D)`` (``diagonal``) or ``(K, D, D)``; they merge with complete rows' by
-    :meth:`~ppmix.components.statistics.GaussianStatistics.merge`."""
+    conditional covariances, ``(K, D)`` for diagonal ``cov`` ``(K, D)`` or ``(K, D, D)``; they merge with
+    complete rows' by :meth:`~ppmix.components.statistics.GaussianStatistics.merge`."""
+    return _accumulate(loc, cov, ((resp[rows], part) for rows, part in _blocks(x, loc, cov)))
+
+
+def missing_e_step(
+    x: torch.Tensor, log_weights: torch.Tensor, loc: torch.Tensor, cov: torch.Tensor, weight: torch.Tensor | None
+) -> tuple[GaussianStatistics, torch.Tensor]:
+    """The E-step on rows with missing entries in one pass: :func:`expected_statistics` under the posterior
+    probabilities given the observed entries (times the rows' ``weight``), and the (weighted) log-likelihood
+    of the observed entries ``sum_n w_n log sum_k pi_k N(x_n[o]; ...)``."""
+    totals: list[torch.Tensor] = []
+
+    def weighted() -> Iterator[tuple[torch.Tensor, _Masked | _Completed]]:
+        for rows, part in _blocks(x, loc, cov):
+            joint = part.log_prob + log_weights
+            norm = torch.logsumexp(joint, dim=1)
+            resp = torch.exp(joint - norm[:, None])
+            if weight is not None:
+                resp, norm = resp * weight[rows, None], norm * weight[rows]
+            totals.append(norm.sum())
+            yield resp, part
+
+    stats = _accumulate(loc, cov, weighted())
+    return stats, torch.stack(totals).sum()
+
+
+def _accumulate(
+    loc: torch.Tensor, cov: torch.Tensor, parts: Iterable[tuple[torch.Tensor, _Masked | _Completed]]
+) -> GaussianStatistics:
+    """Counts, means and scatters from ``(resp (n, K), part)`` blocks, accumulated about each component's mean
+    (near the weighted mean: no cancellation in the scatter)."""
     k, d = loc.shape
-    counts = resp.sum(0)
-    # moments about each component's current mean (near the weighted mean: no cancellation in the scatter)
-    sums = x.new_zeros(k, d)
-    seconds = x.new_zeros(k, d, d)  # sum_n r_nk E[(x - mu_k)(x - mu_k)^T]
-    for rows, filled, index, conditional in _completed(x, loc, cov):
-        weights = resp[rows].T  # (K, n)
-        centred = filled - loc[:, None, :]
-        sums += torch.einsum("kn,knd->kd", weights, centred)
-        seconds += torch.einsum("kn,kni,knj->kij", weights, centred, centred)
-        seconds[:, index[:, None], index[None, :]] += weights.sum(1)[:, None, None] * conditional
-    safe = torch.where(counts > 0, counts, torch.ones_like(counts))
-    shift = sums / safe[:, None]
-    mean = loc + shift
-    scatter = seconds - counts[:, None, None] * shift[:, :, None] * shift[:, None, :]
+    diagonal = cov.dim() == 2
+    counts = loc.new_zeros(k)
+    sums = loc.new_zeros(k, d)
+    seconds = loc.new_zeros(k, d) if diagonal else loc.new_zeros(k, d, d)
+    for resp, part in parts:
+        counts += resp.sum(0)
+        first, second = part.moments(resp)
+        sums += first
+        seconds += second
+    shift = sums / torch.where(counts > 0, counts, torch.ones_like(counts))[:, None]
     if diagonal:
-        scatter = torch.diagonal(scatter, dim1=1, dim2=2)
-    return GaussianStatistics(counts, mean, scatter)
+        scatter = seconds - counts[:, None] * shift.square()
+    else:
+        scatter = seconds - counts[:, None, None] * shift[:, :, None] * shift[:, None, :]
+    return GaussianStatistics(counts, loc + shift, scatter)

@@ -14,7 +14,7 @@ import torch
 
 from ppmix.components.family import DensityFamily, Statistics
 from ppmix.components.gaussian_family import GaussianFamily
-from ppmix.components.gaussian_missing import conditional_mean, expected_statistics, marginal_log_prob
+from ppmix.components.gaussian_missing import conditional_mean, expected_statistics, marginal_log_prob, missing_e_step
 
 __all__ = [
     "MISSING_OPTIONS",
@@ -109,16 +109,8 @@ def partly_observed_e_step(
     """The E-step on :class:`PartlyObserved` rows: the merged statistics (complete rows by the components' fused
     E-step, the others by their expected statistics) and the log-likelihood of the observed entries."""
     partial = data.x[data.partial_rows]
-    joint = missing_log_joint(components, log_weights, partial)
-    norm = torch.logsumexp(joint, dim=1)
-    resp = torch.exp(joint - norm[:, None])
-    if weight is not None:
-        partial_weight = weight[data.partial_rows].to(resp)
-        resp = resp * partial_weight[:, None]
-        log_likelihood = (norm * partial_weight).sum()
-    else:
-        log_likelihood = norm.sum()
-    stats = _expected(components, partial, resp)
+    partial_weight = None if weight is None else weight[data.partial_rows].to(partial)
+    stats, log_likelihood = missing_e_step(partial, log_weights, components.mean, components.covariance, partial_weight)
     if data.complete is None:
         return stats, log_likelihood
     complete_weight = None if weight is None else weight[data.complete_rows]
@@ -138,8 +130,7 @@ def partly_observed_statistics(components: Any, data: PartlyObserved, resp: torc
 
 
 def _expected(components: Any, partial: torch.Tensor, resp: torch.Tensor) -> Statistics:
-    cov = components.covariance
-    return expected_statistics(partial, resp, components.mean, cov, diagonal=cov.dim() == 2)
+    return expected_statistics(partial, resp, components.mean, components.covariance)
 
 
 def log_joint_with_missing(components: Any, log_weights: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
