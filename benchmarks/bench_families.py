@@ -314,7 +314,7 @@ def make_chains(emission: str, n_sequences: int, d: int, k: int, seed: int) -> l
     return seqs
 
 
-def _hmmlearn_model(emission: str, model: HMM, d: int):
+def _hmmlearn_model(emission: str, model: HMM):
     """hmmlearn's HMM of the same emission at ppmix's current parameters: one iteration per ``fit``."""
     from hmmlearn.hmm import GMMHMM, CategoricalHMM, PoissonHMM
 
@@ -348,7 +348,7 @@ def run_hmm(emission: str, n_sequences: int, d: int, k: int, seed: int, iteratio
         warnings.simplefilter("ignore", ConvergenceWarning)
         model.fit(seqs, max_iter=1)
     data = model.em_data(model.prepare_data(seqs))
-    peer = _hmmlearn_model(emission, model, d)
+    peer = _hmmlearn_model(emission, model)
     x = frames.astype(np.int64) if emission == "categorical" else frames
     loglik: dict[str, float] = {}
 
