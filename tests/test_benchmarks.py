@@ -273,8 +273,18 @@ def test_bench_gmm_start_quick(tmp_path):
 def test_bench_families_quick(tmp_path):
     report = run_quick("bench_families.py", tmp_path / "families.json")
     assert report["benchmark"] == "families" and report["threads"] == 1
-    assert [r["family"] for r in report["results"]] == ["poisson", "bernoulli", "exponential"]
-    for result in report["results"]:
-        assert_timing(result["ppmix_iteration_s"], result["pomegranate_iteration_s"])
-        # the same EM from the same start in both libraries
-        assert abs(result["loglik_difference"]) < 1e-6 * abs(result["pomegranate_mean_loglik"])
+    rows = {(r["model"], r["family"]): r for r in report["results"]}
+    mixtures = ["poisson", "bernoulli", "exponential", "gamma", "lognormal", "student_t", "categorical", "multinomial"]
+    assert list(rows) == [("Mixture", f) for f in mixtures] + [("HMM", e) for e in ("poisson", "categorical", "gmm")]
+    assert report["versions"]["pomegranate"] and report["versions"]["hmmlearn"]
+    for key, result in rows.items():
+        if key == ("Mixture", "multinomial"):  # no peer has it: ppmix alone
+            assert result["peer"] is None and result["ratio_ppmix_over_peer"] is None
+            assert_timing(result["ppmix_iteration_s"])
+            continue
+        assert_timing(result["ppmix_iteration_s"], result["peer_iteration_s"], result["ratio_ppmix_over_peer"])
+        assert math.isfinite(result["ppmix_mean_loglik"]) and math.isfinite(result["peer_mean_loglik"])
+        # the same EM from the same start in both libraries: the same log-likelihood
+        assert result["same_em"] == (key not in {("Mixture", "gamma"), ("Mixture", "student_t"), ("HMM", "gmm")})
+        if result["same_em"]:
+            assert abs(result["loglik_difference"]) < 1e-6 * abs(result["peer_mean_loglik"])
