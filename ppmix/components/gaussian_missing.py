@@ -21,7 +21,7 @@ Examples
 >>> x = torch.tensor([[2.0, float("nan")]], dtype=torch.float64)
 >>> round(float(marginal_log_prob(x, loc, cov)), 6)  # log N(2; 0, 1)
 -2.918939
->>> conditional_mean(x, torch.ones(1, 1, dtype=torch.float64), loc, cov).tolist()  # the missing entry: 0.5 * 2
+>>> conditional_mean(x, torch.ones(1, 1, dtype=torch.float64), loc, cov).round(decimals=12).tolist()  # 0.5 * 2
 [[2.0, 1.0]]
 """
 
@@ -35,7 +35,7 @@ import torch
 
 from ppmix.components.statistics import GaussianStatistics
 
-__all__ = ["conditional_mean", "expected_statistics", "marginal_log_prob", "missing_e_step"]
+__all__ = ["MissingRows", "conditional_mean", "expected_statistics", "marginal_log_prob", "missing_e_step"]
 
 #: rows per batch of the full-covariance path (its ``(K, rows, D, D)`` tensors hold at most about
 #: ``ROW_BLOCK_ENTRIES`` numbers)
@@ -44,13 +44,60 @@ LOG_2PI = math.log(2 * math.pi)
 
 
 @dataclass(frozen=True)
+class MissingRows:
+    """Rows with missing entries, with what every E-step reads of them computed once.
+
+    Attributes
+    ----------
+    x : Tensor (n, D)
+        The rows, NaN where an entry is missing.
+    observed : BoolTensor (n, D)
+    reference : Tensor (D,)
+        The columns' means over their observed entries (a point near the data).
+    x0 : Tensor (n, D)
+        ``x - reference``, zero where missing.
+    patterns : BoolTensor (P, D)
+        The distinct patterns of observed entries; ``pattern`` ``(n,)`` is each row's.
+    """
+
+    x: torch.Tensor
+    observed: torch.Tensor
+    reference: torch.Tensor
+    x0: torch.Tensor
+    patterns: torch.Tensor
+    pattern: torch.Tensor
+
+    @classmethod
+    def of(cls, x: "torch.Tensor | MissingRows") -> "MissingRows":
+        """``x`` prepared (as it is if it already is)."""
+        if isinstance(x, MissingRows):
+            return x
+        observed = ~torch.isnan(x)
+        counts = observed.sum(0).clamp_min(1).to(x.dtype)
+        reference = torch.where(observed, x, 0.0).sum(0) / counts
+        patterns, pattern = _patterns(observed)
+        return cls(x, observed, reference, torch.where(observed, x - reference, 0.0), patterns, pattern)
+
+    def __len__(self) -> int:
+        return self.x.shape[0]
+
+    def take(self, rows: slice) -> "MissingRows":
+        """The rows ``rows`` (every pattern kept)."""
+        return MissingRows(
+            self.x[rows], self.observed[rows], self.reference, self.x0[rows], self.patterns, self.pattern[rows]
+        )
+
+
+@dataclass(frozen=True)
 class _Completed:
     """Rows under full components: ``log_prob`` ``(n, K)``, the completed rows about each component's mean
-    ``centred`` ``(K, n, D)``, and the conditional covariance of each row's missing block ``conditional``
-    ``(K, n, D, D)`` (zero elsewhere)."""
+    ``centred`` ``(K, n, D)``, the rows' patterns of missing entries (``pattern`` ``(n,)``, an index into
+    ``conditional``) and each pattern's conditional covariance of the missing block ``conditional``
+    ``(K, P, D, D)`` (zero elsewhere)."""
 
     log_prob: torch.Tensor
     centred: torch.Tensor
+    pattern: torch.Tensor
     conditional: torch.Tensor
     loc: torch.Tensor
 
@@ -59,7 +106,10 @@ class _Completed:
         weights = resp.T
         sums = torch.einsum("kn,knd->kd", weights, self.centred)
         seconds = torch.einsum("kn,kni,knj->kij", weights, self.centred, self.centred)
-        return sums, seconds + torch.einsum("kn,knij->kij", weights, self.conditional)
+        per_pattern = weights.new_zeros(weights.shape[0], self.conditional.shape[1]).index_add_(
+            1, self.pattern, weights
+        )
+        return sums, seconds + torch.einsum("kp,kpij->kij", per_pattern, self.conditional)
 
     def filled(self, resp: torch.Tensor) -> torch.Tensor:
         """The rows completed by their conditional means under the mixture ``(n, D)``."""
@@ -68,92 +118,108 @@ class _Completed:
 
 @dataclass(frozen=True)
 class _Masked:
-    """Rows under diagonal components, kept as matrices: ``x0`` the rows less a reference point near the data
-    (the components' average mean), zero where missing; ``weight`` 1 where observed; ``loc`` the means less
-    the same point; ``var`` the variances; ``log_prob`` ``(n, K)`` (matrix products with the mask, no
-    ``(K, n, D)`` tensor)."""
+    """Rows under diagonal components, kept as matrices (no ``(K, n, D)`` tensor): ``rows`` with their mask,
+    ``loc`` the means less the rows' reference point, ``var`` the variances and ``log_prob`` ``(n, K)`` of the
+    observed entries, from matrix products of the rows and the mask with the components' parameters."""
 
-    x0: torch.Tensor
-    weight: torch.Tensor
+    rows: MissingRows
     loc: torch.Tensor
-    reference: torch.Tensor
     var: torch.Tensor
     log_prob: torch.Tensor
 
     @classmethod
-    def of(cls, x: torch.Tensor, loc: torch.Tensor, var: torch.Tensor) -> "_Masked":
-        reference = loc.mean(0)
-        observed = ~torch.isnan(x)
-        x0, weight, loc = torch.where(observed, x - reference, 0.0), observed.to(x.dtype), loc - reference
+    def of(cls, rows: MissingRows, loc: torch.Tensor, var: torch.Tensor) -> "_Masked":
+        x0, weight, loc = rows.x0, rows.observed.to(rows.x.dtype), loc - rows.reference
         precision = 1.0 / var
         quadratic = x0.square() @ precision.T - 2 * x0 @ (loc * precision).T + weight @ (loc.square() * precision).T
         log_prob = -0.5 * (quadratic + weight @ var.log().T + LOG_2PI * weight.sum(1)[:, None])
-        return cls(x0, weight, loc, reference, var, log_prob)
+        return cls(rows, loc, var, log_prob)
 
     def moments(self, resp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``sum_n r_nk E[x_n - mu_k]`` and ``sum_n r_nk E[(x_n - mu_k)^2]`` ``(K, D)``: a missing entry's
         conditional mean is ``mu_k`` and its conditional variance ``var_k``."""
-        weights = resp.T
-        seen, first = weights @ self.weight, weights @ self.x0
+        weights, x0 = resp.T, self.rows.x0
+        seen, first = weights @ self.rows.observed.to(x0.dtype), weights @ x0
         sums = first - self.loc * seen
-        seconds = weights @ self.x0.square() - 2 * self.loc * first + self.loc.square() * seen
+        seconds = weights @ x0.square() - 2 * self.loc * first + self.loc.square() * seen
         return sums, seconds + self.var * (weights.sum(1)[:, None] - seen)
 
     def filled(self, resp: torch.Tensor) -> torch.Tensor:
         """The rows' missing entries' conditional means under the mixture ``(n, D)`` (observed entries: any)."""
-        return resp @ (self.loc + self.reference)
+        return resp @ (self.loc + self.rows.reference)
 
 
-def _full(x: torch.Tensor, loc: torch.Tensor, cov: torch.Tensor) -> _Completed:
+def _patterns(observed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The distinct rows of the mask ``observed`` ``(P, D)`` and each row's index among them ``(n,)``: through
+    one integer code per row where ``D`` fits in its bits (a 1-D sort), else row by row."""
+    d = observed.shape[1]
+    if d > 62:
+        return torch.unique(observed, dim=0, return_inverse=True)
+    bits = torch.arange(d, device=observed.device)
+    codes, pattern = torch.unique((observed.long() << bits).sum(1), return_inverse=True)
+    return ((codes[:, None] >> bits) & 1).bool(), pattern
+
+
+def _full(rows: MissingRows, loc: torch.Tensor, cov: torch.Tensor) -> _Completed:
+    """Rows under full components. Each pattern of missing entries ``m`` (not each row) factorises its block
+    ``P[m, m]`` of the precision (embedded with the identity on the observed entries), batched over patterns
+    and components; every row then takes its pattern's inverse."""
+    x, observed, patterns, pattern = rows.x, rows.observed, rows.patterns, rows.pattern
     d = x.shape[1]
-    observed = ~torch.isnan(x)
-    missing = ~observed
+    both_missing = (~patterns[:, :, None] & ~patterns[:, None, :])[None]  # (1, P, D, D)
     chol_cov = torch.linalg.cholesky(cov)
     precision = torch.cholesky_inverse(chol_cov)  # (K, D, D)
-    log_det = 2 * torch.log(torch.diagonal(chol_cov, dim1=1, dim2=2)).sum(1)  # (K,)
-    centred = torch.where(observed, x[None] - loc[:, None, :], 0.0)  # (K, n, D), zero on the missing entries
-    both_missing = (missing[:, :, None] & missing[:, None, :])[None]  # (1, n, D, D)
     eye = torch.eye(d, dtype=x.dtype, device=x.device)
-    block = torch.where(both_missing, precision[:, None], eye)  # P[m, m] with the identity on the observed entries
-    chol = torch.linalg.cholesky(block)  # (K, n, D, D)
-    rhs = torch.where(missing[None], centred @ precision, 0.0)  # (P (x - mu))[m], the observed part only
-    shift = -torch.cholesky_solve(rhs.unsqueeze(-1), chol).squeeze(-1)  # zero on the observed entries
+    chol = torch.linalg.cholesky(torch.where(both_missing, precision[:, None], eye))  # (K, P, D, D)
+    conditional = torch.where(both_missing, torch.cholesky_inverse(chol), 0.0)  # P[m, m]^{-1}, zero elsewhere
+    log_det = 2 * torch.log(torch.diagonal(chol_cov, dim1=1, dim2=2)).sum(1)[:, None] + 2 * torch.log(
+        torch.diagonal(chol, dim1=2, dim2=3)
+    ).sum(2)  # log det Sigma[o, o] of every pattern (K, P)
+    centred = torch.where(observed, x[None] - loc[:, None, :], 0.0)  # (K, n, D), zero on the missing entries
+    pulled = centred @ precision  # P c, c the row less the mean with zeros on the missing entries
+    rhs = torch.where(~observed, pulled, 0.0)  # (P c)[m]
+    shift = -torch.einsum("knij,knj->kni", conditional[:, pattern], rhs)  # the conditional mean's offset, on m
     centred = centred + shift
-    quadratic = ((centred @ precision) * centred).sum(2)
-    log_det_observed = log_det[:, None] + 2 * torch.log(torch.diagonal(chol, dim1=2, dim2=3)).sum(2)
-    log_prob = -0.5 * (quadratic + log_det_observed + LOG_2PI * observed.sum(1).to(x.dtype)[None, :])
-    conditional = torch.where(both_missing, torch.cholesky_inverse(chol), 0.0)
-    return _Completed(log_prob.T, centred, conditional, loc)
+    # (c + s)^T P (c + s) = c^T P c + s^T (P c)[m], since s[m] = -P[m, m]^{-1} (P c)[m]
+    quadratic = (centred * pulled).sum(2)
+    log_prob = -0.5 * (quadratic + log_det[:, pattern] + LOG_2PI * observed.sum(1).to(x.dtype)[None, :])
+    return _Completed(log_prob.T, centred, pattern, conditional, loc)
 
 
-def _blocks(x: torch.Tensor, loc: torch.Tensor, cov: torch.Tensor) -> Iterator[tuple[slice, _Masked | _Completed]]:
-    """``(rows, part)`` over blocks of rows (one block for diagonal covariances ``(K, D)``)."""
+def _blocks(
+    x: "torch.Tensor | MissingRows", loc: torch.Tensor, cov: torch.Tensor
+) -> Iterator[tuple[slice, _Masked | _Completed]]:
+    """``(rows, part)`` over blocks of the rows ``x`` (one block for diagonal covariances ``(K, D)``)."""
+    rows = MissingRows.of(x)
     if cov.dim() == 2:
-        yield slice(None), _Masked.of(x, loc, cov)
+        yield slice(None), _Masked.of(rows, loc, cov)
         return
     k, d = cov.shape[0], cov.shape[1]
     step = max(1, ROW_BLOCK_ENTRIES // (k * d * d))
-    for start in range(0, x.shape[0], step):
-        rows = slice(start, start + step)
-        yield rows, _full(x[rows], loc, cov)
+    for start in range(0, len(rows), step):
+        block = slice(start, start + step)
+        yield block, _full(rows.take(block), loc, cov)
 
 
-def marginal_log_prob(x: torch.Tensor, loc: torch.Tensor, cov: torch.Tensor) -> torch.Tensor:
+def marginal_log_prob(x: "torch.Tensor | MissingRows", loc: torch.Tensor, cov: torch.Tensor) -> torch.Tensor:
     """``log N(x[o]; mu_k[o], Sigma_k[o, o])`` of every row and component ``(N, K)``, ``o`` each row's observed
     entries (not NaN; every row has one). ``cov``: ``(K, D)`` variances or ``(K, D, D)`` covariances."""
     return torch.cat([part.log_prob for _, part in _blocks(x, loc, cov)])
 
 
-def conditional_mean(x: torch.Tensor, resp: torch.Tensor, loc: torch.Tensor, cov: torch.Tensor) -> torch.Tensor:
+def conditional_mean(
+    x: "torch.Tensor | MissingRows", resp: torch.Tensor, loc: torch.Tensor, cov: torch.Tensor
+) -> torch.Tensor:
     """``E[x | x[o]]`` of every row ``(N, D)``: the observed entries as they are, the missing ones their
     conditional means under each component averaged with the rows' posterior probabilities ``resp`` ``(N, K)``
     (the mixture's conditional mean)."""
-    filled = torch.cat([part.filled(resp[rows]) for rows, part in _blocks(x, loc, cov)])
-    return torch.where(torch.isnan(x), filled, x)
+    rows = MissingRows.of(x)
+    filled = torch.cat([part.filled(resp[block]) for block, part in _blocks(rows, loc, cov)])
+    return torch.where(rows.observed, rows.x, filled)
 
 
 def expected_statistics(
-    x: torch.Tensor, resp: torch.Tensor, loc: torch.Tensor, cov: torch.Tensor
+    x: "torch.Tensor | MissingRows", resp: torch.Tensor, loc: torch.Tensor, cov: torch.Tensor
 ) -> GaussianStatistics:
     """EM's expected statistics of rows with missing entries under responsibilities ``resp`` ``(N, K)`` (times
     any row weights): total weight, weighted mean of the completed rows and their weighted scatter plus the
@@ -163,7 +229,11 @@ def expected_statistics(
 
 
 def missing_e_step(
-    x: torch.Tensor, log_weights: torch.Tensor, loc: torch.Tensor, cov: torch.Tensor, weight: torch.Tensor | None
+    x: "torch.Tensor | MissingRows",
+    log_weights: torch.Tensor,
+    loc: torch.Tensor,
+    cov: torch.Tensor,
+    weight: torch.Tensor | None,
 ) -> tuple[GaussianStatistics, torch.Tensor]:
     """The E-step on rows with missing entries in one pass: :func:`expected_statistics` under the posterior
     probabilities given the observed entries (times the rows' ``weight``), and the (weighted) log-likelihood

@@ -14,7 +14,13 @@ import torch
 
 from ppmix.components.family import DensityFamily, Statistics
 from ppmix.components.gaussian_family import GaussianFamily
-from ppmix.components.gaussian_missing import conditional_mean, expected_statistics, marginal_log_prob, missing_e_step
+from ppmix.components.gaussian_missing import (
+    MissingRows,
+    conditional_mean,
+    expected_statistics,
+    marginal_log_prob,
+    missing_e_step,
+)
 
 __all__ = [
     "MISSING_OPTIONS",
@@ -55,12 +61,15 @@ class PartlyObserved:
         The rows without a missing entry, as the family prepares rows (None if there are none).
     complete_rows, partial_rows : LongTensor
         Which rows of ``x`` are complete and which are not.
+    partial : MissingRows
+        The rows with a missing entry, prepared for the E-step.
     """
 
     x: torch.Tensor
     complete: Any
     complete_rows: torch.Tensor
     partial_rows: torch.Tensor
+    partial: MissingRows
 
 
 def partly_observed(x: torch.Tensor, family: DensityFamily) -> Any:
@@ -78,7 +87,8 @@ def partly_observed(x: torch.Tensor, family: DensityFamily) -> Any:
         return family.prepare(x)
     complete_rows = torch.nonzero(~missing).squeeze(1)
     complete = family.prepare(x[complete_rows]) if complete_rows.numel() else None
-    return PartlyObserved(x, complete, complete_rows, torch.nonzero(missing).squeeze(1))
+    partial_rows = torch.nonzero(missing).squeeze(1)
+    return PartlyObserved(x, complete, complete_rows, partial_rows, MissingRows.of(x[partial_rows]))
 
 
 def fill_column_means(x: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
@@ -108,8 +118,8 @@ def partly_observed_e_step(
 ) -> tuple[Statistics, torch.Tensor]:
     """The E-step on :class:`PartlyObserved` rows: the merged statistics (complete rows by the components' fused
     E-step, the others by their expected statistics) and the log-likelihood of the observed entries."""
-    partial = data.x[data.partial_rows]
-    partial_weight = None if weight is None else weight[data.partial_rows].to(partial)
+    partial = data.partial
+    partial_weight = None if weight is None else weight[data.partial_rows].to(partial.x)
     stats, log_likelihood = missing_e_step(partial, log_weights, components.mean, components.covariance, partial_weight)
     if data.complete is None:
         return stats, log_likelihood
@@ -123,13 +133,13 @@ def partly_observed_e_step(
 def partly_observed_statistics(components: Any, data: PartlyObserved, resp: torch.Tensor) -> Statistics:
     """The M-step's statistics of :class:`PartlyObserved` rows under responsibilities ``resp`` ``(N, K)`` (times
     any row weights) and the current components."""
-    stats = _expected(components, data.x[data.partial_rows], resp[data.partial_rows])
+    stats = _expected(components, data.partial, resp[data.partial_rows])
     if data.complete is None:
         return stats
     return components.statistics(data.complete, resp[data.complete_rows]).merge(stats)
 
 
-def _expected(components: Any, partial: torch.Tensor, resp: torch.Tensor) -> Statistics:
+def _expected(components: Any, partial: MissingRows, resp: torch.Tensor) -> Statistics:
     return expected_statistics(partial, resp, components.mean, components.covariance)
 
 
