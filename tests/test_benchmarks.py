@@ -288,3 +288,14 @@ def test_bench_families_quick(tmp_path):
         assert result["same_em"] == (key not in {("Mixture", "gamma"), ("Mixture", "student_t"), ("HMM", "gmm")})
         if result["same_em"]:
             assert abs(result["loglik_difference"]) < 1e-6 * abs(result["peer_mean_loglik"])
+
+
+def test_bench_missing_quick(tmp_path):
+    report = run_quick("bench_missing.py", tmp_path / "missing.json")
+    assert report["benchmark"] == "missing" and report["threads"] == 1
+    assert [row["covariance_type"] for row in report["cost"]] == ["diag", "full"]
+    for row in report["cost"]:
+        assert_timing(row["complete_iteration_s"], row["missing_iteration_s"], row["ratio_missing_over_complete"])
+    recovery = report["recovery"]
+    assert recovery["rmse"]["impute"] < recovery["rmse"]["column_means"]
+    assert recovery["heldout_relative_difference"] < 0.05
