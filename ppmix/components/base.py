@@ -114,15 +114,26 @@ class ComponentFamily:
         With ``row_weights`` ``(N,)`` (``sample_weight``) row ``n`` counts ``row_weights[n]`` times: its
         responsibilities and its log-likelihood are multiplied by its weight.
 
-        This is the definition, in two passes (log-densities, then statistics); families with a fused
-        single pass (the Gaussians) override it and fall back to it where their rounding calls for it.
+        This is the definition, in two passes (log-densities, then statistics, sharing what
+        :meth:`_scored` computes for both); families with a fused single pass (the Gaussians) override it and
+        fall back to it where their rounding calls for it.
         """
-        log_joint = self.log_prob(data).add_(log_weights.to(dtype=self.dtype, device=self.device))
-        resp, log_norm = normalize_log_joint_(log_joint)
+        log_prob, shared = self._scored(data)
+        resp, log_norm = normalize_log_joint_(log_prob.add_(log_weights.to(dtype=self.dtype, device=self.device)))
         if row_weights is None:
-            return self.statistics(data, resp), log_norm.sum()
+            return self._statistics_given(data, resp, shared), log_norm.sum()
         row_weights = row_weights.to(dtype=self.dtype, device=self.device)
-        return self.statistics(data, resp.mul_(row_weights[:, None])), log_norm.reshape(-1) @ row_weights
+        stats = self._statistics_given(data, resp.mul_(row_weights[:, None]), shared)
+        return stats, log_norm.reshape(-1) @ row_weights
+
+    def _scored(self, data: Any) -> tuple[torch.Tensor, Any]:
+        """``log_prob(data)`` (a fresh tensor) and whatever of its work :meth:`statistics` can reuse (default:
+        nothing): the hook of the two-pass E-step."""
+        return self.log_prob(data), None
+
+    def _statistics_given(self, data: Any, weights: torch.Tensor, shared: Any) -> Any:
+        """``statistics(data, weights)``, given what :meth:`_scored` shared (default: recomputed)."""
+        return self.statistics(data, weights)
 
     def _check_weights(self, weights: torch.Tensor, n: int) -> torch.Tensor:
         """Validate a responsibility/weight matrix against ``n`` points."""

@@ -173,10 +173,22 @@ class StudentTBase(ComponentFamily):
     def log_prob(self, data: torch.Tensor) -> torch.Tensor:
         """``log Gamma((df + D) / 2) - log Gamma(df / 2) - D/2 log(df pi) - log |Sigma|^{1/2} - (df + D)/2
         log(1 + delta / df)``, ``(N, K)``."""
+        return self._log_prob(self.mahalanobis(data))
+
+    def _log_prob(self, delta: torch.Tensor) -> torch.Tensor:
         d = self.n_features
         half = (self.df + d) / 2
         const = torch.lgamma(half) - torch.lgamma(self.df / 2) - d / 2 * (self.df * math.pi).log()
-        return const - self.log_det() - half * torch.log1p(self.mahalanobis(data) / self.df)
+        return const - self.log_det() - half * torch.log1p(delta / self.df)
+
+    def _scored(self, data: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The log-densities and the distances ``delta`` they come from: the statistics reuse them (one pass over
+        the components, not two)."""
+        delta = self.mahalanobis(data)
+        return self._log_prob(delta), delta
+
+    def _statistics_given(self, data: torch.Tensor, weights: torch.Tensor, shared: torch.Tensor) -> StudentTStatistics:
+        return self._statistics(data.to(self.dtype), self._check_weights(weights, data.shape[0]), shared)
 
     def statistics(self, data: torch.Tensor, weights: torch.Tensor) -> StudentTStatistics:
         """The E-step's statistics under the responsibilities ``weights`` ``(N, K)`` and the current parameters.
@@ -192,8 +204,9 @@ class StudentTBase(ComponentFamily):
         (True, 3.0)
         """
         x = data.to(self.dtype)
-        weights = self._check_weights(weights, x.shape[0])
-        delta = self.mahalanobis(x)
+        return self._statistics(x, self._check_weights(weights, x.shape[0]), self.mahalanobis(x))
+
+    def _statistics(self, x: torch.Tensor, weights: torch.Tensor, delta: torch.Tensor) -> StudentTStatistics:
         half = (self.df + self.n_features) / 2
         precision = half / ((self.df + delta) / 2)
         expected_log = torch.digamma(half) - ((self.df + delta) / 2).log()
