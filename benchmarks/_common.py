@@ -10,7 +10,10 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Iterator
+
+if TYPE_CHECKING:  # numpy is imported after early_threads has set the thread variables
+    import numpy as np
 
 # Read by OpenMP (torch, scikit-learn) and the BLAS libraries (numpy/scipy OpenBLAS, torch MKL) when they load.
 THREAD_VARS = (
@@ -141,9 +144,7 @@ def sklearn_private(obj: object, name: str):
     return found
 
 
-def sklearn_public_em(
-    weights, means, covariances, covariance_type: str, reg_covar: float, seed: int
-):
+def sklearn_public_em(weights, means, covariances, covariance_type: str, reg_covar: float, seed: int):
     """A ``GaussianMixture`` whose every ``fit`` call is one EM iteration from the given parameters.
 
     The first ``fit`` starts from ``weights``/``means``/``covariances`` (given as
@@ -193,3 +194,26 @@ def machine_load() -> dict[str, Any]:
     except OSError:
         pass
     return out
+
+
+def sticky_paths(rng: "np.random.Generator", n_sequences: int, k: int, stay: float = 0.9) -> Iterator["np.ndarray"]:
+    """State paths of sticky ``k``-state chains (self-transition ``stay``, the rest spread evenly), lengths
+    uniform in 10..50, drawn lazily from ``rng``: a caller's emission draws for a path come before the next path's.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> [len(z) for z in sticky_paths(np.random.default_rng(0), 3, 4)]
+    [44, 41, 21]
+    """
+    import numpy as np
+
+    transition = np.full((k, k), (1.0 - stay) / (k - 1))
+    np.fill_diagonal(transition, stay)
+    for _ in range(n_sequences):
+        length = int(rng.integers(10, 51))
+        z = np.empty(length, dtype=int)
+        z[0] = rng.integers(k)
+        for t in range(1, length):
+            z[t] = rng.choice(k, p=transition[z[t - 1]])
+        yield z

@@ -71,7 +71,7 @@ from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from _common import machine_load, require_torch_threads, set_torch_threads  # noqa: E402
+from _common import machine_load, require_torch_threads, set_torch_threads, sticky_paths  # noqa: E402
 
 from ppmix import HMM, Mixture  # noqa: E402
 from ppmix.components.categorical_features import CategoricalFamily  # noqa: E402
@@ -293,18 +293,12 @@ HMM_PEERS = {
 def make_chains(emission: str, n_sequences: int, d: int, k: int, seed: int) -> list[np.ndarray]:
     """Sticky ``k``-state chains (self-transition 0.9), lengths uniform in 10..50, planted emissions."""
     rng = np.random.default_rng(seed)
-    transition = np.full((k, k), 0.1 / (k - 1))
-    np.fill_diagonal(transition, 0.9)
     rates = rng.uniform(0.5, 20.0, size=(k, d))
     levels = 0.1 / d + 0.9 * rng.dirichlet(np.ones(d), size=k)  # categorical: d levels of one feature
     locs = rng.normal(0.0, 3.0, size=(k, N_MIX, d))
     seqs = []
-    for _ in range(n_sequences):
-        length = int(rng.integers(10, 51))
-        z = np.empty(length, dtype=int)
-        z[0] = rng.integers(k)
-        for t in range(1, length):
-            z[t] = rng.choice(k, p=transition[z[t - 1]])
+    for z in sticky_paths(rng, n_sequences, k):
+        length = len(z)
         if emission == "poisson":
             seqs.append(rng.poisson(rates[z]).astype(np.float64))
         elif emission == "categorical":

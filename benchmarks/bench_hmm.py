@@ -54,7 +54,7 @@ import argparse
 import os
 import sys
 
-from _common import early_threads, require_torch_threads, set_torch_threads
+from _common import early_threads, require_torch_threads, set_torch_threads, sticky_paths
 
 # Thread limits must be in the environment before numpy/torch load their pools.
 early_threads(default=1)
@@ -84,18 +84,8 @@ Params = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 def make_sequences(n_sequences: int, d: int, k: int, seed: int) -> list[np.ndarray]:
     """Sticky K-state chains with lengths uniform in 10..50 and unit-variance Gaussian emissions."""
     rng = np.random.default_rng(seed)
-    transition = np.full((k, k), 0.1 / (k - 1))
-    np.fill_diagonal(transition, 0.9)
     means = rng.normal(0.0, 1.5, size=(k, d))
-    seqs = []
-    for _ in range(n_sequences):
-        n = int(rng.integers(10, 51))
-        z = np.empty(n, dtype=int)
-        z[0] = rng.integers(k)
-        for t in range(1, n):
-            z[t] = rng.choice(k, p=transition[z[t - 1]])
-        seqs.append(means[z] + rng.normal(size=(n, d)))
-    return seqs
+    return [means[z] + rng.normal(size=(len(z), d)) for z in sticky_paths(rng, n_sequences, k)]
 
 
 def _np(x: Any) -> np.ndarray:

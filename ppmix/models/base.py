@@ -167,19 +167,25 @@ class MixtureModel(DensityMixin, InformationCriteriaMixin, Savable, PyroModule):
         Default: a single 2-D float matrix; ``y`` is ignored (scikit-learn's convention for
         unsupervised estimators, so they fit inside pipelines and cross-validation).
         """
-        n_features, names_in = (None, None) if fitting else (self.n_features_in_, self.feature_names_in_)
-        x, names = check_matrix(
+        if not fitting:
+            return self.fitted_matrix(X, allow_missing=self._accepts_missing)
+        x, names = check_matrix(X, "X", dtype=self.dtype, device=self._device, allow_missing=self._accepts_missing)
+        self.n_features_in_ = int(x.shape[1])
+        self.feature_names_in_ = names
+        return x
+
+    def fitted_matrix(self, X: Any, *, allow_missing: bool = False) -> torch.Tensor:
+        """``X`` checked as a matrix of the columns the model was fitted on (their number and names), in the
+        model's dtype and on its device."""
+        x, _ = check_matrix(
             X,
             "X",
             dtype=self.dtype,
             device=self._device,
-            n_features=n_features,
-            feature_names=names_in,
-            allow_missing=self._accepts_missing,
+            n_features=self.n_features_in_,
+            feature_names=self.feature_names_in_,
+            allow_missing=allow_missing,
         )
-        if fitting:
-            self.n_features_in_ = int(x.shape[1])
-            self.feature_names_in_ = names
         return x
 
     def em_data(self, data: Any) -> Any:

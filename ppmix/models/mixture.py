@@ -8,7 +8,7 @@ import pyro
 import pyro.distributions as dist
 import torch
 
-from ppmix._validation import check_matrix, check_n_components, check_positive_int, to_output
+from ppmix._validation import check_n_components, check_positive_int, to_output
 from ppmix.components.centred import padded_counts
 from ppmix.components.family import DensityFamily, Statistics
 from ppmix.components.registry import family_config, family_from
@@ -263,15 +263,7 @@ class Mixture(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
         """
         self._check_fitted()
         check_missing_option("marginalize", self.component_family())
-        x, _ = check_matrix(
-            X,
-            "X",
-            dtype=self.dtype,
-            device=self._device,
-            n_features=self.n_features_in_,
-            feature_names=self.feature_names_in_,
-            allow_missing=True,
-        )
+        x = self.fitted_matrix(X, allow_missing=True)
         return to_output(impute_rows(self.components_, self.weights_.log(), x), X)
 
     def responsibilities(self, data: torch.Tensor) -> torch.Tensor:
