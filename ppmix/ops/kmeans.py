@@ -83,8 +83,6 @@ def kmeans_plusplus(
         Examples
         --------
         >>> import torch
-
-    from ppmix.ops.selection import beats
         >>> x = torch.cat([torch.zeros(5, 2), torch.ones(5, 2) * 10])
         >>> c = kmeans_plusplus(x, 2, torch.Generator().manual_seed(0))
         >>> sorted(c[:, 0].tolist())
@@ -147,8 +145,6 @@ def kmeans(
         Examples
         --------
         >>> import torch
-
-    from ppmix.ops.selection import beats
         >>> x = torch.cat([torch.zeros(5, 2), torch.ones(5, 2) * 10])
         >>> centres, labels = kmeans(x, 2, torch.Generator().manual_seed(0), n_init=2)
         >>> int(labels[0] != labels[-1])
