@@ -147,6 +147,10 @@ _MOE_ROWS = {
         "check_classifiers_one_label_sample_weights",
     )
 }
+_MOE_ROWS["check_sample_weight_equivalence_on_dense_data"] = (
+    "a MixtureOfExperts refuses data with no more rows than free parameters (15 rows of 30 features here, 95 "
+    "parameters); weights equal repeated rows in tests/models/test_contract.py and tests/models/test_moe.py"
+)
 _SOFTMAX_MOE_ROWS = {
     name: "softmax experts over the check's 3 classes have 2 rows of coefficients each: the check's 20-56 rows are "
     "no more than the free parameters (20-77), which a MixtureOfExperts refuses"

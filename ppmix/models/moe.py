@@ -19,6 +19,7 @@ from ppmix.inference.engines.result import FitResult, convergence_warnings_ignor
 from ppmix.models._flat import flat_prior
 from ppmix.models._params import store_params
 from ppmix.models._target import TargetKindMixin
+from ppmix.models._weights import split_weights
 from ppmix.models.base import MixtureModel
 from ppmix.models.moe_build import ParametersMixin
 from ppmix.models.moe_data import (
@@ -28,7 +29,7 @@ from ppmix.models.moe_data import (
     restandardised,
     unstandardised,
 )
-from ppmix.models.moe_moves import initial_responsibilities, split_and_merge
+from ppmix.models.moe_moves import SCREENED_WEIGHTS, initial_responsibilities, split_and_merge
 from ppmix.models.moe_polish import polished, warn_unconverged
 from ppmix.ops.logspace import normalize_log_joint_
 
@@ -238,7 +239,12 @@ class MixtureOfExperts(ParametersMixin, TargetKindMixin, MixtureModel):
         held = unstandardised(self.get_globals(), self._x_mean, self._x_scale) if self.is_fitted else None
         settings = {"dtype": self.dtype, "device": self._device, "standardize": self.standardize}
         data = check_training_data(
-            X, y, self.expert_family(), self.n_experts, {**settings, "min_variance": self.min_variance}
+            X,
+            y,
+            self.expert_family(),
+            self.n_experts,
+            {**settings, "min_variance": self.min_variance},
+            self._fit_sample_weight,
         )
         self.n_features_in_, self.feature_names_in_ = int(data.x.shape[1]), data.feature_names
         self._x_mean, self._x_scale = data.x_mean, data.x_scale
@@ -261,8 +267,14 @@ class MixtureOfExperts(ParametersMixin, TargetKindMixin, MixtureModel):
     def _standardise(self, x: torch.Tensor) -> torch.Tensor:
         return (x - self._x_mean) / self._x_scale
 
-    def n_observations(self, data: Any) -> int:
-        return int(data[0].shape[0])
+    def n_observations(self, data: Any) -> int | float:
+        """The rows of ``data``; of :class:`~ppmix.models._weights.Weighted` data, their total weight."""
+        rows, weight = split_weights(data)
+        return int(rows[0].shape[0]) if weight is None else float(weight.sum())
+
+    def sample_weight_units(self, data: Any) -> tuple[str, int]:
+        """One ``sample_weight`` per row of ``(x, y)``."""
+        return "row", int(split_weights(data)[0][0].shape[0])
 
     def observed_data(self, data: Any) -> dict[str, torch.Tensor]:
         return {"y": data[1]}
@@ -312,9 +324,10 @@ class MixtureOfExperts(ParametersMixin, TargetKindMixin, MixtureModel):
         return {"gate_coef": ["gate", "feature"], "gate_intercept": ["gate"], **self.expert_family().site_dims()}
 
     # ------------------------------------------------------------------- EM
-    def em_initialize(self, data: tuple[torch.Tensor, torch.Tensor], generator: torch.Generator) -> None:
-        """Responsibilities by :func:`~ppmix.models.moe_moves.initial_responsibilities`, then one M-step."""
-        x, y = data
+    def em_initialize(self, data: Any, generator: torch.Generator) -> None:
+        """Responsibilities by :func:`~ppmix.models.moe_moves.initial_responsibilities` (k-means on the weighted
+        rows of :class:`~ppmix.models._weights.Weighted` data), then one M-step."""
+        (x, y), weight = split_weights(data)
         k = self.n_experts
         zeros = torch.zeros(k, x.shape[1], dtype=x.dtype, device=x.device)
         self._gate = self._make_gate(zeros[:-1].clone(), zeros[:-1, 0].clone())
@@ -324,21 +337,26 @@ class MixtureOfExperts(ParametersMixin, TargetKindMixin, MixtureModel):
             for site, spec in sites.items()
         }
         self._experts = self._make_experts(params)
-        self.m_step(data, initial_responsibilities(x, y, k, self.init_params, generator))
+        self.m_step(data, initial_responsibilities(x, y, k, self.init_params, generator, weight))
 
     def _log_joint(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return self._gate.log_prob(x) + self._experts.log_prob((x, y))
 
-    def e_step(self, data: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    def e_step(self, data: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """Responsibilities and the EM objective: the log-likelihood ``sum_n log sum_k pi_k(x_n) p_k(y_n | x_n)``
-        less :meth:`ridge_penalty`."""
-        resp, log_norm = normalize_log_joint_(self._log_joint(*data))
-        return resp, log_norm.sum() - self.ridge_penalty()
+        (row ``n`` counted ``w_n`` times on :class:`~ppmix.models._weights.Weighted` data) less
+        :meth:`ridge_penalty`."""
+        rows, weight = split_weights(data)
+        resp, log_norm = normalize_log_joint_(self._log_joint(*rows))
+        return resp, _weighted_sum(log_norm.reshape(-1), weight) - self.ridge_penalty()
 
-    def penalised_log_likelihood(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def penalised_log_likelihood(
+        self, x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """EM's objective on standardised data, differentiable in the parameters: the log-likelihood
-        ``sum_n log sum_k pi_k(x_n) p_k(y_n | x_n)`` less :meth:`ridge_penalty`."""
-        return torch.logsumexp(self._log_joint(x, y), dim=1).sum() - self.ridge_penalty()
+        ``sum_n w_n log sum_k pi_k(x_n) p_k(y_n | x_n)`` (``w_n = 1`` without row ``weight``) less
+        :meth:`ridge_penalty`."""
+        return _weighted_sum(torch.logsumexp(self._log_joint(x, y), dim=1), weight) - self.ridge_penalty()
 
     @property
     def ridge_value(self) -> float:
@@ -355,33 +373,69 @@ class MixtureOfExperts(ParametersMixin, TargetKindMixin, MixtureModel):
         the ridge at every M-step (a gate of norm 800 lost 1e-6 nats per step)."""
         return self._gate.penalty().sum() + self._experts.penalty().sum()
 
-    def m_step(self, data: tuple[torch.Tensor, torch.Tensor], resp: torch.Tensor) -> None:
-        """Experts by weighted least squares / weighted IRLS, gate by Newton on the soft targets."""
-        x, y = data
+    def m_step(self, data: Any, resp: torch.Tensor) -> None:
+        """Experts by weighted least squares / weighted IRLS, gate by Newton on the soft targets (the
+        responsibilities times the rows' weights on :class:`~ppmix.models._weights.Weighted` data; the ridge
+        unchanged)."""
+        (x, y), weight = split_weights(data)
+        if weight is not None:
+            resp = resp * weight[:, None]
         self._experts.fit((x, y), resp)
         self._gate.fit(x, resp)
         self._invalidate_guide()
 
     # ------------------------------------------------------------------- fit
-    def fit(self, X: Any, y: Any = None, *, engine: str = "em", **options: Any) -> "MixtureOfExperts":
+    def fit(
+        self, X: Any, y: Any = None, *, sample_weight: Any = None, engine: str = "em", **options: Any
+    ) -> "MixtureOfExperts":
         """Fit by ``engine`` (``"em"``, ``"svi"`` or ``"mcmc"``); see :meth:`MixtureModel.fit`.
 
         ``y`` is required (binary 0/1 for logistic experts).
+
+        ``sample_weight`` (EM only): one non-negative weight per row, scikit-learn's semantics (an integer
+        weight is the row repeated that many times, zero drops it). Everything the fit does is weighted: the
+        standardisation of ``X`` and the scales of ``y``, the k-means start, the E-step's objective, the
+        M-step (responsibilities times the weights; the ridge unchanged), the restarts, the split-and-merge
+        proposals and the polish, so integer weights give the fit of the repeated rows (to rounding; the
+        random start draws the same gate for both). ``split_merge_search="screened"`` refuses it.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.uniform(-3, 3, size=(60, 1))
+        >>> y = np.where(X[:, 0] < 0, 2 * X[:, 0], -3 * X[:, 0] + 1) + 0.1 * rng.normal(size=60)
+        >>> w = rng.integers(0, 3, size=60)
+        >>> weighted = MixtureOfExperts(2, n_init=2, seed=0, progress=False).fit(X, y, sample_weight=w)
+        >>> repeated = MixtureOfExperts(2, n_init=2, seed=0, progress=False).fit(X.repeat(w, 0), y.repeat(w))
+        >>> bool(np.allclose(weighted.coef_, repeated.coef_, rtol=1e-8, atol=1e-10))
+        True
         """
-        with convergence_warnings_ignored(engine == "em" and self.polish):  # the polish's verdict replaces EM's
-            super().fit(X, y, engine=engine, **options)
+        if sample_weight is not None and self.split_merge and self.split_merge_search == "screened":
+            raise ValueError(SCREENED_WEIGHTS)
+        object.__setattr__(self, "_fit_sample_weight", sample_weight)  # the scales prepare_data fits are weighted
+        try:
+            with convergence_warnings_ignored(engine == "em" and self.polish):  # the polish's verdict replaces EM's
+                super().fit(X, y, sample_weight=sample_weight, engine=engine, **options)
+        finally:
+            object.__setattr__(self, "_fit_sample_weight", None)
+        train = self._train_data if sample_weight is None else self.weigh(self._train_data, sample_weight)
         if engine == "em":
             em = FitResult(self.history_, self.n_iter_, self.converged_)
-            em = polished(self, self.em_data(self._train_data), em, options)
-            self.record_result("em", split_and_merge(self, self._train_data, options, em))
+            em = polished(self, self.em_data(train), em, options)
+            self.record_result("em", split_and_merge(self, train, options, em))
             warn_unconverged(self)
         if engine in ("em", "svi"):
-            self._canonical_order(self._train_data[0])
+            self._canonical_order(train)
         return self
 
-    def _canonical_order(self, x: torch.Tensor) -> None:
-        """Order experts by decreasing mean gate probability; re-zero the last gate."""
-        order = torch.argsort(self._gate.log_prob(x).exp().mean(0), descending=True, stable=True)
+    def _canonical_order(self, data: Any) -> None:
+        """Order experts by decreasing mean gate probability over the training rows (weighted where ``data`` is
+        :class:`~ppmix.models._weights.Weighted`); re-zero the last gate."""
+        (x, _), weight = split_weights(data)
+        gate = self._gate.log_prob(x).exp()
+        mean = gate.mean(0) if weight is None else (weight[:, None] * gate).sum(0) / weight.sum()
+        order = torch.argsort(mean, descending=True, stable=True)
         gate_coef, gate_intercept = self._gate.coef[order], self._gate.intercept[order]
         self._gate = self._make_gate((gate_coef - gate_coef[-1])[:-1], (gate_intercept - gate_intercept[-1])[:-1])
         self._experts = self._make_experts({n: v[order] for n, v in self._experts.state_dict().items()})
@@ -504,5 +558,13 @@ class MixtureOfExperts(ParametersMixin, TargetKindMixin, MixtureModel):
 
     _gate: SoftmaxGate
     _experts: GaussianExpert | LogisticExpert
+    #: the ``sample_weight`` of the fit under way (None otherwise): the scales ``prepare_data`` fits are weighted
+    _fit_sample_weight: Any = None
     _x_mean: torch.Tensor
     _x_scale: torch.Tensor
+
+
+def _weighted_sum(values: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
+    """``sum_n values[n]``, or ``sum_n weight[n] values[n]`` with row weights (the same sum: weights of one give
+    the unweighted value bit for bit)."""
+    return values.sum() if weight is None else (values * weight).sum()

@@ -12,7 +12,8 @@ import torch
 
 from ppmix._validation import InvalidDataError, check_matrix, check_positive_int, ravel_column_vector
 from ppmix.components.expert_family import ExpertFamily
-from ppmix.models.moe_moves import SEARCHES
+from ppmix.models._weights import check_sample_weight
+from ppmix.models.moe_moves import SEARCHES, response_scales
 from ppmix.ops.scaling import feature_scales
 
 __all__ = [
@@ -90,27 +91,49 @@ class TrainingData:
     noise_floor: float  # min_variance times the variance of y: the Gaussian experts' noise floor
 
 
-def check_training_data(X: Any, y: Any, family: ExpertFamily, n_experts: int, settings: dict[str, Any]) -> TrainingData:
+def check_training_data(
+    X: Any, y: Any, family: ExpertFamily, n_experts: int, settings: dict[str, Any], sample_weight: Any = None
+) -> TrainingData:
     """Check the training data of ``n_experts`` experts of ``family`` and fit the scales on them.
 
     ``settings``: the model's ``dtype``, ``device``, ``standardize`` and ``min_variance``. Refuses data with
-    no more rows than free parameters (naming ``X``).
+    no more rows than free parameters (naming ``X``; with ``sample_weight``, rows of positive weight). With
+    ``sample_weight`` (checked: one finite, non-negative weight per row, ``n_experts`` of them positive) the
+    scales are weighted as frequencies: an integer weight counts as that many copies of the row (weights all one
+    give the unweighted scales, bit for bit).
+
+    Examples
+    --------
+    >>> from ppmix.components.registry import expert_family_from
+    >>> settings = {"dtype": torch.float64, "device": torch.device("cpu"), "standardize": True, "min_variance": 0.0}
+    >>> x, y = [[0.0], [1.0], [2.0], [3.0], [4.0], [5.0], [6.0], [7.0]], [0, 1, 0, 1, 0, 1, 0, 1]
+    >>> data = check_training_data(x, y, expert_family_from("logistic"), 2, settings, [0, 1, 1, 1, 1, 1, 1, 3])
+    >>> round(data.x_mean.item(), 6), round(data.y_mean.item(), 6)  # the mean of rows 1..6 and row 7 thrice
+    (4.666667, 0.666667)
     """
     x, names = check_matrix(X, "X", dtype=settings["dtype"], device=settings["device"])
     response = check_response(y, x.shape[0], family).to(dtype=settings["dtype"], device=settings["device"])
+    weight = None
+    if sample_weight is not None:
+        units = {"dtype": settings["dtype"], "device": settings["device"], "min_positive": n_experts}
+        weight = check_sample_weight(sample_weight, x.shape[0], "row", **units)
     k, p = n_experts, int(x.shape[1])
     n_classes = int(response.max()) + 1 if family.target_kind == "categorical" and response.numel() else None
     n_parameters = (k - 1) * (p + 1) + family.n_parameters(k, p, n_classes)
-    if x.shape[0] <= n_parameters:
+    n_rows = x.shape[0] if weight is None else int(torch.count_nonzero(weight))
+    if n_rows <= n_parameters:
+        rows = f"{n_rows} rows" if weight is None else f"{n_rows} rows of positive sample_weight"
         raise InvalidDataError(
-            f"X has {x.shape[0]} rows (n_samples={x.shape[0]}), not more than the {n_parameters} free "
+            f"X has {rows} (n_samples={n_rows}), not more than the {n_parameters} free "
             f"parameters of a {k}-expert {family.name} MoE with {p} features"
         )
+    if weight is not None and bool((weight == 1).all()):  # no weights: the unweighted scales, bit for bit
+        weight = None
     if settings["standardize"]:
-        x_mean, x_scale = feature_scales(x)
+        x_mean, x_scale = feature_scales(x, weight)
     else:
         x_mean, x_scale = torch.zeros_like(x[0]), torch.ones_like(x[0])
-    y_mean, y_std = response.mean(), response.std().clamp_min(1e-12)
+    y_mean, y_std = response_scales(response, weight)
     return TrainingData(x, response, names, x_mean, x_scale, y_mean, y_std, settings["min_variance"] * float(y_std**2))
 
 

@@ -29,9 +29,11 @@ from typing import Any
 import torch
 
 from ppmix.inference.engines.result import FitResult, convergence_warnings_ignored
+from ppmix.models._weights import split_weights
 from ppmix.models.moe_polish import polished
 from ppmix.ops.kmeans import kmeans
 from ppmix.ops.logspace import normalize_log_joint_
+from ppmix.ops.scaling import column_moments
 
 #: a fitted :class:`~ppmix.models.MixtureOfExperts` (annotation only: this module does not import the model)
 MixtureOfExperts = Any
@@ -43,6 +45,7 @@ __all__ = [
     "candidate_moves",
     "initial_responsibilities",
     "move_responsibilities",
+    "response_scales",
     "screened_moves",
     "split_and_merge",
     "split_merge_proposal",
@@ -78,20 +81,32 @@ _SCREEN_KEEP = 3
 _SCREEN_MOST = 120
 #: the screened search ends after this many rounds in a row keep nothing (each screens a fresh subsample)
 _SCREEN_PATIENCE = 2
+#: why the screened search refuses ``sample_weight``
+SCREENED_WEIGHTS = (
+    "sample_weight with split_merge_search='screened' is not supported: its random subsample of rows has no "
+    "weighted form equal to the repeated rows; use split_merge_search='proposal' (the default) or split_merge=0"
+)
 #: round ``r`` of the screened search draws its subsample with ``model.generator(_SCREEN_SEED_OFFSET + r)``
 _SCREEN_SEED_OFFSET = 7717
 
 
 def initial_responsibilities(
-    x: torch.Tensor, y: torch.Tensor, n_experts: int, init_params: str, generator: torch.Generator
+    x: torch.Tensor,
+    y: torch.Tensor,
+    n_experts: int,
+    init_params: str,
+    generator: torch.Generator,
+    weight: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Starting responsibilities ``(N, K)``: from a random gate, or from k-means on the standardised ``(x, y)``.
 
     The random gate has coefficients ``N(0, 2^2)`` on the standardised covariates and
     ``N(0, 1)`` offsets: random linear regions of the covariates. Unlike random
     responsibilities, whose experts all fit the same data when ``N`` is large, it starts
-    the experts apart, whatever ``N``. Hard k-means labels are smoothed towards uniform
-    (weight 0.2), which keeps the first gate fit finite.
+    the experts apart, whatever ``N`` (its draws do not depend on the rows, so rows of
+    ``sample_weight`` ``weight`` and the rows repeated start alike). Hard k-means labels are
+    smoothed towards uniform (weight 0.2), which keeps the first gate fit finite; with row
+    ``weight`` k-means runs on a weighted resample and ``y`` is standardised by its weighted scales.
 
     Examples
     --------
@@ -103,8 +118,9 @@ def initial_responsibilities(
     """
     k = n_experts
     if init_params == "kmeans":
-        joint = torch.cat([x, ((y - y.mean()) / y.std().clamp_min(1e-12))[:, None]], dim=1)
-        _, labels = kmeans(joint, k, generator)
+        y_mean, y_std = response_scales(y, weight)
+        joint = torch.cat([x, ((y - y_mean) / y_std)[:, None]], dim=1)
+        _, labels = kmeans(joint, k, generator, weight=weight)
         resp = torch.nn.functional.one_hot(labels, k).to(x.dtype)
         return (1 - _INIT_SMOOTHING) * resp + _INIT_SMOOTHING / k
     slopes = _RANDOM_GATE_SCALE * torch.randn(x.shape[1], k, generator=generator, dtype=x.dtype)
@@ -112,9 +128,22 @@ def initial_responsibilities(
     return torch.softmax(x @ slopes.to(x.device) + offsets.to(x.device), dim=1)
 
 
-def split_and_merge(
-    model: MixtureOfExperts, train_data: Any, options: dict[str, Any], fitted: FitResult
-) -> FitResult:
+def response_scales(y: torch.Tensor, weight: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The mean and the (unbiased) standard deviation, at least ``1e-12``, of the response ``y`` ``(N,)``; with
+    row ``weight`` weighted as frequencies (:func:`~ppmix.ops.scaling.column_moments`).
+
+    Examples
+    --------
+    >>> [round(float(v), 6) for v in response_scales(torch.tensor([1.0, 3.0]), torch.tensor([1.0, 2.0]))]
+    [2.333333, 1.154701]
+    """
+    if weight is None:
+        return y.mean(), y.std().clamp_min(1e-12)
+    mean, std = column_moments(y[:, None], weight)
+    return mean[0], std[0].clamp_min(1e-12)
+
+
+def split_and_merge(model: MixtureOfExperts, train_data: Any, options: dict[str, Any], fitted: FitResult) -> FitResult:
     """Up to ``model.split_merge`` rounds of moves on a model just fitted by EM (on ``train_data``, its prepared
     training data, ending as ``fitted`` says); a round keeps its best move only if EM from it ends higher.
     Returns the fit's record after the moves (``fitted`` itself when none was kept); the model keeps the
@@ -136,20 +165,27 @@ def split_and_merge(
     that leaves an expert without points is rejected. After a kept move ``history_`` is the
     objective of the EM run (and polish) that followed it and ``n_iter_`` counts the iterations
     of all kept runs.
+
+    ``train_data`` may be :class:`~ppmix.models._weights.Weighted` (``sample_weight``): the proposal search then
+    weighs every row as that many copies of it (an integer weight gives the moves of the repeated rows); the
+    screened search, whose subsample of rows has no such form, refuses it.
     """
     from ppmix.inference import run_em
 
     data = model.em_data(train_data)
+    rows, weight = split_weights(data)
+    if weight is not None and model.split_merge_search == "screened":
+        raise ValueError(SCREENED_WEIGHTS)
     tol = options.get("tol", model.tol)
     em_options = {key: options[key] for key in ("max_iter", "tol") if key in options}
-    subsampled = model.split_merge_search == "screened" and len(data[1]) > _SCREEN_ROWS
+    subsampled = model.split_merge_search == "screened" and len(rows[1]) > _SCREEN_ROWS
     patience = _SCREEN_PATIENCE if subsampled else 1
     idle = 0  # rounds in a row that kept nothing
     for round_ in range(model.split_merge):
         if model.split_merge_search == "screened":
             starts = screened_moves(model, data, model.generator(offset=_SCREEN_SEED_OFFSET + round_), tol)
         else:
-            move = split_merge_proposal(model, *data)
+            move = split_merge_proposal(model, *rows, weight)
             starts = [] if move is None else [(move, None)]
         saved, before = model.get_globals(), float(fitted.history[-1])
         best: tuple[float, Any, dict[str, torch.Tensor], Move] | None = None
@@ -157,7 +193,7 @@ def split_and_merge(
             model.set_globals(saved if screened is None else screened)
             try:
                 if screened is None:
-                    model.m_step(data, move_responsibilities(model, *data, move))
+                    model.m_step(data, move_responsibilities(model, *rows, move, weight))
                 with convergence_warnings_ignored(model.polish):  # the polish's verdict replaces EM's
                     result = run_em(model, train_data, n_init=1, warm_start=True, progress=False, **em_options)
                 result = polished(model, data, result, options)
@@ -182,13 +218,40 @@ def split_and_merge(
     return fitted
 
 
-def _prediction_distance(model: MixtureOfExperts, x: torch.Tensor) -> torch.Tensor:
-    """Mean symmetric KL ``(K, K)`` between the experts' predictive distributions over ``x`` (inf on the diagonal)."""
-    kl = model._experts.kl(model._experts, x).mean(0)
+def _row_sum(values: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
+    """``values`` ``(N, ...)`` summed over the rows, each counted ``weight[n]`` times (once when None)."""
+    return values.sum(0) if weight is None else (weight.reshape(-1, *[1] * (values.dim() - 1)) * values).sum(0)
+
+
+def _weighted_median(values: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
+    """The lower median of ``values`` ``(M,)``, each counted ``weight[m]`` times (once when None): with integer
+    weights, ``torch.median`` of the values repeated (the first value, in order, whose cumulative weight reaches
+    half the total).
+
+    Examples
+    --------
+    >>> values, weight = torch.tensor([3.0, 1.0, 2.0]), torch.tensor([1.0, 2.0, 2.0])
+    >>> float(_weighted_median(values, weight)), float(values.repeat_interleave(weight.long()).median())
+    (2.0, 2.0)
+    """
+    if weight is None:
+        return values.median()
+    order = torch.argsort(values)
+    reached = torch.cumsum(weight[order], 0) >= weight.sum() / 2
+    return values[order[int(torch.argmax(reached.to(torch.uint8)))]]
+
+
+def _prediction_distance(model: MixtureOfExperts, x: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean symmetric KL ``(K, K)`` between the experts' predictive distributions over ``x`` (rows weighted by
+    ``weight`` where given; inf on the diagonal)."""
+    kl = model._experts.kl(model._experts, x)
+    kl = kl.mean(0) if weight is None else _row_sum(kl, weight) / weight.sum()
     return (kl + kl.T).fill_diagonal_(float("inf"))
 
 
-def split_merge_proposal(model: MixtureOfExperts, x: torch.Tensor, y: torch.Tensor) -> Move | None:
+def split_merge_proposal(
+    model: MixtureOfExperts, x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None = None
+) -> Move | None:
     """The move of ``split_merge_search="proposal"``: free one expert and split the worst-fitting other one.
 
     ``x`` and ``y`` are the standardised training covariates and the response. The freed
@@ -196,9 +259,10 @@ def split_merge_proposal(model: MixtureOfExperts, x: torch.Tensor, y: torch.Tens
     distributions below 10 nats; merged into the other) or, when no pair is that close,
     the expert with the least responsibility mass (its points go to the others in
     proportion). The split expert fits its points worst (mean log-likelihood of the points
-    it holds, at least 2). None when no expert is left to split.
+    it holds, at least 2). None when no expert is left to split. With row ``weight`` (``sample_weight``) every
+    mean, mass and count weighs row ``n`` as ``weight[n]`` copies of it.
     """
-    distance = _prediction_distance(model, x)
+    distance = _prediction_distance(model, x, weight)
     resp, log_lik = normalize_log_joint_(model._log_joint(x, y))
     log_lik, hard = log_lik.reshape(-1), resp.argmax(1)
     keep: int | None
@@ -206,10 +270,11 @@ def split_merge_proposal(model: MixtureOfExperts, x: torch.Tensor, y: torch.Tens
         keep, freed = divmod(int(distance.argmin()), model.n_experts)
         excluded = [keep, freed]
     else:
-        keep, freed = None, int(resp.sum(0).argmin())
+        keep, freed = None, int(_row_sum(resp, weight).argmin())
         excluded = [freed]
-    counts = torch.bincount(hard, minlength=model.n_experts)
-    fit = torch.zeros_like(distance[0]).index_add_(0, hard, log_lik) / counts.clamp_min(1)
+    counts = torch.bincount(hard, weights=weight, minlength=model.n_experts)
+    weighted_log_lik = log_lik if weight is None else log_lik * weight
+    fit = torch.zeros_like(distance[0]).index_add_(0, hard, weighted_log_lik) / counts.clamp_min(1)
     fit[excluded] = float("inf")
     fit[counts < 2] = float("inf")
     split = int(fit.argmin())
@@ -282,7 +347,9 @@ def screened_moves(
     return [(move, values) for _, move, values in scored[:_SCREEN_KEEP]]
 
 
-def move_responsibilities(model: MixtureOfExperts, x: torch.Tensor, y: torch.Tensor, move: Move) -> torch.Tensor:
+def move_responsibilities(
+    model: MixtureOfExperts, x: torch.Tensor, y: torch.Tensor, move: Move, weight: torch.Tensor | None = None
+) -> torch.Tensor:
     """The responsibilities ``(N, K)`` after ``move = (freed, keep, split, by)``, from the model's current ones.
 
     ``freed``'s responsibility goes to ``keep`` (to the others in proportion when ``keep`` is
@@ -296,8 +363,13 @@ def move_responsibilities(model: MixtureOfExperts, x: torch.Tensor, y: torch.Ten
     principal axis of those points' covariates: a cut of the expert's region that a linear
     gate can draw, where its labels alone cannot tell two experts apart (regions of constant
     labels). ``ValueError`` when ``split`` holds fewer than 2 points.
+
+    With row ``weight`` (``sample_weight``; residual splits only, else a ``ValueError``) the median and the
+    count of ``split``'s points weigh row ``n`` as ``weight[n]`` copies of it.
     """
     freed, keep, split, by = move
+    if weight is not None and by != "residual":
+        raise ValueError(f"sample_weight is taken by residual splits only; got a move by {by!r}")
     resp, log_lik = normalize_log_joint_(model._log_joint(x, y))
     proposal = resp.clone()
     if keep is None:
@@ -315,8 +387,9 @@ def move_responsibilities(model: MixtureOfExperts, x: torch.Tensor, y: torch.Ten
         proposal[worst, freed] = 1.0
         return proposal
     members = resp.argmax(1) == split
-    if int(members.sum()) < 2:
-        raise ValueError(f"expert {split} holds {int(members.sum())} points; a split needs at least 2")
+    held = members.sum() if weight is None else weight[members].sum()
+    if held < 2:
+        raise ValueError(f"expert {split} holds {float(held):g} points; a split needs at least 2")
     if by == "covariates":
         centred = x[members] - x[members].mean(0)
         axis = torch.linalg.svd(centred, full_matrices=False).Vh[0]
@@ -325,7 +398,7 @@ def move_responsibilities(model: MixtureOfExperts, x: torch.Tensor, y: torch.Ten
         score = -model._experts.log_prob((x, y))[:, split]
     else:
         score = y - model._expert_means(x)[:, split]
-    upper = members & (score > score[members].median())
+    upper = members & (score > _weighted_median(score[members], None if weight is None else weight[members]))
     proposal[upper, freed] = proposal[upper, split]
     proposal[upper, split] = 0.0
     return proposal

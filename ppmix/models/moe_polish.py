@@ -14,7 +14,8 @@ loop is the engine piece :func:`~ppmix.inference.engines.polish.lbfgs_polish`; t
 how a mixture of experts is polished.
 
 Gaussian experts' noise scales are optimised as ``log(scale^2 - floor)``, which keeps them
-above the variance floor that EM keeps them above.
+above the variance floor that EM keeps them above. On rows with ``sample_weight``
+(:class:`~ppmix.models._weights.Weighted` data) the objective is the weighted one, per unit of weight.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import torch
 
 from ppmix.inference.engines.polish import Values, lbfgs_polish
 from ppmix.inference.engines.result import ConvergenceWarning, FitResult
+from ppmix.models._weights import split_weights
 
 __all__ = ["polish", "polished", "warn_unconverged"]
 
@@ -47,13 +49,36 @@ def _floor_maps(floor: float) -> tuple[Any, Any]:
     return to_free, from_free
 
 
-def polish(model: Any, data: tuple[torch.Tensor, torch.Tensor], max_iter: int, tol: float) -> tuple[list[float], bool]:
+class _WeightedRows:
+    """A :class:`~ppmix.models.MixtureOfExperts` as the polish sees it on rows of weights ``weight`` ``(N,)``: its
+    penalised log-likelihood weighted, times ``N / sum(weight)``, so that the polish's objective per row (the value
+    over ``N``) is the objective per unit of weight, that of the rows repeated. The globals are the model's."""
+
+    def __init__(self, model: Any, weight: torch.Tensor) -> None:
+        self.model, self.weight = model, weight
+        self.rescale = len(weight) / float(weight.sum())
+
+    def get_globals(self) -> Values:
+        return self.model.get_globals()
+
+    def set_globals(self, values: Values) -> None:
+        self.model.set_globals(values)
+
+    def assign_globals(self, values: Values) -> None:
+        self.model.assign_globals(values)
+
+    def penalised_log_likelihood(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.model.penalised_log_likelihood(x, y, self.weight) * self.rescale
+
+
+def polish(model: Any, data: Any, max_iter: int, tol: float) -> tuple[list[float], bool]:
     """Run L-BFGS on a fitted :class:`~ppmix.models.MixtureOfExperts`'s penalised log-likelihood per point from
     its current parameters, in place (:func:`~ppmix.inference.engines.polish.lbfgs_polish`; Gaussian experts'
     noise scales kept above their floor).
 
-    ``data`` is the standardised training data (``model.em_data``); ``max_iter``, ``tol`` and the returned
-    ``(history, converged)`` are those of :func:`~ppmix.inference.engines.polish.lbfgs_polish`.
+    ``data`` is the standardised training data (``model.em_data``), ``(x, y)`` or, with ``sample_weight``,
+    :class:`~ppmix.models._weights.Weighted` (the objective then per unit of weight); ``max_iter``, ``tol`` and
+    the returned ``(history, converged)`` are those of :func:`~ppmix.inference.engines.polish.lbfgs_polish`.
 
     Examples
     --------
@@ -69,14 +94,14 @@ def polish(model: Any, data: tuple[torch.Tensor, torch.Tensor], max_iter: int, t
     (True, True)
     """
     floor = getattr(model.experts_, "min_variance", 0.0)  # Gaussian experts' noise floor (others have none)
-    return lbfgs_polish(model, data, max_iter, tol, *_floor_maps(floor))
+    rows, weight = split_weights(data)
+    objective = model if weight is None else _WeightedRows(model, weight)
+    return lbfgs_polish(objective, rows, max_iter, tol, *_floor_maps(floor))
 
 
-def polished(
-    model: Any, data: tuple[torch.Tensor, torch.Tensor], result: FitResult, options: dict[str, Any]
-) -> FitResult:
-    """``result``, an EM run on ``data`` (the standardised training data), continued by :func:`polish` when
-    ``model.polish``: its history extended, its iterations added and its convergence the polish's.
+def polished(model: Any, data: Any, result: FitResult, options: dict[str, Any]) -> FitResult:
+    """``result``, an EM run on ``data`` (the standardised training data, weighted or not), continued by
+    :func:`polish` when ``model.polish``: its history extended, its iterations added and its convergence the polish's.
 
     ``options``' ``max_iter`` and ``tol`` (else the model's) bound the polish as they bound EM.
     """

@@ -4,15 +4,43 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["feature_scales"]
+__all__ = ["column_moments", "feature_scales"]
 
 
-def feature_scales(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Column means and standard deviations of ``x`` ``(N, D)``, each ``(D,)``.
+def column_moments(x: torch.Tensor, weight: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Column means and unbiased standard deviations of ``x`` ``(N, D)``, each ``(D,)``; with row ``weight``
+    ``(N,)`` (``sample_weight``: non-negative, not all zero) weighted as frequencies, so an integer weight counts
+    as that many copies of the row: ``sum_n w_n (x_n - mean)^2 / (sum_n w_n - 1)`` (a total of at most one
+    divides by itself; a single unweighted row has the deviation zero).
 
-    A constant column (or a single row) gets the scale one, so ``(x - mean) / scale``
-    is always finite; any other scale is the column's own (unbiased) standard deviation, however
-    small, so that standardised data are the same for ``x`` and ``c * x`` at any ``c > 0``.
+    The squares are taken of the deviations divided by a power of two near the largest (exact), so they cannot
+    underflow or overflow.
+
+    Examples
+    --------
+    >>> mean, std = column_moments(torch.tensor([[1.0], [3.0]]), torch.tensor([1.0, 2.0]))  # rows 1, 3, 3
+    >>> round(mean.item(), 6), round(std.item(), 6)
+    (2.333333, 1.154701)
+    """
+    mean = x.mean(0) if weight is None else (weight[:, None] * x).sum(0) / weight.sum()
+    deviation = x - mean
+    largest = deviation.abs().amax(0)
+    unit = torch.where(largest > 0, torch.exp2(torch.floor(torch.log2(largest))), torch.ones_like(largest))
+    if weight is None:
+        std = (deviation / unit).std(0) * unit if x.shape[0] > 1 else torch.zeros_like(mean)
+        return mean, std
+    count = weight.sum()
+    squares = (weight[:, None] * (deviation / unit).square()).sum(0)
+    return mean, (squares / (count - 1 if count > 1 else count)).sqrt() * unit
+
+
+def feature_scales(x: torch.Tensor, weight: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Column means and standard deviations of ``x`` ``(N, D)``, each ``(D,)`` (:func:`column_moments`; with row
+    ``weight``, weighted as frequencies).
+
+    A constant column (or a single row, or a total weight of at most one) gets the scale one, so
+    ``(x - mean) / scale`` is always finite; any other scale is the column's own (unbiased) standard deviation,
+    however small, so that standardised data are the same for ``x`` and ``c * x`` at any ``c > 0``.
 
     Examples
     --------
@@ -22,12 +50,8 @@ def feature_scales(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     >>> round(feature_scales(torch.tensor([[0.0], [4e-200]], dtype=torch.float64))[1].item() / 4e-200, 12)
     0.707106781187
     """
-    mean = x.mean(0)
-    if x.shape[0] < 2:
+    mean, std = column_moments(x, weight)
+    count = x.shape[0] if weight is None else weight.sum()
+    if count <= 1:
         return mean, torch.ones_like(mean)
-    deviation = x - mean
-    # divide by a power of two near the largest deviation (exact) so the squares cannot underflow or overflow
-    largest = deviation.abs().amax(0)
-    unit = torch.where(largest > 0, torch.exp2(torch.floor(torch.log2(largest))), torch.ones_like(largest))
-    scale = (deviation / unit).std(0) * unit
-    return mean, torch.where(scale > 0, scale, torch.ones_like(scale))
+    return mean, torch.where(std > 0, std, torch.ones_like(std))

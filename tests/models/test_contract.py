@@ -159,16 +159,8 @@ NOT_OFFERED: dict[tuple[str, str], str] = {
     ("PFGMMGibbs", "sample_weight"): "a Gibbs sampler: its fit takes no sample_weight",
     ("user-StudentT-svi", "sample_weight"): "fitted by SVI: sample_weight is taken by engine='em' only",
     **{
-        (case_id, "sample_weight"): "sample_weight not written yet for the pf objective / the mixture of experts"
-        for case_id in (
-            "PFGMM",
-            "SupervisedGMM",
-            "PFHMM",
-            "SupervisedHMM",
-            "MoE-gaussian",
-            "MoE-logistic",
-            "MoE-poisson",
-        )
+        (case_id, "sample_weight"): "sample_weight not written yet for the pf objective"
+        for case_id in ("PFGMM", "SupervisedGMM", "PFHMM", "SupervisedHMM")
     },
 }
 
@@ -456,6 +448,10 @@ def _repeated(case: Case, x: Any, weight: np.ndarray) -> Any:
     return np.repeat(np.asarray(x), weight, axis=0)
 
 
+def _score(case: Case, model: Any, x: Any, y: Any, **options: Any) -> float:
+    return model.score(x, y, **options) if case.score_needs_y else model.score(x, **options)
+
+
 def _integer_weights(n: int) -> np.ndarray:
     weight = np.random.default_rng(1).integers(0, 4, n)
     weight[:2] = (1, 3)  # rows (sequences) of both planted clusters keep a positive weight
@@ -470,23 +466,29 @@ def test_integer_sample_weights_equal_repeated_rows_from_the_same_start(case_id,
     x, y = case.data()
     weight = _integer_weights(len(x))
     repeated = _repeated(case, x, weight)
-    start = fit(case, case.make().set_params(max_iter=1, init_params="random"), repeated, y).get_globals()
+    y_repeated = None if y is None else _repeated(case, y, weight)
+    start = fit(case, case.make().set_params(max_iter=1, init_params="random"), repeated, y_repeated).get_globals()
     fits = []
-    for data, options in ((x, {"sample_weight": weight}), (repeated, {})):
-        model = case.make().set_params(warm_start=True, tol=0.0, max_iter=3)
+    for data, labels, options in ((x, y, {"sample_weight": weight}), (repeated, y_repeated, {})):
+        model = case.make().set_params(tol=0.0, max_iter=3)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
-            fit(case, model, data, y, max_iter=1, **options)
+            fit(case, model, data, labels, max_iter=1, **options)
             model.set_globals(start)
-            fits.append(fit(case, model, data, y, **options))
+            fits.append(fit(case, model, data, labels, warm_start=True, **options))
     weighted, plain = fits
     for site, value in plain.get_globals().items():
         assert_close(weighted.get_globals()[site], value, rtol=1e-10, atol=1e-12, msg=site)
     assert_close(weighted.history_, plain.history_, rtol=1e-10)
-    assert_close(weighted.score(x, sample_weight=weight), plain.score(repeated), rtol=1e-10)
+    assert_close(
+        _score(case, weighted, x, y, sample_weight=weight), _score(case, plain, repeated, y_repeated), rtol=1e-10
+    )
     if not case.sequences:
         kept = weight > 0
-        assert_close(weighted.score(x, sample_weight=kept.astype(float)), plain.score(np.asarray(x)[kept]), rtol=1e-10)
+        subset = (np.asarray(x)[kept], None if y is None else np.asarray(y)[kept])
+        assert_close(
+            _score(case, weighted, x, y, sample_weight=kept.astype(float)), _score(case, plain, *subset), rtol=1e-10
+        )
 
 
 BAD_WEIGHTS = {

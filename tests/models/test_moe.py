@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -9,8 +11,9 @@ from scipy.optimize import linear_sum_assignment
 
 from ppmix._validation import NotFittedError
 from ppmix.datasets.moe import make_moe
+from ppmix.models._weights import Weighted
 from ppmix.models.moe import MixtureOfExperts
-from tests.common import assert_em_objective_is_trace_enum_elbo
+from tests.common import assert_em_objective_is_trace_enum_elbo, make_expert_data
 
 EXPERTS = ["gaussian", "logistic"]
 
@@ -311,3 +314,90 @@ def test_gaussian_experts_objective_is_the_penalised_log_likelihood_and_never_fa
     assert float(moe.ridge_penalty()) == pytest.approx(gate + float(experts.sum()), rel=1e-12) and gate > 0.1
     expected = (moe.log_likelihood(x, y) - float(moe.ridge_penalty())) / len(y)
     assert moe.lower_bound_ == pytest.approx(expected, rel=1e-10)
+
+
+# ------------------------------------------------------------------------------------------ sample weights
+QUIET = {"seed": 0, "progress": False}
+
+
+def _weighted_data(expert: str, n: int = 60) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(X, y, integer weights 0..3)``; softmax experts get three classes."""
+    x, y = make_expert_data(n, expert="logistic" if expert == "softmax" else expert)
+    if expert == "softmax":
+        y = y + (x[:, 1] > 1.5)
+    weight = np.random.default_rng(1).integers(0, 4, n)
+    weight[:2] = (1, 3)
+    return x, y, weight
+
+
+def _relative_gap(a: MixtureOfExperts, b: MixtureOfExperts) -> float:
+    ga, gb = a.get_globals(), b.get_globals()
+    return max(float(((ga[name] - gb[name]).abs() / (1 + gb[name].abs())).max()) for name in gb)
+
+
+@pytest.mark.parametrize("expert", ["gaussian", "logistic", "poisson", "softmax"])
+def test_weighted_em_hooks_equal_the_repeated_rows(expert):
+    """The EM hooks on weighted rows and on the rows repeated, from the same generator: the random start (its
+    draws do not depend on the rows) and its M-step, the E-step's objective and each row's responsibilities (its
+    copies'), the next M-step (responsibilities times the weights) and the number of observations."""
+    x, y, weight = _weighted_data(expert)
+    weighted = MixtureOfExperts(2, expert=expert, n_init=1, split_merge=0, polish=False, **QUIET)
+    weighted.fit(x, y, sample_weight=weight, max_iter=1)  # the scales (and classes) of the weighted rows
+    repeated = copy.deepcopy(weighted)
+    rows = weighted.prepare_data(x, y)
+    counts = torch.as_tensor(weight)
+    rows_w, rows_r = Weighted(rows, counts.to(rows[0])), tuple(v.repeat_interleave(counts, 0) for v in rows)
+    weighted.em_initialize(rows_w, weighted.generator(1))
+    repeated.em_initialize(rows_r, repeated.generator(1))
+    assert _relative_gap(weighted, repeated) < 1e-10
+    (resp_w, objective_w), (resp_r, objective_r) = weighted.e_step(rows_w), repeated.e_step(rows_r)
+    torch.testing.assert_close(objective_w, objective_r, rtol=1e-12, atol=0)
+    torch.testing.assert_close(resp_w.repeat_interleave(counts, 0), resp_r, rtol=1e-12, atol=1e-14)
+    weighted.m_step(rows_w, resp_w)
+    repeated.m_step(rows_r, resp_r)
+    assert _relative_gap(weighted, repeated) < 1e-10
+    assert weighted.n_observations(rows_w) == repeated.n_observations(rows_r) == weight.sum()
+
+
+@pytest.mark.parametrize("expert", ["gaussian", "logistic", "poisson"])
+def test_a_default_fit_with_integer_weights_is_the_fit_of_the_repeated_rows(expert):
+    """Everything the default fit does is weighted (scales, random start, restarts, EM, split-and-merge, polish):
+    integer weights, zeros among them, give the fit of the rows repeated and the zero-weight rows dropped, and
+    the weighted score is the repeated rows' score. From the same start (tests/models/test_contract.py) the
+    parameters agree to 1e-10; over a whole fit the Newton M-steps and the polish stop on comparisons of
+    objective values that differ by rounding, so the parameters agree to about the square root of that."""
+    x, y, weight = _weighted_data(expert, n=80)
+    weighted = MixtureOfExperts(2, expert=expert, n_init=2, **QUIET).fit(x, y, sample_weight=weight)
+    repeated = MixtureOfExperts(2, expert=expert, n_init=2, **QUIET).fit(x.repeat(weight, 0), y.repeat(weight))
+    assert weighted.lower_bound_ == pytest.approx(repeated.lower_bound_, rel=1e-10)
+    assert _relative_gap(weighted, repeated) < 1e-6
+    assert weighted.score(x, y, sample_weight=weight) == pytest.approx(
+        repeated.score(x.repeat(weight, 0), y.repeat(weight)), rel=1e-9
+    )
+
+
+@pytest.mark.parametrize("expert", ["gaussian", "logistic", "poisson"])
+def test_weights_of_one_give_the_unweighted_fit_bit_for_bit(expert):
+    x, y, _ = _weighted_data(expert)
+    ones = MixtureOfExperts(2, expert=expert, n_init=2, **QUIET).fit(x, y, sample_weight=np.ones(len(y)))
+    plain = MixtureOfExperts(2, expert=expert, n_init=2, **QUIET).fit(x, y)
+    assert ones.history_ == plain.history_
+    for name, value in plain.get_globals().items():
+        assert torch.equal(ones.get_globals()[name], value), name
+
+
+@pytest.mark.parametrize(
+    "options, weight, match",
+    [
+        ({"split_merge_search": "screened"}, np.ones(60), "sample_weight with split_merge_search='screened'"),
+        ({"engine": "svi"}, np.ones(60), "sample_weight is taken by engine='em' only"),
+        ({}, np.r_[np.ones(6), np.zeros(54)], "6 rows of positive sample_weight"),
+        ({}, np.r_[-1.0, np.ones(59)], "sample_weight must be finite and non-negative"),
+    ],
+    ids=["screened-search", "svi", "too-few-positive-rows", "negative"],
+)
+def test_sample_weight_refusals_name_it(options, weight, match):
+    x, y, _ = _weighted_data("gaussian")
+    engine = {"engine": options.pop("engine")} if "engine" in options else {}
+    with pytest.raises(ValueError, match=match):
+        MixtureOfExperts(2, **options, **QUIET).fit(x, y, sample_weight=weight, **engine)

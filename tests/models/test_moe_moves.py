@@ -73,7 +73,7 @@ def test_split_and_merge_rejects_a_move_that_empties_an_expert(monkeypatch, sear
     data = make_moe(600, n_experts=3, n_features=3, seed=2)
     plain = MixtureOfExperts(3, seed=0, split_merge=0, **QUIET).fit(data.X, data.y)
 
-    def emptying(model, x, y, move):
+    def emptying(model, x, y, move, weight=None):
         proposal = torch.zeros(x.shape[0], model.n_experts, dtype=x.dtype)
         proposal[:, 0] = 1.0
         return proposal
@@ -122,6 +122,24 @@ def test_move_responsibilities_free_one_expert_and_split_another(three_experts, 
     expected[upper, freed], expected[upper, split] = after_free[upper, split], 0.0
     torch.testing.assert_close(proposal, expected)
     torch.testing.assert_close(proposal.sum(1), torch.ones_like(y))
+
+
+@pytest.mark.parametrize("split", [0, 1, 2])
+def test_weighted_proposals_and_residual_splits_are_those_of_the_repeated_rows(three_experts, split):
+    """With integer row weights (zeros among them) the proposal search picks the move it picks on the rows repeated,
+    and a residual split (the weighted median, the weighted count) gives every row its copies' responsibilities."""
+    model, (x, y) = three_experts
+    counts = torch.as_tensor(np.random.default_rng(split).integers(0, 4, len(y)))
+    weight, x_repeated, y_repeated = counts.to(x), x.repeat_interleave(counts, 0), y.repeat_interleave(counts)
+    proposal = moe_moves.split_merge_proposal(model, x, y, weight)
+    assert proposal == moe_moves.split_merge_proposal(model, x_repeated, y_repeated)
+    move = ((split + 1) % 3, (split + 2) % 3, split, "residual")
+    moved = move_responsibilities(model, x, y, move, weight)
+    torch.testing.assert_close(
+        moved.repeat_interleave(counts, 0), move_responsibilities(model, x_repeated, y_repeated, move), rtol=0, atol=0
+    )
+    with pytest.raises(ValueError, match="sample_weight is taken by residual splits only"):
+        move_responsibilities(model, x, y, (*move[:3], "covariates"), weight)
 
 
 def test_a_split_needs_two_points(three_experts):
