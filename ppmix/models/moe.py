@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from pyro.distributions import constraints
 from sklearn.utils.metaestimators import available_if
 
-from ppmix._validation import check_matrix, to_output
+from ppmix._validation import to_output
 from ppmix.components import GaussianExpert, LogisticExpert, SoftmaxGate
 from ppmix.components.expert_family import ExpertFamily
 from ppmix.components.registry import expert_family_from, family_config
@@ -254,15 +254,7 @@ class MixtureOfExperts(ParametersMixin, TargetKindMixin, MixtureModel):
         return self._standardise(data.x), data.response
 
     def _covariates(self, X: Any) -> torch.Tensor:
-        x, _ = check_matrix(
-            X,
-            "X",
-            dtype=self.dtype,
-            device=self._device,
-            n_features=self.n_features_in_,
-            feature_names=self.feature_names_in_,
-        )
-        return self._standardise(x)
+        return self._standardise(self.fitted_matrix(X))
 
     def _standardise(self, x: torch.Tensor) -> torch.Tensor:
         return (x - self._x_mean) / self._x_scale
