@@ -29,6 +29,7 @@ __all__ = [
     "fill_column_means",
     "impute_rows",
     "log_joint_with_missing",
+    "log_prob_with_missing",
     "partly_observed",
     "partly_observed_e_step",
     "partly_observed_statistics",
@@ -72,6 +73,18 @@ class PartlyObserved:
     partial: MissingRows
 
 
+def partly_observed_rows(x: torch.Tensor, family: DensityFamily | None = None) -> "PartlyObserved | None":
+    """:class:`PartlyObserved` rows of ``x`` (the complete ones prepared by ``family``, or raw without one), or
+    None when nothing is missing."""
+    missing = torch.isnan(x).any(dim=1)
+    if not bool(missing.any()):
+        return None
+    complete_rows = torch.nonzero(~missing).squeeze(1)
+    complete = family.prepare(x[complete_rows]) if family is not None and complete_rows.numel() else None
+    partial_rows = torch.nonzero(missing).squeeze(1)
+    return PartlyObserved(x, complete, complete_rows, partial_rows, MissingRows.of(x[partial_rows]))
+
+
 def partly_observed(x: torch.Tensor, family: DensityFamily) -> Any:
     """``x`` prepared by ``family`` when nothing is missing, else :class:`PartlyObserved`.
 
@@ -82,13 +95,8 @@ def partly_observed(x: torch.Tensor, family: DensityFamily) -> Any:
     >>> data.complete_rows.tolist(), data.partial_rows.tolist()
     ([1], [0])
     """
-    missing = torch.isnan(x).any(dim=1)
-    if not bool(missing.any()):
-        return family.prepare(x)
-    complete_rows = torch.nonzero(~missing).squeeze(1)
-    complete = family.prepare(x[complete_rows]) if complete_rows.numel() else None
-    partial_rows = torch.nonzero(missing).squeeze(1)
-    return PartlyObserved(x, complete, complete_rows, partial_rows, MissingRows.of(x[partial_rows]))
+    rows = partly_observed_rows(x, family)
+    return family.prepare(x) if rows is None else rows
 
 
 def fill_column_means(x: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
@@ -143,17 +151,28 @@ def _expected(components: Any, partial: MissingRows, resp: torch.Tensor) -> Stat
     return expected_statistics(partial, resp, components.mean, components.covariance)
 
 
+def log_prob_with_missing(components: Any, data: Any) -> torch.Tensor:
+    """``log p_k(x_n)`` ``(N, K)`` of rows that may have missing entries (those by their observed entries'
+    marginal): :class:`PartlyObserved` rows, a tensor of rows (NaN where missing) or rows the family prepared."""
+    if not isinstance(data, (PartlyObserved, torch.Tensor)):  # rows the family prepared: none missing
+        return components.log_prob(data)
+    if isinstance(data, torch.Tensor):
+        rows = partly_observed_rows(data)
+        if rows is None:
+            return components.log_prob(data)
+        data = rows
+    out = data.x.new_empty(data.x.shape[0], components.mean.shape[0])
+    out[data.partial_rows] = marginal_log_prob(data.partial, components.mean, components.covariance)
+    if data.complete_rows.numel():
+        complete = data.complete if data.complete is not None else data.x[data.complete_rows]
+        out[data.complete_rows] = components.log_prob(complete)
+    return out
+
+
 def log_joint_with_missing(components: Any, log_weights: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """``log w_k + log p_k(x_n)`` ``(N, K)`` of rows that may have missing entries (those by their observed
     entries' marginal)."""
-    missing = torch.isnan(x).any(dim=1)
-    if not bool(missing.any()):
-        return components.log_prob(x) + log_weights
-    out = x.new_empty(x.shape[0], log_weights.shape[0])
-    out[missing] = missing_log_joint(components, log_weights, x[missing])
-    if not bool(missing.all()):
-        out[~missing] = components.log_prob(x[~missing]) + log_weights
-    return out
+    return log_prob_with_missing(components, x) + log_weights
 
 
 def impute_rows(components: Any, log_weights: torch.Tensor, x: torch.Tensor) -> torch.Tensor:

@@ -108,8 +108,10 @@ def as_sequence_batch(
     device: Any = None,
     n_features: int | None = None,
     feature_names: list[str] | None = None,
+    allow_missing: bool = False,
 ) -> SequenceBatch:
-    """Validate sequences given in any of the supported forms and pad them into a batch.
+    """Validate sequences given in any of the supported forms and pad them into a batch (``allow_missing``: NaN
+    entries kept, as :func:`~ppmix._validation.check_matrix` keeps them).
 
     Parameters
     ----------
@@ -169,7 +171,13 @@ def as_sequence_batch(
         if hasattr(seq, "__len__") and len(seq) == 0:
             raise ValueError(f"X[{b}] is a sequence of length 0")
         tensor, seq_names = check_matrix(
-            seq, f"X[{b}]", dtype=dtype, device=device, n_features=n_features, feature_names=feature_names
+            seq,
+            f"X[{b}]",
+            dtype=dtype,
+            device=device,
+            n_features=n_features,
+            feature_names=feature_names,
+            allow_missing=allow_missing,
         )
         if seqs and tensor.shape[1] != seqs[0].shape[1]:
             raise ValueError(f"X[{b}] has {tensor.shape[1]} features but X[0] has {seqs[0].shape[1]}")

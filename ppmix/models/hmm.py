@@ -16,6 +16,14 @@ from ppmix.components.family import DensityFamily
 from ppmix.components.registry import family_config, family_from
 from ppmix.inference.engines.forward_backward import ForwardBackwardResult, forward_backward, viterbi
 from ppmix.models._family_components import INIT_METHODS, FamilyComponentsMixin, drop_leading_ones
+from ppmix.models._missing import (
+    PartlyObserved,
+    check_missing_option,
+    fill_column_means,
+    log_prob_with_missing,
+    partly_observed,
+    partly_observed_statistics,
+)
 from ppmix.models._online import OnlineEMMixin
 from ppmix.models._params import store_params
 from ppmix.models._sequences import SequenceBatch, as_sequence_batch
@@ -106,6 +114,10 @@ class HMM(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
         As for :class:`~ppmix.models.gmm.GMM`.
     sequence_column : str, optional
         Column of a DataFrame ``X`` holding the sequence id.
+    missing : {"error", "marginalize"}, default "error"
+        NaN in a frame: an error naming ``X``, or (Gaussian emissions) an entry missing at random: a frame
+        emits by the marginal density of its observed entries and Baum-Welch's M-step takes the missing
+        block's conditional expectations (exact EM, as :class:`~ppmix.models.mixture.Mixture` does). EM only.
     seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
 
     Attributes
@@ -134,6 +146,7 @@ class HMM(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
     #: defaults for subclasses whose constructors do not take them (the pf-HMMs: every transition, ML)
     transition_pattern: Any = None
     transition_prior: float = 1.0
+    missing: str = "error"
 
     def __init__(
         self,
@@ -150,6 +163,7 @@ class HMM(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
         init_params: str = "kmeans",
         warm_start: bool = False,
         sequence_column: str | None = None,
+        missing: str = "error",
         seed: int | None = None,
         device: str | torch.device | None = None,
         dtype: torch.dtype = torch.float64,
@@ -176,6 +190,11 @@ class HMM(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
         self._validate_family_params()
         transition_mask(self.transition_pattern, int(self.n_components))
         check_transition_prior(self.transition_prior)
+        check_missing_option(self.missing, self.component_family())
+
+    @property
+    def _accepts_missing(self) -> bool:  # type: ignore[override]
+        return self.missing == "marginalize"
 
     def init_values(self, data: Any, generator: torch.Generator) -> dict[str, torch.Tensor]:
         """The EM start (as for every model with EM), its disallowed transitions lifted off zero: SVI and NUTS
@@ -212,15 +231,16 @@ class HMM(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
             device=self._device,
             n_features=None if fitting else self.n_features_in_,
             feature_names=None if fitting else self.feature_names_in_,
+            allow_missing=self._accepts_missing,
         )
+        frames = fill_column_means(batch.frames) if self._accepts_missing else batch.frames
         if fitting:
-            frames = batch.frames
             check_n_components(self.n_components, frames.shape[0])
             self.n_features_in_ = batch.n_features
             self.feature_names_in_ = batch.feature_names
             self._record_data_scale(frames)
         else:
-            self.component_family().check_data(batch.frames, "X")
+            self.component_family().check_data(frames, "X")
         return batch
 
     def sample_weight_units(self, data: Any) -> tuple[str, int]:
@@ -233,12 +253,17 @@ class HMM(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
             return Weighted(self.em_data(data.data), data.weight)
         if isinstance(data, _EMData):
             return data
-        return _EMData(batch=data, frames=self.component_family().prepare(data.frames))
+        family = self.component_family()
+        if self._accepts_missing:
+            return _EMData(batch=data, frames=partly_observed(data.frames, family))
+        return _EMData(batch=data, frames=family.prepare(data.frames))
 
     def _prediction_data(self, batch: SequenceBatch) -> _EMData:
         """:meth:`em_data` for predictions: frames prepared for the fitted components (the Gaussian's centred at
         their reference, not at the batch mean), so each sequence's output depends on that sequence and the
         model only."""
+        if self._accepts_missing and bool(torch.isnan(batch.frames).any()):  # scored by the observed entries
+            return _EMData(batch=batch, frames=batch.frames)
         return _EMData(batch=batch, frames=self.component_family().prepare(batch.frames, self.components_))
 
     def output_like(self, X: Any) -> Any:
@@ -257,6 +282,8 @@ class HMM(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
     # ------------------------------------------------------------ the program
     def model(self, batch: SequenceBatch) -> None:
         """The Markov chain over each sequence with every ``z_t`` enumerated in parallel."""
+        if self._accepts_missing and bool(torch.isnan(batch.x).any()):
+            raise ValueError("X has missing entries (NaN): missing='marginalize' is for EM (fit, partial_fit) only")
         k, d = self.n_components, batch.n_features
         opts = {"dtype": batch.x.dtype, "device": batch.x.device}
         chain, components = self._sample_chain(k, opts)
@@ -324,7 +351,11 @@ class HMM(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
         """Emission log-densities ``(B, T, K)``; zero at padded steps."""
         batch = data.batch
         log_emit = batch.x.new_zeros(batch.n_sequences, batch.max_length, self.n_components)
-        log_emit[batch.mask] = self.components_.log_prob(data.frames)
+        log_emit[batch.mask] = (
+            log_prob_with_missing(self.components_, data.frames)
+            if self._accepts_missing
+            else self.components_.log_prob(data.frames)
+        )
         return log_emit
 
     def _forward_backward(self, data: _EMData) -> ForwardBackwardResult:
@@ -336,6 +367,11 @@ class HMM(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
         """Emissions from k-means on all frames (each weighted by its sequence's weight); initial and transition
         counts from its labels."""
         inner, weight = split_weights(data)
+        if isinstance(inner.frames, PartlyObserved):  # the start: the columns' means in the holes
+            frame_weight = None if weight is None else _sequence_weights(inner.batch, weight)[inner.batch.mask]
+            filled = self.component_family().prepare(fill_column_means(inner.frames.x, frame_weight))
+            inner = _EMData(batch=inner.batch, frames=filled)
+            data = inner if weight is None else Weighted(inner, weight)
         self.components_ = self._new_components(self.component_family().rows(inner.frames))
         if self.init_params == "segments":
             self._initialize_from_frames(data, _segment_responsibilities(inner.batch, self.n_components))
@@ -390,11 +426,12 @@ class HMM(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
         statistics of the frames, all of which merge across shards (:func:`ppmix.distributed.fit_em`)."""
         inner = split_weights(data)[0]  # the counts carry the sequence weights already
         frames = stats.posterior[inner.batch.mask]
-        return {
-            "initial": stats.initial,
-            "transitions": stats.transitions,
-            "emissions": self.components_.statistics(inner.frames, frames),
-        }
+        emissions = (
+            partly_observed_statistics(self.components_, inner.frames, frames)
+            if isinstance(inner.frames, PartlyObserved)
+            else self.components_.statistics(inner.frames, frames)
+        )
+        return {"initial": stats.initial, "transitions": stats.transitions, "emissions": emissions}
 
     def em_update(self, stats: dict[str, Any]) -> None:
         """The M-step from (merged) statistics."""

@@ -9,7 +9,7 @@ import pytest
 import torch
 from scipy.stats import multivariate_normal, norm
 
-from ppmix import GMM, Mixture
+from ppmix import GMM, HMM, Mixture
 from ppmix.components.gaussian_missing import marginal_log_prob
 from ppmix.inference import ConvergenceWarning
 from ppmix.models._missing import fill_column_means
@@ -176,3 +176,67 @@ def test_svi_refuses_missing_entries_by_name():
     _, holes, _ = planted(200)
     with pytest.raises(ValueError, match="missing entries"):
         GMM(2, missing="marginalize", **QUIET).fit(holes, engine="svi", num_steps=2)
+
+
+# ----------------------------------------------------------------------------------------------- HMM frames
+def _chains(n_sequences: int = 12, fraction: float = 0.2, seed: int = 0):
+    """Sticky two-state chains of correlated 3-D Gaussian frames: ``(complete, holed)`` lists of sequences."""
+    rng = np.random.default_rng(seed)
+    cov = np.array([[1.0, 0.7, 0.3], [0.7, 1.0, 0.5], [0.3, 0.5, 1.0]])
+    complete, holed = [], []
+    for _ in range(n_sequences):
+        z = np.cumsum(rng.random(40) < 0.1) % 2
+        x = np.where(z[:, None] == 1, 4.0, 0.0) + rng.multivariate_normal(np.zeros(3), cov, 40)
+        mask = rng.random(x.shape) < fraction
+        mask[mask.all(1), 0] = False
+        h = x.copy()
+        h[mask] = np.nan
+        complete.append(x)
+        holed.append(h)
+    return complete, holed
+
+
+@pytest.mark.parametrize("covariance_type", ["diag", "full"])
+def test_hmm_frames_with_missing_entries_are_scored_by_their_marginal(covariance_type):
+    """Known answer: the HMM's log-likelihood of one sequence of one frame with missing entries is the mixture
+    of the initial distribution over the states' marginal densities (scipy's)."""
+    _, holed = _chains()
+    hmm = _fit(HMM(2, covariance_type=covariance_type, missing="marginalize", **QUIET), holed)
+    frame = np.array([[0.5, np.nan, 1.0]])
+    covs = hmm.covariances_.numpy()
+    covs = covs if covs.ndim == 3 else np.stack([np.diag(c) for c in covs])
+    o = ~np.isnan(frame[0])
+    want = np.log(
+        sum(
+            p * multivariate_normal(m[o], c[np.ix_(o, o)]).pdf(frame[0, o])
+            for p, m, c in zip(hmm.initial_.numpy(), hmm.means_.numpy(), covs)
+        )
+    )
+    assert float(hmm.score_samples([frame])[0]) == pytest.approx(want, rel=1e-10)
+
+
+def test_hmm_with_missing_entries_climbs_and_recovers_the_complete_data_fit():
+    complete, holed = _chains()
+    plain = _fit(HMM(2, covariance_type="full", **QUIET), complete)
+    marginal = _fit(HMM(2, covariance_type="full", missing="marginalize", max_iter=200, **QUIET), holed)
+    history = np.asarray(marginal.history_)
+    assert (np.diff(history) >= -1e-12 * np.abs(history[1:])).all()
+    order = lambda m: np.argsort(m.means_.numpy()[:, 0])  # noqa: E731
+    np.testing.assert_allclose(marginal.means_.numpy()[order(marginal)], plain.means_.numpy()[order(plain)], atol=0.15)
+    paths = [p for p in marginal.decode(holed)[1]]
+    truth = [p for p in plain.decode(complete)[1]]
+    agreement = np.mean(np.concatenate(paths) == np.concatenate(truth))
+    assert max(agreement, 1 - agreement) > 0.95  # Viterbi paths through the holes agree with the complete data's
+
+
+def test_hmm_with_nothing_missing_is_the_usual_fit():
+    complete, _ = _chains(6)
+    plain = _fit(HMM(2, **QUIET), complete)
+    marginal = _fit(HMM(2, missing="marginalize", **QUIET), complete)
+    assert marginal.history_ == plain.history_
+
+
+def test_hmm_refuses_nan_without_the_option_by_name():
+    _, holed = _chains(3)
+    with pytest.raises(ValueError, match=r"X\[0\] contains NaN"):
+        HMM(2, **QUIET).fit(holed)
