@@ -18,11 +18,11 @@ from dataclasses import dataclass
 
 import torch
 
-#: bytes of one block of rows of ``[x, x^2]`` or ``[x, x x^T]`` that the row-blocked passes build and
-#: reuse: small enough to stay in cache while the block's products run
+#: bytes per CPU thread of one block of rows of ``[x, x^2]`` or ``[x, x x^T]`` that the row-blocked passes
+#: build and reuse: each thread's share small enough to stay in its cache while the block's products run
 BLOCK_BYTES = 2**22
-#: rows per block on a GPU, where fewer, larger kernels are what counts
-GPU_BLOCK_ROWS = 2**16
+#: bytes of one block on a GPU, where fewer, larger kernels are what counts
+GPU_BLOCK_BYTES = 2**28
 
 
 @dataclass
@@ -53,10 +53,23 @@ class CentredData:
         return int(self.x.shape[0])
 
     def block_rows(self, width: int) -> int:
-        """Rows per block of a ``width``-column design built from these data (:meth:`moment_blocks`)."""
+        """Rows per block of a ``width``-column design built from these data (:meth:`moment_blocks`).
+
+        On the CPU :data:`BLOCK_BYTES` (at most 32k rows) per thread of torch's pool: every operation on a
+        block is split between the threads, so a block per thread's worth of cache keeps each thread's
+        share in its cache and the number of operations (each a fork and join of the pool) independent
+        of the thread count.
+
+        Examples
+        --------
+        >>> data = CentredData.from_tensor(torch.zeros(10, 2, dtype=torch.float64))
+        >>> data.block_rows(4) == 32_768 * torch.get_num_threads()
+        True
+        """
+        row_bytes = max(1, width * self.centred.element_size())
         if self.centred.device.type == "cuda":
-            return GPU_BLOCK_ROWS
-        return max(64, min(32_768, BLOCK_BYTES // max(1, width * self.centred.element_size())))
+            return max(64, GPU_BLOCK_BYTES // row_bytes)
+        return max(64, min(32_768, BLOCK_BYTES // row_bytes) * torch.get_num_threads())
 
     def moment_blocks(self, outer: bool = False) -> Iterator[tuple[slice, torch.Tensor]]:
         """``[x - s, (x - s)^2]`` (``(rows, 2D)``), or with ``outer`` ``[x - s, (x_i - s_i)(x_j - s_j) for
