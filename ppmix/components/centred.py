@@ -56,9 +56,9 @@ class CentredData:
         """Rows per block of a ``width``-column design built from these data (:meth:`moment_blocks`).
 
         On the CPU :data:`BLOCK_BYTES` (at most 32k rows) per thread of torch's pool: every operation on a
-        block is split between the threads, so a block per thread's worth of cache keeps each thread's
-        share in its cache and the number of operations (each a fork and join of the pool) independent
-        of the thread count.
+        block is split between the threads, so each thread's share is the block one thread would take
+        (it stays in that thread's cache), and ``T`` threads fork and join their pool ``T`` times less
+        often than blocks sized for one thread would make them.
 
         Examples
         --------
