@@ -19,8 +19,9 @@ from dataclasses import dataclass
 import torch
 
 #: bytes per CPU thread of one block of rows of ``[x, x^2]`` or ``[x, x x^T]`` that the row-blocked passes
-#: build and reuse: each thread's share small enough to stay in its cache while the block's products run
-BLOCK_BYTES = 2**22
+#: build and reuse: each thread's share small enough to stay in cache while the block's products run
+#: (one thread: 2 and 4 MiB run alike, 8 MiB and more about 1.5-3x slower, on a 2-core EPYC)
+BLOCK_BYTES = 2**21
 #: bytes of one block on a GPU, where fewer, larger kernels are what counts
 GPU_BLOCK_BYTES = 2**28
 
