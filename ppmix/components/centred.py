@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 import torch
 
-#: bytes per CPU thread of one block of rows of ``[x, x^2]`` or ``[x, x x^T]`` that the row-blocked passes
-#: build and reuse: each thread's share small enough to stay in cache while the block's products run
-#: (one thread: 2 and 4 MiB run alike, 8 MiB and more about 1.5-3x slower, on a 2-core EPYC)
-BLOCK_BYTES = 2**21
+#: bytes of one block of rows of ``[x, x^2]`` or ``[x, x x^T]`` that the row-blocked passes build and reuse,
+#: for one or two CPU threads (half as much per thread beyond): small enough to stay in cache while the
+#: block's products run (on a 2-core EPYC 2 and 4 MiB run alike, 8 MiB and more 1.5-3x slower)
+BLOCK_BYTES = 2**22
 #: bytes of one block on a GPU, where fewer, larger kernels are what counts
 GPU_BLOCK_BYTES = 2**28
 
@@ -56,21 +56,22 @@ class CentredData:
     def block_rows(self, width: int) -> int:
         """Rows per block of a ``width``-column design built from these data (:meth:`moment_blocks`).
 
-        On the CPU :data:`BLOCK_BYTES` (at most 32k rows) per thread of torch's pool: every operation on a
-        block is split between the threads, so each thread's share is the block one thread would take
-        (it stays in that thread's cache), and ``T`` threads fork and join their pool ``T`` times less
-        often than blocks sized for one thread would make them.
+        On the CPU :data:`BLOCK_BYTES` (at most 32k rows) for one or two threads of torch's pool, and half
+        of it per thread for ``T > 2``: every operation on a block is split between the threads, so each
+        thread's share stays in its cache while ``T`` threads fork and join their pool ``T / 2`` times less
+        often than with blocks sized for one thread (with those, the full-covariance E-step took longer at 16
+        threads of an H100 host than at one thread of a 2-core EPYC: the pool's overhead, not the work).
 
         Examples
         --------
         >>> data = CentredData.from_tensor(torch.zeros(10, 2, dtype=torch.float64))
-        >>> data.block_rows(4) == 32_768 * torch.get_num_threads()
+        >>> data.block_rows(4) == 32_768 * max(2, torch.get_num_threads()) // 2
         True
         """
         row_bytes = max(1, width * self.centred.element_size())
         if self.centred.device.type == "cuda":
             return max(64, GPU_BLOCK_BYTES // row_bytes)
-        return max(64, min(32_768, BLOCK_BYTES // row_bytes) * torch.get_num_threads())
+        return max(64, min(32_768, BLOCK_BYTES // row_bytes) * max(2, torch.get_num_threads()) // 2)
 
     def moment_blocks(self, outer: bool = False) -> Iterator[tuple[slice, torch.Tensor]]:
         """``[x - s, (x - s)^2]`` (``(rows, 2D)``), or with ``outer`` ``[x - s, (x_i - s_i)(x_j - s_j) for
