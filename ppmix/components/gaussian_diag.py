@@ -14,6 +14,7 @@ from ppmix.components.centred import (
     as_floor,
     blocked_log_density,
     cancellation_tol,
+    expansion_rounding,
     fused_expected_sums,
     inexact_spreads,
     padded_counts,
@@ -126,7 +127,7 @@ class DiagGaussian(ComponentFamily):
         loc_c = self.loc - data.shift
         log_norm = log_const + 0.5 * loc_c.square() * precision
         natural = torch.cat([loc_c * precision, -0.5 * precision], dim=1)  # (K, 2D)
-        cancelled = torch.finfo(self.dtype).eps * (precision * (data.max_square + loc_c.square())).sum(dim=1)
+        cancelled = expansion_rounding(loc_c, precision, self.scale)
         flagged = torch.nonzero(cancelled > cancellation_tol(self.dtype)).flatten().tolist()
         return natural, -log_norm.sum(dim=1, keepdim=True), flagged
 

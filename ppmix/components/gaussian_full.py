@@ -15,6 +15,7 @@ from ppmix.components.centred import (
     blocked_log_density,
     cancellation_tol,
     component_counts,
+    expansion_rounding,
     fused_expected_sums,
     inexact_spreads,
     padded_counts,
@@ -115,10 +116,8 @@ class FullGaussian(ComponentFamily):
         inv_tril = torch.linalg.solve_triangular(self.scale_tril, eye, upper=False)
         precision = inv_tril.mT @ inv_tril
         loc_c = self.loc - data.shift
-        # the product cancels terms up to trace(P) |x - shift|^2
-        spread = data.max_square.sum() + loc_c.square().sum(-1)
-        rounding = torch.finfo(self.dtype).eps * inv_tril.square().sum((-2, -1)) * spread
-        if bool((rounding > cancellation_tol(self.dtype)).any()):
+        sd = torch.linalg.vector_norm(self.scale_tril, dim=-1)  # each feature's standard deviation
+        if bool((expansion_rounding(loc_c, precision, sd) > cancellation_tol(self.dtype)).any()):
             return None
         linear = (precision @ loc_c.unsqueeze(-1)).squeeze(-1)  # (K, D)
         rows, cols = upper_triangle(d, self.device)

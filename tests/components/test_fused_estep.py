@@ -4,14 +4,16 @@ spanning several row blocks, and the collapsed components that take the direct f
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 import ppmix.components.centred as centred
 from ppmix.components import DiagGaussian, FullGaussian
+from ppmix.components.base import ComponentFamily
 from ppmix.components.centred import CentredData
 from tests.common import assert_close
-from tests.components._util import parametrize_device, parametrize_dtype, random_scale_tril, rng, t
+from tests.components._util import parametrize_device, parametrize_dtype, random_scale_tril, rng, rounded, t
 
 TOL = {torch.float64: {"rtol": 1e-9, "atol": 1e-9}, torch.float32: {"rtol": 2e-4, "atol": 2e-4}}
 
@@ -101,3 +103,31 @@ def test_row_weights_count_each_row_that_many_times(kind, collapsed, monkeypatch
     got = family.expected_statistics(CentredData.from_tensor(x, shift), log_weights, row_weights=weight)
     want = family.expected_statistics(CentredData.from_tensor(repeated, shift), log_weights)
     _assert_same(got, want, dtype)
+
+
+@pytest.mark.parametrize("kind", ["diag", "full"])
+def test_float32_fused_estep_keeps_its_fast_path_with_many_features_and_far_rows(kind, monkeypatch):
+    """50 features, components near the centre and a few rows 5 to 16 standard deviations out: the moment
+    product loses no more than the direct formulas there, so float32 runs the fused pass (the two-pass
+    fallback is never called; the check on the rows' per-feature maxima sent every such E-step to it)
+    and gives the float64 definition's answer to float32 rounding."""
+    r = rng(5)
+    k, d = 3, 50
+    x = r.normal(size=(4000, d))
+    x[:5] = 8.0
+    loc, sd = r.normal(scale=0.3, size=(k, d)), r.uniform(0.5, 1.5, size=(k, d))
+    tril = np.tril(r.normal(scale=0.02, size=(k, d, d)), -1) + sd[:, :, None] * np.eye(d)
+
+    def family(dtype):
+        if kind == "diag":
+            return DiagGaussian(t(loc, dtype), t(sd, dtype))
+        return FullGaussian(t(loc, dtype), t(tril, dtype))
+
+    fallbacks = []
+    two_pass = ComponentFamily.expected_statistics
+    monkeypatch.setattr(ComponentFamily, "expected_statistics", lambda *args: fallbacks.append(args) or two_pass(*args))
+    log_weights = t([0.5, 0.3, 0.2]).log()
+    fused = family(torch.float32).expected_statistics(t(x, torch.float32), log_weights.float())
+    assert not fallbacks
+    data = CentredData.from_tensor(t(rounded(x, torch.float32)))
+    _assert_same(fused, _definition(family(torch.float64), data, log_weights), torch.float32)
