@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Iterable, Iterator
 
 import torch
@@ -43,7 +44,7 @@ ROW_BLOCK_ENTRIES = 2**22
 LOG_2PI = math.log(2 * math.pi)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class MissingRows:
     """Rows with missing entries, with what every E-step reads of them computed once.
 
@@ -66,6 +67,17 @@ class MissingRows:
     x0: torch.Tensor
     patterns: torch.Tensor
     pattern: torch.Tensor
+
+    @cached_property
+    def design(self) -> torch.Tensor:
+        """``[x0 ** 2, x0, mask]`` ``(n, 3 D)``, the mask 1 where observed: the diagonal components' log-densities
+        and moments are each one matrix product with it."""
+        return torch.cat([self.x0.square(), self.x0, self.observed.to(self.x.dtype)], dim=1)
+
+    @cached_property
+    def n_observed(self) -> torch.Tensor:
+        """Observed entries per row ``(n,)``."""
+        return self.observed.sum(1).to(self.x.dtype)
 
     @classmethod
     def of(cls, x: "torch.Tensor | MissingRows") -> "MissingRows":
@@ -129,20 +141,19 @@ class _Masked:
 
     @classmethod
     def of(cls, rows: MissingRows, loc: torch.Tensor, var: torch.Tensor) -> "_Masked":
-        x0, weight, loc = rows.x0, rows.observed.to(rows.x.dtype), loc - rows.reference
+        loc = loc - rows.reference
         precision = 1.0 / var
-        quadratic = x0.square() @ precision.T - 2 * x0 @ (loc * precision).T + weight @ (loc.square() * precision).T
-        log_prob = -0.5 * (quadratic + weight @ var.log().T + LOG_2PI * weight.sum(1)[:, None])
+        coefficients = torch.cat([precision, -2 * loc * precision, loc.square() * precision + var.log()], dim=1)
+        log_prob = -0.5 * (rows.design @ coefficients.T + LOG_2PI * rows.n_observed[:, None])
         return cls(rows, loc, var, log_prob)
 
     def moments(self, resp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``sum_n r_nk E[x_n - mu_k]`` and ``sum_n r_nk E[(x_n - mu_k)^2]`` ``(K, D)``: a missing entry's
         conditional mean is ``mu_k`` and its conditional variance ``var_k``."""
-        weights, x0 = resp.T, self.rows.x0
-        seen, first = weights @ self.rows.observed.to(x0.dtype), weights @ x0
+        squares, first, seen = (resp.T @ self.rows.design).chunk(3, dim=1)
         sums = first - self.loc * seen
-        seconds = weights @ x0.square() - 2 * self.loc * first + self.loc.square() * seen
-        return sums, seconds + self.var * (weights.sum(1)[:, None] - seen)
+        seconds = squares - 2 * self.loc * first + self.loc.square() * seen
+        return sums, seconds + self.var * (resp.sum(0)[:, None] - seen)
 
     def filled(self, resp: torch.Tensor) -> torch.Tensor:
         """The rows' missing entries' conditional means under the mixture ``(n, D)`` (observed entries: any)."""
