@@ -111,13 +111,15 @@ def _shard_name(shard: Any, index: int) -> str:
     return str(shard) if isinstance(shard, (str, Path)) else f"shard-{index}"
 
 
-def _start_sample(summaries: list[ShardSummary], sample_size: int) -> tuple[Any, Any]:
-    """About ``sample_size`` units ``(X, y)``, from every shard in proportion to its size, in digest order."""
-    total = sum(s.n_units for s in summaries)
+def _start_sample(summaries: list[ShardSummary], sample_size: int, weighted: bool = False) -> tuple[Any, Any]:
+    """About ``sample_size`` units ``(X, y)``, from every shard in proportion to its size (its total weight where
+    ``weighted``: each shard's sample is then a weighted resample of its rows), in digest order."""
+    size = (lambda s: s.n_observations) if weighted else (lambda s: s.n_units)
+    total = sum(size(s) for s in summaries)
     xs, ys = [], []
     for summary in sorted((s for s in summaries if s.n_units), key=lambda s: s.digest):
         x, y = summary.sample
-        take = min(len(x), max(1, round(sample_size * summary.n_units / total)))
+        take = min(len(x), max(1, round(sample_size * size(summary) / total)))
         xs.append(x[:take])
         ys.append(None if y is None else y[:take])
     if any(y is None for y in ys) or not any(_has_label(y) for y in ys):
@@ -159,6 +161,7 @@ def fit_em(
     sample_size: int = DEFAULT_SAMPLE_SIZE,
     retries: int = 1,
     target: str | None = None,
+    weight: str | None = None,
     timeout: float | None = DEFAULT_TIMEOUT,
     **options: Any,
 ) -> Any:
@@ -200,6 +203,11 @@ def fit_em(
     target : str, optional
         The label column (array in NPZ files) of a supervised model's shards (the pf
         models); in-memory shards are then ``(X, y)`` pairs. None: the shards hold features only.
+    weight : str, optional
+        The column (Parquet/CSV files, DataFrames) or NPZ array of every shard holding one sample weight per row
+        (``GMM``, ``Mixture``): the fit is ``fit(X, sample_weight=w)`` on all rows at once (an integer weight
+        counts the row that many times, zero drops it); the start's sample is drawn in proportion to the
+        weights. Not for sequence models or the pf models.
     timeout : float or None, default one hour
         Seconds each wait on the executor may last (reading the shards, one step on all of
         them); past it an :class:`~ppmix.parallel.ExecutorTimeoutError` names the shards
@@ -240,16 +248,24 @@ def fit_em(
     if not (isinstance(sample_size, int) and sample_size >= 1):
         raise ValueError(f"sample_size must be a positive integer; got {sample_size!r}")
     check_timeout(timeout)
+    if weight is not None and (isinstance(model, SequenceData) or target is not None):
+        raise ValueError(
+            f"weight={weight!r}: sharded sample weights are one per row, for GMM and Mixture; "
+            f"{type(model).__name__} does not take them from shards"
+        )
     if hasattr(model, "fit_report_"):  # a report of an earlier fit must not outlive a failed one
         del model.fit_report_
     model.release_training_data()  # nothing of an earlier in-memory fit travels to the workers
-    excluded = {model.sequence_column if isinstance(model, SequenceData) else None, target}
+    excluded = {model.sequence_column if isinstance(model, SequenceData) else None, target, weight}
     columns = (shard_columns(s, "") for s in shards)
     named = collection_columns or next((c for c in columns if c is not None), None)
     model.feature_names_in_ = None if named is None else [c for c in named if c not in excluded]
     if not model.is_fitted:
         model.n_features_in_ = None
-    tasks = [ShardTask(i, name, shard, sample_size, target) for i, (name, shard) in enumerate(zip(names, shards))]
+    tasks = [
+        ShardTask(i, name, shard, sample_size, target, weight=weight)
+        for i, (name, shard) in enumerate(zip(names, shards))
+    ]
     start = time.perf_counter()
     holders = make_holders(tasks, model, executor, max_workers, retries, timeout)
     try:
@@ -265,7 +281,7 @@ def fit_em(
                  if width != first}
             )  # fmt: skip
         names_in = model.feature_names_in_
-        sample_x, sample_y = _start_sample(summaries, sample_size)
+        sample_x, sample_y = _start_sample(summaries, sample_size, weighted=weight is not None)
         start_data = model.em_data(model.prepare_data(sample_x, sample_y, fitting=True))
         model.feature_names_in_ = names_in
         data_stats = None

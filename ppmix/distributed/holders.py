@@ -40,7 +40,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from ppmix.distributed.shards import check_unchanged, read_features
+from ppmix.distributed.shards import check_unchanged, read_features, split_weights_column
 from ppmix.inference.engines.capabilities import GlobalObjectiveEM, LabelledRows, SequenceData
 from ppmix.parallel import (
     DEFAULT_TIMEOUT,
@@ -77,6 +77,7 @@ class ShardTask:
     sample_size: int
     target: str | None = None
     first_read: tuple[str, int, int | None] | None = None
+    weight: str | None = None
 
     def read_as(self, summary: ShardSummary) -> ShardTask:
         """This task, bound to the content of its first read."""
@@ -97,7 +98,7 @@ class ShardSummary:
     name: str
     digest: str
     n_units: int
-    n_observations: int
+    n_observations: float
     n_features: int | None
     sample: Any
     seconds: float
@@ -132,27 +133,40 @@ class HeldShard:
                 if not hasattr(model, name):
                     setattr(model, name, None)
             x, y = read_features(source, task.target)
+            weights = None
+            if task.weight is not None:
+                x, weights = split_weights_column(source, x, task.weight)
             if isinstance(x, list) and not isinstance(model, SequenceData):
                 raise ValueError(
                     f"shard {task.name} holds sequences (an NPZ with 'lengths'), but {type(model).__name__} takes rows"
                 )
-            if len(x) == 0:  # e.g. an empty partition of a filtered Dask DataFrame: held, and skipped
-                logger.info("shard %s is empty; skipped", task.name)
+            # an empty partition (of a filtered Dask DataFrame, say) or one whose rows all weigh zero: skipped
+            if len(x) == 0 or (weights is not None and np.isfinite(weights).all() and not weights.any()):
+                logger.info("shard %s is empty (or all its rows weigh zero); skipped", task.name)
                 self.data, self.nbytes = None, 0
                 unit = "sequences" if isinstance(model, SequenceData) else "rows"
                 self.summary = ShardSummary(task.name, "", 0, 0, None, None, time.perf_counter() - start, unit)
                 return
             prepared = model.prepare_data(x, y)
+            if weights is not None:  # one weight per row, checked (finite, non-negative, not all zero)
+                prepared = model.weigh(prepared, weights, fitting=False)
             self.data = model.em_data(prepared)
         except (KeyError, OSError, TypeError, ValueError) as err:  # the shard itself is wrong: a retry cannot help
             raise TaskInputError(str(err)) from err
-        units, labels = _units(prepared)
+        row_weight = None if weights is None else prepared.weight
+        units, labels = _units(prepared.data if weights is not None else prepared)
         # what holding it costs: the data, and the E-step's caches built on first use (about three times more);
         # Dask reads this (sys.getsizeof) to weigh moving the shard against waiting for its worker
         self.nbytes = 4 * sum(u.nbytes for u in (units if isinstance(units, list) else [units]))
-        digest = hashlib.blake2b(_unit_bytes(units, labels), digest_size=16).hexdigest()
-        order = torch.randperm(len(units), generator=torch.Generator().manual_seed(int(digest[:8], 16)))
-        pick = order[: task.sample_size].numpy()
+        content = _unit_bytes(units, labels) + (b"" if row_weight is None else row_weight.cpu().numpy().tobytes())
+        digest = hashlib.blake2b(content, digest_size=16).hexdigest()
+        generator = torch.Generator().manual_seed(int(digest[:8], 16))
+        if row_weight is None:
+            pick = torch.randperm(len(units), generator=generator)[: task.sample_size].numpy()
+        else:  # a weighted resample: the start sees each row in proportion to its weight
+            share = (row_weight / row_weight.sum()).cpu()
+            pick = torch.multinomial(share, min(task.sample_size, len(units)), replacement=True, generator=generator)
+            pick = pick.numpy()
         if isinstance(units, np.ndarray):  # rows: the sample as arrays
             sample = (units[pick], None if labels is None else labels[pick])
         else:  # sequences: the sample as lists

@@ -15,7 +15,15 @@ import numpy as np
 
 from ppmix.parallel import TaskInputError
 
-__all__ = ["ShardChangedError", "align_columns", "check_unchanged", "read_features", "read_shard", "shard_columns"]
+__all__ = [
+    "ShardChangedError",
+    "align_columns",
+    "check_unchanged",
+    "read_features",
+    "read_shard",
+    "shard_columns",
+    "split_weights_column",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -180,6 +188,32 @@ def read_features(shard: Any, target: str | None = None) -> tuple[Any, Any]:
 
     frame = _read_csv(path) if suffix == ".csv" else pd.read_parquet(path)
     return _split_target(frame, target) if target is not None else (frame, None)
+
+
+def split_weights_column(shard: Any, x: Any, weight: str) -> tuple[Any, np.ndarray]:
+    """``(X less the weight column, the weights)`` of a shard read as ``X`` by :func:`read_features`: the column
+    ``weight`` of a DataFrame (a Parquet/CSV file, or in memory), or the array ``weight`` of an NPZ file.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> x, w = split_weights_column(None, pd.DataFrame({"a": [1.0, 2.0], "w": [3.0, 0.0]}), "w")
+    >>> list(x.columns), w.tolist()
+    (['a'], [3.0, 0.0])
+    """
+    if hasattr(x, "columns"):
+        if weight not in x.columns:
+            raise ValueError(f"shard has no weight column {weight!r}; columns are {list(x.columns)}")
+        return x.drop(columns=[weight]), x[weight].to_numpy(dtype=np.float64)
+    if isinstance(shard, (str, Path)) and Path(shard).suffix.lower() == ".npz":
+        with np.load(shard, allow_pickle=False) as arrays:
+            if weight not in arrays:
+                raise ValueError(f"shard {shard} must hold an array {weight!r}; has {sorted(arrays)}")
+            return x, np.asarray(arrays[weight], dtype=np.float64)
+    raise ValueError(
+        f"weight={weight!r} names a column: the shards must be Parquet/CSV files, DataFrames or NPZ files with "
+        f"an array {weight!r}; got {type(shard).__name__ if not isinstance(shard, (str, Path)) else shard}"
+    )
 
 
 def _read_csv(path: Path) -> Any:

@@ -354,3 +354,64 @@ def test_dask_workers_restarted_for_memory_are_named_not_the_shards():
     with distributed.LocalCluster(memory_limit="150MB", **options) as cluster, distributed.Client(cluster) as client:
         with pytest.raises(WorkerMemoryError, match=r"restart\(s\) for exceeding the memory limit \(memory_limit 14"):
             fit_em(GMM(2, seed=0, progress=False), [_rows(50)], executor=client, timeout=120)
+
+
+# ------------------------------------------------------------------------------------------ sample weights
+def _weighted_frames(x, weights, n_shards):
+    frame = pd.DataFrame(x, columns=[f"f{j}" for j in range(x.shape[1])]).assign(w=weights)
+    return [frame.iloc[part] for part in np.array_split(np.arange(len(frame)), n_shards)]
+
+
+@pytest.mark.parametrize("n_shards", [1, 3])
+def test_a_weight_column_fits_as_sample_weight_in_memory(n_shards, tmp_path):
+    """``weight="w"`` on Parquet shards: the fit equals ``fit(X, sample_weight=w)`` in memory from the same
+    start, and integer weights equal the rows repeated in the shards."""
+    x = _rows()
+    w = np.random.default_rng(3).integers(0, 4, size=len(x)).astype(float)
+    start = _started(GMM(3, covariance_type="full", seed=0, progress=False), x)
+    in_memory = copy.deepcopy(start)
+    _quiet(in_memory.fit, x, sample_weight=w, max_iter=15, tol=0.0)
+    paths = []
+    for i, frame in enumerate(_weighted_frames(x, w, n_shards)):
+        paths.append(tmp_path / f"part-{i}.parquet")
+        frame.to_parquet(paths[-1])
+    sharded = _quiet(fit_em, copy.deepcopy(start), paths, executor="inline", weight="w", max_iter=15, tol=0.0)
+    _assert_same_fit(sharded, in_memory)
+    assert sharded.feature_names_in_ == ["f0", "f1", "f2"]  # the weight column is not a feature
+    repeated = _quiet(fit_em, copy.deepcopy(start), _split(np.repeat(x, w.astype(int), axis=0), n_shards, False),
+                      executor="inline", max_iter=15, tol=0.0)  # fmt: skip
+    _assert_same_fit(sharded, repeated)
+    assert sum(s["n_observations"] for s in sharded.fit_report_["shards"]) == pytest.approx(w.sum(), rel=1e-12)
+
+
+def test_the_weighted_start_sample_follows_the_weights():
+    """A row of weight zero never enters the start's sample (a shard whose rows all weigh zero is skipped); a fit
+    from it finds the clusters of the weighted rows."""
+    rng = np.random.default_rng(0)
+    x = np.r_[rng.normal(size=(300, 2)), rng.normal(size=(300, 2)) + 8, rng.normal(size=(300, 2)) - 8]
+    w = np.r_[np.ones(600), np.zeros(300)]  # the third cluster weighs nothing
+    order = rng.permutation(len(x))  # every shard holds rows of every cluster
+    frames = _weighted_frames(x[order], w[order], 3)
+    model = _quiet(fit_em, GMM(2, seed=0, progress=False), frames, executor="inline", weight="w")
+    np.testing.assert_allclose(np.sort(model.means_[:, 0].numpy()), [0.0, 8.0], atol=0.3)
+    skipped = _weighted_frames(x, w, 3)  # the third shard: the zero-weight cluster alone, skipped
+    model = _quiet(fit_em, GMM(2, seed=0, progress=False), skipped, executor="inline", weight="w")
+    np.testing.assert_allclose(np.sort(model.means_[:, 0].numpy()), [0.0, 8.0], atol=0.3)
+
+
+@pytest.mark.parametrize(
+    "shards, options, error, match",
+    [
+        ([np.zeros((5, 2))], {"weight": "w"}, ValueError, "names a column"),
+        ([pd.DataFrame({"a": [1.0, 2.0]})], {"weight": "w"}, ValueError, "no weight column 'w'"),
+        ([pd.DataFrame({"a": [1.0, 2.0, 3.0], "w": [1.0, -1.0, 1.0]})], {"weight": "w"}, ValueError, "sample_weight"),
+    ],
+)
+def test_bad_weights_in_shards_are_named(shards, options, error, match):
+    with pytest.raises((error, TaskError), match=match):
+        fit_em(GMM(1, seed=0, progress=False), shards, executor="inline", **options)
+
+
+def test_sequence_and_pf_models_refuse_a_weight_column():
+    with pytest.raises(ValueError, match="one per row"):
+        fit_em(HMM(2, progress=False), [np.zeros((3, 2))], executor="inline", weight="w")
