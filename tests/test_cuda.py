@@ -353,6 +353,29 @@ def test_weighted_gmm_on_cuda_matches_cpu():
     assert gpu.score(x, sample_weight=weights) == pytest.approx(cpu.score(x, sample_weight=weights), rel=1e-8)
 
 
+@pytest.mark.parametrize("covariance_type", ["diag", "full"])
+def test_missing_values_on_cuda_match_cpu(covariance_type):
+    """``missing="marginalize"`` on CUDA (the batched conditional path): the fit, the marginal scores of rows
+    with missing entries and ``impute`` equal the CPU's."""
+    x = gmm_data()
+    holes = x.copy()
+    holes[np.random.default_rng(2).random(x.shape) < 0.25] = np.nan
+    holes[np.isnan(holes).all(axis=1), 0] = 0.0
+    fits = [
+        _fit_quietly(
+            GMM(3, covariance_type=covariance_type, missing="marginalize", seed=0, device=d, progress=False), holes
+        )
+        for d in ("cpu", GPU)
+    ]
+    cpu, gpu = fits
+    assert gpu.n_iter_ == cpu.n_iter_
+    for name in ("weights_", "means_", "covariances_"):
+        assert _is_on_gpu(getattr(gpu, name)), name
+        assert_close(getattr(gpu, name), getattr(cpu, name), **F64, msg=name)
+    assert_close(gpu.score_samples(holes), cpu.score_samples(holes), **F64)
+    assert_close(gpu.impute(holes), cpu.impute(holes), **F64)
+
+
 # ------------------------------------------------------ mixture of experts
 #: the data's two regimes are split by a hyperplane, where an unpenalised gate has no finite maximum: its
 #: slope grows along a direction where the likelihood is flat to ~1e-12 and EM stops on that slope wherever
@@ -392,6 +415,18 @@ def test_moe_gaussian_cuda_float64_matches_cpu(tmp_path):
     _assert_same_state(loaded, gpu)
     assert_close(loaded.coef_, gpu.coef_, **F64)
     assert_close(loaded.predict(X), gpu.predict(X), **F64)
+
+
+def test_weighted_moe_on_cuda_matches_cpu():
+    """``sample_weight`` through the default mixture-of-experts fit on CUDA equals the CPU's."""
+    X, y = moe_data()
+    w = np.random.default_rng(4).integers(0, 3, size=len(y)).astype(float)
+    cpu = _fit_quietly(_moe("cpu"), X, y, sample_weight=w)
+    gpu = _fit_quietly(_moe(GPU), X, y, sample_weight=w)
+    for name in ("coef_", "intercept_", "gate_coef_", "gate_intercept_"):
+        assert _is_on_gpu(getattr(gpu, name)), name
+        assert_close(getattr(gpu, name), getattr(cpu, name), **MOE, msg=name)
+    assert gpu.score(X, y, sample_weight=w) == pytest.approx(cpu.score(X, y, sample_weight=w), rel=1e-8)
 
 
 @pytest.mark.parametrize("expert", ["logistic", "poisson"])
