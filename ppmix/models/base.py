@@ -16,24 +16,20 @@ from typing import Any, ClassVar, Iterator
 
 import pyro
 import torch
-from pyro.infer import TraceEnum_ELBO
 from pyro.nn import PyroModule
 from sklearn.base import DensityMixin
 
-from ppmix._validation import NotFittedError, check_matrix, check_positive_int, resolve_device, to_output
+from ppmix._validation import NotFittedError, check_matrix, check_positive_int, resolve_device
 from ppmix.inference.engines import run_em, run_mcmc, run_svi
 from ppmix.inference.engines.em import EM_HOOKS
 from ppmix.inference.engines.enumeration import (
     autoguide,
-    check_local_latents,
-    enumerated_log_likelihood,
-    enumerated_marginals,
-    sample_program,
 )
 from ppmix.inference.engines.params import local_params
 from ppmix.io import Savable, load_model
 from ppmix.models._criteria import InformationCriteriaMixin
 from ppmix.models._params import check_seed, store_params
+from ppmix.models._predictions import PredictionsMixin
 from ppmix.models._subclassing import refuse_stale_hooks
 from ppmix.models._weights import Weighted, check_sample_weight
 from ppmix.ops.selection import beats
@@ -43,7 +39,7 @@ __all__ = ["MixtureModel"]
 ENGINES = ("em", "svi", "mcmc")
 
 
-class MixtureModel(DensityMixin, InformationCriteriaMixin, Savable, PyroModule):
+class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Savable, PyroModule):
     """Base class of ppmix's generative mixture models.
 
     Parameters
@@ -424,109 +420,6 @@ class MixtureModel(DensityMixin, InformationCriteriaMixin, Savable, PyroModule):
     def _check_fitted(self) -> None:
         if not self.is_fitted:
             raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit first")
-
-    # ============================================================ predictions
-    def posterior(self, X: Any, y: Any = None) -> Any:
-        """Posterior marginals of the discrete latents, ``{site: (N, K) probabilities}``.
-
-        The default uses Pyro's ``TraceEnum_ELBO.compute_marginals`` on the model and
-        guide; models with an exact E-step override :meth:`posterior_marginals`.
-        """
-        self._check_fitted()
-        data = self.prepare_data(X, y)
-        return {k: to_output(v, self.output_like(X)) for k, v in self.posterior_marginals(data).items()}
-
-    def posterior_marginals(self, data: Any) -> dict[str, torch.Tensor]:
-        """Posterior probabilities of each enumerated site given ``data`` (tensors)."""
-        return enumerated_marginals(self.model, self.guide, data, self.max_plate_nesting)
-
-    def predict_proba(self, X: Any) -> Any:
-        """Posterior probabilities ``(N, K)`` of the component of each point (the first enumerated site)."""
-        self._check_fitted()
-        data = self.prepare_data(X)
-        return to_output(self.responsibilities(data), self.output_like(X))
-
-    def responsibilities(self, data: Any) -> torch.Tensor:
-        """``q(z_n = k)`` for the main discrete latent, as a tensor ``(N, K)`` (the first enumerated site; a
-        program whose latents form a ``pyro.markov`` chain is refused: it has no one latent per point)."""
-        check_local_latents(self.model, self.guide, data, self.max_plate_nesting, type(self).__name__)
-        marginals = self.posterior_marginals(data)
-        return next(iter(marginals.values()))
-
-    def predict(self, X: Any) -> Any:
-        """Most probable component of each point."""
-        self._check_fitted()
-        data = self.prepare_data(X)
-        return to_output(self.responsibilities(data).argmax(-1), self.output_like(X))
-
-    def fit_predict(self, X: Any, y: Any = None, **fit_options: Any) -> Any:
-        """``fit(X, y, **fit_options)``, then :meth:`predict` on the same ``X``."""
-        return self.fit(X, y, **fit_options).predict(X)
-
-    def pointwise_log_likelihood(self, data: Any) -> torch.Tensor:
-        """``log p(x_n | globals)`` for every data point, shape ``(N,)``.
-
-        The default traces the model with every enumerated site enumerated in
-        parallel, adds the log-densities of all sites inside the data plate and sums
-        the enumerated values out. It is exact when each enumerated latent belongs
-        to one data point (mixtures); models with latents spanning several points
-        (HMMs) or nested plates override it.
-        """
-        return enumerated_log_likelihood(
-            self.model, self.guide, data, self.max_plate_nesting, self.data_plate_name, type(self).__name__
-        )
-
-    def score_samples(self, X: Any) -> Any:
-        """``log p(x_n)`` for every row of ``X``."""
-        self._check_fitted()
-        data = self.prepare_data(X)
-        return to_output(self.pointwise_log_likelihood(data), self.output_like(X))
-
-    def score(self, X: Any, y: Any = None, sample_weight: Any = None) -> float:
-        """Mean log-likelihood per data point (weighted by ``sample_weight``, one per point, where given)."""
-        self._check_fitted()
-        data = self.prepare_data(X, y)
-        log_lik = self.pointwise_log_likelihood(data)
-        if sample_weight is None:
-            return float(log_lik.mean())
-        weight = self.weigh(data, sample_weight, fitting=False).weight.to(log_lik)
-        return float(log_lik @ weight / weight.sum())
-
-    def log_likelihood(self, X: Any, y: Any = None) -> float:
-        """Total log-likelihood ``log p(X | globals)`` at the point estimates."""
-        self._check_fitted()
-        data = self.prepare_data(X, y)
-        return float(self.pointwise_log_likelihood(data).sum())
-
-    def elbo(self, X: Any, y: Any = None, num_particles: int = 1) -> float:
-        """The ELBO of the model and guide, evaluated by Pyro's ``TraceEnum_ELBO``.
-
-        With the default point-mass guide this equals the log-likelihood plus the log
-        prior density of the point estimates (zero under flat priors); after an SVI
-        fit with ``guide="normal"`` it is that guide's (stochastic) ELBO.
-        """
-        self._check_fitted()
-        data = self.prepare_data(X, y)
-        return self.elbo_tensor(data, num_particles=num_particles)
-
-    def elbo_tensor(self, data: Any, num_particles: int = 1) -> float:
-        """:meth:`elbo` on already prepared data."""
-        with local_params(), torch.no_grad():
-            elbo = TraceEnum_ELBO(max_plate_nesting=self.max_plate_nesting, num_particles=num_particles)
-            return -float(elbo.loss(self.model, self._variational_guide or self.guide, data))
-
-    def sample(self, n_samples: int = 1) -> dict[str, Any]:
-        """Draw ``n_samples`` new data points (and their latents) from the fitted model.
-
-        Returns a dict keyed by site name (observed and discrete sites). The default
-        runs the model unconditioned at the point estimates on an ``n_samples``-row
-        placeholder; models with a faster sampler override it.
-        """
-        self._check_fitted()
-        n = check_positive_int(n_samples, "n_samples")
-        template = torch.zeros(n, self.n_features_in_, dtype=self.dtype, device=self._device)
-        with self.forked_rng():
-            return sample_program(self.model, self.guide, template)
 
     @contextlib.contextmanager
     def forked_rng(self, offset: int = 0) -> Iterator[None]:
