@@ -28,7 +28,6 @@ __all__ = [
     "check_missing_option",
     "fill_column_means",
     "impute_rows",
-    "log_joint_with_missing",
     "log_prob_with_missing",
     "partly_observed",
     "partly_observed_e_step",
@@ -116,11 +115,6 @@ def fill_column_means(x: torch.Tensor, weight: torch.Tensor | None = None) -> to
     return torch.where(observed, x, means)
 
 
-def missing_log_joint(components: Any, log_weights: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """``log w_k + log p_k(x_n[o_n])`` ``(N, K)`` of rows with missing entries (the marginal of the observed ones)."""
-    return marginal_log_prob(x, components.mean, components.covariance) + log_weights
-
-
 def partly_observed_e_step(
     components: Any, log_weights: torch.Tensor, data: PartlyObserved, weight: torch.Tensor | None
 ) -> tuple[Statistics, torch.Tensor]:
@@ -141,14 +135,10 @@ def partly_observed_e_step(
 def partly_observed_statistics(components: Any, data: PartlyObserved, resp: torch.Tensor) -> Statistics:
     """The M-step's statistics of :class:`PartlyObserved` rows under responsibilities ``resp`` ``(N, K)`` (times
     any row weights) and the current components."""
-    stats = _expected(components, data.partial, resp[data.partial_rows])
+    stats = expected_statistics(data.partial, resp[data.partial_rows], components.mean, components.covariance)
     if data.complete is None:
         return stats
     return components.statistics(data.complete, resp[data.complete_rows]).merge(stats)
-
-
-def _expected(components: Any, partial: MissingRows, resp: torch.Tensor) -> Statistics:
-    return expected_statistics(partial, resp, components.mean, components.covariance)
 
 
 def log_prob_with_missing(components: Any, data: Any) -> torch.Tensor:
@@ -169,20 +159,9 @@ def log_prob_with_missing(components: Any, data: Any) -> torch.Tensor:
     return out
 
 
-def log_joint_with_missing(components: Any, log_weights: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """``log w_k + log p_k(x_n)`` ``(N, K)`` of rows that may have missing entries (those by their observed
-    entries' marginal)."""
-    return log_prob_with_missing(components, x) + log_weights
-
-
 def impute_rows(components: Any, log_weights: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """``x`` with every missing entry replaced by its conditional expectation given the row's observed entries
-    under the mixture (each component's conditional mean, weighted by the row's posterior probabilities)."""
-    missing = torch.isnan(x).any(dim=1)
-    if not bool(missing.any()):
-        return x.clone()
-    out = x.clone()
-    partial = x[missing]
-    resp = torch.softmax(missing_log_joint(components, log_weights, partial), dim=1)
-    out[missing] = conditional_mean(partial, resp, components.mean, components.covariance)
-    return out
+    under the mixture (each component's conditional mean, weighted by the row's posterior probabilities given
+    them); observed entries as they are."""
+    resp = torch.softmax(log_prob_with_missing(components, x) + log_weights, dim=1)
+    return conditional_mean(x, resp, components.mean, components.covariance)

@@ -18,7 +18,7 @@ from ppmix.models._missing import (
     check_missing_option,
     fill_column_means,
     impute_rows,
-    log_joint_with_missing,
+    log_prob_with_missing,
     partly_observed,
     partly_observed_e_step,
     partly_observed_statistics,
@@ -242,7 +242,7 @@ class Mixture(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
     # ---------------------------------------------------------- predictions
     def _log_joint(self, data: torch.Tensor) -> torch.Tensor:
         if self._accepts_missing:
-            return log_joint_with_missing(self.components_, self.weights_.log(), data)
+            return log_prob_with_missing(self.components_, data) + self.weights_.log()
         return self.components_.log_prob(data) + self.weights_.log()
 
     def impute(self, X: Any) -> Any:
