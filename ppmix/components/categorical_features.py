@@ -244,6 +244,13 @@ class CategoricalFamily(DensityFamily):
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
         return dist.Dirichlet(torch.ones(d, self.measured(scale)._levels(), **opts)).to_event(1)
 
+    def conjugate_posterior(self, site: str, stats: WeightedSums, scale: DataScale, opts: dict) -> dist.Distribution:
+        """``probs_kd | rows ~ Dirichlet(alpha + level counts)`` per feature under the prior ``Dirichlet(alpha)``."""
+        k, levels = stats.counts.shape[0], self.measured(scale)._levels()
+        counts = stats.totals.reshape(k, -1, levels)
+        prior = self.prior(site, 1, counts.shape[1], scale, opts).base_dist
+        return dist.Dirichlet(prior.concentration + counts)
+
     def n_parameters(self, k: int, d: int) -> int:
         return k * d * (self._levels() - 1)
 

@@ -247,6 +247,17 @@ class DensityFamily(Protocol):
         the ``components`` plate; a shared site's, for its one value)."""
         raise NotImplementedError(f"{type(self).__name__} has no priors for MCMC")
 
+    def conjugate_posterior(self, site: str, stats: Any, scale: DataScale, opts: dict) -> dist.Distribution:
+        """The posterior of ``site`` for every component given the statistics of the rows assigned to it
+        (``stats``, from ``statistics`` with 0/1 weights), under :meth:`prior`, when that prior is conjugate:
+        a distribution of batch shape ``(K, *event)`` whose draws are the site's values. What the blocked Gibbs
+        sampler (``engine="gibbs"``) draws the components from; default: no conjugate prior (a
+        ``NotImplementedError`` naming the family)."""
+        raise NotImplementedError(
+            f"the {self.name!r} family's priors are not conjugate, so engine='gibbs' cannot draw its components; "
+            "use engine='mcmc'"
+        )
+
     def n_parameters(self, k: int, d: int) -> int:
         """Free parameters of ``k`` components on ``d`` features (for the information criteria)."""
         raise NotImplementedError(f"{type(self).__name__} must define n_parameters(k, d)")

@@ -16,6 +16,7 @@ from ppmix.components.family import DensityFamily
 from ppmix.components.registry import family_config, family_from
 from ppmix.inference.engines.forward_backward import ForwardBackwardResult, forward_backward, viterbi
 from ppmix.models._family_components import INIT_METHODS, FamilyComponentsMixin, drop_leading_ones
+from ppmix.models._gibbs import HMMGibbsMixin
 from ppmix.models._missing import (
     PartlyObserved,
     check_missing_option,
@@ -73,7 +74,7 @@ class _EMData:
     frames: Any
 
 
-class HMM(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
+class HMM(FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin, MixtureModel):
     """Hidden Markov model: ``z_1 ~ Cat(initial)``, ``z_t | z_{t-1} ~ Cat(transition[z_{t-1}])``,
     ``x_t | z_t = k ~ emission(theta_k)`` (by default Gaussian, ``N(mu_k, Sigma_k)``).
 
@@ -83,7 +84,9 @@ class HMM(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
     DataFrame with a ``sequence_column``). The EM engine (Baum–Welch) uses the batched
     log-space forward–backward of :mod:`ppmix.inference.engines.forward_backward`; the Pyro
     program (a ``pyro.markov`` chain with the states enumerated) gives SVI and MCMC,
-    and its ``TraceEnum_ELBO`` equals the EM log-likelihood. Padded steps keep the
+    and its ``TraceEnum_ELBO`` equals the EM log-likelihood; an emission family with a conjugate
+    prior (Poisson, Bernoulli, ...) is also sampled by ``engine="gibbs"`` (state paths by forward
+    filtering, backward sampling: :mod:`ppmix.models._gibbs`). Padded steps keep the
     state (identity transition) and emit nothing, so they contribute exactly zero.
 
     Parameters

@@ -13,6 +13,7 @@ from ppmix.components.centred import padded_counts
 from ppmix.components.family import DensityFamily, Statistics
 from ppmix.components.registry import family_config, family_from
 from ppmix.models._family_components import FamilyComponentsMixin
+from ppmix.models._gibbs import MixtureGibbsMixin
 from ppmix.models._missing import (
     PartlyObserved,
     check_missing_option,
@@ -31,12 +32,15 @@ from ppmix.models.base import MixtureModel
 __all__ = ["Mixture"]
 
 
-class Mixture(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
+class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureModel):
     """Finite mixture: ``z_n ~ Cat(weights)``, ``x_n | z_n = k ~ family(theta_k)``.
 
-    One Pyro program, three engines: ``fit(X, engine="em")`` (closed-form EM through the
+    One Pyro program, four engines: ``fit(X, engine="em")`` (closed-form EM through the
     family's weighted statistics, the default), ``"svi"`` (``TraceEnum_ELBO`` on the same
-    model) and ``"mcmc"`` (NUTS under ``weights ~ Dirichlet(1)`` and the family's weak priors).
+    model), ``"mcmc"`` (NUTS under ``weights ~ Dirichlet(1)`` and the family's weak priors) and,
+    for a family whose prior is conjugate (Poisson, Bernoulli, exponential, categorical,
+    multinomial), ``"gibbs"`` (blocked Gibbs sweeps of the same posterior, all chains at once:
+    :mod:`ppmix.models._gibbs`).
     EM and SVI estimate by maximum likelihood (flat priors, so the ELBO equals the
     log-likelihood). Sharded EM (:func:`ppmix.distributed.fit_em`) and online EM
     (``partial_fit``) work for every family, through its mergeable statistics.
