@@ -119,7 +119,8 @@ class PFStateMixin(BinaryClassifierMixin, PredictionFocusedMixin):
     def _record_weighted_data_scale(self, frames: torch.Tensor, weight: torch.Tensor) -> None:
         """Replace the data scale just recorded (``_record_data_scale``) by that of the ``frames`` ``(N, D)``
         counted ``weight`` ``(N,)`` times each (:func:`weighted_data_scale`); fitted components (a warm start)
-        take it."""
+        take it. The frames of positive weight must not hold a constant feature (as the repeated frames must not)."""
+        self._check_pf_features(frames[weight > 0])
         self._data_scale = weighted_data_scale(frames, weight, float(self.reg_covar))
         if getattr(self, "components_", None) is not None:
             self.components_ = self.component_family().from_state(self.components_.state_dict(), self._data_scale)
