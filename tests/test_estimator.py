@@ -170,6 +170,13 @@ def expected_failed_checks(estimator) -> dict[str, str]:
         failures.update(_TORCH_DTYPE)
     if isinstance(estimator, GMM):
         failures.update(_WEIGHTED_START)
+    if isinstance(estimator, PFGMM) and estimator.switch_prior == "auto":
+        failures["check_sample_weight_equivalence_on_dense_data"] = (
+            "switch_prior='auto' cross-validates with a row's copies in one fold (grouped folds), which folds drawn "
+            "over repeated rows are not, and the weighted k-means start draws a weighted resample; weights equal "
+            "repeated rows from the same start (tests/models/test_contract.py, to 1e-10) and the weighted "
+            "cross-validation is the grouped one of the repeated rows (tests/models/test_pf_switch_selection.py)"
+        )
     if isinstance(estimator, HMM):
         failures.update(_SEQUENCES)
         if not isinstance(estimator, PFHMM):  # the pf-HMMs have no partial_fit
