@@ -93,6 +93,19 @@ class PRESTO(TargetKindMixin, PrestoPersistence):
     for ``scores="presto"`` only if ``G`` is ``alpha``-submodular (Theorem 2) and the gains
     are exact, so small increases are possible for logistic and softmax components.
 
+    **Sample weights.** ``fit(X, y, sample_weight=w)`` runs the sweep of the rows repeated ``w`` times
+    (an integer weight), restricted to partitions that keep a row's copies in one part: the loss of a
+    row counts ``w_i`` times in ``G`` (``sum_i w_i l_i + R``), the fits, standardisation, part centres and
+    router are weighted, every pair is scored per copy (a member's gain is that of removing one copy) and
+    the bound sums ``w_i`` times a row's score, and a row takes ``w_i`` of a part's capacity
+    ``ceil((1 + leeway) sum(w) / K)``. Without capacities (``leeway=None``) copies share their scores and
+    so their part, and the fit is the repeated rows' fit from the same start; with capacities the
+    repeated rows' greedy may split a row's copies where the weighted one keeps the row whole, so the fit
+    is then the repeated problem's sweep restricted to unsplit rows. The k-means start runs on a weighted
+    resample. A zero weight drops the row (its ``partition_`` entry is the router's part);
+    ``part_sizes_`` counts rows, not weights. ``nn.Module`` components (``fit(x, y)`` takes no weights),
+    ``init="ward"`` and routers whose ``fit`` has no ``sample_weight`` refuse weights.
+
     Parameters
     ----------
     n_components : int
@@ -317,8 +330,8 @@ class PRESTO(TargetKindMixin, PrestoPersistence):
             number; recorded in ``classes_``), real values for ``"linear"``.
         sample_weight : array-like of shape (N,), optional
             Non-negative weight of every row (see *Sample weights* above): an integer weight counts as that
-            many copies of the row, kept in one part; a zero weight drops the row (its ``partition_`` entry
-            is then the router's part).
+            many copies of the row, kept in one part; a zero weight drops the row. At least
+            ``max(2, n_components)`` rows must weigh more than zero.
 
         Returns
         -------

@@ -106,6 +106,8 @@ class RegularizedWeighting(SavableEstimator):
     the joint loss changes by at most ``tol`` relative to its value; the restart with
     the lowest joint loss is kept.
 
+    **Sample weights.** ``fit(X, sample_weight=w)`` fits the rows repeated ``w`` times (see :meth:`fit`).
+
     Parameters
     ----------
     n_models : int
