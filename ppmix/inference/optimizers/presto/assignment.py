@@ -78,20 +78,20 @@ def greedy_capacity_assignment(
     order = torch.argsort(flat, stable=True)
     order = order[torch.isfinite(flat[order])].numpy()
     rows, cols = np.divmod(order, k)
-    assigned = np.full(n, -1, dtype=np.int64)
+    assigned, room, size = [-1] * n, cap.tolist(), sizes.tolist()  # Python scalars: the loop's fastest
     remaining = n
     for i, c in zip(rows.tolist(), cols.tolist()):
-        if assigned[i] < 0 and cap[c] >= sizes[i]:
+        if assigned[i] < 0 and room[c] >= size[i]:
             assigned[i] = c
-            cap[c] -= sizes[i]
+            room[c] -= size[i]
             remaining -= 1
             if remaining == 0:
                 break
     if remaining:
-        unplaced = int(np.flatnonzero(assigned < 0)[0])
-        hint = f" (row {unplaced} of weight {sizes[unplaced]:g} is kept whole)" if weight is not None else ""
+        unplaced = assigned.index(-1)
+        hint = f" (row {unplaced} of weight {size[unplaced]:g} is kept whole)" if weight is not None else ""
         raise ValueError(f"the capacities could not hold every point with a finite score{hint}")
-    return torch.as_tensor(assigned, device=scores.device)
+    return torch.as_tensor(assigned, dtype=torch.long, device=scores.device)
 
 
 def _row_sizes(weight: torch.Tensor | None, n: int) -> np.ndarray:
