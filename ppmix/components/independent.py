@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -92,6 +92,7 @@ class FeatureStatistics(Statistics):
 
     counts: torch.Tensor
     features: tuple[Any, ...]
+    absorbs_family_statistics: ClassVar[bool] = True
 
     def merge(self, other: Any) -> "FeatureStatistics":
         if not isinstance(other, FeatureStatistics):

@@ -144,7 +144,8 @@ def _column_means(x: torch.Tensor, observed: torch.Tensor, weight: torch.Tensor 
 def fill_missing(x: torch.Tensor, family: DensityFamily, weight: torch.Tensor | None = None) -> torch.Tensor:
     """``x`` with every NaN filled for ``family``'s data checks, data scale and the start of EM: the column's
     (weighted) mean for the Gaussian (:func:`fill_column_means`), for other families the column's observed entry
-    nearest to that mean (a value the family accepts: a count, a level, a positive number).
+    nearest to that mean (a value the family accepts: a count, a level, a positive number; where the column has
+    none, the first observed entry of ``x``).
 
     Examples
     --------
@@ -158,7 +159,8 @@ def fill_missing(x: torch.Tensor, family: DensityFamily, weight: torch.Tensor | 
     means = _column_means(x, observed, weight)
     nearest = torch.where(observed, (x - means).abs(), torch.inf).argmin(0)
     values = x[nearest, torch.arange(x.shape[1], device=x.device)]
-    return torch.where(observed, x, torch.where(observed.any(0), values, means))
+    anywhere = x[observed][:1]  # a column without an observed entry (in a batch to predict) takes any observed one
+    return torch.where(observed, x, torch.where(observed.any(0), values, anywhere))
 
 
 def partly_observed_e_step(
