@@ -53,6 +53,10 @@ class IndependentFeatures:
             setattr(part, name, getattr(self, name)[:, d : d + 1])
         return part
 
+    def observed(self) -> "ObservedFeatures":
+        """These components seen through the observed entries of rows (:class:`ObservedFeatures`)."""
+        return ObservedFeatures(self)
+
     def imputed(self, resp: torch.Tensor) -> torch.Tensor:
         """Each row's missing entries given its posterior probabilities ``resp`` ``(N, K)`` over the components
         (given its observed entries) ``(N, D)``: the conditional mean ``sum_k resp_nk mean_kd`` (the features are
@@ -169,6 +173,9 @@ class ObservedFeatures(ComponentFamily):
 
     def statistics(self, data: torch.Tensor, weights: torch.Tensor) -> FeatureStatistics:
         return self._statistics_given(data, weights, self._columns(data))
+
+    def imputed(self, resp: torch.Tensor) -> torch.Tensor:
+        return self.components.imputed(resp)
 
     def fit_statistics(self, stats: Any) -> Any:
         """Each feature's weighted MLE from its statistics (the family's own statistics of complete rows split by

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from ppmix.components.base import ComponentFamily
 from ppmix.components.family import DensityFamily, Statistics
 from ppmix.components.gaussian_family import GaussianFamily
 from ppmix.components.gaussian_missing import (
@@ -24,7 +25,7 @@ from ppmix.components.gaussian_missing import (
     marginal_log_prob,
     missing_e_step,
 )
-from ppmix.components.independent import FeatureStatistics, IndependentFeatures, ObservedFeatures
+from ppmix.components.independent import FeatureStatistics
 
 __all__ = [
     "MISSING_OPTIONS",
@@ -46,16 +47,23 @@ MISSING_OPTIONS = ("error", "marginalize")
 
 
 def takes_missing(family: DensityFamily) -> bool:
-    """Whether ``missing="marginalize"`` serves ``family``: the Gaussian (every covariance type) and the families of
-    independent features (:class:`~ppmix.components.independent.IndependentFeatures`).
+    """Whether ``missing="marginalize"`` serves ``family``: the Gaussian (every covariance type) and the families
+    whose components see rows through their observed entries (:meth:`~ppmix.components.base.ComponentFamily.observed`:
+    the families of independent features and the diagonal Student-t).
 
     Examples
     --------
     >>> from ppmix.components.registry import FAMILIES, family_from
     >>> [name for name in FAMILIES if takes_missing(family_from(name))]
-    ['gaussian', 'poisson', 'bernoulli', 'exponential', 'categorical', 'gamma', 'lognormal']
+    ['gaussian', 'poisson', 'bernoulli', 'exponential', 'student_t', 'categorical', 'gamma', 'lognormal']
     """
-    return isinstance(family, GaussianFamily) or issubclass(family.components_class, IndependentFeatures)
+    return isinstance(family, GaussianFamily) or family.components_class.observed is not ComponentFamily.observed
+
+
+def _settings(family: DensityFamily) -> str:
+    """`` (covariance_type='full')`` where the family has a covariance type, else nothing (for messages)."""
+    covariance_type = getattr(family, "covariance_type", None)
+    return "" if covariance_type is None else f" (covariance_type={covariance_type!r})"
 
 
 def check_missing_option(missing: Any, family: DensityFamily) -> None:
@@ -64,9 +72,9 @@ def check_missing_option(missing: Any, family: DensityFamily) -> None:
         raise ValueError(f"missing must be one of {MISSING_OPTIONS}; got {missing!r}")
     if missing == "marginalize" and not takes_missing(family):
         raise ValueError(
-            "missing='marginalize' is built for the Gaussian family (every covariance type) and the families of "
-            f"independent features (poisson, bernoulli, categorical, exponential, gamma, lognormal); got the "
-            f"{family.name!r} family"
+            "missing='marginalize' is built for the Gaussian family (every covariance type), the families of "
+            "independent features (poisson, bernoulli, categorical, exponential, gamma, lognormal) and the diagonal "
+            f"Student-t; got the {family.name!r} family{_settings(family)}"
         )
 
 
@@ -150,8 +158,9 @@ def fill_missing(x: torch.Tensor, family: DensityFamily, weight: torch.Tensor | 
     Examples
     --------
     >>> from ppmix.components.poisson import PoissonFamily
-    >>> fill_missing(torch.tensor([[1.0, float("nan")], [2.0, 4.0], [4.0, 5.0]]), PoissonFamily()).tolist()
-    [[1.0, 5.0], [2.0, 4.0], [4.0, 5.0]]
+    >>> x = torch.tensor([[1.0, float("nan")], [2.0, 4.0], [4.0, 5.0], [3.0, 9.0]])
+    >>> fill_missing(x, PoissonFamily())[0].tolist()  # 5 is the count nearest to the column's mean, 6
+    [1.0, 5.0]
     """
     observed = ~torch.isnan(x)
     if bool(observed.all()) or isinstance(family, GaussianFamily):
@@ -170,8 +179,9 @@ def partly_observed_e_step(
     E-step, the others by their expected statistics) and the log-likelihood of the observed entries."""
     partial = data.partial
     partial_weight = None if weight is None else weight[data.partial_rows].to(partial.x)
-    if isinstance(components, IndependentFeatures):
-        stats, log_likelihood = ObservedFeatures(components).expected_statistics(partial.x, log_weights, partial_weight)
+    view = components.observed()
+    if view is not None:
+        stats, log_likelihood = view.expected_statistics(partial.x, log_weights, partial_weight)
     else:
         stats, log_likelihood = missing_e_step(
             partial, log_weights, components.mean, components.covariance, partial_weight
@@ -195,7 +205,7 @@ def fit_statistics(components: Any, stats: Statistics) -> None:
     """The components' M-step from (merged) statistics, in place: per feature from
     :class:`~ppmix.components.independent.FeatureStatistics`, else the family's own."""
     if isinstance(stats, FeatureStatistics):
-        ObservedFeatures(components).fit_statistics(stats)
+        components.observed().fit_statistics(stats)
     else:
         components.fit_statistics(stats)
 
@@ -204,8 +214,9 @@ def partly_observed_statistics(components: Any, data: PartlyObserved, resp: torc
     """The M-step's statistics of :class:`PartlyObserved` rows under responsibilities ``resp`` ``(N, K)`` (times
     any row weights) and the current components."""
     partial_resp = resp[data.partial_rows]
-    if isinstance(components, IndependentFeatures):
-        stats = ObservedFeatures(components).statistics(data.partial.x, partial_resp)
+    view = components.observed()
+    if view is not None:
+        stats = view.statistics(data.partial.x, partial_resp)
     else:
         stats = expected_statistics(data.partial, partial_resp, components.mean, components.covariance)
     if data.complete is None:
@@ -224,8 +235,9 @@ def log_prob_with_missing(components: Any, data: Any) -> torch.Tensor:
             return components.log_prob(data)
         data = rows
     out = data.x.new_empty(data.x.shape[0], components.mean.shape[0])
-    if isinstance(components, IndependentFeatures):
-        out[data.partial_rows] = ObservedFeatures(components).log_prob(data.partial.x)
+    view = components.observed()
+    if view is not None:
+        out[data.partial_rows] = view.log_prob(data.partial.x)
     else:
         out[data.partial_rows] = marginal_log_prob(data.partial, components.mean, components.covariance)
     if data.complete_rows.numel():
@@ -239,6 +251,7 @@ def impute_rows(components: Any, log_weights: torch.Tensor, x: torch.Tensor) -> 
     under the mixture (each component's conditional mean, weighted by the row's posterior probabilities given
     them; the most probable level for categorical features); observed entries as they are."""
     resp = torch.softmax(log_prob_with_missing(components, x) + log_weights, dim=1)
-    if isinstance(components, IndependentFeatures):
-        return torch.where(torch.isnan(x), components.imputed(resp), x)
+    view = components.observed()
+    if view is not None:
+        return torch.where(torch.isnan(x), view.imputed(resp), x)
     return conditional_mean(x, resp, components.mean, components.covariance)

@@ -168,6 +168,12 @@ def test_unit_sample_weights_with_missing_entries_change_nothing():
             "families of independent features",
         ),
         (
+            lambda: Mixture(2, family={"name": "student_t", "covariance_type": "full"}, missing="marginalize", **QUIET),
+            [[1.0, 2.0], [2.0, 3.0]],
+            ValueError,
+            "diagonal Student-t; got the 'student_t' family \\(covariance_type='full'\\)",
+        ),
+        (
             lambda: Mixture(2, family="poisson", missing="marginalize", **QUIET),
             [[1.0, np.nan], [2.5, 3.0], [1.0, 1.0]],
             InvalidDataError,
@@ -252,6 +258,8 @@ def test_hmm_refuses_nan_without_the_option_by_name():
 
 # ------------------------------------------------------------------------------- independent features
 INDEPENDENT = ["poisson", "bernoulli", "categorical", "exponential", "gamma", "lognormal"]
+#: the families of independent features and the diagonal Student-t (whose features share the latent precision)
+MARGINALIZING = [*INDEPENDENT, "student_t"]
 
 
 def planted_features(family: str, n: int = 600, d: int = 3, seed: int = 0, fraction: float = 0.2):
@@ -265,6 +273,7 @@ def planted_features(family: str, n: int = 600, d: int = 3, seed: int = 0, fract
         "exponential": lambda a: rng.exponential(1.0 if a else 15.0, (n, d)),
         "gamma": lambda a: rng.gamma(2.0 if a else 20.0, 1.0 if a else 2.0, (n, d)),
         "lognormal": lambda a: np.exp(rng.normal(1.0 if a else 4.0, 0.5, (n, d))),
+        "student_t": lambda a: (0.0 if a else 8.0) + rng.standard_t(4, (n, d)),
     }[family]
     x = np.where(low[:, None], draw(True), draw(False)).astype(float)
     mask = rng.random(x.shape) < fraction
@@ -287,13 +296,15 @@ def _feature_log_density(family: str, components, value: float, d: int) -> np.nd
         return stats.expon(scale=1 / p["rate"][:, d]).logpdf(value)
     if family == "gamma":
         return stats.gamma(p["concentration"][:, d], scale=1 / p["rate"][:, d]).logpdf(value)
+    if family == "student_t":  # the t's marginal of one feature: a univariate t with the same df
+        return stats.t(p["df"], loc=p["loc"][:, d], scale=p["scale"][:, d]).logpdf(value)
     return stats.lognorm(p["scale"][:, d], scale=np.exp(p["loc"][:, d])).logpdf(value)
 
 
-@pytest.mark.parametrize("family", INDEPENDENT)
+@pytest.mark.parametrize("family", MARGINALIZING)
 def test_a_row_with_one_observed_feature_scores_that_features_marginal(family):
     """Known answer: a row with one observed entry scores ``log sum_k w_k p_kd(x_d)`` (scipy's densities); a
-    complete row the model's usual log-density."""
+    complete row (independent features) the sum over its features."""
     x, holes, _ = planted_features(family)
     mix = _fit(Mixture(2, family=family, missing="marginalize", **QUIET), holes)
     weights = mix.weights_.numpy()
@@ -301,11 +312,13 @@ def test_a_row_with_one_observed_feature_scores_that_features_marginal(family):
     row = np.array([[np.nan, value, np.nan]])
     want = np.log(np.sum(weights * np.exp(_feature_log_density(family, mix.components_, value, 1))))
     assert float(mix.score_samples(row)[0]) == pytest.approx(want, rel=1e-10)
+    if family == "student_t":
+        return
     complete = sum(_feature_log_density(family, mix.components_, x[0, d], d) for d in range(3))
     assert float(mix.score_samples(x[:1])[0]) == pytest.approx(np.log(np.sum(weights * np.exp(complete))), rel=1e-10)
 
 
-@pytest.mark.parametrize("family", INDEPENDENT)
+@pytest.mark.parametrize("family", MARGINALIZING)
 def test_independent_features_with_nothing_missing_fit_as_usual(family):
     x, _, _ = planted_features(family, 300)
     plain = _fit(Mixture(2, family=family, **QUIET), x)
@@ -314,7 +327,7 @@ def test_independent_features_with_nothing_missing_fit_as_usual(family):
     assert torch.equal(marginal.means_, plain.means_)
 
 
-@pytest.mark.parametrize("family", INDEPENDENT)
+@pytest.mark.parametrize("family", MARGINALIZING)
 def test_em_with_missing_features_climbs(family):
     """EM never decreases the observed entries' log-likelihood (30 % missing), and its objective is the mean of
     ``score_samples``."""
@@ -339,7 +352,7 @@ def test_one_component_is_each_features_mle_on_its_observed_entries(family):
     np.testing.assert_allclose(got, want, rtol=1e-6 if family == "categorical" else 1e-10)
 
 
-@pytest.mark.parametrize("family", INDEPENDENT)
+@pytest.mark.parametrize("family", MARGINALIZING)
 def test_recovery_of_independent_features_with_a_fifth_missing(family):
     """MCAR at 20 %: the component means within 5 % (of the data's scale) of the complete-data fit's, the held-out
     log-likelihood within 1 %, and ``impute`` keeps the observed entries and fills the others with a mixture of the
@@ -414,3 +427,20 @@ def test_online_em_takes_batches_with_and_without_missing_features():
         for batch in batches:
             mix.partial_fit(batch)
         assert np.isfinite(mix.score(holes))
+
+
+def test_student_t_em_with_missing_entries_reaches_a_stationary_point():
+    """Exact ECM for the diagonal t: at convergence (one component, 30 % missing) the gradient of the observed
+    entries' log-likelihood (autograd through the marginal t densities) in ``loc``, ``log scale`` and ``log df``
+    vanishes."""
+    from ppmix.components.student_t import StudentTComponents
+
+    _, holes, _ = planted_features("student_t", 600, fraction=0.3)
+    holes = holes[np.nanmean(holes, axis=1) < 4][:200]  # one cluster
+    mix = _fit(Mixture(1, family="student_t", missing="marginalize", tol=1e-14, max_iter=3000, **QUIET), holes)
+    fitted = mix.components_
+    params = [p.detach().clone().requires_grad_(True) for p in (fitted.loc, fitted.scale.log(), fitted.df.log())]
+    loc, log_scale, log_df = params
+    components = StudentTComponents(log_df.exp(), loc, log_scale.exp())
+    components.observed().log_prob(torch.as_tensor(holes)).sum().backward()
+    assert max(float(p.grad.abs().max()) for p in params) < 1e-4
