@@ -11,6 +11,7 @@ observed (:mod:`ppmix.components.independent`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import torch
@@ -78,7 +79,7 @@ def check_missing_option(missing: Any, family: DensityFamily) -> None:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class PartlyObserved:
     """Training rows of which some have missing entries.
 
@@ -90,15 +91,20 @@ class PartlyObserved:
         The rows without a missing entry, as the family prepares rows (None if there are none).
     complete_rows, partial_rows : LongTensor
         Which rows of ``x`` are complete and which are not.
-    partial : MissingRows
-        The rows with a missing entry, prepared for the E-step.
+    partial_x : Tensor (n, D)
+        The rows with a missing entry.
     """
 
     x: torch.Tensor
     complete: Any
     complete_rows: torch.Tensor
     partial_rows: torch.Tensor
-    partial: MissingRows
+    partial_x: torch.Tensor
+
+    @cached_property
+    def partial(self) -> MissingRows:
+        """The rows with a missing entry, prepared for the Gaussian E-step (once, when it first asks)."""
+        return MissingRows.of(self.partial_x)
 
 
 def partly_observed_rows(x: torch.Tensor, family: DensityFamily | None = None) -> "PartlyObserved | None":
@@ -110,7 +116,7 @@ def partly_observed_rows(x: torch.Tensor, family: DensityFamily | None = None) -
     complete_rows = torch.nonzero(~missing).squeeze(1)
     complete = family.prepare(x[complete_rows]) if family is not None and complete_rows.numel() else None
     partial_rows = torch.nonzero(missing).squeeze(1)
-    return PartlyObserved(x, complete, complete_rows, partial_rows, MissingRows.of(x[partial_rows]))
+    return PartlyObserved(x, complete, complete_rows, partial_rows, x[partial_rows])
 
 
 def partly_observed(x: torch.Tensor, family: DensityFamily) -> Any:
@@ -168,8 +174,10 @@ def fill_missing(x: torch.Tensor, family: DensityFamily, weight: torch.Tensor | 
     means = _column_means(x, observed, weight)
     nearest = torch.where(observed, (x - means).abs(), torch.inf).argmin(0)
     values = x[nearest, torch.arange(x.shape[1], device=x.device)]
-    anywhere = x[observed][:1]  # a column without an observed entry (in a batch to predict) takes any observed one
-    return torch.where(observed, x, torch.where(observed.any(0), values, anywhere))
+    seen = observed.any(0)
+    if not bool(seen.all()):  # a column without an observed entry (in a batch to predict) takes any observed one
+        values = torch.where(seen, values, x[observed][:1])
+    return torch.where(observed, x, values)
 
 
 def partly_observed_e_step(
@@ -177,14 +185,13 @@ def partly_observed_e_step(
 ) -> tuple[Statistics, torch.Tensor]:
     """The E-step on :class:`PartlyObserved` rows: the merged statistics (complete rows by the components' fused
     E-step, the others by their expected statistics) and the log-likelihood of the observed entries."""
-    partial = data.partial
-    partial_weight = None if weight is None else weight[data.partial_rows].to(partial.x)
+    partial_weight = None if weight is None else weight[data.partial_rows].to(data.partial_x)
     view = components.observed()
     if view is not None:
-        stats, log_likelihood = view.expected_statistics(partial.x, log_weights, partial_weight)
+        stats, log_likelihood = view.expected_statistics(data.partial_x, log_weights, partial_weight)
     else:
         stats, log_likelihood = missing_e_step(
-            partial, log_weights, components.mean, components.covariance, partial_weight
+            data.partial, log_weights, components.mean, components.covariance, partial_weight
         )
     if data.complete is None:
         return stats, log_likelihood
@@ -216,7 +223,7 @@ def partly_observed_statistics(components: Any, data: PartlyObserved, resp: torc
     partial_resp = resp[data.partial_rows]
     view = components.observed()
     if view is not None:
-        stats = view.statistics(data.partial.x, partial_resp)
+        stats = view.statistics(data.partial_x, partial_resp)
     else:
         stats = expected_statistics(data.partial, partial_resp, components.mean, components.covariance)
     if data.complete is None:
@@ -237,7 +244,7 @@ def log_prob_with_missing(components: Any, data: Any) -> torch.Tensor:
     out = data.x.new_empty(data.x.shape[0], components.mean.shape[0])
     view = components.observed()
     if view is not None:
-        out[data.partial_rows] = view.log_prob(data.partial.x)
+        out[data.partial_rows] = view.log_prob(data.partial_x)
     else:
         out[data.partial_rows] = marginal_log_prob(data.partial, components.mean, components.covariance)
     if data.complete_rows.numel():
