@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import numpy as np
@@ -15,6 +16,7 @@ from ppmix._validation import InvalidDataError
 from ppmix.components.gaussian_missing import marginal_log_prob
 from ppmix.inference import ConvergenceWarning
 from ppmix.models._missing import fill_column_means
+from ppmix.models._weights import Weighted
 
 COVARIANCES = ["diag", "full", "spherical", "tied"]
 QUIET = {"seed": 0, "progress": False}
@@ -444,3 +446,25 @@ def test_student_t_em_with_missing_entries_reaches_a_stationary_point():
     components = StudentTComponents(log_df.exp(), loc, log_scale.exp())
     components.observed().log_prob(torch.as_tensor(holes)).sum().backward()
     assert max(float(p.grad.abs().max()) for p in params) < 1e-4
+
+
+@pytest.mark.parametrize("family", ["poisson", "student_t"])
+def test_sample_weights_with_missing_features_are_repeated_rows(family):
+    """Known answer: the E-step under integer sample weights with missing entries is that of the repeated rows: the
+    same objective, and the M-step from its statistics the same components and mixing weights."""
+    _, holes, _ = planted_features(family, 200)
+    weight = np.random.default_rng(1).integers(1, 4, len(holes))
+    mix = _fit(Mixture(2, family=family, missing="marginalize", max_iter=3, **QUIET), holes)
+    weighted = Weighted(mix.em_data(mix.prepare_data(holes)), torch.as_tensor(weight, dtype=torch.float64))
+    repeated = mix.em_data(mix.prepare_data(np.repeat(holes, weight, axis=0)))
+
+    def m_step(data):
+        stats, objective = mix.e_step(data)
+        fitted = copy.deepcopy(mix)
+        fitted.em_update(stats)
+        return float(objective), {**fitted.components_.state_dict(), "weights": fitted.weights_}
+
+    (got_objective, got), (want_objective, want) = m_step(weighted), m_step(repeated)
+    assert got_objective == pytest.approx(want_objective, rel=1e-12)
+    for name, value in want.items():
+        torch.testing.assert_close(got[name], value, rtol=1e-10, atol=1e-12)
