@@ -468,3 +468,19 @@ def test_sample_weights_with_missing_features_are_repeated_rows(family):
     assert got_objective == pytest.approx(want_objective, rel=1e-12)
     for name, value in want.items():
         torch.testing.assert_close(got[name], value, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("family", ["poisson", "student_t"])
+def test_shards_with_and_without_missing_features_fit_as_in_memory(family):
+    """fit_em on shards with and without missing entries (the first complete) equals the in-memory fit."""
+    from ppmix.distributed import fit_em
+
+    x, holes, _ = planted_features(family, 300)
+    shards = [x[:100], holes[100:200], holes[200:]]
+    options = {"family": family, "missing": "marginalize", "max_iter": 10, **QUIET}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        sharded = fit_em(Mixture(2, **options), shards, executor="inline")
+        in_memory = Mixture(2, **options).fit(np.concatenate(shards))
+    order = lambda m: m.means_.numpy()[np.argsort(m.means_.numpy()[:, 0])]  # noqa: E731
+    np.testing.assert_allclose(order(sharded), order(in_memory), rtol=1e-8)
