@@ -15,11 +15,12 @@ from pyro.distributions import constraints
 
 from ppmix._validation import InvalidDataError
 from ppmix.components.family import DataScale, DensityFamily, MeanStatisticsComponents, SiteSpec, WeightedSums
+from ppmix.components.independent import IndependentFeatures
 
 __all__ = ["BernoulliComponents", "BernoulliFamily"]
 
 
-class BernoulliComponents(MeanStatisticsComponents):
+class BernoulliComponents(IndependentFeatures, MeanStatisticsComponents):
     """``K`` components of independent Bernoulli features with success probabilities ``probs`` ``(K, D)``.
 
     Parameters

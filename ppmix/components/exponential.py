@@ -9,11 +9,12 @@ from pyro.distributions import constraints
 
 from ppmix._validation import InvalidDataError
 from ppmix.components.family import DataScale, DensityFamily, MeanStatisticsComponents, SiteSpec, WeightedSums
+from ppmix.components.independent import IndependentFeatures
 
 __all__ = ["ExponentialComponents", "ExponentialFamily"]
 
 
-class ExponentialComponents(MeanStatisticsComponents):
+class ExponentialComponents(IndependentFeatures, MeanStatisticsComponents):
     """``K`` exponential components with rates ``rate`` ``(K, D)`` (means ``1 / rate``).
 
     Parameters

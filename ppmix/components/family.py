@@ -73,6 +73,10 @@ class Statistics:
     the statistics of every shard; online EM forms convex combinations with both.
     """
 
+    #: statistics that merge with a family's own from either side (the per-feature statistics of rows with missing
+    #: entries, :class:`~ppmix.components.independent.FeatureStatistics`): a family's merge hands them the work
+    absorbs_family_statistics: ClassVar[bool] = False
+
     def merge(self, other: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} must define merge(other)")
 
@@ -103,6 +107,8 @@ class AdditiveStatistics(Statistics):
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
 
     def merge(self, other: Any) -> Any:
+        if getattr(other, "absorbs_family_statistics", False):
+            return other.merge(self)
         if type(other) is not type(self):
             raise TypeError(f"cannot merge {type(self).__name__} with {type(other).__name__}")
         return type(self)(**{name: value + getattr(other, name) for name, value in self._fields().items()})

@@ -19,11 +19,12 @@ from pyro.distributions import constraints
 
 from ppmix._validation import InvalidDataError
 from ppmix.components.family import DataScale, DensityFamily, MeanStatisticsComponents, SiteSpec, WeightedSums
+from ppmix.components.independent import IndependentFeatures
 
 __all__ = ["PoissonComponents", "PoissonFamily"]
 
 
-class PoissonComponents(MeanStatisticsComponents):
+class PoissonComponents(IndependentFeatures, MeanStatisticsComponents):
     """``K`` Poisson components with rates ``rate`` ``(K, D)``, independent across features.
 
     Parameters

@@ -20,7 +20,8 @@ from ppmix.models._gibbs import HMMGibbsMixin
 from ppmix.models._missing import (
     PartlyObserved,
     check_missing_option,
-    fill_column_means,
+    fill_missing,
+    fit_statistics,
     log_prob_with_missing,
     partly_observed,
     partly_observed_statistics,
@@ -118,9 +119,9 @@ class HMM(FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin, MixtureModel):
     sequence_column : str, optional
         Column of a DataFrame ``X`` holding the sequence id.
     missing : {"error", "marginalize"}, default "error"
-        NaN in a frame: an error naming ``X``, or (Gaussian emissions) an entry missing at random: a frame
-        emits by the marginal density of its observed entries and Baum-Welch's M-step takes the missing
-        block's conditional expectations (exact EM, as :class:`~ppmix.models.mixture.Mixture` does). EM only.
+        NaN in a frame: an error naming ``X``, or (Gaussian emissions, and the emission families of independent
+        features) an entry missing at random: a frame emits by the marginal density of its observed entries and
+        Baum-Welch's M-step is exact EM, as :class:`~ppmix.models.mixture.Mixture`'s. EM only.
     seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
 
     Attributes
@@ -236,7 +237,7 @@ class HMM(FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin, MixtureModel):
             feature_names=None if fitting else self.feature_names_in_,
             allow_missing=self._accepts_missing,
         )
-        frames = fill_column_means(batch.frames) if self._accepts_missing else batch.frames
+        frames = fill_missing(batch.frames, self.component_family()) if self._accepts_missing else batch.frames
         if fitting:
             check_n_components(self.n_components, frames.shape[0])
             self.n_features_in_ = batch.n_features
@@ -372,7 +373,9 @@ class HMM(FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin, MixtureModel):
         inner, weight = split_weights(data)
         if isinstance(inner.frames, PartlyObserved):  # the start: the columns' means in the holes
             frame_weight = None if weight is None else _sequence_weights(inner.batch, weight)[inner.batch.mask]
-            filled = self.component_family().prepare(fill_column_means(inner.frames.x, frame_weight))
+            filled = self.component_family().prepare(
+                fill_missing(inner.frames.x, self.component_family(), frame_weight)
+            )
             inner = _EMData(batch=inner.batch, frames=filled)
             data = inner if weight is None else Weighted(inner, weight)
         self.components_ = self._new_components(self.component_family().rows(inner.frames))
@@ -439,7 +442,7 @@ class HMM(FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin, MixtureModel):
     def em_update(self, stats: dict[str, Any]) -> None:
         """The M-step from (merged) statistics."""
         self._update_chain(stats["initial"], stats["transitions"])
-        self.components_.fit_statistics(stats["emissions"])
+        fit_statistics(self.components_, stats["emissions"])
         self._invalidate_guide()
 
     def _update_chain(self, initial: torch.Tensor, transitions: torch.Tensor) -> None:

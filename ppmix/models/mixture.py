@@ -17,7 +17,8 @@ from ppmix.models._gibbs import MixtureGibbsMixin
 from ppmix.models._missing import (
     PartlyObserved,
     check_missing_option,
-    fill_column_means,
+    fill_missing,
+    fit_statistics,
     impute_rows,
     log_prob_with_missing,
     partly_observed,
@@ -67,10 +68,12 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
     warm_start : bool, default False
         Continue EM from the current parameters on the next ``fit``.
     missing : {"error", "marginalize"}, default "error"
-        What a NaN in ``X`` is: an error naming ``X``, or (``"marginalize"``, the Gaussian family) an entry
-        missing at random: EM scores a row by the marginal density of its observed entries and its M-step
-        takes the missing block's conditional expectations (exact EM); predictions and ``score`` take such
-        rows too, and :meth:`impute` fills them in. EM only (``fit``, ``partial_fit``).
+        What a NaN in ``X`` is: an error naming ``X``, or (``"marginalize"``: the Gaussian family and the families
+        of independent features, ``"poisson"``, ``"bernoulli"``, ``"categorical"``, ``"exponential"``, ``"gamma"``,
+        ``"lognormal"``) an entry missing at random: EM scores a row by the marginal density of its observed entries
+        and its M-step takes the missing block's conditional expectations (Gaussian) or weighs each feature by
+        whether it is observed (independent features): exact EM; predictions and ``score`` take such rows too, and
+        :meth:`impute` fills them in. EM only (``fit``, ``partial_fit``).
     seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
 
     Attributes
@@ -133,7 +136,7 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
 
     def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> torch.Tensor:
         x = super().prepare_data(X, y, fitting=fitting)
-        measurable = fill_column_means(x) if self._accepts_missing else x
+        measurable = fill_missing(x, self.component_family()) if self._accepts_missing else x
         if fitting:
             check_n_components(self.n_components, x.shape[0])
             self._record_data_scale(measurable)
@@ -204,7 +207,7 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
         (rows with missing entries start with their columns' means filled in)."""
         rows, weight = split_weights(data)
         if isinstance(rows, PartlyObserved):
-            rows = self.component_family().prepare(fill_column_means(rows.x, weight))
+            rows = self.component_family().prepare(fill_missing(rows.x, self.component_family(), weight))
             data = rows if weight is None else Weighted(rows, weight)
         self.components_ = self._new_components(self.component_family().rows(rows))
         self.m_step(data, self._initial_responsibilities(rows, generator, weight))
@@ -238,7 +241,7 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
 
     def em_update(self, stats: Statistics) -> None:
         """The M-step from (merged) statistics: the components' weighted MLE, ``weights`` their total weights."""
-        self.components_.fit_statistics(stats)
+        fit_statistics(self.components_, stats)
         counts = padded_counts(stats.counts.to(self.dtype))
         self.weights_ = counts / counts.sum()
         self._invalidate_guide()
@@ -252,8 +255,9 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
     def impute(self, X: Any) -> Any:
         """``X`` with every missing entry (NaN) replaced by its conditional expectation given the row's observed
         entries under the fitted mixture: each component's conditional mean (Gaussian conditioning on the
-        observed block), weighted by the row's posterior probabilities given the observed entries. The
-        Gaussian family only; any ``missing`` setting.
+        observed block; a feature's mean under independent features), weighted by the row's posterior
+        probabilities given the observed entries (categorical features: the most probable level). The families
+        that ``missing="marginalize"`` serves; any ``missing`` setting.
 
         Examples
         --------
