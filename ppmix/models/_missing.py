@@ -100,23 +100,27 @@ class PartlyObserved:
     complete_rows: torch.Tensor
     partial_rows: torch.Tensor
     partial_x: torch.Tensor
+    reference: torch.Tensor | None = None
 
     @cached_property
     def partial(self) -> MissingRows:
-        """The rows with a missing entry, prepared for the Gaussian E-step (once, when it first asks)."""
-        return MissingRows.of(self.partial_x)
+        """The rows with a missing entry, prepared for the Gaussian E-step (once, when it first asks), centred at
+        ``reference`` (default: their column means)."""
+        return MissingRows.of(self.partial_x, self.reference)
 
 
-def partly_observed_rows(x: torch.Tensor, family: DensityFamily | None = None) -> "PartlyObserved | None":
-    """:class:`PartlyObserved` rows of ``x`` (the complete ones prepared by ``family``, or raw without one), or
-    None when nothing is missing."""
+def partly_observed_rows(
+    x: torch.Tensor, family: DensityFamily | None = None, reference: torch.Tensor | None = None
+) -> "PartlyObserved | None":
+    """:class:`PartlyObserved` rows of ``x`` (the complete ones prepared by ``family``, or raw without one; the
+    others centred at ``reference``, see :meth:`MissingRows.of`), or None when nothing is missing."""
     missing = torch.isnan(x).any(dim=1)
     if not bool(missing.any()):
         return None
     complete_rows = torch.nonzero(~missing).squeeze(1)
     complete = family.prepare(x[complete_rows]) if family is not None and complete_rows.numel() else None
     partial_rows = torch.nonzero(missing).squeeze(1)
-    return PartlyObserved(x, complete, complete_rows, partial_rows, x[partial_rows])
+    return PartlyObserved(x, complete, complete_rows, partial_rows, x[partial_rows], reference)
 
 
 def partly_observed(x: torch.Tensor, family: DensityFamily) -> Any:
@@ -236,8 +240,8 @@ def log_prob_with_missing(components: Any, data: Any) -> torch.Tensor:
     marginal): :class:`PartlyObserved` rows, a tensor of rows (NaN where missing) or rows the family prepared."""
     if not isinstance(data, (PartlyObserved, torch.Tensor)):  # rows the family prepared: none missing
         return components.log_prob(data)
-    if isinstance(data, torch.Tensor):
-        rows = partly_observed_rows(data)
+    if isinstance(data, torch.Tensor):  # prediction rows: centred at a point of the model, not of the batch
+        rows = partly_observed_rows(data, reference=components.mean.mean(0))
         if rows is None:
             return components.log_prob(data)
         data = rows
@@ -261,4 +265,5 @@ def impute_rows(components: Any, log_weights: torch.Tensor, x: torch.Tensor) -> 
     view = components.observed()
     if view is not None:
         return torch.where(torch.isnan(x), view.imputed(resp), x)
-    return conditional_mean(x, resp, components.mean, components.covariance)
+    rows = MissingRows.of(x, components.mean.mean(0))
+    return conditional_mean(rows, resp, components.mean, components.covariance)

@@ -420,12 +420,13 @@ def test_hmm_emissions_of_independent_features_with_missing_entries(family):
     assert float(hmm.score_samples([np.array([[np.nan, np.nan, value]])])[0]) == pytest.approx(want, rel=1e-10)
 
 
-def test_online_em_takes_batches_with_and_without_missing_features():
+@pytest.mark.parametrize("family", ["poisson", "lognormal"])
+def test_online_em_takes_batches_with_and_without_missing_features(family):
     """partial_fit: the statistics of a batch with missing entries (per feature) and of one without (the
-    family's own) merge in either order."""
-    x, holes, _ = planted_features("poisson", 400)
+    family's own: weighted sums, or the log-normal's Gaussian statistics) merge in either order."""
+    x, holes, _ = planted_features(family, 400)
     for batches in ([holes[:200], x[200:]], [x[:200], holes[200:]]):
-        mix = Mixture(2, family="poisson", missing="marginalize", **QUIET)
+        mix = Mixture(2, family=family, missing="marginalize", **QUIET)
         for batch in batches:
             mix.partial_fit(batch)
         assert np.isfinite(mix.score(holes))
