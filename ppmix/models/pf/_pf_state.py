@@ -14,9 +14,9 @@ from ppmix.components.gaussian_family import MAD_TO_SD
 from ppmix.components.statistics import GaussianStatistics
 from ppmix.models._labels import BinaryClassifierMixin
 from ppmix.models.pf.switches import FrameLabels, PredictionFocusedMixin
-from ppmix.ops.scaling import column_moments
+from ppmix.ops.scaling import column_moments, weighted_lower_median
 
-__all__ = ["PFStateMixin", "weighted_column_median", "weighted_data_scale"]
+__all__ = ["PFStateMixin", "weighted_data_scale"]
 
 #: ArviZ dimensions of the label, background and switch sites
 PF_DIMS: dict[str, list[str]] = {
@@ -25,23 +25,6 @@ PF_DIMS: dict[str, list[str]] = {
     "background_scale": ["feature"],
     "switch_probs": ["feature"],
 }
-
-
-def weighted_column_median(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """Each column's lower median of the rows of ``x`` ``(N, D)``, row ``n`` counted ``weight[n]`` times, ``(D,)``:
-    for integer weights, ``torch.median`` of the rows repeated (the first value, in order, whose cumulative weight
-    reaches half the total).
-
-    Examples
-    --------
-    >>> x, weight = torch.tensor([[3.0], [1.0], [2.0]]), torch.tensor([1.0, 2.0, 2.0])
-    >>> weighted_column_median(x, weight).tolist(), x.repeat_interleave(weight.long(), 0).median(0).values.tolist()
-    ([2.0], [2.0])
-    """
-    values, order = x.sort(0)
-    cumulative = weight.to(x)[order].cumsum(0)
-    first = (cumulative < weight.sum().to(x) / 2).sum(0, keepdim=True)
-    return values.gather(0, first)[0]
 
 
 def weighted_data_scale(x: torch.Tensor, weight: torch.Tensor, reg_covar: float) -> DataScale:
@@ -61,8 +44,8 @@ def weighted_data_scale(x: torch.Tensor, weight: torch.Tensor, reg_covar: float)
     """
     weight = weight.to(x)
     mean, std = column_moments(x, weight)
-    deviation = (x - weighted_column_median(x, weight)).abs()
-    mad_spread = (weighted_column_median(deviation, weight) * MAD_TO_SD).square()
+    deviation = (x - weighted_lower_median(x, weight)).abs()
+    mad_spread = (weighted_lower_median(deviation, weight) * MAD_TO_SD).square()
     variance = (weight @ (x - mean).square()) / weight.sum()
     spread = torch.where(mad_spread > 0, mad_spread, variance)
     floor = reg_covar * torch.where(spread > 0, spread, torch.ones_like(spread))

@@ -37,6 +37,7 @@ from ppmix.inference.optimizers.rw.learners import WeightedLearner, make_learner
 from ppmix.inference.optimizers.rw.learners import learner_data as _data
 from ppmix.inference.optimizers.rw.weights import solve_weights
 from ppmix.models._weights import check_sample_weight
+from ppmix.ops.scaling import weighted_lower_median
 
 __all__ = ["RegularizedWeighting"]
 
@@ -54,13 +55,8 @@ def _auto_alpha_per_point(losses: torch.Tensor, mass: torch.Tensor | None) -> fl
     (2.0, 3.0)
     """
     smallest = losses.min(dim=0).values
-    if mass is None:
-        median, mean = smallest.median(), losses.mean()
-    else:
-        order = smallest.argsort()
-        cumulative = mass[order].cumsum(dim=0)
-        median = smallest[order[torch.searchsorted(cumulative, cumulative[-1:] / 2)]][0]
-        mean = (losses * mass).sum() / (losses.shape[0] * mass.sum())
+    median = weighted_lower_median(smallest, mass)
+    mean = losses.mean() if mass is None else (losses * mass).sum() / (losses.shape[0] * mass.sum())
     if float(median) > 0:
         return float(median)
     return float(mean) if float(mean) > 0 else 1.0
