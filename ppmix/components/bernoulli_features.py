@@ -132,7 +132,9 @@ class BernoulliFamily(DensityFamily):
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
         return dist.Beta(torch.ones(d, **opts), torch.ones(d, **opts)).to_event(1)
 
-    def conjugate_posterior(self, site: str, stats: WeightedSums, scale: DataScale, opts: dict) -> dist.Distribution:
+    def conjugate_posterior(
+        self, site: str, stats: WeightedSums, values: dict, scale: DataScale, opts: dict
+    ) -> dist.Distribution:
         """``probs_k | rows ~ Beta(a + successes, b + failures)`` under the prior ``Beta(a, b)``."""
         prior = self.prior(site, 1, stats.totals.shape[1], scale, opts).base_dist
         failures = stats.counts[:, None] - stats.totals

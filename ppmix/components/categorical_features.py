@@ -250,7 +250,9 @@ class CategoricalFamily(DensityFamily):
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
         return dist.Dirichlet(torch.ones(d, self.measured(scale)._levels(), **opts)).to_event(1)
 
-    def conjugate_posterior(self, site: str, stats: WeightedSums, scale: DataScale, opts: dict) -> dist.Distribution:
+    def conjugate_posterior(
+        self, site: str, stats: WeightedSums, values: dict, scale: DataScale, opts: dict
+    ) -> dist.Distribution:
         """``probs_kd | rows ~ Dirichlet(alpha + level counts)`` per feature under the prior ``Dirichlet(alpha)``."""
         k, levels = stats.counts.shape[0], self.measured(scale)._levels()
         counts = stats.totals.reshape(k, -1, levels)

@@ -111,7 +111,9 @@ class ExponentialFamily(DensityFamily):
         mean = scale.get("mean", torch.ones(d)).to(**opts).clamp_min(torch.finfo(opts.get("dtype", torch.float64)).tiny)
         return dist.Gamma(torch.ones_like(mean), mean).to_event(1)
 
-    def conjugate_posterior(self, site: str, stats: WeightedSums, scale: DataScale, opts: dict) -> dist.Distribution:
+    def conjugate_posterior(
+        self, site: str, stats: WeightedSums, values: dict, scale: DataScale, opts: dict
+    ) -> dist.Distribution:
         """``rate_k | rows ~ Gamma(c + n_k, r + sum_n x_n)`` under the prior ``Gamma(c, r)``."""
         prior = self.prior(site, 1, stats.totals.shape[1], scale, opts).base_dist
         return dist.Gamma(prior.concentration + stats.counts[:, None], prior.rate + stats.totals)

@@ -253,12 +253,15 @@ class DensityFamily(Protocol):
         the ``components`` plate; a shared site's, for its one value)."""
         raise NotImplementedError(f"{type(self).__name__} has no priors for MCMC")
 
-    def conjugate_posterior(self, site: str, stats: Any, scale: DataScale, opts: dict) -> dist.Distribution:
-        """The posterior of ``site`` for every component given the statistics of the rows assigned to it
-        (``stats``, from ``statistics`` with 0/1 weights), under :meth:`prior`, when that prior is conjugate:
-        a distribution of batch shape ``(K, *event)`` whose draws are the site's values. What the blocked Gibbs
-        sampler (``engine="gibbs"``) draws the components from; default: no conjugate prior (a
-        ``NotImplementedError`` naming the family)."""
+    def conjugate_posterior(
+        self, site: str, stats: Any, values: dict[str, torch.Tensor], scale: DataScale, opts: dict
+    ) -> dist.Distribution:
+        """The conditional posterior of ``site`` for every component given the statistics of the rows assigned to
+        it (``stats``, from ``statistics`` with 0/1 weights) and the current ``values`` of the other sites
+        (``{site: (K, ...)}``; a site drawn earlier in the sweep holds its new value), under :meth:`prior`, when
+        that prior is (conditionally) conjugate: a distribution of batch shape ``(K, *event)`` whose draws are the
+        site's values. The blocked Gibbs sampler (``engine="gibbs"``) draws the sites in the order of
+        :meth:`sites`. Default: no conjugate prior (a ``NotImplementedError`` naming the family)."""
         raise NotImplementedError(
             f"the {self.name!r} family's priors are not conjugate, so engine='gibbs' cannot draw its components; "
             "use engine='mcmc'"

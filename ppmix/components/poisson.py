@@ -138,7 +138,9 @@ class PoissonFamily(DensityFamily):
         mean = scale.get("mean", torch.ones(d)).to(**opts).clamp_min(self.floor)
         return dist.Gamma(torch.ones_like(mean), 1.0 / mean).to_event(1)
 
-    def conjugate_posterior(self, site: str, stats: WeightedSums, scale: DataScale, opts: dict) -> dist.Distribution:
+    def conjugate_posterior(
+        self, site: str, stats: WeightedSums, values: dict, scale: DataScale, opts: dict
+    ) -> dist.Distribution:
         """``rate_k | rows ~ Gamma(c + sum_n x_n, r + n_k)`` under the prior ``Gamma(c, r)``."""
         prior = self.prior(site, 1, stats.totals.shape[1], scale, opts).base_dist
         return dist.Gamma(prior.concentration + stats.totals, prior.rate + stats.counts[:, None])

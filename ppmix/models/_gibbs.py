@@ -124,7 +124,9 @@ class _FamilyGibbs:
         weights = _chain_labels(assignment, k).to(self.dtype)
         stats = current.components.statistics(rows, weights)
         opts = {"dtype": self.dtype, "device": weights.device}
-        drawn = {site: family.conjugate_posterior(site, stats, self._scale, opts).sample() for site in self._sites()}
+        drawn = family.site_values(current.components)
+        for site in self._sites():  # in the family's order: a site's conditional sees the sites drawn before it
+            drawn[site] = family.conjugate_posterior(site, stats, drawn, self._scale, opts).sample()
         components = family.components(drawn, self._scale)
         values = {site: value.reshape(chains, k, *value.shape[1:]) for site, value in drawn.items()}
         d = self._n_features
