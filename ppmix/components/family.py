@@ -253,6 +253,11 @@ class DensityFamily(Protocol):
         the ``components`` plate; a shared site's, for its one value)."""
         raise NotImplementedError(f"{type(self).__name__} has no priors for MCMC")
 
+    def has_conjugate_prior(self) -> bool:
+        """Whether :meth:`conjugate_posterior` draws every site (what ``engine="gibbs"`` needs); default: whether
+        the family writes it."""
+        return type(self).conjugate_posterior is not DensityFamily.conjugate_posterior
+
     def conjugate_posterior(
         self, site: str, stats: Any, values: dict[str, torch.Tensor], scale: DataScale, opts: dict
     ) -> dist.Distribution:

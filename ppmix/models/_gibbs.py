@@ -99,11 +99,13 @@ class _FamilyGibbs:
                 "not your program's; use engine='mcmc'"
             )
         family = self.component_family()
-        if type(family).conjugate_posterior is DensityFamily.conjugate_posterior:
+        if not family.has_conjugate_prior():
+            covariance_type = getattr(family, "covariance_type", None)
+            settings = "" if covariance_type is None else f" with covariance_type={covariance_type!r}"
             raise ValueError(
-                f"engine='gibbs' draws the components from a conjugate prior; the {family.name!r} family's priors "
-                "are not conjugate (families with one: poisson, bernoulli, exponential, categorical, multinomial): "
-                "use engine='mcmc'"
+                f"engine='gibbs' draws the components from a conjugate prior, which the {family.name!r} family"
+                f"{settings} has not (those with one: poisson, bernoulli, exponential, categorical, multinomial, and "
+                "gaussian with covariance_type 'diag' or 'spherical'): use engine='mcmc'"
             )
 
     def _chain_components(self, n_chains: int) -> _ChainComponents:

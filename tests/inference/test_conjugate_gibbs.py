@@ -110,6 +110,38 @@ def test_poisson_hmm_draws_have_the_exact_posterior_mean_of_the_first_step():
     _check_against_exact(draws, _posterior_mean(log_weights, values))
 
 
+@pytest.mark.parametrize("covariance_type", ["diag", "spherical"])
+def test_gaussian_draws_have_the_exact_posterior_means_of_one_component(covariance_type):
+    """K = 1 on twelve points (D = 1): the posterior means of the mean and the variance under the family's prior
+    (``N(m0, s0^2)`` times ``InverseGamma(a, b)``), by quadrature on a fine grid, equal the Gibbs draws' means."""
+    x = np.random.default_rng(2).normal(1.0, 2.0, (12, 1))
+    gmm = GMM(1, covariance_type=covariance_type, seed=0, progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gmm.fit(x, engine="gibbs", num_samples=3000, warmup_steps=100, num_chains=4)
+    family, scale = gmm.component_family(), gmm._scale
+    opts = {"dtype": torch.float64}
+    loc_prior = family.prior("locs", 1, 1, scale, opts).base_dist
+    shape, rate = (float(v.reshape(-1)[0]) for v in family._variance_prior(scale["std"].to(**opts)))
+    m0, s0 = float(loc_prior.loc[0]), float(loc_prior.scale[0])
+    mu = np.linspace(x.mean() - 5, x.mean() + 5, 801)[:, None]
+    log_var = np.linspace(np.log(0.2), np.log(60.0), 801)[None, :]
+    var = np.exp(log_var)
+    log_post = (
+        -0.5 * ((mu - m0) / s0) ** 2
+        - (shape + 1) * log_var
+        - rate / var
+        + log_var  # the inverse gamma in log variance (its Jacobian)
+        - 0.5 * len(x) * log_var
+        - 0.5 * ((x[:, 0][:, None, None] - mu[None]) ** 2).sum(0) / var
+    )
+    weight = np.exp(log_post - log_post.max())
+    weight /= weight.sum()
+    _check_against_exact(gmm.mcmc_samples_["locs"][..., 0, 0].numpy(), float((weight * mu).sum()))
+    variance = gmm.mcmc_samples_["scales"].reshape(4, 3000).square().numpy()
+    _check_against_exact(variance, float((weight * var).sum()))
+
+
 def test_ffbs_draws_paths_with_their_exact_posterior_probabilities():
     """Every path of a 2-state, 3-step sequence (and a padded 2-step one) is drawn as often as its
     posterior probability p(z | x) says, and the log-likelihood is the sum over paths."""
@@ -172,8 +204,8 @@ def test_gibbs_fit_is_reproducible_and_gives_arviz_its_draws_and_agreeing_chains
 
 def test_gibbs_refuses_families_without_a_conjugate_prior_and_replaced_programs():
     x = np.random.default_rng(0).normal(size=(20, 2))
-    with pytest.raises(ValueError, match="'gaussian' family's priors are not conjugate.*engine='mcmc'"):
-        GMM(2, seed=0, progress=False).fit(x, engine="gibbs", num_samples=2, warmup_steps=1)
+    with pytest.raises(ValueError, match="'gaussian' family with covariance_type='full' has not.*engine='mcmc'"):
+        GMM(2, covariance_type="full", seed=0, progress=False).fit(x, engine="gibbs", num_samples=2, warmup_steps=1)
 
     class Replaced(Mixture):
         def model(self, x):
