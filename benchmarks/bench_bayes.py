@@ -2,27 +2,31 @@
 """Posterior sampling: effective samples per second of ppmix's blocked Gibbs (``engine="gibbs"``) against
 NumPyro's NUTS on the same model, data and priors, side by side in one process.
 
-Two Poisson models (counts; the family whose conjugate prior Gibbs uses), 4 chains each:
+The issue's two models and a count model, 4 chains each, 1 000 draws after 500 warmup iterations:
 
-* **mixture**: N = 2 000 rows, D = 2 features, K = 3 components (planted rates 1, 6, 15 per feature);
-* **hmm**: 50 sequences x 100 steps, K = 3 states (rates 1, 6, 15, stay probability 0.9).
+* **gmm**: a diagonal GMM, N = 2 000 rows, D = 2 features, K = 3 (means -3, 0, 3, standard deviations
+  1, 0.7, 1.3, weights 0.3, 0.3, 0.4);
+* **hmm**: a Gaussian HMM, 50 sequences x 100 steps, K = 3 states (the same emissions, stay probability 0.9);
+* **poisson_mixture**: a Poisson mixture, N = 2 000, D = 2, K = 3 (rates 1, 6, 15).
 
-Priors (ppmix's under ``bayesian()``, written out for NumPyro): weights / initial distribution
-``Dirichlet(1)``, every transition row ``Dirichlet(1)``, every rate ``Gamma(1, 1 / mean count)``. NumPyro's
-model has the discrete states summed out by hand (``logsumexp`` for the mixture, the forward algorithm in a
-``lax.scan`` for the HMM: what its HMM examples do; its generic enumeration needs ``funsor``), sampled by
-NUTS with 4 vectorised chains; its compile time is reported apart and left out of its ESS/s. The draws of
-both are relabelled by ppmix's relabelling (the same post-processing), then ArviZ's bulk ESS is taken for
-every coordinate: the reported ESS is the smallest (the slowest-mixing parameter), ESS/s divides it by the
-sampling seconds. r_hat (rank-normalised, the largest coordinate) is reported beside it.
+Priors: ppmix's under ``bayesian()``, written out for NumPyro with the same numbers (ppmix's recorded data
+scale): weights / initial distribution ``Dirichlet(1)``, every transition row ``Dirichlet(1)``, Gaussian
+``locs ~ N(mean, 3 std)`` and variances ``InverseGamma(1, var / 100)``, Poisson rates ``Gamma(1, 1 / mean)``.
+NumPyro's model has the discrete states summed out by hand (``logsumexp`` for the mixture, the forward algorithm
+in a ``lax.scan`` for the HMM: what its HMM examples do; its generic enumeration needs ``funsor``), sampled by
+NUTS with 4 vectorised chains; its compilation (timed as a run of one warmup step and one draw) is reported
+apart and left out of its ESS/s. The draws of both are relabelled by ppmix's relabelling (the same
+post-processing), then ArviZ's bulk ESS is taken for every coordinate: the reported ESS is the smallest (the
+slowest-mixing parameter), ESS/s divides it by the sampling seconds (ppmix: the whole ``fit``, its start and
+relabelling included). r_hat (rank-normalised, the largest coordinate) is reported beside it.
 
-A third row times the issue's check: a Poisson HMM of 40 sequences x 40 steps, 4 chains x 1 000 draws
+A last row times the issue's check: a Poisson HMM of 40 sequences x 40 steps, 4 chains x 1 000 draws
 (500 warmup sweeps) by ppmix's Gibbs (the goal: under 2 minutes on 2 cores).
 
 Usage::
 
     .venv/bin/python benchmarks/bench_bayes.py            # writes benchmarks/results/bayes.json
-    .venv/bin/python benchmarks/bench_bayes.py --quick    # small sizes and few draws (NumPyro: the mixture only)
+    .venv/bin/python benchmarks/bench_bayes.py --quick    # small sizes, few draws (NumPyro: the GMM only)
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from _common import machine_load, require_torch_threads, set_torch_threads  # noqa: E402
 
-from ppmix import HMM, Mixture  # noqa: E402
+from ppmix import GMM, HMM, Mixture  # noqa: E402
 from ppmix.inference.engines.relabel import component_axes, relabel_draws  # noqa: E402
 
 logger = logging.getLogger("bench_bayes")
@@ -57,6 +61,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "bayes.json"
 QUICK_OUT = Path(tempfile.gettempdir()) / "ppmix_bench_bayes_quick.json"
 RATES = np.array([1.0, 6.0, 15.0])
+MEANS, SDS = np.array([-3.0, 0.0, 3.0]), np.array([1.0, 0.7, 1.3])
 CHAINS = 4
 
 
@@ -69,15 +74,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def mixture_data(n: int, d: int, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    z = rng.choice(3, size=n, p=[0.3, 0.3, 0.4])
-    return rng.poisson(RATES[z][:, None] * np.ones(d)).astype(np.float64)
+def _states(n: int, rng: np.random.Generator) -> np.ndarray:
+    return rng.choice(3, size=n, p=[0.3, 0.3, 0.4])
 
 
-def hmm_data(n_sequences: int, length: int, seed: int, stay: float = 0.9) -> list[np.ndarray]:
-    """Sequences of ``length`` counts from a sticky 3-state chain (self-transition ``stay``)."""
-    rng = np.random.default_rng(seed)
+def _paths(n_sequences: int, length: int, rng: np.random.Generator, stay: float = 0.9) -> list[np.ndarray]:
+    """State paths of a sticky 3-state chain (self-transition ``stay``)."""
     transition = np.full((3, 3), (1.0 - stay) / 2)
     np.fill_diagonal(transition, stay)
     out = []
@@ -85,8 +87,26 @@ def hmm_data(n_sequences: int, length: int, seed: int, stay: float = 0.9) -> lis
         z = [int(rng.integers(3))]
         for _ in range(length - 1):
             z.append(int(rng.choice(3, p=transition[z[-1]])))
-        out.append(rng.poisson(RATES[z])[:, None].astype(np.float64))
+        out.append(np.array(z))
     return out
+
+
+def emitted(z: np.ndarray, emission: str, d: int, rng: np.random.Generator) -> np.ndarray:
+    """Rows ``(len(z), d)`` emitted by states ``z``: Poisson counts (rates 1, 6, 15) or Gaussian (means -3, 0, 3
+    in every feature, standard deviations 1, 0.7, 1.3)."""
+    if emission == "poisson":
+        return rng.poisson(RATES[z][:, None] * np.ones(d)).astype(np.float64)
+    return MEANS[z][:, None] + SDS[z][:, None] * rng.normal(size=(len(z), d))
+
+
+def mixture_data(n: int, d: int, emission: str, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return emitted(_states(n, rng), emission, d, rng)
+
+
+def hmm_data(n_sequences: int, length: int, emission: str, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [emitted(z, emission, 1, rng) for z in _paths(n_sequences, length, rng)]
 
 
 def smallest_ess(samples: dict[str, np.ndarray]) -> tuple[float, float]:
@@ -116,45 +136,71 @@ def run_ppmix(model: Any, data: Any, draws: int, warmup: int) -> dict[str, Any]:
     return {"seconds": seconds, "min_ess": ess, "ess_per_s": ess / seconds, "max_rhat": rhat}
 
 
-def numpyro_mixture(x: np.ndarray, k: int):
+def _numpyro_components(k: int, scale: dict[str, np.ndarray], emission: str):
+    """The components' priors as ppmix's program has them under ``bayesian()``, as NumPyro sample sites: Poisson
+    ``rate ~ Gamma(1, 1 / mean)``; Gaussian ``locs ~ N(mean, 3 std)``, ``scales ~ sqrt(InverseGamma(1, var /
+    100))`` (diagonal). Returns a function that samples them and returns ``log p_k(x)`` for ``x`` ``(..., D)``."""
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as nd
+    from numpyro.distributions.transforms import PowerTransform
+
+    from ppmix.components.gaussian_family import VARIANCE_PRIOR_SHARE
+
+    mean = jnp.asarray(scale["mean"])
+    d = mean.shape[0]
+
+    def sample_components():
+        if emission == "poisson":
+            prior_rate = jnp.broadcast_to(1.0 / mean, (k, d))
+            rate = numpyro.sample("rate", nd.Gamma(jnp.ones_like(prior_rate), prior_rate).to_event(2))
+            return lambda x: nd.Poisson(rate).log_prob(x[..., None, :]).sum(-1)
+        std = jnp.broadcast_to(jnp.asarray(scale["std"]), (k, d))
+        locs = numpyro.sample("locs", nd.Normal(jnp.broadcast_to(mean, (k, d)), 3.0 * std).to_event(2))
+        variance = nd.InverseGamma(jnp.ones_like(std), VARIANCE_PRIOR_SHARE * std**2)
+        scales = numpyro.sample("scales", nd.TransformedDistribution(variance, PowerTransform(0.5)).to_event(2))
+        return lambda x: nd.Normal(locs, scales).log_prob(x[..., None, :]).sum(-1)
+
+    return sample_components
+
+
+def numpyro_mixture(x: np.ndarray, k: int, scale: dict[str, np.ndarray], emission: str):
+    """The mixture with its assignments summed out (``logsumexp``)."""
     import jax.numpy as jnp
     import numpyro
     import numpyro.distributions as nd
     from jax.scipy.special import logsumexp
 
-    mean = jnp.asarray(x.mean(0))
+    sample_components = _numpyro_components(k, scale, emission)
     x = jnp.asarray(x)
 
     def model():
         weights = numpyro.sample("weights", nd.Dirichlet(jnp.ones(k)))
-        prior_rate = jnp.broadcast_to(1.0 / mean, (k, mean.shape[0]))
-        rate = numpyro.sample("rate", nd.Gamma(jnp.ones_like(prior_rate), prior_rate).to_event(2))  # (K, D)
-        log_p = nd.Poisson(rate[None]).log_prob(x[:, None, :]).sum(-1) + jnp.log(weights)
+        log_p = sample_components()(x) + jnp.log(weights)
         numpyro.factor("x", logsumexp(log_p, axis=-1).sum())
 
     return model
 
 
-def numpyro_hmm(seqs: list[np.ndarray], k: int):
+def numpyro_hmm(seqs: list[np.ndarray], k: int, scale: dict[str, np.ndarray], emission: str):
+    """The HMM with its states summed out by the forward algorithm in a ``lax.scan`` (equal lengths)."""
     import jax
     import jax.numpy as jnp
     import numpyro
     import numpyro.distributions as nd
     from jax.scipy.special import logsumexp
 
-    x = jnp.asarray(np.stack([s[:, 0] for s in seqs]))  # equal lengths here: (B, T)
-    mean = float(np.concatenate(seqs).mean())
+    sample_components = _numpyro_components(k, scale, emission)
+    x = jnp.asarray(np.stack(seqs))  # (B, T, D)
 
     def model():
         initial = numpyro.sample("initial", nd.Dirichlet(jnp.ones(k)))
         transition = numpyro.sample("transition", nd.Dirichlet(jnp.ones((k, k))).to_event(1))  # rows
-        rate = numpyro.sample("rate", nd.Gamma(jnp.ones((k, 1)), jnp.full((k, 1), 1.0 / mean)).to_event(2))
-        emit = nd.Poisson(rate[:, 0]).log_prob(x[..., None])  # (B, T, K)
+        emit = sample_components()(x)  # (B, T, K)
         log_trans = jnp.log(transition)
 
         def step(alpha, emit_t):
-            alpha = logsumexp(alpha[:, :, None] + log_trans, axis=1) + emit_t
-            return alpha, None
+            return logsumexp(alpha[:, :, None] + log_trans, axis=1) + emit_t, None
 
         alpha, _ = jax.lax.scan(step, jnp.log(initial) + emit[:, 0], jnp.swapaxes(emit[:, 1:], 0, 1))
         numpyro.factor("x", logsumexp(alpha, axis=-1).sum())
@@ -165,55 +211,44 @@ def numpyro_hmm(seqs: list[np.ndarray], k: int):
 def run_numpyro(
     model_fn: Any, draws: int, warmup: int, seed: int, quick: bool
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """NUTS draws ``{site: (chains, draws, ...)}`` and their seconds: of a second run, once the first compiled
-    (``quick``: one run, its seconds with the compilation)."""
+    """NUTS draws ``{site: (chains, draws, ...)}`` and the seconds of the run, less the compilation (measured
+    as a run of one warmup step and one draw; ``quick``: not measured, the seconds include it)."""
     import jax
     from numpyro.infer import MCMC, NUTS
 
-    def sample() -> tuple[Any, float]:
-        mcmc = MCMC(NUTS(model_fn), num_warmup=warmup, num_samples=draws, num_chains=CHAINS,
+    def sample(n_warmup: int, n_draws: int) -> tuple[Any, float]:
+        mcmc = MCMC(NUTS(model_fn), num_warmup=n_warmup, num_samples=n_draws, num_chains=CHAINS,
                     chain_method="vectorized", progress_bar=False)  # fmt: skip
         start = time.perf_counter()
         mcmc.run(jax.random.PRNGKey(seed))
         jax.block_until_ready(mcmc.get_samples())
         return mcmc, time.perf_counter() - start
 
-    mcmc, first = sample()  # compiles, then samples
-    if quick:
-        return {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}, {
-            "seconds": first,
-            "compile_s": float("nan"),
-        }
-    mcmc, seconds = sample()  # the compiled sampler: sampling alone
+    mcmc, total = sample(warmup, draws)
     samples = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
-    return samples, {"seconds": seconds, "compile_s": max(first - seconds, 0.0)}
+    compile_s = float("nan") if quick else sample(1, 1)[1]
+    seconds = total if quick else max(total - compile_s, 1e-9)
+    return samples, {"seconds": seconds, "seconds_with_compile": total, "compile_s": compile_s}
 
 
 def compare(
-    name: str, model: Any, data: Any, numpyro_fn: Any, draws: int, warmup: int, seed: int, quick: bool
+    name: str, model: Any, data: Any, numpyro_model: Any, draws: int, warmup: int, seed: int, with_peer: bool
 ) -> dict[str, Any]:
-    """Both samplers on one model: ppmix's Gibbs, then NumPyro's NUTS (``quick``: 20 + 20 NUTS iterations,
-    and for the mixture only: NumPyro compiles for 15-20 s)."""
+    """ppmix's Gibbs, then (``with_peer``) NumPyro's NUTS on the same data and priors (``numpyro_model(scale)``
+    builds the peer's model from ppmix's recorded data scale, so the priors are the same numbers)."""
     logger.info("%s: ppmix gibbs", name)
     ours = run_ppmix(model, data, draws, warmup)
-    if quick and name != "mixture":
-        return {"model": name, "draws": draws, "warmup": warmup, "chains": CHAINS, "ppmix_gibbs": ours}
+    row = {"model": name, "draws": draws, "warmup": warmup, "chains": CHAINS, "ppmix_gibbs": ours}
+    if not with_peer:
+        return row
     logger.info("%s: numpyro nuts", name)
-    nuts_draws, nuts_warmup = (20, 20) if quick else (draws, warmup)
-    samples, peer = run_numpyro(numpyro_fn, nuts_draws, nuts_warmup, seed, quick)
-    prepared = model.prepare_data(data)
-    samples = relabelled(model, prepared, samples)
+    scale = {key: value.cpu().numpy() for key, value in model._scale.items() if key in ("mean", "std")}
+    samples, peer = run_numpyro(numpyro_model(scale), draws, warmup, seed, quick=draws < 200)
+    samples = relabelled(model, model.prepare_data(data), samples)
     ess, rhat = smallest_ess(samples)
     peer.update(min_ess=ess, ess_per_s=ess / peer["seconds"], max_rhat=rhat)
-    return {
-        "model": name,
-        "draws": draws,
-        "warmup": warmup,
-        "chains": CHAINS,
-        "ppmix_gibbs": ours,
-        "numpyro_nuts": peer,
-        "ess_per_s_ratio_ppmix_over_numpyro": ours["ess_per_s"] / peer["ess_per_s"],
-    }
+    row.update(numpyro_nuts=peer, ess_per_s_ratio_ppmix_over_numpyro=ours["ess_per_s"] / peer["ess_per_s"])
+    return row
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -223,17 +258,21 @@ def main(argv: list[str] | None = None) -> int:
     require_torch_threads(args.threads)
     quick = args.quick
     draws, warmup = (100, 50) if quick else (1000, 500)
-    x = mixture_data(200 if quick else 2000, 2, args.seed)
-    seqs = hmm_data(10 if quick else 50, 20 if quick else 100, args.seed)
-    rows = [
-        compare("mixture", Mixture(3, family="poisson", seed=args.seed, progress=False), x,
-                numpyro_mixture(x, 3), draws, warmup, args.seed, quick),
-        compare("hmm", HMM(3, emission="poisson", seed=args.seed, progress=False), seqs,
-                numpyro_hmm(seqs, 3), draws, warmup, args.seed, quick),
+    gmm_x = mixture_data(200 if quick else 2000, 2, "gaussian", args.seed)
+    hmm_seqs = hmm_data(10 if quick else 50, 20 if quick else 100, "gaussian", args.seed)
+    counts = mixture_data(200 if quick else 2000, 2, "poisson", args.seed)
+    seed = args.seed
+    rows = [  # the quick run compares with NumPyro on the GMM only (NumPyro compiles for 15-20 s a model)
+        compare("gmm", GMM(3, covariance_type="diag", seed=seed, progress=False), gmm_x,
+                lambda scale: numpyro_mixture(gmm_x, 3, scale, "gaussian"), draws, warmup, seed, True),
+        compare("hmm", HMM(3, covariance_type="diag", seed=seed, progress=False), hmm_seqs,
+                lambda scale: numpyro_hmm(hmm_seqs, 3, scale, "gaussian"), draws, warmup, seed, not quick),
+        compare("poisson_mixture", Mixture(3, family="poisson", seed=seed, progress=False), counts,
+                lambda scale: numpyro_mixture(counts, 3, scale, "poisson"), draws, warmup, seed, not quick),
     ]  # fmt: skip
-    check_seqs = hmm_data(8 if quick else 40, 10 if quick else 40, args.seed + 1)
+    check_seqs = hmm_data(8 if quick else 40, 10 if quick else 40, "poisson", seed + 1)
     logger.info("the issue's check: Poisson HMM 40 x 40, 4 chains x 1000 draws")
-    check = run_ppmix(HMM(3, emission="poisson", seed=args.seed, progress=False), check_seqs, draws, warmup)
+    check = run_ppmix(HMM(3, emission="poisson", seed=seed, progress=False), check_seqs, draws, warmup)
     report = {
         "benchmark": "bayes",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
