@@ -171,6 +171,17 @@ def test_ffbs_draws_paths_with_their_exact_posterior_probabilities():
             assert share == pytest.approx(p, abs=4 * math.sqrt(p * (1 - p) / n) + 1e-9), z
 
 
+def test_ffbs_takes_the_log_space_path_where_scaled_products_underflow():
+    """State 0 is the only one reachable (identity transitions from it), and step 1 emits 2000 nats less under it
+    than under the unreachable state: the scaled filter's normaliser underflows; the log-space one gives the exact
+    log-likelihood and the only possible path."""
+    log_init = torch.tensor([0.0, -math.inf], dtype=torch.float64)[None]
+    log_trans = torch.tensor([[0.0, -math.inf], [-math.inf, 0.0]], dtype=torch.float64)[None]
+    emit = torch.tensor([[[-1.0, 0.0], [-2000.0, 0.0], [-0.5, 0.0]]], dtype=torch.float64)
+    paths, log_lik = sample_paths(log_init, log_trans, emit, torch.tensor([3]))
+    assert paths.tolist() == [[0, 0, 0]] and float(log_lik[0]) == pytest.approx(-2001.5, rel=1e-14)
+
+
 def test_dirichlet_helpers_draw_and_score_on_the_allowed_entries():
     torch.manual_seed(0)
     allowed = torch.tensor([True, False, True])

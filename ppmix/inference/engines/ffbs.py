@@ -15,6 +15,13 @@ import torch
 __all__ = ["gumbel_argmax", "sample_paths"]
 
 
+def gumbel_noise(shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+    """Standard Gumbel draws of ``shape`` in ``like``'s dtype and device: ``argmax(logits + noise)`` over the
+    last axis is a categorical draw."""
+    uniform = torch.rand(shape, dtype=like.dtype, device=like.device)
+    return -(-uniform.clamp_min(torch.finfo(like.dtype).tiny).log()).log()
+
+
 def gumbel_argmax(logits: torch.Tensor) -> torch.Tensor:
     """One categorical draw per row of unnormalised log-probabilities ``(..., K)`` (``-inf`` never drawn).
 
@@ -24,9 +31,7 @@ def gumbel_argmax(logits: torch.Tensor) -> torch.Tensor:
     >>> gumbel_argmax(torch.tensor([[0.0, -float("inf")], [-float("inf"), 0.0]])).tolist()
     [0, 1]
     """
-    uniform = torch.rand(logits.shape, dtype=logits.dtype, device=logits.device)
-    tiny = torch.finfo(logits.dtype).tiny
-    return (logits - (-uniform.clamp_min(tiny).log()).log()).argmax(-1)
+    return (logits + gumbel_noise(logits.shape, logits)).argmax(-1)
 
 
 def sample_paths(
@@ -60,17 +65,61 @@ def sample_paths(
     >>> paths.tolist()
     [[0, 0, 1]]
     """
-    batch, steps, _ = log_emit.shape
+    batch, steps, k = log_emit.shape
     valid = torch.arange(steps, device=lengths.device)[None, :] < lengths[:, None]  # (B, T)
-    filtered = [log_init + log_emit[:, 0]]
-    for t in range(1, steps):
-        step = torch.logsumexp(filtered[-1][:, :, None] + log_trans, dim=1) + log_emit[:, t]
-        filtered.append(torch.where(valid[:, t, None], step, filtered[-1]))
-    log_likelihood = torch.logsumexp(filtered[-1], dim=-1)
+    padded = not bool(valid.all())
+    scaled = _filter_scaled(log_init, log_trans, log_emit, valid, padded)
+    filtered, log_likelihood = (
+        scaled if scaled is not None else _filter_logspace(log_init, log_trans, log_emit, valid, padded)
+    )
+    noise = gumbel_noise((steps, batch, k), log_emit)  # every draw's noise at once
+    from_state = log_trans.transpose(1, 2)  # [b, j, i] = log p(z_t = j | z_{t-1} = i): a row per next state
     paths = torch.empty(batch, steps, dtype=torch.long, device=log_emit.device)
-    paths[:, -1] = gumbel_argmax(filtered[-1])
+    paths[:, -1] = (filtered[-1] + noise[-1]).argmax(-1)
+    rows = torch.arange(batch, device=log_emit.device)
     for t in range(steps - 2, -1, -1):
-        into_next = log_trans.gather(2, paths[:, t + 1, None, None].expand(batch, log_trans.shape[1], 1))[..., 0]
-        drawn = gumbel_argmax(filtered[t] + into_next)
-        paths[:, t] = torch.where(valid[:, t + 1], drawn, paths[:, t + 1])
+        drawn = (filtered[t] + from_state[rows, paths[:, t + 1]] + noise[t]).argmax(-1)
+        paths[:, t] = torch.where(valid[:, t + 1], drawn, paths[:, t + 1]) if padded else drawn
     return paths, log_likelihood
+
+
+def _filter_logspace(
+    log_init: torch.Tensor, log_trans: torch.Tensor, log_emit: torch.Tensor, valid: torch.Tensor, padded: bool
+) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """The filtered log-probabilities ``log p(z_t, x_{0:t})`` of every step (log-sum-exp: any magnitudes)."""
+    filtered = [log_init + log_emit[:, 0]]
+    for t in range(1, log_emit.shape[1]):
+        step = torch.logsumexp(filtered[-1][:, :, None] + log_trans, dim=1) + log_emit[:, t]
+        filtered.append(torch.where(valid[:, t, None], step, filtered[-1]) if padded else step)
+    return filtered, torch.logsumexp(filtered[-1], dim=-1)
+
+
+def _filter_scaled(
+    log_init: torch.Tensor, log_trans: torch.Tensor, log_emit: torch.Tensor, valid: torch.Tensor, padded: bool
+) -> tuple[list[torch.Tensor], torch.Tensor] | None:
+    """The filtered log-probabilities as :func:`_filter_logspace`, up to a constant per step and sequence (which
+    the backward draws do not see), by normalised products in probability space: about half the operations per
+    step. ``None`` where a step's normaliser underflows (a row of tiny emissions under every reachable state)."""
+    peak = log_emit.amax(dim=-1, keepdim=True)
+    emit = (log_emit - peak).exp()  # the largest emission of every step is 1
+    trans = log_trans.exp()
+    current = (log_init.exp() * emit[:, 0])[:, None, :]
+    first_total = current.sum(-1, keepdim=True)
+    current = current / first_total
+    normalisers, filtered = [first_total[:, 0, 0]], [current[:, 0]]
+    for t in range(1, log_emit.shape[1]):
+        step = torch.bmm(current, trans) * emit[:, t, None]
+        total = step.sum(-1, keepdim=True)
+        step = step / total
+        if padded:
+            step = torch.where(valid[:, t, None, None], step, current)
+            total = torch.where(valid[:, t, None, None], total, 1.0)
+        normalisers.append(total[:, 0, 0])
+        filtered.append(step[:, 0])
+        current = step
+    log_filtered = torch.stack(filtered).log()
+    totals = torch.stack(normalisers)
+    if not bool((totals > 0).all() and torch.isfinite(log_filtered).any(-1).all()):
+        return None
+    used_peak = torch.where(valid, peak[..., 0], 0.0).sum(-1)
+    return list(log_filtered), totals.log().sum(0) + used_peak
