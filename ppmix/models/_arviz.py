@@ -15,6 +15,10 @@
   proper priors of :meth:`~ppmix.models.base.MixtureModel.bayesian` (the priors MCMC
   uses) and a replicated data set for each; left out when a site of the program has
   no proper prior (a flat prior, even under ``bayesian()``);
+- ``sample_stats`` (MCMC): NUTS's statistics of every draw, named as ArviZ names them
+  (``lp``, ``energy``, ``diverging``, ``n_steps``, ``tree_depth``, ``step_size``,
+  ``acceptance_rate``; see :func:`~ppmix.inference.engines.mcmc.run_mcmc`), for
+  ``az.bfmi``, ``az.plot_energy`` and the divergences of ``az.summary``/``az.plot_pair``;
 - ``observed_data``; ``discrete_posterior``: the per-draw posterior probabilities of
   the enumerated latents.
 
@@ -297,6 +301,8 @@ def build_inference_data(
     replicated = _optional("posterior_predictive", lambda: posterior_predictive(model, data, draws, observed))
     prior = _optional("prior", lambda: prior_samples(model, data, list(draws), observed, num_samples), quiet=True)
     groups: dict[str, Any] = {}
+    if source == "mcmc" and (stats := getattr(model, "mcmc_sample_stats_", None)):
+        groups["sample_stats"] = stats
     if replicated:
         groups["posterior_predictive"] = replicated
     if prior is not None:

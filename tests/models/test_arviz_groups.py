@@ -24,24 +24,47 @@ def _three_groups(n=90, seed=0):
 def mcmc_gmm():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return GMM(3, seed=0, progress=False).fit(_three_groups(), engine="mcmc", num_samples=20, warmup_steps=20)
+        return GMM(3, seed=0, progress=False).fit(
+            _three_groups(), engine="mcmc", num_samples=20, warmup_steps=20, num_chains=2
+        )
 
 
 def test_mcmc_inference_data_has_replicated_data_and_the_prior(mcmc_gmm):
     idata = mcmc_gmm.to_arviz()
     assert {"posterior_predictive", "prior", "prior_predictive"} <= set(idata.groups())
-    assert idata.posterior_predictive["x"].shape == (1, 20, 90, 2)
+    assert idata.posterior_predictive["x"].shape == (2, 20, 90, 2)
     assert idata.prior["locs"].shape == (1, 100, 3, 2)
     assert idata.prior_predictive["x"].shape == (1, 100, 90, 2)
     assert idata.attrs["ppmix_draws"] == "mcmc"
     # each replicate comes from its own draw of the globals: the replicated means follow the posterior's
-    replicated = idata.posterior_predictive["x"].values.reshape(20, 90, 2)
+    replicated = idata.posterior_predictive["x"].values.reshape(40, 90, 2)
     assert np.isfinite(replicated).all()
     assert abs(replicated.mean() - _three_groups().mean()) < 0.5
     # the prior is the proper prior MCMC samples under: wider than the posterior
     assert float(idata.prior["locs"].std()) > 5 * float(idata.posterior["locs"].std(dim=("chain", "draw")).max())
     ax = az.plot_ppc(idata, num_pp_samples=10)
     assert ax is not None
+
+
+def test_mcmc_inference_data_has_sample_stats_for_energy_plots_and_loo(mcmc_gmm):
+    """Issue 40, item 3: ``az.bfmi``, ``az.plot_energy`` and ``az.loo`` on the InferenceData of ``engine="mcmc"``."""
+    idata = mcmc_gmm.to_arviz(num_samples=5)
+    stats = idata.sample_stats
+    names = {"lp", "energy", "diverging", "n_steps", "tree_depth", "step_size", "acceptance_rate"}
+    assert names <= set(stats.data_vars)
+    assert all(stats[name].shape == (2, 20) for name in names)
+    assert (
+        stats["diverging"].dtype == bool and int(stats["diverging"].sum()) == mcmc_gmm.mcmc_diagnostics_["divergences"]
+    )
+    assert ((stats["acceptance_rate"] >= 0) & (stats["acceptance_rate"] <= 1)).all()
+    bfmi = az.bfmi(idata)
+    assert bfmi.shape == (2,) and np.isfinite(bfmi).all() and (bfmi > 0).all()
+    assert az.plot_energy(idata) is not None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # ArviZ's Pareto-k warning on 40 draws
+        loo = az.loo(idata)
+    assert np.isfinite(loo.elpd_loo) and loo.n_samples == 40
+    assert (az.summary(idata, var_names=["weights"])["r_hat"] > 0).all()  # r_hat needs the two chains
 
 
 def test_svi_normal_guide_supports_plot_ppc_and_loo():
