@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -52,7 +53,15 @@ class _RecordingNUTS(NUTS):
       ``diverging``: whether a step diverged; ``step_size``: the step size used.
     """
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._pid = os.getpid()
+
     def setup(self, warmup_steps: int, *args: Any, **kwargs: Any) -> None:
+        if os.getpid() != self._pid:
+            # a chain in a worker process Pyro forked: torch's intra-op thread pool does not survive a fork (the
+            # chain's first parallel operation hangs), and the chains are the parallelism here
+            torch.set_num_threads(1)
         super().setup(warmup_steps, *args, **kwargs)
         self._kept: list[tuple[float, ...]] = []
 
@@ -139,8 +148,8 @@ def run_mcmc(
     ``az.bfmi`` and ``az.plot_energy``). With ``num_chains >= 2``, a
     :class:`ChainsDisagreeWarning` (a ``UserWarning``, through :func:`warnings.warn`)
     names the sites whose r_hat exceeds :data:`RHAT_THRESHOLD`. Pyro runs the chains
-    in parallel processes when the machine has more CPUs than chains, otherwise one
-    after another; each chain costs as much as a single-chain run.
+    in parallel processes (forked, one torch thread each) when the machine has more CPUs than chains,
+    otherwise one after another; each chain costs as much as a single-chain run.
 
     Examples
     --------
