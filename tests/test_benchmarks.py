@@ -299,3 +299,15 @@ def test_bench_missing_quick(tmp_path):
     recovery = report["recovery"]
     assert recovery["rmse"]["impute"] < recovery["rmse"]["column_means"]
     assert recovery["heldout_relative_difference"] < 0.05
+
+
+def test_bench_bayes_quick(tmp_path):
+    """ppmix's Gibbs and NumPyro's NUTS on the Poisson mixture (the HMM: Gibbs only in the quick run), the
+    draws of both relabelled and scored by ArviZ."""
+    report = run_quick("bench_bayes.py", tmp_path / "bayes.json")
+    assert report["benchmark"] == "bayes" and report["threads"] == 1
+    mixture, hmm = report["rows"]
+    assert (mixture["model"], hmm["model"]) == ("mixture", "hmm")
+    for row in (mixture["ppmix_gibbs"], mixture["numpyro_nuts"], hmm["ppmix_gibbs"], report["hmm_40x40_4x1000"]):
+        assert_timing(row["seconds"], row["min_ess"], row["ess_per_s"])
+    assert mixture["ppmix_gibbs"]["max_rhat"] < 1.1  # 4 chains x 100 draws of a separated mixture agree

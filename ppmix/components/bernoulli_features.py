@@ -15,11 +15,12 @@ from pyro.distributions import constraints
 
 from ppmix._validation import InvalidDataError
 from ppmix.components.family import DataScale, DensityFamily, MeanStatisticsComponents, SiteSpec, WeightedSums
+from ppmix.components.independent import IndependentFeatures
 
 __all__ = ["BernoulliComponents", "BernoulliFamily"]
 
 
-class BernoulliComponents(MeanStatisticsComponents):
+class BernoulliComponents(IndependentFeatures, MeanStatisticsComponents):
     """``K`` components of independent Bernoulli features with success probabilities ``probs`` ``(K, D)``.
 
     Parameters
@@ -130,6 +131,14 @@ class BernoulliFamily(DensityFamily):
 
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
         return dist.Beta(torch.ones(d, **opts), torch.ones(d, **opts)).to_event(1)
+
+    def conjugate_posterior(
+        self, site: str, stats: WeightedSums, values: dict, scale: DataScale, opts: dict
+    ) -> dist.Distribution:
+        """``probs_k | rows ~ Beta(a + successes, b + failures)`` under the prior ``Beta(a, b)``."""
+        prior = self.prior(site, 1, stats.totals.shape[1], scale, opts).base_dist
+        failures = stats.counts[:, None] - stats.totals
+        return dist.Beta(prior.concentration1 + stats.totals, prior.concentration0 + failures)
 
     def n_parameters(self, k: int, d: int) -> int:
         return k * d

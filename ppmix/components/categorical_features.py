@@ -21,6 +21,7 @@ from pyro.distributions import constraints
 from ppmix._validation import InvalidDataError
 from ppmix.components.base import ComponentFamily
 from ppmix.components.family import DataScale, DensityFamily, MeanStatisticsComponents, SiteSpec, WeightedSums
+from ppmix.components.independent import IndependentFeatures
 
 __all__ = ["CategoricalComponents", "CategoricalFamily", "LevelCodes"]
 
@@ -50,7 +51,7 @@ class LevelCodes:
         return cls(codes, one_hot.reshape(codes.shape[0], -1))
 
 
-class CategoricalComponents(MeanStatisticsComponents):
+class CategoricalComponents(IndependentFeatures, MeanStatisticsComponents):
     """``K`` components of independent categorical features with level probabilities ``probs`` ``(K, D, C)``.
 
     Parameters
@@ -92,6 +93,11 @@ class CategoricalComponents(MeanStatisticsComponents):
         """The variance of the level code ``(K, D)``."""
         levels = torch.arange(self.n_levels, dtype=self.dtype, device=self.device)
         return self.probs @ levels**2 - self.mean**2
+
+    def imputed(self, resp: torch.Tensor) -> torch.Tensor:
+        """Each row's most probable level of every feature under the mixture of the components' level probabilities
+        with the row's posterior probabilities ``resp`` ``(N, K)``, ``(N, D)`` (a level, not an expected code)."""
+        return torch.einsum("nk,kdc->ndc", resp.to(self.dtype), self.probs).argmax(-1).to(self.dtype)
 
     def _one_hot(self, data: Any) -> torch.Tensor:
         """The ``(N, D * C)`` one-hot rows of ``data`` (prepared :class:`LevelCodes`, re-encoded if they were
@@ -243,6 +249,15 @@ class CategoricalFamily(DensityFamily):
 
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
         return dist.Dirichlet(torch.ones(d, self.measured(scale)._levels(), **opts)).to_event(1)
+
+    def conjugate_posterior(
+        self, site: str, stats: WeightedSums, values: dict, scale: DataScale, opts: dict
+    ) -> dist.Distribution:
+        """``probs_kd | rows ~ Dirichlet(alpha + level counts)`` per feature under the prior ``Dirichlet(alpha)``."""
+        k, levels = stats.counts.shape[0], self.measured(scale)._levels()
+        counts = stats.totals.reshape(k, -1, levels)
+        prior = self.prior(site, 1, counts.shape[1], scale, opts).base_dist
+        return dist.Dirichlet(prior.concentration + counts)
 
     def n_parameters(self, k: int, d: int) -> int:
         return k * d * (self._levels() - 1)

@@ -9,11 +9,12 @@ from pyro.distributions import constraints
 
 from ppmix._validation import InvalidDataError
 from ppmix.components.family import DataScale, DensityFamily, MeanStatisticsComponents, SiteSpec, WeightedSums
+from ppmix.components.independent import IndependentFeatures
 
 __all__ = ["ExponentialComponents", "ExponentialFamily"]
 
 
-class ExponentialComponents(MeanStatisticsComponents):
+class ExponentialComponents(IndependentFeatures, MeanStatisticsComponents):
     """``K`` exponential components with rates ``rate`` ``(K, D)`` (means ``1 / rate``).
 
     Parameters
@@ -109,6 +110,13 @@ class ExponentialFamily(DensityFamily):
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
         mean = scale.get("mean", torch.ones(d)).to(**opts).clamp_min(torch.finfo(opts.get("dtype", torch.float64)).tiny)
         return dist.Gamma(torch.ones_like(mean), mean).to_event(1)
+
+    def conjugate_posterior(
+        self, site: str, stats: WeightedSums, values: dict, scale: DataScale, opts: dict
+    ) -> dist.Distribution:
+        """``rate_k | rows ~ Gamma(c + n_k, r + sum_n x_n)`` under the prior ``Gamma(c, r)``."""
+        prior = self.prior(site, 1, stats.totals.shape[1], scale, opts).base_dist
+        return dist.Gamma(prior.concentration + stats.counts[:, None], prior.rate + stats.totals)
 
     def n_parameters(self, k: int, d: int) -> int:
         return k * d

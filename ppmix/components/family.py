@@ -73,6 +73,10 @@ class Statistics:
     the statistics of every shard; online EM forms convex combinations with both.
     """
 
+    #: statistics that merge with a family's own from either side (the per-feature statistics of rows with missing
+    #: entries, :class:`~ppmix.components.independent.FeatureStatistics`): a family's merge hands them the work
+    absorbs_family_statistics: ClassVar[bool] = False
+
     def merge(self, other: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} must define merge(other)")
 
@@ -103,6 +107,8 @@ class AdditiveStatistics(Statistics):
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
 
     def merge(self, other: Any) -> Any:
+        if getattr(other, "absorbs_family_statistics", False):
+            return other.merge(self)
         if type(other) is not type(self):
             raise TypeError(f"cannot merge {type(self).__name__} with {type(other).__name__}")
         return type(self)(**{name: value + getattr(other, name) for name, value in self._fields().items()})
@@ -246,6 +252,25 @@ class DensityFamily(Protocol):
         """The weakly informative prior of ``site`` for MCMC (``bayesian()``), for one component (broadcast over
         the ``components`` plate; a shared site's, for its one value)."""
         raise NotImplementedError(f"{type(self).__name__} has no priors for MCMC")
+
+    def has_conjugate_prior(self) -> bool:
+        """Whether :meth:`conjugate_posterior` draws every site (what ``engine="gibbs"`` needs); default: whether
+        the family writes it."""
+        return type(self).conjugate_posterior is not DensityFamily.conjugate_posterior
+
+    def conjugate_posterior(
+        self, site: str, stats: Any, values: dict[str, torch.Tensor], scale: DataScale, opts: dict
+    ) -> dist.Distribution:
+        """The conditional posterior of ``site`` for every component given the statistics of the rows assigned to
+        it (``stats``, from ``statistics`` with 0/1 weights) and the current ``values`` of the other sites
+        (``{site: (K, ...)}``; a site drawn earlier in the sweep holds its new value), under :meth:`prior`, when
+        that prior is (conditionally) conjugate: a distribution of batch shape ``(K, *event)`` whose draws are the
+        site's values. The blocked Gibbs sampler (``engine="gibbs"``) draws the sites in the order of
+        :meth:`sites`. Default: no conjugate prior (a ``NotImplementedError`` naming the family)."""
+        raise NotImplementedError(
+            f"the {self.name!r} family's priors are not conjugate, so engine='gibbs' cannot draw its components; "
+            "use engine='mcmc'"
+        )
 
     def n_parameters(self, k: int, d: int) -> int:
         """Free parameters of ``k`` components on ``d`` features (for the information criteria)."""

@@ -18,6 +18,7 @@ import torch
 from pyro.distributions import constraints
 
 from ppmix.components.family import DataScale, MeanStatisticsComponents, SiteSpec, WeightedSums
+from ppmix.components.independent import IndependentFeatures
 from ppmix.components.positive import LogData, LogDataFamily, as_log_data
 
 __all__ = ["GammaComponents", "GammaFamily", "LogWeightedSums", "gamma_shape", "log_minus_digamma"]
@@ -96,7 +97,7 @@ def gamma_shape(log_ratio: torch.Tensor, max_concentration: float = 1e6) -> torc
     return torch.where(log_ratio <= floor, max_concentration, 1 / u).clamp_max(max_concentration)
 
 
-class GammaComponents(MeanStatisticsComponents):
+class GammaComponents(IndependentFeatures, MeanStatisticsComponents):
     """``K`` gamma components with shapes ``concentration`` and rates ``rate`` ``(K, D)`` (means ``concentration /
     rate``), as in ``torch.distributions.Gamma``.
 

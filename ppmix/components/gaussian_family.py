@@ -13,6 +13,7 @@ from typing import Any
 import pyro.distributions as dist
 import torch
 from pyro.distributions import constraints
+from torch.distributions.transforms import PowerTransform
 
 from ppmix._validation import InvalidDataError, check_float
 from ppmix.components.base import ComponentFamily
@@ -123,6 +124,12 @@ def check_squared_range(x: torch.Tensor, name: str = "X", mad: torch.Tensor | No
         )
 
 
+#: the inverse-gamma prior of every variance under MCMC/Gibbs: shape 1 and rate this share of the data's variance,
+#: so its density in log variance is flat above that share and vanishes below it (a weak prior that lets a
+#: component be far narrower than the data, but not collapse)
+VARIANCE_PRIOR_SHARE = 0.01
+
+
 class GaussianFamily(DensityFamily):
     """Gaussian components, diagonal, full or spherical covariance, with a variance floor relative to the data.
 
@@ -224,17 +231,61 @@ class GaussianFamily(DensityFamily):
         return {"locs": components.loc.clone(), "scales": scales, "corr_cholesky": tril / scales[..., None]}
 
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
-        """``locs ~ N(mean(X), 3 std(X))``, ``scales ~ LogNormal(log std(X), 1)``, ``corr_cholesky ~
-        LKJCholesky(D, 2)`` (before a fit: centred at 0 with unit scale)."""
+        """``locs ~ N(mean(X), 3 std(X))``; every variance ``scales**2 ~ InverseGamma(1, var(X) / 100)`` (flat in
+        log variance above a hundredth of the data's variance, :data:`VARIANCE_PRIOR_SHARE`; spherical: of the mean
+        variance over the features); ``corr_cholesky ~ LKJCholesky(D, 2)`` (before a fit: centred at 0 with unit
+        scale). Diagonal and spherical components are thus conditionally conjugate (:meth:`conjugate_posterior`:
+        ``engine="gibbs"``)."""
         mean = scale.get("mean", torch.zeros(d)).to(**opts)
         std = scale.get("std", torch.ones(d)).to(**opts)
         if site == "locs":
             return dist.Normal(mean, 3.0 * std).to_event(1)
-        if site == "scales" and self.covariance_type == "spherical":
-            return dist.LogNormal(std.log().mean(), torch.ones((), **opts))
         if site == "scales":
-            return dist.LogNormal(std.log(), 1.0).to_event(1)
+            shape, rate = self._variance_prior(std)
+            scales = dist.TransformedDistribution(dist.InverseGamma(shape, rate), [PowerTransform(0.5)])
+            return scales if self.covariance_type == "spherical" else scales.to_event(1)
         return dist.LKJCholesky(d, torch.tensor(2.0, **opts))
+
+    def _variance_prior(self, std: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Shape and rate of the inverse-gamma prior of every variance, from the data's standard deviations."""
+        variance = std.square().mean() if self.covariance_type == "spherical" else std.square()
+        return torch.ones_like(variance), VARIANCE_PRIOR_SHARE * variance
+
+    def has_conjugate_prior(self) -> bool:
+        """Diagonal and spherical covariances: the means and variances are conditionally conjugate (a full or tied
+        covariance's scales and LKJ correlation are not)."""
+        return self.covariance_type in ("diag", "spherical")
+
+    def conjugate_posterior(
+        self, site: str, stats: Any, values: dict[str, torch.Tensor], scale: DataScale, opts: dict
+    ) -> dist.Distribution:
+        """Diagonal or spherical components given their rows' :class:`GaussianStatistics` (``n_k``, mean
+        ``xbar_k``, scatter ``S_k``): ``locs_k | var_k ~ N(m, 1 / P)`` with ``P = 1 / s0^2 + n_k / var_k`` and
+        ``m = (m0 / s0^2 + n_k xbar_k / var_k) / P`` under the prior ``N(m0, s0^2)``; then ``var_k | locs_k ~
+        InverseGamma(a + n_k / 2, b + (S_k + n_k (xbar_k - locs_k)^2) / 2)`` under ``InverseGamma(a, b)``
+        (spherical: summed over the features, ``a + n_k D / 2``), drawn as ``scales = sqrt(var)``."""
+        if not self.has_conjugate_prior():
+            raise NotImplementedError(
+                f"covariance_type={self.covariance_type!r}: the scales and LKJ correlation are not conjugate"
+            )
+        d = stats.mean.shape[1]
+        counts = stats.counts.to(**opts)[:, None]
+        seen = counts > 0
+        sample_mean = torch.where(seen, stats.mean.to(**opts), 0.0)
+        if site == "locs":
+            prior = self.prior("locs", 1, d, scale, opts).base_dist
+            var = values["scales"].square()
+            var = var[:, None] if self.covariance_type == "spherical" else var
+            precision = prior.scale.pow(-2) + counts / var
+            centre = (prior.loc * prior.scale.pow(-2) + counts * sample_mean / var) / precision
+            return dist.Normal(centre, precision.rsqrt())
+        squares = torch.where(seen, stats.scatter.to(**opts), 0.0) + counts * (sample_mean - values["locs"]).square()
+        shape, rate = self._variance_prior(scale.get("std", torch.ones(d)).to(**opts))
+        if self.covariance_type == "spherical":
+            shape, rate = shape + counts[:, 0] * d / 2, rate + squares.sum(1) / 2
+        else:
+            shape, rate = shape + counts / 2, rate + squares / 2
+        return dist.TransformedDistribution(dist.InverseGamma(shape, rate), [PowerTransform(0.5)])
 
     def n_parameters(self, k: int, d: int) -> int:
         """``K D`` means and ``K D`` variances (``K`` spherical ones, ``K D (D + 1) / 2`` covariances, ``D (D + 1)

@@ -80,13 +80,16 @@ class MissingRows:
         return self.observed.sum(1).to(self.x.dtype)
 
     @classmethod
-    def of(cls, x: "torch.Tensor | MissingRows") -> "MissingRows":
-        """``x`` prepared (as it is if it already is)."""
+    def of(cls, x: "torch.Tensor | MissingRows", reference: torch.Tensor | None = None) -> "MissingRows":
+        """``x`` prepared (as it is if it already is), centred at ``reference`` ``(D,)`` (default: the observed
+        entries' column means; predictions pass a point of the fitted model, so that a row's scores do not
+        depend on the other rows of its batch)."""
         if isinstance(x, MissingRows):
             return x
         observed = ~torch.isnan(x)
-        counts = observed.sum(0).clamp_min(1).to(x.dtype)
-        reference = torch.where(observed, x, 0.0).sum(0) / counts
+        if reference is None:
+            counts = observed.sum(0).clamp_min(1).to(x.dtype)
+            reference = torch.where(observed, x, 0.0).sum(0) / counts
         patterns, pattern = _patterns(observed)
         return cls(x, observed, reference, torch.where(observed, x - reference, 0.0), patterns, pattern)
 

@@ -21,13 +21,14 @@ from ppmix.components.centred import as_floor
 from ppmix.components.family import DataScale, SiteSpec
 from ppmix.components.gaussian_diag import DiagGaussian
 from ppmix.components.gaussian_family import GaussianFamily
+from ppmix.components.independent import IndependentFeatures
 from ppmix.components.positive import LogData, LogDataFamily, as_log_data
 from ppmix.components.statistics import GaussianStatistics
 
 __all__ = ["LogNormalComponents", "LogNormalFamily"]
 
 
-class LogNormalComponents(ComponentFamily):
+class LogNormalComponents(IndependentFeatures, ComponentFamily):
     """``K`` log-normal components, ``log x | k ~ N(loc[k], diag(scale[k]^2))`` (``torch.distributions.LogNormal``).
 
     Parameters
@@ -56,6 +57,13 @@ class LogNormalComponents(ComponentFamily):
     def _normal(self) -> DiagGaussian:
         """The Gaussian components of ``log x`` with these parameters (sharing the tensors)."""
         return DiagGaussian(self.loc, self.scale, self.reg_covar)
+
+    def feature(self, d: int) -> "LogNormalComponents":
+        """The components on feature ``d`` alone, with that feature's variance floor."""
+        part = super().feature(d)
+        if isinstance(self.reg_covar, torch.Tensor):
+            part.reg_covar = self.reg_covar[d : d + 1]
+        return part
 
     @property
     def mean(self) -> torch.Tensor:

@@ -221,5 +221,12 @@ class MultinomialFamily(DensityFamily):
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
         return dist.Dirichlet(torch.ones(d, **opts))
 
+    def conjugate_posterior(
+        self, site: str, stats: WeightedSums, values: dict, scale: DataScale, opts: dict
+    ) -> dist.Distribution:
+        """``probs_k | rows ~ Dirichlet(alpha + sum_n x_n)`` under the prior ``Dirichlet(alpha)``."""
+        prior = self.prior(site, 1, stats.totals.shape[1], scale, opts)
+        return dist.Dirichlet(prior.concentration + stats.totals)
+
     def n_parameters(self, k: int, d: int) -> int:
         return k * (d - 1)

@@ -19,11 +19,12 @@ from pyro.distributions import constraints
 
 from ppmix._validation import InvalidDataError
 from ppmix.components.family import DataScale, DensityFamily, MeanStatisticsComponents, SiteSpec, WeightedSums
+from ppmix.components.independent import IndependentFeatures
 
 __all__ = ["PoissonComponents", "PoissonFamily"]
 
 
-class PoissonComponents(MeanStatisticsComponents):
+class PoissonComponents(IndependentFeatures, MeanStatisticsComponents):
     """``K`` Poisson components with rates ``rate`` ``(K, D)``, independent across features.
 
     Parameters
@@ -136,6 +137,13 @@ class PoissonFamily(DensityFamily):
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
         mean = scale.get("mean", torch.ones(d)).to(**opts).clamp_min(self.floor)
         return dist.Gamma(torch.ones_like(mean), 1.0 / mean).to_event(1)
+
+    def conjugate_posterior(
+        self, site: str, stats: WeightedSums, values: dict, scale: DataScale, opts: dict
+    ) -> dist.Distribution:
+        """``rate_k | rows ~ Gamma(c + sum_n x_n, r + n_k)`` under the prior ``Gamma(c, r)``."""
+        prior = self.prior(site, 1, stats.totals.shape[1], scale, opts).base_dist
+        return dist.Gamma(prior.concentration + stats.totals, prior.rate + stats.counts[:, None])
 
     def n_parameters(self, k: int, d: int) -> int:
         return k * d

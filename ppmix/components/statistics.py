@@ -41,6 +41,8 @@ class GaussianStatistics(Statistics):
 
     def merge(self, other: "GaussianStatistics") -> "GaussianStatistics":
         """The statistics of the union of both sets of rows (Chan et al.'s parallel update)."""
+        if getattr(other, "absorbs_family_statistics", False):  # per-feature statistics of rows with missing entries
+            return other.merge(self)
         total = self.counts + other.counts
         share = torch.where(total > 0, other.counts / torch.where(total > 0, total, 1.0), 0.5)  # (K,)
         delta = other.mean - self.mean

@@ -16,7 +16,6 @@ so EM never decreases the log-likelihood.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import pyro.distributions as dist
 import torch
@@ -25,10 +24,12 @@ from pyro.distributions import constraints
 from ppmix._validation import check_float
 from ppmix.components.base import ComponentFamily
 from ppmix.components.centred import as_floor, padded_counts
-from ppmix.components.family import DataScale, DensityFamily, SiteSpec, Statistics
+from ppmix.components.family import DataScale, DensityFamily, SiteSpec
 from ppmix.components.gaussian_family import GaussianFamily
 from ppmix.components.gaussian_full import checked_cholesky, floored_covariance
 from ppmix.components.statistics import GaussianStatistics
+from ppmix.components.student_t_missing import ObservedStudentT
+from ppmix.components.student_t_statistics import StudentTStatistics
 
 __all__ = [
     "FullStudentTComponents",
@@ -84,33 +85,6 @@ def solve_df(mean_log_precision: torch.Tensor, df_range: tuple[float, float] = D
     df = ((low + high) / 2).exp()
     df = torch.where(df_equation(largest, m) >= 0, largest, df)  # exactly the end the root lies beyond
     return torch.where(df_equation(smallest, m) <= 0, smallest, df).to(mean_log_precision.dtype)
-
-
-@dataclass(frozen=True)
-class StudentTStatistics(Statistics):
-    """One E-step's statistics of ``K`` t components: per component the total responsibility ``counts``
-    ``(K,)``, the ``r u``-weighted rows as :class:`~ppmix.components.statistics.GaussianStatistics`
-    (``sum r u``, the ``r u``-weighted mean and ``sum r u (x - mean)^2``) and ``log_precision``
-    ``sum r (E[log u] - u)`` ``(K,)``. They merge exactly (the weighted rows by Chan et al.'s update)."""
-
-    counts: torch.Tensor
-    weighted: GaussianStatistics
-    log_precision: torch.Tensor
-
-    def merge(self, other: "StudentTStatistics") -> "StudentTStatistics":
-        return StudentTStatistics(
-            self.counts + other.counts, self.weighted.merge(other.weighted), self.log_precision + other.log_precision
-        )
-
-    def scaled(self, factor: float) -> "StudentTStatistics":
-        return StudentTStatistics(self.counts * factor, self.weighted.scaled(factor), self.log_precision * factor)
-
-    def to(self, dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> "StudentTStatistics":
-        return StudentTStatistics(
-            self.counts.to(dtype=dtype, device=device),
-            self.weighted.to(dtype=dtype, device=device),
-            self.log_precision.to(dtype=dtype, device=device),
-        )
 
 
 class StudentTBase(ComponentFamily):
@@ -304,6 +278,11 @@ class StudentTComponents(StudentTBase):
     def covariance(self) -> torch.Tensor:
         """The variances ``scale^2 df / (df - 2)`` ``(K, D)`` (infinite where ``df <= 2``)."""
         return self.scale.square() * self._covariance_inflation()[:, None]
+
+    def observed(self) -> ComponentFamily:
+        """The components seen through the observed entries of rows with missing entries
+        (:class:`~ppmix.components.student_t_missing.ObservedStudentT`)."""
+        return ObservedStudentT(self)
 
     def mahalanobis(self, data: torch.Tensor) -> torch.Tensor:
         """``delta_nk = sum_d ((x_nd - loc_kd) / scale_kd)^2``, ``(N, K)`` (from the deviations, one component at

@@ -205,9 +205,10 @@ def fit_em(
         models); in-memory shards are then ``(X, y)`` pairs. None: the shards hold features only.
     weight : str, optional
         The column (Parquet/CSV files, DataFrames) or NPZ array of every shard holding one sample weight per row
-        (``GMM``, ``Mixture``): the fit is ``fit(X, sample_weight=w)`` on all rows at once (an integer weight
-        counts the row that many times, zero drops it); the start's sample is drawn in proportion to the
-        weights. Not for sequence models or the pf models.
+        (``GMM``, ``Mixture``) or per sequence (``HMM``: one per sequence, or one per row equal within each
+        sequence): the fit is ``fit(X, sample_weight=w)`` on all the data at once (an integer weight counts the
+        row or sequence that many times, zero drops it); the start's sample is drawn in proportion to the
+        weights. Not for the pf models.
     timeout : float or None, default one hour
         Seconds each wait on the executor may last (reading the shards, one step on all of
         them); past it an :class:`~ppmix.parallel.ExecutorTimeoutError` names the shards
@@ -248,10 +249,10 @@ def fit_em(
     if not (isinstance(sample_size, int) and sample_size >= 1):
         raise ValueError(f"sample_size must be a positive integer; got {sample_size!r}")
     check_timeout(timeout)
-    if weight is not None and (isinstance(model, SequenceData) or target is not None):
+    if weight is not None and target is not None:
         raise ValueError(
-            f"weight={weight!r}: sharded sample weights are one per row, for GMM and Mixture; "
-            f"{type(model).__name__} does not take them from shards"
+            f"weight={weight!r}: sharded sample weights are for GMM, Mixture and HMM; "
+            f"{type(model).__name__} (target={target!r}) does not take them from shards"
         )
     if hasattr(model, "fit_report_"):  # a report of an earlier fit must not outlive a failed one
         del model.fit_report_

@@ -40,7 +40,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from ppmix.distributed.shards import check_unchanged, read_features, split_weights_column
+from ppmix.distributed.shards import check_unchanged, read_features, sequence_weights, split_weights_column
 from ppmix.inference.engines.capabilities import GlobalObjectiveEM, LabelledRows, SequenceData
 from ppmix.parallel import (
     DEFAULT_TIMEOUT,
@@ -136,6 +136,8 @@ class HeldShard:
             weights = None
             if task.weight is not None:
                 x, weights = split_weights_column(source, x, task.weight)
+                if isinstance(model, SequenceData):
+                    weights = sequence_weights(x, weights, model.sequence_column)
             if isinstance(x, list) and not isinstance(model, SequenceData):
                 raise ValueError(
                     f"shard {task.name} holds sequences (an NPZ with 'lengths'), but {type(model).__name__} takes rows"

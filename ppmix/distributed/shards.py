@@ -22,6 +22,7 @@ __all__ = [
     "read_features",
     "read_shard",
     "shard_columns",
+    "sequence_weights",
     "split_weights_column",
 ]
 
@@ -214,6 +215,46 @@ def split_weights_column(shard: Any, x: Any, weight: str) -> tuple[Any, np.ndarr
         f"weight={weight!r} names a column: the shards must be Parquet/CSV files, DataFrames or NPZ files with "
         f"an array {weight!r}; got {type(shard).__name__ if not isinstance(shard, (str, Path)) else shard}"
     )
+
+
+def sequence_weights(x: Any, weights: np.ndarray, sequence_column: str | None) -> np.ndarray:
+    """One weight per sequence of a sequence model's shard ``x`` (a DataFrame with ``sequence_column``, or the
+    list of sequences of an NPZ file), in the order the model prepares them (first appearance): ``weights``
+    holds one per sequence already, or one per row, equal within each sequence (else a ``ValueError`` naming
+    the sequence).
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> frame = pd.DataFrame({"a": [1.0, 2.0, 3.0], "seq": ["b", "a", "b"]})
+    >>> sequence_weights(frame, np.array([2.0, 5.0, 2.0]), "seq").tolist()
+    [2.0, 5.0]
+    >>> sequence_weights([np.zeros((2, 1)), np.zeros((1, 1))], np.array([4.0, 0.0]), None).tolist()
+    [4.0, 0.0]
+    """
+    if hasattr(x, "columns"):
+        import pandas as pd
+
+        codes, ids = pd.factorize(x[sequence_column], sort=False)
+    else:
+        if weights.shape == (len(x),):
+            return weights
+        codes, ids = np.repeat(np.arange(len(x)), [len(s) for s in x]), np.arange(len(x))
+    if weights.shape != codes.shape:
+        raise ValueError(
+            f"the weights must be one per sequence ({len(ids)}) or one per row ({codes.shape[0]}); got shape "
+            f"{weights.shape}"
+        )
+    first = np.full(len(ids), np.nan)
+    first[codes[::-1]] = weights[::-1]  # each sequence's first row's weight
+    unequal = np.flatnonzero(~np.isclose(weights, first[codes], rtol=0.0, atol=0.0, equal_nan=True))
+    if unequal.size:
+        sequence = ids[codes[unequal[0]]]
+        raise ValueError(
+            f"sample weights are one per sequence: the rows of sequence {sequence!r} have different weights "
+            f"({first[codes[unequal[0]]]} and {weights[unequal[0]]})"
+        )
+    return first
 
 
 def _read_csv(path: Path) -> Any:

@@ -22,7 +22,7 @@
 - ``observed_data``; ``discrete_posterior``: the per-draw posterior probabilities of
   the enumerated latents.
 
-``idata.attrs["ppmix_draws"]`` says where the posterior draws come from (``"mcmc"``,
+``idata.attrs["ppmix_draws"]`` says where the posterior draws come from (``"mcmc"``, ``"gibbs"``,
 ``"svi_normal_guide"``, ``"laplace"`` or ``"point_estimate"``). A point estimate is one
 draw: ArviZ's ``loo``/``waic``/``compare`` cannot use it (ArviZ fails with an
 IndexError), so building such an InferenceData warns (:class:`PointEstimateWarning`)
@@ -70,8 +70,8 @@ def global_draws(
     """Draws of every global site with leading ``(chain, draw)`` dimensions, where they come from, and
     (for a point estimate under ``approximation="auto"``) why there are no Laplace draws."""
     samples = getattr(model, "mcmc_samples_", None)
-    if model.engine_ == "mcmc" and samples:
-        return samples, "mcmc", ""
+    if model.engine_ in ("mcmc", "gibbs") and samples:
+        return samples, model.engine_, ""
     guide = model.variational_guide_
     if model.engine_ == "svi" and isinstance(guide, AutoNormal):
         with local_params(), torch.no_grad(), model.forked_rng(offset=1):

@@ -1,17 +1,22 @@
-"""Missing values (NaN) in the rows of a Gaussian mixture, marginalised by EM (``missing="marginalize"``).
+"""Missing values (NaN) in the rows of a mixture or an HMM's frames, marginalised by EM (``missing="marginalize"``).
 
 The rows without a missing entry take the family's own path (prepared once, the fused E-step); the others
-are scored by the marginal density of their observed entries and contribute EM's expected statistics
-(:mod:`ppmix.components.gaussian_missing`), merged with the complete rows' before the M-step.
+are scored by the marginal density of their observed entries, and their statistics are merged with the complete
+rows' before the M-step. Gaussian components contribute EM's expected statistics of the missing block
+(:mod:`ppmix.components.gaussian_missing`); components of independent features (Poisson, Bernoulli, categorical,
+exponential, gamma, log-normal) drop the missing features and weigh each feature's statistics by whether it is
+observed (:mod:`ppmix.components.independent`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import torch
 
+from ppmix.components.base import ComponentFamily
 from ppmix.components.family import DensityFamily, Statistics
 from ppmix.components.gaussian_family import GaussianFamily
 from ppmix.components.gaussian_missing import (
@@ -21,35 +26,60 @@ from ppmix.components.gaussian_missing import (
     marginal_log_prob,
     missing_e_step,
 )
+from ppmix.components.independent import FeatureStatistics
 
 __all__ = [
     "MISSING_OPTIONS",
     "PartlyObserved",
     "check_missing_option",
     "fill_column_means",
+    "fill_missing",
+    "fit_statistics",
     "impute_rows",
     "log_prob_with_missing",
     "partly_observed",
     "partly_observed_e_step",
     "partly_observed_statistics",
+    "takes_missing",
 ]
 
 #: what a NaN in ``X`` means: an error naming ``X`` (the default), or a value missing at random
 MISSING_OPTIONS = ("error", "marginalize")
 
 
+def takes_missing(family: DensityFamily) -> bool:
+    """Whether ``missing="marginalize"`` serves ``family``: the Gaussian (every covariance type) and the families
+    whose components see rows through their observed entries (:meth:`~ppmix.components.base.ComponentFamily.observed`:
+    the families of independent features and the diagonal Student-t).
+
+    Examples
+    --------
+    >>> from ppmix.components.registry import FAMILIES, family_from
+    >>> [name for name in FAMILIES if takes_missing(family_from(name))]
+    ['gaussian', 'poisson', 'bernoulli', 'exponential', 'student_t', 'categorical', 'gamma', 'lognormal']
+    """
+    return isinstance(family, GaussianFamily) or family.components_class.observed is not ComponentFamily.observed
+
+
+def _settings(family: DensityFamily) -> str:
+    """`` (covariance_type='full')`` where the family has a covariance type, else nothing (for messages)."""
+    covariance_type = getattr(family, "covariance_type", None)
+    return "" if covariance_type is None else f" (covariance_type={covariance_type!r})"
+
+
 def check_missing_option(missing: Any, family: DensityFamily) -> None:
-    """``missing`` is one of :data:`MISSING_OPTIONS`, and ``"marginalize"`` comes with the Gaussian family."""
+    """``missing`` is one of :data:`MISSING_OPTIONS`, and ``"marginalize"`` comes with a family it serves."""
     if missing not in MISSING_OPTIONS:
         raise ValueError(f"missing must be one of {MISSING_OPTIONS}; got {missing!r}")
-    if missing == "marginalize" and not isinstance(family, GaussianFamily):
+    if missing == "marginalize" and not takes_missing(family):
         raise ValueError(
-            f"missing='marginalize' is built for the Gaussian family (every covariance type); got the {family.name!r} "
-            "family"
+            "missing='marginalize' is built for the Gaussian family (every covariance type), the families of "
+            "independent features (poisson, bernoulli, categorical, exponential, gamma, lognormal) and the diagonal "
+            f"Student-t; got the {family.name!r} family{_settings(family)}"
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class PartlyObserved:
     """Training rows of which some have missing entries.
 
@@ -61,27 +91,36 @@ class PartlyObserved:
         The rows without a missing entry, as the family prepares rows (None if there are none).
     complete_rows, partial_rows : LongTensor
         Which rows of ``x`` are complete and which are not.
-    partial : MissingRows
-        The rows with a missing entry, prepared for the E-step.
+    partial_x : Tensor (n, D)
+        The rows with a missing entry.
     """
 
     x: torch.Tensor
     complete: Any
     complete_rows: torch.Tensor
     partial_rows: torch.Tensor
-    partial: MissingRows
+    partial_x: torch.Tensor
+    reference: torch.Tensor | None = None
+
+    @cached_property
+    def partial(self) -> MissingRows:
+        """The rows with a missing entry, prepared for the Gaussian E-step (once, when it first asks), centred at
+        ``reference`` (default: their column means)."""
+        return MissingRows.of(self.partial_x, self.reference)
 
 
-def partly_observed_rows(x: torch.Tensor, family: DensityFamily | None = None) -> "PartlyObserved | None":
-    """:class:`PartlyObserved` rows of ``x`` (the complete ones prepared by ``family``, or raw without one), or
-    None when nothing is missing."""
+def partly_observed_rows(
+    x: torch.Tensor, family: DensityFamily | None = None, reference: torch.Tensor | None = None
+) -> "PartlyObserved | None":
+    """:class:`PartlyObserved` rows of ``x`` (the complete ones prepared by ``family``, or raw without one; the
+    others centred at ``reference``, see :meth:`MissingRows.of`), or None when nothing is missing."""
     missing = torch.isnan(x).any(dim=1)
     if not bool(missing.any()):
         return None
     complete_rows = torch.nonzero(~missing).squeeze(1)
     complete = family.prepare(x[complete_rows]) if family is not None and complete_rows.numel() else None
     partial_rows = torch.nonzero(missing).squeeze(1)
-    return PartlyObserved(x, complete, complete_rows, partial_rows, MissingRows.of(x[partial_rows]))
+    return PartlyObserved(x, complete, complete_rows, partial_rows, x[partial_rows], reference)
 
 
 def partly_observed(x: torch.Tensor, family: DensityFamily) -> Any:
@@ -110,9 +149,39 @@ def fill_column_means(x: torch.Tensor, weight: torch.Tensor | None = None) -> to
     observed = ~torch.isnan(x)
     if bool(observed.all()):
         return x
+    return torch.where(observed, x, _column_means(x, observed, weight))
+
+
+def _column_means(x: torch.Tensor, observed: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
+    """The (weighted) means of the columns of ``x`` over their ``observed`` entries ``(D,)`` (0 for a column
+    without one)."""
     w = observed.to(x.dtype) if weight is None else observed.to(x.dtype) * weight[:, None].to(x.dtype)
-    means = (torch.where(observed, x, 0.0) * w).sum(0) / w.sum(0).clamp_min(torch.finfo(x.dtype).tiny)
-    return torch.where(observed, x, means)
+    return (torch.where(observed, x, 0.0) * w).sum(0) / w.sum(0).clamp_min(torch.finfo(x.dtype).tiny)
+
+
+def fill_missing(x: torch.Tensor, family: DensityFamily, weight: torch.Tensor | None = None) -> torch.Tensor:
+    """``x`` with every NaN filled for ``family``'s data checks, data scale and the start of EM: the column's
+    (weighted) mean for the Gaussian (:func:`fill_column_means`), for other families the column's observed entry
+    nearest to that mean (a value the family accepts: a count, a level, a positive number; where the column has
+    none, the first observed entry of ``x``).
+
+    Examples
+    --------
+    >>> from ppmix.components.poisson import PoissonFamily
+    >>> x = torch.tensor([[1.0, float("nan")], [2.0, 4.0], [4.0, 5.0], [3.0, 9.0]])
+    >>> fill_missing(x, PoissonFamily())[0].tolist()  # 5 is the count nearest to the column's mean, 6
+    [1.0, 5.0]
+    """
+    observed = ~torch.isnan(x)
+    if bool(observed.all()) or isinstance(family, GaussianFamily):
+        return fill_column_means(x, weight)
+    means = _column_means(x, observed, weight)
+    nearest = torch.where(observed, (x - means).abs(), torch.inf).argmin(0)
+    values = x[nearest, torch.arange(x.shape[1], device=x.device)]
+    seen = observed.any(0)
+    if not bool(seen.all()):  # a column without an observed entry (in a batch to predict) takes any observed one
+        values = torch.where(seen, values, x[observed][:1])
+    return torch.where(observed, x, values)
 
 
 def partly_observed_e_step(
@@ -120,25 +189,50 @@ def partly_observed_e_step(
 ) -> tuple[Statistics, torch.Tensor]:
     """The E-step on :class:`PartlyObserved` rows: the merged statistics (complete rows by the components' fused
     E-step, the others by their expected statistics) and the log-likelihood of the observed entries."""
-    partial = data.partial
-    partial_weight = None if weight is None else weight[data.partial_rows].to(partial.x)
-    stats, log_likelihood = missing_e_step(partial, log_weights, components.mean, components.covariance, partial_weight)
+    partial_weight = None if weight is None else weight[data.partial_rows].to(data.partial_x)
+    view = components.observed()
+    if view is not None:
+        stats, log_likelihood = view.expected_statistics(data.partial_x, log_weights, partial_weight)
+    else:
+        stats, log_likelihood = missing_e_step(
+            data.partial, log_weights, components.mean, components.covariance, partial_weight
+        )
     if data.complete is None:
         return stats, log_likelihood
     complete_weight = None if weight is None else weight[data.complete_rows]
     complete_stats, complete_log_likelihood = components.expected_statistics(
         data.complete, log_weights, complete_weight
     )
-    return complete_stats.merge(stats), complete_log_likelihood + log_likelihood
+    return _merged(complete_stats, stats), complete_log_likelihood + log_likelihood
+
+
+def _merged(complete: Statistics, partial: Statistics) -> Statistics:
+    """The statistics of the complete and the partly observed rows together (per-feature statistics absorb the
+    family's own)."""
+    return partial.merge(complete) if isinstance(partial, FeatureStatistics) else complete.merge(partial)
+
+
+def fit_statistics(components: Any, stats: Statistics) -> None:
+    """The components' M-step from (merged) statistics, in place: per feature from
+    :class:`~ppmix.components.independent.FeatureStatistics`, else the family's own."""
+    if isinstance(stats, FeatureStatistics):
+        components.observed().fit_statistics(stats)
+    else:
+        components.fit_statistics(stats)
 
 
 def partly_observed_statistics(components: Any, data: PartlyObserved, resp: torch.Tensor) -> Statistics:
     """The M-step's statistics of :class:`PartlyObserved` rows under responsibilities ``resp`` ``(N, K)`` (times
     any row weights) and the current components."""
-    stats = expected_statistics(data.partial, resp[data.partial_rows], components.mean, components.covariance)
+    partial_resp = resp[data.partial_rows]
+    view = components.observed()
+    if view is not None:
+        stats = view.statistics(data.partial_x, partial_resp)
+    else:
+        stats = expected_statistics(data.partial, partial_resp, components.mean, components.covariance)
     if data.complete is None:
         return stats
-    return components.statistics(data.complete, resp[data.complete_rows]).merge(stats)
+    return _merged(components.statistics(data.complete, resp[data.complete_rows]), stats)
 
 
 def log_prob_with_missing(components: Any, data: Any) -> torch.Tensor:
@@ -146,13 +240,17 @@ def log_prob_with_missing(components: Any, data: Any) -> torch.Tensor:
     marginal): :class:`PartlyObserved` rows, a tensor of rows (NaN where missing) or rows the family prepared."""
     if not isinstance(data, (PartlyObserved, torch.Tensor)):  # rows the family prepared: none missing
         return components.log_prob(data)
-    if isinstance(data, torch.Tensor):
-        rows = partly_observed_rows(data)
+    if isinstance(data, torch.Tensor):  # prediction rows: centred at a point of the model, not of the batch
+        rows = partly_observed_rows(data, reference=components.mean.mean(0))
         if rows is None:
             return components.log_prob(data)
         data = rows
     out = data.x.new_empty(data.x.shape[0], components.mean.shape[0])
-    out[data.partial_rows] = marginal_log_prob(data.partial, components.mean, components.covariance)
+    view = components.observed()
+    if view is not None:
+        out[data.partial_rows] = view.log_prob(data.partial_x)
+    else:
+        out[data.partial_rows] = marginal_log_prob(data.partial, components.mean, components.covariance)
     if data.complete_rows.numel():
         complete = data.complete if data.complete is not None else data.x[data.complete_rows]
         out[data.complete_rows] = components.log_prob(complete)
@@ -162,6 +260,10 @@ def log_prob_with_missing(components: Any, data: Any) -> torch.Tensor:
 def impute_rows(components: Any, log_weights: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """``x`` with every missing entry replaced by its conditional expectation given the row's observed entries
     under the mixture (each component's conditional mean, weighted by the row's posterior probabilities given
-    them); observed entries as they are."""
+    them; the most probable level for categorical features); observed entries as they are."""
     resp = torch.softmax(log_prob_with_missing(components, x) + log_weights, dim=1)
-    return conditional_mean(x, resp, components.mean, components.covariance)
+    view = components.observed()
+    if view is not None:
+        return torch.where(torch.isnan(x), view.imputed(resp), x)
+    rows = MissingRows.of(x, components.mean.mean(0))
+    return conditional_mean(rows, resp, components.mean, components.covariance)

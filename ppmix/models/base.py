@@ -21,6 +21,7 @@ from sklearn.base import DensityMixin
 
 from ppmix._validation import NotFittedError, check_matrix, check_positive_int, resolve_device
 from ppmix.inference.engines import run_em, run_mcmc, run_svi
+from ppmix.inference.engines.conjugate_gibbs import run_gibbs
 from ppmix.inference.engines.em import EM_HOOKS
 from ppmix.inference.engines.enumeration import (
     autoguide,
@@ -36,7 +37,7 @@ from ppmix.ops.selection import beats
 
 __all__ = ["MixtureModel"]
 
-ENGINES = ("em", "svi", "mcmc")
+ENGINES = ("em", "svi", "mcmc", "gibbs")
 
 
 class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Savable, PyroModule):
@@ -353,10 +354,11 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
             One non-negative weight per row (per sequence for sequence models), as in scikit-learn: an
             integer weight counts as that many copies of the row, zero drops it. EM only (models that
             take it: :meth:`sample_weight_units`).
-        engine : {"em", "svi", "mcmc"}
+        engine : {"em", "svi", "mcmc", "gibbs"}
             ``"em"``: the model's closed-form coordinate ascent (if it implements it);
             ``"svi"``: :func:`ppmix.inference.engines.svi.run_svi`; ``"mcmc"``: NUTS via
-            :func:`ppmix.inference.engines.mcmc.run_mcmc`.
+            :func:`ppmix.inference.engines.mcmc.run_mcmc`; ``"gibbs"``: blocked Gibbs sweeps for models with
+            conjugate priors, :func:`ppmix.inference.engines.conjugate_gibbs.run_gibbs`.
         **options
             Passed to the engine (e.g. ``num_steps``, ``lr``, ``batch_size`` for SVI;
             ``num_samples``, ``warmup_steps`` for MCMC; ``n_init``, ``max_iter``,
@@ -377,7 +379,7 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
         data = self.prepare_data(X, y, fitting=True)
         object.__setattr__(self, "_train_data", data)
         self.set_variational_guide(None)
-        runner = {"em": run_em, "svi": run_svi, "mcmc": run_mcmc}[engine]
+        runner = {"em": run_em, "svi": run_svi, "mcmc": run_mcmc, "gibbs": run_gibbs}[engine]
         fit_data = data if sample_weight is None else self.weigh(data, sample_weight)
         return self.record_result(engine, runner(self, fit_data, **options))
 

@@ -16,10 +16,12 @@ from ppmix.components.family import DensityFamily
 from ppmix.components.registry import family_config, family_from
 from ppmix.inference.engines.forward_backward import ForwardBackwardResult, forward_backward, viterbi
 from ppmix.models._family_components import INIT_METHODS, FamilyComponentsMixin, drop_leading_ones
+from ppmix.models._gibbs import HMMGibbsMixin
 from ppmix.models._missing import (
     PartlyObserved,
     check_missing_option,
-    fill_column_means,
+    fill_missing,
+    fit_statistics,
     log_prob_with_missing,
     partly_observed,
     partly_observed_statistics,
@@ -73,7 +75,7 @@ class _EMData:
     frames: Any
 
 
-class HMM(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
+class HMM(FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin, MixtureModel):
     """Hidden Markov model: ``z_1 ~ Cat(initial)``, ``z_t | z_{t-1} ~ Cat(transition[z_{t-1}])``,
     ``x_t | z_t = k ~ emission(theta_k)`` (by default Gaussian, ``N(mu_k, Sigma_k)``).
 
@@ -83,7 +85,9 @@ class HMM(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
     DataFrame with a ``sequence_column``). The EM engine (Baum–Welch) uses the batched
     log-space forward–backward of :mod:`ppmix.inference.engines.forward_backward`; the Pyro
     program (a ``pyro.markov`` chain with the states enumerated) gives SVI and MCMC,
-    and its ``TraceEnum_ELBO`` equals the EM log-likelihood. Padded steps keep the
+    and its ``TraceEnum_ELBO`` equals the EM log-likelihood; an emission family with a conjugate
+    prior (Poisson, Bernoulli, ...) is also sampled by ``engine="gibbs"`` (state paths by forward
+    filtering, backward sampling: :mod:`ppmix.models._gibbs`). Padded steps keep the
     state (identity transition) and emit nothing, so they contribute exactly zero.
 
     Parameters
@@ -115,9 +119,9 @@ class HMM(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
     sequence_column : str, optional
         Column of a DataFrame ``X`` holding the sequence id.
     missing : {"error", "marginalize"}, default "error"
-        NaN in a frame: an error naming ``X``, or (Gaussian emissions) an entry missing at random: a frame
-        emits by the marginal density of its observed entries and Baum-Welch's M-step takes the missing
-        block's conditional expectations (exact EM, as :class:`~ppmix.models.mixture.Mixture` does). EM only.
+        NaN in a frame: an error naming ``X``, or (Gaussian emissions, and the emission families of independent
+        features) an entry missing at random: a frame emits by the marginal density of its observed entries and
+        Baum-Welch's M-step is exact EM, as :class:`~ppmix.models.mixture.Mixture`'s. EM only.
     seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
 
     Attributes
@@ -233,7 +237,7 @@ class HMM(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
             feature_names=None if fitting else self.feature_names_in_,
             allow_missing=self._accepts_missing,
         )
-        frames = fill_column_means(batch.frames) if self._accepts_missing else batch.frames
+        frames = fill_missing(batch.frames, self.component_family()) if self._accepts_missing else batch.frames
         if fitting:
             check_n_components(self.n_components, frames.shape[0])
             self.n_features_in_ = batch.n_features
@@ -369,7 +373,9 @@ class HMM(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
         inner, weight = split_weights(data)
         if isinstance(inner.frames, PartlyObserved):  # the start: the columns' means in the holes
             frame_weight = None if weight is None else _sequence_weights(inner.batch, weight)[inner.batch.mask]
-            filled = self.component_family().prepare(fill_column_means(inner.frames.x, frame_weight))
+            filled = self.component_family().prepare(
+                fill_missing(inner.frames.x, self.component_family(), frame_weight)
+            )
             inner = _EMData(batch=inner.batch, frames=filled)
             data = inner if weight is None else Weighted(inner, weight)
         self.components_ = self._new_components(self.component_family().rows(inner.frames))
@@ -436,7 +442,7 @@ class HMM(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
     def em_update(self, stats: dict[str, Any]) -> None:
         """The M-step from (merged) statistics."""
         self._update_chain(stats["initial"], stats["transitions"])
-        self.components_.fit_statistics(stats["emissions"])
+        fit_statistics(self.components_, stats["emissions"])
         self._invalidate_guide()
 
     def _update_chain(self, initial: torch.Tensor, transitions: torch.Tensor) -> None:

@@ -13,10 +13,12 @@ from ppmix.components.centred import padded_counts
 from ppmix.components.family import DensityFamily, Statistics
 from ppmix.components.registry import family_config, family_from
 from ppmix.models._family_components import FamilyComponentsMixin
+from ppmix.models._gibbs import MixtureGibbsMixin
 from ppmix.models._missing import (
     PartlyObserved,
     check_missing_option,
-    fill_column_means,
+    fill_missing,
+    fit_statistics,
     impute_rows,
     log_prob_with_missing,
     partly_observed,
@@ -31,12 +33,15 @@ from ppmix.models.base import MixtureModel
 __all__ = ["Mixture"]
 
 
-class Mixture(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
+class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureModel):
     """Finite mixture: ``z_n ~ Cat(weights)``, ``x_n | z_n = k ~ family(theta_k)``.
 
-    One Pyro program, three engines: ``fit(X, engine="em")`` (closed-form EM through the
+    One Pyro program, four engines: ``fit(X, engine="em")`` (closed-form EM through the
     family's weighted statistics, the default), ``"svi"`` (``TraceEnum_ELBO`` on the same
-    model) and ``"mcmc"`` (NUTS under ``weights ~ Dirichlet(1)`` and the family's weak priors).
+    model), ``"mcmc"`` (NUTS under ``weights ~ Dirichlet(1)`` and the family's weak priors) and,
+    for a family whose prior is conjugate (Poisson, Bernoulli, exponential, categorical,
+    multinomial), ``"gibbs"`` (blocked Gibbs sweeps of the same posterior, all chains at once:
+    :mod:`ppmix.models._gibbs`).
     EM and SVI estimate by maximum likelihood (flat priors, so the ELBO equals the
     log-likelihood). Sharded EM (:func:`ppmix.distributed.fit_em`) and online EM
     (``partial_fit``) work for every family, through its mergeable statistics.
@@ -63,10 +68,12 @@ class Mixture(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
     warm_start : bool, default False
         Continue EM from the current parameters on the next ``fit``.
     missing : {"error", "marginalize"}, default "error"
-        What a NaN in ``X`` is: an error naming ``X``, or (``"marginalize"``, the Gaussian family) an entry
-        missing at random: EM scores a row by the marginal density of its observed entries and its M-step
-        takes the missing block's conditional expectations (exact EM); predictions and ``score`` take such
-        rows too, and :meth:`impute` fills them in. EM only (``fit``, ``partial_fit``).
+        What a NaN in ``X`` is: an error naming ``X``, or (``"marginalize"``: the Gaussian family and the families
+        of independent features, ``"poisson"``, ``"bernoulli"``, ``"categorical"``, ``"exponential"``, ``"gamma"``,
+        ``"lognormal"``) an entry missing at random: EM scores a row by the marginal density of its observed entries
+        and its M-step takes the missing block's conditional expectations (Gaussian) or weighs each feature by
+        whether it is observed (independent features): exact EM; predictions and ``score`` take such rows too, and
+        :meth:`impute` fills them in. EM only (``fit``, ``partial_fit``).
     seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
 
     Attributes
@@ -129,7 +136,7 @@ class Mixture(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
 
     def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> torch.Tensor:
         x = super().prepare_data(X, y, fitting=fitting)
-        measurable = fill_column_means(x) if self._accepts_missing else x
+        measurable = fill_missing(x, self.component_family()) if self._accepts_missing else x
         if fitting:
             check_n_components(self.n_components, x.shape[0])
             self._record_data_scale(measurable)
@@ -200,7 +207,7 @@ class Mixture(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
         (rows with missing entries start with their columns' means filled in)."""
         rows, weight = split_weights(data)
         if isinstance(rows, PartlyObserved):
-            rows = self.component_family().prepare(fill_column_means(rows.x, weight))
+            rows = self.component_family().prepare(fill_missing(rows.x, self.component_family(), weight))
             data = rows if weight is None else Weighted(rows, weight)
         self.components_ = self._new_components(self.component_family().rows(rows))
         self.m_step(data, self._initial_responsibilities(rows, generator, weight))
@@ -234,7 +241,7 @@ class Mixture(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
 
     def em_update(self, stats: Statistics) -> None:
         """The M-step from (merged) statistics: the components' weighted MLE, ``weights`` their total weights."""
-        self.components_.fit_statistics(stats)
+        fit_statistics(self.components_, stats)
         counts = padded_counts(stats.counts.to(self.dtype))
         self.weights_ = counts / counts.sum()
         self._invalidate_guide()
@@ -248,8 +255,9 @@ class Mixture(FamilyComponentsMixin, OnlineEMMixin, MixtureModel):
     def impute(self, X: Any) -> Any:
         """``X`` with every missing entry (NaN) replaced by its conditional expectation given the row's observed
         entries under the fitted mixture: each component's conditional mean (Gaussian conditioning on the
-        observed block), weighted by the row's posterior probabilities given the observed entries. The
-        Gaussian family only; any ``missing`` setting.
+        observed block; a feature's mean under independent features), weighted by the row's posterior
+        probabilities given the observed entries (categorical features: the most probable level). The families
+        that ``missing="marginalize"`` serves; any ``missing`` setting.
 
         Examples
         --------

@@ -33,7 +33,7 @@ from ppmix.models._weights import split_weights
 from ppmix.models.moe_polish import polished
 from ppmix.ops.kmeans import kmeans
 from ppmix.ops.logspace import normalize_log_joint_
-from ppmix.ops.scaling import column_moments
+from ppmix.ops.scaling import column_moments, weighted_lower_median
 
 #: a fitted :class:`~ppmix.models.MixtureOfExperts` (annotation only: this module does not import the model)
 MixtureOfExperts = Any
@@ -223,24 +223,6 @@ def _row_sum(values: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
     return values.sum(0) if weight is None else (weight.reshape(-1, *[1] * (values.dim() - 1)) * values).sum(0)
 
 
-def _weighted_median(values: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
-    """The lower median of ``values`` ``(M,)``, each counted ``weight[m]`` times (once when None): with integer
-    weights, ``torch.median`` of the values repeated (the first value, in order, whose cumulative weight reaches
-    half the total).
-
-    Examples
-    --------
-    >>> values, weight = torch.tensor([3.0, 1.0, 2.0]), torch.tensor([1.0, 2.0, 2.0])
-    >>> float(_weighted_median(values, weight)), float(values.repeat_interleave(weight.long()).median())
-    (2.0, 2.0)
-    """
-    if weight is None:
-        return values.median()
-    order = torch.argsort(values)
-    reached = torch.cumsum(weight[order], 0) >= weight.sum() / 2
-    return values[order[int(torch.argmax(reached.to(torch.uint8)))]]
-
-
 def _prediction_distance(model: MixtureOfExperts, x: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
     """Mean symmetric KL ``(K, K)`` between the experts' predictive distributions over ``x`` (rows weighted by
     ``weight`` where given; inf on the diagonal)."""
@@ -398,7 +380,7 @@ def move_responsibilities(
         score = -model._experts.log_prob((x, y))[:, split]
     else:
         score = y - model._expert_means(x)[:, split]
-    upper = members & (score > _weighted_median(score[members], None if weight is None else weight[members]))
+    upper = members & (score > weighted_lower_median(score[members], None if weight is None else weight[members]))
     proposal[upper, freed] = proposal[upper, split]
     proposal[upper, split] = 0.0
     return proposal

@@ -74,19 +74,19 @@ def kmeans_plusplus(
 ) -> torch.Tensor:
     """Greedy k-means++ seeding (Arthur & Vassilvitskii, 2007).
 
-        Each new centre is the best, by the resulting k-means potential, of ``n_trials``
-        candidates drawn with probability proportional to ``D^2`` (default
-        ``2 + floor(log K)``, the usual greedy variant; ``1`` is plain k-means++). With row
-        weights ``(N,)`` (non-negative, not all zero) the draws are proportional to ``w D^2`` and the
-        potential is ``sum_n w_n D_n^2``: the seeding of the data with row ``n`` repeated ``w_n`` times.
+    Each new centre is the best, by the resulting k-means potential, of ``n_trials``
+    candidates drawn with probability proportional to ``D^2`` (default
+    ``2 + floor(log K)``, the usual greedy variant; ``1`` is plain k-means++). With row
+    weights ``(N,)`` (non-negative, not all zero) the draws are proportional to ``w D^2`` and the
+    potential is ``sum_n w_n D_n^2``: the seeding of the data with row ``n`` repeated ``w_n`` times.
 
-        Examples
-        --------
-        >>> import torch
-        >>> x = torch.cat([torch.zeros(5, 2), torch.ones(5, 2) * 10])
-        >>> c = kmeans_plusplus(x, 2, torch.Generator().manual_seed(0))
-        >>> sorted(c[:, 0].tolist())
-        [0.0, 10.0]
+    Examples
+    --------
+    >>> import torch
+    >>> x = torch.cat([torch.zeros(5, 2), torch.ones(5, 2) * 10])
+    >>> c = kmeans_plusplus(x, 2, torch.Generator().manual_seed(0))
+    >>> sorted(c[:, 0].tolist())
+    [0.0, 10.0]
     """
     scale = _power_of_two_scale(x)
     x = x / scale
@@ -130,29 +130,29 @@ def kmeans(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Greedy k-means++ seeding and Lloyd iterations until the assignment is stable.
 
-        With ``n_init > 1`` the run with the lowest within-cluster sum of squares is
-        kept. With ``sample_size`` and more rows than that, seeding and Lloyd run on
-        ``sample_size`` rows drawn at random (with replacement) and every row of ``x`` is then
-        assigned to its nearest centre: the cost no longer grows with ``N`` beyond that one
-        pass, and the centres are those of the sample (as good as the full data's for a start
-        of EM when the sample holds enough points of every cluster). Returns the centres
-        ``(K, D)`` and the hard assignment of every row ``(N,)``. Empty clusters keep their
-        previous centre. With row weights ``(N,)`` (``sample_weight``: non-negative, not all zero) the
-        rows k-means runs on are a resample of the weighted rows (``sample_size`` of them, or ``N``), drawn
-        in proportion to the weights: a row of weight zero is never a centre, and an integer weight
-        counts as that many copies of the row.
+    With ``n_init > 1`` the run with the lowest within-cluster sum of squares is
+    kept. With ``sample_size`` and more rows than that, seeding and Lloyd run on
+    ``sample_size`` rows drawn at random (with replacement) and every row of ``x`` is then
+    assigned to its nearest centre: the cost no longer grows with ``N`` beyond that one
+    pass, and the centres are those of the sample (as good as the full data's for a start
+    of EM when the sample holds enough points of every cluster). Returns the centres
+    ``(K, D)`` and the hard assignment of every row ``(N,)``. Empty clusters keep their
+    previous centre. With row weights ``(N,)`` (``sample_weight``: non-negative, not all zero) the
+    rows k-means runs on are a resample of the weighted rows (``sample_size`` of them, or ``N``), drawn
+    in proportion to the weights: a row of weight zero is never a centre, and an integer weight
+    counts as that many copies of the row.
 
-        Examples
-        --------
-        >>> import torch
-        >>> x = torch.cat([torch.zeros(5, 2), torch.ones(5, 2) * 10])
-        >>> centres, labels = kmeans(x, 2, torch.Generator().manual_seed(0), n_init=2)
-        >>> int(labels[0] != labels[-1])
-        1
-        >>> big = torch.cat([torch.zeros(5000, 2), torch.ones(5000, 2) * 10])
-        >>> _, labels = kmeans(big, 2, torch.Generator().manual_seed(0), sample_size=100)
-        >>> int(labels[:5000].unique().numel() == 1 and labels[0] != labels[-1])
-        1
+    Examples
+    --------
+    >>> import torch
+    >>> x = torch.cat([torch.zeros(5, 2), torch.ones(5, 2) * 10])
+    >>> centres, labels = kmeans(x, 2, torch.Generator().manual_seed(0), n_init=2)
+    >>> int(labels[0] != labels[-1])
+    1
+    >>> big = torch.cat([torch.zeros(5000, 2), torch.ones(5000, 2) * 10])
+    >>> _, labels = kmeans(big, 2, torch.Generator().manual_seed(0), sample_size=100)
+    >>> int(labels[:5000].unique().numel() == 1 and labels[0] != labels[-1])
+    1
     """
     n = x.shape[0]
     sampled = weight is not None or (sample_size is not None and n > sample_size)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["column_moments", "feature_scales"]
+__all__ = ["column_moments", "feature_scales", "weighted_lower_median"]
 
 
 def column_moments(x: torch.Tensor, weight: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -55,3 +55,24 @@ def feature_scales(x: torch.Tensor, weight: torch.Tensor | None = None) -> tuple
     if count <= 1:
         return mean, torch.ones_like(mean)
     return mean, torch.where(std > 0, std, torch.ones_like(std))
+
+
+def weighted_lower_median(x: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+    """The lower median of ``x`` along its first axis (``(N,)`` -> a scalar, ``(N, D)`` -> ``(D,)``), row ``n``
+    counted ``weight[n]`` times (once when None): for integer weights, ``torch.median`` of the rows repeated (the
+    first value, in order, whose cumulative weight reaches half the total).
+
+    Examples
+    --------
+    >>> x, weight = torch.tensor([3.0, 1.0, 2.0]), torch.tensor([1.0, 2.0, 2.0])
+    >>> float(weighted_lower_median(x, weight)), float(x.repeat_interleave(weight.long()).median())
+    (2.0, 2.0)
+    >>> weighted_lower_median(torch.tensor([[3.0, 0.0], [1.0, 5.0]])).tolist()
+    [1.0, 0.0]
+    """
+    if weight is None:
+        return x.median(dim=0).values
+    values, order = x.sort(dim=0)
+    cumulative = weight.to(x)[order].cumsum(dim=0)
+    first = (cumulative < weight.sum().to(x) / 2).sum(dim=0, keepdim=True)
+    return values.gather(0, first)[0]

@@ -412,6 +412,44 @@ def test_bad_weights_in_shards_are_named(shards, options, error, match):
         fit_em(GMM(1, seed=0, progress=False), shards, executor="inline", **options)
 
 
-def test_sequence_and_pf_models_refuse_a_weight_column():
-    with pytest.raises(ValueError, match="one per row"):
-        fit_em(HMM(2, progress=False), [np.zeros((3, 2))], executor="inline", weight="w")
+def _sequence_frame(seqs, weights, first_id):
+    """Sequences as rows of a DataFrame with a sequence-id column ``seq`` and each row's sequence weight ``w``."""
+    return pd.concat(
+        pd.DataFrame(s, columns=["a", "b"]).assign(seq=f"s{first_id + i}", w=w)
+        for i, (s, w) in enumerate(zip(seqs, weights))
+    )
+
+
+def test_hmm_sequence_weights_in_shards_fit_as_sample_weight_in_memory(tmp_path):
+    """``weight="w"`` on an HMM's shards (DataFrames with a sequence column: the weight on each row, equal within
+    its sequence; NPZ files: one per sequence) equals ``fit(X, sample_weight=w)`` in memory and the sequences
+    repeated, from the same start."""
+    seqs = _sequences()
+    w = np.random.default_rng(3).integers(0, 4, size=len(seqs)).astype(float)
+    w[:2] = (1.0, 2.0)
+    start = _started(HMM(2, seed=0, progress=False, sequence_column="seq"), seqs)
+    in_memory = _quiet(copy.deepcopy(start).fit, seqs, sample_weight=w, max_iter=6, tol=0.0)
+    frames = [_sequence_frame(seqs[:6], w[:6], 0), _sequence_frame(seqs[6:], w[6:], 6)]
+    sharded = _quiet(fit_em, copy.deepcopy(start), frames, executor="inline", weight="w", max_iter=6, tol=0.0)
+    _assert_same_fit(sharded, in_memory)
+    assert sharded.feature_names_in_ == ["a", "b"]
+    np.savez(tmp_path / "seqs.npz", X=np.concatenate(seqs), lengths=[len(s) for s in seqs], w=w)
+    from_npz = _quiet(fit_em, copy.deepcopy(start), [tmp_path / "seqs.npz"], executor="inline", weight="w",
+                      max_iter=6, tol=0.0)  # fmt: skip
+    _assert_same_fit(from_npz, in_memory)
+    repeated = [s for s, count in zip(seqs, w) for _ in range(int(count))]
+    _assert_same_fit(from_npz, _quiet(copy.deepcopy(start).fit, repeated, max_iter=6, tol=0.0))
+
+
+def test_sequence_weights_must_be_equal_within_a_sequence():
+    seqs = _sequences(4)
+    frame = _sequence_frame(seqs, np.ones(4), 0)
+    frame.iloc[len(seqs[0]) + 1, frame.columns.get_loc("w")] = 2.0  # one row of sequence s1 weighs otherwise
+    with pytest.raises((ValueError, TaskError), match="rows of sequence 's1' have different weights"):
+        fit_em(HMM(2, progress=False, sequence_column="seq"), [frame], executor="inline", weight="w")
+
+
+def test_pf_models_refuse_a_weight_column():
+    with pytest.raises(ValueError, match="does not take them from shards"):
+        fit_em(SupervisedHMM(2, progress=False), [(np.zeros((3, 2)), np.zeros(3))], executor="inline", target="y",
+               weight="w")  # fmt: skip

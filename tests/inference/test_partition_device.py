@@ -249,3 +249,24 @@ def test_rw_cuda_round_trip_and_inputs_on_any_device(tmp_path):
     for loaded in (on_cpu, on_gpu):
         assert_close(loaded.weights_, rw.weights_, rtol=0, atol=0)
         np.testing.assert_array_equal(loaded.predict(X, y), rw.predict(X, y))
+
+
+@pytest.mark.parametrize("device, tol", DEVICE_TOL)
+def test_weighted_fits_on_device_match_default_cpu_fit(presto_data, device, tol):
+    # sample weights (zeros among them) through every weighted path: the weighted k-means start, capacities,
+    # a scikit-learn router with sample_weight, and RW's resampled start, weighted median and weight step
+    weight = np.random.default_rng(0).integers(0, 4, size=len(presto_data.X)).astype(float)
+    for kwargs in ({"component": "linear", "ridge": 1.0, "epsilon": 3.0}, {"router": LogisticRegression()}):
+        X, y = _presto_xy(presto_data, "linear-kmeans" if "ridge" in kwargs else "logistic")
+        reference = PRESTO(4, **kwargs, seed=0, progress=False).fit(X, y, sample_weight=weight)
+        model = PRESTO(4, **kwargs, seed=0, progress=False, device=device).fit(X, y, sample_weight=weight)
+        np.testing.assert_array_equal(model.partition_, reference.partition_)
+        assert_close(model.history_, reference.history_, rtol=tol, atol=0)
+    X, y, learner = _rw_problem("gaussian")
+    weight = np.random.default_rng(1).integers(0, 4, size=len(X)).astype(float)
+    reference = RegularizedWeighting(2, learner, n_init=2, seed=0, progress=False).fit(X, y, sample_weight=weight)
+    rw = RegularizedWeighting(2, learner, n_init=2, seed=0, progress=False, device=device)
+    rw.fit(X, y, sample_weight=weight)
+    np.testing.assert_array_equal(rw.labels_, reference.labels_)
+    assert_close(rw.weights_, reference.weights_, rtol=0, atol=100 * tol)
+    assert_close(rw.history_, reference.history_, rtol=tol, atol=0)

@@ -343,3 +343,119 @@ def test_predict_reorders_dataframe_columns_and_refuses_other_names():
     np.testing.assert_array_equal(model.predict(X[["b", "a"]]), model.predict(X))
     with pytest.raises(ValueError, match="c"):
         model.predict(X.rename(columns={"a": "c"}))
+
+
+# ------------------------------------------------------------------ sample weights
+def _weighted_regions(n=60, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-1, 1, size=(n, 2))
+    y = np.where(X[:, 0] < 0, 2 * X[:, 0] + 1, -3 * X[:, 1]) + 0.1 * rng.normal(size=n)
+    noisy = y + rng.normal(size=n)  # classes that no part separates: finite intercepts
+    targets = {"linear": y, "logistic": (noisy > 0.3).astype(int), "softmax": np.digitize(noisy, [-0.5, 0.5])}
+    return X, targets, rng.integers(1, 4, size=n).astype(float), (X[:, 1] > 0).astype(int)
+
+
+def test_weighted_loo_gains_are_the_gains_of_one_copy():
+    x, y = torch.randn(12, 2, dtype=D), torch.randn(12, dtype=D)
+    w = torch.tensor([1.0, 2.0, 3.0, 1.0, 2.0, 1.0, 1.0, 3.0, 2.0, 1.0, 1.0, 2.0], dtype=D)
+    part = torch.tensor([0, 1] * 6)
+    copies = torch.repeat_interleave(torch.arange(12), w.long())
+    onehot = torch.nn.functional.one_hot(part, 2).to(D)
+    objective, gains = gaussian_loo_gains(x, y, onehot * w[:, None], 0.1)
+    repeated_objective, repeated_gains = gaussian_loo_gains(x[copies], y[copies], onehot[copies], 0.1)
+    assert_close(objective, repeated_objective, rtol=1e-12, atol=0)
+    assert_close(gains[copies], repeated_gains, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("component", ["linear", "logistic", "softmax"])
+def test_sample_weight_equals_repeated_rows_without_capacities(component):
+    # without capacities the copies of a row share their scores and so their part: the sweep of the weighted
+    # rows is the sweep of the repeated rows
+    X, targets, w, init = _weighted_regions()
+    y, copies = targets[component], np.repeat(np.arange(len(X)), w.astype(int))
+    settings = dict(seed=0, progress=False, leeway=None)
+    weighted = PRESTO(2, component, init=init, **settings).fit(X, y, sample_weight=w)
+    repeated = PRESTO(2, component, init=init[copies], **settings).fit(X[copies], y[copies])
+    np.testing.assert_array_equal(weighted.partition_[copies], repeated.partition_)
+    assert len(weighted.history_) == len(repeated.history_) > 2
+    assert_close(weighted.history_, repeated.history_, rtol=1e-12, atol=0)
+    assert_close(weighted.loss_history_, repeated.loss_history_, rtol=1e-12, atol=0)
+    # Newton fits (logistic, softmax, the router) stop on a tolerance, reached by the weighted and the repeated
+    # sums at slightly different points: parameters agree to 1e-8 (the closed-form linear fit to 1e-12)
+    atol = 1e-12 if component == "linear" else 1e-8
+    for name in ("coef", "intercept"):
+        assert_close(getattr(weighted.components_, name), getattr(repeated.components_, name), rtol=0, atol=atol)
+    assert_close(weighted.router_.coef, repeated.router_.coef, rtol=0, atol=1e-8)
+    assert weighted.routability_ == pytest.approx(repeated.routability_, abs=1e-12)
+
+
+def test_sample_weight_with_capacities_keeps_rows_whole():
+    # capacities count weight; a row is never split, so the fit is a partition of the repeated rows that keeps
+    # copies together (the repeated fit may split them), and its objective is that partition's
+    X, targets, w, _ = _weighted_regions()
+    y, copies = targets["logistic"], np.repeat(np.arange(len(X)), w.astype(int))
+    model = PRESTO(3, "logistic", seed=0, progress=False).fit(X, y, sample_weight=w)
+    assert np.bincount(model.partition_, weights=w, minlength=3).max() <= math.ceil(1.1 * w.sum() / 3)
+    # objective() refits from zero, the sweep warm-started: the Newton fits stop a little apart
+    assert model.objective(X, y, model.partition_, sample_weight=w) == pytest.approx(model.loss_history_[-1], 1e-9)
+    assert model.objective(X[copies], y[copies], model.partition_[copies]) == pytest.approx(
+        model.loss_history_[-1], 1e-9
+    )
+    inline = PRESTO(3, "logistic", seed=0, progress=False, executor="inline").fit(X, y, sample_weight=w)
+    np.testing.assert_array_equal(inline.partition_, model.partition_)
+
+
+def test_weighted_greedy_is_the_repeated_greedy_unless_it_splits_a_row():
+    unsplit = 0
+    for seed in range(6):
+        rng = np.random.default_rng(seed)
+        scores, w = torch.as_tensor(rng.normal(size=(15, 3))), torch.as_tensor(rng.integers(1, 4, size=15), dtype=D)
+        copies = torch.repeat_interleave(torch.arange(15), w.long())
+        capacity = math.ceil(1.2 * float(w.sum()) / 3)
+        weighted = greedy_capacity_assignment(scores, capacity, w)
+        repeated = greedy_capacity_assignment(scores[copies], capacity)
+        assert torch.bincount(weighted, weights=w, minlength=3).max() <= capacity
+        if all(repeated[copies == i].unique().numel() == 1 for i in range(15)):
+            assert torch.equal(weighted[copies], repeated)
+            unsplit += 1
+    assert unsplit >= 3  # (seeds 0, 2, 4, 5; in 0 and 4 a capacity binds)
+
+
+def test_sample_weight_zero_drops_the_row():
+    X, targets, w, init = _weighted_regions(seed=1)
+    w[[2, 7]] = 0.0
+    keep = w > 0
+    settings = dict(seed=0, progress=False, leeway=None)
+    dropped = PRESTO(2, "linear", init=init, **settings).fit(X, targets["linear"], sample_weight=w)
+    kept = PRESTO(2, "linear", init=init[keep], **settings).fit(X[keep], targets["linear"][keep], sample_weight=w[keep])
+    assert dropped.history_ == kept.history_
+    np.testing.assert_array_equal(dropped.partition_[keep], kept.partition_)
+    np.testing.assert_array_equal(dropped.partition_[~keep], dropped.predict_partition(X[~keep]))
+
+
+class _NoWeightRouter:
+    def fit(self, X, labels):
+        return self
+
+    def predict_proba(self, X):
+        return np.full((len(X), 2), 0.5)
+
+
+@pytest.mark.parametrize(
+    "kwargs, weights, match",
+    [
+        ({}, [1.0] * 59 + [-1.0], "non-negative"),
+        ({}, [0.0] * 60, "zero for every row"),
+        ({}, [1.0] * 59, "one entry per row"),
+        ({}, [0.0] * 59 + [1.0], "2 row"),
+        ({"component": torch.nn.Linear(2, 1)}, None, "nn.Module"),
+        ({"init": "ward"}, None, "ward"),
+        ({"router": _NoWeightRouter()}, None, "router"),
+    ],
+    ids=["negative", "all-zero", "length", "one-positive", "torch", "ward", "router"],
+)
+def test_bad_sample_weight_is_named(kwargs, weights, match):
+    X, targets, w, _ = _weighted_regions()
+    settings = {"n_components": 2, "component": "linear", "progress": False, **kwargs}
+    with pytest.raises(ValueError, match=f"sample_weight.*{match}|{match}.*sample_weight"):
+        PRESTO(**settings).fit(X, targets["linear"], sample_weight=w if weights is None else weights)

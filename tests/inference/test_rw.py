@@ -24,7 +24,7 @@ from ppmix.inference.optimizers.rw.learners import (
     SubspaceLearner,
     WeightedLearner,
 )
-from ppmix.inference.optimizers.rw.weights import joint_loss, solve_weights
+from ppmix.inference.optimizers.rw.weights import joint_loss, project_weighted_simplex, solve_weights
 from ppmix.ops.simplex import project_simplex
 from tests.common import assert_close
 
@@ -418,3 +418,92 @@ def test_predict_errors():
     reg = RegularizedWeighting(2, "regression", alpha_per_point=1.0, seed=0, progress=False).fit(X_OK, X_OK[:, 0])
     with pytest.raises(ValueError, match="y"):
         reg.predict(X_OK)
+
+
+# ------------------------------------------------------------------ sample weights
+class _FixedCentres(SquaredDistanceLearner):
+    """k-means models started at given centres: the same start for the weighted and the repeated rows."""
+
+    def init(self, data, k, generator):
+        self.centres_ = torch.tensor([[0.0, 0.0], [5.0, 5.0]], dtype=torch.float64)
+        return self
+
+
+def _weighted_clusters(seed: int = 0):
+    rng = np.random.default_rng(seed)
+    X = np.concatenate([rng.normal(0, 1, (20, 2)), rng.normal(5, 1, (20, 2)), [[40.0, -30.0]]])
+    return X, rng.integers(1, 4, size=len(X)).astype(float)
+
+
+def test_sample_weight_equals_repeated_rows():
+    X, w = _weighted_clusters()
+    copies = np.repeat(np.arange(len(X)), w.astype(int))
+    settings = dict(alpha_per_point=4.0, n_init=1, seed=0, progress=False, weight_tol=1e-12)
+    weighted = RegularizedWeighting(2, _FixedCentres(), **settings).fit(X, sample_weight=w)
+    repeated = RegularizedWeighting(2, _FixedCentres(), **settings).fit(X[copies])
+    assert weighted.alpha_ == repeated.alpha_ == 4.0 * w.sum()
+    assert len(weighted.history_) == len(repeated.history_)
+    assert_close(weighted.history_, repeated.history_, rtol=1e-12, atol=0)
+    assert_close(weighted.models_.centres_, repeated.models_.centres_, rtol=0, atol=1e-12)
+    # the weight of a row is the total over its copies
+    totals = torch.zeros_like(weighted.weights_).index_add(1, torch.as_tensor(copies), repeated.weights_)
+    assert_close(weighted.weights_, totals, rtol=0, atol=1e-14)
+    assert np.array_equal(weighted.labels_[copies], repeated.labels_)
+    assert np.array_equal(weighted.outliers_[copies], repeated.outliers_) and weighted.outliers_[-1]
+
+
+def test_sample_weight_zero_drops_the_row_and_ones_change_nothing():
+    X, w = _weighted_clusters(1)
+    w[[3, 30]] = 0.0
+    keep = w > 0
+    settings = dict(alpha_per_point=4.0, n_init=1, seed=0, progress=False)
+    dropped = RegularizedWeighting(2, _FixedCentres(), **settings).fit(X, sample_weight=w)
+    kept = RegularizedWeighting(2, _FixedCentres(), **settings).fit(X[keep], sample_weight=w[keep])
+    assert dropped.history_ == kept.history_ and torch.equal(dropped.weights_[:, keep], kept.weights_)
+    assert not dropped.weights_[:, ~keep].any() and not dropped.outliers_[~keep].any()
+    assert np.array_equal(dropped.labels_[~keep], dropped.predict(X[~keep]))
+    # weights all one: the unweighted fit, bit for bit (restarts and the start included)
+    ones = RegularizedWeighting(2, alpha_per_point="auto", n_init=2, seed=0, progress=False)
+    plain = RegularizedWeighting(2, alpha_per_point="auto", n_init=2, seed=0, progress=False).fit(X)
+    ones.fit(X, sample_weight=np.ones(len(X)))
+    assert ones.history_ == plain.history_ and torch.equal(ones.weights_, plain.weights_)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_weight_step_with_sample_weight_is_the_repeated_weight_step(seed):
+    losses = random_losses(seed, 3, 12, far=2)
+    mass = torch.as_tensor(np.random.default_rng(seed).integers(1, 5, size=12), dtype=torch.float64)
+    copies = torch.repeat_interleave(torch.arange(12), mass.long())
+    repeated = solve_weights(losses[:, copies], alpha=8.0 * float(mass.sum()), tol=1e-13)
+    weighted = solve_weights(losses, alpha=8.0 * float(mass.sum()), tol=1e-13, sample_weight=mass)
+    assert weighted.n_iter == repeated.n_iter
+    assert weighted.objective == pytest.approx(repeated.objective, rel=1e-12)
+    # the optimal weights need not be unique (the objective is strictly convex in v only): rounding steers the
+    # two runs apart along the flat directions by a little more than it moves the objective
+    totals = torch.zeros_like(weighted.weights).index_add(1, copies, repeated.weights)
+    assert_close(weighted.weights, totals, rtol=0, atol=1e-9)
+    assert joint_loss(losses, weighted.weights, 8.0 * float(mass.sum()), mass) == pytest.approx(weighted.objective)
+
+
+@pytest.mark.parametrize("max_pivots", [1, 64], ids=["sort", "pivot"])
+def test_weighted_projection_is_the_projection_of_the_repeated_vector(max_pivots):
+    v = torch.as_tensor(np.random.default_rng(0).normal(size=(4, 9)))
+    mass = torch.tensor([1.0, 3.0, 2.0, 1.0, 1.0, 4.0, 2.0, 1.0, 5.0], dtype=torch.float64)
+    copies = torch.repeat_interleave(torch.arange(9), mass.long())
+    projected, _ = project_weighted_simplex(v, mass, max_pivots=max_pivots)
+    assert_close(projected[:, copies], project_simplex(v[:, copies]), rtol=0, atol=1e-15)
+
+
+@pytest.mark.parametrize(
+    "weights, match",
+    [
+        ([1.0] * 5 + [-1.0], "non-negative"),
+        ([0.0] * 6, "zero for every row"),
+        ([1.0] * 5, "one entry per row"),
+        ([0.0] * 5 + [1.0], "2 row"),
+    ],
+    ids=["negative", "all-zero", "length", "fewer-than-models"],
+)
+def test_bad_sample_weight(weights, match):
+    with pytest.raises(ValueError, match=f"sample_weight.*{match}"):
+        RegularizedWeighting(2, alpha_per_point=1.0, progress=False).fit(X_OK[:6], sample_weight=weights)

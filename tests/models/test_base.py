@@ -64,6 +64,8 @@ def test_user_model_without_em_rejects_engine_em():
     with pytest.raises(ValueError, match="engine='svi'"):
         PlainGMM(2, progress=False).fit(two_groups(), engine="em")
     with pytest.raises(ValueError, match="engine must be one of"):
+        PlainGMM(2, progress=False).fit(two_groups(), engine="hmc")
+    with pytest.raises(ValueError, match="engine='gibbs' needs conjugate priors.*PlainGMM has none"):
         PlainGMM(2, progress=False).fit(two_groups(), engine="gibbs")
 
 

@@ -158,10 +158,6 @@ NOT_OFFERED: dict[tuple[str, str], str] = {
     ("PFGMMGibbs", "save_load"): "not a MixtureModel: no save/load",
     ("PFGMMGibbs", "sample_weight"): "a Gibbs sampler: its fit takes no sample_weight",
     ("user-StudentT-svi", "sample_weight"): "fitted by SVI: sample_weight is taken by engine='em' only",
-    **{
-        (case_id, "sample_weight"): "sample_weight not written yet for the pf objective"
-        for case_id in ("PFGMM", "SupervisedGMM", "PFHMM", "SupervisedHMM")
-    },
 }
 
 #: test id -> the ppmix bug that makes it fail (strict xfails: fixing the bug turns them into failures to remove)

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import numpy as np
 import pytest
 import torch
+from scipy import stats
 from scipy.stats import multivariate_normal, norm
 
 from ppmix import GMM, HMM, Mixture
+from ppmix._validation import InvalidDataError
 from ppmix.components.gaussian_missing import marginal_log_prob
 from ppmix.inference import ConvergenceWarning
 from ppmix.models._missing import fill_column_means
+from ppmix.models._weights import Weighted
 
 COVARIANCES = ["diag", "full", "spherical", "tied"]
 QUIET = {"seed": 0, "progress": False}
@@ -160,10 +164,22 @@ def test_unit_sample_weights_with_missing_entries_change_nothing():
         (lambda: GMM(2, missing="marginalize", **QUIET), [[np.nan, np.nan], [2.0, 3.0]], ValueError, "row 0 has every"),
         (lambda: GMM(2, missing="impute", **QUIET), [[1.0, 2.0], [2.0, 3.0]], ValueError, "missing must be one of"),
         (
-            lambda: Mixture(2, family="poisson", missing="marginalize", **QUIET),
+            lambda: Mixture(2, family="multinomial", missing="marginalize", **QUIET),
             [[1.0, 2.0], [2.0, 3.0]],
             ValueError,
-            "Gaussian family",
+            "families of independent features",
+        ),
+        (
+            lambda: Mixture(2, family={"name": "student_t", "covariance_type": "full"}, missing="marginalize", **QUIET),
+            [[1.0, 2.0], [2.0, 3.0]],
+            ValueError,
+            "diagonal Student-t; got the 'student_t' family \\(covariance_type='full'\\)",
+        ),
+        (
+            lambda: Mixture(2, family="poisson", missing="marginalize", **QUIET),
+            [[1.0, np.nan], [2.5, 3.0], [1.0, 1.0]],
+            InvalidDataError,
+            "counts",
         ),
     ],
 )
@@ -240,3 +256,232 @@ def test_hmm_refuses_nan_without_the_option_by_name():
     _, holed = _chains(3)
     with pytest.raises(ValueError, match=r"X\[0\] contains NaN"):
         HMM(2, **QUIET).fit(holed)
+
+
+# ------------------------------------------------------------------------------- independent features
+INDEPENDENT = ["poisson", "bernoulli", "categorical", "exponential", "gamma", "lognormal"]
+#: the families of independent features and the diagonal Student-t (whose features share the latent precision)
+MARGINALIZING = [*INDEPENDENT, "student_t"]
+
+
+def planted_features(family: str, n: int = 600, d: int = 3, seed: int = 0, fraction: float = 0.2):
+    """Two clusters of ``family``'s data: ``(complete X, X with a fraction of entries NaN, mask)`` (no row empty)."""
+    rng = np.random.default_rng(seed)
+    low = rng.random(n) < 0.5
+    draw = {
+        "poisson": lambda a: rng.poisson(2.0 if a else 12.0, (n, d)),
+        "bernoulli": lambda a: rng.random((n, d)) < (0.85 if a else 0.15),
+        "categorical": lambda a: rng.choice(3, (n, d), p=[0.8, 0.1, 0.1] if a else [0.1, 0.2, 0.7]),
+        "exponential": lambda a: rng.exponential(1.0 if a else 15.0, (n, d)),
+        "gamma": lambda a: rng.gamma(2.0 if a else 20.0, 1.0 if a else 2.0, (n, d)),
+        "lognormal": lambda a: np.exp(rng.normal(1.0 if a else 4.0, 0.5, (n, d))),
+        "student_t": lambda a: (0.0 if a else 8.0) + rng.standard_t(4, (n, d)),
+    }[family]
+    x = np.where(low[:, None], draw(True), draw(False)).astype(float)
+    mask = rng.random(x.shape) < fraction
+    mask[mask.all(1), 0] = False
+    holes = x.copy()
+    holes[mask] = np.nan
+    return x, holes, mask
+
+
+def _feature_log_density(family: str, components, value: float, d: int) -> np.ndarray:
+    """scipy's log-density (mass) of ``value`` in feature ``d`` under every component ``(K,)``."""
+    p = {name: t.numpy() for name, t in components.state_dict().items()}
+    if family == "poisson":
+        return stats.poisson(p["rate"][:, d]).logpmf(value)
+    if family == "bernoulli":
+        return stats.bernoulli(p["probs"][:, d]).logpmf(value)
+    if family == "categorical":
+        return np.log(p["probs"][:, d, int(value)])
+    if family == "exponential":
+        return stats.expon(scale=1 / p["rate"][:, d]).logpdf(value)
+    if family == "gamma":
+        return stats.gamma(p["concentration"][:, d], scale=1 / p["rate"][:, d]).logpdf(value)
+    if family == "student_t":  # the t's marginal of one feature: a univariate t with the same df
+        return stats.t(p["df"], loc=p["loc"][:, d], scale=p["scale"][:, d]).logpdf(value)
+    return stats.lognorm(p["scale"][:, d], scale=np.exp(p["loc"][:, d])).logpdf(value)
+
+
+@pytest.mark.parametrize("family", MARGINALIZING)
+def test_a_row_with_one_observed_feature_scores_that_features_marginal(family):
+    """Known answer: a row with one observed entry scores ``log sum_k w_k p_kd(x_d)`` (scipy's densities); a
+    complete row (independent features) the sum over its features."""
+    x, holes, _ = planted_features(family)
+    mix = _fit(Mixture(2, family=family, missing="marginalize", **QUIET), holes)
+    weights = mix.weights_.numpy()
+    value = x[0, 1]
+    row = np.array([[np.nan, value, np.nan]])
+    want = np.log(np.sum(weights * np.exp(_feature_log_density(family, mix.components_, value, 1))))
+    assert float(mix.score_samples(row)[0]) == pytest.approx(want, rel=1e-10)
+    if family == "student_t":
+        return
+    complete = sum(_feature_log_density(family, mix.components_, x[0, d], d) for d in range(3))
+    assert float(mix.score_samples(x[:1])[0]) == pytest.approx(np.log(np.sum(weights * np.exp(complete))), rel=1e-10)
+
+
+@pytest.mark.parametrize("family", MARGINALIZING)
+def test_independent_features_with_nothing_missing_fit_as_usual(family):
+    x, _, _ = planted_features(family, 300)
+    plain = _fit(Mixture(2, family=family, **QUIET), x)
+    marginal = _fit(Mixture(2, family=family, missing="marginalize", **QUIET), x)
+    assert marginal.history_ == plain.history_
+    assert torch.equal(marginal.means_, plain.means_)
+
+
+@pytest.mark.parametrize("family", MARGINALIZING)
+def test_em_with_missing_features_climbs(family):
+    """EM never decreases the observed entries' log-likelihood (30 % missing), and its objective is the mean of
+    ``score_samples``."""
+    _, holes, _ = planted_features(family, 400, fraction=0.3)
+    mix = _fit(Mixture(2, family=family, missing="marginalize", max_iter=25, tol=0.0, **QUIET), holes)
+    history = np.asarray(mix.history_)
+    assert (np.diff(history) >= -1e-12 * np.abs(history[1:])).all()
+    assert mix.score(holes) == pytest.approx(float(np.mean(mix.score_samples(holes))), rel=1e-12)
+
+
+@pytest.mark.parametrize("family", INDEPENDENT)
+def test_one_component_is_each_features_mle_on_its_observed_entries(family):
+    """Known answer: with one component the M-step weighs each entry by whether it is observed, so the fit is each
+    feature's MLE from its observed entries alone (the mean of the observed entries; log-normal: of their
+    logarithms), not of the column-mean-filled rows."""
+    _, holes, mask = planted_features(family, 300, fraction=0.3)
+    mix = _fit(Mixture(1, family=family, missing="marginalize", **QUIET), holes)
+    if family == "lognormal":
+        got, want = mix.components_.loc.numpy()[0], np.nanmean(np.log(holes), axis=0)
+    else:
+        got, want = mix.means_.numpy()[0], np.nanmean(holes, axis=0)
+    np.testing.assert_allclose(got, want, rtol=1e-6 if family == "categorical" else 1e-10)
+
+
+@pytest.mark.parametrize("family", MARGINALIZING)
+def test_recovery_of_independent_features_with_a_fifth_missing(family):
+    """MCAR at 20 %: the component means within 5 % (of the data's scale) of the complete-data fit's, the held-out
+    log-likelihood within 1 %, and ``impute`` keeps the observed entries and fills the others with a mixture of the
+    components' means (categorical: a level)."""
+    x, holes, mask = planted_features(family, 1500)
+    held_out, _, _ = planted_features(family, 500, seed=1)
+    complete = _fit(Mixture(2, family=family, **QUIET), x)
+    marginal = _fit(Mixture(2, family=family, missing="marginalize", **QUIET), holes)
+    order = lambda m: m.means_.numpy()[np.argsort(m.means_.numpy()[:, 0])]  # noqa: E731
+    assert np.abs(order(marginal) - order(complete)).max() < 0.05 * np.abs(order(complete)).max()
+    assert marginal.score(held_out) == pytest.approx(complete.score(held_out), rel=0.01)
+    imputed = marginal.impute(holes)
+    assert np.array_equal(imputed[~mask], x[~mask]) and not np.isnan(imputed).any()
+    means = marginal.means_.numpy()
+    filled = np.where(mask, imputed, np.nan)
+    if family == "categorical":  # a level
+        assert set(np.unique(imputed[mask])) <= {0.0, 1.0, 2.0}
+    else:  # a mixture of the components' means
+        assert (np.nanmin(filled, 0) >= means.min(0) - 1e-9).all() and (
+            np.nanmax(filled, 0) <= means.max(0) + 1e-9
+        ).all()
+
+
+def test_impute_of_independent_features_is_the_posterior_mixture_of_the_means():
+    """Known answer: a missing count is imputed as ``sum_k p(k | observed) rate_kd``; a missing level as the most
+    probable level of the posterior mixture of the level probabilities."""
+    _, holes, _ = planted_features("poisson")
+    mix = _fit(Mixture(2, family="poisson", missing="marginalize", **QUIET), holes)
+    row = np.array([[1.0, np.nan, 3.0]])
+    posterior = mix.predict_proba(row)[0]
+    assert mix.impute(row)[0, 1] == pytest.approx(float(posterior @ mix.means_.numpy()[:, 1]), rel=1e-12)
+    _, holes, _ = planted_features("categorical")
+    mix = _fit(Mixture(2, family="categorical", missing="marginalize", **QUIET), holes)
+    posterior = mix.predict_proba(row - 1)[0]
+    want = int(np.argmax(posterior @ mix.components_.probs.numpy()[:, 1]))
+    assert mix.impute(row - 1)[0, 1] == want
+
+
+@pytest.mark.parametrize("family", ["poisson", "gamma"])
+def test_rows_with_missing_features_are_predicted_from_that_row_alone(family):
+    _, holes, _ = planted_features(family, 300)
+    mix = _fit(Mixture(2, family=family, missing="marginalize", **QUIET), holes)
+    batch = mix.predict_proba(holes[:40])
+    for i in (0, 7, 31):
+        np.testing.assert_allclose(mix.predict_proba(holes[i : i + 1])[0], batch[i], rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("family", ["poisson", "categorical"])
+def test_hmm_emissions_of_independent_features_with_missing_entries(family):
+    """HMM frames: a one-frame sequence with one observed entry scores ``log sum_k initial_k p_kd(x_d)``; with
+    nothing missing the fit is the usual one; with 20 % missing Baum-Welch climbs."""
+    x, holes, _ = planted_features(family, 200)
+    complete = [x[:100], x[100:]]
+    plain = _fit(HMM(2, emission=family, **QUIET), complete)
+    assert _fit(HMM(2, emission=family, missing="marginalize", **QUIET), complete).history_ == plain.history_
+    hmm = _fit(
+        HMM(2, emission=family, missing="marginalize", max_iter=15, tol=0.0, **QUIET), [holes[:100], holes[100:]]
+    )
+    history = np.asarray(hmm.history_)
+    assert (np.diff(history) >= -1e-12 * np.abs(history[1:])).all()
+    value = x[0, 2]
+    want = np.log(np.sum(hmm.initial_.numpy() * np.exp(_feature_log_density(family, hmm.components_, value, 2))))
+    assert float(hmm.score_samples([np.array([[np.nan, np.nan, value]])])[0]) == pytest.approx(want, rel=1e-10)
+
+
+@pytest.mark.parametrize("family", ["poisson", "lognormal"])
+def test_online_em_takes_batches_with_and_without_missing_features(family):
+    """partial_fit: the statistics of a batch with missing entries (per feature) and of one without (the
+    family's own: weighted sums, or the log-normal's Gaussian statistics) merge in either order."""
+    x, holes, _ = planted_features(family, 400)
+    for batches in ([holes[:200], x[200:]], [x[:200], holes[200:]]):
+        mix = Mixture(2, family=family, missing="marginalize", **QUIET)
+        for batch in batches:
+            mix.partial_fit(batch)
+        assert np.isfinite(mix.score(holes))
+
+
+def test_student_t_em_with_missing_entries_reaches_a_stationary_point():
+    """Exact ECM for the diagonal t: at convergence (one component, 30 % missing) the gradient of the observed
+    entries' log-likelihood (autograd through the marginal t densities) in ``loc``, ``log scale`` and ``log df``
+    vanishes."""
+    from ppmix.components.student_t import StudentTComponents
+
+    _, holes, _ = planted_features("student_t", 600, fraction=0.3)
+    holes = holes[np.nanmean(holes, axis=1) < 4][:200]  # one cluster
+    mix = _fit(Mixture(1, family="student_t", missing="marginalize", tol=1e-14, max_iter=3000, **QUIET), holes)
+    fitted = mix.components_
+    params = [p.detach().clone().requires_grad_(True) for p in (fitted.loc, fitted.scale.log(), fitted.df.log())]
+    loc, log_scale, log_df = params
+    components = StudentTComponents(log_df.exp(), loc, log_scale.exp())
+    components.observed().log_prob(torch.as_tensor(holes)).sum().backward()
+    assert max(float(p.grad.abs().max()) for p in params) < 1e-4
+
+
+@pytest.mark.parametrize("family", ["poisson", "student_t"])
+def test_sample_weights_with_missing_features_are_repeated_rows(family):
+    """Known answer: the E-step under integer sample weights with missing entries is that of the repeated rows: the
+    same objective, and the M-step from its statistics the same components and mixing weights."""
+    _, holes, _ = planted_features(family, 200)
+    weight = np.random.default_rng(1).integers(1, 4, len(holes))
+    mix = _fit(Mixture(2, family=family, missing="marginalize", max_iter=3, **QUIET), holes)
+    weighted = Weighted(mix.em_data(mix.prepare_data(holes)), torch.as_tensor(weight, dtype=torch.float64))
+    repeated = mix.em_data(mix.prepare_data(np.repeat(holes, weight, axis=0)))
+
+    def m_step(data):
+        stats, objective = mix.e_step(data)
+        fitted = copy.deepcopy(mix)
+        fitted.em_update(stats)
+        return float(objective), {**fitted.components_.state_dict(), "weights": fitted.weights_}
+
+    (got_objective, got), (want_objective, want) = m_step(weighted), m_step(repeated)
+    assert got_objective == pytest.approx(want_objective, rel=1e-12)
+    for name, value in want.items():
+        torch.testing.assert_close(got[name], value, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("family", ["poisson", "student_t"])
+def test_shards_with_and_without_missing_features_fit_as_in_memory(family):
+    """fit_em on shards with and without missing entries (the first complete) equals the in-memory fit."""
+    from ppmix.distributed import fit_em
+
+    x, holes, _ = planted_features(family, 300)
+    shards = [x[:100], holes[100:200], holes[200:]]
+    options = {"family": family, "missing": "marginalize", "max_iter": 10, **QUIET}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        sharded = fit_em(Mixture(2, **options), shards, executor="inline")
+        in_memory = Mixture(2, **options).fit(np.concatenate(shards))
+    order = lambda m: m.means_.numpy()[np.argsort(m.means_.numpy()[:, 0])]  # noqa: E731
+    np.testing.assert_allclose(order(sharded), order(in_memory), rtol=1e-8)

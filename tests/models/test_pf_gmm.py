@@ -195,6 +195,11 @@ def test_bad_features():
     x[:, 1] = 4.0
     with pytest.raises(ValueError, match=r"constant feature\(s\) \[1\]"):
         _pf(n_components=2).fit(x, y)
+    x[0, 1] = 5.0  # constant on the rows that weigh: as the repeated rows, refused
+    with pytest.raises(ValueError, match=r"constant feature\(s\) \[1\]"):
+        _pf(n_components=2).fit(x, y, sample_weight=np.r_[0.0, np.ones(49)])
+    with pytest.raises(ValueError, match="sample_weight is taken by engine='em' only"):
+        _pf(n_components=2).fit(x, y, sample_weight=np.ones(50), engine="svi")
     with pytest.raises(ValueError, match="NaN"):
         _pf(n_components=2).fit(np.full((50, 3), np.nan), y)
     with pytest.raises(ValueError, match="n_components"):
@@ -247,3 +252,40 @@ def test_fits_follow_the_window_on_section_6_data():
         assert ((model.relevance_ > 0.5) == expected).all(), p
         if window.contains(p):
             assert auroc(y, model.predict_proba(x)[:, 1]) > 0.99
+
+
+@pytest.mark.parametrize("routing", [False, True], ids=["fit-params", "metadata-routing"])
+def test_grid_search_passes_sample_weight_to_every_fit(routing):
+    """GridSearchCV(PFGMM).fit(X, y, sample_weight=w) fits every split and the refit with the weights (with or
+    without scikit-learn's metadata routing): the refit is the weighted fit on all rows."""
+    import sklearn
+    from sklearn.model_selection import GridSearchCV
+
+    data = make_pf_synthetic(120, n_relevant=2, n_features=4, seed=0)
+    weight = np.where(data.y == 1, 3.0, 1.0)
+    settings = {"switch_prior": 0.2, "n_restarts": 1, "seed": 0, "progress": False}
+    with sklearn.config_context(enable_metadata_routing=routing):
+        model = PFGMM(2, **settings)
+        if routing:
+            model = model.set_fit_request(sample_weight=True).set_score_request(sample_weight=True)
+        search = GridSearchCV(model, {"alpha": [1.0]}, cv=3).fit(data.X, data.y, sample_weight=weight)
+    direct = PFGMM(2, **settings).fit(data.X, data.y, sample_weight=weight)
+    plain = PFGMM(2, **settings).fit(data.X, data.y)
+    for site, value in direct.get_globals().items():
+        np.testing.assert_allclose(search.best_estimator_.get_globals()[site], value, rtol=1e-10, err_msg=site)
+    assert not torch.allclose(direct.weights_, plain.weights_, atol=1e-3)  # the weights changed the fit
+
+
+def test_integer_weights_keep_the_restart_the_repeated_rows_keep():
+    """A default fit (three relevance-guided starts) with integer weights scores its starts as the repeated rows'
+    fit does (weighted means), keeps the same one and selects the same features."""
+    data = make_pf_synthetic(150, n_relevant=2, n_features=5, seed=0)
+    weight = np.random.default_rng(0).integers(0, 3, 150)
+    weighted = PFGMM(3, switch_prior=0.2, seed=0, progress=False).fit(data.X, data.y, sample_weight=weight)
+    repeated = PFGMM(3, switch_prior=0.2, seed=0, progress=False).fit(
+        np.repeat(data.X, weight, 0), np.repeat(data.y, weight)
+    )
+    np.testing.assert_allclose(weighted.restart_scores_, repeated.restart_scores_, rtol=1e-8)
+    np.testing.assert_allclose(weighted.relevance_gain_, repeated.relevance_gain_, rtol=1e-6)
+    assert weighted.relevant_features_.tolist() == repeated.relevant_features_.tolist() == data.relevant.tolist()
+    np.testing.assert_allclose(sorted(weighted.weights_.tolist()), sorted(repeated.weights_.tolist()), rtol=1e-6)

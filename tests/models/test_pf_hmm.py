@@ -240,6 +240,24 @@ def test_synthetic_data_follows_e4():
     assert_close(np.bincount(first, minlength=4) / 300, [0.1, 0.2, 0.3, 0.4], atol=0.06, rtol=0)
 
 
+def test_default_fit_with_sequence_weights_equals_the_repeated_sequences():
+    """One weight per sequence (zeros drop sequences): the default fit (relevance start on the weighted frames)
+    reaches the repeated sequences' fit: the same ELBO per step, relevance and weighted accuracy."""
+    data = make_pf_hmm_synthetic(20, length=15, n_relevant=2, n_features=5, seed=0)
+    weight = np.random.default_rng(0).integers(0, 3, 20)
+    weight[:2] = 1
+    x, y = list(data.X), list(data.y)
+
+    def repeat(items):
+        return [item for item, count in zip(items, weight) for _ in range(count)]
+
+    weighted = PFHMM(3, switch_prior=0.3, seed=0, progress=False).fit(x, y, sample_weight=weight)
+    repeated = PFHMM(3, switch_prior=0.3, seed=0, progress=False).fit(repeat(x), repeat(y))
+    assert weighted.lower_bound_ == pytest.approx(repeated.lower_bound_, rel=1e-8)
+    np.testing.assert_allclose(weighted.relevance_, repeated.relevance_, rtol=1e-6)
+    assert weighted.score(x, y, sample_weight=weight) == pytest.approx(repeated.score(repeat(x), repeat(y)), rel=1e-12)
+
+
 def _enumerated_in_model(model):
     return pyro.infer.config_enumerate(model.model, "parallel")
 

@@ -170,3 +170,65 @@ def test_auto_is_resolved_only_by_fit_and_not_offered_by_pf_hmm():
     x = np.random.default_rng(0).normal(size=(3, 20, 2))
     with pytest.raises(ValueError, match="switch_prior"):
         PFHMM(2, switch_prior="auto", progress=False).fit(x, np.zeros((3, 20)))
+
+
+# ------------------------------------------------------------------------------------ sample weights
+class _WeightedBaseRate(_PlantedOptimum):
+    """:class:`_PlantedOptimum` fitted on the training fold's weighted base rate (``sample_weight``)."""
+
+    def fit(self, x, y, sample_weight=None, **options):
+        weight = np.ones(len(y)) if sample_weight is None else np.asarray(sample_weight, dtype=float)
+        labelled = ~np.isnan(y)
+        rate = float(weight[labelled] @ y[labelled] / weight[labelled].sum())
+        self.logit_ = math.log(rate / (1 - rate)) + math.log(self.switch_prior / self.best)
+        return self
+
+
+def test_weighted_selection_is_the_grouped_cross_validation_of_the_repeated_rows():
+    """Integer weights: every score (and its standard error) is that of the repeated rows cross-validated with
+    all copies of a row in the row's fold; rows of weight zero take no part."""
+    from ppmix.models.pf.switch_selection import _stratified_folds
+
+    n = 60
+    y = (np.arange(n) % 3 == 0).astype(float)
+    x, observed = np.zeros((n, 2)), np.ones(n, dtype=bool)
+    weight = np.random.default_rng(0).integers(0, 4, n).astype(float)
+    model = _WeightedBaseRate(best=0.04, seed=0)
+    selection = select_switch_prior(
+        model, *map(torch.as_tensor, (x, y, observed)), grid=(0.01, 0.1), sample_weight=torch.as_tensor(weight)
+    )
+    kept = weight > 0
+    folds = np.repeat(_stratified_folds(y[kept], observed[kept], 3, model.seed), weight[kept].astype(int))
+    y_rep = np.repeat(y[kept], weight[kept].astype(int))
+    for p, score in selection.scores.items():
+        rows = []
+        for fold in range(3):
+            fitted = _WeightedBaseRate(switch_prior=p, best=0.04).fit(None, y_rep[folds != fold])
+            q = fitted.predict_proba(y_rep[folds == fold])[:, 1]
+            rows.append(np.where(y_rep[folds == fold] == 1, np.log(q), np.log1p(-q)))
+        rows = np.concatenate(rows)
+        assert score == pytest.approx(rows.mean(), rel=1e-12)
+        assert selection.standard_errors[p] == pytest.approx(rows.std(ddof=1) / math.sqrt(rows.size), rel=1e-10)
+    assert len(selection.scores) > 2 and abs(math.log(selection.p / 0.04)) < 0.6
+
+
+def test_auto_with_zero_weights_equals_the_fit_without_those_rows():
+    """PFGMM(switch_prior='auto').fit with weights 0/1 is the fit on the rows of weight one: the same folds,
+    validation scores, chosen p and parameters (the weighted k-means starts draw other rows, and every fit meets
+    the unweighted one at its optimum on these well-separated data)."""
+    data = make_pf_synthetic(150, n_relevant=2, n_features=5, seed=0)
+    weight = (np.random.default_rng(0).random(150) < 0.8).astype(float)
+    kept = weight > 0
+    weighted = PFGMM(2, n_restarts=1, **QUIET).fit(data.X, data.y, sample_weight=weight)
+    plain = PFGMM(2, n_restarts=1, **QUIET).fit(data.X[kept], data.y[kept])
+    assert weighted.p_ == plain.p_
+    assert list(weighted.switch_prior_scores_) == list(plain.switch_prior_scores_)
+    scores = [list(model.switch_prior_scores_.values()) for model in (weighted, plain)]
+    np.testing.assert_allclose(*scores, rtol=1e-8)
+    orders = [model.label_probs_.argsort() for model in (weighted, plain)]  # the components in a common order
+    for site, value in plain.get_globals().items():
+        mine = weighted.get_globals()[site]
+        if site in ("weights", "locs", "scales", "label_probs"):
+            mine, value = mine[orders[0]], value[orders[1]]
+        np.testing.assert_allclose(mine, value, rtol=1e-6, atol=1e-8, err_msg=site)
+    assert weighted.relevant_features_.tolist() == plain.relevant_features_.tolist()

@@ -16,7 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-__all__ = ["DataStatisticsEM", "GlobalObjectiveEM", "LabelledRows", "SequenceData", "ShardableEM"]
+__all__ = ["ConjugateGibbs", "DataStatisticsEM", "GlobalObjectiveEM", "LabelledRows", "SequenceData", "ShardableEM"]
 
 
 @runtime_checkable
@@ -66,6 +66,19 @@ class DataStatisticsEM(Protocol):
     def em_data_statistics(self, data: Any) -> Any: ...
 
     def em_set_data_statistics(self, stats: Any) -> None: ...
+
+
+@runtime_checkable
+class ConjugateGibbs(Protocol):
+    """A model whose priors are conjugate, sampled by blocked Gibbs sweeps
+    (:func:`~ppmix.inference.engines.conjugate_gibbs.run_gibbs`), every chain at once."""
+
+    def gibbs_start(self, data: Any, n_chains: int, generator: torch.Generator) -> Any:
+        """The latents (assignments, state paths) of every chain, drawn given the model's starting values."""
+
+    def gibbs_sweep(self, data: Any, latent: Any) -> tuple[dict[str, torch.Tensor], torch.Tensor, Any]:
+        """One sweep of every chain: the globals drawn given ``latent`` (``{site: (chains, ...)}``), their log
+        joint density ``log p(x | globals) + log p(globals)`` ``(chains,)`` and the latents drawn given them."""
 
 
 @runtime_checkable

@@ -147,7 +147,6 @@ class _LabelBaseline(BinaryClassifierMixin, Estimator, ABC):
         return self.classes_[proba.argmax(1)]
 
 
-
 class _GaussianMixtureDensity(ABC):
     """``log_likelihood_relevant`` for baselines whose density is one Gaussian mixture."""
 

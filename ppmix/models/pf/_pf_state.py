@@ -9,11 +9,14 @@ import torch
 
 from ppmix.components import BernoulliLabel, DiagGaussian
 from ppmix.components.centred import CentredData
+from ppmix.components.family import DataScale
+from ppmix.components.gaussian_family import MAD_TO_SD
 from ppmix.components.statistics import GaussianStatistics
 from ppmix.models._labels import BinaryClassifierMixin
 from ppmix.models.pf.switches import FrameLabels, PredictionFocusedMixin
+from ppmix.ops.scaling import column_moments, weighted_lower_median
 
-__all__ = ["PFStateMixin"]
+__all__ = ["PFStateMixin", "weighted_data_scale"]
 
 #: ArviZ dimensions of the label, background and switch sites
 PF_DIMS: dict[str, list[str]] = {
@@ -22,6 +25,31 @@ PF_DIMS: dict[str, list[str]] = {
     "background_scale": ["feature"],
     "switch_probs": ["feature"],
 }
+
+
+def weighted_data_scale(x: torch.Tensor, weight: torch.Tensor, reg_covar: float) -> DataScale:
+    """The Gaussian family's data scale (``mean``, ``std`` and the variance ``floor``, as
+    :meth:`~ppmix.components.gaussian_family.GaussianFamily.data_scale` measures them) of the rows of ``x`` each
+    counted ``weight`` times: for integer weights, the scale of the rows repeated (that one estimates the spread
+    on a subsample beyond :data:`~ppmix.components.gaussian_family.SCALE_SAMPLE_ROWS` rows; this uses every row).
+
+    Examples
+    --------
+    >>> x = torch.tensor([[0.0, 1.0], [2.0, 3.0], [4.0, 3.0], [9.0, 1.0]], dtype=torch.float64)
+    >>> weight = torch.tensor([2.0, 0.0, 1.0, 1.0], dtype=torch.float64)
+    >>> from ppmix.components.gaussian_family import GaussianFamily
+    >>> repeated = GaussianFamily("diag").data_scale(x[[0, 0, 2, 3]])
+    >>> all(torch.allclose(weighted_data_scale(x, weight, 1e-6)[k], v) for k, v in repeated.items())
+    True
+    """
+    weight = weight.to(x)
+    mean, std = column_moments(x, weight)
+    deviation = (x - weighted_lower_median(x, weight)).abs()
+    mad_spread = (weighted_lower_median(deviation, weight) * MAD_TO_SD).square()
+    variance = (weight @ (x - mean).square()) / weight.sum()
+    spread = torch.where(mad_spread > 0, mad_spread, variance)
+    floor = reg_covar * torch.where(spread > 0, spread, torch.ones_like(spread))
+    return {"mean": mean, "std": std.clamp_min(1e-6), "floor": floor}
 
 
 class PFStateMixin(BinaryClassifierMixin, PredictionFocusedMixin):
@@ -68,21 +96,39 @@ class PFStateMixin(BinaryClassifierMixin, PredictionFocusedMixin):
         phi = values.get("switch_probs")
         self.switch_probs_ = torch.ones_like(bg_loc) if phi is None else torch.as_tensor(phi).to(**opts)
 
+    #: the ``sample_weight`` of the fit under way (None otherwise): the data scale ``prepare_data`` records is weighted
+    _fit_sample_weight: Any = None
+
+    def _record_weighted_data_scale(self, frames: torch.Tensor, weight: torch.Tensor) -> None:
+        """Replace the data scale just recorded (``_record_data_scale``) by that of the ``frames`` ``(N, D)``
+        counted ``weight`` ``(N,)`` times each (:func:`weighted_data_scale`); fitted components (a warm start)
+        take it. The frames of positive weight must not hold a constant feature (as the repeated frames must not)."""
+        self._check_pf_features(frames[weight > 0])
+        self._data_scale = weighted_data_scale(frames, weight, float(self.reg_covar))
+        if getattr(self, "components_", None) is not None:
+            self.components_ = self.component_family().from_state(self.components_.state_dict(), self._data_scale)
+
     def _pf_start(
-        self, frames: CentredData, labels: FrameLabels, generator: torch.Generator, centred: torch.Tensor | None = None
+        self,
+        frames: CentredData,
+        labels: FrameLabels,
+        generator: torch.Generator,
+        centred: torch.Tensor | None = None,
+        weight: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Start an EM restart: background fitted once, fresh components, ``label_probs = 1/2``, ``phi = p``.
 
         Returns the first frame responsibilities, from (relevance-)k-means; ``centred`` are the
-        frames the relevance test sees (default: ``frames``).
+        frames the relevance test sees (default: ``frames``). Frame ``weight`` ``(N,)`` (``sample_weight``)
+        weighs the background, the relevance test and k-means.
         """
-        self._fit_background(frames)
+        self._fit_background(frames, weight)
         self.components_ = self._new_components(frames.x)
         self.labels_ = BernoulliLabel(frames.x.new_full((self.n_components,), 0.5))
         self.switch_probs_ = frames.x.new_full((frames.x.shape[1],), self._switch_p)
         if self.init_params == "relevance":
-            return self._initial_frame_responsibilities(frames, labels, generator, centred)
-        return self._initial_responsibilities(frames, generator)
+            return self._initial_frame_responsibilities(frames, labels, generator, centred, weight)
+        return self._initial_responsibilities(frames, generator, weight)
 
     #: online EM (``partial_fit``) is not available; see :class:`~ppmix.models._online.OnlineEMMixin`
     online_em_unavailable = (

@@ -19,6 +19,7 @@ from ppmix.components.centred import CentredData
 from ppmix.models._family_components import FamilyComponentsMixin
 from ppmix.models._flat import flat_prior
 from ppmix.models._params import store_params
+from ppmix.models._weights import Weighted, split_weights
 from ppmix.models.base import MixtureModel
 from ppmix.models.pf._pf_state import PF_DIMS, PFStateMixin
 from ppmix.models.pf._relevance import RelevanceOutputsMixin
@@ -210,60 +211,92 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
             raise ValueError(f"alpha must be a number >= 1 (the MAP weights need it); got {self.alpha!r}")
         check_positive_int(self.n_restarts, "n_restarts")
 
-    def fit(self, X: Any, y: Any = None, *, engine: str = "em", **options: Any) -> "PFGMM":
+    def fit(self, X: Any, y: Any = None, *, sample_weight: Any = None, engine: str = "em", **options: Any) -> "PFGMM":
         """Fit by variational EM (``engine="em"``) or SVI (``"svi"``) on features ``X`` and labels ``y``.
 
         ``y`` holds two classes (0/1, ±1, booleans or strings; ``classes_`` records them)
         with NaN or None for missing labels; ``y=None`` fits without labels.
+
+        ``sample_weight`` (EM only): one non-negative weight per row, scikit-learn's semantics (an integer
+        weight is the row repeated, zero drops it). It weighs the data scale (the variance floor), the
+        start (the background, the relevance test, k-means), the ELBO and every M-step, the restarts'
+        in-sample scores and their standard errors, ``switch_prior="auto"`` (see
+        :func:`~ppmix.models.pf.switch_selection.select_switch_prior`) and :attr:`relevant_features_`.
+
+        Examples
+        --------
+        >>> from ppmix.datasets import make_pf_synthetic
+        >>> data = make_pf_synthetic(200, n_relevant=2, n_features=4, seed=0)
+        >>> w = np.r_[np.full(100, 2), np.ones(100)]  # the first 100 rows count twice
+        >>> model = PFGMM(2, switch_prior=0.2, seed=0, progress=False).fit(data.X, data.y, sample_weight=w)
+        >>> model.relevant_features_.tolist()
+        [True, True, False, False]
         """
         if engine == "mcmc":
             raise ValueError(f"{type(self).__name__} is fitted by engine='em' or 'svi'; 'mcmc' is not available")
+        if sample_weight is not None and engine != "em":
+            raise ValueError(f"sample_weight is taken by engine='em' only; got engine={engine!r}")
         self.validate_params()
         self.switch_prior_scores_: dict[float, float] | None = None
+        if sample_weight is not None:
+            options["sample_weight"] = sample_weight
         if not self._auto_switch_prior:
             self.p_ = float(self.switch_prior)
-            self._fit_restarts(X, y, engine, options)
+            train = self._fit_restarts(X, y, engine, options)
         else:
-            data = self.prepare_data(X, y, fitting=True)
+            with self._overriding("_fit_sample_weight", sample_weight):
+                data = self.prepare_data(X, y, fitting=True)
+            weight = None if sample_weight is None else self.weigh(data, sample_weight).weight
             selection = select_switch_prior(
-                self, data.x, data.labels.y, data.labels.observed, fit_options=options if engine == "em" else None
+                self,
+                data.x,
+                data.labels.y,
+                data.labels.observed,
+                fit_options=options if engine == "em" else None,
+                sample_weight=weight,
             )
             self.switch_prior_scores_ = selection.scores
             for p in selection.candidates():  # the first whose fit on all the data agrees with its validation
                 self.p_ = p
-                self._fit_restarts(X, y, engine, options)
-                if selection.agrees(p, in_sample_log_p_y(self, self._train_data)):
+                train = self._fit_restarts(X, y, engine, options)
+                if selection.agrees(p, in_sample_log_p_y(self, train)):
                     break
                 logger.info("the fit at p = %.3g fell below its validation score; trying a smaller p", p)
         if self._all_relevant:
             self._relevant_mask = np.ones(self.n_features_in_, dtype=bool)
         else:
             gain = np.asarray(self.relevance_gain_, dtype=np.float64)
-            train = self._train_data
-            self._relevant_mask = relevant_feature_mask(gain, self.n_components, train.x, train.labels)
+            rows, weight = split_weights(train)
+            self._relevant_mask = relevant_feature_mask(gain, self.n_components, rows.x, rows.labels, weight=weight)
         return self
 
-    def _fit_restarts(self, X: Any, y: Any, engine: str, options: dict[str, Any]) -> None:
-        """``n_restarts`` fits at ``p_``, the best kept (:func:`~ppmix.models.pf.restarts.fit_restarts`)."""
+    def _fit_restarts(self, X: Any, y: Any, engine: str, options: dict[str, Any]) -> PFData | Weighted:
+        """``n_restarts`` fits at ``p_``, the best kept (:func:`~ppmix.models.pf.restarts.fit_restarts`); the
+        prepared training data (:meth:`fit_start`'s)."""
         n_restarts = 1 if self.warm_start and self.is_fitted else self.n_restarts
-        self.restart_scores_ = fit_restarts(
-            self, lambda restart: self.fit_start(X, y, restart, engine=engine, **options), n_restarts
-        )
+        fitted: dict[str, PFData | Weighted] = {}
 
-    def fit_start(self, X: Any, y: Any, restart: int, *, engine: str = "em", **options: Any) -> PFData:
+        def start(restart: int) -> PFData | Weighted:
+            fitted["data"] = self.fit_start(X, y, restart, engine=engine, **options)
+            return fitted["data"]
+
+        self.restart_scores_ = fit_restarts(self, start, n_restarts)
+        return fitted["data"]
+
+    def fit_start(
+        self, X: Any, y: Any, restart: int, *, sample_weight: Any = None, engine: str = "em", **options: Any
+    ) -> PFData | Weighted:
         """One fit at ``p_`` (``switch_prior`` when it is a number) from start ``restart`` (0: the model's own
-        start; the others: :func:`~ppmix.models.pf.restarts.start_responsibilities`); the prepared training data.
+        start; the others: :func:`~ppmix.models.pf.restarts.start_responsibilities`); the prepared training data
+        (:class:`~ppmix.models._weights.Weighted` by their ``sample_weight`` where given).
 
         What :meth:`fit` runs ``n_restarts`` times (keeping the best) and switch-prior selection runs per fold.
         """
         if not self._auto_switch_prior:
             self.p_ = float(self.switch_prior)
-        object.__setattr__(self, "_restart", restart)
-        try:
-            super().fit(X, y, engine=engine, **options)
-        finally:
-            object.__setattr__(self, "_restart", 0)
-        return self._train_data
+        with self._overriding("_restart", restart), self._overriding("_fit_sample_weight", sample_weight):
+            super().fit(X, y, sample_weight=sample_weight, engine=engine, **options)
+        return self._train_data if sample_weight is None else self.weigh(self._train_data, sample_weight)
 
     # ------------------------------------------------------------------- data
     def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> PFData:
@@ -278,15 +311,30 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
             labels = FrameLabels.missing(x.shape[0], x.dtype, x.device)
         else:
             labels = FrameLabels.from_values(self._encode_labels(y, fitting=fitting), x.shape[0], x.dtype, x.device)
-        return PFData(x, labels)
+        data = PFData(x, labels)
+        if fitting and self._fit_sample_weight is not None:
+            self._record_weighted_data_scale(x, self.weigh(data, self._fit_sample_weight).weight)
+        return data
 
-    def em_data(self, data: PFData | _PFEMData) -> _PFEMData:
+    def sample_weight_units(self, data: Any) -> tuple[str, int]:
+        """One ``sample_weight`` per row."""
+        return "row", self._n_rows(split_weights(data)[0])
+
+    @staticmethod
+    def _n_rows(data: PFData | _PFEMData) -> int:
+        return int(data.frames.n_samples if isinstance(data, _PFEMData) else data.x.shape[0])
+
+    def em_data(self, data: PFData | _PFEMData | Weighted) -> _PFEMData | Weighted:
+        """The rows centred once (:class:`~ppmix.models._weights.Weighted` data keep their row weights)."""
+        if isinstance(data, Weighted):
+            return Weighted(self.em_data(data.data), data.weight)
         if isinstance(data, _PFEMData):
             return data
         return _PFEMData(CentredData.from_tensor(data.x), data.labels)
 
-    def n_observations(self, data: Any) -> int:
-        return int(data.frames.n_samples if isinstance(data, _PFEMData) else data.x.shape[0])
+    def n_observations(self, data: Any) -> float:
+        rows, weight = split_weights(data)
+        return self._n_rows(rows) if weight is None else float(weight.sum())
 
     def observed_data(self, data: PFData) -> dict[str, torch.Tensor]:
         return {"x": data.x}
@@ -348,11 +396,13 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
         return {"weights": ["component"], **self._component_dims(), **PF_DIMS}
 
     # ------------------------------------------------------------------- EM
-    def em_initialize(self, data: _PFEMData, generator: torch.Generator) -> None:
-        """Background fitted once; responsibilities from (relevance-)k-means, or restart ``_restart``'s; one M-step."""
-        resp = self._pf_start(data.frames, data.labels, generator)
+    def em_initialize(self, data: _PFEMData | Weighted, generator: torch.Generator) -> None:
+        """Background fitted once; responsibilities from (relevance-)k-means, or restart ``_restart``'s; one M-step
+        (all on the weighted rows, with ``sample_weight``)."""
+        rows, weight = split_weights(data)
+        resp = self._pf_start(rows.frames, rows.labels, generator, weight=weight)
         if self._restart:
-            resp = start_responsibilities(self, data.frames, data.labels, generator, self._restart)
+            resp = start_responsibilities(self, rows.frames, rows.labels, generator, self._restart, weight)
         self.m_step(data, resp)
 
     def _log_weights_prior(self) -> torch.Tensor:
@@ -360,19 +410,25 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
             return self.weights_.new_zeros(())
         return dist.Dirichlet(torch.full_like(self.weights_, float(self.alpha))).log_prob(self.weights_)
 
-    def e_step(self, data: _PFEMData) -> tuple[torch.Tensor, torch.Tensor]:
-        """Optimal ``q(z)`` given ``phi`` and the parameters, and the ELBO of eq. 19."""
-        resp, log_norm = normalize_log_joint_(self._frame_log_joint(data.frames, data.labels, self.weights_.log()))
-        elbo = log_norm.sum() + self._frame_objective_terms(data.frames) + self._log_weights_prior()
+    def e_step(self, data: _PFEMData | Weighted) -> tuple[torch.Tensor, torch.Tensor]:
+        """Optimal ``q(z)`` given ``phi`` and the parameters, and the ELBO of eq. 19 (every row counted as often as
+        its sample weight)."""
+        rows, weight = split_weights(data)
+        resp, log_norm = normalize_log_joint_(self._frame_log_joint(rows.frames, rows.labels, self.weights_.log()))
+        data_term = log_norm.sum() if weight is None else log_norm.reshape(-1) @ weight.to(log_norm)
+        elbo = data_term + self._frame_objective_terms(rows.frames, weight) + self._log_weights_prior()
         return resp, elbo
 
-    def m_step(self, data: _PFEMData, resp: torch.Tensor) -> None:
+    def m_step(self, data: _PFEMData | Weighted, resp: torch.Tensor) -> None:
         """Weights (Dirichlet MAP), components, labels, then ``phi`` (B.2.1–B.2.4)."""
         self.em_update(self.em_statistics(data, resp))
 
-    def em_statistics(self, data: _PFEMData, resp: torch.Tensor) -> dict[str, Any]:
-        """What the M-step needs of ``data``: component and label statistics (merge across shards)."""
-        return self._frame_statistics(data.frames, data.labels, resp)
+    def em_statistics(self, data: _PFEMData | Weighted, resp: torch.Tensor) -> dict[str, Any]:
+        """What the M-step needs of ``data``: component and label statistics under ``resp`` times the rows' sample
+        weights (merge across shards)."""
+        rows, weight = split_weights(data)
+        resp = resp if weight is None else resp * weight[:, None].to(resp)
+        return self._frame_statistics(rows.frames, rows.labels, resp)
 
     def em_update(self, stats: dict[str, Any]) -> None:
         """The M-step from (merged) statistics: weights (Dirichlet MAP), components, labels, then ``phi``."""

@@ -18,8 +18,9 @@ from ppmix.components.centred import CentredData
 from ppmix.inference.engines.forward_backward import forward_backward
 from ppmix.models._params import store_params
 from ppmix.models._sequences import SequenceBatch
+from ppmix.models._weights import Weighted, split_weights
 from ppmix.models.base import MixtureModel
-from ppmix.models.hmm import HMM, _Counts, _EMData
+from ppmix.models.hmm import HMM, _Counts, _EMData, _sequence_weights
 from ppmix.models.pf._pf_state import PF_DIMS, PFStateMixin
 from ppmix.models.pf.switches import FrameLabels
 
@@ -129,17 +130,21 @@ class PFHMM(PFStateMixin, HMM):
         MixtureModel.validate_params(self)
         self._validate_pf_params()
 
-    def fit(self, X: Any, y: Any = None, *, engine: str = "em", **options: Any) -> "PFHMM":
+    def fit(self, X: Any, y: Any = None, *, sample_weight: Any = None, engine: str = "em", **options: Any) -> "PFHMM":
         """Fit by variational EM on sequences ``X`` and per-step labels ``y``.
 
         ``y`` is a list of per-step 0/1 arrays (NaN for a missing label), a padded
         ``(B, T)`` array when ``X`` is ``(padded, lengths)``, or the name of the label
-        column of a DataFrame ``X``; ``y=None`` fits without labels.
+        column of a DataFrame ``X``; ``y=None`` fits without labels. ``sample_weight``: one
+        non-negative weight per sequence (an integer weight is the sequence repeated, zero drops it),
+        which weighs every step of the sequence in the data scale, the start (the background, the
+        relevance test, k-means), the ELBO and every M-step.
         """
         if engine != "em":
             raise ValueError(f"{type(self).__name__} is fitted by engine='em' only; got engine={engine!r}")
         self.label_column_ = y if isinstance(y, str) else None
-        return super().fit(X, y, engine=engine, **options)
+        with self._overriding("_fit_sample_weight", sample_weight):
+            return super().fit(X, y, sample_weight=sample_weight, engine=engine, **options)
 
     # ------------------------------------------------------------------- data
     def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> SequenceBatch:
@@ -157,6 +162,9 @@ class PFHMM(PFStateMixin, HMM):
         if fitting:
             self._check_pf_features(batch.frames)
             self._encode_labels(None, fitting=True)  # classes_ = [0, 1]: per-step labels are numeric
+            if self._fit_sample_weight is not None:
+                weight = self.weigh(batch, self._fit_sample_weight).weight
+                self._record_weighted_data_scale(batch.frames, _sequence_weights(batch, weight)[batch.mask])
         return batch
 
     def _frames_data(self, batch: SequenceBatch, use_labels: bool, shift: torch.Tensor | None = None) -> _PFEMData:
@@ -169,7 +177,11 @@ class PFHMM(PFStateMixin, HMM):
             labels = FrameLabels.missing(frames.n_samples, frames.x.dtype, frames.x.device)
         return _PFEMData(batch=batch, frames=frames, labels=labels)
 
-    def em_data(self, data: SequenceBatch | _PFEMData) -> _PFEMData:
+    def em_data(self, data: SequenceBatch | _PFEMData | Weighted) -> _PFEMData | Weighted:
+        """The valid frames and their labels (:class:`~ppmix.models._weights.Weighted` data keep their sequence
+        weights)."""
+        if isinstance(data, Weighted):
+            return Weighted(self.em_data(data.data), data.weight)
         if isinstance(data, _PFEMData):
             return data
         return self._frames_data(data, use_labels=True)
@@ -290,25 +302,28 @@ class PFHMM(PFStateMixin, HMM):
         log_emit[batch.mask] = self._frame_log_joint(data.frames, data.labels, log_emit.new_zeros(self.n_components))
         return log_emit
 
-    def sample_weight_units(self, data: Any) -> None:
-        """None: the pf objective's background and switch terms take no sample weights yet, so ``fit`` refuses
-        ``sample_weight`` (an :class:`~ppmix.models.hmm.HMM` takes them)."""
-        return None
-
-    def em_initialize(self, data: _PFEMData, generator: torch.Generator) -> None:
-        """Background fitted once; frame responsibilities from (relevance-)k-means; then one M-step."""
+    def em_initialize(self, data: _PFEMData | Weighted, generator: torch.Generator) -> None:
+        """Background fitted once; frame responsibilities from (relevance-)k-means; then one M-step (every frame
+        weighted by its sequence's sample weight, where given)."""
+        inner, weight = split_weights(data)
+        frame_weight = _frame_weights(inner, weight)
+        centred = _centred_per_step(inner.batch, weight)
         self._initialize_from_frames(
-            data, self._pf_start(data.frames, data.labels, generator, _centred_per_step(data.batch))
+            data, self._pf_start(inner.frames, inner.labels, generator, centred, weight=frame_weight)
         )
 
-    def e_step(self, data: _PFEMData) -> tuple[_Counts, torch.Tensor]:
-        """Forward–backward under the ``phi``-weighted emissions; the ELBO of Supplement B.1."""
+    def e_step(self, data: _PFEMData | Weighted) -> tuple[_Counts, torch.Tensor]:
+        """Forward–backward under the ``phi``-weighted emissions; the ELBO of Supplement B.1 (every sequence
+        counted as often as its sample weight)."""
         counts, log_norm = super().e_step(data)
-        return counts, log_norm + self._frame_objective_terms(data.frames)
+        inner, weight = split_weights(data)
+        return counts, log_norm + self._frame_objective_terms(inner.frames, _frame_weights(inner, weight))
 
-    def em_statistics(self, data: _PFEMData, stats: _Counts) -> dict[str, Any]:
-        """Expected initial and transition counts, and the frames' component and label statistics."""
-        frames = self._frame_statistics(data.frames, data.labels, stats.posterior[data.batch.mask])
+    def em_statistics(self, data: _PFEMData | Weighted, stats: _Counts) -> dict[str, Any]:
+        """Expected initial and transition counts, and the frames' component and label statistics (the counts
+        carry the sequence weights already)."""
+        inner = split_weights(data)[0]
+        frames = self._frame_statistics(inner.frames, inner.labels, stats.posterior[inner.batch.mask])
         return {"initial": stats.initial, "transitions": stats.transitions, "frames": frames}
 
     def em_update(self, stats: dict[str, Any]) -> None:
@@ -364,7 +379,8 @@ class PFHMM(PFStateMixin, HMM):
         labels = batch.y[batch.mask].cpu().numpy()
         weights = None
         if sample_weight is not None:
-            weights = np.repeat(np.asarray(sample_weight, dtype=np.float64), batch.lengths.cpu().numpy())
+            weight = self.weigh(batch, sample_weight, fitting=False).weight
+            weights = _sequence_weights(batch, weight)[batch.mask].cpu().numpy()
         observed = ~np.isnan(labels)
         return float(
             accuracy_score(
@@ -465,13 +481,22 @@ def _chain_conditionals(
     return first - torch.logsumexp(first, dim=-1, keepdim=True), log_cond
 
 
-def _centred_per_step(batch: SequenceBatch) -> torch.Tensor:
-    """The valid frames minus the mean of their time step across sequences, ``(sum(lengths), D)``.
+def _frame_weights(data: _PFEMData, weight: torch.Tensor | None) -> torch.Tensor | None:
+    """Every valid frame's sequence weight, ``(sum(lengths),)`` (None without sample weights)."""
+    return None if weight is None else _sequence_weights(data.batch, weight)[data.batch.mask]
+
+
+def _centred_per_step(batch: SequenceBatch, weight: torch.Tensor | None = None) -> torch.Tensor:
+    """The valid frames minus the mean of their time step across sequences (each counted as often as its sample
+    ``weight``, where given), ``(sum(lengths), D)``.
 
     The label test of the relevance start sees these: chains that start away from their
     stationary distribution make every feature drift with ``t``, and so does the label,
     so on raw frames an irrelevant chain would look associated with the label through time.
     """
-    weight = batch.mask.to(batch.x.dtype)[..., None]  # (B, T, 1)
-    step_mean = (batch.x * weight).sum(0) / weight.sum(0)  # (T, D); every step has a sequence
+    step_weight = batch.mask.to(batch.x.dtype)  # (B, T)
+    if weight is not None:
+        step_weight = step_weight * _sequence_weights(batch, weight)
+    totals = step_weight.sum(0)[:, None]  # (T, 1): zero where only sequences of weight zero reach step t
+    step_mean = (batch.x * step_weight[..., None]).sum(0) / totals.clamp_min(torch.finfo(totals.dtype).tiny)
     return (batch.x - step_mean)[batch.mask]

@@ -36,8 +36,10 @@ import torch
 
 from ppmix.components.centred import CentredData
 from ppmix.inference.engines.restarts import best_of_starts
+from ppmix.models._weights import split_weights
 from ppmix.models.pf.switches import PF_KMEANS_RUNS, FrameLabels, label_ratio, label_relevant_features
 from ppmix.ops.kmeans import kmeans_start
+from ppmix.ops.scaling import column_moments
 
 __all__ = [
     "PROBA_FLOOR",
@@ -49,6 +51,7 @@ __all__ = [
     "in_sample_log_p_y_rows",
     "label_statistic",
     "start_responsibilities",
+    "weighted_mean_and_error",
 ]
 
 logger = logging.getLogger(__name__)
@@ -67,12 +70,13 @@ RESTART_MARGIN_SE = 2.0
 PROBA_FLOOR = 1e-12
 
 
-def label_statistic(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def label_statistic(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
     """Per feature, the per-row log-likelihood ratio of class-conditional Gaussians over one pooled Gaussian, ``(D,)``.
 
     Half of :func:`~ppmix.models.pf.switches.label_ratio` (the statistic of
     :func:`~ppmix.models.pf.switches.label_relevant_features`) divided by the number of rows:
-    near 0 for a feature whose mean and variance do not change with the label.
+    near 0 for a feature whose mean and variance do not change with the label. With row ``weight``
+    (``sample_weight``) every row counts that many times.
 
     Examples
     --------
@@ -84,7 +88,8 @@ def label_statistic(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     >>> bool(stat[0] > 0.5 > 0.01 > stat[1])
     True
     """
-    return (0.5 * label_ratio(x, y) / x.shape[0]).clamp_min(0.0)
+    n_rows = x.shape[0] if weight is None else float(weight.sum())
+    return (0.5 * label_ratio(x, y, weight) / n_rows).clamp_min(0.0)
 
 
 def _child_generator(generator: torch.Generator, restart: int) -> torch.Generator:
@@ -97,16 +102,28 @@ def _one_hot(assignment: torch.Tensor, k: int, dtype: torch.dtype) -> torch.Tens
     return torch.nn.functional.one_hot(assignment, k).to(dtype)
 
 
-def _class_stratified(x: torch.Tensor, labels: FrameLabels, k: int, generator: torch.Generator) -> torch.Tensor:
-    """Hard assignment: ``K`` clusters shared out over the classes by size (one at least each), k-means within
-    each class; unlabelled rows join the nearest centre."""
+def _class_sizes(labels: FrameLabels, weight: torch.Tensor | None) -> list[float]:
+    """The number (total ``weight``) of labelled rows of class 0 and of class 1."""
+    members = [labels.observed & (labels.y == c) for c in (0.0, 1.0)]
+    return [float(m.sum() if weight is None else weight[m].sum()) for m in members]
+
+
+def _class_stratified(
+    x: torch.Tensor, labels: FrameLabels, k: int, generator: torch.Generator, weight: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Hard assignment: ``K`` clusters shared out over the classes by size (one at least each; sizes are total
+    ``weight`` where given), k-means within each class (on the weighted rows); unlabelled rows join the nearest
+    centre."""
     y, observed = labels.y, labels.observed
-    sizes = [int((observed & (y == c)).sum()) for c in (0.0, 1.0)]
+    sizes = _class_sizes(labels, weight)
     share = min(max(round(k * sizes[1] / sum(sizes)), 1), k - 1)
     centres = []
     for c, k_c in ((0.0, k - share), (1.0, share)):
-        members = x[observed & (y == c)]
-        centres.append(kmeans_start(members, min(k_c, members.shape[0]), generator, runs=PF_KMEANS_RUNS)[0])
+        member = observed & (y == c)
+        members, member_weight = x[member], None if weight is None else weight[member]
+        n_members = members.shape[0] if member_weight is None else int((member_weight > 0).sum())
+        start = kmeans_start(members, min(k_c, n_members), generator, runs=PF_KMEANS_RUNS, weight=member_weight)
+        centres.append(start[0])
     all_centres = torch.cat(centres)
     assignment = torch.cdist(x, all_centres).argmin(1)
     rows = torch.nonzero(observed).flatten()
@@ -120,12 +137,18 @@ def _class_stratified(x: torch.Tensor, labels: FrameLabels, k: int, generator: t
 
 
 def start_responsibilities(
-    model: Any, frames: CentredData, labels: FrameLabels, generator: torch.Generator, restart: int
+    model: Any,
+    frames: CentredData,
+    labels: FrameLabels,
+    generator: torch.Generator,
+    restart: int,
+    weight: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The hard ``(N, K)`` responsibilities of start ``restart >= 1`` (start 0 is the model's own; see the module).
 
     Without labels (or with fewer than two labelled rows of a class) every start is
-    k-means on all the features from a fresh seed.
+    k-means on all the features from a fresh seed. Row ``weight`` ``(N,)`` (``sample_weight``) counts every row
+    that many times: in the class sizes, the label tests and statistics, the features' spread and k-means.
 
     Examples
     --------
@@ -141,29 +164,53 @@ def start_responsibilities(
     k, x = model.n_components, frames.centred
     child = _child_generator(generator, restart)
     observed = labels.observed
-    class_sizes = [int((observed & (labels.y == c)).sum()) for c in (0.0, 1.0)]
-    if min(class_sizes) < 2:
-        return _one_hot(kmeans_start(x, k, child, runs=PF_KMEANS_RUNS)[1], k, x.dtype)
+    if min(_class_sizes(labels, weight)) < 2:
+        return _one_hot(kmeans_start(x, k, child, runs=PF_KMEANS_RUNS, weight=weight)[1], k, x.dtype)
     x_lab, y_lab = frames.x[observed], labels.y[observed]
-    selected = label_relevant_features(x_lab, y_lab)
+    w_lab = None if weight is None else weight[observed]
+    selected = label_relevant_features(x_lab, y_lab, weight=w_lab)
     if not selected.any():
         selected = torch.ones_like(selected)
     x = x[:, selected]
     if restart == 1 and k >= 2:
-        return _one_hot(_class_stratified(x, labels, k, child), k, x.dtype)
-    strength = label_statistic(x_lab[:, selected], y_lab).sqrt()
+        return _one_hot(_class_stratified(x, labels, k, child, weight), k, x.dtype)
+    strength = label_statistic(x_lab[:, selected], y_lab, w_lab).sqrt()
     if not bool((strength > 0).any()):  # no feature goes with the label: plain k-means
         strength = torch.ones_like(strength)
-    scale = strength / x.std(0).clamp_min(torch.finfo(x.dtype).tiny)
-    return _one_hot(kmeans_start(x * scale, k, child, runs=PF_KMEANS_RUNS)[1], k, x.dtype)
+    spread = x.std(0) if weight is None else column_moments(x, weight)[1]
+    scale = strength / spread.clamp_min(torch.finfo(x.dtype).tiny)
+    return _one_hot(kmeans_start(x * scale, k, child, runs=PF_KMEANS_RUNS, weight=weight)[1], k, x.dtype)
 
 
-def _clearly_better(rows: np.ndarray, best: np.ndarray) -> bool:
+def weighted_mean_and_error(values: np.ndarray, weight: np.ndarray | None = None) -> tuple[float, float]:
+    """The mean of ``values`` and its standard error (``std(ddof=1) / sqrt(n)``; 0 for fewer than two values),
+    every value counted ``weight`` times where given (frequency weights: for integer weights, the mean and error
+    of the values repeated; ``n`` is the total weight).
+
+    Examples
+    --------
+    >>> weighted_mean_and_error(np.array([1.0, 3.0]), np.array([1.0, 2.0]))  # of [1, 3, 3]
+    (2.3333333333333335, 0.6666666666666666)
+    >>> weighted_mean_and_error(np.array([1.0, 3.0, 3.0]))
+    (2.3333333333333335, 0.6666666666666666)
+    """
+    if weight is None:
+        error = values.std(ddof=1) / math.sqrt(values.size) if values.size > 1 else 0.0
+        return float(values.mean()), float(error)
+    total = float(weight.sum())
+    mean = float(weight @ values) / total
+    if total <= 1:
+        return mean, 0.0
+    variance = float(weight @ np.square(values - mean)) / (total - 1)
+    return mean, math.sqrt(variance / total)
+
+
+def _clearly_better(rows: np.ndarray, best: np.ndarray, weight: np.ndarray | None = None) -> bool:
     """Whether per-row scores ``rows`` beat ``best``'s on average by more than ``RESTART_TIE`` and (with several
-    rows) by more than ``RESTART_MARGIN_SE`` standard errors of the paired per-row difference."""
-    diff = rows - best
-    error = diff.std(ddof=1) / math.sqrt(diff.size) if diff.size > 1 else 0.0
-    return bool(diff.mean() > max(RESTART_MARGIN_SE * error, RESTART_TIE))
+    rows) by more than ``RESTART_MARGIN_SE`` standard errors of the paired per-row difference (every row counted
+    ``weight`` times where given)."""
+    mean, error = weighted_mean_and_error(rows - best, weight)
+    return bool(mean > max(RESTART_MARGIN_SE * error, RESTART_TIE))
 
 
 #: the fitted attributes an engine sets, restored with the best restart's parameters
@@ -195,6 +242,8 @@ def fit_restarts(
     as one standard error for one row, while its ELBO can be nats per point lower); the earlier
     (model's own) start is kept then.
     ``each(restart)``, if given, is called after every start's fit. Returns the mean score of every start.
+    Where ``fit_start`` returns :class:`~ppmix.models._weights.Weighted` data (``sample_weight``) every row
+    counts its weight times in the means and their standard errors.
 
     Examples
     --------
@@ -209,13 +258,22 @@ def fit_restarts(
     True
     """
     latest: dict[str, Any] = {}
+    means: list[float] = []
 
     def fit(restart: int) -> None:
         latest["data"] = fit_start(restart)
 
     def score_rows() -> np.ndarray:
         data = latest["data"]
-        return in_sample_log_p_y_rows(model, data) if data.labels.any else np.array([model.lower_bound_])
+        if split_weights(data)[0].labels.any:
+            rows, latest["weight"] = _labelled_scores(model, data)
+        else:
+            rows, latest["weight"] = np.array([model.lower_bound_]), None
+        means.append(weighted_mean_and_error(rows, latest["weight"])[0])
+        return rows
+
+    def better(rows: np.ndarray, best: np.ndarray) -> bool:
+        return _clearly_better(rows, best, latest["weight"])
 
     def snapshot() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         return model.get_globals(), {a: getattr(model, a) for a in _RESULT_ATTRIBUTES}
@@ -225,11 +283,13 @@ def fit_restarts(
         for name, value in snap[1].items():
             setattr(model, name, value)
 
-    return best_of_starts(n_restarts, fit, score_rows, snapshot, restore, _clearly_better, each)
+    best_of_starts(n_restarts, fit, score_rows, snapshot, restore, better, each)
+    return means
 
 
 def in_sample_log_p_y(model: Any, data: Any) -> float:
-    """Mean ``log P(y_n | x_n)`` of a fitted pf-GMM over the labelled rows of prepared data (``model.prepare_data``).
+    """Mean ``log P(y_n | x_n)`` of a fitted pf-GMM over the labelled rows of prepared data (``model.prepare_data``;
+    :class:`~ppmix.models._weights.Weighted` data: the weighted mean).
 
     Examples
     --------
@@ -240,8 +300,16 @@ def in_sample_log_p_y(model: Any, data: Any) -> float:
     >>> -0.7 < in_sample_log_p_y(model, model.prepare_data(data.X, data.y)) <= 0
     True
     """
-    rows = in_sample_log_p_y_rows(model, data)
-    return float(rows.mean()) if rows.size else float("nan")
+    rows, weight = _labelled_scores(model, data)
+    return weighted_mean_and_error(rows, weight)[0] if rows.size else float("nan")
+
+
+def _labelled_scores(model: Any, data: Any) -> tuple[np.ndarray, np.ndarray | None]:
+    """:func:`in_sample_log_p_y_rows` of prepared (possibly :class:`~ppmix.models._weights.Weighted`) data, and the
+    sample weights of those rows (None without)."""
+    rows, weight = split_weights(data)
+    scores = in_sample_log_p_y_rows(model, rows)
+    return scores, None if weight is None else weight[rows.labels.observed].detach().cpu().numpy()
 
 
 def in_sample_log_p_y_rows(model: Any, data: Any) -> np.ndarray:

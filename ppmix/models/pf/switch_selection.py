@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from ppmix.inference.engines.result import convergence_warnings_ignored
-from ppmix.models.pf.restarts import PROBA_FLOOR, StartFitting, fit_restarts
+from ppmix.models.pf.restarts import PROBA_FLOOR, StartFitting, fit_restarts, weighted_mean_and_error
 from ppmix.models.pf.switches import FrameLabels, label_ratio
 
 __all__ = [
@@ -84,7 +84,7 @@ class SwitchPriorSelection:
 
 
 def _stratified_folds(y: np.ndarray, labelled: np.ndarray, n_folds: int, seed: int | None) -> np.ndarray:
-    """Fold index of every labelled row (each class spread evenly over the folds); -1 for unlabelled rows."""
+    """Fold index of every ``labelled`` row (each class spread evenly over the folds); -1 for the other rows."""
     rng = np.random.default_rng(seed)
     folds = np.full(y.shape[0], -1)
     for c in (0.0, 1.0):
@@ -102,6 +102,7 @@ def select_switch_prior(
     n_folds: int = 3,
     grid: tuple[float, ...] = SWITCH_PRIOR_GRID,
     fit_options: dict[str, Any] | None = None,
+    sample_weight: torch.Tensor | None = None,
 ) -> SwitchPriorSelection:
     """Choose ``p`` by stratified cross-validation of the held-out mean ``log P(y | x)``.
 
@@ -128,6 +129,13 @@ def select_switch_prior(
         Passed to every ``fit`` (e.g. ``max_iter``); by default the fits stop at
         ``tol = max(model.tol, 1e-5)`` or ``max_iter = min(model.max_iter, 100)``
         (scoring needs the optimum less exactly than the final fit), without warnings.
+    sample_weight : Tensor (N,), optional
+        Checked row weights (``PFGMM.fit``'s ``sample_weight``). Rows of weight zero are left out, and the
+        folds are drawn over the other rows as if unweighted, so a row stays whole in one fold; every
+        training fit takes its rows' weights and every held-out row counts its weight times in the means
+        and standard errors. For integer weights the scores are those of the cross-validation of the
+        repeated rows in which all copies of a row share one fold (grouped folds: repetition cannot
+        split a row between training and test), not of folds drawn over the copies.
 
     Returns
     -------
@@ -151,6 +159,10 @@ def select_switch_prior(
     x_np = x.detach().cpu().numpy()
     y_np = y.detach().cpu().numpy().astype(np.float64)
     labelled = observed.detach().cpu().numpy().astype(bool)
+    weight = None if sample_weight is None else sample_weight.detach().cpu().numpy()
+    if weight is not None:  # rows of weight zero take no part: not in a fold, not in a training fit
+        kept = weight > 0
+        x_np, y_np, labelled, weight = x_np[kept], y_np[kept], labelled[kept], weight[kept]
     smallest_class = min(int((labelled & (y_np == c)).sum()) for c in (0.0, 1.0))
     n_folds = min(n_folds, smallest_class)
     if n_folds < 2:
@@ -162,6 +174,7 @@ def select_switch_prior(
     options.update(fit_options or {})
     scores: dict[float, float] = {}
     per_row: dict[float, np.ndarray] = {}  # held-out log P(y_n | x_n), rows in the same order for every p
+    held_out_weight = None if weight is None else np.concatenate([weight[folds == fold] for fold in range(n_folds)])
 
     def score(p: float) -> float:
         if p not in scores:
@@ -169,9 +182,10 @@ def select_switch_prior(
             for fold in range(n_folds):
                 train, test = folds != fold, folds == fold
                 fitted = clone(model).set_params(switch_prior=p, progress=False)
-                parts.append(_held_out_log_p_y(fitted, x_np[train], y_fit[train], x_np[test], y_np[test], options))
+                fold_options = options if weight is None else {**options, "sample_weight": weight[train]}
+                parts.append(_held_out_log_p_y(fitted, x_np[train], y_fit[train], x_np[test], y_np[test], fold_options))
             per_row[p] = np.concatenate(parts)
-            scores[p] = float(per_row[p].mean())
+            scores[p] = weighted_mean_and_error(per_row[p], held_out_weight)[0]
             logger.debug("switch prior %.3g: held-out log P(y|x) %.4f", p, scores[p])
         return scores[p]
 
@@ -188,7 +202,7 @@ def select_switch_prior(
         if 0 <= j < len(ordered):
             score(math.sqrt(best * ordered[j]))
     best = max(sorted(scores), key=scores.__getitem__)
-    chosen = min(p for p in scores if _within_one_standard_error(per_row[p], per_row[best]))
+    chosen = min(p for p in scores if _within_one_standard_error(per_row[p], per_row[best], held_out_weight))
     logger.info(
         "switch_prior='auto' chose p = %.3g (held-out log P(y|x) %.4f; best %.4f at p = %.3g)",
         chosen,
@@ -196,7 +210,7 @@ def select_switch_prior(
         scores[best],
         best,
     )
-    errors = {p: float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else 0.0 for p, v in per_row.items()}
+    errors = {p: weighted_mean_and_error(v, held_out_weight)[1] for p, v in per_row.items()}
     return SwitchPriorSelection(chosen, dict(sorted(scores.items())), errors)
 
 
@@ -226,10 +240,11 @@ def _held_out_log_p_y(
     return np.mean(starts, axis=0)
 
 
-def _within_one_standard_error(candidate: np.ndarray, best: np.ndarray) -> bool:
-    """Whether ``candidate``'s mean is below ``best``'s by at most one standard error of the paired difference."""
-    diff = candidate - best
-    return bool(diff.mean() >= -diff.std(ddof=1) / math.sqrt(diff.size)) if diff.size > 1 else bool(diff.mean() >= 0)
+def _within_one_standard_error(candidate: np.ndarray, best: np.ndarray, weight: np.ndarray | None = None) -> bool:
+    """Whether ``candidate``'s mean is below ``best``'s by at most one standard error of the paired difference
+    (every row counted ``weight`` times where given)."""
+    mean, error = weighted_mean_and_error(candidate - best, weight)
+    return bool(mean >= -error)
 
 
 def relevant_feature_mask(
@@ -238,6 +253,7 @@ def relevant_feature_mask(
     x: torch.Tensor,
     labels: FrameLabels,
     level: float = RELEVANCE_LEVEL,
+    weight: torch.Tensor | None = None,
 ) -> np.ndarray:
     """Features that the fitted mixture uses *and* that go with the label, each at level ``level / D``.
 
@@ -262,6 +278,9 @@ def relevant_feature_mask(
     labels : FrameLabels
         The training labels; without any, the label test is skipped.
     level : float, default 0.05
+    weight : Tensor (N,), optional
+        Row weights (``sample_weight``): ``N`` is their total and the label test counts every row that many
+        times (for integer weights, the mask of the rows repeated).
 
     Returns
     -------
@@ -278,12 +297,14 @@ def relevant_feature_mask(
     [True, False, False]
     """
     observed = labels.observed
-    ratio = label_ratio(x[observed], labels.y[observed]) if labels.any else None
-    return relevant_mask_from_ratio(gain, n_components, x.shape[0], ratio, level)
+    labelled_weight = None if weight is None else weight[observed]
+    ratio = label_ratio(x[observed], labels.y[observed], labelled_weight) if labels.any else None
+    n_rows = x.shape[0] if weight is None else float(weight.sum())
+    return relevant_mask_from_ratio(gain, n_components, n_rows, ratio, level)
 
 
 def relevant_mask_from_ratio(
-    gain: np.ndarray, n_components: int, n_rows: int, ratio: torch.Tensor | None, level: float = RELEVANCE_LEVEL
+    gain: np.ndarray, n_components: int, n_rows: float, ratio: torch.Tensor | None, level: float = RELEVANCE_LEVEL
 ) -> np.ndarray:
     """:func:`relevant_feature_mask` from the label test's statistic (:func:`~ppmix.models.pf.switches.label_ratio`,
     or :func:`~ppmix.models.pf.switches.label_ratio_from_statistics` on shards; None: no label test) and ``N``.

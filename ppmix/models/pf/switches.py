@@ -203,15 +203,18 @@ class PredictionFocusedMixin:
         return not self._auto_switch_prior and float(self.switch_prior) == 1.0
 
     # ---------------------------------------------------------------- EM parts
-    def _fit_background(self, frames: CentredData) -> None:
-        """The background Gaussian's update does not depend on ``phi`` (B.2.3): fit it once."""
-        self._set_background(self._background_statistics(frames))
+    def _fit_background(self, frames: CentredData, weight: torch.Tensor | None = None) -> None:
+        """The background Gaussian's update does not depend on ``phi`` (B.2.3): fit it once (on the frames
+        counted ``weight`` times each, where given)."""
+        self._set_background(self._background_statistics(frames, weight))
 
-    def _background_statistics(self, frames: CentredData) -> GaussianStatistics:
-        """The background's statistics of ``frames`` (every frame weight one; additive across shards)."""
+    def _background_statistics(self, frames: CentredData, weight: torch.Tensor | None = None) -> GaussianStatistics:
+        """The background's statistics of ``frames`` (every frame weight one, or its ``weight`` ``(N,)``;
+        additive across shards)."""
         one = frames.x.new_ones(1, frames.x.shape[1])
         family = DiagGaussian(one, one, reg_covar=self._variance_floor)
-        return family.statistics(frames, frames.x.new_ones(frames.n_samples, 1))
+        frame_weight = frames.x.new_ones(frames.n_samples) if weight is None else weight.to(frames.x)
+        return family.statistics(frames, frame_weight[:, None])
 
     def _set_background(self, stats: GaussianStatistics) -> None:
         """The background fitted on (merged) statistics, and its per-feature log-likelihood of those frames."""
@@ -224,14 +227,18 @@ class PredictionFocusedMixin:
         """:func:`switched_log_joint` at the fitted components, labels and relevance."""
         return switched_log_joint(self.components_, self.labels_, self.switch_probs_, log_prior, frames, labels)
 
-    def _frame_objective_terms(self, frames: CentredData) -> torch.Tensor:
+    def _frame_objective_terms(self, frames: CentredData, weight: torch.Tensor | None = None) -> torch.Tensor:
         """ELBO terms outside the components: the switched-off features' background log-density of ``frames``
-        and the switches' prior/entropy."""
+        and the switches' prior/entropy (every frame counted ``weight`` times, where given)."""
         off = 1.0 - self.switch_probs_
-        background = self.background_.log_prob(frames, feature_weights=off).sum() if bool((off > 0).any()) else 0.0
-        return background + self._switch_objective(frames.n_samples)
+        background: torch.Tensor | float = 0.0
+        if bool((off > 0).any()):
+            log_prob = self.background_.log_prob(frames, feature_weights=off)[:, 0]
+            background = log_prob.sum() if weight is None else log_prob @ weight.to(log_prob)
+        n_frames = frames.n_samples if weight is None else float(weight.sum())
+        return background + self._switch_objective(n_frames)
 
-    def _switch_objective(self, n_frames: int) -> torch.Tensor:
+    def _switch_objective(self, n_frames: float) -> torch.Tensor:
         """``n_frames`` times the switches' ``E_q[log p(S) - log q(S)]``: the part of the ELBO that is not a sum
         over the data's values (added once on the driver of a sharded fit)."""
         return n_frames * switch_kl_terms(self.switch_probs_, self._switch_p)
@@ -268,6 +275,7 @@ class PredictionFocusedMixin:
         labels: FrameLabels,
         generator: torch.Generator,
         test_x: torch.Tensor | None = None,
+        weight: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Hard k-means responsibilities, on the label-relevant features when labels are given.
 
@@ -277,15 +285,19 @@ class PredictionFocusedMixin:
         none pass). Plain k-means on all features follows
         whichever structure dominates the variance, usually the irrelevant one.
         ``test_x`` (``(N, D)``, default the frames) is what the label test sees, e.g. an
-        HMM's frames centred per time step.
+        HMM's frames centred per time step. With frame ``weight`` ``(N,)`` (``sample_weight``) the
+        test counts every frame that many times and k-means runs on the weighted frames.
         """
         x = frames.centred
         if labels.any:
             test_x = frames.x if test_x is None else test_x
-            selected = label_relevant_features(test_x[labels.observed], labels.y[labels.observed])
+            observed = labels.observed
+            selected = label_relevant_features(
+                test_x[observed], labels.y[observed], weight=None if weight is None else weight[observed]
+            )
             if selected.any():
                 x = x[:, selected]
-        _, assignment = kmeans_start(x, self.n_components, generator, runs=PF_KMEANS_RUNS)
+        _, assignment = kmeans_start(x, self.n_components, generator, runs=PF_KMEANS_RUNS, weight=weight)
         return torch.nn.functional.one_hot(assignment, self.n_components).to(frames.x.dtype)
 
     # -------------------------------------------------------------- predictions
@@ -417,12 +429,14 @@ class PredictionFocusedMixin:
             )
 
 
-def label_relevant_features(x: torch.Tensor, y: torch.Tensor, p_value: float = RELEVANCE_P_VALUE) -> torch.Tensor:
+def label_relevant_features(
+    x: torch.Tensor, y: torch.Tensor, p_value: float = RELEVANCE_P_VALUE, weight: torch.Tensor | None = None
+) -> torch.Tensor:
     """Features whose distribution changes with a binary label, ``(D,)`` bool.
 
     Per feature, twice the log-likelihood ratio of class-conditional Gaussians (own mean
-    and variance per class) over one pooled Gaussian (:func:`label_ratio`) is compared with
-    the ``chi^2_2`` quantile at ``p_value``.
+    and variance per class) over one pooled Gaussian (:func:`label_ratio`, rows counted
+    ``weight`` times where given) is compared with the ``chi^2_2`` quantile at ``p_value``.
 
     Examples
     --------
@@ -436,13 +450,15 @@ def label_relevant_features(x: torch.Tensor, y: torch.Tensor, p_value: float = R
     """
     from scipy.stats import chi2
 
-    return label_ratio(x, y) > chi2.ppf(1.0 - p_value, df=2)
+    return label_ratio(x, y, weight) > chi2.ppf(1.0 - p_value, df=2)
 
 
-def label_ratio(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def label_ratio(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
     """Per feature, twice the log-likelihood ratio of class-conditional Gaussians over one pooled Gaussian, ``(D,)``.
 
     ``x`` ``(N, D)`` and labels ``y`` ``(N,)`` in {0, 1}; a class with fewer than two rows adds nothing.
+    With row ``weight`` ``(N,)`` (``sample_weight``) a row counts that many times (the counts are total
+    weights and the variances weighted): for integer weights, the ratio of the rows repeated.
 
     Examples
     --------
@@ -450,10 +466,28 @@ def label_ratio(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     >>> x = torch.tensor([[0.0], [2.0], [4.0], [6.0]])
     >>> round(label_ratio(x, y).item(), 4)  # 4 log 5 - 4 log 1
     6.4378
+    >>> rows = [0, 1, 1, 2, 3]  # row 1 twice: weight 2
+    >>> bool(torch.isclose(label_ratio(x, y, torch.tensor([1.0, 2.0, 1.0, 1.0])), label_ratio(x[rows], y[rows])))
+    True
     """
-    members = [x[y == c] for c in (0.0, 1.0)]
-    classes = [(m.shape[0], m.var(0, unbiased=False) if m.shape[0] > 1 else None) for m in members]
-    return _label_ratio(x.shape[0], x.var(0, unbiased=False), classes)
+    if weight is None:
+        members = [x[y == c] for c in (0.0, 1.0)]
+        classes = [(m.shape[0], m.var(0, unbiased=False) if m.shape[0] > 1 else None) for m in members]
+        return _label_ratio(x.shape[0], x.var(0, unbiased=False), classes)
+    weight = weight.to(x)
+    classes = []
+    for c in (0.0, 1.0):
+        member_weight = weight * (y == c)
+        count = float(member_weight.sum())
+        classes.append((count, _weighted_variance(x, member_weight) if count > 1 else None))
+    return _label_ratio(float(weight.sum()), _weighted_variance(x, weight), classes)
+
+
+def _weighted_variance(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """Each column's variance (divided by the total weight) of the rows of ``x`` counted ``weight`` times, ``(D,)``."""
+    total = weight.sum().clamp_min(torch.finfo(x.dtype).tiny)
+    mean = (weight @ x) / total
+    return (weight @ (x - mean).square()) / total
 
 
 def label_ratio_from_statistics(stats: GaussianStatistics) -> torch.Tensor:

@@ -16,6 +16,7 @@ from ppmix.inference.optimizers.presto.adapters import Adapter
 from ppmix.inference.optimizers.presto.assignment import (
     greedy_capacity_assignment,
     improving_moves,
+    part_loads,
     partition_onehot,
     sq_distances,
 )
@@ -47,7 +48,7 @@ def mm_sweep(
     x: torch.Tensor,
     y: torch.Tensor,
     part: torch.Tensor,
-    capacity: int | None,
+    capacity: float | None,
     *,
     scores: Scores,
     objective: Objective,
@@ -56,6 +57,7 @@ def mm_sweep(
     tol: float,
     progress: bool,
     router_cost: RouterCost | None = None,
+    weight: torch.Tensor | None = None,
 ) -> SweepResult:
     """Fit ``adapter`` on ``part``, then alternate reassignment and refitting (steps 1-4 of ``PRESTO``).
 
@@ -72,6 +74,15 @@ def mm_sweep(
     join every pair's score and the history (not ``loss_history``): the sweep minimises
     ``sum_k G(S_k) + mu * sum_i -log pi_phi(part_i | x_i)`` over the partition and ``phi``.
 
+    **Sample weights.** With row ``weight`` (positive) this is the sweep of the rows repeated ``weight``
+    times, restricted to partitions that keep a row's copies together: the membership matrix ``onehot``
+    holds each row's weight in its part (the fits, objectives, centres and router see weighted rows),
+    ``scores`` are those of one copy of a row (its gain is that of removing one copy), the greedy sorts them
+    and charges a row its weight against the capacities (:func:`greedy_capacity_assignment`), and the bound
+    sums ``weight_i`` times a row's score. Without capacities nothing splits copies (they share a row of
+    scores), so the sweep is that of the repeated rows; with capacities it is whenever the repeated sweep
+    keeps copies together.
+
     **Monotonicity.** With ``scores="loss"`` and exactly optimal fits the history is
     non-increasing (the acceptance test makes this hold also when capacities bind): the
     bound ``G(S') <= sum_k [G(S_k) + sum_{i in S'_k} l_ik - sum_{i in S_k} l_ik]`` needs no
@@ -81,10 +92,10 @@ def mm_sweep(
     exact; the logistic gains and Newton fits are approximate, so small increases are possible.
     """
     k = adapter.k
-    if capacity is not None and int(torch.bincount(part, minlength=k).max()) > capacity:
+    if capacity is not None and float(part_loads(part, k, weight).max()) > capacity:
         # make the start feasible: nearest centre of the initial parts, under the capacities
-        part = greedy_capacity_assignment(sq_distances(x, partition_onehot(part, k)), capacity)
-    onehot = partition_onehot(part, k)
+        part = greedy_capacity_assignment(sq_distances(x, partition_onehot(part, k, weight)), capacity, weight)
+    onehot = partition_onehot(part, k, weight)
     adapter.fit(x, y, onehot)
     routing = None if router_cost is None else router_cost(onehot)
 
@@ -98,14 +109,14 @@ def mm_sweep(
             bound = scores(adapter, x, y, onehot) + eps * sq_distances(x, onehot)
             if routing is not None:
                 bound = bound + routing
-            new = greedy_capacity_assignment(bound, capacity)
-            old_value = bound.gather(1, part[:, None]).sum()
-            new_value = bound.gather(1, new[:, None]).sum()
+            new = greedy_capacity_assignment(bound, capacity, weight)
+            old_value = _bound_value(bound, part, weight)
+            new_value = _bound_value(bound, new, weight)
             if new_value > old_value:
                 # the capacity-constrained greedy is not an exact minimiser; fall back to
                 # the improving single-point moves that fit under the capacities
-                new = improving_moves(bound, part, capacity)
-                new_value = bound.gather(1, new[:, None]).sum()
+                new = improving_moves(bound, part, capacity, weight)
+                new_value = _bound_value(bound, new, weight)
             bar.update(1)
             if new_value > old_value + 1e-12 * old_value.abs():
                 logger.info("PRESTO: iteration %d would raise the bound; keeping the partition", iteration)
@@ -115,7 +126,7 @@ def mm_sweep(
             if moved == 0:
                 converged = True
                 break
-            part, onehot = new, partition_onehot(new, k)
+            part, onehot = new, partition_onehot(new, k, weight)
             adapter.fit(x, y, onehot)
             routing = None if router_cost is None else router_cost(onehot)
             value = routed(objective(adapter, x, y, onehot, eps))
@@ -130,3 +141,9 @@ def mm_sweep(
     if not converged:
         logger.warning("PRESTO did not converge in max_iter=%d iterations", max_iter)
     return SweepResult(part, onehot, history, loss_history, iteration, converged)
+
+
+def _bound_value(bound: torch.Tensor, part: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
+    """``sum_i weight_i bound[i, part_i]`` (every row counted once without ``weight``)."""
+    chosen = bound.gather(1, part[:, None])
+    return chosen.sum() if weight is None else (weight * chosen.squeeze(1)).sum()

@@ -21,8 +21,18 @@ def _softmax_router(k: int, p: int, ridge: float, device: torch.device) -> Softm
     return SoftmaxGate(torch.zeros(k, p, dtype=torch.float64, device=device), ridge=ridge)
 
 
-def fit_router(router: Any, ridge: float, x: torch.Tensor, onehot: torch.Tensor, partition: np.ndarray) -> Any:
-    """Fit PRESTO's ``router`` (``"softmax"`` with ``ridge``, or a classifier, which is cloned) on a partition."""
+def fit_router(
+    router: Any,
+    ridge: float,
+    x: torch.Tensor,
+    onehot: torch.Tensor,
+    partition: np.ndarray,
+    weight: torch.Tensor | None = None,
+) -> Any:
+    """Fit PRESTO's ``router`` (``"softmax"`` with ``ridge``, or a classifier, which is cloned) on a partition.
+
+    With row ``weight`` (``sample_weight``) ``onehot`` holds the rows' weights (:func:`~.assignment.partition_onehot`),
+    the softmax router's targets, and a classifier is fitted with ``sample_weight=weight``."""
     if isinstance(router, str):
         if router != "softmax":
             raise ValueError(f"router must be 'softmax' or a classifier object; got {router!r}")
@@ -35,7 +45,10 @@ def fit_router(router: Any, ridge: float, x: torch.Tensor, onehot: torch.Tensor,
         fitted = clone(router)
     except (ImportError, TypeError):
         fitted = copy.deepcopy(router)
-    fitted.fit(as_numpy(x), partition)  # scikit-learn routers run on the CPU
+    if weight is None:
+        fitted.fit(as_numpy(x), partition)  # scikit-learn routers run on the CPU
+    else:
+        fitted.fit(as_numpy(x), partition, sample_weight=as_numpy(weight))
     return fitted
 
 
@@ -50,8 +63,11 @@ def routing_proba(router: Any, x: torch.Tensor, k: int) -> torch.Tensor:
     return full
 
 
-def router_costs(router: Any, ridge: float, x: torch.Tensor, onehot: torch.Tensor) -> torch.Tensor:
-    """``-log pi_phi(k | x_i)`` of the ``router`` fitted on the partition ``onehot``, shape (N, K).
+def router_costs(
+    router: Any, ridge: float, x: torch.Tensor, onehot: torch.Tensor, weight: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``-log pi_phi(k | x_i)`` of the ``router`` fitted on the partition ``onehot`` (rows weighted by ``weight``),
+    shape (N, K).
 
     The router term of ``PRESTO(router_weight=mu)``: fitting the router minimises
     ``sum_i -log pi_phi(part_i | x_i)`` over ``phi`` (plus its ridge), and with ``phi`` fixed
@@ -66,18 +82,19 @@ def router_costs(router: Any, ridge: float, x: torch.Tensor, onehot: torch.Tenso
     >>> costs.shape, bool((costs.argmin(1) == onehot.argmax(1)).all())
     (torch.Size([4, 2]), True)
     """
-    fitted = fit_router(router, ridge, x, onehot, as_numpy(onehot.argmax(1)))
+    fitted = fit_router(router, ridge, x, onehot, as_numpy(onehot.argmax(1)), weight)
     return -routing_proba(fitted, x, onehot.shape[1]).clamp_min(torch.finfo(torch.float64).tiny).log()
 
 
 def router_cost(
-    router: Any, ridge: float, weight: float, x: torch.Tensor
+    router: Any, ridge: float, weight: float, x: torch.Tensor, sample_weight: torch.Tensor | None = None
 ) -> Callable[[torch.Tensor], torch.Tensor] | None:
     """The router term of ``PRESTO(router_weight=weight)`` for :func:`~._mm.mm_sweep`: a function of a partition
-    giving ``weight * router_costs(...)``; ``None`` for ``weight = 0`` (the paper's algorithm)."""
+    giving ``weight * router_costs(...)`` (per row: the sweep weighs rows by their ``sample_weight``); ``None``
+    for ``weight = 0`` (the paper's algorithm)."""
     if not weight:
         return None
-    return lambda onehot: weight * router_costs(router, ridge, x, onehot)
+    return lambda onehot: weight * router_costs(router, ridge, x, onehot, sample_weight)
 
 
 def router_tensors(router: Any) -> dict[str, torch.Tensor]:

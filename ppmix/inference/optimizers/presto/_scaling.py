@@ -13,8 +13,11 @@ __all__ = ["load_scales", "scale_tensors", "standardise_x", "standardise_y", "tr
 SCALE_NAMES = ("x_mean", "x_scale", "y_mean", "y_scale")
 
 
-def training_scales(x: torch.Tensor, y: torch.Tensor, *, standardize: bool, scale_y: bool) -> dict[str, torch.Tensor]:
-    """Column means and scales of ``x`` ``(P,)``, and of ``y`` when ``scale_y`` (labels stay in {0, 1}).
+def training_scales(
+    x: torch.Tensor, y: torch.Tensor, *, standardize: bool, scale_y: bool, weight: torch.Tensor | None = None
+) -> dict[str, torch.Tensor]:
+    """Column means and scales of ``x`` ``(P,)``, and of ``y`` when ``scale_y`` (labels stay in {0, 1}); with row
+    ``weight`` (``sample_weight``), those of the rows repeated (:func:`~ppmix.ops.scaling.feature_scales`).
 
     Examples
     --------
@@ -23,8 +26,8 @@ def training_scales(x: torch.Tensor, y: torch.Tensor, *, standardize: bool, scal
     [1.0, 1.4142, 2.0, 1.4142]
     """
     zero, one = x.new_zeros(()), x.new_ones(())
-    x_mean, x_scale = feature_scales(x) if standardize else (x.new_zeros(x.shape[1]), x.new_ones(x.shape[1]))
-    y_mean, y_scale = (v[0] for v in feature_scales(y[:, None])) if standardize and scale_y else (zero, one)
+    x_mean, x_scale = feature_scales(x, weight) if standardize else (x.new_zeros(x.shape[1]), x.new_ones(x.shape[1]))
+    y_mean, y_scale = (v[0] for v in feature_scales(y[:, None], weight)) if standardize and scale_y else (zero, one)
     return {"x_mean": x_mean, "x_scale": x_scale, "y_mean": y_mean, "y_scale": y_scale}
 
 

@@ -59,12 +59,13 @@ def open_executor(executor: Any) -> Iterator[Any]:
         yield executor
 
 
-def _fit_member_task(task: tuple[Any, torch.Tensor, torch.Tensor]) -> Any:
-    """Train one component on the rows of its part (runs on an executor): family member or module."""
-    comp, x, y = task
+def _fit_member_task(task: tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor | None]) -> Any:
+    """Train one component on the rows of its part (runs on an executor): a module, or a family member
+    with the rows' weights (``None``: ones)."""
+    comp, x, y, weight = task
     if isinstance(comp, torch.nn.Module):
         return comp.fit(x, y)
-    comp.fit((x, y), torch.ones(x.shape[0], 1, dtype=x.dtype, device=x.device))
+    comp.fit((x, y), torch.ones(x.shape[0], 1, dtype=x.dtype, device=x.device) if weight is None else weight[:, None])
     return comp
 
 
@@ -83,6 +84,10 @@ class Adapter:
     one-hot weights); otherwise every non-empty member is fitted on its own rows as one
     task of :func:`ppmix.parallel.run_tasks` (families with ``param_names`` only).
     ``comp`` already lives on ``device``, where every tensor the adapter makes is put.
+
+    ``onehot`` may hold membership weights (:func:`~.assignment.partition_onehot` with ``sample_weight``):
+    the fits are then weighted, and :meth:`gains` are those of removing one copy (one unit of weight) of a
+    member row.
     """
 
     def __init__(self, comp: Any, ridge: float, k: int, device: torch.device, executor: Any = None) -> None:
@@ -108,7 +113,7 @@ class Adapter:
         tasks = []
         for k in ks:
             rows = onehot[:, k] > 0
-            tasks.append((_member(self.comp, k), x[rows], y[rows]))
+            tasks.append((_member(self.comp, k), x[rows], y[rows], onehot[rows, k]))
         results = run_tasks(_fit_member_task, tasks, [f"component-{k}" for k in ks], executor=self.executor)
         for k, result in zip(ks, results):
             for name in self.comp.param_names:
@@ -138,7 +143,8 @@ class Adapter:
 
     def gains(self, x: torch.Tensor, y: torch.Tensor, onehot: torch.Tensor) -> torch.Tensor:
         """Fallback: the marginal gain of a member is approximated by its own loss (no regulariser known)."""
-        return onehot * self.losses(x, y)
+        losses = self.losses(x, y)
+        return torch.where(onehot > 0, losses, torch.zeros_like(losses))
 
     def predict(self, x: torch.Tensor) -> torch.Tensor:
         if hasattr(self.comp, "mean"):
@@ -214,7 +220,7 @@ class TorchAdapter(Adapter):
         for k in ks:
             rows = onehot[:, k] > 0
             module = self.comp[k]
-            tasks.append((module, self._cast(module, x[rows]), self._cast(module, y[rows])))
+            tasks.append((module, self._cast(module, x[rows]), self._cast(module, y[rows]), None))
         names = [f"component-{k}" for k in ks]
         if self.executor is None:
             trained = [_fit_member_task(task) for task in tasks]

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 from sklearn.utils.metaestimators import available_if
+from sklearn.utils.validation import has_fit_parameter
 
 from ppmix._validation import (
     InvalidDataError,
@@ -50,6 +51,7 @@ from ppmix.inference.optimizers.presto.adapters import (
 )
 from ppmix.inference.optimizers.presto.assignment import initial_partition, partition_onehot, sq_distances
 from ppmix.models._target import TargetKindMixin
+from ppmix.models._weights import check_sample_weight
 from ppmix.ops.threads import threads_for, torch_threads
 
 __all__ = ["PRESTO"]
@@ -90,6 +92,19 @@ class PRESTO(TargetKindMixin, PrestoPersistence):
     **Monotonicity.** ``history_`` is non-increasing for ``scores="loss"`` with exact fits;
     for ``scores="presto"`` only if ``G`` is ``alpha``-submodular (Theorem 2) and the gains
     are exact, so small increases are possible for logistic and softmax components.
+
+    **Sample weights.** ``fit(X, y, sample_weight=w)`` runs the sweep of the rows repeated ``w`` times
+    (an integer weight), restricted to partitions that keep a row's copies in one part: the loss of a
+    row counts ``w_i`` times in ``G`` (``sum_i w_i l_i + R``), the fits, standardisation, part centres and
+    router are weighted, every pair is scored per copy (a member's gain is that of removing one copy) and
+    the bound sums ``w_i`` times a row's score, and a row takes ``w_i`` of a part's capacity
+    ``ceil((1 + leeway) sum(w) / K)``. Without capacities (``leeway=None``) copies share their scores and
+    so their part, and the fit is the repeated rows' fit from the same start; with capacities the
+    repeated rows' greedy may split a row's copies where the weighted one keeps the row whole, so the fit
+    is then the repeated problem's sweep restricted to unsplit rows. The k-means start runs on a weighted
+    resample. A zero weight drops the row (its ``partition_`` entry is the router's part);
+    ``part_sizes_`` counts rows, not weights. ``nn.Module`` components (``fit(x, y)`` takes no weights),
+    ``init="ward"`` and routers whose ``fit`` has no ``sample_weight`` refuse weights.
 
     Parameters
     ----------
@@ -304,7 +319,7 @@ class PRESTO(TargetKindMixin, PrestoPersistence):
         return make_adapter(self.component, self.ridge, k, p, device, executor, n_classes=n_classes)
 
     # ------------------------------------------------------------------ fitting
-    def fit(self, X: Any, y: Any) -> "PRESTO":
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> "PRESTO":
         """Partition ``(X, y)`` and fit the components and the router.
 
         Parameters
@@ -313,6 +328,10 @@ class PRESTO(TargetKindMixin, PrestoPersistence):
         y : array-like of shape (N,)
             Class labels for ``component="logistic"`` (two classes) and ``"softmax"`` (any
             number; recorded in ``classes_``), real values for ``"linear"``.
+        sample_weight : array-like of shape (N,), optional
+            Non-negative weight of every row (see *Sample weights* above): an integer weight counts as that
+            many copies of the row, kept in one part; a zero weight drops the row. At least
+            ``max(2, n_components)`` rows must weigh more than zero.
 
         Returns
         -------
@@ -326,22 +345,26 @@ class PRESTO(TargetKindMixin, PrestoPersistence):
             raise InvalidDataError("X has 1 sample (n_samples=1): PRESTO needs at least 2 to partition")
         k = check_n_components(self.n_components, n)
         yt = self._check_y(self._encode_response(y, fitting=True), n, device)
-        self.scales_ = self._training_scales(x, yt)
-        x, yt = standardise_x(x, self.scales_), standardise_y(yt, self.scales_)
+        weight, keep = self._check_sample_weight(sample_weight, n, k, device)
+        fit_x, fit_y = (x, yt) if keep is None else (x[keep], yt[keep])
+        self.scales_ = self._training_scales(fit_x, fit_y, weight)
+        x = standardise_x(x, self.scales_)
+        fit_x, fit_y = x if keep is None else x[keep], standardise_y(fit_y, self.scales_)
         seed = check_seed(self.seed)
         generator = torch.Generator().manual_seed(seed if seed is not None else 0)
         if self.seed is None:
             generator.seed()
-        capacity = None if self.leeway is None else math.ceil((1.0 + float(self.leeway)) * n / k)
+        total = fit_x.shape[0] if weight is None else float(weight.sum())  # the number of repeated rows
+        capacity = None if self.leeway is None else math.ceil((1.0 + float(self.leeway)) * total / k)
 
         # a sweep is many small operations: one thread unless the pass is large (ppmix.ops.threads)
         with open_executor(self.executor) as executor, torch_threads(threads_for(n * k * (p + 1))):
             adapter = self._make_adapter(k, p, device, executor)
             sweep = mm_sweep(
                 adapter,
-                x,
-                yt,
-                self._initial_partition(x, k, capacity, generator),
+                fit_x,
+                fit_y,
+                self._initial_partition(fit_x, k, capacity, generator, weight, keep),
                 capacity,
                 scores=self._scores,
                 objective=self._objective,
@@ -349,32 +372,70 @@ class PRESTO(TargetKindMixin, PrestoPersistence):
                 max_iter=int(self.max_iter),
                 tol=float(self.tol),
                 progress=self.progress,
-                router_cost=router_cost(self.router, self.router_ridge, float(self.router_weight), x),
+                router_cost=router_cost(self.router, self.router_ridge, float(self.router_weight), fit_x, weight),
+                weight=weight,
             )
 
         adapter.executor = None  # the fitted object keeps no reference to a (closed) pool
         self.components_ = adapter.comp
         self._adapter = adapter
         self._fit_device = device
-        self.partition_ = as_numpy(sweep.part)
-        self.part_sizes_ = np.bincount(self.partition_, minlength=k)
+        part = as_numpy(sweep.part)
         self.history_ = sweep.history
         self.loss_history_ = sweep.loss_history
         self.n_iter_ = sweep.n_iter
         self.converged_ = sweep.converged
         self.n_features_in_ = p
         self.feature_names_in_ = names
-        self.router_ = fit_router(self.router, self.router_ridge, x, sweep.onehot, self.partition_)
-        self.routability_ = float((as_numpy(self._routing_proba(x).argmax(1)) == self.partition_).mean())
+        self.router_ = fit_router(self.router, self.router_ridge, fit_x, sweep.onehot, part, weight)
+        routed = as_numpy(self._routing_proba(fit_x).argmax(1)) == part
+        self.routability_ = float(routed.mean() if weight is None else np.average(routed, weights=as_numpy(weight)))
+        if keep is None:
+            self.partition_ = part
+        else:  # a dropped row goes to the router's part
+            self.partition_ = as_numpy(self._routing_proba(x).argmax(1))
+            self.partition_[as_numpy(keep)] = part
+        self.part_sizes_ = np.bincount(self.partition_, minlength=k)
         return self
 
-    def _training_scales(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
-        return training_scales(x, y, standardize=bool(self.standardize), scale_y=not self._classifies)
+    def _check_sample_weight(
+        self, sample_weight: Any, n: int, k: int, device: torch.device
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """The positive weights and the mask of the rows they keep (``None, None`` without ``sample_weight``);
+        a ``ValueError`` naming ``sample_weight`` for bad weights and for the options that cannot take them."""
+        if sample_weight is None:
+            return None, None
+        if component_kind(self.component) == "torch":
+            raise ValueError(
+                "sample_weight is not supported with nn.Module components: their fit(x, y) takes no weights"
+            )
+        if not isinstance(self.router, str) and not has_fit_parameter(self.router, "sample_weight"):
+            raise ValueError(
+                f"sample_weight needs a router whose fit takes sample_weight; {type(self.router).__name__}.fit "
+                "does not (use router='softmax')"
+            )
+        weight = check_sample_weight(sample_weight, n, "row", dtype=_DTYPE, device=device, min_positive=max(k, 2))
+        keep = weight > 0
+        return weight[keep], keep
+
+    def _training_scales(
+        self, x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None = None
+    ) -> dict[str, torch.Tensor]:
+        return training_scales(x, y, standardize=bool(self.standardize), scale_y=not self._classifies, weight=weight)
 
     def _initial_partition(
-        self, x: torch.Tensor, k: int, capacity: int | None, generator: torch.Generator
+        self,
+        x: torch.Tensor,
+        k: int,
+        capacity: float | None,
+        generator: torch.Generator,
+        weight: torch.Tensor | None = None,
+        keep: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        return initial_partition(x, k, self.init, capacity, generator)
+        init = self.init
+        if keep is not None and not isinstance(init, str) and np.shape(as_numpy(init)) == tuple(keep.shape):
+            init = as_numpy(init)[as_numpy(keep)]  # an initial partition of every row: of the rows kept
+        return initial_partition(x, k, init, capacity, generator, weight)
 
     def _objective(
         self, adapter: Adapter, x: torch.Tensor, y: torch.Tensor, onehot: torch.Tensor, eps: float = 0.0
@@ -473,12 +534,13 @@ class PRESTO(TargetKindMixin, PrestoPersistence):
         targets = torch.nn.functional.one_hot(codes.long(), self._n_classes).to(_DTYPE)
         return theorem2_guarantee(x, targets, float(self.ridge))
 
-    def objective(self, X: Any, y: Any, partition: Any) -> float:
+    def objective(self, X: Any, y: Any, partition: Any, sample_weight: Any = None) -> float:
         """``sum_k G(S_k)`` of a given partition of ``(X, y)`` (components refitted on it).
 
         With ``standardize=True`` the data are standardised as for the fitted estimator (by
-        ``scales_``; before a fit, by ``(X, y)``'s own scales), so objectives of different
-        subsets of the data are comparable.
+        ``scales_``; before a fit, by ``(X, y)``'s own (weighted) scales), so objectives of different
+        subsets of the data are comparable. With ``sample_weight`` every row's loss counts its weight
+        times (the objective of the rows repeated, each row's copies in its part).
         """
         self._check_params()
         device = resolve_device(self.device)
@@ -486,12 +548,15 @@ class PRESTO(TargetKindMixin, PrestoPersistence):
         n, p = x.shape
         k = check_n_components(self.n_components, n)
         yt = self._check_y(self._encode_response(y, fitting=not hasattr(self, "classes_")), n, device)
-        scales = self.scales_ if hasattr(self, "scales_") else self._training_scales(x, yt)
+        weight = None
+        if sample_weight is not None:
+            weight = check_sample_weight(sample_weight, n, "row", dtype=_DTYPE, device=device)
+        scales = self.scales_ if hasattr(self, "scales_") else self._training_scales(x, yt, weight)
         x, yt = standardise_x(x, scales), standardise_y(yt, scales)
         part = torch.as_tensor(as_numpy(partition), dtype=torch.long, device=device)
         if part.shape != (n,) or part.min() < 0 or part.max() >= k:
             raise ValueError(f"partition must have shape ({n},) with values in [0, {k})")
         adapter = self._make_adapter(k, p, device)
-        onehot = partition_onehot(part, k)
+        onehot = partition_onehot(part, k, weight)
         adapter.fit(x, yt, onehot)
         return self._objective(adapter, x, yt, onehot)

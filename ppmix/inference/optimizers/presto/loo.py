@@ -33,6 +33,11 @@ intercept is never shrunk):
   ``V_i = U_i' H^{-1} U_i``, computed as ``s' (I - W)^{-1} s`` (``V_i = L L'``, ``s = L' r_i``,
   ``W = L' B_i L``) with the eigenvalues of ``I - W`` clamped at ``1e-6``. With ``C = 2`` this
   is the logistic formula (:func:`softmax_loo_gains`).
+
+**Sample weights.** ``onehot`` may hold membership weights, a member row's ``sample_weight`` in place of
+its 1: the fits, Hessians, residual sums and counts are then weighted, and the gains are those of
+removing one copy of the row (one unit of its weight), which with integer weights are exactly the gains
+of every copy in the problem with the rows repeated.
 """
 
 from __future__ import annotations
@@ -72,7 +77,7 @@ def gaussian_loo_gains(
     x : Tensor, shape (N, P)
     y : Tensor, shape (N,)
     onehot : Tensor, shape (N, K)
-        Membership mask (0/1) of the ``K`` subsets.
+        Membership mask (0/1) of the ``K`` subsets, or membership weights (see the module docstring).
     ridge : float
         Penalty on the coefficients (as in :class:`~ppmix.components.GaussianExpert`).
     floor : float
@@ -176,7 +181,7 @@ def softmax_loo_gains(
     targets : Tensor, shape (N, C)
         One-hot labels (or rows of class probabilities).
     onehot : Tensor, shape (N, K)
-        Membership mask (0/1) of the ``K`` subsets.
+        Membership mask (0/1) of the ``K`` subsets, or membership weights (see the module docstring).
     coef, intercept : Tensor, shapes (K, C, P) and (K, C)
         Fitted parameters of :class:`~ppmix.components.SoftmaxExpert` (last class 0).
     ridge : float

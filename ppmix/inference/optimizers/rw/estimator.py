@@ -36,10 +36,30 @@ from ppmix.inference.optimizers.persist import (
 from ppmix.inference.optimizers.rw.learners import WeightedLearner, make_learner
 from ppmix.inference.optimizers.rw.learners import learner_data as _data
 from ppmix.inference.optimizers.rw.weights import solve_weights
+from ppmix.models._weights import check_sample_weight
+from ppmix.ops.scaling import weighted_lower_median
 
 __all__ = ["RegularizedWeighting"]
 
 logger = logging.getLogger(__name__)
+
+
+def _auto_alpha_per_point(losses: torch.Tensor, mass: torch.Tensor | None) -> float:
+    """``alpha_per_point="auto"``: the (lower) median over the points of their smallest loss ``(k, n)``, each point
+    counted ``mass_i`` times (the repeated points' median); the mean loss if that is zero, else 1.
+
+    Examples
+    --------
+    >>> losses = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], dtype=torch.float64)
+    >>> _auto_alpha_per_point(losses, None), _auto_alpha_per_point(losses, torch.tensor([1.0, 1.0, 3.0]))
+    (2.0, 3.0)
+    """
+    smallest = losses.min(dim=0).values
+    median = weighted_lower_median(smallest, mass)
+    mean = losses.mean() if mass is None else (losses * mass).sum() / (losses.shape[0] * mass.sum())
+    if float(median) > 0:
+        return float(median)
+    return float(mean) if float(mean) > 0 else 1.0
 
 
 class RegularizedWeighting(SavableEstimator):
@@ -81,6 +101,8 @@ class RegularizedWeighting(SavableEstimator):
     minimise their weighted loss, the joint loss never increases. A restart stops when
     the joint loss changes by at most ``tol`` relative to its value; the restart with
     the lowest joint loss is kept.
+
+    **Sample weights.** ``fit(X, sample_weight=w)`` fits the rows repeated ``w`` times (see :meth:`fit`).
 
     Parameters
     ----------
@@ -223,7 +245,7 @@ class RegularizedWeighting(SavableEstimator):
         return losses
 
     # --------------------------------------------------------------------- fit
-    def fit(self, X: Any, y: Any = None) -> "RegularizedWeighting":
+    def fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> "RegularizedWeighting":
         """Fit the models and weights to ``X`` (and targets ``y`` for regression learners).
 
         Parameters
@@ -231,18 +253,36 @@ class RegularizedWeighting(SavableEstimator):
         X : array-like, shape (n_samples, n_features)
         y : array-like, shape (n_samples,), optional
             Required by the ``"regression"`` learner.
+        sample_weight : array-like, shape (n_samples,), optional
+            Non-negative weight of every row: an integer weight counts as that many copies of the row, a zero
+            weight drops it (at least ``n_models`` rows must weigh more than zero). The fit is that of the
+            repeated rows: ``n`` is the total weight (``alpha = alpha_per_point`` times it), the weight step
+            solves the repeated problem (:func:`~ppmix.inference.optimizers.rw.weights.solve_weights`), the
+            learners are fitted to the copies' total weights, ``"auto"`` takes the weighted median, outliers
+            are judged per copy (``v_i / sample_weight_i`` below ``outlier_threshold / n``), and each restart
+            initialises the learner on a resample of the rows drawn in proportion to the weights (all rows
+            when the weights are equal). ``weights_`` holds the copies' totals; a dropped row has weight
+            zero, the label of its best model and is not an outlier.
 
         Returns
         -------
         self
         """
         device = resolve_device(self.device)
-        X_t, names = check_matrix(X, "X", device=device)
-        n = X_t.shape[0]
-        y_t = self._check_y(y, n, device)
+        X_all, names = check_matrix(X, "X", device=device)
+        y_all = self._check_y(y, X_all.shape[0], device)
         k = check_positive_int(self.n_models, "n_models")
+        X_t, y_t, mass, keep = X_all, y_all, None, None
+        if sample_weight is not None:
+            weight = check_sample_weight(
+                sample_weight, X_all.shape[0], "row", dtype=torch.float64, device=device, min_positive=k
+            )
+            keep = weight > 0
+            X_t, y_t, mass = X_all[keep], None if y_all is None else y_all[keep], weight[keep]
+        n = X_t.shape[0]
         if k > n:
             raise ValueError(f"n_models={k} is larger than the number of samples ({n}): n_samples={n}")
+        total = float(n if mass is None else mass.sum())  # the number of repeated rows
         n_init = check_positive_int(self.n_init, "n_init")
         max_iter = check_positive_int(self.max_iter, "max_iter")
         weight_max_iter = check_positive_int(self.weight_max_iter, "weight_max_iter")
@@ -252,7 +292,7 @@ class RegularizedWeighting(SavableEstimator):
         auto = isinstance(self.alpha_per_point, str)
         if auto and self.alpha_per_point != "auto":
             raise ValueError(f"alpha_per_point must be a positive number or 'auto'; got {self.alpha_per_point!r}")
-        alpha = None if auto else check_float(self.alpha_per_point, "alpha_per_point", positive=True) * n
+        alpha = None if auto else check_float(self.alpha_per_point, "alpha_per_point", positive=True) * total
         if self.learner == "regression" and y_t is None:
             raise ValueError("y is required for learner='regression'")
         template = make_learner(self.learner)
@@ -262,16 +302,13 @@ class RegularizedWeighting(SavableEstimator):
         best: dict[str, Any] | None = None
         for restart in range(n_init):
             generator = torch.Generator().manual_seed(int(base_seed) + restart)
-            learner = self._init_learner(template, X_t, y_t, k, generator, device)
+            learner = self._init_learner(template, X_t, y_t, k, generator, device, mass)
             losses = self._losses(learner, X_t, y_t)
             if alpha is None:
-                per_point = float(losses.min(dim=0).values.median())
-                if not per_point > 0:
-                    per_point = float(losses.mean()) if float(losses.mean()) > 0 else 1.0
-                alpha = per_point * n
-                logger.info("RW: alpha_per_point='auto' resolved to %.6g", per_point)
+                alpha = _auto_alpha_per_point(losses, mass) * total
+                logger.info("RW: alpha_per_point='auto' resolved to %.6g", alpha / total)
             run = self._single_run(
-                learner, X_t, y_t, losses, alpha, max_iter, tol, weight_max_iter, weight_tol, restart
+                learner, X_t, y_t, losses, alpha, max_iter, tol, weight_max_iter, weight_tol, restart, mass
             )
             logger.info("RW restart %d: joint loss %.6g after %d alternations", restart, run["loss"], run["n_iter"])
             if best is None or run["loss"] < best["loss"]:
@@ -284,21 +321,32 @@ class RegularizedWeighting(SavableEstimator):
                 stacklevel=2,
             )
         self.alpha_ = float(alpha)
-        self.alpha_per_point_ = float(alpha) / n
+        self.alpha_per_point_ = float(alpha) / total
         self.models_ = best["learner"]
-        self.weights_ = best["weights"].cpu()
         self.loss_ = best["loss"]
         self.history_ = best["history"]
         self.n_iter_ = best["n_iter"]
         self.converged_ = best["converged"]
         self._fit_device = device
-        v = self.weights_.mean(dim=0)
-        outliers = v * n < threshold
-        labels = self.weights_.argmax(dim=0)
+        weights = best["weights"].cpu()
+        v = weights.mean(dim=0) if mass is None else weights.mean(dim=0) / mass.cpu()  # per copy
+        outliers = v * total < threshold
+        labels = weights.argmax(dim=0)
         labels[outliers] = -1
-        self.labels_ = labels.numpy()
-        self.outliers_ = outliers.numpy()
-        self.n_features_in_ = X_t.shape[1]
+        if keep is None:
+            self.weights_, self.labels_, self.outliers_ = weights, labels.numpy(), outliers.numpy()
+        else:  # dropped rows: no weight, the label of their best model, not outliers
+            kept = as_numpy(keep.cpu())
+            self.weights_ = torch.zeros(k, kept.size, dtype=weights.dtype)
+            self.weights_[:, torch.as_tensor(kept)] = weights
+            self.labels_ = np.zeros(kept.size, dtype=np.int64)
+            self.labels_[kept] = labels.numpy()
+            if not kept.all():
+                dropped = None if y_all is None else y_all[~keep]
+                self.labels_[~kept] = as_numpy(self._losses(self.models_, X_all[~keep], dropped).argmin(dim=0))
+            self.outliers_ = np.zeros(kept.size, dtype=bool)
+            self.outliers_[kept] = outliers.numpy()
+        self.n_features_in_ = X_all.shape[1]
         self.feature_names_in_ = names
         self._supervised = y_t is not None
         return self
@@ -311,9 +359,17 @@ class RegularizedWeighting(SavableEstimator):
         k: int,
         generator: torch.Generator,
         device: torch.device,
+        mass: torch.Tensor | None = None,
     ) -> WeightedLearner:
-        """A copy of ``template`` initialised on the CPU (from the CPU ``generator``), then moved to ``device``."""
-        learner = copy.deepcopy(template).init(_data(X.cpu(), None if y is None else y.cpu()), k, generator)
+        """A copy of ``template`` initialised on the CPU (from the CPU ``generator``), then moved to ``device``.
+
+        With unequal row weights ``mass`` the learner is initialised on as many rows drawn (with replacement)
+        in proportion to them: a uniform draw from the repeated rows."""
+        X, y = X.cpu(), None if y is None else y.cpu()
+        if mass is not None and not bool((mass == mass[0]).all()):
+            rows = torch.multinomial(mass.cpu() / mass.sum().cpu(), X.shape[0], replacement=True, generator=generator)
+            X, y = X[rows], None if y is None else y[rows]
+        learner = copy.deepcopy(template).init(_data(X, y), k, generator)
         return move_object_tensors(learner, device)
 
     def _single_run(
@@ -328,8 +384,9 @@ class RegularizedWeighting(SavableEstimator):
         weight_max_iter: int,
         weight_tol: float,
         restart: int,
+        mass: torch.Tensor | None = None,
     ) -> dict[str, Any]:
-        step = solve_weights(losses, alpha, max_iter=weight_max_iter, tol=weight_tol)
+        step = solve_weights(losses, alpha, max_iter=weight_max_iter, tol=weight_tol, sample_weight=mass)
         weights, current = step.weights, step.objective
         history = [current]
         converged = False
@@ -339,7 +396,9 @@ class RegularizedWeighting(SavableEstimator):
                 previous = current
                 learner.fit(_data(X, y), weights.T)
                 losses = self._losses(learner, X, y)
-                step = solve_weights(losses, alpha, start=weights, max_iter=weight_max_iter, tol=weight_tol)
+                step = solve_weights(
+                    losses, alpha, start=weights, max_iter=weight_max_iter, tol=weight_tol, sample_weight=mass
+                )
                 if not step.converged:
                     logger.debug("RW weight step stopped at max_iter with relative gap %.3g", step.gap / step.objective)
                 weights, current = step.weights, step.objective
@@ -506,6 +565,6 @@ class RegularizedWeighting(SavableEstimator):
             raise ValueError("y is required to predict with learner='regression'")
         return to_output(self._losses(self.models_, X_t, y_t).argmin(dim=0), X)
 
-    def fit_predict(self, X: Any, y: Any = None) -> np.ndarray:
-        """Fit and return :attr:`labels_` (``-1`` for outliers)."""
-        return self.fit(X, y).labels_
+    def fit_predict(self, X: Any, y: Any = None, sample_weight: Any = None) -> np.ndarray:
+        """Fit (with ``sample_weight``, see :meth:`fit`) and return :attr:`labels_` (``-1`` for outliers)."""
+        return self.fit(X, y, sample_weight=sample_weight).labels_

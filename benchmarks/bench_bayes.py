@@ -1,0 +1,264 @@
+#!/usr/bin/env python
+"""Posterior sampling: effective samples per second of ppmix's blocked Gibbs (``engine="gibbs"``) against
+NumPyro's NUTS on the same model, data and priors, side by side in one process.
+
+Two Poisson models (counts; the family whose conjugate prior Gibbs uses), 4 chains each:
+
+* **mixture**: N = 2 000 rows, D = 2 features, K = 3 components (planted rates 1, 6, 15 per feature);
+* **hmm**: 50 sequences x 100 steps, K = 3 states (rates 1, 6, 15, stay probability 0.9).
+
+Priors (ppmix's under ``bayesian()``, written out for NumPyro): weights / initial distribution
+``Dirichlet(1)``, every transition row ``Dirichlet(1)``, every rate ``Gamma(1, 1 / mean count)``. NumPyro's
+model has the discrete states summed out by hand (``logsumexp`` for the mixture, the forward algorithm in a
+``lax.scan`` for the HMM: what its HMM examples do; its generic enumeration needs ``funsor``), sampled by
+NUTS with 4 vectorised chains; its compile time is reported apart and left out of its ESS/s. The draws of
+both are relabelled by ppmix's relabelling (the same post-processing), then ArviZ's bulk ESS is taken for
+every coordinate: the reported ESS is the smallest (the slowest-mixing parameter), ESS/s divides it by the
+sampling seconds. r_hat (rank-normalised, the largest coordinate) is reported beside it.
+
+A third row times the issue's check: a Poisson HMM of 40 sequences x 40 steps, 4 chains x 1 000 draws
+(500 warmup sweeps) by ppmix's Gibbs (the goal: under 2 minutes on 2 cores).
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_bayes.py            # writes benchmarks/results/bayes.json
+    .venv/bin/python benchmarks/bench_bayes.py --quick    # small sizes and few draws (NumPyro: the mixture only)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from _common import early_threads
+
+THREADS = early_threads(default=1)
+os.environ["XLA_FLAGS"] = f"--xla_cpu_multi_thread_eigen={'true' if THREADS > 1 else 'false'}"
+
+import datetime  # noqa: E402
+import json  # noqa: E402
+import logging  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from _common import machine_load, require_torch_threads, set_torch_threads  # noqa: E402
+
+from ppmix import HMM, Mixture  # noqa: E402
+from ppmix.inference.engines.relabel import component_axes, relabel_draws  # noqa: E402
+
+logger = logging.getLogger("bench_bayes")
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_OUT = ROOT / "benchmarks" / "results" / "bayes.json"
+QUICK_OUT = Path(tempfile.gettempdir()) / "ppmix_bench_bayes_quick.json"
+RATES = np.array([1.0, 6.0, 15.0])
+CHAINS = 4
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="small data and few draws (a smoke run)")
+    p.add_argument("--threads", type=int, default=1, help="threads of torch and XLA (default 1)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, default=None, help="JSON output path")
+    return p.parse_args(argv)
+
+
+def mixture_data(n: int, d: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    z = rng.choice(3, size=n, p=[0.3, 0.3, 0.4])
+    return rng.poisson(RATES[z][:, None] * np.ones(d)).astype(np.float64)
+
+
+def hmm_data(n_sequences: int, length: int, seed: int, stay: float = 0.9) -> list[np.ndarray]:
+    """Sequences of ``length`` counts from a sticky 3-state chain (self-transition ``stay``)."""
+    rng = np.random.default_rng(seed)
+    transition = np.full((3, 3), (1.0 - stay) / 2)
+    np.fill_diagonal(transition, stay)
+    out = []
+    for _ in range(n_sequences):
+        z = [int(rng.integers(3))]
+        for _ in range(length - 1):
+            z.append(int(rng.choice(3, p=transition[z[-1]])))
+        out.append(rng.poisson(RATES[z])[:, None].astype(np.float64))
+    return out
+
+
+def smallest_ess(samples: dict[str, np.ndarray]) -> tuple[float, float]:
+    """The smallest bulk ESS and the largest r_hat over every coordinate of ``{site: (chains, draws, ...)}``."""
+    import arviz as az
+
+    dataset = az.convert_to_dataset({k: np.asarray(v, dtype=np.float64) for k, v in samples.items()})
+    ess = min(float(np.nanmin(az.ess(dataset)[name].values)) for name in samples)
+    rhat = max(float(np.nanmax(az.rhat(dataset)[name].values)) for name in samples)
+    return ess, rhat
+
+
+def relabelled(model: Any, data: Any, samples: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Draws of any sampler relabelled as ppmix relabels its own (the same post-processing for both)."""
+    tensors = {k: torch.as_tensor(np.asarray(v, dtype=np.float64)) for k, v in samples.items()}
+    out, _ = relabel_draws(tensors, component_axes(model, data, tensors))
+    return {k: v.numpy() for k, v in out.items()}
+
+
+def run_ppmix(model: Any, data: Any, draws: int, warmup: int) -> dict[str, Any]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        start = time.perf_counter()
+        model.fit(data, engine="gibbs", num_samples=draws, warmup_steps=warmup, num_chains=CHAINS)
+        seconds = time.perf_counter() - start
+    ess, rhat = smallest_ess({k: v.numpy() for k, v in model.mcmc_samples_.items()})
+    return {"seconds": seconds, "min_ess": ess, "ess_per_s": ess / seconds, "max_rhat": rhat}
+
+
+def numpyro_mixture(x: np.ndarray, k: int):
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as nd
+    from jax.scipy.special import logsumexp
+
+    mean = jnp.asarray(x.mean(0))
+    x = jnp.asarray(x)
+
+    def model():
+        weights = numpyro.sample("weights", nd.Dirichlet(jnp.ones(k)))
+        prior_rate = jnp.broadcast_to(1.0 / mean, (k, mean.shape[0]))
+        rate = numpyro.sample("rate", nd.Gamma(jnp.ones_like(prior_rate), prior_rate).to_event(2))  # (K, D)
+        log_p = nd.Poisson(rate[None]).log_prob(x[:, None, :]).sum(-1) + jnp.log(weights)
+        numpyro.factor("x", logsumexp(log_p, axis=-1).sum())
+
+    return model
+
+
+def numpyro_hmm(seqs: list[np.ndarray], k: int):
+    import jax
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as nd
+    from jax.scipy.special import logsumexp
+
+    x = jnp.asarray(np.stack([s[:, 0] for s in seqs]))  # equal lengths here: (B, T)
+    mean = float(np.concatenate(seqs).mean())
+
+    def model():
+        initial = numpyro.sample("initial", nd.Dirichlet(jnp.ones(k)))
+        transition = numpyro.sample("transition", nd.Dirichlet(jnp.ones((k, k))).to_event(1))  # rows
+        rate = numpyro.sample("rate", nd.Gamma(jnp.ones((k, 1)), jnp.full((k, 1), 1.0 / mean)).to_event(2))
+        emit = nd.Poisson(rate[:, 0]).log_prob(x[..., None])  # (B, T, K)
+        log_trans = jnp.log(transition)
+
+        def step(alpha, emit_t):
+            alpha = logsumexp(alpha[:, :, None] + log_trans, axis=1) + emit_t
+            return alpha, None
+
+        alpha, _ = jax.lax.scan(step, jnp.log(initial) + emit[:, 0], jnp.swapaxes(emit[:, 1:], 0, 1))
+        numpyro.factor("x", logsumexp(alpha, axis=-1).sum())
+
+    return model
+
+
+def run_numpyro(
+    model_fn: Any, draws: int, warmup: int, seed: int, quick: bool
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """NUTS draws ``{site: (chains, draws, ...)}`` and their seconds: of a second run, once the first compiled
+    (``quick``: one run, its seconds with the compilation)."""
+    import jax
+    from numpyro.infer import MCMC, NUTS
+
+    def sample() -> tuple[Any, float]:
+        mcmc = MCMC(NUTS(model_fn), num_warmup=warmup, num_samples=draws, num_chains=CHAINS,
+                    chain_method="vectorized", progress_bar=False)  # fmt: skip
+        start = time.perf_counter()
+        mcmc.run(jax.random.PRNGKey(seed))
+        jax.block_until_ready(mcmc.get_samples())
+        return mcmc, time.perf_counter() - start
+
+    mcmc, first = sample()  # compiles, then samples
+    if quick:
+        return {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}, {
+            "seconds": first,
+            "compile_s": float("nan"),
+        }
+    mcmc, seconds = sample()  # the compiled sampler: sampling alone
+    samples = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
+    return samples, {"seconds": seconds, "compile_s": max(first - seconds, 0.0)}
+
+
+def compare(
+    name: str, model: Any, data: Any, numpyro_fn: Any, draws: int, warmup: int, seed: int, quick: bool
+) -> dict[str, Any]:
+    """Both samplers on one model: ppmix's Gibbs, then NumPyro's NUTS (``quick``: 20 + 20 NUTS iterations,
+    and for the mixture only: NumPyro compiles for 15-20 s)."""
+    logger.info("%s: ppmix gibbs", name)
+    ours = run_ppmix(model, data, draws, warmup)
+    if quick and name != "mixture":
+        return {"model": name, "draws": draws, "warmup": warmup, "chains": CHAINS, "ppmix_gibbs": ours}
+    logger.info("%s: numpyro nuts", name)
+    nuts_draws, nuts_warmup = (20, 20) if quick else (draws, warmup)
+    samples, peer = run_numpyro(numpyro_fn, nuts_draws, nuts_warmup, seed, quick)
+    prepared = model.prepare_data(data)
+    samples = relabelled(model, prepared, samples)
+    ess, rhat = smallest_ess(samples)
+    peer.update(min_ess=ess, ess_per_s=ess / peer["seconds"], max_rhat=rhat)
+    return {
+        "model": name,
+        "draws": draws,
+        "warmup": warmup,
+        "chains": CHAINS,
+        "ppmix_gibbs": ours,
+        "numpyro_nuts": peer,
+        "ess_per_s_ratio_ppmix_over_numpyro": ours["ess_per_s"] / peer["ess_per_s"],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    set_torch_threads(args.threads, uses_pomegranate=False)
+    require_torch_threads(args.threads)
+    quick = args.quick
+    draws, warmup = (100, 50) if quick else (1000, 500)
+    x = mixture_data(200 if quick else 2000, 2, args.seed)
+    seqs = hmm_data(10 if quick else 50, 20 if quick else 100, args.seed)
+    rows = [
+        compare("mixture", Mixture(3, family="poisson", seed=args.seed, progress=False), x,
+                numpyro_mixture(x, 3), draws, warmup, args.seed, quick),
+        compare("hmm", HMM(3, emission="poisson", seed=args.seed, progress=False), seqs,
+                numpyro_hmm(seqs, 3), draws, warmup, args.seed, quick),
+    ]  # fmt: skip
+    check_seqs = hmm_data(8 if quick else 40, 10 if quick else 40, args.seed + 1)
+    logger.info("the issue's check: Poisson HMM 40 x 40, 4 chains x 1000 draws")
+    check = run_ppmix(HMM(3, emission="poisson", seed=args.seed, progress=False), check_seqs, draws, warmup)
+    report = {
+        "benchmark": "bayes",
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "threads": args.threads,
+        "quick": quick,
+        "machine_load": machine_load(),
+        "rows": rows,
+        "hmm_40x40_4x1000": {**check, "goal_s": 120.0},
+    }
+    out = args.out or (QUICK_OUT if quick else DEFAULT_OUT)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    for row in (r for r in rows if "numpyro_nuts" in r):
+        ours, peer = row["ppmix_gibbs"], row["numpyro_nuts"]
+        logger.info(
+            "%s: ESS/s ppmix gibbs %.1f (ESS %.0f in %.1f s, r_hat %.3f) | numpyro nuts %.1f (ESS %.0f in %.1f s "
+            "+ %.1f s compile, r_hat %.3f) | ratio %.2f",
+            row["model"], ours["ess_per_s"], ours["min_ess"], ours["seconds"], ours["max_rhat"], peer["ess_per_s"],
+            peer["min_ess"], peer["seconds"], peer["compile_s"], peer["max_rhat"],
+            row["ess_per_s_ratio_ppmix_over_numpyro"],
+        )  # fmt: skip
+    logger.info("Poisson HMM 40 x 40, 4 x 1000 draws: %.1f s (goal 120 s)", check["seconds"])
+    logger.info("wrote %s", out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,238 @@
+"""Blocked Gibbs sweeps (``engine="gibbs"``) for the mixture and the HMM of a family with a conjugate prior.
+
+Every chain alternates two exact draws (the classical sampler of these models, e.g. Diebolt & Robert 1994
+for mixtures, Scott 2002 for HMMs):
+
+1. the globals given the latents: each component's parameters from the family's conjugate posterior
+   given the rows assigned to it (:meth:`~ppmix.components.family.DensityFamily.conjugate_posterior`),
+   the mixture weights, or the HMM's initial distribution and the rows of its transition matrix (on
+   their allowed entries), from their Dirichlet posteriors;
+2. the latents given the globals: each row's component from its posterior, or each sequence's state
+   path by forward filtering, backward sampling (:func:`~ppmix.inference.engines.ffbs.sample_paths`).
+
+The chains run together: the ``C`` chains' ``K`` components are one set of ``C K`` components (chain
+``c``'s component ``k`` at ``c K + k``), so one ``log_prob`` and one ``statistics`` call serve every chain.
+The priors are those of the model's program under ``bayesian()`` (the family's :meth:`prior`, a
+``Dirichlet(1)`` on the weights and the initial distribution, ``Dirichlet(transition_prior)`` on every
+transition row), so Gibbs and NUTS sample the same posterior.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ppmix.components.base import ComponentFamily
+from ppmix.components.family import DensityFamily
+from ppmix.inference.engines.ffbs import gumbel_argmax, sample_paths
+
+__all__ = ["HMMGibbsMixin", "MixtureGibbsMixin", "dirichlet_draw", "log_dirichlet"]
+
+
+def dirichlet_draw(concentration: torch.Tensor, allowed: torch.Tensor | None = None) -> torch.Tensor:
+    """Draws from ``Dirichlet(concentration)`` over the last axis, restricted to the ``allowed`` entries
+    (zero elsewhere; every row must allow one), by normalised Gamma draws.
+
+    Examples
+    --------
+    >>> _ = torch.manual_seed(0)
+    >>> allowed = torch.tensor([[True, True, True], [False, True, True]])
+    >>> p = dirichlet_draw(torch.ones(2, 3, dtype=torch.float64), allowed)
+    >>> p.sum(-1).round(decimals=12).tolist(), float(p[1, 0])
+    ([1.0, 1.0], 0.0)
+    """
+    gamma = torch._standard_gamma(concentration)
+    if allowed is not None:
+        gamma = torch.where(allowed, gamma, 0.0)
+    gamma = gamma.clamp_min(torch.finfo(gamma.dtype).tiny) if allowed is None else gamma
+    return gamma / gamma.sum(-1, keepdim=True)
+
+
+def log_dirichlet(p: torch.Tensor, concentration: torch.Tensor, allowed: torch.Tensor | None = None) -> torch.Tensor:
+    """``log Dirichlet(p | concentration)`` over the last axis, on the ``allowed`` entries only.
+
+    Examples
+    --------
+    >>> round(float(log_dirichlet(torch.tensor([0.5, 0.5]), torch.tensor([2.0, 2.0]))), 6)  # log(6 * 0.25)
+    0.405465
+    """
+    if allowed is None:
+        allowed = torch.ones_like(p, dtype=torch.bool)
+    a = torch.where(allowed, concentration, 0.0)
+    log_p = torch.where(allowed, p.clamp_min(torch.finfo(p.dtype).tiny).log(), 0.0)
+    log_norm = torch.lgamma(a.sum(-1)) - torch.where(allowed, torch.lgamma(torch.where(allowed, a, 1.0)), 0.0).sum(-1)
+    return log_norm + ((a - 1) * log_p).sum(-1)
+
+
+def _chain_labels(assignment: torch.Tensor, k: int) -> torch.Tensor:
+    """Assignments ``(C, F)`` as one-hot weights ``(F, C K)`` over every chain's components."""
+    chains, rows = assignment.shape
+    offsets = k * torch.arange(chains, device=assignment.device)[:, None]
+    one_hot = torch.zeros(rows, chains * k, dtype=torch.float64, device=assignment.device)
+    return one_hot.scatter_(1, (assignment + offsets).T, 1.0)
+
+
+@dataclass
+class _ChainComponents:
+    """Every chain's components as one set of ``C K`` (chain ``c``'s component ``k`` at ``c K + k``)."""
+
+    components: ComponentFamily
+    n_chains: int
+
+
+class _FamilyGibbs:
+    """The component step shared by the structures: the conjugate draw of every chain's components."""
+
+    n_components: int
+    dtype: torch.dtype
+
+    def component_family(self) -> DensityFamily: ...  # provided by FamilyComponentsMixin
+
+    def _check_conjugate(self) -> None:
+        """Refuse a family without a conjugate prior, or a subclass that replaced the structure's program."""
+        program_owner = next(c for c in type(self).__mro__ if "model" in vars(c))
+        if not any(issubclass(base, _FamilyGibbs) and not hasattr(base, "model") for base in program_owner.__bases__):
+            raise TypeError(
+                f"{type(self).__name__} replaces model(): engine='gibbs' draws the built-in structure's parameters, "
+                "not your program's; use engine='mcmc'"
+            )
+        family = self.component_family()
+        if not family.has_conjugate_prior():
+            covariance_type = getattr(family, "covariance_type", None)
+            settings = "" if covariance_type is None else f" with covariance_type={covariance_type!r}"
+            raise ValueError(
+                f"engine='gibbs' draws the components from a conjugate prior, which the {family.name!r} family"
+                f"{settings} has not (those with one: poisson, bernoulli, exponential, categorical, multinomial, and "
+                "gaussian with covariance_type 'diag' or 'spherical'): use engine='mcmc'"
+            )
+
+    def _chain_components(self, n_chains: int) -> _ChainComponents:
+        """The fitted components repeated for every chain (the start of the sweeps)."""
+        family = self.component_family()
+        values = {site: value.repeat(n_chains, *([1] * (value.dim() - 1))) for site, value in self._site_values()}
+        return _ChainComponents(family.components(values, self._scale), n_chains)
+
+    def _site_values(self) -> list[tuple[str, torch.Tensor]]:
+        return list(self.component_family().site_values(self.components_).items())
+
+    def _draw_components(
+        self, rows: Any, assignment: torch.Tensor, current: _ChainComponents
+    ) -> tuple[_ChainComponents, dict[str, torch.Tensor], torch.Tensor]:
+        """Every chain's components drawn given the rows assigned to them ``(C, F)``: the new components, their
+        site values ``{site: (C, K, ...)}`` and their log prior density ``(C,)``."""
+        family, k, chains = self.component_family(), self.n_components, current.n_chains
+        weights = _chain_labels(assignment, k).to(self.dtype)
+        stats = current.components.statistics(rows, weights)
+        opts = {"dtype": self.dtype, "device": weights.device}
+        drawn = family.site_values(current.components)
+        for site in self._sites():  # in the family's order: a site's conditional sees the sites drawn before it
+            drawn[site] = family.conjugate_posterior(site, stats, drawn, self._scale, opts).sample()
+        components = family.components(drawn, self._scale)
+        values = {site: value.reshape(chains, k, *value.shape[1:]) for site, value in drawn.items()}
+        d = self._n_features
+        log_prior = sum(
+            family.prior(site, k, d, self._scale, opts).log_prob(value).sum(-1) for site, value in values.items()
+        )
+        return _ChainComponents(components, chains), values, log_prior
+
+    def _sites(self) -> list[str]:
+        return list(self.component_family().sites(self.n_components, self._n_features))
+
+    @property
+    def _n_features(self) -> int:
+        return int(self.n_features_in_)
+
+    def _chain_log_prob(self, rows: Any, current: _ChainComponents) -> torch.Tensor:
+        """``log p_k(x_f)`` of every chain's components, ``(C, F, K)``."""
+        log_prob = current.components.log_prob(rows)
+        return log_prob.reshape(log_prob.shape[0], current.n_chains, self.n_components).transpose(0, 1)
+
+
+@dataclass
+class _MixtureLatent:
+    assignment: torch.Tensor  # (C, N)
+    chains: _ChainComponents
+
+
+class MixtureGibbsMixin(_FamilyGibbs):
+    """``engine="gibbs"`` for :class:`~ppmix.models.mixture.Mixture`: assignments, then components and
+    weights (prior ``Dirichlet(1)``)."""
+
+    def gibbs_start(self, data: Any, n_chains: int, generator: torch.Generator) -> _MixtureLatent:
+        self._check_conjugate()
+        self.set_globals(self.init_values(data, generator))
+        chains = self._chain_components(n_chains)
+        logits = self._chain_log_prob(data, chains) + self.weights_.log()
+        return _MixtureLatent(gumbel_argmax(logits), chains)
+
+    def gibbs_sweep(
+        self, data: Any, latent: _MixtureLatent
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor, _MixtureLatent]:
+        k = self.n_components
+        chains, values, log_prior = self._draw_components(data, latent.assignment, latent.chains)
+        counts = torch.stack([torch.bincount(z, minlength=k) for z in latent.assignment]).to(self.dtype)
+        ones = torch.ones_like(counts)
+        weights = dirichlet_draw(ones + counts)
+        logits = self._chain_log_prob(data, chains) + weights.log()[:, None, :]
+        log_likelihood = torch.logsumexp(logits, dim=-1).sum(-1)
+        joint = log_likelihood + log_prior + log_dirichlet(weights, ones)
+        return {"weights": weights, **values}, joint, _MixtureLatent(gumbel_argmax(logits), chains)
+
+
+@dataclass
+class _HMMLatent:
+    paths: torch.Tensor  # (C, B, T)
+    chains: _ChainComponents
+    em_data: Any  # the sequences with their frames prepared once
+
+
+class HMMGibbsMixin(_FamilyGibbs):
+    """``engine="gibbs"`` for :class:`~ppmix.models.hmm.HMM`: state paths by forward filtering, backward
+    sampling, then emissions, the initial distribution (prior ``Dirichlet(1)``) and every transition row
+    (prior ``Dirichlet(transition_prior)`` on its allowed entries)."""
+
+    def gibbs_start(self, data: Any, n_chains: int, generator: torch.Generator) -> _HMMLatent:
+        self._check_conjugate()
+        self.set_globals(self.init_values(data, generator))
+        chains = self._chain_components(n_chains)
+        em_data = self.em_data(data)
+        initial = self.initial_.expand(n_chains, -1)
+        transition = self.transition_.expand(n_chains, -1, -1)
+        paths, _ = self._sample_paths(em_data, chains, initial, transition)
+        return _HMMLatent(paths, chains, em_data)
+
+    def _sample_paths(
+        self, em_data: Any, chains: _ChainComponents, initial: torch.Tensor, transition: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every chain's state paths ``(C, B, T)`` and log-likelihoods ``(C,)``."""
+        batch, c, k = em_data.batch, chains.n_chains, self.n_components
+        b, t = batch.n_sequences, batch.max_length
+        log_emit = batch.x.new_zeros(c, b, t, k)
+        log_emit[:, batch.mask] = self._chain_log_prob(em_data.frames, chains)
+        log_init = initial.log()[:, None, :].expand(c, b, k).reshape(c * b, k)
+        log_trans = transition.log()[:, None].expand(c, b, k, k).reshape(c * b, k, k)
+        lengths = batch.lengths.repeat(c)
+        paths, log_likelihood = sample_paths(log_init, log_trans, log_emit.reshape(c * b, t, k), lengths)
+        return paths.reshape(c, b, t), log_likelihood.reshape(c, b).sum(-1)
+
+    def gibbs_sweep(self, data: Any, latent: _HMMLatent) -> tuple[dict[str, torch.Tensor], torch.Tensor, _HMMLatent]:
+        em_data, k = latent.em_data, self.n_components
+        mask, paths = em_data.batch.mask, latent.paths
+        chains, values, log_prior = self._draw_components(em_data.frames, paths[:, mask], latent.chains)
+        c = paths.shape[0]
+        first = torch.stack([torch.bincount(z, minlength=k) for z in paths[:, :, 0]]).to(self.dtype)
+        both = (mask[:, 1:] & mask[:, :-1])[None].expand(c, -1, -1)
+        pair_index = paths[:, :, :-1] * k + paths[:, :, 1:]
+        pairs = torch.stack([torch.bincount(pair_index[i][both[i]], minlength=k * k) for i in range(c)])
+        pairs = pairs.reshape(c, k, k).to(self.dtype)
+        allowed = self._transition_mask.to(pairs.device).expand(c, k, k)
+        ones = torch.ones_like(first)
+        initial = dirichlet_draw(ones + first)
+        alpha = torch.full_like(pairs, float(self.transition_prior))
+        transition = dirichlet_draw(alpha + pairs, allowed)
+        new_paths, log_likelihood = self._sample_paths(em_data, chains, initial, transition)
+        log_prior = log_prior + log_dirichlet(initial, ones) + log_dirichlet(transition, alpha, allowed).sum(-1)
+        values = {"initial": initial, "transition": transition, **values}
+        return values, log_likelihood + log_prior, _HMMLatent(new_paths, chains, em_data)

@@ -1,0 +1,230 @@
+"""engine="gibbs": blocked Gibbs sweeps against the exact posterior of tiny models (every assignment or state
+path enumerated, the conjugate globals integrated in closed form), FFBS against brute force, and the refusals."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import warnings
+
+import arviz as az
+import numpy as np
+import pytest
+import torch
+from scipy.special import gammaln
+
+from ppmix import GMM, HMM, Mixture
+from ppmix.inference.engines.ffbs import sample_paths
+from ppmix.models._gibbs import dirichlet_draw, log_dirichlet
+
+
+def _log_dirichlet_multinomial(counts: np.ndarray, alpha: float) -> float:
+    """log of the integral of prod_k p_k^{n_k} over p ~ Dirichlet(alpha) (the counts' order fixed)."""
+    k = counts.shape[-1]
+    return float(
+        gammaln(k * alpha) - gammaln(k * alpha + counts.sum()) + (gammaln(alpha + counts) - gammaln(alpha)).sum()
+    )
+
+
+def _log_poisson_gamma(x: np.ndarray, shape: float, rate: float) -> float:
+    """log of the integral of prod_n Poisson(x_n | r) over r ~ Gamma(shape, rate)."""
+    total, n = x.sum(), len(x)
+    return float(
+        shape * math.log(rate)
+        - gammaln(shape)
+        + gammaln(shape + total)
+        - (shape + total) * math.log(rate + n)
+        - gammaln(x + 1).sum()
+    )
+
+
+def _posterior_mean(log_weights: list[float], values: list[float]) -> float:
+    w = np.exp(np.array(log_weights) - max(log_weights))
+    return float(w @ np.array(values) / w.sum())
+
+
+def _check_against_exact(draws: np.ndarray, exact: float) -> None:
+    """The draws' mean (chains, draws) equals ``exact`` within five Monte Carlo standard errors (ArviZ's ESS)."""
+    ess = float(az.ess(draws))
+    standard_error = draws.std() / math.sqrt(ess)
+    assert abs(draws.mean() - exact) < 5 * standard_error + 1e-3, (draws.mean(), exact, standard_error)
+
+
+def test_poisson_mixture_draws_have_the_exact_posterior_predictive_mean():
+    """K = 2 on five counts: E[sum_k w_k rate_k | x] (label-free) from the 2^5 assignments, each with its
+    Dirichlet-multinomial and Poisson-Gamma marginals, equals the Gibbs draws' mean."""
+    x = np.array([[0.0], [1.0], [4.0], [7.0], [2.0]])
+    k = 2
+    mix = Mixture(k, family="poisson", seed=0, progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mix.fit(x, engine="gibbs", num_samples=2500, warmup_steps=100, num_chains=4, relabel=False)
+    prior_shape, prior_rate = 1.0, 1.0 / x.mean()  # the Poisson family's prior: Gamma(1, 1 / mean)
+    log_weights, values = [], []
+    for z in itertools.product(range(k), repeat=len(x)):
+        z = np.array(z)
+        counts = np.bincount(z, minlength=k)
+        log_p = _log_dirichlet_multinomial(counts, 1.0)
+        mean = 0.0
+        for j in range(k):
+            rows = x[z == j, 0]
+            log_p += _log_poisson_gamma(rows, prior_shape, prior_rate)
+            mean += (1 + counts[j]) / (k + len(x)) * (prior_shape + rows.sum()) / (prior_rate + len(rows))
+        log_weights.append(log_p)
+        values.append(mean)
+    draws = (mix.mcmc_samples_["weights"] * mix.mcmc_samples_["rate"][..., 0]).sum(-1).numpy()
+    _check_against_exact(draws, _posterior_mean(log_weights, values))
+
+
+def test_poisson_hmm_draws_have_the_exact_posterior_mean_of_the_first_step():
+    """Two sequences of three counts, K = 2, transition_prior 2: E[sum_k initial_k rate_k | x] from the 2^6
+    state paths (Dirichlet-multinomial initial and transition rows, Poisson-Gamma emissions) equals the
+    Gibbs draws' mean."""
+    seqs = [np.array([[0.0], [5.0], [6.0]]), np.array([[1.0], [0.0], [7.0]])]
+    k, alpha = 2, 2.0
+    hmm = HMM(k, emission="poisson", transition_prior=alpha, seed=0, progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hmm.fit(seqs, engine="gibbs", num_samples=2500, warmup_steps=100, num_chains=4, relabel=False)
+    frames = np.concatenate(seqs)[:, 0]
+    prior_shape, prior_rate = 1.0, 1.0 / frames.mean()
+    log_weights, values = [], []
+    for flat in itertools.product(range(k), repeat=6):
+        paths = np.array(flat).reshape(2, 3)
+        first = np.bincount(paths[:, 0], minlength=k)
+        log_p = _log_dirichlet_multinomial(first, 1.0)
+        pairs = np.zeros((k, k))
+        for path in paths:
+            for a, b in zip(path[:-1], path[1:]):
+                pairs[a, b] += 1
+        log_p += sum(_log_dirichlet_multinomial(row, alpha) for row in pairs)
+        states = paths.ravel()
+        mean = 0.0
+        for j in range(k):
+            rows = frames[states == j]
+            log_p += _log_poisson_gamma(rows, prior_shape, prior_rate)
+            mean += (1 + first[j]) / (k + 2) * (prior_shape + rows.sum()) / (prior_rate + len(rows))
+        log_weights.append(log_p)
+        values.append(mean)
+    draws = (hmm.mcmc_samples_["initial"] * hmm.mcmc_samples_["rate"][..., 0]).sum(-1).numpy()
+    _check_against_exact(draws, _posterior_mean(log_weights, values))
+
+
+@pytest.mark.parametrize("covariance_type", ["diag", "spherical"])
+def test_gaussian_draws_have_the_exact_posterior_means_of_one_component(covariance_type):
+    """K = 1 on twelve points (D = 1): the posterior means of the mean and the variance under the family's prior
+    (``N(m0, s0^2)`` times ``InverseGamma(a, b)``), by quadrature on a fine grid, equal the Gibbs draws' means."""
+    x = np.random.default_rng(2).normal(1.0, 2.0, (12, 1))
+    gmm = GMM(1, covariance_type=covariance_type, seed=0, progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gmm.fit(x, engine="gibbs", num_samples=3000, warmup_steps=100, num_chains=4)
+    family, scale = gmm.component_family(), gmm._scale
+    opts = {"dtype": torch.float64}
+    loc_prior = family.prior("locs", 1, 1, scale, opts).base_dist
+    shape, rate = (float(v.reshape(-1)[0]) for v in family._variance_prior(scale["std"].to(**opts)))
+    m0, s0 = float(loc_prior.loc[0]), float(loc_prior.scale[0])
+    mu = np.linspace(x.mean() - 5, x.mean() + 5, 801)[:, None]
+    log_var = np.linspace(np.log(0.2), np.log(60.0), 801)[None, :]
+    var = np.exp(log_var)
+    log_post = (
+        -0.5 * ((mu - m0) / s0) ** 2
+        - (shape + 1) * log_var
+        - rate / var
+        + log_var  # the inverse gamma in log variance (its Jacobian)
+        - 0.5 * len(x) * log_var
+        - 0.5 * ((x[:, 0][:, None, None] - mu[None]) ** 2).sum(0) / var
+    )
+    weight = np.exp(log_post - log_post.max())
+    weight /= weight.sum()
+    _check_against_exact(gmm.mcmc_samples_["locs"][..., 0, 0].numpy(), float((weight * mu).sum()))
+    variance = gmm.mcmc_samples_["scales"].reshape(4, 3000).square().numpy()
+    _check_against_exact(variance, float((weight * var).sum()))
+
+
+def test_ffbs_draws_paths_with_their_exact_posterior_probabilities():
+    """Every path of a 2-state, 3-step sequence (and a padded 2-step one) is drawn as often as its
+    posterior probability p(z | x) says, and the log-likelihood is the sum over paths."""
+    torch.manual_seed(0)
+    log_init = torch.tensor([0.3, 0.7], dtype=torch.float64).log()
+    trans = torch.tensor([[0.8, 0.2], [0.4, 0.6]], dtype=torch.float64)
+    emit = torch.randn(2, 3, 2, dtype=torch.float64)
+    lengths = torch.tensor([3, 2])
+    n = 20000
+    paths, log_lik = sample_paths(
+        log_init.expand(2 * n, 2), trans.log().expand(2 * n, 2, 2), emit.repeat(n, 1, 1), lengths.repeat(n)
+    )
+    for b, length in enumerate(lengths.tolist()):
+        joint = {}
+        for z in itertools.product(range(2), repeat=length):
+            lp = log_init[z[0]] + emit[b, 0, z[0]]
+            for t in range(1, length):
+                lp = lp + trans[z[t - 1], z[t]].log() + emit[b, t, z[t]]
+            joint[z] = float(lp)
+        total = float(torch.logsumexp(torch.tensor(list(joint.values()), dtype=torch.float64), 0))
+        assert float(log_lik[b]) == pytest.approx(total, rel=1e-12)
+        drawn = paths[b::2]
+        assert bool((drawn[:, length - 1 :] == drawn[:, length - 1 : length]).all())  # padding repeats the end
+        for z, lp in joint.items():
+            share = float((drawn[:, :length] == torch.tensor(z)).all(1).double().mean())
+            p = math.exp(lp - total)
+            assert share == pytest.approx(p, abs=4 * math.sqrt(p * (1 - p) / n) + 1e-9), z
+
+
+def test_dirichlet_helpers_draw_and_score_on_the_allowed_entries():
+    torch.manual_seed(0)
+    allowed = torch.tensor([True, False, True])
+    draws = dirichlet_draw(torch.tensor([2.0, 5.0, 1.0], dtype=torch.float64).expand(40000, 3), allowed)
+    assert bool((draws[:, 1] == 0).all())
+    assert draws[:, 0].mean().item() == pytest.approx(2 / 3, abs=0.01)  # Dirichlet(2, 1) on the allowed pair
+    p = torch.tensor([0.25, 0.0, 0.75], dtype=torch.float64)
+    expected = math.log(math.gamma(3) / (math.gamma(2) * math.gamma(1)) * 0.25)
+    assert float(log_dirichlet(p, torch.tensor([2.0, 5.0, 1.0], dtype=torch.float64), allowed)) == pytest.approx(
+        expected, rel=1e-12
+    )
+
+
+def test_gibbs_fit_is_reproducible_and_gives_arviz_its_draws_and_agreeing_chains():
+    rng = np.random.default_rng(0)
+    x = np.r_[rng.binomial(1, 0.1, (60, 4)), rng.binomial(1, 0.9, (60, 4))].astype(float)
+    fits = [
+        Mixture(2, family="bernoulli", seed=3, progress=False).fit(x, engine="gibbs", num_samples=300, warmup_steps=50)
+        for _ in range(2)
+    ]
+    torch.testing.assert_close(fits[0].mcmc_samples_["probs"], fits[1].mcmc_samples_["probs"], rtol=0, atol=0)
+    model = fits[0]
+    assert model.engine_ == "gibbs" and model.gibbs_log_joint_.shape == (4, 300)
+    assert max(model.mcmc_diagnostics_["r_hat"].values()) < 1.01
+    em = Mixture(2, family="bernoulli", seed=3, progress=False).fit(x)  # the posterior means near the MLE
+    np.testing.assert_allclose(np.sort(model.means_.numpy(), 0), np.sort(em.means_.numpy(), 0), atol=0.03)
+    idata = model.to_arviz()
+    assert idata.attrs["ppmix_draws"] == "gibbs"
+    assert dict(idata.posterior.sizes)["chain"] == 4 and dict(idata.posterior.sizes)["draw"] == 300
+
+
+def test_gibbs_refuses_families_without_a_conjugate_prior_and_replaced_programs():
+    x = np.random.default_rng(0).normal(size=(20, 2))
+    with pytest.raises(ValueError, match="'gaussian' family with covariance_type='full' has not.*engine='mcmc'"):
+        GMM(2, covariance_type="full", seed=0, progress=False).fit(x, engine="gibbs", num_samples=2, warmup_steps=1)
+
+    class Replaced(Mixture):
+        def model(self, x):
+            return super().model(x)
+
+        def e_step(self, data):
+            return super().e_step(data)
+
+        def get_globals(self):
+            return super().get_globals()
+
+        def set_globals(self, values):
+            super().set_globals(values)
+
+        def pointwise_log_likelihood(self, *args, **kwargs):
+            return super().pointwise_log_likelihood(*args, **kwargs)
+
+    counts = np.random.default_rng(0).poisson(3.0, (20, 1)).astype(float)
+    with pytest.raises(TypeError, match="Replaced replaces model\\(\\): engine='gibbs'"):
+        Replaced(2, family="poisson", seed=0, progress=False).fit(counts, engine="gibbs", num_samples=2)
+    with pytest.raises(ValueError, match="sample_weight is taken by engine='em' only"):
+        Mixture(2, family="poisson", progress=False).fit(counts, engine="gibbs", sample_weight=np.ones(20))
