@@ -15,10 +15,13 @@
   proper priors of :meth:`~ppmix.models.base.MixtureModel.bayesian` (the priors MCMC
   uses) and a replicated data set for each; left out when a site of the program has
   no proper prior (a flat prior, even under ``bayesian()``);
-- ``sample_stats`` (MCMC): NUTS's statistics of every draw, named as ArviZ names them
+- ``sample_stats``: for NUTS, its statistics of every draw, named as ArviZ names them
   (``lp``, ``energy``, ``diverging``, ``n_steps``, ``tree_depth``, ``step_size``,
   ``acceptance_rate``; see :func:`~ppmix.inference.engines.mcmc.run_mcmc`), for
-  ``az.bfmi``, ``az.plot_energy`` and the divergences of ``az.summary``/``az.plot_pair``;
+  ``az.bfmi``, ``az.plot_energy`` and the divergences of ``az.plot_pair``; for Gibbs,
+  ``lp``, the log joint density of every draw (``gibbs_log_joint_``: in the parameters'
+  own space, where NUTS's ``lp`` is in the unconstrained space and adds the log-Jacobian
+  of the transforms);
 - ``observed_data``; ``discrete_posterior``: the per-draw posterior probabilities of
   the enumerated latents.
 
@@ -301,7 +304,7 @@ def build_inference_data(
     replicated = _optional("posterior_predictive", lambda: posterior_predictive(model, data, draws, observed))
     prior = _optional("prior", lambda: prior_samples(model, data, list(draws), observed, num_samples), quiet=True)
     groups: dict[str, Any] = {}
-    if source == "mcmc" and (stats := getattr(model, "mcmc_sample_stats_", None)):
+    if stats := _sample_stats(model, source):
         groups["sample_stats"] = stats
     if replicated:
         groups["posterior_predictive"] = replicated
@@ -329,6 +332,16 @@ def build_inference_data(
         idata.attrs["ppmix_note"] = _one_draw_message(model, no_laplace)
         warnings.warn(idata.attrs["ppmix_note"], PointEstimateWarning, stacklevel=3)
     return idata
+
+
+def _sample_stats(model: "MixtureModel", source: str) -> dict[str, np.ndarray] | None:
+    """The sampler's statistics per draw: NUTS's (``mcmc_sample_stats_``), or the Gibbs engine's log joint as ``lp``."""
+    if source == "mcmc":
+        return getattr(model, "mcmc_sample_stats_", None)
+    log_joint = getattr(model, "gibbs_log_joint_", None)
+    if source == "gibbs" and log_joint is not None:
+        return {"lp": log_joint.detach().cpu().numpy()}
+    return None
 
 
 def _optional(group: str, build: Any, quiet: bool = False) -> Any:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from ppmix import GMM, HMM, PFGMM, MixtureOfExperts
+from ppmix import GMM, HMM, PFGMM, Mixture, MixtureOfExperts
 from ppmix.models._arviz import PointEstimateWarning, build_inference_data
 
 az = pytest.importorskip("arviz")
@@ -171,3 +171,16 @@ def test_to_arviz_is_reproducible_and_leaves_the_global_rng_alone(mcmc_gmm):
     second = mcmc_gmm.to_arviz()
     np.testing.assert_array_equal(first.posterior_predictive["x"].values, second.posterior_predictive["x"].values)
     np.testing.assert_array_equal(first.prior["locs"].values, second.prior["locs"].values)
+
+
+def test_gibbs_inference_data_has_the_log_joint_as_lp():
+    counts = np.random.default_rng(0).poisson(np.repeat([[2.0], [9.0]], 30, axis=0))
+    mix = Mixture(2, family="poisson", seed=0, progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mix.fit(counts, engine="gibbs", num_samples=20, warmup_steps=10, num_chains=2)
+        idata = mix.to_arviz(num_samples=5)
+        loo = az.loo(idata)
+    assert idata.attrs["ppmix_draws"] == "gibbs"
+    np.testing.assert_array_equal(idata.sample_stats["lp"].values, mix.gibbs_log_joint_.numpy())
+    assert idata.sample_stats["lp"].shape == (2, 20) and np.isfinite(loo.elpd_loo)
