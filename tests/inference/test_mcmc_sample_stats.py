@@ -6,7 +6,7 @@ import pyro
 import pyro.distributions as dist
 import torch
 from pyro import poutine
-from pyro.infer import MCMC
+from pyro.infer import MCMC, NUTS
 from pyro.infer.mcmc.util import initialize_model
 
 from ppmix.inference.engines.mcmc import SAMPLE_STATS, _RecordingNUTS, _sample_stats
@@ -62,3 +62,15 @@ def test_lp_is_the_log_density_of_each_draw_and_energy_adds_a_chi2_kinetic_term(
     kinetic = stats["energy"][0, 1:] + stats["lp"][0, :-1]
     assert (kinetic >= 0).all()
     assert abs(kinetic.mean() - 1.0) < 0.25  # E[chi2(2) / 2] = 1; its sd over 199 draws is about 0.07
+
+
+def test_recording_leaves_the_chain_as_pyros_nuts_draws_it():
+    def run(kernel_class):
+        pyro.set_rng_seed(3)
+        mcmc = MCMC(kernel_class(_funnel, max_tree_depth=4), num_samples=20, warmup_steps=20, disable_progbar=True)
+        mcmc.run()
+        return mcmc.get_samples()
+
+    plain, recorded = run(NUTS), run(_RecordingNUTS)
+    for name in plain:
+        assert torch.equal(plain[name], recorded[name])
