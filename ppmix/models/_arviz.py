@@ -7,7 +7,8 @@
   approximation at the point estimate (``approximation="laplace"``; by default,
   ``"auto"``, whenever the model has one and at most :data:`AUTO_LAPLACE_MAX_PARAMETERS`
   unconstrained parameters) or else the single point estimate (``approximation=None``);
-- ``log_likelihood``: the pointwise log-likelihood for every draw;
+- ``log_likelihood``: the pointwise log-likelihood for every draw (per sequence, along a
+  ``sequence`` dimension, for the sequence models);
 - ``posterior_predictive``: one replicated data set per draw, drawn by Pyro's
   ``Predictive`` from the program with its observed sites unconditioned and its
   globals set to the draw (new discrete latents are drawn, not enumerated);
@@ -312,14 +313,18 @@ def build_inference_data(
         groups["prior"] = prior[0]
         if prior[1]:
             groups["prior_predictive"] = prior[1]
+    log_lik = per_draw(loglik)
+    per_sequence = log_lik.shape[2] != observed[obs_name].shape[0]  # sequence models: one value per sequence
     idata = az.from_dict(
         posterior={k: v.detach().cpu().numpy() for k, v in draws.items()},
-        log_likelihood={obs_name: per_draw(loglik)},
+        log_likelihood=None if per_sequence else {obs_name: log_lik},
         observed_data=observed,
         coords=coords or None,
         dims=dims or None,
         **groups,
     )
+    if per_sequence:
+        idata.add_groups({"log_likelihood": az.dict_to_dataset({obs_name: log_lik}, dims={obs_name: ["sequence"]})})
     if discrete:
         discrete_ds = az.dict_to_dataset(
             {f"{name}_probs": per_draw(values) for name, values in discrete.items()},

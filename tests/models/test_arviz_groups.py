@@ -147,6 +147,8 @@ def test_hmm_replicates_frames_and_moe_replicates_the_target():
         warnings.simplefilter("ignore", PointEstimateWarning)
         idata = hmm.to_arviz(approximation=None)
     frames = sum(len(s) for s in seqs)
+    assert idata.log_likelihood["x"].dims == ("chain", "draw", "sequence")  # one log-likelihood per sequence
+    np.testing.assert_allclose(idata.log_likelihood["x"].values[0, 0], hmm.score_samples(seqs), rtol=1e-10)
     assert idata.observed_data["x"].shape == (frames, 2)
     assert idata.posterior_predictive["x"].shape == (1, 1, frames, 2)
     assert idata.prior["transition"].shape == (1, 100, 2, 2)
