@@ -7,7 +7,8 @@
   approximation at the point estimate (``approximation="laplace"``; by default,
   ``"auto"``, whenever the model has one and at most :data:`AUTO_LAPLACE_MAX_PARAMETERS`
   unconstrained parameters) or else the single point estimate (``approximation=None``);
-- ``log_likelihood``: the pointwise log-likelihood for every draw;
+- ``log_likelihood``: the pointwise log-likelihood for every draw (per sequence, along a
+  ``sequence`` dimension, for the sequence models);
 - ``posterior_predictive``: one replicated data set per draw, drawn by Pyro's
   ``Predictive`` from the program with its observed sites unconditioned and its
   globals set to the draw (new discrete latents are drawn, not enumerated);
@@ -15,6 +16,13 @@
   proper priors of :meth:`~ppmix.models.base.MixtureModel.bayesian` (the priors MCMC
   uses) and a replicated data set for each; left out when a site of the program has
   no proper prior (a flat prior, even under ``bayesian()``);
+- ``sample_stats``: for NUTS, its statistics of every draw, named as ArviZ names them
+  (``lp``, ``energy``, ``diverging``, ``n_steps``, ``tree_depth``, ``step_size``,
+  ``acceptance_rate``; see :func:`~ppmix.inference.engines.mcmc.run_mcmc`), for
+  ``az.bfmi``, ``az.plot_energy`` and the divergences of ``az.plot_pair``; for Gibbs,
+  ``lp``, the log joint density of every draw (``gibbs_log_joint_``: in the parameters'
+  own space, where NUTS's ``lp`` is in the unconstrained space and adds the log-Jacobian
+  of the transforms);
 - ``observed_data``; ``discrete_posterior``: the per-draw posterior probabilities of
   the enumerated latents.
 
@@ -297,20 +305,26 @@ def build_inference_data(
     replicated = _optional("posterior_predictive", lambda: posterior_predictive(model, data, draws, observed))
     prior = _optional("prior", lambda: prior_samples(model, data, list(draws), observed, num_samples), quiet=True)
     groups: dict[str, Any] = {}
+    if stats := _sample_stats(model, source):
+        groups["sample_stats"] = stats
     if replicated:
         groups["posterior_predictive"] = replicated
     if prior is not None:
         groups["prior"] = prior[0]
         if prior[1]:
             groups["prior_predictive"] = prior[1]
+    log_lik = per_draw(loglik)
+    per_sequence = log_lik.shape[2] != observed[obs_name].shape[0]  # sequence models: one value per sequence
     idata = az.from_dict(
         posterior={k: v.detach().cpu().numpy() for k, v in draws.items()},
-        log_likelihood={obs_name: per_draw(loglik)},
+        log_likelihood=None if per_sequence else {obs_name: log_lik},
         observed_data=observed,
         coords=coords or None,
         dims=dims or None,
         **groups,
     )
+    if per_sequence:
+        idata.add_groups({"log_likelihood": az.dict_to_dataset({obs_name: log_lik}, dims={obs_name: ["sequence"]})})
     if discrete:
         discrete_ds = az.dict_to_dataset(
             {f"{name}_probs": per_draw(values) for name, values in discrete.items()},
@@ -323,6 +337,16 @@ def build_inference_data(
         idata.attrs["ppmix_note"] = _one_draw_message(model, no_laplace)
         warnings.warn(idata.attrs["ppmix_note"], PointEstimateWarning, stacklevel=3)
     return idata
+
+
+def _sample_stats(model: "MixtureModel", source: str) -> dict[str, np.ndarray] | None:
+    """The sampler's statistics per draw: NUTS's (``mcmc_sample_stats_``), or the Gibbs engine's log joint as ``lp``."""
+    if source == "mcmc":
+        return getattr(model, "mcmc_sample_stats_", None)
+    log_joint = getattr(model, "gibbs_log_joint_", None)
+    if source == "gibbs" and log_joint is not None:
+        return {"lp": log_joint.detach().cpu().numpy()}
+    return None
 
 
 def _optional(group: str, build: Any, quiet: bool = False) -> Any:

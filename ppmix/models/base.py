@@ -437,7 +437,9 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
         ``posterior`` holds the relabelled MCMC draws, an SVI ``normal`` guide's draws, or for EM/``delta``
         SVI Laplace draws at the point estimate (``"auto"``: where the model has one, with at most 500
         parameters; ``"laplace"``: always) or the one point estimate (``None``), which ``az.loo`` cannot
-        use (a ``PointEstimateWarning`` says so). ``X`` defaults to the training data.
+        use (a ``PointEstimateWarning`` says so). After ``engine="mcmc"``, ``sample_stats`` holds NUTS's
+        statistics of every draw (``energy``, ``diverging``, ``tree_depth``, ... for ``az.bfmi`` and
+        ``az.plot_energy``); after ``engine="gibbs"``, the log joint ``lp``. ``X`` defaults to the training data.
         """
         from ppmix.models._arviz import build_inference_data
 

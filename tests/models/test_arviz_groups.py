@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from ppmix import GMM, HMM, PFGMM, MixtureOfExperts
+from ppmix import GMM, HMM, PFGMM, Mixture, MixtureOfExperts
 from ppmix.models._arviz import PointEstimateWarning, build_inference_data
 
 az = pytest.importorskip("arviz")
@@ -24,24 +24,47 @@ def _three_groups(n=90, seed=0):
 def mcmc_gmm():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return GMM(3, seed=0, progress=False).fit(_three_groups(), engine="mcmc", num_samples=20, warmup_steps=20)
+        return GMM(3, seed=0, progress=False).fit(
+            _three_groups(), engine="mcmc", num_samples=20, warmup_steps=20, num_chains=2
+        )
 
 
 def test_mcmc_inference_data_has_replicated_data_and_the_prior(mcmc_gmm):
     idata = mcmc_gmm.to_arviz()
     assert {"posterior_predictive", "prior", "prior_predictive"} <= set(idata.groups())
-    assert idata.posterior_predictive["x"].shape == (1, 20, 90, 2)
+    assert idata.posterior_predictive["x"].shape == (2, 20, 90, 2)
     assert idata.prior["locs"].shape == (1, 100, 3, 2)
     assert idata.prior_predictive["x"].shape == (1, 100, 90, 2)
     assert idata.attrs["ppmix_draws"] == "mcmc"
     # each replicate comes from its own draw of the globals: the replicated means follow the posterior's
-    replicated = idata.posterior_predictive["x"].values.reshape(20, 90, 2)
+    replicated = idata.posterior_predictive["x"].values.reshape(40, 90, 2)
     assert np.isfinite(replicated).all()
     assert abs(replicated.mean() - _three_groups().mean()) < 0.5
     # the prior is the proper prior MCMC samples under: wider than the posterior
     assert float(idata.prior["locs"].std()) > 5 * float(idata.posterior["locs"].std(dim=("chain", "draw")).max())
     ax = az.plot_ppc(idata, num_pp_samples=10)
     assert ax is not None
+
+
+def test_mcmc_inference_data_has_sample_stats_for_energy_plots_and_loo(mcmc_gmm):
+    """Issue 40, item 3: ``az.bfmi``, ``az.plot_energy`` and ``az.loo`` on the InferenceData of ``engine="mcmc"``."""
+    idata = mcmc_gmm.to_arviz(num_samples=5)
+    stats = idata.sample_stats
+    names = {"lp", "energy", "diverging", "n_steps", "tree_depth", "step_size", "acceptance_rate"}
+    assert names <= set(stats.data_vars)
+    assert all(stats[name].shape == (2, 20) for name in names)
+    assert (
+        stats["diverging"].dtype == bool and int(stats["diverging"].sum()) == mcmc_gmm.mcmc_diagnostics_["divergences"]
+    )
+    assert ((stats["acceptance_rate"] >= 0) & (stats["acceptance_rate"] <= 1)).all()
+    bfmi = az.bfmi(idata)
+    assert bfmi.shape == (2,) and np.isfinite(bfmi).all() and (bfmi > 0).all()
+    assert az.plot_energy(idata) is not None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # ArviZ's Pareto-k warning on 40 draws
+        loo = az.loo(idata)
+    assert np.isfinite(loo.elpd_loo) and loo.n_samples == 40
+    assert (az.summary(idata, var_names=["weights"])["r_hat"] > 0).all()  # r_hat needs the two chains
 
 
 def test_svi_normal_guide_supports_plot_ppc_and_loo():
@@ -124,6 +147,8 @@ def test_hmm_replicates_frames_and_moe_replicates_the_target():
         warnings.simplefilter("ignore", PointEstimateWarning)
         idata = hmm.to_arviz(approximation=None)
     frames = sum(len(s) for s in seqs)
+    assert idata.log_likelihood["x"].dims == ("chain", "draw", "sequence")  # one log-likelihood per sequence
+    np.testing.assert_allclose(idata.log_likelihood["x"].values[0, 0], hmm.score_samples(seqs), rtol=1e-10)
     assert idata.observed_data["x"].shape == (frames, 2)
     assert idata.posterior_predictive["x"].shape == (1, 1, frames, 2)
     assert idata.prior["transition"].shape == (1, 100, 2, 2)
@@ -148,3 +173,16 @@ def test_to_arviz_is_reproducible_and_leaves_the_global_rng_alone(mcmc_gmm):
     second = mcmc_gmm.to_arviz()
     np.testing.assert_array_equal(first.posterior_predictive["x"].values, second.posterior_predictive["x"].values)
     np.testing.assert_array_equal(first.prior["locs"].values, second.prior["locs"].values)
+
+
+def test_gibbs_inference_data_has_the_log_joint_as_lp():
+    counts = np.random.default_rng(0).poisson(np.repeat([[2.0], [9.0]], 30, axis=0))
+    mix = Mixture(2, family="poisson", seed=0, progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mix.fit(counts, engine="gibbs", num_samples=20, warmup_steps=10, num_chains=2)
+        idata = mix.to_arviz(num_samples=5)
+        loo = az.loo(idata)
+    assert idata.attrs["ppmix_draws"] == "gibbs"
+    np.testing.assert_array_equal(idata.sample_stats["lp"].values, mix.gibbs_log_joint_.numpy())
+    assert idata.sample_stats["lp"].shape == (2, 20) and np.isfinite(loo.elpd_loo)

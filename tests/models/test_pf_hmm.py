@@ -256,3 +256,59 @@ def test_default_fit_with_sequence_weights_equals_the_repeated_sequences():
     assert weighted.lower_bound_ == pytest.approx(repeated.lower_bound_, rel=1e-8)
     np.testing.assert_allclose(weighted.relevance_, repeated.relevance_, rtol=1e-6)
     assert weighted.score(x, y, sample_weight=weight) == pytest.approx(repeated.score(repeat(x), repeat(y)), rel=1e-12)
+
+
+def _enumerated_in_model(model):
+    return pyro.infer.config_enumerate(model.model, "parallel")
+
+
+def test_program_enumerates_in_the_model_exactly():
+    """Issue 40, item 5: ``config_enumerate(m.model)`` under ``TraceEnum_ELBO`` (globals at the fit, flat priors)
+    sums every state path and switch: the marginal likelihood of features and labels, by brute force here; and
+    ``infer_discrete`` at temperature 0 finds the most probable state path jointly with the switches."""
+    x, y = _tiny(seed=4)
+    model = _fit_quietly(PFHMM(2, switch_prior=0.3, seed=0, progress=False), x, y, max_iter=5)
+    g = {k: v.numpy() for k, v in model.get_globals().items()}
+    p = model.switch_prior
+    on = np.log(p) + norm.logpdf(np.concatenate(x)[:, None], g["locs"], g["scales"])  # (frames, K, D)
+    off = np.log1p(-p) + norm.logpdf(np.concatenate(x), g["background_loc"], g["background_scale"])[:, None]
+    labels = np.concatenate(y)[:, None]  # NaN: missing
+    label_ll = np.where(
+        np.isnan(labels), 0.0, np.where(labels == 1, np.log(g["label_probs"]), np.log1p(-g["label_probs"]))
+    )
+    summed = np.logaddexp(on, off).sum(-1) + label_ll  # (frames, K): switches summed out
+    maxed = np.maximum(on, off).sum(-1) + label_ll  # switches maximised
+    starts = np.cumsum([0] + [len(s) for s in x])
+    marginal, best_paths = 0.0, []
+    for b, seq in enumerate(x):
+        rows = np.arange(starts[b], starts[b + 1])
+        log_paths, map_paths = {}, {}
+        for path in itertools.product(range(2), repeat=len(seq)):
+            prior = np.log(g["initial"][path[0]]) + sum(
+                np.log(g["transition"][i, j]) for i, j in itertools.pairwise(path)
+            )
+            log_paths[path] = prior + summed[rows, path].sum()
+            map_paths[path] = prior + maxed[rows, path].sum()
+        marginal += np.logaddexp.reduce(list(log_paths.values()))
+        best_paths.append(max(map_paths, key=map_paths.get))
+    batch = model.prepare_data(x, y)
+    with local_params(), torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "Found vars in model but not guide": the globals sit at the fit
+        loss = TraceEnum_ELBO(max_plate_nesting=2).loss(_enumerated_in_model(model), lambda batch: None, batch)
+        trace = pyro.poutine.trace(
+            pyro.infer.infer_discrete(_enumerated_in_model(model), first_available_dim=-3, temperature=0)
+        ).get_trace(batch)
+    assert -loss == pytest.approx(marginal, rel=1e-10)
+    for b, path in enumerate(best_paths):
+        assert [int(trace.nodes[f"z_{t}"]["value"][b, 0]) for t in range(len(path))] == list(path)
+
+
+def test_enumerating_too_long_sequences_names_the_limit():
+    x, y = _tiny(seed=4)
+    model = _fit_quietly(PFHMM(2, switch_prior=0.3, seed=0, progress=False), x, y, max_iter=1)
+    rng = np.random.default_rng(0)
+    batch = model.prepare_data([rng.normal(size=(32, 3))])
+    with local_params(), pytest.raises(NotImplementedError, match=r"66 in all.*at most 31 steps.*decode"):
+        pyro.infer.infer_discrete(_enumerated_in_model(model), first_available_dim=-3)(batch)
+    with local_params(), pytest.raises(NotImplementedError, match=r"at most 31 steps"):
+        TraceEnum_ELBO(max_plate_nesting=2).loss(model.model, model.guide, batch)

@@ -198,13 +198,7 @@ def _enumerated(model: Any) -> Callable:
     return config_enumerate(model.model, "parallel") if isinstance(model, PFGMM | PFHMM) else model.model
 
 
-#: the pf-HMMs' programs cannot be enumerated model-side (config_enumerate): SupervisedHMM fails to pack the
-#: z_t dims at x_0, PFHMM runs but gives a wrong value (test_model_side_enumeration_is_exact), likely because
-#: pf_hmm.py emits s_t and x_t after its pyro.markov loop; ppmix's own guide enumerates them correctly
-MODEL_SIDE_CASES = [pytest.param(c, id=c.name) for c in CASES if c.name not in ("pfhmm", "suphmm")]
-
-
-@pytest.mark.parametrize("case", MODEL_SIDE_CASES)
+@pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_infer_discrete_gives_the_assignments(case, fitted):
     model, data = _setup(case, fitted)
     program = infer_discrete(_enumerated(model), first_available_dim=-1 - model.max_plate_nesting, temperature=0)
@@ -241,7 +235,7 @@ def test_render_model(case, fitted):
 
 
 # ------------------------------------------------------------------------------ a user's own SVI
-@pytest.mark.parametrize("case", MODEL_SIDE_CASES)
+@pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_user_svi_loop_with_autodelta(case, fitted):
     model, data = _setup(case, fitted)
     program = _enumerated(model)
@@ -266,14 +260,7 @@ def test_user_svi_loop_without_enumeration_runs(case, fitted):
     assert all(math.isfinite(loss) for loss in losses)
 
 
-MODEL_SIDE_XFAIL = pytest.mark.xfail(
-    strict=True, reason="pf_hmm.py's program cannot be enumerated model-side (see MODEL_SIDE_CASES)"
-)
-
-
-@pytest.mark.parametrize(
-    "name", ["hmm", pytest.param("pfhmm", marks=MODEL_SIDE_XFAIL), pytest.param("suphmm", marks=MODEL_SIDE_XFAIL)]
-)
+@pytest.mark.parametrize("name", ["hmm", "pfhmm", "suphmm"])
 def test_model_side_enumeration_is_exact(name, fitted):
     """A user's enumerated ELBO at the fitted values equals the sum over every state path, brute force."""
     case = next(c for c in CASES if c.name == name)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import torch
 from pyro.infer import MCMC, NUTS
 from pyro.infer.autoguide import init_to_median, init_to_value
 
@@ -17,7 +20,7 @@ from ppmix.inference.engines.result import FitResult
 if TYPE_CHECKING:
     from ppmix.models.base import MixtureModel
 
-__all__ = ["run_mcmc", "ChainsDisagreeWarning", "RHAT_THRESHOLD"]
+__all__ = ["run_mcmc", "ChainsDisagreeWarning", "RHAT_THRESHOLD", "SAMPLE_STATS"]
 
 #: the largest r_hat of a site that counts as agreement between chains (Vehtari et al. 2021 recommend 1.01;
 #: 1.05 is the older, looser rule for short runs)
@@ -29,6 +32,74 @@ class ChainsDisagreeWarning(UserWarning):
 
 
 logger = logging.getLogger(__name__)
+
+#: the statistics NUTS records for every kept draw, named as ArviZ's ``sample_stats`` group names them
+SAMPLE_STATS = ("lp", "energy", "diverging", "n_steps", "tree_depth", "step_size", "acceptance_rate")
+
+
+class _RecordingNUTS(NUTS):
+    """Pyro's NUTS, recording for every kept draw the statistics of ArviZ's ``sample_stats`` group.
+
+    Pyro's MCMC keeps no per-draw statistics; this kernel notes them as its transitions run and returns
+    them with its end-of-chain :meth:`diagnostics` (the dict Pyro sends back from a chain's worker process),
+    so they reach :func:`run_mcmc` whether the chains ran in this process or in others:
+
+    - ``energy``: the Hamiltonian at the start of the transition, after the momentum is drawn (what
+      ``az.bfmi`` and ``az.plot_energy`` compare between transitions);
+    - ``lp``: the log density of the kept state in the unconstrained space (minus NUTS's potential energy,
+      the log joint of the program plus the log-Jacobian of the transforms, as Stan's ``lp__``);
+    - ``n_steps``: the leapfrog steps of the transition; ``tree_depth``: ``floor(log2(n_steps)) + 1``
+      (ArviZ's rule for NumPyro); ``acceptance_rate``: the mean acceptance probability over those steps;
+      ``diverging``: whether a step diverged; ``step_size``: the step size used.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._pid = os.getpid()
+
+    def setup(self, warmup_steps: int, *args: Any, **kwargs: Any) -> None:
+        if os.getpid() != self._pid:
+            # a chain in a worker process Pyro forked: torch's intra-op thread pool does not survive a fork (the
+            # chain's first parallel operation hangs), and the chains are the parallelism here
+            torch.set_num_threads(1)
+        super().setup(warmup_steps, *args, **kwargs)
+        self._kept: list[tuple[float, ...]] = []
+
+    def sample(self, params: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        self._energy, self._steps, self._accept, self._diverged = float("nan"), 0, 0.0, False
+        step_size = float(self.step_size)
+        z = super().sample(params)
+        if self._t > self._warmup_steps:
+            lp = -float(self._fetch_from_cache()[1])
+            accept = self._accept / self._steps if self._steps else float("nan")
+            self._kept.append((lp, self._energy, self._diverged, self._steps, step_size, accept))
+        return z
+
+    def _sample_r(self, name: str) -> tuple[dict, dict]:
+        r, r_unscaled = super()._sample_r(name)
+        self._energy = float(self._kinetic_energy(r_unscaled) + self._fetch_from_cache()[1])
+        return r, r_unscaled
+
+    def _build_basetree(self, *args: Any) -> Any:
+        leaf = super()._build_basetree(*args)  # one leapfrog step
+        self._steps += 1
+        self._accept += float(leaf.sum_accept_probs)
+        self._diverged = self._diverged or bool(leaf.diverging)
+        return leaf
+
+    def diagnostics(self) -> dict[str, Any]:
+        kept = np.array(self._kept, dtype=np.float64).reshape(-1, 6)
+        lp, energy, diverging, n_steps, step_size, accept = kept.T
+        stats = {
+            "lp": lp,
+            "energy": energy,
+            "diverging": diverging.astype(bool),
+            "n_steps": n_steps.astype(np.int64),
+            "tree_depth": np.floor(np.log2(np.maximum(n_steps, 1))).astype(np.int64) + 1,
+            "step_size": step_size,
+            "acceptance_rate": accept,
+        }
+        return {**super().diagnostics(), "sample_stats": stats}
 
 
 def run_mcmc(
@@ -70,11 +141,15 @@ def run_mcmc(
     **Diagnostics.** ``model.mcmc_diagnostics_`` holds ``r_hat`` (the largest rank-
     normalised split r_hat per site after relabelling; NaN with one chain, as r_hat
     compares chains), ``r_hat_before_relabelling``, ``relabelled_fraction`` (draws
-    whose labels changed) and ``divergences``. With ``num_chains >= 2``, a
+    whose labels changed) and ``divergences``; ``model.mcmc_sample_stats_`` the statistics of every draw
+    (``{name: (chains, draws)}`` arrays named as ArviZ's ``sample_stats`` group names them, listed in
+    :data:`SAMPLE_STATS`: ``lp``, ``energy``, ``diverging``, ``n_steps``, ``tree_depth``, ``step_size``,
+    ``acceptance_rate``; :meth:`~ppmix.models.base.MixtureModel.to_arviz` puts them there, for
+    ``az.bfmi`` and ``az.plot_energy``). With ``num_chains >= 2``, a
     :class:`ChainsDisagreeWarning` (a ``UserWarning``, through :func:`warnings.warn`)
     names the sites whose r_hat exceeds :data:`RHAT_THRESHOLD`. Pyro runs the chains
-    in parallel processes when the machine has more CPUs than chains, otherwise one
-    after another; each chain costs as much as a single-chain run.
+    in parallel processes (forked, one torch thread each) when the machine has more CPUs than chains,
+    otherwise one after another; each chain costs as much as a single-chain run.
 
     Examples
     --------
@@ -92,7 +167,7 @@ def run_mcmc(
 
     with local_params(), model.bayesian(), model.forked_rng():
         init = model.init_values(data, model.generator())
-        kernel = NUTS(
+        kernel = _RecordingNUTS(
             model.model,
             max_plate_nesting=model.max_plate_nesting,
             target_accept_prob=target_accept_prob,
@@ -121,9 +196,10 @@ def run_mcmc(
         if not axes:
             logger.info("no site with a component axis: draws left as sampled")
     diagnostics["r_hat"] = max_rhat(samples)
-    divergences = mcmc.diagnostics().get("divergences", {})
-    diagnostics["divergences"] = sum(len(v) for v in divergences.values()) if isinstance(divergences, dict) else 0
+    stats = _sample_stats(mcmc, num_chains)
+    diagnostics["divergences"] = int(stats["diverging"].sum())
     model.mcmc_samples_ = samples
+    model.mcmc_sample_stats_ = stats
     model.mcmc_diagnostics_ = diagnostics
     model.set_globals({k: v.mean(dim=(0, 1)) for k, v in samples.items()})
     _warn_if_chains_disagree(diagnostics["r_hat"], relabel)
@@ -135,6 +211,13 @@ def run_mcmc(
         diagnostics["divergences"],
     )
     return FitResult(history=[], n_iter=num_samples, converged=True)
+
+
+def _sample_stats(mcmc: MCMC, num_chains: int) -> dict[str, np.ndarray]:
+    """The per-draw statistics every chain's kernel recorded, ``{name: (chains, draws)}``."""
+    per_chain = mcmc.diagnostics()["sample_stats"]
+    chains = [per_chain[f"chain {c}"] for c in range(num_chains)]
+    return {name: np.stack([chain[name] for chain in chains]) for name in SAMPLE_STATS}
 
 
 def _warn_if_chains_disagree(rhat: dict[str, float], relabelled: bool) -> None:

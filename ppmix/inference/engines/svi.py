@@ -2,27 +2,35 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 from typing import TYPE_CHECKING, Any
 
 import pyro
 import torch
+from pyro import poutine
 from pyro.infer import TraceEnum_ELBO
-from pyro.infer.autoguide import AutoNormal
+from pyro.infer.autoguide import AutoDelta, AutoNormal
 from pyro.infer.util import is_validation_enabled
+from pyro.nn import PyroModule
+from pyro.poutine.subsample_messenger import _Subsample
 from tqdm import tqdm
 
 from ppmix._validation import check_positive_int
+from ppmix.inference.engines.enumeration import autoguide
 from ppmix.inference.engines.params import local_params
 from ppmix.inference.engines.result import FitResult
 
 if TYPE_CHECKING:
     from ppmix.models.base import MixtureModel
 
-__all__ = ["run_svi"]
+__all__ = ["fitted_autoguide", "run_svi"]
 
 logger = logging.getLogger(__name__)
+
+#: numbers the guides of :func:`fitted_autoguide`, so that their parameters have names of their own
+_GUIDE_NUMBERS = itertools.count()
 
 
 def run_svi(
@@ -165,3 +173,80 @@ def _point_estimates(guide_fn: Any, model: "MixtureModel", data: Any) -> dict[st
     if hasattr(guide_fn, "median"):
         return {k: v.detach() for k, v in guide_fn.median(data).items()}
     return model.get_globals()
+
+
+def _discrete_latent(msg: dict) -> bool:
+    """A latent sample site with a finite support (an assignment, a state, a switch): no autoguide site."""
+    return (
+        msg["type"] == "sample"
+        and not msg["is_observed"]
+        and not isinstance(msg["fn"], _Subsample)
+        and bool(getattr(msg["fn"], "has_enumerate_support", False))
+    )
+
+
+def fitted_autoguide(
+    model: "MixtureModel", kind: str = "normal", X: Any = None, y: Any = None
+) -> AutoDelta | AutoNormal:
+    """A Pyro autoguide over the global sites of a fitted model's program, started at the fit.
+
+    What a user's own ``AutoNormal(m.model, init_loc_fn=init_to_value(values=m.get_globals()))`` is meant
+    to be, without its two pitfalls: the discrete latents (assignments, states, switches) are hidden from
+    the guide (an autoguide cannot hold them; enumerate them in the model), and the guide's parameters
+    are named apart (``"<Model>_fit_<n>.AutoNormal.locs.<site>"``), so a value that Pyro's global
+    parameter store still holds under the default names (from an earlier guide, of another model) cannot
+    replace the fit.
+
+    Parameters
+    ----------
+    model : MixtureModel
+        A fitted model (any engine).
+    kind : {"normal", "delta"}
+        ``AutoNormal`` (mean-field Gaussian in the unconstrained space, locations at the fit, scales 0.01)
+        or ``AutoDelta`` (point masses at the fit).
+    X, y : optional
+        Data the guide is first run on, to create its parameters (default: the training data).
+
+    Returns
+    -------
+    AutoNormal or AutoDelta
+        Its parameters exist (its median is the fit); use it with ``m.model`` in ``TraceEnum_ELBO``, with
+        ``Predictive(m.model, guide=...)``, or as the start of your own ``SVI``. For the pf models,
+        whose program leaves its assignments and switches to the guide, enumerate them in the model:
+        ``config_enumerate(m.model, "parallel")``.
+
+    Raises
+    ------
+    ValueError
+        If a global site of the program has no fitted value (the guide would start at its prior median).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from ppmix import GMM
+    >>> x = torch.cat([torch.randn(40, 1) - 3, torch.randn(40, 1) + 3]).double()
+    >>> gmm = GMM(2, seed=0, progress=False).fit(x)
+    >>> guide = fitted_autoguide(gmm, "normal")
+    >>> torch.allclose(guide.median(gmm.prepare_data(x))["locs"], gmm.means_)
+    True
+    """
+    model._check_fitted()
+    if (data := model._train_data if X is None else model.prepare_data(X, y)) is None:
+        raise ValueError("X is required: this model holds no training data (loaded from disk, or fitted on shards)")
+    values = model.get_globals()
+    guide = autoguide(poutine.block(model.model, hide_fn=_discrete_latent), kind, values)
+    holder = PyroModule(name=f"{type(model).__name__}_fit_{next(_GUIDE_NUMBERS)}")
+    holder.add_module(type(guide).__name__, guide)  # names the guide's parameters under the holder's name
+    with model.forked_rng(offset=5):
+        guide(data)
+    unfitted = sorted(
+        name
+        for name, site in guide.prototype_trace.nodes.items()
+        if site["type"] == "sample" and not site["is_observed"] and name not in values
+    )
+    if unfitted:
+        raise ValueError(
+            f"the program of {type(model).__name__} has global sites without a fitted value ({', '.join(unfitted)}): "
+            "an autoguide would start them at their prior median, not at the fit"
+        )
+    return guide

@@ -26,6 +26,9 @@ from ppmix.models.pf.switches import FrameLabels
 
 __all__ = ["PFHMM", "SupervisedHMM"]
 
+#: the most dimensions a torch tensor may have: under enumeration each step's state (and switches) takes one
+_TORCH_MAX_DIMS = 64
+
 
 @dataclass
 class _PFEMData(_EMData):
@@ -197,8 +200,12 @@ class PFHMM(PFStateMixin, HMM):
         with self.data_plate(batch.n_sequences, dim=-2) as idx:
             valid = batch.mask[idx][..., None]  # (B, T, 1)
             states, z = [], None
-            for t in pyro.markov(range(batch.max_length)):  # the chain and the labels first ...
+            # the chain and the labels first (no pyro.markov: the features below use every z_t, so under
+            # enumeration in the model each z_t keeps its own dimension, as in the guide) ...
+            for t in range(batch.max_length):
                 z = pyro.sample(f"z_{t}", dist.Categorical(chain.step(z, valid[:, t])))
+                if t == 0:
+                    self._check_enumeration_dims(z, batch.max_length)
                 labels = _step_labels(batch, idx, t)
                 if labels is not None and labels.any:
                     with poutine.mask(mask=valid[:, t] & labels.observed[:, None]):
@@ -207,6 +214,19 @@ class PFHMM(PFStateMixin, HMM):
             for t, z in enumerate(states):  # ... then the switches and features: no site outside the features
                 with poutine.mask(mask=valid[:, t]):  # plate follows an enumerated switch (Pyro's dependency check)
                     self._pf_frame_sites(sites, z, batch.x[idx, t], None, f"_{t}", features)
+
+    def _check_enumeration_dims(self, first_state: torch.Tensor, steps: int) -> None:
+        """Refuse, naming the limit, an enumerated chain that would need more than torch's 64 dimensions."""
+        per_step = 1 if self._all_relevant else 2  # a state, and the switches unless all features are relevant
+        needed = first_state.dim() + per_step * steps - 1
+        if first_state.dim() > self.max_plate_nesting and needed > _TORCH_MAX_DIMS:
+            raise NotImplementedError(
+                f"enumerating {type(self).__name__}'s program gives every step's state"
+                + ("" if self._all_relevant else " and every step's switches")
+                + f" a tensor dimension of its own, {needed} in all here; torch allows {_TORCH_MAX_DIMS}, so "
+                f"sequences of at most {(_TORCH_MAX_DIMS - self.max_plate_nesting) // per_step} steps. For longer "
+                "ones use m.decode(X) (Viterbi paths) and m.predict_state_proba(X) (smoothed state marginals)"
+            )
 
     def guide(self, batch: SequenceBatch) -> None:
         """Point masses on the globals; ``q(z_1) q(z_t | z_{t-1})`` and ``q(s_td) = Bern(phi_d)``, enumerated.
@@ -235,6 +255,8 @@ class PFHMM(PFStateMixin, HMM):
                 else:
                     probs = Vindex(log_cond[idx, t - 1].exp())[rows, z]
                 z = pyro.sample(f"z_{t}", dist.Categorical(probs), infer={"enumerate": "parallel"})
+                if t == 0:
+                    self._check_enumeration_dims(z, batch.max_length)
             if phi is not None:
                 for t in range(batch.max_length):
                     with poutine.mask(mask=(t < batch.lengths[idx])[:, None]):
