@@ -24,7 +24,7 @@ _EXPORTS = {
         ["ConvergenceWarning", "FitResult", "ForwardBackwardResult", "forward_backward", "viterbi"], _ENGINES
     ),
     **dict.fromkeys(["run_em", "run_mcmc", "run_svi"], _ENGINES),
-    "ChainsDisagreeWarning": "ppmix.inference.engines.mcmc",
+    "ChainsDisagreeWarning": "ppmix.inference.engines.draws",
     "project_simplex": "ppmix.ops.simplex",
     **dict.fromkeys(
         ["PRESTO", "greedy_capacity_assignment", "LinearSVMComponent", "MLPComponent", "TorchComponent"], _PRESTO

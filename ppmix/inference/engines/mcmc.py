@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import warnings
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -13,23 +12,14 @@ from pyro.infer import MCMC, NUTS
 from pyro.infer.autoguide import init_to_median, init_to_value
 
 from ppmix._validation import check_positive_int
+from ppmix.inference.engines.draws import RHAT_THRESHOLD, ChainsDisagreeWarning, keep_draws
 from ppmix.inference.engines.params import local_params
-from ppmix.inference.engines.relabel import component_axes, max_rhat, relabel_draws
 from ppmix.inference.engines.result import FitResult
 
 if TYPE_CHECKING:
     from ppmix.models.base import MixtureModel
 
 __all__ = ["run_mcmc", "ChainsDisagreeWarning", "RHAT_THRESHOLD", "SAMPLE_STATS"]
-
-#: the largest r_hat of a site that counts as agreement between chains (Vehtari et al. 2021 recommend 1.01;
-#: 1.05 is the older, looser rule for short runs)
-RHAT_THRESHOLD = 1.05
-
-
-class ChainsDisagreeWarning(UserWarning):
-    """Issued by :func:`run_mcmc` when, after relabelling, some site's r_hat exceeds :data:`RHAT_THRESHOLD`."""
-
 
 logger = logging.getLogger(__name__)
 
@@ -185,24 +175,9 @@ def run_mcmc(
         )
         mcmc.run(data)
     samples = {k: v.detach() for k, v in mcmc.get_samples(group_by_chain=True).items()}
-    diagnostics = {"r_hat_before_relabelling": max_rhat(samples), "relabelled_fraction": 0.0}
-    if relabel:
-        try:
-            axes = component_axes(model, data, samples)
-            samples, diagnostics["relabelled_fraction"] = relabel_draws(samples, axes)
-        except Exception as err:  # noqa: BLE001 - never lose the draws of a long run to the relabelling
-            axes = {}
-            warnings.warn(f"MCMC draws left as sampled: relabelling failed ({type(err).__name__}: {err})", stacklevel=3)
-        if not axes:
-            logger.info("no site with a component axis: draws left as sampled")
-    diagnostics["r_hat"] = max_rhat(samples)
     stats = _sample_stats(mcmc, num_chains)
-    diagnostics["divergences"] = int(stats["diverging"].sum())
-    model.mcmc_samples_ = samples
     model.mcmc_sample_stats_ = stats
-    model.mcmc_diagnostics_ = diagnostics
-    model.set_globals({k: v.mean(dim=(0, 1)) for k, v in samples.items()})
-    _warn_if_chains_disagree(diagnostics["r_hat"], relabel)
+    diagnostics = keep_draws(model, data, samples, relabel, divergences=int(stats["diverging"].sum()))
     logger.info(
         "NUTS finished: %d chains x %d draws; %.0f%% of draws relabelled; divergences %d",
         num_chains,
@@ -218,18 +193,3 @@ def _sample_stats(mcmc: MCMC, num_chains: int) -> dict[str, np.ndarray]:
     per_chain = mcmc.diagnostics()["sample_stats"]
     chains = [per_chain[f"chain {c}"] for c in range(num_chains)]
     return {name: np.stack([chain[name] for chain in chains]) for name in SAMPLE_STATS}
-
-
-def _warn_if_chains_disagree(rhat: dict[str, float], relabelled: bool) -> None:
-    """Warn (:class:`ChainsDisagreeWarning`) naming every site whose largest r_hat exceeds the threshold."""
-    bad = {name: value for name, value in rhat.items() if value > RHAT_THRESHOLD}
-    if not bad:
-        return
-    listed = ", ".join(f"{name} ({value:.2f})" for name, value in sorted(bad.items(), key=lambda kv: -kv[1]))
-    after = "after relabelling " if relabelled else ""
-    warnings.warn(
-        f"MCMC chains disagree {after}(largest r_hat per site above {RHAT_THRESHOLD}): {listed}. "
-        "Run more warmup_steps and num_samples, or check for several modes; see model.mcmc_diagnostics_.",
-        ChainsDisagreeWarning,
-        stacklevel=4,  # the user's call of model.fit
-    )
