@@ -33,7 +33,7 @@ import torch
 from ppmix.components.base import ComponentFamily
 from ppmix.components.family import Statistics
 
-__all__ = ["FeatureStatistics", "IndependentFeatures", "ObservedFeatures", "split_by_feature"]
+__all__ = ["ComponentsView", "FeatureStatistics", "IndependentFeatures", "ObservedFeatures", "split_by_feature"]
 
 
 class IndependentFeatures:
@@ -112,7 +112,27 @@ class FeatureStatistics(Statistics):
         return FeatureStatistics(self.counts.to(dtype=dtype, device=device), parts)
 
 
-class ObservedFeatures(ComponentFamily):
+class ComponentsView(ComponentFamily):
+    """A view of fitted ``components`` that scores and fits rows with missing entries (fitting them in place):
+    their number, device and dtype are the components'."""
+
+    def __init__(self, components: Any) -> None:
+        self.components = components
+
+    @property
+    def n_components(self) -> int:
+        return self.components.n_components
+
+    @property
+    def device(self) -> torch.device:
+        return self.components.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.components.dtype
+
+
+class ObservedFeatures(ComponentsView):
     """Components of independent features seen through the observed entries of rows (NaN where missing): the
     log-density of a row is the sum of its observed features' (``(N, K)``), the statistics are each feature's
     under the responsibilities times its observation mask (:class:`FeatureStatistics`), and
@@ -129,19 +149,7 @@ class ObservedFeatures(ComponentFamily):
     def __init__(self, components: Any) -> None:
         if not isinstance(components, IndependentFeatures):
             raise TypeError(f"{type(components).__name__} does not have independent features")
-        self.components = components
-
-    @property
-    def n_components(self) -> int:
-        return self.components.n_components
-
-    @property
-    def device(self) -> torch.device:
-        return self.components.device
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.components.dtype
+        super().__init__(components)
 
     def _columns(self, x: torch.Tensor) -> tuple[torch.Tensor, list[Any], torch.Tensor]:
         """The observation mask ``(N, D)``, each feature's components, and ``x`` with every missing entry replaced

@@ -27,15 +27,15 @@ from typing import Any
 
 import torch
 
-from ppmix.components.base import ComponentFamily
 from ppmix.components.centred import padded_counts
+from ppmix.components.independent import ComponentsView
 from ppmix.components.statistics import GaussianStatistics
 from ppmix.components.student_t_statistics import StudentTStatistics
 
 __all__ = ["ObservedStudentT"]
 
 
-class ObservedStudentT(ComponentFamily):
+class ObservedStudentT(ComponentsView):
     """Diagonal Student-t components seen through the observed entries of rows (NaN where missing): ``log_prob``
     the marginal t of the observed entries ``(N, K)``, ``statistics`` EM's expected statistics (the components'
     own kind), ``fit_statistics`` the components' M-step (in place), ``imputed`` the posterior mixture of the
@@ -46,21 +46,6 @@ class ObservedStudentT(ComponentFamily):
     components : StudentTComponents
         The fitted components (a view: they are fitted in place).
     """
-
-    def __init__(self, components: Any) -> None:
-        self.components = components
-
-    @property
-    def n_components(self) -> int:
-        return self.components.n_components
-
-    @property
-    def device(self) -> torch.device:
-        return self.components.device
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.components.dtype
 
     def _scored(self, data: torch.Tensor) -> tuple[torch.Tensor, Any]:
         """The marginal log-densities and what the statistics reuse: the mask, the observed counts ``D_o`` ``(N,)``
