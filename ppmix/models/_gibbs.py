@@ -76,10 +76,13 @@ def _chain_labels(assignment: torch.Tensor, k: int) -> torch.Tensor:
 
 @dataclass
 class _ChainComponents:
-    """Every chain's components as one set of ``C K`` (chain ``c``'s component ``k`` at ``c K + k``)."""
+    """Every chain's components as one set of ``C K`` (chain ``c``'s component ``k`` at ``c K + k``), with their
+    family and its sites in drawing order (looked up once per run)."""
 
     components: ComponentFamily
     n_chains: int
+    family: DensityFamily
+    sites: tuple[str, ...]
 
 
 class _FamilyGibbs:
@@ -111,23 +114,22 @@ class _FamilyGibbs:
     def _chain_components(self, n_chains: int) -> _ChainComponents:
         """The fitted components repeated for every chain (the start of the sweeps)."""
         family = self.component_family()
-        values = {site: value.repeat(n_chains, *([1] * (value.dim() - 1))) for site, value in self._site_values()}
-        return _ChainComponents(family.components(values, self._scale), n_chains)
-
-    def _site_values(self) -> list[tuple[str, torch.Tensor]]:
-        return list(self.component_family().site_values(self.components_).items())
+        fitted = family.site_values(self.components_)
+        values = {site: value.repeat(n_chains, *([1] * (value.dim() - 1))) for site, value in fitted.items()}
+        sites = tuple(family.sites(self.n_components, self._n_features))
+        return _ChainComponents(family.components(values, self._scale), n_chains, family, sites)
 
     def _draw_components(
         self, rows: Any, assignment: torch.Tensor, current: _ChainComponents
     ) -> tuple[_ChainComponents, dict[str, torch.Tensor], torch.Tensor]:
         """Every chain's components drawn given the rows assigned to them ``(C, F)``: the new components, their
         site values ``{site: (C, K, ...)}`` and their log prior density ``(C,)``."""
-        family, k, chains = self.component_family(), self.n_components, current.n_chains
+        family, k, chains = current.family, self.n_components, current.n_chains
         weights = _chain_labels(assignment, k).to(self.dtype)
         stats = current.components.statistics(rows, weights)
         opts = {"dtype": self.dtype, "device": weights.device}
         drawn = family.site_values(current.components)
-        for site in self._sites():  # in the family's order: a site's conditional sees the sites drawn before it
+        for site in current.sites:  # in the family's order: a site's conditional sees the sites drawn before it
             drawn[site] = family.conjugate_posterior(site, stats, drawn, self._scale, opts).sample()
         components = family.components(drawn, self._scale)
         values = {site: value.reshape(chains, k, *value.shape[1:]) for site, value in drawn.items()}
@@ -135,10 +137,7 @@ class _FamilyGibbs:
         log_prior = sum(
             family.prior(site, k, d, self._scale, opts).log_prob(value).sum(-1) for site, value in values.items()
         )
-        return _ChainComponents(components, chains), values, log_prior
-
-    def _sites(self) -> list[str]:
-        return list(self.component_family().sites(self.n_components, self._n_features))
+        return _ChainComponents(components, chains, family, current.sites), values, log_prior
 
     @property
     def _n_features(self) -> int:
