@@ -20,6 +20,7 @@ from ppmix.inference import ConvergenceWarning
 from ppmix.models._weights import Weighted
 from ppmix.models.pf._observed import ObservedStatistics, frame_statistics, frames_of
 from ppmix.models.pf._pf_state import weighted_data_scale
+from ppmix.models.pf.switch_selection import select_switch_prior
 
 QUIET = {"seed": 0, "progress": False}
 
@@ -106,14 +107,13 @@ def test_with_nothing_missing_the_fit_is_the_usual_one(pf_data, hmm_data, kind):
 
 @pytest.mark.parametrize("kind", ["PFGMM", "PFHMM"])
 def test_em_with_missing_entries_never_decreases_the_elbo(pf_data, hmm_data, kind):
+    settings = {"tol": 0.0, "max_iter": 40, "missing": "marginalize", **QUIET}
     if kind == "PFGMM":
         x, y, _ = pf_data
-        model = _quiet(lambda: PFGMM(3, switch_prior=0.2, n_restarts=1, tol=0.0, max_iter=40, missing="marginalize",
-                                     **QUIET).fit(_holed(x), y))  # fmt: skip
+        model = _quiet(lambda: PFGMM(3, switch_prior=0.2, n_restarts=1, **settings).fit(_holed(x), y))
     else:
         data, holed = hmm_data
-        model = _quiet(lambda: PFHMM(3, switch_prior=0.3, tol=0.0, max_iter=40, missing="marginalize", **QUIET).fit(
-            holed, data.y))  # fmt: skip
+        model = _quiet(lambda: PFHMM(3, switch_prior=0.3, **settings).fit(holed, data.y))
     history = np.asarray(model.history_)
     assert len(history) > 5
     assert np.all(np.diff(history) >= -1e-12 * np.abs(history[1:]))
@@ -204,3 +204,13 @@ def test_a_sequence_with_missing_entries_does_not_depend_on_the_rest_of_the_batc
     np.testing.assert_allclose(
         model.score_samples([holed[0], extreme])[0], model.score_samples(holed[:1])[0], rtol=1e-12
     )
+
+
+def test_switch_prior_selection_scores_rows_with_missing_entries(pf_data):
+    """``switch_prior="auto"``'s cross-validation fits and scores folds whose rows have missing entries."""
+    x, y, _ = pf_data
+    model = PFGMM(3, n_restarts=1, missing="marginalize", **QUIET)
+    tensor, labels = torch.as_tensor(_holed(x)), torch.as_tensor(y)
+    selection = select_switch_prior(model, tensor, labels, torch.ones(len(y), dtype=torch.bool), grid=(0.05, 0.5))
+    assert selection.p in selection.scores
+    assert all(-0.7 < score < 0 for score in selection.scores.values())
