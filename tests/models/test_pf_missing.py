@@ -16,6 +16,7 @@ from ppmix import PFGMM, PFHMM, SupervisedGMM
 from ppmix._validation import InvalidDataError
 from ppmix.datasets import make_pf_synthetic
 from ppmix.datasets.pf_hmm import make_pf_hmm_synthetic
+from ppmix.distributed import fit_em
 from ppmix.inference import ConvergenceWarning
 from ppmix.models._weights import Weighted
 from ppmix.models.pf._observed import ObservedStatistics, frame_statistics, frames_of
@@ -52,7 +53,7 @@ def hmm_data():
 
 
 def _pfgmm(**kwargs) -> PFGMM:
-    return PFGMM(3, switch_prior=0.2, n_restarts=2, missing="marginalize", **QUIET, **kwargs)
+    return PFGMM(3, **{"switch_prior": 0.2, "n_restarts": 2, "missing": "marginalize", **QUIET, **kwargs})
 
 
 @pytest.mark.parametrize("switches", ["map", "mean"])
@@ -214,3 +215,41 @@ def test_switch_prior_selection_scores_rows_with_missing_entries(pf_data):
     selection = select_switch_prior(model, tensor, labels, torch.ones(len(y), dtype=torch.bool), grid=(0.05, 0.5))
     assert selection.p in selection.scores
     assert all(-0.7 < score < 0 for score in selection.scores.values())
+
+
+def test_pfhmm_on_shards_with_and_without_missing_entries_equals_in_memory_em():
+    """fit_em merges the observed statistics of shards with missing entries with complete shards' exactly."""
+    data = make_pf_hmm_synthetic(24, length=12, n_relevant=2, n_features=4, seed=1)
+    x = [s / 4.0 for s in data.X]  # overlapping states: many iterations
+    x[8:] = [_holed(s, seed=b) for b, s in enumerate(x[8:])]
+    y = [v.astype(float) for v in data.y]
+    start = PFHMM(3, switch_prior=0.3, init_params="kmeans", missing="marginalize", **QUIET)
+    _quiet(lambda: start.fit(x, y, max_iter=1))
+    start.warm_start = True
+    in_memory = _quiet(lambda: copy.deepcopy(start).fit(x, y, max_iter=8, tol=0.0))
+    shards = [([x[i] for i in part], [y[i] for i in part]) for part in np.array_split(np.arange(24), 3)[::-1]]
+    sharded = _quiet(lambda: fit_em(copy.deepcopy(start), shards, executor="inline", target="y", max_iter=8, tol=0.0))
+    np.testing.assert_allclose(sharded.history_, in_memory.history_, rtol=1e-10, atol=0)
+    for name, value in in_memory.state_tensors().items():
+        np.testing.assert_allclose(sharded.state_tensors()[name].numpy(), value.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_pfgmm_on_shards_with_missing_entries_equals_in_memory_em(pf_data):
+    """The background and the class statistics behind ``relevant_features_`` merge from the observed entries of
+    every shard (one without missing entries among them): the sharded fit is the in-memory one."""
+    x, y, _ = pf_data
+    holed = np.r_[_holed(x[:250]), x[250:]]
+    start = _pfgmm(n_restarts=1)
+    _quiet(lambda: start.fit(holed, y, max_iter=2))
+    start.warm_start = True
+    in_memory = _quiet(lambda: copy.deepcopy(start).fit(holed, y, max_iter=10, tol=0.0))
+    shards = [(holed[part], y[part]) for part in np.array_split(np.arange(len(y)), 3)[::-1]]
+    sharded = _quiet(lambda: fit_em(copy.deepcopy(start), shards, executor="inline", target="y", max_iter=10, tol=0.0))
+    np.testing.assert_allclose(sharded.history_, in_memory.history_, rtol=1e-10, atol=0)
+    for name, value in in_memory.get_globals().items():
+        torch.testing.assert_close(sharded.get_globals()[name], value, rtol=1e-10, atol=1e-12)
+    assert (
+        sharded.relevant_features_.tolist()
+        == in_memory.relevant_features_.tolist()
+        == [True, True, False, False, False]
+    )

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from ppmix.components import DiagGaussian
-from ppmix.components.gaussian_missing import MissingRows
+from ppmix.models.pf._observed import frame_statistics
 from ppmix.models.pf.switch_selection import relevant_mask_from_ratio
 from ppmix.models.pf.switches import label_ratio_from_statistics
 
@@ -80,15 +80,13 @@ class RelevanceOutputsMixin:
         """Before a sharded fit: the background's statistics, the number of rows and the Gaussian statistics of
         each class's labelled rows (for :attr:`relevant_features_`); they merge across shards."""
         frames, labels = data.frames, data.labels
-        if isinstance(frames, MissingRows):
-            raise ValueError("missing='marginalize' is for fit; fit_em does not take rows with missing entries (NaN)")
         onehot = torch.stack([labels.observed & (labels.y == c) for c in (0.0, 1.0)], 1).to(frames.x.dtype)
         d = frames.x.shape[1]
         family = DiagGaussian(frames.x.new_zeros(2, d), frames.x.new_ones(2, d))
         return {
             "background": self._background_statistics(frames),
-            "classes": family.statistics(frames, onehot),
-            "rows": torch.tensor(float(frames.n_samples), dtype=torch.float64),
+            "classes": frame_statistics(family, frames, onehot),  # of the observed entries, where some are missing
+            "rows": torch.tensor(float(frames.x.shape[0]), dtype=torch.float64),
         }
 
     def em_set_data_statistics(self, stats: dict[str, Any]) -> None:

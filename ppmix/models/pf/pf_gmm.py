@@ -137,7 +137,7 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
         each feature's gain over those rows by all rows; :mod:`~ppmix.models.pf._observed`). The data scale and
         the label tests of :attr:`relevant_features_` use each feature's observed entries, the starts fill the
         missing ones with their columns' means; predictions, ``score_samples`` and ``score`` take rows with
-        missing entries (a row with none observed is an error naming it). EM only (``engine="em"``; not sharded).
+        missing entries (a row with none observed is an error naming it). EM only (``engine="em"``; ``fit_em`` too).
     seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
 
     Attributes

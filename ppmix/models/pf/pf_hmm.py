@@ -82,7 +82,8 @@ class PFHMM(PFStateMixin, HMM):
         What a NaN in ``X`` is: an error naming ``X``, or an entry missing at random (``"marginalize"``): a step
         emits by its observed entries, as :class:`~ppmix.models.pf.pf_gmm.PFGMM`'s rows do (exact variational EM;
         the data scale from each feature's observed entries, the start with the missing ones filled by their
-        columns' means); predictions and ``score`` take such steps too (a step with none observed is an error).
+        columns' means); predictions and ``score`` take such steps too (a step with none observed is an error). EM
+        only (``fit``, ``fit_em``).
     seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
 
     Attributes

@@ -35,6 +35,7 @@ from ppmix.models._family_components import drop_leading_ones
 from ppmix.models._flat import flat_prior
 from ppmix.models.pf._observed import (
     Frames,
+    ObservedStatistics,
     fit_frame_statistics,
     frame_log_prob,
     frame_statistics,
@@ -508,9 +509,10 @@ def _weighted_variance(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return (weight @ (x - mean).square()) / total
 
 
-def label_ratio_from_statistics(stats: GaussianStatistics) -> torch.Tensor:
+def label_ratio_from_statistics(stats: GaussianStatistics | ObservedStatistics) -> torch.Tensor:
     """:func:`label_ratio` from the Gaussian statistics ``(2, D)`` of the rows of class 0 and of class 1 (as merged
-    across shards).
+    across shards; :class:`~ppmix.models.pf._observed.ObservedStatistics` of rows with missing entries: each
+    feature's from its observed entries).
 
     Examples
     --------
@@ -521,6 +523,11 @@ def label_ratio_from_statistics(stats: GaussianStatistics) -> torch.Tensor:
     >>> bool(torch.isclose(label_ratio_from_statistics(stats), label_ratio(x, y)).all())
     True
     """
+    if isinstance(stats, ObservedStatistics):  # one feature at a time: its cells of class 0 and class 1
+        cells, d = stats.cells, stats.feature_counts().shape[1]
+        features = [torch.tensor([j, d + j], device=cells.counts.device) for j in range(d)]
+        parts = [GaussianStatistics(cells.counts[i], cells.mean[i], cells.scatter[i]) for i in features]
+        return torch.cat([label_ratio_from_statistics(part) for part in parts])
     counts = stats.counts
 
     def part(c: int) -> GaussianStatistics:
