@@ -59,7 +59,7 @@ def frames_of(x: torch.Tensor, shift: torch.Tensor | None = None) -> Frames:
     return CentredData.from_tensor(x, shift)
 
 
-def start_frames(frames: Frames, weight: torch.Tensor | None = None) -> CentredData:
+def start_frames(frames: CentredData | MissingRows, weight: torch.Tensor | None = None) -> CentredData:
     """The frames a start sees (k-means, the label tests of the start): missing entries filled with their columns'
     (``weight``-ed) means over the observed entries."""
     if not isinstance(frames, MissingRows):
