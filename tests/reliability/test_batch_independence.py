@@ -154,15 +154,17 @@ def _missing_estimators() -> dict[str, tuple[Any, np.ndarray, st.SearchStrategy]
     count = st.integers(0, 10**9).map(float) | nan
     size = st.floats(1e-12, 1e12, allow_nan=False, allow_infinity=False) | nan
     fitted = {}
-    for name, make, x, entries in [
-        ("GMM-diag", lambda: GMM(2, missing="marginalize"), X, real),
-        ("GMM-full", lambda: GMM(2, covariance_type="full", missing="marginalize"), X, real),
-        ("Mixture-poisson", lambda: Mixture(2, family="poisson", missing="marginalize"), counts, count),
-        ("Mixture-lognormal", lambda: Mixture(2, family="lognormal", missing="marginalize"), positive, size),
+    for name, make, x, y, entries in [
+        ("GMM-diag", lambda: GMM(2, missing="marginalize"), X, None, real),
+        ("GMM-full", lambda: GMM(2, covariance_type="full", missing="marginalize"), X, None, real),
+        ("Mixture-poisson", lambda: Mixture(2, family="poisson", missing="marginalize"), counts, None, count),
+        ("Mixture-lognormal", lambda: Mixture(2, family="lognormal", missing="marginalize"), positive, None, size),
+        ("PFGMM", lambda: PFGMM(2, switch_prior=0.5, missing="marginalize"), X, Y_BINARY, real),
+        ("SupervisedGMM", lambda: SupervisedGMM(2, missing="marginalize"), X, Y_BINARY, real),
     ]:
         holed = _holed(x.astype(float))
         model = make().set_params(seed=0, progress=False)
-        fitted[name] = (_quiet(lambda: model.fit(holed)), holed[probe], entries)  # noqa: B023
+        fitted[name] = (_quiet(lambda: model.fit(holed, y)), holed[probe], entries)  # noqa: B023
     return fitted
 
 

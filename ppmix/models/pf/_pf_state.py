@@ -8,11 +8,12 @@ from typing import Any
 import torch
 
 from ppmix.components import BernoulliLabel, DiagGaussian
-from ppmix.components.centred import CentredData
 from ppmix.components.family import DataScale
 from ppmix.components.gaussian_family import MAD_TO_SD
 from ppmix.components.statistics import GaussianStatistics
 from ppmix.models._labels import BinaryClassifierMixin
+from ppmix.models._missing import fill_column_means
+from ppmix.models.pf._observed import Frames, start_frames
 from ppmix.models.pf.switches import FrameLabels, PredictionFocusedMixin
 from ppmix.ops.scaling import column_moments, weighted_lower_median
 
@@ -32,6 +33,7 @@ def weighted_data_scale(x: torch.Tensor, weight: torch.Tensor, reg_covar: float)
     :meth:`~ppmix.components.gaussian_family.GaussianFamily.data_scale` measures them) of the rows of ``x`` each
     counted ``weight`` times: for integer weights, the scale of the rows repeated (that one estimates the spread
     on a subsample beyond :data:`~ppmix.components.gaussian_family.SCALE_SAMPLE_ROWS` rows; this uses every row).
+    Where ``x`` has missing entries (NaN), each column's scale is that of its observed entries.
 
     Examples
     --------
@@ -42,6 +44,10 @@ def weighted_data_scale(x: torch.Tensor, weight: torch.Tensor, reg_covar: float)
     >>> all(torch.allclose(weighted_data_scale(x, weight, 1e-6)[k], v) for k, v in repeated.items())
     True
     """
+    observed = ~torch.isnan(x)
+    if not bool(observed.all()):  # missing entries: each column's scale from its observed entries
+        columns = [weighted_data_scale(x[o, d : d + 1], weight[o], reg_covar) for d, o in enumerate(observed.T)]
+        return {key: torch.cat([column[key] for column in columns]) for key in ("mean", "std", "floor")}
     weight = weight.to(x)
     mean, std = column_moments(x, weight)
     deviation = (x - weighted_lower_median(x, weight)).abs()
@@ -96,6 +102,16 @@ class PFStateMixin(BinaryClassifierMixin, PredictionFocusedMixin):
         phi = values.get("switch_probs")
         self.switch_probs_ = torch.ones_like(bg_loc) if phi is None else torch.as_tensor(phi).to(**opts)
 
+    def _record_data_scale(self, x: torch.Tensor, name: str = "X") -> None:
+        """The family's checks and data scale of the training frames ``x``; where entries are missing
+        (``missing="marginalize"``), the checks see them filled with their columns' means and each column's scale
+        (the variance floor) is that of its observed entries (:func:`weighted_data_scale`)."""
+        if not bool(torch.isnan(x).any()):
+            super()._record_data_scale(x, name)  # type: ignore[misc]
+            return
+        super()._record_data_scale(fill_column_means(x), name)  # type: ignore[misc]
+        self._record_weighted_data_scale(x, x.new_ones(x.shape[0]))
+
     #: the ``sample_weight`` of the fit under way (None otherwise): the data scale ``prepare_data`` records is weighted
     _fit_sample_weight: Any = None
 
@@ -110,7 +126,7 @@ class PFStateMixin(BinaryClassifierMixin, PredictionFocusedMixin):
 
     def _pf_start(
         self,
-        frames: CentredData,
+        frames: Frames,
         labels: FrameLabels,
         generator: torch.Generator,
         centred: torch.Tensor | None = None,
@@ -123,6 +139,7 @@ class PFStateMixin(BinaryClassifierMixin, PredictionFocusedMixin):
         weighs the background, the relevance test and k-means.
         """
         self._fit_background(frames, weight)
+        frames = start_frames(frames, weight)  # the start sees missing entries filled with their columns' means
         self.components_ = self._new_components(frames.x)
         self.labels_ = BernoulliLabel(frames.x.new_full((self.n_components,), 0.5))
         self.switch_probs_ = frames.x.new_full((frames.x.shape[1],), self._switch_p)

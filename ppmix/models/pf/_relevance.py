@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from ppmix.components import DiagGaussian
+from ppmix.models.pf._observed import frame_statistics
 from ppmix.models.pf.switch_selection import relevant_mask_from_ratio
 from ppmix.models.pf.switches import label_ratio_from_statistics
 
@@ -84,8 +85,8 @@ class RelevanceOutputsMixin:
         family = DiagGaussian(frames.x.new_zeros(2, d), frames.x.new_ones(2, d))
         return {
             "background": self._background_statistics(frames),
-            "classes": family.statistics(frames, onehot),
-            "rows": torch.tensor(float(frames.n_samples), dtype=torch.float64),
+            "classes": frame_statistics(family, frames, onehot),  # of the observed entries, where some are missing
+            "rows": torch.tensor(float(frames.x.shape[0]), dtype=torch.float64),
         }
 
     def em_set_data_statistics(self, stats: dict[str, Any]) -> None:

@@ -15,12 +15,13 @@ from pyro.distributions.transforms import biject_to
 
 from ppmix._validation import check_n_components, check_positive_int, to_output
 from ppmix.components import BernoulliLabel, DiagGaussian
-from ppmix.components.centred import CentredData
 from ppmix.models._family_components import FamilyComponentsMixin
 from ppmix.models._flat import flat_prior
+from ppmix.models._missing import check_missing_option
 from ppmix.models._params import store_params
 from ppmix.models._weights import Weighted, split_weights
 from ppmix.models.base import MixtureModel
+from ppmix.models.pf._observed import Frames, frames_of, start_frames
 from ppmix.models.pf._pf_state import PF_DIMS, PFStateMixin
 from ppmix.models.pf._relevance import RelevanceOutputsMixin
 from ppmix.models.pf.restarts import fit_restarts, in_sample_log_p_y, start_responsibilities
@@ -43,7 +44,7 @@ class PFData:
 
 @dataclass
 class _PFEMData:
-    frames: CentredData
+    frames: Frames
     labels: FrameLabels
 
 
@@ -129,6 +130,14 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
         when better by more than two standard errors. 1 is one start; ``fit_em`` makes one.
     n_init, max_iter, tol, reg_covar, warm_start : as for :class:`~ppmix.models.gmm.GMM`
         (``n_init`` EM runs per start, kept by the ELBO; ``warm_start`` continues from the fit, one start).
+    missing : {"error", "marginalize"}, default "error"
+        What a NaN in ``X`` is: an error naming ``X``, or an entry missing at random (``"marginalize"``), which
+        drops its term from the components' and the background's log-densities: exact variational EM of the
+        observed entries (each feature's Gaussians fitted on the rows that observe it, the switch update weighing
+        each feature's gain over those rows by all rows; :mod:`~ppmix.models.pf._observed`). The data scale and
+        the label tests of :attr:`relevant_features_` use each feature's observed entries, the starts fill the
+        missing ones with their columns' means; predictions, ``score_samples`` and ``score`` take rows with
+        missing entries (a row with none observed is an error naming it). EM only (``engine="em"``; ``fit_em`` too).
     seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
 
     Attributes
@@ -196,6 +205,7 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
         tol: float = 1e-7,
         reg_covar: float = 1e-6,
         warm_start: bool = False,
+        missing: str = "error",
         seed: int | None = None,
         device: str | torch.device | None = None,
         dtype: torch.dtype = torch.float64,
@@ -210,6 +220,11 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
         if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not self.alpha >= 1:
             raise ValueError(f"alpha must be a number >= 1 (the MAP weights need it); got {self.alpha!r}")
         check_positive_int(self.n_restarts, "n_restarts")
+        check_missing_option(self.missing, self.component_family())
+
+    @property
+    def _accepts_missing(self) -> bool:  # type: ignore[override]
+        return self.missing == "marginalize"
 
     def fit(self, X: Any, y: Any = None, *, sample_weight: Any = None, engine: str = "em", **options: Any) -> "PFGMM":
         """Fit by variational EM (``engine="em"``) or SVI (``"svi"``) on features ``X`` and labels ``y``.
@@ -236,6 +251,8 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
             raise ValueError(f"{type(self).__name__} is fitted by engine='em' or 'svi'; 'mcmc' is not available")
         if sample_weight is not None and engine != "em":
             raise ValueError(f"sample_weight is taken by engine='em' only; got engine={engine!r}")
+        if self.missing == "marginalize" and engine != "em":
+            raise ValueError(f"missing='marginalize' is for engine='em' only; got engine={engine!r}")
         self.validate_params()
         self.switch_prior_scores_: dict[float, float] | None = None
         if sample_weight is not None:
@@ -322,15 +339,16 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
 
     @staticmethod
     def _n_rows(data: PFData | _PFEMData) -> int:
-        return int(data.frames.n_samples if isinstance(data, _PFEMData) else data.x.shape[0])
+        return int(data.frames.x.shape[0] if isinstance(data, _PFEMData) else data.x.shape[0])
 
     def em_data(self, data: PFData | _PFEMData | Weighted) -> _PFEMData | Weighted:
-        """The rows centred once (:class:`~ppmix.models._weights.Weighted` data keep their row weights)."""
+        """The rows centred once (:class:`~ppmix.models._weights.Weighted` data keep their row weights; rows with
+        missing entries as :func:`~ppmix.models.pf._observed.frames_of` holds them)."""
         if isinstance(data, Weighted):
             return Weighted(self.em_data(data.data), data.weight)
         if isinstance(data, _PFEMData):
             return data
-        return _PFEMData(CentredData.from_tensor(data.x), data.labels)
+        return _PFEMData(frames_of(data.x), data.labels)
 
     def n_observations(self, data: Any) -> float:
         rows, weight = split_weights(data)
@@ -402,7 +420,8 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
         rows, weight = split_weights(data)
         resp = self._pf_start(rows.frames, rows.labels, generator, weight=weight)
         if self._restart:
-            resp = start_responsibilities(self, rows.frames, rows.labels, generator, self._restart, weight)
+            frames = start_frames(rows.frames, weight)
+            resp = start_responsibilities(self, frames, rows.labels, generator, self._restart, weight)
         self.m_step(data, resp)
 
     def _log_weights_prior(self) -> torch.Tensor:
@@ -445,7 +464,7 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
     # ---------------------------------------------------------- predictions
     def _component_posterior(self, data: PFData, use_labels: bool) -> torch.Tensor:
         labels = data.labels if use_labels else FrameLabels.missing(data.x.shape[0], data.x.dtype, data.x.device)
-        frames = CentredData.from_tensor(data.x, self.components_.reference)  # not the batch mean
+        frames = frames_of(data.x, self.components_.reference)  # not the batch mean
         return torch.softmax(self._frame_log_joint(frames, labels, self.weights_.log()), dim=1)
 
     def posterior_marginals(self, data: PFData) -> dict[str, torch.Tensor]:

@@ -14,13 +14,14 @@ from pyro import poutine
 from pyro.ops.indexing import Vindex
 
 from ppmix._validation import to_output
-from ppmix.components.centred import CentredData
 from ppmix.inference.engines.forward_backward import forward_backward
+from ppmix.models._missing import check_missing_option
 from ppmix.models._params import store_params
 from ppmix.models._sequences import SequenceBatch
 from ppmix.models._weights import Weighted, split_weights
 from ppmix.models.base import MixtureModel
 from ppmix.models.hmm import HMM, _Counts, _EMData, _sequence_weights
+from ppmix.models.pf._observed import frames_of
 from ppmix.models.pf._pf_state import PF_DIMS, PFStateMixin
 from ppmix.models.pf.switches import FrameLabels
 
@@ -77,6 +78,12 @@ class PFHMM(PFStateMixin, HMM):
     n_init, max_iter, tol, reg_covar, warm_start : as for :class:`~ppmix.models.hmm.HMM`.
     sequence_column : str, optional
         Sequence-id column of a DataFrame ``X``; the labels are then ``y="<column name>"``.
+    missing : {"error", "marginalize"}, default "error"
+        What a NaN in ``X`` is: an error naming ``X``, or an entry missing at random (``"marginalize"``): a step
+        emits by its observed entries, as :class:`~ppmix.models.pf.pf_gmm.PFGMM`'s rows do (exact variational EM;
+        the data scale from each feature's observed entries, the start with the missing ones filled by their
+        columns' means); predictions and ``score`` take such steps too (a step with none observed is an error). EM
+        only (``fit``, ``fit_em``).
     seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
 
     Attributes
@@ -118,6 +125,7 @@ class PFHMM(PFStateMixin, HMM):
         reg_covar: float = 1e-6,
         warm_start: bool = False,
         sequence_column: str | None = None,
+        missing: str = "error",
         seed: int | None = None,
         device: str | torch.device | None = None,
         dtype: torch.dtype = torch.float64,
@@ -129,6 +137,7 @@ class PFHMM(PFStateMixin, HMM):
     def validate_params(self) -> None:
         MixtureModel.validate_params(self)
         self._validate_pf_params()
+        check_missing_option(self.missing, self.component_family())
 
     def fit(self, X: Any, y: Any = None, *, sample_weight: Any = None, engine: str = "em", **options: Any) -> "PFHMM":
         """Fit by variational EM on sequences ``X`` and per-step labels ``y``.
@@ -165,16 +174,18 @@ class PFHMM(PFStateMixin, HMM):
             if self._fit_sample_weight is not None:
                 weight = self.weigh(batch, self._fit_sample_weight).weight
                 self._record_weighted_data_scale(batch.frames, _sequence_weights(batch, weight)[batch.mask])
+            else:  # with missing entries: the scale of each feature's observed entries (HMM measured them filled)
+                self._record_data_scale(batch.frames)
         return batch
 
     def _frames_data(self, batch: SequenceBatch, use_labels: bool, shift: torch.Tensor | None = None) -> _PFEMData:
-        frames = CentredData.from_tensor(batch.frames, shift)
+        frames = frames_of(batch.frames, shift)
         if use_labels and batch.y is not None:
             y = batch.y[batch.mask]
             observed = ~torch.isnan(y)
             labels = FrameLabels(torch.where(observed, y, torch.zeros_like(y)), observed)
         else:
-            labels = FrameLabels.missing(frames.n_samples, frames.x.dtype, frames.x.device)
+            labels = FrameLabels.missing(frames.x.shape[0], frames.x.dtype, frames.x.device)
         return _PFEMData(batch=batch, frames=frames, labels=labels)
 
     def em_data(self, data: SequenceBatch | _PFEMData | Weighted) -> _PFEMData | Weighted:
@@ -192,6 +203,8 @@ class PFHMM(PFStateMixin, HMM):
     # ------------------------------------------------------------ the program
     def model(self, batch: SequenceBatch) -> None:
         """The chain ``z_t`` per sequence; per step the label ``y_t`` and, per feature, ``s_t`` and ``x_t``."""
+        if self._accepts_missing and bool(torch.isnan(batch.x).any()):
+            raise ValueError("X has missing entries (NaN): missing='marginalize' is for EM (fit) only")
         k, d = self.n_components, batch.n_features
         opts = {"dtype": batch.x.dtype, "device": batch.x.device}
         chain, components = self._sample_chain(k, opts)
@@ -488,7 +501,7 @@ def _frame_weights(data: _PFEMData, weight: torch.Tensor | None) -> torch.Tensor
 
 def _centred_per_step(batch: SequenceBatch, weight: torch.Tensor | None = None) -> torch.Tensor:
     """The valid frames minus the mean of their time step across sequences (each counted as often as its sample
-    ``weight``, where given), ``(sum(lengths), D)``.
+    ``weight``, where given; of the observed entries, NaN staying NaN), ``(sum(lengths), D)``.
 
     The label test of the relevance start sees these: chains that start away from their
     stationary distribution make every feature drift with ``t``, and so does the label,
@@ -497,6 +510,9 @@ def _centred_per_step(batch: SequenceBatch, weight: torch.Tensor | None = None) 
     step_weight = batch.mask.to(batch.x.dtype)  # (B, T)
     if weight is not None:
         step_weight = step_weight * _sequence_weights(batch, weight)
-    totals = step_weight.sum(0)[:, None]  # (T, 1): zero where only sequences of weight zero reach step t
-    step_mean = (batch.x * step_weight[..., None]).sum(0) / totals.clamp_min(torch.finfo(totals.dtype).tiny)
+    observed = ~torch.isnan(batch.x)
+    entry_weight = step_weight[..., None] * observed  # (B, T, D)
+    totals = entry_weight.sum(0)  # (T, D): zero where only sequences of weight zero reach step t
+    step_sums = (torch.where(observed, batch.x, 0.0) * entry_weight).sum(0)
+    step_mean = step_sums / totals.clamp_min(torch.finfo(totals.dtype).tiny)
     return (batch.x - step_mean)[batch.mask]

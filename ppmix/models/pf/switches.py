@@ -28,11 +28,18 @@ from pyro.ops.indexing import Vindex
 from ppmix._validation import InvalidDataError, check_float
 from ppmix.components import BernoulliLabel, DiagGaussian
 from ppmix.components.centred import CentredData
-from ppmix.components.family import DensityFamily
+from ppmix.components.family import DensityFamily, Statistics
 from ppmix.components.gaussian_family import GaussianFamily
 from ppmix.components.statistics import GaussianStatistics
 from ppmix.models._family_components import drop_leading_ones
 from ppmix.models._flat import flat_prior
+from ppmix.models.pf._observed import (
+    Frames,
+    ObservedStatistics,
+    fit_frame_statistics,
+    frame_log_prob,
+    frame_statistics,
+)
 from ppmix.ops.kmeans import kmeans_start
 
 __all__ = [
@@ -116,16 +123,17 @@ def switched_log_joint(
     label_family: BernoulliLabel,
     phi: torch.Tensor | None,
     log_prior: torch.Tensor,
-    frames: torch.Tensor | CentredData,
+    frames: Frames,
     labels: FrameLabels,
 ) -> torch.Tensor:
     """``log prior_k + E_q(S)[log p(x_n | k, S)]`` (relevant part) ``+ log p(y_n | k)``, ``(N, K)``.
 
     The switch-weighted component log-density (``phi=None``: every feature on) plus the
     label term where it is observed; differentiable in the families' parameters, so it
-    serves the EM E-step and the SVI guide alike.
+    serves the EM E-step and the SVI guide alike. Missing entries of ``frames`` (``missing="marginalize"``) drop
+    out (:func:`~ppmix.models.pf._observed.frame_log_prob`).
     """
-    log_joint = components.log_prob(frames, feature_weights=phi).add_(log_prior)
+    log_joint = frame_log_prob(components, frames, phi).add_(log_prior)
     if labels.any:
         log_joint = log_joint + label_family.log_prob(labels.y) * labels.observed[:, None]
     return log_joint
@@ -169,11 +177,14 @@ class PredictionFocusedMixin:
             raise InvalidDataError("X has 1 feature(s): it needs at least 2 features to select from (switch_prior < 1)")
         if frames.shape[0] < 2:
             raise InvalidDataError("X has 1 sample: every feature is constant; fitting needs at least 2")
-        constant = (frames == frames[:1]).all(0)
+        observed = ~torch.isnan(frames)  # missing entries (NaN): constant over the observed ones
+        first = frames.gather(0, observed.to(torch.uint8).argmax(0, keepdim=True))
+        constant = ((frames == first) | ~observed).all(0)
         if constant.any():
             names = self.feature_names_in_ or list(range(frames.shape[1]))
             bad = [names[i] for i in torch.nonzero(constant).flatten().tolist()][:10]
-            raise InvalidDataError(f"X has constant feature(s) {bad}: they carry no information; drop them")
+            where = "" if bool(observed.all()) else " (over their observed entries)"
+            raise InvalidDataError(f"X has constant feature(s) {bad}{where}: they carry no information; drop them")
 
     def _validate_switch_prior(self) -> None:
         p = self.switch_prior
@@ -203,39 +214,39 @@ class PredictionFocusedMixin:
         return not self._auto_switch_prior and float(self.switch_prior) == 1.0
 
     # ---------------------------------------------------------------- EM parts
-    def _fit_background(self, frames: CentredData, weight: torch.Tensor | None = None) -> None:
+    def _fit_background(self, frames: Frames, weight: torch.Tensor | None = None) -> None:
         """The background Gaussian's update does not depend on ``phi`` (B.2.3): fit it once (on the frames
         counted ``weight`` times each, where given)."""
         self._set_background(self._background_statistics(frames, weight))
 
-    def _background_statistics(self, frames: CentredData, weight: torch.Tensor | None = None) -> GaussianStatistics:
+    def _background_statistics(self, frames: Frames, weight: torch.Tensor | None = None) -> Statistics:
         """The background's statistics of ``frames`` (every frame weight one, or its ``weight`` ``(N,)``;
-        additive across shards)."""
+        additive across shards; of the observed entries where some are missing)."""
         one = frames.x.new_ones(1, frames.x.shape[1])
         family = DiagGaussian(one, one, reg_covar=self._variance_floor)
-        frame_weight = frames.x.new_ones(frames.n_samples) if weight is None else weight.to(frames.x)
-        return family.statistics(frames, frame_weight[:, None])
+        frame_weight = frames.x.new_ones(frames.x.shape[0]) if weight is None else weight.to(frames.x)
+        return frame_statistics(family, frames, frame_weight[:, None])
 
-    def _set_background(self, stats: GaussianStatistics) -> None:
+    def _set_background(self, stats: Statistics) -> None:
         """The background fitted on (merged) statistics, and its per-feature log-likelihood of those frames."""
-        mean = stats.mean.to(self.dtype)
-        self.background_ = DiagGaussian(mean, torch.ones_like(mean), reg_covar=self._variance_floor)
-        self.background_.fit_statistics(stats)
-        self._background_ll = self.background_.fitted_feature_log_likelihood(stats.counts.to(self.dtype))[0]  # (D,)
+        one = torch.ones(1, self.n_features_in_, dtype=self.dtype, device=self._device)
+        self.background_ = DiagGaussian(one, one, reg_covar=self._variance_floor)
+        self._background_ll = fit_frame_statistics(self.background_, stats)[0]  # (D,)
 
-    def _frame_log_joint(self, frames: CentredData, labels: FrameLabels, log_prior: torch.Tensor) -> torch.Tensor:
+    def _frame_log_joint(self, frames: Frames, labels: FrameLabels, log_prior: torch.Tensor) -> torch.Tensor:
         """:func:`switched_log_joint` at the fitted components, labels and relevance."""
         return switched_log_joint(self.components_, self.labels_, self.switch_probs_, log_prior, frames, labels)
 
-    def _frame_objective_terms(self, frames: CentredData, weight: torch.Tensor | None = None) -> torch.Tensor:
+    def _frame_objective_terms(self, frames: Frames, weight: torch.Tensor | None = None) -> torch.Tensor:
         """ELBO terms outside the components: the switched-off features' background log-density of ``frames``
-        and the switches' prior/entropy (every frame counted ``weight`` times, where given)."""
+        (their observed entries) and the switches' prior/entropy (every frame counted ``weight`` times, where
+        given; a missing entry's switch too)."""
         off = 1.0 - self.switch_probs_
         background: torch.Tensor | float = 0.0
         if bool((off > 0).any()):
-            log_prob = self.background_.log_prob(frames, feature_weights=off)[:, 0]
+            log_prob = frame_log_prob(self.background_, frames, off)[:, 0]
             background = log_prob.sum() if weight is None else log_prob @ weight.to(log_prob)
-        n_frames = frames.n_samples if weight is None else float(weight.sum())
+        n_frames = frames.x.shape[0] if weight is None else float(weight.sum())
         return background + self._switch_objective(n_frames)
 
     def _switch_objective(self, n_frames: float) -> torch.Tensor:
@@ -243,29 +254,28 @@ class PredictionFocusedMixin:
         over the data's values (added once on the driver of a sharded fit)."""
         return n_frames * switch_kl_terms(self.switch_probs_, self._switch_p)
 
-    def _update_frame_parameters(self, frames: CentredData, labels: FrameLabels, resp: torch.Tensor) -> None:
+    def _update_frame_parameters(self, frames: Frames, labels: FrameLabels, resp: torch.Tensor) -> None:
         """Components and labels by weighted MLE, then ``phi`` by its closed form (B.2.1)."""
         self._update_from_frame_statistics(self._frame_statistics(frames, labels, resp))
 
-    def _frame_statistics(self, frames: CentredData, labels: FrameLabels, resp: torch.Tensor) -> dict[str, Any]:
+    def _frame_statistics(self, frames: Frames, labels: FrameLabels, resp: torch.Tensor) -> dict[str, Any]:
         """What :meth:`_update_from_frame_statistics` needs of ``frames`` (additive across shards)."""
         rows = slice(None) if labels.all else labels.observed  # no copies when every label is observed
         return {
-            "components": self.components_.statistics(frames, resp),
+            "components": frame_statistics(self.components_, frames, resp),
             "labels": self.labels_.statistics(labels.y[rows], resp[rows]),
         }
 
     def _update_from_frame_statistics(self, stats: dict[str, Any]) -> None:
         """Components and labels from (merged) statistics, then ``phi`` (B.2.1): the relevant features'
-        log-likelihood gain over the background, per frame."""
+        log-likelihood gain over the background (of their observed entries), per frame."""
         components = stats["components"]
-        self.components_.fit_statistics(components)
+        relevant_ll = fit_frame_statistics(self.components_, components).sum(0)  # (D,)
         self.labels_.fit_statistics(stats["labels"])
         if self._all_relevant:
             self.switch_probs_ = torch.ones_like(self._background_ll)
             return
         counts = components.counts.to(self.dtype)
-        relevant_ll = self.components_.fitted_feature_log_likelihood(counts).sum(0)  # (D,)
         logit_p = math.log(self._switch_p) - math.log1p(-self._switch_p)
         self.switch_probs_ = torch.sigmoid(logit_p + (relevant_ll - self._background_ll) / counts.sum())
 
@@ -310,7 +320,7 @@ class PredictionFocusedMixin:
         configuration under ``q(S)``, how the paper scores its fits); ``"mean"`` takes
         ``s_d = phi_d`` (switches drawn from ``q(S)`` per point). Either way the density
         is proper and a product over features, so restricted to some features it is
-        exactly the marginal on them (``log p(x_R)``).
+        exactly the marginal on them (``log p(x_R)``): a missing entry (NaN) drops its factor.
         """
         if switches not in ("map", "mean"):
             raise ValueError(f"switches must be 'map' or 'mean'; got {switches!r}")
@@ -324,9 +334,11 @@ class PredictionFocusedMixin:
         out = []
         for start in range(0, x.shape[0], chunk):
             xs = x[start : start + chunk][:, features]
+            missing = torch.isnan(xs)
+            xs = torch.where(missing, 0.0, xs)  # scored, then dropped
             on = dist.Normal(loc, scale).log_prob(xs[:, None, :]) + log_on  # (n, K, D)
             off = dist.Normal(bg_loc, bg_scale).log_prob(xs) + log_off  # (n, D)
-            out.append(torch.logaddexp(on, off[:, None, :]).sum(-1))
+            out.append(torch.where(missing[:, None, :], 0.0, torch.logaddexp(on, off[:, None, :])).sum(-1))
         return torch.cat(out)
 
     def _switch_relevance(self) -> Any:
@@ -458,7 +470,8 @@ def label_ratio(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None = 
 
     ``x`` ``(N, D)`` and labels ``y`` ``(N,)`` in {0, 1}; a class with fewer than two rows adds nothing.
     With row ``weight`` ``(N,)`` (``sample_weight``) a row counts that many times (the counts are total
-    weights and the variances weighted): for integer weights, the ratio of the rows repeated.
+    weights and the variances weighted): for integer weights, the ratio of the rows repeated. Where ``x`` has
+    missing entries (NaN), each feature's ratio is that of the rows observing it.
 
     Examples
     --------
@@ -470,6 +483,12 @@ def label_ratio(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None = 
     >>> bool(torch.isclose(label_ratio(x, y, torch.tensor([1.0, 2.0, 1.0, 1.0])), label_ratio(x[rows], y[rows])))
     True
     """
+    observed = ~torch.isnan(x)
+    if not bool(observed.all()):  # missing entries (NaN): each feature on the rows that observe it
+        columns = [x[o, d : d + 1] for d, o in enumerate(observed.T)]
+        return torch.cat(
+            [label_ratio(c, y[o], None if weight is None else weight[o]) for c, o in zip(columns, observed.T)]
+        )
     if weight is None:
         members = [x[y == c] for c in (0.0, 1.0)]
         classes = [(m.shape[0], m.var(0, unbiased=False) if m.shape[0] > 1 else None) for m in members]
@@ -490,9 +509,10 @@ def _weighted_variance(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return (weight @ (x - mean).square()) / total
 
 
-def label_ratio_from_statistics(stats: GaussianStatistics) -> torch.Tensor:
+def label_ratio_from_statistics(stats: GaussianStatistics | ObservedStatistics) -> torch.Tensor:
     """:func:`label_ratio` from the Gaussian statistics ``(2, D)`` of the rows of class 0 and of class 1 (as merged
-    across shards).
+    across shards; :class:`~ppmix.models.pf._observed.ObservedStatistics` of rows with missing entries: each
+    feature's from its observed entries).
 
     Examples
     --------
@@ -503,6 +523,11 @@ def label_ratio_from_statistics(stats: GaussianStatistics) -> torch.Tensor:
     >>> bool(torch.isclose(label_ratio_from_statistics(stats), label_ratio(x, y)).all())
     True
     """
+    if isinstance(stats, ObservedStatistics):  # one feature at a time: its cells of class 0 and class 1
+        cells, d = stats.cells, stats.feature_counts().shape[1]
+        features = [torch.tensor([j, d + j], device=cells.counts.device) for j in range(d)]
+        parts = [GaussianStatistics(cells.counts[i], cells.mean[i], cells.scatter[i]) for i in features]
+        return torch.cat([label_ratio_from_statistics(part) for part in parts])
     counts = stats.counts
 
     def part(c: int) -> GaussianStatistics:
