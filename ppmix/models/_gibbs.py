@@ -27,6 +27,7 @@ import torch
 from ppmix.components.base import ComponentFamily
 from ppmix.components.family import DensityFamily
 from ppmix.inference.engines.ffbs import gumbel_argmax, sample_paths
+from ppmix.models._missing import PartlyObserved
 
 __all__ = ["HMMGibbsMixin", "MixtureGibbsMixin", "dirichlet_draw", "log_dirichlet"]
 
@@ -93,8 +94,11 @@ class _FamilyGibbs:
 
     def component_family(self) -> DensityFamily: ...  # provided by FamilyComponentsMixin
 
-    def _check_conjugate(self) -> None:
-        """Refuse a family without a conjugate prior, or a subclass that replaced the structure's program."""
+    def _check_conjugate(self, rows: Any) -> None:
+        """Refuse rows with missing entries, a family without a conjugate prior, or a subclass that replaced the
+        structure's program."""
+        if isinstance(rows, PartlyObserved):
+            raise ValueError("X has missing entries (NaN): missing='marginalize' is for EM (fit, partial_fit) only")
         program_owner = next(c for c in type(self).__mro__ if "model" in vars(c))
         if not any(issubclass(base, _FamilyGibbs) and not hasattr(base, "model") for base in program_owner.__bases__):
             raise TypeError(
@@ -160,7 +164,7 @@ class MixtureGibbsMixin(_FamilyGibbs):
     weights (prior ``Dirichlet(1)``)."""
 
     def gibbs_start(self, data: Any, n_chains: int, generator: torch.Generator) -> _MixtureLatent:
-        self._check_conjugate()
+        self._check_conjugate(data)
         self.set_globals(self.init_values(data, generator))
         chains = self._chain_components(n_chains)
         logits = self._chain_log_prob(data, chains) + self.weights_.log()
@@ -193,10 +197,10 @@ class HMMGibbsMixin(_FamilyGibbs):
     (prior ``Dirichlet(transition_prior)`` on its allowed entries)."""
 
     def gibbs_start(self, data: Any, n_chains: int, generator: torch.Generator) -> _HMMLatent:
-        self._check_conjugate()
+        em_data = self.em_data(data)
+        self._check_conjugate(em_data.frames)
         self.set_globals(self.init_values(data, generator))
         chains = self._chain_components(n_chains)
-        em_data = self.em_data(data)
         initial = self.initial_.expand(n_chains, -1)
         transition = self.transition_.expand(n_chains, -1, -1)
         paths, _ = self._sample_paths(em_data, chains, initial, transition)

@@ -239,3 +239,9 @@ def test_gibbs_refuses_families_without_a_conjugate_prior_and_replaced_programs(
         Replaced(2, family="poisson", seed=0, progress=False).fit(counts, engine="gibbs", num_samples=2)
     with pytest.raises(ValueError, match="sample_weight is taken by engine='em' only"):
         Mixture(2, family="poisson", progress=False).fit(counts, engine="gibbs", sample_weight=np.ones(20))
+    holed = np.c_[counts, counts]
+    holed[3, 0] = np.nan
+    with pytest.raises(ValueError, match="missing entries .*for EM"):
+        Mixture(2, family="poisson", missing="marginalize", progress=False).fit(holed, engine="gibbs")
+    with pytest.raises(ValueError, match="missing entries .*for EM"):
+        HMM(2, emission="poisson", missing="marginalize", progress=False).fit([holed], engine="gibbs")
