@@ -97,7 +97,7 @@ class _FamilyGibbs:
     def _check_conjugate(self, rows: Any) -> None:
         """Refuse rows with missing entries, a family without a conjugate prior, or a subclass that replaced the
         structure's program."""
-        if isinstance(rows, PartlyObserved):
+        if isinstance(rows, PartlyObserved) or (isinstance(rows, torch.Tensor) and bool(torch.isnan(rows).any())):
             raise ValueError("X has missing entries (NaN): missing='marginalize' is for EM (fit, partial_fit) only")
         program_owner = next(c for c in type(self).__mro__ if "model" in vars(c))
         if not any(issubclass(base, _FamilyGibbs) and not hasattr(base, "model") for base in program_owner.__bases__):
