@@ -84,8 +84,15 @@ class _ShardedEM:
 
     def em_initialize(self, data: Any, generator: torch.Generator) -> None:
         self.model.em_initialize(self.start_data, generator)
-        if self.data_stats is not None:  # what the model fits once from all the data, not from the sample
-            self.model.em_set_data_statistics(self.data_stats)
+        self.em_set_data_statistics(self.data_stats)
+
+    def em_data_statistics(self, data: Any) -> Any:
+        """What the model fits once from all the data (merged from every shard before EM; None if nothing)."""
+        return self.data_stats
+
+    def em_set_data_statistics(self, stats: Any) -> None:
+        if stats is not None:  # what the model fits once from all the data, not from the sample
+            self.model.em_set_data_statistics(stats)
 
     def e_step(self, data: Any) -> tuple[Any, torch.Tensor]:
         start = time.perf_counter()
@@ -205,10 +212,10 @@ def fit_em(
         models); in-memory shards are then ``(X, y)`` pairs. None: the shards hold features only.
     weight : str, optional
         The column (Parquet/CSV files, DataFrames) or NPZ array of every shard holding one sample weight per row
-        (``GMM``, ``Mixture``) or per sequence (``HMM``: one per sequence, or one per row equal within each
-        sequence): the fit is ``fit(X, sample_weight=w)`` on all the data at once (an integer weight counts the
-        row or sequence that many times, zero drops it); the start's sample is drawn in proportion to the
-        weights. Not for the pf models.
+        (``GMM``, ``Mixture``, ``PFGMM``, ``SupervisedGMM``) or per sequence (``HMM``, ``PFHMM``,
+        ``SupervisedHMM``: one per sequence, or one per row equal within each sequence): the fit is ``fit(X, y,
+        sample_weight=w)`` on all the data at once (an integer weight counts the row or sequence that many times,
+        zero drops it); the start's sample is drawn in proportion to the weights.
     timeout : float or None, default one hour
         Seconds each wait on the executor may last (reading the shards, one step on all of
         them); past it an :class:`~ppmix.parallel.ExecutorTimeoutError` names the shards
@@ -249,11 +256,6 @@ def fit_em(
     if not (isinstance(sample_size, int) and sample_size >= 1):
         raise ValueError(f"sample_size must be a positive integer; got {sample_size!r}")
     check_timeout(timeout)
-    if weight is not None and target is not None:
-        raise ValueError(
-            f"weight={weight!r}: sharded sample weights are for GMM, Mixture and HMM; "
-            f"{type(model).__name__} (target={target!r}) does not take them from shards"
-        )
     if hasattr(model, "fit_report_"):  # a report of an earlier fit must not outlive a failed one
         del model.fit_report_
     model.release_training_data()  # nothing of an earlier in-memory fit travels to the workers

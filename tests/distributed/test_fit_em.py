@@ -449,7 +449,39 @@ def test_sequence_weights_must_be_equal_within_a_sequence():
         fit_em(HMM(2, progress=False, sequence_column="seq"), [frame], executor="inline", weight="w")
 
 
-def test_pf_models_refuse_a_weight_column():
-    with pytest.raises(ValueError, match="does not take them from shards"):
-        fit_em(SupervisedHMM(2, progress=False), [(np.zeros((3, 2)), np.zeros(3))], executor="inline", target="y",
-               weight="w")  # fmt: skip
+@pytest.mark.parametrize("cls, options", [(PFGMM, {"switch_prior": 0.3}), (SupervisedGMM, {})], ids=["pf", "sup"])
+def test_pf_gmm_weight_column_fits_as_sample_weight_in_memory(cls, options):
+    """A pf-GMM's sharded weights (a weight column beside the label column) equal ``fit(X, y, sample_weight=w)`` in
+    memory from the same start: the background and the label statistics counted with the weights too."""
+    data = make_pf_synthetic(600, n_relevant=2, n_features=5, seed=0)
+    y = data.y.astype(float)
+    y[::5] = np.nan
+    w = np.random.default_rng(3).integers(0, 4, 600).astype(float)
+    start = _started(cls(3, seed=0, progress=False, **options), data.X)
+    _quiet(start.fit, data.X, y, max_iter=2)
+    in_memory = _quiet(copy.deepcopy(start).fit, data.X, y, sample_weight=w, max_iter=12, tol=0.0)
+    frame = pd.DataFrame(data.X, columns=[f"f{j}" for j in range(5)]).assign(y=y, w=w)
+    shards = [frame.iloc[part] for part in np.array_split(np.arange(600), 3)]
+    sharded = _quiet(fit_em, copy.deepcopy(start), shards, executor="inline", target="y", weight="w", max_iter=12,
+                     tol=0.0)  # fmt: skip
+    _assert_same_fit(sharded, in_memory)
+    assert sharded.feature_names_in_ == [f"f{j}" for j in range(5)]
+
+
+def test_pf_hmm_sequence_weights_in_npz_shards_fit_as_sample_weight_in_memory(tmp_path):
+    data = make_pf_hmm_synthetic(30, length=15, n_relevant=2, n_features=5, seed=1)
+    x, y = [s / 4.0 for s in data.X], [v.astype(float) for v in data.y]
+    w = np.random.default_rng(2).integers(0, 4, len(x)).astype(float)
+    w[:2] = (1.0, 2.0)
+    start = PFHMM(3, switch_prior=0.3, init_params="kmeans", seed=0, progress=False)
+    _quiet(start.fit, x, y, max_iter=1)
+    start.warm_start = True
+    in_memory = _quiet(copy.deepcopy(start).fit, x, y, sample_weight=w, max_iter=8, tol=0.0)
+    paths = []
+    for i, part in enumerate(np.array_split(np.arange(len(x)), 2)):
+        paths.append(tmp_path / f"part-{i}.npz")
+        np.savez(paths[-1], X=np.concatenate([x[j] for j in part]), y=np.concatenate([y[j] for j in part]),
+                 lengths=[len(x[j]) for j in part], w=w[part])  # fmt: skip
+    sharded = _quiet(fit_em, copy.deepcopy(start), paths, executor="inline", target="y", weight="w", max_iter=8,
+                     tol=0.0)  # fmt: skip
+    _assert_same_fit(sharded, in_memory)

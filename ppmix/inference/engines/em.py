@@ -13,6 +13,7 @@ import torch
 from tqdm import tqdm
 
 from ppmix._validation import check_positive_int
+from ppmix.inference.engines.capabilities import DataStatisticsEM
 from ppmix.inference.engines.result import ConvergenceWarning, FitResult
 from ppmix.ops.selection import beats
 from ppmix.ops.threads import threads_for, torch_threads
@@ -159,6 +160,8 @@ def run_em(
     with ExitStack() as threads:
         # until the size of a pass is known: one thread only if the CPU is busy (ppmix.ops.threads)
         threads.enter_context(torch_threads(threads_for(math.inf)))
+        if warm and isinstance(model, DataStatisticsEM):  # statistics of this fit's data, not EM parameters
+            model.em_set_data_statistics(model.em_data_statistics(em_data))
         for restart in range(1 if warm else n_init):
             if not warm:
                 model.em_initialize(em_data, model.generator(restart))

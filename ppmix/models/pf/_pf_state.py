@@ -13,6 +13,7 @@ from ppmix.components.gaussian_family import MAD_TO_SD
 from ppmix.components.statistics import GaussianStatistics
 from ppmix.models._labels import BinaryClassifierMixin
 from ppmix.models._missing import fill_column_means
+from ppmix.models._weights import split_weights
 from ppmix.models.pf._observed import Frames, start_frames
 from ppmix.models.pf.switches import FrameLabels, PredictionFocusedMixin
 from ppmix.ops.scaling import column_moments, weighted_lower_median
@@ -154,8 +155,14 @@ class PFStateMixin(BinaryClassifierMixin, PredictionFocusedMixin):
     )
 
     def em_data_statistics(self, data: Any) -> GaussianStatistics:
-        """Before a sharded fit: the background's statistics of ``data.frames`` (it is fitted once, on all shards)."""
-        return self._background_statistics(data.frames)
+        """Before a sharded or warm-started fit: the background's statistics of ``data.frames`` (it is fitted once,
+        on all of this fit's data; every frame counted as often as its sample weight, where there are some)."""
+        inner, weight = split_weights(data)
+        return self._background_statistics(inner.frames, self._frame_weights(inner, weight))
+
+    def _frame_weights(self, data: Any, weight: torch.Tensor | None) -> torch.Tensor | None:
+        """Every frame's sample weight (``(N,)``, None without weights): a row's own (an HMM: its sequence's)."""
+        return weight
 
     def em_set_data_statistics(self, stats: GaussianStatistics) -> None:
         """The background from the (merged) statistics of :meth:`em_data_statistics`."""

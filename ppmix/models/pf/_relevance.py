@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from ppmix.components import DiagGaussian
+from ppmix.models._weights import split_weights
 from ppmix.models.pf._observed import frame_statistics
 from ppmix.models.pf.switch_selection import relevant_mask_from_ratio
 from ppmix.models.pf.switches import label_ratio_from_statistics
@@ -78,15 +79,20 @@ class RelevanceOutputsMixin:
 
     def em_data_statistics(self, data: Any) -> dict[str, Any]:
         """Before a sharded fit: the background's statistics, the number of rows and the Gaussian statistics of
-        each class's labelled rows (for :attr:`relevant_features_`); they merge across shards."""
-        frames, labels = data.frames, data.labels
+        each class's labelled rows (for :attr:`relevant_features_`); they merge across shards. Every row counts as
+        often as its sample weight, where there are some. Also before a warm-started fit (its data's background)."""
+        inner, weight = split_weights(data)
+        frames, labels = inner.frames, inner.labels
         onehot = torch.stack([labels.observed & (labels.y == c) for c in (0.0, 1.0)], 1).to(frames.x.dtype)
+        if weight is not None:
+            onehot = onehot * weight.to(onehot)[:, None]
         d = frames.x.shape[1]
         family = DiagGaussian(frames.x.new_zeros(2, d), frames.x.new_ones(2, d))
+        rows = float(frames.x.shape[0]) if weight is None else float(weight.sum())
         return {
-            "background": self._background_statistics(frames),
+            "background": self._background_statistics(frames, weight),
             "classes": frame_statistics(family, frames, onehot),  # of the observed entries, where some are missing
-            "rows": torch.tensor(float(frames.x.shape[0]), dtype=torch.float64),
+            "rows": torch.tensor(rows, dtype=torch.float64),
         }
 
     def em_set_data_statistics(self, stats: dict[str, Any]) -> None:

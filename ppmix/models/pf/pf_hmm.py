@@ -197,6 +197,10 @@ class PFHMM(PFStateMixin, HMM):
             return data
         return self._frames_data(data, use_labels=True)
 
+    def _frame_weights(self, data: _PFEMData, weight: torch.Tensor | None) -> torch.Tensor | None:
+        """Every valid frame's sequence weight, ``(sum(lengths),)`` (None without sample weights)."""
+        return None if weight is None else _sequence_weights(data.batch, weight)[data.batch.mask]
+
     def _prediction_data(self, batch: SequenceBatch) -> _PFEMData:
         return self._frames_data(batch, use_labels=True, shift=self.components_.reference)
 
@@ -319,7 +323,7 @@ class PFHMM(PFStateMixin, HMM):
         """Background fitted once; frame responsibilities from (relevance-)k-means; then one M-step (every frame
         weighted by its sequence's sample weight, where given)."""
         inner, weight = split_weights(data)
-        frame_weight = _frame_weights(inner, weight)
+        frame_weight = self._frame_weights(inner, weight)
         centred = _centred_per_step(inner.batch, weight)
         self._initialize_from_frames(
             data, self._pf_start(inner.frames, inner.labels, generator, centred, weight=frame_weight)
@@ -330,7 +334,7 @@ class PFHMM(PFStateMixin, HMM):
         counted as often as its sample weight)."""
         counts, log_norm = super().e_step(data)
         inner, weight = split_weights(data)
-        return counts, log_norm + self._frame_objective_terms(inner.frames, _frame_weights(inner, weight))
+        return counts, log_norm + self._frame_objective_terms(inner.frames, self._frame_weights(inner, weight))
 
     def em_statistics(self, data: _PFEMData | Weighted, stats: _Counts) -> dict[str, Any]:
         """Expected initial and transition counts, and the frames' component and label statistics (the counts
@@ -492,11 +496,6 @@ def _chain_conditionals(
     first = log_init + log_emit[:, 0] + log_beta
     log_cond = torch.stack(conditionals[::-1], dim=1) if conditionals else log_emit.new_zeros(batch, 0, k, k)
     return first - torch.logsumexp(first, dim=-1, keepdim=True), log_cond
-
-
-def _frame_weights(data: _PFEMData, weight: torch.Tensor | None) -> torch.Tensor | None:
-    """Every valid frame's sequence weight, ``(sum(lengths),)`` (None without sample weights)."""
-    return None if weight is None else _sequence_weights(data.batch, weight)[data.batch.mask]
 
 
 def _centred_per_step(batch: SequenceBatch, weight: torch.Tensor | None = None) -> torch.Tensor:
