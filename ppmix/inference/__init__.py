@@ -23,7 +23,7 @@ _EXPORTS = {
     **dict.fromkeys(
         ["ConvergenceWarning", "FitResult", "ForwardBackwardResult", "forward_backward", "viterbi"], _ENGINES
     ),
-    **dict.fromkeys(["run_em", "run_mcmc", "run_svi"], _ENGINES),
+    **dict.fromkeys(["run_em", "run_gibbs", "run_mcmc", "run_svi"], _ENGINES),
     "ChainsDisagreeWarning": "ppmix.inference.engines.draws",
     "project_simplex": "ppmix.ops.simplex",
     **dict.fromkeys(

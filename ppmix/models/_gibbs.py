@@ -28,43 +28,16 @@ from ppmix.components.base import ComponentFamily
 from ppmix.components.family import DensityFamily
 from ppmix.inference.engines.ffbs import gumbel_argmax, sample_paths
 from ppmix.models._missing import PartlyObserved
+from ppmix.ops.simplex import dirichlet_draw, log_dirichlet
 
-__all__ = ["HMMGibbsMixin", "MixtureGibbsMixin", "dirichlet_draw", "log_dirichlet"]
-
-
-def dirichlet_draw(concentration: torch.Tensor, allowed: torch.Tensor | None = None) -> torch.Tensor:
-    """Draws from ``Dirichlet(concentration)`` over the last axis, restricted to the ``allowed`` entries
-    (zero elsewhere; every row must allow one), by normalised Gamma draws.
-
-    Examples
-    --------
-    >>> _ = torch.manual_seed(0)
-    >>> allowed = torch.tensor([[True, True, True], [False, True, True]])
-    >>> p = dirichlet_draw(torch.ones(2, 3, dtype=torch.float64), allowed)
-    >>> p.sum(-1).round(decimals=12).tolist(), float(p[1, 0])
-    ([1.0, 1.0], 0.0)
-    """
-    gamma = torch._standard_gamma(concentration)
-    if allowed is not None:
-        gamma = torch.where(allowed, gamma, 0.0)
-    gamma = gamma.clamp_min(torch.finfo(gamma.dtype).tiny) if allowed is None else gamma
-    return gamma / gamma.sum(-1, keepdim=True)
+__all__ = ["HMMGibbsMixin", "MixtureGibbsMixin"]
 
 
-def log_dirichlet(p: torch.Tensor, concentration: torch.Tensor, allowed: torch.Tensor | None = None) -> torch.Tensor:
-    """``log Dirichlet(p | concentration)`` over the last axis, on the ``allowed`` entries only.
-
-    Examples
-    --------
-    >>> round(float(log_dirichlet(torch.tensor([0.5, 0.5]), torch.tensor([2.0, 2.0]))), 6)  # log(6 * 0.25)
-    0.405465
-    """
-    if allowed is None:
-        allowed = torch.ones_like(p, dtype=torch.bool)
-    a = torch.where(allowed, concentration, 0.0)
-    log_p = torch.where(allowed, p.clamp_min(torch.finfo(p.dtype).tiny).log(), 0.0)
-    log_norm = torch.lgamma(a.sum(-1)) - torch.where(allowed, torch.lgamma(torch.where(allowed, a, 1.0)), 0.0).sum(-1)
-    return log_norm + ((a - 1) * log_p).sum(-1)
+def _chain_counts(assignment: torch.Tensor, k: int) -> torch.Tensor:
+    """How often each chain's latents ``(C, ...)`` take each of ``k`` values, ``(C, k)`` (one bincount)."""
+    chains = assignment.shape[0]
+    offsets = k * torch.arange(chains, device=assignment.device).reshape(chains, *[1] * (assignment.dim() - 1))
+    return torch.bincount((assignment + offsets).reshape(-1), minlength=chains * k).reshape(chains, k)
 
 
 def _chain_labels(assignment: torch.Tensor, k: int) -> torch.Tensor:
@@ -175,7 +148,7 @@ class MixtureGibbsMixin(_FamilyGibbs):
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor, _MixtureLatent]:
         k = self.n_components
         chains, values, log_prior = self._draw_components(data, latent.assignment, latent.chains)
-        counts = torch.stack([torch.bincount(z, minlength=k) for z in latent.assignment]).to(self.dtype)
+        counts = _chain_counts(latent.assignment, k).to(self.dtype)
         ones = torch.ones_like(counts)
         weights = dirichlet_draw(ones + counts)
         logits = self._chain_log_prob(data, chains) + weights.log()[:, None, :]
@@ -225,11 +198,12 @@ class HMMGibbsMixin(_FamilyGibbs):
         mask, paths = em_data.batch.mask, latent.paths
         chains, values, log_prior = self._draw_components(em_data.frames, paths[:, mask], latent.chains)
         c = paths.shape[0]
-        first = torch.stack([torch.bincount(z, minlength=k) for z in paths[:, :, 0]]).to(self.dtype)
-        both = (mask[:, 1:] & mask[:, :-1])[None].expand(c, -1, -1)
-        pair_index = paths[:, :, :-1] * k + paths[:, :, 1:]
-        pairs = torch.stack([torch.bincount(pair_index[i][both[i]], minlength=k * k) for i in range(c)])
-        pairs = pairs.reshape(c, k, k).to(self.dtype)
+        first = _chain_counts(paths[:, :, 0], k).to(self.dtype)
+        both = (mask[:, 1:] & mask[:, :-1]).to(self.dtype)  # pairs of valid steps
+        pair_index = paths[:, :, :-1] * k + paths[:, :, 1:]  # (C, B, T - 1)
+        pairs = torch.zeros(c, k * k, dtype=self.dtype, device=paths.device)
+        pairs.scatter_add_(1, pair_index.reshape(c, -1), both.expand(c, -1, -1).reshape(c, -1))
+        pairs = pairs.reshape(c, k, k)
         allowed = self._transition_mask.to(pairs.device).expand(c, k, k)
         ones = torch.ones_like(first)
         initial = dirichlet_draw(ones + first)

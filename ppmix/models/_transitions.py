@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ppmix.ops.simplex import log_dirichlet
+
 __all__ = ["PATTERNS", "check_transition_prior", "log_transition_prior", "transition_mask", "transition_update"]
 
 #: named patterns: ``"ergodic"`` every transition; ``"left-right"`` stay or move to the next state (the last
@@ -100,7 +102,4 @@ def log_transition_prior(transition: torch.Tensor, mask: torch.Tensor, prior: fl
     if prior == 1.0:
         return transition.new_zeros(())
     allowed = mask.to(transition.device)
-    sizes = allowed.sum(-1).to(transition.dtype)
-    log_norm = torch.lgamma(sizes * prior) - sizes * math.lgamma(prior)
-    log_entries = torch.where(allowed, transition.clamp_min(torch.finfo(transition.dtype).tiny).log(), 0.0)
-    return (log_norm + (prior - 1.0) * log_entries.sum(-1)).sum()
+    return log_dirichlet(transition, torch.full_like(transition, prior), allowed).sum()

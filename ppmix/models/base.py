@@ -20,8 +20,7 @@ from pyro.nn import PyroModule
 from sklearn.base import DensityMixin
 
 from ppmix._validation import NotFittedError, check_matrix, check_positive_int, resolve_device
-from ppmix.inference.engines import run_em, run_mcmc, run_svi
-from ppmix.inference.engines.conjugate_gibbs import run_gibbs
+from ppmix.inference.engines import run_em, run_gibbs, run_mcmc, run_svi
 from ppmix.inference.engines.em import EM_HOOKS
 from ppmix.inference.engines.enumeration import (
     autoguide,

@@ -1,10 +1,11 @@
-"""Euclidean projection onto the probability simplex, batched over rows."""
+"""The probability simplex, batched over rows: Euclidean projection onto it, and Dirichlet draws and log densities
+(on every entry, or on the allowed entries of each row)."""
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["project_simplex"]
+__all__ = ["dirichlet_draw", "log_dirichlet", "project_simplex"]
 
 
 def project_simplex(v: torch.Tensor, method: str = "sort", max_pivots: int = 64) -> torch.Tensor:
@@ -137,3 +138,38 @@ def _finish(v: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
     eps = torch.finfo(v.dtype).eps
     feasible = ((v >= 0).all(dim=-1, keepdim=True)) & ((v.sum(dim=-1, keepdim=True) - 1.0).abs() <= 4 * n * eps)
     return torch.where(feasible, v, projected)
+
+
+def dirichlet_draw(concentration: torch.Tensor, allowed: torch.Tensor | None = None) -> torch.Tensor:
+    """Draws from ``Dirichlet(concentration)`` over the last axis, restricted to the ``allowed`` entries
+    (zero elsewhere; every row must allow one), by normalised Gamma draws.
+
+    Examples
+    --------
+    >>> _ = torch.manual_seed(0)
+    >>> allowed = torch.tensor([[True, True, True], [False, True, True]])
+    >>> p = dirichlet_draw(torch.ones(2, 3, dtype=torch.float64), allowed)
+    >>> p.sum(-1).round(decimals=12).tolist(), float(p[1, 0])
+    ([1.0, 1.0], 0.0)
+    """
+    gamma = torch._standard_gamma(concentration)
+    if allowed is not None:
+        gamma = torch.where(allowed, gamma, 0.0)
+    gamma = gamma.clamp_min(torch.finfo(gamma.dtype).tiny) if allowed is None else gamma
+    return gamma / gamma.sum(-1, keepdim=True)
+
+
+def log_dirichlet(p: torch.Tensor, concentration: torch.Tensor, allowed: torch.Tensor | None = None) -> torch.Tensor:
+    """``log Dirichlet(p | concentration)`` over the last axis, on the ``allowed`` entries only.
+
+    Examples
+    --------
+    >>> round(float(log_dirichlet(torch.tensor([0.5, 0.5]), torch.tensor([2.0, 2.0]))), 6)  # log(6 * 0.25)
+    0.405465
+    """
+    if allowed is None:
+        allowed = torch.ones_like(p, dtype=torch.bool)
+    a = torch.where(allowed, concentration, 0.0)
+    log_p = torch.where(allowed, p.clamp_min(torch.finfo(p.dtype).tiny).log(), 0.0)
+    log_norm = torch.lgamma(a.sum(-1)) - torch.where(allowed, torch.lgamma(torch.where(allowed, a, 1.0)), 0.0).sum(-1)
+    return log_norm + ((a - 1) * log_p).sum(-1)

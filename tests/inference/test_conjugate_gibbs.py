@@ -15,7 +15,7 @@ from scipy.special import gammaln
 
 from ppmix import GMM, HMM, Mixture
 from ppmix.inference.engines.ffbs import sample_paths
-from ppmix.models._gibbs import dirichlet_draw, log_dirichlet
+from ppmix.ops.simplex import dirichlet_draw, log_dirichlet
 
 
 def _log_dirichlet_multinomial(counts: np.ndarray, alpha: float) -> float:

@@ -67,13 +67,17 @@ def test_one_observed_coordinate_is_its_univariate_marginal():
     assert float(marginal_log_prob(x, loc, cov)) == pytest.approx(norm(-2.0, 1.0).logpdf(-1.0), rel=1e-12)
 
 
+def assert_nothing_missing_is_the_usual_fit(make, x) -> None:
+    """``make(missing)`` fitted on complete rows: the same history and means with ``missing="marginalize"``."""
+    plain, marginal = _fit(make("error"), x), _fit(make("marginalize"), x)
+    assert marginal.history_ == plain.history_
+    assert torch.equal(marginal.means_, plain.means_)
+
+
 @pytest.mark.parametrize("covariance_type", COVARIANCES)
 def test_with_nothing_missing_the_fit_is_the_usual_one(covariance_type):
     x, _, _ = planted(600)
-    plain = _fit(GMM(2, covariance_type=covariance_type, **QUIET), x)
-    marginal = _fit(GMM(2, covariance_type=covariance_type, missing="marginalize", **QUIET), x)
-    assert marginal.history_ == plain.history_
-    assert torch.equal(marginal.means_, plain.means_)
+    assert_nothing_missing_is_the_usual_fit(lambda m: GMM(2, covariance_type=covariance_type, missing=m, **QUIET), x)
 
 
 @pytest.mark.parametrize("covariance_type", COVARIANCES)
@@ -323,10 +327,7 @@ def test_a_row_with_one_observed_feature_scores_that_features_marginal(family):
 @pytest.mark.parametrize("family", MARGINALIZING)
 def test_independent_features_with_nothing_missing_fit_as_usual(family):
     x, _, _ = planted_features(family, 300)
-    plain = _fit(Mixture(2, family=family, **QUIET), x)
-    marginal = _fit(Mixture(2, family=family, missing="marginalize", **QUIET), x)
-    assert marginal.history_ == plain.history_
-    assert torch.equal(marginal.means_, plain.means_)
+    assert_nothing_missing_is_the_usual_fit(lambda m: Mixture(2, family=family, missing=m, **QUIET), x)
 
 
 @pytest.mark.parametrize("family", MARGINALIZING)

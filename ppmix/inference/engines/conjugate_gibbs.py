@@ -63,8 +63,8 @@ def run_gibbs(
     num_chains = check_positive_int(num_chains, "num_chains")
     if not isinstance(model, ConjugateGibbs):
         raise ValueError(
-            f"engine='gibbs' needs conjugate priors: Mixture and HMM of the poisson, bernoulli, exponential, "
-            f"categorical or multinomial family; {type(model).__name__} has none (use engine='mcmc')"
+            f"engine='gibbs' needs conjugate priors (Mixture, GMM and HMM whose family has one); "
+            f"{type(model).__name__} has none (use engine='mcmc')"
         )
     kept: list[dict[str, torch.Tensor]] = []
     log_joint: list[torch.Tensor] = []
