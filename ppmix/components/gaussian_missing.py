@@ -36,7 +36,14 @@ import torch
 
 from ppmix.components.statistics import GaussianStatistics
 
-__all__ = ["MissingRows", "conditional_mean", "expected_statistics", "marginal_log_prob", "missing_e_step"]
+__all__ = [
+    "MissingRows",
+    "conditional_mean",
+    "design_coefficients",
+    "expected_statistics",
+    "marginal_log_prob",
+    "missing_e_step",
+]
 
 #: rows per batch of the full-covariance path (its ``(K, rows, D, D)`` tensors hold at most about
 #: ``ROW_BLOCK_ENTRIES`` numbers)
@@ -73,11 +80,6 @@ class MissingRows:
         """``[x0 ** 2, x0, mask]`` ``(n, 3 D)``, the mask 1 where observed: the diagonal components' log-densities
         and moments are each one matrix product with it."""
         return torch.cat([self.x0.square(), self.x0, self.observed.to(self.x.dtype)], dim=1)
-
-    @cached_property
-    def n_observed(self) -> torch.Tensor:
-        """Observed entries per row ``(n,)``."""
-        return self.observed.sum(1).to(self.x.dtype)
 
     @classmethod
     def of(cls, x: "torch.Tensor | MissingRows", reference: torch.Tensor | None = None) -> "MissingRows":
@@ -131,6 +133,25 @@ class _Completed:
         return torch.einsum("nk,knd->nd", resp, self.centred + self.loc[:, None, :])
 
 
+def design_coefficients(loc: torch.Tensor, var: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+    """Coefficients ``(K, 3 D)`` of the design ``[x0^2, x0, mask]`` (:attr:`MissingRows.design`, ``x0`` about
+    ``reference``) whose product with it is ``-2 log N`` of every row's observed entries under diagonal components
+    (means ``loc``, variances ``var``): per feature ``1 / var``, ``-2 (loc - reference) / var`` and
+    ``(loc - reference)^2 / var + log var + log 2 pi``.
+
+    Examples
+    --------
+    >>> f64 = torch.float64
+    >>> rows = MissingRows.of(torch.tensor([[1.0, float("nan")]], dtype=f64), torch.zeros(2, dtype=f64))
+    >>> coef = design_coefficients(torch.zeros(1, 2, dtype=f64), torch.ones(1, 2, dtype=f64), rows.reference)
+    >>> round(float(-0.5 * rows.design @ coef.T), 6), round(-0.5 * (1 + LOG_2PI), 6)  # N(1 | 0, 1); the hole left out
+    (-1.418939, -1.418939)
+    """
+    centred = loc - reference
+    precision = 1.0 / var
+    return torch.cat([precision, -2 * centred * precision, centred.square() * precision + var.log() + LOG_2PI], dim=1)
+
+
 @dataclass(frozen=True)
 class _Masked:
     """Rows under diagonal components, kept as matrices (no ``(K, n, D)`` tensor): ``rows`` with their mask,
@@ -144,11 +165,8 @@ class _Masked:
 
     @classmethod
     def of(cls, rows: MissingRows, loc: torch.Tensor, var: torch.Tensor) -> "_Masked":
-        loc = loc - rows.reference
-        precision = 1.0 / var
-        coefficients = torch.cat([precision, -2 * loc * precision, loc.square() * precision + var.log()], dim=1)
-        log_prob = -0.5 * (rows.design @ coefficients.T + LOG_2PI * rows.n_observed[:, None])
-        return cls(rows, loc, var, log_prob)
+        log_prob = -0.5 * (rows.design @ design_coefficients(loc, var, rows.reference).T)
+        return cls(rows, loc - rows.reference, var, log_prob)
 
     def moments(self, resp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``sum_n r_nk E[x_n - mu_k]`` and ``sum_n r_nk E[(x_n - mu_k)^2]`` ``(K, D)``: a missing entry's

@@ -25,7 +25,6 @@ Examples
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -34,7 +33,7 @@ import torch
 from ppmix.components import DiagGaussian
 from ppmix.components.centred import CentredData, padded_counts
 from ppmix.components.family import Statistics
-from ppmix.components.gaussian_missing import MissingRows
+from ppmix.components.gaussian_missing import LOG_2PI, MissingRows, design_coefficients
 from ppmix.components.statistics import GaussianStatistics
 from ppmix.models._missing import fill_column_means
 
@@ -48,7 +47,6 @@ __all__ = [
 ]
 
 Frames = CentredData | MissingRows | torch.Tensor
-LOG_2PI = math.log(2 * math.pi)
 
 
 def frames_of(x: torch.Tensor, shift: torch.Tensor | None = None) -> Frames:
@@ -74,10 +72,7 @@ def frame_log_prob(
     ``feature_weights``); :meth:`DiagGaussian.log_prob` where nothing is missing."""
     if not isinstance(frames, MissingRows):
         return components.log_prob(frames, feature_weights=feature_weights)
-    loc = components.loc - frames.reference
-    variance = components.variance
-    precision = variance.reciprocal()
-    coefficients = torch.cat([precision, -2 * loc * precision, loc.square() * precision + variance.log() + LOG_2PI], 1)
+    coefficients = design_coefficients(components.loc, components.variance, frames.reference)
     if feature_weights is not None:
         coefficients = coefficients * feature_weights.to(coefficients).repeat(3)
     return -0.5 * (frames.design @ coefficients.T)
