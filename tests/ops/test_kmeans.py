@@ -113,7 +113,7 @@ def test_restarts_ending_in_the_same_partition_keep_the_first_whatever_the_round
 
     def rounded_differently(*args, **kwargs):
         centres, labels, inertia = lloyd(*args, **kwargs)
-        return centres, labels, inertia * (1.0 + noise.uniform(-1e-14, 1e-14))
+        return centres, labels, [value * (1.0 + noise.uniform(-1e-14, 1e-14)) for value in inertia]
 
     monkeypatch.setattr(module, "_lloyd", rounded_differently)
     noisy = kmeans(x, 3, torch.Generator().manual_seed(seed), n_init=4)

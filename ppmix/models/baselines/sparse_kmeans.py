@@ -168,7 +168,7 @@ def _warm_lloyd(x: torch.Tensor, weights: np.ndarray, labels: np.ndarray, n_clus
     if (counts == 0).any():  # an empty cluster restarts at the points farthest from their centre
         far = (scaled - centres[torch.as_tensor(labels)]).square().sum(1).argsort(descending=True)
         centres[counts == 0] = scaled[far[: int((counts == 0).sum())]]
-    return _lloyd(scaled, centres, LLOYD_MAX_ITER)[1].numpy()
+    return _lloyd(scaled, centres[None], LLOYD_MAX_ITER)[1][0].numpy()
 
 
 def default_l1_bounds(n_features: int, n_values: int = 10) -> np.ndarray:
