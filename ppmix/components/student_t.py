@@ -461,6 +461,9 @@ class StudentTFamily(DensityFamily):
         """The Gaussian family's: column means, standard deviations and the floor of ``scale^2``."""
         return GaussianFamily(reg_covar=self.reg_covar).data_scale(x, name)
 
+    def weighted_data_scale(self, x: torch.Tensor, weight: torch.Tensor, name: str = "X") -> DataScale:
+        return GaussianFamily(reg_covar=self.reg_covar).weighted_data_scale(x, weight, name)
+
     def sites(self, k: int, d: int) -> dict[str, SiteSpec]:
         sites = {"df": SiteSpec(constraints.positive, ()), "loc": SiteSpec(constraints.real, (d,))}
         if self.covariance_type != "full":
