@@ -28,7 +28,7 @@ from ppmix.components.family import DataScale, DensityFamily, SiteSpec
 from ppmix.components.gaussian_family import GaussianFamily
 from ppmix.components.gaussian_full import checked_cholesky, floored_covariance
 from ppmix.components.statistics import GaussianStatistics
-from ppmix.components.student_t_missing import ObservedStudentT
+from ppmix.components.student_t_missing import ObservedFullStudentT, ObservedStudentT
 from ppmix.components.student_t_statistics import StudentTStatistics
 
 __all__ = [
@@ -358,6 +358,11 @@ class FullStudentTComponents(StudentTBase):
     def covariance(self) -> torch.Tensor:
         """The covariances ``Sigma df / (df - 2)`` ``(K, D, D)`` (infinite where ``df <= 2``)."""
         return self.scale_tril @ self.scale_tril.mT * self._covariance_inflation()[:, None, None]
+
+    def observed(self) -> ComponentFamily:
+        """The components seen through the observed entries of rows with missing entries
+        (:class:`~ppmix.components.student_t_missing.ObservedFullStudentT`)."""
+        return ObservedFullStudentT(self)
 
     def mahalanobis(self, data: torch.Tensor) -> torch.Tensor:
         """``delta_nk = |L_k^{-1} (x_n - loc_k)|^2`` ``(N, K)`` by triangular solves of the deviations from each
