@@ -70,9 +70,10 @@ class ComponentFamily:
     def observed(self) -> "ComponentFamily | None":
         """These components seen through the observed entries of rows with missing entries (NaN, missing at
         random): a view whose ``log_prob`` is each row's marginal density of its observed entries, whose
-        ``statistics`` and ``fit_statistics`` make EM's M-step exact on them, and whose ``imputed(resp)`` gives
-        the missing entries' conditional means under posterior probabilities ``resp`` ``(N, K)``; None where the
-        family offers none (default; the Gaussians have their own path, :mod:`ppmix.components.gaussian_missing`)."""
+        ``statistics`` and ``fit_statistics`` make EM's M-step exact on them, and whose ``imputed(resp, x)`` gives
+        the missing entries' conditional means in the rows ``x`` under posterior probabilities ``resp`` ``(N, K)``;
+        None where the family offers none (default; the Gaussians have their own path,
+        :mod:`ppmix.components.gaussian_missing`)."""
         return None
 
     def state_dict(self) -> dict[str, torch.Tensor]:

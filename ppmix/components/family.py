@@ -203,6 +203,13 @@ class DensityFamily(Protocol):
         """What the fit needs to know of the training data's scale (floors, the priors' centre); default: nothing."""
         return {}
 
+    def weighted_data_scale(self, x: torch.Tensor, weight: torch.Tensor, name: str = "X") -> DataScale:
+        """:meth:`data_scale` of the rows of ``x`` ``(N, D)`` each counted ``weight`` ``(N,)`` times
+        (``sample_weight``; for integer weights, that of the rows repeated). Default: that of the rows of positive
+        weight, which is the repeated rows' for a scale that depends only on the values that occur (a number of
+        levels); a family that measures spreads (a variance floor) weighs them."""
+        return self.data_scale(x[weight > 0], name)
+
     def prepare(self, x: torch.Tensor, components: ComponentFamily | None = None) -> Any:
         """``x`` as the fitted components' ``log_prob``/``statistics`` want it, prepared once per fit (training
         data, ``components`` None) or per prediction (``components`` the fitted ones); default: ``x`` itself."""

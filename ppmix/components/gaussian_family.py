@@ -21,8 +21,16 @@ from ppmix.components.centred import CentredData, as_floor
 from ppmix.components.family import DataScale, DensityFamily, SiteSpec
 from ppmix.components.gaussian_diag import DiagGaussian, SphericalGaussian
 from ppmix.components.gaussian_full import FullGaussian, TiedGaussian
+from ppmix.ops.scaling import column_moments, weighted_lower_median
 
-__all__ = ["COVARIANCE_TYPES", "GaussianFamily", "check_squared_range", "relative_floor", "scale_sample"]
+__all__ = [
+    "COVARIANCE_TYPES",
+    "GaussianFamily",
+    "check_squared_range",
+    "relative_floor",
+    "scale_sample",
+    "weighted_data_scale",
+]
 
 COVARIANCE_TYPES = ("diag", "full", "spherical", "tied")
 #: rows of the fixed random subsample whose medians set the robust spread of the variance floor (a median
@@ -92,6 +100,35 @@ def relative_floor(
     mad_spread = (mad * MAD_TO_SD).square()
     spread = torch.where(mad_spread > 0, mad_spread, sample.var(0, unbiased=False))
     return reg_covar * torch.where(spread > 0, spread, torch.ones_like(spread))
+
+
+def weighted_data_scale(x: torch.Tensor, weight: torch.Tensor, reg_covar: float) -> DataScale:
+    """The Gaussian family's data scale (``mean``, ``std`` and the variance ``floor``, as
+    :meth:`GaussianFamily.data_scale` measures them) of the rows of ``x`` each counted ``weight`` times: for integer
+    weights, the scale of the rows repeated (that one estimates the spread on a subsample beyond
+    :data:`SCALE_SAMPLE_ROWS` rows; this uses every row). Where ``x`` has missing entries (NaN), each column's
+    scale is that of its observed entries.
+
+    Examples
+    --------
+    >>> x = torch.tensor([[0.0, 1.0], [2.0, 3.0], [4.0, 3.0], [9.0, 1.0]], dtype=torch.float64)
+    >>> weight = torch.tensor([2.0, 0.0, 1.0, 1.0], dtype=torch.float64)
+    >>> repeated = GaussianFamily("diag").data_scale(x[[0, 0, 2, 3]])
+    >>> all(torch.allclose(weighted_data_scale(x, weight, 1e-6)[k], v) for k, v in repeated.items())
+    True
+    """
+    observed = ~torch.isnan(x)
+    if not bool(observed.all()):  # missing entries: each column's scale from its observed entries
+        columns = [weighted_data_scale(x[o, d : d + 1], weight[o], reg_covar) for d, o in enumerate(observed.T)]
+        return {key: torch.cat([column[key] for column in columns]) for key in ("mean", "std", "floor")}
+    weight = weight.to(x)
+    mean, std = column_moments(x, weight)
+    deviation = (x - weighted_lower_median(x, weight)).abs()
+    mad_spread = (weighted_lower_median(deviation, weight) * MAD_TO_SD).square()
+    variance = (weight @ (x - mean).square()) / weight.sum()
+    spread = torch.where(mad_spread > 0, mad_spread, variance)
+    floor = reg_covar * torch.where(spread > 0, spread, torch.ones_like(spread))
+    return {"mean": mean, "std": std.clamp_min(1e-6), "floor": floor}
 
 
 def check_squared_range(x: torch.Tensor, name: str = "X", mad: torch.Tensor | None = None) -> None:
@@ -189,6 +226,10 @@ class GaussianFamily(DensityFamily):
             "std": sample.std(0).clamp_min(1e-6),
             "floor": relative_floor(x, self.reg_covar, mad=mad, sample=sample),
         }
+
+    def weighted_data_scale(self, x: torch.Tensor, weight: torch.Tensor, name: str = "X") -> DataScale:
+        """:meth:`data_scale` of the rows of ``x`` each counted ``weight`` times (:func:`weighted_data_scale`)."""
+        return weighted_data_scale(x, weight, self.reg_covar)
 
     def prepare(self, x: torch.Tensor, components: ComponentFamily | None = None) -> CentredData:
         """Training data centred at their mean; prediction data at the fitted components' ``reference``

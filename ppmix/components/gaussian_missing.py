@@ -38,11 +38,13 @@ from ppmix.components.statistics import GaussianStatistics
 
 __all__ = [
     "MissingRows",
+    "accumulate_moments",
     "conditional_mean",
     "design_coefficients",
     "expected_statistics",
     "marginal_log_prob",
     "missing_e_step",
+    "row_blocks",
 ]
 
 #: rows per batch of the full-covariance path (its ``(K, rows, D, D)`` tensors hold at most about
@@ -106,26 +108,35 @@ class MissingRows:
 
 
 @dataclass(frozen=True)
-class _Completed:
-    """Rows under full components: ``log_prob`` ``(n, K)``, the completed rows about each component's mean
-    ``centred`` ``(K, n, D)``, the rows' patterns of missing entries (``pattern`` ``(n,)``, an index into
-    ``conditional``) and each pattern's conditional covariance of the missing block ``conditional``
-    ``(K, P, D, D)`` (zero elsewhere)."""
+class Completed:
+    """Rows under full components: the observed entries' Mahalanobis distances ``quadratic`` ``(n, K)`` and log
+    determinants ``log det Sigma_k[o, o]`` ``log_det`` ``(n, K)`` and their number ``n_observed`` ``(n,)``, the
+    rows completed by their conditional means, less each component's mean, ``centred`` ``(K, n, D)``, the rows'
+    patterns of missing entries (``pattern`` ``(n,)``, an index into ``conditional``) and each pattern's conditional
+    covariance of the missing block ``conditional`` ``(K, P, D, D)`` (zero elsewhere)."""
 
-    log_prob: torch.Tensor
+    quadratic: torch.Tensor
+    log_det: torch.Tensor
+    n_observed: torch.Tensor
     centred: torch.Tensor
     pattern: torch.Tensor
     conditional: torch.Tensor
     loc: torch.Tensor
 
-    def moments(self, resp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``sum_n r_nk E[x_n - mu_k]`` ``(K, D)`` and ``sum_n r_nk E[(x_n - mu_k)(x_n - mu_k)^T]`` ``(K, D, D)``."""
+    @property
+    def log_prob(self) -> torch.Tensor:
+        """``log N(x[o]; mu_k[o], Sigma_k[o, o])`` ``(n, K)``."""
+        return -0.5 * (self.quadratic + self.log_det + LOG_2PI * self.n_observed[:, None])
+
+    def moments(self, resp: torch.Tensor, spread: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``sum_n r_nk E[x_n - mu_k]`` ``(K, D)`` and ``sum_n r_nk E[(x_n - mu_k)(x_n - mu_k)^T]`` ``(K, D, D)``;
+        with ``spread`` ``(n, K)``, the conditional covariances weigh ``spread`` rather than ``r`` (a scale
+        mixture's: ``E[u x x^T | x[o]] = E[u] E[x] E[x]^T + Sigma_{m|o}``)."""
         weights = resp.T
         sums = torch.einsum("kn,knd->kd", weights, self.centred)
         seconds = torch.einsum("kn,kni,knj->kij", weights, self.centred, self.centred)
-        per_pattern = weights.new_zeros(weights.shape[0], self.conditional.shape[1]).index_add_(
-            1, self.pattern, weights
-        )
+        spread = weights if spread is None else spread.T
+        per_pattern = spread.new_zeros(spread.shape[0], self.conditional.shape[1]).index_add_(1, self.pattern, spread)
         return sums, seconds + torch.einsum("kp,kpij->kij", per_pattern, self.conditional)
 
     def filled(self, resp: torch.Tensor) -> torch.Tensor:
@@ -192,7 +203,7 @@ def _patterns(observed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return ((codes[:, None] >> bits) & 1).bool(), pattern
 
 
-def _full(rows: MissingRows, loc: torch.Tensor, cov: torch.Tensor) -> _Completed:
+def _full(rows: MissingRows, loc: torch.Tensor, cov: torch.Tensor) -> Completed:
     """Rows under full components. Each pattern of missing entries ``m`` (not each row) factorises its block
     ``P[m, m]`` of the precision (embedded with the identity on the observed entries), batched over patterns
     and components; every row then takes its pattern's inverse."""
@@ -214,14 +225,16 @@ def _full(rows: MissingRows, loc: torch.Tensor, cov: torch.Tensor) -> _Completed
     centred = centred + shift
     # (c + s)^T P (c + s) = c^T P c + s^T (P c)[m], since s[m] = -P[m, m]^{-1} (P c)[m]
     quadratic = (centred * pulled).sum(2)
-    log_prob = -0.5 * (quadratic + log_det[:, pattern] + LOG_2PI * observed.sum(1).to(x.dtype)[None, :])
-    return _Completed(log_prob.T, centred, pattern, conditional, loc)
+    n_observed = observed.sum(1).to(x.dtype)
+    return Completed(quadratic.T, log_det[:, pattern].T, n_observed, centred, pattern, conditional, loc)
 
 
-def _blocks(
+def row_blocks(
     x: "torch.Tensor | MissingRows", loc: torch.Tensor, cov: torch.Tensor
-) -> Iterator[tuple[slice, _Masked | _Completed]]:
-    """``(rows, part)`` over blocks of the rows ``x`` (one block for diagonal covariances ``(K, D)``)."""
+) -> Iterator[tuple[slice, _Masked | Completed]]:
+    """``(rows, part)`` over blocks of the rows ``x`` (one block for diagonal covariances ``(K, D)``): each
+    block's log-densities of the observed entries and its rows' conditional moments (:class:`Completed` under full
+    covariances ``(K, D, D)``)."""
     rows = MissingRows.of(x)
     if cov.dim() == 2:
         yield slice(None), _Masked.of(rows, loc, cov)
@@ -236,7 +249,7 @@ def _blocks(
 def marginal_log_prob(x: "torch.Tensor | MissingRows", loc: torch.Tensor, cov: torch.Tensor) -> torch.Tensor:
     """``log N(x[o]; mu_k[o], Sigma_k[o, o])`` of every row and component ``(N, K)``, ``o`` each row's observed
     entries (not NaN; every row has one). ``cov``: ``(K, D)`` variances or ``(K, D, D)`` covariances."""
-    return torch.cat([part.log_prob for _, part in _blocks(x, loc, cov)])
+    return torch.cat([part.log_prob for _, part in row_blocks(x, loc, cov)])
 
 
 def conditional_mean(
@@ -246,7 +259,7 @@ def conditional_mean(
     conditional means under each component averaged with the rows' posterior probabilities ``resp`` ``(N, K)``
     (the mixture's conditional mean)."""
     rows = MissingRows.of(x)
-    filled = torch.cat([part.filled(resp[block]) for block, part in _blocks(rows, loc, cov)])
+    filled = torch.cat([part.filled(resp[block]) for block, part in row_blocks(rows, loc, cov)])
     return torch.where(rows.observed, rows.x, filled)
 
 
@@ -257,7 +270,7 @@ def expected_statistics(
     any row weights): total weight, weighted mean of the completed rows and their weighted scatter plus the
     conditional covariances, ``(K, D)`` for diagonal ``cov`` ``(K, D)`` or ``(K, D, D)``; they merge with
     complete rows' by :meth:`~ppmix.components.statistics.GaussianStatistics.merge`."""
-    return _accumulate(loc, cov, ((resp[rows], part) for rows, part in _blocks(x, loc, cov)))
+    return accumulate_moments(loc, cov, ((resp[rows], part, None) for rows, part in row_blocks(x, loc, cov)))
 
 
 def missing_e_step(
@@ -272,33 +285,37 @@ def missing_e_step(
     of the observed entries ``sum_n w_n log sum_k pi_k N(x_n[o]; ...)``."""
     totals: list[torch.Tensor] = []
 
-    def weighted() -> Iterator[tuple[torch.Tensor, _Masked | _Completed]]:
-        for rows, part in _blocks(x, loc, cov):
+    def weighted() -> Iterator[tuple[torch.Tensor, _Masked | Completed, None]]:
+        for rows, part in row_blocks(x, loc, cov):
             joint = part.log_prob + log_weights
             norm = torch.logsumexp(joint, dim=1)
             resp = torch.exp(joint - norm[:, None])
             if weight is not None:
                 resp, norm = resp * weight[rows, None], norm * weight[rows]
             totals.append(norm.sum())
-            yield resp, part
+            yield resp, part, None
 
-    stats = _accumulate(loc, cov, weighted())
+    stats = accumulate_moments(loc, cov, weighted())
     return stats, torch.stack(totals).sum()
 
 
-def _accumulate(
-    loc: torch.Tensor, cov: torch.Tensor, parts: Iterable[tuple[torch.Tensor, _Masked | _Completed]]
+def accumulate_moments(
+    loc: torch.Tensor,
+    cov: torch.Tensor,
+    parts: Iterable[tuple[torch.Tensor, _Masked | Completed, torch.Tensor | None]],
 ) -> GaussianStatistics:
-    """Counts, means and scatters from ``(resp (n, K), part)`` blocks, accumulated about each component's mean
-    (near the weighted mean: no cancellation in the scatter)."""
+    """Counts, means and scatters from ``(resp (n, K), part, spread)`` blocks of :func:`row_blocks` (``spread``:
+    the weights of the conditional covariances, None for ``resp``'s; full covariances only, see
+    :meth:`Completed.moments`), accumulated
+    about each component's mean (near the weighted mean: no cancellation in the scatter)."""
     k, d = loc.shape
     diagonal = cov.dim() == 2
     counts = loc.new_zeros(k)
     sums = loc.new_zeros(k, d)
     seconds = loc.new_zeros(k, d) if diagonal else loc.new_zeros(k, d, d)
-    for resp, part in parts:
+    for resp, part, spread in parts:
         counts += resp.sum(0)
-        first, second = part.moments(resp)
+        first, second = part.moments(resp) if spread is None else part.moments(resp, spread)  # type: ignore[call-arg]
         sums += first
         seconds += second
     shift = sums / torch.where(counts > 0, counts, torch.ones_like(counts))[:, None]

@@ -182,7 +182,7 @@ class ObservedFeatures(ComponentsView):
     def statistics(self, data: torch.Tensor, weights: torch.Tensor) -> FeatureStatistics:
         return self._statistics_given(data, weights, self._columns(data))
 
-    def imputed(self, resp: torch.Tensor) -> torch.Tensor:
+    def imputed(self, resp: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         return self.components.imputed(resp)
 
     def fit_statistics(self, stats: Any) -> Any:

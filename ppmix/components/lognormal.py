@@ -170,6 +170,9 @@ class LogNormalFamily(LogDataFamily):
         """The mean, standard deviation and variance floor (``floor``) of ``log x`` (the Gaussian family's)."""
         return self._log_gaussian().data_scale(x.log(), name)
 
+    def weighted_data_scale(self, x: torch.Tensor, weight: torch.Tensor, name: str = "X") -> DataScale:
+        return self._log_gaussian().weighted_data_scale(x.log(), weight, name)
+
     def prepare(self, x: torch.Tensor, components: ComponentFamily | None = None) -> LogData:
         """Training data with their logarithms centred at their mean; prediction data at the components' reference."""
         return LogData.from_tensor(x, None if components is None else components.reference)

@@ -28,7 +28,7 @@ from ppmix.components.family import DataScale, DensityFamily, SiteSpec
 from ppmix.components.gaussian_family import GaussianFamily
 from ppmix.components.gaussian_full import checked_cholesky, floored_covariance
 from ppmix.components.statistics import GaussianStatistics
-from ppmix.components.student_t_missing import ObservedStudentT
+from ppmix.components.student_t_missing import ObservedFullStudentT, ObservedStudentT
 from ppmix.components.student_t_statistics import StudentTStatistics
 
 __all__ = [
@@ -359,6 +359,11 @@ class FullStudentTComponents(StudentTBase):
         """The covariances ``Sigma df / (df - 2)`` ``(K, D, D)`` (infinite where ``df <= 2``)."""
         return self.scale_tril @ self.scale_tril.mT * self._covariance_inflation()[:, None, None]
 
+    def observed(self) -> ComponentFamily:
+        """The components seen through the observed entries of rows with missing entries
+        (:class:`~ppmix.components.student_t_missing.ObservedFullStudentT`)."""
+        return ObservedFullStudentT(self)
+
     def mahalanobis(self, data: torch.Tensor) -> torch.Tensor:
         """``delta_nk = |L_k^{-1} (x_n - loc_k)|^2`` ``(N, K)`` by triangular solves of the deviations from each
         component's ``loc`` (no cancellation for rows far from the origin)."""
@@ -460,6 +465,9 @@ class StudentTFamily(DensityFamily):
     def data_scale(self, x: torch.Tensor, name: str = "X") -> DataScale:
         """The Gaussian family's: column means, standard deviations and the floor of ``scale^2``."""
         return GaussianFamily(reg_covar=self.reg_covar).data_scale(x, name)
+
+    def weighted_data_scale(self, x: torch.Tensor, weight: torch.Tensor, name: str = "X") -> DataScale:
+        return GaussianFamily(reg_covar=self.reg_covar).weighted_data_scale(x, weight, name)
 
     def sites(self, k: int, d: int) -> dict[str, SiteSpec]:
         sites = {"df": SiteSpec(constraints.positive, ()), "loc": SiteSpec(constraints.real, (d,))}

@@ -10,7 +10,7 @@ it serves.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import pyro
 import pyro.distributions as dist
@@ -20,6 +20,7 @@ from pyro.distributions import constraints
 from ppmix.components.base import ComponentFamily
 from ppmix.components.family import DataScale, DensityFamily
 from ppmix.models._flat import flat_prior
+from ppmix.models._missing import fill_missing
 from ppmix.ops.kmeans import kmeans_plusplus, kmeans_start, nearest_centre
 
 __all__ = ["INIT_METHODS", "FamilyComponentsMixin", "drop_leading_ones"]
@@ -75,10 +76,31 @@ class FamilyComponentsMixin:
         """Check that the family can model the training data ``x`` and record its scale (floors, priors);
         fitted components (a warm start) take the new scale. The family measures the data as its constructor
         arguments ask, not as an earlier fit measured it."""
+
+        def measure(family: DensityFamily) -> DataScale:
+            family.check_data(x, name)
+            return family.data_scale(x, name)
+
+        self._take_data_scale(measure)
+
+    def _record_weighted_data_scale(self, frames: torch.Tensor, weight: torch.Tensor) -> None:
+        """Replace the data scale just recorded (:meth:`_record_data_scale`) by that of the training rows (frames)
+        ``(N, D)`` counted ``weight`` ``(N,)`` times each (``sample_weight``), as the family weighs it
+        (``weighted_data_scale``): for integer weights, the scale of the rows repeated. Missing entries (NaN) are
+        filled with their columns' weighted means, as the rows repeated would be (:func:`fill_missing`)."""
+
+        def measure(family: DensityFamily) -> DataScale:
+            filled = fill_missing(frames, family, weight) if bool(torch.isnan(frames).any()) else frames
+            return family.weighted_data_scale(filled, weight)
+
+        self._take_data_scale(measure)
+
+    def _take_data_scale(self, measure: Callable[[DensityFamily], DataScale]) -> None:
+        """Record the scale ``measure`` takes with the family of the constructor's arguments (not measured by an
+        earlier fit); fitted components (a warm start) take it."""
         self._data_scale = {}
         family = self.component_family()
-        family.check_data(x, name)
-        self._data_scale = family.data_scale(x, name)
+        self._data_scale = measure(family)
         if getattr(self, "components_", None) is not None:
             self.components_ = family.from_state(self.components_.state_dict(), self._data_scale)
 

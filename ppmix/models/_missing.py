@@ -50,7 +50,7 @@ MISSING_OPTIONS = ("error", "marginalize")
 def takes_missing(family: DensityFamily) -> bool:
     """Whether ``missing="marginalize"`` serves ``family``: the Gaussian (every covariance type) and the families
     whose components see rows through their observed entries (:meth:`~ppmix.components.base.ComponentFamily.observed`:
-    the families of independent features and the diagonal Student-t).
+    the families of independent features and the Student-t, diagonal or full).
 
     Examples
     --------
@@ -74,8 +74,8 @@ def check_missing_option(missing: Any, family: DensityFamily) -> None:
     if missing == "marginalize" and not takes_missing(family):
         raise ValueError(
             "missing='marginalize' is built for the Gaussian family (every covariance type), the families of "
-            "independent features (poisson, bernoulli, categorical, exponential, gamma, lognormal) and the diagonal "
-            f"Student-t; got the {family.name!r} family{_settings(family)}"
+            "independent features (poisson, bernoulli, categorical, exponential, gamma, lognormal) and the Student-t "
+            f"(diagonal or full); got the {family.name!r} family{_settings(family)}"
         )
 
 
@@ -264,6 +264,6 @@ def impute_rows(components: Any, log_weights: torch.Tensor, x: torch.Tensor) -> 
     resp = torch.softmax(log_prob_with_missing(components, x) + log_weights, dim=1)
     view = components.observed()
     if view is not None:
-        return torch.where(torch.isnan(x), view.imputed(resp), x)
+        return torch.where(torch.isnan(x), view.imputed(resp, x), x)
     rows = MissingRows.of(x, components.mean.mean(0))
     return conditional_mean(rows, resp, components.mean, components.covariance)

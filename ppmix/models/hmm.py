@@ -251,6 +251,15 @@ class HMM(FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin, MixtureModel):
         inner = split_weights(data)[0]
         return "sequence", (inner.batch if isinstance(inner, _EMData) else inner).n_sequences
 
+    def weigh(self, data: Any, sample_weight: Any, *, fitting: bool = True) -> Weighted:
+        """As :meth:`MixtureModel.weigh`; for ``fitting``, the data scale of the frames just prepared (the variance
+        floor) becomes that of the frames counted as often as their sequences' weights: for integer weights, the
+        sequences repeated."""
+        weighted = super().weigh(data, sample_weight, fitting=fitting)
+        if fitting:
+            self._record_weighted_data_scale(data.frames, _sequence_weights(data, weighted.weight)[data.mask])
+        return weighted
+
     def em_data(self, data: SequenceBatch | _EMData | Weighted) -> _EMData | Weighted:
         """The batch with its frames prepared for the emission family (sequence weights kept)."""
         if isinstance(data, Weighted):

@@ -185,6 +185,14 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
     def sample_weight_units(self, data: Any) -> tuple[str, int]:
         return "row", self._n_rows(split_weights(data)[0])
 
+    def weigh(self, data: Any, sample_weight: Any, *, fitting: bool = True) -> Weighted:
+        """As :meth:`MixtureModel.weigh`; for ``fitting``, the data scale of the rows just prepared (the variance
+        floor) becomes that of the rows counted as often as their weights: for integer weights, the rows repeated."""
+        weighted = super().weigh(data, sample_weight, fitting=fitting)
+        if fitting:
+            self._record_weighted_data_scale(data, weighted.weight)
+        return weighted
+
     def _n_rows(self, rows: Any) -> int:
         return int(rows.x.shape[0] if isinstance(rows, PartlyObserved) else self.component_family().rows(rows).shape[0])
 

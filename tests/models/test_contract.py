@@ -454,12 +454,15 @@ def _integer_weights(n: int) -> np.ndarray:
     return weight
 
 
-@pytest.mark.parametrize("case_id, item, variant", cases(("sample_weight",)))
-def test_integer_sample_weights_equal_repeated_rows_from_the_same_start(case_id, item, variant):
+#: cases whose family measures its variance floor on the rows of positive weight, not weighted (the default of
+#: ``DensityFamily.weighted_data_scale``): the Gaussian-mixture family's
+UNWEIGHTED_SCALE = {"Mixture-gmm", "HMM-gmm"}
+
+
+def assert_weights_are_repeated_rows(case_id: str, x: Any, y: Any) -> None:
     """scikit-learn's semantics: weight 2 is the row twice, weight 0 drops it; EM from one start gives the same
-    parameters, objective history and (weighted) score to rounding."""
+    parameters, objective history, (weighted) score and variance floor (the recorded data scale's) to rounding."""
     case = CASES[case_id]
-    x, y = case.data()
     weight = _integer_weights(len(x))
     repeated = _repeated(case, x, weight)
     y_repeated = None if y is None else _repeated(case, y, weight)
@@ -473,6 +476,8 @@ def test_integer_sample_weights_equal_repeated_rows_from_the_same_start(case_id,
             model.set_globals(start)
             fits.append(fit(case, model, data, labels, warm_start=True, **options))
     weighted, plain = fits
+    if "floor" in getattr(plain, "_data_scale", {}) and case_id not in UNWEIGHTED_SCALE:
+        assert_close(weighted._data_scale["floor"], plain._data_scale["floor"], rtol=1e-10, atol=0.0, msg="floor")
     for site, value in plain.get_globals().items():
         assert_close(weighted.get_globals()[site], value, rtol=1e-10, atol=1e-12, msg=site)
     assert_close(weighted.history_, plain.history_, rtol=1e-10)
@@ -485,6 +490,25 @@ def test_integer_sample_weights_equal_repeated_rows_from_the_same_start(case_id,
         assert_close(
             _score(case, weighted, x, y, sample_weight=kept.astype(float)), _score(case, plain, *subset), rtol=1e-10
         )
+
+
+@pytest.mark.parametrize("case_id, item, variant", cases(("sample_weight",)))
+def test_integer_sample_weights_equal_repeated_rows_from_the_same_start(case_id, item, variant):
+    assert_weights_are_repeated_rows(case_id, *CASES[case_id].data())
+
+
+@pytest.mark.parametrize("case_id", ["GMM-diag", "GMM-full", "HMM"])
+def test_integer_sample_weights_equal_repeated_rows_where_the_variance_floor_binds(case_id):
+    """As above, on data where the variance floor is reached (a feature constant in one cluster), so the fit
+    depends on the floor: the weighted rows' (for integer weights, the repeated rows' robust spread), not the
+    floor of the rows as given."""
+    if CASES[case_id].sequences:
+        x, _, states = make_sequences(6, (4, 10), n_features=2)
+        x = [np.where((z == 0)[:, None] & (np.arange(2) == 1), 0.5, s) for s, z in zip(x, states)]
+    else:
+        x, z = make_blobs(40, n_features=2)
+        x[z == 0, 1] = 0.5
+    assert_weights_are_repeated_rows(case_id, x, None)
 
 
 BAD_WEIGHTS = {

@@ -174,12 +174,6 @@ def test_unit_sample_weights_with_missing_entries_change_nothing():
             "families of independent features",
         ),
         (
-            lambda: Mixture(2, family={"name": "student_t", "covariance_type": "full"}, missing="marginalize", **QUIET),
-            [[1.0, 2.0], [2.0, 3.0]],
-            ValueError,
-            "diagonal Student-t; got the 'student_t' family \\(covariance_type='full'\\)",
-        ),
-        (
             lambda: Mixture(2, family="poisson", missing="marginalize", **QUIET),
             [[1.0, np.nan], [2.5, 3.0], [1.0, 1.0]],
             InvalidDataError,
@@ -264,8 +258,21 @@ def test_hmm_refuses_nan_without_the_option_by_name():
 
 # ------------------------------------------------------------------------------- independent features
 INDEPENDENT = ["poisson", "bernoulli", "categorical", "exponential", "gamma", "lognormal"]
-#: the families of independent features and the diagonal Student-t (whose features share the latent precision)
-MARGINALIZING = [*INDEPENDENT, "student_t"]
+#: the families of independent features and the Student-t (whose features share the latent precision), diagonal
+#: and full ("student_t-full")
+MARGINALIZING = [*INDEPENDENT, "student_t", "student_t-full"]
+#: the family argument of the families above (their name but for the full Student-t)
+FAMILY_ARGS = {"student_t-full": {"name": "student_t", "covariance_type": "full"}}
+
+
+def _mixture(k: int, family: str, **options) -> Mixture:
+    return Mixture(k, family=FAMILY_ARGS.get(family, family), **QUIET, **options)
+
+
+def _correlated_t(rng, n: int, d: int, df: float = 4.0) -> np.ndarray:
+    """``n`` rows of a ``d``-variate t (``df``) about 0 with unit scales and correlations 0.6."""
+    cov = 0.6 * np.ones((d, d)) + 0.4 * np.eye(d)
+    return rng.multivariate_normal(np.zeros(d), cov, n) / np.sqrt(rng.gamma(df / 2, 2 / df, (n, 1)))
 
 
 def planted_features(family: str, n: int = 600, d: int = 3, seed: int = 0, fraction: float = 0.2):
@@ -280,6 +287,7 @@ def planted_features(family: str, n: int = 600, d: int = 3, seed: int = 0, fract
         "gamma": lambda a: rng.gamma(2.0 if a else 20.0, 1.0 if a else 2.0, (n, d)),
         "lognormal": lambda a: np.exp(rng.normal(1.0 if a else 4.0, 0.5, (n, d))),
         "student_t": lambda a: (0.0 if a else 8.0) + rng.standard_t(4, (n, d)),
+        "student_t-full": lambda a: (0.0 if a else 8.0) + _correlated_t(rng, n, d),
     }[family]
     x = np.where(low[:, None], draw(True), draw(False)).astype(float)
     mask = rng.random(x.shape) < fraction
@@ -304,6 +312,9 @@ def _feature_log_density(family: str, components, value: float, d: int) -> np.nd
         return stats.gamma(p["concentration"][:, d], scale=1 / p["rate"][:, d]).logpdf(value)
     if family == "student_t":  # the t's marginal of one feature: a univariate t with the same df
         return stats.t(p["df"], loc=p["loc"][:, d], scale=p["scale"][:, d]).logpdf(value)
+    if family == "student_t-full":  # the same, with the scale sqrt(Sigma_dd)
+        scale = np.sqrt((p["scale_tril"][:, d] ** 2).sum(1))
+        return stats.t(p["df"], loc=p["loc"][:, d], scale=scale).logpdf(value)
     return stats.lognorm(p["scale"][:, d], scale=np.exp(p["loc"][:, d])).logpdf(value)
 
 
@@ -312,13 +323,13 @@ def test_a_row_with_one_observed_feature_scores_that_features_marginal(family):
     """Known answer: a row with one observed entry scores ``log sum_k w_k p_kd(x_d)`` (scipy's densities); a
     complete row (independent features) the sum over its features."""
     x, holes, _ = planted_features(family)
-    mix = _fit(Mixture(2, family=family, missing="marginalize", **QUIET), holes)
+    mix = _fit(_mixture(2, family, missing="marginalize"), holes)
     weights = mix.weights_.numpy()
     value = x[0, 1]
     row = np.array([[np.nan, value, np.nan]])
     want = np.log(np.sum(weights * np.exp(_feature_log_density(family, mix.components_, value, 1))))
     assert float(mix.score_samples(row)[0]) == pytest.approx(want, rel=1e-10)
-    if family == "student_t":
+    if family.startswith("student_t"):
         return
     complete = sum(_feature_log_density(family, mix.components_, x[0, d], d) for d in range(3))
     assert float(mix.score_samples(x[:1])[0]) == pytest.approx(np.log(np.sum(weights * np.exp(complete))), rel=1e-10)
@@ -327,7 +338,7 @@ def test_a_row_with_one_observed_feature_scores_that_features_marginal(family):
 @pytest.mark.parametrize("family", MARGINALIZING)
 def test_independent_features_with_nothing_missing_fit_as_usual(family):
     x, _, _ = planted_features(family, 300)
-    assert_nothing_missing_is_the_usual_fit(lambda m: Mixture(2, family=family, missing=m, **QUIET), x)
+    assert_nothing_missing_is_the_usual_fit(lambda m: _mixture(2, family, missing=m), x)
 
 
 @pytest.mark.parametrize("family", MARGINALIZING)
@@ -335,7 +346,7 @@ def test_em_with_missing_features_climbs(family):
     """EM never decreases the observed entries' log-likelihood (30 % missing), and its objective is the mean of
     ``score_samples``."""
     _, holes, _ = planted_features(family, 400, fraction=0.3)
-    mix = _fit(Mixture(2, family=family, missing="marginalize", max_iter=25, tol=0.0, **QUIET), holes)
+    mix = _fit(_mixture(2, family, missing="marginalize", max_iter=25, tol=0.0), holes)
     history = np.asarray(mix.history_)
     assert (np.diff(history) >= -1e-12 * np.abs(history[1:])).all()
     assert mix.score(holes) == pytest.approx(float(np.mean(mix.score_samples(holes))), rel=1e-12)
@@ -362,8 +373,8 @@ def test_recovery_of_independent_features_with_a_fifth_missing(family):
     components' means (categorical: a level)."""
     x, holes, mask = planted_features(family, 1500)
     held_out, _, _ = planted_features(family, 500, seed=1)
-    complete = _fit(Mixture(2, family=family, **QUIET), x)
-    marginal = _fit(Mixture(2, family=family, missing="marginalize", **QUIET), holes)
+    complete = _fit(_mixture(2, family), x)
+    marginal = _fit(_mixture(2, family, missing="marginalize"), holes)
     order = lambda m: m.means_.numpy()[np.argsort(m.means_.numpy()[:, 0])]  # noqa: E731
     assert np.abs(order(marginal) - order(complete)).max() < 0.05 * np.abs(order(complete)).max()
     assert marginal.score(held_out) == pytest.approx(complete.score(held_out), rel=0.01)
@@ -373,6 +384,9 @@ def test_recovery_of_independent_features_with_a_fifth_missing(family):
     filled = np.where(mask, imputed, np.nan)
     if family == "categorical":  # a level
         assert set(np.unique(imputed[mask])) <= {0.0, 1.0, 2.0}
+    elif family == "student_t-full":  # correlated features: the conditional means beat the columns' means
+        column_means = np.where(mask, np.nanmean(holes, axis=0), holes)
+        assert np.abs(imputed - x)[mask].mean() < np.abs(column_means - x)[mask].mean()
     else:  # a mixture of the components' means
         assert (np.nanmin(filled, 0) >= means.min(0) - 1e-9).all() and (
             np.nanmax(filled, 0) <= means.max(0) + 1e-9
@@ -433,30 +447,39 @@ def test_online_em_takes_batches_with_and_without_missing_features(family):
         assert np.isfinite(mix.score(holes))
 
 
-def test_student_t_em_with_missing_entries_reaches_a_stationary_point():
-    """Exact ECM for the diagonal t: at convergence (one component, 30 % missing) the gradient of the observed
-    entries' log-likelihood (autograd through the marginal t densities) in ``loc``, ``log scale`` and ``log df``
-    vanishes."""
-    from ppmix.components.student_t import StudentTComponents
+@pytest.mark.parametrize("family", ["student_t", "student_t-full"])
+def test_student_t_em_with_missing_entries_reaches_a_stationary_point(family):
+    """Exact ECM for the t: at convergence (one component, 30 % missing) the gradient of the observed entries'
+    log-likelihood (autograd through the marginal t densities) in ``loc``, the scale (``log scale``; full: the
+    Cholesky factor, its diagonal in logs) and ``log df`` vanishes."""
+    from ppmix.components.student_t import FullStudentTComponents, StudentTComponents
 
-    _, holes, _ = planted_features("student_t", 600, fraction=0.3)
+    _, holes, _ = planted_features(family, 600, fraction=0.3)
     holes = holes[np.nanmean(holes, axis=1) < 4][:200]  # one cluster
-    mix = _fit(Mixture(1, family="student_t", missing="marginalize", tol=1e-14, max_iter=3000, **QUIET), holes)
+    mix = _fit(_mixture(1, family, missing="marginalize", tol=1e-14, max_iter=3000), holes)
     fitted = mix.components_
-    params = [p.detach().clone().requires_grad_(True) for p in (fitted.loc, fitted.scale.log(), fitted.df.log())]
-    loc, log_scale, log_df = params
-    components = StudentTComponents(log_df.exp(), loc, log_scale.exp())
+    if family == "student_t":
+        scale = fitted.scale.log()
+    else:  # the factor's strictly lower part and the logarithms of its diagonal
+        scale = fitted.scale_tril.tril(-1) + torch.diag_embed(torch.diagonal(fitted.scale_tril, dim1=1, dim2=2).log())
+    params = [p.detach().clone().requires_grad_(True) for p in (fitted.loc, scale, fitted.df.log())]
+    loc, scale, log_df = params
+    if family == "student_t":
+        components = StudentTComponents(log_df.exp(), loc, scale.exp())
+    else:
+        tril = scale.tril(-1) + torch.diag_embed(torch.diagonal(scale, dim1=1, dim2=2).exp())
+        components = FullStudentTComponents(log_df.exp(), loc, tril)
     components.observed().log_prob(torch.as_tensor(holes)).sum().backward()
     assert max(float(p.grad.abs().max()) for p in params) < 1e-4
 
 
-@pytest.mark.parametrize("family", ["poisson", "student_t"])
+@pytest.mark.parametrize("family", ["poisson", "student_t", "student_t-full"])
 def test_sample_weights_with_missing_features_are_repeated_rows(family):
     """Known answer: the E-step under integer sample weights with missing entries is that of the repeated rows: the
     same objective, and the M-step from its statistics the same components and mixing weights."""
     _, holes, _ = planted_features(family, 200)
     weight = np.random.default_rng(1).integers(1, 4, len(holes))
-    mix = _fit(Mixture(2, family=family, missing="marginalize", max_iter=3, **QUIET), holes)
+    mix = _fit(_mixture(2, family, missing="marginalize", max_iter=3), holes)
     weighted = Weighted(mix.em_data(mix.prepare_data(holes)), torch.as_tensor(weight, dtype=torch.float64))
     repeated = mix.em_data(mix.prepare_data(np.repeat(holes, weight, axis=0)))
 

@@ -8,17 +8,15 @@ from typing import Any
 import torch
 
 from ppmix.components import BernoulliLabel, DiagGaussian
-from ppmix.components.family import DataScale
-from ppmix.components.gaussian_family import MAD_TO_SD
+from ppmix.components.gaussian_family import weighted_data_scale
 from ppmix.components.statistics import GaussianStatistics
 from ppmix.models._labels import BinaryClassifierMixin
 from ppmix.models._missing import fill_column_means
 from ppmix.models._weights import split_weights
 from ppmix.models.pf._observed import Frames, start_frames
 from ppmix.models.pf.switches import FrameLabels, PredictionFocusedMixin
-from ppmix.ops.scaling import column_moments, weighted_lower_median
 
-__all__ = ["PFStateMixin", "weighted_data_scale"]
+__all__ = ["PFStateMixin"]
 
 #: ArviZ dimensions of the label, background and switch sites
 PF_DIMS: dict[str, list[str]] = {
@@ -27,36 +25,6 @@ PF_DIMS: dict[str, list[str]] = {
     "background_scale": ["feature"],
     "switch_probs": ["feature"],
 }
-
-
-def weighted_data_scale(x: torch.Tensor, weight: torch.Tensor, reg_covar: float) -> DataScale:
-    """The Gaussian family's data scale (``mean``, ``std`` and the variance ``floor``, as
-    :meth:`~ppmix.components.gaussian_family.GaussianFamily.data_scale` measures them) of the rows of ``x`` each
-    counted ``weight`` times: for integer weights, the scale of the rows repeated (that one estimates the spread
-    on a subsample beyond :data:`~ppmix.components.gaussian_family.SCALE_SAMPLE_ROWS` rows; this uses every row).
-    Where ``x`` has missing entries (NaN), each column's scale is that of its observed entries.
-
-    Examples
-    --------
-    >>> x = torch.tensor([[0.0, 1.0], [2.0, 3.0], [4.0, 3.0], [9.0, 1.0]], dtype=torch.float64)
-    >>> weight = torch.tensor([2.0, 0.0, 1.0, 1.0], dtype=torch.float64)
-    >>> from ppmix.components.gaussian_family import GaussianFamily
-    >>> repeated = GaussianFamily("diag").data_scale(x[[0, 0, 2, 3]])
-    >>> all(torch.allclose(weighted_data_scale(x, weight, 1e-6)[k], v) for k, v in repeated.items())
-    True
-    """
-    observed = ~torch.isnan(x)
-    if not bool(observed.all()):  # missing entries: each column's scale from its observed entries
-        columns = [weighted_data_scale(x[o, d : d + 1], weight[o], reg_covar) for d, o in enumerate(observed.T)]
-        return {key: torch.cat([column[key] for column in columns]) for key in ("mean", "std", "floor")}
-    weight = weight.to(x)
-    mean, std = column_moments(x, weight)
-    deviation = (x - weighted_lower_median(x, weight)).abs()
-    mad_spread = (weighted_lower_median(deviation, weight) * MAD_TO_SD).square()
-    variance = (weight @ (x - mean).square()) / weight.sum()
-    spread = torch.where(mad_spread > 0, mad_spread, variance)
-    floor = reg_covar * torch.where(spread > 0, spread, torch.ones_like(spread))
-    return {"mean": mean, "std": std.clamp_min(1e-6), "floor": floor}
 
 
 class PFStateMixin(BinaryClassifierMixin, PredictionFocusedMixin):
