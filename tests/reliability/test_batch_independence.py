@@ -159,6 +159,8 @@ def _missing_estimators() -> dict[str, tuple[Any, np.ndarray, st.SearchStrategy]
         ("GMM-full", lambda: GMM(2, covariance_type="full", missing="marginalize"), X, None, real),
         ("Mixture-poisson", lambda: Mixture(2, family="poisson", missing="marginalize"), counts, None, count),
         ("Mixture-lognormal", lambda: Mixture(2, family="lognormal", missing="marginalize"), positive, None, size),
+        ("Mixture-multinomial", lambda: Mixture(2, family="multinomial", missing="marginalize"), counts, None, count),
+        ("Mixture-gmm", lambda: Mixture(2, family="gmm", missing="marginalize"), X, None, real),
         ("PFGMM", lambda: PFGMM(2, switch_prior=0.5, missing="marginalize"), X, Y_BINARY, real),
         ("SupervisedGMM", lambda: SupervisedGMM(2, missing="marginalize"), X, Y_BINARY, real),
     ]:
