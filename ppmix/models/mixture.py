@@ -71,12 +71,13 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
     warm_start : bool, default False
         Continue EM from the current parameters on the next ``fit``.
     missing : {"error", "marginalize"}, default "error"
-        What a NaN in ``X`` is: an error naming ``X``, or (``"marginalize"``: the Gaussian family and the families
+        What a NaN in ``X`` is: an error naming ``X``, or (``"marginalize"``: the Gaussian family, the families
         of independent features, ``"poisson"``, ``"bernoulli"``, ``"categorical"``, ``"exponential"``, ``"gamma"``,
-        ``"lognormal"``) an entry missing at random: EM scores a row by the marginal density of its observed entries
-        and its M-step takes the missing block's conditional expectations (Gaussian) or weighs each feature by
-        whether it is observed (independent features): exact EM; predictions and ``score`` take such rows too, and
-        :meth:`impute` fills them in. EM only (``fit``, ``partial_fit``).
+        ``"lognormal"``, the diagonal ``"student_t"``, ``"multinomial"`` and ``"gmm"`` with diagonal Gaussians) an
+        entry missing at random: EM scores a row by the marginal density of its observed entries (the multinomial:
+        the observed counts given their total) and its M-step takes the missing block's conditional expectations
+        (Gaussian) or weighs each feature by whether it is observed (independent features): exact EM; predictions
+        and ``score`` take such rows too, and :meth:`impute` fills them in. EM only (``fit``, ``partial_fit``).
     seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
 
     Attributes

@@ -408,9 +408,9 @@ def test_rows_with_missing_features_are_predicted_from_that_row_alone(family):
         np.testing.assert_allclose(mix.predict_proba(holes[i : i + 1])[0], batch[i], rtol=1e-12, atol=1e-15)
 
 
-@pytest.mark.parametrize("family", ["poisson", "categorical"])
+@pytest.mark.parametrize("family", ["poisson", "categorical", "gmm"])
 def test_hmm_emissions_of_independent_features_with_missing_entries(family):
-    """HMM frames: a one-frame sequence with one observed entry scores ``log sum_k initial_k p_kd(x_d)``; with
+    """HMM frames (independent features, and mixtures of diagonal Gaussians): a one-frame sequence with one observed entry scores ``log sum_k initial_k p_kd(x_d)``; with
     nothing missing the fit is the usual one; with 20 % missing Baum-Welch climbs."""
     x, holes, _ = planted_features(family, 200)
     complete = [x[:100], x[100:]]
