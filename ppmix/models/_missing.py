@@ -316,7 +316,8 @@ def sample_missing(
     loc, cov = components.mean, components.covariance
     resp = torch.softmax(log_prob_with_missing(components, partial) + log_weights, dim=1)
     drawn = torch.multinomial(resp.cpu(), 1, generator=generator).squeeze(1).to(x.device)
-    mean = conditional_mean(partial, torch.nn.functional.one_hot(drawn, resp.shape[1]).to(x.dtype), loc, cov)
+    chosen = torch.nn.functional.one_hot(drawn, resp.shape[1]).to(x.dtype)
+    mean = conditional_mean(MissingRows.of(partial, loc.mean(0)), chosen, loc, cov)  # centred as impute_rows
     noise = torch.randn(partial.shape, dtype=x.dtype, generator=generator).to(x.device) * gaps.to(x.dtype)
     if cov.dim() == 2:  # diagonal: given the component, the missing entries are independent of the observed ones
         spread = cov[drawn].sqrt() * noise
