@@ -410,8 +410,9 @@ def test_rows_with_missing_features_are_predicted_from_that_row_alone(family):
 
 @pytest.mark.parametrize("family", ["poisson", "categorical", "gmm"])
 def test_hmm_emissions_of_independent_features_with_missing_entries(family):
-    """HMM frames (independent features, and mixtures of diagonal Gaussians): a one-frame sequence with one observed entry scores ``log sum_k initial_k p_kd(x_d)``; with
-    nothing missing the fit is the usual one; with 20 % missing Baum-Welch climbs."""
+    """HMM frames (independent features, and mixtures of diagonal Gaussians): a one-frame sequence with one
+    observed entry scores ``log sum_k initial_k p_kd(x_d)``; with nothing missing the fit is the usual one; with
+    20 % missing Baum-Welch climbs."""
     x, holes, _ = planted_features(family, 200)
     complete = [x[:100], x[100:]]
     plain = _fit(HMM(2, emission=family, **QUIET), complete)
