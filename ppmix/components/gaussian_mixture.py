@@ -7,6 +7,13 @@ state posteriors by the within-state responsibilities. Registered as ``"gmm"``.
 The ``K x M`` Gaussians are one batch of the Gaussian family's components (diagonal or full), so the
 log-densities, the weighted statistics (mergeable across shards) and the floors are the Gaussian family's own;
 this module adds the within-component mixing.
+
+Rows with missing entries (NaN, missing at random; ``missing="marginalize"``) under mixtures of diagonal
+Gaussians (:class:`ObservedGaussianMixtures`): each Gaussian scores a row by the marginal density of its observed
+entries, the diagonal Gaussian's own (:mod:`ppmix.components.gaussian_missing`), mixed within each component, and
+the M-step takes each Gaussian's expected statistics of the missing entries under the responsibilities times the
+within-component responsibilities given the observed entries: exact EM on the observed entries, the Gaussian
+within a component one more latent label. Mixtures of full-covariance Gaussians refuse the option.
 """
 
 from __future__ import annotations
@@ -24,10 +31,18 @@ from ppmix.components.family import DataScale, DensityFamily, SiteSpec, Statisti
 from ppmix.components.gaussian_diag import DiagGaussian
 from ppmix.components.gaussian_family import GaussianFamily
 from ppmix.components.gaussian_full import FullGaussian
+from ppmix.components.gaussian_missing import MissingRows, expected_statistics, marginal_log_prob
+from ppmix.components.independent import ComponentsView
 from ppmix.components.statistics import GaussianStatistics
 from ppmix.ops.kmeans import kmeans
 
-__all__ = ["DiagGaussianMixtures", "FullGaussianMixtures", "GaussianMixtureFamily", "MixtureStatistics"]
+__all__ = [
+    "DiagGaussianMixtures",
+    "FullGaussianMixtures",
+    "GaussianMixtureFamily",
+    "MixtureStatistics",
+    "ObservedGaussianMixtures",
+]
 
 #: covariance types of the Gaussians inside a component
 MIXTURE_COVARIANCE_TYPES = ("diag", "full")
@@ -156,6 +171,13 @@ class _GaussianMixtures(ComponentFamily):
         self.fresh = False
         return self
 
+    def flattened(self, log_weights: torch.Tensor) -> tuple[ComponentFamily, torch.Tensor]:
+        """The mixture of these components under the log mixing weights ``log_weights`` ``(K,)`` as one mixture of
+        their ``K M`` Gaussians: the Gaussians (one batch of the Gaussian family's components, component-major)
+        and their log weights ``log_weights_k + log w_km`` ``(K M,)`` (conditional means and draws of missing
+        entries are the flat mixture's)."""
+        return self._inner(), (log_weights[:, None] + self.mix_weights.log()).reshape(-1)
+
     def _gaussians(self, index: torch.Tensor | None) -> dist.Distribution:
         raise NotImplementedError
 
@@ -189,6 +211,11 @@ class DiagGaussianMixtures(_GaussianMixtures):
     inner_class = DiagGaussian
     spread_name = "scale"
 
+    def observed(self) -> "ObservedGaussianMixtures":
+        """These components seen through the observed entries of rows with missing entries
+        (:class:`ObservedGaussianMixtures`)."""
+        return ObservedGaussianMixtures(self)
+
     @property
     def covariance(self) -> torch.Tensor:
         """Each component's variances ``sum_m w_km (scale_km^2 + loc_km^2) - mean_k^2``, ``(K, D)``."""
@@ -217,6 +244,58 @@ class FullGaussianMixtures(_GaussianMixtures):
     def _gaussians(self, index: torch.Tensor | None) -> dist.Distribution:
         loc, tril = (self.loc, self.scale_tril) if index is None else (self.loc[index], self.scale_tril[index])
         return dist.MultivariateNormal(loc, scale_tril=tril)
+
+
+class ObservedGaussianMixtures(ComponentsView):
+    """Mixtures of diagonal Gaussians seen through the observed entries of rows (NaN where missing): ``log_prob``
+    ``log sum_m w_km N(x_o; loc_km[o], diag(scale_km[o]^2))`` ``(N, K)``, ``statistics`` the ``K M`` Gaussians'
+    expected statistics under the responsibilities times the within-component responsibilities given ``x_o``
+    (:class:`MixtureStatistics`, which merge with complete rows'), ``fit_statistics`` the components' M-step (in
+    place). Rows are centred at the components' :attr:`~_GaussianMixtures.reference`, so a row's scores do not
+    depend on its batch.
+
+    Parameters
+    ----------
+    components : DiagGaussianMixtures
+        The fitted components (a view: they are fitted in place).
+
+    Examples
+    --------
+    >>> f64 = torch.float64
+    >>> halves, locs = torch.full((1, 2), 0.5, dtype=f64), torch.tensor([[[-2.0, 0.0], [2.0, 5.0]]], dtype=f64)
+    >>> comp = DiagGaussianMixtures(halves, locs, torch.ones(1, 2, 2, dtype=f64))
+    >>> x = torch.tensor([[0.0, float("nan")]], dtype=f64)  # the first feature's marginal: N(-2, 1) and N(2, 1)
+    >>> halfway = torch.distributions.Normal(2.0, 1.0).log_prob(torch.tensor(0.0, dtype=f64))
+    >>> round(float(comp.observed().log_prob(x)), 6) == round(float(halfway), 6)
+    True
+    """
+
+    def _scored(self, data: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        """The marginal log-densities, and the prepared rows, ``log w_km + log N(x_o | km)`` ``(N, K, M)`` and
+        the Gaussians, for the statistics."""
+        comp = self.components
+        rows = MissingRows.of(torch.as_tensor(data).to(dtype=self.dtype, device=self.device), comp.reference)
+        gaussians = comp._inner()
+        k, m = comp.mix_weights.shape
+        log_joint = marginal_log_prob(rows, gaussians.loc, gaussians.covariance).reshape(-1, k, m)
+        log_joint = log_joint + comp.mix_weights.log()
+        return torch.logsumexp(log_joint, dim=-1), (rows, log_joint, gaussians)
+
+    def log_prob(self, data: torch.Tensor) -> torch.Tensor:
+        return self._scored(data)[0]
+
+    def _statistics_given(self, data: torch.Tensor, weights: torch.Tensor, shared: Any) -> MixtureStatistics:
+        rows, log_joint, gaussians = shared
+        weights = self._check_weights(weights, len(rows))
+        within = (torch.softmax(log_joint, dim=-1) * weights[..., None]).flatten(1)
+        stats = expected_statistics(rows, within, gaussians.loc, gaussians.covariance)
+        return MixtureStatistics(stats, self.components.n_mix)
+
+    def statistics(self, data: torch.Tensor, weights: torch.Tensor) -> MixtureStatistics:
+        return self._statistics_given(data, weights, self._scored(data)[1])
+
+    def fit_statistics(self, stats: Any) -> Any:
+        return self.components.fit_statistics(stats)
 
 
 class GaussianMixtureFamily(DensityFamily):

@@ -4,12 +4,28 @@ Each row is a vector of ``D`` non-negative integer counts with any total (word c
 counts of a sample). The multinomial coefficient ``log n! - sum_d log x_d!`` does not depend on the parameters:
 it is computed once per fit with the rows (:class:`CountRows`). Registered in :mod:`ppmix.components.registry`
 as ``"multinomial"``.
+
+Rows with missing counts (NaN, missing at random; ``missing="marginalize"``) are scored by a conditional
+likelihood. The family models the shares of a row's total, not the total itself, and a row with missing counts
+has an unknown total; given the sum ``n_o`` of its observed counts ``x_o``, those counts are multinomial over the
+observed categories with the probabilities renormalised, ``x_o | n_o ~ Multinomial(n_o, p_o / sum(p_o))``. (This
+is also the profile likelihood in ``p`` if the counts were independent Poisson with a free rate per row.) A
+complete row's term is the usual ``log Mult(x | n, p)``. EM's M-step then maximises, per component,
+``sum_d a_d log p_d - sum_n c_n log sum_{d in o_n} p_d`` (``a_d`` the weighted observed counts, ``c_n = r_n
+n_o``), which has no closed form when the rows' observed categories differ. The objective does not change when
+``p`` is scaled, so :meth:`ObservedCountStatistics.probabilities` maximises it without the simplex constraint,
+by minorisation-maximisation: since ``log s <= log s' + s / s' - 1``, each step ``p_d <- a_d / sum_n c_n
+[d in o_n] / s_n(p)``, then renormalised, never decreases it, and EM stays monotone (one step is the usual
+``p ∝ a`` when every row is complete). Probabilities are identified only through categories observed together:
+if the rows' observed categories split into groups that no row spans, the groups' relative masses stay where
+the start put them. A missing count has no conditional expectation without a model of the row's total, so
+``impute`` refuses this family.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import pyro.distributions as dist
 import torch
@@ -17,9 +33,29 @@ from pyro.distributions import constraints
 
 from ppmix._validation import InvalidDataError
 from ppmix.components.base import ComponentFamily
-from ppmix.components.family import DataScale, DensityFamily, MeanStatisticsComponents, SiteSpec, WeightedSums
+from ppmix.components.family import (
+    DataScale,
+    DensityFamily,
+    MeanStatisticsComponents,
+    SiteSpec,
+    Statistics,
+    WeightedSums,
+)
+from ppmix.components.independent import ComponentsView
 
-__all__ = ["CountRows", "MultinomialComponents", "MultinomialFamily", "RowTotalMultinomial"]
+__all__ = [
+    "CountRows",
+    "MultinomialComponents",
+    "MultinomialFamily",
+    "ObservedCountStatistics",
+    "ObservedCounts",
+    "RowTotalMultinomial",
+]
+
+#: the most minorisation-maximisation steps of one M-step on rows with missing counts, and the largest change
+#: of a probability at which they stop
+MM_MAX_STEPS = 100
+MM_TOL = 1e-12
 
 
 def log_multinomial_coefficient(x: torch.Tensor) -> torch.Tensor:
@@ -81,6 +117,147 @@ class RowTotalMultinomial(dist.TorchDistribution):
         return dist.Multinomial(self.total_count, probs=self.probs).sample(sample_shape)
 
 
+@dataclass(frozen=True)
+class ObservedCountStatistics(Statistics):
+    """E-step statistics of count rows of which some have missing counts: ``counts`` ``(K,)`` the rows' total
+    responsibilities, ``totals`` ``(K, D)`` the weighted observed counts ``a_kd``, and, per pattern of observed
+    categories ``patterns`` ``(P, D)`` (bool), ``pattern_totals`` ``(K, P)`` the weighted totals of the observed
+    counts ``sum_n r_nk n_o`` of the rows with that pattern. They merge with each other and, from either side,
+    with the family's :class:`~ppmix.components.family.WeightedSums` of complete rows (one pattern: every
+    category).
+
+    Examples
+    --------
+    >>> # a row observing categories 0 and 1 (counts 1 and 3), another 1 and 2 (counts 2 and 4)
+    >>> seen = torch.tensor([[True, True, False], [False, True, True]])
+    >>> totals, by_pattern = torch.tensor([[1.0, 5.0, 4.0]]), torch.tensor([[4.0, 6.0]])
+    >>> stats = ObservedCountStatistics(torch.ones(1), totals, seen, by_pattern)
+    >>> start = torch.full((1, 3), 1 / 3, dtype=torch.float64)
+    >>> stats.probabilities(start).round(decimals=6).tolist()  # p0 / (p0 + p1) = 1/4, p1 / (p1 + p2) = 2/6
+    [[0.1, 0.3, 0.6]]
+    >>> both = stats.merge(WeightedSums(torch.ones(1), torch.tensor([[1.0, 1.0, 2.0]])))
+    >>> both.patterns.int().tolist(), both.pattern_totals.tolist()
+    ([[0, 1, 1], [1, 1, 0], [1, 1, 1]], [[6.0, 4.0, 4.0]])
+    """
+
+    counts: torch.Tensor
+    totals: torch.Tensor
+    patterns: torch.Tensor
+    pattern_totals: torch.Tensor
+    absorbs_family_statistics: ClassVar[bool] = True
+
+    @classmethod
+    def of_complete_rows(cls, stats: WeightedSums) -> "ObservedCountStatistics":
+        """The family's statistics of complete rows in this form: one pattern, every category observed."""
+        every = torch.ones(1, stats.totals.shape[1], dtype=torch.bool, device=stats.totals.device)
+        return cls(stats.counts, stats.totals, every, stats.totals.sum(1, keepdim=True))
+
+    def merge(self, other: Any) -> "ObservedCountStatistics":
+        if not isinstance(other, ObservedCountStatistics):
+            other = ObservedCountStatistics.of_complete_rows(other)
+        patterns, index = torch.unique(torch.cat([self.patterns, other.patterns]), dim=0, return_inverse=True)
+        both = torch.cat([self.pattern_totals, other.pattern_totals], dim=1)
+        pattern_totals = both.new_zeros(both.shape[0], patterns.shape[0]).index_add_(1, index, both)
+        return ObservedCountStatistics(self.counts + other.counts, self.totals + other.totals, patterns, pattern_totals)
+
+    def scaled(self, factor: float) -> "ObservedCountStatistics":
+        return ObservedCountStatistics(
+            self.counts * factor, self.totals * factor, self.patterns, self.pattern_totals * factor
+        )
+
+    def to(
+        self, dtype: torch.dtype | None = None, device: torch.device | str | None = None
+    ) -> "ObservedCountStatistics":
+        return ObservedCountStatistics(
+            self.counts.to(dtype=dtype, device=device),
+            self.totals.to(dtype=dtype, device=device),
+            self.patterns.to(device=device),
+            self.pattern_totals.to(dtype=dtype, device=device),
+        )
+
+    def objective(self, probs: torch.Tensor) -> torch.Tensor:
+        """The M-step's objective per component ``(K,)``: ``sum_d a_d log p_d - sum_P c_P log sum_{d in P} p_d``
+        (the conditional log-likelihood of the rows' observed counts under ``probs``, less the coefficients)."""
+        shares = probs @ self.patterns.to(probs.dtype).T
+        return torch.xlogy(self.totals, probs).sum(1) - torch.xlogy(self.pattern_totals, shares).sum(1)
+
+    def probabilities(self, start: torch.Tensor) -> torch.Tensor:
+        """The probabilities ``(K, D)`` that maximise :meth:`objective`, by minorisation-maximisation from ``start``
+        (the current probabilities): ``p_d <- a_d / sum_P c_P [d in P] / sum_{d' in P} p_d'``, renormalised, until
+        no probability moves by more than ``MM_TOL`` (at most ``MM_MAX_STEPS`` steps). Every step increases the
+        objective. A category no weighted row observes gets 0; a component without counts, the uniform."""
+        totals, weight = self.totals.to(start.dtype), self.pattern_totals.to(start.dtype)
+        pattern = self.patterns.to(start.dtype)
+        tiny = torch.finfo(start.dtype).tiny
+        probs = start / start.sum(1, keepdim=True)
+        for _ in range(MM_MAX_STEPS):
+            rate = (weight / (probs @ pattern.T).clamp_min(tiny)) @ pattern
+            unnormalised = torch.where(rate > 0, totals / torch.where(rate > 0, rate, 1.0), 0.0)
+            sums = unnormalised.sum(1, keepdim=True)
+            step = torch.where(sums > 0, unnormalised / torch.where(sums > 0, sums, 1.0), 1.0 / probs.shape[1])
+            change, probs = float((step - probs).abs().max()), step
+            if change <= MM_TOL:
+                break
+        return probs
+
+
+class ObservedCounts(ComponentsView):
+    """Multinomial components seen through the observed counts of rows with missing counts (NaN): ``log_prob`` the
+    conditional log-likelihood ``log Mult(x_o | n_o, p_o / sum(p_o))`` ``(N, K)``, ``statistics``
+    :class:`ObservedCountStatistics`, ``fit_statistics`` the components' M-step (in place).
+
+    Parameters
+    ----------
+    components : MultinomialComponents
+        The fitted components (a view: they are fitted in place).
+
+    Examples
+    --------
+    >>> comp = MultinomialComponents(torch.tensor([[0.2, 0.3, 0.5]], dtype=torch.float64))
+    >>> x = torch.tensor([[1.0, 2.0, float("nan")]], dtype=torch.float64)
+    >>> round(float(comp.observed().log_prob(x).exp()), 12)  # Binomial(2 of 3 | 0.3 / 0.5) = 3 * 0.4 * 0.6^2
+    0.432
+    """
+
+    def _scored(self, data: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        """The conditional log-likelihoods, and the rows with zeros for the missing counts, their mask and
+        observed totals ``n_o`` ``(N,)``."""
+        x = torch.as_tensor(data).to(dtype=self.dtype, device=self.device)
+        observed = ~torch.isnan(x)
+        filled = torch.where(observed, x, 0.0)
+        n_observed = filled.sum(1)
+        shares = (observed.to(self.dtype) @ self.components.probs.T).clamp_min(torch.finfo(self.dtype).tiny)
+        log_prob = self.components.log_prob(CountRows.from_tensor(filled)) - n_observed[:, None] * shares.log()
+        return log_prob, (filled, observed, n_observed)
+
+    def log_prob(self, data: torch.Tensor) -> torch.Tensor:
+        return self._scored(data)[0]
+
+    def _statistics_given(self, data: torch.Tensor, weights: torch.Tensor, shared: Any) -> ObservedCountStatistics:
+        filled, observed, n_observed = shared
+        weights = self._check_weights(weights, filled.shape[0])
+        patterns, pattern = torch.unique(observed, dim=0, return_inverse=True)
+        pattern_totals = weights.new_zeros(self.n_components, patterns.shape[0]).index_add_(
+            1, pattern, (weights * n_observed[:, None]).T
+        )
+        return ObservedCountStatistics(weights.sum(0), weights.T @ filled, patterns, pattern_totals)
+
+    def statistics(self, data: torch.Tensor, weights: torch.Tensor) -> ObservedCountStatistics:
+        return self._statistics_given(data, weights, self._scored(data)[1])
+
+    def fit_statistics(self, stats: Any) -> Any:
+        return self.components.fit_statistics(stats)
+
+    def imputed(self, resp: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """Refused: the family models a row's shares, not its total, so a missing count has no conditional
+        expectation."""
+        raise ValueError(
+            "impute is not defined for the multinomial family: it models the shares of a row's total, not the "
+            "total, so a missing count has no conditional expectation (the observed counts' shares do: "
+            "predict_proba and the components' probs)"
+        )
+
+
 class MultinomialComponents(MeanStatisticsComponents):
     """``K`` multinomial components with category probabilities ``probs`` ``(K, D)``.
 
@@ -126,12 +303,20 @@ class MultinomialComponents(MeanStatisticsComponents):
     def statistics(self, data: Any, weights: torch.Tensor) -> WeightedSums:
         return super().statistics(data.x if isinstance(data, CountRows) else data, weights)
 
-    def fit_statistics(self, stats: WeightedSums) -> "MultinomialComponents":
-        """The weighted MLE ``probs_k ∝ sum_n r_nk x_n``, floored at ``floor`` and renormalised (uniform for a
-        component without counts); in place."""
-        totals = stats.totals.to(self.dtype)
-        row_sums = totals.sum(1, keepdim=True)
-        shares = torch.where(row_sums > 0, totals / torch.where(row_sums > 0, row_sums, 1.0), 1.0 / totals.shape[1])
+    def observed(self) -> ObservedCounts:
+        """These components seen through the observed counts of rows with missing counts (:class:`ObservedCounts`)."""
+        return ObservedCounts(self)
+
+    def fit_statistics(self, stats: WeightedSums | ObservedCountStatistics) -> "MultinomialComponents":
+        """The weighted MLE ``probs_k ∝ sum_n r_nk x_n`` (uniform for a component without counts; from rows with
+        missing counts, the maximiser of their conditional likelihood reached from the current ``probs``,
+        :meth:`ObservedCountStatistics.probabilities`), floored at ``floor`` and renormalised; in place."""
+        if isinstance(stats, ObservedCountStatistics):
+            shares = stats.probabilities(self.probs.to(self.dtype))
+        else:
+            totals = stats.totals.to(self.dtype)
+            row_sums = totals.sum(1, keepdim=True)
+            shares = torch.where(row_sums > 0, totals / torch.where(row_sums > 0, row_sums, 1.0), 1.0 / totals.shape[1])
         floored = shares.clamp_min(self.floor)
         self.probs = floored / floored.sum(1, keepdim=True)
         return self

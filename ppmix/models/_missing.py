@@ -5,7 +5,8 @@ are scored by the marginal density of their observed entries, and their statisti
 rows' before the M-step. Gaussian components contribute EM's expected statistics of the missing block
 (:mod:`ppmix.components.gaussian_missing`); components of independent features (Poisson, Bernoulli, categorical,
 exponential, gamma, log-normal) drop the missing features and weigh each feature's statistics by whether it is
-observed (:mod:`ppmix.components.independent`).
+observed (:mod:`ppmix.components.independent`); the multinomial and the mixtures of diagonal Gaussians have views
+of their own (:mod:`ppmix.components.multinomial`, :mod:`ppmix.components.gaussian_mixture`).
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ from ppmix.components.base import ComponentFamily
 from ppmix.components.family import DensityFamily, Statistics
 from ppmix.components.gaussian_family import GaussianFamily
 from ppmix.components.gaussian_missing import (
+    ROW_BLOCK_ENTRIES,
     MissingRows,
     conditional_mean,
     expected_statistics,
     marginal_log_prob,
     missing_e_step,
 )
+from ppmix.components.gaussian_mixture import DiagGaussianMixtures, FullGaussianMixtures
 from ppmix.components.independent import FeatureStatistics
 
 __all__ = [
@@ -40,6 +43,7 @@ __all__ = [
     "partly_observed",
     "partly_observed_e_step",
     "partly_observed_statistics",
+    "sample_missing",
     "takes_missing",
 ]
 
@@ -50,13 +54,16 @@ MISSING_OPTIONS = ("error", "marginalize")
 def takes_missing(family: DensityFamily) -> bool:
     """Whether ``missing="marginalize"`` serves ``family``: the Gaussian (every covariance type) and the families
     whose components see rows through their observed entries (:meth:`~ppmix.components.base.ComponentFamily.observed`:
-    the families of independent features and the Student-t, diagonal or full).
+    the families of independent features, the multinomial, the Student-t (diagonal or full) and mixtures of
+    diagonal Gaussians).
 
     Examples
     --------
     >>> from ppmix.components.registry import FAMILIES, family_from
-    >>> [name for name in FAMILIES if takes_missing(family_from(name))]
-    ['gaussian', 'poisson', 'bernoulli', 'exponential', 'student_t', 'categorical', 'gamma', 'lognormal']
+    >>> all(takes_missing(family_from(name)) for name in FAMILIES)  # every family at its default settings
+    True
+    >>> takes_missing(family_from({"name": "gmm", "covariance_type": "full"}))
+    False
     """
     return isinstance(family, GaussianFamily) or family.components_class.observed is not ComponentFamily.observed
 
@@ -74,8 +81,9 @@ def check_missing_option(missing: Any, family: DensityFamily) -> None:
     if missing == "marginalize" and not takes_missing(family):
         raise ValueError(
             "missing='marginalize' is built for the Gaussian family (every covariance type), the families of "
-            "independent features (poisson, bernoulli, categorical, exponential, gamma, lognormal) and the Student-t "
-            f"(diagonal or full); got the {family.name!r} family{_settings(family)}"
+            "independent features (poisson, bernoulli, categorical, exponential, gamma, lognormal), the multinomial, "
+            "the Student-t (diagonal or full) and mixtures of diagonal Gaussians (gmm); got the "
+            f"{family.name!r} family{_settings(family)}"
         )
 
 
@@ -257,13 +265,82 @@ def log_prob_with_missing(components: Any, data: Any) -> torch.Tensor:
     return out
 
 
+def _flat(components: Any, log_weights: torch.Tensor) -> tuple[Any, torch.Tensor]:
+    """The components and log mixing weights of a mixture: components that are mixtures of Gaussians as the flat
+    mixture of all their Gaussians, others as they are."""
+    if isinstance(components, (DiagGaussianMixtures, FullGaussianMixtures)):
+        return components.flattened(log_weights)
+    return components, log_weights
+
+
 def impute_rows(components: Any, log_weights: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """``x`` with every missing entry replaced by its conditional expectation given the row's observed entries
     under the mixture (each component's conditional mean, weighted by the row's posterior probabilities given
     them; the most probable level for categorical features); observed entries as they are."""
+    components, log_weights = _flat(components, log_weights)
     resp = torch.softmax(log_prob_with_missing(components, x) + log_weights, dim=1)
     view = components.observed()
     if view is not None:
         return torch.where(torch.isnan(x), view.imputed(resp, x), x)
     rows = MissingRows.of(x, components.mean.mean(0))
     return conditional_mean(rows, resp, components.mean, components.covariance)
+
+
+def sample_missing(
+    components: Any, log_weights: torch.Tensor, x: torch.Tensor, generator: torch.Generator
+) -> torch.Tensor:
+    """``x`` with the missing entries of each row drawn from their distribution given the row's observed entries
+    under a mixture of Gaussians (components that are mixtures of Gaussians: of all their Gaussians): a component
+    ``k`` from the row's posterior probabilities given ``x_o``, then the missing block from the component's
+    conditional Gaussian ``N(mu_k[m] + S_k[m, o] S_k[o, o]^{-1} (x_o - mu_k[o]), P_k[m, m]^{-1})`` (``P_k`` the
+    precision; diagonal covariances: ``N(mu_k[m], diag(var_k[m]))``); observed entries, and rows without a missing
+    entry, as they are. The draws use ``generator`` (on the CPU).
+
+    Examples
+    --------
+    >>> from ppmix.components.gaussian_full import FullGaussian
+    >>> f64 = torch.float64
+    >>> comp = FullGaussian(torch.zeros(1, 2, dtype=f64), torch.tensor([[[1.0, 0.0], [0.9, 0.1]]], dtype=f64))
+    >>> x = torch.tensor([[2.0, float("nan")]], dtype=f64).expand(20000, 2)
+    >>> draws = sample_missing(comp, torch.zeros(1, dtype=f64), x, torch.Generator().manual_seed(0))[:, 1]
+    >>> round(float(draws.mean()), 1), round(float(draws.var()), 2)  # N(0.9 * 2, 1 - 0.9^2)
+    (1.8, 0.01)
+    """
+    components, log_weights = _flat(components, log_weights)
+    missing = torch.isnan(x)
+    rows = torch.nonzero(missing.any(dim=1)).squeeze(1)
+    out = x.clone()
+    if not rows.numel():
+        return out
+    partial, gaps = x[rows], missing[rows]
+    loc, cov = components.mean, components.covariance
+    resp = torch.softmax(log_prob_with_missing(components, partial) + log_weights, dim=1)
+    drawn = torch.multinomial(resp.cpu(), 1, generator=generator).squeeze(1).to(x.device)
+    chosen = torch.nn.functional.one_hot(drawn, resp.shape[1]).to(x.dtype)
+    mean = conditional_mean(MissingRows.of(partial, loc.mean(0)), chosen, loc, cov)  # centred as impute_rows
+    noise = torch.randn(partial.shape, dtype=x.dtype, generator=generator).to(x.device) * gaps.to(x.dtype)
+    if cov.dim() == 2:  # diagonal: given the component, the missing entries are independent of the observed ones
+        spread = cov[drawn].sqrt() * noise
+    else:  # P[m, m] embedded with the identity on the observed entries: L^{-T} noise has covariance P[m, m]^{-1}
+        precision = torch.cholesky_inverse(torch.linalg.cholesky(cov))
+        eye = torch.eye(x.shape[1], dtype=x.dtype, device=x.device)
+        step = max(1, ROW_BLOCK_ENTRIES // x.shape[1] ** 2)
+        spread = torch.cat(
+            [
+                _conditional_spread(precision[drawn[block]], gaps[block], noise[block], eye)
+                for block in (slice(start, start + step) for start in range(0, len(rows), step))
+            ]
+        )
+    out[rows] = torch.where(gaps, mean + spread, partial)
+    return out
+
+
+def _conditional_spread(
+    precision: torch.Tensor, gaps: torch.Tensor, noise: torch.Tensor, eye: torch.Tensor
+) -> torch.Tensor:
+    """``L^{-T} noise`` ``(n, D)`` for each row's precision ``(n, D, D)``, ``L`` the Cholesky factor of its block
+    ``P[m, m]`` on the missing entries ``gaps`` (the identity elsewhere, where ``noise`` is zero): a draw of the
+    missing block's conditional spread, zero on the observed entries."""
+    both = gaps[:, :, None] & gaps[:, None, :]
+    chol = torch.linalg.cholesky(torch.where(both, precision, eye))
+    return torch.linalg.solve_triangular(chol.mT, noise[:, :, None], upper=True).squeeze(2)

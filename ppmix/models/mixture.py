@@ -8,9 +8,11 @@ import pyro
 import pyro.distributions as dist
 import torch
 
-from ppmix._validation import check_n_components, check_positive_int, to_output
+from ppmix._validation import check_n_components, check_positive_int, check_seed, to_output
 from ppmix.components.centred import padded_counts
 from ppmix.components.family import DensityFamily, Statistics
+from ppmix.components.gaussian_family import GaussianFamily
+from ppmix.components.gaussian_mixture import GaussianMixtureFamily
 from ppmix.components.registry import family_config, family_from
 from ppmix.models._family_components import FamilyComponentsMixin
 from ppmix.models._gibbs import MixtureGibbsMixin
@@ -24,6 +26,7 @@ from ppmix.models._missing import (
     partly_observed,
     partly_observed_e_step,
     partly_observed_statistics,
+    sample_missing,
 )
 from ppmix.models._online import OnlineEMMixin
 from ppmix.models._params import store_params
@@ -68,12 +71,13 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
     warm_start : bool, default False
         Continue EM from the current parameters on the next ``fit``.
     missing : {"error", "marginalize"}, default "error"
-        What a NaN in ``X`` is: an error naming ``X``, or (``"marginalize"``: the Gaussian family and the families
+        What a NaN in ``X`` is: an error naming ``X``, or (``"marginalize"``: the Gaussian family, the families
         of independent features, ``"poisson"``, ``"bernoulli"``, ``"categorical"``, ``"exponential"``, ``"gamma"``,
-        ``"lognormal"``) an entry missing at random: EM scores a row by the marginal density of its observed entries
-        and its M-step takes the missing block's conditional expectations (Gaussian) or weighs each feature by
-        whether it is observed (independent features): exact EM; predictions and ``score`` take such rows too, and
-        :meth:`impute` fills them in. EM only (``fit``, ``partial_fit``).
+        ``"lognormal"``, the diagonal ``"student_t"``, ``"multinomial"`` and ``"gmm"`` with diagonal Gaussians) an
+        entry missing at random: EM scores a row by the marginal density of its observed entries (the multinomial:
+        the observed counts given their total) and its M-step takes the missing block's conditional expectations
+        (Gaussian) or weighs each feature by whether it is observed (independent features): exact EM; predictions
+        and ``score`` take such rows too, and :meth:`impute` fills them in. EM only (``fit``, ``partial_fit``).
     seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
 
     Attributes
@@ -260,12 +264,23 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
             return log_prob_with_missing(self.components_, data) + self.weights_.log()
         return self.components_.log_prob(data) + self.weights_.log()
 
-    def impute(self, X: Any) -> Any:
-        """``X`` with every missing entry (NaN) replaced by its conditional expectation given the row's observed
-        entries under the fitted mixture: each component's conditional mean (Gaussian conditioning on the
-        observed block; a feature's mean under independent features), weighted by the row's posterior
-        probabilities given the observed entries (categorical features: the most probable level). The families
-        that ``missing="marginalize"`` serves; any ``missing`` setting.
+    def impute(self, X: Any, *, method: str = "mean", seed: int | None = None) -> Any:
+        """``X`` with every missing entry (NaN) filled in given the row's observed entries under the fitted mixture;
+        observed entries, and rows without a missing entry, as they are. The families that ``missing="marginalize"``
+        serves, but the multinomial (which does not model a row's total); any ``missing`` setting.
+
+        Parameters
+        ----------
+        X : array-like (N, D)
+        method : {"mean", "sample"}, default "mean"
+            ``"mean"``: the conditional expectation, each component's conditional mean (Gaussian conditioning on
+            the observed block; a feature's mean under independent features) weighted by the row's posterior
+            probabilities given the observed entries (categorical features: the most probable level).
+            ``"sample"`` (Gaussian components, and mixtures of Gaussians): a draw from the conditional
+            distribution, a component from the row's posterior probabilities, then the missing block from that
+            component's conditional Gaussian (multiple imputation: one draw per call).
+        seed : int, optional
+            The draws' seed (``"sample"``); by default the model's ``seed`` (the same draws on every call).
 
         Examples
         --------
@@ -276,11 +291,24 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
         >>> filled = gmm.impute(np.array([[2.0, np.nan]]))
         >>> bool(abs(filled[0, 1] - 0.9 * 2.0) < 0.2)
         True
+        >>> draws = gmm.impute(np.tile([[2.0, np.nan]], (2000, 1)), method="sample", seed=0)[:, 1]
+        >>> bool(abs(draws.mean() - filled[0, 1]) < 0.05), bool(abs(draws.std() - np.sqrt(1 - 0.9**2)) < 0.05)
+        (True, True)
         """
         self._check_fitted()
-        check_missing_option("marginalize", self.component_family())
+        if method not in ("mean", "sample"):
+            raise ValueError(f"method must be 'mean' or 'sample'; got {method!r}")
+        family = self.component_family()
+        check_missing_option("marginalize", family)
         x = self.fitted_matrix(X, allow_missing=True)
-        return to_output(impute_rows(self.components_, self.weights_.log(), x), X)
+        if method == "mean":
+            return to_output(impute_rows(self.components_, self.weights_.log(), x), X)
+        if not isinstance(family, (GaussianFamily, GaussianMixtureFamily)):
+            raise ValueError(
+                f"method='sample' is for Gaussian components and mixtures of Gaussians; got the {family.name!r} family"
+            )
+        generator = self.generator(offset=7927) if seed is None else torch.Generator().manual_seed(check_seed(seed))
+        return to_output(sample_missing(self.components_, self.weights_.log(), x, generator), X)
 
     def responsibilities(self, data: torch.Tensor) -> torch.Tensor:
         return torch.softmax(self._log_joint(data), dim=1)

@@ -166,6 +166,8 @@ def _missing_estimators() -> dict[str, tuple[Any, np.ndarray, st.SearchStrategy]
             None,
             real,
         ),
+        ("Mixture-multinomial", lambda: Mixture(2, family="multinomial", missing="marginalize"), counts, None, count),
+        ("Mixture-gmm", lambda: Mixture(2, family="gmm", missing="marginalize"), X, None, real),
         ("PFGMM", lambda: PFGMM(2, switch_prior=0.5, missing="marginalize"), X, Y_BINARY, real),
         ("SupervisedGMM", lambda: SupervisedGMM(2, missing="marginalize"), X, Y_BINARY, real),
     ]:
