@@ -170,7 +170,7 @@ def test_partial_fit_on_chunks_approaches_the_batch_fit(structure, name):
 def test_svi_reaches_the_em_optimum(structure, name):
     x, _ = _data(structure, name)
     em = _quiet(_structure(structure, name).fit, x)
-    svi = _quiet(_structure(structure, name).fit, x, engine="svi", num_steps=150, lr=0.05)
+    svi = _quiet(_structure(structure, name).fit, x, engine="svi", num_steps=150, lr=0.1)
     assert svi.score(x) == pytest.approx(em.score(x), abs=1e-2)
 
 
