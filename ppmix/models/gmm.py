@@ -85,6 +85,7 @@ class GMM(Mixture):
         init_params: str = "kmeans",
         warm_start: bool = False,
         missing: str = "error",
+        priors: dict[str, Any] | None = None,
         seed: int | None = None,
         device: str | torch.device | None = None,
         dtype: torch.dtype = torch.float64,

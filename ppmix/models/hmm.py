@@ -12,7 +12,7 @@ import torch
 from pyro import poutine
 
 from ppmix._validation import check_n_components, check_positive_int, to_output
-from ppmix.components.family import DensityFamily
+from ppmix.components.family import DensityFamily, PriorKey
 from ppmix.components.registry import family_config, family_from
 from ppmix.inference.engines.forward_backward import ForwardBackwardResult, forward_backward, viterbi
 from ppmix.models._family_components import INIT_METHODS, FamilyComponentsMixin, drop_leading_ones
@@ -168,6 +168,7 @@ class HMM(FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin, MixtureModel):
         warm_start: bool = False,
         sequence_column: str | None = None,
         missing: str = "error",
+        priors: dict[str, Any] | None = None,
         seed: int | None = None,
         device: str | torch.device | None = None,
         dtype: torch.dtype = torch.float64,
@@ -194,6 +195,10 @@ class HMM(FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin, MixtureModel):
         self._validate_family_params()
         transition_mask(self.transition_pattern, int(self.n_components))
         check_transition_prior(self.transition_prior)
+        if (self.priors or {}).get("transition") is not None and self.transition_prior != 1:
+            raise ValueError(
+                "priors['transition'] and transition_prior both set the transitions' concentration: set one"
+            )
         check_missing_option(self.missing, self.component_family())
 
     @property
@@ -420,8 +425,30 @@ class HMM(FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin, MixtureModel):
         return counts, result.log_likelihood @ weight + self._log_transition_prior()
 
     def _log_transition_prior(self) -> torch.Tensor:
-        """The Dirichlet ``transition_prior``'s log density at ``transition_`` (MAP-EM's objective; 0 under ML)."""
-        return log_transition_prior(self.transition_, self._transition_mask, float(self.transition_prior))
+        """MAP-EM's log prior: the transitions' Dirichlet log density at ``transition_`` (0 under ML) and, with
+        ``priors``, the initial distribution's and the emissions' (the family's)."""
+        log_prior = log_transition_prior(self.transition_, self._transition_mask, self._transition_concentration())
+        if self.priors is None:
+            return log_prior
+        alpha = self._concentration("initial", (self.n_components,))
+        return log_prior + dist.Dirichlet(alpha).log_prob(self.initial_) + self._map_log_prior_components()
+
+    def structure_prior_keys(self) -> dict[str, PriorKey]:
+        return {
+            "initial": PriorKey("the Dirichlet concentration of the initial distribution (default 1)", "concentration"),
+            "transition": PriorKey(
+                "the Dirichlet concentration of every transition row's allowed entries (default transition_prior): "
+                "a number, or (K, K)",
+                "concentration",
+            ),
+        }
+
+    def _transition_concentration(self) -> float | torch.Tensor:
+        """``priors["transition"]`` as a ``(K, K)`` tensor, else ``transition_prior``."""
+        if (self.priors or {}).get("transition") is None:
+            return float(self.transition_prior)
+        k = self.n_components
+        return self._concentration("transition", (k, k))
 
     def m_step(self, data: _EMData, stats: _Counts) -> None:
         """Baum–Welch updates: initial and transition from expected counts, emissions by weighted MLE."""
@@ -442,16 +469,21 @@ class HMM(FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin, MixtureModel):
     def em_update(self, stats: dict[str, Any]) -> None:
         """The M-step from (merged) statistics."""
         self._update_chain(stats["initial"], stats["transitions"])
-        fit_statistics(self.components_, stats["emissions"])
+        if self.priors is None:
+            fit_statistics(self.components_, stats["emissions"])
+        else:
+            self._map_update_components(stats["emissions"])
         self._invalidate_guide()
 
     def _update_chain(self, initial: torch.Tensor, transitions: torch.Tensor) -> None:
         """``initial`` and ``transition`` from expected counts (lightly padded; the transitions MAP under
-        ``transition_prior``, zero where ``transition_pattern`` allows none)."""
+        ``transition_prior``, zero where ``transition_pattern`` allows none; with ``priors``, both MAP)."""
         initial = initial.to(self.dtype) + _EPS
+        if self.priors is not None:
+            initial = initial + self._concentration("initial", (self.n_components,)) - 1
         self.initial_ = initial / initial.sum()
         self.transition_ = transition_update(
-            transitions.to(self.dtype), self._transition_mask, float(self.transition_prior)
+            transitions.to(self.dtype), self._transition_mask, self._transition_concentration()
         )
 
     # ---------------------------------------------------------- predictions

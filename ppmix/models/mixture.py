@@ -10,7 +10,7 @@ import torch
 
 from ppmix._validation import check_n_components, check_positive_int, to_output
 from ppmix.components.centred import padded_counts
-from ppmix.components.family import DensityFamily, Statistics
+from ppmix.components.family import DensityFamily, PriorKey, Statistics
 from ppmix.components.registry import family_config, family_from
 from ppmix.models._family_components import FamilyComponentsMixin
 from ppmix.models._gibbs import MixtureGibbsMixin
@@ -105,6 +105,7 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
         init_params: str = "kmeans",
         warm_start: bool = False,
         missing: str = "error",
+        priors: dict[str, Any] | None = None,
         seed: int | None = None,
         device: str | torch.device | None = None,
         dtype: torch.dtype = torch.float64,
@@ -219,8 +220,10 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
         :meth:`m_step` and :meth:`em_statistics` take the (merged) statistics as they are."""
         rows, weight = split_weights(data)
         if isinstance(rows, PartlyObserved):
-            return partly_observed_e_step(self.components_, self.weights_.log(), rows, weight)
-        return self.components_.expected_statistics(rows, self.weights_.log(), weight)
+            stats, objective = partly_observed_e_step(self.components_, self.weights_.log(), rows, weight)
+        else:
+            stats, objective = self.components_.expected_statistics(rows, self.weights_.log(), weight)
+        return stats, objective if self.priors is None else objective + self._log_prior()
 
     def m_step(self, data: Any, resp: Statistics | torch.Tensor) -> None:
         """The family's weighted MLE and ``weights = mean responsibility``, from the E-step's statistics or
@@ -240,11 +243,25 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
         return self.components_.statistics(rows, resp)
 
     def em_update(self, stats: Statistics) -> None:
-        """The M-step from (merged) statistics: the components' weighted MLE, ``weights`` their total weights."""
-        fit_statistics(self.components_, stats)
-        counts = padded_counts(stats.counts.to(self.dtype))
+        """The M-step from (merged) statistics: the components' weighted MLE, ``weights`` their total weights;
+        with ``priors``, MAP-EM: the family's MAP update and ``weights = (N_k + alpha - 1) / (N + K (alpha - 1))``."""
+        counts = stats.counts.to(self.dtype)
+        if self.priors is None:
+            fit_statistics(self.components_, stats)
+        else:
+            self._map_update_components(stats)
+            counts = counts + self._concentration("weights", (self.n_components,)) - 1
+        counts = padded_counts(counts)
         self.weights_ = counts / counts.sum()
         self._invalidate_guide()
+
+    def structure_prior_keys(self) -> dict[str, PriorKey]:
+        return {"weights": PriorKey("the Dirichlet concentration of the weights (default 1)", "concentration")}
+
+    def _log_prior(self) -> torch.Tensor:
+        """MAP-EM's log prior: ``log Dirichlet(weights | alpha)`` and the components' (the family's)."""
+        alpha = self._concentration("weights", (self.n_components,))
+        return dist.Dirichlet(alpha).log_prob(self.weights_) + self._map_log_prior_components()
 
     # ---------------------------------------------------------- predictions
     def _log_joint(self, data: torch.Tensor) -> torch.Tensor:
