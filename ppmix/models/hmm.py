@@ -122,6 +122,13 @@ class HMM(FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin, MixtureModel):
         NaN in a frame: an error naming ``X``, or (Gaussian emissions, and the emission families of independent
         features) an entry missing at random: a frame emits by the marginal density of its observed entries and
         Baum-Welch's M-step is exact EM, as :class:`~ppmix.models.mixture.Mixture`'s. EM only.
+    priors : dict, optional
+        The priors' hyperparameters, by key (each optional; None: every default): ``"initial"`` the Dirichlet
+        concentration of the initial distribution (default 1), ``"transition"`` that of every transition row's
+        allowed entries (a number or ``(K, K)``; default ``transition_prior``, which it replaces), and the
+        emission family's, as for :class:`~ppmix.models.mixture.Mixture`. MCMC, Gibbs and ``to_arviz``'s
+        ``prior`` group use them; given, ``engine="em"`` is MAP-EM (Dirichlet modes of the initial and transition
+        counts, the family's MAP update of the emissions, the log prior in ``history_``).
     seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
 
     Attributes

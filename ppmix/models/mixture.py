@@ -74,6 +74,16 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
         and its M-step takes the missing block's conditional expectations (Gaussian) or weighs each feature by
         whether it is observed (independent features): exact EM; predictions and ``score`` take such rows too, and
         :meth:`impute` fills them in. EM only (``fit``, ``partial_fit``).
+    priors : dict, optional
+        The priors' hyperparameters, by key (each optional; None: every default): ``"weights"`` the Dirichlet
+        concentration of the weights (default 1), and the family's (:meth:`prior_keys` lists them; e.g. Poisson
+        ``"rate_concentration"``, ``"rate_rate"``; Bernoulli ``"probs_concentration1"``, ``"probs_concentration0"``;
+        categorical and multinomial ``"probs_concentration"``; exponential ``"rate_concentration"``,
+        ``"rate_rate"``; Gaussian as for :class:`~ppmix.models.gmm.GMM`; defaults in each family's notes). MCMC,
+        Gibbs and ``to_arviz``'s ``prior`` group use them. Given (even ``{}``), ``engine="em"`` is MAP-EM: it
+        maximises log-likelihood plus log prior (reported in ``history_``) by the families' conjugate MAP updates
+        and ``weights = (N_k + alpha - 1) / (N + K (alpha - 1))``; None: maximum likelihood. An unknown key or a
+        value outside its domain is a ``ValueError`` naming ``priors``.
     seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
 
     Attributes
@@ -92,6 +102,14 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
     >>> mix = Mixture(2, family=GaussianFamily("full"), seed=0, progress=False).fit(X)
     >>> np.round(np.sort(mix.means_[:, 0].numpy()))
     array([-4.,  4.])
+
+    MAP-EM of Poisson rates under ``Gamma(a, b)``: ``(sum x + a - 1) / (n_k + b)``:
+
+    >>> counts = np.concatenate([rng.poisson(2.0, (200, 1)), rng.poisson(15.0, (200, 1))])
+    >>> prior = {"rate_concentration": 201.0, "rate_rate": 20.0}  # a mode of 10, worth 20 rows
+    >>> poisson = Mixture(2, family="poisson", priors=prior, seed=0, progress=False).fit(counts)
+    >>> np.round(np.sort(poisson.means_[:, 0].numpy()), 1)
+    array([ 2.8, 14.7])
     """
 
     def __init__(
