@@ -88,15 +88,20 @@ class PriorKey:
     def check(self, key: str, value: Any, *, map_em: bool = False) -> None:
         """Refuse a value outside the domain (or not finite numbers), with a ``ValueError`` naming ``priors``."""
         try:
-            tensor = torch.as_tensor(value, dtype=torch.float64)
+            tensor = None if isinstance(value, (bool, str)) else torch.as_tensor(value, dtype=torch.float64)
         except (TypeError, ValueError, RuntimeError):
             tensor = None
-        if tensor is None or isinstance(value, (bool, str)) or not bool(torch.isfinite(tensor).all()):
+        if tensor is None or not bool(torch.isfinite(tensor).all()):
             raise ValueError(f"priors[{key!r}] must be a finite number or array of them ({self.doc}); got {value!r}")
-        lowest = 1.0 if map_em and self.domain == "concentration" else 0.0
-        if self.domain != "real" and not bool((tensor > lowest if lowest == 0 else tensor >= lowest).all()):
-            need = "at least 1 for engine='em' (MAP-EM)" if lowest else "positive"
-            raise ValueError(f"priors[{key!r}] must be {need} ({self.doc}); got {value!r}")
+        if self.domain == "real":
+            return
+        if map_em and self.domain == "concentration":
+            if not bool((tensor >= 1).all()):
+                raise ValueError(
+                    f"priors[{key!r}] must be at least 1 for engine='em' (MAP-EM) ({self.doc}); got {value!r}"
+                )
+        elif not bool((tensor > 0).all()):
+            raise ValueError(f"priors[{key!r}] must be positive ({self.doc}); got {value!r}")
 
 
 class Statistics:

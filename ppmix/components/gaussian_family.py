@@ -276,7 +276,7 @@ class GaussianFamily(DensityFamily):
         summed over the features, ``2 a + 2 + n_k D``), the mode of ``InverseGamma(a, b)`` times the likelihood,
         at least the variance floor."""
         if not self.has_map_update():
-            super().map_update(components, stats, scale)
+            raise NotImplementedError(f"covariance_type={self.covariance_type!r}: no closed-form MAP update")
         opts = {"dtype": components.dtype, "device": components.device}
         d = stats.mean.shape[1]
         counts = stats.counts.to(**opts)[:, None]

@@ -77,7 +77,17 @@ class FamilyComponentsMixin:
         return {}
 
     def prior_keys(self) -> dict[str, PriorKey]:
-        """Every hyperparameter ``priors=`` may set: the structure's, then its family's."""
+        """Every hyperparameter ``priors=`` may set: the structure's, then its family's, each with its default.
+
+        Examples
+        --------
+        >>> from ppmix import Mixture
+        >>> keys = Mixture(2, family="poisson").prior_keys()
+        >>> sorted(keys)
+        ['rate_concentration', 'rate_rate', 'weights']
+        >>> keys["rate_rate"].doc
+        "the Gamma rate of the rates (default 1 / the data's mean count)"
+        """
         return {**self.structure_prior_keys(), **self.component_family().prior_keys()}
 
     def _validate_priors(self, *, map_em: bool = False) -> None:
@@ -122,18 +132,17 @@ class FamilyComponentsMixin:
         """MAP-EM's M-step of the components (``priors`` set): the family's :meth:`map_update`."""
         self._validate_priors(map_em=True)
         family = self._prior_family()
-        if isinstance(stats, FeatureStatistics) or not family.has_map_update():
-            settings = getattr(family, "covariance_type", None)
-            what = (
-                "rows with missing entries" if isinstance(stats, FeatureStatistics) else f"the {family.name!r} family"
-            )
-            what += (
-                ""
-                if settings is None or isinstance(stats, FeatureStatistics)
-                else f" with covariance_type={settings!r}"
-            )
+        if isinstance(stats, FeatureStatistics):
+            what = "rows with missing entries of independent features"
+        elif not family.has_map_update():
+            covariance_type = getattr(family, "covariance_type", None)
+            settings = "" if covariance_type is None else f" with covariance_type={covariance_type!r}"
+            what = f"the {family.name!r} family{settings}"
+        else:
+            what = ""
+        if what:
             raise ValueError(
-                f"engine='em' with priors is MAP-EM, which {what} has no closed-form update for: use priors=None "
+                f"engine='em' with priors is MAP-EM, which has no closed-form update for {what}: use priors=None "
                 "(maximum likelihood) or engine='mcmc'"
             )
         family.map_update(self.components_, stats, self._scale)
