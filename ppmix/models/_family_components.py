@@ -123,6 +123,12 @@ class FamilyComponentsMixin:
                 f"priors[{key!r}] must be a number or broadcast to shape {shape}; got shape {tuple(tensor.shape)}"
             ) from None
 
+    def init_values(self, data: Any, generator: torch.Generator) -> dict[str, torch.Tensor]:
+        """The start of SVI, MCMC and Gibbs: EM's start of maximum likelihood whatever ``priors`` (which the
+        samplers sample under; a family without a MAP-EM update starts too)."""
+        with self._overriding("priors", None):  # type: ignore[attr-defined]
+            return super().init_values(data, generator)  # type: ignore[misc]
+
     @property
     def online_em_unavailable(self) -> str | None:
         """Online EM averages statistics per observation, which a prior's pseudo-counts do not fit."""

@@ -422,16 +422,21 @@ class HMM(FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin, MixtureModel):
             counts = _Counts(
                 initial=result.initial.sum(0), transitions=result.pair_counts.sum(0), posterior=result.posterior
             )
-            return counts, result.log_likelihood.sum() + self._log_transition_prior()
+            return counts, result.log_likelihood.sum() + self._log_prior()
         weight = weight.to(result.posterior)
         counts = _Counts(
             initial=weight @ result.initial,
             transitions=torch.einsum("b,bij->ij", weight, result.pair_counts),
             posterior=result.posterior * weight[:, None, None],
         )
-        return counts, result.log_likelihood @ weight + self._log_transition_prior()
+        return counts, result.log_likelihood @ weight + self._log_prior()
 
-    def _log_transition_prior(self) -> torch.Tensor:
+    def em_global_objective(self, n_observations: int) -> torch.Tensor:
+        """The objective's term that is no sum over the sequences (counted once on shards,
+        :func:`ppmix.distributed.fit_em`): MAP-EM's log prior."""
+        return self._log_prior()
+
+    def _log_prior(self) -> torch.Tensor:
         """MAP-EM's log prior: the transitions' Dirichlet log density at ``transition_`` (0 under ML) and, with
         ``priors``, the initial distribution's and the emissions' (the family's)."""
         log_prior = log_transition_prior(self.transition_, self._transition_mask, self._transition_concentration())

@@ -276,6 +276,11 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
     def structure_prior_keys(self) -> dict[str, PriorKey]:
         return {"weights": PriorKey("the Dirichlet concentration of the weights (default 1)", "concentration")}
 
+    def em_global_objective(self, n_observations: int) -> torch.Tensor:
+        """The objective's term that is no sum over the rows (counted once on shards, :func:`ppmix.distributed.fit_em`):
+        MAP-EM's log prior (zero without ``priors``)."""
+        return self.weights_.new_zeros(()) if self.priors is None else self._log_prior()
+
     def _log_prior(self) -> torch.Tensor:
         """MAP-EM's log prior: ``log Dirichlet(weights | alpha)`` and the components' (the family's)."""
         alpha = self._concentration("weights", (self.n_components,))

@@ -262,6 +262,7 @@ def test_map_em_never_decreases_the_log_posterior_and_a_strong_prior_pins_the_ra
         ({"rate_shape": 1.0}, r"priors has an unknown key 'rate_shape'.*'rate_concentration'"),
         ({"rate_rate": -1.0}, r"priors\['rate_rate'\] must be positive"),
         ({"weights": 0.5}, r"priors\['weights'\] must be at least 1 for engine='em'"),
+        ({"weights": -1.0}, r"priors\['weights'\] must be positive"),
         ({"weights": "two"}, r"priors\['weights'\] must be a finite number"),
         ({"rate_rate": [1.0, 2.0, 3.0]}, r"priors\['rate_rate'\] must be a number or broadcast to shape \(2,\)"),
         ([1.0], "priors must be None or a dict"),
@@ -279,3 +280,19 @@ def test_map_em_is_refused_where_a_family_has_no_map_update_and_online_em_with_p
         Mixture(2, family="gamma", priors={"weights": 2.0}, **QUIET).fit(x)
     assert not hasattr(Mixture(2, family="poisson", priors={}, **QUIET), "partial_fit")
     assert "set priors=None" in Mixture(2, family="poisson", priors={}).online_em_unavailable
+
+
+@STRUCTURES
+def test_map_em_on_three_shards_equals_map_em_in_memory(structure, tmp_path):
+    """The log prior is no sum over the rows: every shard leaves it out and the driver adds it once."""
+    x, _ = _data(structure, "poisson")
+    prior = {"rate_concentration": 3.0, "rate_rate": 0.5, "weights" if structure == "Mixture" else "transition": 2.0}
+    start = _quiet(_structure(structure, "poisson", priors=prior).fit, x, max_iter=2)
+    start.warm_start = True
+    in_memory = _quiet(copy.deepcopy(start).fit, x, max_iter=5, tol=0.0)
+    sharded = _quiet(
+        fit_em, copy.deepcopy(start), _write_shards(structure, x, tmp_path), executor="inline", max_iter=5, tol=0.0
+    )
+    np.testing.assert_allclose(sharded.history_, in_memory.history_, rtol=1e-10)
+    for key, value in in_memory.state_tensors().items():
+        np.testing.assert_allclose(sharded.state_tensors()[key].numpy(), value.numpy(), rtol=1e-9, atol=1e-12)

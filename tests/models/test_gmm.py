@@ -393,3 +393,12 @@ def test_default_priors_leave_em_maximum_likelihood_and_are_kept_by_clone_and_sa
 def test_bad_gaussian_priors_are_errors_naming_priors(cov, priors, match):
     with pytest.raises(ValueError, match=match):
         GMM(2, covariance_type=cov, priors=priors, seed=0, progress=False).fit(planted(60)[0])
+
+
+def test_samplers_start_from_the_maximum_likelihood_em_start_where_map_em_has_no_update():
+    """NUTS and Gibbs start at EM's start; a full covariance (no MAP-EM update) starts too, under ``priors``."""
+    priors = {"corr_concentration": 5.0}
+    gmm = GMM(2, covariance_type="full", priors=priors, seed=0, progress=False)
+    values = gmm.init_values(gmm.prepare_data(planted(60)[0], fitting=True), gmm.generator())
+    assert sorted(values) == ["corr_cholesky", "locs", "scales", "weights"]
+    assert gmm.priors is priors
