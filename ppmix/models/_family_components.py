@@ -2,8 +2,9 @@
 :class:`~ppmix.components.family.DensityFamily` protocol.
 
 The mixin turns the family's declared sites into Pyro sample statements (flat priors for
-maximum likelihood, the family's weak priors under MCMC), maps the model's globals to the
-fitted components and back, records the family's data scale on the training data, and starts
+maximum likelihood, the family's weak priors under MCMC, with the hyperparameters a structure's
+``priors=`` sets), checks ``priors`` and runs MAP-EM's component updates, maps the model's globals to
+the fitted components and back, records the family's data scale on the training data, and starts
 EM from k-means (or its seeding, or random) responsibilities. Nothing here knows which family
 it serves.
 """
