@@ -14,7 +14,14 @@ import torch
 from pyro.distributions import constraints
 
 from ppmix._validation import InvalidDataError
-from ppmix.components.family import DataScale, DensityFamily, MeanStatisticsComponents, SiteSpec, WeightedSums
+from ppmix.components.family import (
+    DataScale,
+    DensityFamily,
+    MeanStatisticsComponents,
+    PriorKey,
+    SiteSpec,
+    WeightedSums,
+)
 from ppmix.components.independent import IndependentFeatures
 
 __all__ = ["BernoulliComponents", "BernoulliFamily"]
@@ -96,7 +103,9 @@ class BernoulliFamily(DensityFamily):
     Notes
     -----
     The Pyro site is ``probs`` ``(K, D)`` (as in ``torch.distributions.Bernoulli``); under MCMC its prior is
-    ``Beta(1, 1)`` (uniform).
+    ``Beta(1, 1)`` (uniform). A model's ``priors=`` sets it: ``probs_concentration1`` ``a`` and
+    ``probs_concentration0`` ``b`` (default 1 each; numbers or one per feature); MAP-EM's probability is
+    ``(successes + a - 1) / (n_k + a + b - 2)``.
 
     Examples
     --------
@@ -129,8 +138,26 @@ class BernoulliFamily(DensityFamily):
     def _component_options(self, scale: DataScale) -> dict[str, Any]:
         return {"floor": self.floor}
 
+    def prior_keys(self) -> dict[str, PriorKey]:
+        return {
+            "probs_concentration1": PriorKey("the Beta concentration of the ones (default 1)", "concentration"),
+            "probs_concentration0": PriorKey("the Beta concentration of the zeros (default 1)", "concentration"),
+        }
+
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
-        return dist.Beta(torch.ones(d, **opts), torch.ones(d, **opts)).to_event(1)
+        ones = torch.ones(d, **opts)
+        a, b = self.prior_value("probs_concentration1", ones), self.prior_value("probs_concentration0", ones)
+        return dist.Beta(a, b).to_event(1)
+
+    def map_update(self, components: BernoulliComponents, stats: WeightedSums, scale: DataScale) -> None:
+        """``probs_k = (successes + a - 1) / (n_k + a + b - 2)`` under ``Beta(a, b)`` (0 without any weight),
+        kept in ``[floor, 1 - floor]``."""
+        opts = {"dtype": components.dtype, "device": components.device}
+        prior = self.prior("probs", 1, stats.totals.shape[1], scale, opts).base_dist
+        successes = stats.totals.to(**opts) + prior.concentration1 - 1
+        trials = stats.counts.to(**opts)[:, None] + prior.concentration1 + prior.concentration0 - 2
+        probs = successes / torch.where(trials > 0, trials, 1.0)
+        components.probs = probs.clamp(components.floor, 1 - components.floor)
 
     def conjugate_posterior(
         self, site: str, stats: WeightedSums, values: dict, scale: DataScale, opts: dict

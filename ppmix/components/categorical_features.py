@@ -20,7 +20,14 @@ from pyro.distributions import constraints
 
 from ppmix._validation import InvalidDataError
 from ppmix.components.base import ComponentFamily
-from ppmix.components.family import DataScale, DensityFamily, MeanStatisticsComponents, SiteSpec, WeightedSums
+from ppmix.components.family import (
+    DataScale,
+    DensityFamily,
+    MeanStatisticsComponents,
+    PriorKey,
+    SiteSpec,
+    WeightedSums,
+)
 from ppmix.components.independent import IndependentFeatures
 
 __all__ = ["CategoricalComponents", "CategoricalFamily", "LevelCodes"]
@@ -159,8 +166,10 @@ class CategoricalFamily(DensityFamily):
     Notes
     -----
     The Pyro site is ``probs`` ``(K, D, C)`` (as in ``torch.distributions.Categorical``); under MCMC its prior
-    is ``Dirichlet(1, ..., 1)`` (uniform) for every feature. The ArviZ dimensions are ``component``,
-    ``feature`` and ``level``.
+    is ``Dirichlet(1, ..., 1)`` (uniform) for every feature. A model's ``priors=`` sets its concentration
+    ``probs_concentration`` (default 1: a number, one per level ``(C,)`` or per feature and level ``(D, C)``);
+    MAP-EM's probabilities are ``level counts + alpha - 1``, normalised. The ArviZ dimensions are
+    ``component``, ``feature`` and ``level``.
 
     Examples
     --------
@@ -247,8 +256,26 @@ class CategoricalFamily(DensityFamily):
     def _component_options(self, scale: DataScale) -> dict[str, Any]:
         return {"floor": self.floor}
 
+    def prior_keys(self) -> dict[str, PriorKey]:
+        return {
+            "probs_concentration": PriorKey("the Dirichlet concentration of the levels (default 1)", "concentration")
+        }
+
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
-        return dist.Dirichlet(torch.ones(d, self.measured(scale)._levels(), **opts)).to_event(1)
+        alpha = self.prior_value("probs_concentration", torch.ones(d, self.measured(scale)._levels(), **opts))
+        return dist.Dirichlet(alpha).to_event(1)
+
+    def map_update(self, components: CategoricalComponents, stats: WeightedSums, scale: DataScale) -> None:
+        """``probs_kd ∝ level counts + alpha - 1`` under ``Dirichlet(alpha)`` (uniform where that is all zero),
+        floored at ``floor`` and renormalised."""
+        opts = {"dtype": components.dtype, "device": components.device}
+        k, levels = stats.counts.shape[0], self.measured(scale)._levels()
+        counts = stats.totals.to(**opts).reshape(k, -1, levels)
+        pseudo = counts + self.prior("probs", 1, counts.shape[1], scale, opts).base_dist.concentration - 1
+        totals = pseudo.sum(-1, keepdim=True)
+        floored = torch.where(totals > 0, pseudo / torch.where(totals > 0, totals, 1.0), 1.0 / levels)
+        floored = floored.clamp_min(components.floor)
+        components.probs = floored / floored.sum(-1, keepdim=True)
 
     def conjugate_posterior(
         self, site: str, stats: WeightedSums, values: dict, scale: DataScale, opts: dict

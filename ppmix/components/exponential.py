@@ -8,7 +8,14 @@ import torch
 from pyro.distributions import constraints
 
 from ppmix._validation import InvalidDataError
-from ppmix.components.family import DataScale, DensityFamily, MeanStatisticsComponents, SiteSpec, WeightedSums
+from ppmix.components.family import (
+    DataScale,
+    DensityFamily,
+    MeanStatisticsComponents,
+    PriorKey,
+    SiteSpec,
+    WeightedSums,
+)
 from ppmix.components.independent import IndependentFeatures
 
 __all__ = ["ExponentialComponents", "ExponentialFamily"]
@@ -81,7 +88,9 @@ class ExponentialFamily(DensityFamily):
     Notes
     -----
     The Pyro site is ``rate`` ``(K, D)`` (as in ``torch.distributions.Exponential``); under MCMC its prior
-    is ``Gamma(1, mean_d)``, whose mean is the rate of the data's mean in feature ``d``.
+    is ``Gamma(1, mean_d)``, whose mean is the rate of the data's mean in feature ``d``. A model's ``priors=``
+    sets it: ``rate_concentration`` (default 1) and ``rate_rate`` (default ``mean_d``), numbers or one per
+    feature; MAP-EM's rate is ``(n_k + a - 1) / (sum x + b)``.
 
     Examples
     --------
@@ -107,9 +116,24 @@ class ExponentialFamily(DensityFamily):
     def sites(self, k: int, d: int) -> dict[str, SiteSpec]:
         return {"rate": SiteSpec(constraints.positive, (d,))}
 
+    def prior_keys(self) -> dict[str, PriorKey]:
+        return {
+            "rate_concentration": PriorKey("the Gamma shape of the rates (default 1)"),
+            "rate_rate": PriorKey("the Gamma rate of the rates (default the data's mean)"),
+        }
+
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
         mean = scale.get("mean", torch.ones(d)).to(**opts).clamp_min(torch.finfo(opts.get("dtype", torch.float64)).tiny)
-        return dist.Gamma(torch.ones_like(mean), mean).to_event(1)
+        shape = self.prior_value("rate_concentration", torch.ones_like(mean))
+        return dist.Gamma(shape, self.prior_value("rate_rate", mean)).to_event(1)
+
+    def map_update(self, components: ExponentialComponents, stats: WeightedSums, scale: DataScale) -> None:
+        """``rate_k = (n_k + a - 1) / (sum_n r_nk x_n + b)`` under ``Gamma(a, b)``, in ``(0, max_rate]``."""
+        opts = {"dtype": components.dtype, "device": components.device}
+        prior = self.prior("rate", 1, stats.totals.shape[1], scale, opts).base_dist
+        counts = stats.counts.to(**opts)[:, None]
+        rate = (counts + prior.concentration - 1) / (stats.totals.to(**opts) + prior.rate)
+        components.rate = rate.clamp(torch.finfo(components.dtype).tiny, components.max_rate)
 
     def conjugate_posterior(
         self, site: str, stats: WeightedSums, values: dict, scale: DataScale, opts: dict

@@ -19,9 +19,10 @@ A new family is one module with one class of each kind and one line in
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import inspect
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Mapping, Protocol, runtime_checkable
 
 import pyro.distributions as dist
 import torch
@@ -34,6 +35,7 @@ __all__ = [
     "DataScale",
     "DensityFamily",
     "MeanStatisticsComponents",
+    "PriorKey",
     "SiteSpec",
     "Statistics",
     "WeightedSums",
@@ -63,6 +65,43 @@ class SiteSpec:
         ((3, 2), (2,))
         """
         return tuple(self.event_shape) if self.shared else (k, *self.event_shape)
+
+
+@dataclasses.dataclass(frozen=True)
+class PriorKey:
+    """One hyperparameter that a model's ``priors=`` may set: what it is and its default (``doc``), and its
+    domain: ``"real"``, ``"positive"`` or ``"concentration"`` (of a Dirichlet or Beta: positive, and at least 1
+    for MAP-EM, whose mode is otherwise on the boundary).
+
+    Examples
+    --------
+    >>> PriorKey("the Dirichlet concentration of the weights (default 1)", "concentration").check("weights", 2)
+    >>> PriorKey("a rate", "positive").check("rate_rate", -1.0)
+    Traceback (most recent call last):
+    ...
+    ValueError: priors['rate_rate'] must be positive (a rate); got -1.0
+    """
+
+    doc: str
+    domain: str = "positive"
+
+    def check(self, key: str, value: Any, *, map_em: bool = False) -> None:
+        """Refuse a value outside the domain (or not finite numbers), with a ``ValueError`` naming ``priors``."""
+        try:
+            tensor = None if isinstance(value, (bool, str)) else torch.as_tensor(value, dtype=torch.float64)
+        except (TypeError, ValueError, RuntimeError):
+            tensor = None
+        if tensor is None or not bool(torch.isfinite(tensor).all()):
+            raise ValueError(f"priors[{key!r}] must be a finite number or array of them ({self.doc}); got {value!r}")
+        if self.domain == "real":
+            return
+        if map_em and self.domain == "concentration":
+            if not bool((tensor >= 1).all()):
+                raise ValueError(
+                    f"priors[{key!r}] must be at least 1 for engine='em' (MAP-EM) ({self.doc}); got {value!r}"
+                )
+        elif not bool((tensor > 0).all()):
+            raise ValueError(f"priors[{key!r}] must be positive ({self.doc}); got {value!r}")
 
 
 class Statistics:
@@ -257,8 +296,62 @@ class DensityFamily(Protocol):
 
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
         """The weakly informative prior of ``site`` for MCMC (``bayesian()``), for one component (broadcast over
-        the ``components`` plate; a shared site's, for its one value)."""
+        the ``components`` plate; a shared site's, for its one value), with the hyperparameters that
+        :meth:`with_priors` set in place of their defaults."""
         raise NotImplementedError(f"{type(self).__name__} has no priors for MCMC")
+
+    # ------------------------------------------------------------ settable priors
+    #: the hyperparameters :meth:`with_priors` set (none: every default)
+    prior_settings: Mapping[str, Any] = {}
+
+    def prior_keys(self) -> dict[str, PriorKey]:
+        """The hyperparameters of :meth:`prior` that a model's ``priors=`` may set, with their defaults; default:
+        none (the family's priors are fixed)."""
+        return {}
+
+    def with_priors(self, priors: Mapping[str, Any] | None) -> "DensityFamily":
+        """A copy of the family whose priors take the entries of ``priors`` named in :meth:`prior_keys` (a
+        model's ``priors=``, checked by the model; other keys are the structure's)."""
+        family = copy.copy(self)
+        keys = self.prior_keys()
+        family.prior_settings = {key: value for key, value in (priors or {}).items() if key in keys}
+        return family
+
+    def prior_value(self, key: str, default: torch.Tensor) -> torch.Tensor:
+        """The hyperparameter ``key``: its :attr:`prior_settings` value broadcast to ``default``'s shape, or
+        ``default``."""
+        value = self.prior_settings.get(key)
+        if value is None:
+            return default
+        tensor = torch.as_tensor(value, dtype=default.dtype, device=default.device)
+        try:
+            return tensor.expand_as(default)
+        except RuntimeError:
+            raise ValueError(
+                f"priors[{key!r}] must be a number or broadcast to shape {tuple(default.shape)}; got shape "
+                f"{tuple(tensor.shape)}"
+            ) from None
+
+    def has_map_update(self) -> bool:
+        """Whether :meth:`map_update` is written (what MAP-EM, ``engine="em"`` with ``priors``, needs)."""
+        return type(self).map_update is not DensityFamily.map_update
+
+    def map_update(self, components: ComponentFamily, stats: Any, scale: DataScale) -> None:
+        """MAP-EM's M-step, in place: the components maximising the expected complete-data log-likelihood
+        (``stats``, as for ``fit_statistics``) plus :meth:`map_log_prior`. Default: none (an error naming the
+        family)."""
+        raise NotImplementedError(
+            f"the {self.name!r} family has no MAP-EM update, so engine='em' cannot fit it with priors set: use "
+            "priors=None (maximum likelihood) or engine='mcmc'"
+        )
+
+    def map_log_prior(self, components: ComponentFamily, d: int, scale: DataScale) -> torch.Tensor:
+        """The log prior density of ``components`` (on ``d`` features) that MAP-EM's objective adds to the
+        log-likelihood; default: the density of :meth:`prior` at the site values."""
+        values = self.site_values(components)
+        k = components.n_components
+        opts = {"dtype": components.dtype, "device": components.device}
+        return sum(self.prior(site, k, d, scale, opts).log_prob(value).sum() for site, value in values.items())
 
     def has_conjugate_prior(self) -> bool:
         """Whether :meth:`conjugate_posterior` draws every site (what ``engine="gibbs"`` needs); default: whether

@@ -18,7 +18,7 @@ from torch.distributions.transforms import PowerTransform
 from ppmix._validation import InvalidDataError, check_float
 from ppmix.components.base import ComponentFamily
 from ppmix.components.centred import CentredData, as_floor
-from ppmix.components.family import DataScale, DensityFamily, SiteSpec
+from ppmix.components.family import DataScale, DensityFamily, PriorKey, SiteSpec
 from ppmix.components.gaussian_diag import DiagGaussian, SphericalGaussian
 from ppmix.components.gaussian_full import FullGaussian, TiedGaussian
 from ppmix.ops.scaling import column_moments, weighted_lower_median
@@ -279,26 +279,79 @@ class GaussianFamily(DensityFamily):
         scales = tril.square().sum(-1).sqrt()
         return {"locs": components.loc.clone(), "scales": scales, "corr_cholesky": tril / scales[..., None]}
 
+    def prior_keys(self) -> dict[str, PriorKey]:
+        keys = {
+            "locs_loc": PriorKey("the prior mean of the component means (default the data's mean)", "real"),
+            "locs_scale": PriorKey("the prior standard deviation of the means (default 3 times the data's)"),
+            "variance_concentration": PriorKey("the inverse-gamma shape of every variance (default 1)"),
+            "variance_rate": PriorKey("the inverse-gamma rate of every variance (default 1/100 of the data's)"),
+        }
+        if self.covariance_type in ("full", "tied"):
+            keys["corr_concentration"] = PriorKey("the LKJ concentration of the correlations (default 2)")
+        return keys
+
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
         """``locs ~ N(mean(X), 3 std(X))``; every variance ``scales**2 ~ InverseGamma(1, var(X) / 100)`` (flat in
         log variance above a hundredth of the data's variance, :data:`VARIANCE_PRIOR_SHARE`; spherical: of the mean
         variance over the features); ``corr_cholesky ~ LKJCholesky(D, 2)`` (before a fit: centred at 0 with unit
-        scale). Diagonal and spherical components are thus conditionally conjugate (:meth:`conjugate_posterior`:
-        ``engine="gibbs"``)."""
+        scale); each hyperparameter as :meth:`with_priors` sets it (:meth:`prior_keys`). Diagonal and spherical
+        components are thus conditionally conjugate (:meth:`conjugate_posterior`: ``engine="gibbs"``)."""
         mean = scale.get("mean", torch.zeros(d)).to(**opts)
         std = scale.get("std", torch.ones(d)).to(**opts)
         if site == "locs":
-            return dist.Normal(mean, 3.0 * std).to_event(1)
+            return dist.Normal(self.prior_value("locs_loc", mean), self.prior_value("locs_scale", 3.0 * std)).to_event(
+                1
+            )
         if site == "scales":
             shape, rate = self._variance_prior(std)
             scales = dist.TransformedDistribution(dist.InverseGamma(shape, rate), [PowerTransform(0.5)])
             return scales if self.covariance_type == "spherical" else scales.to_event(1)
-        return dist.LKJCholesky(d, torch.tensor(2.0, **opts))
+        return dist.LKJCholesky(d, self.prior_value("corr_concentration", torch.tensor(2.0, **opts)))
 
     def _variance_prior(self, std: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Shape and rate of the inverse-gamma prior of every variance, from the data's standard deviations."""
         variance = std.square().mean() if self.covariance_type == "spherical" else std.square()
-        return torch.ones_like(variance), VARIANCE_PRIOR_SHARE * variance
+        shape = self.prior_value("variance_concentration", torch.ones_like(variance))
+        return shape, self.prior_value("variance_rate", VARIANCE_PRIOR_SHARE * variance)
+
+    def has_map_update(self) -> bool:
+        """Diagonal and spherical covariances (the MAP of a full or tied covariance under LKJ has no closed form)."""
+        return self.has_conjugate_prior()
+
+    def map_update(self, components: ComponentFamily, stats: Any, scale: DataScale) -> None:
+        """Diagonal or spherical components, one conditional maximisation after the other (ECM, so MAP-EM's
+        objective never decreases): ``locs_k = (m0 / s0^2 + n_k xbar_k / var_k) / (1 / s0^2 + n_k / var_k)`` at the
+        current variances, then ``var_k = (2 b + S_k + n_k (xbar_k - locs_k)^2) / (2 a + 2 + n_k)`` (spherical:
+        summed over the features, ``2 a + 2 + n_k D``), the mode of ``InverseGamma(a, b)`` times the likelihood,
+        at least the variance floor."""
+        if not self.has_map_update():
+            raise NotImplementedError(f"covariance_type={self.covariance_type!r}: no closed-form MAP update")
+        opts = {"dtype": components.dtype, "device": components.device}
+        d = stats.mean.shape[1]
+        counts = stats.counts.to(**opts)[:, None]
+        seen = counts > 0
+        sample_mean = torch.where(seen, stats.mean.to(**opts), 0.0)
+        locs = self.prior("locs", 1, d, scale, opts).base_dist
+        precision = locs.scale.pow(-2) + counts / components.variance
+        loc = (locs.loc * locs.scale.pow(-2) + counts * sample_mean / components.variance) / precision
+        squares = torch.where(seen, stats.scatter.to(**opts), 0.0) + counts * (sample_mean - loc).square()
+        shape, rate = self._variance_prior(scale.get("std", torch.ones(d)).to(**opts))
+        floor = torch.as_tensor(components.reg_covar, **opts)
+        if self.covariance_type == "spherical":
+            variance = (2 * rate + squares.sum(1, keepdim=True)) / (2 * shape + 2 + counts * d)
+            variance = torch.maximum(variance, floor.mean()).expand_as(loc)
+        else:
+            variance = torch.maximum((2 * rate + squares) / (2 * shape + 2 + counts), floor)
+        components.loc, components.scale = loc, variance.sqrt().contiguous()
+
+    def map_log_prior(self, components: ComponentFamily, d: int, scale: DataScale) -> torch.Tensor:
+        """``log N(locs | m0, s0^2) + log InverseGamma(variances | a, b)`` (the variances' density, whose mode
+        :meth:`map_update` takes)."""
+        opts = {"dtype": components.dtype, "device": components.device}
+        variance = components.variance[:, 0] if self.covariance_type == "spherical" else components.variance
+        shape, rate = self._variance_prior(scale.get("std", torch.ones(d)).to(**opts))
+        log_locs = self.prior("locs", 1, d, scale, opts).log_prob(components.loc).sum()
+        return log_locs + dist.InverseGamma(shape, rate).log_prob(variance).sum()
 
     def has_conjugate_prior(self) -> bool:
         """Diagonal and spherical covariances: the means and variances are conditionally conjugate (a full or tied

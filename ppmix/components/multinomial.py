@@ -37,6 +37,7 @@ from ppmix.components.family import (
     DataScale,
     DensityFamily,
     MeanStatisticsComponents,
+    PriorKey,
     SiteSpec,
     Statistics,
     WeightedSums,
@@ -348,7 +349,9 @@ class MultinomialFamily(DensityFamily):
     Notes
     -----
     The Pyro site is ``probs`` ``(K, D)`` (as in ``torch.distributions.Multinomial``); under MCMC its prior is
-    ``Dirichlet(1, ..., 1)`` (uniform). Sampled rows have the training rows' median total.
+    ``Dirichlet(1, ..., 1)`` (uniform); a model's ``priors=`` sets its concentration ``probs_concentration``
+    (default 1: a number or one per category), and MAP-EM's probabilities are ``counts + alpha - 1``,
+    normalised. Sampled rows have the training rows' median total.
 
     Examples
     --------
@@ -403,8 +406,21 @@ class MultinomialFamily(DensityFamily):
         total = scale.get("total")
         return {"floor": self.floor, "sample_total": 1 if total is None else max(int(total.round()), 1)}
 
+    def prior_keys(self) -> dict[str, PriorKey]:
+        return {
+            "probs_concentration": PriorKey(
+                "the Dirichlet concentration of the categories (default 1)", "concentration"
+            )
+        }
+
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
-        return dist.Dirichlet(torch.ones(d, **opts))
+        return dist.Dirichlet(self.prior_value("probs_concentration", torch.ones(d, **opts)))
+
+    def map_update(self, components: MultinomialComponents, stats: WeightedSums, scale: DataScale) -> None:
+        """The weighted MLE of the counts plus ``alpha - 1`` under ``Dirichlet(alpha)``: the posterior mode."""
+        opts = {"dtype": components.dtype, "device": components.device}
+        alpha = self.prior("probs", 1, stats.totals.shape[1], scale, opts).concentration
+        components.fit_statistics(WeightedSums(stats.counts, stats.totals.to(**opts) + alpha - 1))
 
     def conjugate_posterior(
         self, site: str, stats: WeightedSums, values: dict, scale: DataScale, opts: dict

@@ -18,7 +18,14 @@ import torch
 from pyro.distributions import constraints
 
 from ppmix._validation import InvalidDataError
-from ppmix.components.family import DataScale, DensityFamily, MeanStatisticsComponents, SiteSpec, WeightedSums
+from ppmix.components.family import (
+    DataScale,
+    DensityFamily,
+    MeanStatisticsComponents,
+    PriorKey,
+    SiteSpec,
+    WeightedSums,
+)
 from ppmix.components.independent import IndependentFeatures
 
 __all__ = ["PoissonComponents", "PoissonFamily"]
@@ -99,6 +106,8 @@ class PoissonFamily(DensityFamily):
     -----
     The Pyro site is ``rate`` ``(K, D)`` (as in ``torch.distributions.Poisson``); under MCMC its prior
     is ``Gamma(1, 1 / mean_d)``, an exponential whose mean is the data's mean count of feature ``d``.
+    A model's ``priors=`` sets it: ``rate_concentration`` (default 1) and ``rate_rate`` (default ``1 /
+    mean_d``), numbers or one per feature; MAP-EM's rate is ``(sum x + a - 1) / (n_k + b)``.
 
     Examples
     --------
@@ -134,9 +143,24 @@ class PoissonFamily(DensityFamily):
     def _component_options(self, scale: DataScale) -> dict[str, Any]:
         return {"floor": self.floor}
 
+    def prior_keys(self) -> dict[str, PriorKey]:
+        return {
+            "rate_concentration": PriorKey("the Gamma shape of the rates (default 1)"),
+            "rate_rate": PriorKey("the Gamma rate of the rates (default 1 / the data's mean count)"),
+        }
+
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
         mean = scale.get("mean", torch.ones(d)).to(**opts).clamp_min(self.floor)
-        return dist.Gamma(torch.ones_like(mean), 1.0 / mean).to_event(1)
+        shape = self.prior_value("rate_concentration", torch.ones_like(mean))
+        return dist.Gamma(shape, self.prior_value("rate_rate", 1.0 / mean)).to_event(1)
+
+    def map_update(self, components: PoissonComponents, stats: WeightedSums, scale: DataScale) -> None:
+        """``rate_k = (sum_n r_nk x_n + a - 1) / (n_k + b)`` under ``Gamma(a, b)``, at least ``floor``."""
+        opts = {"dtype": components.dtype, "device": components.device}
+        prior = self.prior("rate", 1, stats.totals.shape[1], scale, opts).base_dist
+        counts = stats.counts.to(**opts)[:, None]
+        rate = (stats.totals.to(**opts) + prior.concentration - 1) / (counts + prior.rate)
+        components.rate = rate.clamp_min(components.floor)
 
     def conjugate_posterior(
         self, site: str, stats: WeightedSums, values: dict, scale: DataScale, opts: dict

@@ -2,15 +2,16 @@
 :class:`~ppmix.components.family.DensityFamily` protocol.
 
 The mixin turns the family's declared sites into Pyro sample statements (flat priors for
-maximum likelihood, the family's weak priors under MCMC), maps the model's globals to the
-fitted components and back, records the family's data scale on the training data, and starts
+maximum likelihood, the family's weak priors under MCMC, with the hyperparameters a structure's
+``priors=`` sets), checks ``priors`` and runs MAP-EM's component updates, maps the model's globals to
+the fitted components and back, records the family's data scale on the training data, and starts
 EM from k-means (or its seeding, or random) responsibilities. Nothing here knows which family
 it serves.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import pyro
 import pyro.distributions as dist
@@ -18,7 +19,8 @@ import torch
 from pyro.distributions import constraints
 
 from ppmix.components.base import ComponentFamily
-from ppmix.components.family import DataScale, DensityFamily
+from ppmix.components.family import DataScale, DensityFamily, PriorKey
+from ppmix.components.independent import FeatureStatistics
 from ppmix.models._flat import flat_prior
 from ppmix.models._missing import fill_missing
 from ppmix.ops.kmeans import kmeans_plusplus, kmeans_start, nearest_centre
@@ -59,6 +61,8 @@ class FamilyComponentsMixin:
     _data_scale: DataScale
     #: the starts ``init_params`` may name (a structure with more of its own extends them)
     init_methods: tuple[str, ...] = INIT_METHODS
+    #: the hyperparameters set by a structure's ``priors=`` (None: the defaults, and EM is maximum likelihood)
+    priors: Mapping[str, Any] | None = None
 
     def component_family(self) -> DensityFamily:
         """The family of this model's components (built from its constructor arguments)."""
@@ -67,6 +71,100 @@ class FamilyComponentsMixin:
     def _validate_family_params(self) -> None:
         self.component_family().validate()
         self._validate_em_settings(self.init_methods)
+        self._validate_priors()
+
+    # ---------------------------------------------------------------- priors
+    def structure_prior_keys(self) -> dict[str, PriorKey]:
+        """The structure's own hyperparameters that ``priors=`` may set (e.g. the weights' concentration)."""
+        return {}
+
+    def prior_keys(self) -> dict[str, PriorKey]:
+        """Every hyperparameter ``priors=`` may set: the structure's, then its family's, each with its default.
+
+        Examples
+        --------
+        >>> from ppmix import Mixture
+        >>> keys = Mixture(2, family="poisson").prior_keys()
+        >>> sorted(keys)
+        ['rate_concentration', 'rate_rate', 'weights']
+        >>> keys["rate_rate"].doc
+        "the Gamma rate of the rates (default 1 / the data's mean count)"
+        """
+        return {**self.structure_prior_keys(), **self.component_family().prior_keys()}
+
+    def _validate_priors(self, *, map_em: bool = False) -> None:
+        """``priors`` None or a mapping of :meth:`prior_keys` to values in their domains (with ``map_em``, as MAP-EM
+        needs them); else a ``ValueError`` naming ``priors`` and the key."""
+        if self.priors is None:
+            return
+        if not isinstance(self.priors, Mapping):
+            raise TypeError(f"priors must be None or a dict of hyperparameters; got {type(self.priors).__name__}")
+        keys = self.prior_keys()
+        for key, value in self.priors.items():
+            if key not in keys:
+                raise ValueError(
+                    f"priors has an unknown key {key!r}: {type(self).__name__} with the "
+                    f"{self.component_family().name!r} family takes {sorted(keys)}"
+                )
+            if value is not None:
+                keys[key].check(key, value, map_em=map_em)
+
+    def _prior_family(self) -> DensityFamily:
+        """The component family with the hyperparameters of ``priors`` (what MCMC, Gibbs and MAP-EM use)."""
+        return self.component_family().with_priors(self.priors)
+
+    def _concentration(self, key: str, shape: tuple[int, ...], default: Any = 1.0) -> torch.Tensor:
+        """The Dirichlet concentration ``priors[key]`` (or ``default``) as a tensor of ``shape``."""
+        value = (self.priors or {}).get(key)
+        opts = {"dtype": self.dtype, "device": self._device}  # type: ignore[attr-defined]
+        tensor = torch.as_tensor(default if value is None else value, **opts)
+        try:
+            return tensor.expand(shape)
+        except RuntimeError:
+            raise ValueError(
+                f"priors[{key!r}] must be a number or broadcast to shape {shape}; got shape {tuple(tensor.shape)}"
+            ) from None
+
+    def init_values(self, data: Any, generator: torch.Generator) -> dict[str, torch.Tensor]:
+        """The start of SVI, MCMC and Gibbs: EM's start of maximum likelihood whatever ``priors`` (which the
+        samplers sample under; a family without a MAP-EM update starts too)."""
+        with self._overriding("priors", None):  # type: ignore[attr-defined]
+            return super().init_values(data, generator)  # type: ignore[misc]
+
+    @property
+    def online_em_unavailable(self) -> str | None:
+        """Online EM averages statistics per observation, which a prior's pseudo-counts do not fit."""
+        return None if self.priors is None else "online EM is maximum likelihood; set priors=None"
+
+    def _map_update_components(self, stats: Any) -> None:
+        """MAP-EM's M-step of the components (``priors`` set): the family's :meth:`map_update`."""
+        self._validate_priors(map_em=True)
+        family = self._prior_family()
+        if isinstance(stats, FeatureStatistics):
+            what = "rows with missing entries of independent features"
+        elif not family.has_map_update():
+            covariance_type = getattr(family, "covariance_type", None)
+            settings = "" if covariance_type is None else f" with covariance_type={covariance_type!r}"
+            what = f"the {family.name!r} family{settings}"
+        else:
+            what = ""
+        if what:
+            raise ValueError(
+                f"engine='em' with priors is MAP-EM, which has no closed-form update for {what}: use priors=None "
+                "(maximum likelihood) or engine='mcmc'"
+            )
+        family.map_update(self.components_, stats, self._scale)
+
+    def _map_log_prior_components(self) -> torch.Tensor:
+        """The components' log prior density in MAP-EM's objective."""
+        return self._prior_family().map_log_prior(self.components_, int(self.n_features_in_), self._scale)  # type: ignore[attr-defined]
+
+    def saved_params(self) -> dict[str, Any]:
+        """The constructor arguments, ``priors``' arrays as nested lists (JSON)."""
+        params = super().saved_params()  # type: ignore[misc]
+        if params.get("priors") is not None:
+            params["priors"] = {k: v if v is None else torch.as_tensor(v).tolist() for k, v in params["priors"].items()}
+        return params
 
     @property
     def _scale(self) -> DataScale:
@@ -134,24 +232,25 @@ class FamilyComponentsMixin:
 
     # ------------------------------------------------------------- Pyro sites
     def _simplex_prior(
-        self, site: str, batch: tuple[int, ...], k: int, opts: dict, concentration: float = 1.0
+        self, site: str, batch: tuple[int, ...], k: int, opts: dict, concentration: Any = 1.0
     ) -> dist.Distribution:
-        """Flat on the simplex for maximum likelihood, ``Dirichlet(concentration)`` (default 1) under MCMC.
+        """Flat on the simplex for maximum likelihood, ``Dirichlet(priors[site])`` (default ``concentration``)
+        under MCMC.
 
         The flat prior's sampler is a point mass at the current value of ``site`` (see
         :func:`~ppmix.models._flat.flat_prior`).
         """
         if not self.is_bayesian:
             return flat_prior(self, site, constraints.simplex, batch, (k,), opts)
-        return dist.Dirichlet(torch.full((*batch, k), concentration, **opts))
+        return dist.Dirichlet(self._concentration(site, (*batch, k), concentration).to(**opts))
 
     def _component_prior(self, site: str, k: int, d: int, opts: dict) -> dist.Distribution:
-        """The prior of one of the family's sites: flat for maximum likelihood, the family's own under MCMC."""
-        family = self.component_family()
+        """The prior of one of the family's sites: flat for maximum likelihood, the family's own (with ``priors``)
+        under MCMC."""
         if not self.is_bayesian:
-            spec = family.sites(k, d)[site]
+            spec = self.component_family().sites(k, d)[site]
             return flat_prior(self, site, spec.support, () if spec.shared else (k,), spec.event_shape, opts)
-        return family.prior(site, k, d, self._scale, opts)
+        return self._prior_family().prior(site, k, d, self._scale, opts)
 
     def _sample_components(self, k: int, d: int, opts: dict, plate: pyro.plate | None = None) -> ComponentFamily:
         """Sample the family's shared sites, then its other sites in the ``components`` plate (``plate`` when the

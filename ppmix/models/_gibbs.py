@@ -14,7 +14,7 @@ The chains run together: the ``C`` chains' ``K`` components are one set of ``C K
 ``c``'s component ``k`` at ``c K + k``), so one ``log_prob`` and one ``statistics`` call serve every chain.
 The priors are those of the model's program under ``bayesian()`` (the family's :meth:`prior`, a
 ``Dirichlet(1)`` on the weights and the initial distribution, ``Dirichlet(transition_prior)`` on every
-transition row), so Gibbs and NUTS sample the same posterior.
+transition row, each as the model's ``priors=`` sets it), so Gibbs and NUTS sample the same posterior.
 """
 
 from __future__ import annotations
@@ -67,6 +67,10 @@ class _FamilyGibbs:
 
     def component_family(self) -> DensityFamily: ...  # provided by FamilyComponentsMixin
 
+    def _prior_family(self) -> DensityFamily: ...  # provided by FamilyComponentsMixin
+
+    def _concentration(self, key: str, shape: tuple[int, ...], default: Any = 1.0) -> torch.Tensor: ...
+
     def _check_conjugate(self, rows: Any) -> None:
         """Refuse rows with missing entries, a family without a conjugate prior, or a subclass that replaced the
         structure's program."""
@@ -90,7 +94,7 @@ class _FamilyGibbs:
 
     def _chain_components(self, n_chains: int) -> _ChainComponents:
         """The fitted components repeated for every chain (the start of the sweeps)."""
-        family = self.component_family()
+        family = self._prior_family()
         fitted = family.site_values(self.components_)
         values = {site: value.repeat(n_chains, *([1] * (value.dim() - 1))) for site, value in fitted.items()}
         sites = tuple(family.sites(self.n_components, self._n_features))
@@ -149,11 +153,11 @@ class MixtureGibbsMixin(_FamilyGibbs):
         k = self.n_components
         chains, values, log_prior = self._draw_components(data, latent.assignment, latent.chains)
         counts = _chain_counts(latent.assignment, k).to(self.dtype)
-        ones = torch.ones_like(counts)
-        weights = dirichlet_draw(ones + counts)
+        alpha = self._concentration("weights", (k,)).to(counts).expand_as(counts)
+        weights = dirichlet_draw(alpha + counts)
         logits = self._chain_log_prob(data, chains) + weights.log()[:, None, :]
         log_likelihood = torch.logsumexp(logits, dim=-1).sum(-1)
-        joint = log_likelihood + log_prior + log_dirichlet(weights, ones)
+        joint = log_likelihood + log_prior + log_dirichlet(weights, alpha)
         return {"weights": weights, **values}, joint, _MixtureLatent(gumbel_argmax(logits), chains)
 
 
@@ -205,11 +209,13 @@ class HMMGibbsMixin(_FamilyGibbs):
         pairs.scatter_add_(1, pair_index.reshape(c, -1), both.expand(c, -1, -1).reshape(c, -1))
         pairs = pairs.reshape(c, k, k)
         allowed = self._transition_mask.to(pairs.device).expand(c, k, k)
-        ones = torch.ones_like(first)
-        initial = dirichlet_draw(ones + first)
-        alpha = torch.full_like(pairs, float(self.transition_prior))
+        alpha_initial = self._concentration("initial", (k,)).to(first).expand_as(first)
+        initial = dirichlet_draw(alpha_initial + first)
+        alpha = torch.as_tensor(self._transition_concentration()).to(pairs).expand_as(pairs)
         transition = dirichlet_draw(alpha + pairs, allowed)
         new_paths, log_likelihood = self._sample_paths(em_data, chains, initial, transition)
-        log_prior = log_prior + log_dirichlet(initial, ones) + log_dirichlet(transition, alpha, allowed).sum(-1)
+        log_prior = (
+            log_prior + log_dirichlet(initial, alpha_initial) + log_dirichlet(transition, alpha, allowed).sum(-1)
+        )
         values = {"initial": initial, "transition": transition, **values}
         return values, log_likelihood + log_prior, _HMMLatent(new_paths, chains, em_data)

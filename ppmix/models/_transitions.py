@@ -74,9 +74,9 @@ def check_transition_prior(prior: Any) -> float:
     return float(prior)
 
 
-def transition_update(counts: torch.Tensor, mask: torch.Tensor, prior: float) -> torch.Tensor:
+def transition_update(counts: torch.Tensor, mask: torch.Tensor, prior: float | torch.Tensor) -> torch.Tensor:
     """The (MAP-)EM transition matrix from expected counts ``(K, K)``: ``counts + prior - 1`` on the allowed
-    entries, zero elsewhere, every row normalised.
+    entries (``prior`` a number or ``(K, K)``), zero elsewhere, every row normalised.
 
     Examples
     --------
@@ -89,9 +89,10 @@ def transition_update(counts: torch.Tensor, mask: torch.Tensor, prior: float) ->
     return padded / padded.sum(-1, keepdim=True)
 
 
-def log_transition_prior(transition: torch.Tensor, mask: torch.Tensor, prior: float) -> torch.Tensor:
-    """``sum_i log Dirichlet(transition_i restricted to its allowed entries | prior)``: the term MAP-EM's objective
-    adds to the log-likelihood (zero for ``prior = 1``, the flat prior of maximum likelihood).
+def log_transition_prior(transition: torch.Tensor, mask: torch.Tensor, prior: float | torch.Tensor) -> torch.Tensor:
+    """``sum_i log Dirichlet(transition_i restricted to its allowed entries | prior)`` (``prior`` a number or
+    ``(K, K)``): the term MAP-EM's objective adds to the log-likelihood (zero for ``prior = 1``, the flat prior of
+    maximum likelihood).
 
     Examples
     --------
@@ -99,7 +100,7 @@ def log_transition_prior(transition: torch.Tensor, mask: torch.Tensor, prior: fl
     >>> round(float(log_transition_prior(t, transition_mask("left-right", 2), 2.0)), 6)  # log(6 * 0.25) + log 1
     0.405465
     """
-    if prior == 1.0:
+    if not isinstance(prior, torch.Tensor) and prior == 1.0:
         return transition.new_zeros(())
     allowed = mask.to(transition.device)
-    return log_dirichlet(transition, torch.full_like(transition, prior), allowed).sum()
+    return log_dirichlet(transition, torch.as_tensor(prior).to(transition).expand_as(transition), allowed).sum()

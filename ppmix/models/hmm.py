@@ -12,7 +12,7 @@ import torch
 from pyro import poutine
 
 from ppmix._validation import check_n_components, check_positive_int, to_output
-from ppmix.components.family import DensityFamily
+from ppmix.components.family import DensityFamily, PriorKey
 from ppmix.components.registry import family_config, family_from
 from ppmix.inference.engines.forward_backward import ForwardBackwardResult, forward_backward, viterbi
 from ppmix.models._family_components import INIT_METHODS, FamilyComponentsMixin, drop_leading_ones
@@ -122,6 +122,13 @@ class HMM(FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin, MixtureModel):
         NaN in a frame: an error naming ``X``, or (Gaussian emissions, and the emission families of independent
         features) an entry missing at random: a frame emits by the marginal density of its observed entries and
         Baum-Welch's M-step is exact EM, as :class:`~ppmix.models.mixture.Mixture`'s. EM only.
+    priors : dict, optional
+        The priors' hyperparameters, by key (each optional; None: every default): ``"initial"`` the Dirichlet
+        concentration of the initial distribution (default 1), ``"transition"`` that of every transition row's
+        allowed entries (a number or ``(K, K)``; default ``transition_prior``, which it replaces), and the
+        emission family's, as for :class:`~ppmix.models.mixture.Mixture`. MCMC, Gibbs and ``to_arviz``'s
+        ``prior`` group use them; given, ``engine="em"`` is MAP-EM (Dirichlet modes of the initial and transition
+        counts, the family's MAP update of the emissions, the log prior in ``history_``).
     seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
 
     Attributes
@@ -168,6 +175,7 @@ class HMM(FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin, MixtureModel):
         warm_start: bool = False,
         sequence_column: str | None = None,
         missing: str = "error",
+        priors: dict[str, Any] | None = None,
         seed: int | None = None,
         device: str | torch.device | None = None,
         dtype: torch.dtype = torch.float64,
@@ -194,6 +202,10 @@ class HMM(FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin, MixtureModel):
         self._validate_family_params()
         transition_mask(self.transition_pattern, int(self.n_components))
         check_transition_prior(self.transition_prior)
+        if (self.priors or {}).get("transition") is not None and self.transition_prior != 1:
+            raise ValueError(
+                "priors['transition'] and transition_prior both set the transitions' concentration: set one"
+            )
         check_missing_option(self.missing, self.component_family())
 
     @property
@@ -419,18 +431,45 @@ class HMM(FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin, MixtureModel):
             counts = _Counts(
                 initial=result.initial.sum(0), transitions=result.pair_counts.sum(0), posterior=result.posterior
             )
-            return counts, result.log_likelihood.sum() + self._log_transition_prior()
+            return counts, result.log_likelihood.sum() + self._log_prior()
         weight = weight.to(result.posterior)
         counts = _Counts(
             initial=weight @ result.initial,
             transitions=torch.einsum("b,bij->ij", weight, result.pair_counts),
             posterior=result.posterior * weight[:, None, None],
         )
-        return counts, result.log_likelihood @ weight + self._log_transition_prior()
+        return counts, result.log_likelihood @ weight + self._log_prior()
 
-    def _log_transition_prior(self) -> torch.Tensor:
-        """The Dirichlet ``transition_prior``'s log density at ``transition_`` (MAP-EM's objective; 0 under ML)."""
-        return log_transition_prior(self.transition_, self._transition_mask, float(self.transition_prior))
+    def em_global_objective(self, n_observations: int) -> torch.Tensor:
+        """The objective's term that is no sum over the sequences (counted once on shards,
+        :func:`ppmix.distributed.fit_em`): MAP-EM's log prior."""
+        return self._log_prior()
+
+    def _log_prior(self) -> torch.Tensor:
+        """MAP-EM's log prior: the transitions' Dirichlet log density at ``transition_`` (0 under ML) and, with
+        ``priors``, the initial distribution's and the emissions' (the family's)."""
+        log_prior = log_transition_prior(self.transition_, self._transition_mask, self._transition_concentration())
+        if self.priors is None:
+            return log_prior
+        alpha = self._concentration("initial", (self.n_components,))
+        return log_prior + dist.Dirichlet(alpha).log_prob(self.initial_) + self._map_log_prior_components()
+
+    def structure_prior_keys(self) -> dict[str, PriorKey]:
+        return {
+            "initial": PriorKey("the Dirichlet concentration of the initial distribution (default 1)", "concentration"),
+            "transition": PriorKey(
+                "the Dirichlet concentration of every transition row's allowed entries (default transition_prior): "
+                "a number, or (K, K)",
+                "concentration",
+            ),
+        }
+
+    def _transition_concentration(self) -> float | torch.Tensor:
+        """``priors["transition"]`` as a ``(K, K)`` tensor, else ``transition_prior``."""
+        if (self.priors or {}).get("transition") is None:
+            return float(self.transition_prior)
+        k = self.n_components
+        return self._concentration("transition", (k, k))
 
     def m_step(self, data: _EMData, stats: _Counts) -> None:
         """Baum–Welch updates: initial and transition from expected counts, emissions by weighted MLE."""
@@ -451,16 +490,21 @@ class HMM(FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin, MixtureModel):
     def em_update(self, stats: dict[str, Any]) -> None:
         """The M-step from (merged) statistics."""
         self._update_chain(stats["initial"], stats["transitions"])
-        fit_statistics(self.components_, stats["emissions"])
+        if self.priors is None:
+            fit_statistics(self.components_, stats["emissions"])
+        else:
+            self._map_update_components(stats["emissions"])
         self._invalidate_guide()
 
     def _update_chain(self, initial: torch.Tensor, transitions: torch.Tensor) -> None:
         """``initial`` and ``transition`` from expected counts (lightly padded; the transitions MAP under
-        ``transition_prior``, zero where ``transition_pattern`` allows none)."""
+        ``transition_prior``, zero where ``transition_pattern`` allows none; with ``priors``, both MAP)."""
         initial = initial.to(self.dtype) + _EPS
+        if self.priors is not None:
+            initial = initial + self._concentration("initial", (self.n_components,)) - 1
         self.initial_ = initial / initial.sum()
         self.transition_ = transition_update(
-            transitions.to(self.dtype), self._transition_mask, float(self.transition_prior)
+            transitions.to(self.dtype), self._transition_mask, self._transition_concentration()
         )
 
     # ---------------------------------------------------------- predictions

@@ -10,7 +10,7 @@ import torch
 
 from ppmix._validation import check_n_components, check_positive_int, check_seed, to_output
 from ppmix.components.centred import padded_counts
-from ppmix.components.family import DensityFamily, Statistics
+from ppmix.components.family import DensityFamily, PriorKey, Statistics
 from ppmix.components.gaussian_family import GaussianFamily
 from ppmix.components.gaussian_mixture import GaussianMixtureFamily
 from ppmix.components.registry import family_config, family_from
@@ -78,6 +78,16 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
         the observed counts given their total) and its M-step takes the missing block's conditional expectations
         (Gaussian) or weighs each feature by whether it is observed (independent features): exact EM; predictions
         and ``score`` take such rows too, and :meth:`impute` fills them in. EM only (``fit``, ``partial_fit``).
+    priors : dict, optional
+        The priors' hyperparameters, by key (each optional; None: every default): ``"weights"`` the Dirichlet
+        concentration of the weights (default 1), and the family's (:meth:`prior_keys` lists them; e.g. Poisson
+        ``"rate_concentration"``, ``"rate_rate"``; Bernoulli ``"probs_concentration1"``, ``"probs_concentration0"``;
+        categorical and multinomial ``"probs_concentration"``; exponential ``"rate_concentration"``,
+        ``"rate_rate"``; Gaussian as for :class:`~ppmix.models.gmm.GMM`; defaults in each family's notes). MCMC,
+        Gibbs and ``to_arviz``'s ``prior`` group use them. Given (even ``{}``), ``engine="em"`` is MAP-EM: it
+        maximises log-likelihood plus log prior (reported in ``history_``) by the families' conjugate MAP updates
+        and ``weights = (N_k + alpha - 1) / (N + K (alpha - 1))``; None: maximum likelihood. An unknown key or a
+        value outside its domain is a ``ValueError`` naming ``priors``.
     seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
 
     Attributes
@@ -96,6 +106,14 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
     >>> mix = Mixture(2, family=GaussianFamily("full"), seed=0, progress=False).fit(X)
     >>> np.round(np.sort(mix.means_[:, 0].numpy()))
     array([-4.,  4.])
+
+    MAP-EM of Poisson rates under ``Gamma(a, b)``: ``(sum x + a - 1) / (n_k + b)``:
+
+    >>> counts = np.concatenate([rng.poisson(2.0, (200, 1)), rng.poisson(15.0, (200, 1))])
+    >>> prior = {"rate_concentration": 201.0, "rate_rate": 20.0}  # a mode of 10, worth 20 rows
+    >>> poisson = Mixture(2, family="poisson", priors=prior, seed=0, progress=False).fit(counts)
+    >>> np.round(np.sort(poisson.means_[:, 0].numpy()), 1)
+    array([ 2.8, 14.7])
     """
 
     def __init__(
@@ -109,6 +127,7 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
         init_params: str = "kmeans",
         warm_start: bool = False,
         missing: str = "error",
+        priors: dict[str, Any] | None = None,
         seed: int | None = None,
         device: str | torch.device | None = None,
         dtype: torch.dtype = torch.float64,
@@ -231,8 +250,10 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
         :meth:`m_step` and :meth:`em_statistics` take the (merged) statistics as they are."""
         rows, weight = split_weights(data)
         if isinstance(rows, PartlyObserved):
-            return partly_observed_e_step(self.components_, self.weights_.log(), rows, weight)
-        return self.components_.expected_statistics(rows, self.weights_.log(), weight)
+            stats, objective = partly_observed_e_step(self.components_, self.weights_.log(), rows, weight)
+        else:
+            stats, objective = self.components_.expected_statistics(rows, self.weights_.log(), weight)
+        return stats, objective if self.priors is None else objective + self._log_prior()
 
     def m_step(self, data: Any, resp: Statistics | torch.Tensor) -> None:
         """The family's weighted MLE and ``weights = mean responsibility``, from the E-step's statistics or
@@ -252,11 +273,30 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
         return self.components_.statistics(rows, resp)
 
     def em_update(self, stats: Statistics) -> None:
-        """The M-step from (merged) statistics: the components' weighted MLE, ``weights`` their total weights."""
-        fit_statistics(self.components_, stats)
-        counts = padded_counts(stats.counts.to(self.dtype))
+        """The M-step from (merged) statistics: the components' weighted MLE, ``weights`` their total weights;
+        with ``priors``, MAP-EM: the family's MAP update and ``weights = (N_k + alpha - 1) / (N + K (alpha - 1))``."""
+        counts = stats.counts.to(self.dtype)
+        if self.priors is None:
+            fit_statistics(self.components_, stats)
+        else:
+            self._map_update_components(stats)
+            counts = counts + self._concentration("weights", (self.n_components,)) - 1
+        counts = padded_counts(counts)
         self.weights_ = counts / counts.sum()
         self._invalidate_guide()
+
+    def structure_prior_keys(self) -> dict[str, PriorKey]:
+        return {"weights": PriorKey("the Dirichlet concentration of the weights (default 1)", "concentration")}
+
+    def em_global_objective(self, n_observations: int) -> torch.Tensor:
+        """The objective's term that is no sum over the rows (counted once on shards, :func:`ppmix.distributed.fit_em`):
+        MAP-EM's log prior (zero without ``priors``)."""
+        return self.weights_.new_zeros(()) if self.priors is None else self._log_prior()
+
+    def _log_prior(self) -> torch.Tensor:
+        """MAP-EM's log prior: ``log Dirichlet(weights | alpha)`` and the components' (the family's)."""
+        alpha = self._concentration("weights", (self.n_components,))
+        return dist.Dirichlet(alpha).log_prob(self.weights_) + self._map_log_prior_components()
 
     # ---------------------------------------------------------- predictions
     def _log_joint(self, data: torch.Tensor) -> torch.Tensor:

@@ -23,7 +23,7 @@ from ppmix import HMM, Mixture
 from ppmix.components.registry import FAMILIES, family_from
 from ppmix.distributed import fit_em
 from ppmix.models.selection import select_components
-from tests.common import FAMILY_DATA, make_family_rows, make_family_sequences
+from tests.common import FAMILY_DATA, assert_close, make_family_rows, make_family_sequences
 
 NAMES = sorted(FAMILY_DATA)
 QUIET = {"seed": 0, "progress": False}
@@ -192,3 +192,107 @@ def test_bic_selects_the_planted_number_of_components(name):
     x, _ = _data("Mixture", name)
     selection = _quiet(select_components, _structure("Mixture", name), x, ks=[1, 2, 3])
     assert selection.best_k == 2, selection.scores
+
+
+# ------------------------------------------------------------------ priors= and MAP-EM
+def _map_answer(name: str, x: np.ndarray) -> np.ndarray:
+    """The one-component MAP of ``x`` under ``MAP_PRIORS[name]``, in closed form (the parameter ``means_``
+    reports, or the level probabilities)."""
+    n = x.shape[0]
+    if name == "poisson":  # Gamma(3, 2)
+        return (x.sum(0) + 3 - 1) / (n + 2)
+    if name == "exponential":  # Gamma(3, 2) on the rate: the mean 1 / rate
+        return (x.sum(0) + 2) / (n + 3 - 1)
+    if name == "bernoulli":  # Beta(3, 2)
+        return (x.sum(0) + 3 - 1) / (n + 3 + 2 - 2)
+    if name == "multinomial":  # Dirichlet(3)
+        pseudo = x.sum(0) + 3 - 1
+        return pseudo / pseudo.sum()
+    levels = int(x.max()) + 1  # categorical, Dirichlet(3) on every feature's levels
+    counts = np.stack([(x == c).sum(0) for c in range(levels)], axis=-1)
+    return (counts + 3 - 1) / (n + levels * (3 - 1))
+
+
+MAP_PRIORS = {
+    "poisson": {"rate_concentration": 3.0, "rate_rate": 2.0},
+    "exponential": {"rate_concentration": 3.0, "rate_rate": 2.0},
+    "bernoulli": {"probs_concentration1": 3.0, "probs_concentration0": 2.0},
+    "multinomial": {"probs_concentration": 3.0},
+    "categorical": {"probs_concentration": 3.0},
+}
+
+
+@pytest.mark.parametrize("name", sorted(MAP_PRIORS))
+def test_map_em_of_one_component_is_the_conjugate_posterior_mode(name):
+    x, _ = make_family_rows(name, 40, 3)
+    mix = Mixture(1, family=name, priors=MAP_PRIORS[name], **QUIET).fit(x)
+    got = mix.components_.probs if name == "categorical" else mix.means_
+    want = _map_answer(name, x)
+    assert_close(got[0], torch.as_tensor(want, dtype=torch.float64), rtol=1e-10)
+    # the objective is the log posterior: log-likelihood plus the log prior (the weight's Dirichlet(1) is 0)
+    family = mix._prior_family()
+    log_prior = family.map_log_prior(mix.components_, mix.n_features_in_, mix._scale)
+    assert mix.history_[-1] * len(x) == pytest.approx(mix.log_likelihood(x) + float(log_prior), rel=1e-10)
+
+
+@pytest.mark.parametrize("name", ["bernoulli", "categorical", "multinomial"])
+def test_flat_default_priors_make_map_em_maximum_likelihood(name):
+    """Beta(1, 1), Dirichlet(1): the default priors of these families are uniform, so MAP-EM with every default
+    (``priors={}``) is the maximum-likelihood fit, while ``priors=None`` is today's fit, untouched."""
+    x, _ = make_family_rows(name, 120, 3)
+    ml = Mixture(2, family=name, **QUIET).fit(x)
+    map_fit = Mixture(2, family=name, priors={}, **QUIET).fit(x)
+    assert_close(map_fit.weights_, ml.weights_, rtol=1e-9)
+    assert_close(map_fit.means_, ml.means_, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("structure", ["Mixture", "HMM"])
+def test_map_em_never_decreases_the_log_posterior_and_a_strong_prior_pins_the_rates(structure):
+    x, _ = _data(structure, "poisson", 2, 300)
+    prior = {"rate_concentration": 1e6 * 5.0 + 1, "rate_rate": 1e6}  # mode 5, worth a million rows
+    model = _structure(structure, "poisson", priors={**prior, "weights" if structure == "Mixture" else "initial": 4.0})
+    _quiet(model.fit, x, max_iter=50, tol=0.0)
+    assert np.all(np.diff(model.history_) >= -1e-9 * abs(model.history_[-1]))
+    assert_close(model.means_, torch.full((2, 2), 5.0, dtype=torch.float64), rtol=1e-3)
+
+
+@pytest.mark.parametrize(
+    "priors, match",
+    [
+        ({"rate_shape": 1.0}, r"priors has an unknown key 'rate_shape'.*'rate_concentration'"),
+        ({"rate_rate": -1.0}, r"priors\['rate_rate'\] must be positive"),
+        ({"weights": 0.5}, r"priors\['weights'\] must be at least 1 for engine='em'"),
+        ({"weights": -1.0}, r"priors\['weights'\] must be positive"),
+        ({"weights": "two"}, r"priors\['weights'\] must be a finite number"),
+        ({"rate_rate": [1.0, 2.0, 3.0]}, r"priors\['rate_rate'\] must be a number or broadcast to shape \(2,\)"),
+        ([1.0], "priors must be None or a dict"),
+    ],
+)
+def test_bad_priors_are_errors_naming_priors(priors, match):
+    x, _ = make_family_rows("poisson", 40, 2)
+    with pytest.raises((ValueError, TypeError), match=match):
+        Mixture(2, family="poisson", priors=priors, **QUIET).fit(x)
+
+
+def test_map_em_is_refused_where_a_family_has_no_map_update_and_online_em_with_priors():
+    x, _ = make_family_rows("gamma", 40, 2)
+    with pytest.raises(ValueError, match="MAP-EM, which has no closed-form update for the 'gamma' family"):
+        Mixture(2, family="gamma", priors={"weights": 2.0}, **QUIET).fit(x)
+    assert not hasattr(Mixture(2, family="poisson", priors={}, **QUIET), "partial_fit")
+    assert "set priors=None" in Mixture(2, family="poisson", priors={}).online_em_unavailable
+
+
+@STRUCTURES
+def test_map_em_on_three_shards_equals_map_em_in_memory(structure, tmp_path):
+    """The log prior is no sum over the rows: every shard leaves it out and the driver adds it once."""
+    x, _ = _data(structure, "poisson")
+    prior = {"rate_concentration": 3.0, "rate_rate": 0.5, "weights" if structure == "Mixture" else "transition": 2.0}
+    start = _quiet(_structure(structure, "poisson", priors=prior).fit, x, max_iter=2)
+    start.warm_start = True
+    in_memory = _quiet(copy.deepcopy(start).fit, x, max_iter=5, tol=0.0)
+    sharded = _quiet(
+        fit_em, copy.deepcopy(start), _write_shards(structure, x, tmp_path), executor="inline", max_iter=5, tol=0.0
+    )
+    np.testing.assert_allclose(sharded.history_, in_memory.history_, rtol=1e-10)
+    for key, value in in_memory.state_tensors().items():
+        np.testing.assert_allclose(sharded.state_tensors()[key].numpy(), value.numpy(), rtol=1e-9, atol=1e-12)

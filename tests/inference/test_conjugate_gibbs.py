@@ -245,3 +245,36 @@ def test_gibbs_refuses_families_without_a_conjugate_prior_and_replaced_programs(
         Mixture(2, family="poisson", missing="marginalize", progress=False).fit(holed, engine="gibbs")
     with pytest.raises(ValueError, match="missing entries .*for EM"):
         HMM(2, emission="poisson", missing="marginalize", progress=False).fit([holed], engine="gibbs")
+
+
+def test_a_strong_prior_pins_the_gibbs_draws_at_its_mean():
+    """``priors=`` is the prior Gibbs draws under: Gamma(7e5, 1e5) on the rates, Dirichlet(1e5) on the weights
+    and N(2, 1e-3) on the Gaussian means hold the draws at 7, 1/2 and 2 whatever the data say."""
+    counts = np.random.default_rng(0).poisson(np.repeat([[2.0], [9.0]], 30, axis=0))
+    priors = {"weights": 1e5, "rate_concentration": 7e5, "rate_rate": 1e5}
+    rows = np.random.default_rng(1).normal(size=(60, 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mix = Mixture(2, family="poisson", priors=priors, seed=0, progress=False)
+        mix.fit(counts, engine="gibbs", num_samples=100, warmup_steps=20, num_chains=2)
+        gmm = GMM(2, priors={"locs_loc": 2.0, "locs_scale": 1e-3}, seed=0, progress=False)
+        gmm.fit(rows, engine="gibbs", num_samples=100, warmup_steps=20, num_chains=2)
+    assert float(mix.mcmc_samples_["rate"].mean()) == pytest.approx(7.0, abs=0.02)
+    assert float(mix.mcmc_samples_["weights"].mean()) == pytest.approx(0.5, abs=0.01)
+    assert float(gmm.mcmc_samples_["locs"].mean()) == pytest.approx(2.0, abs=1e-3)
+    # every default named (an HMM's too) is the prior of priors=None: the same draws, bit for bit
+    seqs = [counts[i : i + 10] for i in range(0, 60, 10)]
+    for model, data, defaults in [
+        (Mixture(2, family="poisson"), counts, {"weights": 1.0, "rate_concentration": 1.0}),
+        (HMM(2, emission="poisson"), seqs, {"initial": 1.0, "transition": 1.0, "rate_rate": 1 / counts.mean()}),
+    ]:
+        draws = []
+        for priors in (None, defaults):
+            model.set_params(priors=priors, seed=0, progress=False)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                draws.append(
+                    model.fit(data, engine="gibbs", num_samples=10, warmup_steps=5, num_chains=2).mcmc_samples_
+                )
+        for site, values in draws[0].items():
+            torch.testing.assert_close(draws[1][site], values, rtol=0, atol=0)

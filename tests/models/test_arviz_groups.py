@@ -186,3 +186,15 @@ def test_gibbs_inference_data_has_the_log_joint_as_lp():
     assert idata.attrs["ppmix_draws"] == "gibbs"
     np.testing.assert_array_equal(idata.sample_stats["lp"].values, mix.gibbs_log_joint_.numpy())
     assert idata.sample_stats["lp"].shape == (2, 20) and np.isfinite(loo.elpd_loo)
+
+
+def test_the_prior_group_draws_from_the_priors_as_set():
+    counts = np.random.default_rng(0).poisson(np.repeat([[2.0], [9.0]], 30, axis=0))
+    priors = {"weights": [1.0, 50.0], "rate_concentration": 4e4, "rate_rate": 1e4}  # rates about 4 +- 0.02
+    mix = Mixture(2, family="poisson", priors=priors, seed=0, progress=False).fit(counts)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prior = mix.to_arviz(num_samples=200, approximation=None).prior
+    assert float(prior["rate"].mean()) == pytest.approx(4.0, abs=0.01)
+    assert float(prior["rate"].std()) == pytest.approx(0.02, rel=0.2)
+    assert float(prior["weights"].mean(dim=("chain", "draw"))[1]) == pytest.approx(50 / 51, abs=0.01)

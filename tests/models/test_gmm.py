@@ -322,3 +322,83 @@ def test_every_em_iteration_equals_scikit_learns_from_the_same_start(cov):
         assert_close(ours.means_, sk.means_, rtol=1e-8, atol=1e-12)
         assert_close(ours.covariances_, sk_covariances, rtol=1e-8, atol=1e-12)
         assert ours.score(x) == pytest.approx(sk.score(x), rel=1e-10)
+
+
+# ------------------------------------------------------------------ priors= and MAP-EM
+@pytest.mark.parametrize("cov", ["diag", "spherical"])
+def test_map_em_of_one_gaussian_is_the_fixed_point_of_its_conditional_modes(cov):
+    """K = 1: the fit satisfies ``loc = (m0 / s0^2 + n xbar / v) / (1 / s0^2 + n / v)`` and ``v = (2 b + S + n (xbar
+    - loc)^2) / (2 a + 2 + n)`` (spherical: summed over the features, ``2 a + 2 + n D``), and its objective is the
+    log-likelihood plus the log prior of the means and variances."""
+    x = planted(60)[0]
+    n, d = x.shape
+    m0, s0, a, b = np.array([1.0, -2.0, 0.5]), 0.7, 4.0, 3.0
+    priors = {"locs_loc": m0, "locs_scale": s0, "variance_concentration": a, "variance_rate": b}
+    gmm = GMM(1, covariance_type=cov, priors=priors, tol=1e-14, max_iter=1000, seed=0, progress=False).fit(x)
+    loc, var = gmm.means_[0].numpy(), gmm.covariances_[0].numpy()
+    xbar, scatter = x.mean(0), ((x - x.mean(0)) ** 2).sum(0)
+    np.testing.assert_allclose(loc, (m0 / s0**2 + n * xbar / var) / (1 / s0**2 + n / var), rtol=1e-7)
+    squares = scatter + n * (xbar - loc) ** 2
+    want = (2 * b + squares.sum()) / (2 * a + 2 + n * d) if cov == "spherical" else (2 * b + squares) / (2 * a + 2 + n)
+    np.testing.assert_allclose(var, np.broadcast_to(want, (d,)), rtol=1e-7)
+    v = var[:1] if cov == "spherical" else var
+    log_prior = torch.distributions.Normal(torch.tensor(m0), s0).log_prob(torch.tensor(loc)).sum()
+    inverse_gamma = torch.distributions.InverseGamma(
+        torch.tensor(a, dtype=torch.float64), torch.tensor(b, dtype=torch.float64)
+    )
+    log_prior += inverse_gamma.log_prob(torch.tensor(v)).sum()
+    assert gmm.history_[-1] * n == pytest.approx(gmm.log_likelihood(x) + float(log_prior), rel=1e-10)
+    assert np.all(np.diff(gmm.history_) >= -1e-12)
+
+
+def test_map_em_weights_are_the_dirichlet_mode_and_a_strong_prior_pins_the_means():
+    x = planted(300)[0]
+    ml = GMM(3, seed=0, progress=False).fit(x)
+    gmm = GMM(3, priors={"weights": 101.0}, seed=0, progress=False).fit(x)
+    counts = gmm.predict_proba(x).sum(0)  # at convergence, the responsibilities' totals
+    np.testing.assert_allclose(gmm.weights_.numpy(), (counts + 100) / (300 + 3 * 100), rtol=1e-4)
+    assert gmm.weights_.numpy().std() < ml.weights_.numpy().std()  # pulled towards equal weights
+    pinned = GMM(2, priors={"locs_loc": 3.0, "locs_scale": 1e-4}, seed=0, progress=False).fit(x)
+    np.testing.assert_allclose(pinned.means_.numpy(), 3.0, atol=1e-3)
+
+
+def test_default_priors_leave_em_maximum_likelihood_and_are_kept_by_clone_and_save(tmp_path):
+    from sklearn.base import clone
+
+    x = planted(200)[0]
+    ml = GMM(2, seed=0, progress=False).fit(x)
+    assert GMM(2, seed=0, progress=False).get_params()["priors"] is None
+    np.testing.assert_array_equal(GMM(2, priors=None, seed=0, progress=False).fit(x).means_.numpy(), ml.means_.numpy())
+    priors = {"locs_loc": np.array([0.0, 1.0, 2.0]), "variance_rate": 2.0, "weights": 3.0}
+    gmm = GMM(2, priors=priors, seed=0, progress=False)
+    copied = clone(gmm)
+    assert copied.priors is not priors and copied.priors["variance_rate"] == 2.0
+    gmm.fit(x)
+    np.testing.assert_allclose(copied.fit(x).means_.numpy(), gmm.means_.numpy(), rtol=1e-12)
+    gmm.save(tmp_path / "m")
+    loaded = GMM.load(tmp_path / "m")
+    assert loaded.priors == {"locs_loc": [0.0, 1.0, 2.0], "variance_rate": 2.0, "weights": 3.0}
+    np.testing.assert_allclose(loaded.fit(x).means_.numpy(), gmm.means_.numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "cov, priors, match",
+    [
+        ("full", {}, "MAP-EM, which has no closed-form update for the 'gaussian' family with covariance_type='full'"),
+        ("diag", {"corr_concentration": 2.0}, r"unknown key 'corr_concentration'"),
+        ("full", {"corr_concentration": -2.0}, r"priors\['corr_concentration'\] must be positive"),
+        ("diag", {"locs_scale": 0.0}, r"priors\['locs_scale'\] must be positive"),
+    ],
+)
+def test_bad_gaussian_priors_are_errors_naming_priors(cov, priors, match):
+    with pytest.raises(ValueError, match=match):
+        GMM(2, covariance_type=cov, priors=priors, seed=0, progress=False).fit(planted(60)[0])
+
+
+def test_samplers_start_from_the_maximum_likelihood_em_start_where_map_em_has_no_update():
+    """NUTS and Gibbs start at EM's start; a full covariance (no MAP-EM update) starts too, under ``priors``."""
+    priors = {"corr_concentration": 5.0}
+    gmm = GMM(2, covariance_type="full", priors=priors, seed=0, progress=False)
+    values = gmm.init_values(gmm.prepare_data(planted(60)[0], fitting=True), gmm.generator())
+    assert sorted(values) == ["corr_cholesky", "locs", "scales", "weights"]
+    assert gmm.priors is priors

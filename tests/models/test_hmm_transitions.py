@@ -126,3 +126,21 @@ def test_an_array_pattern_survives_save_and_load(tmp_path):
     assert_close(loaded.transition_, hmm.transition_, rtol=0, atol=0)
     loaded.fit(sequences)  # refits under the same pattern
     assert (loaded.transition_[~transition_mask(PATTERNS["array"], 3)] == 0).all()
+
+
+def test_priors_set_the_transition_and_initial_concentrations_of_map_em():
+    """``priors={"transition": a}`` sets what ``transition_prior`` does (one of the two, not both): MAP-EM's
+    transitions are the Dirichlet modes of the expected counts; ``"initial"`` adds ``alpha - 1`` to the initial
+    counts, so a strong prior pins the initial distribution."""
+    sequences = left_right_sequences(10, 30)
+    options = {"transition_pattern": "upper", "init_params": "segments", "tol": 1e-12, **QUIET}
+    hmm = HMM(3, priors={"transition": 20.0}, **options).fit(sequences)
+    counts = hmm.e_step(hmm.em_data(hmm.prepare_data(sequences)))[0]
+    assert_close(hmm.transition_, transition_update(counts.transitions, transition_mask("upper", 3), 20.0), rtol=1e-6)
+    pinned = HMM(3, priors={"initial": [1.0, 1.0, 1e6 + 1.0]}, **options).fit(sequences)
+    assert float(pinned.initial_[2]) > 0.999  # every sequence starts in state 0; the prior says state 2
+    assert np.all(np.diff(pinned.history_) >= -1e-12)
+    with pytest.raises(ValueError, match=r"priors\['transition'\] and transition_prior both set"):
+        HMM(3, transition_prior=2.0, priors={"transition": 3.0}, **options).fit(sequences)
+    with pytest.raises(ValueError, match=r"priors\['initial'\] must be a number or broadcast to shape \(3,\)"):
+        HMM(3, priors={"initial": [1.0, 2.0]}, **options).fit(sequences)
