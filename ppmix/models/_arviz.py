@@ -42,7 +42,7 @@ from __future__ import annotations
 import inspect
 import logging
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
@@ -148,15 +148,18 @@ class LaplaceTarget:
     """The log density a Laplace approximation is taken of, and where.
 
     ``values`` are every global at the fit; ``supports`` the constraint of each global that varies (the
-    others are held at ``values`` in every draw); ``log_density(values)`` the fitted objective, differentiable
-    in the varying values. The default (:func:`program_laplace_target`) is the program's log joint with every
-    discrete latent summed out; a model whose fitted objective is another (the pf models' ELBO) defines
-    ``laplace_target(data)`` returning its own.
+    others are held at ``values`` in every draw); ``held`` optional boolean masks, in the unconstrained shape
+    of a varying global, of its entries held too (e.g. a reference class fixed at zero, which the objective
+    does not depend on); ``log_density(values)`` the fitted objective, differentiable in the varying values.
+    The default (:func:`program_laplace_target`) is the program's log joint with every discrete latent summed
+    out; a model whose fitted objective is another (the pf models' ELBO) defines ``laplace_target(data)``
+    returning its own.
     """
 
     values: dict[str, torch.Tensor]
     supports: dict[str, Any]
     log_density: Callable[[dict[str, torch.Tensor]], torch.Tensor]
+    held: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 def _empty_guide(*args: Any, **kwargs: Any) -> None:
@@ -226,9 +229,13 @@ def laplace_draws(
         transforms = {n: biject_to(target.supports[n]) for n in names}
         values = target.values
         unconstrained = {n: transforms[n].inv(values[n]) for n in names}
-        shapes = {n: unconstrained[n].shape for n in names}
-        sizes = [unconstrained[n].numel() for n in names]
-        centre = torch.cat([unconstrained[n].reshape(-1) for n in names]).to(torch.float64)
+        free = {  # the positions of the entries that vary, in each flattened unconstrained global
+            n: torch.nonzero(~target.held[n].reshape(-1)).squeeze(1) if n in target.held else None for n in names
+        }
+        flat_values = {n: unconstrained[n].reshape(-1).to(torch.float64) for n in names}
+        parts = [flat_values[n] if free[n] is None else flat_values[n][free[n]] for n in names]
+        sizes = [part.numel() for part in parts]
+        centre = torch.cat(parts)
         if max_parameters is not None and centre.numel() > max_parameters:
             raise LaplaceUnavailable(
                 f"{type(model).__name__} has {centre.numel()} unconstrained parameters, more than the "
@@ -238,8 +245,10 @@ def laplace_draws(
             )
 
         def split(flat: torch.Tensor) -> dict[str, torch.Tensor]:
-            parts = torch.split(flat, sizes)
-            varying = {n: transforms[n](p.reshape(shapes[n]).to(values[n].dtype)) for n, p in zip(names, parts)}
+            varying = {}
+            for n, part in zip(names, torch.split(flat, sizes)):
+                entries = part if free[n] is None else flat_values[n].index_put((free[n],), part)
+                varying[n] = transforms[n](entries.reshape(unconstrained[n].shape).to(values[n].dtype))
             return {**values, **varying}
 
         with local_params():

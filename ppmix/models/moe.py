@@ -9,7 +9,7 @@ import pyro.distributions as dist
 import torch
 from pyro.distributions import constraints
 
-from ppmix.components import GaussianExpert, LogisticExpert, SoftmaxGate
+from ppmix.components import GaussianExpert, LogisticExpert, SoftmaxExpert, SoftmaxGate
 from ppmix.components.expert_family import ExpertFamily
 from ppmix.components.registry import expert_family_from, family_config
 from ppmix.inference.engines.result import FitResult, convergence_warnings_ignored
@@ -381,7 +381,12 @@ class MixtureOfExperts(ExpertPredictionsMixin, ParametersMixin, TargetKindMixin,
             self.assign_globals(point)
             return self.penalised_log_likelihood(x, y)
 
-        return LaplaceTarget(values, global_supports(self, data, list(values)), log_density)
+        held = {}
+        if isinstance(self._experts, SoftmaxExpert):  # the reference class stays at zero (a common shift is flat)
+            held = {name: torch.zeros_like(values[name], dtype=torch.bool) for name in ("coef", "intercept")}
+            for mask in held.values():
+                mask[:, -1] = True
+        return LaplaceTarget(values, global_supports(self, data, list(values)), log_density, held)
 
     @property
     def ridge_value(self) -> float:

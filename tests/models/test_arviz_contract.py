@@ -176,21 +176,27 @@ def test_pf_gibbs_lp_is_the_log_joint_density_of_each_draw():
 
 
 # ------------------------------------------------------------------------------------ item 2: the MoE prior
-def test_moe_laplace_takes_the_ridge_as_a_gaussian_prior_and_stays_finite_on_near_separable_data():
-    """Near-separable logistic experts: the ridge (a N(0, 1 / ridge) prior on the standardised slopes, EM's
+@pytest.mark.parametrize("expert", ["logistic", "softmax"])
+def test_moe_laplace_takes_the_ridge_as_a_gaussian_prior_and_stays_finite_on_near_separable_data(expert):
+    """Near-separable classifying experts: the ridge (a N(0, 1 / ridge) prior on the standardised slopes, EM's
     objective) gives every slope curvature, so the Laplace draws are finite; the slopes' spread is at most the
-    prior's sd (10 at the default ridge 1e-2)."""
+    prior's sd (10 at the default ridge 1e-2). Softmax experts' reference class stays at zero in every draw (a
+    shift of every class's coefficients would be a flat direction: spreads of 1e8 before)."""
     rng = np.random.default_rng(1)
     x = rng.normal(size=(100, 2))
     y = (x[:, 0] > 0).astype(int)
     y[:2] = 1 - y[:2]
-    moe = MixtureOfExperts(2, expert="logistic", seed=0, progress=False).fit(x, y)
+    moe = MixtureOfExperts(2, expert=expert, seed=0, progress=False).fit(x, y)
     target = moe.laplace_target(moe.prepare_data(x, y))
     assert float(target.log_density(target.values)) == pytest.approx(moe.lower_bound_ * 100, rel=1e-6)
     idata = moe.to_arviz(num_samples=50)
     assert idata.attrs["ppmix_draws"] == "laplace"
     slopes = np.concatenate([idata.posterior[v].values.reshape(50, -1) for v in ("gate_coef", "coef")], axis=1)
     assert np.isfinite(slopes).all() and (slopes.std(0) < 10.5).all()
+    if expert == "softmax":
+        assert (idata.posterior["coef"].values[..., -1, :] == 0).all()
+        assert (idata.posterior["intercept"].values[..., -1] == 0).all()
+        assert (idata.posterior["intercept"].std(("chain", "draw")).values[:, 0] < 50).all()
 
 
 def test_point_estimate_warning_names_what_works_for_the_model():
