@@ -149,11 +149,11 @@ class LaplaceTarget:
 
     ``values`` are every global at the fit; ``supports`` the constraint of each global that varies (the
     others are held at ``values`` in every draw); ``held`` optional boolean masks, in the unconstrained shape
-    of a varying global, of its entries held too (e.g. a reference class fixed at zero, which the objective
-    does not depend on); ``log_density(values)`` the fitted objective, differentiable in the varying values.
-    The default (:func:`program_laplace_target`) is the program's log joint with every discrete latent summed
-    out; a model whose fitted objective is another (the pf models' ELBO) defines ``laplace_target(data)``
-    returning its own.
+    of a varying global, of its entries held too (e.g. softmax experts' reference class, fixed at zero: a
+    common shift of every class would be a flat direction); ``log_density(values)`` the fitted objective,
+    differentiable in the varying values. The default (:func:`program_laplace_target`) is the program's log
+    joint with every discrete latent summed out; a model whose fitted objective is another (the pf models'
+    ELBO) defines ``laplace_target(data)`` returning its own.
     """
 
     values: dict[str, torch.Tensor]
@@ -213,7 +213,8 @@ def laplace_draws(
     fitted objective at each draw ``(1, S)`` (``sample_stats``' ``lp``).
 
     The target is the model's ``laplace_target(data)`` where it has one (the pf models: their ELBO, see
-    :meth:`~ppmix.models.pf._pf_state.PFStateMixin.laplace_target`), else :func:`program_laplace_target`.
+    :meth:`~ppmix.models.pf._pf_state.PFStateMixin.laplace_target`; the mixture of experts: EM's penalised
+    log-likelihood, :meth:`~ppmix.models.MixtureOfExperts.laplace_target`), else :func:`program_laplace_target`.
     Each varying global is mapped to the unconstrained space of its support (``biject_to``:
     log for scales, stick-breaking for weights, ...). There the posterior is approximated
     by a Gaussian centred on the point estimate whose precision is the negative Hessian of

@@ -36,7 +36,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::ppmix.inference.engines.result.ConvergenceWarning")
 
-NUM_SAMPLES = 20
+NUM_SAMPLES = 10
 GIBBS = {"engine": "gibbs", "num_samples": 20, "warmup_steps": 10, "num_chains": 1}
 
 #: contract case -> (why its fit has no Laplace approximation, the remedy the warning names, the refit's options)
