@@ -22,7 +22,11 @@
   ``az.bfmi``, ``az.plot_energy`` and the divergences of ``az.plot_pair``; for Gibbs,
   ``lp``, the log joint density of every draw (``gibbs_log_joint_``: in the parameters'
   own space, where NUTS's ``lp`` is in the unconstrained space and adds the log-Jacobian
-  of the transforms);
+  of the transforms); for Laplace draws, ``lp``, the fitted objective at every draw (the
+  log joint density of :func:`program_laplace_target`, the ELBO of the pf models), whose
+  trace (``az.plot_trace(idata.sample_stats, var_names=["lp"])``) stands in for the energy
+  plot of a sampler without a Hamiltonian; for an SVI ``normal`` guide's draws, ``lp``, the
+  program's log joint density (discrete latents summed out) at every draw;
 - ``observed_data``; ``discrete_posterior``: the per-draw posterior probabilities of
   the enumerated latents.
 
@@ -38,7 +42,8 @@ from __future__ import annotations
 import inspect
 import logging
 import warnings
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import torch
@@ -49,6 +54,7 @@ from pyro.infer import Predictive, TraceEnum_ELBO
 from pyro.infer.autoguide import AutoNormal
 from pyro.poutine.subsample_messenger import _Subsample
 
+from ppmix.inference.engines.capabilities import ConjugateGibbs
 from ppmix.inference.engines.params import local_params
 
 if TYPE_CHECKING:
@@ -70,60 +76,113 @@ class PointEstimateWarning(UserWarning):
 
 def global_draws(
     model: "MixtureModel", data: Any, num_samples: int, approximation: str | None = "auto"
-) -> tuple[dict[str, torch.Tensor], str, str]:
-    """Draws of every global site with leading ``(chain, draw)`` dimensions, where they come from, and
-    (for a point estimate under ``approximation="auto"``) why there are no Laplace draws."""
+) -> tuple[dict[str, torch.Tensor], str, str, dict[str, np.ndarray] | None]:
+    """Draws of every global site with leading ``(chain, draw)`` dimensions, where they come from,
+    (for a point estimate under ``approximation="auto"``) why there are no Laplace draws, and the statistics of
+    every draw for ``sample_stats`` (the log joint ``lp`` of an SVI normal guide's draws where the program has one;
+    None for a point estimate)."""
     samples = getattr(model, "mcmc_samples_", None)
     if model.engine_ in ("mcmc", "gibbs") and samples:
-        return samples, model.engine_, ""
+        return samples, model.engine_, "", _sampler_stats(model)
     guide = model.variational_guide_
     if model.engine_ == "svi" and isinstance(guide, AutoNormal):
         with local_params(), torch.no_grad(), model.forked_rng(offset=1):
             draws = [guide(data) for _ in range(num_samples)]
-        return {k: torch.stack([d[k] for d in draws])[None] for k in draws[0]}, "svi_normal_guide", ""
-    point = {k: v[None, None] for k, v in model.get_globals().items()}
-    if approximation == "laplace":
-        return laplace_draws(model, data, num_samples), "laplace", ""
-    if approximation == "auto":
         try:
-            return laplace_draws(model, data, num_samples, max_parameters=AUTO_LAPLACE_MAX_PARAMETERS), "laplace", ""
+            stats = {"lp": log_densities(program_laplace_target(model, data), draws)[None]}
+        except LaplaceUnavailable:  # no program log joint to evaluate
+            stats = None
+        return {k: torch.stack([d[k] for d in draws])[None] for k in draws[0]}, "svi_normal_guide", "", stats
+    point = {k: v[None, None] for k, v in model.get_globals().items()}
+    if approximation is not None:
+        limit = AUTO_LAPLACE_MAX_PARAMETERS if approximation == "auto" else None
+        try:
+            draws, lp = laplace_draws(model, data, num_samples, max_parameters=limit)
         except LaplaceUnavailable as err:
-            return point, "point_estimate", err.reason
-    return point, "point_estimate", ""
+            if approximation == "laplace":
+                raise LaplaceUnavailable(
+                    err.reason, err.remedy or f"for posterior draws, {draw_remedies(model)}"
+                ) from None
+            return point, "point_estimate", err.reason, None
+        return draws, "laplace", "", {"lp": lp}
+    return point, "point_estimate", "", None
+
+
+def _sampler_stats(model: "MixtureModel") -> dict[str, np.ndarray] | None:
+    """The sampler's statistics per draw: NUTS's (``mcmc_sample_stats_``), or the Gibbs engine's log joint as ``lp``."""
+    if model.engine_ == "mcmc":
+        return getattr(model, "mcmc_sample_stats_", None)
+    log_joint = getattr(model, "gibbs_log_joint_", None)
+    return None if log_joint is None else {"lp": log_joint.detach().cpu().numpy()}
 
 
 class LaplaceUnavailable(ValueError):
     """A point fit has no Laplace approximation (or, under ``approximation="auto"``, too many parameters)."""
 
-    def __init__(self, reason: str, remedy: str = "fit with engine='mcmc' or engine='svi', guide='normal'") -> None:
-        super().__init__(f"{reason}; {remedy}")
-        self.reason = reason
+    def __init__(self, reason: str, remedy: str = "") -> None:
+        super().__init__(f"{reason}; {remedy}" if remedy else reason)
+        self.reason, self.remedy = reason, remedy
+
+
+def draw_remedies(model: "MixtureModel") -> str:
+    """The fits that give ``model`` posterior draws, as the :class:`PointEstimateWarning` and
+    :class:`LaplaceUnavailable` recommend them: the model's own ``posterior_remedy`` where it has one (the pf
+    models, the mixture of experts), else ``engine='gibbs'`` where its family has a conjugate prior, then
+    ``engine='mcmc'`` and ``engine='svi'`` with ``guide='normal'``."""
+    own = getattr(model, "posterior_remedy", None)
+    if own:
+        return own
+    ways = ["engine='mcmc' (num_chains=2 or more for r_hat)", "engine='svi' with guide='normal'"]
+    try:
+        conjugate = isinstance(model, ConjugateGibbs) and model.component_family().has_conjugate_prior()
+    except AttributeError:  # a model without a component family
+        conjugate = False
+    if conjugate:
+        ways.insert(0, "engine='gibbs' (blocked Gibbs on the conjugate priors, the quickest)")
+    return "fit with " + ", ".join(ways[:-1]) + " or " + ways[-1]
 
 
 # ------------------------------------------------------------------ Laplace approximation
+@dataclass(frozen=True)
+class LaplaceTarget:
+    """The log density a Laplace approximation is taken of, and where.
+
+    ``values`` are every global at the fit; ``supports`` the constraint of each global that varies (the
+    others are held at ``values`` in every draw); ``held`` optional boolean masks, in the unconstrained shape
+    of a varying global, of its entries held too (e.g. softmax experts' reference class, fixed at zero: a
+    common shift of every class would be a flat direction); ``log_density(values)`` the fitted objective,
+    differentiable in the varying values. The default (:func:`program_laplace_target`) is the program's log
+    joint with every discrete latent summed out; a model whose fitted objective is another (the pf models'
+    ELBO) defines ``laplace_target(data)`` returning its own.
+    """
+
+    values: dict[str, torch.Tensor]
+    supports: dict[str, Any]
+    log_density: Callable[[dict[str, torch.Tensor]], torch.Tensor]
+    held: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
 def _empty_guide(*args: Any, **kwargs: Any) -> None:
     return None
 
 
-def laplace_draws(
-    model: "MixtureModel", data: Any, num_samples: int, max_parameters: int | None = None
-) -> dict[str, torch.Tensor]:
-    """``num_samples`` draws ``(1, S, ...)`` from a Laplace approximation at the fitted point estimates.
-
-    Each global site is mapped to the unconstrained space of its support (``biject_to``:
-    log for scales, stick-breaking for weights, ...). There the posterior is approximated
-    by a Gaussian centred on the point estimate whose precision is the negative Hessian of
-    the fitted objective (the log-likelihood with every discrete latent summed out, plus
-    the log prior density as the program writes it: zero under ppmix's flat priors). The
-    draws are mapped back. Exact for no model, good when ``N`` is large beside the number
-    of parameters and the fit is a well-separated optimum; every model whose discrete
-    latents are enumerated in its program qualifies (not the pf models). Raises
-    :class:`LaplaceUnavailable` where there is none, or where the unconstrained
-    parameters outnumber ``max_parameters``.
-    """
-    values = model.get_globals()
+def _program_trace(model: "MixtureModel", data: Any, values: dict[str, torch.Tensor]) -> Any:
     with local_params(), torch.no_grad():
-        trace = poutine.trace(poutine.condition(model.model, values)).get_trace(data)
+        return poutine.trace(poutine.condition(model.model, values)).get_trace(data)
+
+
+def global_supports(model: "MixtureModel", data: Any, names: Any) -> dict[str, Any]:
+    """The support of each global ``names`` as the program samples it (the constraint Laplace maps from)."""
+    trace = _program_trace(model, data, model.get_globals())
+    return {n: trace.nodes[n]["fn"].support for n in names}
+
+
+def program_laplace_target(model: "MixtureModel", data: Any) -> LaplaceTarget:
+    """The log-likelihood with every discrete latent summed out plus the log prior density as the program writes
+    it (zero under ppmix's flat priors), over every global; :class:`LaplaceUnavailable` where a global is no site
+    of the program or a discrete latent is not enumerated there."""
+    values = model.get_globals()
+    trace = _program_trace(model, data, values)
     names = [n for n in values if n in trace.nodes and trace.nodes[n]["type"] == "sample"]
     sampled = [
         name
@@ -139,42 +198,86 @@ def laplace_draws(
             f"a Laplace approximation needs every global of {type(model).__name__} to be a site of its program "
             "and every discrete latent enumerated there"
         )
-    transforms = {n: biject_to(trace.nodes[n]["fn"].support) for n in names}
-    unconstrained = {n: transforms[n].inv(values[n]) for n in names}
-    shapes = {n: unconstrained[n].shape for n in names}
-    sizes = [unconstrained[n].numel() for n in names]
-    centre = torch.cat([unconstrained[n].reshape(-1) for n in names]).to(torch.float64)
-    if max_parameters is not None and centre.numel() > max_parameters:
-        raise LaplaceUnavailable(
-            f"{type(model).__name__} has {centre.numel()} unconstrained parameters, more than the "
-            f"{max_parameters} up to which approximation='auto' computes a Laplace approximation "
-            "(its Hessian costs one pass per parameter)",
-            "ask for it with approximation='laplace'",
-        )
-
-    def split(flat: torch.Tensor) -> dict[str, torch.Tensor]:
-        parts = torch.split(flat, sizes)
-        return {n: transforms[n](p.reshape(shapes[n]).to(values[n].dtype)) for n, p in zip(names, parts)}
-
     elbo = TraceEnum_ELBO(max_plate_nesting=model.max_plate_nesting)
 
-    def negative_log_joint(flat: torch.Tensor) -> torch.Tensor:
-        return elbo.differentiable_loss(poutine.condition(model.model, split(flat)), _empty_guide, data)
+    def log_density(point: dict[str, torch.Tensor]) -> torch.Tensor:
+        return -elbo.differentiable_loss(poutine.condition(model.model, point), _empty_guide, data)
 
+    return LaplaceTarget(values, {n: trace.nodes[n]["fn"].support for n in names}, log_density)
+
+
+def laplace_draws(
+    model: "MixtureModel", data: Any, num_samples: int, max_parameters: int | None = None
+) -> tuple[dict[str, torch.Tensor], np.ndarray]:
+    """``num_samples`` draws ``(1, S, ...)`` from a Laplace approximation at the fitted point estimates, and the
+    fitted objective at each draw ``(1, S)`` (``sample_stats``' ``lp``).
+
+    The target is the model's ``laplace_target(data)`` where it has one (the pf models: their ELBO, see
+    :meth:`~ppmix.models.pf._pf_state.PFStateMixin.laplace_target`; the mixture of experts: EM's penalised
+    log-likelihood, :meth:`~ppmix.models.MixtureOfExperts.laplace_target`), else :func:`program_laplace_target`.
+    Each varying global is mapped to the unconstrained space of its support (``biject_to``:
+    log for scales, stick-breaking for weights, ...). There the posterior is approximated
+    by a Gaussian centred on the point estimate whose precision is the negative Hessian of
+    the target's log density; the draws are mapped back. Exact for no model, good when ``N`` is large beside
+    the number of parameters and the fit is a well-separated optimum. Raises
+    :class:`LaplaceUnavailable` where there is none, or where the unconstrained
+    parameters outnumber ``max_parameters``.
+    """
+    own = getattr(model, "laplace_target", None)
+    with model.parameters_restored():  # a model's own target may set its globals to evaluate them
+        target = own(data) if own is not None else program_laplace_target(model, data)
+        names = list(target.supports)
+        transforms = {n: biject_to(target.supports[n]) for n in names}
+        values = target.values
+        unconstrained = {n: transforms[n].inv(values[n]) for n in names}
+        free = {  # the positions of the entries that vary, in each flattened unconstrained global
+            n: torch.nonzero(~target.held[n].reshape(-1)).squeeze(1) if n in target.held else None for n in names
+        }
+        flat_values = {n: unconstrained[n].reshape(-1).to(torch.float64) for n in names}
+        parts = [flat_values[n] if free[n] is None else flat_values[n][free[n]] for n in names]
+        sizes = [part.numel() for part in parts]
+        centre = torch.cat(parts)
+        if max_parameters is not None and centre.numel() > max_parameters:
+            raise LaplaceUnavailable(
+                f"{type(model).__name__} has {centre.numel()} unconstrained parameters, more than the "
+                f"{max_parameters} up to which approximation='auto' computes a Laplace approximation "
+                "(its Hessian costs one pass per parameter)",
+                "ask for it with approximation='laplace'",
+            )
+
+        def split(flat: torch.Tensor) -> dict[str, torch.Tensor]:
+            varying = {}
+            for n, part in zip(names, torch.split(flat, sizes)):
+                entries = part if free[n] is None else flat_values[n].index_put((free[n],), part)
+                varying[n] = transforms[n](entries.reshape(unconstrained[n].shape).to(values[n].dtype))
+            return {**values, **varying}
+
+        with local_params():
+            precision = -torch.autograd.functional.hessian(lambda flat: target.log_density(split(flat)), centre)
+        precision = 0.5 * (precision + precision.T)
+        chol, info = torch.linalg.cholesky_ex(precision)
+        if int(info) != 0 or not torch.isfinite(precision).all():
+            raise LaplaceUnavailable(
+                "the fitted objective is not strictly concave at the point estimate (a flat direction: an empty or "
+                "duplicated component?), so it has no Laplace approximation"
+            )
+        with torch.no_grad(), model.forked_rng(offset=4):
+            noise = torch.randn(num_samples, centre.numel(), dtype=centre.dtype)
+            steps = torch.linalg.solve_triangular(chol.T, noise.T, upper=True).T  # covariance = precision^-1
+            draws = [split(centre + step) for step in steps]
+        lp = log_densities(target, draws)
+    return {n: torch.stack([d[n] for d in draws])[None].detach() for n in values}, lp[None]
+
+
+def log_densities(target: LaplaceTarget, draws: list[dict[str, torch.Tensor]]) -> np.ndarray:
+    """``target.log_density`` of every draw, ``(S,)`` (each value given a gradient: Pyro's differentiable loss
+    refuses values without one)."""
+    out = []
     with local_params():
-        precision = torch.autograd.functional.hessian(negative_log_joint, centre)
-    precision = 0.5 * (precision + precision.T)
-    chol, info = torch.linalg.cholesky_ex(precision)
-    if int(info) != 0 or not torch.isfinite(precision).all():
-        raise LaplaceUnavailable(
-            "the fitted objective is not strictly concave at the point estimate (a flat direction: an empty or "
-            "duplicated component?), so it has no Laplace approximation"
-        )
-    with torch.no_grad(), model.forked_rng(offset=4):
-        noise = torch.randn(num_samples, centre.numel(), dtype=centre.dtype)
-        steps = torch.linalg.solve_triangular(chol.T, noise.T, upper=True).T  # covariance = precision^-1
-        draws = [split(centre + step) for step in steps]
-    return {n: torch.stack([d[n] for d in draws])[None].detach() for n in names}
+        for draw in draws:
+            values = {k: v.detach().clone().requires_grad_(v.is_floating_point()) for k, v in draw.items()}
+            out.append(float(target.log_density(values).detach()))
+    return np.array(out)
 
 
 # --------------------------------------------------------------- replicated data sets
@@ -279,7 +382,7 @@ def build_inference_data(
 
     if approximation not in APPROXIMATIONS:
         raise ValueError(f"approximation must be one of {APPROXIMATIONS}; got {approximation!r}")
-    draws, source, no_laplace = global_draws(model, data, num_samples, approximation)
+    draws, source, no_laplace, stats = global_draws(model, data, num_samples, approximation)
     n_chains, n_draws = next(iter(draws.values())).shape[:2]
     loglik, discrete = [], {}
     with model.parameters_restored():  # the fitted state and guide are left exactly as they were
@@ -305,7 +408,7 @@ def build_inference_data(
     replicated = _optional("posterior_predictive", lambda: posterior_predictive(model, data, draws, observed))
     prior = _optional("prior", lambda: prior_samples(model, data, list(draws), observed, num_samples), quiet=True)
     groups: dict[str, Any] = {}
-    if stats := _sample_stats(model, source):
+    if stats:
         groups["sample_stats"] = stats
     if replicated:
         groups["posterior_predictive"] = replicated
@@ -339,16 +442,6 @@ def build_inference_data(
     return idata
 
 
-def _sample_stats(model: "MixtureModel", source: str) -> dict[str, np.ndarray] | None:
-    """The sampler's statistics per draw: NUTS's (``mcmc_sample_stats_``), or the Gibbs engine's log joint as ``lp``."""
-    if source == "mcmc":
-        return getattr(model, "mcmc_sample_stats_", None)
-    log_joint = getattr(model, "gibbs_log_joint_", None)
-    if source == "gibbs" and log_joint is not None:
-        return {"lp": log_joint.detach().cpu().numpy()}
-    return None
-
-
 def _optional(group: str, build: Any, quiet: bool = False) -> Any:
     """Build an optional group; on failure warn (or, ``quiet``, log) and leave it out."""
     try:
@@ -367,13 +460,13 @@ def _one_draw_message(model: "MixtureModel", no_laplace: str = "") -> str:
     if no_laplace:
         laplace = f" (no Laplace approximation: {no_laplace})"
     elif offers_laplace:
-        laplace = ", or to_arviz(approximation='laplace') for draws from a Laplace approximation"
+        laplace = "; or to_arviz(approximation='laplace') for draws from a Laplace approximation"
     else:
         laplace = ""
     fit = {"em": "an EM fit", "svi": "a point-mass (guide='delta') SVI fit"}.get(model.engine_, "a fit")
     return (
         f"this InferenceData holds one draw, the point estimate of {fit} of "
         f"{type(model).__name__}: az.loo, az.waic and az.compare need posterior draws (ArviZ fails on one draw "
-        "with an IndexError), and az.summary cannot compute ess or r_hat. To get draws, fit with engine='mcmc' "
-        f"(num_chains=2 or more for r_hat) or engine='svi' with guide='normal'{laplace}."
+        f"with an IndexError), and az.summary cannot compute ess or r_hat. To get draws, {draw_remedies(model)}"
+        f"{laplace}."
     )

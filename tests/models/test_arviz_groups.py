@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from ppmix import GMM, HMM, PFGMM, Mixture, MixtureOfExperts
+from ppmix import GMM, HMM, Mixture, MixtureOfExperts
 from ppmix.models._arviz import PointEstimateWarning, build_inference_data
 
 az = pytest.importorskip("arviz")
@@ -128,15 +128,17 @@ def test_laplace_approximation_gives_a_point_fit_draws_that_az_loo_accepts():
 
 
 def test_laplace_is_refused_clearly_where_it_does_not_exist():
-    x = _three_groups(60)
-    labels = (x[:, 0] > 0).astype(int)
-    pf = PFGMM(2, switch_prior=0.5, seed=0, progress=False).fit(x, labels)  # its switch posterior is no site
-    with pytest.raises(ValueError, match="Laplace approximation needs every global"):
-        build_inference_data(pf, pf.prepare_data(x, labels), approximation="laplace")
-    with pytest.warns(PointEstimateWarning, match="no Laplace approximation: a Laplace approximation needs every"):
-        assert pf.to_arviz().attrs["ppmix_draws"] == "point_estimate"  # the default falls back, saying why
+    """A Bernoulli probability fitted at 1 (a feature always on in a component) is on the boundary: no Laplace
+    approximation; the refusal names the fits that give draws for this model (engine='gibbs' first)."""
+    x = np.repeat([[1.0, 0.0], [0.0, 1.0]], 30, axis=0)
+    x[::3, 1] = 1 - x[::3, 1]  # feature 1 noisy; feature 0 separates the components exactly
+    mix = Mixture(2, family="bernoulli", seed=0, progress=False).fit(x)
+    with pytest.raises(ValueError, match="not strictly concave.*for posterior draws, fit with engine='gibbs'"):
+        build_inference_data(mix, mix.prepare_data(x), approximation="laplace")
+    with pytest.warns(PointEstimateWarning, match="no Laplace approximation: the fitted objective is not strictly"):
+        assert mix.to_arviz().attrs["ppmix_draws"] == "point_estimate"  # the default falls back, saying why
     with pytest.raises(ValueError, match="approximation must be one of"):
-        build_inference_data(pf, pf.prepare_data(x, labels), approximation="nuts")
+        build_inference_data(mix, mix.prepare_data(x), approximation="nuts")
 
 
 def test_hmm_replicates_frames_and_moe_replicates_the_target():

@@ -167,9 +167,10 @@ def test_dataframe_layout_save_load_and_arviz(tmp_path):
     # on 16 threads), which moves with where the arrays lie in memory
     assert_close(np.concatenate(loaded.predict_proba(df)), np.concatenate(model.predict_proba(df)), rtol=1e-12)
     assert_close(loaded.relevance_.to_numpy(), model.relevance_.to_numpy(), rtol=0, atol=0)
-    idata = on_lists.to_arviz()
-    assert idata.posterior["switch_probs"].shape == (1, 1, 4)
-    assert idata.log_likelihood["x"].shape == (1, 1, 12)
+    idata = on_lists.to_arviz(num_samples=5)  # Laplace draws of the ELBO, the switches held at q(S)
+    assert idata.attrs["ppmix_draws"] == "laplace"
+    assert idata.posterior["switch_probs"].shape == (1, 5, 4)
+    assert idata.log_likelihood["x"].shape == (1, 5, 12)
     draws = on_lists.sample(3, length=7)
     assert draws["x"].shape == (3, 7, 4) and draws["y"].shape == draws["z"].shape == (3, 7)
 

@@ -10,10 +10,11 @@ import torch
 from ppmix.components import BernoulliLabel, DiagGaussian
 from ppmix.components.gaussian_family import weighted_data_scale
 from ppmix.components.statistics import GaussianStatistics
+from ppmix.models._arviz import LaplaceTarget, global_supports
 from ppmix.models._labels import BinaryClassifierMixin
 from ppmix.models._missing import fill_column_means
 from ppmix.models._weights import split_weights
-from ppmix.models.pf._observed import Frames, start_frames
+from ppmix.models.pf._observed import Frames, frame_log_prob, start_frames
 from ppmix.models.pf.switches import FrameLabels, PredictionFocusedMixin
 
 __all__ = ["PFStateMixin"]
@@ -135,6 +136,50 @@ class PFStateMixin(BinaryClassifierMixin, PredictionFocusedMixin):
     def em_set_data_statistics(self, stats: GaussianStatistics) -> None:
         """The background from the (merged) statistics of :meth:`em_data_statistics`."""
         self._set_background(stats)
+
+    #: what gives a pf model posterior draws (the PointEstimateWarning's remedy; see ``draw_remedies``)
+    posterior_remedy = (
+        "use to_arviz's Laplace approximation of the ELBO (approximation='laplace' beyond 500 parameters), which "
+        "needs the ELBO strictly concave at the fit: refit with fewer components where one is empty or duplicated "
+        "(engine='mcmc' and SVI's guide='normal' are not offered for the pf models: their switches' posterior is "
+        "the variational one)"
+    )
+
+    def laplace_target(self, data: Any) -> LaplaceTarget:
+        """What ``to_arviz`` takes its Laplace approximation of (:func:`~ppmix.models._arviz.laplace_draws`): the
+        objective variational EM maximises, the ELBO with ``q(z)`` optimal (labels used where observed), as a
+        function of the continuous globals, the switches held at their fitted variational posterior
+        ``q(S_d = 1) = phi_d`` (``switch_probs`` is the same in every draw).
+
+        The background is fitted once, on every frame (B.2.3), where the ELBO counts feature ``d``'s background
+        density on the switched-off share ``1 - phi_d`` of the frames only; the target counts it on all of
+        them (adding ``phi_d`` times its log-density), so that its precision is that of its fit, finite for a
+        relevant feature too, and its mode the fitted background.
+
+        Examples
+        --------
+        >>> from ppmix.datasets import make_pf_synthetic
+        >>> from ppmix.models.pf.pf_gmm import PFGMM
+        >>> data = make_pf_synthetic(100, n_relevant=1, n_features=2, seed=0)
+        >>> model = PFGMM(2, switch_prior=0.3, seed=0, progress=False).fit(data.X, data.y)
+        >>> target = model.laplace_target(model.prepare_data(data.X, data.y))
+        >>> sorted(target.supports)
+        ['background_loc', 'background_scale', 'label_probs', 'locs', 'scales', 'weights']
+        """
+        values = self.get_globals()
+        varying = [name for name in values if name != "switch_probs"]
+        rows = split_weights(self.em_data(data))[0]
+
+        def log_density(point: dict[str, torch.Tensor]) -> torch.Tensor:
+            self.set_globals(point)
+            background = frame_log_prob(self.background_, rows.frames, self.switch_probs_)[:, 0].sum()
+            return self.differentiable_elbo(rows) + background
+
+        return LaplaceTarget(values, global_supports(self, data, varying), log_density)
+
+    def differentiable_elbo(self, data: Any) -> torch.Tensor:
+        """The ELBO of ``e_step(data)``, differentiable in the globals (for :meth:`laplace_target`)."""
+        return self.e_step(data)[1]
 
     @property
     def relevance_(self) -> Any:

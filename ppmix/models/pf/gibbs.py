@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from ppmix._validation import NotFittedError, check_matrix, check_n_components, check_positive_int, to_output
-from ppmix.inference.engines.gibbs import GibbsDraws, block_log_prob, run_pf_gibbs
+from ppmix.inference.engines.gibbs import GibbsDraws, NIWPrior, block_log_prob, run_pf_gibbs
 from ppmix.models._params import check_seed, store_params
 from ppmix.models.pf.switches import FrameLabels, label_relevant_features
 from ppmix.ops.kmeans import kmeans_start
@@ -94,15 +94,18 @@ class PFGMMGibbs:
             start = kmeans_start(features - features.mean(0), k, generator)[1].numpy()
         self.n_features_in_ = int(x.shape[1])
         self.feature_names_in_ = names
+        rows = x.numpy()
+        #: the training rows, labels and which labels are observed (``to_arviz``'s data)
+        self._train = (rows, labels.y.numpy(), labels.observed.numpy())
+        self.prior_ = NIWPrior(mean=rows.mean(0), psi=float(rows.var(0).mean()) or 1.0)  # run_pf_gibbs's default
         self.draws_: GibbsDraws = run_pf_gibbs(
-            x.numpy(),
-            labels.y.numpy(),
-            labels.observed.numpy(),
+            *self._train,
             k,
             switch_prior=float(p),
             alpha=float(self.alpha),
             num_samples=self.num_samples,
             warmup_steps=self.warmup_steps,
+            prior=self.prior_,
             init_assignments=start,
             seed=self.seed,
         )
@@ -159,19 +162,58 @@ class PFGMMGibbs:
 
     def _log_density(self, X: Any) -> np.ndarray:
         x = self._data(X)
-        per_draw = []
-        for i in self._draw_indices():
-            log_joint = self._component_log_joint(x, i)
-            peak = log_joint.max(1)
-            value = peak + np.log(np.exp(log_joint - peak[:, None]).sum(1))
-            off = ~self.draws_.switches[i]
-            if off.any():
-                d = self.draws_
-                value += block_log_prob(x, d.background_loc[i][None], d.background_covariance[i][None], off)[:, 0]
-            per_draw.append(value)
-        stacked = np.stack(per_draw)
+        stacked = np.stack([self._draw_log_density(x, i) for i in self._draw_indices()])
         peak = stacked.max(0)
         return peak + np.log(np.exp(stacked - peak).mean(0))
+
+    def _draw_log_density(self, x: np.ndarray, i: int) -> np.ndarray:
+        """``log p(x_n)`` under draw ``i``, ``(N,)``: the components' mixture on the switched-on features, the
+        background on the others."""
+        log_joint = self._component_log_joint(x, i)
+        peak = log_joint.max(1)
+        value = peak + np.log(np.exp(log_joint - peak[:, None]).sum(1))
+        off = ~self.draws_.switches[i]
+        if off.any():
+            d = self.draws_
+            value += block_log_prob(x, d.background_loc[i][None], d.background_covariance[i][None], off)[:, 0]
+        return value
+
+    def _draw_log_joint(self, i: int) -> float:
+        """``log p(X, y, Z, S, theta)`` of draw ``i`` on the training data: the sampler's target, with the
+        switches' ``Bern(p)``, the weights' ``Dirichlet(alpha)``, the label probabilities' ``Beta(1, 1)`` and the
+        Normal-inverse-Wishart prior (``prior_``) of every Gaussian block."""
+        from scipy.stats import dirichlet
+
+        d, (x, y, observed) = self.draws_, self._train
+        on, z = d.switches[i], d.assignments[i]
+        p = float(self.switch_prior)
+        total = on.sum() * np.log(p) + ((~on).sum() * np.log1p(-p) if (~on).any() else 0.0)
+        total += dirichlet.logpdf(d.weights[i], np.full(d.weights.shape[1], float(self.alpha)))
+        total += np.log(d.weights[i])[z].sum()
+        eta = d.label_probs[i][z[observed]]
+        total += np.where(y[observed] == 1, np.log(eta), np.log1p(-eta)).sum()
+        blocks = [(on, d.locs[i][k], d.covariances[i][k], z == k) for k in range(d.weights.shape[1])]
+        blocks.append((~on, d.background_loc[i], d.background_covariance[i], np.ones_like(z, dtype=bool)))
+        for coords, loc, cov, rows in blocks:
+            if coords.any():
+                total += _niw_log_density(loc, cov, coords, self.prior_)
+                total += block_log_prob(x[rows], loc[None], cov[None], coords)[:, 0].sum()
+        return float(total)
+
+    def _replicate(self, i: int, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` rows drawn from the model at draw ``i``, ``(n, D)``."""
+        d = self.draws_
+        on = d.switches[i]
+        z = rng.choice(d.weights.shape[1], size=n, p=d.weights[i] / d.weights[i].sum())
+        x = np.empty((n, self.n_features_in_))
+        for k in np.unique(z) if on.any() else ():
+            rows = np.flatnonzero(z == k)
+            block = d.covariances[i][k][np.ix_(on, on)]
+            x[np.ix_(rows, on)] = rng.multivariate_normal(d.locs[i][k][on], block, size=rows.size)
+        if (~on).any():
+            block = d.background_covariance[i][np.ix_(~on, ~on)]
+            x[:, ~on] = rng.multivariate_normal(d.background_loc[i][~on], block, size=n)
+        return x
 
     @property
     def relevance_(self) -> Any:
@@ -185,11 +227,19 @@ class PFGMMGibbs:
         return pd.Series(values, index=self.feature_names_in_, name="relevance")
 
     def to_arviz(self) -> Any:
-        """ArviZ ``InferenceData``: switch, assignment and parameter draws in ``posterior`` (one chain)."""
+        """ArviZ ``InferenceData`` of the draws (one chain) on the training data.
+
+        ``posterior``: switch, assignment and parameter draws; ``log_likelihood``: ``log p(x_n)`` of every row
+        under every draw (for ``az.loo``); ``posterior_predictive``: one replicated ``X`` per draw (for
+        ``az.plot_ppc``); ``observed_data``: ``X``; ``sample_stats``: ``lp``, the log joint density of every
+        draw (:meth:`_draw_log_joint`; its trace is the Gibbs sampler's stand-in for ``az.plot_energy``).
+        """
         import arviz as az
 
         self._check_fitted()
         d = self.draws_
+        x = self._train[0]
+        n_draws = d.weights.shape[0]
         posterior = {
             "switches": d.switches.astype(np.int8),
             "assignments": d.assignments,
@@ -210,5 +260,24 @@ class PFGMMGibbs:
             "background_loc": ["feature"],
             "background_covariance": ["feature", "feature_bis"],
         }
+        rng = np.random.default_rng(self.seed)
         coords = {"feature": self.feature_names_in_} if self.feature_names_in_ is not None else None
-        return az.from_dict(posterior={k: v[None] for k, v in posterior.items()}, dims=dims, coords=coords)
+        return az.from_dict(
+            posterior={k: v[None] for k, v in posterior.items()},
+            log_likelihood={"x": np.stack([self._draw_log_density(x, i) for i in range(n_draws)])[None]},
+            posterior_predictive={"x": np.stack([self._replicate(i, x.shape[0], rng) for i in range(n_draws)])[None]},
+            observed_data={"x": x},
+            sample_stats={"lp": np.array([self._draw_log_joint(i) for i in range(n_draws)])[None]},
+            dims=dims,
+            coords=coords,
+        )
+
+
+def _niw_log_density(loc: np.ndarray, covariance: np.ndarray, coords: np.ndarray, prior: NIWPrior) -> float:
+    """``log NIW(loc[coords], covariance[coords, coords])`` under ``prior`` restricted to the block ``coords``."""
+    from scipy.stats import invwishart, multivariate_normal
+
+    mean, kappa, dof, psi = prior.block(coords)
+    block = covariance[np.ix_(coords, coords)]
+    inverse_wishart = invwishart.logpdf(block if block.shape[0] > 1 else block[0, 0], df=dof, scale=psi)
+    return float(inverse_wishart + multivariate_normal.logpdf(loc[coords], mean, block / kappa))

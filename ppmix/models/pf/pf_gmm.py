@@ -187,6 +187,9 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
 
     max_plate_nesting = 2
     covariance_type = "diag"
+    posterior_remedy = PFStateMixin.posterior_remedy + (
+        "; PFGMMGibbs samples the full-covariance pf-GMM (switches, assignments and parameters)"
+    )
     #: the start :meth:`em_initialize` makes (set by :func:`~ppmix.models.pf.restarts.fit_restarts`)
     _restart = 0
 
@@ -434,9 +437,18 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
         its sample weight)."""
         rows, weight = split_weights(data)
         resp, log_norm = normalize_log_joint_(self._frame_log_joint(rows.frames, rows.labels, self.weights_.log()))
+        return resp, self._elbo(rows, weight, log_norm)
+
+    def _elbo(self, rows: _PFEMData, weight: torch.Tensor | None, log_norm: torch.Tensor) -> torch.Tensor:
+        """The ELBO from the rows' ``log sum_k exp(log joint)`` ``(N, 1)``."""
         data_term = log_norm.sum() if weight is None else log_norm.reshape(-1) @ weight.to(log_norm)
-        elbo = data_term + self._frame_objective_terms(rows.frames, weight) + self._log_weights_prior()
-        return resp, elbo
+        return data_term + self._frame_objective_terms(rows.frames, weight) + self._log_weights_prior()
+
+    def differentiable_elbo(self, data: _PFEMData | Weighted) -> torch.Tensor:
+        """:meth:`e_step`'s ELBO by an out-of-place log-sum-exp (its fused one overwrites what autograd needs)."""
+        rows, weight = split_weights(data)
+        log_joint = self._frame_log_joint(rows.frames, rows.labels, self.weights_.log())
+        return self._elbo(rows, weight, torch.logsumexp(log_joint, dim=1, keepdim=True))
 
     def m_step(self, data: _PFEMData | Weighted, resp: torch.Tensor) -> None:
         """Weights (Dirichlet MAP), components, labels, then ``phi`` (B.2.1–B.2.4)."""
