@@ -482,7 +482,7 @@ def end_to_end(x: np.ndarray, s: Setting, seed: int, repeats: int) -> dict[str, 
 
     ``GMM(K, covariance_type=..., seed=seed)`` against ``GaussianMixture(K, covariance_type=...,
     random_state=seed)``: each from its own default start, with its own default tolerance
-    (ppmix 1e-6 nats per point, scikit-learn 1e-3), validation and bookkeeping included. The
+    (both 1e-3 nats per point: GMM's default is scikit-learn's), validation and bookkeeping included. The
     libraries alternate, ``repeats`` fits each; the median wall time is reported with the final
     mean log-likelihood re-scored by :func:`mean_loglik`.
     """

@@ -21,7 +21,7 @@ from ppmix.components.centred import CentredData, as_floor
 from ppmix.components.family import DataScale, DensityFamily, PriorKey, SiteSpec
 from ppmix.components.gaussian_diag import DiagGaussian, SphericalGaussian
 from ppmix.components.gaussian_full import FullGaussian, TiedGaussian
-from ppmix.ops.scaling import column_moments, weighted_lower_median
+from ppmix.ops.scaling import column_moments, column_variance, weighted_lower_median
 
 __all__ = [
     "COVARIANCE_TYPES",
@@ -98,7 +98,7 @@ def relative_floor(
     sample = scale_sample(x) if sample is None else sample
     mad = median_absolute_deviation(x, sample) if mad is None else mad
     mad_spread = (mad * MAD_TO_SD).square()
-    spread = torch.where(mad_spread > 0, mad_spread, sample.var(0, unbiased=False))
+    spread = torch.where(mad_spread > 0, mad_spread, column_variance(sample))
     return reg_covar * torch.where(spread > 0, spread, torch.ones_like(spread))
 
 
@@ -223,7 +223,7 @@ class GaussianFamily(DensityFamily):
         check_squared_range(x, name, mad=mad)
         return {
             "mean": x.mean(0),
-            "std": sample.std(0).clamp_min(1e-6),
+            "std": column_variance(sample, correction=1).sqrt().clamp_min(1e-6),
             "floor": relative_floor(x, self.reg_covar, mad=mad, sample=sample),
         }
 

@@ -11,6 +11,7 @@ import math
 
 import torch
 
+from ppmix.ops.scaling import column_variance
 from ppmix.ops.selection import beats
 
 __all__ = ["kmeans", "kmeans_plusplus", "kmeans_start", "nearest_centre", "start_sample_size"]
@@ -225,7 +226,7 @@ def kmeans_start(
 
 def _lloyd_threshold(x: torch.Tensor) -> float:
     """:data:`LLOYD_TOL` times the mean feature variance of ``x`` (scikit-learn's ``KMeans`` criterion)."""
-    return LLOYD_TOL * float(x.var(0).mean()) if x.shape[0] > 1 else 0.0
+    return LLOYD_TOL * float(column_variance(x, correction=1).mean()) if x.shape[0] > 1 else 0.0
 
 
 def _lloyd(

@@ -41,6 +41,7 @@ from ppmix.models.pf._observed import (
     frame_statistics,
 )
 from ppmix.ops.kmeans import kmeans_start
+from ppmix.ops.scaling import column_variance
 
 __all__ = [
     "FrameLabels",
@@ -491,8 +492,8 @@ def label_ratio(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None = 
         )
     if weight is None:
         members = [x[y == c] for c in (0.0, 1.0)]
-        classes = [(m.shape[0], m.var(0, unbiased=False) if m.shape[0] > 1 else None) for m in members]
-        return _label_ratio(x.shape[0], x.var(0, unbiased=False), classes)
+        classes = [(m.shape[0], column_variance(m) if m.shape[0] > 1 else None) for m in members]
+        return _label_ratio(x.shape[0], column_variance(x), classes)
     weight = weight.to(x)
     classes = []
     for c in (0.0, 1.0):
