@@ -21,7 +21,7 @@ __all__ = ["kmeans", "kmeans_plusplus", "kmeans_start", "nearest_centre", "start
 #: often than the best of 3 (``benchmarks/bench_gmm_start.py``)
 START_RUNS = 10
 #: rows (at least; and ``START_ROWS_PER_COMPONENT`` per cluster) of the subsample a start runs on
-START_SAMPLE_ROWS = 2_000
+START_SAMPLE_ROWS = 1_000
 START_ROWS_PER_COMPONENT = 250
 #: Lloyd stops when its centres move less than this times the mean feature variance (scikit-learn's ``tol``)
 LLOYD_TOL = 1e-4
@@ -192,7 +192,7 @@ def start_sample_size(n_clusters: int) -> int:
     Examples
     --------
     >>> start_sample_size(4), start_sample_size(100)
-    (2000, 25000)
+    (1000, 25000)
     """
     return max(START_SAMPLE_ROWS, START_ROWS_PER_COMPONENT * int(n_clusters))
 
