@@ -70,6 +70,10 @@ APPROXIMATIONS = ("auto", "laplace", None)
 AUTO_LAPLACE_MAX_PARAMETERS = 500
 
 
+#: a Laplace approximation is refused when the precision's smallest eigenvalue is below this share of its largest
+FLAT_RTOL = 1e-9
+
+
 class PointEstimateWarning(UserWarning):
     """The InferenceData holds one draw (a point estimate): ``az.loo``/``az.waic``/``az.compare`` need draws."""
 
@@ -256,7 +260,7 @@ def laplace_draws(
             precision = -torch.autograd.functional.hessian(lambda flat: target.log_density(split(flat)), centre)
         precision = 0.5 * (precision + precision.T)
         chol, info = torch.linalg.cholesky_ex(precision)
-        if int(info) != 0 or not torch.isfinite(precision).all():
+        if int(info) != 0 or not torch.isfinite(precision).all() or _numerically_flat(precision):
             raise LaplaceUnavailable(
                 "the fitted objective is not strictly concave at the point estimate (a flat direction: an empty or "
                 "duplicated component?), so it has no Laplace approximation"
@@ -267,6 +271,15 @@ def laplace_draws(
             draws = [split(centre + step) for step in steps]
         lp = log_densities(target, draws)
     return {n: torch.stack([d[n] for d in draws])[None].detach() for n in values}, lp[None]
+
+
+def _numerically_flat(precision: torch.Tensor) -> bool:
+    """Whether the smallest eigenvalue of a positive-definite ``precision`` is below :data:`FLAT_RTOL` of its
+    largest: a direction in which the objective is flat to rounding (e.g. a probability fitted at its clamp,
+    1e-10 from the boundary, whose curvature in logit space is ``n p (1 - p)``), where Cholesky may still succeed
+    and the draws would run off to the boundary."""
+    eigenvalues = torch.linalg.eigvalsh(precision)
+    return bool(eigenvalues[0] <= FLAT_RTOL * eigenvalues[-1])
 
 
 def log_densities(target: LaplaceTarget, draws: list[dict[str, torch.Tensor]]) -> np.ndarray:

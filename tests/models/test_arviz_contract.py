@@ -46,6 +46,11 @@ NO_LAPLACE: dict[str, tuple[str, str, dict]] = {
     "Mixture-categorical": ("a category's probability fitted at (nearly) 0", "engine='gibbs'", GIBBS),
     "HMM-categorical": ("a category's probability fitted at (nearly) 0", "engine='gibbs'", GIBBS),
     "HMM-left-right-MAP": ("the left-right transition's structural zero is on the boundary", "engine='gibbs'", GIBBS),
+    "MoE-gaussian": (
+        "the gate saturates (a flat direction: its Laplace draws ran off with log-likelihoods near -2e4)",
+        "engine='svi' with guide='normal'",
+        {"engine": "svi", "guide": "normal", "num_steps": 100, "lr": 0.05},
+    ),
     "user-StudentT-svi": (
         "30 SVI steps end short of the optimum (the objective is not concave there)",
         "engine='svi' with guide='normal'",

@@ -377,8 +377,9 @@ def test_recovery_of_independent_features_with_a_fifth_missing(family):
     components' means (categorical: a level)."""
     x, holes, mask = planted_features(family, 1500)
     held_out, _, _ = planted_features(family, 500, seed=1)
-    complete = _fit(_mixture(2, family), x)
-    marginal = _fit(_mixture(2, family, missing="marginalize"), holes)
+    # three starts each: the gmm family's two-level structure has a poor local optimum that one start can reach
+    complete = _fit(_mixture(2, family, n_init=3), x)
+    marginal = _fit(_mixture(2, family, missing="marginalize", n_init=3), holes)
     order = lambda m: m.means_.numpy()[np.argsort(m.means_.numpy()[:, 0])]  # noqa: E731
     assert np.abs(order(marginal) - order(complete)).max() < 0.05 * np.abs(order(complete)).max()
     assert marginal.score(held_out) == pytest.approx(complete.score(held_out), rel=0.01)

@@ -72,15 +72,26 @@ class PFStateMixin(BinaryClassifierMixin, PredictionFocusedMixin):
         phi = values.get("switch_probs")
         self.switch_probs_ = torch.ones_like(bg_loc) if phi is None else torch.as_tensor(phi).to(**opts)
 
+    #: within the restarts of one fit (:func:`~ppmix.models.pf.restarts.fit_restarts`, which all fit the same data):
+    #: the data scale of their training frames, measured by the first and taken by the others
+    _restart_data_scale: dict[str, Any] | None = None
+
     def _record_data_scale(self, x: torch.Tensor, name: str = "X") -> None:
         """The family's checks and data scale of the training frames ``x``; where entries are missing
         (``missing="marginalize"``), the checks see them filled with their columns' means and each column's scale
-        (the variance floor) is that of its observed entries (:func:`weighted_data_scale`)."""
+        (the variance floor) is that of its observed entries (:func:`weighted_data_scale`). A restart after the
+        first takes the scale the first measured on the same frames."""
+        memo = self._restart_data_scale
+        if memo is not None and "scale" in memo:
+            self._take_data_scale(lambda family: memo["scale"])  # type: ignore[attr-defined]
+            return
         if not bool(torch.isnan(x).any()):
             super()._record_data_scale(x, name)  # type: ignore[misc]
-            return
-        super()._record_data_scale(fill_column_means(x), name)  # type: ignore[misc]
-        self._record_weighted_data_scale(x, x.new_ones(x.shape[0]))
+        else:
+            super()._record_data_scale(fill_column_means(x), name)  # type: ignore[misc]
+            self._record_weighted_data_scale(x, x.new_ones(x.shape[0]))
+        if memo is not None:
+            memo["scale"] = self._data_scale
 
     #: the ``sample_weight`` of the fit under way (None otherwise): the data scale ``prepare_data`` records is weighted
     _fit_sample_weight: Any = None

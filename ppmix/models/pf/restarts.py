@@ -283,7 +283,8 @@ def fit_restarts(
         for name, value in snap[1].items():
             setattr(model, name, value)
 
-    best_of_starts(n_restarts, fit, score_rows, snapshot, restore, better, each)
+    with model._overriding("_restart_data_scale", {}):  # every start fits the same data: its scale measured once
+        best_of_starts(n_restarts, fit, score_rows, snapshot, restore, better, each)
     return means
 
 
