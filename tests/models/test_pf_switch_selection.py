@@ -214,13 +214,13 @@ def test_weighted_selection_is_the_grouped_cross_validation_of_the_repeated_rows
 
 def test_auto_with_zero_weights_equals_the_fit_without_those_rows():
     """PFGMM(switch_prior='auto').fit with weights 0/1 is the fit on the rows of weight one: the same folds,
-    validation scores, chosen p and parameters (the weighted k-means starts draw other rows, and every fit meets
-    the unweighted one at its optimum on these well-separated data)."""
+    validation scores, chosen p and parameters (the weighted k-means starts draw other rows; with three starts
+    every fit meets the unweighted one at its optimum on these data, where one start could miss it)."""
     data = make_pf_synthetic(150, n_relevant=2, n_features=5, seed=0)
     weight = (np.random.default_rng(0).random(150) < 0.8).astype(float)
     kept = weight > 0
-    weighted = PFGMM(2, n_restarts=1, **QUIET).fit(data.X, data.y, sample_weight=weight)
-    plain = PFGMM(2, n_restarts=1, **QUIET).fit(data.X[kept], data.y[kept])
+    weighted = PFGMM(2, n_restarts=3, **QUIET).fit(data.X, data.y, sample_weight=weight)
+    plain = PFGMM(2, n_restarts=3, **QUIET).fit(data.X[kept], data.y[kept])
     assert weighted.p_ == plain.p_
     assert list(weighted.switch_prior_scores_) == list(plain.switch_prior_scores_)
     scores = [list(model.switch_prior_scores_.values()) for model in (weighted, plain)]
