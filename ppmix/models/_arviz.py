@@ -171,7 +171,7 @@ def _empty_guide(*args: Any, **kwargs: Any) -> None:
 
 
 def _program_trace(model: "MixtureModel", data: Any, values: dict[str, torch.Tensor]) -> Any:
-    with local_params(), torch.no_grad():
+    with local_params(), torch.no_grad(), model.fitting_priors():
         return poutine.trace(poutine.condition(model.model, values)).get_trace(data)
 
 
@@ -183,8 +183,9 @@ def global_supports(model: "MixtureModel", data: Any, names: Any) -> dict[str, A
 
 def program_laplace_target(model: "MixtureModel", data: Any) -> LaplaceTarget:
     """The log-likelihood with every discrete latent summed out plus the log prior density as the program writes
-    it (zero under ppmix's flat priors), over every global; :class:`LaplaceUnavailable` where a global is no site
-    of the program or a discrete latent is not enumerated there."""
+    it (zero under ppmix's flat priors; after MAP-EM, ``priors`` given, the proper priors as set: a Laplace
+    approximation of the posterior at its mode), over every global; :class:`LaplaceUnavailable` where a global is
+    no site of the program or a discrete latent is not enumerated there."""
     values = model.get_globals()
     trace = _program_trace(model, data, values)
     names = [n for n in values if n in trace.nodes and trace.nodes[n]["type"] == "sample"]
@@ -205,7 +206,8 @@ def program_laplace_target(model: "MixtureModel", data: Any) -> LaplaceTarget:
     elbo = TraceEnum_ELBO(max_plate_nesting=model.max_plate_nesting)
 
     def log_density(point: dict[str, torch.Tensor]) -> torch.Tensor:
-        return -elbo.differentiable_loss(poutine.condition(model.model, point), _empty_guide, data)
+        with model.fitting_priors():
+            return -elbo.differentiable_loss(poutine.condition(model.model, point), _empty_guide, data)
 
     return LaplaceTarget(values, {n: trace.nodes[n]["fn"].support for n in names}, log_density)
 

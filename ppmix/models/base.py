@@ -308,6 +308,12 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
         """Within this context ``model`` uses its proper (sampling) priors; see :attr:`is_bayesian`."""
         return self._overriding("_bayesian", True)
 
+    def fitting_priors(self) -> contextlib.AbstractContextManager[Any]:
+        """The priors a point fit maximises with: where ``priors`` are set (a MAP fit: MAP-EM, SVI with a
+        point-mass guide; the Laplace approximation at it), the proper priors as set (:meth:`bayesian`);
+        otherwise the flat priors of maximum likelihood."""
+        return self.bayesian() if getattr(self, "priors", None) is not None else contextlib.nullcontext()
+
     @contextlib.contextmanager
     def _overriding(self, name: str, value: Any) -> Iterator[None]:
         """Set the private attribute ``name`` to ``value`` inside the context, restoring it after."""

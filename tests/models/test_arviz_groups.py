@@ -200,3 +200,30 @@ def test_the_prior_group_draws_from_the_priors_as_set():
     assert float(prior["rate"].mean()) == pytest.approx(4.0, abs=0.01)
     assert float(prior["rate"].std()) == pytest.approx(0.02, rel=0.2)
     assert float(prior["weights"].mean(dim=("chain", "draw"))[1]) == pytest.approx(50 / 51, abs=0.01)
+
+
+def test_laplace_after_map_em_is_of_the_posterior():
+    """One Poisson rate: in ``u = log rate`` the log posterior under ``Gamma(a, b)`` is ``(a - 1 + S) u - (b + n)
+    e^u`` (``S`` the sum of the counts), so at the MAP the Laplace precision of ``u`` is ``a - 1 + S``; without
+    ``priors`` (maximum likelihood, flat) it is ``S``. The draws use the same normal noise for both fits (the
+    model's seed), so their variances are in the ratio ``S / (a - 1 + S)`` exactly."""
+    x = np.random.default_rng(0).poisson(4.0, size=(100, 1)).astype(float)
+    priors = {"rate_concentration": 400.0, "rate_rate": 100.0}
+    spread = []
+    for setting in (None, priors):
+        mix = Mixture(1, family="poisson", priors=setting, seed=0, progress=False).fit(x)
+        idata = mix.to_arviz(num_samples=20, approximation="laplace")
+        spread.append(np.log(idata.posterior["rate"].values.ravel()).var())
+    assert spread[1] / spread[0] == pytest.approx(x.sum() / (x.sum() + 399.0), rel=1e-6)
+
+
+def test_svi_with_priors_is_map_em():
+    """With ``priors`` set, SVI's point-mass guide maximises the log posterior, as MAP-EM does: one Poisson rate at
+    ``(S + a - 1) / (n + b)``."""
+    x = np.random.default_rng(0).poisson(4.0, size=(100, 1)).astype(float)
+    priors = {"rate_concentration": 400.0, "rate_rate": 100.0}
+    em = Mixture(1, family="poisson", priors=priors, seed=0, progress=False).fit(x)
+    svi = Mixture(1, family="poisson", priors=priors, seed=0, progress=False).fit(x, engine="svi", num_steps=300)
+    want = (x.sum() + 399.0) / (100 + 100.0)
+    assert float(em.components_.rate) == pytest.approx(want, rel=1e-10)
+    assert float(svi.components_.rate) == pytest.approx(want, rel=1e-4)

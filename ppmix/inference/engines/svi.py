@@ -101,7 +101,7 @@ def run_svi(
         patience = num_steps if batch_size is None else max(50, num_steps // 10)
     show = model.progress if progress is None else progress
 
-    with local_params(), model.forked_rng():
+    with local_params(), model.forked_rng(), model.fitting_priors():  # MAP where the model's priors are set
         start = model.init_values(data, model.generator())
         start.update({k: torch.as_tensor(v, dtype=model.dtype, device=model._device) for k, v in (init or {}).items()})
         guide_fn, _ = model.make_svi_guide(guide, start)
