@@ -247,19 +247,25 @@ def _lloyd(
     best = _centre_scores(x, centres.reshape(-1, d)).reshape(n_clusters, -1).min(0)
     labels, scores = best.indices.reshape(runs, n).clone(), best.values.reshape(runs, n).clone()
     moving = torch.arange(runs, device=x.device)
+    repeated = x.repeat(runs, 1)  # the rows once per run: the first m * N rows serve m runs
     for _ in range(max_iter):
         m = moving.numel()
-        cells = (labels[moving] * m + torch.arange(m, device=x.device)[:, None]).reshape(-1)  # cluster-major
+        everyone = m == runs  # no run has stopped: whole tensors, no gathers and scatters
+        current = labels if everyone else labels[moving]
+        cells = (current * m + torch.arange(m, device=x.device)[:, None]).reshape(-1)  # cluster-major
         counts = torch.bincount(cells, minlength=n_clusters * m).to(x.dtype)[:, None]
-        sums = x.new_zeros(n_clusters * m, d).index_add_(0, cells, x.repeat(m, 1))
-        old = centres[:, moving].reshape(-1, d)
+        sums = x.new_zeros(n_clusters * m, d).index_add_(0, cells, repeated[: m * n])
+        old = centres.reshape(-1, d) if everyone else centres[:, moving].reshape(-1, d)
         new = torch.where(counts > 0, sums / counts.clamp_min(1.0), old)
         shift = (new - old).square().reshape(n_clusters, m, d).sum((0, 2))
-        centres[:, moving] = new.reshape(n_clusters, m, d)
         best = _centre_scores(x, new).reshape(n_clusters, -1).min(0)
         indices, values = best.indices.reshape(m, n), best.values.reshape(m, n)
-        stable = (indices == labels[moving]).all(1)
-        labels[moving], scores[moving] = indices, values
+        stable = (indices == current).all(1)
+        if everyone:
+            centres, labels, scores = new.reshape(n_clusters, m, d), indices, values
+        else:
+            centres[:, moving] = new.reshape(n_clusters, m, d)
+            labels[moving], scores[moving] = indices, values
         moving = moving[~(stable | (shift <= threshold))]
         if not moving.numel():
             break
