@@ -21,6 +21,7 @@ from ppmix.components.family import (
     PriorKey,
     SiteSpec,
     WeightedSums,
+    posterior_mode,
 )
 from ppmix.components.independent import IndependentFeatures
 
@@ -153,10 +154,7 @@ class BernoulliFamily(DensityFamily):
         """``probs_k = (successes + a - 1) / (n_k + a + b - 2)`` under ``Beta(a, b)`` (0 without any weight),
         kept in ``[floor, 1 - floor]``."""
         opts = {"dtype": components.dtype, "device": components.device}
-        prior = self.prior("probs", 1, stats.totals.shape[1], scale, opts).base_dist
-        successes = stats.totals.to(**opts) + prior.concentration1 - 1
-        trials = stats.counts.to(**opts)[:, None] + prior.concentration1 + prior.concentration0 - 2
-        probs = successes / torch.where(trials > 0, trials, 1.0)
+        probs = posterior_mode(self.conjugate_posterior("probs", stats, {}, scale, opts)).to(**opts)
         components.probs = probs.clamp(components.floor, 1 - components.floor)
 
     def conjugate_posterior(

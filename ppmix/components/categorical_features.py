@@ -27,6 +27,7 @@ from ppmix.components.family import (
     PriorKey,
     SiteSpec,
     WeightedSums,
+    posterior_mode,
 )
 from ppmix.components.independent import IndependentFeatures
 
@@ -269,12 +270,8 @@ class CategoricalFamily(DensityFamily):
         """``probs_kd ∝ level counts + alpha - 1`` under ``Dirichlet(alpha)`` (uniform where that is all zero),
         floored at ``floor`` and renormalised."""
         opts = {"dtype": components.dtype, "device": components.device}
-        k, levels = stats.counts.shape[0], self.measured(scale)._levels()
-        counts = stats.totals.to(**opts).reshape(k, -1, levels)
-        pseudo = counts + self.prior("probs", 1, counts.shape[1], scale, opts).base_dist.concentration - 1
-        totals = pseudo.sum(-1, keepdim=True)
-        floored = torch.where(totals > 0, pseudo / torch.where(totals > 0, totals, 1.0), 1.0 / levels)
-        floored = floored.clamp_min(components.floor)
+        mode = posterior_mode(self.conjugate_posterior("probs", stats, {}, scale, opts)).to(**opts)
+        floored = mode.clamp_min(components.floor)
         components.probs = floored / floored.sum(-1, keepdim=True)
 
     def conjugate_posterior(

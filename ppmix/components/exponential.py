@@ -15,6 +15,7 @@ from ppmix.components.family import (
     PriorKey,
     SiteSpec,
     WeightedSums,
+    posterior_mode,
 )
 from ppmix.components.independent import IndependentFeatures
 
@@ -130,9 +131,7 @@ class ExponentialFamily(DensityFamily):
     def map_update(self, components: ExponentialComponents, stats: WeightedSums, scale: DataScale) -> None:
         """``rate_k = (n_k + a - 1) / (sum_n r_nk x_n + b)`` under ``Gamma(a, b)``, in ``(0, max_rate]``."""
         opts = {"dtype": components.dtype, "device": components.device}
-        prior = self.prior("rate", 1, stats.totals.shape[1], scale, opts).base_dist
-        counts = stats.counts.to(**opts)[:, None]
-        rate = (counts + prior.concentration - 1) / (stats.totals.to(**opts) + prior.rate)
+        rate = posterior_mode(self.conjugate_posterior("rate", stats, {}, scale, opts)).to(**opts)
         components.rate = rate.clamp(torch.finfo(components.dtype).tiny, components.max_rate)
 
     def conjugate_posterior(

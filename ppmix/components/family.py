@@ -39,10 +39,38 @@ __all__ = [
     "SiteSpec",
     "Statistics",
     "WeightedSums",
+    "posterior_mode",
 ]
 
 #: a family's data-dependent settings, measured once on the training data (e.g. a variance floor)
 DataScale = dict[str, torch.Tensor]
+
+
+def posterior_mode(posterior: dist.Distribution) -> torch.Tensor:
+    """The mode of a conjugate posterior, MAP-EM's update of its site: a Gamma's ``(a - 1) / b``, a Beta's
+    ``(a - 1) / (a + b - 2)`` (0 where ``a + b <= 2``: no weight under a flat prior) or a Dirichlet's
+    ``(alpha - 1) / sum(alpha - 1)`` (uniform where that sum is not positive).
+
+    Examples
+    --------
+    >>> posterior_mode(dist.Gamma(torch.tensor(5.0), torch.tensor(2.0))).item()
+    2.0
+    >>> posterior_mode(dist.Beta(torch.tensor(3.0), torch.tensor(1.0))).item()
+    1.0
+    >>> posterior_mode(dist.Dirichlet(torch.tensor([2.0, 3.0, 1.0]))).tolist()
+    [0.3333333432674408, 0.6666666865348816, 0.0]
+    """
+    if isinstance(posterior, dist.Gamma):
+        return (posterior.concentration - 1) / posterior.rate
+    if isinstance(posterior, dist.Beta):
+        a, b = posterior.concentration1, posterior.concentration0
+        trials = a + b - 2
+        return (a - 1) / torch.where(trials > 0, trials, 1.0)
+    if isinstance(posterior, dist.Dirichlet):
+        pseudo = posterior.concentration - 1
+        totals = pseudo.sum(-1, keepdim=True)
+        return torch.where(totals > 0, pseudo / torch.where(totals > 0, totals, 1.0), 1.0 / pseudo.shape[-1])
+    raise TypeError(f"no closed-form mode for a {type(posterior).__name__} posterior")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,6 +25,7 @@ from ppmix.components.family import (
     PriorKey,
     SiteSpec,
     WeightedSums,
+    posterior_mode,
 )
 from ppmix.components.independent import IndependentFeatures
 
@@ -157,10 +158,8 @@ class PoissonFamily(DensityFamily):
     def map_update(self, components: PoissonComponents, stats: WeightedSums, scale: DataScale) -> None:
         """``rate_k = (sum_n r_nk x_n + a - 1) / (n_k + b)`` under ``Gamma(a, b)``, at least ``floor``."""
         opts = {"dtype": components.dtype, "device": components.device}
-        prior = self.prior("rate", 1, stats.totals.shape[1], scale, opts).base_dist
-        counts = stats.counts.to(**opts)[:, None]
-        rate = (stats.totals.to(**opts) + prior.concentration - 1) / (counts + prior.rate)
-        components.rate = rate.clamp_min(components.floor)
+        posterior = self.conjugate_posterior("rate", stats, {}, scale, opts)
+        components.rate = posterior_mode(posterior).to(**opts).clamp_min(components.floor)
 
     def conjugate_posterior(
         self, site: str, stats: WeightedSums, values: dict, scale: DataScale, opts: dict
