@@ -138,3 +138,47 @@ def test_reports_are_standard_json_with_non_finite_numbers_as_null(report):
         return value
 
     assert json.loads(strict_json(report), parse_constant=refuse) == expected(report)
+
+
+def _sampled(engine):
+    """A small two-group sample fitted by NUTS (a GMM) or by Gibbs (a Poisson mixture), with its data."""
+    from ppmix import Mixture
+
+    rng = np.random.default_rng(1)
+    if engine == "mcmc":
+        x = np.r_[rng.normal(size=(30, 1)) - 3, rng.normal(size=(30, 1)) + 3]
+        return x, GMM(2, seed=0, progress=False).fit(x, engine="mcmc", num_samples=30, warmup_steps=30)
+    x = np.r_[rng.poisson(2.0, size=(40, 1)), rng.poisson(12.0, size=(40, 1))].astype(float)
+    model = Mixture(2, family="poisson", seed=0, progress=False)
+    return x, model.fit(x, engine="gibbs", num_samples=40, warmup_steps=20, num_chains=2)
+
+
+@pytest.mark.parametrize("engine", ["mcmc", "gibbs"])
+def test_sampler_statistics_survive_save_and_load(engine, tmp_path):
+    """Issue 40: ``to_arviz()`` of a loaded sampler fit has the ``sample_stats`` group it had (NUTS's statistics,
+    the Gibbs log joint), so ``az.bfmi`` gives the same values."""
+    az = pytest.importorskip("arviz")
+    x, model = _sampled(engine)
+    loaded = MixtureModel.load(model.save(tmp_path / "m"))
+    before, after = model.to_arviz(x, num_samples=5), loaded.to_arviz(x, num_samples=5)
+    assert "sample_stats" in before.groups() and before.sample_stats.equals(after.sample_stats)
+    if engine == "mcmc":
+        assert {"energy", "diverging", "tree_depth", "step_size"} <= set(after.sample_stats.data_vars)
+        assert after.sample_stats["diverging"].dtype == bool
+        np.testing.assert_array_equal(az.bfmi(before), az.bfmi(after))
+    else:
+        assert torch.equal(loaded.gibbs_log_joint_, model.gibbs_log_joint_)
+
+
+def test_sampler_statistics_are_checked_and_optional(tmp_path):
+    """Statistics that are not one per draw are refused on save (and so never written); a save without them (as
+    ppmix wrote before it kept them) loads without a ``sample_stats`` group."""
+    x, model = _sampled("mcmc")
+    stats = model.mcmc_sample_stats_
+    model.mcmc_sample_stats_ = {**stats, "lp": stats["lp"][:, :-1]}
+    with pytest.raises(ValueError, match=r"cannot save.*per-draw statistic 'lp' has shape \(1, 29\).*\(1, 30\)"):
+        model.save(tmp_path / "bad")
+    del model.mcmc_sample_stats_
+    loaded = MixtureModel.load(model.save(tmp_path / "old"))
+    assert not hasattr(loaded, "mcmc_sample_stats_") and loaded.mcmc_samples_["locs"].shape == (1, 30, 2, 1)
+    assert "sample_stats" not in loaded.to_arviz(x, num_samples=5).groups()

@@ -35,9 +35,13 @@ from ppmix.io.schema import (
     config_checksum,
 )
 from ppmix.io.snapshot import SavedFiles, open_saved
-from ppmix.io.state_check import check_state
+from ppmix.io.state_check import check_draws, check_state
 
 logger = logging.getLogger(__name__)
+
+#: the tensor file's prefixes and entry for a sampler's output (besides the fitted state, ``state.``): the draws,
+#: NUTS's statistics of every draw, the Gibbs engine's log joint of every draw
+_DRAWS, _STATS, _GIBBS_LOG_JOINT = "mcmc.", "stats.", "gibbs.log_joint"
 
 
 def save_model(model: "MixtureModel", path: str | Path) -> Path:
@@ -96,12 +100,12 @@ def save_model(model: "MixtureModel", path: str | Path) -> Path:
         "extra": _to_json(model.extra_state(), "extra"),
     }
     tensors = {f"state.{k}": v.detach().cpu().contiguous() for k, v in model.state_tensors().items()}
-    for name, value in (getattr(model, "mcmc_samples_", None) or {}).items():
-        tensors[f"mcmc.{name}"] = value.detach().cpu().contiguous()
+    tensors.update(_sampler_tensors(model))
     # what is written must load back: refuse now rather than leave an unloadable file
     try:
         _check_params(cls, config["params"])
         _check_fitted(config["fitted"])
+        check_draws(_entries(tensors, _DRAWS), _per_draw(tensors), target / TENSOR_FILE)
     except ValueError as err:
         raise ValueError(f"cannot save this {cls.__name__}: {err}") from None
 
@@ -141,6 +145,34 @@ def save_model(model: "MixtureModel", path: str | Path) -> Path:
     return given
 
 
+def _sampler_tensors(model: "MixtureModel") -> dict[str, torch.Tensor]:
+    """The tensor file's entries of a sampler's output: the draws of MCMC or Gibbs (``mcmc_samples_``, as
+    ``mcmc.<site>``), NUTS's statistics of every draw (``mcmc_sample_stats_``, numpy arrays, as ``stats.<name>``)
+    and the Gibbs engine's log joint of every draw (``gibbs_log_joint_``, as ``gibbs.log_joint``)."""
+    out = {
+        f"{_DRAWS}{k}": v.detach().cpu().contiguous() for k, v in (getattr(model, "mcmc_samples_", None) or {}).items()
+    }
+    for name, value in (getattr(model, "mcmc_sample_stats_", None) or {}).items():
+        out[f"{_STATS}{name}"] = torch.from_numpy(np.ascontiguousarray(value))
+    log_joint = getattr(model, "gibbs_log_joint_", None)
+    if log_joint is not None:
+        out[_GIBBS_LOG_JOINT] = log_joint.detach().cpu().contiguous()
+    return out
+
+
+def _entries(tensors: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    return {k.removeprefix(prefix): v for k, v in tensors.items() if k.startswith(prefix)}
+
+
+def _per_draw(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The per-draw statistics of the tensor file, named as a refusal names them (the Gibbs log joint as
+    ``gibbs log joint``)."""
+    stats = _entries(tensors, _STATS)
+    if _GIBBS_LOG_JOINT in tensors:
+        stats["gibbs log joint"] = tensors[_GIBBS_LOG_JOINT]
+    return stats
+
+
 # ----------------------------------------------------------------------------------------- loading
 def _parse_config(config_path: Path, data: bytes) -> dict[str, Any]:
     def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -176,7 +208,7 @@ def _read_tensors(tensor_path: Path, source: BinaryIO, map_location: Any) -> dic
     if not isinstance(tensors, dict):
         raise ValueError(f"{tensor_path} must hold a dict of tensors, not a {type(tensors).__name__}")
     for key, value in tensors.items():
-        if not isinstance(key, str) or not key.startswith(("state.", "mcmc.")):
+        if not isinstance(key, str) or not (key.startswith(("state.", _DRAWS, _STATS)) or key == _GIBBS_LOG_JOINT):
             raise ValueError(f"{tensor_path} holds an unexpected entry {key!r}")
         if not isinstance(value, torch.Tensor):
             raise ValueError(f"{tensor_path}: entry {key!r} is a {type(value).__name__}, not a tensor")
@@ -257,7 +289,11 @@ def load_model(
     file); its schema (constructor arguments of the saved class with values of their annotated
     types, only known fitted attributes); the tensor file's checksum and safe loading; the
     state against the config (:func:`~ppmix.io.state_check.check_state`: every entry the
-    settings imply, of the shape they imply, all values finite); the restored state.
+    settings imply, of the shape they imply, all values finite; a sampler's statistics one per
+    draw); the restored state. After ``engine="mcmc"`` or ``"gibbs"`` the draws come back
+    (``mcmc_samples_``) with the sampler's statistics of every draw (NUTS's ``mcmc_sample_stats_``,
+    the Gibbs engine's ``gibbs_log_joint_``), so ``to_arviz()`` has the same ``sample_stats``;
+    saves written before ppmix kept those load without them.
 
     Both files are read from one version of the save even while another process saves over
     ``path`` (:func:`~ppmix.io.snapshot.open_saved`), so a server may reload a model that is
@@ -306,7 +342,7 @@ def load_model(
         tensors = _read_tensors(files.tensor_path, files.tensors, map_location)
     config_path, tensor_path = files.config_path, files.tensor_path
     state = {k.removeprefix("state."): v for k, v in tensors.items() if k.startswith("state.")}
-    mcmc = {k.removeprefix("mcmc."): v for k, v in tensors.items() if k.startswith("mcmc.")}
+    mcmc = _entries(tensors, _DRAWS)
     try:
         cls.upgrade_saved(params, fitted, extra, state)
     except ValueError as err:
@@ -339,13 +375,18 @@ def load_model(
         raise ValueError(f"{path}: {err}") from None
     except (TypeError, ValueError, KeyError, AttributeError, IndexError) as err:
         raise ValueError(f"{config_path}: field 'extra' does not hold a valid {cls.__name__} state: {err}") from None
-    check_state(model, state, mcmc, tensor_path, given)
+    check_state(model, state, mcmc, tensor_path, given, per_draw=_per_draw(tensors))
     try:
         model.load_state_tensors(state)
     except (TypeError, ValueError, KeyError, AttributeError, IndexError, RuntimeError) as err:
         raise ValueError(f"{tensor_path} does not hold a valid {cls.__name__} state: {err}") from None
     if mcmc:
         model.mcmc_samples_ = mcmc
+    stats = _entries(tensors, _STATS)
+    if stats:
+        model.mcmc_sample_stats_ = {name: value.cpu().numpy() for name, value in stats.items()}
+    if _GIBBS_LOG_JOINT in tensors:
+        model.gibbs_log_joint_ = tensors[_GIBBS_LOG_JOINT]
     return model
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["check_state"]
+__all__ = ["check_draws", "check_state"]
 
 
 def _settings(model: Any, given: tuple[str, ...]) -> str:
@@ -33,19 +33,52 @@ def _shown(expected: tuple[int | None, ...]) -> str:
     return "(" + ", ".join("any" if e is None else str(e) for e in expected) + ("," if len(expected) == 1 else "") + ")"
 
 
+def check_draws(mcmc: dict[str, torch.Tensor], per_draw: dict[str, torch.Tensor], tensor_path: Path) -> None:
+    """Refuse per-draw statistics (NUTS's ``mcmc_sample_stats_``, the Gibbs engine's log joint) that are not one
+    value per draw of the saved draws ``mcmc`` (each ``(chains, draws, ...)``): none without draws, each of shape
+    ``(chains, draws)``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from pathlib import Path
+    >>> draws = {"locs": torch.zeros(2, 50, 3)}
+    >>> check_draws(draws, {"lp": torch.zeros(2, 50)}, Path("m/tensors.pt"))
+    >>> check_draws(draws, {"lp": torch.zeros(2, 49)}, Path("m/tensors.pt"))
+    Traceback (most recent call last):
+    ...
+    ValueError: m/tensors.pt: the per-draw statistic 'lp' has shape (2, 49), but the draws are (2, 50) (chains, draws)
+    """
+    if not per_draw:
+        return
+    if not mcmc:
+        raise ValueError(f"{tensor_path} holds per-draw statistics ({', '.join(map(repr, per_draw))}) but no draws")
+    chains_draws = {tuple(value.shape[:2]) for value in mcmc.values()}
+    if len(chains_draws) != 1:
+        raise ValueError(f"{tensor_path}: the MCMC draws disagree on their (chains, draws): {sorted(chains_draws)}")
+    (expected,) = chains_draws
+    for name, value in per_draw.items():
+        if tuple(value.shape) != expected:
+            raise ValueError(
+                f"{tensor_path}: the per-draw statistic {name!r} has shape {tuple(value.shape)}, but the draws are "
+                f"{expected} (chains, draws)"
+            )
+
+
 def check_state(
     model: Any,
     state: dict[str, torch.Tensor],
     mcmc: dict[str, torch.Tensor],
     tensor_path: Path,
     given: tuple[str, ...] = (),
+    per_draw: dict[str, torch.Tensor] | None = None,
 ) -> None:
     """Refuse a saved state that ``model``'s settings (already restored from the config) cannot hold.
 
-    Every tensor, fitted state (``state``) and MCMC draws (``mcmc``) alike, must hold only finite
-    values; where the class declares :meth:`~ppmix.io.Savable.state_shapes`, ``state`` must have
-    exactly the entries it names, each of the shape it gives. ``given`` names the constructor
-    arguments that were objects passed to load (they fix shapes too).
+    Every tensor, fitted state (``state``), MCMC draws (``mcmc``) and the sampler's statistics of every draw
+    (``per_draw``, :func:`check_draws`) alike, must hold only finite values; where the class declares
+    :meth:`~ppmix.io.Savable.state_shapes`, ``state`` must have exactly the entries it names, each of the shape it
+    gives. ``given`` names the constructor arguments that were objects passed to load (they fix shapes too).
 
     Raises
     ------
@@ -65,12 +98,13 @@ def check_state(
     ...
     ValueError: m/tensors.pt: entry 'weights' has shape (3,), but the settings in config.json (n_components=2) ...
     """
-    for prefix, tensors in (("", state), ("mcmc.", mcmc)):
+    per_draw = per_draw or {}
+    for where, tensors in (("fitted parameter", state), ("MCMC draws of", mcmc), ("per-draw statistic", per_draw)):
         for name, value in tensors.items():
             if (value.is_floating_point() or value.is_complex()) and not bool(torch.isfinite(value).all()):
                 what = "NaN" if bool(torch.isnan(value).any()) else "infinite values"
-                where = "fitted parameter" if not prefix else "MCMC draws of"
                 raise ValueError(f"{tensor_path}: {where} {name!r} holds {what}")
+    check_draws(mcmc, per_draw, tensor_path)
     expected = model.state_shapes()
     if expected is None:
         return
