@@ -8,10 +8,12 @@
   ``"auto"``, whenever the model has one and at most :data:`AUTO_LAPLACE_MAX_PARAMETERS`
   unconstrained parameters) or else the single point estimate (``approximation=None``);
 - ``log_likelihood``: the pointwise log-likelihood for every draw (per sequence, along a
-  ``sequence`` dimension, for the sequence models);
+  ``sequence`` dimension, for the sequence models; the HMM scores every draw in one batched
+  forward-backward, :meth:`~ppmix.models.hmm.HMM.draws_log_likelihood`);
 - ``posterior_predictive``: one replicated data set per draw, drawn by Pyro's
   ``Predictive`` from the program with its observed sites unconditioned and its
-  globals set to the draw (new discrete latents are drawn, not enumerated);
+  globals set to the draw (new discrete latents are drawn, not enumerated), or, for a
+  model with its own ``draws_replicated`` (the HMM), by it for every draw at once;
 - ``prior`` and ``prior_predictive``: ``num_samples`` draws of the globals from the
   proper priors of :meth:`~ppmix.models.base.MixtureModel.bayesian` (the priors MCMC
   uses) and a replicated data set for each; left out when a site of the program has
@@ -295,6 +297,43 @@ def log_densities(target: LaplaceTarget, draws: list[dict[str, torch.Tensor]]) -
     return np.array(out)
 
 
+# ------------------------------------------------------- the pointwise log-likelihood
+def _flat(draws: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Draws ``(chains, draws, ...)`` as ``(chains * draws, ...)``."""
+    return {k: v.reshape(-1, *v.shape[2:]) for k, v in draws.items()}
+
+
+def own_hook(model: "MixtureModel", name: str) -> Callable[..., Any] | None:
+    """``model``'s method ``name`` where the class defining it runs ``model``'s program; None where it has none or
+    a subclass replaced the program (``model``) it was written for (then ``to_arviz`` replays the program)."""
+    owner = next((cls for cls in type(model).__mro__ if name in vars(cls)), None)
+    if owner is None or getattr(owner, "model", None) is not type(model).model:
+        return None
+    return getattr(model, name)
+
+
+def pointwise_draws(
+    model: "MixtureModel", data: Any, draws: dict[str, torch.Tensor]
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The pointwise log-likelihood ``(S, ...)`` and posterior marginals ``{name: (S, ...)}`` at every draw
+    ``{site: (S, ...)}``: the model's ``draws_log_likelihood(data, draws)`` where it has one for its program (the
+    HMM: one forward-backward over every draw), else its ``pointwise_log_likelihood`` and ``posterior_marginals``
+    with each draw's globals set in turn; the fitted state and guide are left exactly as they were."""
+    batched = own_hook(model, "draws_log_likelihood")
+    if batched is not None:
+        with torch.no_grad():
+            loglik, marginals = batched(data, draws)
+        return loglik.cpu().numpy(), {name: probs.cpu().numpy() for name, probs in marginals.items()}
+    loglik_list, discrete = [], {}
+    with model.parameters_restored():
+        for i in range(len(next(iter(draws.values())))):
+            model.set_globals({k: v[i] for k, v in draws.items()})
+            loglik_list.append(model.pointwise_log_likelihood(data).detach().cpu().numpy())
+            for name, probs in model.posterior_marginals(data).items():
+                discrete.setdefault(name, []).append(probs.detach().cpu().numpy())
+    return np.stack(loglik_list), {name: np.stack(values) for name, values in discrete.items()}
+
+
 # --------------------------------------------------------------- replicated data sets
 def _replicated_sites(trace: Any) -> list[str]:
     return [
@@ -333,9 +372,17 @@ def _as_observed(values: dict[str, torch.Tensor], data: Any, observed: dict[str,
 def posterior_predictive(
     model: "MixtureModel", data: Any, draws: dict[str, torch.Tensor], observed: dict[str, np.ndarray]
 ) -> dict[str, np.ndarray]:
-    """One replicated data set per draw, ``{observed name: (chains, draws, *observed shape)}``."""
+    """One replicated data set per draw, ``{observed name: (chains, draws, *observed shape)}``: the model's
+    ``draws_replicated(data, draws)`` where it has one for its program (the HMM: every draw's state paths drawn
+    at once), else Pyro's ``Predictive`` replaying the program once per draw."""
     n_chains, n_draws = next(iter(draws.values())).shape[:2]
-    flat = {k: v.reshape(n_chains * n_draws, *v.shape[2:]) for k, v in draws.items()}
+    flat = _flat(draws)
+    batched = own_hook(model, "draws_replicated")
+    if batched is not None:
+        with torch.no_grad(), model.forked_rng(offset=2):
+            values = batched(data, flat)
+        replicated = _as_observed(values, data, observed)
+        return {k: v.reshape(n_chains, n_draws, *v.shape[1:]) for k, v in replicated.items()}
     # conditioned on the first draw as well, so Predictive's shape-finding run never samples a prior
     program = poutine.condition(poutine.uncondition(model.model), {k: v[0] for k, v in flat.items()})
     with local_params(), torch.no_grad(), model.forked_rng(offset=2):
@@ -399,17 +446,9 @@ def build_inference_data(
         raise ValueError(f"approximation must be one of {APPROXIMATIONS}; got {approximation!r}")
     draws, source, no_laplace, stats = global_draws(model, data, num_samples, approximation)
     n_chains, n_draws = next(iter(draws.values())).shape[:2]
-    loglik, discrete = [], {}
-    with model.parameters_restored():  # the fitted state and guide are left exactly as they were
-        for c in range(n_chains):
-            for d in range(n_draws):
-                model.set_globals({k: v[c, d] for k, v in draws.items()})
-                loglik.append(model.pointwise_log_likelihood(data).detach().cpu().numpy())
-                for name, probs in model.posterior_marginals(data).items():
-                    discrete.setdefault(name, []).append(probs.detach().cpu().numpy())
+    loglik, discrete = pointwise_draws(model, data, _flat(draws))
 
-    def per_draw(arrays: list[np.ndarray]) -> np.ndarray:
-        stacked = np.stack(arrays)
+    def per_draw(stacked: np.ndarray) -> np.ndarray:
         return stacked.reshape(n_chains, n_draws, *stacked.shape[1:])
 
     observed = {k: v.detach().cpu().numpy() for k, v in model.observed_data(data).items()}

@@ -4,7 +4,7 @@ variable-length sequences."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import pyro
 import pyro.distributions as dist
@@ -41,6 +41,10 @@ from ppmix.models.base import MixtureModel
 __all__ = ["HMM"]
 
 _EPS = 1e-10
+
+#: :meth:`HMM.draws_log_likelihood` runs the forward-backward over blocks of draws of at most this many cells
+#: (draw, sequence, step, state): a few hundred MB of float64 working memory
+DRAW_BLOCK_CELLS = 1 << 22
 
 
 @dataclass
@@ -511,6 +515,87 @@ class HMM(FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin, MixtureModel):
     def pointwise_log_likelihood(self, data: SequenceBatch) -> torch.Tensor:
         """``log p(x_{1:T_b})`` of every sequence, shape ``(B,)``."""
         return self._forward_backward(self._prediction_data(data)).log_likelihood
+
+    def draws_log_likelihood(
+        self, data: SequenceBatch, draws: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """:meth:`pointwise_log_likelihood` ``(S, B)`` and :meth:`posterior_marginals` ``{"z": (S, sum(lengths),
+        K)}`` at every one of ``S`` draws of the globals (``{site: (S, ...)}``), for ``to_arviz``.
+
+        Each draw's globals are set as :meth:`set_globals` sets them and its emissions scored on the batch; the
+        forward-backward then runs once over every draw's sequences (draw ``s``'s chain for its sequences), not
+        once per draw, in blocks of at most :data:`DRAW_BLOCK_CELLS` cells ``(draw, sequence, step, state)``.
+
+        Examples
+        --------
+        >>> import numpy as np, torch
+        >>> seqs = [np.random.default_rng(i).normal(size=(n, 1)) for i, n in enumerate([5, 3])]
+        >>> hmm = HMM(2, seed=0, progress=False).fit(seqs)
+        >>> draws = {k: torch.stack([v, v]) for k, v in hmm.get_globals().items()}  # the fit, twice
+        >>> loglik, marginals = hmm.draws_log_likelihood(hmm.prepare_data(seqs), draws)
+        >>> tuple(loglik.shape), tuple(marginals["z"].shape)
+        ((2, 2), (2, 8, 2))
+        >>> bool(torch.allclose(loglik[1], hmm.pointwise_log_likelihood(hmm.prepare_data(seqs))))
+        True
+        """
+        initial, transition, log_emit = self._per_draw(draws, lambda: self._log_emissions(self._prediction_data(data)))
+        n_sequences, steps, k = log_emit[0].shape
+        block = max(1, DRAW_BLOCK_CELLS // (n_sequences * steps * k))
+        log_lik, marginals = [], []
+        for start in range(0, len(log_emit), block):
+            chains = slice(start, start + block)
+            n = len(log_emit[chains])
+            result = forward_backward(
+                initial[chains].log().repeat_interleave(n_sequences, 0),
+                transition[chains].log().repeat_interleave(n_sequences, 0),
+                torch.cat(log_emit[chains]),
+                data.lengths.repeat(n),
+            )
+            log_lik.append(result.log_likelihood.reshape(n, n_sequences))
+            marginals.append(result.posterior.reshape(n, n_sequences, steps, k)[:, data.mask])
+        return torch.cat(log_lik), {"z": torch.cat(marginals)}
+
+    def draws_replicated(self, data: SequenceBatch, draws: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """One replicated data set per draw of the globals (``{site: (S, ...)}``), for ``to_arviz``'s
+        ``posterior_predictive``: ``{"x": (S, sum(lengths), D)}``, the valid frames of sequences as long as
+        ``data``'s.
+
+        The state paths of every draw and sequence are drawn together, step by step, from each draw's chain; the
+        emissions from each draw's components. Random numbers come from torch's global generator.
+
+        Examples
+        --------
+        >>> import numpy as np, torch
+        >>> seqs = [np.random.default_rng(i).normal(size=(n, 1)) for i, n in enumerate([5, 3])]
+        >>> hmm = HMM(2, seed=0, progress=False).fit(seqs)
+        >>> draws = {k: v.expand(4, *v.shape) for k, v in hmm.get_globals().items()}
+        >>> tuple(hmm.draws_replicated(hmm.prepare_data(seqs), draws)["x"].shape)
+        (4, 8, 1)
+        """
+        initial, transition, components = self._per_draw(draws, lambda: self.components_)
+        n_draws, n_sequences = len(components), data.n_sequences
+        which = torch.arange(n_draws, device=initial.device)[:, None]
+        paths = initial.new_empty(n_draws, n_sequences, data.max_length, dtype=torch.long)
+        paths[..., 0] = torch.multinomial(initial, n_sequences, replacement=True)
+        for t in range(1, data.max_length):
+            rows = transition[which, paths[..., t - 1]].reshape(n_draws * n_sequences, -1)
+            paths[..., t] = torch.multinomial(rows, 1).reshape(n_draws, n_sequences)
+        valid = data.mask.to(paths.device)
+        return {"x": torch.stack([emissions.sample(path[valid]) for emissions, path in zip(components, paths)])}
+
+    def _per_draw(
+        self, draws: dict[str, torch.Tensor], each: Callable[[], Any]
+    ) -> tuple[torch.Tensor, torch.Tensor, list[Any]]:
+        """Every draw's ``initial_`` ``(S, K)`` and ``transition_`` ``(S, K, K)`` as :meth:`set_globals` sets them
+        (masked, normalised), and ``each()`` with the draw's globals set; the fitted state is restored after."""
+        initial, transition, out = [], [], []
+        with self.parameters_restored():
+            for i in range(len(next(iter(draws.values())))):
+                self.set_globals({name: value[i] for name, value in draws.items()})
+                initial.append(self.initial_)
+                transition.append(self.transition_)
+                out.append(each())
+        return torch.stack(initial), torch.stack(transition), out
 
     def posterior_marginals(self, data: SequenceBatch) -> dict[str, torch.Tensor]:
         """Smoothed state marginals of all valid steps, stacked as ``{"z": (sum(lengths), K)}``."""
