@@ -131,11 +131,6 @@ class FamilyComponentsMixin:
         with self._overriding("priors", None):  # type: ignore[attr-defined]
             return super().init_values(data, generator)  # type: ignore[misc]
 
-    @property
-    def online_em_unavailable(self) -> str | None:
-        """Online EM averages statistics per observation, which a prior's pseudo-counts do not fit."""
-        return None if self.priors is None else "online EM is maximum likelihood; set priors=None"
-
     def _map_update_components(self, stats: Any) -> None:
         """MAP-EM's M-step of the components (``priors`` set): the family's :meth:`map_update`."""
         self._validate_priors(map_em=True)

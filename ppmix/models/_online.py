@@ -16,6 +16,16 @@ point of the expected log-likelihood, i.e. to a fixed point of batch EM on infin
 rows; on planted data it approaches the batch EM fit of the same rows at the statistical
 rate. It is not batch EM on the rows seen: a finite data set passed once gives an answer
 within sampling noise of it, not equal to it (:func:`~ppmix.distributed.fit_em` gives the exact fit).
+
+**With a prior** (``priors=``, an HMM's ``transition_prior``): MAP online EM. The M-step is the
+model's MAP update (MAP-EM's, as ``fit`` with the same prior) of ``N_t s_t``, where ``N_t`` is the
+number of rows (an HMM's steps; with ``sample_weight``, weighted) of every chunk of the stream so
+far: the running average stands for the rows seen, and the prior is counted once against all of
+them, as batch MAP-EM counts it once against the data set. So the prior's pull shrinks as the stream
+grows, the first chunk's update is one MAP-EM iteration on it, and a stream approaches batch MAP-EM
+on the rows seen as it approaches batch EM without a prior. (Counting the prior against each chunk
+would make a stream of small chunks stay at the prior; against the average alone, at every step.)
+Without a prior the M-step does not depend on ``N_t``.
 """
 
 from __future__ import annotations
@@ -60,7 +70,9 @@ class OnlineEMMixin:
         The first call on an unfitted model initialises it from the chunk as ``fit`` would
         (k-means start, the relative variance floor measured on this chunk); a model already
         fitted continues from its parameters. Every call then updates the running statistics
-        with step ``rho_t = (t + step_offset) ** -step_exponent`` and takes the M-step.
+        with step ``rho_t = (t + step_offset) ** -step_exponent`` and takes the M-step; with a prior
+        (``priors=``, an HMM's ``transition_prior``), the MAP M-step with the prior counted once against all the
+        rows of the stream so far (see :mod:`ppmix.models._online`).
 
         Parameters
         ----------
@@ -110,13 +122,14 @@ class OnlineEMMixin:
         # a stream starts at the first chunk, or after a fit by another engine
         seen = self._online_steps if getattr(self, "engine_", None) == "online-em" else 0
         if seen == 0:
-            running, history = mean_stats, []
+            running, history, observations = mean_stats, [], float(n)
         else:
             rho = (seen + step_offset) ** -step_exponent
             old = scale_statistics(self._online_statistics, 1.0 - rho)
             running, history = merge_statistics(old, scale_statistics(mean_stats, rho)), list(self.history_)
-        self.em_update(running)
-        self._online_statistics, self._online_steps = running, seen + 1
+            observations = self._online_observations + float(n)
+        self.em_update(scale_statistics(running, observations))  # a prior counts once against the stream's rows
+        self._online_statistics, self._online_steps, self._online_observations = running, seen + 1, observations
         history.append(float(objective) / n)
         self.engine_, self.history_ = "online-em", history
         self.n_iter_, self.converged_, self.lower_bound_ = seen + 1, False, history[-1]
@@ -124,3 +137,4 @@ class OnlineEMMixin:
 
     _online_statistics: Any = None
     _online_steps: int = 0
+    _online_observations: float = 0.0

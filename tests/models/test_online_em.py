@@ -117,3 +117,82 @@ def test_a_weighted_chunk_is_the_chunk_with_its_rows_repeated(make):
     for site, value in plain.get_globals().items():
         np.testing.assert_allclose(weighted.get_globals()[site].numpy(), value.numpy(), rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(weighted.history_, plain.history_, rtol=1e-10)
+
+
+POISSON_PRIOR = {"rate_concentration": 1001.0, "rate_rate": 50.0, "weights": 5.0}  # 50 rows' worth at rate 20
+
+
+def _counts(rng: np.random.Generator, n: int) -> np.ndarray:
+    return rng.poisson(np.where(rng.random(n) < 0.5, 2.0, 12.0))[:, None].astype(float)
+
+
+@pytest.mark.parametrize("structure", ["Mixture", "GMM", "HMM"])
+def test_with_priors_the_first_chunk_is_one_map_em_iteration(structure):
+    """The prior counts once against the chunk's rows: the first step is ``fit(max_iter=1)`` with the same prior."""
+    from ppmix.models import Mixture
+
+    rng = np.random.default_rng(5)
+    if structure == "Mixture":
+        make, chunk = (
+            lambda: Mixture(2, family="poisson", priors=POISSON_PRIOR, seed=0, progress=False),
+            _counts(rng, 300),
+        )
+    elif structure == "GMM":
+        prior = {"variance_concentration": 50.0, "variance_rate": 200.0, "weights": 3.0}
+        make, chunk = lambda: GMM(3, priors=prior, seed=0, progress=False), _chunk(rng, 300)
+    else:
+        make, chunk = lambda: HMM(2, transition_prior=30.0, seed=0, progress=False), [_chunk(rng, 20) for _ in range(8)]
+    online = make().partial_fit(chunk)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        batch = make().fit(chunk, max_iter=1)
+    for name, value in batch.state_tensors().items():
+        np.testing.assert_allclose(online.state_tensors()[name].numpy(), value.numpy(), rtol=1e-9, atol=1e-12)
+
+
+def test_with_priors_a_stream_approaches_batch_map_em_on_the_rows_seen():
+    """A prior worth 50 rows at rate 20 on each rate, against 4 000 rows of rates 2 and 12 in 200 chunks of 20: the
+    stream ends near batch MAP-EM of the 4 000 rows (rates about 2.5 and 12.4), not at maximum likelihood (2, 12),
+    nor where the prior counted against each chunk would hold it (about 17 and 20)."""
+    from ppmix.models import Mixture
+
+    rng = np.random.default_rng(6)
+    chunks = [_counts(rng, 20) for _ in range(200)]
+    online = Mixture(2, family="poisson", priors=POISSON_PRIOR, seed=0, progress=False)
+    for chunk in chunks:
+        online.partial_fit(chunk)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        batch = Mixture(2, family="poisson", priors=POISSON_PRIOR, seed=0, progress=False).fit(np.concatenate(chunks))
+    rates, batch_rates = np.sort(online.means_.numpy()[:, 0]), np.sort(batch.means_.numpy()[:, 0])
+    assert batch_rates[0] > 2.3 and batch_rates[1] > 12.2  # the prior pulls batch MAP-EM visibly off (2, 12)
+    np.testing.assert_allclose(rates, batch_rates, atol=0.2)
+
+
+def test_an_hmms_transition_prior_counts_once_against_the_stream():
+    """``transition_prior`` = 200 against some 5 000 transitions: batch MAP-EM's stay probabilities sit well below
+    the planted 0.9 and 0.8 (maximum likelihood), and the stream ends there too (counted against the running
+    average of one step's counts, the prior would flatten every row to 1/2)."""
+    rng = np.random.default_rng(3)
+    transition = np.array([[0.9, 0.1], [0.2, 0.8]])
+
+    def sequence(length: int) -> np.ndarray:
+        states = [0]
+        for _ in range(length - 1):
+            states.append(rng.choice(2, p=transition[states[-1]]))
+        return np.asarray(states)[:, None] * 4.0 + rng.normal(size=(length, 1))
+
+    chunks = [[sequence(50) for _ in range(5)] for _ in range(20)]
+    online = HMM(2, transition_prior=200.0, seed=0, progress=False)
+    for chunk in chunks:
+        online.partial_fit(chunk)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        batch = HMM(2, transition_prior=200.0, seed=0, progress=False).fit([s for c in chunks for s in c])
+
+    def stays(model: HMM) -> np.ndarray:
+        order = np.argsort(model.means_.numpy()[:, 0])
+        return np.diag(model.transition_.numpy()[np.ix_(order, order)])
+
+    assert (stays(batch) < transition.diagonal() - 0.04).all()
+    np.testing.assert_allclose(stays(online), stays(batch), atol=0.02)
