@@ -182,3 +182,8 @@ def test_sampler_statistics_are_checked_and_optional(tmp_path):
     loaded = MixtureModel.load(model.save(tmp_path / "old"))
     assert not hasattr(loaded, "mcmc_sample_stats_") and loaded.mcmc_samples_["locs"].shape == (1, 30, 2, 1)
     assert "sample_stats" not in loaded.to_arviz(x, num_samples=5).groups()
+    # after a Gibbs fit, the statistics an earlier NUTS fit left (of other draws) are not saved
+    x, model = _sampled("gibbs")
+    model.mcmc_sample_stats_ = stats
+    loaded = MixtureModel.load(model.save(tmp_path / "refit"))
+    assert not hasattr(loaded, "mcmc_sample_stats_") and loaded.gibbs_log_joint_.shape == (2, 40)

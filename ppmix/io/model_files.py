@@ -147,15 +147,19 @@ def save_model(model: "MixtureModel", path: str | Path) -> Path:
 
 def _sampler_tensors(model: "MixtureModel") -> dict[str, torch.Tensor]:
     """The tensor file's entries of a sampler's output: the draws of MCMC or Gibbs (``mcmc_samples_``, as
-    ``mcmc.<site>``), NUTS's statistics of every draw (``mcmc_sample_stats_``, numpy arrays, as ``stats.<name>``)
-    and the Gibbs engine's log joint of every draw (``gibbs_log_joint_``, as ``gibbs.log_joint``)."""
+    ``mcmc.<site>``) and the statistics of every draw that the sampler of the last fit recorded: NUTS's
+    (``mcmc_sample_stats_``, numpy arrays, as ``stats.<name>``) after ``engine="mcmc"``, the Gibbs engine's log
+    joint (``gibbs_log_joint_``, as ``gibbs.log_joint``) after ``engine="gibbs"`` (an earlier sampler's are
+    stale: they describe other draws)."""
     out = {
         f"{_DRAWS}{k}": v.detach().cpu().contiguous() for k, v in (getattr(model, "mcmc_samples_", None) or {}).items()
     }
-    for name, value in (getattr(model, "mcmc_sample_stats_", None) or {}).items():
-        out[f"{_STATS}{name}"] = torch.from_numpy(np.ascontiguousarray(value))
+    engine = getattr(model, "engine_", None)
+    if engine == "mcmc":
+        for name, value in (getattr(model, "mcmc_sample_stats_", None) or {}).items():
+            out[f"{_STATS}{name}"] = torch.from_numpy(np.ascontiguousarray(value))
     log_joint = getattr(model, "gibbs_log_joint_", None)
-    if log_joint is not None:
+    if engine == "gibbs" and log_joint is not None:
         out[_GIBBS_LOG_JOINT] = log_joint.detach().cpu().contiguous()
     return out
 
