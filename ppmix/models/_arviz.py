@@ -303,11 +303,16 @@ def _flat(draws: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: v.reshape(-1, *v.shape[2:]) for k, v in draws.items()}
 
 
-def own_hook(model: "MixtureModel", name: str) -> Callable[..., Any] | None:
-    """``model``'s method ``name`` where the class defining it runs ``model``'s program; None where it has none or
-    a subclass replaced the program (``model``) it was written for (then ``to_arviz`` replays the program)."""
-    owner = next((cls for cls in type(model).__mro__ if name in vars(cls)), None)
-    if owner is None or getattr(owner, "model", None) is not type(model).model:
+def own_hook(model: "MixtureModel", name: str, *companions: str) -> Callable[..., Any] | None:
+    """``model``'s method ``name`` where the class defining it also defines the program ``model`` runs and the
+    ``companions`` (the methods whose results it computes at once); None where it has none or a subclass replaced
+    one of them (then ``to_arviz`` replays the program, or calls the companions, per draw)."""
+
+    def owner(attribute: str) -> type | None:
+        return next((cls for cls in type(model).__mro__ if attribute in vars(cls)), None)
+
+    defining = owner(name)
+    if defining is None or any(owner(other) is not defining for other in ("model", *companions)):
         return None
     return getattr(model, name)
 
@@ -319,7 +324,7 @@ def pointwise_draws(
     ``{site: (S, ...)}``: the model's ``draws_log_likelihood(data, draws)`` where it has one for its program (the
     HMM: one forward-backward over every draw), else its ``pointwise_log_likelihood`` and ``posterior_marginals``
     with each draw's globals set in turn; the fitted state and guide are left exactly as they were."""
-    batched = own_hook(model, "draws_log_likelihood")
+    batched = own_hook(model, "draws_log_likelihood", "pointwise_log_likelihood", "posterior_marginals")
     if batched is not None:
         with torch.no_grad():
             loglik, marginals = batched(data, draws)

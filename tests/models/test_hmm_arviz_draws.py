@@ -85,7 +85,16 @@ def test_replicated_data_follow_each_draws_chain_and_emissions():
             assert abs(stay - float(transition[i, state, state])) < 0.07
 
 
-def test_a_subclass_with_its_own_program_is_replayed():
-    """PFHMM replaces HMM's program: to_arviz replays its program per draw, not HMM's batched forward-backward."""
-    assert own_hook(HMM(2), "draws_log_likelihood") is not None
+def test_a_subclass_with_its_own_program_or_likelihood_is_replayed():
+    """PFHMM replaces HMM's program: to_arviz replays its program per draw, not HMM's batched forward-backward; a
+    subclass with its own pointwise log-likelihood has it called per draw."""
+
+    class OwnLikelihood(HMM):
+        def pointwise_log_likelihood(self, data):
+            return super().pointwise_log_likelihood(data)
+
+    companions = ("pointwise_log_likelihood", "posterior_marginals")
+    assert own_hook(HMM(2), "draws_log_likelihood", *companions) is not None
+    assert own_hook(OwnLikelihood(2), "draws_log_likelihood", *companions) is None
+    assert own_hook(OwnLikelihood(2), "draws_replicated") is not None
     assert own_hook(PFHMM(2), "draws_log_likelihood") is None and own_hook(PFHMM(2), "draws_replicated") is None
