@@ -647,8 +647,11 @@ class HMM(FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin, MixtureModel):
         transition = self.transition_.cpu()
         for t in range(1, steps):
             z[:, t] = torch.multinomial(transition[z[:, t - 1]], 1, generator=gen).squeeze(-1)
-        x = self.components_.sample(z.to(self._device), generator=gen if self._device.type == "cpu" else None)
-        return {"x": x.cpu().numpy(), "z": z.numpy()}
+        # the states as one flat index, as every family's ``sample`` takes them (a multinomial's draws are rows)
+        x = self.components_.sample(
+            z.reshape(-1).to(self._device), generator=gen if self._device.type == "cpu" else None
+        )
+        return {"x": x.reshape(n, steps, -1).cpu().numpy(), "z": z.numpy()}
 
     @property
     def n_parameters(self) -> int:

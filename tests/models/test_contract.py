@@ -157,6 +157,7 @@ NOT_OFFERED: dict[tuple[str, str], str] = {
     ("PFGMMGibbs", "score"): "not a MixtureModel: score_samples only",
     ("PFGMMGibbs", "save_load"): "not a MixtureModel: no save/load",
     ("PFGMMGibbs", "sample_weight"): "a Gibbs sampler: its fit takes no sample_weight",
+    ("PFGMMGibbs", "sample"): "a Gibbs sampler, not a MixtureModel: its draws are of the posterior (draws_)",
     ("user-StudentT-svi", "sample_weight"): "fitted by SVI: sample_weight is taken by engine='em' only",
 }
 
@@ -353,6 +354,32 @@ def test_to_arviz_has_a_posterior_group(case_id, item, variant, fitted):
     assert len(idata.posterior.data_vars) >= 1
     for name, values in idata.posterior.data_vars.items():
         assert values.dims[:2] == ("chain", "draw"), name
+
+
+def _draw(case: Case, model: Any, x: Any) -> Any:
+    """``model.sample`` as the case's kind takes it: of ``X`` (a MoE draws ``y`` given it), of two sequences of four
+    steps, or of three rows."""
+    if isinstance(model, MixtureOfExperts):
+        return model.sample(x)
+    return model.sample(2, length=4) if case.sequences else model.sample(3)
+
+
+@pytest.mark.parametrize("case_id, item, variant", cases(("sample",)))
+def test_sample_draws_data_of_the_fitted_shape_that_the_model_scores(case_id, item, variant, fitted):
+    case = CASES[case_id]
+    model, _, x, y = fitted(case_id)
+    draws = _draw(case, model, x)
+    if isinstance(model, MixtureOfExperts):
+        assert numpy(draws["y"]).shape[0] == len(x) and np.isfinite(numpy(draws["y"])).all()
+        return
+    n_features = x[0].shape[1] if case.sequences else x.shape[1]
+    drawn = numpy(draws["x"])
+    assert drawn.shape == ((2, 4, n_features) if case.sequences else (3, n_features))
+    assert np.isfinite(drawn).all()
+    if case.sequences:  # every drawn sequence lies in the support: a finite log-likelihood
+        assert np.isfinite(model.score(list(drawn)) if y is None else model.score(list(drawn), list(draws["y"])))
+    elif offered(case_id, "score_samples"):
+        assert np.isfinite(numpy(model.score_samples(drawn))).all()
 
 
 BAD_X = ("nan-fit", "1d-fit", "nan-predict", "1d-predict", "wrong-features-predict")
