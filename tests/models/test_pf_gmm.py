@@ -390,3 +390,18 @@ def test_priors_keys_errors_clone_and_save_load(tmp_path):
     loaded = PFGMM.load(model.save(tmp_path / "pf_map"))
     assert loaded.priors == {"locs_loc": [0.0, 1.0, 2.0, 3.0, 4.0], "variance_rate": 0.5, "weights": 2.0}
     np.testing.assert_allclose(loaded.predict_proba(x), model.predict_proba(x))
+
+
+def test_the_prior_group_draws_from_the_priors_as_set():
+    """``to_arviz``'s ``prior`` group (:func:`~ppmix.models._arviz.prior_samples`): the weights' Dirichlet (mean
+    ``alpha / sum(alpha)``) and the Gaussian family's keys for the components and the background."""
+    from ppmix.models._arviz import prior_samples
+
+    x, y = _overlapping(60, seed=11)
+    priors = {"locs_loc": 3.0, "locs_scale": 0.01, "weights": [1.0, 50.0, 100.0]}
+    model = _pf(priors=priors, n_restarts=1).fit(x, y)
+    data = model.prepare_data(x, y)
+    prior, _ = prior_samples(model, data, list(model.get_globals()), model.observed_data(data), 200)
+    np.testing.assert_allclose(prior["weights"].mean((0, 1)), np.array([1.0, 50.0, 100.0]) / 151, atol=0.01)
+    for site in ("locs", "background_loc"):
+        assert abs(prior[site].mean() - 3.0) < 1e-3 and prior[site].std() == pytest.approx(0.01, rel=0.1)

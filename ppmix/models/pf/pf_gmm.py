@@ -386,7 +386,7 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
 
     def _weights_prior(self, k: int, opts: dict) -> dist.Distribution:
         alpha = self._weights_concentration()
-        if alpha == 1 and not self.is_bayesian:
+        if isinstance(alpha, float) and alpha == 1 and not self.is_bayesian:
             return flat_prior(self, "weights", constraints.simplex, (), (k,), opts)
         return dist.Dirichlet(torch.as_tensor(alpha, **opts).expand(k))
 
