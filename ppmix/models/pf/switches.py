@@ -290,12 +290,10 @@ class PredictionFocusedMixin:
 
     def _map_fit(self, gaussians: DiagGaussian, stats: Statistics, phi: torch.Tensor) -> torch.Tensor:
         """MAP-EM's update of ``gaussians`` (the components, or the background with ``phi`` one) under ``priors``:
-        :func:`~ppmix.models.pf._observed.map_fit_frame_statistics`; their log-likelihood ``(K, D)``."""
+        :func:`~ppmix.models.pf._observed.map_fit_frame_statistics` (a family without one refuses, naming
+        itself); their log-likelihood ``(K, D)``."""
         self._validate_priors(map_em=True)
-        family = self._prior_family()
-        if not family.has_map_update():
-            family.map_update(gaussians, stats, self._scale)  # the family's refusal, naming it
-        return map_fit_frame_statistics(family, gaussians, stats, phi, self._scale)
+        return map_fit_frame_statistics(self._prior_family(), gaussians, stats, phi, self._scale)
 
     def _background_log_prior(self) -> torch.Tensor:
         """MAP-EM's log prior of the background: the components' (the family's, under ``priors``)."""
