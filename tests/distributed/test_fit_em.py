@@ -91,8 +91,16 @@ def _labelled_pairs(x, y, n_shards: int) -> list[tuple]:
     return [([x[i] for i in p], [y[i] for i in p]) if isinstance(x, list) else (x[p], y[p]) for p in parts]
 
 
+#: MAP-EM of the pf models (``priors``): the log prior is a global term, added once on the driver
+_PF_PRIORS = {"locs_scale": 0.5, "variance_rate": 0.25}
+
+
 @pytest.mark.parametrize("n_shards", [1, 3, 7])
-@pytest.mark.parametrize("cls, options", [(PFGMM, {"switch_prior": 0.3}), (SupervisedGMM, {})], ids=["pf", "sup"])
+@pytest.mark.parametrize(
+    "cls, options",
+    [(PFGMM, {"switch_prior": 0.3}), (SupervisedGMM, {}), (PFGMM, {"switch_prior": 0.3, "priors": _PF_PRIORS})],
+    ids=["pf", "sup", "pf-map"],
+)
 def test_pf_gmm_on_shards_equals_in_memory_em(cls, options, n_shards):
     """The switches, labels (some missing) and the background fitted once from all shards; the ELBO's
     global terms added once on the driver."""
@@ -108,7 +116,11 @@ def test_pf_gmm_on_shards_equals_in_memory_em(cls, options, n_shards):
 
 
 @pytest.mark.parametrize("n_shards", [1, 3, 7])
-@pytest.mark.parametrize("cls, options", [(PFHMM, {"switch_prior": 0.3}), (SupervisedHMM, {})], ids=["pf", "sup"])
+@pytest.mark.parametrize(
+    "cls, options",
+    [(PFHMM, {"switch_prior": 0.3}), (SupervisedHMM, {}), (PFHMM, {"switch_prior": 0.3, "priors": _PF_PRIORS})],
+    ids=["pf", "sup", "pf-map"],
+)
 def test_pf_hmm_on_shards_equals_in_memory_em(cls, options, n_shards):
     data = make_pf_hmm_synthetic(30, length=15, n_relevant=2, n_features=5, seed=1)
     x, y = [s / 4.0 for s in data.X], [v.astype(float) for v in data.y]  # overlapping states: many iterations

@@ -100,3 +100,24 @@ def test_estimator_bad_input():
         PFGMMGibbs(40).fit(x, np.arange(30) % 2)
     with pytest.raises(ValueError, match="not fitted"):
         PFGMMGibbs(2).predict_proba(x)
+
+
+def test_estimator_priors_set_the_niw_and_weights_and_bad_keys_name_priors():
+    rng = np.random.default_rng(1)
+    z = rng.integers(0, 2, 80)
+    x = np.c_[4.0 * z + rng.normal(size=80), rng.normal(size=80)]
+    default = PFGMMGibbs(2, num_samples=5, warmup_steps=5, seed=0).fit(x, z).prior_
+    np.testing.assert_array_equal(default.mean, x.mean(0))
+    assert (default.kappa, default.psi, default.extra_dof) == (0.01, float(x.var(0).mean()), 2.0)
+    priors = {"locs_loc": [7.0, -7.0], "locs_kappa": 1e8, "covariance_scale": 2.0, "weights": 3.0}
+    model = PFGMMGibbs(2, switch_prior=0.5, num_samples=20, warmup_steps=10, priors=priors, seed=0).fit(x, z)
+    assert (model.prior_.kappa, model.prior_.psi, model._alpha()) == (1e8, 2.0, 3.0)
+    draws = model.draws_  # every Gaussian block's mean is pinned at locs_loc: the components' and the background's
+    means = np.where(draws.switches[:, None, :], draws.locs, draws.background_loc[:, None, :])
+    np.testing.assert_allclose(means, np.broadcast_to([7.0, -7.0], means.shape), atol=1e-2)
+    with pytest.raises(ValueError, match=r"priors has an unknown key 'rate_rate'"):
+        PFGMMGibbs(2, priors={"rate_rate": 1.0}).fit(x, z)
+    with pytest.raises(ValueError, match=r"priors\['locs_kappa'\] must be a number"):
+        PFGMMGibbs(2, priors={"locs_kappa": [1.0, 2.0]}).fit(x, z)
+    with pytest.raises(ValueError, match=r"priors\['weights'\] and alpha both set"):
+        PFGMMGibbs(2, alpha=2.0, priors={"weights": 3.0}).fit(x, z)

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 import torch
 from pyro.infer import TraceEnum_ELBO
+from sklearn.base import clone
 
 from ppmix import GMM
 from ppmix.datasets import make_pf_synthetic, make_two_mixture
@@ -314,3 +315,93 @@ def _quiet(fn, *args, **kwargs):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return fn(*args, **kwargs)
+
+
+# ------------------------------------------------------------------ priors= and MAP-EM
+def test_map_em_means_are_the_phi_weighted_posterior_modes():
+    """With ``priors``, each mean is the mode of ``phi_d`` times its data's likelihood and the prior (known answer:
+    ``(m0 / s0^2 + phi_d sum_n r_nk x_nd / v_kd) / (1 / s0^2 + phi_d n_k / v_kd)`` at the fit), far from the sample
+    means; the objective (ELBO + log prior) climbs."""
+    x, y = _overlapping(150, seed=3)
+    m0, s0 = 0.5, 0.2
+    priors = {"locs_loc": m0, "locs_scale": s0, "variance_rate": 0.5}
+    model = _pf(priors=priors, tol=1e-13, max_iter=3000, n_restarts=1).fit(x, y)
+    resp = model.posterior_marginals(model.prepare_data(x, y))["z"].numpy()
+    phi, variance, counts, sums = model.relevance_, model.covariances_.numpy(), resp.sum(0)[:, None], resp.T @ x
+    expected = (m0 / s0**2 + phi * sums / variance) / (1 / s0**2 + phi * counts / variance)
+    np.testing.assert_allclose(model.means_.numpy(), expected, atol=1e-5)
+    assert np.abs(model.means_.numpy() - sums / counts).max() > 1.0
+    assert np.diff(model.history_).min() >= -1e-9 * np.abs(model.history_).max()
+
+
+@pytest.mark.parametrize("missing", [False, True], ids=["complete", "missing-entries"])
+def test_a_strong_prior_pins_the_means_and_map_em_climbs(missing):
+    x, y = _overlapping(120, seed=4)
+    if missing:
+        x = x.copy()
+        x[::5, 1] = np.nan
+    priors = {"locs_loc": [1.0, 2.0, 3.0, 4.0, 5.0], "locs_scale": 1e-6, "weights": 2.0}
+    options = {"missing": "marginalize"} if missing else {}
+    model = _pf(priors=priors, n_restarts=1, **options).fit(x, y)
+    np.testing.assert_allclose(model.means_.numpy(), np.tile([1.0, 2.0, 3.0, 4.0, 5.0], (3, 1)), atol=1e-6)
+    np.testing.assert_allclose(model.background_.loc[0].numpy(), [1.0, 2.0, 3.0, 4.0, 5.0], atol=1e-6)
+    assert np.diff(model.history_).min() >= -1e-9 * np.abs(model.history_).max()
+
+
+def test_laplace_draws_after_map_have_the_spread_the_prior_implies():
+    """A mean's Laplace variance is ``1 / (1 / s0^2 + n_k / v_k)`` under ``N(m0, s0^2)`` (``n_k / v_k`` flat): with
+    ``s0^2 = v / n`` and the prior centred on the clusters' means, the draws' spread shrinks by about ``1 / sqrt(2)``,
+    as predicted from the two fits (the draws of both use the same normal noise)."""
+    from ppmix.models._arviz import laplace_draws
+
+    rng = np.random.default_rng(0)
+    n = 200
+    x = rng.normal(size=(2 * n, 2))
+    x[n:, 0] += 10  # feature 1 centred on 0 in both clusters: its prior mean 0 is their sample means
+    x[:n, 1] -= x[:n, 1].mean()
+    x[n:, 1] -= x[n:, 1].mean()
+    y = np.r_[np.zeros(n), np.ones(n)]
+    s0 = np.sqrt(1.0 / n)
+    spread, precision = {}, {}
+    for priors in (None, {"locs_loc": 0.0, "locs_scale": [1e6, s0]}):
+        model = SupervisedGMM(2, priors=priors, seed=0, progress=False).fit(x, y)
+        draws, _ = laplace_draws(model, model.prepare_data(x, y), 30)
+        counts = model.weights_.numpy() * 2 * n
+        spread[priors is None] = draws["locs"].numpy()[0, :, :, 1].std(0)
+        precision[priors is None] = counts / model.covariances_.numpy()[:, 1] + (0.0 if priors is None else s0**-2)
+    np.testing.assert_allclose(spread[False] / spread[True], np.sqrt(precision[True] / precision[False]), rtol=1e-3)
+    np.testing.assert_allclose(spread[False] / spread[True], np.sqrt(0.5), rtol=0.05)
+
+
+def test_priors_keys_errors_clone_and_save_load(tmp_path):
+    x, y = _overlapping(80, seed=5)
+    assert list(_pf().prior_keys()) == ["weights", "locs_loc", "locs_scale", "variance_concentration", "variance_rate"]
+    with pytest.raises(ValueError, match=r"priors has an unknown key 'rate_rate'"):
+        _pf(priors={"rate_rate": 1.0}).fit(x, y)
+    with pytest.raises(ValueError, match=r"priors\['weights'\] and alpha both set"):
+        _pf(priors={"weights": 2.0}, alpha=3.0).fit(x, y)
+    with pytest.raises(ValueError, match=r"priors\['weights'\] must be at least 1 for engine='em'"):
+        _pf(priors={"weights": 0.5}, n_restarts=1).fit(x, y)
+    np.testing.assert_array_equal(_pf(priors=None).fit(x, y).means_.numpy(), _pf().fit(x, y).means_.numpy())
+    priors = {"locs_loc": np.arange(5.0), "variance_rate": 0.5, "weights": 2.0}
+    model = _pf(priors=priors, n_restarts=1)
+    assert clone(model).priors["variance_rate"] == 0.5
+    model.fit(x, y)
+    loaded = PFGMM.load(model.save(tmp_path / "pf_map"))
+    assert loaded.priors == {"locs_loc": [0.0, 1.0, 2.0, 3.0, 4.0], "variance_rate": 0.5, "weights": 2.0}
+    np.testing.assert_allclose(loaded.predict_proba(x), model.predict_proba(x))
+
+
+def test_the_prior_group_draws_from_the_priors_as_set():
+    """``to_arviz``'s ``prior`` group (:func:`~ppmix.models._arviz.prior_samples`): the weights' Dirichlet (mean
+    ``alpha / sum(alpha)``) and the Gaussian family's keys for the components and the background."""
+    from ppmix.models._arviz import prior_samples
+
+    x, y = _overlapping(60, seed=11)
+    priors = {"locs_loc": 3.0, "locs_scale": 0.01, "weights": [1.0, 50.0, 100.0]}
+    model = _pf(priors=priors, n_restarts=1).fit(x, y)
+    data = model.prepare_data(x, y)
+    prior, _ = prior_samples(model, data, list(model.get_globals()), model.observed_data(data), 200)
+    np.testing.assert_allclose(prior["weights"].mean((0, 1)), np.array([1.0, 50.0, 100.0]) / 151, atol=0.01)
+    for site in ("locs", "background_loc"):
+        assert abs(prior[site].mean() - 3.0) < 1e-3 and prior[site].std() == pytest.approx(0.01, rel=0.1)

@@ -317,3 +317,24 @@ def test_enumerating_too_long_sequences_names_the_limit():
         pyro.infer.infer_discrete(_enumerated_in_model(model), first_available_dim=-3)(batch)
     with local_params(), pytest.raises(NotImplementedError, match=r"at most 31 steps"):
         TraceEnum_ELBO(max_plate_nesting=2).loss(model.model, model.guide, batch)
+
+
+def test_priors_pin_the_means_map_em_climbs_and_save_load_keeps_them(tmp_path):
+    data, (train, _) = _small(20, seed=2)
+    x = [s / 4.0 for s in data.X[train]]  # overlapping states: many iterations
+    d = x[0].shape[1]
+    assert list(PFHMM(3).prior_keys())[:2] == ["initial", "transition"]
+    with pytest.raises(ValueError, match=r"priors has an unknown key 'weights'"):
+        PFHMM(3, priors={"weights": 2.0}, progress=False).fit(x, data.y[train])
+    pinned = _fit_quietly(
+        SupervisedHMM(3, priors={"locs_loc": 2.0, "locs_scale": 1e-6}, seed=0, progress=False), x, data.y[train]
+    )
+    assert_close(pinned.means_.numpy(), np.full((3, d), 2.0), atol=1e-6, rtol=0)
+    priors = {"locs_scale": 0.5, "variance_rate": 0.25, "initial": 2.0, "transition": 3.0}
+    model = _fit_quietly(PFHMM(3, switch_prior=0.4, priors=priors, seed=0, progress=False), x, data.y[train], tol=0.0)
+    history = np.asarray(model.history_)
+    assert len(history) >= 4 and np.all(np.diff(history) >= -1e-10 * np.abs(history[1:]))
+    assert float(model.transition_.min()) > 0.01  # the Dirichlet(3) mode keeps every transition away from zero
+    loaded = PFHMM.load(model.save(tmp_path / "pf_hmm_map"))
+    assert loaded.priors == priors
+    assert_close(np.concatenate(loaded.predict_proba(x)), np.concatenate(model.predict_proba(x)), rtol=1e-12)

@@ -32,7 +32,7 @@ import torch
 
 from ppmix.components import DiagGaussian
 from ppmix.components.centred import CentredData, padded_counts
-from ppmix.components.family import Statistics
+from ppmix.components.family import DataScale, DensityFamily, Statistics
 from ppmix.components.gaussian_missing import LOG_2PI, MissingRows, design_coefficients
 from ppmix.components.statistics import GaussianStatistics
 from ppmix.models._missing import fill_column_means
@@ -43,6 +43,7 @@ __all__ = [
     "frame_log_prob",
     "frame_statistics",
     "frames_of",
+    "map_fit_frame_statistics",
     "start_frames",
 ]
 
@@ -159,3 +160,61 @@ def fit_frame_statistics(components: DiagGaussian, stats: Statistics) -> torch.T
     components.loc = stats.cells.mean.reshape(shape)
     components.scale = variance.sqrt()
     return -0.5 * seen * (LOG_2PI + variance.log() + spread / variance)
+
+
+def map_fit_frame_statistics(
+    family: DensityFamily,
+    components: DiagGaussian,
+    stats: Statistics,
+    feature_weights: torch.Tensor,
+    scale: DataScale,
+) -> torch.Tensor:
+    """MAP-EM's update of the components from (merged) statistics, in place: each cell ``(k, d)`` maximises ``w_d
+    sum_n r_nk o_nd log N(x_nd | k) + log prior(loc_kd, scale_kd)`` (``w = feature_weights`` ``(D,)``, the ELBO's
+    ``phi``: a switched-off share of the data does not count), by the family's
+    :meth:`~ppmix.components.family.DensityFamily.map_update` on the ``K * D`` one-feature cells whose statistics
+    are the data's times ``w_d`` (the weighted log-likelihood of a Gaussian is its likelihood of the statistics
+    scaled so), each with its feature's data scale (``scale``: the training data's, with ``mean`` and ``std``) and
+    hyperparameters (``family.prior_settings``: numbers or ``(D,)``). Returns the log-likelihood of the entries
+    fitted at the new values, ``sum_n r_nk o_nd log N(x_nd | k)`` ``(K, D)`` (not weighted), as
+    :func:`fit_frame_statistics` does.
+
+    Examples
+    --------
+    >>> from ppmix.components.gaussian_family import GaussianFamily
+    >>> f64 = torch.float64
+    >>> comp = DiagGaussian(torch.zeros(1, 2, dtype=f64), torch.ones(1, 2, dtype=f64), reg_covar=0.0)
+    >>> x = torch.tensor([[0.0, 1.0], [2.0, 1.0], [4.0, 4.0]], dtype=f64)
+    >>> stats = frame_statistics(comp, frames_of(x), torch.ones(3, 1, dtype=f64))
+    >>> family = GaussianFamily("diag").with_priors({"locs_loc": 0.0, "locs_scale": 1e-6})
+    >>> phi, scale = torch.tensor([1.0, 0.5], dtype=f64), family.data_scale(x)
+    >>> _ = map_fit_frame_statistics(family, comp, stats, phi, scale)
+    >>> comp.loc.abs().max().item() < 1e-9  # pinned at the prior mean
+    True
+    """
+    k, d = components.loc.shape
+    cells = stats.cells if isinstance(stats, ObservedStatistics) else ObservedStatistics.of_complete(stats).cells
+    cells = cells.to(dtype=components.dtype, device=components.device)
+    weight = feature_weights.to(cells.counts).repeat(k)  # cell (k, d) is row k * D + d
+    weighted = GaussianStatistics(cells.counts * weight, cells.mean, cells.scatter * weight[:, None])
+    opts = {"dtype": components.dtype, "device": components.device}
+
+    def per_cell(value: Any, name: str) -> torch.Tensor:
+        try:
+            return torch.as_tensor(value, **opts).expand(k, d).reshape(-1, 1)
+        except RuntimeError:
+            raise ValueError(
+                f"{name} must be a number or broadcast to shape ({d},); got shape {tuple(torch.as_tensor(value).shape)}"
+            ) from None
+
+    settings = {key: per_cell(v, f"priors[{key!r}]") for key, v in family.prior_settings.items() if v is not None}
+    cell_family = family.with_priors(settings)
+    cell_scale = {name: per_cell(value, name) for name, value in scale.items()}
+    cell = DiagGaussian(
+        components.loc.reshape(-1, 1), components.scale.reshape(-1, 1), reg_covar=cell_scale.get("floor", 0.0)
+    )
+    cell_family.map_update(cell, weighted, cell_scale)
+    components.loc, components.scale = cell.loc.reshape(k, d), cell.scale.reshape(k, d)
+    squares = cells.scatter[:, 0] + cells.counts * (cells.mean[:, 0] - cell.loc[:, 0]).square()
+    variance = cell.variance[:, 0]
+    return (-0.5 * (cells.counts * (LOG_2PI + variance.log()) + squares / variance)).reshape(k, d)

@@ -158,14 +158,15 @@ class PFStateMixin(BinaryClassifierMixin, PredictionFocusedMixin):
 
     def laplace_target(self, data: Any) -> LaplaceTarget:
         """What ``to_arviz`` takes its Laplace approximation of (:func:`~ppmix.models._arviz.laplace_draws`): the
-        objective variational EM maximises, the ELBO with ``q(z)`` optimal (labels used where observed), as a
-        function of the continuous globals, the switches held at their fitted variational posterior
-        ``q(S_d = 1) = phi_d`` (``switch_probs`` is the same in every draw).
+        objective variational EM maximises, the ELBO with ``q(z)`` optimal (labels used where observed; with
+        ``priors``, MAP-EM's ELBO plus the log prior: a log posterior), as a function of the continuous globals, the
+        switches held at their fitted variational posterior ``q(S_d = 1) = phi_d`` (``switch_probs`` is the same in
+        every draw).
 
         The background is fitted once, on every frame (B.2.3), where the ELBO counts feature ``d``'s background
         density on the switched-off share ``1 - phi_d`` of the frames only; the target counts it on all of
         them (adding ``phi_d`` times its log-density), so that its precision is that of its fit, finite for a
-        relevant feature too, and its mode the fitted background.
+        relevant feature too, and its mode the fitted background (with ``priors``, MAP on every frame).
 
         Examples
         --------

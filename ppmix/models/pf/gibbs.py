@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import torch
 
 from ppmix._validation import NotFittedError, check_matrix, check_n_components, check_positive_int, to_output
+from ppmix.components.family import PriorKey
 from ppmix.inference.engines.gibbs import GibbsDraws, NIWPrior, block_log_prob, run_pf_gibbs
 from ppmix.models._params import check_seed, store_params
 from ppmix.models.pf.switches import FrameLabels, label_relevant_features
@@ -36,6 +37,15 @@ class PFGMMGibbs:
         :class:`~ppmix.models.pf.pf_gmm.PFGMM`) or uniform at random.
     max_predictive_draws : int, default 100
         Draws (evenly thinned) averaged by the predictions.
+    priors : dict, optional
+        The priors' hyperparameters, by key (:meth:`prior_keys` lists them with their defaults; None: every
+        default), numbers (``"locs_loc"`` also one per feature): ``"weights"`` the Dirichlet concentration of the
+        weights (default ``alpha``, which it replaces), and of the Normal-inverse-Wishart prior of every Gaussian
+        block (the components' on the switched-on features, the background's on the others) ``"locs_loc"`` its
+        mean (default the data's, as :class:`~ppmix.models.pf.pf_gmm.PFGMM`'s key), ``"locs_kappa"`` the
+        precision factor of a mean (its prior covariance is the block's over it; default 0.01),
+        ``"covariance_scale"`` ``psi`` of the inverse-Wishart scale ``psi I`` (default the data's mean variance)
+        and ``"covariance_extra_dof"`` its degrees of freedom beyond the block's size (default 2).
     seed : int, optional
 
     Attributes
@@ -65,9 +75,58 @@ class PFGMMGibbs:
         warmup_steps: int = 200,
         init_params: str = "relevance",
         max_predictive_draws: int = 100,
+        priors: dict[str, Any] | None = None,
         seed: int | None = None,
     ) -> None:
         store_params(self, locals())
+
+    def prior_keys(self) -> dict[str, PriorKey]:
+        """Every hyperparameter ``priors=`` may set, with its default.
+
+        Examples
+        --------
+        >>> sorted(PFGMMGibbs().prior_keys())
+        ['covariance_extra_dof', 'covariance_scale', 'locs_kappa', 'locs_loc', 'weights']
+        """
+        return {
+            "weights": PriorKey("the Dirichlet concentration of the weights (default alpha)"),
+            "locs_loc": PriorKey("the Normal-inverse-Wishart mean (default the data's mean)", "real"),
+            "locs_kappa": PriorKey("the precision factor of a mean over its block's covariance (default 0.01)"),
+            "covariance_scale": PriorKey("psi of the inverse-Wishart scale psi I (default the data's mean variance)"),
+            "covariance_extra_dof": PriorKey("the inverse-Wishart degrees of freedom beyond the block's (default 2)"),
+        }
+
+    def _check_priors(self) -> None:
+        """``priors`` None or a dict of :meth:`prior_keys` to values in their domains (numbers but ``locs_loc``);
+        ``priors["weights"]`` and ``alpha`` not both set; else a ``ValueError`` naming ``priors``."""
+        if self.priors is None:
+            return
+        if not isinstance(self.priors, Mapping):
+            raise TypeError(f"priors must be None or a dict of hyperparameters; got {type(self.priors).__name__}")
+        keys = self.prior_keys()
+        for key, value in self.priors.items():
+            if key not in keys:
+                raise ValueError(f"priors has an unknown key {key!r}: PFGMMGibbs takes {sorted(keys)}")
+            keys[key].check(key, value)
+            if key != "locs_loc" and np.ndim(value) != 0:
+                raise ValueError(f"priors[{key!r}] must be a number ({keys[key].doc}); got {value!r}")
+        if "weights" in self.priors and self.alpha != 1:
+            raise ValueError("priors['weights'] and alpha both set the weights' concentration: set one")
+
+    def _alpha(self) -> float:
+        """The weights' Dirichlet concentration: ``priors["weights"]``, else ``alpha``."""
+        return float((self.priors or {}).get("weights", self.alpha))
+
+    def _niw_prior(self, rows: np.ndarray) -> NIWPrior:
+        """The Normal-inverse-Wishart prior of ``priors`` (each default from the training ``rows``)."""
+        settings, defaults = self.priors or {}, NIWPrior(mean=rows.mean(0))
+        mean = np.broadcast_to(np.asarray(settings.get("locs_loc", defaults.mean), dtype=float), defaults.mean.shape)
+        return NIWPrior(
+            mean=mean.copy(),
+            kappa=float(settings.get("locs_kappa", defaults.kappa)),
+            psi=float(settings.get("covariance_scale", float(rows.var(0).mean()) or 1.0)),
+            extra_dof=float(settings.get("covariance_extra_dof", defaults.extra_dof)),
+        )
 
     def fit(self, X: Any, y: Any) -> "PFGMMGibbs":
         """Sample the posterior given features ``X`` and binary labels ``y`` (NaN = missing)."""
@@ -76,6 +135,7 @@ class PFGMMGibbs:
             raise ValueError(f"switch_prior must be a probability in (0, 1]; got {p!r}")
         if not (isinstance(self.alpha, (int, float)) and self.alpha > 0):
             raise ValueError(f"alpha must be positive; got {self.alpha!r}")
+        self._check_priors()
         if self.init_params not in ("relevance", "random"):
             raise ValueError(f"init_params must be 'relevance' or 'random'; got {self.init_params!r}")
         check_positive_int(self.num_samples, "num_samples")
@@ -97,12 +157,12 @@ class PFGMMGibbs:
         rows = x.numpy()
         #: the training rows, labels and which labels are observed (``to_arviz``'s data)
         self._train = (rows, labels.y.numpy(), labels.observed.numpy())
-        self.prior_ = NIWPrior(mean=rows.mean(0), psi=float(rows.var(0).mean()) or 1.0)  # run_pf_gibbs's default
+        self.prior_ = self._niw_prior(rows)  # without priors, run_pf_gibbs's default
         self.draws_: GibbsDraws = run_pf_gibbs(
             *self._train,
             k,
             switch_prior=float(p),
-            alpha=float(self.alpha),
+            alpha=self._alpha(),
             num_samples=self.num_samples,
             warmup_steps=self.warmup_steps,
             prior=self.prior_,
@@ -180,15 +240,15 @@ class PFGMMGibbs:
 
     def _draw_log_joint(self, i: int) -> float:
         """``log p(X, y, Z, S, theta)`` of draw ``i`` on the training data: the sampler's target, with the
-        switches' ``Bern(p)``, the weights' ``Dirichlet(alpha)``, the label probabilities' ``Beta(1, 1)`` and the
-        Normal-inverse-Wishart prior (``prior_``) of every Gaussian block."""
+        switches' ``Bern(p)``, the weights' ``Dirichlet`` (``alpha`` or ``priors``), the label probabilities'
+        ``Beta(1, 1)`` and the Normal-inverse-Wishart prior (``prior_``) of every Gaussian block."""
         from scipy.stats import dirichlet
 
         d, (x, y, observed) = self.draws_, self._train
         on, z = d.switches[i], d.assignments[i]
         p = float(self.switch_prior)
         total = on.sum() * np.log(p) + ((~on).sum() * np.log1p(-p) if (~on).any() else 0.0)
-        total += dirichlet.logpdf(d.weights[i], np.full(d.weights.shape[1], float(self.alpha)))
+        total += dirichlet.logpdf(d.weights[i], np.full(d.weights.shape[1], self._alpha()))
         total += np.log(d.weights[i])[z].sum()
         eta = d.label_probs[i][z[observed]]
         total += np.where(y[observed] == 1, np.log(eta), np.log1p(-eta)).sum()

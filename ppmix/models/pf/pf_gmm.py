@@ -15,6 +15,7 @@ from pyro.distributions.transforms import biject_to
 
 from ppmix._validation import check_n_components, check_positive_int, to_output
 from ppmix.components import BernoulliLabel, DiagGaussian
+from ppmix.components.family import PriorKey
 from ppmix.models._family_components import FamilyComponentsMixin
 from ppmix.models._flat import flat_prior
 from ppmix.models._missing import check_missing_option
@@ -138,6 +139,16 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
         the label tests of :attr:`relevant_features_` use each feature's observed entries, the starts fill the
         missing ones with their columns' means; predictions, ``score_samples`` and ``score`` take rows with
         missing entries (a row with none observed is an error naming it). EM only (``engine="em"``; ``fit_em`` too).
+    priors : dict, optional
+        The priors' hyperparameters, by key (``prior_keys()`` lists them with their defaults; None: every default):
+        ``"weights"`` the Dirichlet concentration of the weights (default ``alpha``, which it replaces) and the
+        diagonal Gaussian family's, ``"locs_loc"``, ``"locs_scale"``, ``"variance_concentration"`` and
+        ``"variance_rate"``, as for :class:`~ppmix.models.gmm.GMM` (a number or one per feature); they are the
+        priors of the components and of the background (the label probabilities' stays flat). Given, EM is MAP-EM: the
+        ELBO plus the log prior (in ``history_``) climbs, each component's feature ``d`` fitted to the ``phi_d``
+        share of its data the switches give it (an irrelevant feature's parameters stay at the prior's mode) and the
+        background to every row; ``to_arviz``'s Laplace approximation is then of the log posterior and its ``prior``
+        group draws from them.
     seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
 
     Attributes
@@ -209,6 +220,7 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
         reg_covar: float = 1e-6,
         warm_start: bool = False,
         missing: str = "error",
+        priors: dict[str, Any] | None = None,
         seed: int | None = None,
         device: str | torch.device | None = None,
         dtype: torch.dtype = torch.float64,
@@ -222,6 +234,8 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
         self._validate_pf_params()
         if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not self.alpha >= 1:
             raise ValueError(f"alpha must be a number >= 1 (the MAP weights need it); got {self.alpha!r}")
+        if (self.priors or {}).get("weights") is not None and self.alpha != 1:
+            raise ValueError("priors['weights'] and alpha both set the weights' concentration: set one")
         check_positive_int(self.n_restarts, "n_restarts")
         check_missing_option(self.missing, self.component_family())
 
@@ -361,10 +375,20 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
         return {"x": data.x}
 
     # ------------------------------------------------------------ the program
+    def _weights_concentration(self) -> float | torch.Tensor:
+        """``priors["weights"]`` as a ``(K,)`` tensor, else ``alpha``."""
+        if (self.priors or {}).get("weights") is None:
+            return float(self.alpha)
+        return self._concentration("weights", (self.n_components,))
+
+    def structure_prior_keys(self) -> dict[str, PriorKey]:
+        return {"weights": PriorKey("the Dirichlet concentration of the weights (default alpha)", "concentration")}
+
     def _weights_prior(self, k: int, opts: dict) -> dist.Distribution:
-        if self.alpha == 1 and not self.is_bayesian:
+        alpha = self._weights_concentration()
+        if isinstance(alpha, float) and alpha == 1 and not self.is_bayesian:
             return flat_prior(self, "weights", constraints.simplex, (), (k,), opts)
-        return dist.Dirichlet(torch.full((k,), float(self.alpha), **opts))
+        return dist.Dirichlet(torch.as_tensor(alpha, **opts).expand(k))
 
     def model(self, data: PFData) -> None:
         """Weights, components, labels and background; per point ``z``, ``y``; per feature ``s``, ``x``."""
@@ -427,10 +451,17 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
             resp = start_responsibilities(self, frames, rows.labels, generator, self._restart, weight)
         self.m_step(data, resp)
 
-    def _log_weights_prior(self) -> torch.Tensor:
-        if self.alpha == 1:
-            return self.weights_.new_zeros(())
-        return dist.Dirichlet(torch.full_like(self.weights_, float(self.alpha))).log_prob(self.weights_)
+    def _log_prior(self) -> torch.Tensor:
+        """The weights' Dirichlet log density (zero where flat) and, with ``priors``, the components' and the
+        background's log prior: MAP-EM's objective is the ELBO plus this."""
+        log_prior = self.weights_.new_zeros(())
+        if self.priors is not None:
+            log_prior = self._map_log_prior_components() + self._background_log_prior()
+        alpha = self._weights_concentration()
+        if isinstance(alpha, float) and alpha == 1:
+            return log_prior
+        concentration = torch.as_tensor(alpha).to(self.weights_).expand_as(self.weights_)
+        return log_prior + dist.Dirichlet(concentration).log_prob(self.weights_)
 
     def e_step(self, data: _PFEMData | Weighted) -> tuple[torch.Tensor, torch.Tensor]:
         """Optimal ``q(z)`` given ``phi`` and the parameters, and the ELBO of eq. 19 (every row counted as often as
@@ -442,7 +473,7 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
     def _elbo(self, rows: _PFEMData, weight: torch.Tensor | None, log_norm: torch.Tensor) -> torch.Tensor:
         """The ELBO from the rows' ``log sum_k exp(log joint)`` ``(N, 1)``."""
         data_term = log_norm.sum() if weight is None else log_norm.reshape(-1) @ weight.to(log_norm)
-        return data_term + self._frame_objective_terms(rows.frames, weight) + self._log_weights_prior()
+        return data_term + self._frame_objective_terms(rows.frames, weight) + self._log_prior()
 
     def differentiable_elbo(self, data: _PFEMData | Weighted) -> torch.Tensor:
         """:meth:`e_step`'s ELBO by an out-of-place log-sum-exp (its fused one overwrites what autograd needs)."""
@@ -464,14 +495,16 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
     def em_update(self, stats: dict[str, Any]) -> None:
         """The M-step from (merged) statistics: weights (Dirichlet MAP), components, labels, then ``phi``."""
         counts = stats["components"].counts.to(self.dtype)
-        k, alpha = self.n_components, float(self.alpha)
-        self.weights_ = (counts + alpha - 1 + 10 * torch.finfo(self.dtype).eps) / (counts.sum() + k * (alpha - 1))
+        alpha = self._weights_concentration()
+        extra = self.n_components * (alpha - 1) if isinstance(alpha, float) else (alpha - 1).sum()
+        self.weights_ = (counts + alpha - 1 + 10 * torch.finfo(self.dtype).eps) / (counts.sum() + extra)
         self._update_from_frame_statistics(stats)
         self._invalidate_guide()
 
     def em_global_objective(self, n_observations: int) -> torch.Tensor:
-        """The ELBO's terms that are not sums over the data: the switches' and the weights' priors."""
-        return self._switch_objective(n_observations) + self._log_weights_prior()
+        """The ELBO's terms that are not sums over the data: the switches' and the weights' priors (with ``priors``,
+        the components' and the background's too)."""
+        return self._switch_objective(n_observations) + self._log_prior()
 
     # ---------------------------------------------------------- predictions
     def _component_posterior(self, data: PFData, use_labels: bool) -> torch.Tensor:

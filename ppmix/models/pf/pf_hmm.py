@@ -84,6 +84,13 @@ class PFHMM(PFStateMixin, HMM):
         the data scale from each feature's observed entries, the start with the missing ones filled by their
         columns' means); predictions and ``score`` take such steps too (a step with none observed is an error). EM
         only (``fit``, ``fit_em``).
+    priors : dict, optional
+        The priors' hyperparameters, by key (``prior_keys()`` lists them with their defaults; None: every default):
+        ``"initial"`` and ``"transition"`` as for :class:`~ppmix.models.hmm.HMM`, and the diagonal Gaussian
+        family's as for :class:`~ppmix.models.pf.pf_gmm.PFGMM` (the priors of the components and of the
+        background). Given, EM is MAP-EM as :class:`~ppmix.models.pf.pf_gmm.PFGMM`'s (the chain's Dirichlet
+        modes), ``to_arviz``'s Laplace approximation is of the log posterior and its ``prior`` group draws from
+        them.
     seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
 
     Attributes
@@ -126,6 +133,7 @@ class PFHMM(PFStateMixin, HMM):
         warm_start: bool = False,
         sequence_column: str | None = None,
         missing: str = "error",
+        priors: dict[str, Any] | None = None,
         seed: int | None = None,
         device: str | torch.device | None = None,
         dtype: torch.dtype = torch.float64,
@@ -350,8 +358,15 @@ class PFHMM(PFStateMixin, HMM):
         self._invalidate_guide()
 
     def em_global_objective(self, n_observations: int) -> torch.Tensor:
-        """The ELBO's term that is not a sum over the data: the switches' prior and entropy."""
-        return self._switch_objective(n_observations)
+        """The ELBO's terms that are not sums over the data: the switches' prior and entropy, and MAP-EM's log
+        prior (:meth:`_log_prior`)."""
+        return self._switch_objective(n_observations) + self._log_prior()
+
+    def _log_prior(self) -> torch.Tensor:
+        """:class:`~ppmix.models.hmm.HMM`'s (the transitions' and, with ``priors``, the initial distribution's and
+        the components'), and with ``priors`` the background's."""
+        log_prior = super()._log_prior()
+        return log_prior if self.priors is None else log_prior + self._background_log_prior()
 
     # ---------------------------------------------------------- predictions
     def _label_free_posterior(self, X: Any) -> tuple[SequenceBatch, torch.Tensor]:

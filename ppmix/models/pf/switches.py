@@ -39,6 +39,7 @@ from ppmix.models.pf._observed import (
     fit_frame_statistics,
     frame_log_prob,
     frame_statistics,
+    map_fit_frame_statistics,
 )
 from ppmix.ops.kmeans import kmeans_start
 from ppmix.ops.scaling import column_variance
@@ -167,10 +168,11 @@ class PredictionFocusedMixin:
         return self._scale.get("floor", self.reg_covar)
 
     def _validate_pf_params(self) -> None:
-        """Check the switch prior, the start and the EM settings shared by the pf models."""
+        """Check the switch prior, the start, the EM settings and ``priors`` shared by the pf models."""
         self._validate_switch_prior()
         self._validate_em_settings(PF_INIT_METHODS)
         check_float(self.reg_covar, "reg_covar", positive=False)
+        self._validate_priors()
 
     def _check_pf_features(self, frames: torch.Tensor) -> None:
         """At least two features to select among (when ``p < 1``) and no constant feature (named)."""
@@ -232,7 +234,10 @@ class PredictionFocusedMixin:
         """The background fitted on (merged) statistics, and its per-feature log-likelihood of those frames."""
         one = torch.ones(1, self.n_features_in_, dtype=self.dtype, device=self._device)
         self.background_ = DiagGaussian(one, one, reg_covar=self._variance_floor)
-        self._background_ll = fit_frame_statistics(self.background_, stats)[0]  # (D,)
+        if self.priors is None:
+            self._background_ll = fit_frame_statistics(self.background_, stats)[0]  # (D,)
+        else:  # MAP: every frame counts (the Laplace target's background, see PFStateMixin.laplace_target)
+            self._background_ll = self._map_fit(self.background_, stats, one[0])[0]
 
     def _frame_log_joint(self, frames: Frames, labels: FrameLabels, log_prior: torch.Tensor) -> torch.Tensor:
         """:func:`switched_log_joint` at the fitted components, labels and relevance."""
@@ -271,7 +276,10 @@ class PredictionFocusedMixin:
         """Components and labels from (merged) statistics, then ``phi`` (B.2.1): the relevant features'
         log-likelihood gain over the background (of their observed entries), per frame."""
         components = stats["components"]
-        relevant_ll = fit_frame_statistics(self.components_, components).sum(0)  # (D,)
+        if self.priors is None:
+            relevant_ll = fit_frame_statistics(self.components_, components).sum(0)  # (D,)
+        else:
+            relevant_ll = self._map_fit(self.components_, components, self.switch_probs_).sum(0)
         self.labels_.fit_statistics(stats["labels"])
         if self._all_relevant:
             self.switch_probs_ = torch.ones_like(self._background_ll)
@@ -279,6 +287,17 @@ class PredictionFocusedMixin:
         counts = components.counts.to(self.dtype)
         logit_p = math.log(self._switch_p) - math.log1p(-self._switch_p)
         self.switch_probs_ = torch.sigmoid(logit_p + (relevant_ll - self._background_ll) / counts.sum())
+
+    def _map_fit(self, gaussians: DiagGaussian, stats: Statistics, phi: torch.Tensor) -> torch.Tensor:
+        """MAP-EM's update of ``gaussians`` (the components, or the background with ``phi`` one) under ``priors``:
+        :func:`~ppmix.models.pf._observed.map_fit_frame_statistics` (a family without one refuses, naming
+        itself); their log-likelihood ``(K, D)``."""
+        self._validate_priors(map_em=True)
+        return map_fit_frame_statistics(self._prior_family(), gaussians, stats, phi, self._scale)
+
+    def _background_log_prior(self) -> torch.Tensor:
+        """MAP-EM's log prior of the background: the components' (the family's, under ``priors``)."""
+        return self._prior_family().map_log_prior(self.background_, int(self.n_features_in_), self._scale)
 
     def _initial_frame_responsibilities(
         self,
