@@ -158,7 +158,10 @@ class FamilyComponentsMixin:
         """The constructor arguments, ``priors``' arrays as nested lists (JSON)."""
         params = super().saved_params()  # type: ignore[misc]
         if params.get("priors") is not None:
-            params["priors"] = {k: v if v is None else torch.as_tensor(v).tolist() for k, v in params["priors"].items()}
+            params["priors"] = {
+                k: v if v is None else torch.as_tensor(v, dtype=torch.float64).tolist()
+                for k, v in params["priors"].items()
+            }
         return params
 
     @property
