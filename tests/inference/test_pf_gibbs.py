@@ -115,6 +115,13 @@ def test_estimator_priors_set_the_niw_and_weights_and_bad_keys_name_priors():
     draws = model.draws_  # every Gaussian block's mean is pinned at locs_loc: the components' and the background's
     means = np.where(draws.switches[:, None, :], draws.locs, draws.background_loc[:, None, :])
     np.testing.assert_allclose(means, np.broadcast_to([7.0, -7.0], means.shape), atol=1e-2)
+    prior = model.to_arviz().prior  # draws from the same priors: pinned means, Gaussians on their switches' blocks
+    switches = prior["switches"].values[0].astype(bool)
+    means = np.where(switches[:, None, :], prior["locs"].values[0], prior["background_loc"].values[0][:, None, :])
+    np.testing.assert_allclose(means, np.broadcast_to([7.0, -7.0], means.shape), atol=1e-2)
+    on = switches[:, None, :, None] & switches[:, None, None, :]
+    assert np.array_equal(np.isfinite(prior["covariances"].values[0]), np.broadcast_to(on, (20, 2, 2, 2)))
+    assert prior["weights"].shape == (1, 20, 2) and 0 < switches.mean() < 1
     with pytest.raises(ValueError, match=r"priors has an unknown key 'rate_rate'"):
         PFGMMGibbs(2, priors={"rate_rate": 1.0}).fit(x, z)
     with pytest.raises(ValueError, match=r"priors\['locs_kappa'\] must be a number"):

@@ -35,6 +35,7 @@ __all__ = [
     "collapsed_log_likelihood",
     "block_log_prob",
     "log_marginal_niw",
+    "prior_draws",
     "run_pf_gibbs",
     "sufficient_stats",
 ]
@@ -127,6 +128,60 @@ def _sample_niw(rng: np.random.Generator, posterior: tuple) -> tuple[np.ndarray,
     return mu, sigma
 
 
+def _draw_gaussians(
+    rng: np.random.Generator, switches: np.ndarray, cluster_stats: list, all_stats: tuple, prior: NIWPrior
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every component's Gaussian on the switched-on block and the background's on the rest, each drawn from its
+    Normal-inverse-Wishart posterior given its rows' statistics (``(n, mean, scatter)``; ``n = 0``: the prior):
+    ``locs (K, D)``, ``covariances (K, D, D)``, ``background_loc (D,)``, ``background_covariance (D, D)``, NaN
+    outside their blocks."""
+    k, d = len(cluster_stats), switches.shape[0]
+    locs, covs = np.full((k, d), np.nan), np.full((k, d, d), np.nan)
+    if switches.any():
+        for j in range(k):
+            mu, sigma = _sample_niw(rng, _posterior(cluster_stats[j], switches, prior))
+            locs[j, switches], covs[j][np.ix_(switches, switches)] = mu, sigma
+    bg_loc, bg_cov = np.full(d, np.nan), np.full((d, d), np.nan)
+    if (~switches).any():
+        mu, sigma = _sample_niw(rng, _posterior(all_stats, ~switches, prior))
+        bg_loc[~switches], bg_cov[np.ix_(~switches, ~switches)] = mu, sigma
+    return locs, covs, bg_loc, bg_cov
+
+
+def prior_draws(
+    n_draws: int, n_components: int, prior: NIWPrior, *, switch_prior: float, alpha: float, seed: int | None = None
+) -> dict[str, np.ndarray]:
+    """``n_draws`` draws of the pf-GMM's globals from the prior :func:`run_pf_gibbs` samples under: switches
+    ``~ Bern(switch_prior)``, weights ``~ Dirichlet(alpha)``, label probabilities ``~ Beta(1, 1)`` and the
+    Gaussians of :func:`_draw_gaussians` from ``prior`` (NaN outside their blocks), as ``GibbsDraws``' arrays
+    less the assignments.
+
+    Examples
+    --------
+    >>> draws = prior_draws(200, 2, NIWPrior(np.zeros(3), psi=1.0), switch_prior=0.3, alpha=1.0, seed=0)
+    >>> draws["locs"].shape, round(float(draws["switches"].mean()), 1)
+    ((200, 2, 3), 0.3)
+    """
+    rng = np.random.default_rng(seed)
+    d = prior.mean.shape[0]
+    nothing = (0, np.zeros(d), np.zeros((d, d)))
+    keep: dict[str, list] = {name: [] for name in GibbsDraws.__dataclass_fields__ if name != "assignments"}
+    for _ in range(n_draws):
+        switches = rng.random(d) < switch_prior
+        locs, covs, bg_loc, bg_cov = _draw_gaussians(rng, switches, [nothing] * n_components, nothing, prior)
+        for name, value in (
+            ("switches", switches),
+            ("weights", rng.dirichlet(np.full(n_components, alpha))),
+            ("label_probs", rng.beta(1.0, 1.0, n_components)),
+            ("locs", locs),
+            ("covariances", covs),
+            ("background_loc", bg_loc),
+            ("background_covariance", bg_cov),
+        ):
+            keep[name].append(value)
+    return {name: np.stack(values) for name, values in keep.items()}
+
+
 def collapsed_log_likelihood(switches: np.ndarray, prior: NIWPrior, cluster_stats: list, all_stats: tuple) -> float:
     """``log p(X | S, Z)`` with every Gaussian parameter integrated out (components on S, background on ~S).
 
@@ -217,17 +272,7 @@ def run_pf_gibbs(
                 weights.append(prior_term + collapsed_log_likelihood(switches, prior, cluster_stats, all_stats))
             switches[feature] = rng.random() < 1.0 / (1.0 + math.exp(min(weights[0] - weights[1], 700.0)))
         # 2. Gaussian parameters given S and Z
-        locs = np.full((k, d), np.nan)
-        covs = np.full((k, d, d), np.nan)
-        block = np.ix_(switches, switches)
-        for j in range(k):
-            if switches.any():
-                mu, sigma = _sample_niw(rng, _posterior(cluster_stats[j], switches, prior))
-                locs[j, switches], covs[j][block] = mu, sigma
-        bg_loc, bg_cov = np.full(d, np.nan), np.full((d, d), np.nan)
-        if (~switches).any():
-            mu, sigma = _sample_niw(rng, _posterior(all_stats, ~switches, prior))
-            bg_loc[~switches], bg_cov[np.ix_(~switches, ~switches)] = mu, sigma
+        locs, covs, bg_loc, bg_cov = _draw_gaussians(rng, switches, cluster_stats, all_stats, prior)
         # 3. assignments
         log_joint = np.tile(np.log(theta), (n, 1))
         if switches.any():

@@ -9,7 +9,7 @@ import torch
 
 from ppmix._validation import NotFittedError, check_matrix, check_n_components, check_positive_int, to_output
 from ppmix.components.family import PriorKey
-from ppmix.inference.engines.gibbs import GibbsDraws, NIWPrior, block_log_prob, run_pf_gibbs
+from ppmix.inference.engines.gibbs import GibbsDraws, NIWPrior, block_log_prob, prior_draws, run_pf_gibbs
 from ppmix.models._params import check_seed, store_params
 from ppmix.models.pf.switches import FrameLabels, label_relevant_features
 from ppmix.ops.kmeans import kmeans_start
@@ -292,7 +292,9 @@ class PFGMMGibbs:
         ``posterior``: switch, assignment and parameter draws; ``log_likelihood``: ``log p(x_n)`` of every row
         under every draw (for ``az.loo``); ``posterior_predictive``: one replicated ``X`` per draw (for
         ``az.plot_ppc``); ``observed_data``: ``X``; ``sample_stats``: ``lp``, the log joint density of every
-        draw (:meth:`_draw_log_joint`; its trace is the Gibbs sampler's stand-in for ``az.plot_energy``).
+        draw (:meth:`_draw_log_joint`; its trace is the Gibbs sampler's stand-in for ``az.plot_energy``);
+        ``prior``: as many draws of the globals from the priors the sampler ran under (``priors`` as set;
+        :func:`~ppmix.inference.engines.gibbs.prior_draws`).
         """
         import arviz as az
 
@@ -322,8 +324,17 @@ class PFGMMGibbs:
         }
         rng = np.random.default_rng(self.seed)
         coords = {"feature": self.feature_names_in_} if self.feature_names_in_ is not None else None
+        prior = prior_draws(
+            n_draws,
+            self.n_components,
+            self.prior_,
+            switch_prior=float(self.switch_prior),
+            alpha=self._alpha(),
+            seed=self.seed,
+        )
         return az.from_dict(
             posterior={k: v[None] for k, v in posterior.items()},
+            prior={k: v[None] for k, v in prior.items()},
             log_likelihood={"x": np.stack([self._draw_log_density(x, i) for i in range(n_draws)])[None]},
             posterior_predictive={"x": np.stack([self._replicate(i, x.shape[0], rng) for i in range(n_draws)])[None]},
             observed_data={"x": x},
