@@ -317,17 +317,24 @@ def own_hook(model: "MixtureModel", name: str, *companions: str) -> Callable[...
     return getattr(model, name)
 
 
+#: the methods whose results a model's own ``draws_log_likelihood`` computes at once (:func:`own_hook`)
+POINTWISE_COMPANIONS = ("pointwise_log_likelihood", "posterior_marginals")
+
+
 def pointwise_draws(
-    model: "MixtureModel", data: Any, draws: dict[str, torch.Tensor]
+    model: "MixtureModel", data: Any, draws: dict[str, torch.Tensor], per_step: bool = False
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """The pointwise log-likelihood ``(S, ...)`` and posterior marginals ``{name: (S, ...)}`` at every draw
     ``{site: (S, ...)}``: the model's ``draws_log_likelihood(data, draws)`` where it has one for its program (the
-    HMM: one forward-backward over every draw), else its ``pointwise_log_likelihood`` and ``posterior_marginals``
-    with each draw's globals set in turn; the fitted state and guide are left exactly as they were."""
-    batched = own_hook(model, "draws_log_likelihood", "pointwise_log_likelihood", "posterior_marginals")
+    HMM: one forward-backward over every draw; ``per_step``: its log-likelihood of every step), else its
+    ``pointwise_log_likelihood`` and ``posterior_marginals`` with each draw's globals set in turn; the fitted
+    state and guide are left exactly as they were."""
+    batched = own_hook(model, "draws_log_likelihood", *POINTWISE_COMPANIONS)
+    if per_step and batched is None:
+        raise ValueError(f"{type(model).__name__} has no log-likelihood per step (draws_log_likelihood)")
     if batched is not None:
         with torch.no_grad():
-            loglik, marginals = batched(data, draws)
+            loglik, marginals = batched(data, draws, per_step=True) if per_step else batched(data, draws)
         return loglik.cpu().numpy(), {name: probs.cpu().numpy() for name, probs in marginals.items()}
     loglik_list, discrete = [], {}
     with model.parameters_restored():
@@ -434,7 +441,7 @@ def prior_samples(
 
 # ------------------------------------------------------------------------- the builder
 def build_inference_data(
-    model: "MixtureModel", data: Any, num_samples: int = 100, approximation: str | None = "auto"
+    model: "MixtureModel", data: Any, num_samples: int = 100, approximation: str | None = "auto", per_step: bool = False
 ) -> Any:
     """``InferenceData`` with the groups listed in this module's docstring.
 
@@ -443,7 +450,8 @@ def build_inference_data(
     :class:`LaplaceUnavailable` where there is none), ``"auto"`` the same where the
     model has one with at most :data:`AUTO_LAPLACE_MAX_PARAMETERS` parameters and the
     point estimate otherwise, and ``None`` the single point estimate. It does not
-    change the draws of MCMC or of an SVI ``normal`` guide.
+    change the draws of MCMC or of an SVI ``normal`` guide. ``per_step``: the log-likelihood of every step of a
+    sequence model (its ``draws_log_likelihood(..., per_step=True)``) in place of every sequence's.
     """
     import arviz as az
 
@@ -451,7 +459,7 @@ def build_inference_data(
         raise ValueError(f"approximation must be one of {APPROXIMATIONS}; got {approximation!r}")
     draws, source, no_laplace, stats = global_draws(model, data, num_samples, approximation)
     n_chains, n_draws = next(iter(draws.values())).shape[:2]
-    loglik, discrete = pointwise_draws(model, data, _flat(draws))
+    loglik, discrete = pointwise_draws(model, data, _flat(draws), per_step=per_step)
 
     def per_draw(stacked: np.ndarray) -> np.ndarray:
         return stacked.reshape(n_chains, n_draws, *stacked.shape[1:])

@@ -446,12 +446,19 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
         statistics of every draw (``energy``, ``diverging``, ``tree_depth``, ... for ``az.bfmi`` and
         ``az.plot_energy``); after ``engine="gibbs"``, the log joint ``lp``. ``X`` defaults to the training data.
         """
+        return self._inference_data(X, y, num_samples, approximation)
+
+    def _inference_data(
+        self, X: Any, y: Any, num_samples: int, approximation: str | None, per_step: bool = False
+    ) -> Any:
+        """:meth:`to_arviz` on ``X`` (default the training data); ``per_step``: a sequence model's log-likelihood
+        per step (:meth:`ppmix.models.hmm.HMM.to_arviz`)."""
         from ppmix.models._arviz import build_inference_data
 
         self._check_fitted()
         if (data := self._train_data if X is None else self.prepare_data(X, y)) is None:
             raise ValueError("X is required: this model holds no training data (loaded from disk, or fitted on shards)")
-        return build_inference_data(self, data, num_samples=num_samples, approximation=approximation)
+        return build_inference_data(self, data, num_samples=num_samples, approximation=approximation, per_step=per_step)
 
     def arviz_dims(self) -> dict[str, list[str]]:
         """Dimension names of each global site (after chain and draw), for ArviZ."""

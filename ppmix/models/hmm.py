@@ -14,7 +14,13 @@ from pyro import poutine
 from ppmix._validation import check_n_components, check_positive_int, to_output
 from ppmix.components.family import DensityFamily, PriorKey
 from ppmix.components.registry import family_config, family_from
-from ppmix.inference.engines.forward_backward import ForwardBackwardResult, forward_backward, viterbi
+from ppmix.inference.engines.forward_backward import (
+    ForwardBackwardResult,
+    forward_backward,
+    step_log_likelihood,
+    viterbi,
+)
+from ppmix.models._arviz import POINTWISE_COMPANIONS, own_hook
 from ppmix.models._family_components import INIT_METHODS, FamilyComponentsMixin, drop_leading_ones
 from ppmix.models._gibbs import HMMGibbsMixin
 from ppmix.models._missing import (
@@ -517,10 +523,12 @@ class HMM(FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin, MixtureModel):
         return self._forward_backward(self._prediction_data(data)).log_likelihood
 
     def draws_log_likelihood(
-        self, data: SequenceBatch, draws: dict[str, torch.Tensor]
+        self, data: SequenceBatch, draws: dict[str, torch.Tensor], per_step: bool = False
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """:meth:`pointwise_log_likelihood` ``(S, B)`` and :meth:`posterior_marginals` ``{"z": (S, sum(lengths),
-        K)}`` at every one of ``S`` draws of the globals (``{site: (S, ...)}``), for ``to_arviz``.
+        """:meth:`pointwise_log_likelihood` ``(S, B)`` (``per_step``: every valid step's one-step-ahead
+        ``log p(x_t | x_{<t})``, ``(S, sum(lengths))``, :func:`~ppmix.inference.engines.forward_backward.
+        step_log_likelihood`) and :meth:`posterior_marginals` ``{"z": (S, sum(lengths), K)}`` at every one of
+        ``S`` draws of the globals (``{site: (S, ...)}``), for ``to_arviz``.
 
         Each draw's globals are set as :meth:`set_globals` sets them and its emissions scored on the batch; the
         forward-backward then runs once over every draw's sequences (draw ``s``'s chain for its sequences), not
@@ -545,15 +553,55 @@ class HMM(FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin, MixtureModel):
         for start in range(0, len(log_emit), block):
             chains = slice(start, start + block)
             n = len(log_emit[chains])
-            result = forward_backward(
+            chain = (
                 initial[chains].log().repeat_interleave(n_sequences, 0),
                 transition[chains].log().repeat_interleave(n_sequences, 0),
                 torch.cat(log_emit[chains]),
                 data.lengths.repeat(n),
             )
-            log_lik.append(result.log_likelihood.reshape(n, n_sequences))
+            result = forward_backward(*chain)
+            if per_step:
+                log_lik.append(step_log_likelihood(*chain).reshape(n, n_sequences, steps)[:, data.mask])
+            else:
+                log_lik.append(result.log_likelihood.reshape(n, n_sequences))
             marginals.append(result.posterior.reshape(n, n_sequences, steps, k)[:, data.mask])
         return torch.cat(log_lik), {"z": torch.cat(marginals)}
+
+    def to_arviz(
+        self,
+        X: Any = None,
+        y: Any = None,
+        num_samples: int = 100,
+        approximation: str | None = "auto",
+        pointwise: str = "sequence",
+    ) -> Any:
+        """ArviZ ``InferenceData`` of the fit, as :meth:`MixtureModel.to_arviz
+        <ppmix.models.base.MixtureModel.to_arviz>`, with the unit of its ``log_likelihood`` group chosen by
+        ``pointwise``: ``"sequence"`` (default), ``log p(x_b)`` of every sequence (dimension ``sequence``: ``az.loo``
+        leaves one sequence out); ``"step"``, the one-step-ahead ``log p(x_t | x_{<t})`` of every valid step, on
+        the observed frames' ``obs_id`` (the sequence's log-likelihood is their sum: per-step diagnostics,
+        ``az.loo`` over steps, which treats steps as exchangeable, and the pieces of leave-future-out
+        validation).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> rng = np.random.default_rng(0)
+        >>> seqs = [np.repeat([[-3.0], [3.0]], n, axis=0) + rng.normal(size=(2 * n, 1)) for n in (20, 15)]
+        >>> sweeps = {"num_chains": 2, "num_samples": 20, "warmup_steps": 20}
+        >>> hmm = HMM(2, seed=0, progress=False).fit(seqs, engine="gibbs", **sweeps)
+        >>> idata = hmm.to_arviz(num_samples=5, pointwise="step")
+        >>> idata.log_likelihood["x"].shape  # (chain, draw, step): the 70 steps of the two sequences
+        (2, 20, 70)
+        """
+        if pointwise not in ("sequence", "step"):
+            raise ValueError(f"pointwise must be 'sequence' or 'step'; got {pointwise!r}")
+        if pointwise == "step" and own_hook(self, "draws_log_likelihood", *POINTWISE_COMPANIONS) is None:
+            raise ValueError(
+                f"pointwise='step' needs the HMM's own likelihood; {type(self).__name__} scores whole sequences "
+                "(pointwise='sequence')"
+            )
+        return self._inference_data(X, y, num_samples, approximation, per_step=pointwise == "step")
 
     def draws_replicated(self, data: SequenceBatch, draws: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """One replicated data set per draw of the globals (``{site: (S, ...)}``), for ``to_arviz``'s

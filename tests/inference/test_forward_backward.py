@@ -9,7 +9,13 @@ import pyro.distributions as dist
 import pytest
 import torch
 
-from ppmix.inference.engines.forward_backward import _check_inputs, _smooth_scaled, forward_backward, viterbi
+from ppmix.inference.engines.forward_backward import (
+    _check_inputs,
+    _smooth_scaled,
+    forward_backward,
+    step_log_likelihood,
+    viterbi,
+)
 from tests.common import DEVICES, assert_close
 
 DTYPES = [pytest.param(torch.float64, id="float64"), pytest.param(torch.float32, id="float32")]
@@ -59,6 +65,23 @@ def brute_force(log_init, log_trans, log_emit, lengths):
 
 
 LENGTHS = torch.tensor([4, 1, 3, 2, 4])
+
+
+@pytest.mark.parametrize("trans", TRANS)
+def test_step_log_likelihood_is_the_difference_of_brute_force_prefix_likelihoods(trans):
+    log_init, log_trans, log_emit = random_hmm(5, 4, 3, per_seq=trans == "per_seq_trans", dtype=torch.float64)
+    log_emit[1, 1:] = float("nan")  # padding is ignored, whatever it holds
+    steps = step_log_likelihood(log_init, log_trans, log_emit, LENGTHS)
+    expected = np.zeros((5, 4))
+    for t in range(1, 5):  # log p(x_{1:t}) of every sequence at least t long, by enumerating its t-step paths
+        prefix = brute_force(log_init, log_trans, log_emit[:, :t], torch.clamp(LENGTHS, max=t))["ll"]
+        expected[:, t - 1] = prefix - (expected[:, : t - 1].sum(1) if t > 1 else 0.0)
+    expected[np.arange(4)[None, :] >= LENGTHS.numpy()[:, None]] = 0.0
+    assert_close(steps, expected, rtol=1e-10, atol=1e-10)
+    with pytest.raises(ValueError, match=r"sequence\(s\) \[0\] has probability zero"):
+        impossible = log_emit.clone()
+        impossible[0, 2] = -float("inf")
+        step_log_likelihood(log_init, log_trans, impossible, LENGTHS)
 
 
 @pytest.mark.parametrize("trans", TRANS)

@@ -186,9 +186,7 @@ def test_matched_gate_targets_are_the_aligned_local_gate_mass():
     models = [perturbed(truth, s, size=0.1, perm=perm) for s, perm in enumerate(perms)]
     weights = np.array([1.0, 2.0, 3.0, 4.0]) / 10
     reduced = ot_reduce(models, x, weights=weights)
-    expected = sum(
-        w * m.gate_probabilities(x)[:, align_experts(m, reduced, x)] for w, m in zip(weights, models)
-    )
+    expected = sum(w * m.gate_probabilities(x)[:, align_experts(m, reduced, x)] for w, m in zip(weights, models))
     np.testing.assert_allclose(reduced.gate_targets_.numpy(), expected, atol=1e-12)
     # S4 literally: the per-point plan's marginals; rows still sum to one, and the MM is the same
     literal = ot_reduce(models, x, weights=weights, gate_targets="plan")

@@ -98,3 +98,27 @@ def test_a_subclass_with_its_own_program_or_likelihood_is_replayed():
     assert own_hook(OwnLikelihood(2), "draws_log_likelihood", *companions) is None
     assert own_hook(OwnLikelihood(2), "draws_replicated") is not None
     assert own_hook(PFHMM(2), "draws_log_likelihood") is None and own_hook(PFHMM(2), "draws_replicated") is None
+
+
+def test_per_step_log_likelihood_sums_to_each_sequence_and_serves_loo():
+    """``to_arviz(pointwise="step")``: every draw's one-step-ahead log-likelihoods add up, sequence by sequence, to
+    the log-likelihood ``pointwise="sequence"`` gives at the same draws; ``az.loo`` runs on steps; a model scoring
+    whole sequences only (PFHMM) and an unknown unit are errors naming ``pointwise``."""
+    import arviz as az
+
+    seqs = _sequences([7, 3, 12, 1, 9, 8, 10, 6])
+    hmm = HMM(3, seed=0, progress=False).fit(seqs, engine="gibbs", num_chains=2, num_samples=30, warmup_steps=30)
+    by_sequence = hmm.to_arviz(num_samples=5).log_likelihood["x"].values  # num_samples: the prior group's draws
+    per_step = hmm.to_arviz(num_samples=5, pointwise="step")
+    steps = per_step.log_likelihood["x"].values
+    assert by_sequence.shape == (2, 30, 8) and steps.shape == (2, 30, sum([7, 3, 12, 1, 9, 8, 10, 6]))
+    owner = np.repeat(np.arange(8), [7, 3, 12, 1, 9, 8, 10, 6])  # the frames' sequences, in order
+    summed = np.stack([steps[..., owner == b].sum(-1) for b in range(8)], axis=-1)
+    np.testing.assert_allclose(summed, by_sequence, rtol=1e-10, atol=1e-9)
+    assert np.isfinite(az.loo(per_step).elpd_loo)
+    with pytest.raises(ValueError, match="pointwise must be 'sequence' or 'step'"):
+        hmm.to_arviz(pointwise="frame")
+    labels = [np.zeros(len(s), dtype=int) for s in seqs]
+    pf = PFHMM(2, max_iter=5, seed=0, progress=False).fit(seqs, labels)
+    with pytest.raises(ValueError, match="pointwise='step' needs the HMM's own likelihood; PFHMM"):
+        pf.to_arviz(pointwise="step")

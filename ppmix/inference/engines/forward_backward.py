@@ -39,6 +39,7 @@ with respect to ``log_emit`` is ``posterior``.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -47,7 +48,7 @@ import torch
 
 from ppmix._validation import torch_ready
 
-__all__ = ["ForwardBackwardResult", "forward_backward", "viterbi"]
+__all__ = ["ForwardBackwardResult", "forward_backward", "step_log_likelihood", "viterbi"]
 
 logger = logging.getLogger(__name__)
 
@@ -159,6 +160,48 @@ def forward_backward(
     post = emit.new_zeros(batch, t_full, k)
     post[:, :t_eff] = post_tm.transpose(0, 1)
     return ForwardBackwardResult(log_likelihood=ll, posterior=post, pair_counts=pairs, initial=post[:, 0].clone())
+
+
+def step_log_likelihood(
+    log_init: torch.Tensor,
+    log_trans: torch.Tensor,
+    log_emit: torch.Tensor,
+    lengths: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``log p(x_{b,t} | x_{b,1:t-1})`` of every step, ``Tensor[B, T]`` (zero at padded steps): the one-step-ahead
+    log predictive density, whose sum over a sequence's steps is its log-likelihood.
+
+    The normalised forward filter in log space, ``a_t = log p(z_t | x_{1:t})``: ``c_t = logsumexp_k(e_{t,k} +
+    logsumexp_j(a_{t-1,j} + log_trans[j, k]))`` (at ``t = 0`` with ``log_init``) and ``a_t = (...) - c_t``. Inputs
+    as :func:`forward_backward`'s, checked alike.
+
+    Examples
+    --------
+    >>> import torch
+    >>> log_init = torch.tensor([0.6, 0.4]).log()
+    >>> log_trans = torch.tensor([[0.9, 0.1], [0.2, 0.8]]).log()
+    >>> log_emit = torch.randn(3, 5, 2)
+    >>> lengths = torch.tensor([5, 2, 4])
+    >>> steps = step_log_likelihood(log_init, log_trans, log_emit, lengths)
+    >>> steps[1, 2:].tolist()  # padding
+    [0.0, 0.0, 0.0]
+    >>> bool(torch.allclose(steps.sum(1), forward_backward(log_init, log_trans, log_emit, lengths).log_likelihood))
+    True
+    """
+    log_init, log_trans, emit, _, mask, t_full = _check_inputs(log_init, log_trans, log_emit, lengths)
+    batch, t_eff, _ = emit.shape
+    steps = emit.new_zeros(batch, t_full)
+    filtered = log_init + emit[:, 0]
+    steps[:, 0] = torch.logsumexp(filtered, dim=-1)
+    filtered = filtered - steps[:, :1]
+    for t in range(1, t_eff):
+        joint = torch.logsumexp(filtered.unsqueeze(-1) + log_trans, dim=-2) + emit[:, t]
+        step = torch.logsumexp(joint, dim=-1)
+        valid = mask[:, t]
+        steps[:, t] = torch.where(valid, step, 0.0)
+        filtered = torch.where(valid[:, None], joint - step[:, None], filtered)
+    _check_possible(steps.new_zeros(batch).masked_fill(steps.isneginf().any(1), -math.inf), "has")
+    return steps
 
 
 def viterbi(
