@@ -332,35 +332,41 @@ class GaussianFamily(DensityFamily):
         at least the variance floor. Full and tied: the means given the covariances in closed form, then Newton
         steps on the covariances that raise the log posterior (:mod:`~ppmix.components.gaussian_map`), every
         variance at least the floor."""
+        self.weighted_map_update(components, stats, stats.counts, scale)
+
+    def weighted_map_update(self, components: Any, stats: Any, rows: torch.Tensor, scale: DataScale) -> None:
+        """:meth:`map_update` where the rows' weights in the means (``stats.counts``, ``n_k`` in the means' formula)
+        differ from their number in the covariance's log-determinant (``rows`` ``(K,)``, ``n_k`` in the variances'
+        denominators): a Student-t's ECM step, whose rows weigh ``r u`` in the scatter and ``r`` in ``log|Sigma|``."""
         opts = {"dtype": components.dtype, "device": components.device}
         d = stats.mean.shape[1]
-        counts = stats.counts.to(**opts)
+        counts, rows = stats.counts.to(**opts), rows.to(**opts)
         seen = counts[:, None] > 0
         sample_mean = torch.where(seen, stats.mean.to(**opts), 0.0)
         locs = self.prior("locs", 1, d, scale, opts).base_dist
         shape, rate = self._variance_prior(scale.get("std", torch.ones(d)).to(**opts))
         floor = torch.as_tensor(components.reg_covar, **opts)
         if self.covariance_type in ("full", "tied"):
-            self._map_update_covariance(components, stats, counts, sample_mean, (locs, shape, rate, floor))
+            self._map_update_covariance(components, stats, (counts, rows), sample_mean, (locs, shape, rate, floor))
             return
-        counts = counts[:, None]
+        counts, rows = counts[:, None], rows[:, None]
         precision = locs.scale.pow(-2) + counts / components.variance
         loc = (locs.loc * locs.scale.pow(-2) + counts * sample_mean / components.variance) / precision
         squares = torch.where(seen, stats.scatter.to(**opts), 0.0) + counts * (sample_mean - loc).square()
         if self.covariance_type == "spherical":
-            variance = (2 * rate + squares.sum(1, keepdim=True)) / (2 * shape + 2 + counts * d)
+            variance = (2 * rate + squares.sum(1, keepdim=True)) / (2 * shape + 2 + rows * d)
             variance = torch.maximum(variance, floor.mean()).expand_as(loc)
         else:
-            variance = torch.maximum((2 * rate + squares) / (2 * shape + 2 + counts), floor)
+            variance = torch.maximum((2 * rate + squares) / (2 * shape + 2 + rows), floor)
         components.loc, components.scale = loc, variance.sqrt().contiguous()
 
     def _map_update_covariance(
-        self, components: Any, stats: Any, counts: torch.Tensor, sample_mean: torch.Tensor, prior: tuple
+        self, components: Any, stats: Any, counts: tuple, sample_mean: torch.Tensor, prior: tuple
     ) -> None:
-        """:meth:`map_update` of full or tied components: :func:`~ppmix.components.gaussian_map.map_means` at the
-        current covariances, then :func:`~ppmix.components.gaussian_map.map_covariance` on the scatter about the
-        new means (tied: one covariance, the components' scatters and counts summed)."""
-        locs, shape, rate, floor = prior
+        """:meth:`weighted_map_update` of full or tied components: :func:`~ppmix.components.gaussian_map.map_means`
+        at the current covariances, then :func:`~ppmix.components.gaussian_map.map_covariance` on the scatter about
+        the new means (tied: one covariance, the components' scatters and rows summed)."""
+        (counts, rows), (locs, shape, rate, floor) = counts, prior
         loc = map_means(locs.loc, locs.scale, counts, sample_mean, components.covariance)
         deviation = sample_mean - loc
         seen = (counts > 0)[:, None, None]
@@ -369,9 +375,9 @@ class GaussianFamily(DensityFamily):
         )
         tril = components.scale_tril
         if self.covariance_type == "tied":
-            scatter, counts, tril = scatter.sum(0)[None], counts.sum()[None], tril[:1]
+            scatter, rows, tril = scatter.sum(0)[None], rows.sum()[None], tril[:1]
         concentration = self._corr_concentration({"dtype": loc.dtype, "device": loc.device})
-        tril = map_covariance(scatter, counts, tril, shape, rate, concentration, floor)
+        tril = map_covariance(scatter, rows, tril, shape, rate, concentration, floor)
         components.loc = loc
         components.scale_tril = (
             tril.expand(loc.shape[0], -1, -1).contiguous() if self.covariance_type == "tied" else tril
