@@ -257,8 +257,9 @@ def test_flat_default_priors_make_map_em_maximum_likelihood(name):
 
 
 #: priors worth a million rows, and the means they pin: Poisson rates at 5; log-normal ``log x`` at mean 1 and
-#: variance 0.25 (``E x = exp(1 + 0.25 / 2)``); Student-t locations at 3
+#: variance 0.25 (``E x = exp(1 + 0.25 / 2)``); Student-t locations and the Gaussians of a ``gmm`` at 3
 STRONG_PRIORS = {
+    "gmm": ({"locs_loc": 3.0, "locs_scale": 1e-3}, 3.0),
     "student_t": ({"locs_loc": 3.0, "locs_scale": 1e-3}, 3.0),
     "poisson": ({"rate_concentration": 1e6 * 5.0 + 1, "rate_rate": 1e6}, 5.0),
     "lognormal": (
@@ -279,12 +280,18 @@ def test_map_em_never_decreases_the_log_posterior_and_a_strong_prior_pins_the_me
     assert_close(model.means_, torch.full((2, 2), mean, dtype=torch.float64), rtol=1e-3)
 
 
-#: families whose MAP-EM is not one closed-form mode: log-normal (two conditional modes), Student-t (ECM, df by a
-#: root find), the full t's scale matrix (Newton steps)
+#: families whose MAP-EM is not one closed-form mode: log-normal and the mixtures of diagonal Gaussians (two
+#: conditional modes), Student-t (ECM, df by a root find), full scale matrices (Newton steps)
 NUMERICAL_MAP = pytest.mark.parametrize(
     "family",
-    [family_from("lognormal"), family_from("student_t"), family_from("student_t", covariance_type="full")],
-    ids=["lognormal", "student_t", "student_t-full"],
+    [
+        family_from("lognormal"),
+        family_from("student_t"),
+        family_from("student_t", covariance_type="full"),
+        family_from("gmm"),
+        family_from("gmm", covariance_type="full"),
+    ],
+    ids=["lognormal", "student_t", "student_t-full", "gmm", "gmm-full"],
 )
 #: priors worth almost nothing (the Gaussian keys, and the t's df)
 WEAK = {"locs_scale": 1e3, "variance_concentration": 1e-3, "variance_rate": 1e-8}
