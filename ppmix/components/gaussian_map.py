@@ -22,6 +22,8 @@ from __future__ import annotations
 import torch
 from pyro.distributions import InverseGamma, LKJCholesky
 
+from ppmix.ops.ascent import newton_ascent
+
 __all__ = ["covariance_log_prior", "map_covariance", "map_means"]
 
 
@@ -199,14 +201,11 @@ def map_covariance(
     Newton steps from ``Sigma_b = scale_tril_b scale_tril_b^T``, every variance at least ``floor``; returns the new
     Cholesky factors ``(B, D, D)``.
 
-    Each step is Newton's on the lower triangle of the Cholesky factor (:class:`_CovarianceObjective`, whose
-    stationary points are the posterior's in any coordinates) with the Hessian's eigenvalues made negative (their
-    absolute values, at least ``1e-10`` times the largest: an ascent direction where the objective is not
-    concave); a row whose variance falls below the floor is scaled up to it (its correlations kept); the step is
-    halved until it raises the objective (Armijo's rule), else not taken. A batch entry stops once its Newton
-    decrement is below ``tol * (1 + |objective|)`` (after that last step) or after ``max_steps`` steps: a GEM M-step
-    need only raise the objective, and EM's next M-step starts where this one stopped, so at EM's fixed point the
-    covariances are a stationary point (off the floor).
+    The steps are :func:`~ppmix.ops.ascent.newton_ascent`'s on the lower triangle of the Cholesky factor
+    (:class:`_CovarianceObjective`, whose stationary points are the posterior's in any coordinates); a row whose
+    variance falls below the floor is scaled up to it (its correlations kept), and a row on the floor that the
+    gradient would shrink moves on its sphere only. A GEM M-step need only raise the objective, and EM's next M-step
+    starts where this one stopped, so at EM's fixed point the covariances are a stationary point (off the floor).
 
     Parameters
     ----------
@@ -235,33 +234,15 @@ def map_covariance(
     objective = _CovarianceObjective(scatter, counts, shape, rate, concentration.to(scatter))
     d = scatter.shape[-1]
     floor = torch.as_tensor(floor, dtype=scatter.dtype, device=scatter.device).expand(d)
-    theta = _floored(scale_tril, floor)[:, objective.rows, objective.cols]
-    value = objective.value(theta)
-    for _ in range(max_steps):
-        gradient, hessian = objective.derivatives(theta)
-        gradient, curvature = _on_the_floor(objective, theta, gradient, -hessian, floor)
-        eigenvalues, vectors = torch.linalg.eigh(curvature)
-        magnitude = eigenvalues.abs()
-        magnitude = magnitude.clamp_min(1e-10 * magnitude.amax(-1, keepdim=True).clamp_min(1e-300))
-        step = (vectors @ ((vectors.mT @ gradient.unsqueeze(-1)).squeeze(-1) / magnitude).unsqueeze(-1)).squeeze(-1)
-        decrement = (gradient * step).sum(-1)
-        # a converged entry still takes its last (quadratically convergent) step, if that does not lower the objective
-        done = ~(decrement > tol * (1.0 + value.abs()))
-        sufficient = torch.where(done, 0.0, 1e-4 * decrement)
-        length = torch.ones_like(value)
-        for _ in range(40):
-            trial = theta + length[:, None] * step
-            trial = _floored(objective.tril(trial), floor)[:, objective.rows, objective.cols]
-            trial_value = objective.value(trial)
-            better = trial_value >= value + length * sufficient
-            if bool((better | done).all()):
-                break
-            length = torch.where(better | done, length, 0.5 * length)
-        # out of halvings (or a last step that would lower the objective): no step
-        theta = torch.where(better[:, None], trial, theta)
-        value = torch.where(better, trial_value, value)
-        if bool(done.all()):
-            break
+    theta = newton_ascent(
+        objective.value,
+        objective.derivatives,
+        scale_tril[:, objective.rows, objective.cols],
+        project=lambda theta: _floored(objective.tril(theta), floor)[:, objective.rows, objective.cols],
+        restrict=lambda theta, gradient, curvature: _on_the_floor(objective, theta, gradient, curvature, floor),
+        max_steps=max_steps,
+        tol=tol,
+    )
     return objective.tril(theta)
 
 
