@@ -191,6 +191,12 @@ class GaussianFamily(DensityFamily):
         A fitted variance is ``max(weighted variance, floor)`` (full: ``Sigma >= diag(floor)``), the
         constrained maximum-likelihood estimate, so EM never decreases its objective.
 
+    Notes
+    -----
+    MAP-EM (``engine="em"`` with ``priors``) under :meth:`prior` has every covariance type: diagonal and spherical
+    in closed form (:meth:`map_update`), full and tied by generalised EM (:mod:`~ppmix.components.gaussian_map`),
+    every variance at least the floor.
+
     Examples
     --------
     >>> family = GaussianFamily("full")
