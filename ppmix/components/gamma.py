@@ -10,6 +10,7 @@ method), then ``rate = a / mean x``.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,9 +18,10 @@ import pyro.distributions as dist
 import torch
 from pyro.distributions import constraints
 
-from ppmix.components.family import DataScale, MeanStatisticsComponents, SiteSpec, WeightedSums
+from ppmix.components.family import DataScale, MeanStatisticsComponents, PriorKey, SiteSpec, WeightedSums
 from ppmix.components.independent import IndependentFeatures
 from ppmix.components.positive import LogData, LogDataFamily, as_log_data
+from ppmix.ops.ascent import newton_ascent
 
 __all__ = ["GammaComponents", "GammaFamily", "LogWeightedSums", "gamma_shape", "log_minus_digamma"]
 
@@ -185,6 +187,48 @@ class GammaComponents(IndependentFeatures, MeanStatisticsComponents):
         return (terms + a * (b2 - b) / b).sum(-1)
 
 
+class _GammaObjective:
+    """MAP-EM's objective of every component and feature, ``(K D,)``, at ``theta = (log a, log b)`` ``(K D, 2)``, and
+    its gradient and Hessian: ``n (a log b - lgamma a) + (a - 1) L - b X`` (``n``, ``X``, ``L``: the weighted count and
+    sums of ``x`` and ``log x``) plus the log-normal log priors ``-log a - (log a - m_a)^2 / (2 s_a^2)`` and
+    ``-log b - (log b - m_b)^2 / (2 s_b^2)`` (and their constants, in the value)."""
+
+    def __init__(self, stats: LogWeightedSums, shapes: dist.LogNormal, rates: dist.LogNormal) -> None:
+        counts = stats.counts[:, None].expand_as(stats.totals)
+        self.counts, self.totals, self.log_totals = (
+            counts.reshape(-1),
+            stats.totals.reshape(-1),
+            stats.log_totals.reshape(-1),
+        )
+        self.shapes, self.rates = shapes.expand(stats.totals.shape), rates.expand(stats.totals.shape)
+
+    def value(self, theta: torch.Tensor) -> torch.Tensor:
+        a, b = theta[:, 0].exp(), theta[:, 1].exp()
+        likelihood = self.counts * (a * theta[:, 1] - torch.lgamma(a)) + (a - 1) * self.log_totals - b * self.totals
+        prior = self.shapes.log_prob(a.reshape(self.shapes.batch_shape)) + self.rates.log_prob(
+            b.reshape(self.rates.batch_shape)
+        )
+        return likelihood + prior.reshape(-1)
+
+    def derivatives(self, theta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        a, b = theta[:, 0].exp(), theta[:, 1].exp()
+        shape_loc, shape_scale = self.shapes.loc.reshape(-1), self.shapes.scale.reshape(-1)
+        rate_loc, rate_scale = self.rates.loc.reshape(-1), self.rates.scale.reshape(-1)
+        slope = a * (self.counts * (theta[:, 1] - torch.digamma(a)) + self.log_totals)
+        gradient = torch.stack(
+            [
+                slope - 1 - (theta[:, 0] - shape_loc) / shape_scale.square(),
+                self.counts * a - b * self.totals - 1 - (theta[:, 1] - rate_loc) / rate_scale.square(),
+            ],
+            -1,
+        )
+        shape_shape = slope - self.counts * a.square() * torch.polygamma(1, a) - shape_scale.pow(-2)
+        rate_rate = -b * self.totals - rate_scale.pow(-2)
+        cross = self.counts * a
+        hessian = torch.stack([torch.stack([shape_shape, cross], -1), torch.stack([cross, rate_rate], -1)], -2)
+        return gradient, hessian
+
+
 class GammaFamily(LogDataFamily):
     """Gamma components over positive data, for the structures (registered as ``"gamma"``).
 
@@ -197,7 +241,9 @@ class GammaFamily(LogDataFamily):
     -----
     The Pyro sites are ``concentration`` and ``rate`` ``(K, D)`` (as in ``torch.distributions.Gamma``); under
     MCMC their priors are ``LogNormal(0, 1.5)`` (shapes from about 0.05 to 20 within two standard deviations)
-    and ``LogNormal(-log mean_d, 2)``, centred at the rate of an exponential with the data's mean in feature ``d``.
+    and ``LogNormal(-log mean_d, 2)``, centred at the rate of an exponential with the data's mean in feature ``d``;
+    ``priors=`` sets their hyperparameters (:meth:`prior_keys`). MAP-EM (``engine="em"`` with ``priors``) takes
+    the mode of the density of ``(concentration, rate)`` by Newton steps (:meth:`map_update`): no closed form.
 
     Examples
     --------
@@ -229,11 +275,52 @@ class GammaFamily(LogDataFamily):
     def _component_options(self, scale: DataScale) -> dict[str, Any]:
         return {"max_concentration": self.max_concentration}
 
+    def prior_keys(self) -> dict[str, PriorKey]:
+        return {
+            "concentration_loc": PriorKey("the log-normal location of the shapes (default 0)", "real"),
+            "concentration_scale": PriorKey("the log-normal scale of the shapes (default 1.5)"),
+            "rate_loc": PriorKey("the log-normal location of the rates (default -log of the data's mean)", "real"),
+            "rate_scale": PriorKey("the log-normal scale of the rates (default 2)"),
+        }
+
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
+        """``concentration ~ LogNormal(0, 1.5)`` and ``rate ~ LogNormal(-log mean_d, 2)``, each hyperparameter as
+        ``priors=`` sets it (:meth:`prior_keys`)."""
         if site == "concentration":
-            return dist.LogNormal(torch.zeros(d, **opts), 1.5).to_event(1)
+            loc = self.prior_value("concentration_loc", torch.zeros(d, **opts))
+            return dist.LogNormal(loc, self.prior_value("concentration_scale", torch.full((d,), 1.5, **opts))).to_event(
+                1
+            )
         mean = scale.get("mean", torch.ones(d)).to(**opts).clamp_min(torch.finfo(opts.get("dtype", torch.float64)).tiny)
-        return dist.LogNormal(-mean.log(), 2.0).to_event(1)
+        loc = self.prior_value("rate_loc", -mean.log())
+        return dist.LogNormal(loc, self.prior_value("rate_scale", torch.full((d,), 2.0, **opts))).to_event(1)
+
+    def map_update(self, components: GammaComponents, stats: LogWeightedSums, scale: DataScale) -> None:
+        """Newton steps on ``(log a, log b)`` of every component and feature (:func:`~ppmix.ops.ascent.newton_ascent`,
+        a generalised EM's M-step: each step raises the objective) on ``n (a log b - lgamma a) + (a - 1) sum r log x
+        - b sum r x`` plus the log-normal log priors of ``a`` and ``b`` (:meth:`prior`'s densities, which
+        :meth:`map_log_prior` adds), from the current parameters, the shape at most ``max_concentration``."""
+        opts = {"dtype": components.dtype, "device": components.device}
+        stats = stats.to(**opts)
+        k, d = components.concentration.shape
+        shapes, rates = (self.prior(site, k, d, scale, opts).base_dist for site in ("concentration", "rate"))
+        objective = _GammaObjective(stats, shapes, rates)
+        start = torch.stack([components.concentration.log(), components.rate.log()], -1).reshape(-1, 2)
+        most = math.log(self.max_concentration)
+        theta = newton_ascent(
+            objective.value,
+            objective.derivatives,
+            start,
+            project=lambda theta: torch.stack([theta[:, 0].clamp_max(most), theta[:, 1]], -1),
+        ).reshape(k, d, 2)
+        components.concentration, components.rate = theta[..., 0].exp(), theta[..., 1].exp()
+
+    def map_log_prior(self, components: GammaComponents, d: int, scale: DataScale) -> torch.Tensor:
+        """The log-normal log densities (:meth:`prior`'s) of every shape and rate, differentiable in them."""
+        opts = {"dtype": components.dtype, "device": components.device}
+        k = components.n_components
+        log_shapes = self.prior("concentration", k, d, scale, opts).log_prob(components.concentration).sum()
+        return log_shapes + self.prior("rate", k, d, scale, opts).log_prob(components.rate).sum()
 
     def n_parameters(self, k: int, d: int) -> int:
         return 2 * k * d

@@ -21,6 +21,7 @@ from ppmix.components.centred import CentredData, as_floor
 from ppmix.components.family import DataScale, DensityFamily, PriorKey, SiteSpec
 from ppmix.components.gaussian_diag import DiagGaussian, SphericalGaussian
 from ppmix.components.gaussian_full import FullGaussian, TiedGaussian
+from ppmix.components.gaussian_map import covariance_log_prior, map_covariance, map_means
 from ppmix.ops.scaling import column_moments, column_variance, weighted_lower_median
 
 __all__ = [
@@ -190,6 +191,12 @@ class GaussianFamily(DensityFamily):
         A fitted variance is ``max(weighted variance, floor)`` (full: ``Sigma >= diag(floor)``), the
         constrained maximum-likelihood estimate, so EM never decreases its objective.
 
+    Notes
+    -----
+    MAP-EM (``engine="em"`` with ``priors``) under :meth:`prior` has every covariance type: diagonal and spherical
+    in closed form (:meth:`map_update`), full and tied by generalised EM (:mod:`~ppmix.components.gaussian_map`),
+    every variance at least the floor.
+
     Examples
     --------
     >>> family = GaussianFamily("full")
@@ -306,7 +313,11 @@ class GaussianFamily(DensityFamily):
             shape, rate = self._variance_prior(std)
             scales = dist.TransformedDistribution(dist.InverseGamma(shape, rate), [PowerTransform(0.5)])
             return scales if self.covariance_type == "spherical" else scales.to_event(1)
-        return dist.LKJCholesky(d, self.prior_value("corr_concentration", torch.tensor(2.0, **opts)))
+        return dist.LKJCholesky(d, self._corr_concentration(opts))
+
+    def _corr_concentration(self, opts: dict) -> torch.Tensor:
+        """The LKJ concentration of the correlations (default 2)."""
+        return self.prior_value("corr_concentration", torch.tensor(2.0, **opts))
 
     def _variance_prior(self, std: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Shape and rate of the inverse-gamma prior of every variance, from the data's standard deviations."""
@@ -315,42 +326,83 @@ class GaussianFamily(DensityFamily):
         return shape, self.prior_value("variance_rate", VARIANCE_PRIOR_SHARE * variance)
 
     def has_map_update(self) -> bool:
-        """Diagonal and spherical covariances (the MAP of a full or tied covariance under LKJ has no closed form)."""
-        return self.has_conjugate_prior()
+        """Every covariance type: diagonal and spherical in closed form, full and tied by generalised EM
+        (:mod:`~ppmix.components.gaussian_map`)."""
+        return True
 
     def map_update(self, components: ComponentFamily, stats: Any, scale: DataScale) -> None:
         """Diagonal or spherical components, one conditional maximisation after the other (ECM, so MAP-EM's
         objective never decreases): ``locs_k = (m0 / s0^2 + n_k xbar_k / var_k) / (1 / s0^2 + n_k / var_k)`` at the
         current variances, then ``var_k = (2 b + S_k + n_k (xbar_k - locs_k)^2) / (2 a + 2 + n_k)`` (spherical:
         summed over the features, ``2 a + 2 + n_k D``), the mode of ``InverseGamma(a, b)`` times the likelihood,
-        at least the variance floor."""
-        if not self.has_map_update():
-            raise NotImplementedError(f"covariance_type={self.covariance_type!r}: no closed-form MAP update")
+        at least the variance floor. Full and tied: the means given the covariances in closed form, then Newton
+        steps on the covariances that raise the log posterior (:mod:`~ppmix.components.gaussian_map`), every
+        variance at least the floor."""
+        self.weighted_map_update(components, stats, stats.counts, scale)
+
+    def weighted_map_update(self, components: Any, stats: Any, rows: torch.Tensor, scale: DataScale) -> None:
+        """:meth:`map_update` where the rows' weights in the means (``stats.counts``, ``n_k`` in the means' formula)
+        differ from their number in the covariance's log-determinant (``rows`` ``(K,)``, ``n_k`` in the variances'
+        denominators): a Student-t's ECM step, whose rows weigh ``r u`` in the scatter and ``r`` in ``log|Sigma|``."""
         opts = {"dtype": components.dtype, "device": components.device}
         d = stats.mean.shape[1]
-        counts = stats.counts.to(**opts)[:, None]
-        seen = counts > 0
+        counts, rows = stats.counts.to(**opts), rows.to(**opts)
+        seen = counts[:, None] > 0
         sample_mean = torch.where(seen, stats.mean.to(**opts), 0.0)
         locs = self.prior("locs", 1, d, scale, opts).base_dist
+        shape, rate = self._variance_prior(scale.get("std", torch.ones(d)).to(**opts))
+        floor = torch.as_tensor(components.reg_covar, **opts)
+        if self.covariance_type in ("full", "tied"):
+            self._map_update_covariance(components, stats, (counts, rows), sample_mean, (locs, shape, rate, floor))
+            return
+        counts, rows = counts[:, None], rows[:, None]
         precision = locs.scale.pow(-2) + counts / components.variance
         loc = (locs.loc * locs.scale.pow(-2) + counts * sample_mean / components.variance) / precision
         squares = torch.where(seen, stats.scatter.to(**opts), 0.0) + counts * (sample_mean - loc).square()
-        shape, rate = self._variance_prior(scale.get("std", torch.ones(d)).to(**opts))
-        floor = torch.as_tensor(components.reg_covar, **opts)
         if self.covariance_type == "spherical":
-            variance = (2 * rate + squares.sum(1, keepdim=True)) / (2 * shape + 2 + counts * d)
+            variance = (2 * rate + squares.sum(1, keepdim=True)) / (2 * shape + 2 + rows * d)
             variance = torch.maximum(variance, floor.mean()).expand_as(loc)
         else:
-            variance = torch.maximum((2 * rate + squares) / (2 * shape + 2 + counts), floor)
+            variance = torch.maximum((2 * rate + squares) / (2 * shape + 2 + rows), floor)
         components.loc, components.scale = loc, variance.sqrt().contiguous()
+
+    def _map_update_covariance(
+        self, components: Any, stats: Any, counts: tuple, sample_mean: torch.Tensor, prior: tuple
+    ) -> None:
+        """:meth:`weighted_map_update` of full or tied components: :func:`~ppmix.components.gaussian_map.map_means`
+        at the current covariances, then :func:`~ppmix.components.gaussian_map.map_covariance` on the scatter about
+        the new means (tied: one covariance, the components' scatters and rows summed)."""
+        (counts, rows), (locs, shape, rate, floor) = counts, prior
+        loc = map_means(locs.loc, locs.scale, counts, sample_mean, components.covariance)
+        deviation = sample_mean - loc
+        seen = (counts > 0)[:, None, None]
+        scatter = torch.where(seen, stats.scatter.to(loc), 0.0) + counts[:, None, None] * (
+            deviation[:, :, None] * deviation[:, None, :]
+        )
+        tril = components.scale_tril
+        if self.covariance_type == "tied":
+            scatter, rows, tril = scatter.sum(0)[None], rows.sum()[None], tril[:1]
+        concentration = self._corr_concentration({"dtype": loc.dtype, "device": loc.device})
+        tril = map_covariance(scatter, rows, tril, shape, rate, concentration, floor)
+        components.loc = loc
+        components.scale_tril = (
+            tril.expand(loc.shape[0], -1, -1).contiguous() if self.covariance_type == "tied" else tril
+        )
 
     def map_log_prior(self, components: ComponentFamily, d: int, scale: DataScale) -> torch.Tensor:
         """``log N(locs | m0, s0^2) + log InverseGamma(variances | a, b)`` (the variances' density, whose mode
-        :meth:`map_update` takes)."""
+        :meth:`map_update` takes), full and tied plus ``log LKJCholesky(corr_cholesky | D, eta)`` (tied: once, for
+        the one covariance): :func:`~ppmix.components.gaussian_map.covariance_log_prior`."""
         opts = {"dtype": components.dtype, "device": components.device}
-        variance = components.variance[:, 0] if self.covariance_type == "spherical" else components.variance
         shape, rate = self._variance_prior(scale.get("std", torch.ones(d)).to(**opts))
         log_locs = self.prior("locs", 1, d, scale, opts).log_prob(components.loc).sum()
+        if self.covariance_type in ("full", "tied"):
+            values = self.site_values(components)
+            variance, corr = values["scales"].square(), values["corr_cholesky"]
+            if self.covariance_type == "tied":
+                variance, corr = variance[None], corr[None]
+            return log_locs + covariance_log_prior(variance, corr, shape, rate, self._corr_concentration(opts)).sum()
+        variance = components.variance[:, 0] if self.covariance_type == "spherical" else components.variance
         return log_locs + dist.InverseGamma(shape, rate).log_prob(variance).sum()
 
     def has_conjugate_prior(self) -> bool:

@@ -27,7 +27,7 @@ from pyro.distributions import constraints
 
 from ppmix.components.base import ComponentFamily
 from ppmix.components.centred import CentredData, as_centred, as_floor, padded_counts
-from ppmix.components.family import DataScale, DensityFamily, SiteSpec, Statistics
+from ppmix.components.family import DataScale, DensityFamily, PriorKey, SiteSpec, Statistics, posterior_mode
 from ppmix.components.gaussian_diag import DiagGaussian
 from ppmix.components.gaussian_family import GaussianFamily
 from ppmix.components.gaussian_full import FullGaussian
@@ -165,11 +165,17 @@ class _GaussianMixtures(ComponentFamily):
         inner = self._inner().fit_statistics(stats.gaussians)
         counts = padded_counts(stats.gaussians.counts.to(self.dtype)).reshape(k, m)
         self.mix_weights = counts / counts.sum(-1, keepdim=True)
+        self.take_gaussians(inner)
+        return self
+
+    def take_gaussians(self, inner: ComponentFamily) -> None:
+        """Set the ``K M`` Gaussians to ``inner`` (a batch of the Gaussian family's components, component-major,
+        as :meth:`_inner` gives), in place; the components are no longer fresh."""
+        k, m = self.mix_weights.shape
         self.loc = inner.loc.reshape(k, m, -1)
         spread = getattr(inner, self.spread_name)
         setattr(self, self.spread_name, spread.reshape(k, m, *spread.shape[1:]))
         self.fresh = False
-        return self
 
     def flattened(self, log_weights: torch.Tensor) -> tuple[ComponentFamily, torch.Tensor]:
         """The mixture of these components under the log mixing weights ``log_weights`` ``(K,)`` as one mixture of
@@ -314,8 +320,11 @@ class GaussianMixtureFamily(DensityFamily):
     -----
     The Pyro sites are ``mix_weights`` ``(K, M)``, ``locs`` and ``scales`` ``(K, M, D)`` and, for full
     covariance, ``corr_cholesky`` ``(K, M, D, D)``; under MCMC: ``Dirichlet(1)`` on the mixing weights and the
-    Gaussian family's data-scaled priors on every Gaussian. The first M-step splits each component's rows among
-    its Gaussians by weighted k-means (hmmlearn's start, within the structure's own start).
+    Gaussian family's data-scaled priors on every Gaussian, which ``priors=`` sets (:meth:`prior_keys`: the
+    Gaussian's keys and ``mix_concentration``). MAP-EM (``engine="em"`` with ``priors``) updates every Gaussian
+    as the Gaussian family's MAP-EM does and the mixing weights to their Dirichlet posterior's mode. The first
+    M-step splits each component's rows among its Gaussians by weighted k-means (hmmlearn's start, within the
+    structure's own start).
 
     Examples
     --------
@@ -336,8 +345,9 @@ class GaussianMixtureFamily(DensityFamily):
 
     @property
     def _gaussian(self) -> GaussianFamily:
-        """The Gaussian family of the Gaussians inside: data checks, scale, floors, preparation and priors."""
-        return GaussianFamily(self.covariance_type, self.reg_covar)
+        """The Gaussian family of the Gaussians inside: data checks, scale, floors, preparation and priors (with
+        :attr:`prior_settings`)."""
+        return GaussianFamily(self.covariance_type, self.reg_covar).with_priors(self.prior_settings)
 
     def validate(self) -> None:
         if isinstance(self.n_mix, bool) or not isinstance(self.n_mix, int) or self.n_mix < 1:
@@ -409,12 +419,41 @@ class GaussianMixtureFamily(DensityFamily):
             fresh=True,
         )
 
+    def prior_keys(self) -> dict[str, PriorKey]:
+        """The Gaussian family's keys (every Gaussian's), and ``mix_concentration``."""
+        return {
+            **GaussianFamily(self.covariance_type).prior_keys(),
+            "mix_concentration": PriorKey(
+                "the Dirichlet concentration of the mixing weights (default 1)", "concentration"
+            ),
+        }
+
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
         """``mix_weights ~ Dirichlet(1)``; every Gaussian under the Gaussian family's priors."""
         if site == "mix_weights":
-            return dist.Dirichlet(torch.ones(self.n_mix, **opts))
+            return dist.Dirichlet(self.prior_value("mix_concentration", torch.ones(self.n_mix, **opts)))
         single = self._gaussian.prior(site, k, d, scale, opts)
         return single.expand((self.n_mix,)).to_event(1)
+
+    def map_update(self, components: _GaussianMixtures, stats: MixtureStatistics, scale: DataScale) -> None:
+        """Every Gaussian by the Gaussian family's MAP update (one batch of ``K M``), and the mixing weights the mode
+        of their Dirichlet posterior, ``(n_km + alpha - 1) / (n_k + M (alpha - 1))``."""
+        k, m = components.mix_weights.shape
+        opts = {"dtype": components.dtype, "device": components.device}
+        inner = components._inner()
+        self._gaussian.map_update(inner, stats.gaussians, scale)
+        counts = stats.gaussians.counts.to(**opts).reshape(k, m)
+        concentration = self.prior("mix_weights", k, components.n_features, scale, opts).concentration
+        components.mix_weights = posterior_mode(dist.Dirichlet(counts + concentration))
+        components.take_gaussians(inner)
+
+    def map_log_prior(self, components: _GaussianMixtures, d: int, scale: DataScale) -> torch.Tensor:
+        """The mixing weights' ``log Dirichlet`` and the Gaussian family's log prior of every Gaussian."""
+        opts = {"dtype": components.dtype, "device": components.device}
+        weights = self.prior("mix_weights", components.n_components, d, scale, opts)
+        return weights.log_prob(components.mix_weights).sum() + self._gaussian.map_log_prior(
+            components._inner(), d, scale
+        )
 
     def site_dims(self) -> dict[str, list[str]]:
         """ArviZ dimensions: ``component``, then ``mix`` (the Gaussian within it), then the features."""

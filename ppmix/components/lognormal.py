@@ -18,7 +18,7 @@ from pyro.distributions import constraints
 from ppmix._validation import check_float
 from ppmix.components.base import ComponentFamily
 from ppmix.components.centred import as_floor
-from ppmix.components.family import DataScale, SiteSpec
+from ppmix.components.family import DataScale, PriorKey, SiteSpec
 from ppmix.components.gaussian_diag import DiagGaussian
 from ppmix.components.gaussian_family import GaussianFamily
 from ppmix.components.independent import IndependentFeatures
@@ -139,8 +139,11 @@ class LogNormalFamily(LogDataFamily):
     Notes
     -----
     The Pyro sites are ``loc`` and ``scale`` ``(K, D)`` (as in ``torch.distributions.LogNormal``); under MCMC their
-    priors are the diagonal Gaussian family's on ``log x``: ``loc ~ N(mean(log X), 3 std(log X))`` and ``scale ~
-    LogNormal(log std(log X), 1)``.
+    priors are the diagonal Gaussian family's on ``log x``: ``loc ~ N(mean(log X), 3 std(log X))`` and ``scale^2 ~
+    InverseGamma(1, var(log X) / 100)``, whose hyperparameters ``priors=`` sets under the Gaussian family's keys
+    (:meth:`prior_keys`). The prior is conjugate on ``log x`` (the Jacobian ``-sum log x`` does not depend on the
+    parameters), so MAP-EM (``engine="em"`` with ``priors``) is the diagonal Gaussian's closed-form update on the
+    logarithms.
 
     Examples
     --------
@@ -160,8 +163,9 @@ class LogNormalFamily(LogDataFamily):
         self.reg_covar = reg_covar
 
     def _log_gaussian(self) -> GaussianFamily:
-        """The diagonal Gaussian family of ``log x``, whose data scale and priors these are."""
-        return GaussianFamily("diag", self.reg_covar)
+        """The diagonal Gaussian family of ``log x``, whose data scale and priors (with :attr:`prior_settings`) these
+        are."""
+        return GaussianFamily("diag", self.reg_covar).with_priors(self.prior_settings)
 
     def validate(self) -> None:
         check_float(self.reg_covar, "reg_covar", positive=False)
@@ -185,6 +189,21 @@ class LogNormalFamily(LogDataFamily):
 
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
         return self._log_gaussian().prior({"loc": "locs", "scale": "scales"}[site], k, d, scale, opts)
+
+    def prior_keys(self) -> dict[str, PriorKey]:
+        """The diagonal Gaussian family's, on ``log x``: ``locs_loc``, ``locs_scale``, ``variance_concentration`` and
+        ``variance_rate``."""
+        return GaussianFamily("diag").prior_keys()
+
+    def map_update(self, components: LogNormalComponents, stats: GaussianStatistics, scale: DataScale) -> None:
+        """The diagonal Gaussian's MAP update on ``log x`` (its statistics are those of the logarithms)."""
+        normal = components._normal()
+        self._log_gaussian().map_update(normal, stats, scale)
+        components.loc, components.scale = normal.loc, normal.scale
+
+    def map_log_prior(self, components: LogNormalComponents, d: int, scale: DataScale) -> torch.Tensor:
+        """The diagonal Gaussian's log prior of the means and variances of ``log x``."""
+        return self._log_gaussian().map_log_prior(components._normal(), d, scale)
 
     def n_parameters(self, k: int, d: int) -> int:
         return 2 * k * d

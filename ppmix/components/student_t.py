@@ -24,9 +24,10 @@ from pyro.distributions import constraints
 from ppmix._validation import check_float
 from ppmix.components.base import ComponentFamily
 from ppmix.components.centred import as_floor, padded_counts
-from ppmix.components.family import DataScale, DensityFamily, SiteSpec
+from ppmix.components.family import DataScale, DensityFamily, PriorKey, SiteSpec
+from ppmix.components.gaussian_diag import DiagGaussian
 from ppmix.components.gaussian_family import GaussianFamily
-from ppmix.components.gaussian_full import checked_cholesky, floored_covariance
+from ppmix.components.gaussian_full import FullGaussian, checked_cholesky, floored_covariance
 from ppmix.components.statistics import GaussianStatistics
 from ppmix.components.student_t_missing import ObservedFullStudentT, ObservedStudentT
 from ppmix.components.student_t_statistics import StudentTStatistics
@@ -64,27 +65,47 @@ def df_equation(df: torch.Tensor, mean_log_precision: torch.Tensor) -> torch.Ten
     return (df / 2).log() - torch.digamma(df / 2) + 1 + mean_log_precision
 
 
-def solve_df(mean_log_precision: torch.Tensor, df_range: tuple[float, float] = DF_RANGE) -> torch.Tensor:
+def solve_df(
+    mean_log_precision: torch.Tensor,
+    df_range: tuple[float, float] = DF_RANGE,
+    prior: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+) -> torch.Tensor:
     """The root of :func:`df_equation` in ``df_range`` for every component (bisection on ``log df``, in
     float64), or the end of the range the root lies beyond: the maximiser of the expected complete-data
     log-likelihood in ``df`` over that range (it is concave in ``df``).
+
+    ``prior``: ``(a, b, n)``, a ``Gamma(a, b)`` prior on ``df`` (``a >= 1``) and the components' total
+    responsibilities ``n`` ``(K,)``: the root of ``df_equation + 2 ((a - 1) / df - b) / n`` (still decreasing in
+    ``df``), the maximiser of the expected complete-data log-likelihood plus ``log Gamma(df | a, b)`` (MAP-EM's).
 
     Examples
     --------
     >>> m = torch.tensor([-1.2, -1.0000001, -9.0], dtype=torch.float64)
     >>> [round(v, 4) for v in solve_df(m).tolist()]
     [5.3097, 200.0, 0.5]
+    >>> a, b, empty = torch.tensor(2.0), torch.tensor(0.1), torch.zeros(1)
+    >>> round(solve_df(torch.zeros(1), prior=(a, b, empty)).item(), 4)  # no rows: the prior's mode (a - 1) / b
+    10.0
     """
     m = mean_log_precision.to(torch.float64)
+    if prior is None:
+        equation = df_equation
+    else:
+        a, b, counts = (torch.as_tensor(v, dtype=torch.float64) for v in prior)
+        counts = padded_counts(counts)
+
+        def equation(df: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+            return df_equation(df, m) + 2 * ((a - 1) / df - b) / counts
+
     smallest, largest = (torch.full_like(m, end) for end in df_range)
     low, high = smallest.log(), largest.log()
     for _ in range(BISECTION_STEPS):
         middle = (low + high) / 2
-        above = df_equation(middle.exp(), m) > 0  # the root lies above the middle
+        above = equation(middle.exp(), m) > 0  # the root lies above the middle
         low, high = torch.where(above, middle, low), torch.where(above, high, middle)
     df = ((low + high) / 2).exp()
-    df = torch.where(df_equation(largest, m) >= 0, largest, df)  # exactly the end the root lies beyond
-    return torch.where(df_equation(smallest, m) <= 0, smallest, df).to(mean_log_precision.dtype)
+    df = torch.where(equation(largest, m) >= 0, largest, df)  # exactly the end the root lies beyond
+    return torch.where(equation(smallest, m) <= 0, smallest, df).to(mean_log_precision.dtype)
 
 
 class StudentTBase(ComponentFamily):
@@ -421,8 +442,15 @@ class StudentTFamily(DensityFamily):
     -----
     The Pyro sites are ``df`` ``(K,)`` and ``loc`` ``(K, D)``, then ``scale`` ``(K, D)`` (diagonal) or, as the
     full Gaussian's, ``scales`` ``(K, D)`` and ``corr_cholesky`` ``(K, D, D)`` (``scale_tril = scales *
-    corr_cholesky``); under MCMC their priors are ``df ~ Gamma(2, 0.1)`` (mean 20), ``loc ~ N(mean(X), 3
-    std(X))``, ``scale``/``scales ~ LogNormal(log std(X), 1)`` and ``corr_cholesky ~ LKJCholesky(D, 2)``.
+    corr_cholesky``); under MCMC their priors are ``df ~ Gamma(2, 0.1)`` (mean 20) and the Gaussian family's (of
+    the same covariance type): ``loc ~ N(mean(X), 3 std(X))``, every ``scale^2 ~ InverseGamma(1, var(X) / 100)`` and
+    ``corr_cholesky ~ LKJCholesky(D, 2)``; ``priors=`` sets them (:meth:`prior_keys`: the Gaussian's keys and
+    ``df_concentration``, ``df_rate``).
+
+    MAP-EM (``engine="em"`` with ``priors``) is the ECM of maximum likelihood with the prior added to each
+    conditional step: ``loc`` and ``Sigma`` by the Gaussian family's MAP update
+    (:meth:`~ppmix.components.gaussian_family.GaussianFamily.weighted_map_update`) on the ``r u``-weighted rows, whose
+    number in ``log |Sigma|`` is ``sum r``; then ``df`` by :func:`solve_df` with its Gamma prior.
 
     Examples
     --------
@@ -515,16 +543,59 @@ class StudentTFamily(DensityFamily):
             return self.components({**values, "scales": std.expand(k, d).clone(), "corr_cholesky": eye}, scale)
         return self.components({**values, "scale": std.expand(k, d).clone()}, scale)
 
+    def _gaussian(self) -> GaussianFamily:
+        """The Gaussian family of the same covariance type, with :attr:`prior_settings`: the priors of ``loc`` and
+        the scale matrix, and their MAP update."""
+        return GaussianFamily(self.covariance_type, self.reg_covar).with_priors(self.prior_settings)
+
+    def prior_keys(self) -> dict[str, PriorKey]:
+        """The Gaussian family's keys (``locs_loc``, ``locs_scale``, ``variance_concentration``, ``variance_rate``;
+        full: ``corr_concentration``), and the Gamma prior of ``df``."""
+        return {
+            **GaussianFamily(self.covariance_type).prior_keys(),
+            "df_concentration": PriorKey("the Gamma shape of the degrees of freedom (default 2)", "concentration"),
+            "df_rate": PriorKey("the Gamma rate of the degrees of freedom (default 0.1)"),
+        }
+
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
         if site == "df":
-            return dist.Gamma(torch.tensor(2.0, **opts), torch.tensor(0.1, **opts))
-        if site == "corr_cholesky":
-            return dist.LKJCholesky(d, torch.tensor(2.0, **opts))
-        mean = scale.get("mean", torch.zeros(d)).to(**opts)
-        std = scale.get("std", torch.ones(d)).to(**opts)
-        if site == "loc":
-            return dist.Normal(mean, 3.0 * std).to_event(1)
-        return dist.LogNormal(std.log(), 1.0).to_event(1)
+            return dist.Gamma(*self._df_prior(opts))
+        return self._gaussian().prior({"loc": "locs", "scale": "scales"}.get(site, site), k, d, scale, opts)
+
+    def _df_prior(self, opts: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """The shape and rate of the Gamma prior of ``df``."""
+        return (
+            self.prior_value("df_concentration", torch.tensor(2.0, **opts)),
+            self.prior_value("df_rate", torch.tensor(0.1, **opts)),
+        )
+
+    def _gaussian_view(self, components: StudentTBase) -> ComponentFamily:
+        """Gaussian components sharing the t components' ``loc`` and scale matrices (what the Gaussian family's MAP
+        update and log prior read)."""
+        if isinstance(components, FullStudentTComponents):
+            return FullGaussian(components.loc, components.scale_tril, components.reg_covar)
+        return DiagGaussian(components.loc, components.scale, components.reg_covar)
+
+    def map_update(self, components: StudentTBase, stats: StudentTStatistics, scale: DataScale) -> None:
+        """One MAP-ECM step: ``loc`` and the scale matrix by the Gaussian family's MAP update of the ``r u``-weighted
+        rows (``sum r`` of them in ``log |Sigma|``), then ``df`` by :func:`solve_df` under its Gamma prior."""
+        stats = stats.to(dtype=components.dtype, device=components.device)
+        gaussian = self._gaussian_view(components)
+        self._gaussian().weighted_map_update(gaussian, stats.weighted, stats.counts, scale)
+        components.loc = gaussian.loc
+        if isinstance(components, FullStudentTComponents):
+            components.scale_tril = gaussian.scale_tril
+        else:
+            components.scale = gaussian.scale
+        a, b = self._df_prior({"dtype": components.dtype, "device": components.device})
+        mean_log_precision = stats.log_precision / padded_counts(stats.counts)
+        components.df = solve_df(mean_log_precision, components.df_range, prior=(a, b, stats.counts))
+
+    def map_log_prior(self, components: StudentTBase, d: int, scale: DataScale) -> torch.Tensor:
+        """The Gaussian family's log prior of ``loc`` and the scale matrix, plus ``log Gamma(df | a, b)``."""
+        opts = {"dtype": components.dtype, "device": components.device}
+        log_df = dist.Gamma(*self._df_prior(opts)).log_prob(components.df).sum()
+        return self._gaussian().map_log_prior(self._gaussian_view(components), d, scale) + log_df
 
     def n_parameters(self, k: int, d: int) -> int:
         """``K`` degrees of freedom, ``K D`` locations and ``K D`` scales (full: ``K D (D + 1) / 2``)."""

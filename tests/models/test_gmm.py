@@ -351,15 +351,90 @@ def test_map_em_of_one_gaussian_is_the_fixed_point_of_its_conditional_modes(cov)
     assert np.all(np.diff(gmm.history_) >= -1e-12)
 
 
-def test_map_em_weights_are_the_dirichlet_mode_and_a_strong_prior_pins_the_means():
+@pytest.mark.parametrize("cov", COV_TYPES)
+def test_map_em_weights_are_the_dirichlet_mode_and_a_strong_prior_pins_the_means(cov):
     x = planted(300)[0]
-    ml = GMM(3, seed=0, progress=False).fit(x)
-    gmm = GMM(3, priors={"weights": 101.0}, seed=0, progress=False).fit(x)
+    ml = GMM(3, covariance_type=cov, seed=0, progress=False).fit(x)
+    gmm = GMM(3, covariance_type=cov, priors={"weights": 101.0}, seed=0, progress=False).fit(x)
     counts = gmm.predict_proba(x).sum(0)  # at convergence, the responsibilities' totals
     np.testing.assert_allclose(gmm.weights_.numpy(), (counts + 100) / (300 + 3 * 100), rtol=1e-4)
     assert gmm.weights_.numpy().std() < ml.weights_.numpy().std()  # pulled towards equal weights
-    pinned = GMM(2, priors={"locs_loc": 3.0, "locs_scale": 1e-4}, seed=0, progress=False).fit(x)
+    pinned = GMM(2, covariance_type=cov, priors={"locs_loc": 3.0, "locs_scale": 1e-4}, seed=0, progress=False).fit(x)
     np.testing.assert_allclose(pinned.means_.numpy(), 3.0, atol=1e-3)
+
+
+def correlated(n=400, shift=3.0, seed=0):
+    """Two clusters with correlated features (the full and tied covariances' MAP-EM tests)."""
+    rng = np.random.default_rng(seed)
+    z = rng.choice(2, size=n, p=[0.6, 0.4])
+    means = np.array([[0.0, 0.0, 0.0], [1.0, 0.5, -0.5]]) * shift
+    trils = np.array([[[1.0, 0, 0], [0.8, 0.6, 0], [-0.3, 0.2, 0.5]], [[0.7, 0, 0], [-0.5, 1.0, 0], [0.1, 0.4, 0.9]]])
+    return means[z] + np.einsum("nij,nj->ni", trils[z], rng.normal(size=(n, 3))), z
+
+
+def log_posterior_gradient(gmm, x):
+    """The largest gradient entry of log-likelihood plus the components' log prior (``map_log_prior``) by autograd,
+    over the unconstrained coordinates of the program's sites: the means, the log scales and
+    ``biject_to(corr_cholesky).inv(corr_cholesky)`` (the weights held)."""
+    family = gmm._prior_family()
+    values = family.site_values(gmm.components_)
+    corr = torch.distributions.biject_to(torch.distributions.constraints.corr_cholesky)
+    free = [values["locs"], values["scales"].log(), corr.inv(values["corr_cholesky"])]
+    free = [value.detach().clone().requires_grad_(True) for value in free]
+    components = family.components(
+        {"locs": free[0], "scales": free[1].exp(), "corr_cholesky": corr(free[2])}, gmm._scale
+    )
+    log_likelihood = torch.logsumexp(components.log_prob(torch.as_tensor(x)) + gmm.weights_.log(), 1).sum()
+    log_posterior = log_likelihood + family.map_log_prior(components, x.shape[1], gmm._scale)
+    return max(float(g.abs().max()) for g in torch.autograd.grad(log_posterior, free))
+
+
+@pytest.mark.parametrize("cov", ["full", "tied"])
+def test_map_em_of_full_and_tied_covariances_is_monotone_and_converges_to_a_stationary_point(cov):
+    """Generalised EM (the means in closed form, Newton steps on the covariances under the LKJ and inverse-gamma
+    priors): the objective (log-likelihood plus log prior) never decreases, and where EM stops the gradient of the
+    log posterior vanishes (at the maximum-likelihood fit it does not)."""
+    x = correlated()[0]
+    priors = {"locs_scale": 2.0, "variance_rate": 0.5, "corr_concentration": 3.0, "weights": 2.0}
+    gmm = GMM(2, covariance_type=cov, priors=priors, tol=1e-12, max_iter=200, seed=0, progress=False).fit(x)
+    assert gmm.converged_ and gmm.n_iter_ > 10
+    assert np.all(np.diff(gmm.history_) >= -1e-12 * abs(gmm.history_[-1]))
+    assert log_posterior_gradient(gmm, x) < 1e-3
+    ml = GMM(2, covariance_type=cov, priors=priors, seed=0, progress=False)
+    ml.components_, ml.weights_ = GMM(2, covariance_type=cov, seed=0, progress=False).fit(x).components_, gmm.weights_
+    assert log_posterior_gradient(ml, x) > 1.0
+    # the objective is the log posterior: the weights' Dirichlet(2) and the components' map_log_prior
+    family = gmm._prior_family()
+    log_prior = torch.distributions.Dirichlet(torch.full((2,), 2.0, dtype=torch.float64)).log_prob(gmm.weights_)
+    log_prior = log_prior + family.map_log_prior(gmm.components_, 3, gmm._scale)
+    assert gmm.history_[-1] * len(x) == pytest.approx(gmm.log_likelihood(x) + float(log_prior), rel=1e-10)
+
+
+@pytest.mark.parametrize("cov", ["full", "tied"])
+def test_map_em_of_full_and_tied_covariances_between_a_weak_and_a_strong_prior(cov):
+    """A prior worth almost nothing gives the maximum-likelihood fit (up to the ``O(1 / n)`` of the inverse-gamma's
+    ``v^-1`` and the LKJ Cholesky density's Jacobian); a prior worth 1e5 rows pins the means at its ``m0 = 3`` and
+    the covariances at its mode ``2 I`` (variances ``b / (a + 1) = 2``, correlations 0 under ``eta = 1e5``)."""
+    x = correlated(2000)[0]
+    ml = GMM(2, covariance_type=cov, tol=1e-10, seed=0, progress=False).fit(x)
+    weak = {"locs_scale": 1e3, "variance_concentration": 1e-3, "variance_rate": 1e-8, "corr_concentration": 1.0}
+    gmm = GMM(2, covariance_type=cov, priors=weak, tol=1e-10, seed=0, progress=False).fit(x)
+    np.testing.assert_allclose(gmm.means_.numpy(), ml.means_.numpy(), atol=3e-3)
+    np.testing.assert_allclose(gmm.covariances_.numpy(), ml.covariances_.numpy(), atol=1.5e-2)
+    a = 1e5
+    strong = {"locs_loc": 3.0, "locs_scale": 1e-4, "variance_concentration": a, "variance_rate": 2 * (a + 1)}
+    gmm = GMM(2, covariance_type=cov, priors={**strong, "corr_concentration": a}, seed=0, progress=False).fit(x)
+    np.testing.assert_allclose(gmm.means_.numpy(), 3.0, atol=1e-4)
+    np.testing.assert_allclose(gmm.covariances_.numpy(), np.broadcast_to(2.0 * np.eye(3), (2, 3, 3)), atol=0.15)
+
+
+def test_map_em_of_one_tied_component_is_map_em_of_one_full_component():
+    x = correlated()[0]
+    priors = {"locs_scale": 2.0, "variance_rate": 0.5, "corr_concentration": 3.0}
+    full = GMM(1, covariance_type="full", priors=priors, tol=1e-12, seed=0, progress=False).fit(x)
+    tied = GMM(1, covariance_type="tied", priors=priors, tol=1e-12, seed=0, progress=False).fit(x)
+    np.testing.assert_allclose(tied.history_, full.history_, rtol=1e-12)
+    np.testing.assert_allclose(tied.covariances_.numpy(), full.covariances_.numpy(), rtol=1e-12)
 
 
 def test_default_priors_leave_em_maximum_likelihood_and_are_kept_by_clone_and_save(tmp_path):
@@ -384,7 +459,6 @@ def test_default_priors_leave_em_maximum_likelihood_and_are_kept_by_clone_and_sa
 @pytest.mark.parametrize(
     "cov, priors, match",
     [
-        ("full", {}, "MAP-EM, which has no closed-form update for the 'gaussian' family with covariance_type='full'"),
         ("diag", {"corr_concentration": 2.0}, r"unknown key 'corr_concentration'"),
         ("full", {"corr_concentration": -2.0}, r"priors\['corr_concentration'\] must be positive"),
         ("diag", {"locs_scale": 0.0}, r"priors\['locs_scale'\] must be positive"),
@@ -395,8 +469,8 @@ def test_bad_gaussian_priors_are_errors_naming_priors(cov, priors, match):
         GMM(2, covariance_type=cov, priors=priors, seed=0, progress=False).fit(planted(60)[0])
 
 
-def test_samplers_start_from_the_maximum_likelihood_em_start_where_map_em_has_no_update():
-    """NUTS and Gibbs start at EM's start; a full covariance (no MAP-EM update) starts too, under ``priors``."""
+def test_samplers_start_from_the_maximum_likelihood_em_start():
+    """NUTS and Gibbs start at EM's maximum-likelihood start, whatever ``priors``."""
     priors = {"corr_concentration": 5.0}
     gmm = GMM(2, covariance_type="full", priors=priors, seed=0, progress=False)
     values = gmm.init_values(gmm.prepare_data(planted(60)[0], fitting=True), gmm.generator())
