@@ -145,7 +145,7 @@ class FamilyComponentsMixin:
             what = ""
         if what:
             raise ValueError(
-                f"engine='em' with priors is MAP-EM, which has no closed-form update for {what}: use priors=None "
+                f"engine='em' with priors is MAP-EM, which has no M-step for {what}: use priors=None "
                 "(maximum likelihood) or engine='mcmc'"
             )
         family.map_update(self.components_, stats, self._scale)

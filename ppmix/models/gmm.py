@@ -23,8 +23,8 @@ class GMM(Mixture):
     EM and SVI estimate by maximum likelihood (flat priors, so the ELBO equals the
     log-likelihood); MCMC samples the posterior under weakly informative,
     data-scaled priors: ``weights ~ Dirichlet(1)``, ``locs ~ N(mean(X), 3 std(X))``,
-    ``scales ~ LogNormal(log std(X), 1)`` and, for full covariance,
-    ``corr_cholesky ~ LKJCholesky(D, 2)``.
+    every variance ``scales**2 ~ InverseGamma(1, var(X) / 100)`` and, for full and tied covariance,
+    ``corr_cholesky ~ LKJCholesky(D, 2)`` (settable: ``priors``).
 
     Parameters
     ----------
@@ -63,9 +63,11 @@ class GMM(Mixture):
         ``"variance_rate"`` ``b`` the inverse-gamma prior of every variance (1 and ``var(X) / 100``; spherical: of
         the mean variance); ``"corr_concentration"`` the LKJ concentration of the correlations (2; full and
         tied). MCMC, Gibbs and ``to_arviz``'s ``prior`` group use them. Given (even ``{}``), ``engine="em"`` is
-        MAP-EM (diag and spherical): it maximises log-likelihood plus log prior (reported in ``history_``), the
-        means and variances updated in turn (``var = (2 b + scatter) / (2 a + 2 + n_k)``), the weights
-        ``(N_k + alpha - 1) / (N + K (alpha - 1))``; None: maximum likelihood.
+        MAP-EM: it maximises log-likelihood plus log prior (reported in ``history_``, never decreasing), the
+        weights ``(N_k + alpha - 1) / (N + K (alpha - 1))``; diag and spherical: the means and variances in
+        closed form in turn (``var = (2 b + scatter) / (2 a + 2 + n_k)``); full and tied: generalised EM, the
+        means given the covariance in closed form, then Newton steps on the covariance under the inverse-gamma
+        variances and the LKJ correlation (:mod:`ppmix.components.gaussian_map`); None: maximum likelihood.
     seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
 
     Attributes

@@ -85,7 +85,8 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
         categorical and multinomial ``"probs_concentration"``; exponential ``"rate_concentration"``,
         ``"rate_rate"``; Gaussian as for :class:`~ppmix.models.gmm.GMM`; defaults in each family's notes). MCMC,
         Gibbs and ``to_arviz``'s ``prior`` group use them. Given (even ``{}``), ``engine="em"`` is MAP-EM: it
-        maximises log-likelihood plus log prior (reported in ``history_``) by the families' conjugate MAP updates
+        maximises log-likelihood plus log prior (reported in ``history_``) by the families' MAP updates (every built-in
+        family's: conjugate modes, or generalised EM steps where there is no closed form)
         and ``weights = (N_k + alpha - 1) / (N + K (alpha - 1))``; None: maximum likelihood. An unknown key or a
         value outside its domain is a ``ValueError`` naming ``priors``.
     seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.

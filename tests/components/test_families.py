@@ -393,7 +393,7 @@ def test_map_em_is_refused_where_a_family_has_no_map_update_online_em_too():
         Mixture(2, family=_NoMapPoisson(), priors={"weights": 2.0}, **QUIET).fit,
         Mixture(2, family=_NoMapPoisson(), priors={"weights": 2.0}, **QUIET).partial_fit,
     ):
-        with pytest.raises(ValueError, match="MAP-EM, which has no closed-form update for the 'no_map_poisson' family"):
+        with pytest.raises(ValueError, match="MAP-EM, which has no M-step for the 'no_map_poisson' family"):
             fit(x)
 
 
