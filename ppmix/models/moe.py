@@ -30,6 +30,7 @@ from ppmix.models.moe_data import (
 from ppmix.models.moe_moves import SCREENED_WEIGHTS, initial_responsibilities, split_and_merge
 from ppmix.models.moe_polish import polished, warn_unconverged
 from ppmix.models.moe_predict import ExpertPredictionsMixin
+from ppmix.models.moe_priors import PriorsMixin
 from ppmix.ops.logspace import normalize_log_joint_
 
 __all__ = ["MixtureOfExperts"]
@@ -42,7 +43,7 @@ def _family_attribute(family: str, name: str, doc: str) -> property:
     return property(lambda self: getattr(getattr(self, family), name), doc=doc)
 
 
-class MixtureOfExperts(ExpertPredictionsMixin, ParametersMixin, TargetKindMixin, MixtureModel):
+class MixtureOfExperts(ExpertPredictionsMixin, ParametersMixin, PriorsMixin, TargetKindMixin, MixtureModel):
     """Mixture of experts: ``z | x ~ softmax(x^T alpha)``, ``y | x, z = k ~ expert_k(x)``.
 
     The gate is a :class:`~ppmix.components.SoftmaxGate` (the last gate fixed to zero,
@@ -159,6 +160,7 @@ class MixtureOfExperts(ExpertPredictionsMixin, ParametersMixin, TargetKindMixin,
         max_iter: int = 100,
         tol: float = 1e-6,
         ridge: float | None = None,
+        priors: dict[str, Any] | None = None,
         min_variance: float = 1e-4,
         split_merge: int = 3,
         split_merge_search: str = "proposal",
@@ -214,6 +216,7 @@ class MixtureOfExperts(ExpertPredictionsMixin, ParametersMixin, TargetKindMixin,
         super().validate_params()
         self._validate_em_settings(INIT_METHODS)
         check_settings(self)
+        self._validate_priors()
 
     @property
     def n_parameters(self) -> int:
@@ -281,8 +284,15 @@ class MixtureOfExperts(ExpertPredictionsMixin, ParametersMixin, TargetKindMixin,
         self, site: str, batch: int, event: tuple[int, ...], opts: dict, support: Any = constraints.real
     ) -> dist.Distribution:
         """Flat for maximum likelihood (sampled: a point mass at the current value, see
-        :func:`~ppmix.models._flat.flat_prior`); under MCMC ``N(0, 10^2)`` on the gate and the experts' family's
-        weakly informative priors (before a fit, centred at 0 with unit scale)."""
+        :func:`~ppmix.models._flat.flat_prior`); under MCMC (and MAP fits) the prior ``priors`` sets
+        (:mod:`~ppmix.models.moe_priors`), or without ``priors`` ``N(0, 10^2)`` on the gate and the experts' family's
+        weakly informative priors (before a fit, centred at 0 with unit scale). With ``priors`` the gate's sites
+        are one draw of all ``batch`` free rows (batch shape ``()``, their prior correlates them)."""
+        if self.priors is not None:
+            shape = ((), (batch, *event)) if site.startswith("gate_") else ((batch,), event)
+            if not self.is_bayesian:
+                return flat_prior(self, site, support, *shape, opts)
+            return self._configured_prior(site, batch, event, opts)
         if not self.is_bayesian:
             return flat_prior(self, site, support, (batch,), event, opts)
         if site.startswith("gate_"):
@@ -295,7 +305,11 @@ class MixtureOfExperts(ExpertPredictionsMixin, ParametersMixin, TargetKindMixin,
         x, y = data
         k, p = self.n_experts, x.shape[1]
         opts = {"dtype": x.dtype, "device": x.device}
-        with pyro.plate("gates", k - 1):
+        if self.priors is None:
+            with pyro.plate("gates", k - 1):
+                gate_coef = pyro.sample("gate_coef", self._prior("gate_coef", k - 1, (p,), opts))
+                gate_intercept = pyro.sample("gate_intercept", self._prior("gate_intercept", k - 1, (), opts))
+        else:  # the free rows' prior (ReferencedNormal) correlates them: one site each, outside the plate
             gate_coef = pyro.sample("gate_coef", self._prior("gate_coef", k - 1, (p,), opts))
             gate_intercept = pyro.sample("gate_intercept", self._prior("gate_intercept", k - 1, (), opts))
         sites = self.expert_family().sites(k, p, self._n_classes)
@@ -394,13 +408,17 @@ class MixtureOfExperts(ExpertPredictionsMixin, ParametersMixin, TargetKindMixin,
         return self.expert_family().default_ridge if self.ridge is None else float(self.ridge)
 
     def ridge_penalty(self) -> torch.Tensor:
-        """The ridge term of the EM objective, on the standardised scale: the gate's and the experts'
-        ``penalty()`` (``ridge / 2 * ||coef||^2``; for Gaussian experts ``ridge ||coef[k]||^2 / (2 scale[k]^2)``).
+        """The penalty of the EM objective, on the standardised scale: with ``priors``, minus :meth:`log_prior`
+        (MAP-EM); else the ridge term, the gate's and the experts' ``penalty()`` (``ridge / 2 * ||coef||^2``; for
+        Gaussian experts ``ridge ||coef[k]||^2 / (2 scale[k]^2)``).
 
         Every M-step maximises the log-likelihood less exactly this (a Gaussian prior on the
         slopes), so ``history_`` and ``lower_bound_`` are the penalised log-likelihood and never
         fall. With the log-likelihood alone they could: a saturated gate's slopes drift under
-        the ridge at every M-step (a gate of norm 800 lost 1e-6 nats per step)."""
+        the ridge at every M-step (a gate of norm 800 lost 1e-6 nats per step). Under ``priors`` the
+        components' ``penalty()`` is minus the same log prior up to a constant, which the M-steps leave out."""
+        if self.priors is not None:
+            return -self.log_prior()
         return self._gate.penalty().sum() + self._experts.penalty().sum()
 
     def m_step(self, data: Any, resp: torch.Tensor) -> None:
