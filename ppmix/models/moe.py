@@ -56,8 +56,9 @@ class MixtureOfExperts(ExpertPredictionsMixin, ParametersMixin, PriorsMixin, Tar
     ``fit(X, y, engine="em")`` (responsibilities; gate by damped Newton/IRLS on the soft
     targets; experts by weighted least squares or weighted IRLS), ``"svi"`` and
     ``"mcmc"`` through the base class. EM and SVI are maximum likelihood (flat priors:
-    the ELBO is the log-likelihood); MCMC uses ``N(0, 10^2)`` priors on the (standardised)
-    coefficients and ``LogNormal(log std(y), 1)`` on the noise scales.
+    the ELBO is the log-likelihood; EM's with the ``ridge``); MCMC uses ``N(0, 10^2)`` priors on the
+    (standardised) coefficients and ``LogNormal(log std(y), 1)`` on the noise scales. With ``priors``
+    one proper prior serves every engine: EM and SVI are MAP fits under it and MCMC samples it.
 
     The covariates are standardised inside (``standardize=True``); fitted parameters
     (``gate_coef_``, ``coef_``, ...) are reported on the user's scale. After an EM or SVI
@@ -95,7 +96,26 @@ class MixtureOfExperts(ExpertPredictionsMixin, ParametersMixin, PriorsMixin, Tar
         standardised slopes) under which near-separable experts do not over-fit: on the
         S4.1 logistic simulation (N = 10^5) EM started at the truth then stays within 3% of
         the truth's test log-loss on seeds 0–4, against 32% worse on seed 0 at ``1e-6``. For
-        classifying experts the penalty is part of the EM objective (:meth:`ridge_penalty`).
+        classifying experts the penalty is part of the EM objective (:meth:`ridge_penalty`). Not with ``priors``
+        (whose ``gate_slope_scale`` and ``slope_scale`` stand for it: ``ridge = 1 / scale^2``).
+    priors : dict, optional
+        A proper prior (:mod:`~ppmix.models.moe_priors`), by key (each optional, a positive number; :meth:`prior_keys`
+        lists them with their defaults), on the standardised covariates: ``"gate_slope_scale"`` and
+        ``"gate_intercept_scale"`` the sds of every expert's gate slopes and intercept before the reference gate's
+        are subtracted (10 and 10; the free rows' prior does not depend on which expert is the reference);
+        ``"slope_scale"`` and ``"intercept_scale"`` the sds of the experts' slopes and intercepts (10 and 10 on the
+        log-odds or log-rate scale, the Poisson intercepts centred at ``log mean(y)``; Gaussian experts: in units
+        of ``std(y)``, the intercepts centred at ``mean(y)``); for Gaussian experts ``"variance_concentration"``
+        ``a`` and ``"variance_rate"`` ``b`` (in units of ``var(y)``) the inverse-gamma prior of every noise variance
+        (1 and 0.01). MCMC samples it, ``to_arviz``'s ``prior`` group draws from it and, given (even ``{}``),
+        ``engine="em"`` is MAP-EM: its objective (``history_``) is the log-likelihood plus :meth:`log_prior`, raised
+        at every M-step (the gate and logistic, Poisson and softmax experts by penalised Newton steps, Gaussian
+        experts' coefficients by ridge least squares at the current noise, then the variance ``(RSS_k + 2 b) / (n_k
+        + 2 a + 1)``) and by the polish; SVI with the point guide is MAP too; ``to_arviz``'s Laplace approximation
+        is then that of the posterior at its mode. None (default): maximum likelihood with ``ridge``. An unknown
+        key or a value that is not a positive number is a ``ValueError`` naming ``priors``. On the contract suite's
+        small fits ``priors={}`` gives the Gaussian experts, whose gate saturates, a Laplace approximation (none
+        without), and every near-separable fit finite Laplace draws.
     min_variance : float, default 1e-4
         Floor of the Gaussian experts' noise variance, as a fraction of the variance of
         ``y`` in ``fit`` (it keeps an expert from collapsing onto a few points, where the
@@ -360,21 +380,22 @@ class MixtureOfExperts(ExpertPredictionsMixin, ParametersMixin, PriorsMixin, Tar
     ) -> torch.Tensor:
         """EM's objective on standardised data, differentiable in the parameters: the log-likelihood
         ``sum_n w_n log sum_k pi_k(x_n) p_k(y_n | x_n)`` (``w_n = 1`` without row ``weight``) less
-        :meth:`ridge_penalty`."""
+        :meth:`ridge_penalty` (plus :meth:`log_prior` with ``priors``)."""
         return _weighted_sum(torch.logsumexp(self._log_joint(x, y), dim=1), weight) - self.ridge_penalty()
 
     #: what gives posterior draws (the PointEstimateWarning's remedy; :func:`~ppmix.models._arviz.draw_remedies`)
     posterior_remedy = (
         "fit with engine='svi' with guide='normal' or engine='mcmc' (N(0, 10^2) priors on the standardised "
         "slopes; minutes beyond a few hundred rows); where the gate saturates or an expert separates its classes, "
-        "a larger ridge (a stronger Gaussian prior on the slopes) gives to_arviz's Laplace approximation curvature"
+        "a proper prior (priors={}, MAP-EM) or a larger ridge gives to_arviz's Laplace approximation curvature"
     )
 
     def laplace_target(self, data: Any) -> LaplaceTarget:
         """What ``to_arviz`` takes its Laplace approximation of (:func:`~ppmix.models._arviz.laplace_draws`): EM's
-        objective, :meth:`penalised_log_likelihood`, the log posterior density under the prior the ridge stands
-        for: ``N(0, 1 / ridge)`` on the (standardised) slopes of the gate and of logistic, softmax and Poisson
-        experts, ``N(0, scale_k^2 / ridge)`` on a Gaussian expert's, flat on the intercepts and noise scales.
+        objective, :meth:`penalised_log_likelihood`: with ``priors``, the log posterior density under them; else
+        under the prior the ridge stands for: ``N(0, 1 / ridge)`` on the (standardised) slopes of the gate and of
+        logistic, softmax and Poisson experts, ``N(0, scale_k^2 / ridge)`` on a Gaussian expert's, flat on the
+        intercepts and noise scales.
         The program's log-likelihood alone (flat priors everywhere) has no curvature along the slopes of a
         saturated gate or of near-separable experts; this prior keeps their Laplace draws finite.
 

@@ -70,21 +70,26 @@ class ParametersMixin:
         """The globals and the covariates' scales; under ``priors``, also the response's mean and sd on the
         training data, which scale the experts' priors (``y_mean``, ``y_std``, where a fit set them)."""
         tensors = {**self.get_globals(), "x_mean": self._x_mean.clone(), "x_scale": self._x_scale.clone()}
-        if self.priors is not None and hasattr(self, "_y_mean"):
-            tensors.update(y_mean=torch.as_tensor(self._y_mean).clone(), y_std=torch.as_tensor(self._y_std).clone())
+        if self.priors is not None:
+            scale = self._target_scale()
+            opts = {"dtype": self.dtype, "device": self._device}
+            tensors.update(
+                y_mean=torch.as_tensor(scale["mean"]).to(**opts), y_std=torch.as_tensor(scale["std"]).to(**opts)
+            )
         return tensors
 
     def state_shapes(self) -> dict[str, tuple[int | None, ...]]:
         k, d = self.n_experts, self.n_features_in_
         classes = getattr(self, "classes_", None)
         sites = self.expert_family().sites(k, d, None if classes is None else len(classes))
-        return {
+        shapes = {
             "gate_coef": (k - 1, d),
             "gate_intercept": (k - 1,),
             **{name: (k, *spec.event_shape) for name, spec in sites.items()},
             "x_mean": (d,),
             "x_scale": (d,),
         }
+        return shapes if self.priors is None else {**shapes, "y_mean": (), "y_std": ()}
 
     def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
         opts = {"dtype": self.dtype, "device": self._device}
