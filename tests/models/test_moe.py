@@ -207,10 +207,14 @@ def test_to_arviz_and_save_load(tmp_path):
     assert loaded.log_likelihood(x, y) / len(y) == pytest.approx(moe.log_likelihood(x, y) / len(y), rel=1e-12)
 
 
-def test_mcmc_runs_with_proper_priors():
+@pytest.mark.parametrize("priors", [None, {}])
+def test_mcmc_runs_with_proper_priors(priors):
+    """The default priors, or those of ``priors`` (the gate's free rows one correlated site each)."""
     x, y, _ = planted("gaussian", n=120)
-    moe = MixtureOfExperts(2, seed=0, progress=False).fit(x, y, engine="mcmc", num_samples=10, warmup_steps=10)
+    moe = MixtureOfExperts(2, priors=priors, seed=0, progress=False)
+    moe.fit(x, y, engine="mcmc", num_samples=10, warmup_steps=10)
     assert np.isfinite(moe.log_likelihood(x, y) / len(y))
+    assert moe.mcmc_samples_["gate_coef"].shape == (1, 10, 1, 2)
 
 
 @pytest.mark.parametrize(
