@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -79,14 +80,50 @@ def weighted_grams(
     return grams.view(m, q, m).transpose(0, 1).contiguous()
 
 
+@dataclass(frozen=True)
+class LinearPrior:
+    """Independent normal priors on a linear predictor's parameters: ``coef ~ N(0, slope_scale^2)`` entry by entry,
+    ``intercept ~ N(intercept_loc, intercept_scale^2)`` (a MAP fit's penalty, :meth:`LinearFamily.penalty`, is minus
+    their log density up to a constant).
+
+    Examples
+    --------
+    >>> prior = LinearPrior(slope_scale=10.0, intercept_scale=2.0, intercept_loc=1.0)
+    >>> prior.slope_precision, prior.intercept_precision
+    (0.01, 0.25)
+    """
+
+    slope_scale: float
+    intercept_scale: float
+    intercept_loc: float = 0.0
+
+    @property
+    def slope_precision(self) -> float:
+        return 1.0 / self.slope_scale**2
+
+    @property
+    def intercept_precision(self) -> float:
+        return 1.0 / self.intercept_scale**2
+
+
 class LinearFamily(ComponentFamily):
     """A family whose ``K`` members each have coefficients ``coef[k]`` and ``intercept[k]``."""
 
+    #: the normal prior on the intercepts a MAP fit adds (precision 0: flat, the intercepts are not shrunk)
+    intercept_ridge: float = 0.0
+    intercept_loc: float = 0.0
+
     def _init_linear(
-        self, coef: torch.Tensor, intercept: torch.Tensor | None, ridge: float, shape: str = "(K, P)"
+        self,
+        coef: torch.Tensor,
+        intercept: torch.Tensor | None,
+        ridge: float,
+        shape: str = "(K, P)",
+        prior: LinearPrior | None = None,
     ) -> None:
         """Check and set ``coef`` of ``shape`` (``"(K, P)"``, or ``"(K, C, P)"`` with one row per class),
-        ``intercept`` of ``coef``'s shape less its last axis (zeros when ``None``) and ``ridge``."""
+        ``intercept`` of ``coef``'s shape less its last axis (zeros when ``None``) and ``ridge``; a ``prior`` sets
+        the ridge (``1 / slope_scale^2``) and the intercepts' normal prior in its place."""
         coef = torch.as_tensor(coef)
         if coef.dim() != shape.count(",") + 1:
             raise ValueError(f"coef must have shape {shape}; got {tuple(coef.shape)}")
@@ -98,6 +135,10 @@ class LinearFamily(ComponentFamily):
         if ridge < 0:
             raise ValueError("ridge must be non-negative")
         self.coef, self.intercept, self.ridge = coef, intercept.to(coef.dtype), float(ridge)
+        self.prior = prior
+        if prior is not None:
+            self.ridge, self.intercept_ridge = prior.slope_precision, prior.intercept_precision
+            self.intercept_loc = float(prior.intercept_loc)
 
     @property
     def n_covariates(self) -> int:
@@ -128,7 +169,8 @@ class LinearFamily(ComponentFamily):
 
     def penalty(self) -> torch.Tensor:
         """The ridge term of each member's penalised log-likelihood, ``ridge / 2 * ||coef[k]||^2`` (the intercept
-        is not shrunk), shape ``(K,)``: what :meth:`fit` subtracts from the weighted log-likelihood it maximises.
+        is not shrunk; with a :class:`LinearPrior`, ``intercept_ridge / 2 * ||intercept[k] - intercept_loc||^2`` is
+        added), shape ``(K,)``: what :meth:`fit` subtracts from the weighted log-likelihood it maximises.
 
         Examples
         --------
@@ -136,14 +178,27 @@ class LinearFamily(ComponentFamily):
         >>> from ppmix.components import LogisticExpert
         >>> LogisticExpert(torch.tensor([[3.0, 4.0], [0.0, 1.0]]), ridge=2.0).penalty().tolist()
         [25.0, 1.0]
+        >>> prior = LinearPrior(slope_scale=1.0, intercept_scale=0.5, intercept_loc=1.0)
+        >>> LogisticExpert(torch.tensor([[3.0, 4.0]]), torch.tensor([2.0]), prior=prior).penalty().tolist()
+        [14.5]
         """
-        return 0.5 * self.ridge * self.coef.square().flatten(1).sum(-1)
+        penalty = 0.5 * self.ridge * self.coef.square().flatten(1).sum(-1)
+        if self.prior is None:
+            return penalty
+        offset = (self.intercept - self.intercept_loc).reshape(self.intercept.shape[0], -1)
+        return penalty + 0.5 * self.intercept_ridge * offset.square().sum(-1)
 
     def _ridge_matrix(self) -> torch.Tensor:
-        """Ridge penalty on the coefficients only (the intercept is not shrunk)."""
+        """Ridge penalty on the coefficients, and on the intercept the precision of its prior (0 without one)."""
         diag = torch.full((self.n_covariates + 1,), self.ridge, dtype=self.dtype, device=self.device)
-        diag[-1] = 0.0
+        diag[-1] = self.intercept_ridge
         return torch.diag(diag)
+
+    def _prior_centre(self) -> torch.Tensor:
+        """The prior mean of ``[coef[k], intercept[k]]`` (zeros, and ``intercept_loc`` last), shape ``(P + 1,)``."""
+        centre = torch.zeros(self.n_covariates + 1, dtype=self.dtype, device=self.device)
+        centre[-1] = self.intercept_loc
+        return centre
 
 
 class GLMExperts(LinearFamily):
@@ -169,8 +224,9 @@ class GLMExperts(LinearFamily):
         ridge: float = 1e-6,
         max_iter: int = 100,
         tol: float | None = None,
+        prior: LinearPrior | None = None,
     ) -> None:
-        self._init_linear(coef, intercept, ridge)
+        self._init_linear(coef, intercept, ridge, prior=prior)
         self.max_iter, self.tol = int(max_iter), float(self.newton_tol if tol is None else tol)
         self.n_iter_: int = 0
         self.converged_: bool = False
@@ -203,19 +259,22 @@ class GLMExperts(LinearFamily):
 
     def fit(self, data: tuple[torch.Tensor, torch.Tensor], weights: torch.Tensor) -> "GLMExperts":
         """Weighted penalised MLE of every expert at once by damped Newton (IRLS), in place: minimises
-        ``sum_n w_nk nll(y_n | eta_nk) + ridge / 2 ||coef[k]||^2`` for every ``k``."""
+        ``sum_n w_nk nll(y_n | eta_nk) + penalty_k`` for every ``k`` (:meth:`penalty`: ``ridge / 2 ||coef[k]||^2``,
+        and with a :class:`LinearPrior` its intercept term)."""
         x, y = self._pair(data)
         weights = self._check_weights(weights, x.shape[0])
         a = design_matrix(x)
         ridge = self._ridge_matrix()
+        centre = self._prior_centre()
 
         def objective(theta: torch.Tensor):
             eta = a @ theta.T  # (N, K)
-            value = (weights * self._negative_log_likelihood(eta, y)).sum(0) + 0.5 * ((theta @ ridge) * theta).sum(-1)
+            shrunk = (theta - centre) @ ridge
+            value = (weights * self._negative_log_likelihood(eta, y)).sum(0) + 0.5 * (shrunk * (theta - centre)).sum(-1)
 
             def derivatives() -> tuple[torch.Tensor, torch.Tensor]:
                 residual, curvature = self._residual_and_curvature(eta, y)
-                return (weights * residual).T @ a + theta @ ridge, weighted_grams(a, weights * curvature) + ridge
+                return (weights * residual).T @ a + shrunk, weighted_grams(a, weights * curvature) + ridge
 
             return value, derivatives
 

@@ -11,17 +11,21 @@ are those of linear experts: sites ``coef`` and ``intercept`` (one row per class
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Mapping, Protocol, runtime_checkable
 
 import numpy as np
 import pyro.distributions as dist
 import torch
 from pyro.distributions import constraints
 
+from ppmix.components._linear import LinearPrior
 from ppmix.components.base import ComponentFamily
-from ppmix.components.family import SiteSpec
+from ppmix.components.family import PriorKey, SiteSpec
 
-__all__ = ["TARGET_KINDS", "ExpertFamily", "TargetScale"]
+__all__ = ["DEFAULT_PRIOR_SCALE", "TARGET_KINDS", "ExpertFamily", "TargetScale"]
+
+#: the default standard deviation of the normal priors a model's ``priors=`` sets on slopes and intercepts
+DEFAULT_PRIOR_SCALE = 10.0
 
 #: what an expert family can model: real responses, binary labels, class codes, counts
 TARGET_KINDS = ("real", "binary", "categorical", "count")
@@ -80,8 +84,51 @@ class ExpertFamily(Protocol):
         default: ``N(0, 10^2)`` on every coefficient and intercept."""
         return dist.Normal(torch.zeros(k, *event, **opts), 10.0).to_event(len(event))
 
-    def experts(self, params: dict[str, torch.Tensor], ridge: float, newton_steps: int, noise_floor: float) -> Any:
-        """The fitted experts from the values of :meth:`sites`."""
+    # ------------------------------------------------------------ settable priors
+    def prior_keys(self) -> dict[str, PriorKey]:
+        """The hyperparameters of the experts' priors that a model's ``priors=`` may set, with their defaults."""
+        return {
+            "slope_scale": PriorKey(f"the prior sd of every expert slope (default {DEFAULT_PRIOR_SCALE:g})"),
+            "intercept_scale": PriorKey(f"the prior sd of every expert intercept (default {DEFAULT_PRIOR_SCALE:g})"),
+        }
+
+    def linear_prior(self, priors: Mapping[str, float], scale: TargetScale) -> LinearPrior:
+        """The normal priors on the slopes (standardised covariates) and intercepts that ``priors`` sets (checked
+        numbers; a missing key at its default); default: on the linear predictor's scale, centred at 0."""
+        return LinearPrior(
+            priors.get("slope_scale", DEFAULT_PRIOR_SCALE), priors.get("intercept_scale", DEFAULT_PRIOR_SCALE)
+        )
+
+    def configured_prior(
+        self, site: str, k: int, event: tuple[int, ...], priors: Mapping[str, float], scale: TargetScale, opts: dict
+    ) -> dist.Distribution:
+        """The prior of ``site`` (batch ``(k,)``) under a model's ``priors=``, the one prior that MCMC, MAP-EM (the
+        experts' penalty, :meth:`experts` with ``priors``), SVI and ``to_arviz`` use: normal on ``coef`` and
+        ``intercept``, as :meth:`linear_prior` says.
+
+        Examples
+        --------
+        >>> from ppmix.components.registry import expert_family_from
+        >>> prior = expert_family_from("logistic").configured_prior("coef", 2, (3,), {"slope_scale": 2.0}, {}, {})
+        >>> prior.batch_shape, prior.event_shape, float(prior.base_dist.scale[0, 0])
+        (torch.Size([2]), torch.Size([3]), 2.0)
+        """
+        linear = self.linear_prior(priors, scale)
+        loc, sd = {"coef": (0.0, linear.slope_scale), "intercept": (linear.intercept_loc, linear.intercept_scale)}[site]
+        return dist.Normal(torch.full((k, *event), float(loc), **opts), sd).to_event(len(event))
+
+    def experts(
+        self,
+        params: dict[str, torch.Tensor],
+        ridge: float,
+        newton_steps: int,
+        noise_floor: float,
+        priors: Mapping[str, float] | None = None,
+        scale: TargetScale | None = None,
+    ) -> Any:
+        """The fitted experts from the values of :meth:`sites`; with ``priors`` (a model's, and the data's
+        ``scale``), experts whose fit is the MAP update and whose ``penalty()`` is minus the log density of
+        :meth:`configured_prior` up to a constant (``ridge`` then unused)."""
         raise NotImplementedError(f"{type(self).__name__} must define experts(params, ...)")
 
     def n_parameters(self, k: int, p: int, n_classes: int | None) -> int:

@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import pyro.distributions as dist
 import torch
 from pyro.distributions import constraints
+from torch.distributions.transforms import PowerTransform
 
-from ppmix.components._linear import LinearFamily, weighted_grams
+from ppmix.components._linear import LinearFamily, LinearPrior, weighted_grams
 from ppmix.components.base import ComponentFamily
 from ppmix.components.centred import component_counts
-from ppmix.components.expert_family import ExpertFamily, TargetScale
-from ppmix.components.family import SiteSpec
+from ppmix.components.expert_family import DEFAULT_PRIOR_SCALE, ExpertFamily, TargetScale
+from ppmix.components.family import PriorKey, SiteSpec
 
 __all__ = ["GaussianExpert", "GaussianExpertFamily"]
+
+#: the default rate of the noise variances' inverse-gamma prior under ``priors=``, in units of ``var(y)``
+VARIANCE_RATE = 0.01
 
 
 class GaussianExpert(LinearFamily):
@@ -36,6 +40,12 @@ class GaussianExpert(LinearFamily):
         scale follows the noise, so that :meth:`fit` maximises the penalised likelihood jointly.
     min_variance : float, default 1e-8
         Floor of the noise variance in :meth:`fit`.
+    prior : LinearPrior, optional
+        Normal priors on the slopes and intercepts (in ``y``'s units, not scaled by the noise; ``ridge`` is then
+        unused): :meth:`fit` is a MAP update (see there) and :meth:`penalty` minus their log density.
+    variance_prior : (float, float), optional
+        With ``prior``: the shape ``a`` and rate ``b`` of an inverse-gamma prior on every noise variance
+        ``scale[k]^2`` (as a prior on ``scale[k]``, with its Jacobian ``2 scale[k]``); None: flat in the scale.
 
     Examples
     --------
@@ -55,8 +65,11 @@ class GaussianExpert(LinearFamily):
         scale: torch.Tensor | None = None,
         ridge: float = 0.0,
         min_variance: float = 1e-8,
+        prior: LinearPrior | None = None,
+        variance_prior: tuple[float, float] | None = None,
     ) -> None:
-        self._init_linear(coef, intercept, ridge)
+        self._init_linear(coef, intercept, ridge, prior=prior)
+        self.variance_prior = None if variance_prior is None else (float(variance_prior[0]), float(variance_prior[1]))
         if scale is None:
             scale = torch.ones(self.coef.shape[0], dtype=self.coef.dtype, device=self.coef.device)
         scale = torch.as_tensor(scale)
@@ -91,6 +104,12 @@ class GaussianExpert(LinearFamily):
         ``(RSS_k + ridge ||coef[k]||^2) / n_k`` (floored at ``min_variance``). One pass over the
         data: the weighted Grams of ``b = [x, 1, y - mean(y)]`` hold the normal equations and the
         residual sums of squares.
+
+        With a ``prior`` the update is a MAP (ECM) step, which never lowers the weighted log-likelihood less
+        :meth:`penalty`: the coefficients maximise it at the current noise scales (ridge least squares with
+        precisions ``scale[k]^2 / slope_scale^2`` and ``scale[k]^2 / intercept_scale^2``, towards the prior
+        means), then the variance ``(RSS_k + 2 b) / (n_k + 2 a + 1)`` at those coefficients (``b = 0, a = -1/2``
+        without ``variance_prior``: ``RSS_k / n_k``).
         """
         x, y = self._pair(data)
         weights = self._check_weights(weights, x.shape[0])
@@ -101,7 +120,13 @@ class GaussianExpert(LinearFamily):
         b = torch.cat([x, torch.ones_like(y)[:, None], (y - shift)[:, None]], dim=1)  # (N, P+2)
         grams = weighted_grams(b, weights)  # (K, P+2, P+2): [[a'Wa, a'Wy], [y'Wa, y'Wy]]
         a_wa, a_wy, y_wy = grams[:, :m, :m], grams[:, :m, m], grams[:, m, m]
-        theta, info = torch.linalg.solve_ex(a_wa + self._ridge_matrix(), a_wy)
+        if self.prior is None:
+            theta, info = torch.linalg.solve_ex(a_wa + self._ridge_matrix(), a_wy)
+        else:  # at the current noise scales, towards the prior mean (its intercept shifted as y is)
+            precision = self.scale.square()[:, None, None] * self._ridge_matrix()
+            centre = self._prior_centre()
+            centre[-1] -= shift
+            theta, info = torch.linalg.solve_ex(a_wa + precision, a_wy + precision @ centre)
         if (info > 0).any():
             raise ValueError("weighted least squares is singular for some expert; set ridge > 0")
         # sum_n w_nk (y_n - a_n'theta_k)^2 = y'Wy - 2 theta'a'Wy + theta'a'Wa theta. Rounding: its absolute
@@ -111,13 +136,19 @@ class GaussianExpert(LinearFamily):
         rss = y_wy - 2 * (theta * a_wy).sum(-1) + (theta * (a_wa @ theta[:, :, None]).squeeze(-1)).sum(-1)
         theta[:, -1] += shift
         self._unstack(theta)
-        var = (rss.clamp_min(0) + self.ridge * self.coef.square().sum(-1)) / component_counts(weights)
+        if self.prior is None:
+            var = (rss.clamp_min(0) + self.ridge * self.coef.square().sum(-1)) / component_counts(weights)
+        else:
+            shape, rate = self.variance_prior or (-0.5, 0.0)
+            var = (rss.clamp_min(0) + 2 * rate) / (component_counts(weights) + 2 * shape + 1)
         self.scale = var.clamp_min(self.min_variance).sqrt()
         return self
 
     def penalty(self) -> torch.Tensor:
         """The ridge term of each expert's penalised log-likelihood, ``ridge ||coef[k]||^2 / (2 scale[k]^2)``,
-        shape ``(K,)``.
+        shape ``(K,)``. With a ``prior``, minus the log prior density up to a constant: the normal priors'
+        :meth:`LinearFamily.penalty` plus, with ``variance_prior`` ``(a, b)``, ``(2 a + 1) log scale[k] +
+        b / scale[k]^2``.
 
         Examples
         --------
@@ -126,7 +157,13 @@ class GaussianExpert(LinearFamily):
         >>> experts.penalty().tolist()
         [1.0]
         """
-        return self.ridge * self.coef.square().sum(-1) / (2 * self.scale.square())
+        if self.prior is None:
+            return self.ridge * self.coef.square().sum(-1) / (2 * self.scale.square())
+        penalty = super().penalty()
+        if self.variance_prior is None:
+            return penalty
+        shape, rate = self.variance_prior
+        return penalty + (2 * shape + 1) * self.scale.log() + rate / self.scale.square()
 
     def response_quadrature(
         self, eta: torch.Tensor, index: torch.Tensor, n_nodes: int = 8
@@ -194,7 +231,9 @@ class GaussianExpert(LinearFamily):
 class GaussianExpertFamily(ExpertFamily):
     """Linear-Gaussian regression experts for :class:`~ppmix.models.MixtureOfExperts` (``expert="gaussian"``):
     sites ``coef``, ``intercept`` and the noise ``scale``; under MCMC ``intercept ~ N(mean(y), 10 std(y))``
-    and ``scale ~ LogNormal(log std(y), 1)``.
+    and ``scale ~ LogNormal(log std(y), 1)``. Under a model's ``priors=`` (:meth:`configured_prior`): ``coef ~
+    N(0, (slope_scale std(y))^2)``, ``intercept ~ N(mean(y), (intercept_scale std(y))^2)`` and ``scale^2 ~
+    InverseGamma(variance_concentration, variance_rate var(y))``.
 
     Examples
     --------
@@ -212,6 +251,53 @@ class GaussianExpertFamily(ExpertFamily):
     def site_dims(self) -> dict[str, list[str]]:
         return {**super().site_dims(), "scale": ["expert"]}
 
+    def prior_keys(self) -> dict[str, PriorKey]:
+        """The slopes' and intercepts' prior sds (in units of ``std(y)``) and the noise variances' inverse-gamma prior.
+
+        Examples
+        --------
+        >>> sorted(GaussianExpertFamily().prior_keys())
+        ['intercept_scale', 'slope_scale', 'variance_concentration', 'variance_rate']
+        """
+        return {
+            "slope_scale": PriorKey(
+                f"the prior sd of every expert slope, in units of std(y) (default {DEFAULT_PRIOR_SCALE:g})"
+            ),
+            "intercept_scale": PriorKey(
+                f"the prior sd of every expert intercept around mean(y), in units of std(y) (default "
+                f"{DEFAULT_PRIOR_SCALE:g})"
+            ),
+            "variance_concentration": PriorKey("the inverse-gamma shape of every noise variance (default 1)"),
+            "variance_rate": PriorKey(
+                f"the inverse-gamma rate of every noise variance, in units of var(y) (default {VARIANCE_RATE:g})"
+            ),
+        }
+
+    def linear_prior(self, priors: Mapping[str, float], scale: TargetScale) -> LinearPrior:
+        """Normal priors on the slopes (at 0) and the intercepts (at ``mean(y)``) whose sds are in units of
+        ``std(y)``."""
+        prior = super().linear_prior(priors, scale)
+        y_std = float(scale.get("std", torch.tensor(1.0)))
+        y_mean = float(scale.get("mean", torch.tensor(0.0)))
+        return LinearPrior(prior.slope_scale * y_std, prior.intercept_scale * y_std, y_mean)
+
+    def variance_prior(self, priors: Mapping[str, float], scale: TargetScale) -> tuple[float, float]:
+        """The shape and rate of the inverse-gamma prior on every noise variance."""
+        y_var = float(scale.get("std", torch.tensor(1.0))) ** 2
+        return float(priors.get("variance_concentration", 1.0)), float(
+            priors.get("variance_rate", VARIANCE_RATE)
+        ) * y_var
+
+    def configured_prior(
+        self, site: str, k: int, event: tuple[int, ...], priors: Mapping[str, float], scale: TargetScale, opts: dict
+    ) -> dist.Distribution:
+        """``scale^2 ~ InverseGamma(a, b)`` (a prior on ``scale``, with its Jacobian), else the normal priors."""
+        if site != "scale":
+            return super().configured_prior(site, k, event, priors, scale, opts)
+        shape, rate = self.variance_prior(priors, scale)
+        variance = dist.InverseGamma(torch.full((k,), shape, **opts), torch.full((k,), rate, **opts))
+        return dist.TransformedDistribution(variance, [PowerTransform(0.5)])
+
     def prior(self, site: str, k: int, event: tuple[int, ...], scale: TargetScale, opts: dict) -> dist.Distribution:
         y_mean = scale.get("mean", torch.tensor(0.0)).to(**opts)
         y_std = scale.get("std", torch.tensor(1.0)).to(**opts)
@@ -221,8 +307,19 @@ class GaussianExpertFamily(ExpertFamily):
             return dist.Normal(torch.zeros(k, **opts) + y_mean, 10.0 * y_std)
         return super().prior(site, k, event, scale, opts)
 
-    def experts(self, params: dict[str, torch.Tensor], ridge: float, newton_steps: int, noise_floor: float) -> Any:
-        return GaussianExpert(**params, ridge=ridge, min_variance=noise_floor)
+    def experts(
+        self,
+        params: dict[str, torch.Tensor],
+        ridge: float,
+        newton_steps: int,
+        noise_floor: float,
+        priors: Mapping[str, float] | None = None,
+        scale: TargetScale | None = None,
+    ) -> Any:
+        if priors is None:
+            return GaussianExpert(**params, ridge=ridge, min_variance=noise_floor)
+        prior, variance = self.linear_prior(priors, scale or {}), self.variance_prior(priors, scale or {})
+        return GaussianExpert(**params, min_variance=noise_floor, prior=prior, variance_prior=variance)
 
     def n_parameters(self, k: int, p: int, n_classes: int | None) -> int:
         return super().n_parameters(k, p, n_classes) + k

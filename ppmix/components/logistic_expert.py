@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import pyro.distributions as dist
@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from ppmix.components._linear import GLMExperts
 from ppmix.components.base import ComponentFamily
-from ppmix.components.expert_family import ExpertFamily
+from ppmix.components.expert_family import ExpertFamily, TargetScale
 
 __all__ = ["LogisticExpert", "LogisticExpertFamily"]
 
@@ -27,6 +27,9 @@ class LogisticExpert(GLMExperts):
         Penalty ``ridge / 2 * ||coef[k]||^2`` (intercept not shrunk); keeps the
         Newton/IRLS fit finite on separable data.
     max_iter, tol : Newton iteration limit and tolerance on the Newton decrement.
+    prior : LinearPrior, optional
+        Normal priors on the slopes and intercepts (a MAP fit): ``ridge`` becomes ``1 / slope_scale^2`` and
+        :meth:`penalty` adds the intercepts' term.
 
     Examples
     --------
@@ -134,8 +137,17 @@ class LogisticExpertFamily(ExpertFamily):
             bad = np.unique(y[~np.isin(y, (0.0, 1.0))])[:5].tolist()
             raise ValueError(f"{name} must be binary (0/1) for logistic experts; got values such as {bad}")
 
-    def experts(self, params: dict[str, torch.Tensor], ridge: float, newton_steps: int, noise_floor: float) -> Any:
-        return LogisticExpert(params["coef"], params["intercept"], ridge=ridge, max_iter=newton_steps)
+    def experts(
+        self,
+        params: dict[str, torch.Tensor],
+        ridge: float,
+        newton_steps: int,
+        noise_floor: float,
+        priors: Mapping[str, float] | None = None,
+        scale: TargetScale | None = None,
+    ) -> Any:
+        prior = None if priors is None else self.linear_prior(priors, scale or {})
+        return LogisticExpert(params["coef"], params["intercept"], ridge=ridge, max_iter=newton_steps, prior=prior)
 
     def expected_target(self, experts: ComponentFamily, x: torch.Tensor) -> torch.Tensor:
         return experts.predict_proba(x)

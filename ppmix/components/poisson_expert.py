@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import pyro.distributions as dist
 import torch
 
-from ppmix.components._linear import GLMExperts
+from ppmix.components._linear import GLMExperts, LinearPrior
 from ppmix.components.base import ComponentFamily
 from ppmix.components.expert_family import ExpertFamily, TargetScale
 
@@ -37,6 +37,9 @@ class PoissonExpert(GLMExperts):
     ridge : float, default 1e-6
         Penalty ``ridge / 2 * ||coef[k]||^2``.
     max_iter, tol : Newton iteration limit and tolerance on the Newton decrement.
+    prior : LinearPrior, optional
+        Normal priors on the slopes and intercepts (a MAP fit): ``ridge`` becomes ``1 / slope_scale^2`` and
+        :meth:`penalty` adds the intercepts' term.
 
     Examples
     --------
@@ -162,8 +165,24 @@ class PoissonExpertFamily(ExpertFamily):
             return dist.Normal(torch.zeros(k, **opts) + y_mean.log(), 10.0)
         return super().prior(site, k, event, scale, opts)
 
-    def experts(self, params: dict[str, torch.Tensor], ridge: float, newton_steps: int, noise_floor: float) -> Any:
-        return PoissonExpert(params["coef"], params["intercept"], ridge=ridge)
+    def linear_prior(self, priors: Mapping[str, float], scale: TargetScale) -> LinearPrior:
+        """Normal priors on the slopes (at 0) and on the intercepts, the log-rate at the covariates' mean (at
+        ``log mean(y)``)."""
+        prior = super().linear_prior(priors, scale)
+        log_mean = scale.get("mean", torch.tensor(1.0)).clamp_min(1e-3).log()
+        return LinearPrior(prior.slope_scale, prior.intercept_scale, float(log_mean))
+
+    def experts(
+        self,
+        params: dict[str, torch.Tensor],
+        ridge: float,
+        newton_steps: int,
+        noise_floor: float,
+        priors: Mapping[str, float] | None = None,
+        scale: TargetScale | None = None,
+    ) -> Any:
+        prior = None if priors is None else self.linear_prior(priors, scale or {})
+        return PoissonExpert(params["coef"], params["intercept"], ridge=ridge, prior=prior)
 
     def expected_target(self, experts: ComponentFamily, x: torch.Tensor) -> torch.Tensor:
         return experts.mean(x)

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import pyro.distributions as dist
 import torch
 
-from ppmix.components._linear import LinearFamily
-from ppmix.components.expert_family import ExpertFamily
+from ppmix.components._linear import LinearFamily, LinearPrior
+from ppmix.components.expert_family import ExpertFamily, TargetScale
 from ppmix.components.softmax_gate import SoftmaxGate
 
 __all__ = ["SoftmaxExpert", "SoftmaxExpertFamily"]
@@ -39,6 +39,9 @@ class SoftmaxExpert(LinearFamily):
     ridge : float, default 1e-6
         Penalty ``ridge / 2 * ||coef[k]||^2``; keeps the fit finite on separable data.
     max_iter, tol : Newton iteration limit and tolerance on the Newton decrement (per expert).
+    prior : LinearPrior, optional
+        Normal priors on every class's slopes and intercepts (centred at 0; the reference class's are the fixed
+        zeros): ``ridge`` becomes ``1 / slope_scale^2`` and the intercepts are shrunk too (a MAP fit).
 
     Examples
     --------
@@ -61,8 +64,9 @@ class SoftmaxExpert(LinearFamily):
         ridge: float = 1e-6,
         max_iter: int = 100,
         tol: float = 1e-10,
+        prior: LinearPrior | None = None,
     ) -> None:
-        self._init_linear(coef, intercept, ridge, shape="(K, C, P)")
+        self._init_linear(coef, intercept, ridge, shape="(K, C, P)", prior=prior)
         if self.coef.shape[1] < 2:
             raise ValueError(f"coef must have shape (K, C, P) with C >= 2 classes; got {tuple(self.coef.shape)}")
         self.coef = self.coef - self.coef[:, -1:]  # the last class is the reference
@@ -122,7 +126,13 @@ class SoftmaxExpert(LinearFamily):
         n_iter, converged = 0, True
         for k in range(self.n_components):
             gate = SoftmaxGate(
-                coef[k], intercept[k], ridge=self.ridge, max_iter=self.max_iter, tol=self.tol, centred_penalty=False
+                coef[k],
+                intercept[k],
+                ridge=self.ridge,
+                max_iter=self.max_iter,
+                tol=self.tol,
+                centred_penalty=False,
+                prior=self.prior,
             )
             gate.fit(x, weights[:, k : k + 1] * targets)
             coef[k], intercept[k] = gate.coef, gate.intercept
@@ -175,5 +185,14 @@ class SoftmaxExpertFamily(ExpertFamily):
         if (y < 0).any() or (y != np.round(y)).any():
             raise ValueError(f"{name} must hold class codes 0, 1, ..., C-1 for softmax experts")
 
-    def experts(self, params: dict[str, torch.Tensor], ridge: float, newton_steps: int, noise_floor: float) -> Any:
-        return SoftmaxExpert(params["coef"], params["intercept"], ridge=ridge, max_iter=newton_steps)
+    def experts(
+        self,
+        params: dict[str, torch.Tensor],
+        ridge: float,
+        newton_steps: int,
+        noise_floor: float,
+        priors: Mapping[str, float] | None = None,
+        scale: TargetScale | None = None,
+    ) -> Any:
+        prior = None if priors is None else self.linear_prior(priors, scale or {})
+        return SoftmaxExpert(params["coef"], params["intercept"], ridge=ridge, max_iter=newton_steps, prior=prior)

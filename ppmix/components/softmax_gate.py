@@ -5,11 +5,12 @@ from __future__ import annotations
 import pyro.distributions as dist
 import torch
 import torch.nn.functional as F
+from pyro.distributions import TorchDistribution, constraints
 
-from ppmix.components._linear import LinearFamily, design_matrix, weighted_grams
+from ppmix.components._linear import LinearFamily, LinearPrior, design_matrix, weighted_grams
 from ppmix.ops.newton import damped_newton
 
-__all__ = ["SoftmaxGate"]
+__all__ = ["ReferencedNormal", "SoftmaxGate"]
 
 
 def softmax_hessian(a: torch.Tensor, weighted: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
@@ -46,6 +47,65 @@ def softmax_hessian(a: torch.Tensor, weighted: torch.Tensor, p: torch.Tensor) ->
     return hess.reshape(free * m, free * m)
 
 
+class ReferencedNormal(TorchDistribution):
+    """The free rows ``theta_k = beta_k - beta_K`` (``k < K``) of ``K`` rows ``beta_k`` with entries iid
+    ``N(0, scale^2)``: the prior of a softmax gate's free rows whose reference row ``K`` is fixed at zero.
+
+    Along the rows, every entry of the trailing shape is ``N(0, scale^2 (I + 1 1^T))``, a distribution that does
+    not depend on which row is the reference; its log density is
+    ``-sum_k ||theta_k - mean_j theta_j||^2 / (2 scale^2)`` (the mean over all ``K`` rows, the reference's zero
+    included: :meth:`SoftmaxGate.penalty`'s centred ridge) plus a constant.
+
+    Parameters
+    ----------
+    scale : float
+        The standard deviation of every entry of the ``K`` rows before the reference's is subtracted.
+    shape : tuple of int
+        ``(K - 1, ...)``: the free rows and the shape of each (``(K - 1, P)`` slopes, ``(K - 1,)`` intercepts).
+    dtype, device : of the draws.
+
+    Examples
+    --------
+    >>> import torch
+    >>> prior = ReferencedNormal(2.0, (1, 3), dtype=torch.float64)
+    >>> theta = torch.tensor([[1.0, 0.0, -2.0]], dtype=torch.float64)
+    >>> log_normal = torch.distributions.Normal(0.0, 2.0 * 2**0.5).log_prob(theta).sum()  # K = 2: one difference
+    >>> bool(torch.isclose(prior.log_prob(theta), log_normal)), tuple(prior.sample((5,)).shape)
+    (True, (5, 1, 3))
+    """
+
+    arg_constraints: dict = {}
+    has_rsample = True
+
+    def __init__(
+        self,
+        scale: float,
+        shape: tuple[int, ...],
+        dtype: torch.dtype = torch.float64,
+        device: torch.device | str | None = None,
+        validate_args: bool | None = None,
+    ) -> None:
+        free = int(shape[0])
+        covariance = float(scale) ** 2 * (torch.eye(free, dtype=dtype, device=device) + 1.0)
+        self._rows = dist.MultivariateNormal(torch.zeros(free, dtype=dtype, device=device), covariance)
+        self.scale = float(scale)
+        super().__init__(torch.Size(), torch.Size(shape), validate_args=validate_args)
+
+    @constraints.dependent_property(is_discrete=False, event_dim=0)
+    def support(self) -> constraints.Constraint:
+        return constraints.independent(constraints.real, len(self.event_shape))
+
+    def rsample(self, sample_shape: torch.Size | tuple[int, ...] = ()) -> torch.Tensor:
+        sample_shape = torch.Size(sample_shape)
+        draws = self._rows.rsample(sample_shape + self.event_shape[1:])  # (*sample, *trailing, K - 1)
+        return draws.movedim(-1, len(sample_shape))
+
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        event_dim = len(self.event_shape)
+        log_density = self._rows.log_prob(value.movedim(-event_dim, -1))  # (..., *trailing)
+        return log_density.flatten(log_density.dim() - event_dim + 1).sum(-1) if event_dim > 1 else log_density
+
+
 class SoftmaxGate(LinearFamily):
     """Multinomial-logistic gate over ``K`` components; row ``K-1`` of the parameters is 0.
 
@@ -66,6 +126,12 @@ class SoftmaxGate(LinearFamily):
         gate: relabelling them must not change the fit). False: ``ridge / 2 * ||coef||^2``,
         shrinkage towards the reference, for categories with a fixed identity (the classes of
         :class:`~ppmix.components.SoftmaxExpert`).
+    prior : LinearPrior, optional
+        Normal priors on the rows before the reference's are subtracted (a MAP fit): it sets ``ridge`` to
+        ``1 / slope_scale^2`` and adds ``1 / (2 intercept_scale^2) * sum_k (intercept[k] - mean_j intercept[j])^2``
+        (centred, as the slopes; without ``centred_penalty``, ``intercept[k]^2``: its ``intercept_loc`` must be 0) to
+        the penalty.
+        With ``centred_penalty`` this is the density of :class:`ReferencedNormal`, up to a constant.
 
     Examples
     --------
@@ -88,8 +154,11 @@ class SoftmaxGate(LinearFamily):
         max_iter: int = 100,
         tol: float = 1e-10,
         centred_penalty: bool = True,
+        prior: LinearPrior | None = None,
     ) -> None:
-        self._init_linear(coef, intercept, ridge)
+        self._init_linear(coef, intercept, ridge, prior=prior)
+        if self.intercept_loc != 0:
+            raise ValueError("a gate's intercept prior is centred at 0 (its intercept_loc must be 0)")
         self.centred_penalty = bool(centred_penalty)
         if self.coef.shape[0] < 1:
             raise ValueError("a gate needs at least one component")
@@ -114,12 +183,16 @@ class SoftmaxGate(LinearFamily):
         """
         if not self.centred_penalty:
             return super().penalty()
-        return 0.5 * self.ridge * (self.coef - self.coef.mean(0)).square().sum(-1)
+        penalty = 0.5 * self.ridge * (self.coef - self.coef.mean(0)).square().sum(-1)
+        if self.prior is None:
+            return penalty
+        return penalty + 0.5 * self.intercept_ridge * (self.intercept - self.intercept.mean(0)).square()
 
     def penalty_hessian(self) -> torch.Tensor:
         """The Hessian of the summed :meth:`penalty` in the free parameters (rows ``0..K-2`` of ``[coef,
         intercept]``, flattened row by row), shape ``((K - 1) (P + 1), (K - 1) (P + 1))``: ``kron(C, R)`` with
-        ``R`` the ridge on the slopes and ``C = I - 1 1^T / K`` (``I`` without ``centred_penalty``).
+        ``R`` the ridge on the slopes (and the intercepts' prior precision) and ``C = I - 1 1^T / K`` (``I`` without
+        ``centred_penalty``).
 
         Examples
         --------

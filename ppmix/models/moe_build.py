@@ -28,16 +28,26 @@ class ParametersMixin:
     experts' parameters, on the standardised covariate scale.
     """
 
+    priors: Any  # the host's ``priors`` and its :class:`~ppmix.models.moe_priors.PriorsMixin` methods
+    _gate_prior: Any
+    _prior_settings: Any
+    _target_scale: Any
+
     def _make_gate(self, free_coef: torch.Tensor, free_intercept: torch.Tensor) -> SoftmaxGate:
         coef = torch.cat([free_coef, torch.zeros_like(free_coef[:1])])
         intercept = torch.cat([free_intercept, torch.zeros_like(free_intercept[:1])])
-        return SoftmaxGate(coef, intercept, ridge=self.ridge_value, max_iter=NEWTON_STEPS)
+        return SoftmaxGate(coef, intercept, ridge=self.ridge_value, max_iter=NEWTON_STEPS, prior=self._gate_prior())
 
     expert_family: Any  # the host's method: the ExpertFamily its ``expert`` argument names
 
     def _make_experts(self, params: dict[str, torch.Tensor]) -> GaussianExpert | LogisticExpert | SoftmaxExpert:
+        """The experts with ``params``; under ``priors``, experts whose fit is MAP-EM's update and whose penalty is
+        the prior's (:meth:`~ppmix.components.expert_family.ExpertFamily.experts`)."""
         floor = getattr(self, "_noise_floor", self.min_variance)
-        return self.expert_family().experts(params, self.ridge_value, NEWTON_STEPS, floor)
+        if self.priors is None:
+            return self.expert_family().experts(params, self.ridge_value, NEWTON_STEPS, floor)
+        settings, scale = self._prior_settings(), self._target_scale()
+        return self.expert_family().experts(params, self.ridge_value, NEWTON_STEPS, floor, settings, scale)
 
     def get_globals(self) -> dict[str, torch.Tensor]:
         values = {"gate_coef": self._gate.coef[:-1].clone(), "gate_intercept": self._gate.intercept[:-1].clone()}
@@ -57,24 +67,36 @@ class ParametersMixin:
         self._invalidate_guide()
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
-        return {**self.get_globals(), "x_mean": self._x_mean.clone(), "x_scale": self._x_scale.clone()}
+        """The globals and the covariates' scales; under ``priors``, also the response's mean and sd on the
+        training data, which scale the experts' priors (``y_mean``, ``y_std``, where a fit set them)."""
+        tensors = {**self.get_globals(), "x_mean": self._x_mean.clone(), "x_scale": self._x_scale.clone()}
+        if self.priors is not None:
+            scale = self._target_scale()
+            opts = {"dtype": self.dtype, "device": self._device}
+            tensors.update(
+                y_mean=torch.as_tensor(scale["mean"]).to(**opts), y_std=torch.as_tensor(scale["std"]).to(**opts)
+            )
+        return tensors
 
     def state_shapes(self) -> dict[str, tuple[int | None, ...]]:
         k, d = self.n_experts, self.n_features_in_
         classes = getattr(self, "classes_", None)
         sites = self.expert_family().sites(k, d, None if classes is None else len(classes))
-        return {
+        shapes = {
             "gate_coef": (k - 1, d),
             "gate_intercept": (k - 1,),
             **{name: (k, *spec.event_shape) for name, spec in sites.items()},
             "x_mean": (d,),
             "x_scale": (d,),
         }
+        return shapes if self.priors is None else {**shapes, "y_mean": (), "y_std": ()}
 
     def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
         opts = {"dtype": self.dtype, "device": self._device}
         self._x_mean, self._x_scale = tensors["x_mean"].to(**opts), tensors["x_scale"].to(**opts)
-        self.set_globals({k: v for k, v in tensors.items() if k not in ("x_mean", "x_scale")})
+        if "y_mean" in tensors:
+            self._y_mean, self._y_std = tensors["y_mean"].to(**opts), tensors["y_std"].to(**opts)
+        self.set_globals({k: v for k, v in tensors.items() if k not in ("x_mean", "x_scale", "y_mean", "y_std")})
 
     @classmethod
     def from_parameters(

@@ -23,6 +23,7 @@ import matplotlib
 import numpy as np
 import pytest
 import torch
+from sklearn.base import clone
 
 from ppmix import GMM, PFGMM, MixtureModel, MixtureOfExperts
 from ppmix.datasets import make_pf_synthetic
@@ -202,6 +203,27 @@ def test_moe_laplace_takes_the_ridge_as_a_gaussian_prior_and_stays_finite_on_nea
         assert (idata.posterior["coef"].values[..., -1, :] == 0).all()
         assert (idata.posterior["intercept"].values[..., -1] == 0).all()
         assert (idata.posterior["intercept"].std(("chain", "draw")).values[:, 0] < 50).all()
+
+
+def test_moe_priors_give_the_laplace_approximation_the_warning_recommends(fitted):
+    """The remedy the MoE's warning names first for a saturated gate: a proper prior (``priors={}``, MAP-EM) gives
+    the contract case without a Laplace approximation one, on which the workflow runs; on near-separable logistic
+    data, whose ridge-penalised fit's Laplace draws give ``az.loo`` a NaN elpd, it is finite."""
+    model, x, y = fitted("MoE-gaussian")
+    with pytest.warns(PointEstimateWarning, match=r"priors=\{\}"):
+        model.to_arviz(num_samples=NUM_SAMPLES)
+    refitted = clone(model).set_params(priors={}).fit(x, y)
+    idata = _inference_data(refitted)
+    assert idata.attrs["ppmix_draws"] == "laplace"
+    check_arviz_workflow(idata)
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(100, 2))
+    y = (x[:, 0] > 0).astype(int)
+    y[:2] = 1 - y[:2]
+    moe = MixtureOfExperts(2, expert="logistic", priors={}, seed=0, progress=False).fit(x, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # ArviZ's Pareto-k warning
+        assert np.isfinite(az.loo(moe.to_arviz(num_samples=NUM_SAMPLES)).elpd_loo)
 
 
 def test_point_estimate_warning_names_what_works_for_the_model():

@@ -71,18 +71,28 @@ def test_em_recovers_planted_logistic_moe():
 
 
 @pytest.mark.filterwarnings("ignore:EM did not converge")
+@pytest.mark.parametrize("priors", [None, {}])
 @pytest.mark.parametrize("expert", EXPERTS)
-def test_em_objective_equals_pyro_trace_enum_elbo(expert):
+def test_em_objective_equals_pyro_trace_enum_elbo(expert, priors):
+    """With ``priors`` (MAP-EM) the objective less its log prior is the log-likelihood the same way."""
     x, y, _ = planted(expert, n=300)
-    moe = MixtureOfExperts(3, expert=expert, seed=0, progress=False, max_iter=5).fit(x, y)
+    moe = MixtureOfExperts(3, expert=expert, priors=priors, seed=0, progress=False, max_iter=5).fit(x, y)
     assert_em_objective_is_trace_enum_elbo(moe, x, y)
 
 
+#: a prior strong enough to bite on the data of the monotonicity test (MAP-EM)
+STRONG_PRIOR = {"gate_slope_scale": 0.5, "gate_intercept_scale": 0.5, "slope_scale": 0.5, "intercept_scale": 0.5}
+
+
 @pytest.mark.filterwarnings("ignore:EM did not converge")
-@pytest.mark.parametrize("expert", EXPERTS)
-def test_em_log_likelihood_never_decreases(expert):
-    data = make_moe(1500, expert=expert, n_experts=3, n_features=4, seed=2)
-    moe = MixtureOfExperts(3, expert=expert, seed=1, progress=False, max_iter=60, tol=0.0).fit(data.X, data.y)
+@pytest.mark.parametrize(
+    "expert, priors", [(e, None) for e in EXPERTS] + [(e, STRONG_PRIOR) for e in EXPERTS], ids=lambda v: str(v)
+)
+def test_em_log_likelihood_never_decreases(expert, priors):
+    """Maximum likelihood, and MAP-EM's log-likelihood plus log prior (Gaussian experts' ECM update included)."""
+    data = make_moe(1500 if priors is None else 500, expert=expert, n_experts=3, n_features=4, seed=2)
+    moe = MixtureOfExperts(3, expert=expert, priors=priors, seed=1, progress=False, max_iter=60, tol=0.0)
+    moe.fit(data.X, data.y)
     steps = np.diff(moe.history_)
     assert (steps >= -1e-9 * np.abs(moe.history_[1:])).all(), steps.min()
     assert moe.history_[-1] > moe.history_[0]
@@ -197,10 +207,14 @@ def test_to_arviz_and_save_load(tmp_path):
     assert loaded.log_likelihood(x, y) / len(y) == pytest.approx(moe.log_likelihood(x, y) / len(y), rel=1e-12)
 
 
-def test_mcmc_runs_with_proper_priors():
+@pytest.mark.parametrize("priors", [None, {}])
+def test_mcmc_runs_with_proper_priors(priors):
+    """The default priors, or those of ``priors`` (the gate's free rows one correlated site each)."""
     x, y, _ = planted("gaussian", n=120)
-    moe = MixtureOfExperts(2, seed=0, progress=False).fit(x, y, engine="mcmc", num_samples=10, warmup_steps=10)
+    moe = MixtureOfExperts(2, priors=priors, seed=0, progress=False)
+    moe.fit(x, y, engine="mcmc", num_samples=10, warmup_steps=10)
     assert np.isfinite(moe.log_likelihood(x, y) / len(y))
+    assert moe.mcmc_samples_["gate_coef"].shape == (1, 10, 1, 2)
 
 
 @pytest.mark.parametrize(
@@ -218,6 +232,11 @@ def test_mcmc_runs_with_proper_priors():
         ({"split_merge": -1}, "ok", ValueError, "split_merge must be a non-negative integer"),
         ({"split_merge_search": "all"}, "ok", ValueError, "split_merge_search must be one of"),
         ({}, "strings", TypeError, "y must be numeric"),
+        ({"priors": {"variance_rat": 1.0}}, "ok", ValueError, "priors has an unknown key 'variance_rat'"),
+        ({"priors": {"slope_scale": -1.0}}, "ok", ValueError, r"priors\['slope_scale'\] must be positive"),
+        ({"priors": {"gate_slope_scale": [1.0, 2.0]}}, "ok", ValueError, r"priors\['gate_slope_scale'\] must be one"),
+        ({"priors": {}, "ridge": 1.0}, "ok", ValueError, "ridge and priors cannot both be set"),
+        ({"priors": 1.0}, "ok", TypeError, "priors must be None or a dict"),
     ],
     ids=[
         "no-y",
@@ -232,6 +251,11 @@ def test_mcmc_runs_with_proper_priors():
         "negative-split-merge",
         "bad-split-merge-search",
         "string-y",
+        "unknown-prior-key",
+        "negative-prior-scale",
+        "prior-array",
+        "ridge-and-priors",
+        "priors-not-a-dict",
     ],
 )
 def test_bad_input_is_named(kwargs, fit_args, error, match):
@@ -401,3 +425,81 @@ def test_sample_weight_refusals_name_it(options, weight, match):
     engine = {"engine": options.pop("engine")} if "engine" in options else {}
     with pytest.raises(ValueError, match=match):
         MixtureOfExperts(2, **options, **QUIET).fit(x, y, sample_weight=weight, **engine)
+
+
+# ----------------------------------------------------------------------------------------- priors=
+PRIOR_EXPERTS = ["gaussian", "logistic", "poisson", "softmax"]
+
+
+@pytest.mark.parametrize("expert", PRIOR_EXPERTS)
+def test_a_strong_prior_pulls_the_map_fit_to_the_prior_mean(expert):
+    """Prior sds of 1e-3 on every slope and intercept: MAP-EM ends at the prior means (slopes and gate intercepts
+    0; the experts' intercepts 0, log mean(y) for Poisson, mean(y) for Gaussian experts), where the maximum-likelihood
+    fit's slopes are far from 0."""
+    x, y = make_expert_data(60, expert=expert)
+    tight = {"gate_slope_scale": 1e-3, "gate_intercept_scale": 1e-3, "slope_scale": 1e-3, "intercept_scale": 1e-3}
+    ml = MixtureOfExperts(2, expert=expert, seed=0, progress=False).fit(x, y)
+    assert np.abs(ml._experts.coef.numpy()).max() > 0.5
+    moe = MixtureOfExperts(2, expert=expert, priors=tight, seed=0, progress=False).fit(x, y)
+    centre = {"gaussian": y.mean(), "poisson": np.log(max(y.mean(), 1e-3))}.get(expert, 0.0)
+    for name in ("coef", "intercept"):
+        gate = getattr(moe._gate, name).numpy()
+        np.testing.assert_allclose(gate, 0.0, atol=1e-4)
+    np.testing.assert_allclose(moe._experts.coef.numpy(), 0.0, atol=1e-4 * (y.std() if expert == "gaussian" else 1))
+    intercept = moe._experts.intercept.numpy()
+    expected = np.zeros_like(intercept) if expert == "softmax" else np.full_like(intercept, centre)
+    np.testing.assert_allclose(intercept, expected, atol=1e-4 * (y.std() if expert == "gaussian" else 1))
+
+
+@pytest.mark.filterwarnings("ignore::ppmix.inference.engines.result.ConvergenceWarning")
+@pytest.mark.parametrize("expert", PRIOR_EXPERTS)
+def test_one_prior_for_mcmc_map_em_and_svi(expert):
+    """At the same parameters (the MAP fit and a perturbation of it): the log prior density of the program's global
+    sites under ``bayesian()`` (what MCMC samples and ``to_arviz``'s prior group draws) is :meth:`log_prior`, EM's
+    penalty is minus it, the gate's and experts' ``penalty()`` (what the M-steps maximise against) differ from
+    that penalty by one constant, and SVI's objective (point-mass guide, the priors of ``fitting_priors``) is EM's."""
+    from pyro import poutine
+    from pyro.infer import TraceEnum_ELBO
+
+    from ppmix.inference.engines.params import local_params
+
+    x, y = make_expert_data(60, expert=expert)
+    moe = MixtureOfExperts(2, expert=expert, priors={"slope_scale": 2.0, "gate_slope_scale": 3.0}, seed=0)
+    moe.set_params(progress=False, max_iter=10).fit(x, y)
+    data = moe.prepare_data(x, y)
+    fitted = moe.get_globals()
+    gen = torch.Generator().manual_seed(1)
+    perturbed = {k: v + 0.3 * torch.randn(v.shape, generator=gen, dtype=v.dtype) for k, v in fitted.items()}
+    if "scale" in perturbed:
+        perturbed["scale"] = perturbed["scale"].abs() + 0.1
+    constants = []
+    for point in (fitted, perturbed):
+        moe.set_globals(point)
+        values = moe.get_globals()  # softmax experts: the reference class shifted to zero
+        with local_params(), moe.bayesian():
+            trace = poutine.trace(poutine.condition(moe.model, values)).get_trace(data)
+        program = sum(trace.nodes[name]["fn"].log_prob(trace.nodes[name]["value"]).sum() for name in values)
+        assert float(program) == pytest.approx(float(moe.log_prior()), rel=1e-12)
+        assert float(moe.ridge_penalty()) == pytest.approx(-float(moe.log_prior()), rel=1e-12)
+        constants.append(float(moe._gate.penalty().sum() + moe._experts.penalty().sum() - moe.ridge_penalty()))
+        _, em_objective = moe.e_step(data)
+        with local_params(), moe.fitting_priors():
+            svi_objective = -TraceEnum_ELBO(max_plate_nesting=1).loss(moe.model, moe.guide, data)
+        assert svi_objective == pytest.approx(float(em_objective), rel=1e-10)
+    assert constants[0] == pytest.approx(constants[1], rel=1e-10)
+
+
+def test_priors_survive_clone_and_save_load(tmp_path):
+    """``priors`` is a constructor argument (``clone`` keeps it); a loaded model keeps it and the response's scale
+    that the Gaussian experts' priors are set in, so its log prior is the saved model's."""
+    from sklearn.base import clone
+
+    x, y = make_expert_data(60)
+    priors = {"slope_scale": 3.0, "variance_rate": 0.1}
+    moe = MixtureOfExperts(2, priors=priors, seed=0, progress=False, max_iter=10).fit(x, y)
+    assert clone(moe).priors == priors
+    moe.save(tmp_path / "moe")
+    loaded = MixtureOfExperts.load(tmp_path / "moe")
+    assert loaded.priors == priors
+    assert float(loaded.log_prior()) == pytest.approx(float(moe.log_prior()), rel=1e-12)
+    np.testing.assert_allclose(loaded.predict(x), moe.predict(x), rtol=1e-12)
