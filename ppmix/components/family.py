@@ -22,7 +22,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import inspect
-from typing import Any, ClassVar, Mapping, Protocol, runtime_checkable
+from typing import Any, ClassVar, Collection, Mapping, Protocol, runtime_checkable
 
 import pyro.distributions as dist
 import torch
@@ -31,6 +31,7 @@ from pyro.distributions import constraints
 from ppmix.components.base import ComponentFamily
 
 __all__ = [
+    "check_priors",
     "AdditiveStatistics",
     "DataScale",
     "DensityFamily",
@@ -130,6 +131,46 @@ class PriorKey:
                 )
         elif not bool((tensor > 0).all()):
             raise ValueError(f"priors[{key!r}] must be positive ({self.doc}); got {value!r}")
+
+
+def check_priors(
+    priors: Any,
+    keys: Mapping[str, PriorKey],
+    owner: str,
+    *,
+    map_em: bool = False,
+    arrays: Collection[str] | None = None,
+) -> None:
+    """A model's ``priors=``: None, or a mapping of ``keys`` (a model's ``prior_keys()``) to None (the default) or
+    values in their domains (:meth:`PriorKey.check`; with ``map_em``, as MAP-EM needs them), arrays only for the
+    keys in ``arrays`` (None: every key); else a ``TypeError`` or ``ValueError`` naming ``priors`` and the key,
+    an unknown key with the keys ``owner`` (the model, in words) takes.
+
+    Examples
+    --------
+    >>> keys = {"weights": PriorKey("the weights' concentration", "concentration")}
+    >>> check_priors({"weights": 2.0}, keys, "GMM")
+    >>> check_priors({"weight": 2.0}, keys, "GMM")
+    Traceback (most recent call last):
+    ...
+    ValueError: priors has an unknown key 'weight': GMM takes ['weights']
+    >>> check_priors({"weights": [2.0, 3.0]}, keys, "GMM", arrays=())
+    Traceback (most recent call last):
+    ...
+    ValueError: priors['weights'] must be a number, not an array (the weights' concentration); got [2.0, 3.0]
+    """
+    if priors is None:
+        return
+    if not isinstance(priors, Mapping):
+        raise TypeError(f"priors must be None or a dict of hyperparameters; got {type(priors).__name__}")
+    for key, value in priors.items():
+        if key not in keys:
+            raise ValueError(f"priors has an unknown key {key!r}: {owner} takes {sorted(keys)}")
+        if value is None:
+            continue
+        keys[key].check(key, value, map_em=map_em)
+        if arrays is not None and key not in arrays and torch.as_tensor(value).numel() != 1:
+            raise ValueError(f"priors[{key!r}] must be a number, not an array ({keys[key].doc}); got {value!r}")
 
 
 class Statistics:

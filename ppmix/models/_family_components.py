@@ -19,7 +19,7 @@ import torch
 from pyro.distributions import constraints
 
 from ppmix.components.base import ComponentFamily
-from ppmix.components.family import DataScale, DensityFamily, PriorKey
+from ppmix.components.family import DataScale, DensityFamily, PriorKey, check_priors
 from ppmix.components.independent import FeatureStatistics
 from ppmix.models._flat import flat_prior
 from ppmix.models._missing import fill_missing
@@ -95,19 +95,8 @@ class FamilyComponentsMixin:
     def _validate_priors(self, *, map_em: bool = False) -> None:
         """``priors`` None or a mapping of :meth:`prior_keys` to values in their domains (with ``map_em``, as MAP-EM
         needs them); else a ``ValueError`` naming ``priors`` and the key."""
-        if self.priors is None:
-            return
-        if not isinstance(self.priors, Mapping):
-            raise TypeError(f"priors must be None or a dict of hyperparameters; got {type(self.priors).__name__}")
-        keys = self.prior_keys()
-        for key, value in self.priors.items():
-            if key not in keys:
-                raise ValueError(
-                    f"priors has an unknown key {key!r}: {type(self).__name__} with the "
-                    f"{self.component_family().name!r} family takes {sorted(keys)}"
-                )
-            if value is not None:
-                keys[key].check(key, value, map_em=map_em)
+        owner = f"{type(self).__name__} with the {self.component_family().name!r} family"
+        check_priors(self.priors, self.prior_keys(), owner, map_em=map_em)
 
     def _prior_family(self) -> DensityFamily:
         """The component family with the hyperparameters of ``priors`` (what MCMC, Gibbs and MAP-EM use)."""

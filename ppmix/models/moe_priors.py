@@ -23,7 +23,7 @@ import torch
 
 from ppmix.components._linear import LinearPrior
 from ppmix.components.expert_family import DEFAULT_PRIOR_SCALE, ExpertFamily, TargetScale
-from ppmix.components.family import PriorKey
+from ppmix.components.family import PriorKey, check_priors
 from ppmix.components.softmax_gate import ReferencedNormal
 
 __all__ = ["GATE_PRIOR_KEYS", "PriorsMixin"]
@@ -67,23 +67,9 @@ class PriorsMixin:
     def _validate_priors(self) -> None:
         """``priors`` None or a mapping of :meth:`prior_keys` to positive numbers, and then no ``ridge``; else an
         error naming ``priors``."""
-        if self.priors is None:
-            return
-        if not isinstance(self.priors, Mapping):
-            raise TypeError(f"priors must be None or a dict of hyperparameters; got {type(self.priors).__name__}")
-        keys = self.prior_keys()
-        for key, value in self.priors.items():
-            if key not in keys:
-                raise ValueError(
-                    f"priors has an unknown key {key!r}: MixtureOfExperts with {self.expert_family().name} experts "
-                    f"takes {sorted(keys)}"
-                )
-            if value is None:
-                continue
-            keys[key].check(key, value)
-            if torch.as_tensor(value).numel() != 1:
-                raise ValueError(f"priors[{key!r}] must be one number ({keys[key].doc}); got {value!r}")
-        if self.ridge is not None:
+        owner = f"MixtureOfExperts with {self.expert_family().name} experts"
+        check_priors(self.priors, self.prior_keys(), owner, arrays=())
+        if self.priors is not None and self.ridge is not None:
             raise ValueError(
                 "ridge and priors cannot both be set: with priors, priors['gate_slope_scale'] and "
                 "priors['slope_scale'] are the slopes' prior sds (ridge = 1 / sd^2 on the standardised slopes)"

@@ -234,7 +234,12 @@ def test_mcmc_runs_with_proper_priors(priors):
         ({}, "strings", TypeError, "y must be numeric"),
         ({"priors": {"variance_rat": 1.0}}, "ok", ValueError, "priors has an unknown key 'variance_rat'"),
         ({"priors": {"slope_scale": -1.0}}, "ok", ValueError, r"priors\['slope_scale'\] must be positive"),
-        ({"priors": {"gate_slope_scale": [1.0, 2.0]}}, "ok", ValueError, r"priors\['gate_slope_scale'\] must be one"),
+        (
+            {"priors": {"gate_slope_scale": [1.0, 2.0]}},
+            "ok",
+            ValueError,
+            r"priors\['gate_slope_scale'\] must be a number, not an array",
+        ),
         ({"priors": {}, "ridge": 1.0}, "ok", ValueError, "ridge and priors cannot both be set"),
         ({"priors": 1.0}, "ok", TypeError, "priors must be None or a dict"),
     ],

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import torch
 
 from ppmix._validation import NotFittedError, check_matrix, check_n_components, check_positive_int, to_output
-from ppmix.components.family import PriorKey
+from ppmix.components.family import PriorKey, check_priors
 from ppmix.inference.engines.gibbs import GibbsDraws, NIWPrior, block_log_prob, prior_draws, run_pf_gibbs
 from ppmix.models._params import check_seed, store_params
 from ppmix.models.pf.switches import FrameLabels, label_relevant_features
@@ -99,18 +99,8 @@ class PFGMMGibbs:
     def _check_priors(self) -> None:
         """``priors`` None or a dict of :meth:`prior_keys` to values in their domains (numbers but ``locs_loc``);
         ``priors["weights"]`` and ``alpha`` not both set; else a ``ValueError`` naming ``priors``."""
-        if self.priors is None:
-            return
-        if not isinstance(self.priors, Mapping):
-            raise TypeError(f"priors must be None or a dict of hyperparameters; got {type(self.priors).__name__}")
-        keys = self.prior_keys()
-        for key, value in self.priors.items():
-            if key not in keys:
-                raise ValueError(f"priors has an unknown key {key!r}: PFGMMGibbs takes {sorted(keys)}")
-            keys[key].check(key, value)
-            if key != "locs_loc" and np.ndim(value) != 0:
-                raise ValueError(f"priors[{key!r}] must be a number ({keys[key].doc}); got {value!r}")
-        if "weights" in self.priors and self.alpha != 1:
+        check_priors(self.priors, self.prior_keys(), "PFGMMGibbs", arrays=("locs_loc",))
+        if "weights" in (self.priors or {}) and self.alpha != 1:
             raise ValueError("priors['weights'] and alpha both set the weights' concentration: set one")
 
     def _alpha(self) -> float:
