@@ -138,6 +138,8 @@ def test_bad_arguments():
         fit_distributed([(np.zeros((5, 1)), np.zeros(5))], 2, support_size=0)
     with pytest.raises(TypeError, match="a shard must be"):
         read_shard(42)
+    with pytest.raises(ValueError, match=r"model_options\['priors'\] is not taken by fit_distributed"):
+        fit_distributed([(np.zeros((5, 1)), np.zeros(5))], 2, model_options={"priors": {}})
 
 
 def test_n_experts_may_be_a_numpy_integer():

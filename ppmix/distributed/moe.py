@@ -370,6 +370,11 @@ def fit_distributed(
     if repeated:
         raise ValueError(f"shards lists the same file more than once: {repeated}")
     options = {"expert": expert, "n_init": n_init, "max_iter": max_iter, "tol": tol, **(model_options or {})}
+    if options.get("priors") is not None:  # the reduction and the gate rounds would drop them: the fit is not MAP
+        raise ValueError(
+            "model_options['priors'] is not taken by fit_distributed: it reduces maximum-likelihood local fits (with "
+            "their ridge) by optimal transport; fit MixtureOfExperts(priors=...) on the pooled rows for a MAP fit"
+        )
     # settings that would fail on every shard are checked here, before any task is sent
     MixtureOfExperts(n_experts, seed=seed, progress=False, **options).validate_params()
     check_timeout(timeout)
