@@ -13,11 +13,20 @@ import math
 from typing import Any
 
 import numpy as np
+import pyro.distributions as dist
 import torch
 
+from ppmix.components.family import PriorKey
 from ppmix.ops.simplex import log_dirichlet
 
-__all__ = ["PATTERNS", "check_transition_prior", "log_transition_prior", "transition_mask", "transition_update"]
+__all__ = [
+    "PATTERNS",
+    "MarkovChainMixin",
+    "check_transition_prior",
+    "log_transition_prior",
+    "transition_mask",
+    "transition_update",
+]
 
 #: named patterns: ``"ergodic"`` every transition; ``"left-right"`` stay or move to the next state (the last
 #: state absorbing); ``"upper"`` stay or jump forward to any later state (Bakis)
@@ -104,3 +113,56 @@ def log_transition_prior(transition: torch.Tensor, mask: torch.Tensor, prior: fl
         return transition.new_zeros(())
     allowed = mask.to(transition.device)
     return log_dirichlet(transition, torch.as_tensor(prior).to(transition).expand_as(transition), allowed).sum()
+
+
+class MarkovChainMixin:
+    """The hidden chain's part of an :class:`~ppmix.models.hmm.HMM`: the allowed transitions of
+    ``transition_pattern``, the priors of the initial distribution and of the transition rows (``priors``'
+    ``"initial"`` and ``"transition"`` keys, or ``transition_prior``), MAP-EM's log prior and the chain's M-step."""
+
+    @property
+    def _transition_mask(self) -> torch.Tensor:
+        """The allowed transitions ``(K, K)`` of ``transition_pattern``."""
+        return transition_mask(self.transition_pattern, int(self.n_components), self._device)
+
+    def em_global_objective(self, n_observations: int) -> torch.Tensor:
+        """The objective's term that is no sum over the sequences (counted once on shards,
+        :func:`ppmix.distributed.fit_em`): MAP-EM's log prior."""
+        return self._log_prior()
+
+    def _log_prior(self) -> torch.Tensor:
+        """MAP-EM's log prior: the transitions' Dirichlet log density at ``transition_`` (0 under ML) and, with
+        ``priors``, the initial distribution's and the emissions' (the family's)."""
+        log_prior = log_transition_prior(self.transition_, self._transition_mask, self._transition_concentration())
+        if self.priors is None:
+            return log_prior
+        alpha = self._concentration("initial", (self.n_components,))
+        return log_prior + dist.Dirichlet(alpha).log_prob(self.initial_) + self._map_log_prior_components()
+
+    def structure_prior_keys(self) -> dict[str, PriorKey]:
+        return {
+            "initial": PriorKey("the Dirichlet concentration of the initial distribution (default 1)", "concentration"),
+            "transition": PriorKey(
+                "the Dirichlet concentration of every transition row's allowed entries (default transition_prior): "
+                "a number, or (K, K)",
+                "concentration",
+            ),
+        }
+
+    def _transition_concentration(self) -> float | torch.Tensor:
+        """``priors["transition"]`` as a ``(K, K)`` tensor, else ``transition_prior``."""
+        if (self.priors or {}).get("transition") is None:
+            return float(self.transition_prior)
+        k = self.n_components
+        return self._concentration("transition", (k, k))
+
+    def _update_chain(self, initial: torch.Tensor, transitions: torch.Tensor) -> None:
+        """``initial`` and ``transition`` from expected counts (lightly padded; the transitions MAP under
+        ``transition_prior``, zero where ``transition_pattern`` allows none; with ``priors``, both MAP)."""
+        initial = initial.to(self.dtype) + _EPS
+        if self.priors is not None:
+            initial = initial + self._concentration("initial", (self.n_components,)) - 1
+        self.initial_ = initial / initial.sum()
+        self.transition_ = transition_update(
+            transitions.to(self.dtype), self._transition_mask, self._transition_concentration()
+        )

@@ -4,7 +4,7 @@ variable-length sequences."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import pyro
 import pyro.distributions as dist
@@ -12,17 +12,17 @@ import torch
 from pyro import poutine
 
 from ppmix._validation import check_n_components, check_positive_int, to_output
-from ppmix.components.family import DensityFamily, PriorKey
+from ppmix.components.family import DensityFamily
 from ppmix.components.registry import family_config, family_from
 from ppmix.inference.engines.forward_backward import (
     ForwardBackwardResult,
     forward_backward,
-    step_log_likelihood,
     viterbi,
 )
 from ppmix.models._arviz import POINTWISE_COMPANIONS, own_hook
 from ppmix.models._family_components import INIT_METHODS, FamilyComponentsMixin, drop_leading_ones
 from ppmix.models._gibbs import HMMGibbsMixin
+from ppmix.models._hmm_draws import chain_per_draw, forward_backward_per_draw, state_paths_per_draw
 from ppmix.models._missing import (
     PartlyObserved,
     check_missing_option,
@@ -35,22 +35,11 @@ from ppmix.models._missing import (
 from ppmix.models._online import OnlineEMMixin
 from ppmix.models._params import store_params
 from ppmix.models._sequences import SequenceBatch, as_sequence_batch
-from ppmix.models._transitions import (
-    check_transition_prior,
-    log_transition_prior,
-    transition_mask,
-    transition_update,
-)
+from ppmix.models._transitions import MarkovChainMixin, check_transition_prior, transition_mask
 from ppmix.models._weights import Weighted, split_weights
 from ppmix.models.base import MixtureModel
 
 __all__ = ["HMM"]
-
-_EPS = 1e-10
-
-#: :meth:`HMM.draws_log_likelihood` runs the forward-backward over blocks of draws of at most this many cells
-#: (draw, sequence, step, state): a few hundred MB of float64 working memory
-DRAW_BLOCK_CELLS = 1 << 22
 
 
 @dataclass
@@ -85,7 +74,7 @@ class _EMData:
     frames: Any
 
 
-class HMM(FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin, MixtureModel):
+class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin, MixtureModel):
     """Hidden Markov model: ``z_1 ~ Cat(initial)``, ``z_t | z_{t-1} ~ Cat(transition[z_{t-1}])``,
     ``x_t | z_t = k ~ emission(theta_k)`` (by default Gaussian, ``N(mu_k, Sigma_k)``).
 
@@ -232,11 +221,6 @@ class HMM(FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin, MixtureModel):
             lifted = torch.where(self._transition_mask, transition, torch.full_like(transition, 1e-6))
             values["transition"] = lifted / lifted.sum(-1, keepdim=True)
         return values
-
-    @property
-    def _transition_mask(self) -> torch.Tensor:
-        """The allowed transitions ``(K, K)`` of ``transition_pattern``."""
-        return transition_mask(self.transition_pattern, int(self.n_components), self._device)
 
     # ------------------------------------------------------------------- data
     def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> SequenceBatch:
@@ -450,37 +434,6 @@ class HMM(FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin, MixtureModel):
         )
         return counts, result.log_likelihood @ weight + self._log_prior()
 
-    def em_global_objective(self, n_observations: int) -> torch.Tensor:
-        """The objective's term that is no sum over the sequences (counted once on shards,
-        :func:`ppmix.distributed.fit_em`): MAP-EM's log prior."""
-        return self._log_prior()
-
-    def _log_prior(self) -> torch.Tensor:
-        """MAP-EM's log prior: the transitions' Dirichlet log density at ``transition_`` (0 under ML) and, with
-        ``priors``, the initial distribution's and the emissions' (the family's)."""
-        log_prior = log_transition_prior(self.transition_, self._transition_mask, self._transition_concentration())
-        if self.priors is None:
-            return log_prior
-        alpha = self._concentration("initial", (self.n_components,))
-        return log_prior + dist.Dirichlet(alpha).log_prob(self.initial_) + self._map_log_prior_components()
-
-    def structure_prior_keys(self) -> dict[str, PriorKey]:
-        return {
-            "initial": PriorKey("the Dirichlet concentration of the initial distribution (default 1)", "concentration"),
-            "transition": PriorKey(
-                "the Dirichlet concentration of every transition row's allowed entries (default transition_prior): "
-                "a number, or (K, K)",
-                "concentration",
-            ),
-        }
-
-    def _transition_concentration(self) -> float | torch.Tensor:
-        """``priors["transition"]`` as a ``(K, K)`` tensor, else ``transition_prior``."""
-        if (self.priors or {}).get("transition") is None:
-            return float(self.transition_prior)
-        k = self.n_components
-        return self._concentration("transition", (k, k))
-
     def m_step(self, data: _EMData, stats: _Counts) -> None:
         """Baum–Welch updates: initial and transition from expected counts, emissions by weighted MLE."""
         self.em_update(self.em_statistics(data, stats))
@@ -506,17 +459,6 @@ class HMM(FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin, MixtureModel):
             self._map_update_components(stats["emissions"])
         self._invalidate_guide()
 
-    def _update_chain(self, initial: torch.Tensor, transitions: torch.Tensor) -> None:
-        """``initial`` and ``transition`` from expected counts (lightly padded; the transitions MAP under
-        ``transition_prior``, zero where ``transition_pattern`` allows none; with ``priors``, both MAP)."""
-        initial = initial.to(self.dtype) + _EPS
-        if self.priors is not None:
-            initial = initial + self._concentration("initial", (self.n_components,)) - 1
-        self.initial_ = initial / initial.sum()
-        self.transition_ = transition_update(
-            transitions.to(self.dtype), self._transition_mask, self._transition_concentration()
-        )
-
     # ---------------------------------------------------------- predictions
     def pointwise_log_likelihood(self, data: SequenceBatch) -> torch.Tensor:
         """``log p(x_{1:T_b})`` of every sequence, shape ``(B,)``."""
@@ -532,7 +474,8 @@ class HMM(FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin, MixtureModel):
 
         Each draw's globals are set as :meth:`set_globals` sets them and its emissions scored on the batch; the
         forward-backward then runs once over every draw's sequences (draw ``s``'s chain for its sequences), not
-        once per draw, in blocks of at most :data:`DRAW_BLOCK_CELLS` cells ``(draw, sequence, step, state)``.
+        once per draw, in blocks of at most :data:`~ppmix.models._hmm_draws.DRAW_BLOCK_CELLS` cells ``(draw,
+        sequence, step, state)``.
 
         Examples
         --------
@@ -546,26 +489,10 @@ class HMM(FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin, MixtureModel):
         >>> bool(torch.allclose(loglik[1], hmm.pointwise_log_likelihood(hmm.prepare_data(seqs))))
         True
         """
-        initial, transition, log_emit = self._per_draw(draws, lambda: self._log_emissions(self._prediction_data(data)))
-        n_sequences, steps, k = log_emit[0].shape
-        block = max(1, DRAW_BLOCK_CELLS // (n_sequences * steps * k))
-        log_lik, marginals = [], []
-        for start in range(0, len(log_emit), block):
-            chains = slice(start, start + block)
-            n = len(log_emit[chains])
-            chain = (
-                initial[chains].log().repeat_interleave(n_sequences, 0),
-                transition[chains].log().repeat_interleave(n_sequences, 0),
-                torch.cat(log_emit[chains]),
-                data.lengths.repeat(n),
-            )
-            result = forward_backward(*chain)
-            if per_step:
-                log_lik.append(step_log_likelihood(*chain).reshape(n, n_sequences, steps)[:, data.mask])
-            else:
-                log_lik.append(result.log_likelihood.reshape(n, n_sequences))
-            marginals.append(result.posterior.reshape(n, n_sequences, steps, k)[:, data.mask])
-        return torch.cat(log_lik), {"z": torch.cat(marginals)}
+        initial, transition, log_emit = chain_per_draw(
+            self, draws, lambda: self._log_emissions(self._prediction_data(data))
+        )
+        return forward_backward_per_draw(initial, transition, log_emit, data, per_step)
 
     def to_arviz(
         self,
@@ -620,30 +547,9 @@ class HMM(FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin, MixtureModel):
         >>> tuple(hmm.draws_replicated(hmm.prepare_data(seqs), draws)["x"].shape)
         (4, 8, 1)
         """
-        initial, transition, components = self._per_draw(draws, lambda: self.components_)
-        n_draws, n_sequences = len(components), data.n_sequences
-        which = torch.arange(n_draws, device=initial.device)[:, None]
-        paths = initial.new_empty(n_draws, n_sequences, data.max_length, dtype=torch.long)
-        paths[..., 0] = torch.multinomial(initial, n_sequences, replacement=True)
-        for t in range(1, data.max_length):
-            rows = transition[which, paths[..., t - 1]].reshape(n_draws * n_sequences, -1)
-            paths[..., t] = torch.multinomial(rows, 1).reshape(n_draws, n_sequences)
-        valid = data.mask.to(paths.device)
+        initial, transition, components = chain_per_draw(self, draws, lambda: self.components_)
+        paths, valid = state_paths_per_draw(initial, transition, data), data.mask.to(initial.device)
         return {"x": torch.stack([emissions.sample(path[valid]) for emissions, path in zip(components, paths)])}
-
-    def _per_draw(
-        self, draws: dict[str, torch.Tensor], each: Callable[[], Any]
-    ) -> tuple[torch.Tensor, torch.Tensor, list[Any]]:
-        """Every draw's ``initial_`` ``(S, K)`` and ``transition_`` ``(S, K, K)`` as :meth:`set_globals` sets them
-        (masked, normalised), and ``each()`` with the draw's globals set; the fitted state is restored after."""
-        initial, transition, out = [], [], []
-        with self.parameters_restored():
-            for i in range(len(next(iter(draws.values())))):
-                self.set_globals({name: value[i] for name, value in draws.items()})
-                initial.append(self.initial_)
-                transition.append(self.transition_)
-                out.append(each())
-        return torch.stack(initial), torch.stack(transition), out
 
     def posterior_marginals(self, data: SequenceBatch) -> dict[str, torch.Tensor]:
         """Smoothed state marginals of all valid steps, stacked as ``{"z": (sum(lengths), K)}``."""

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from ppmix import HMM
-from ppmix.models import hmm as hmm_module
+from ppmix.models import _hmm_draws as hmm_draws
 from ppmix.models._arviz import own_hook, pointwise_draws
 from ppmix.models.pf import PFHMM
 
@@ -43,7 +43,7 @@ def test_log_likelihood_and_marginals_of_all_draws_equal_each_draw_set_in_turn(p
     data = hmm.prepare_data(seqs)
     draws = _draws(hmm, 6)
     fitted = hmm.get_globals()
-    monkeypatch.setattr(hmm_module, "DRAW_BLOCK_CELLS", 2 * 5 * 12 * 3)  # blocks of two draws: three blocks
+    monkeypatch.setattr(hmm_draws, "DRAW_BLOCK_CELLS", 2 * 5 * 12 * 3)  # blocks of two draws: three blocks
     loglik, marginals = pointwise_draws(hmm, data, draws)
     assert loglik.shape == (6, 5) and marginals["z"].shape == (6, 32, 3)
     for name, value in hmm.get_globals().items():  # the fit is left as it was
