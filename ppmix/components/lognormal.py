@@ -143,7 +143,7 @@ class LogNormalFamily(LogDataFamily):
     InverseGamma(1, var(log X) / 100)``, whose hyperparameters ``priors=`` sets under the Gaussian family's keys
     (:meth:`prior_keys`). The prior is conjugate on ``log x`` (the Jacobian ``-sum log x`` does not depend on the
     parameters), so MAP-EM (``engine="em"`` with ``priors``) is the diagonal Gaussian's closed-form update on the
-    logarithms.
+    logarithms, and ``engine="gibbs"`` draws from the diagonal Gaussian's conditional posteriors on them.
 
     Examples
     --------
@@ -204,6 +204,15 @@ class LogNormalFamily(LogDataFamily):
     def map_log_prior(self, components: LogNormalComponents, d: int, scale: DataScale) -> torch.Tensor:
         """The diagonal Gaussian's log prior of the means and variances of ``log x``."""
         return self._log_gaussian().map_log_prior(components._normal(), d, scale)
+
+    def conjugate_posterior(
+        self, site: str, stats: GaussianStatistics, values: dict[str, torch.Tensor], scale: DataScale, opts: dict
+    ) -> dist.Distribution:
+        """The diagonal Gaussian's conditional posterior on ``log x`` (``engine="gibbs"``): ``loc`` given ``scale``
+        normal, ``scale**2`` given ``loc`` inverse-gamma, from the statistics of the logarithms."""
+        renamed = {"loc": "locs", "scale": "scales"}
+        gaussian_values = {renamed[name]: value for name, value in values.items() if name in renamed}
+        return self._log_gaussian().conjugate_posterior(renamed[site], stats, gaussian_values, scale, opts)
 
     def n_parameters(self, k: int, d: int) -> int:
         return 2 * k * d

@@ -17,6 +17,8 @@ from ppmix import GMM, HMM, Mixture
 from ppmix.inference.engines.ffbs import sample_paths
 from ppmix.ops.simplex import dirichlet_draw, log_dirichlet
 
+QUIET = {"seed": 0, "progress": False}
+
 
 def _log_dirichlet_multinomial(counts: np.ndarray, alpha: float) -> float:
     """log of the integral of prod_k p_k^{n_k} over p ~ Dirichlet(alpha) (the counts' order fixed)."""
@@ -278,3 +280,23 @@ def test_a_strong_prior_pins_the_gibbs_draws_at_its_mean():
                 )
         for site, values in draws[0].items():
             torch.testing.assert_close(draws[1][site], values, rtol=0, atol=0)
+
+
+def test_lognormal_gibbs_draws_are_the_diagonal_gaussians_on_log_x():
+    """The log-normal family's prior is the diagonal Gaussian's on ``log x``, conjugate there: its Gibbs draws (a
+    Mixture's and an HMM's) are those of the Gaussian components fitted to the logarithms, from the same seed."""
+    rng = np.random.default_rng(0)
+    x = np.exp(np.concatenate([rng.normal(1.0, 0.5, (40, 2)), rng.normal(3.0, 0.5, (40, 2))]))
+    sweeps = {"engine": "gibbs", "num_samples": 30, "warmup_steps": 10, "num_chains": 2}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pairs = [
+            (Mixture(2, family="lognormal", **QUIET).fit(x, **sweeps), Mixture(2, **QUIET).fit(np.log(x), **sweeps)),
+            (
+                HMM(2, emission="lognormal", **QUIET).fit([x[:50], x[50:]], **sweeps),
+                HMM(2, **QUIET).fit([np.log(x[:50]), np.log(x[50:])], **sweeps),
+            ),
+        ]
+    for lognormal, gaussian in pairs:
+        for site, twin in (("loc", "locs"), ("scale", "scales")):
+            torch.testing.assert_close(lognormal.mcmc_samples_[site], gaussian.mcmc_samples_[twin], rtol=0, atol=1e-8)
