@@ -124,18 +124,18 @@ class FamilyComponentsMixin:
         """MAP-EM's M-step of the components (``priors`` set): the family's :meth:`map_update`."""
         self._validate_priors(map_em=True)
         family = self._prior_family()
-        if isinstance(stats, FeatureStatistics):
-            what = "rows with missing entries of independent features"
+        if isinstance(stats, FeatureStatistics):  # the samplers take no missing entries either
+            what, instead = "rows with missing entries of independent features", "impute or drop those entries"
         elif not family.has_map_update():
             covariance_type = getattr(family, "covariance_type", None)
             settings = "" if covariance_type is None else f" with covariance_type={covariance_type!r}"
-            what = f"the {family.name!r} family{settings}"
+            what, instead = f"the {family.name!r} family{settings}", "engine='mcmc'"
         else:
             what = ""
         if what:
             raise ValueError(
                 f"engine='em' with priors is MAP-EM, which has no M-step for {what}: use priors=None "
-                "(maximum likelihood) or engine='mcmc'"
+                f"(maximum likelihood) or {instead}"
             )
         family.map_update(self.components_, stats, self._scale)
 

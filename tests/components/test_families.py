@@ -395,6 +395,10 @@ def test_map_em_is_refused_where_a_family_has_no_map_update_online_em_too():
     ):
         with pytest.raises(ValueError, match="MAP-EM, which has no M-step for the 'no_map_poisson' family"):
             fit(x)
+    holed = np.array(x, dtype=float)
+    holed[3, 0] = np.nan  # MAP-EM's M-step takes complete rows only; the samplers take none with holes either
+    with pytest.raises(ValueError, match="no M-step for rows with missing entries .* impute or drop those entries"):
+        Mixture(2, family="poisson", missing="marginalize", priors={}, **QUIET).fit(holed)
 
 
 @STRUCTURES
