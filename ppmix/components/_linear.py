@@ -183,9 +183,7 @@ class LinearFamily(ComponentFamily):
         [14.5]
         """
         penalty = 0.5 * self.ridge * self.coef.square().flatten(1).sum(-1)
-        if self.prior is None:
-            return penalty
-        offset = (self.intercept - self.intercept_loc).reshape(self.intercept.shape[0], -1)
+        offset = (self.intercept - self.intercept_loc).reshape(self.intercept.shape[0], -1)  # intercept_ridge 0: none
         return penalty + 0.5 * self.intercept_ridge * offset.square().sum(-1)
 
     def _ridge_matrix(self) -> torch.Tensor:

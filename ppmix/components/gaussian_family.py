@@ -373,7 +373,7 @@ class GaussianFamily(DensityFamily):
         at the current covariances, then :func:`~ppmix.components.gaussian_map.map_covariance` on the scatter about
         the new means (tied: one covariance, the components' scatters and rows summed)."""
         (counts, rows), (locs, shape, rate, floor) = counts, prior
-        loc = map_means(locs.loc, locs.scale, counts, sample_mean, components.covariance)
+        loc = map_means(locs.loc, locs.scale, counts, sample_mean, components.scale_tril)
         deviation = sample_mean - loc
         seen = (counts > 0)[:, None, None]
         scatter = torch.where(seen, stats.scatter.to(loc), 0.0) + counts[:, None, None] * (

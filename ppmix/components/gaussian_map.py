@@ -62,7 +62,7 @@ def map_means(
     prior_scale: torch.Tensor,
     counts: torch.Tensor,
     sample_mean: torch.Tensor,
-    covariance: torch.Tensor,
+    scale_tril: torch.Tensor,
 ) -> torch.Tensor:
     """The means maximising the posterior given the covariances: ``(P0 + n_k Sigma_k^{-1})^{-1} (P0 m0 + n_k
     Sigma_k^{-1} xbar_k)`` with ``P0 = diag(1 / s0^2)``, ``(K, D)`` (an empty component: ``m0``).
@@ -74,7 +74,8 @@ def map_means(
     counts : Tensor, shape (K,)
     sample_mean : Tensor, shape (K, D)
         The weighted means ``xbar_k`` (any finite value where ``n_k = 0``).
-    covariance : Tensor, shape (K, D, D)
+    scale_tril : Tensor, shape (K, D, D)
+        The lower Cholesky factors of the covariances ``Sigma_k``.
 
     Examples
     --------
@@ -84,7 +85,7 @@ def map_means(
     [[3.0]]
     """
     prior_precision = prior_scale.pow(-2)
-    scaled_precision = counts[:, None, None] * torch.cholesky_inverse(torch.linalg.cholesky(covariance))
+    scaled_precision = counts[:, None, None] * torch.cholesky_inverse(scale_tril)
     system = scaled_precision + torch.diag_embed(prior_precision).expand_as(scaled_precision)
     target = prior_precision * prior_loc + (scaled_precision @ sample_mean.unsqueeze(-1)).squeeze(-1)
     return torch.linalg.solve(system, target)
@@ -123,7 +124,7 @@ class _CovarianceObjective:
         self.diagonal = self.rows == self.cols
         # the directions E_m (one per coordinate) of the Hessian's products
         self.basis = torch.zeros(self.rows.shape[0], d, d, dtype=scatter.dtype, device=scatter.device)
-        self.basis[torch.arange(self.rows.shape[0]), self.rows, self.cols] = 1.0
+        self.basis[torch.arange(self.rows.shape[0], device=scatter.device), self.rows, self.cols] = 1.0
 
     def tril(self, theta: torch.Tensor) -> torch.Tensor:
         """``C`` ``(B, D, D)`` from ``theta`` ``(B, M)``."""
@@ -137,7 +138,7 @@ class _CovarianceObjective:
         tril = self.tril(theta)
         diagonal = tril.diagonal(dim1=-2, dim2=-1)
         valid = (diagonal > 0).all(-1)
-        tril = torch.where(valid[:, None, None], tril, torch.eye(tril.shape[-1], dtype=tril.dtype))
+        tril = torch.where(valid[:, None, None], tril, torch.eye(tril.shape[-1], dtype=tril.dtype, device=tril.device))
         diagonal = tril.diagonal(dim1=-2, dim2=-1)
         precision = torch.cholesky_inverse(tril)
         likelihood = -self.counts * diagonal.log().sum(-1) - 0.5 * (precision * self.scatter).sum((-2, -1))

@@ -159,11 +159,8 @@ class PoissonExpertFamily(ExpertFamily):
 
     def prior(self, site: str, k: int, event: tuple[int, ...], scale: TargetScale, opts: dict) -> dist.Distribution:
         """``N(log mean(y), 10^2)`` on the intercepts (the log-rate at the covariates' mean), ``N(0, 10^2)`` on the
-        slopes."""
-        if site == "intercept":
-            y_mean = scale.get("mean", torch.tensor(1.0)).to(**opts).clamp_min(1e-3)
-            return dist.Normal(torch.zeros(k, **opts) + y_mean.log(), 10.0)
-        return super().prior(site, k, event, scale, opts)
+        slopes: :meth:`configured_prior` at its defaults."""
+        return self.configured_prior(site, k, event, {}, scale, opts)
 
     def linear_prior(self, priors: Mapping[str, float], scale: TargetScale) -> LinearPrior:
         """Normal priors on the slopes (at 0) and on the intercepts, the log-rate at the covariates' mean (at

@@ -184,8 +184,6 @@ class SoftmaxGate(LinearFamily):
         if not self.centred_penalty:
             return super().penalty()
         penalty = 0.5 * self.ridge * (self.coef - self.coef.mean(0)).square().sum(-1)
-        if self.prior is None:
-            return penalty
         return penalty + 0.5 * self.intercept_ridge * (self.intercept - self.intercept.mean(0)).square()
 
     def penalty_hessian(self) -> torch.Tensor:
