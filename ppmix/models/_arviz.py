@@ -139,11 +139,7 @@ def draw_remedies(model: "MixtureModel") -> str:
     if own:
         return own
     ways = ["engine='mcmc' (num_chains=2 or more for r_hat)", "engine='svi' with guide='normal'"]
-    try:
-        conjugate = isinstance(model, ConjugateGibbs) and model.component_family().has_conjugate_prior()
-    except AttributeError:  # a model without a component family
-        conjugate = False
-    if conjugate:
+    if isinstance(model, ConjugateGibbs) and model.component_family().has_conjugate_prior():
         ways.insert(0, "engine='gibbs' (blocked Gibbs on the conjugate priors, the quickest)")
     return "fit with " + ", ".join(ways[:-1]) + " or " + ways[-1]
 
@@ -330,8 +326,6 @@ def pointwise_draws(
     ``pointwise_log_likelihood`` and ``posterior_marginals`` with each draw's globals set in turn; the fitted
     state and guide are left exactly as they were."""
     batched = own_hook(model, "draws_log_likelihood", *POINTWISE_COMPANIONS)
-    if per_step and batched is None:
-        raise ValueError(f"{type(model).__name__} has no log-likelihood per step (draws_log_likelihood)")
     if batched is not None:
         with torch.no_grad():
             loglik, marginals = batched(data, draws, per_step=True) if per_step else batched(data, draws)

@@ -63,14 +63,21 @@ def forward_backward_per_draw(
     return torch.cat(log_lik), {"z": torch.cat(marginals)}
 
 
-def state_paths_per_draw(initial: torch.Tensor, transition: torch.Tensor, data: SequenceBatch) -> torch.Tensor:
-    """State paths ``(S, B, T)`` of sequences as long as ``data``'s, drawn for every draw's chain at once (torch's
-    global generator), step by step."""
-    n_draws, n_sequences = initial.shape[0], data.n_sequences
+def state_paths_per_draw(
+    initial: torch.Tensor,
+    transition: torch.Tensor,
+    n_sequences: int,
+    length: int,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """``n_sequences`` state paths of ``length`` steps ``(S, n_sequences, length)`` for every one of ``S`` chains
+    (``initial`` ``(S, K)``, ``transition`` ``(S, K, K)``), drawn for all chains at once, step by step (torch's
+    global generator unless ``generator``)."""
+    n_draws = initial.shape[0]
     which = torch.arange(n_draws, device=initial.device)[:, None]
-    paths = initial.new_empty(n_draws, n_sequences, data.max_length, dtype=torch.long)
-    paths[..., 0] = torch.multinomial(initial, n_sequences, replacement=True)
-    for t in range(1, data.max_length):
+    paths = initial.new_empty(n_draws, n_sequences, length, dtype=torch.long)
+    paths[..., 0] = torch.multinomial(initial, n_sequences, replacement=True, generator=generator)
+    for t in range(1, length):
         rows = transition[which, paths[..., t - 1]].reshape(n_draws * n_sequences, -1)
-        paths[..., t] = torch.multinomial(rows, 1).reshape(n_draws, n_sequences)
+        paths[..., t] = torch.multinomial(rows, 1, generator=generator).reshape(n_draws, n_sequences)
     return paths

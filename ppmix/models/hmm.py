@@ -548,7 +548,8 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         (4, 8, 1)
         """
         initial, transition, components = chain_per_draw(self, draws, lambda: self.components_)
-        paths, valid = state_paths_per_draw(initial, transition, data), data.mask.to(initial.device)
+        paths = state_paths_per_draw(initial, transition, data.n_sequences, data.max_length)
+        valid = data.mask.to(initial.device)
         return {"x": torch.stack([emissions.sample(path[valid]) for emissions, path in zip(components, paths)])}
 
     def posterior_marginals(self, data: SequenceBatch) -> dict[str, torch.Tensor]:
@@ -596,11 +597,7 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         self._check_fitted()
         n, steps = check_positive_int(n_samples, "n_samples"), check_positive_int(length, "length")
         gen = self.generator(offset=7919)
-        z = torch.empty(n, steps, dtype=torch.long)
-        z[:, 0] = torch.multinomial(self.initial_.cpu(), n, replacement=True, generator=gen)
-        transition = self.transition_.cpu()
-        for t in range(1, steps):
-            z[:, t] = torch.multinomial(transition[z[:, t - 1]], 1, generator=gen).squeeze(-1)
+        z = state_paths_per_draw(self.initial_.cpu()[None], self.transition_.cpu()[None], n, steps, gen)[0]
         # the states as one flat index, as every family's ``sample`` takes them (a multinomial's draws are rows)
         x = self.components_.sample(
             z.reshape(-1).to(self._device), generator=gen if self._device.type == "cpu" else None

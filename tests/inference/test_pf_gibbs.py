@@ -122,6 +122,9 @@ def test_estimator_priors_set_the_niw_and_weights_and_bad_keys_name_priors():
     on = switches[:, None, :, None] & switches[:, None, None, :]
     assert np.array_equal(np.isfinite(prior["covariances"].values[0]), np.broadcast_to(on, (20, 2, 2, 2)))
     assert prior["weights"].shape == (1, 20, 2) and 0 < switches.mean() < 1
+    unset = PFGMMGibbs(2, alpha=2.0, priors={"weights": None, "locs_kappa": None})  # None: the key's default
+    unset._check_priors()
+    assert unset._alpha() == 2.0 and unset._niw_prior(x).kappa == default.kappa
     with pytest.raises(ValueError, match=r"priors has an unknown key 'rate_rate'"):
         PFGMMGibbs(2, priors={"rate_rate": 1.0}).fit(x, z)
     with pytest.raises(ValueError, match=r"priors\['locs_kappa'\] must be a number"):

@@ -52,6 +52,11 @@ class NIWPrior:
     psi: float = 1.0
     extra_dof: float = 2.0
 
+    @classmethod
+    def from_data(cls, x: np.ndarray) -> "NIWPrior":
+        """The default prior for rows ``x``: centred on their mean, ``psi`` their mean feature variance (1 if 0)."""
+        return cls(mean=x.mean(0), psi=float(x.var(0).mean()) or 1.0)
+
     def block(self, coords: np.ndarray) -> tuple[np.ndarray, float, float, np.ndarray]:
         d = int(coords.sum())
         return self.mean[coords], self.kappa, d + self.extra_dof, self.psi * np.eye(d)
@@ -253,7 +258,7 @@ def run_pf_gibbs(
     n, d = x.shape
     k = n_components
     if prior is None:
-        prior = NIWPrior(mean=x.mean(0), psi=float(x.var(0).mean()) or 1.0)
+        prior = NIWPrior.from_data(x)
     z = rng.integers(0, k, n) if init_assignments is None else np.asarray(init_assignments, dtype=np.int64).copy()
     switches = rng.random(d) < switch_prior
     log_p, log_not_p = math.log(switch_prior), (math.log1p(-switch_prior) if switch_prior < 1 else -math.inf)

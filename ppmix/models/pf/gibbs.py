@@ -100,21 +100,25 @@ class PFGMMGibbs:
         """``priors`` None or a dict of :meth:`prior_keys` to values in their domains (numbers but ``locs_loc``);
         ``priors["weights"]`` and ``alpha`` not both set; else a ``ValueError`` naming ``priors``."""
         check_priors(self.priors, self.prior_keys(), "PFGMMGibbs", arrays=("locs_loc",))
-        if "weights" in (self.priors or {}) and self.alpha != 1:
+        if "weights" in self._settings() and self.alpha != 1:
             raise ValueError("priors['weights'] and alpha both set the weights' concentration: set one")
+
+    def _settings(self) -> dict[str, Any]:
+        """The hyperparameters ``priors`` sets (a key set to None keeps its default)."""
+        return {key: value for key, value in (self.priors or {}).items() if value is not None}
 
     def _alpha(self) -> float:
         """The weights' Dirichlet concentration: ``priors["weights"]``, else ``alpha``."""
-        return float((self.priors or {}).get("weights", self.alpha))
+        return float(self._settings().get("weights", self.alpha))
 
     def _niw_prior(self, rows: np.ndarray) -> NIWPrior:
-        """The Normal-inverse-Wishart prior of ``priors`` (each default from the training ``rows``)."""
-        settings, defaults = self.priors or {}, NIWPrior(mean=rows.mean(0))
+        """The Normal-inverse-Wishart prior of ``priors``, each default :meth:`NIWPrior.from_data`'s."""
+        settings, defaults = self._settings(), NIWPrior.from_data(rows)
         mean = np.broadcast_to(np.asarray(settings.get("locs_loc", defaults.mean), dtype=float), defaults.mean.shape)
         return NIWPrior(
             mean=mean.copy(),
             kappa=float(settings.get("locs_kappa", defaults.kappa)),
-            psi=float(settings.get("covariance_scale", float(rows.var(0).mean()) or 1.0)),
+            psi=float(settings.get("covariance_scale", defaults.psi)),
             extra_dof=float(settings.get("covariance_extra_dof", defaults.extra_dof)),
         )
 
