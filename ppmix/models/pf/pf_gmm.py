@@ -375,20 +375,18 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
         return {"x": data.x}
 
     # ------------------------------------------------------------ the program
-    def _weights_concentration(self) -> float | torch.Tensor:
-        """``priors["weights"]`` as a ``(K,)`` tensor, else ``alpha``."""
-        if (self.priors or {}).get("weights") is None:
-            return float(self.alpha)
-        return self._concentration("weights", (self.n_components,))
+    def _weights_concentration(self) -> torch.Tensor:
+        """``priors["weights"]``, else ``alpha``, as a ``(K,)`` tensor."""
+        return self._concentration("weights", (self.n_components,), default=float(self.alpha))
 
     def structure_prior_keys(self) -> dict[str, PriorKey]:
         return {"weights": PriorKey("the Dirichlet concentration of the weights (default alpha)", "concentration")}
 
     def _weights_prior(self, k: int, opts: dict) -> dist.Distribution:
         alpha = self._weights_concentration()
-        if isinstance(alpha, float) and alpha == 1 and not self.is_bayesian:
+        if bool((alpha == 1).all()) and not self.is_bayesian:
             return flat_prior(self, "weights", constraints.simplex, (), (k,), opts)
-        return dist.Dirichlet(torch.as_tensor(alpha, **opts).expand(k))
+        return dist.Dirichlet(alpha.to(**opts))
 
     def model(self, data: PFData) -> None:
         """Weights, components, labels and background; per point ``z``, ``y``; per feature ``s``, ``x``."""
@@ -458,10 +456,9 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
         if self.priors is not None:
             log_prior = self._map_log_prior_components() + self._background_log_prior()
         alpha = self._weights_concentration()
-        if isinstance(alpha, float) and alpha == 1:
+        if bool((alpha == 1).all()):
             return log_prior
-        concentration = torch.as_tensor(alpha).to(self.weights_).expand_as(self.weights_)
-        return log_prior + dist.Dirichlet(concentration).log_prob(self.weights_)
+        return log_prior + dist.Dirichlet(alpha.to(self.weights_)).log_prob(self.weights_)
 
     def e_step(self, data: _PFEMData | Weighted) -> tuple[torch.Tensor, torch.Tensor]:
         """Optimal ``q(z)`` given ``phi`` and the parameters, and the ELBO of eq. 19 (every row counted as often as
@@ -495,9 +492,8 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
     def em_update(self, stats: dict[str, Any]) -> None:
         """The M-step from (merged) statistics: weights (Dirichlet MAP), components, labels, then ``phi``."""
         counts = stats["components"].counts.to(self.dtype)
-        alpha = self._weights_concentration()
-        extra = self.n_components * (alpha - 1) if isinstance(alpha, float) else (alpha - 1).sum()
-        self.weights_ = (counts + alpha - 1 + 10 * torch.finfo(self.dtype).eps) / (counts.sum() + extra)
+        alpha = self._weights_concentration().to(counts)
+        self.weights_ = (counts + alpha - 1 + 10 * torch.finfo(self.dtype).eps) / (counts.sum() + (alpha - 1).sum())
         self._update_from_frame_statistics(stats)
         self._invalidate_guide()
 
