@@ -220,38 +220,44 @@ class PFGMMGibbs:
         peak = stacked.max(0)
         return peak + np.log(np.exp(stacked - peak).mean(0))
 
-    def _draw_log_density(self, x: np.ndarray, i: int) -> np.ndarray:
-        """``log p(x_n)`` under draw ``i``, ``(N,)``: the components' mixture on the switched-on features, the
-        background on the others."""
-        log_joint = self._component_log_joint(x, i)
-        peak = log_joint.max(1)
-        value = peak + np.log(np.exp(log_joint - peak[:, None]).sum(1))
-        off = ~self.draws_.switches[i]
+    def _draw_terms(self, x: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """Draw ``i``'s :meth:`_component_log_joint` ``(N, K)`` on the switched-on features and the background's
+        log-density ``(N,)`` on the others (zeros where every feature is on)."""
+        d, off = self.draws_, ~self.draws_.switches[i]
+        background = np.zeros(x.shape[0])
         if off.any():
-            d = self.draws_
-            value += block_log_prob(x, d.background_loc[i][None], d.background_covariance[i][None], off)[:, 0]
-        return value
+            background = block_log_prob(x, d.background_loc[i][None], d.background_covariance[i][None], off)[:, 0]
+        return self._component_log_joint(x, i), background
 
-    def _draw_log_joint(self, i: int) -> float:
+    def _draw_log_density(self, x: np.ndarray, i: int, terms: tuple | None = None) -> np.ndarray:
+        """``log p(x_n)`` under draw ``i``, ``(N,)``: the components' mixture on the switched-on features, the
+        background on the others (``terms``: :meth:`_draw_terms`, if already computed)."""
+        log_joint, background = self._draw_terms(x, i) if terms is None else terms
+        peak = log_joint.max(1)
+        return peak + np.log(np.exp(log_joint - peak[:, None]).sum(1)) + background
+
+    def _draw_log_joint(self, i: int, terms: tuple | None = None) -> float:
         """``log p(X, y, Z, S, theta)`` of draw ``i`` on the training data: the sampler's target, with the
         switches' ``Bern(p)``, the weights' ``Dirichlet`` (``alpha`` or ``priors``), the label probabilities'
-        ``Beta(1, 1)`` and the Normal-inverse-Wishart prior (``prior_``) of every Gaussian block."""
+        ``Beta(1, 1)`` and the Normal-inverse-Wishart prior (``prior_``) of every Gaussian block; the data's terms
+        are each row's assigned component's and the background's (``terms``: :meth:`_draw_terms` on the training
+        rows, if already computed)."""
         from scipy.stats import dirichlet
 
         d, (x, y, observed) = self.draws_, self._train
         on, z = d.switches[i], d.assignments[i]
+        log_joint, background = self._draw_terms(x, i) if terms is None else terms
         p = float(self.switch_prior)
         total = on.sum() * np.log(p) + ((~on).sum() * np.log1p(-p) if (~on).any() else 0.0)
         total += dirichlet.logpdf(d.weights[i], np.full(d.weights.shape[1], self._alpha()))
-        total += np.log(d.weights[i])[z].sum()
+        total += log_joint[np.arange(z.shape[0]), z].sum() + background.sum()
         eta = d.label_probs[i][z[observed]]
         total += np.where(y[observed] == 1, np.log(eta), np.log1p(-eta)).sum()
-        blocks = [(on, d.locs[i][k], d.covariances[i][k], z == k) for k in range(d.weights.shape[1])]
-        blocks.append((~on, d.background_loc[i], d.background_covariance[i], np.ones_like(z, dtype=bool)))
-        for coords, loc, cov, rows in blocks:
+        blocks = [(on, d.locs[i][k], d.covariances[i][k]) for k in range(d.weights.shape[1])]
+        blocks.append((~on, d.background_loc[i], d.background_covariance[i]))
+        for coords, loc, cov in blocks:
             if coords.any():
                 total += _niw_log_density(loc, cov, coords, self.prior_)
-                total += block_log_prob(x[rows], loc[None], cov[None], coords)[:, 0].sum()
         return float(total)
 
     def _replicate(self, i: int, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -318,6 +324,11 @@ class PFGMMGibbs:
         }
         rng = np.random.default_rng(self.seed)
         coords = {"feature": self.feature_names_in_} if self.feature_names_in_ is not None else None
+        log_likelihood, lp = [], []
+        for i in range(n_draws):  # each draw scored once, for its log-likelihood and its log joint
+            terms = self._draw_terms(x, i)
+            log_likelihood.append(self._draw_log_density(x, i, terms))
+            lp.append(self._draw_log_joint(i, terms))
         prior = prior_draws(
             n_draws,
             self.n_components,
@@ -329,10 +340,10 @@ class PFGMMGibbs:
         return az.from_dict(
             posterior={k: v[None] for k, v in posterior.items()},
             prior={k: v[None] for k, v in prior.items()},
-            log_likelihood={"x": np.stack([self._draw_log_density(x, i) for i in range(n_draws)])[None]},
+            log_likelihood={"x": np.stack(log_likelihood)[None]},
             posterior_predictive={"x": np.stack([self._replicate(i, x.shape[0], rng) for i in range(n_draws)])[None]},
             observed_data={"x": x},
-            sample_stats={"lp": np.array([self._draw_log_joint(i) for i in range(n_draws)])[None]},
+            sample_stats={"lp": np.array(lp)[None]},
             dims=dims,
             coords=coords,
         )
