@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from ppmix.inference.engines.forward_backward import forward_backward, step_log_likelihood
+from ppmix.inference.engines.forward_backward import forward_backward
 from ppmix.models._sequences import SequenceBatch
 
 if TYPE_CHECKING:
@@ -48,15 +48,14 @@ def forward_backward_per_draw(
     for start in range(0, len(log_emit), block):
         chains = slice(start, start + block)
         n = len(log_emit[chains])
-        chain = (
+        result = forward_backward(
             initial[chains].log().repeat_interleave(n_sequences, 0),
             transition[chains].log().repeat_interleave(n_sequences, 0),
             torch.cat(log_emit[chains]),
             data.lengths.repeat(n),
         )
-        result = forward_backward(*chain)
         if per_step:
-            log_lik.append(step_log_likelihood(*chain).reshape(n, n_sequences, steps)[:, data.mask])
+            log_lik.append(result.step_log_likelihood.reshape(n, n_sequences, steps)[:, data.mask])
         else:
             log_lik.append(result.log_likelihood.reshape(n, n_sequences))
         marginals.append(result.posterior.reshape(n, n_sequences, steps, k)[:, data.mask])

@@ -468,8 +468,8 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         self, data: SequenceBatch, draws: dict[str, torch.Tensor], per_step: bool = False
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """:meth:`pointwise_log_likelihood` ``(S, B)`` (``per_step``: every valid step's one-step-ahead
-        ``log p(x_t | x_{<t})``, ``(S, sum(lengths))``, :func:`~ppmix.inference.engines.forward_backward.
-        step_log_likelihood`) and :meth:`posterior_marginals` ``{"z": (S, sum(lengths), K)}`` at every one of
+        ``log p(x_t | x_{<t})``, ``(S, sum(lengths))``, the forward-backward result's ``step_log_likelihood``)
+        and :meth:`posterior_marginals` ``{"z": (S, sum(lengths), K)}`` at every one of
         ``S`` draws of the globals (``{site: (S, ...)}``), for ``to_arviz``.
 
         Each draw's globals are set as :meth:`set_globals` sets them and its emissions scored on the batch; the

@@ -13,7 +13,6 @@ from ppmix.inference.engines.forward_backward import (
     _check_inputs,
     _smooth_scaled,
     forward_backward,
-    step_log_likelihood,
     viterbi,
 )
 from tests.common import DEVICES, assert_close
@@ -71,7 +70,7 @@ LENGTHS = torch.tensor([4, 1, 3, 2, 4])
 def test_step_log_likelihood_is_the_difference_of_brute_force_prefix_likelihoods(trans):
     log_init, log_trans, log_emit = random_hmm(5, 4, 3, per_seq=trans == "per_seq_trans", dtype=torch.float64)
     log_emit[1, 1:] = float("nan")  # padding is ignored, whatever it holds
-    steps = step_log_likelihood(log_init, log_trans, log_emit, LENGTHS)
+    steps = forward_backward(log_init, log_trans, log_emit, LENGTHS).step_log_likelihood
     expected = np.zeros((5, 4))
     for t in range(1, 5):  # log p(x_{1:t}) of every sequence at least t long, by enumerating its t-step paths
         prefix = brute_force(log_init, log_trans, log_emit[:, :t], torch.clamp(LENGTHS, max=t))["ll"]
@@ -81,7 +80,7 @@ def test_step_log_likelihood_is_the_difference_of_brute_force_prefix_likelihoods
     with pytest.raises(ValueError, match=r"sequence\(s\) \[0\] has probability zero"):
         impossible = log_emit.clone()
         impossible[0, 2] = -float("inf")
-        step_log_likelihood(log_init, log_trans, impossible, LENGTHS)
+        forward_backward(log_init, log_trans, impossible, LENGTHS)
 
 
 @pytest.mark.parametrize("trans", TRANS)

@@ -39,8 +39,7 @@ with respect to ``log_emit`` is ``posterior``.
 from __future__ import annotations
 
 import logging
-import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -48,7 +47,7 @@ import torch
 
 from ppmix._validation import torch_ready
 
-__all__ = ["ForwardBackwardResult", "forward_backward", "step_log_likelihood", "viterbi"]
+__all__ = ["ForwardBackwardResult", "forward_backward", "viterbi"]
 
 logger = logging.getLogger(__name__)
 
@@ -70,12 +69,40 @@ class ForwardBackwardResult:
         Expected transition counts ``sum_{t=1}^{L_b - 1} q(z_{t-1} = i, z_t = j | x_b)``.
     initial : Tensor[B, K]
         Expected initial-state counts ``q(z_0 = k | x_b)`` (equal to ``posterior[:, 0]``).
+    step_log_likelihood : Tensor[B, T]
+        ``log p(x_{b,t} | x_{b,1:t-1})`` of every step, zero at padded steps (a property, from the forward
+        variables): the one-step-ahead log predictive densities, which sum to ``log_likelihood``.
     """
 
     log_likelihood: torch.Tensor
     posterior: torch.Tensor
     pair_counts: torch.Tensor
     initial: torch.Tensor
+    #: the forward variables ``log p(x_{1:t}, z_t)``, time-major ``[T_eff, B, K]`` (padded steps repeat the last),
+    #: and the padded length ``T``
+    _log_forward: torch.Tensor | None = field(default=None, repr=False)
+    _steps: int = field(default=0, repr=False)
+
+    @property
+    def step_log_likelihood(self) -> torch.Tensor:
+        """``log p(x_{b,t} | x_{b,1:t-1})`` ``[B, T]``: the differences of ``log p(x_{1:t})`` over the steps (zero
+        at padded steps, whose forward variables repeat the last valid ones).
+
+        Examples
+        --------
+        >>> import torch
+        >>> log_init = torch.tensor([0.6, 0.4]).log()
+        >>> log_trans = torch.tensor([[0.9, 0.1], [0.2, 0.8]]).log()
+        >>> res = forward_backward(log_init, log_trans, torch.randn(3, 5, 2), torch.tensor([5, 2, 4]))
+        >>> res.step_log_likelihood[1, 2:].tolist()  # padding
+        [0.0, 0.0, 0.0]
+        >>> bool(torch.allclose(res.step_log_likelihood.sum(1), res.log_likelihood))
+        True
+        """
+        prefix = torch.logsumexp(self._log_forward, dim=-1)  # [T_eff, B]: log p(x_{1:t})
+        steps = prefix.new_zeros(prefix.shape[1], self._steps)
+        steps[:, : prefix.shape[0]] = torch.diff(prefix, dim=0, prepend=torch.zeros_like(prefix[:1])).T
+        return steps
 
     @property
     def expected_transitions(self) -> torch.Tensor:
@@ -156,52 +183,10 @@ def forward_backward(
             logger.debug("forward_backward: shifted products would lose precision; using logsumexp")
     if result is None:
         result = _smooth_logsumexp(log_init, log_trans, emit_tm, mask_tm)
-    ll, post_tm, pairs = result
+    ll, post_tm, pairs, log_alpha = result
     post = emit.new_zeros(batch, t_full, k)
     post[:, :t_eff] = post_tm.transpose(0, 1)
-    return ForwardBackwardResult(log_likelihood=ll, posterior=post, pair_counts=pairs, initial=post[:, 0].clone())
-
-
-def step_log_likelihood(
-    log_init: torch.Tensor,
-    log_trans: torch.Tensor,
-    log_emit: torch.Tensor,
-    lengths: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """``log p(x_{b,t} | x_{b,1:t-1})`` of every step, ``Tensor[B, T]`` (zero at padded steps): the one-step-ahead
-    log predictive density, whose sum over a sequence's steps is its log-likelihood.
-
-    The normalised forward filter in log space, ``a_t = log p(z_t | x_{1:t})``: ``c_t = logsumexp_k(e_{t,k} +
-    logsumexp_j(a_{t-1,j} + log_trans[j, k]))`` (at ``t = 0`` with ``log_init``) and ``a_t = (...) - c_t``. Inputs
-    as :func:`forward_backward`'s, checked alike.
-
-    Examples
-    --------
-    >>> import torch
-    >>> log_init = torch.tensor([0.6, 0.4]).log()
-    >>> log_trans = torch.tensor([[0.9, 0.1], [0.2, 0.8]]).log()
-    >>> log_emit = torch.randn(3, 5, 2)
-    >>> lengths = torch.tensor([5, 2, 4])
-    >>> steps = step_log_likelihood(log_init, log_trans, log_emit, lengths)
-    >>> steps[1, 2:].tolist()  # padding
-    [0.0, 0.0, 0.0]
-    >>> bool(torch.allclose(steps.sum(1), forward_backward(log_init, log_trans, log_emit, lengths).log_likelihood))
-    True
-    """
-    log_init, log_trans, emit, _, mask, t_full = _check_inputs(log_init, log_trans, log_emit, lengths)
-    batch, t_eff, _ = emit.shape
-    steps = emit.new_zeros(batch, t_full)
-    filtered = log_init + emit[:, 0]
-    steps[:, 0] = torch.logsumexp(filtered, dim=-1)
-    filtered = filtered - steps[:, :1]
-    for t in range(1, t_eff):
-        joint = torch.logsumexp(filtered.unsqueeze(-1) + log_trans, dim=-2) + emit[:, t]
-        step = torch.logsumexp(joint, dim=-1)
-        valid = mask[:, t]
-        steps[:, t] = torch.where(valid, step, 0.0)
-        filtered = torch.where(valid[:, None], joint - step[:, None], filtered)
-    _check_possible(steps.new_zeros(batch).masked_fill(steps.isneginf().any(1), -math.inf), "has")
-    return steps
+    return ForwardBackwardResult(ll, post, pairs, post[:, 0].clone(), _log_forward=log_alpha, _steps=t_full)
 
 
 def viterbi(
@@ -292,8 +277,9 @@ def _smooth_logsumexp(log_init, log_trans, emit, mask):
         beta.append(torch.logsumexp(log_trans + h.unsqueeze(-2), dim=-1).masked_fill(invalid, 0.0))
         xi = (alpha[t - 1].unsqueeze(-1) + log_trans + h.unsqueeze(-2) - ll[:, None, None]).exp()
         pairs = pairs + xi.masked_fill(invalid.unsqueeze(-1), 0.0)
-    post = _posterior(torch.stack(alpha), torch.stack(beta[::-1]), ll, mask)
-    return ll, post, pairs
+    log_alpha = torch.stack(alpha)
+    post = _posterior(log_alpha, torch.stack(beta[::-1]), ll, mask)
+    return ll, post, pairs, log_alpha
 
 
 def _smooth_scaled(log_init, log_trans, emit, mask):
@@ -335,9 +321,10 @@ def _smooth_scaled(log_init, log_trans, emit, mask):
         vs.append(v)
         ns.append(n)
         r_bwd.append(r)
-    post = _posterior(torch.stack(alpha), torch.stack(beta[::-1]), ll, mask)
+    log_alpha = torch.stack(alpha)
+    post = _posterior(log_alpha, torch.stack(beta[::-1]), ll, mask)
     if t_eff == 1:
-        return ll, post, emit.new_zeros(batch, k, k)
+        return ll, post, emit.new_zeros(batch, k, k), log_alpha
 
     # Precision check, once for all steps: a sum below the smallest normal number may have
     # lost relative precision, unless it is an exact zero forced by -inf entries.
@@ -358,7 +345,7 @@ def _smooth_scaled(log_init, log_trans, emit, mask):
     if bool(bad):
         return None
     pairs = torch.einsum("tbi,tbj->bij", u_all * w, v_all) * a_col
-    return ll, post, pairs
+    return ll, post, pairs, log_alpha
 
 
 def _posterior(log_alpha, log_beta, ll, mask):
