@@ -15,6 +15,11 @@ accepted only where it raises the objective, so MAP-EM never decreases its objec
 lower triangle of the Cholesky factor of ``Sigma``, whose gradient and Hessian are a few matrix products (a mode
 and a stationary point do not depend on the coordinates that find them; ``torch.func``'s Hessian in the
 coordinates of ``biject_to(constraints.corr_cholesky)`` cost about 100 times as much).
+
+Cost: the Newton steps run on all ``M = D (D + 1) / 2`` entries of the factor, with a ``(K, M, D, D)`` array of
+directions and an ``M x M`` eigendecomposition per step: fine for a few dozen features (an M-step of five
+components took 0.2 s at ``D = 20``, one thread) but growing as ``D^6`` (5 s at ``D = 40``); for many features
+prefer ``covariance_type="diag"`` with priors, or the fit without them.
 """
 
 from __future__ import annotations
