@@ -30,6 +30,7 @@ __all__ = [
     "check_squared_range",
     "relative_floor",
     "robust_spread",
+    "rounding_tolerance",
     "scale_sample",
     "variance_floor",
     "weighted_data_scale",
@@ -67,6 +68,19 @@ def scale_sample(x: torch.Tensor, size: int | None = None) -> torch.Tensor:
 ROUNDING_ULPS = 16
 
 
+def rounding_tolerance(value: torch.Tensor) -> torch.Tensor:
+    """The largest deviation from ``value`` that is rounding, not spread: :data:`ROUNDING_ULPS` machine epsilons of
+    its magnitude (elementwise).
+
+    Examples
+    --------
+    >>> x = torch.full((60,), 0.1, dtype=torch.float64)
+    >>> bool((x - x.mean()).abs().max() <= rounding_tolerance(torch.tensor(0.1, dtype=torch.float64)))
+    True
+    """
+    return ROUNDING_ULPS * torch.finfo(value.dtype).eps * value.abs()
+
+
 def robust_spread(x: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
     """Each feature's robust spread, ``(D,)``: 1.4826 times the median absolute deviation from its median, zero for a
     feature that is constant up to rounding; rows counted ``weight`` ``(N,)`` times (once when None).
@@ -84,9 +98,8 @@ def robust_spread(x: torch.Tensor, weight: torch.Tensor | None = None) -> torch.
     [2.9652, 0.0, 4.4478]
     """
     centre = weighted_lower_median(x, weight)
-    rounding = ROUNDING_ULPS * torch.finfo(x.dtype).eps * centre.abs()
     deviation = (x - centre).abs()
-    deviation = torch.where(deviation > rounding, deviation, torch.zeros_like(deviation))
+    deviation = torch.where(deviation > rounding_tolerance(centre), deviation, torch.zeros_like(deviation))
     mad = weighted_lower_median(deviation, weight)
     if bool((mad > 0).all()):
         return MAD_TO_SD * mad
