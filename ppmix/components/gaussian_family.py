@@ -226,12 +226,32 @@ class GaussianFamily(DensityFamily):
         ``corr_cholesky`` ``(D, D)`` are shared, outside the ``components`` plate).
     reg_covar : float, default 1e-6
         The variance floor of feature ``d`` is ``reg_covar`` times the squared robust spread of feature
-        ``d`` in the training data (:func:`relative_floor`), so fits do not depend on the data's units.
-        A fitted variance is ``max(weighted variance, floor)`` (full: ``Sigma >= diag(floor)``), the
-        constrained maximum-likelihood estimate, so EM never decreases its objective.
+        ``d`` in the training data (:func:`relative_floor`), so fits do not depend on the data's units;
+        a feature constant up to rounding has no spread and gets ``reg_covar`` itself. A fitted variance is
+        ``max(weighted variance, floor)`` (full: ``Sigma >= diag(floor)``), the constrained maximum-likelihood
+        estimate, so EM never decreases its objective.
 
     Notes
     -----
+    The floor beside scikit-learn's ``GaussianMixture(reg_covar=1e-6)``, which adds ``1e-6`` to every fitted
+    variance (``variance + 1e-6``, in whatever units the data have), where ppmix takes ``max(variance, floor)``:
+
+    - a feature of robust spread ``s`` (1.4826 times its median absolute deviation): floor ``1e-6 * s**2``, in the
+      feature's units, so ``c * x`` gets the same fit;
+    - a feature mostly at one value (its median absolute deviation is zero: a pixel blank in most images): ``s`` is
+      that of the rows off that value (1.4826 times their median deviation), whatever their share, so a cluster
+      where the pixel is blank keeps a variance of at least ``1e-6 * s**2``, ``s`` how far the pixel moves when it
+      moves (on raw ``load_digits`` this makes held-out rows score better than scikit-learn's, where the old
+      fallback, the feature's variance, shrank with the share of rows that move);
+    - a feature constant, or constant up to rounding (every deviation from the median within 16 machine epsilons
+      of the median's magnitude, :func:`rounding_tolerance`): floor ``1e-6``, as scikit-learn's ``0 + 1e-6``.
+
+    The floor is never below ``reg_covar`` in the feature's own scale, but it is not the absolute ``1e-6`` of a
+    feature that has a scale: two clusters 4 apart, fitted in units of 1e-6, are recovered (adjusted Rand index
+    0.98 at every scale) where an absolute floor, as scikit-learn's, merges them (0.00). A constant feature adds
+    ``-log(2 pi reg_covar) / 2`` (about 6 nats) to each row's log-likelihood, as in scikit-learn, not the ~39
+    nats of a floor set by rounding noise.
+
     MAP-EM (``engine="em"`` with ``priors``) under :meth:`prior` has every covariance type: diagonal and spherical
     in closed form (:meth:`map_update`), full and tied by generalised EM (:mod:`~ppmix.components.gaussian_map`),
     every variance at least the floor.
