@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from ppmix import GMM, HMM, Mixture
 from ppmix._validation import InvalidDataError
-from ppmix.components.gaussian_family import relative_floor, weighted_data_scale
+from ppmix.components.gaussian_family import check_squared_range, relative_floor, weighted_data_scale
 from ppmix.models.pf.pf_gmm import PFGMM, SupervisedGMM
 from ppmix.models.pf.pf_hmm import PFHMM
 
@@ -193,3 +193,14 @@ def test_the_floor_function_known_answers() -> None:
     weight = torch.tensor([2.0, 0.0, 1.0, 1.0], dtype=torch.float64)
     repeated = relative_floor(x[[0, 0, 2, 3]], 1e-2)
     assert torch.allclose(weighted_data_scale(x, weight, 1e-2)["floor"], repeated, rtol=1e-12, atol=0.0)
+
+
+def test_a_float32_column_constant_to_rounding_is_not_refused_as_too_small() -> None:
+    """float32 data whose third column is 1e-15 up to rounding: its rounding noise squared (~1e-44) is below the
+    smallest normal float32, but a feature without spread is not refused, and it gets the absolute floor."""
+    eps = float(np.finfo(np.float32).eps)
+    column = 1e-15 * (1.0 + np.random.default_rng(0).integers(-2, 3, N_ROWS) * eps)
+    x = torch.as_tensor(np.c_[_rest(0), column], dtype=torch.float32)
+    assert float(x[:, 2].max() - x[:, 2].min()) > 0  # rounding noise, not an exact constant
+    check_squared_range(x)
+    assert float(relative_floor(x, REG_COVAR)[-1]) == pytest.approx(REG_COVAR, rel=1e-6)
