@@ -90,7 +90,8 @@ def feature_scales(x: torch.Tensor, weight: torch.Tensor | None = None) -> tuple
 def weighted_lower_median(x: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
     """The lower median of ``x`` along its first axis (``(N,)`` -> a scalar, ``(N, D)`` -> ``(D,)``), row ``n``
     counted ``weight[n]`` times (once when None): for integer weights, ``torch.median`` of the rows repeated (the
-    first value, in order, whose cumulative weight reaches half the total).
+    first value, in order, whose cumulative weight reaches half the total). ``weight`` ``(N, D)`` weighs each
+    column's entries apart (a column of zero weights gives its smallest value).
 
     Examples
     --------
@@ -99,10 +100,13 @@ def weighted_lower_median(x: torch.Tensor, weight: torch.Tensor | None = None) -
     (2.0, 2.0)
     >>> weighted_lower_median(torch.tensor([[3.0, 0.0], [1.0, 5.0]])).tolist()
     [1.0, 0.0]
+    >>> weighted_lower_median(torch.tensor([[3.0, 0.0], [1.0, 5.0]]), torch.tensor([[1.0, 0.0], [0.0, 1.0]])).tolist()
+    [3.0, 5.0]
     """
     if weight is None:
         return x.median(dim=0).values
     values, order = x.sort(dim=0)
-    cumulative = weight.to(x)[order].cumsum(dim=0)
-    first = (cumulative < weight.sum().to(x) / 2).sum(dim=0, keepdim=True)
+    ordered = weight.to(x)[order] if weight.dim() == 1 else weight.to(x).gather(0, order)
+    cumulative = ordered.cumsum(dim=0)
+    first = (cumulative < weight.sum(0).to(x) / 2).sum(dim=0, keepdim=True)
     return values.gather(0, first)[0]
