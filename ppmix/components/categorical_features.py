@@ -11,7 +11,6 @@ scale (:meth:`CategoricalFamily.measured` fills it in). The rows are one-hot enc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import pyro.distributions as dist
@@ -86,16 +85,18 @@ def measured_levels(codes: list[torch.Tensor], name: str = "X") -> int:
     return levels
 
 
-@dataclass
 class LevelCodes:
-    """Level codes ``codes`` ``(N, D)`` with their one-hot encoding ``one_hot`` ``(N, D * C)`` (feature-major)."""
+    """Level codes ``codes`` ``(N, D)`` on ``n_levels`` levels, with their one-hot encoding ``one_hot``
+    ``(N, D * C)`` (feature-major), built on first use (a shard read before the levels of every shard are known is
+    encoded once, on the fitted components' levels: :meth:`on_levels`)."""
 
-    codes: torch.Tensor
-    one_hot: torch.Tensor
+    def __init__(self, codes: torch.Tensor, n_levels: int) -> None:
+        self.codes, self.n_levels = codes, int(n_levels)
+        self._one_hot: torch.Tensor | None = None
 
     @classmethod
     def encode(cls, codes: torch.Tensor, n_levels: int, name: str = "X") -> "LevelCodes":
-        """One-hot encode ``codes`` on ``n_levels`` levels, refusing a code ``>= n_levels`` (naming ``name``).
+        """The codes on ``n_levels`` levels, refusing a code ``>= n_levels`` (naming ``name``).
 
         Examples
         --------
@@ -107,8 +108,21 @@ class LevelCodes:
                 f"{name} holds the level code {int(codes.max())}, but the categorical components have {n_levels} "
                 f"levels (codes 0..{n_levels - 1})"
             )
-        one_hot = torch.nn.functional.one_hot(codes.long(), n_levels).to(codes.dtype)
-        return cls(codes, one_hot.reshape(codes.shape[0], -1))
+        return cls(codes, n_levels)
+
+    @property
+    def one_hot(self) -> torch.Tensor:
+        if self._one_hot is None:
+            one_hot = torch.nn.functional.one_hot(self.codes.long(), self.n_levels).to(self.codes.dtype)
+            self._one_hot = one_hot.reshape(self.codes.shape[0], -1)
+        return self._one_hot
+
+    def on_levels(self, n_levels: int) -> torch.Tensor:
+        """The one-hot rows on ``n_levels`` levels (these codes from now on on those levels, checked)."""
+        if n_levels != self.n_levels:
+            encoded = LevelCodes.encode(self.codes, n_levels)
+            self.n_levels, self._one_hot = encoded.n_levels, None
+        return self.one_hot
 
 
 class CategoricalComponents(IndependentFeatures, MeanStatisticsComponents):
@@ -119,9 +133,10 @@ class CategoricalComponents(IndependentFeatures, MeanStatisticsComponents):
     probs : Tensor (K, D, C)
         Each ``probs[k, d]`` on the simplex.
     floor : float, default 1e-4
-        The probability that the floors of a feature's ``C`` levels hold together: the M-step gives every level
-        at least ``floor / C`` (so a level unseen in a component keeps a finite log-density), and is the exact
-        maximiser of the likelihood under that constraint (:func:`~ppmix.ops.floored_simplex.floored_frequencies`).
+        The M-step gives every level a probability of at least ``floor`` (beyond 10 levels ``10 * floor / C``, so
+        the floors of a feature hold at most ``10 * floor`` in all), so a level unseen in a component keeps a
+        finite log-density; it is the exact maximiser of the likelihood under that constraint
+        (:func:`~ppmix.ops.floored_simplex.floored_frequencies`).
 
     Examples
     --------
@@ -161,14 +176,11 @@ class CategoricalComponents(IndependentFeatures, MeanStatisticsComponents):
         return torch.einsum("nk,kdc->ndc", resp.to(self.dtype), self.probs).argmax(-1).to(self.dtype)
 
     def _one_hot(self, data: Any) -> torch.Tensor:
-        """The ``(N, D * C)`` one-hot rows of ``data``: prepared :class:`LevelCodes` (re-encoded in place, once, if
-        they were prepared for another number of levels, e.g. a shard before the levels of every shard were
-        known), or raw codes."""
-        if not isinstance(data, LevelCodes):
-            return LevelCodes.encode(data.to(self.dtype), self.n_levels).one_hot
-        if data.one_hot.shape[1] != data.codes.shape[1] * self.n_levels:
-            data.one_hot = LevelCodes.encode(data.codes, self.n_levels).one_hot
-        return data.one_hot.to(self.dtype)
+        """The ``(N, D * C)`` one-hot rows of ``data``: prepared :class:`LevelCodes` (re-encoded once if they were
+        prepared for another number of levels, e.g. a shard read before the levels of every shard were known), or
+        raw codes."""
+        codes = data if isinstance(data, LevelCodes) else LevelCodes.encode(data.to(self.dtype), self.n_levels)
+        return codes.on_levels(self.n_levels).to(self.dtype)
 
     def log_prob(self, data: Any) -> torch.Tensor:
         """``sum_d log probs_k,d,x_d``, ``(N, K)``: one GEMM of the one-hot rows with the log-probabilities (a
@@ -181,8 +193,9 @@ class CategoricalComponents(IndependentFeatures, MeanStatisticsComponents):
         return super().statistics(self._one_hot(data), weights)
 
     def fit_statistics(self, stats: WeightedSums) -> "CategoricalComponents":
-        """The weighted MLE ``probs_kd ∝ sum_n r_nk [x_nd = c]`` under the floor ``probs_kdc >= floor / C``
-        (:func:`~ppmix.ops.floored_simplex.floored_frequencies`; uniform for a component without weight); in place."""
+        """The weighted MLE ``probs_kd ∝ sum_n r_nk [x_nd = c]`` under the floor (``probs_kdc >= floor``, beyond 10
+        levels ``10 * floor / C``: :func:`~ppmix.ops.floored_simplex.floored_frequencies`; uniform for a component
+        without weight); in place."""
         self.fit_counts(stats.totals.to(self.dtype).reshape(self.n_components, -1, self.n_levels))
         return self
 
@@ -219,12 +232,12 @@ class CategoricalFamily(DensityFamily):
         then refused, suggesting a recoding to ``0..L-1`` or ``n_levels``; given ``n_levels`` they are accepted.
         A row with a code ``>= C`` is refused (a later chunk of ``partial_fit``, new data to predict).
     floor : float, default 1e-4
-        The probability that the floors of a feature's levels hold together: every fitted probability is at least
-        ``floor / C``, so the levels that occur keep their frequencies to within ``floor`` however many levels
-        never occur, and the M-step is the exact maximiser of the likelihood (MAP-EM: of the posterior) under that
-        floor, so EM's objective never decreases. Not much smaller: a level that the hard k-means start leaves
-        out of a component gets the floor, and SVI, which starts from that M-step, moves a probability of 1e-10
-        up too slowly (in its unconstrained coordinates it is 23 units away, not 9).
+        The smallest fitted probability of a level; beyond 10 levels ``10 * floor / C``, so the floors of a feature
+        hold at most ``10 * floor`` in all and the levels that occur keep their frequencies to within that however
+        many levels never occur. The M-step is the exact maximiser of the likelihood (MAP-EM: of the posterior)
+        under the floor, so EM's objective never decreases. Not much smaller: a level that the hard k-means start
+        leaves out of a component gets the floor, and SVI, which starts from that M-step, moves a probability of
+        1e-10 up too slowly (in its unconstrained coordinates it is 23 units away, not 9).
 
     Notes
     -----
@@ -295,11 +308,13 @@ class CategoricalFamily(DensityFamily):
         return {"n_levels": torch.tensor(float(self._measured_levels(x, name)), dtype=x.dtype, device=x.device)}
 
     def prepare(self, x: torch.Tensor, components: ComponentFamily | None = None) -> LevelCodes:
-        """The codes with their one-hot encoding, on the fitted components' levels or, for training data, on
-        ``n_levels`` (if not given, the data's largest code plus one: what :meth:`data_scale` measures)."""
+        """The codes (one-hot encoded on first use) on the fitted components' levels or, for training data, on
+        ``n_levels`` (if not given, the data's largest code plus one, as :meth:`data_scale` measures, which refuses
+        id-like codes before a fit prepares its data)."""
         if components is not None:
             return LevelCodes.encode(x, components.n_levels)  # type: ignore[attr-defined]
-        return LevelCodes.encode(x, self._measured_levels(x, "X"))
+        levels = self.n_levels if self.n_levels is not None else int(x.max()) + 1 if x.numel() else 1
+        return LevelCodes.encode(x, levels)
 
     def rows(self, data: Any) -> torch.Tensor:
         return data.codes if isinstance(data, LevelCodes) else data
@@ -333,8 +348,8 @@ class CategoricalFamily(DensityFamily):
 
     def map_update(self, components: CategoricalComponents, stats: WeightedSums, scale: DataScale) -> None:
         """``probs_kd ∝ level counts + alpha - 1`` under ``Dirichlet(alpha)`` (uniform where that is all zero): the
-        posterior mode under the floor ``probs_kdc >= floor / C`` (MAP-EM's objective adds the Dirichlet's log
-        density, so this is its exact maximiser)."""
+        posterior mode under the floor (MAP-EM's objective adds the Dirichlet's log density, so this is its exact
+        maximiser)."""
         opts = {"dtype": components.dtype, "device": components.device}
         posterior = self.conjugate_posterior("probs", stats, {}, scale, opts)
         components.fit_counts(posterior.concentration.to(**opts) - 1)

@@ -268,9 +268,9 @@ class MultinomialComponents(MeanStatisticsComponents):
     probs : Tensor (K, D)
         Each row on the simplex.
     floor : float, default 1e-10
-        The probability that the floors of the ``D`` categories hold together: the M-step gives every category
-        at least ``floor / D`` (so a category unseen in a component keeps a finite log-density), and is the
-        maximiser of the likelihood under that constraint.
+        The M-step gives every category a probability of at least ``floor`` (beyond 10 categories ``10 * floor /
+        D``: the floors hold at most ``10 * floor`` in all), so a category unseen in a component keeps a finite
+        log-density; it is the maximiser of the likelihood under that constraint.
     sample_total : int, default 1
         The number of trials of the rows :meth:`sample` draws (the model passes the training rows' median total).
 
@@ -311,8 +311,7 @@ class MultinomialComponents(MeanStatisticsComponents):
         return ObservedCounts(self)
 
     def fit_statistics(self, stats: WeightedSums | ObservedCountStatistics) -> "MultinomialComponents":
-        """The weighted MLE ``probs_k ∝ sum_n r_nk x_n`` under the floor ``probs_kd >= floor / D`` (the exact
-        maximiser, :func:`~ppmix.ops.floored_simplex.floored_frequencies`; uniform for a component without counts);
+        """The weighted MLE ``probs_k ∝ sum_n r_nk x_n`` under the floor (the exact maximiser, :func:`~ppmix.ops.floored_simplex.floored_frequencies`; uniform for a component without counts);
         from rows with missing counts, :meth:`fit_observed`; in place."""
         if isinstance(stats, ObservedCountStatistics):
             return self.fit_observed(stats)
@@ -322,7 +321,7 @@ class MultinomialComponents(MeanStatisticsComponents):
     def fit_observed(self, stats: ObservedCountStatistics) -> "MultinomialComponents":
         """The M-step from rows with missing counts: the maximiser of their conditional likelihood reached from the
         current ``probs`` (:meth:`ObservedCountStatistics.probabilities`), brought onto the floor
-        ``probs_kd >= floor / D`` (:func:`~ppmix.ops.floored_simplex.floored_frequencies` of it), kept for each
+        (:func:`~ppmix.ops.floored_simplex.floored_frequencies` of it), kept for each
         component whose objective it does not lower (else the current ``probs`` stay): a generalised M-step, so EM
         never decreases its objective."""
         current = self.probs.to(self.dtype)
@@ -353,9 +352,9 @@ class MultinomialFamily(DensityFamily):
     Parameters
     ----------
     floor : float, default 1e-10
-        The probability that the floors of the categories hold together: every fitted probability is at least
-        ``floor / D``, and the M-step is the maximiser of the likelihood (MAP-EM: of the posterior) under that
-        floor, so EM's objective never decreases.
+        The smallest fitted probability of a category (beyond 10 categories ``10 * floor / D``: the floors hold
+        at most ``10 * floor`` in all); the M-step is the maximiser of the likelihood (MAP-EM: of the posterior)
+        under that floor, so EM's objective never decreases.
 
     Notes
     -----

@@ -1,8 +1,9 @@
 """Categorical levels as users expect (issue 49, item 2).
 
-- The floor of the categorical and multinomial families holds at most ``floor`` in total (``floor / C`` per level),
-  so the levels that occur keep their frequencies however many levels never occur (given ``n_levels``), and the
-  M-step is the exact maximiser of the likelihood under it (water-filling), so EM's objective never decreases.
+- The floors of the categorical and multinomial families hold at most ``10 * floor`` in total (``floor`` per level,
+  ``10 * floor / C`` beyond 10 levels), so the levels that occur keep their frequencies however many levels never
+  occur (given ``n_levels``), and the M-step is the exact maximiser of the likelihood under the floor
+  (water-filling), so EM's objective never decreases.
 - Codes that look like identifiers (a feature's levels ``0..max`` mostly unseen) are refused, naming ``n_levels``.
 - ``fit_em`` measures the levels over every shard, not its start sample; a later chunk of ``partial_fit`` with a new
   level is refused naming ``n_levels``.
@@ -22,7 +23,7 @@ from hypothesis import strategies as st
 from ppmix import HMM, Mixture
 from ppmix.distributed import fit_em
 from ppmix.io import load_model
-from ppmix.ops.floored_simplex import floored_frequencies
+from ppmix.ops.floored_simplex import entry_floor, floored_frequencies
 
 FAST = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 #: a step may lose at most this much of the objective, relative (rounding of the E-step sums)
@@ -44,15 +45,15 @@ def _categorical(n_levels=None, **settings_):
 @FAST
 @given(
     counts=st.lists(st.sampled_from([0.0, 0.0, 1e-9, 1e-3, 0.5, 1.0, 3.0, 250.0]), min_size=2, max_size=12),
-    floor_mass=st.sampled_from([1e-10, 1e-4, 0.01, 0.3]),
+    floor_given=st.sampled_from([1e-10, 1e-4, 0.01, 0.09]),
     seed=st.integers(0, 2**16),
 )
-def test_floored_frequencies_is_the_constrained_maximiser(counts, floor_mass, seed):
-    """On the simplex, every entry at least ``floor_mass / C``, and no feasible point scores higher (random
-    feasible points, and the frequencies mixed with the floor); its KKT conditions hold."""
+def test_floored_frequencies_is_the_constrained_maximiser(counts, floor_given, seed):
+    """On the simplex, every entry at least its floor, and no feasible point scores higher (random feasible points,
+    and the frequencies mixed with the floor); its KKT conditions hold."""
     n = torch.tensor(counts, dtype=torch.float64)
-    p = floored_frequencies(n, floor_mass)
-    floor = floor_mass / len(counts)
+    p = floored_frequencies(n, floor_given)
+    floor = entry_floor(floor_given, len(counts))
     assert abs(float(p.sum()) - 1) < 1e-12 and bool((p >= floor * (1 - 1e-12)).all())
     if not bool((n > 0).any()):
         assert torch.allclose(p, torch.full_like(p, 1 / len(counts)))
@@ -74,21 +75,21 @@ def test_floored_frequencies_is_the_constrained_maximiser(counts, floor_mass, se
     extra=st.integers(0, 10_000),
 )
 def test_unseen_levels_take_at_most_the_floor(observed, extra):
-    """K=1 with ``n_levels`` far beyond the codes that occur: those levels keep their frequencies to within the
-    floor (1e-4), and the unseen levels together hold at most the floor, whatever their number."""
+    """K=1 with ``n_levels`` far beyond the codes that occur: those levels keep their frequencies to within
+    ``10 * floor`` (1e-3), and the unseen levels together hold at most that, whatever their number."""
     x = np.repeat(np.arange(len(observed)), observed).astype(float)[:, None]
     n_levels = len(observed) + extra
     probs = _categorical(n_levels, seed=0).fit(x).components_.probs[0, 0].numpy()
     frequencies = np.asarray(observed) / sum(observed)
-    np.testing.assert_allclose(probs[: len(observed)], frequencies, atol=1e-4, rtol=0)
-    assert probs[len(observed) :].sum() <= 1e-4 * (1 + 1e-9)
+    np.testing.assert_allclose(probs[: len(observed)], frequencies, atol=1e-3, rtol=0)
+    assert probs[len(observed) :].sum() <= 1e-3 * (1 + 1e-9)
 
 
 def test_the_issue_reproducer_keeps_the_frequencies():
     """Codes 0..2 and one 20000 (n_levels given): P(0..2) = 0.58 / 0.32 / 0.09, not 0.19 / 0.11 / 0.03."""
     x = np.r_[np.zeros(58), np.ones(32), np.full(9, 2), [20000]][:, None]
     probs = _categorical(20001, seed=0).fit(x).components_.probs[0, 0].numpy()
-    np.testing.assert_allclose(probs[[0, 1, 2, 20000]], [0.58, 0.32, 0.09, 0.01], atol=1e-4)
+    np.testing.assert_allclose(probs[[0, 1, 2, 20000]], [0.58, 0.32, 0.09, 0.01], atol=1e-3)
 
 
 # ------------------------------------------------------------------ EM's objective
@@ -198,6 +199,23 @@ def test_fit_em_measures_the_levels_over_every_shard(executor):
     start = copy.deepcopy(sharded).set_params(warm_start=True)
     in_memory = _quiet(copy.deepcopy(start).fit, np.concatenate(shards), max_iter=5, tol=0.0)
     again = _quiet(fit_em, copy.deepcopy(start), shards, executor="inline", max_iter=5, tol=0.0)
+    np.testing.assert_allclose(again.history_, in_memory.history_, rtol=1e-10)
+    np.testing.assert_allclose(again.components_.probs.numpy(), in_memory.components_.probs.numpy(), rtol=1e-10)
+
+
+def test_fit_em_measures_an_hmms_levels_over_every_shard():
+    """An HMM's categorical emissions: a code of a sequence the start sample (2 sequences) misses is measured, and
+    the sharded fit is in-memory EM from the same start."""
+    rng = np.random.default_rng(0)
+    sequences = [rng.integers(0, 3, size=(int(rng.integers(20, 40)), 2)).astype(float) for _ in range(10)]
+    sequences[7][5, 0] = 3
+    shards = [sequences[:5], sequences[5:]]
+    model = HMM(2, emission="categorical", seed=0, progress=False)
+    sharded = _quiet(fit_em, model, shards, executor="inline", sample_size=2, max_iter=2, tol=0.0)
+    assert sharded.fit_report_["start_sample_units"] == 2 and sharded.components_.probs.shape == (2, 2, 4)
+    start = copy.deepcopy(sharded).set_params(warm_start=True)
+    in_memory = _quiet(copy.deepcopy(start).fit, sequences, max_iter=4, tol=0.0)
+    again = _quiet(fit_em, copy.deepcopy(start), shards, executor="inline", max_iter=4, tol=0.0)
     np.testing.assert_allclose(again.history_, in_memory.history_, rtol=1e-10)
     np.testing.assert_allclose(again.components_.probs.numpy(), in_memory.components_.probs.numpy(), rtol=1e-10)
 
