@@ -311,8 +311,9 @@ class MultinomialComponents(MeanStatisticsComponents):
         return ObservedCounts(self)
 
     def fit_statistics(self, stats: WeightedSums | ObservedCountStatistics) -> "MultinomialComponents":
-        """The weighted MLE ``probs_k ∝ sum_n r_nk x_n`` under the floor (the exact maximiser, :func:`~ppmix.ops.floored_simplex.floored_frequencies`; uniform for a component without counts);
-        from rows with missing counts, :meth:`fit_observed`; in place."""
+        """The weighted MLE ``probs_k ∝ sum_n r_nk x_n`` under the floor (the exact maximiser,
+        :func:`~ppmix.ops.floored_simplex.floored_frequencies`; uniform for a component without counts); from rows
+        with missing counts, :meth:`fit_observed`; in place."""
         if isinstance(stats, ObservedCountStatistics):
             return self.fit_observed(stats)
         self.probs = floored_frequencies(stats.totals.to(self.dtype), self.floor)
