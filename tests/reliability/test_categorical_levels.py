@@ -136,17 +136,28 @@ def test_map_em_never_decreases_its_objective(seed, concentration):
     assert _climbs(_quiet(model.fit, x).history_)
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_multinomial_and_hmm_em_never_decrease_their_objective(seed):
-    """The same M-step serves the multinomial family and an HMM's categorical emissions."""
+@FAST
+@given(seed=st.integers(0, 2**16))
+def test_multinomial_em_never_decreases_its_objective(seed):
+    """The same M-step serves the multinomial family: sparse count vectors (12 categories), a floor that binds.
+    (The old floor-then-renormalise M-step lost up to 4e-6 of the objective per row here, in 22 of 40 seeds.)"""
     rng = np.random.default_rng(seed)
-    counts = rng.multinomial(20, rng.dirichlet(np.full(6, 0.3)), size=60).astype(float)
-    multinomial = Mixture(3, family={"name": "multinomial", "floor": 5e-3}, max_iter=60, tol=0.0, seed=seed,
-                          progress=False)  # fmt: skip
-    assert _climbs(_quiet(multinomial.fit, counts).history_)
+    n_components = int(rng.integers(2, 5))
+    probs = rng.dirichlet(np.full(12, 0.2), size=n_components)
+    rows = [rng.multinomial(int(rng.integers(5, 30)), probs[j]) for j in rng.integers(0, n_components, 60)]
+    model = Mixture(n_components, family={"name": "multinomial", "floor": 5e-3}, max_iter=60, tol=0.0, seed=seed,
+                    progress=False)  # fmt: skip
+    assert _climbs(_quiet(model.fit, np.stack(rows).astype(float)).history_)
+
+
+@FAST
+@given(seed=st.integers(0, 2**16), extra=st.sampled_from([0, 5]))
+def test_hmm_categorical_em_never_decreases_its_objective(seed, extra):
+    """... and an HMM's categorical emissions."""
+    rng = np.random.default_rng(seed)
     sequences = [_planted_codes(rng, int(rng.integers(10, 30)), 2, 4, 2) for _ in range(6)]
-    hmm = HMM(3, emission={"name": "categorical", "n_levels": 9, "floor": 5e-3}, max_iter=40, tol=0.0, seed=seed,
-              progress=False)  # fmt: skip
+    emission = {"name": "categorical", "n_levels": 4 + extra, "floor": 5e-3}
+    hmm = HMM(3, emission=emission, max_iter=40, tol=0.0, seed=seed, progress=False)
     assert _climbs(_quiet(hmm.fit, sequences).history_)
 
 
