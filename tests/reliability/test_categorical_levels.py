@@ -199,13 +199,24 @@ def _shards_with_a_late_level():
     return [a, b]
 
 
-@pytest.mark.parametrize("executor", ["inline", "processes"])
+def _on(executor, *args, **kwargs):
+    """``fit_em`` on ``executor``: ``"inline"``, ``"processes"`` (one worker process) or ``"dask"`` (a local
+    cluster of one worker)."""
+    if executor != "dask":
+        return _quiet(fit_em, *args, executor=executor, max_workers=1, **kwargs)
+    distributed = pytest.importorskip("distributed")
+    options = {"n_workers": 1, "threads_per_worker": 1, "processes": False, "dashboard_address": None}
+    with distributed.LocalCluster(**options) as cluster, distributed.Client(cluster) as client:
+        return _quiet(fit_em, *args, executor=client, **kwargs)
+
+
+@pytest.mark.parametrize("executor", ["inline", "processes", "dask"])
 def test_fit_em_measures_the_levels_over_every_shard(executor):
     """The start sample (8 rows) misses the code 3 of the second shard: the levels are measured over every shard,
     and the sharded fit is in-memory EM from the same start."""
     shards = _shards_with_a_late_level()
     model = Mixture(2, family="categorical", seed=0, progress=False)
-    sharded = _quiet(fit_em, model, shards, executor=executor, max_workers=1, sample_size=8, max_iter=3, tol=0.0)
+    sharded = _on(executor, model, shards, sample_size=8, max_iter=3, tol=0.0)
     assert sharded.fit_report_["start_sample_units"] < 17 and sharded.components_.probs.shape == (2, 2, 4)
     start = copy.deepcopy(sharded).set_params(warm_start=True)
     in_memory = _quiet(copy.deepcopy(start).fit, np.concatenate(shards), max_iter=5, tol=0.0)
