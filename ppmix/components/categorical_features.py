@@ -118,10 +118,10 @@ class LevelCodes:
         return self._one_hot
 
     def on_levels(self, n_levels: int) -> torch.Tensor:
-        """The one-hot rows on ``n_levels`` levels (these codes from now on on those levels, checked)."""
+        """The one-hot rows on ``n_levels`` levels: the codes are checked against them and kept on them (encoded
+        once, then cached)."""
         if n_levels != self.n_levels:
-            encoded = LevelCodes.encode(self.codes, n_levels)
-            self.n_levels, self._one_hot = encoded.n_levels, None
+            self.n_levels, self._one_hot = LevelCodes.encode(self.codes, n_levels).n_levels, None
         return self.one_hot
 
 
