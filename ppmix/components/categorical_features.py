@@ -261,6 +261,9 @@ class CategoricalFamily(DensityFamily):
     """
 
     name = "categorical"
+    #: k-means' hard clusters start softened (:mod:`ppmix.models._starts`):
+    #: a level missing from a hard cluster would start at the floor
+    start_spread = 0.5
     components_class = CategoricalComponents
 
     def __init__(self, n_levels: int | None = None, floor: float = 1e-4) -> None:
