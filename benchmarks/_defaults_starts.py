@@ -225,6 +225,11 @@ def _table_row(result: dict[str, Any]) -> str:
     )
 
 
+def table(report: dict[str, Any]) -> str:
+    """The report as a text table, one family a line."""
+    return "\n".join([HEADER, *(_table_row(result) for result in report["results"])])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run: N = 600, 2 seeds, 3 random starts")
@@ -238,9 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     logger.setLevel(logging.INFO)
     set_torch_threads(args.threads, uses_pomegranate=True)
     report = run(args.quick, tuple(args.families) if args.families else None)
-    print(HEADER)
-    for result in report["results"]:
-        print(_table_row(result))
+    print(table(report))
     out = args.out or (QUICK_OUT if args.quick else DEFAULT_OUT)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2))
