@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -33,6 +33,8 @@ class CentredData:
     x: torch.Tensor
     shift: torch.Tensor
     centred: torch.Tensor
+    #: the one-block designs of :meth:`moment_blocks`, by ``outer``, once built
+    _designs: dict[bool, torch.Tensor] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_tensor(cls, x: torch.Tensor, shift: torch.Tensor | None = None) -> "CentredData":
@@ -79,7 +81,9 @@ class CentredData:
         blocks of rows.
 
         Built in one reused buffer: a pass over the data reads ``x`` once, forms the products in
-        cache and never holds an ``N``-row design. A block is valid until the next one is yielded.
+        cache and never holds an ``N``-row design. A block is valid until the next one is yielded. Data whose
+        whole design takes at most :data:`BLOCK_BYTES` are one block, built on the first pass and kept for every
+        later one (every E-step of a fit on small data reuses it).
 
         Examples
         --------
@@ -95,19 +99,30 @@ class CentredData:
             return
         width = d + (d * (d + 1) // 2 if outer else d)
         rows = self.block_rows(width)
+        if n <= rows and n * width * self.centred.element_size() <= BLOCK_BYTES:  # one block, kept
+            if outer not in self._designs:
+                self._designs[outer] = _fill_design(self.centred, self.centred.new_empty(n, width), outer)
+            yield slice(0, n), self._designs[outer]
+            return
         buffer = self.centred.new_empty(min(rows, n), width)
         for start in range(0, n, rows):
             block = self.centred[start : start + rows]
-            design = buffer[: block.shape[0]]
-            design[:, :d] = block
-            if not outer:
-                torch.square(block, out=design[:, d:])
-            else:
-                column = d
-                for i in range(d):
-                    torch.mul(block[:, i : i + 1], block[:, i:], out=design[:, column : column + d - i])
-                    column += d - i
-            yield slice(start, start + block.shape[0]), design
+            yield slice(start, start + block.shape[0]), _fill_design(block, buffer[: block.shape[0]], outer)
+
+
+def _fill_design(block: torch.Tensor, design: torch.Tensor, outer: bool) -> torch.Tensor:
+    """``design`` (``(rows, width)``) filled with :meth:`CentredData.moment_blocks`'s design of the centred rows
+    ``block``."""
+    d = block.shape[1]
+    design[:, :d] = block
+    if not outer:
+        torch.square(block, out=design[:, d:])
+        return design
+    column = d
+    for i in range(d):
+        torch.mul(block[:, i : i + 1], block[:, i:], out=design[:, column : column + d - i])
+        column += d - i
+    return design
 
 
 def blocked_log_density(

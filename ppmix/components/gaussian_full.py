@@ -310,7 +310,9 @@ def floored_covariance(covs: torch.Tensor, floor: float | torch.Tensor) -> torch
 
     With ``F = diag(floor)`` the problem is, in coordinates ``y = F^{-1/2} x``, that of the
     floor ``I``, whose solution keeps the eigenvectors of ``F^{-1/2} covs F^{-1/2}`` and
-    raises its eigenvalues below 1 to 1. A zero floor returns ``covs`` unchanged.
+    raises its eigenvalues below 1 to 1. A zero floor returns ``covs`` unchanged, and so does a covariance
+    above the floor, which a Cholesky factorisation of ``F^{-1/2} covs F^{-1/2} - I`` tells at a fraction of
+    an eigendecomposition's cost.
 
     Parameters
     ----------
@@ -333,6 +335,9 @@ def floored_covariance(covs: torch.Tensor, floor: float | torch.Tensor) -> torch
         return covs
     scaled = covs / (root[:, None] * root[None, :])
     scaled = 0.5 * (scaled + scaled.mT)
+    identity = torch.eye(scaled.shape[-1], dtype=scaled.dtype, device=scaled.device)
+    if not bool(torch.linalg.cholesky_ex(scaled - identity).info.any()):  # every eigenvalue above 1: no clamping
+        return covs
     eigenvalues, vectors = torch.linalg.eigh(scaled)
     if bool((eigenvalues >= 1.0).all()):
         return covs

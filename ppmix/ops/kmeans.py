@@ -237,37 +237,49 @@ def _lloyd(
     default :func:`_lloyd_threshold` of ``x``). Returns every run's centres ``(runs, K, D)``, assignment
     ``(runs, N)`` and inertia.
 
-    A pass is one matrix product for all the runs still moving, their centres in cluster-major order so that
-    the scores ``(K, runs * N)`` reduce over their leading dimension (:func:`_centre_scores`), and one
-    ``index_add`` for their cluster sums; a run that has stopped keeps its centres, as if it had run alone."""
-    runs, n_clusters, d = seeds.shape
+    A pass over the batch of runs is two matrix products: the cluster sums, the one-hot assignments
+    ``(runs, K, N)`` times ``x``, and the scores of every centre against every row (:func:`_run_scores`). A run
+    that stops keeps its state, as if it had run alone: it stays in the batch, frozen, until half the batch has
+    stopped, and then the batch is gathered anew (a few gathers in all, not a gather and a scatter per pass)."""
     n = x.shape[0]
     threshold = _lloyd_threshold(x) if threshold is None else threshold
-    centres = seeds.transpose(0, 1).contiguous()  # (K, runs, D): cluster-major
-    best = _centre_scores(x, centres.reshape(-1, d)).reshape(n_clusters, -1).min(0)
-    labels, scores = best.indices.reshape(runs, n).clone(), best.values.reshape(runs, n).clone()
-    moving = torch.arange(runs, device=x.device)
-    repeated = x.repeat(runs, 1)  # the rows once per run: the first m * N rows serve m runs
+    scores, labels = _run_scores(x, seeds)
+    state = [seeds, labels, scores]  # the batch's centres, assignments and scores
+    final = [value.clone() for value in state]
+    batch = torch.arange(seeds.shape[0], device=x.device)  # the runs in the batch
+    live = torch.ones_like(batch, dtype=torch.bool)  # those of them still moving
     for _ in range(max_iter):
-        m = moving.numel()
-        everyone = m == runs  # no run has stopped: whole tensors, no gathers and scatters
-        current = labels if everyone else labels[moving]
-        cells = (current * m + torch.arange(m, device=x.device)[:, None]).reshape(-1)  # cluster-major
-        counts = torch.bincount(cells, minlength=n_clusters * m).to(x.dtype)[:, None]
-        sums = x.new_zeros(n_clusters * m, d).index_add_(0, cells, repeated[: m * n])
-        old = centres.reshape(-1, d) if everyone else centres[:, moving].reshape(-1, d)
-        new = torch.where(counts > 0, sums / counts.clamp_min(1.0), old)
-        shift = (new - old).square().reshape(n_clusters, m, d).sum((0, 2))
-        best = _centre_scores(x, new).reshape(n_clusters, -1).min(0)
-        indices, values = best.indices.reshape(m, n), best.values.reshape(m, n)
-        stable = (indices == current).all(1)
-        if everyone:
-            centres, labels, scores = new.reshape(n_clusters, m, d), indices, values
-        else:
-            centres[:, moving] = new.reshape(n_clusters, m, d)
-            labels[moving], scores[moving] = indices, values
-        moving = moving[~(stable | (shift <= threshold))]
-        if not moving.numel():
+        centres, labels, scores = state
+        one_hot = x.new_zeros(labels.shape[0], centres.shape[1], n).scatter_(1, labels.unsqueeze(1), 1.0)
+        counts = one_hot.sum(2, keepdim=True)
+        new = torch.where(counts > 0, (one_hot @ x) / counts.clamp_min(1.0), centres)
+        shift = (new - centres).square().sum((1, 2))
+        new_scores, new_labels = _run_scores(x, new)
+        moved = (new_labels != labels).any(1) & (shift > threshold)
+        updated = (new, new_labels, new_scores)
+        state = [torch.where(_batch_mask(live, old), value, old) for value, old in zip(updated, state)]
+        live = live & moved
+        remaining = int(live.sum())
+        if 2 * remaining <= batch.numel():  # half the batch has stopped: keep the stopped runs, go on with the rest
+            for value, store in zip(state, final):
+                store[batch] = value
+            batch, state, live = batch[live], [value[live] for value in state], live[live]
+        if not remaining:
             break
-    inertia = (scores + x.square().sum(1)).clamp_min(0.0).sum(1)
-    return centres.transpose(0, 1), labels, inertia.tolist()
+    for value, store in zip(state, final):
+        store[batch] = value
+    inertia = (final[2] + x.square().sum(1)).clamp_min(0.0).sum(1)
+    return final[0], final[1], inertia.tolist()
+
+
+def _batch_mask(live: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """The runs' mask ``(runs,)`` shaped to select whole runs of ``like`` ``(runs, ...)``."""
+    return live.view(-1, *([1] * (like.dim() - 1)))
+
+
+def _run_scores(x: torch.Tensor, centres: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For every run's centres ``(runs, K, D)``: each row's score at its nearest centre, ``|c|^2 - 2 c . x`` (the
+    squared distance less ``|x|^2``), and that centre's index, ``(runs, N)`` each; one matrix product."""
+    runs, n_clusters, d = centres.shape
+    scores = _centre_scores(x, centres.reshape(runs * n_clusters, d))
+    return scores.view(runs, n_clusters, -1).min(dim=1)
