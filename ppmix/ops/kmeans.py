@@ -14,7 +14,7 @@ import torch
 from ppmix.ops.scaling import column_variance
 from ppmix.ops.selection import beats
 
-__all__ = ["kmeans", "kmeans_plusplus", "kmeans_start", "nearest_centre", "start_sample_size"]
+__all__ = ["kmeans", "kmeans_plusplus", "kmeans_start", "nearest_centre", "sampling_mass", "start_sample_size"]
 
 #: k-means runs (best inertia kept) behind one start of EM (:func:`kmeans_start`): on a subsample they
 #: cost little, and on overlapping or elongated clusters the best of 10 finds the better optimum far more
@@ -110,9 +110,10 @@ def _seedings(
     n = x.shape[0]
     trials = n_trials if n_trials is not None else 2 + int(math.log(n_clusters))
     x_sq = x.square().sum(1)
-    mass = None if weight is None else weight.to(dtype=x.dtype, device=x.device)
+    unit_mass = None if weight is None else sampling_mass(weight)
+    mass = None if unit_mass is None else unit_mass.to(dtype=x.dtype, device=x.device)
     every_run = torch.arange(runs, device=x.device)
-    chosen = [_draw(mass, n, runs, generator).to(x.device)]
+    chosen = [_draw(unit_mass, n, runs, generator).to(x.device)]
     closest = _squared_distances(x, x[chosen[0]], x_sq).T  # (runs, N)
     for _ in range(1, n_clusters):
         potential = closest if mass is None else closest * mass
@@ -129,10 +130,36 @@ def _seedings(
 
 
 def _draw(weight: torch.Tensor | None, n: int, size: int, generator: torch.Generator) -> torch.Tensor:
-    """``size`` row indices drawn with replacement: uniformly, or in proportion to ``weight``."""
+    """``size`` row indices drawn with replacement: uniformly, or in proportion to ``weight`` (a
+    :func:`sampling_mass`)."""
     if weight is None:
         return torch.randint(n, (size,), generator=generator)
-    return torch.multinomial(weight.cpu() / weight.sum().cpu(), size, replacement=True, generator=generator)
+    return torch.multinomial(weight.cpu(), size, replacement=True, generator=generator)
+
+
+def sampling_mass(weight: torch.Tensor) -> torch.Tensor:
+    """Row weights as the k-means start draws with them: in float64, divided by the power of two at their largest.
+
+    The division is exact, so the draws are the same for ``weight`` and ``2^j weight`` (and, up to rounding, for
+    any ``c * weight``), and no weight of any finite scale overflows or underflows the probabilities (float32
+    weights of 1e39 or all of 1e-50 would). A weight that is negative or not finite, or none positive, is a
+    ``ValueError`` naming ``sample_weight``.
+
+    Examples
+    --------
+    >>> sampling_mass(torch.tensor([3e300, 1e300], dtype=torch.float64)).tolist()[1] < 1
+    True
+    >>> sampling_mass(torch.tensor([4.0, 1.0])).tolist()
+    [0.5, 0.125]
+    """
+    mass = weight.detach().to(torch.float64)
+    largest = float(mass.max()) if mass.numel() else 0.0
+    if not (math.isfinite(largest) and largest > 0 and bool((mass >= 0).all())):
+        raise ValueError(
+            "sample_weight must be finite and non-negative with a positive entry for the k-means start; "
+            f"got weights whose largest is {largest}"
+        )
+    return mass / 2.0 ** math.frexp(largest)[1]
 
 
 def kmeans(
@@ -173,7 +200,8 @@ def kmeans(
     n = x.shape[0]
     sampled = weight is not None or (sample_size is not None and n > sample_size)
     size = n if sample_size is None else sample_size
-    fit_rows = x[_draw(weight, n, size, generator).to(x.device)] if sampled else x
+    mass = None if weight is None else sampling_mass(weight)
+    fit_rows = x[_draw(mass, n, size, generator).to(x.device)] if sampled else x
     scale = _power_of_two_scale(fit_rows)
     fit_rows = fit_rows / scale
     centres, labels, inertia = _lloyd(fit_rows, _seedings(fit_rows, n_clusters, generator, n_init), max_iter)
