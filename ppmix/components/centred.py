@@ -12,6 +12,7 @@ of the batch, so that a row's prediction depends on that row and the model only.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -170,9 +171,7 @@ def fused_expected_sums(
     >>> [round(v, 4) for v in totals.tolist()], round(float(sums[0, 0]), 4)
     ([1.0, 1.0], -0.7616)
     """
-    totals = natural.new_zeros(natural.shape[0])
-    sums = natural.new_zeros(natural.shape)
-    log_likelihood = natural.new_zeros(())
+    totals = sums = log_likelihood = None
     for rows, design in data.moment_blocks(outer=outer):
         resp = torch.addmm(const, natural, design.T)  # (K, rows): the fast orientation of the product
         largest = resp.amax(dim=0)
@@ -180,18 +179,26 @@ def fused_expected_sums(
         norm = resp.sum(dim=0)
         if row_weights is None:
             resp.div_(norm)
-            log_likelihood += norm.log_().add_(largest).sum()
+            block_log_likelihood = norm.log_().add_(largest).sum()
         else:
             weight = row_weights[rows]
             resp.mul_(weight / norm)
-            log_likelihood += norm.log_().add_(largest) @ weight
-        totals += resp.sum(dim=1)
-        sums.addmm_(resp, design)
+            block_log_likelihood = norm.log_().add_(largest) @ weight
+        if totals is None:  # the first block's sums are the totals' start (one block: no accumulation at all)
+            totals, sums, log_likelihood = resp.sum(dim=1), resp @ design, block_log_likelihood
+        else:
+            totals += resp.sum(dim=1)
+            sums.addmm_(resp, design)
+            log_likelihood += block_log_likelihood
+    if totals is None:  # no rows
+        return natural.new_zeros(natural.shape[0]), natural.new_zeros(natural.shape), natural.new_zeros(())
     return totals, sums, log_likelihood
 
 
+@functools.lru_cache(maxsize=64)
 def upper_triangle(d: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Row and column indices of the upper triangle (diagonal included) of a ``d x d`` matrix."""
+    """Row and column indices of the upper triangle (diagonal included) of a ``d x d`` matrix (made once per size
+    and device: every E- and M-step of a full-covariance fit indexes with them; not to be written to)."""
     rows, cols = torch.triu_indices(d, d, device=device)
     return rows, cols
 

@@ -38,6 +38,13 @@ from ppmix.ops.selection import beats
 __all__ = ["MixtureModel", "weights_in_dtype"]
 
 ENGINES = ("em", "svi", "mcmc", "gibbs")
+#: the types of attribute values that no Pyro or torch registration applies to (exact types: a ``Parameter`` is a
+#: ``Tensor`` subclass, and is registered)
+_PLAIN_VALUES = frozenset(
+    {bool, int, float, str, type(None), tuple, list, dict, torch.dtype, torch.device, torch.Tensor}
+)
+#: where ``torch.nn.Module`` and ``PyroModule`` register the names they manage
+_REGISTRIES = ("_parameters", "_buffers", "_modules", "_pyro_params", "_pyro_samples")
 
 
 def weights_in_dtype(weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -139,6 +146,16 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
         object.__setattr__(self, "_variational_guide", None)
         object.__setattr__(self, "_subsample_size", None)
         object.__setattr__(self, "_bayesian", False)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """Plain values (settings, numbers, containers, plain tensors) under a name that Pyro and torch have not
+        registered (no parameter, buffer, module or ``PyroParam`` of that name) are kept as they are, which is what
+        ``PyroModule.__setattr__`` does for them after its checks; everything else goes through those checks. A
+        small fit sets some fifty attributes, and the checks cost more than its first E-step."""
+        if type(value) in _PLAIN_VALUES and not any(name in self.__dict__.get(kind, ()) for kind in _REGISTRIES):
+            object.__setattr__(self, name, value)
+        else:
+            super().__setattr__(name, value)
 
     # ================================================================ to write
     def model(self, data: Any) -> None:
