@@ -240,7 +240,9 @@ def cancellation_tol(dtype: torch.dtype) -> float:
     return math.sqrt(torch.finfo(dtype).eps)
 
 
-def expansion_rounding(loc_c: torch.Tensor, precision: torch.Tensor, sd: torch.Tensor) -> torch.Tensor:
+def expansion_rounding(
+    loc_c: torch.Tensor, precision: torch.Tensor, sd: torch.Tensor, linear: torch.Tensor | None = None
+) -> torch.Tensor:
     """Nats per component ``(K,)`` that the moment product ``const_k + natural_k . t(x)`` may lose to rounding
     beyond what the direct formula ``-(x - mu)^T P (x - mu) / 2`` loses, on the rows the component explains.
 
@@ -251,7 +253,8 @@ def expansion_rounding(loc_c: torch.Tensor, precision: torch.Tensor, sd: torch.T
     terms that make them. Bounded over the rows within three standard deviations of the component
     (``|x| <= |mu| + 3 sd`` per feature), less the log-density of a row at three standard deviations, which
     the direct formula rounds alike. ``precision`` is ``(K, D)`` for diagonal covariances (where this is
-    ``2 sum_d P_d |mu_d| (|mu_d| + 3 sd_d)``) or ``(K, D, D)``; times the dtype's epsilon.
+    ``2 sum_d P_d |mu_d| (|mu_d| + 3 sd_d)``) or ``(K, D, D)``; times the dtype's epsilon. ``linear``: ``P mu``
+    ``(K, D)`` where the caller has it (full covariances).
 
     Examples
     --------
@@ -273,11 +276,11 @@ def expansion_rounding(loc_c: torch.Tensor, precision: torch.Tensor, sd: torch.T
             """``a_k^T M_k b_k`` per component (batched products: no einsum path search per call)."""
             return ((a.unsqueeze(1) @ matrix).squeeze(1) * b).sum(dim=-1)
 
-        linear = (precision @ loc_c.unsqueeze(-1)).squeeze(-1).abs()
+        linear = (precision @ loc_c.unsqueeze(-1)).squeeze(-1) if linear is None else linear
         excess = (
             0.5 * quadratic(bound, precision.abs(), bound)
-            + (bound * linear).sum(dim=-1)
-            + 0.5 * quadratic(loc_c, precision, loc_c)
+            + (bound * linear.abs()).sum(dim=-1)
+            + 0.5 * (loc_c * linear).sum(dim=-1)
             - 4.5 * quadratic(sd, precision, sd)
         )
     return torch.finfo(precision.dtype).eps * excess

@@ -65,6 +65,8 @@ def _centre_scores(x: torch.Tensor, centres: torch.Tensor, scale: float = 1.0) -
     """``(|c_k|^2 - 2 c_k . x_n) / scale`` for every centre and row, ``(K, N)``: the squared distance less
     the row's own ``|x_n|^2``, one matrix product in the ``(K, N)`` orientation (the fast one in MKL for
     a few centres), with the centres divided by ``scale`` (a power of two: exact)."""
+    if scale == 1.0:  # the same numbers without the two scalings
+        return torch.addmm(centres.square().sum(1)[:, None], centres, x.T, alpha=-2.0)
     unit = centres / scale
     return torch.addmm((unit.square().sum(1) * scale)[:, None], unit, x.T, alpha=-2.0)
 
@@ -275,7 +277,7 @@ def _lloyd(
     state = [seeds, labels, scores]  # the batch's centres, assignments and scores
     final = [value.clone() for value in state]
     batch = torch.arange(seeds.shape[0], device=x.device)  # the runs in the batch
-    live = torch.ones_like(batch, dtype=torch.bool)  # those of them still moving
+    live, everyone = torch.ones_like(batch, dtype=torch.bool), True  # the runs of the batch still moving; all?
     for _ in range(max_iter):
         centres, labels, scores = state
         one_hot = x.new_zeros(labels.shape[0], centres.shape[1], n).scatter_(1, labels.unsqueeze(1), 1.0)
@@ -284,14 +286,17 @@ def _lloyd(
         shift = (new - centres).square().sum((1, 2))
         new_scores, new_labels = _run_scores(x, new)
         moved = (new_labels != labels).any(1) & (shift > threshold)
-        updated = (new, new_labels, new_scores)
-        state = [torch.where(_batch_mask(live, old), value, old) for value, old in zip(updated, state)]
-        live = live & moved
+        updated = [new, new_labels, new_scores]
+        state = (
+            updated if everyone else [torch.where(_mask(live, old), value, old) for value, old in zip(updated, state)]
+        )
+        live = moved if everyone else live & moved
         remaining = int(live.sum())
         if 2 * remaining <= batch.numel():  # half the batch has stopped: keep the stopped runs, go on with the rest
             for value, store in zip(state, final):
                 store[batch] = value
             batch, state, live = batch[live], [value[live] for value in state], live[live]
+        everyone = remaining == batch.numel()  # no run in the batch frozen: no masking on the next pass
         if not remaining:
             break
     for value, store in zip(state, final):
@@ -300,7 +305,7 @@ def _lloyd(
     return final[0], final[1], inertia.tolist()
 
 
-def _batch_mask(live: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+def _mask(live: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """The runs' mask ``(runs,)`` shaped to select whole runs of ``like`` ``(runs, ...)``."""
     return live.view(-1, *([1] * (like.dim() - 1)))
 
