@@ -18,7 +18,7 @@ The criterion of issue 49: the geometric mean of the 36 time ratios (ppmix / sci
 Usage::
 
     .venv/bin/python benchmarks/_defaults_small.py            # 5 rounds and the 200k fit (about a minute)
-    .venv/bin/python benchmarks/_defaults_small.py --quick    # 2 rounds, no 200k fit (a few seconds)
+    .venv/bin/python benchmarks/_defaults_small.py --quick    # 1 round, no 200k fit (a few seconds)
 
 :func:`run` is what ``benchmarks/bench_defaults.py`` calls (its caller sets the thread variables first).
 """
@@ -231,11 +231,11 @@ def run(quick: bool = False, rounds: int | None = None) -> dict[str, Any]:
     Parameters
     ----------
     quick : bool
-        Two rounds and no 200k fit (a smoke run: a few seconds).
+        One round and no 200k fit (a smoke run: a few seconds).
     rounds : int, optional
-        Interleaved rounds (default 5; quick 2).
+        Interleaved rounds (default 5; quick 1).
     """
-    rounds = rounds or (2 if quick else 5)
+    rounds = rounds or (1 if quick else 5)
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -293,9 +293,9 @@ def table(report: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="2 rounds, no 200k fit; writes a temporary file")
+    parser.add_argument("--quick", action="store_true", help="1 round, no 200k fit; writes a temporary file")
     parser.add_argument("--out", type=Path, default=None, help=f"JSON path (default {DEFAULT_OUT.relative_to(ROOT)})")
-    parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 5; quick 2)")
+    parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 5; quick 1)")
     parser.add_argument("--threads", type=int, default=1, help="thread variables set before the imports (default 1)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
