@@ -76,7 +76,7 @@ def mean_loglik(x: np.ndarray, weights: Any, means: Any, covariances: Any) -> fl
     """One float64 evaluator of ``mean_n log sum_k w_k N(x_n | mu_k, Sigma_k)``: covariances ``(K, D)`` (diagonal)
     or ``(K, D, D)``."""
     xt = torch.as_tensor(x, dtype=torch.float64)
-    w, mu, cov = (torch.tensor(np.array(v, dtype=np.float64)) for v in (weights, means, covariances))
+    w, mu, cov = (_float64(v) for v in (weights, means, covariances))
     d = xt.shape[1]
     columns = []
     for j in range(mu.shape[0]):
@@ -89,6 +89,13 @@ def mean_loglik(x: np.ndarray, weights: Any, means: Any, covariances: Any) -> fl
             log_det = 2.0 * torch.diagonal(chol).log().sum()
         columns.append(-0.5 * (d * math.log(2 * math.pi) + log_det + maha) + w[j].log())
     return float(torch.logsumexp(torch.stack(columns, 1), 1).mean())
+
+
+def _float64(value: Any) -> torch.Tensor:
+    """A float64 CPU tensor of its own (a copy) of a tensor or an array."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", torch.float64).clone()
+    return torch.tensor(np.array(value, dtype=np.float64))
 
 
 def sklearn_covariances(gm: Any, d: int) -> np.ndarray:
