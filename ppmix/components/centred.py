@@ -12,9 +12,10 @@ of the batch, so that a row's prediction depends on that row and the model only.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -33,6 +34,8 @@ class CentredData:
     x: torch.Tensor
     shift: torch.Tensor
     centred: torch.Tensor
+    #: the one-block designs of :meth:`moment_blocks`, by ``outer``, once built
+    _designs: dict[bool, torch.Tensor] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_tensor(cls, x: torch.Tensor, shift: torch.Tensor | None = None) -> "CentredData":
@@ -79,7 +82,9 @@ class CentredData:
         blocks of rows.
 
         Built in one reused buffer: a pass over the data reads ``x`` once, forms the products in
-        cache and never holds an ``N``-row design. A block is valid until the next one is yielded.
+        cache and never holds an ``N``-row design. A block is valid until the next one is yielded. Data whose
+        whole design takes at most :data:`BLOCK_BYTES` are one block, built on the first pass and kept for every
+        later one (every E-step of a fit on small data reuses it).
 
         Examples
         --------
@@ -95,19 +100,30 @@ class CentredData:
             return
         width = d + (d * (d + 1) // 2 if outer else d)
         rows = self.block_rows(width)
+        if n <= rows and n * width * self.centred.element_size() <= BLOCK_BYTES:  # one block, kept
+            if outer not in self._designs:
+                self._designs[outer] = _fill_design(self.centred, self.centred.new_empty(n, width), outer)
+            yield slice(0, n), self._designs[outer]
+            return
         buffer = self.centred.new_empty(min(rows, n), width)
         for start in range(0, n, rows):
             block = self.centred[start : start + rows]
-            design = buffer[: block.shape[0]]
-            design[:, :d] = block
-            if not outer:
-                torch.square(block, out=design[:, d:])
-            else:
-                column = d
-                for i in range(d):
-                    torch.mul(block[:, i : i + 1], block[:, i:], out=design[:, column : column + d - i])
-                    column += d - i
-            yield slice(start, start + block.shape[0]), design
+            yield slice(start, start + block.shape[0]), _fill_design(block, buffer[: block.shape[0]], outer)
+
+
+def _fill_design(block: torch.Tensor, design: torch.Tensor, outer: bool) -> torch.Tensor:
+    """``design`` (``(rows, width)``) filled with :meth:`CentredData.moment_blocks`'s design of the centred rows
+    ``block``."""
+    d = block.shape[1]
+    design[:, :d] = block
+    if not outer:
+        torch.square(block, out=design[:, d:])
+        return design
+    column = d
+    for i in range(d):
+        torch.mul(block[:, i : i + 1], block[:, i:], out=design[:, column : column + d - i])
+        column += d - i
+    return design
 
 
 def blocked_log_density(
@@ -155,9 +171,7 @@ def fused_expected_sums(
     >>> [round(v, 4) for v in totals.tolist()], round(float(sums[0, 0]), 4)
     ([1.0, 1.0], -0.7616)
     """
-    totals = natural.new_zeros(natural.shape[0])
-    sums = natural.new_zeros(natural.shape)
-    log_likelihood = natural.new_zeros(())
+    totals = sums = log_likelihood = None
     for rows, design in data.moment_blocks(outer=outer):
         resp = torch.addmm(const, natural, design.T)  # (K, rows): the fast orientation of the product
         largest = resp.amax(dim=0)
@@ -165,18 +179,26 @@ def fused_expected_sums(
         norm = resp.sum(dim=0)
         if row_weights is None:
             resp.div_(norm)
-            log_likelihood += norm.log_().add_(largest).sum()
+            block_log_likelihood = norm.log_().add_(largest).sum()
         else:
             weight = row_weights[rows]
             resp.mul_(weight / norm)
-            log_likelihood += norm.log_().add_(largest) @ weight
-        totals += resp.sum(dim=1)
-        sums.addmm_(resp, design)
+            block_log_likelihood = norm.log_().add_(largest) @ weight
+        if totals is None:  # the first block's sums are the totals' start (one block: no accumulation at all)
+            totals, sums, log_likelihood = resp.sum(dim=1), resp @ design, block_log_likelihood
+        else:
+            totals += resp.sum(dim=1)
+            sums.addmm_(resp, design)
+            log_likelihood += block_log_likelihood
+    if totals is None:  # no rows
+        return natural.new_zeros(natural.shape[0]), natural.new_zeros(natural.shape), natural.new_zeros(())
     return totals, sums, log_likelihood
 
 
+@functools.lru_cache(maxsize=64)
 def upper_triangle(d: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Row and column indices of the upper triangle (diagonal included) of a ``d x d`` matrix."""
+    """Row and column indices of the upper triangle (diagonal included) of a ``d x d`` matrix (made once per size
+    and device: every E- and M-step of a full-covariance fit indexes with them; not to be written to)."""
     rows, cols = torch.triu_indices(d, d, device=device)
     return rows, cols
 
@@ -218,7 +240,9 @@ def cancellation_tol(dtype: torch.dtype) -> float:
     return math.sqrt(torch.finfo(dtype).eps)
 
 
-def expansion_rounding(loc_c: torch.Tensor, precision: torch.Tensor, sd: torch.Tensor) -> torch.Tensor:
+def expansion_rounding(
+    loc_c: torch.Tensor, precision: torch.Tensor, sd: torch.Tensor, linear: torch.Tensor | None = None
+) -> torch.Tensor:
     """Nats per component ``(K,)`` that the moment product ``const_k + natural_k . t(x)`` may lose to rounding
     beyond what the direct formula ``-(x - mu)^T P (x - mu) / 2`` loses, on the rows the component explains.
 
@@ -229,7 +253,8 @@ def expansion_rounding(loc_c: torch.Tensor, precision: torch.Tensor, sd: torch.T
     terms that make them. Bounded over the rows within three standard deviations of the component
     (``|x| <= |mu| + 3 sd`` per feature), less the log-density of a row at three standard deviations, which
     the direct formula rounds alike. ``precision`` is ``(K, D)`` for diagonal covariances (where this is
-    ``2 sum_d P_d |mu_d| (|mu_d| + 3 sd_d)``) or ``(K, D, D)``; times the dtype's epsilon.
+    ``2 sum_d P_d |mu_d| (|mu_d| + 3 sd_d)``) or ``(K, D, D)``; times the dtype's epsilon. ``linear``: ``P mu``
+    ``(K, D)`` where the caller has it (full covariances).
 
     Examples
     --------
@@ -251,11 +276,11 @@ def expansion_rounding(loc_c: torch.Tensor, precision: torch.Tensor, sd: torch.T
             """``a_k^T M_k b_k`` per component (batched products: no einsum path search per call)."""
             return ((a.unsqueeze(1) @ matrix).squeeze(1) * b).sum(dim=-1)
 
-        linear = (precision @ loc_c.unsqueeze(-1)).squeeze(-1).abs()
+        linear = (precision @ loc_c.unsqueeze(-1)).squeeze(-1) if linear is None else linear
         excess = (
             0.5 * quadratic(bound, precision.abs(), bound)
-            + (bound * linear).sum(dim=-1)
-            + 0.5 * quadratic(loc_c, precision, loc_c)
+            + (bound * linear.abs()).sum(dim=-1)
+            + 0.5 * (loc_c * linear).sum(dim=-1)
             - 4.5 * quadratic(sd, precision, sd)
         )
     return torch.finfo(precision.dtype).eps * excess

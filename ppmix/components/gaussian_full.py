@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import pyro.distributions as dist
@@ -117,12 +118,11 @@ class FullGaussian(ComponentFamily):
         precision = inv_tril.mT @ inv_tril
         loc_c = self.loc - data.shift
         sd = torch.linalg.vector_norm(self.scale_tril, dim=-1)  # each feature's standard deviation
-        if bool((expansion_rounding(loc_c, precision, sd) > cancellation_tol(self.dtype)).any()):
-            return None
         linear = (precision @ loc_c.unsqueeze(-1)).squeeze(-1)  # (K, D)
+        if bool((expansion_rounding(loc_c, precision, sd, linear) > cancellation_tol(self.dtype)).any()):
+            return None
         rows, cols = upper_triangle(d, self.device)
-        off_diagonal = torch.where(rows == cols, 1.0, 2.0).to(self.dtype)
-        quadratic = -0.5 * precision[:, rows, cols] * off_diagonal  # (K, T)
+        quadratic = precision[:, rows, cols] * _pair_weights(d, self.device, self.dtype)  # (K, T)
         log_det = torch.diagonal(self.scale_tril, dim1=-2, dim2=-1).log().sum(dim=-1)
         const = -0.5 * (d * math.log(2 * math.pi) + (loc_c * linear).sum(-1)) - log_det
         return torch.cat([linear, quadratic], dim=1), const[:, None]
@@ -305,12 +305,23 @@ class FullGaussian(ComponentFamily):
         return 0.5 * (trace + maha - d) + logdet_q - logdet_p
 
 
+@functools.lru_cache(maxsize=64)
+def _pair_weights(d: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """The weights of the upper triangle's entries of ``-P/2`` in ``x^T (-P/2) x``: ``-1/2`` on the diagonal, ``-1``
+    off it (the pair counted twice), in :func:`~ppmix.components.centred.upper_triangle`'s order (made once per size;
+    not to be written to)."""
+    rows, cols = upper_triangle(d, device)
+    return (-0.5 * torch.where(rows == cols, 1.0, 2.0)).to(dtype)
+
+
 def floored_covariance(covs: torch.Tensor, floor: float | torch.Tensor) -> torch.Tensor:
     """The maximiser of the Gaussian likelihood with sample covariance ``covs`` over ``{Sigma >= F}``.
 
     With ``F = diag(floor)`` the problem is, in coordinates ``y = F^{-1/2} x``, that of the
     floor ``I``, whose solution keeps the eigenvectors of ``F^{-1/2} covs F^{-1/2}`` and
-    raises its eigenvalues below 1 to 1. A zero floor returns ``covs`` unchanged.
+    raises its eigenvalues below 1 to 1. A zero floor returns ``covs`` unchanged, and so does a covariance
+    above the floor, which a Cholesky factorisation of ``F^{-1/2} covs F^{-1/2} - I`` tells at a fraction of
+    an eigendecomposition's cost.
 
     Parameters
     ----------
@@ -333,6 +344,9 @@ def floored_covariance(covs: torch.Tensor, floor: float | torch.Tensor) -> torch
         return covs
     scaled = covs / (root[:, None] * root[None, :])
     scaled = 0.5 * (scaled + scaled.mT)
+    identity = torch.eye(scaled.shape[-1], dtype=scaled.dtype, device=scaled.device)
+    if not bool(torch.linalg.cholesky_ex(scaled - identity).info.any()):  # every eigenvalue above 1: no clamping
+        return covs
     eigenvalues, vectors = torch.linalg.eigh(scaled)
     if bool((eigenvalues >= 1.0).all()):
         return covs

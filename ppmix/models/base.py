@@ -11,6 +11,7 @@ globals onto your parameters with ``get_globals``/``set_globals``).
 from __future__ import annotations
 
 import contextlib
+import math
 from pathlib import Path
 from typing import Any, ClassVar, Iterator
 
@@ -34,9 +35,39 @@ from ppmix.models._subclassing import refuse_stale_hooks
 from ppmix.models._weights import Weighted, check_sample_weight
 from ppmix.ops.selection import beats
 
-__all__ = ["MixtureModel"]
+__all__ = ["MixtureModel", "weights_in_dtype"]
 
 ENGINES = ("em", "svi", "mcmc", "gibbs")
+#: the types of attribute values that no Pyro or torch registration applies to (exact types: a ``Parameter`` is a
+#: ``Tensor`` subclass, and is registered)
+_PLAIN_VALUES = frozenset(
+    {bool, int, float, str, type(None), tuple, list, dict, torch.dtype, torch.device, torch.Tensor}
+)
+#: where ``torch.nn.Module`` and ``PyroModule`` register the names they manage
+_REGISTRIES = ("_parameters", "_buffers", "_modules", "_pyro_params", "_pyro_samples")
+
+
+def weights_in_dtype(weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Checked sample weights (float64) in a model's ``dtype``.
+
+    Weights whose largest lies within the square root of the dtype's range (float32: 1.1e-19 to 1.8e19; float64:
+    1.5e-154 to 1.3e154) are cast as they are. Beyond it the cast (or the fit's weighted sums) would overflow to
+    infinity or underflow to zero, and the weights are first divided by the power of two at their largest: exact,
+    and a common scale of the weights changes neither the start (:func:`~ppmix.ops.kmeans.sampling_mass`) nor the
+    maximiser of the likelihood (under ``priors``, the prior then weighs as much as the rescaled weights).
+
+    Examples
+    --------
+    >>> weights_in_dtype(torch.tensor([1e39, 1.0], dtype=torch.float64), torch.float32).tolist()[0] < 1
+    True
+    >>> weights_in_dtype(torch.tensor([3.0, 1.0], dtype=torch.float64), torch.float32).tolist()
+    [3.0, 1.0]
+    """
+    info = torch.finfo(dtype)
+    largest = float(weight.max())
+    if math.sqrt(info.tiny) <= largest <= math.sqrt(info.max):
+        return weight.to(dtype)
+    return (weight / 2.0 ** math.frexp(largest)[1]).to(dtype)
 
 
 class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Savable, PyroModule):
@@ -115,6 +146,16 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
         object.__setattr__(self, "_variational_guide", None)
         object.__setattr__(self, "_subsample_size", None)
         object.__setattr__(self, "_bayesian", False)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """Plain values (settings, numbers, containers, plain tensors) under a name that Pyro and torch have not
+        registered (no parameter, buffer, module or ``PyroParam`` of that name) are kept as they are, which is what
+        ``PyroModule.__setattr__`` does for them after its checks; everything else goes through those checks. A
+        small fit sets some fifty attributes, and the checks cost more than its first E-step."""
+        if type(value) in _PLAIN_VALUES and not any(name in self.__dict__.get(kind, ()) for kind in _REGISTRIES):
+            object.__setattr__(self, name, value)
+        else:
+            super().__setattr__(name, value)
 
     # ================================================================ to write
     def model(self, data: Any) -> None:
@@ -201,7 +242,8 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
     def weigh(self, data: Any, sample_weight: Any, *, fitting: bool = True) -> Weighted:
         """Prepared ``data`` with its ``sample_weight`` checked (one finite, non-negative entry per unit of
         :meth:`sample_weight_units`; for ``fitting``, as many positive ones as components where a unit is a
-        row), for the EM hooks."""
+        row), for the EM hooks, in the model's dtype (:func:`weights_in_dtype`: weights beyond its range are
+        rescaled, not turned into infinities or zeros)."""
         units = self.sample_weight_units(data)
         if units is None:
             raise TypeError(f"{type(self).__name__} does not take sample_weight")
@@ -210,11 +252,11 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
             sample_weight,
             count,
             unit,
-            dtype=self.dtype,
-            device=self._device,
+            dtype=torch.float64,
+            device=torch.device("cpu"),
             min_positive=int(self.n_components) if fitting and unit == "row" else 1,
         )
-        return Weighted(data, weight)
+        return Weighted(data, weights_in_dtype(weight, self.dtype).to(self._device))
 
     def observed_data(self, data: Any) -> dict[str, torch.Tensor]:
         """Observed sites and values, for ArviZ. Default: the matrix under the name ``"x"``."""

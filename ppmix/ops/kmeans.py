@@ -14,7 +14,7 @@ import torch
 from ppmix.ops.scaling import column_variance
 from ppmix.ops.selection import beats
 
-__all__ = ["kmeans", "kmeans_plusplus", "kmeans_start", "nearest_centre", "start_sample_size"]
+__all__ = ["kmeans", "kmeans_plusplus", "kmeans_start", "nearest_centre", "sampling_mass", "start_sample_size"]
 
 #: k-means runs (best inertia kept) behind one start of EM (:func:`kmeans_start`): on a subsample they
 #: cost little, and on overlapping or elongated clusters the best of 10 finds the better optimum far more
@@ -65,6 +65,8 @@ def _centre_scores(x: torch.Tensor, centres: torch.Tensor, scale: float = 1.0) -
     """``(|c_k|^2 - 2 c_k . x_n) / scale`` for every centre and row, ``(K, N)``: the squared distance less
     the row's own ``|x_n|^2``, one matrix product in the ``(K, N)`` orientation (the fast one in MKL for
     a few centres), with the centres divided by ``scale`` (a power of two: exact)."""
+    if scale == 1.0:  # the same numbers without the two scalings
+        return torch.addmm(centres.square().sum(1)[:, None], centres, x.T, alpha=-2.0)
     unit = centres / scale
     return torch.addmm((unit.square().sum(1) * scale)[:, None], unit, x.T, alpha=-2.0)
 
@@ -110,9 +112,10 @@ def _seedings(
     n = x.shape[0]
     trials = n_trials if n_trials is not None else 2 + int(math.log(n_clusters))
     x_sq = x.square().sum(1)
-    mass = None if weight is None else weight.to(dtype=x.dtype, device=x.device)
+    unit_mass = None if weight is None else sampling_mass(weight)
+    mass = None if unit_mass is None else unit_mass.to(dtype=x.dtype, device=x.device)
     every_run = torch.arange(runs, device=x.device)
-    chosen = [_draw(mass, n, runs, generator).to(x.device)]
+    chosen = [_draw(unit_mass, n, runs, generator).to(x.device)]
     closest = _squared_distances(x, x[chosen[0]], x_sq).T  # (runs, N)
     for _ in range(1, n_clusters):
         potential = closest if mass is None else closest * mass
@@ -129,10 +132,36 @@ def _seedings(
 
 
 def _draw(weight: torch.Tensor | None, n: int, size: int, generator: torch.Generator) -> torch.Tensor:
-    """``size`` row indices drawn with replacement: uniformly, or in proportion to ``weight``."""
+    """``size`` row indices drawn with replacement: uniformly, or in proportion to ``weight`` (a
+    :func:`sampling_mass`)."""
     if weight is None:
         return torch.randint(n, (size,), generator=generator)
-    return torch.multinomial(weight.cpu() / weight.sum().cpu(), size, replacement=True, generator=generator)
+    return torch.multinomial(weight.cpu(), size, replacement=True, generator=generator)
+
+
+def sampling_mass(weight: torch.Tensor) -> torch.Tensor:
+    """Row weights as the k-means start draws with them: in float64, divided by the power of two at their largest.
+
+    The division is exact, so the draws are the same for ``weight`` and ``2^j weight`` (and, up to rounding, for
+    any ``c * weight``), and no weight of any finite scale overflows or underflows the probabilities (float32
+    weights of 1e39 or all of 1e-50 would). A weight that is negative or not finite, or none positive, is a
+    ``ValueError`` naming ``sample_weight``.
+
+    Examples
+    --------
+    >>> sampling_mass(torch.tensor([3e300, 1e300], dtype=torch.float64)).tolist()[1] < 1
+    True
+    >>> sampling_mass(torch.tensor([4.0, 1.0])).tolist()
+    [0.5, 0.125]
+    """
+    mass = weight.detach().to(torch.float64)
+    largest = float(mass.max()) if mass.numel() else 0.0
+    if not (math.isfinite(largest) and largest > 0 and bool((mass >= 0).all())):
+        raise ValueError(
+            "sample_weight must be finite and non-negative with a positive entry for the k-means start; "
+            f"got weights whose largest is {largest}"
+        )
+    return mass / 2.0 ** math.frexp(largest)[1]
 
 
 def kmeans(
@@ -173,7 +202,8 @@ def kmeans(
     n = x.shape[0]
     sampled = weight is not None or (sample_size is not None and n > sample_size)
     size = n if sample_size is None else sample_size
-    fit_rows = x[_draw(weight, n, size, generator).to(x.device)] if sampled else x
+    mass = None if weight is None else sampling_mass(weight)
+    fit_rows = x[_draw(mass, n, size, generator).to(x.device)] if sampled else x
     scale = _power_of_two_scale(fit_rows)
     fit_rows = fit_rows / scale
     centres, labels, inertia = _lloyd(fit_rows, _seedings(fit_rows, n_clusters, generator, n_init), max_iter)
@@ -237,37 +267,52 @@ def _lloyd(
     default :func:`_lloyd_threshold` of ``x``). Returns every run's centres ``(runs, K, D)``, assignment
     ``(runs, N)`` and inertia.
 
-    A pass is one matrix product for all the runs still moving, their centres in cluster-major order so that
-    the scores ``(K, runs * N)`` reduce over their leading dimension (:func:`_centre_scores`), and one
-    ``index_add`` for their cluster sums; a run that has stopped keeps its centres, as if it had run alone."""
-    runs, n_clusters, d = seeds.shape
+    A pass over the batch of runs is two matrix products: the cluster sums, the one-hot assignments
+    ``(runs, K, N)`` times ``x``, and the scores of every centre against every row (:func:`_run_scores`). A run
+    that stops keeps its state, as if it had run alone: it stays in the batch, frozen, until half the batch has
+    stopped, and then the batch is gathered anew (a few gathers in all, not a gather and a scatter per pass)."""
     n = x.shape[0]
     threshold = _lloyd_threshold(x) if threshold is None else threshold
-    centres = seeds.transpose(0, 1).contiguous()  # (K, runs, D): cluster-major
-    best = _centre_scores(x, centres.reshape(-1, d)).reshape(n_clusters, -1).min(0)
-    labels, scores = best.indices.reshape(runs, n).clone(), best.values.reshape(runs, n).clone()
-    moving = torch.arange(runs, device=x.device)
-    repeated = x.repeat(runs, 1)  # the rows once per run: the first m * N rows serve m runs
+    scores, labels = _run_scores(x, seeds)
+    state = [seeds, labels, scores]  # the batch's centres, assignments and scores
+    final = [value.clone() for value in state]
+    batch = torch.arange(seeds.shape[0], device=x.device)  # the runs in the batch
+    live, everyone = torch.ones_like(batch, dtype=torch.bool), True  # the runs of the batch still moving; all?
     for _ in range(max_iter):
-        m = moving.numel()
-        everyone = m == runs  # no run has stopped: whole tensors, no gathers and scatters
-        current = labels if everyone else labels[moving]
-        cells = (current * m + torch.arange(m, device=x.device)[:, None]).reshape(-1)  # cluster-major
-        counts = torch.bincount(cells, minlength=n_clusters * m).to(x.dtype)[:, None]
-        sums = x.new_zeros(n_clusters * m, d).index_add_(0, cells, repeated[: m * n])
-        old = centres.reshape(-1, d) if everyone else centres[:, moving].reshape(-1, d)
-        new = torch.where(counts > 0, sums / counts.clamp_min(1.0), old)
-        shift = (new - old).square().reshape(n_clusters, m, d).sum((0, 2))
-        best = _centre_scores(x, new).reshape(n_clusters, -1).min(0)
-        indices, values = best.indices.reshape(m, n), best.values.reshape(m, n)
-        stable = (indices == current).all(1)
-        if everyone:
-            centres, labels, scores = new.reshape(n_clusters, m, d), indices, values
-        else:
-            centres[:, moving] = new.reshape(n_clusters, m, d)
-            labels[moving], scores[moving] = indices, values
-        moving = moving[~(stable | (shift <= threshold))]
-        if not moving.numel():
+        centres, labels, scores = state
+        one_hot = x.new_zeros(labels.shape[0], centres.shape[1], n).scatter_(1, labels.unsqueeze(1), 1.0)
+        counts = one_hot.sum(2, keepdim=True)
+        new = torch.where(counts > 0, (one_hot @ x) / counts.clamp_min(1.0), centres)
+        shift = (new - centres).square().sum((1, 2))
+        new_scores, new_labels = _run_scores(x, new)
+        moved = (new_labels != labels).any(1) & (shift > threshold)
+        updated = [new, new_labels, new_scores]
+        state = (
+            updated if everyone else [torch.where(_mask(live, old), value, old) for value, old in zip(updated, state)]
+        )
+        live = moved if everyone else live & moved
+        remaining = int(live.sum())
+        if 2 * remaining <= batch.numel():  # half the batch has stopped: keep the stopped runs, go on with the rest
+            for value, store in zip(state, final):
+                store[batch] = value
+            batch, state, live = batch[live], [value[live] for value in state], live[live]
+        everyone = remaining == batch.numel()  # no run in the batch frozen: no masking on the next pass
+        if not remaining:
             break
-    inertia = (scores + x.square().sum(1)).clamp_min(0.0).sum(1)
-    return centres.transpose(0, 1), labels, inertia.tolist()
+    for value, store in zip(state, final):
+        store[batch] = value
+    inertia = (final[2] + x.square().sum(1)).clamp_min(0.0).sum(1)
+    return final[0], final[1], inertia.tolist()
+
+
+def _mask(live: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """The runs' mask ``(runs,)`` shaped to select whole runs of ``like`` ``(runs, ...)``."""
+    return live.view(-1, *([1] * (like.dim() - 1)))
+
+
+def _run_scores(x: torch.Tensor, centres: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For every run's centres ``(runs, K, D)``: each row's score at its nearest centre, ``|c|^2 - 2 c . x`` (the
+    squared distance less ``|x|^2``), and that centre's index, ``(runs, N)`` each; one matrix product."""
+    runs, n_clusters, d = centres.shape
+    scores = _centre_scores(x, centres.reshape(runs * n_clusters, d))
+    return scores.view(runs, n_clusters, -1).min(dim=1)

@@ -115,9 +115,10 @@ def threads_for(work: float) -> int:
     >>> threads_for(1e12) in (1, torch.get_num_threads())
     True
     """
-    if _policy == "auto" and (work < PARALLEL_WORK or cpu_busy()):
+    threads = torch.get_num_threads()
+    if threads > 1 and _policy == "auto" and (work < PARALLEL_WORK or cpu_busy()):
         return 1
-    return torch.get_num_threads()
+    return threads
 
 
 @contextmanager

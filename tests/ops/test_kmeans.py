@@ -118,3 +118,35 @@ def test_restarts_ending_in_the_same_partition_keep_the_first_whatever_the_round
     monkeypatch.setattr(module, "_lloyd", rounded_differently)
     noisy = kmeans(x, 3, torch.Generator().manual_seed(seed), n_init=4)
     assert torch.equal(noisy[0], clean[0]) and torch.equal(noisy[1], clean[1])
+
+
+@settings(max_examples=25, deadline=None)
+@given(exponent=st.floats(-300, 300), seed=st.integers(0, 1000))
+def test_weighted_start_is_the_same_whatever_the_scale_of_the_weights(exponent, seed):
+    """The start draws in proportion to the weights divided by the power of two at their largest (float64): a
+    common scale of the weights, 1e-300 to 1e300, leaves the draws, and so the start, as they are."""
+    x, _ = _blobs(40, 3, 2, seed=seed % 7)
+    weight = torch.as_tensor(np.random.default_rng(seed).uniform(0.5, 2.0, len(x)))
+    reference = kmeans_start(x, 3, torch.Generator().manual_seed(seed), weight=weight)
+    scaled = kmeans_start(x, 3, torch.Generator().manual_seed(seed), weight=weight * 10.0**exponent)
+    assert torch.equal(scaled[1], reference[1]) and torch.equal(scaled[0], reference[0])
+
+
+@pytest.mark.parametrize("largest", [3e38, 1e-30])
+def test_weighted_start_draws_from_float32_weights_whose_sum_overflows_or_whose_scale_is_tiny(largest):
+    """float32 weights near the top of their range (their sum overflows) or all tiny (their squares underflow) gave
+    torch's "invalid multinomial distribution"; the start now draws from them as from any other scale."""
+    x, _ = _blobs(30, 2, 2, seed=3)
+    weight = torch.full((len(x),), largest, dtype=torch.float32)
+    centres, labels = kmeans_start(x.float(), 2, torch.Generator().manual_seed(0), weight=weight)
+    reference = kmeans_start(x.float(), 2, torch.Generator().manual_seed(0), weight=torch.ones_like(weight))
+    assert torch.isfinite(centres).all() and torch.equal(labels, reference[1])
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("nan"), -1.0, 0.0])
+def test_weighted_start_refuses_weights_it_cannot_draw_from_naming_sample_weight(bad):
+    x, _ = _blobs(10, 2, 2, seed=0)
+    weight = torch.full((len(x),), bad if bad == 0.0 else 1.0, dtype=torch.float64)
+    weight[0] = bad
+    with pytest.raises(ValueError, match="sample_weight"):
+        kmeans_start(x, 2, torch.Generator().manual_seed(0), weight=weight)
