@@ -312,3 +312,35 @@ def test_bench_bayes_quick(tmp_path):
     for row in timed:
         assert_timing(row["seconds"], row["min_ess"], row["ess_per_s"])
     assert rows["poisson_mixture"]["ppmix_gibbs"]["max_rhat"] < 1.1  # 4 chains x 100 draws of separated counts
+
+
+def test_bench_defaults_quick(tmp_path):
+    """The three sections of issue 49's defaults benchmark in one quick run, each checked through its JSON."""
+    report = run_quick("bench_defaults.py", tmp_path / "defaults.json")
+    assert report["benchmark"] == "defaults" and report["quick"] and report["threads"] == 1
+    small = report["small"]
+    rows = small["configurations"]
+    assert len({(r["dataset"], r["k"], r["covariance_type"]) for r in rows}) == len(rows) == 36
+    for row in rows:
+        for library in ("ppmix", "sklearn"):
+            assert_timing(row[library]["wall_s"], row[library]["cpu_s"])
+            assert math.isfinite(row[library]["mean_loglik"]) and row[library]["n_iter"] >= 1
+        assert row["ratio"] == pytest.approx(row["ppmix"]["wall_s"] / row["sklearn"]["wall_s"])
+        assert row["loglik_diff"] == pytest.approx(row["ppmix"]["mean_loglik"] - row["sklearn"]["mean_loglik"])
+    ratios = [r["ratio"] for r in rows]
+    assert small["summary"]["geomean_ratio"] == pytest.approx(math.exp(sum(map(math.log, ratios)) / len(ratios)))
+    assert small["summary"]["max_ratio"] == max(ratios)
+    # both libraries fit a well-separated case to the same optimum, scored by one evaluator
+    iris = next(r for r in rows if (r["dataset"], r["k"], r["covariance_type"]) == ("iris", 2, "diag"))
+    assert abs(iris["loglik_diff"]) < 1e-3
+    starts = {result["family"]: result for result in report["starts"]["results"]}
+    assert {"gamma", "categorical", "bernoulli", "poisson", "gaussian"} <= set(starts)
+    for family in ("gamma", "categorical", "bernoulli"):  # the issue's three: default start near the best random one
+        assert starts[family]["median_gap"] > -1e-3 and starts[family]["fraction_converged"] == 1.0
+    digits = report["digits"]["covariance_types"]
+    assert set(digits) == {"diag", "full"}
+    for result in digits.values():
+        held_out = [run["ppmix"] for run in result["runs"]] + [run["sklearn"] for run in result["runs"]]
+        assert all(math.isfinite(value) for value in held_out)
+    # near-constant pixels: ppmix's floor keeps the default fit's held-out score at least scikit-learn's
+    assert digits["diag"]["median_ppmix"] >= digits["diag"]["median_sklearn"]
