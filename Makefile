@@ -43,6 +43,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_moe.py
 	$(BIN)/python benchmarks/bench_missing.py
 	$(BIN)/python benchmarks/bench_bayes.py
+	$(BIN)/python benchmarks/bench_defaults.py
 
 # Re-resolve the lock to the newest releases (torch stays at constraints.txt's pin). Run it when
 # `make test-latest` is green and you want the newer versions, or after changing pyproject.toml.
