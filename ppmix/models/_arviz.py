@@ -265,7 +265,7 @@ def laplace_draws(
                 "the fitted objective is not strictly concave at the point estimate (a flat direction: an empty or "
                 "duplicated component?), so it has no Laplace approximation"
             )
-        with torch.no_grad(), model.forked_rng(offset=4):
+        with local_params(), torch.no_grad(), model.forked_rng(offset=4):
             noise = torch.randn(num_samples, centre.numel(), dtype=centre.dtype)
             steps = torch.linalg.solve_triangular(chol.T, noise.T, upper=True).T  # covariance = precision^-1
             draws = [split(centre + step) for step in steps]

@@ -213,6 +213,7 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
             dtype=self.dtype,
             device=self._device,
             min_positive=int(self.n_components) if fitting and unit == "row" else 1,
+            rescale=True,  # weights of any scale (1e-300, 1e300) in the dtype's safe range
         )
         return Weighted(data, weight)
 

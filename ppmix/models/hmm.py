@@ -413,7 +413,9 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         pairs = torch.einsum("bti,btj,bt->ij", resp[:, :-1], resp[:, 1:], both)
         if weight is not None:
             resp *= weight.to(resp)[:, None, None]
-        smoothing = 1.0 / self.n_components  # a light smoothing of the first, hard counts
+        # a light smoothing of the first, hard counts: 1/K of a sequence of the mean weight (weights scaled by any
+        # constant start alike)
+        smoothing = (1.0 if weight is None else float(weight[weight > 0].mean())) / self.n_components
         self.m_step(data, _Counts(initial=resp[:, 0].sum(0) + smoothing, transitions=pairs + smoothing, posterior=resp))
 
     def e_step(self, data: _EMData | Weighted) -> tuple[_Counts, torch.Tensor]:
