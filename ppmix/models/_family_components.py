@@ -11,6 +11,7 @@ it serves.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable, Mapping
 
 import pyro
@@ -21,6 +22,7 @@ from pyro.distributions import constraints
 from ppmix.components.base import ComponentFamily
 from ppmix.components.family import DataScale, DensityFamily, PriorKey, check_priors
 from ppmix.components.independent import FeatureStatistics
+from ppmix.components.registry import family_option_hint
 from ppmix.models._flat import flat_prior
 from ppmix.models._missing import fill_missing
 from ppmix.ops.kmeans import kmeans_plusplus, kmeans_start, nearest_centre
@@ -47,6 +49,37 @@ def drop_leading_ones(value: torch.Tensor, dim: int) -> torch.Tensor:
     return value
 
 
+def refuse_unknown_keywords(cls: type, kwargs: dict[str, Any]) -> None:
+    """A ``TypeError`` for the first keyword of ``kwargs`` that ``cls``'s constructor does not take, saying where it
+    belongs if it is a family's option (:func:`~ppmix.components.registry.family_option_hint`); nothing for a
+    constructor that takes any keyword.
+
+    Examples
+    --------
+    >>> from ppmix import HMM
+    >>> refuse_unknown_keywords(HMM, {"emission": "gmm", "n_mix": 3})
+    Traceback (most recent call last):
+    ...
+    TypeError: HMM() got an unexpected keyword argument 'n_mix'; 'n_mix' is an option of the 'gmm' family: pass \
+emission={'name': 'gmm', 'n_mix': 3}
+    """
+    parameters = inspect.signature(cls.__init__).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return
+    for keyword, value in kwargs.items():
+        if keyword in parameters:
+            continue
+        argument = next((name for name in ("family", "emission") if name in parameters), None)
+        hint = (
+            ""
+            if argument is None
+            else family_option_hint(argument, kwargs.get(argument, parameters[argument].default), keyword, value)
+        )
+        raise TypeError(
+            f"{cls.__name__}() got an unexpected keyword argument {keyword!r}" + (f"; {hint}" if hint else "")
+        )
+
+
 class FamilyComponentsMixin:
     """Components of one :class:`~ppmix.components.family.DensityFamily` for a
     :class:`~ppmix.models.base.MixtureModel` subclass.
@@ -63,6 +96,12 @@ class FamilyComponentsMixin:
     init_methods: tuple[str, ...] = INIT_METHODS
     #: the hyperparameters set by a structure's ``priors=`` (None: the defaults, and EM is maximum likelihood)
     priors: Mapping[str, Any] | None = None
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        """Refuse a keyword the constructor does not take before Python does, pointing a family's option at the
+        family's dict form (``HMM(3, emission="gmm", n_mix=3)``: pass ``emission={"name": "gmm", "n_mix": 3}``)."""
+        refuse_unknown_keywords(cls, kwargs)
+        return super().__new__(cls)
 
     def component_family(self) -> DensityFamily:
         """The family of this model's components (built from its constructor arguments)."""
