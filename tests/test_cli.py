@@ -13,8 +13,8 @@ import pytest
 
 from ppmix import GMM
 from ppmix.cli import main
-from tests.common import make_sequences
 from ppmix.experiments import registry
+from tests.common import make_sequences
 
 
 def run(*args, check=True):

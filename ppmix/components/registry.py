@@ -104,14 +104,19 @@ def family_option_hint(argument: str, family: Any, keyword: str, value: Any) -> 
     "'n_mix' is an option of the family 'gmm', not of 'poisson': pass it as family={'name': 'gmm', 'n_mix': 3}"
     """
     takers = [name for name in FAMILIES if keyword in (family_options(name) or ())]
-    if family in takers:
-        return f"{keyword!r} is an option of the {family!r} family: pass {argument}={{'name': {family!r}, {keyword!r}: {value!r}}}"
     if not takers:
         return ""
+    if family in takers:
+        return f"{keyword!r} is an option of the {family!r} family: pass {_dict_form(argument, family, keyword, value)}"
     named = "family " + repr(takers[0]) if len(takers) == 1 else "families " + ", ".join(map(repr, takers))
     given = f", not of {family!r}" if isinstance(family, str) else ""
-    example = f"{argument}={{'name': {takers[0]!r}, {keyword!r}: {value!r}}}"
-    return f"{keyword!r} is an option of the {named}{given}: pass it as {example}"
+    return (
+        f"{keyword!r} is an option of the {named}{given}: pass it as {_dict_form(argument, takers[0], keyword, value)}"
+    )
+
+
+def _dict_form(argument: str, name: str, keyword: str, value: Any) -> str:
+    return f"{argument}={{'name': {name!r}, {keyword!r}: {value!r}}}"
 
 
 def expert_family_from(expert: Any, argument: str = "expert") -> ExpertFamily:

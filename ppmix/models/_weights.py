@@ -11,10 +11,9 @@ prior, the weights' total is the amount of data it is weighed against, as repeat
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
-
-import math
 
 import numpy as np
 import torch

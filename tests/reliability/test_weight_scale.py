@@ -10,7 +10,7 @@ import warnings
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ppmix.inference.engines.result import ConvergenceWarning
@@ -44,8 +44,8 @@ def _weights(n: int, seed: int) -> np.ndarray:
 
 def _fitted(case_id: str, x, y, weight: np.ndarray, start: dict | None = None, converge: bool = True):
     """The case's model fitted with ``weight``: from its default start to convergence (``tol=1e-10``; or for three
-    EM iterations, without ``converge``), or for three EM iterations from ``start`` (a warm start after a one-iteration fit that records the weighted data's scale, the
-    variance floor)."""
+    EM iterations, without ``converge``), or for three EM iterations from ``start`` (a warm start after a
+    one-iteration fit that records the weighted data's scale, the variance floor)."""
     case = CASES[case_id]
     model = case.make().set_params(tol=0.0, max_iter=3)
     with warnings.catch_warnings():
