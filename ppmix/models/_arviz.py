@@ -499,10 +499,10 @@ def refuse_missing_entries(model: "MixtureModel", data: Any) -> None:
         if bool(missing.any()):
             where = torch.nonzero(missing)[0].tolist()
             raise ValueError(
-                f"to_arviz() needs data without missing entries; the observed {name!r} has a NaN at {tuple(where)} (of the "
-                "training data by default). Its draws are scored by the model's Pyro program, which cannot "
-                "marginalise them: pass the complete rows, e.g. model.to_arviz(X[~np.isnan(X).any(axis=1)]) (sequence "
-                "models: the complete sequences). With missing='marginalize', fit, partial_fit, predict, "
+                f"to_arviz() needs data without missing entries; the observed {name!r} has a NaN at {tuple(where)} "
+                "(of the training data by default). Its draws are scored by the model's Pyro program, which cannot "
+                "marginalise them: pass the complete rows, e.g. model.to_arviz(X[~np.isnan(X).any(axis=1)]) "
+                "(sequence models: the complete sequences). With missing='marginalize', fit, partial_fit, predict, "
                 "predict_proba, score, score_samples, bic, aic (and decode for sequences) take missing entries"
             )
 

@@ -231,12 +231,24 @@ class FamilyComponentsMixin:
     def extra_state(self) -> dict[str, Any]:
         """The data scale recorded by the fit (saved: MCMC's priors and the measured settings of a family, e.g. the
         categorical family's number of levels, read it)."""
-        return {**super().extra_state(), "data_scale": {name: v.tolist() for name, v in self._scale.items()}}  # type: ignore[misc]
+        scale = {name: v.tolist() for name, v in self._scale.items()}
+        return {**super().extra_state(), "data_scale": scale, "components": self._components_name()}  # type: ignore[misc]
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
         super().load_extra_state(state)  # type: ignore[misc]
+        saved = state.get("components")  # the class whose parameters the tensors are (saves since issue 49)
+        if saved is not None and saved != self._components_name():
+            argument = "emission" if "emission" in self.get_params() else "family"  # type: ignore[attr-defined]
+            raise ValueError(
+                f"the tensors are the parameters of {saved}, but field {argument!r} of the settings names the family "
+                f"{self.component_family().name!r}, whose components are {self._components_name()}"
+            )
         opts = {"dtype": self.dtype, "device": self._device}  # type: ignore[attr-defined]
         self._data_scale = {name: torch.tensor(v, **opts) for name, v in state.get("data_scale", {}).items()}
+
+    def _components_name(self) -> str:
+        """The name of the class of this model's fitted components, as saved (what its state tensors mean)."""
+        return self.component_family().components_class.__qualname__
 
     @property
     def _component_parameters(self) -> int:
