@@ -96,6 +96,8 @@ class FamilyComponentsMixin:
     init_methods: tuple[str, ...] = INIT_METHODS
     #: the hyperparameters set by a structure's ``priors=`` (None: the defaults, and EM is maximum likelihood)
     priors: Mapping[str, Any] | None = None
+    #: the class of components whose parameters a loaded save's tensors are (recorded by saves since issue 49)
+    _saved_components: str | None = None
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         """Refuse a keyword the constructor does not take before Python does, pointing a family's option at the
@@ -236,13 +238,7 @@ class FamilyComponentsMixin:
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
         super().load_extra_state(state)  # type: ignore[misc]
-        saved = state.get("components")  # the class whose parameters the tensors are (saves since issue 49)
-        if saved is not None and saved != self._components_name():
-            argument = "emission" if "emission" in self.get_params() else "family"  # type: ignore[attr-defined]
-            raise ValueError(
-                f"the tensors are the parameters of {saved}, but field {argument!r} of the settings names the family "
-                f"{self.component_family().name!r}, whose components are {self._components_name()}"
-            )
+        self._saved_components = state.get("components")  # what the tensors are (saves since issue 49)
         opts = {"dtype": self.dtype, "device": self._device}  # type: ignore[attr-defined]
         self._data_scale = {name: torch.tensor(v, **opts) for name, v in state.get("data_scale", {}).items()}
 
@@ -325,6 +321,14 @@ class FamilyComponentsMixin:
         self.components_ = family.components({s: torch.as_tensor(values[s]).to(**opts) for s in sites}, self._scale)
 
     def _load_component_state(self, tensors: dict[str, torch.Tensor]) -> None:
+        saved = self._saved_components
+        if saved is not None and saved != self._components_name():
+            params = self.get_params()  # type: ignore[attr-defined]
+            field = next((f"field {name!r}" for name in ("emission", "family") if name in params), "the settings")
+            raise ValueError(
+                f"the tensors are the parameters of {saved}, but {field} of config.json names the family "
+                f"{self.component_family().name!r}, whose components are {self._components_name()}"
+            )
         opts = {"dtype": self.dtype, "device": self._device}
         family = self.component_family()
         state = {name: tensors[name].to(**opts) for name in family.components_class.param_names}

@@ -40,7 +40,8 @@ EDITS = {
         "poisson",
         lambda c: c["params"].update(family="exponential"),
         None,
-        r"parameters of PoissonComponents, but field 'family' .* 'exponential'",
+        r"tensors.pt does not hold a valid Mixture state: the tensors are the parameters of PoissonComponents, "
+        r"but field .family. of config.json names the family .exponential.",
     ),
     "a forbidden transition of 0.5": (
         "left-right",
