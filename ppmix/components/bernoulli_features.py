@@ -120,6 +120,9 @@ class BernoulliFamily(DensityFamily):
     """
 
     name = "bernoulli"
+    #: k-means' hard clusters start softened (:mod:`ppmix.models._starts`):
+    #: a feature constant in a hard cluster would start at 0 or 1
+    start_spread = 0.5
     components_class = BernoulliComponents
 
     def __init__(self, floor: float = 1e-10) -> None:

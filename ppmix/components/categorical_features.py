@@ -11,7 +11,6 @@ scale (:meth:`CategoricalFamily.measured` fills it in). The rows are one-hot enc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import pyro.distributions as dist
@@ -27,23 +26,77 @@ from ppmix.components.family import (
     PriorKey,
     SiteSpec,
     WeightedSums,
-    posterior_mode,
 )
 from ppmix.components.independent import IndependentFeatures
+from ppmix.ops.floored_simplex import floored_frequencies
 
-__all__ = ["CategoricalComponents", "CategoricalFamily", "LevelCodes"]
+__all__ = ["CategoricalComponents", "CategoricalFamily", "LevelCodes", "distinct_codes", "measured_levels"]
+
+#: a feature's measured levels (its largest code plus one) look like identifiers, not levels, when more than this
+#: share of them never occur, and at least ``ID_LIKE_MIN_UNSEEN`` of them
+ID_LIKE_UNSEEN_SHARE = 0.5
+ID_LIKE_MIN_UNSEEN = 10
+#: what to do about codes that are not ``0..C-1``, in the errors
+LEVELS_REMEDY = (
+    "recode the column to 0..L-1 (e.g. with pandas.factorize or sklearn.preprocessing.OrdinalEncoder), or pass "
+    "n_levels to the categorical family (e.g. family={'name': 'categorical', 'n_levels': L}; emission= for an HMM)"
+)
 
 
-@dataclass
+def distinct_codes(x: torch.Tensor) -> list[torch.Tensor]:
+    """Each feature's distinct level codes (missing entries, NaN, left out), one sorted tensor per column of ``x``.
+
+    Examples
+    --------
+    >>> [c.tolist() for c in distinct_codes(torch.tensor([[2.0, 0.0], [2.0, float("nan")], [0.0, 5.0]]))]
+    [[0.0, 2.0], [0.0, 5.0]]
+    """
+    return [torch.unique(column[~torch.isnan(column)]) for column in x.T]
+
+
+def measured_levels(codes: list[torch.Tensor], name: str = "X") -> int:
+    """The number of levels measured on data whose features hold the distinct ``codes`` (:func:`distinct_codes`):
+    the largest code plus one (1 without any code). A feature whose codes look like identifiers rather than levels
+    (of its levels ``0..max``, more than half never occur, and at least 10) is refused with a ``ValueError`` naming
+    the column of ``name`` and the remedy (recoding, or ``n_levels``).
+
+    Examples
+    --------
+    >>> measured_levels([torch.tensor([0.0, 1.0, 2.0]), torch.tensor([3.0])])
+    4
+    >>> measured_levels([torch.tensor([0.0, 1.0, 2.0, 20000.0])])
+    Traceback (most recent call last):
+    ...
+    ppmix._validation.InvalidDataError: column 0 of X holds the level codes 0..20000 but only 4 distinct ones: ...
+    """
+    levels = 1
+    for d, column in enumerate(codes):
+        if not column.numel():
+            continue
+        largest = int(column.max())
+        unseen = largest + 1 - column.numel()
+        if unseen > ID_LIKE_UNSEEN_SHARE * (largest + 1) and unseen >= ID_LIKE_MIN_UNSEEN:
+            raise InvalidDataError(
+                f"column {d} of {name} holds the level codes 0..{largest} but only {column.numel()} distinct ones: "
+                f"{unseen} of its {largest + 1} levels never occur, so the codes look like identifiers, not levels "
+                f"(the categorical family fits one probability per level 0..{largest}); {LEVELS_REMEDY}"
+            )
+        levels = max(levels, largest + 1)
+    return levels
+
+
 class LevelCodes:
-    """Level codes ``codes`` ``(N, D)`` with their one-hot encoding ``one_hot`` ``(N, D * C)`` (feature-major)."""
+    """Level codes ``codes`` ``(N, D)`` on ``n_levels`` levels, with their one-hot encoding ``one_hot``
+    ``(N, D * C)`` (feature-major), built on first use (a shard read before the levels of every shard are known is
+    encoded once, on the fitted components' levels: :meth:`on_levels`)."""
 
-    codes: torch.Tensor
-    one_hot: torch.Tensor
+    def __init__(self, codes: torch.Tensor, n_levels: int) -> None:
+        self.codes, self.n_levels = codes, int(n_levels)
+        self._one_hot: torch.Tensor | None = None
 
     @classmethod
     def encode(cls, codes: torch.Tensor, n_levels: int, name: str = "X") -> "LevelCodes":
-        """One-hot encode ``codes`` on ``n_levels`` levels, refusing a code ``>= n_levels`` (naming ``name``).
+        """The codes on ``n_levels`` levels, refusing a code ``>= n_levels`` (naming ``name``).
 
         Examples
         --------
@@ -55,8 +108,21 @@ class LevelCodes:
                 f"{name} holds the level code {int(codes.max())}, but the categorical components have {n_levels} "
                 f"levels (codes 0..{n_levels - 1})"
             )
-        one_hot = torch.nn.functional.one_hot(codes.long(), n_levels).to(codes.dtype)
-        return cls(codes, one_hot.reshape(codes.shape[0], -1))
+        return cls(codes, n_levels)
+
+    @property
+    def one_hot(self) -> torch.Tensor:
+        if self._one_hot is None:
+            one_hot = torch.nn.functional.one_hot(self.codes.long(), self.n_levels).to(self.codes.dtype)
+            self._one_hot = one_hot.reshape(self.codes.shape[0], -1)
+        return self._one_hot
+
+    def on_levels(self, n_levels: int) -> torch.Tensor:
+        """The one-hot rows on ``n_levels`` levels: the codes are checked against them and kept on them (encoded
+        once, then cached)."""
+        if n_levels != self.n_levels:
+            self.n_levels, self._one_hot = LevelCodes.encode(self.codes, n_levels).n_levels, None
+        return self.one_hot
 
 
 class CategoricalComponents(IndependentFeatures, MeanStatisticsComponents):
@@ -67,8 +133,10 @@ class CategoricalComponents(IndependentFeatures, MeanStatisticsComponents):
     probs : Tensor (K, D, C)
         Each ``probs[k, d]`` on the simplex.
     floor : float, default 1e-4
-        The weighted MLE gives every level a probability of at least about ``floor`` (floored, then
-        renormalised), so a level unseen in a component keeps a finite log-density.
+        The M-step gives every level a probability of at least ``floor`` (beyond 10 levels ``10 * floor / C``, so
+        the floors of a feature hold at most ``10 * floor`` in all), so a level unseen in a component keeps a
+        finite log-density; it is the exact maximiser of the likelihood under that constraint
+        (:func:`~ppmix.ops.floored_simplex.floored_frequencies`).
 
     Examples
     --------
@@ -108,13 +176,11 @@ class CategoricalComponents(IndependentFeatures, MeanStatisticsComponents):
         return torch.einsum("nk,kdc->ndc", resp.to(self.dtype), self.probs).argmax(-1).to(self.dtype)
 
     def _one_hot(self, data: Any) -> torch.Tensor:
-        """The ``(N, D * C)`` one-hot rows of ``data`` (prepared :class:`LevelCodes`, re-encoded if they were
-        prepared for another number of levels, or raw codes)."""
-        if isinstance(data, LevelCodes):
-            if data.one_hot.shape[1] == data.codes.shape[1] * self.n_levels:
-                return data.one_hot.to(self.dtype)
-            data = data.codes
-        return LevelCodes.encode(data.to(self.dtype), self.n_levels).one_hot
+        """The ``(N, D * C)`` one-hot rows of ``data``: prepared :class:`LevelCodes` (re-encoded once if they were
+        prepared for another number of levels, e.g. a shard read before the levels of every shard were known), or
+        raw codes."""
+        codes = data if isinstance(data, LevelCodes) else LevelCodes.encode(data.to(self.dtype), self.n_levels)
+        return codes.on_levels(self.n_levels).to(self.dtype)
 
     def log_prob(self, data: Any) -> torch.Tensor:
         """``sum_d log probs_k,d,x_d``, ``(N, K)``: one GEMM of the one-hot rows with the log-probabilities (a
@@ -127,13 +193,16 @@ class CategoricalComponents(IndependentFeatures, MeanStatisticsComponents):
         return super().statistics(self._one_hot(data), weights)
 
     def fit_statistics(self, stats: WeightedSums) -> "CategoricalComponents":
-        """The weighted MLE ``probs_kdc = sum_n r_nk [x_nd = c] / sum_n r_nk``, floored at ``floor`` and
-        renormalised (uniform for a component without weight); in place."""
-        k, c = self.n_components, self.n_levels
-        frequencies = self.weighted_means(stats).reshape(k, -1, c)
-        frequencies = torch.where(stats.counts.to(self.dtype)[:, None, None] > 0, frequencies, 1.0 / c)
-        floored = frequencies.clamp_min(self.floor)
-        self.probs = floored / floored.sum(-1, keepdim=True)
+        """The weighted MLE ``probs_kd ∝ sum_n r_nk [x_nd = c]`` under the floor (``probs_kdc >= floor``, beyond 10
+        levels ``10 * floor / C``: :func:`~ppmix.ops.floored_simplex.floored_frequencies`; uniform for a component
+        without weight); in place."""
+        self.fit_counts(stats.totals.to(self.dtype).reshape(self.n_components, -1, self.n_levels))
+        return self
+
+    def fit_counts(self, counts: torch.Tensor) -> "CategoricalComponents":
+        """``probs`` the maximiser of ``sum_c counts_kdc log probs_kdc`` under the floor, from level counts
+        ``(K, D, C)`` (weighted; or pseudo-counts, MAP-EM's); in place."""
+        self.probs = floored_frequencies(counts, self.floor)
         return self
 
     def pyro_dist(self, index: torch.Tensor | None = None) -> dist.Distribution:
@@ -158,11 +227,17 @@ class CategoricalFamily(DensityFamily):
     ----------
     n_levels : int, optional
         The number of levels ``C`` of every feature (codes ``0..C-1``); None: measured on the training data as
-        its largest code plus one, recorded and saved by the model. A row with a code ``>= C`` is refused.
+        its largest code plus one, recorded and saved by the model (by ``fit_em``, over every shard). Codes that
+        look like identifiers (of a feature's levels ``0..max``, more than half and at least 10 never occur) are
+        then refused, suggesting a recoding to ``0..L-1`` or ``n_levels``; given ``n_levels`` they are accepted.
+        A row with a code ``>= C`` is refused (a later chunk of ``partial_fit``, new data to predict).
     floor : float, default 1e-4
-        The smallest fitted probability of a level (before renormalising). Not much smaller: a level that the
-        hard k-means start leaves out of a component gets it, and SVI, which starts from that M-step, moves a
-        probability of 1e-10 up too slowly (in its unconstrained coordinates it is 23 units away, not 9).
+        The smallest fitted probability of a level; beyond 10 levels ``10 * floor / C``, so the floors of a feature
+        hold at most ``10 * floor`` in all and the levels that occur keep their frequencies to within that however
+        many levels never occur. The M-step is the exact maximiser of the likelihood (MAP-EM: of the posterior)
+        under the floor, so EM's objective never decreases. Not much smaller: a level that the hard k-means start
+        leaves out of a component gets the floor, and SVI, which starts from that M-step, moves a probability of
+        1e-10 up too slowly (in its unconstrained coordinates it is 23 units away, not 9).
 
     Notes
     -----
@@ -186,6 +261,9 @@ class CategoricalFamily(DensityFamily):
     """
 
     name = "categorical"
+    #: k-means' hard clusters start softened (:mod:`ppmix.models._starts`):
+    #: a level missing from a hard cluster would start at the floor
+    start_spread = 0.5
     components_class = CategoricalComponents
 
     def __init__(self, n_levels: int | None = None, floor: float = 1e-4) -> None:
@@ -218,22 +296,27 @@ class CategoricalFamily(DensityFamily):
         if self.n_levels is not None and x.numel() and int(x.max()) >= self.n_levels:
             raise InvalidDataError(
                 f"{name} holds the level code {int(x.max())}, but the categorical family has n_levels="
-                f"{self.n_levels} (codes 0..{self.n_levels - 1})"
+                f"{self.n_levels} (codes 0..{self.n_levels - 1}), given or measured on the training data (the "
+                "first chunk of partial_fit); when later data may hold other codes, pass n_levels to the family "
+                "(e.g. family={'name': 'categorical', 'n_levels': L}; emission= for an HMM)"
             )
 
+    def _measured_levels(self, x: torch.Tensor, name: str) -> int:
+        """``n_levels``, or the levels of the codes ``x`` (:func:`measured_levels`: id-like codes refused)."""
+        return self.n_levels if self.n_levels is not None else measured_levels(distinct_codes(x), name)
+
     def data_scale(self, x: torch.Tensor, name: str = "X") -> DataScale:
-        """``n_levels``: the family's, or the training data's largest code plus one."""
+        """``n_levels``: the family's, or the training data's largest code plus one (:func:`measured_levels`)."""
         self.check_data(x, name)
-        levels = self.n_levels if self.n_levels is not None else int(x.max()) + 1 if x.numel() else 1
-        return {"n_levels": torch.tensor(float(levels), dtype=x.dtype, device=x.device)}
+        return {"n_levels": torch.tensor(float(self._measured_levels(x, name)), dtype=x.dtype, device=x.device)}
 
     def prepare(self, x: torch.Tensor, components: ComponentFamily | None = None) -> LevelCodes:
-        """The codes with their one-hot encoding, on the fitted components' levels or, for training data, on
-        ``n_levels`` (if not given, the data's largest code plus one: what :meth:`data_scale` measures)."""
+        """The codes (one-hot encoded on first use) on the fitted components' levels or, for training data, on
+        ``n_levels`` (if not given, the data's largest code plus one, as :meth:`data_scale` measures, which refuses
+        id-like codes before a fit prepares its data)."""
         if components is not None:
-            levels = components.n_levels  # type: ignore[attr-defined]
-        else:
-            levels = self.n_levels if self.n_levels is not None else int(x.max()) + 1 if x.numel() else 1
+            return LevelCodes.encode(x, components.n_levels)  # type: ignore[attr-defined]
+        levels = self.n_levels if self.n_levels is not None else int(x.max()) + 1 if x.numel() else 1
         return LevelCodes.encode(x, levels)
 
     def rows(self, data: Any) -> torch.Tensor:
@@ -267,12 +350,12 @@ class CategoricalFamily(DensityFamily):
         return dist.Dirichlet(alpha).to_event(1)
 
     def map_update(self, components: CategoricalComponents, stats: WeightedSums, scale: DataScale) -> None:
-        """``probs_kd ∝ level counts + alpha - 1`` under ``Dirichlet(alpha)`` (uniform where that is all zero),
-        floored at ``floor`` and renormalised."""
+        """``probs_kd ∝ level counts + alpha - 1`` under ``Dirichlet(alpha)`` (uniform where that is all zero): the
+        posterior mode under the floor (MAP-EM's objective adds the Dirichlet's log density, so this is its exact
+        maximiser)."""
         opts = {"dtype": components.dtype, "device": components.device}
-        mode = posterior_mode(self.conjugate_posterior("probs", stats, {}, scale, opts)).to(**opts)
-        floored = mode.clamp_min(components.floor)
-        components.probs = floored / floored.sum(-1, keepdim=True)
+        posterior = self.conjugate_posterior("probs", stats, {}, scale, opts)
+        components.fit_counts(posterior.concentration.to(**opts) - 1)
 
     def conjugate_posterior(
         self, site: str, stats: WeightedSums, values: dict, scale: DataScale, opts: dict

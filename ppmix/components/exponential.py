@@ -105,6 +105,9 @@ class ExponentialFamily(DensityFamily):
     """
 
     name = "exponential"
+    #: k-means' hard clusters start softened (:mod:`ppmix.models._starts`):
+    #: slices of the axis cut by k-means would start at rates too far apart
+    start_spread = 0.5
     components_class = ExponentialComponents
 
     def check_data(self, x: torch.Tensor, name: str = "X") -> None:

@@ -257,6 +257,9 @@ class GammaFamily(LogDataFamily):
     """
 
     name = "gamma"
+    #: k-means' hard clusters start softened (:mod:`ppmix.models._starts`):
+    #: a slice of the axis cut by k-means would start at a huge shape
+    start_spread = 0.5
     components_class = GammaComponents
 
     def __init__(self, max_concentration: float = 1e6) -> None:

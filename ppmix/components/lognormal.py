@@ -20,7 +20,7 @@ from ppmix.components.base import ComponentFamily
 from ppmix.components.centred import as_floor
 from ppmix.components.family import DataScale, PriorKey, SiteSpec
 from ppmix.components.gaussian_diag import DiagGaussian
-from ppmix.components.gaussian_family import GaussianFamily
+from ppmix.components.gaussian_family import GaussianFamily, robust_spread, scale_sample
 from ppmix.components.independent import IndependentFeatures
 from ppmix.components.positive import LogData, LogDataFamily, as_log_data
 from ppmix.components.statistics import GaussianStatistics
@@ -134,7 +134,9 @@ class LogNormalFamily(LogDataFamily):
     ----------
     reg_covar : float, default 1e-6
         The floor of the fitted variances of ``log x_d``: ``reg_covar`` times the squared robust spread of
-        ``log x_d`` in the training data (:func:`~ppmix.components.gaussian_family.relative_floor`).
+        ``log x_d`` in the training data (:func:`~ppmix.components.gaussian_family.relative_floor`); ``reg_covar``
+        itself where ``x_d`` is constant up to rounding (decided on ``x``, whose relative rounding is an absolute
+        one on ``log x``: a column of ``1 + eps`` is constant, its logarithms ``0`` and ``eps`` are not).
 
     Notes
     -----
@@ -171,11 +173,18 @@ class LogNormalFamily(LogDataFamily):
         check_float(self.reg_covar, "reg_covar", positive=False)
 
     def data_scale(self, x: torch.Tensor, name: str = "X") -> DataScale:
-        """The mean, standard deviation and variance floor (``floor``) of ``log x`` (the Gaussian family's)."""
-        return self._log_gaussian().data_scale(x.log(), name)
+        """The mean, standard deviation and variance floor (``floor``) of ``log x`` (the Gaussian family's), the
+        floor ``reg_covar`` where ``x`` is constant up to rounding."""
+        scale = self._log_gaussian().data_scale(x.log(), name)
+        return self._floored_where_constant(scale, robust_spread(scale_sample(x)))
 
     def weighted_data_scale(self, x: torch.Tensor, weight: torch.Tensor, name: str = "X") -> DataScale:
-        return self._log_gaussian().weighted_data_scale(x.log(), weight, name)
+        scale = self._log_gaussian().weighted_data_scale(x.log(), weight, name)
+        return self._floored_where_constant(scale, robust_spread(x, weight))
+
+    def _floored_where_constant(self, scale: DataScale, spread: torch.Tensor) -> DataScale:
+        """``scale`` with the absolute floor ``reg_covar`` on the features whose robust spread in ``x`` is zero."""
+        return {**scale, "floor": torch.where(spread > 0, scale["floor"], torch.full_like(spread, self.reg_covar))}
 
     def prepare(self, x: torch.Tensor, components: ComponentFamily | None = None) -> LogData:
         """Training data with their logarithms centred at their mean; prediction data at the components' reference."""

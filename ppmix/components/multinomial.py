@@ -43,6 +43,7 @@ from ppmix.components.family import (
     WeightedSums,
 )
 from ppmix.components.independent import ComponentsView
+from ppmix.ops.floored_simplex import floored_frequencies
 
 __all__ = [
     "CountRows",
@@ -267,8 +268,9 @@ class MultinomialComponents(MeanStatisticsComponents):
     probs : Tensor (K, D)
         Each row on the simplex.
     floor : float, default 1e-10
-        The weighted MLE gives every category a probability of at least about ``floor`` (floored, then
-        renormalised), so a category unseen in a component keeps a finite log-density.
+        The M-step gives every category a probability of at least ``floor`` (beyond 10 categories ``10 * floor /
+        D``: the floors hold at most ``10 * floor`` in all), so a category unseen in a component keeps a finite
+        log-density; it is the maximiser of the likelihood under that constraint.
     sample_total : int, default 1
         The number of trials of the rows :meth:`sample` draws (the model passes the training rows' median total).
 
@@ -309,17 +311,24 @@ class MultinomialComponents(MeanStatisticsComponents):
         return ObservedCounts(self)
 
     def fit_statistics(self, stats: WeightedSums | ObservedCountStatistics) -> "MultinomialComponents":
-        """The weighted MLE ``probs_k ∝ sum_n r_nk x_n`` (uniform for a component without counts; from rows with
-        missing counts, the maximiser of their conditional likelihood reached from the current ``probs``,
-        :meth:`ObservedCountStatistics.probabilities`), floored at ``floor`` and renormalised; in place."""
+        """The weighted MLE ``probs_k ∝ sum_n r_nk x_n`` under the floor (the exact maximiser,
+        :func:`~ppmix.ops.floored_simplex.floored_frequencies`; uniform for a component without counts); from rows
+        with missing counts, :meth:`fit_observed`; in place."""
         if isinstance(stats, ObservedCountStatistics):
-            shares = stats.probabilities(self.probs.to(self.dtype))
-        else:
-            totals = stats.totals.to(self.dtype)
-            row_sums = totals.sum(1, keepdim=True)
-            shares = torch.where(row_sums > 0, totals / torch.where(row_sums > 0, row_sums, 1.0), 1.0 / totals.shape[1])
-        floored = shares.clamp_min(self.floor)
-        self.probs = floored / floored.sum(1, keepdim=True)
+            return self.fit_observed(stats)
+        self.probs = floored_frequencies(stats.totals.to(self.dtype), self.floor)
+        return self
+
+    def fit_observed(self, stats: ObservedCountStatistics) -> "MultinomialComponents":
+        """The M-step from rows with missing counts: the maximiser of their conditional likelihood reached from the
+        current ``probs`` (:meth:`ObservedCountStatistics.probabilities`), brought onto the floor
+        (:func:`~ppmix.ops.floored_simplex.floored_frequencies` of it), kept for each
+        component whose objective it does not lower (else the current ``probs`` stay): a generalised M-step, so EM
+        never decreases its objective."""
+        current = self.probs.to(self.dtype)
+        proposal = floored_frequencies(stats.probabilities(current), self.floor)
+        better = stats.objective(proposal) >= stats.objective(current)
+        self.probs = torch.where(better[:, None], proposal, current)
         return self
 
     def pyro_dist(self, index: torch.Tensor | None = None) -> dist.Distribution:
@@ -344,7 +353,9 @@ class MultinomialFamily(DensityFamily):
     Parameters
     ----------
     floor : float, default 1e-10
-        The smallest fitted probability of a category (before renormalising).
+        The smallest fitted probability of a category (beyond 10 categories ``10 * floor / D``: the floors hold
+        at most ``10 * floor`` in all); the M-step is the maximiser of the likelihood (MAP-EM: of the posterior)
+        under that floor, so EM's objective never decreases.
 
     Notes
     -----

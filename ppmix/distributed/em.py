@@ -15,11 +15,14 @@ a share proportional to its size (about ``sample_size`` units in all, in content
 order, so the start does not depend on the order of the shards) and runs the model's own
 initialisation on that sample (k-means, ``n_init`` restarts seeded as in memory). Its cost
 is one k-means on ``sample_size`` rows; the relative variance floor is also measured on the
-sample. A model fitted before (``warm_start=True``) starts from its parameters instead.
+sample. A model fitted before (``warm_start=True``) starts from its parameters instead. What the sample may miss is
+measured over every shard: a categorical family's number of levels (the largest code of any shard plus one, the
+distinct codes of every shard merged), so a level that occurs only in a shard outside the sample is no error.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -29,11 +32,14 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from ppmix.components.categorical_features import CategoricalFamily, distinct_codes, measured_levels
 from ppmix.components.statistics import merge_statistics
 from ppmix.distributed.holders import ShardSummary, ShardTask, make_holders
 from ppmix.distributed.shards import shard_columns
 from ppmix.inference.engines.capabilities import DataStatisticsEM, GlobalObjectiveEM, SequenceData, ShardableEM
 from ppmix.inference.engines.em import run_em
+from ppmix.models._missing import PartlyObserved
+from ppmix.models._weights import split_weights
 from ppmix.parallel import DEFAULT_TIMEOUT, TaskError, TaskInputError, check_timeout
 
 __all__ = ["fit_em", "merge_in_tree"]
@@ -112,6 +118,47 @@ class _ShardedEM:
 def _statistics(results: Sequence[Any]) -> list[Any]:
     """The statistics of the shards' step results, those of empty shards left out."""
     return [r.statistics for r in results if r.statistics is not None]
+
+
+class _ShardCodes:
+    """Stands in for the model in a pass over the held shards (``holders.run("data_statistics", ...)``): each
+    shard's distinct level codes per feature (:func:`~ppmix.components.categorical_features.distinct_codes`) of
+    the family's rows (a mixture's) or frames (an HMM's)."""
+
+    def __init__(self, family: CategoricalFamily) -> None:
+        self.family = family
+
+    def em_data_statistics(self, data: Any) -> list[torch.Tensor]:
+        inner = split_weights(data)[0]
+        frames = getattr(inner, "frames", inner)
+        rows = frames.x if isinstance(frames, PartlyObserved) else self.family.rows(frames)
+        return distinct_codes(rows)
+
+
+def _levels_over_shards(model: Any, holders: Any) -> int | None:
+    """The number of levels of a categorical family measured over every shard (the distinct codes of each merged;
+    id-like codes refused, :func:`~ppmix.components.categorical_features.measured_levels`); None for any other
+    family, or one whose ``n_levels`` is given (every shard was checked against it when read)."""
+    get_family = getattr(model, "component_family", None)
+    if get_family is None:
+        return None
+    earlier = hasattr(model, "_data_scale")  # the family of the constructor's arguments, not an earlier fit's
+    with model._overriding("_data_scale", {}) if earlier else contextlib.nullcontext():
+        family = get_family()
+    if not isinstance(family, CategoricalFamily) or family.n_levels is not None:
+        return None
+    per_shard = _statistics(holders.run("data_statistics", _ShardCodes(family)))
+    merged = [torch.unique(torch.cat(parts)) for parts in zip(*per_shard, strict=True)]
+    return measured_levels(merged, "the shards")
+
+
+def _record_levels(model: Any, levels: int | None) -> None:
+    """The model's data scale (measured on the start sample) with ``n_levels`` measured over every shard."""
+    if levels is None:
+        return
+    scale = dict(model._scale)
+    scale["n_levels"] = torch.tensor(float(levels), dtype=model.dtype, device=model._device)
+    model._take_data_scale(lambda family: scale)
 
 
 def _shard_name(shard: Any, index: int) -> str:
@@ -284,8 +331,11 @@ def fit_em(
                  if width != first}
             )  # fmt: skip
         names_in = model.feature_names_in_
+        levels = _levels_over_shards(model, holders)
         sample_x, sample_y = _start_sample(summaries, sample_size, weighted=weight is not None)
-        start_data = model.em_data(model.prepare_data(sample_x, sample_y, fitting=True))
+        prepared = model.prepare_data(sample_x, sample_y, fitting=True)
+        _record_levels(model, levels)
+        start_data = model.em_data(prepared)
         model.feature_names_in_ = names_in
         data_stats = None
         if isinstance(model, DataStatisticsEM):  # fitted once from all the data (e.g. the pf background)

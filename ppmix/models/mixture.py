@@ -30,6 +30,7 @@ from ppmix.models._missing import (
 )
 from ppmix.models._online import OnlineEMMixin
 from ppmix.models._params import store_params
+from ppmix.models._starts import start_responsibilities
 from ppmix.models._weights import Weighted, split_weights
 from ppmix.models.base import MixtureModel
 
@@ -59,7 +60,10 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
         mixture with the Gaussian family and its settings as arguments.
     n_init : int, default 1
         EM restarts; the best objective is kept.
-    max_iter : int, default 100
+    max_iter : int, default 1000
+        EM's iterations at most. EM converges linearly, slowly where components overlap: a categorical or gamma
+        mixture from its start often needs 100-300 iterations to meet ``tol`` (``benchmarks/_defaults_starts.py``);
+        a fit that has converged stops there, whatever ``max_iter``. (:class:`~ppmix.models.gmm.GMM`: 100.)
     tol : float, default 1e-6
         EM stops when the log-likelihood per observation changes by at most ``tol`` (nats).
     init_params : {"kmeans", "k-means++", "random"}, default "kmeans"
@@ -67,7 +71,9 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
         Lloyd iterations on a random subsample of ``max(4000, 250 K)`` rows, then every
         row assigned to its nearest centre (:func:`~ppmix.ops.kmeans.kmeans_start`: one
         pass over the data beyond a fixed cost); ``"k-means++"``: one seeding on all rows; ``"random"``: random
-        responsibilities.
+        responsibilities. The Bernoulli, categorical, exponential and gamma families soften k-means' hard clusters
+        (each row counted half to its cluster, half spread over all components: :mod:`ppmix.models._starts`),
+        whose extreme frequencies and shapes would hold EM near the start.
     warm_start : bool, default False
         Continue EM from the current parameters on the next ``fit``.
     missing : {"error", "marginalize"}, default "error"
@@ -123,7 +129,7 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
         *,
         family: str | DensityFamily | dict = "gaussian",
         n_init: int = 1,
-        max_iter: int = 100,
+        max_iter: int = 1000,
         tol: float = 1e-6,
         init_params: str = "kmeans",
         warm_start: bool = False,
@@ -242,7 +248,10 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
             rows = self.component_family().prepare(fill_missing(rows.x, self.component_family(), weight))
             data = rows if weight is None else Weighted(rows, weight)
         self.components_ = self._new_components(self.component_family().rows(rows))
-        self.m_step(data, self._initial_responsibilities(rows, generator, weight))
+        resp = self._initial_responsibilities(rows, generator, weight)
+        if self.init_params != "random":  # k-means' hard clusters, softened for the families that ask
+            resp = start_responsibilities(self.component_family(), resp)
+        self.m_step(data, resp)
 
     def e_step(self, data: Any) -> tuple[Statistics, torch.Tensor]:
         """The M-step's statistics under the responsibilities and the log-likelihood

@@ -91,7 +91,8 @@ def weighted_lower_median(x: torch.Tensor, weight: torch.Tensor | None = None) -
     """The lower median of ``x`` along its first axis (``(N,)`` -> a scalar, ``(N, D)`` -> ``(D,)``), row ``n``
     counted ``weight[n]`` times (once when None): for integer weights, ``torch.median`` of the rows repeated (the
     first value, in order, whose cumulative weight reaches half the total, to the rounding of the sums: so that
-    weights scaled by any constant, whose sums round differently, find the same median).
+    weights scaled by any constant, whose sums round differently, find the same median). ``weight`` ``(N, D)``
+    weighs each column's entries apart (a column of zero weights gives its smallest value).
 
     Examples
     --------
@@ -100,11 +101,14 @@ def weighted_lower_median(x: torch.Tensor, weight: torch.Tensor | None = None) -
     (2.0, 2.0)
     >>> weighted_lower_median(torch.tensor([[3.0, 0.0], [1.0, 5.0]])).tolist()
     [1.0, 0.0]
+    >>> weighted_lower_median(torch.tensor([[3.0, 0.0], [1.0, 5.0]]), torch.tensor([[1.0, 0.0], [0.0, 1.0]])).tolist()
+    [3.0, 5.0]
     """
     if weight is None:
         return x.median(dim=0).values
     values, order = x.sort(dim=0)
-    cumulative = weight.to(x)[order].cumsum(dim=0)
-    half = weight.sum().to(x) / 2 * (1 - 4 * x.shape[0] * torch.finfo(x.dtype).eps)
+    ordered = weight.to(x)[order] if weight.dim() == 1 else weight.to(x).gather(0, order)
+    cumulative = ordered.cumsum(dim=0)
+    half = weight.sum(0).to(x) / 2 * (1 - 4 * x.shape[0] * torch.finfo(x.dtype).eps)
     first = (cumulative < half).sum(dim=0, keepdim=True)
     return values.gather(0, first)[0]

@@ -71,13 +71,15 @@ def test_the_weighted_mles_are_the_brute_force_maxima():
 
 
 def test_unseen_levels_and_categories_keep_the_floor():
-    """A level no row of a component takes gets the floor (renormalised), not 0: its log-density stays finite."""
+    """A level no row of a component takes gets the floor, not 0 (its log-density stays finite), and the levels
+    that occur share the rest in proportion to their counts (the constrained MLE)."""
     categorical = CategoricalComponents(torch.full((1, 1, 3), 1 / 3, dtype=torch.float64), floor=1e-6)
     categorical.fit(_t([[0], [1], [1]]), torch.ones(3, 1, dtype=torch.float64))
-    assert_close(categorical.probs[0, 0], np.array([1, 2, 1e-6 * 3]) / (3 + 3e-6), rtol=1e-12)
+    rest = 1 - 1e-6
+    assert_close(categorical.probs[0, 0], [rest / 3, 2 * rest / 3, 1e-6], rtol=1e-12)
     multinomial = MultinomialComponents(torch.full((2, 2), 0.5, dtype=torch.float64), floor=1e-6)
     multinomial.fit(_t([[4, 0]]), _t([[1.0, 0.0]]))  # the second component has no weight: uniform
-    assert_close(multinomial.probs, [[1 / (1 + 1e-6), 1e-6 / (1 + 1e-6)], [0.5, 0.5]], rtol=1e-12)
+    assert_close(multinomial.probs, [[1 - 1e-6, 1e-6], [0.5, 0.5]], rtol=1e-12)
 
 
 @pytest.mark.parametrize(

@@ -29,7 +29,7 @@ from ppmix._validation import InvalidDataError, check_float
 from ppmix.components import BernoulliLabel, DiagGaussian
 from ppmix.components.centred import CentredData
 from ppmix.components.family import DensityFamily, Statistics
-from ppmix.components.gaussian_family import GaussianFamily
+from ppmix.components.gaussian_family import GaussianFamily, rounding_tolerance
 from ppmix.components.statistics import GaussianStatistics
 from ppmix.models._family_components import drop_leading_ones
 from ppmix.models._flat import flat_prior
@@ -175,14 +175,15 @@ class PredictionFocusedMixin:
         self._validate_priors()
 
     def _check_pf_features(self, frames: torch.Tensor) -> None:
-        """At least two features to select among (when ``p < 1``) and no constant feature (named)."""
+        """At least two features to select among (when ``p < 1``) and no constant feature (named): one whose observed
+        entries all equal its first up to rounding (:func:`~ppmix.components.gaussian_family.rounding_tolerance`)."""
         if frames.shape[1] < 2 and not self._all_relevant:
             raise InvalidDataError("X has 1 feature(s): it needs at least 2 features to select from (switch_prior < 1)")
         if frames.shape[0] < 2:
             raise InvalidDataError("X has 1 sample: every feature is constant; fitting needs at least 2")
         observed = ~torch.isnan(frames)  # missing entries (NaN): constant over the observed ones
         first = frames.gather(0, observed.to(torch.uint8).argmax(0, keepdim=True))
-        constant = ((frames == first) | ~observed).all(0)
+        constant = (((frames - first).abs() <= rounding_tolerance(first)) | ~observed).all(0)
         if constant.any():
             names = self.feature_names_in_ or list(range(frames.shape[1]))
             bad = [names[i] for i in torch.nonzero(constant).flatten().tolist()][:10]
