@@ -10,6 +10,7 @@ components than rows), is one ``ppmix: error:`` line naming the option or the fi
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any, Callable
 
@@ -36,6 +37,15 @@ def add_fit_parsers(fit_sub: Any, positive: Callable[[str], int], seed: Callable
         "--emission",
         default="gaussian",
         help="the emissions' family, by its registered name: gaussian (default; --covariance applies), poisson, ...",
+    )
+    hmm.add_argument(
+        "--emission-option",
+        action="append",
+        type=_key_value,
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting of the emissions' family, repeatable; VALUE is read as JSON where it parses, else as text: "
+        "e.g. --emission gmm --emission-option n_mix=3 (a GMM-HMM of 3 Gaussians per state; --covariance applies)",
     )
     _add_engine(hmm, positive)
     _add_common(hmm, positive, seed, n_init=1, max_iter=100)
@@ -267,18 +277,19 @@ def fit_hmm(args: argparse.Namespace) -> int:
     else:
         sequences = [frame]
         data = [frame]
+    emission = _emission(args)
     try:
-        family_from(args.emission, "--emission")
+        family_from(emission, "--emission")
     except (TypeError, ValueError) as err:
-        raise UserError(f"--emission: {err}") from None
-    model = HMM(args.k, emission=args.emission, covariance_type=args.covariance, n_init=args.n_init,
+        raise UserError(f"--emission{'-option' if args.emission_option else ''}: {err}") from None
+    model = HMM(args.k, emission=emission, covariance_type=args.covariance, n_init=args.n_init,
                 max_iter=args.max_iter, sequence_column=column, seed=args.seed, progress=not args.quiet)  # fmt: skip
     _fit(model, args, data, **_engine_options(args))
     states = [np.asarray(s) for s in model.predict(data)]
     summary = {
         "model": "HMM",
         "n_components": args.k,
-        "emission": args.emission,
+        "emission": emission,
         "covariance_type": args.covariance,
         "engine": model.engine_,
         "n_iter": model.n_iter_,
@@ -314,6 +325,35 @@ def fit_hmm(args: argparse.Namespace) -> int:
         f"{summary['n_iter']} iterations -> {args.out}"
     )
     return 0
+
+
+def _key_value(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` of ``--emission-option`` as ``(key, value)``, the value read as JSON where it parses (``3``,
+    ``1e-4``, ``"full"``), else as the text."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE (e.g. n_mix=3); got {text!r}")
+    try:
+        return key.strip(), json.loads(value)
+    except json.JSONDecodeError:
+        return key.strip(), value
+
+
+def _emission(args: argparse.Namespace) -> Any:
+    """``--emission``, or with ``--emission-option`` settings the family's dict form (``{"name": "gmm", "n_mix":
+    3}``), given ``--covariance`` where the family takes a ``covariance_type`` and no option sets it."""
+    if not args.emission_option:
+        return args.emission
+    from ppmix.components.registry import family_options
+
+    settings = dict(args.emission_option)
+    try:
+        accepted = family_options(args.emission) or ()
+    except ValueError as err:
+        raise UserError(f"--emission: {err}") from None
+    if "covariance_type" in accepted:
+        settings.setdefault("covariance_type", args.covariance)
+    return {"name": args.emission, **settings}
 
 
 # ------------------------------------------------------------------------------------- pf-GMM

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
 import warnings
@@ -19,6 +20,7 @@ __all__ = [
     "check_float",
     "check_matrix",
     "check_n_components",
+    "check_options",
     "check_positive_int",
     "check_seed",
     "resolve_device",
@@ -38,6 +40,29 @@ class InvalidDataError(ValueError):
     A :class:`ValueError` whose message names the argument; the command line reports it as
     a mistake in the input file (exit code 2), any other error of a fit as an internal one.
     """
+
+
+def check_options(function: Any, options: dict[str, Any], call: str, skip: int = 2) -> None:
+    """A ``TypeError`` naming the first of ``options`` that ``function`` does not take as a keyword (after its first
+    ``skip`` parameters, which the caller passes itself) and those it does, as ``call`` was given them; nothing for a
+    function that takes any keyword.
+
+    Examples
+    --------
+    >>> def run(model, data, *, num_samples=10, relabel=True): ...
+    >>> check_options(run, {"num_samples": 5}, "fit(engine='gibbs')")
+    >>> check_options(run, {"thin": 2}, "fit(engine='gibbs')")
+    Traceback (most recent call last):
+    ...
+    TypeError: fit(engine='gibbs') got an unknown option 'thin'; accepted: num_samples, relabel
+    """
+    parameters = list(inspect.signature(function).parameters.values())[skip:]
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return
+    accepted = [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    unknown = [name for name in options if name not in accepted]
+    if unknown:
+        raise TypeError(f"{call} got an unknown option {unknown[0]!r}; accepted: {', '.join(accepted)}")
 
 
 def resolve_device(device: Any, name: str = "device") -> torch.device:

@@ -14,6 +14,7 @@ import pytest
 from ppmix import GMM
 from ppmix.cli import main
 from ppmix.experiments import registry
+from tests.common import make_sequences
 
 
 def run(*args, check=True):
@@ -300,6 +301,31 @@ def test_fit_hmm_with_poisson_emissions_and_an_unknown_emission_named(tmp_path, 
     assert model.emission == "poisson" and sorted(np.round(model.means_[:, 0].numpy())) == [2.0, 15.0]
     line = error_line([*argv, "--emission", "negbin", "--out", str(tmp_path / "o2")], capsys)
     assert line.startswith("ppmix: error: --emission: unknown component family 'negbin'") and "poisson" in line
+
+
+def test_fit_hmm_sets_emission_options_and_names_a_wrong_one(tmp_path, capsys):
+    """``--emission gmm --emission-option n_mix=3``: a GMM-HMM of three Gaussians per state, saved with its
+    setting; --covariance applies; an option the family does not take, or not KEY=VALUE, is one error line."""
+    from ppmix import HMM
+
+    x, _, _ = make_sequences(4, (30, 40), n_features=2)
+    pd.DataFrame(np.concatenate(x), columns=["a", "b"]).to_csv(tmp_path / "steps.csv", index=False)
+    argv = ["fit", "hmm", str(tmp_path / "steps.csv"), "--k", "2", "--quiet", "--max-iter", "5", "--emission", "gmm"]
+    options = ["--emission-option", "n_mix=3", "--covariance", "full"]
+    assert main([*argv, *options, "--out", str(tmp_path / "out")]) == 0
+    model = HMM.load(tmp_path / "out" / "model")
+    family = model.component_family()
+    assert (family.n_mix, family.covariance_type) == (3, "full") and model.means_.shape[0] == 2
+    line = error_line([*argv, "--emission-option", "n_mixes=3", "--out", str(tmp_path / "o2")], capsys)
+    assert line.startswith("ppmix: error: --emission-option: unknown option 'n_mixes' for family 'gmm'")
+    assert "accepted: n_mix, covariance_type, reg_covar" in line
+    with pytest.raises(SystemExit):
+        main([*argv, "--emission-option", "n_mix", "--out", str(tmp_path / "o3")])
+    assert "expected KEY=VALUE" in capsys.readouterr().err
+    assert not (tmp_path / "o2").exists() and not (tmp_path / "o3").exists()
+    with pytest.raises(SystemExit):
+        main(["fit", "hmm", "--help"])
+    assert "--emission-option KEY=VALUE" in capsys.readouterr().out
 
 
 def _pf_csv(path):

@@ -21,6 +21,8 @@ __all__ = [
     "family_class",
     "family_config",
     "family_from",
+    "family_option_hint",
+    "family_options",
 ]
 
 #: registered density families: name -> "module:Class"
@@ -62,6 +64,61 @@ def family_class(name: str, registry: dict[str, str] | None = None) -> type:
     return getattr(importlib.import_module(module), cls)
 
 
+def family_options(name: str, registry: dict[str, str] | None = None) -> list[str] | None:
+    """The settings (constructor keywords) of the family registered as ``name``; None for one that takes any.
+
+    Examples
+    --------
+    >>> family_options("exponential"), family_options("gmm")
+    ([], ['n_mix', 'covariance_type', 'reg_covar'])
+    """
+    init = family_class(name, registry).__init__
+    if init is object.__init__ or init.__module__ == "typing":  # no constructor of its own (a Protocol's stand-in)
+        return []
+    parameters = list(inspect.signature(init).parameters.values())[1:]  # without self
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    return [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+
+def _checked_settings(name: str, settings: dict[str, Any], registry: dict[str, str] | None = None) -> dict[str, Any]:
+    """``settings`` of the dict form ``{"name": name, **settings}``, or a ``TypeError`` naming an unknown one and what
+    the family accepts."""
+    accepted = family_options(name, registry)
+    unknown = [] if accepted is None else [key for key in settings if key not in accepted]
+    if unknown:
+        takes = f"accepted: {', '.join(accepted)}" if accepted else "it takes no options"
+        raise TypeError(f"unknown option {unknown[0]!r} for family {name!r}; {takes}")
+    return settings
+
+
+def family_option_hint(argument: str, family: Any, keyword: str, value: Any) -> str:
+    """Where a keyword given to a structure (``HMM(3, emission="gmm", n_mix=3)``) belongs if it is a registered
+    family's option: the dict form of ``argument``; ``""`` if no family takes it.
+
+    Examples
+    --------
+    >>> family_option_hint("emission", "gmm", "n_mix", 3)
+    "'n_mix' is an option of the 'gmm' family: pass emission={'name': 'gmm', 'n_mix': 3}"
+    >>> family_option_hint("family", "poisson", "n_mix", 3)
+    "'n_mix' is an option of the family 'gmm', not of 'poisson': pass it as family={'name': 'gmm', 'n_mix': 3}"
+    """
+    takers = [name for name in FAMILIES if keyword in (family_options(name) or ())]
+    if not takers:
+        return ""
+    if family in takers:
+        return f"{keyword!r} is an option of the {family!r} family: pass {_dict_form(argument, family, keyword, value)}"
+    named = "family " + repr(takers[0]) if len(takers) == 1 else "families " + ", ".join(map(repr, takers))
+    given = f", not of {family!r}" if isinstance(family, str) else ""
+    return (
+        f"{keyword!r} is an option of the {named}{given}: pass it as {_dict_form(argument, takers[0], keyword, value)}"
+    )
+
+
+def _dict_form(argument: str, name: str, keyword: str, value: Any) -> str:
+    return f"{argument}={{'name': {name!r}, {keyword!r}: {value!r}}}"
+
+
 def expert_family_from(expert: Any, argument: str = "expert") -> ExpertFamily:
     """An :class:`~ppmix.components.expert_family.ExpertFamily` from what a user gave as ``argument``: a family
     object (returned as is), a registered name (:data:`EXPERT_FAMILIES`) or a saved config.
@@ -74,7 +131,10 @@ def expert_family_from(expert: Any, argument: str = "expert") -> ExpertFamily:
     if isinstance(expert, ExpertFamily):
         return expert
     if isinstance(expert, dict) and isinstance(expert.get("name"), str):
-        return family_class(expert["name"], EXPERT_FAMILIES)(**{k: v for k, v in expert.items() if k != "name"})
+        settings = {k: v for k, v in expert.items() if k != "name"}
+        return family_class(expert["name"], EXPERT_FAMILIES)(
+            **_checked_settings(expert["name"], settings, EXPERT_FAMILIES)
+        )
     if isinstance(expert, str):
         if expert not in EXPERT_FAMILIES:
             raise ValueError(f"{argument} must be one of {tuple(EXPERT_FAMILIES)} or an ExpertFamily; got {expert!r}")
@@ -103,7 +163,7 @@ def family_from(family: Any, argument: str = "family", **defaults: Any) -> Densi
         return family
     if isinstance(family, dict) and isinstance(family.get("name"), str):
         settings = {k: v for k, v in family.items() if k != "name"}
-        return family_class(family["name"])(**settings)
+        return family_class(family["name"])(**_checked_settings(family["name"], settings))
     if isinstance(family, str):
         cls = family_class(family)
         accepted = inspect.signature(cls).parameters

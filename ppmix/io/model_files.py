@@ -367,6 +367,7 @@ def load_model(
         model = cls(**params)
     except (TypeError, ValueError, KeyError, AttributeError, RuntimeError) as err:
         raise ValueError(f"{config_path}: {cls.__name__} refuses the saved constructor arguments: {err}") from None
+    _validate_settings(model, config_path)
     for name, value in fitted.items():
         if name == "classes_":  # a classifier's labels, as the array scikit-learn expects (absent otherwise)
             if value is not None:
@@ -392,6 +393,20 @@ def load_model(
     if _GIBBS_LOG_JOINT in tensors:
         model.gibbs_log_joint_ = tensors[_GIBBS_LOG_JOINT]
     return model
+
+
+def _validate_settings(model: Any, config_path: Path) -> None:
+    """The checks ``fit`` runs on the constructor arguments (``validate_params``: each value, and how they combine,
+    e.g. a ``transition_pattern`` of ``n_components`` states, ``priors`` of valid hyperparameters), run on the
+    saved ones: a ``ValueError`` naming ``config_path`` and the argument."""
+    validate = getattr(model, "validate_params", None)
+    if validate is None:
+        return
+    try:
+        validate()
+    except (TypeError, ValueError) as err:
+        refused = f"field 'params' holds settings {type(model).__name__} refuses"
+        raise ValueError(f"{config_path}: {refused}: {err}") from None
 
 
 class Savable(Estimator):

@@ -261,16 +261,72 @@ def laplace_draws(
         precision = 0.5 * (precision + precision.T)
         chol, info = torch.linalg.cholesky_ex(precision)
         if int(info) != 0 or not torch.isfinite(precision).all() or _numerically_flat(precision):
-            raise LaplaceUnavailable(
-                "the fitted objective is not strictly concave at the point estimate (a flat direction: an empty or "
-                "duplicated component?), so it has no Laplace approximation"
-            )
-        with torch.no_grad(), model.forked_rng(offset=4):
+            raise LaplaceUnavailable(_flat_reason(model, data))
+        with local_params(), torch.no_grad(), model.forked_rng(offset=4):
             noise = torch.randn(num_samples, centre.numel(), dtype=centre.dtype)
             steps = torch.linalg.solve_triangular(chol.T, noise.T, upper=True).T  # covariance = precision^-1
             draws = [split(centre + step) for step in steps]
         lp = log_densities(target, draws)
     return {n: torch.stack([d[n] for d in draws])[None].detach() for n in values}, lp[None]
+
+
+def _flat_reason(model: "MixtureModel", data: Any) -> str:
+    """Why a point fit's objective is not strictly concave: a family whose log-density has no curvature in some of
+    its parameters (:func:`curvature_free_sites`), or else a flat direction of this fit."""
+    sites = curvature_free_sites(model, data)
+    if sites:
+        return (
+            f"the log-density of {type(model.components_).__name__} has no curvature in {', '.join(sites)} (it is not "
+            "twice differentiable there, e.g. piecewise linear as a Laplace location's |x - loc|), so no fit of this "
+            "family has a Laplace approximation"
+        )
+    return (
+        "the fitted objective is not strictly concave at the point estimate (a flat direction: an empty or "
+        "duplicated component, or a parameter at its bound?), so it has no Laplace approximation"
+    )
+
+
+def curvature_free_sites(model: "MixtureModel", data: Any) -> list[str]:
+    """The sites of ``model``'s component family in whose (unconstrained) values the family's log-density of the
+    observed rows has a Hessian-vector product exactly zero at the fit: a family not twice differentiable there
+    (autograd's second derivative of ``|x - loc|`` is zero), whatever the data; empty for a model without a
+    component family, or one whose components cannot be rebuilt from its sites.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ppmix import Mixture
+    >>> mix = Mixture(2, family="poisson", seed=0, progress=False).fit(np.arange(20.0)[:, None])
+    >>> curvature_free_sites(mix, mix.prepare_data(np.arange(20.0)[:, None]))  # smooth: none
+    []
+    """
+    components = getattr(model, "components_", None)
+    if components is None or not hasattr(model, "component_family"):
+        return []
+    rows = next(iter(model.observed_data(data).values()))
+    family = model.component_family()
+    try:
+        values = family.site_values(components)
+        specs = family.sites(model.n_components, rows.shape[-1])
+        return [
+            site for site, value in values.items() if _curvature_free(family, values, site, specs[site], rows, model)
+        ]
+    except (KeyError, TypeError, ValueError, RuntimeError, NotImplementedError):  # a family that cannot be rebuilt so
+        return []
+
+
+def _curvature_free(family: Any, values: dict, site: str, spec: Any, rows: torch.Tensor, model: Any) -> bool:
+    transform = biject_to(spec.support)
+    free = transform.inv(values[site].detach()).requires_grad_()
+    with torch.enable_grad():
+        components = family.components({**values, site: transform(free)}, model._scale)
+        total = components.log_prob(family.prepare(rows, components)).sum()
+        (gradient,) = torch.autograd.grad(total, free, create_graph=True)
+        if not gradient.requires_grad:  # the gradient does not depend on the value: no curvature
+            return True
+        direction = torch.rand(free.shape, generator=torch.Generator().manual_seed(0), dtype=free.dtype)
+        (curvature,) = torch.autograd.grad((gradient * direction).sum(), free, allow_unused=True)
+    return curvature is None or not bool(curvature.any())
 
 
 def _numerically_flat(precision: torch.Tensor) -> bool:
@@ -434,6 +490,23 @@ def prior_samples(
 
 
 # ------------------------------------------------------------------------- the builder
+def refuse_missing_entries(model: "MixtureModel", data: Any) -> None:
+    """A ``ValueError`` naming the first missing entry (NaN) of ``data``'s observed values and what takes them:
+    ArviZ's draws are scored by the model's Pyro program, which cannot marginalise missing entries (only EM's
+    updates and the exact predictions do, under ``missing="marginalize"``)."""
+    for name, values in model.observed_data(data).items():
+        missing = torch.isnan(values) if values.is_floating_point() else torch.zeros_like(values, dtype=torch.bool)
+        if bool(missing.any()):
+            where = torch.nonzero(missing)[0].tolist()
+            raise ValueError(
+                f"to_arviz() needs data without missing entries; the observed {name!r} has a NaN at {tuple(where)} "
+                "(of the training data by default). Its draws are scored by the model's Pyro program, which cannot "
+                "marginalise them: pass the complete rows, e.g. model.to_arviz(X[~np.isnan(X).any(axis=1)]) "
+                "(sequence models: the complete sequences). With missing='marginalize', fit, partial_fit, predict, "
+                "predict_proba, score, score_samples, bic, aic (and decode for sequences) take missing entries"
+            )
+
+
 def build_inference_data(
     model: "MixtureModel", data: Any, num_samples: int = 100, approximation: str | None = "auto", per_step: bool = False
 ) -> Any:
@@ -451,6 +524,7 @@ def build_inference_data(
 
     if approximation not in APPROXIMATIONS:
         raise ValueError(f"approximation must be one of {APPROXIMATIONS}; got {approximation!r}")
+    refuse_missing_entries(model, data)
     draws, source, no_laplace, stats = global_draws(model, data, num_samples, approximation)
     n_chains, n_draws = next(iter(draws.values())).shape[:2]
     loglik, discrete = pointwise_draws(model, data, _flat(draws), per_step=per_step)

@@ -11,6 +11,7 @@ it serves.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable, Mapping
 
 import pyro
@@ -21,6 +22,7 @@ from pyro.distributions import constraints
 from ppmix.components.base import ComponentFamily
 from ppmix.components.family import DataScale, DensityFamily, PriorKey, check_priors
 from ppmix.components.independent import FeatureStatistics
+from ppmix.components.registry import family_option_hint
 from ppmix.models._flat import flat_prior
 from ppmix.models._missing import fill_missing
 from ppmix.ops.kmeans import kmeans_plusplus, kmeans_start, nearest_centre
@@ -47,6 +49,37 @@ def drop_leading_ones(value: torch.Tensor, dim: int) -> torch.Tensor:
     return value
 
 
+def refuse_unknown_keywords(cls: type, kwargs: dict[str, Any]) -> None:
+    """A ``TypeError`` for the first keyword of ``kwargs`` that ``cls``'s constructor does not take, saying where it
+    belongs if it is a family's option (:func:`~ppmix.components.registry.family_option_hint`); nothing for a
+    constructor that takes any keyword.
+
+    Examples
+    --------
+    >>> from ppmix import HMM
+    >>> refuse_unknown_keywords(HMM, {"emission": "gmm", "n_mix": 3})
+    Traceback (most recent call last):
+    ...
+    TypeError: HMM() got an unexpected keyword argument 'n_mix'; 'n_mix' is an option of the 'gmm' family: pass \
+emission={'name': 'gmm', 'n_mix': 3}
+    """
+    parameters = inspect.signature(cls.__init__).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return
+    for keyword, value in kwargs.items():
+        if keyword in parameters:
+            continue
+        argument = next((name for name in ("family", "emission") if name in parameters), None)
+        hint = (
+            ""
+            if argument is None
+            else family_option_hint(argument, kwargs.get(argument, parameters[argument].default), keyword, value)
+        )
+        raise TypeError(
+            f"{cls.__name__}() got an unexpected keyword argument {keyword!r}" + (f"; {hint}" if hint else "")
+        )
+
+
 class FamilyComponentsMixin:
     """Components of one :class:`~ppmix.components.family.DensityFamily` for a
     :class:`~ppmix.models.base.MixtureModel` subclass.
@@ -63,6 +96,14 @@ class FamilyComponentsMixin:
     init_methods: tuple[str, ...] = INIT_METHODS
     #: the hyperparameters set by a structure's ``priors=`` (None: the defaults, and EM is maximum likelihood)
     priors: Mapping[str, Any] | None = None
+    #: the class of components whose parameters a loaded save's tensors are (recorded by saves since issue 49)
+    _saved_components: str | None = None
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        """Refuse a keyword the constructor does not take before Python does, pointing a family's option at the
+        family's dict form (``HMM(3, emission="gmm", n_mix=3)``: pass ``emission={"name": "gmm", "n_mix": 3}``)."""
+        refuse_unknown_keywords(cls, kwargs)
+        return super().__new__(cls)
 
     def component_family(self) -> DensityFamily:
         """The family of this model's components (built from its constructor arguments)."""
@@ -192,12 +233,18 @@ class FamilyComponentsMixin:
     def extra_state(self) -> dict[str, Any]:
         """The data scale recorded by the fit (saved: MCMC's priors and the measured settings of a family, e.g. the
         categorical family's number of levels, read it)."""
-        return {**super().extra_state(), "data_scale": {name: v.tolist() for name, v in self._scale.items()}}  # type: ignore[misc]
+        scale = {name: v.tolist() for name, v in self._scale.items()}
+        return {**super().extra_state(), "data_scale": scale, "components": self._components_name()}  # type: ignore[misc]
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
         super().load_extra_state(state)  # type: ignore[misc]
+        self._saved_components = state.get("components")  # what the tensors are (saves since issue 49)
         opts = {"dtype": self.dtype, "device": self._device}  # type: ignore[attr-defined]
         self._data_scale = {name: torch.tensor(v, **opts) for name, v in state.get("data_scale", {}).items()}
+
+    def _components_name(self) -> str:
+        """The name of the class of this model's fitted components, as saved (what its state tensors mean)."""
+        return self.component_family().components_class.__qualname__
 
     @property
     def _component_parameters(self) -> int:
@@ -274,6 +321,14 @@ class FamilyComponentsMixin:
         self.components_ = family.components({s: torch.as_tensor(values[s]).to(**opts) for s in sites}, self._scale)
 
     def _load_component_state(self, tensors: dict[str, torch.Tensor]) -> None:
+        saved = self._saved_components
+        if saved is not None and saved != self._components_name():
+            params = self.get_params()  # type: ignore[attr-defined]
+            field = next((f"field {name!r}" for name in ("emission", "family") if name in params), "the settings")
+            raise ValueError(
+                f"the tensors are the parameters of {saved}, but {field} of config.json names the family "
+                f"{self.component_family().name!r}, whose components are {self._components_name()}"
+            )
         opts = {"dtype": self.dtype, "device": self._device}
         family = self.component_family()
         state = {name: tensors[name].to(**opts) for name in family.components_class.param_names}

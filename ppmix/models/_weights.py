@@ -3,18 +3,26 @@
 A model that takes ``sample_weight`` names its unit (:meth:`~ppmix.models.base.MixtureModel.sample_weight_units`);
 ``fit`` checks the weights against the data and hands the EM engine :class:`Weighted` data, which the model's
 hooks unwrap with :func:`split_weights`. The semantics are scikit-learn's: an integer weight is the row repeated
-that many times, a zero weight drops the row.
+that many times, a zero weight drops the row. So a fit without a prior (or penalty) depends on the weights'
+ratios only: scaling every weight by a positive constant changes nothing, whatever the constant (1e-300 or 1e300)
+and dtype, as weights far from one are brought near it by an exact power of two (:func:`in_safe_range`); with a
+prior, the weights' total is the amount of data it is weighed against, as repeated rows would be.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["Weighted", "check_sample_weight", "split_weights"]
+__all__ = ["SAFE_EXPONENT", "Weighted", "check_sample_weight", "in_safe_range", "split_weights"]
+
+#: weights whose mean (over the positive ones) lies within ``2**±SAFE_EXPONENT`` are used as given, frequencies as
+#: scikit-learn's; beyond, they are rescaled by an exact power of two to a mean in ``[1, 2)``
+SAFE_EXPONENT = 10
 
 
 @dataclass(frozen=True)
@@ -39,12 +47,22 @@ def split_weights(data: Any) -> tuple[Any, torch.Tensor | None]:
 
 
 def check_sample_weight(
-    sample_weight: Any, n_units: int, unit: str, *, dtype: torch.dtype, device: torch.device, min_positive: int = 1
+    sample_weight: Any,
+    n_units: int,
+    unit: str,
+    *,
+    dtype: torch.dtype,
+    device: torch.device,
+    min_positive: int = 1,
+    rescale: bool = False,
 ) -> torch.Tensor:
     """``sample_weight`` as a tensor ``(n_units,)``, or a ``ValueError``/``TypeError`` naming it.
 
     One finite, non-negative number per ``unit``; at least ``min_positive`` of them positive (e.g. one
-    per component: a mixture of K components needs K rows it can see).
+    per component: a mixture of K components needs K rows it can see). With ``rescale``, weights whose mean is
+    far from one (beyond ``2**±SAFE_EXPONENT``) are first multiplied by a power of two (:func:`in_safe_range`),
+    so that the tensor's dtype holds them (no overflow of 1e39 or underflow of 1e-50 in float32) and the fit's
+    guards against empty components (``10 eps`` added to a count) stay negligible beside their counts.
 
     Examples
     --------
@@ -54,6 +72,10 @@ def check_sample_weight(
     Traceback (most recent call last):
     ...
     ValueError: sample_weight must be finite and non-negative; entry 1 is -2.0
+    >>> weight = check_sample_weight([0, 1e-300, 3e-300], 3, "row", dtype=torch.float32, device=torch.device("cpu"),
+    ...                              rescale=True)
+    >>> round(float(weight[2] / weight[1]), 6), bool(1 <= weight[1:].mean() < 2)
+    (3.0, True)
     """
     if isinstance(sample_weight, torch.Tensor):
         values = sample_weight.detach().cpu().numpy()
@@ -71,7 +93,10 @@ def check_sample_weight(
     bad = np.flatnonzero(~np.isfinite(values) | (values < 0))
     if bad.size:
         raise ValueError(f"sample_weight must be finite and non-negative; entry {bad[0]} is {values[bad[0]]}")
-    positive = int(np.count_nonzero(values))
+    if rescale and values.any():
+        values = in_safe_range(values)
+    weight = torch.as_tensor(np.ascontiguousarray(values), dtype=dtype, device=device)
+    positive = int(torch.count_nonzero(weight))
     if positive == 0:
         raise ValueError(f"sample_weight must not be zero for every {unit}: zero weights drop {unit}s")
     if positive < min_positive:
@@ -79,4 +104,23 @@ def check_sample_weight(
             f"sample_weight must give {min_positive} {unit}(s) a positive weight (one per component); "
             f"{positive} have one"
         )
-    return torch.as_tensor(np.ascontiguousarray(values), dtype=dtype, device=device)
+    return weight
+
+
+def in_safe_range(values: np.ndarray) -> np.ndarray:
+    """Non-negative float64 ``values`` (not all zero) as they are where the mean of the positive ones lies within
+    ``2**±SAFE_EXPONENT``; beyond, multiplied by the power of two that brings that mean into ``[1, 2)``: exact, so
+    ties and integer ratios survive, and every ratio is kept.
+
+    Examples
+    --------
+    >>> scaled = in_safe_range(np.array([0.0, 1e-300, 3e-300]))
+    >>> bool(1 <= scaled[1:].mean() < 2), round(float(scaled[2] / scaled[1]), 12)
+    (True, 3.0)
+    >>> in_safe_range(np.array([0.0, 2.0, 5.0])).tolist()
+    [0.0, 2.0, 5.0]
+    """
+    largest = values.max()
+    mean = largest * (values / largest)[values > 0].mean()  # no overflow of the sum
+    exponent = math.frexp(mean)[1] - 1  # mean = m * 2**exponent, 1 <= m < 2
+    return values if abs(exponent) <= SAFE_EXPONENT else np.ldexp(values, -exponent)

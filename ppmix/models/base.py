@@ -20,7 +20,7 @@ import torch
 from pyro.nn import PyroModule
 from sklearn.base import DensityMixin
 
-from ppmix._validation import NotFittedError, check_matrix, check_positive_int, resolve_device
+from ppmix._validation import NotFittedError, check_matrix, check_options, check_positive_int, resolve_device
 from ppmix.inference.engines import run_em, run_gibbs, run_mcmc, run_svi
 from ppmix.inference.engines.em import EM_HOOKS
 from ppmix.inference.engines.enumeration import (
@@ -255,6 +255,7 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
             dtype=torch.float64,
             device=torch.device("cpu"),
             min_positive=int(self.n_components) if fitting and unit == "row" else 1,
+            rescale=True,  # weights of any scale (1e-300, 1e300) in the dtype's safe range
         )
         return Weighted(data, weights_in_dtype(weight, self.dtype).to(self._device))
 
@@ -427,6 +428,7 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
         object.__setattr__(self, "_train_data", data)
         self.set_variational_guide(None)
         runner = {"em": run_em, "svi": run_svi, "mcmc": run_mcmc, "gibbs": run_gibbs}[engine]
+        check_options(runner, options, f"fit(engine={engine!r})")  # e.g. thin= for Gibbs: named, with the accepted
         fit_data = data if sample_weight is None else self.weigh(data, sample_weight)
         return self.record_result(engine, runner(self, fit_data, **options))
 

@@ -352,11 +352,28 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         }
 
     def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Restore a saved state, refusing a chain that is no distribution or that ``transition_pattern`` forbids."""
         opts = {"dtype": self.dtype, "device": self._device}
+        self._check_chain_state(tensors["initial"].to(**opts), tensors["transition"].to(**opts))
         self.initial_ = tensors["initial"].to(**opts)
         self.transition_ = tensors["transition"].to(**opts)
         self._load_component_state(tensors)
         self._invalidate_guide()
+
+    def _check_chain_state(self, initial: torch.Tensor, transition: torch.Tensor) -> None:
+        """A ``ValueError`` naming the entry where ``initial`` or a row of ``transition`` is no probability vector
+        (to rounding), or ``transition`` gives a forbidden move (of ``transition_pattern``) a positive probability."""
+        for name, rows in (("initial", initial[None]), ("transition", transition)):
+            sums = rows.sum(-1)
+            if bool((rows < 0).any()) or not torch.allclose(sums, torch.ones_like(sums), rtol=0.0, atol=1e-6):
+                raise ValueError(f"entry {name!r} holds no probabilities (negative, or a row not summing to 1)")
+        forbidden = torch.nonzero((transition != 0) & ~self._transition_mask.to(transition.device))
+        if forbidden.numel():
+            i, j = forbidden[0].tolist()
+            raise ValueError(
+                f"entry 'transition' gives the move {i} -> {j} the probability {float(transition[i, j]):.3g}, which "
+                f"transition_pattern={self.transition_pattern!r} forbids"
+            )
 
     def state_shapes(self) -> dict[str, tuple[int | None, ...]]:
         k = self.n_components
@@ -413,7 +430,9 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         pairs = torch.einsum("bti,btj,bt->ij", resp[:, :-1], resp[:, 1:], both)
         if weight is not None:
             resp *= weight.to(resp)[:, None, None]
-        smoothing = 1.0 / self.n_components  # a light smoothing of the first, hard counts
+        # a light smoothing of the first, hard counts: 1/K of a sequence of the mean weight (weights scaled by any
+        # constant start alike)
+        smoothing = (1.0 if weight is None else float(weight[weight > 0].mean())) / self.n_components
         self.m_step(data, _Counts(initial=resp[:, 0].sum(0) + smoothing, transitions=pairs + smoothing, posterior=resp))
 
     def e_step(self, data: _EMData | Weighted) -> tuple[_Counts, torch.Tensor]:

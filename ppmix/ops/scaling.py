@@ -90,8 +90,9 @@ def feature_scales(x: torch.Tensor, weight: torch.Tensor | None = None) -> tuple
 def weighted_lower_median(x: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
     """The lower median of ``x`` along its first axis (``(N,)`` -> a scalar, ``(N, D)`` -> ``(D,)``), row ``n``
     counted ``weight[n]`` times (once when None): for integer weights, ``torch.median`` of the rows repeated (the
-    first value, in order, whose cumulative weight reaches half the total). ``weight`` ``(N, D)`` weighs each
-    column's entries apart (a column of zero weights gives its smallest value).
+    first value, in order, whose cumulative weight reaches half the total, to the rounding of the sums: so that
+    weights scaled by any constant, whose sums round differently, find the same median). ``weight`` ``(N, D)``
+    weighs each column's entries apart (a column of zero weights gives its smallest value).
 
     Examples
     --------
@@ -108,5 +109,6 @@ def weighted_lower_median(x: torch.Tensor, weight: torch.Tensor | None = None) -
     values, order = x.sort(dim=0)
     ordered = weight.to(x)[order] if weight.dim() == 1 else weight.to(x).gather(0, order)
     cumulative = ordered.cumsum(dim=0)
-    first = (cumulative < weight.sum(0).to(x) / 2).sum(dim=0, keepdim=True)
+    half = weight.sum(0).to(x) / 2 * (1 - 4 * x.shape[0] * torch.finfo(x.dtype).eps)
+    first = (cumulative < half).sum(dim=0, keepdim=True)
     return values.gather(0, first)[0]

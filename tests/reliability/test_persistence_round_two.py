@@ -31,7 +31,7 @@ from ppmix import GMM, HMM, Mixture, MixtureOfExperts, SupervisedGMM
 from ppmix.datasets.presto import make_presto_synthetic
 from ppmix.inference import PRESTO, RegularizedWeighting
 from ppmix.io import CONFIG_FILE, TENSOR_FILE, atomic, config_checksum, load_model, schema
-from tests.reliability._saved_models import X, same_gmm
+from tests.reliability._saved_models import X, forge, same_gmm
 
 
 def siblings(path: Path) -> list[str]:
@@ -157,18 +157,6 @@ def test_names_of_any_legal_length_save_and_load(tmp_path, gmm_a, length, char):
 
 
 # ------------------------------------------------------------- the state against the config
-def _forge(path: Path, tensors: Any = None, config_edit: Any = None) -> None:
-    """Rewrite a save with other tensors and/or an edited config, the checksums forged to match."""
-    if tensors is not None:
-        torch.save(tensors, path / TENSOR_FILE)
-    config = json.loads((path / CONFIG_FILE).read_text())
-    if config_edit is not None:
-        config_edit(config)
-    config["tensors_sha256"] = schema._sha256(path / TENSOR_FILE)
-    config["config_sha256"] = config_checksum(config)
-    (path / CONFIG_FILE).write_text(json.dumps(config))
-
-
 @pytest.fixture(scope="module")
 def presto_data():
     return make_presto_synthetic(60, seed=1)
@@ -243,7 +231,7 @@ def test_a_forged_state_that_contradicts_the_config_is_refused_naming_the_entry(
     path = Path(tempfile.mkdtemp(dir=tmp_path)) / "m"
     path.mkdir()
     (path / CONFIG_FILE).write_bytes((saved[name] / CONFIG_FILE).read_bytes())
-    _forge(path, {**original, entry: forged})
+    forge(path, {**original, entry: forged})
     with pytest.raises(ValueError) as info:
         load_model(path, expected=model)
     message = str(info.value)
@@ -272,7 +260,7 @@ def test_a_forged_config_that_contradicts_the_state_is_refused(tmp_path, saved, 
     path.mkdir()
     for f in (CONFIG_FILE, TENSOR_FILE):
         (path / f).write_bytes((saved[name] / f).read_bytes())
-    _forge(path, config_edit=edit)
+    forge(path, config_edit=edit)
     with pytest.raises(ValueError, match="settings in config.json") as info:
         load_model(path)
     assert str(path / TENSOR_FILE) in str(info.value)
@@ -338,7 +326,7 @@ def test_a_presto_save_missing_its_scales_is_refused_saying_what_to_do(tmp_path,
     model = PRESTO(3, "logistic", seed=0, max_iter=3, progress=False).fit(presto_data.X, presto_data.y)
     path = model.save(tmp_path / "m")
     tensors = torch.load(path / TENSOR_FILE, weights_only=True)
-    _forge(path, {k: v for k, v in tensors.items() if not k.startswith("state.scales.")})
+    forge(path, {k: v for k, v in tensors.items() if not k.startswith("state.scales.")})
     with pytest.raises(
         ValueError, match=r"saved by ppmix .* \(format version 2\).*standardize=True.*fit the model again"
     ):

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ppmix import GMM
+from ppmix import GMM, Mixture
 from tests.common import make_blobs
 
 
@@ -28,3 +28,20 @@ def test_svi_fits_and_elbos_from_a_thread_pool_equal_the_same_calls_one_by_one()
     with ThreadPoolExecutor(4) as pool:
         together = list(pool.map(job, range(12)))
     np.testing.assert_array_equal(together, alone)
+
+
+def test_gibbs_fits_from_two_threads_with_one_seed_draw_what_one_thread_draws():
+    """The Gibbs engine draws from torch's global generator seeded from the model's seed (issue 49, item 5): two
+    threads fitting with the same seed at once get the draws of a sequential run, not an interleaving."""
+    x = np.r_[np.random.default_rng(0).poisson(2.0, (60, 1)), np.random.default_rng(1).poisson(12.0, (60, 1))]
+
+    def draws(_: int) -> np.ndarray:
+        model = Mixture(2, family="poisson", seed=3, progress=False)
+        model.fit(x, engine="gibbs", num_samples=60, warmup_steps=20, num_chains=2)
+        return model.mcmc_samples_["rate"].numpy()
+
+    alone = draws(0)
+    with ThreadPoolExecutor(2) as pool:
+        together = list(pool.map(draws, range(4)))
+    for result in together:
+        np.testing.assert_array_equal(result, alone)

@@ -19,6 +19,7 @@ import torch
 from ppmix._validation import check_positive_int
 from ppmix.inference.engines.capabilities import ConjugateGibbs
 from ppmix.inference.engines.draws import keep_draws
+from ppmix.inference.engines.params import local_params
 from ppmix.inference.engines.result import FitResult
 
 if TYPE_CHECKING:
@@ -68,7 +69,9 @@ def run_gibbs(
         )
     kept: list[dict[str, torch.Tensor]] = []
     log_joint: list[torch.Tensor] = []
-    with model.bayesian(), model.forked_rng():
+    # torch's global generator, seeded from the model's seed, draws every conditional: hold it alone as the other
+    # engines do (two threads with the same seed draw what one thread draws)
+    with local_params(), model.bayesian(), model.forked_rng():
         latent = model.gibbs_start(data, num_chains, model.generator())
         for sweep in range(warmup_steps + num_samples):
             values, joint, latent = model.gibbs_sweep(data, latent)
