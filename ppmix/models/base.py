@@ -11,7 +11,6 @@ globals onto your parameters with ``get_globals``/``set_globals``).
 from __future__ import annotations
 
 import contextlib
-import math
 from pathlib import Path
 from typing import Any, ClassVar, Iterator
 
@@ -35,7 +34,7 @@ from ppmix.models._subclassing import refuse_stale_hooks
 from ppmix.models._weights import Weighted, check_sample_weight
 from ppmix.ops.selection import beats
 
-__all__ = ["MixtureModel", "weights_in_dtype"]
+__all__ = ["MixtureModel"]
 
 ENGINES = ("em", "svi", "mcmc", "gibbs")
 #: the types of attribute values that no Pyro or torch registration applies to (exact types: a ``Parameter`` is a
@@ -45,29 +44,6 @@ _PLAIN_VALUES = frozenset(
 )
 #: where ``torch.nn.Module`` and ``PyroModule`` register the names they manage
 _REGISTRIES = ("_parameters", "_buffers", "_modules", "_pyro_params", "_pyro_samples")
-
-
-def weights_in_dtype(weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Checked sample weights (float64) in a model's ``dtype``.
-
-    Weights whose largest lies within the square root of the dtype's range (float32: 1.1e-19 to 1.8e19; float64:
-    1.5e-154 to 1.3e154) are cast as they are. Beyond it the cast (or the fit's weighted sums) would overflow to
-    infinity or underflow to zero, and the weights are first divided by the power of two at their largest: exact,
-    and a common scale of the weights changes neither the start (:func:`~ppmix.ops.kmeans.sampling_mass`) nor the
-    maximiser of the likelihood (under ``priors``, the prior then weighs as much as the rescaled weights).
-
-    Examples
-    --------
-    >>> weights_in_dtype(torch.tensor([1e39, 1.0], dtype=torch.float64), torch.float32).tolist()[0] < 1
-    True
-    >>> weights_in_dtype(torch.tensor([3.0, 1.0], dtype=torch.float64), torch.float32).tolist()
-    [3.0, 1.0]
-    """
-    info = torch.finfo(dtype)
-    largest = float(weight.max())
-    if math.sqrt(info.tiny) <= largest <= math.sqrt(info.max):
-        return weight.to(dtype)
-    return (weight / 2.0 ** math.frexp(largest)[1]).to(dtype)
 
 
 class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Savable, PyroModule):
@@ -242,8 +218,8 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
     def weigh(self, data: Any, sample_weight: Any, *, fitting: bool = True) -> Weighted:
         """Prepared ``data`` with its ``sample_weight`` checked (one finite, non-negative entry per unit of
         :meth:`sample_weight_units`; for ``fitting``, as many positive ones as components where a unit is a
-        row), for the EM hooks, in the model's dtype (:func:`weights_in_dtype`: weights beyond its range are
-        rescaled, not turned into infinities or zeros)."""
+        row), for the EM hooks, in the model's dtype (weights of any scale are first brought near one by an exact
+        power of two, :func:`~ppmix.models._weights.in_safe_range`, so the dtype holds them)."""
         units = self.sample_weight_units(data)
         if units is None:
             raise TypeError(f"{type(self).__name__} does not take sample_weight")
@@ -257,7 +233,7 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
             min_positive=int(self.n_components) if fitting and unit == "row" else 1,
             rescale=True,  # weights of any scale (1e-300, 1e300) in the dtype's safe range
         )
-        return Weighted(data, weights_in_dtype(weight, self.dtype).to(self._device))
+        return Weighted(data, weight.to(dtype=self.dtype, device=self._device))
 
     def observed_data(self, data: Any) -> dict[str, torch.Tensor]:
         """Observed sites and values, for ArviZ. Default: the matrix under the name ``"x"``."""
