@@ -25,7 +25,7 @@ from ppmix.inference.engines.em import EM_HOOKS
 from ppmix.inference.engines.enumeration import (
     autoguide,
 )
-from ppmix.inference.engines.params import local_params
+from ppmix.inference.engines.params import local_params, taking_turns
 from ppmix.io import Savable, load_model
 from ppmix.models._criteria import InformationCriteriaMixin
 from ppmix.models._params import check_seed, store_params
@@ -450,8 +450,9 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
 
     @contextlib.contextmanager
     def forked_rng(self, offset: int = 0) -> Iterator[None]:
-        """Seed torch's global RNG (used by Pyro) from ``seed`` without leaking the state."""
-        with torch.random.fork_rng(devices=[]):
+        """Seed torch's global RNG (used by Pyro) from ``seed`` without leaking the state, taking turns with
+        other threads (:func:`~ppmix.inference.engines.params.taking_turns`) so that none reseeds it meanwhile."""
+        with taking_turns(), torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(self.generator(offset).initial_seed()))
             yield
 

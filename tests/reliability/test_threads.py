@@ -4,10 +4,12 @@ gives alone."""
 
 from __future__ import annotations
 
+import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import torch
 
 from ppmix import GMM, Mixture
 from tests.common import make_blobs
@@ -39,6 +41,27 @@ def test_gibbs_fits_from_two_threads_with_one_seed_draw_what_one_thread_draws():
         model = Mixture(2, family="poisson", seed=3, progress=False)
         model.fit(x, engine="gibbs", num_samples=60, warmup_steps=20, num_chains=2)
         return model.mcmc_samples_["rate"].numpy()
+
+    alone = draws(0)
+    with ThreadPoolExecutor(2) as pool:
+        together = list(pool.map(draws, range(4)))
+    for result in together:
+        np.testing.assert_array_equal(result, alone)
+
+
+def test_forked_rng_from_two_threads_with_one_seed_draws_what_one_thread_draws():
+    """``forked_rng`` (under which ``sample``, SVI's guide and the ArviZ draws run their Pyro programs) seeds
+    torch's global generator from the model's seed: two threads drawing in it at once, in small steps that let the
+    other run between them, get the draws of a sequential run, not an interleaving of reseeded streams."""
+    model = Mixture(2, family="poisson", seed=3, progress=False)
+
+    def draws(_: int) -> np.ndarray:
+        with model.forked_rng():
+            steps = []
+            for _ in range(50):
+                steps.append(torch.rand(20).numpy())
+                time.sleep(0.0005)  # let another thread in, as a longer program would
+            return np.concatenate(steps)
 
     alone = draws(0)
     with ThreadPoolExecutor(2) as pool:

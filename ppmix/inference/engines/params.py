@@ -16,6 +16,23 @@ _PYRO_LOCK = threading.RLock()
 
 
 @contextlib.contextmanager
+def taking_turns() -> Iterator[None]:
+    """Run alone among ppmix's calls that use Pyro's global state or torch's global generator.
+
+    Re-entrant: a call inside another in the same thread passes. :func:`local_params` and the models'
+    ``forked_rng`` (which seeds torch's global generator from a model's seed) hold it, so two threads sampling
+    with one seed draw what one thread draws.
+
+    Examples
+    --------
+    >>> with taking_turns(), taking_turns():  # nested in one thread
+    ...     pass
+    """
+    with _PYRO_LOCK:
+        yield
+
+
+@contextlib.contextmanager
 def local_params() -> Iterator[None]:
     """Keep ``PyroModule`` parameters local to their module (no global param store), and run alone.
 
@@ -31,5 +48,5 @@ def local_params() -> Iterator[None]:
     ...     pyro.settings.get("module_local_params")
     True
     """
-    with _PYRO_LOCK, pyro.settings.context(module_local_params=True):
+    with taking_turns(), pyro.settings.context(module_local_params=True):
         yield
