@@ -112,10 +112,8 @@ class FullGaussian(ComponentFamily):
         ``(K, 1)`` of the log-density of ``[x, x x^T]`` about ``data.shift``; ``None`` where the product
         would cancel terms whose rounding exceeds ``cancellation_tol`` nats (a component collapsed at the
         floor: whiten instead)."""
-        k, d = self.loc.shape
-        eye = torch.eye(d, dtype=self.dtype, device=self.device).expand(k, d, d)
-        inv_tril = torch.linalg.solve_triangular(self.scale_tril, eye, upper=False)
-        precision = inv_tril.mT @ inv_tril
+        d = self.n_features
+        precision = self._precisions()
         loc_c = self.loc - data.shift
         sd = torch.linalg.vector_norm(self.scale_tril, dim=-1)  # each feature's standard deviation
         linear = (precision @ loc_c.unsqueeze(-1)).squeeze(-1)  # (K, D)
@@ -126,6 +124,10 @@ class FullGaussian(ComponentFamily):
         log_det = torch.diagonal(self.scale_tril, dim1=-2, dim2=-1).log().sum(dim=-1)
         const = -0.5 * (d * math.log(2 * math.pi) + (loc_c * linear).sum(-1)) - log_det
         return torch.cat([linear, quadratic], dim=1), const[:, None]
+
+    def _precisions(self) -> torch.Tensor:
+        """The components' precisions ``(L L^T)^{-1} = L^{-T} L^{-1}`` ``(K, D, D)``, from their Cholesky factors."""
+        return _precisions_of(self.scale_tril)
 
     def _log_prob_natural(self, data: CentredData) -> torch.Tensor:
         natural = self._natural(data)
@@ -271,14 +273,14 @@ class FullGaussian(ComponentFamily):
             If a covariance is not positive definite even under the floor ``reg_covar``.
         """
         stats = stats.to(dtype=self.dtype, device=self.device)
-        covs = floored_covariance(self._weighted_covariances(stats), self.reg_covar)
-        self.loc, self.scale_tril = stats.mean, checked_cholesky(covs)
+        self.loc, self.scale_tril = stats.mean, self._fitted_factors(stats)
         return self
 
-    def _weighted_covariances(self, stats: GaussianStatistics) -> torch.Tensor:
-        """The components' weighted covariances ``(K, D, D)`` (before the floor): each one's scatter over its
-        weight."""
-        return stats.scatter / padded_counts(stats.counts)[:, None, None]
+    def _fitted_factors(self, stats: GaussianStatistics) -> torch.Tensor:
+        """The Cholesky factors ``(K, D, D)`` of the floored weighted covariances: each component's scatter over
+        its weight."""
+        covs = stats.scatter / padded_counts(stats.counts)[:, None, None]
+        return checked_cholesky(floored_covariance(covs, self.reg_covar))
 
     def pyro_dist(self, index: torch.Tensor | None = None) -> dist.Distribution:
         """``MultivariateNormal(loc[index], scale_tril=scale_tril[index])``."""
@@ -303,6 +305,14 @@ class FullGaussian(ComponentFamily):
         logdet_p = torch.diagonal(self.scale_tril, dim1=-2, dim2=-1).log().sum(-1)[:, None]
         logdet_q = torch.diagonal(other.scale_tril, dim1=-2, dim2=-1).log().sum(-1)[None, :]
         return 0.5 * (trace + maha - d) + logdet_q - logdet_p
+
+
+def _precisions_of(scale_tril: torch.Tensor) -> torch.Tensor:
+    """``L^{-T} L^{-1}`` for Cholesky factors ``L`` ``(K, D, D)``: the precisions, by triangular solves."""
+    d = scale_tril.shape[-1]
+    eye = torch.eye(d, dtype=scale_tril.dtype, device=scale_tril.device).expand_as(scale_tril)
+    inv_tril = torch.linalg.solve_triangular(scale_tril, eye, upper=False)
+    return inv_tril.mT @ inv_tril
 
 
 @functools.lru_cache(maxsize=64)
@@ -403,7 +413,13 @@ class TiedGaussian(FullGaussian):
     [1.0, 1.0]
     """
 
-    def _weighted_covariances(self, stats: GaussianStatistics) -> torch.Tensor:
-        """The pooled covariance ``sum_k scatter_k / sum_k n_k`` for every component, ``(K, D, D)``."""
+    def _fitted_factors(self, stats: GaussianStatistics) -> torch.Tensor:
+        """The Cholesky factor of the floored pooled covariance ``sum_k scatter_k / sum_k n_k``, factored once and
+        repeated for every component, ``(K, D, D)``."""
         pooled = stats.scatter.sum(0) / padded_counts(stats.counts.sum(0, keepdim=True))
-        return pooled.expand_as(stats.scatter)
+        return checked_cholesky(floored_covariance(pooled[None], self.reg_covar)).expand_as(stats.scatter).contiguous()
+
+    def _precisions(self) -> torch.Tensor:
+        """The shared precision ``(K, D, D)``: the first component's factor inverted once (every component holds
+        the same one)."""
+        return _precisions_of(self.scale_tril[:1]).expand_as(self.scale_tril)
