@@ -45,10 +45,12 @@ class GMM(Mixture):
         and the other EM models) for an optimum to about six digits.
     reg_covar : float, default 1e-6
         Variance floor relative to the data: every variance (every eigenvalue, in the
-        features' own scale, for ``"full"``) is at least ``reg_covar`` times that
-        feature's variance in the training data. The M-step is the exact maximiser under
-        this floor, so EM never decreases the log-likelihood and the fit does not depend
-        on the data's units.
+        features' own scale, for ``"full"``) is at least ``reg_covar`` times the feature's
+        squared robust spread in the training data, or ``reg_covar`` itself for a feature
+        constant up to rounding (:func:`~ppmix.components.gaussian_family.relative_floor`;
+        scikit-learn instead adds ``reg_covar`` in the data's units). The M-step is the exact
+        maximiser under this floor, so EM never decreases the log-likelihood and the fit does
+        not depend on the data's units.
     init_params : {"kmeans", "k-means++", "random"}, default "kmeans"
         As for :class:`~ppmix.models.mixture.Mixture`.
     warm_start : bool, default False
