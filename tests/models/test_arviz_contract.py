@@ -42,7 +42,6 @@ GIBBS = {"engine": "gibbs", "num_samples": 20, "warmup_steps": 10, "num_chains":
 
 #: contract case -> (why its fit has no Laplace approximation, the remedy the warning names, the refit's options)
 NO_LAPLACE: dict[str, tuple[str, str, dict]] = {
-    "Mixture-bernoulli": ("a probability fitted at 0 or 1 (on the boundary)", "engine='gibbs'", GIBBS),
     "HMM-bernoulli": ("a probability fitted at 0 or 1 (on the boundary)", "engine='gibbs'", GIBBS),
     "Mixture-categorical": ("a category's probability fitted at (nearly) 0", "engine='gibbs'", GIBBS),
     "HMM-categorical": ("a category's probability fitted at (nearly) 0", "engine='gibbs'", GIBBS),

@@ -130,8 +130,8 @@ def test_laplace_approximation_gives_a_point_fit_draws_that_az_loo_accepts():
 def test_laplace_is_refused_clearly_where_it_does_not_exist():
     """A Bernoulli probability fitted at 1 (a feature always on in a component) is on the boundary: no Laplace
     approximation; the refusal names the fits that give draws for this model (engine='gibbs' first)."""
-    x = np.repeat([[1.0, 0.0], [0.0, 1.0]], 30, axis=0)
-    x[::3, 1] = 1 - x[::3, 1]  # feature 1 noisy; feature 0 separates the components exactly
+    x = np.repeat([[1.0, 0.0, 1.0, 1.0, 0.0], [0.0, 1.0, 0.0, 0.0, 1.0]], 30, axis=0)
+    x[::3, 1] = 1 - x[::3, 1]  # feature 1 noisy; the others separate the components exactly (EM reaches the clamp)
     mix = Mixture(2, family="bernoulli", seed=0, progress=False).fit(x)
     with pytest.raises(ValueError, match="not strictly concave.*for posterior draws, fit with engine='gibbs'"):
         build_inference_data(mix, mix.prepare_data(x), approximation="laplace")
