@@ -217,3 +217,42 @@ def sticky_paths(rng: "np.random.Generator", n_sequences: int, k: int, stay: flo
         for t in range(1, length):
             z[t] = rng.choice(k, p=transition[z[t - 1]])
         yield z
+
+
+def gaussian_mixture_mean_loglik(x: Any, weights: Any, means: Any, covariances: Any) -> float:
+    """One float64 evaluator of ``mean_n log sum_k w_k N(x_n | mu_k, Sigma_k)`` for every library's fit.
+
+    Parameters
+    ----------
+    x : array (N, D)
+    weights, means, covariances : arrays or tensors
+        Shapes ``(K,)``, ``(K, D)`` and ``(K, D)`` (diagonal) or ``(K, D, D)``; copied to float64 on the CPU.
+
+    Returns
+    -------
+    float
+    """
+    import math
+
+    import numpy as np
+    import torch
+
+    def float64(value: Any) -> "torch.Tensor":
+        if isinstance(value, torch.Tensor):
+            return value.detach().to("cpu", torch.float64).clone()
+        return torch.tensor(np.asarray(value, dtype=np.float64))
+
+    xt = float64(x)
+    w, mu, cov = (float64(v) for v in (weights, means, covariances))
+    d = xt.shape[1]
+    columns = []
+    for j in range(mu.shape[0]):
+        diff = xt - mu[j]
+        if cov.dim() == 2:
+            maha, log_det = (diff.square() / cov[j]).sum(1), cov[j].log().sum()
+        else:
+            chol = torch.linalg.cholesky(cov[j])
+            maha = torch.linalg.solve_triangular(chol, diff.T, upper=False).square().sum(0)
+            log_det = 2.0 * torch.diagonal(chol).log().sum()
+        columns.append(-0.5 * (d * math.log(2 * math.pi) + log_det + maha) + w[j].log())
+    return float(torch.logsumexp(torch.stack(columns, 1), 1).mean())

@@ -28,7 +28,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from _common import early_threads, machine_load
+from _common import early_threads, gaussian_mixture_mean_loglik, machine_load
 
 if __name__ == "__main__":  # thread limits must be in the environment before numpy/torch load their pools
     early_threads(default=1)
@@ -70,32 +70,6 @@ def load(name: str) -> np.ndarray:
     from sklearn.preprocessing import StandardScaler
 
     return StandardScaler().fit_transform(getattr(datasets, f"load_{name}")().data)
-
-
-def mean_loglik(x: np.ndarray, weights: Any, means: Any, covariances: Any) -> float:
-    """One float64 evaluator of ``mean_n log sum_k w_k N(x_n | mu_k, Sigma_k)``: covariances ``(K, D)`` (diagonal)
-    or ``(K, D, D)``."""
-    xt = torch.as_tensor(x, dtype=torch.float64)
-    w, mu, cov = (_float64(v) for v in (weights, means, covariances))
-    d = xt.shape[1]
-    columns = []
-    for j in range(mu.shape[0]):
-        diff = xt - mu[j]
-        if cov.dim() == 2:
-            maha, log_det = (diff.square() / cov[j]).sum(1), cov[j].log().sum()
-        else:
-            chol = torch.linalg.cholesky(cov[j])
-            maha = torch.linalg.solve_triangular(chol, diff.T, upper=False).square().sum(0)
-            log_det = 2.0 * torch.diagonal(chol).log().sum()
-        columns.append(-0.5 * (d * math.log(2 * math.pi) + log_det + maha) + w[j].log())
-    return float(torch.logsumexp(torch.stack(columns, 1), 1).mean())
-
-
-def _float64(value: Any) -> torch.Tensor:
-    """A float64 CPU tensor of its own (a copy) of a tensor or an array."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().to("cpu", torch.float64).clone()
-    return torch.tensor(np.array(value, dtype=np.float64))
 
 
 def sklearn_covariances(gm: Any, d: int) -> np.ndarray:
@@ -168,7 +142,7 @@ def time_small(rounds: int, pause: float) -> list[dict[str, Any]]:
                 "wall_s": statistics.median(r["wall_s"] for r in results),
                 "cpu_s": statistics.median(r["cpu_s"] for r in results),
                 "n_iter": results[-1]["n_iter"],
-                "mean_loglik": mean_loglik(data[name], *results[-1]["params"]),
+                "mean_loglik": gaussian_mixture_mean_loglik(data[name], *results[-1]["params"]),
             }
         row["ratio"] = row["ppmix"]["wall_s"] / row["sklearn"]["wall_s"]
         row["cpu_ratio"] = row["ppmix"]["cpu_s"] / row["sklearn"]["cpu_s"]
@@ -199,7 +173,7 @@ def time_large() -> dict[str, Any]:
             "wall_s": result["wall_s"],
             "cpu_s": result["cpu_s"],
             "n_iter": result["n_iter"],
-            "mean_loglik": mean_loglik(x, *result["params"]),
+            "mean_loglik": gaussian_mixture_mean_loglik(x, *result["params"]),
         }
     out["ratio"] = out["ppmix"]["wall_s"] / out["sklearn"]["wall_s"]
     out["cpu_ratio"] = out["ppmix"]["cpu_s"] / out["sklearn"]["cpu_s"]

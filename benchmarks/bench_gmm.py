@@ -42,6 +42,7 @@ import sys
 from _common import (
     add_peer_api_argument,
     early_threads,
+    gaussian_mixture_mean_loglik,
     machine_load,
     require_torch_threads,
     set_torch_threads,
@@ -195,22 +196,12 @@ def make_data(s: Setting, seed: int) -> tuple[np.ndarray, dict[str, np.ndarray]]
 
 
 def mean_loglik(x: np.ndarray, weights: Any, means: Any, covs: Any, covariance_type: str) -> float:
-    """One float64 evaluator of ``mean_n log sum_k w_k N(x_n | mu_k, Sigma_k)`` for every library."""
-    xt = torch.as_tensor(x, dtype=torch.float64)
-    w, mu, cov = (torch.as_tensor(np.asarray(v, dtype=np.float64)) for v in (weights, means, covs))
-    n, d = xt.shape
-    cols = []
-    for j in range(mu.shape[0]):
-        diff = xt - mu[j]
-        if covariance_type == "diag":
-            maha = (diff.square() / cov[j]).sum(1)
-            logdet = cov[j].log().sum()
-        else:
-            chol = torch.linalg.cholesky(cov[j])
-            maha = torch.linalg.solve_triangular(chol, diff.T, upper=False).square().sum(0)
-            logdet = 2.0 * torch.diagonal(chol).log().sum()
-        cols.append(-0.5 * (d * math.log(2 * math.pi) + logdet + maha) + w[j].log())
-    return float(torch.logsumexp(torch.stack(cols, 1), 1).mean())
+    """One float64 evaluator of ``mean_n log sum_k w_k N(x_n | mu_k, Sigma_k)`` for every library (``covs``
+    ``(K, D)`` for ``covariance_type="diag"``, else ``(K, D, D)``)."""
+    covs = np.asarray(covs, dtype=np.float64)
+    if (covs.ndim == 2) != (covariance_type == "diag"):
+        raise ValueError(f"covariances of shape {covs.shape} are not {covariance_type!r}")
+    return gaussian_mixture_mean_loglik(x, weights, means, covs)
 
 
 def _np(t: Any) -> np.ndarray:
