@@ -28,15 +28,11 @@ __all__ = [
 #: cost little, and on overlapping or elongated clusters the best of 10 finds the better optimum far more
 #: often than the best of 3 (``benchmarks/bench_gmm_start.py``)
 START_RUNS = 10
-#: the fewest k-means runs behind a start on data no larger than its subsample (:func:`start_runs`): there every
-#: run passes over all the rows, as EM does, and the start's share of a small fit is large; over 5 seeds of the 36
-#: small configurations of ``benchmarks/_defaults_small.py`` (150 to 569 rows) the best of 3 ends EM at the same
-#: median log-likelihood as the best of 10 (-0.00024 and -0.00025 nats/row from scikit-learn's)
+#: k-means runs behind a start on data no larger than its subsample (:func:`start_runs`): there every run
+#: passes over all the rows, as EM does, and the start's share of a small fit is large; over 5 seeds of the 36
+#: small configurations of ``benchmarks/_defaults_small.py`` the best of 3 ends EM at the same median
+#: log-likelihood as the best of 10 (-0.00024 and -0.00025 nats/row from scikit-learn's), the best of 1 does not
 SMALL_DATA_START_RUNS = 3
-#: rows times runs of a start on data no larger than its subsample: up to 50 rows the start keeps
-#: :data:`START_RUNS` (they cost little there, and a weighted fit of a few rows then starts where the fit of the
-#: rows repeated does, as scikit-learn's ``check_sample_weight_equivalence`` asks), beyond it fewer
-SMALL_DATA_ROW_RUNS = 500
 #: rows (at least; and ``START_ROWS_PER_COMPONENT`` per cluster) of the subsample a start runs on
 START_SAMPLE_ROWS = 1_000
 START_ROWS_PER_COMPONENT = 250
@@ -246,18 +242,15 @@ def start_sample_size(n_clusters: int) -> int:
 
 def start_runs(n_rows: int, n_clusters: int) -> int:
     """k-means runs behind one start of EM on ``n_rows`` rows: :data:`START_RUNS` where the start runs on a
-    subsample (more rows than :func:`start_sample_size`; its cost is then fixed, whatever ``N``), and where it runs
-    on all the rows, as many as :data:`SMALL_DATA_ROW_RUNS` rows times runs allow, between
-    :data:`SMALL_DATA_START_RUNS` and :data:`START_RUNS`.
+    subsample (more rows than :func:`start_sample_size`; its cost is then fixed, whatever ``N``), and
+    :data:`SMALL_DATA_START_RUNS` where it runs on all the rows.
 
     Examples
     --------
-    >>> start_runs(30, 2), start_runs(100, 2), start_runs(150, 3), start_runs(100_000, 3)
-    (10, 5, 3, 10)
+    >>> start_runs(150, 3), start_runs(100_000, 3)
+    (3, 10)
     """
-    if n_rows > start_sample_size(n_clusters):
-        return START_RUNS
-    return min(START_RUNS, max(SMALL_DATA_START_RUNS, SMALL_DATA_ROW_RUNS // max(n_rows, 1)))
+    return START_RUNS if n_rows > start_sample_size(n_clusters) else SMALL_DATA_START_RUNS
 
 
 def kmeans_start(
