@@ -14,25 +14,12 @@ import torch
 from ppmix.ops.scaling import column_variance
 from ppmix.ops.selection import beats
 
-__all__ = [
-    "kmeans",
-    "kmeans_plusplus",
-    "kmeans_start",
-    "nearest_centre",
-    "sampling_mass",
-    "start_runs",
-    "start_sample_size",
-]
+__all__ = ["kmeans", "kmeans_plusplus", "kmeans_start", "nearest_centre", "sampling_mass", "start_sample_size"]
 
 #: k-means runs (best inertia kept) behind one start of EM (:func:`kmeans_start`): on a subsample they
 #: cost little, and on overlapping or elongated clusters the best of 10 finds the better optimum far more
 #: often than the best of 3 (``benchmarks/bench_gmm_start.py``)
 START_RUNS = 10
-#: k-means runs behind a start on data no larger than its subsample (:func:`start_runs`): there every run
-#: passes over all the rows, as EM does, and the start's share of a small fit is large; over 5 seeds of the 36
-#: small configurations of ``benchmarks/_defaults_small.py`` the best of 3 ends EM at the same median
-#: log-likelihood as the best of 10 (-0.00024 and -0.00025 nats/row from scikit-learn's), the best of 1 does not
-SMALL_DATA_START_RUNS = 3
 #: rows (at least; and ``START_ROWS_PER_COMPONENT`` per cluster) of the subsample a start runs on
 START_SAMPLE_ROWS = 1_000
 START_ROWS_PER_COMPONENT = 250
@@ -240,19 +227,6 @@ def start_sample_size(n_clusters: int) -> int:
     return max(START_SAMPLE_ROWS, START_ROWS_PER_COMPONENT * int(n_clusters))
 
 
-def start_runs(n_rows: int, n_clusters: int) -> int:
-    """k-means runs behind one start of EM on ``n_rows`` rows: :data:`START_RUNS` where the start runs on a
-    subsample (more rows than :func:`start_sample_size`; its cost is then fixed, whatever ``N``), and
-    :data:`SMALL_DATA_START_RUNS` where it runs on all the rows.
-
-    Examples
-    --------
-    >>> start_runs(150, 3), start_runs(100_000, 3)
-    (3, 10)
-    """
-    return START_RUNS if n_rows > start_sample_size(n_clusters) else SMALL_DATA_START_RUNS
-
-
 def kmeans_start(
     x: torch.Tensor,
     n_clusters: int,
@@ -260,7 +234,7 @@ def kmeans_start(
     runs: int | None = None,
     weight: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The k-means start of EM: ``runs`` (default :func:`start_runs`) runs of greedy k-means++ and Lloyd
+    """The k-means start of EM: ``runs`` (default :data:`START_RUNS`) runs of greedy k-means++ and Lloyd
     on a random subsample of :func:`start_sample_size` rows (all rows when there are fewer), the best by
     inertia, and every row assigned to its nearest centre. Returns the centres and the assignment.
     Row ``weight`` (``sample_weight``) makes the subsample a weighted resample (:func:`kmeans`).
@@ -276,7 +250,7 @@ def kmeans_start(
     >>> int(labels[0] != labels[-1])
     1
     """
-    runs = start_runs(x.shape[0], n_clusters) if runs is None else runs
+    runs = START_RUNS if runs is None else runs
     return kmeans(x, n_clusters, generator, n_init=runs, sample_size=start_sample_size(n_clusters), weight=weight)
 
 
