@@ -67,9 +67,8 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
     tol : float, default 1e-6
         EM stops when the log-likelihood per observation changes by at most ``tol`` (nats).
     init_params : {"kmeans", "k-means++", "random"}, default "kmeans"
-        ``"kmeans"``: the best (by inertia) of several runs of greedy k-means++ seeding and
-        Lloyd iterations (10 on a random subsample of ``max(1000, 250 K)`` rows; on data no larger, between 3
-        and 10 runs as the rows allow, :func:`~ppmix.ops.kmeans.start_runs`), then every
+        ``"kmeans"``: the best (by inertia) of 10 runs of greedy k-means++ seeding and
+        Lloyd iterations on a random subsample of ``max(1000, 250 K)`` rows, then every
         row assigned to its nearest centre (:func:`~ppmix.ops.kmeans.kmeans_start`: one
         pass over the data beyond a fixed cost); ``"k-means++"``: one seeding on all rows; ``"random"``: random
         responsibilities. The Bernoulli, categorical, exponential and gamma families soften k-means' hard clusters
