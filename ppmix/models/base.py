@@ -32,6 +32,7 @@ from ppmix.models._params import check_seed, store_params
 from ppmix.models._predictions import PredictionsMixin
 from ppmix.models._subclassing import refuse_stale_hooks
 from ppmix.models._weights import Weighted, check_sample_weight
+from ppmix.models.known_latents import Clamp, KnownLabels, KnownStates, clamping
 from ppmix.ops.selection import beats
 
 __all__ = ["MixtureModel"]
@@ -392,6 +393,20 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
         -------
         self
         """
+        return self._fit(X, y, sample_weight=sample_weight, engine=engine, options=options)
+
+    def _fit(
+        self,
+        X: Any,
+        y: Any,
+        *,
+        sample_weight: Any,
+        engine: str,
+        options: dict[str, Any],
+        known: KnownLabels | KnownStates | None = None,
+    ) -> "MixtureModel":
+        """:meth:`fit`, with the latents ``known`` (a structure's ``known_labels``/``known_states``) clamped in
+        every engine (:mod:`ppmix.models.known_latents`)."""
         if engine not in ENGINES:
             raise ValueError(f"engine must be one of {ENGINES}; got {engine!r}")
         if engine == "em" and not self.supports_em:
@@ -406,7 +421,8 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
         runner = {"em": run_em, "svi": run_svi, "mcmc": run_mcmc, "gibbs": run_gibbs}[engine]
         check_options(runner, options, f"fit(engine={engine!r})")  # e.g. thin= for Gibbs: named, with the accepted
         fit_data = data if sample_weight is None else self.weigh(data, sample_weight)
-        return self.record_result(engine, runner(self, fit_data, **options))
+        with clamping(self, known, data, engine, options):
+            return self.record_result(engine, runner(self, fit_data, **options))
 
     def record_result(self, engine: str, result: Any) -> "MixtureModel":
         """Record an engine's :class:`~ppmix.inference.engines.result.FitResult` as the fitted attributes
@@ -503,3 +519,5 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
     n_features_in_: int
     feature_names_in_: list[str] | None = None
     _train_data: Any = None
+    #: the latents known during a fit (``known_labels``, ``known_states``), clamped by the E-step and the program
+    _known_latents: Clamp | None = None

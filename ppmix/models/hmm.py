@@ -38,6 +38,7 @@ from ppmix.models._sequences import SequenceBatch, as_sequence_batch
 from ppmix.models._transitions import MarkovChainMixin, check_transition_prior, transition_mask
 from ppmix.models._weights import Weighted, split_weights
 from ppmix.models.base import MixtureModel
+from ppmix.models.known_latents import Clamp, KnownStates
 
 __all__ = ["HMM"]
 
@@ -222,6 +223,54 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
             values["transition"] = lifted / lifted.sum(-1, keepdim=True)
         return values
 
+    def fit(
+        self,
+        X: Any,
+        y: Any = None,
+        *,
+        known_states: Any = None,
+        sample_weight: Any = None,
+        engine: str = "em",
+        **options: Any,
+    ) -> "HMM":
+        """Fit the HMM, as :meth:`MixtureModel.fit <ppmix.models.base.MixtureModel.fit>`, with the states of some
+        steps known.
+
+        Parameters
+        ----------
+        X : sequences (see :func:`~ppmix.models._sequences.as_sequence_batch`)
+        y : ignored
+            scikit-learn's convention for unsupervised estimators: a pipeline passing ``y`` fits without labels.
+        known_states : list of int arrays, optional
+            One array per sequence (in the order of ``X``'s sequences), as long as it: the state of every step, -1
+            where it is unknown. The known ones are clamped in Baum-Welch's E-step and in the enumeration of SVI and
+            MCMC, which then fit ``log p(X, known states)`` (reported in ``history_``), and EM starts from the
+            default start renumbered to agree with them (all known: the counted initial states and transitions,
+            the emissions' per-state fit; all -1: the unsupervised fit). :mod:`ppmix.models.known_latents` has the
+            details.
+        sample_weight, engine, **options :
+            As for :meth:`MixtureModel.fit <ppmix.models.base.MixtureModel.fit>`.
+
+        Returns
+        -------
+        self
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> rng = np.random.default_rng(0)
+        >>> paths = [np.repeat(rng.integers(0, 2, size=8), 5) for _ in range(10)]
+        >>> seqs = [6.0 * p[:, None] + rng.normal(size=(40, 1)) for p in paths]
+        >>> known = [np.where(np.arange(40) < 5, 1 - p, -1) for p in paths]  # the first 5 steps: state 0 is high
+        >>> hmm = HMM(2, seed=0, progress=False).fit(seqs, known_states=known)
+        >>> np.round(hmm.components_.mean.numpy().ravel(), 1) + 0.0
+        array([6., 0.])
+        >>> all((hmm.predict(seqs)[b] == 1 - paths[b]).all() for b in range(10))
+        True
+        """
+        known = KnownStates(known_states)
+        return self._fit(X, y, sample_weight=sample_weight, engine=engine, options=options, known=known)
+
     # ------------------------------------------------------------------- data
     def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> SequenceBatch:
         """Sequences as a padded :class:`SequenceBatch` (``X`` may be ``(padded, lengths)``); ``y`` is ignored."""
@@ -313,6 +362,8 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
             for t in pyro.markov(range(batch.max_length)):
                 valid = t < lengths
                 z = pyro.sample(f"z_{t}", dist.Categorical(chain.step(z, valid)), infer={"enumerate": "parallel"})
+                if self._known_latents is not None:
+                    self._known_latents.factor(f"z_{t}", z, idx, t)
                 with poutine.mask(mask=valid):
                     pyro.sample(f"x_{t}", family.pyro_dist(z), obs=x[:, t])
 
@@ -394,10 +445,11 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         )
         return log_emit
 
-    def _forward_backward(self, data: _EMData) -> ForwardBackwardResult:
-        return forward_backward(
-            self.initial_.log(), self.transition_.log(), self._log_emissions(data), data.batch.lengths
-        )
+    def _forward_backward(self, data: _EMData, clamp: Clamp | None = None) -> ForwardBackwardResult:
+        """The forward-backward over ``data`` (with ``clamp``, over the paths consistent with the known states)."""
+        log_emit = self._log_emissions(data)
+        log_emit = log_emit if clamp is None else clamp.emissions(log_emit)
+        return forward_backward(self.initial_.log(), self.transition_.log(), log_emit, data.batch.lengths)
 
     def em_initialize(self, data: _EMData | Weighted, generator: torch.Generator) -> None:
         """Emissions from k-means on all frames (each weighted by its sequence's weight); initial and transition
@@ -412,10 +464,13 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
             data = inner if weight is None else Weighted(inner, weight)
         self.components_ = self._new_components(self.component_family().rows(inner.frames))
         if self.init_params == "segments":
-            self._initialize_from_frames(data, _segment_responsibilities(inner.batch, self.n_components))
-            return
-        frame_weight = None if weight is None else _sequence_weights(inner.batch, weight)[inner.batch.mask]
-        self._initialize_from_frames(data, self._initial_responsibilities(inner.frames, generator, frame_weight))
+            resp = _segment_responsibilities(inner.batch, self.n_components)
+        else:
+            frame_weight = None if weight is None else _sequence_weights(inner.batch, weight)[inner.batch.mask]
+            resp = self._initial_responsibilities(inner.frames, generator, frame_weight)
+        if self._known_latents is not None:
+            resp = self._known_latents.start(resp, inner.batch.mask)
+        self._initialize_from_frames(data, resp)
 
     def _initialize_from_frames(self, data: _EMData | Weighted, resp_frames: torch.Tensor) -> None:
         """One M-step from per-frame responsibilities ``(sum(lengths), K)`` (lightly smoothed chain counts,
@@ -439,7 +494,7 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         """Forward–backward statistics and the total log-likelihood of all sequences (each counted as often
         as its sample weight)."""
         inner, weight = split_weights(data)
-        result = self._forward_backward(inner)
+        result = self._forward_backward(inner, self._known_latents)
         if weight is None:
             counts = _Counts(
                 initial=result.initial.sum(0), transitions=result.pair_counts.sum(0), posterior=result.posterior

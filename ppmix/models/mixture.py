@@ -33,6 +33,7 @@ from ppmix.models._params import store_params
 from ppmix.models._starts import start_responsibilities
 from ppmix.models._weights import Weighted, split_weights
 from ppmix.models.base import MixtureModel
+from ppmix.models.known_latents import KnownLabels
 
 __all__ = ["Mixture"]
 
@@ -174,6 +175,59 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
             self.component_family().check_data(measurable, "X")
         return x
 
+    def fit(
+        self,
+        X: Any,
+        y: Any = None,
+        *,
+        known_labels: Any = None,
+        sample_weight: Any = None,
+        engine: str = "em",
+        **options: Any,
+    ) -> "Mixture":
+        """Fit the mixture, as :meth:`MixtureModel.fit <ppmix.models.base.MixtureModel.fit>`, with the components of
+        some rows known.
+
+        Parameters
+        ----------
+        X : array-like (N, D)
+        y : ignored
+            scikit-learn's convention for clusterers: a pipeline passing ``y`` fits without labels.
+        known_labels : array-like of int (N,), optional
+            The component of every row, -1 where it is unknown: the known ones are clamped in EM's E-step and in
+            the enumeration of SVI and MCMC, which then fit ``log p(X, known labels)`` (reported in ``history_``),
+            and EM starts from the default start renumbered to agree with them (all known: the supervised closed
+            form; all -1: the unsupervised fit). :mod:`ppmix.models.known_latents` has the details.
+        sample_weight, engine, **options :
+            As for :meth:`MixtureModel.fit <ppmix.models.base.MixtureModel.fit>`.
+
+        Returns
+        -------
+        self
+
+        Examples
+        --------
+        Four clusters in the corners of a rectangle: unsupervised EM splits them left and right (the wide side);
+        a label on one row in ten asks for bottom (0) and top (1), and the fit follows:
+
+        >>> import numpy as np
+        >>> from ppmix import GMM
+        >>> rng = np.random.default_rng(0)
+        >>> corners = np.array([[-4.0, -2.5], [4.0, -2.5], [-4.0, 2.5], [4.0, 2.5]])
+        >>> X = np.repeat(corners, 100, axis=0) + rng.normal(size=(400, 2))
+        >>> top = (X[:, 1] > 0).astype(int)
+        >>> z = np.where(np.arange(400) % 10 == 0, top, -1)
+        >>> np.round(GMM(2, seed=0, progress=False).fit(X).means_.numpy()[:, 0])  # left and right
+        array([-4.,  4.])
+        >>> gmm = GMM(2, seed=0, progress=False).fit(X, known_labels=z)
+        >>> np.round(gmm.means_.numpy()[:, 1], 1)  # bottom (0) and top (1)
+        array([-2.5,  2.5])
+        >>> float((gmm.predict(X) == top).mean())  # every row, the unlabelled ones too
+        1.0
+        """
+        known = KnownLabels(known_labels)
+        return self._fit(X, y, sample_weight=sample_weight, engine=engine, options=options, known=known)
+
     # ------------------------------------------------------------ the program
     def model(self, x: torch.Tensor) -> None:
         """``weights -> z_n -> x_n`` with the component index enumerated in parallel."""
@@ -185,6 +239,8 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
         family = self._sample_components(k, d, opts)
         with self.data_plate(x.shape[0]) as idx:
             z = pyro.sample("z", dist.Categorical(weights), infer={"enumerate": "parallel"})
+            if self._known_latents is not None:
+                self._known_latents.factor("z", z, idx)
             pyro.sample("x", family.pyro_dist(z), obs=x[idx])
 
     # -------------------------------------------------------------- globals
@@ -251,6 +307,8 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
         resp = self._initial_responsibilities(rows, generator, weight)
         if self.init_params != "random":  # k-means' hard clusters, softened for the families that ask
             resp = start_responsibilities(self.component_family(), resp)
+        if self._known_latents is not None:
+            resp = self._known_latents.start(resp)
         self.m_step(data, resp)
 
     def e_step(self, data: Any) -> tuple[Statistics, torch.Tensor]:
@@ -259,7 +317,9 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
         the family fuses them (:meth:`~ppmix.components.base.ComponentFamily.expected_statistics`);
         :meth:`m_step` and :meth:`em_statistics` take the (merged) statistics as they are."""
         rows, weight = split_weights(data)
-        if isinstance(rows, PartlyObserved):
+        if self._known_latents is not None:
+            stats, objective = self._known_latents.mixture_e_step(self, data)
+        elif isinstance(rows, PartlyObserved):
             stats, objective = partly_observed_e_step(self.components_, self.weights_.log(), rows, weight)
         else:
             stats, objective = self.components_.expected_statistics(rows, self.weights_.log(), weight)
