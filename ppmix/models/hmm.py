@@ -38,7 +38,7 @@ from ppmix.models._sequences import SequenceBatch, as_sequence_batch
 from ppmix.models._transitions import MarkovChainMixin, check_transition_prior, transition_mask
 from ppmix.models._weights import Weighted, split_weights
 from ppmix.models.base import MixtureModel
-from ppmix.models.known_latents import Clamp, KnownStates
+from ppmix.models.known_latents import Clamp
 
 __all__ = ["HMM"]
 
@@ -131,6 +131,15 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         counts, the family's MAP update of the emissions, the log prior in ``history_``).
     seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
 
+    Notes
+    -----
+    **Partly labelled fits.** ``fit(X, known_states=s)`` takes one integer array per sequence (in the order of
+    ``X``'s sequences, as long as it), the state of a step or -1 where unknown: Baum-Welch's E-step and the
+    enumeration of SVI and MCMC clamp them (the forward-backward runs over the paths consistent with them), and
+    the fit maximises ``log p(X, known states)`` (in ``history_``); every state known gives the counted initial
+    states and transitions and the emissions' per-state fit, none the unsupervised fit
+    (:mod:`ppmix.models.known_latents`). ``y`` stays ignored.
+
     Attributes
     ----------
     initial_ : Tensor (K,)
@@ -150,7 +159,20 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
     True
     >>> [p.shape for p in hmm.predict(seqs[:2])]
     [(40,), (40,)]
+
+    Partly labelled: the states of the first five steps of every sequence known, the high state named 0:
+
+    >>> paths = [np.repeat(rng.integers(0, 2, size=8), 5) for _ in range(10)]
+    >>> seqs = [6.0 * p[:, None] + rng.normal(size=(40, 1)) for p in paths]
+    >>> known = [np.where(np.arange(40) < 5, 1 - p, -1) for p in paths]
+    >>> hmm = HMM(2, seed=0, progress=False).fit(seqs, known_states=known)
+    >>> np.round(hmm.components_.mean.numpy().ravel()) + 0.0
+    array([6., 0.])
+    >>> all((path == 1 - truth).all() for path, truth in zip(hmm.predict(seqs), paths))
+    True
     """
+
+    known_latents_argument = "known_states"
 
     data_plate_name = "sequences"
     init_methods = (*INIT_METHODS, "segments")
@@ -222,54 +244,6 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
             lifted = torch.where(self._transition_mask, transition, torch.full_like(transition, 1e-6))
             values["transition"] = lifted / lifted.sum(-1, keepdim=True)
         return values
-
-    def fit(
-        self,
-        X: Any,
-        y: Any = None,
-        *,
-        known_states: Any = None,
-        sample_weight: Any = None,
-        engine: str = "em",
-        **options: Any,
-    ) -> "HMM":
-        """Fit the HMM, as :meth:`MixtureModel.fit <ppmix.models.base.MixtureModel.fit>`, with the states of some
-        steps known.
-
-        Parameters
-        ----------
-        X : sequences (see :func:`~ppmix.models._sequences.as_sequence_batch`)
-        y : ignored
-            scikit-learn's convention for unsupervised estimators: a pipeline passing ``y`` fits without labels.
-        known_states : list of int arrays, optional
-            One array per sequence (in the order of ``X``'s sequences), as long as it: the state of every step, -1
-            where it is unknown. The known ones are clamped in Baum-Welch's E-step and in the enumeration of SVI and
-            MCMC, which then fit ``log p(X, known states)`` (reported in ``history_``), and EM starts from the
-            default start renumbered to agree with them (all known: the counted initial states and transitions,
-            the emissions' per-state fit; all -1: the unsupervised fit). :mod:`ppmix.models.known_latents` has the
-            details.
-        sample_weight, engine, **options :
-            As for :meth:`MixtureModel.fit <ppmix.models.base.MixtureModel.fit>`.
-
-        Returns
-        -------
-        self
-
-        Examples
-        --------
-        >>> import numpy as np
-        >>> rng = np.random.default_rng(0)
-        >>> paths = [np.repeat(rng.integers(0, 2, size=8), 5) for _ in range(10)]
-        >>> seqs = [6.0 * p[:, None] + rng.normal(size=(40, 1)) for p in paths]
-        >>> known = [np.where(np.arange(40) < 5, 1 - p, -1) for p in paths]  # the first 5 steps: state 0 is high
-        >>> hmm = HMM(2, seed=0, progress=False).fit(seqs, known_states=known)
-        >>> np.round(hmm.components_.mean.numpy().ravel(), 1) + 0.0
-        array([6., 0.])
-        >>> all((hmm.predict(seqs)[b] == 1 - paths[b]).all() for b in range(10))
-        True
-        """
-        known = KnownStates(known_states)
-        return self._fit(X, y, sample_weight=sample_weight, engine=engine, options=options, known=known)
 
     # ------------------------------------------------------------------- data
     def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> SequenceBatch:

@@ -60,7 +60,7 @@ from ppmix.models._missing import PartlyObserved, log_prob_with_missing
 from ppmix.models._weights import split_weights
 from ppmix.ops.logspace import normalize_log_joint_
 
-__all__ = ["Clamp", "KnownLabels", "KnownStates", "clamping"]
+__all__ = ["Clamp", "KnownLabels", "KnownStates", "clamping", "known_latents"]
 
 #: the engines that clamp known latents
 CLAMPING_ENGINES = ("em", "svi", "mcmc")
@@ -254,6 +254,16 @@ def _check_allowed_moves(states: np.ndarray, allowed: np.ndarray, argument: str)
             f"{argument}[{b}] moves from state {states[b, t]} to {states[b, t + 1]} at step {t + 1}, which "
             "transition_pattern forbids"
         )
+
+
+def known_latents(model: Any, options: dict[str, Any]) -> KnownLabels | KnownStates | None:
+    """The known latents among ``fit``'s ``options`` (taken out of them), under the model's
+    ``known_latents_argument``; None where the model takes none or none is given."""
+    argument = type(model).known_latents_argument
+    if argument is None or argument not in options:
+        return None
+    kind = {KnownLabels.argument: KnownLabels, KnownStates.argument: KnownStates}[argument]
+    return kind(options.pop(argument))
 
 
 @contextlib.contextmanager

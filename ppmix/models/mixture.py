@@ -33,7 +33,6 @@ from ppmix.models._params import store_params
 from ppmix.models._starts import start_responsibilities
 from ppmix.models._weights import Weighted, split_weights
 from ppmix.models.base import MixtureModel
-from ppmix.models.known_latents import KnownLabels
 
 __all__ = ["Mixture"]
 
@@ -105,6 +104,13 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
         The fitted components (e.g. ``PoissonComponents`` with ``rate`` ``(K, D)``).
     means_ : Tensor (K, D)
 
+    Notes
+    -----
+    **Partly labelled fits.** ``fit(X, known_labels=z)`` takes the component of some rows, ``z[n]`` in
+    ``0..K-1`` or -1 where unknown: EM's E-step and the enumeration of SVI and MCMC clamp them, and the fit
+    maximises ``log p(X, known labels)`` (in ``history_``); every label known gives the supervised closed form,
+    none the unsupervised fit (:mod:`ppmix.models.known_latents`: the start, the engines). ``y`` stays ignored.
+
     Examples
     --------
     >>> import numpy as np
@@ -122,7 +128,24 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
     >>> poisson = Mixture(2, family="poisson", priors=prior, seed=0, progress=False).fit(counts)
     >>> np.round(np.sort(poisson.means_[:, 0].numpy()), 1)
     array([ 2.8, 14.7])
+
+    Partly labelled: four clusters in the corners of a rectangle, which EM splits left and right (the wide side);
+    a label on one row in ten asks for bottom (0) and top (1), and the fit follows:
+
+    >>> corners = np.array([[-4.0, -2.5], [4.0, -2.5], [-4.0, 2.5], [4.0, 2.5]])
+    >>> X = np.repeat(corners, 100, axis=0) + rng.normal(size=(400, 2))
+    >>> top = (X[:, 1] > 0).astype(int)
+    >>> z = np.where(np.arange(400) % 10 == 0, top, -1)
+    >>> np.round(Mixture(2, seed=0, progress=False).fit(X).means_.numpy()[:, 0])  # left and right
+    array([-4.,  4.])
+    >>> labelled = Mixture(2, seed=0, progress=False).fit(X, known_labels=z)
+    >>> np.round(labelled.means_.numpy()[:, 1])  # bottom (0) and top (1)
+    array([-2.,  2.])
+    >>> float((labelled.predict(X) == top).mean()) > 0.99  # every row, the unlabelled ones too
+    True
     """
+
+    known_latents_argument = "known_labels"
 
     def __init__(
         self,
@@ -174,59 +197,6 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
         else:
             self.component_family().check_data(measurable, "X")
         return x
-
-    def fit(
-        self,
-        X: Any,
-        y: Any = None,
-        *,
-        known_labels: Any = None,
-        sample_weight: Any = None,
-        engine: str = "em",
-        **options: Any,
-    ) -> "Mixture":
-        """Fit the mixture, as :meth:`MixtureModel.fit <ppmix.models.base.MixtureModel.fit>`, with the components of
-        some rows known.
-
-        Parameters
-        ----------
-        X : array-like (N, D)
-        y : ignored
-            scikit-learn's convention for clusterers: a pipeline passing ``y`` fits without labels.
-        known_labels : array-like of int (N,), optional
-            The component of every row, -1 where it is unknown: the known ones are clamped in EM's E-step and in
-            the enumeration of SVI and MCMC, which then fit ``log p(X, known labels)`` (reported in ``history_``),
-            and EM starts from the default start renumbered to agree with them (all known: the supervised closed
-            form; all -1: the unsupervised fit). :mod:`ppmix.models.known_latents` has the details.
-        sample_weight, engine, **options :
-            As for :meth:`MixtureModel.fit <ppmix.models.base.MixtureModel.fit>`.
-
-        Returns
-        -------
-        self
-
-        Examples
-        --------
-        Four clusters in the corners of a rectangle: unsupervised EM splits them left and right (the wide side);
-        a label on one row in ten asks for bottom (0) and top (1), and the fit follows:
-
-        >>> import numpy as np
-        >>> from ppmix import GMM
-        >>> rng = np.random.default_rng(0)
-        >>> corners = np.array([[-4.0, -2.5], [4.0, -2.5], [-4.0, 2.5], [4.0, 2.5]])
-        >>> X = np.repeat(corners, 100, axis=0) + rng.normal(size=(400, 2))
-        >>> top = (X[:, 1] > 0).astype(int)
-        >>> z = np.where(np.arange(400) % 10 == 0, top, -1)
-        >>> np.round(GMM(2, seed=0, progress=False).fit(X).means_.numpy()[:, 0])  # left and right
-        array([-4.,  4.])
-        >>> gmm = GMM(2, seed=0, progress=False).fit(X, known_labels=z)
-        >>> np.round(gmm.means_.numpy()[:, 1], 1)  # bottom (0) and top (1)
-        array([-2.5,  2.5])
-        >>> float((gmm.predict(X) == top).mean())  # every row, the unlabelled ones too
-        1.0
-        """
-        known = KnownLabels(known_labels)
-        return self._fit(X, y, sample_weight=sample_weight, engine=engine, options=options, known=known)
 
     # ------------------------------------------------------------ the program
     def model(self, x: torch.Tensor) -> None:
