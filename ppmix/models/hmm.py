@@ -437,13 +437,13 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
             inner = _EMData(batch=inner.batch, frames=filled)
             data = inner if weight is None else Weighted(inner, weight)
         self.components_ = self._new_components(self.component_family().rows(inner.frames))
+        frame_weight = None if weight is None else _sequence_weights(inner.batch, weight)[inner.batch.mask]
         if self.init_params == "segments":
             resp = _segment_responsibilities(inner.batch, self.n_components)
         else:
-            frame_weight = None if weight is None else _sequence_weights(inner.batch, weight)[inner.batch.mask]
             resp = self._initial_responsibilities(inner.frames, generator, frame_weight)
         if self._known_latents is not None:
-            resp = self._known_latents.start(resp, inner.batch.mask)
+            resp = self._known_latents.start(resp, inner.batch.mask, frame_weight)
         self._initialize_from_frames(data, resp)
 
     def _initialize_from_frames(self, data: _EMData | Weighted, resp_frames: torch.Tensor) -> None:

@@ -99,11 +99,13 @@ class Clamp:
         log_mask = torch.zeros(allowed.shape, dtype=dtype, device=labels.device).masked_fill_(~allowed, -torch.inf)
         return cls(argument, labels, log_mask)
 
-    def start(self, resp: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
+    def start(
+        self, resp: torch.Tensor, valid: torch.Tensor | None = None, weight: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """The start's responsibilities ``(n, K)`` over the rows (over the valid steps ``labels[valid]``), given the
-        default start's ``resp``: where every state has a known row, the known rows one-hot and the others uniform
-        (``resp`` unused); otherwise ``resp`` with its clusters renumbered to agree best with the known latents
-        and the known rows set to them (one-hot).
+        default start's ``resp``: where every state has a known row (of positive ``weight``, where the rows have
+        weights ``(n,)``), the known rows one-hot and the others uniform (``resp`` unused); otherwise ``resp``
+        with its clusters renumbered to agree best with the known latents and the known rows set to them (one-hot).
 
         Examples
         --------
@@ -117,7 +119,8 @@ class Clamp:
         known = labels >= 0
         k = resp.shape[1]
         one_hot = torch.nn.functional.one_hot(labels[known], k).to(resp)
-        if bool((one_hot.sum(0) > 0).all()):  # every state labelled somewhere: the labels' class statistics
+        counted = one_hot if weight is None else one_hot * (weight[known] > 0).to(resp)[:, None]
+        if bool((counted.sum(0) > 0).all()):  # every state labelled somewhere: the labels' class statistics
             start = torch.full_like(resp, 1.0 / k)
         else:  # the default start, its clusters renumbered to keep the most labelled rows
             agreement = (one_hot.T @ resp[known]).cpu().numpy()  # (label, cluster): the labelled rows' weight
@@ -164,7 +167,9 @@ def _integer_labels(values: Any, argument: str) -> np.ndarray:
         if not np.isfinite(array).all():
             raise ValueError(f"{argument} holds NaN or inf: mark an unknown label with -1")
         if (array != np.round(array)).any():
-            raise ValueError(f"{argument} must hold integer labels (-1 where unknown); got {array[array != np.round(array)][0]!r}")
+            raise ValueError(
+                f"{argument} must hold integer labels (-1 where unknown); got {array[array != np.round(array)][0]!r}"
+            )
     return array.astype(np.int64)
 
 
@@ -202,7 +207,9 @@ class KnownLabels:
         _check_range(labels, int(model.n_components), self.argument)
         if (labels < 0).all():
             return None
-        return Clamp.of(self.argument, torch.as_tensor(labels, device=rows.device), int(model.n_components), model.dtype)
+        return Clamp.of(
+            self.argument, torch.as_tensor(labels, device=rows.device), int(model.n_components), model.dtype
+        )
 
 
 @dataclass(frozen=True)
@@ -234,7 +241,9 @@ class KnownStates:
         for b, (states, length) in enumerate(zip(self.values, lengths)):
             labels = _integer_labels(states, f"{self.argument}[{b}]")
             if labels.shape[0] != length:
-                raise ValueError(f"{self.argument}[{b}] has {labels.shape[0]} states but sequence {b} has {length} steps")
+                raise ValueError(
+                    f"{self.argument}[{b}] has {labels.shape[0]} states but sequence {b} has {length} steps"
+                )
             _check_range(labels, k, f"{self.argument}[{b}]")
             padded[b, :length] = labels
         if (padded < 0).all():

@@ -278,7 +278,7 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
         if self.init_params != "random":  # k-means' hard clusters, softened for the families that ask
             resp = start_responsibilities(self.component_family(), resp)
         if self._known_latents is not None:
-            resp = self._known_latents.start(resp)
+            resp = self._known_latents.start(resp, weight=weight)
         self.m_step(data, resp)
 
     def e_step(self, data: Any) -> tuple[Statistics, torch.Tensor]:
