@@ -36,6 +36,9 @@ Where some state is never known, the other rows keep the model's default start (
 k-means), its clusters renumbered to agree best with the known latents (the assignment of clusters to
 labels that keeps the most known rows: a Hungarian assignment on their contingency table).
 
+**After the fit** the known latents are gone: ``predict``, ``predict_proba``, ``score`` and ``to_arviz`` use the
+fitted model alone (a row's prediction depends on that row and the model, whatever labels the fit was given).
+
 **All unknown.** Known latents that are all -1 are no labels: the fit takes exactly the unsupervised path
 (bit for bit the fit without the argument).
 

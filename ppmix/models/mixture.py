@@ -285,7 +285,8 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
         """The M-step's statistics under the responsibilities and the log-likelihood
         ``sum_n log sum_k w_k p_k(x_n)`` (every row counted as often as its sample weight), in one pass where
         the family fuses them (:meth:`~ppmix.components.base.ComponentFamily.expected_statistics`);
-        :meth:`m_step` and :meth:`em_statistics` take the (merged) statistics as they are."""
+        :meth:`m_step` and :meth:`em_statistics` take the (merged) statistics as they are. In a partly labelled fit,
+        the clamped E-step (:meth:`~ppmix.models.known_latents.Clamp.mixture_e_step`) and ``log p(X, known labels)``."""
         rows, weight = split_weights(data)
         if self._known_latents is not None:
             stats, objective = self._known_latents.mixture_e_step(self, data)

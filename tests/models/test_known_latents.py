@@ -17,6 +17,7 @@ from sklearn.preprocessing import StandardScaler
 
 from ppmix import GMM, HMM, Mixture
 from ppmix.inference.engines.params import local_params
+from ppmix.models import PFHMM
 from ppmix.models.known_latents import Clamp, KnownLabels, KnownStates, clamping
 
 COVARIANCE_TYPES = ("diag", "full", "spherical", "tied")
@@ -380,6 +381,9 @@ def test_engines_and_paths_that_do_not_clamp_refuse_known_latents():
         GMM(2, seed=0, progress=False).partial_fit(X, known_labels=z)
     with pytest.raises(TypeError, match="known_states"):  # a mixture's latents are labels, not states
         GMM(2, seed=0, progress=False).fit(X, known_states=[z])
+    seqs = [np.random.default_rng(1).normal(size=(8, 2)) for _ in range(3)]
+    with pytest.raises(TypeError, match="known_states"):  # the prediction-focused HMM's labels are y
+        PFHMM(2, seed=0, progress=False).fit(seqs, [np.zeros(8)] * 3, known_states=[np.zeros(8, int)] * 3)
 
 
 def test_fitted_model_predicts_without_the_labels():
