@@ -394,3 +394,17 @@ def test_fitted_model_predicts_without_the_labels():
     assert gmm._known_latents is None
     np.testing.assert_array_equal(gmm.predict_proba(X[:5]), gmm.predict_proba(X)[:5])
     np.testing.assert_array_equal(gmm.predict(X[z == 1]), gmm.predict(X)[z == 1])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_partly_labelled_fits_on_cuda_equal_cpu():
+    X, z = labelled_rows()
+    known = np.where(np.arange(len(X)) % 3 == 0, z, -1)
+    cpu = GMM(3, covariance_type="full", seed=0, progress=False).fit(X, known_labels=known)
+    gpu = GMM(3, covariance_type="full", seed=0, progress=False, device="cuda").fit(X, known_labels=known)
+    np.testing.assert_allclose(gpu.means_.cpu().numpy(), cpu.means_.numpy(), rtol=1e-8, atol=1e-10)
+    seqs, paths = labelled_sequences()
+    states = [np.where(np.arange(len(p)) % 4 == 0, p, -1) for p in paths]
+    cpu_hmm = HMM(2, seed=0, progress=False).fit(seqs, known_states=states)
+    gpu_hmm = HMM(2, seed=0, progress=False, device="cuda").fit(seqs, known_states=states)
+    np.testing.assert_allclose(gpu_hmm.transition_.cpu().numpy(), cpu_hmm.transition_.numpy(), rtol=1e-8, atol=1e-10)
