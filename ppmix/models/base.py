@@ -32,6 +32,7 @@ from ppmix.models._params import check_seed, store_params
 from ppmix.models._predictions import PredictionsMixin
 from ppmix.models._subclassing import refuse_stale_hooks
 from ppmix.models._weights import Weighted, check_sample_weight
+from ppmix.models.known_latents import Clamp, clamping, known_latents
 from ppmix.ops.selection import beats
 
 __all__ = ["MixtureModel"]
@@ -91,6 +92,9 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
     torch.Size([60, 2])
     """
 
+    #: the ``fit`` argument giving the discrete latents known for some data points (``"known_labels"``,
+    #: ``"known_states"``; None: the model takes none), :mod:`ppmix.models.known_latents`
+    known_latents_argument: ClassVar[str | None] = None
     #: number of nested plates in ``model`` (the enumeration dims start left of them)
     max_plate_nesting: ClassVar[int] = 1
     #: name of the plate over data points used by :meth:`data_plate`
@@ -386,7 +390,11 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
         **options
             Passed to the engine (e.g. ``num_steps``, ``lr``, ``batch_size`` for SVI;
             ``num_samples``, ``warmup_steps`` for MCMC; ``n_init``, ``max_iter``,
-            ``tol`` for EM override the constructor's values).
+            ``tol`` for EM override the constructor's values), but for the latents known for some data points,
+            under the name :attr:`known_latents_argument` of a structure that takes them (``known_labels`` of
+            :class:`~ppmix.models.mixture.Mixture` and :class:`~ppmix.models.gmm.GMM`, ``known_states`` of
+            :class:`~ppmix.models.hmm.HMM`; -1 where unknown): clamped in every engine (EM, SVI, MCMC),
+            :mod:`ppmix.models.known_latents`.
 
         Returns
         -------
@@ -403,10 +411,12 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
         data = self.prepare_data(X, y, fitting=True)
         object.__setattr__(self, "_train_data", data)
         self.set_variational_guide(None)
+        known = known_latents(self, options)
         runner = {"em": run_em, "svi": run_svi, "mcmc": run_mcmc, "gibbs": run_gibbs}[engine]
         check_options(runner, options, f"fit(engine={engine!r})")  # e.g. thin= for Gibbs: named, with the accepted
         fit_data = data if sample_weight is None else self.weigh(data, sample_weight)
-        return self.record_result(engine, runner(self, fit_data, **options))
+        with clamping(self, known, data, engine, options):
+            return self.record_result(engine, runner(self, fit_data, **options))
 
     def record_result(self, engine: str, result: Any) -> "MixtureModel":
         """Record an engine's :class:`~ppmix.inference.engines.result.FitResult` as the fitted attributes
@@ -503,3 +513,5 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
     n_features_in_: int
     feature_names_in_: list[str] | None = None
     _train_data: Any = None
+    #: the latents known during a fit (``known_labels``, ``known_states``), clamped by the E-step and the program
+    _known_latents: Clamp | None = None

@@ -38,6 +38,7 @@ from ppmix.models._sequences import SequenceBatch, as_sequence_batch
 from ppmix.models._transitions import MarkovChainMixin, check_transition_prior, transition_mask
 from ppmix.models._weights import Weighted, split_weights
 from ppmix.models.base import MixtureModel
+from ppmix.models.known_latents import Clamp
 
 __all__ = ["HMM"]
 
@@ -130,6 +131,15 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         counts, the family's MAP update of the emissions, the log prior in ``history_``).
     seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
 
+    Notes
+    -----
+    **Partly labelled fits.** ``fit(X, known_states=s)`` takes one integer array per sequence (in the order of
+    ``X``'s sequences, as long as it), the state of a step or -1 where unknown: Baum-Welch's E-step and the
+    enumeration of SVI and MCMC clamp them (the forward-backward runs over the paths consistent with them), and
+    the fit maximises ``log p(X, known states)`` (in ``history_``); every state known gives the counted initial
+    states and transitions and the emissions' per-state fit, none the unsupervised fit
+    (:mod:`ppmix.models.known_latents`). ``y`` stays ignored.
+
     Attributes
     ----------
     initial_ : Tensor (K,)
@@ -149,7 +159,20 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
     True
     >>> [p.shape for p in hmm.predict(seqs[:2])]
     [(40,), (40,)]
+
+    Partly labelled: the states of the first five steps of every sequence known, the high state named 0:
+
+    >>> paths = [np.repeat(rng.integers(0, 2, size=8), 5) for _ in range(10)]
+    >>> seqs = [6.0 * p[:, None] + rng.normal(size=(40, 1)) for p in paths]
+    >>> known = [np.where(np.arange(40) < 5, 1 - p, -1) for p in paths]
+    >>> hmm = HMM(2, seed=0, progress=False).fit(seqs, known_states=known)
+    >>> np.round(hmm.components_.mean.numpy().ravel()) + 0.0
+    array([6., 0.])
+    >>> all((path == 1 - truth).all() for path, truth in zip(hmm.predict(seqs), paths))
+    True
     """
+
+    known_latents_argument = "known_states"
 
     data_plate_name = "sequences"
     init_methods = (*INIT_METHODS, "segments")
@@ -313,6 +336,8 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
             for t in pyro.markov(range(batch.max_length)):
                 valid = t < lengths
                 z = pyro.sample(f"z_{t}", dist.Categorical(chain.step(z, valid)), infer={"enumerate": "parallel"})
+                if self._known_latents is not None:
+                    self._known_latents.factor(f"z_{t}", z, idx, t)
                 with poutine.mask(mask=valid):
                     pyro.sample(f"x_{t}", family.pyro_dist(z), obs=x[:, t])
 
@@ -394,10 +419,11 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         )
         return log_emit
 
-    def _forward_backward(self, data: _EMData) -> ForwardBackwardResult:
-        return forward_backward(
-            self.initial_.log(), self.transition_.log(), self._log_emissions(data), data.batch.lengths
-        )
+    def _forward_backward(self, data: _EMData, clamp: Clamp | None = None) -> ForwardBackwardResult:
+        """The forward-backward over ``data`` (with ``clamp``, over the paths consistent with the known states)."""
+        log_emit = self._log_emissions(data)
+        log_emit = log_emit if clamp is None else clamp.emissions(log_emit)
+        return forward_backward(self.initial_.log(), self.transition_.log(), log_emit, data.batch.lengths)
 
     def em_initialize(self, data: _EMData | Weighted, generator: torch.Generator) -> None:
         """Emissions from k-means on all frames (each weighted by its sequence's weight); initial and transition
@@ -411,11 +437,14 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
             inner = _EMData(batch=inner.batch, frames=filled)
             data = inner if weight is None else Weighted(inner, weight)
         self.components_ = self._new_components(self.component_family().rows(inner.frames))
-        if self.init_params == "segments":
-            self._initialize_from_frames(data, _segment_responsibilities(inner.batch, self.n_components))
-            return
         frame_weight = None if weight is None else _sequence_weights(inner.batch, weight)[inner.batch.mask]
-        self._initialize_from_frames(data, self._initial_responsibilities(inner.frames, generator, frame_weight))
+        if self.init_params == "segments":
+            resp = _segment_responsibilities(inner.batch, self.n_components)
+        else:
+            resp = self._initial_responsibilities(inner.frames, generator, frame_weight)
+        if self._known_latents is not None:
+            resp = self._known_latents.start(resp, inner.batch.mask, frame_weight)
+        self._initialize_from_frames(data, resp)
 
     def _initialize_from_frames(self, data: _EMData | Weighted, resp_frames: torch.Tensor) -> None:
         """One M-step from per-frame responsibilities ``(sum(lengths), K)`` (lightly smoothed chain counts,
@@ -439,7 +468,7 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         """Forward–backward statistics and the total log-likelihood of all sequences (each counted as often
         as its sample weight)."""
         inner, weight = split_weights(data)
-        result = self._forward_backward(inner)
+        result = self._forward_backward(inner, self._known_latents)
         if weight is None:
             counts = _Counts(
                 initial=result.initial.sum(0), transitions=result.pair_counts.sum(0), posterior=result.posterior

@@ -104,6 +104,13 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
         The fitted components (e.g. ``PoissonComponents`` with ``rate`` ``(K, D)``).
     means_ : Tensor (K, D)
 
+    Notes
+    -----
+    **Partly labelled fits.** ``fit(X, known_labels=z)`` takes the component of some rows, ``z[n]`` in
+    ``0..K-1`` or -1 where unknown: EM's E-step and the enumeration of SVI and MCMC clamp them, and the fit
+    maximises ``log p(X, known labels)`` (in ``history_``); every label known gives the supervised closed form,
+    none the unsupervised fit (:mod:`ppmix.models.known_latents`: the start, the engines). ``y`` stays ignored.
+
     Examples
     --------
     >>> import numpy as np
@@ -121,7 +128,24 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
     >>> poisson = Mixture(2, family="poisson", priors=prior, seed=0, progress=False).fit(counts)
     >>> np.round(np.sort(poisson.means_[:, 0].numpy()), 1)
     array([ 2.8, 14.7])
+
+    Partly labelled: four clusters in the corners of a rectangle, which EM splits left and right (the wide side);
+    a label on one row in ten asks for bottom (0) and top (1), and the fit follows:
+
+    >>> corners = np.array([[-4.0, -2.5], [4.0, -2.5], [-4.0, 2.5], [4.0, 2.5]])
+    >>> X = np.repeat(corners, 100, axis=0) + rng.normal(size=(400, 2))
+    >>> top = (X[:, 1] > 0).astype(int)
+    >>> z = np.where(np.arange(400) % 10 == 0, top, -1)
+    >>> np.round(Mixture(2, seed=0, progress=False).fit(X).means_.numpy()[:, 0])  # left and right
+    array([-4.,  4.])
+    >>> labelled = Mixture(2, seed=0, progress=False).fit(X, known_labels=z)
+    >>> np.round(labelled.means_.numpy()[:, 1])  # bottom (0) and top (1)
+    array([-2.,  2.])
+    >>> float((labelled.predict(X) == top).mean()) > 0.99  # every row, the unlabelled ones too
+    True
     """
+
+    known_latents_argument = "known_labels"
 
     def __init__(
         self,
@@ -185,6 +209,8 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
         family = self._sample_components(k, d, opts)
         with self.data_plate(x.shape[0]) as idx:
             z = pyro.sample("z", dist.Categorical(weights), infer={"enumerate": "parallel"})
+            if self._known_latents is not None:
+                self._known_latents.factor("z", z, idx)
             pyro.sample("x", family.pyro_dist(z), obs=x[idx])
 
     # -------------------------------------------------------------- globals
@@ -251,15 +277,20 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
         resp = self._initial_responsibilities(rows, generator, weight)
         if self.init_params != "random":  # k-means' hard clusters, softened for the families that ask
             resp = start_responsibilities(self.component_family(), resp)
+        if self._known_latents is not None:
+            resp = self._known_latents.start(resp, weight=weight)
         self.m_step(data, resp)
 
     def e_step(self, data: Any) -> tuple[Statistics, torch.Tensor]:
         """The M-step's statistics under the responsibilities and the log-likelihood
         ``sum_n log sum_k w_k p_k(x_n)`` (every row counted as often as its sample weight), in one pass where
         the family fuses them (:meth:`~ppmix.components.base.ComponentFamily.expected_statistics`);
-        :meth:`m_step` and :meth:`em_statistics` take the (merged) statistics as they are."""
+        :meth:`m_step` and :meth:`em_statistics` take the (merged) statistics as they are. In a partly labelled fit,
+        the clamped E-step (:meth:`~ppmix.models.known_latents.Clamp.mixture_e_step`) and ``log p(X, known labels)``."""
         rows, weight = split_weights(data)
-        if isinstance(rows, PartlyObserved):
+        if self._known_latents is not None:
+            stats, objective = self._known_latents.mixture_e_step(self, data)
+        elif isinstance(rows, PartlyObserved):
             stats, objective = partly_observed_e_step(self.components_, self.weights_.log(), rows, weight)
         else:
             stats, objective = self.components_.expected_statistics(rows, self.weights_.log(), weight)

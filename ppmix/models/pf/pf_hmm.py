@@ -119,6 +119,8 @@ class PFHMM(PFStateMixin, HMM):
 
     max_plate_nesting = 2
     covariance_type = "diag"
+    #: no partly labelled states (HMM's ``known_states``): the labels are ``y``, and the start is the pf start
+    known_latents_argument = None
 
     def __init__(
         self,

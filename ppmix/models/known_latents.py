@@ -1,0 +1,303 @@
+"""Partly labelled fits: the discrete latents known for some rows (a mixture's components, an HMM's states)
+clamped in every engine.
+
+``Mixture.fit(X, known_labels=z)`` (and ``GMM``'s) takes ``z[n]`` the component of row ``n``, or -1 where it is
+unknown; ``HMM.fit(X, known_states=s)`` one integer array per sequence, ``s[b][t]`` the state of step ``t`` or -1.
+A known latent is *clamped*: it is no longer summed over, so every engine fits the joint density of the data
+and the known latents,
+
+    log p(X, z_known) = sum_n log sum_{k consistent with z_n} w_k p_k(x_n)        (a mixture)
+    log p(X, s_known) = sum_b log sum_{paths consistent with s_b} p(path) prod_t p(x_bt | s_bt)   (an HMM),
+
+which is what ``history_`` and ``lower_bound_`` report (per row, per step). One mechanism serves every engine:
+a *log-mask* ``(..., K)``, zero where a state is allowed and ``-inf`` where it contradicts a known latent
+(a row or step with -1 allows every state), added to the log joint of the latent.
+
+- **EM**: the mixture's E-step scores ``log w_k + log p_k(x_n) + mask[n, k]`` (its responsibilities are then one
+  for the known component, zero for the others); the HMM's E-step adds the mask to the emission log-densities
+  before the forward-backward (:func:`~ppmix.inference.engines.forward_backward.forward_backward` takes ``-inf``
+  as probability zero), so the smoothed marginals and the expected transition counts are those of the paths
+  consistent with the known states. Every M-step is unchanged, so EM still never decreases the objective; with
+  every latent known, one M-step gives the supervised closed form (a Gaussian mixture's class frequencies,
+  means and covariances; an HMM's counted initial states and transitions) and EM stays there.
+- **SVI and MCMC**: the Pyro program adds ``pyro.factor(site + "_known", mask[n, z])`` beside every enumerated
+  latent ``z`` (:meth:`Clamp.factor`), so ``TraceEnum_ELBO`` sums over the consistent values only and equals
+  the EM objective above. MCMC's draws are not relabelled by default (``relabel=False``): the known latents
+  name the components.
+- **Gibbs** (``engine="gibbs"``), the sharded :func:`ppmix.distributed.fit_em` and online ``partial_fit`` do not
+  take known latents (a ``ValueError`` naming the argument for Gibbs; the other two have no such argument).
+
+**The start.** EM's start (and so SVI's and MCMC's, which is EM's) is one M-step from responsibilities that
+are one-hot at the rows (steps) with a known latent. Where every state is known somewhere, the other rows count
+``1/K`` to every state: the start is the known rows' class statistics (per-state frequencies, means,
+covariances, counted transitions), each pulled toward the whole data by the unknown rows, so that a state known
+from a single row is no degenerate spike, and with every latent known exactly the supervised closed form.
+Where some state is never known, the other rows keep the model's default start (``init_params``, e.g.
+k-means), its clusters renumbered to agree best with the known latents (the assignment of clusters to
+labels that keeps the most known rows: a Hungarian assignment on their contingency table).
+
+**After the fit** the known latents are gone: ``predict``, ``predict_proba``, ``score`` and ``to_arviz`` use the
+fitted model alone (a row's prediction depends on that row and the model, whatever labels the fit was given).
+
+**All unknown.** Known latents that are all -1 are no labels: the fit takes exactly the unsupervised path
+(bit for bit the fit without the argument).
+
+``y`` stays ignored by ``fit``, as scikit-learn's convention for clusterers requires: a pipeline that passes
+``y`` never makes a fit semi-supervised; known latents are given by their own argument (in a pipeline,
+``pipe.fit(X, gmm__known_labels=z)``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import numpy as np
+import pyro
+import torch
+from pyro.ops.indexing import Vindex
+from scipy.optimize import linear_sum_assignment
+
+from ppmix.models._missing import PartlyObserved, log_prob_with_missing
+from ppmix.models._weights import split_weights
+from ppmix.ops.logspace import normalize_log_joint_
+
+__all__ = ["Clamp", "KnownLabels", "KnownStates", "clamping", "known_latents"]
+
+#: the engines that clamp known latents
+CLAMPING_ENGINES = ("em", "svi", "mcmc")
+
+
+@dataclass(frozen=True, eq=False)
+class Clamp:
+    """The known latents of one fit, as the engines use them.
+
+    Attributes
+    ----------
+    argument : str
+        The ``fit`` argument they came from (``"known_labels"``, ``"known_states"``), for messages.
+    labels : LongTensor (N,) or (B, T)
+        The known latent of every row (every step of every padded sequence), -1 where unknown (and at padding).
+    log_mask : Tensor (N, K) or (B, T, K)
+        0 where a state is allowed, ``-inf`` where it contradicts a known latent.
+    """
+
+    argument: str
+    labels: torch.Tensor
+    log_mask: torch.Tensor
+
+    @classmethod
+    def of(cls, argument: str, labels: torch.Tensor, k: int, dtype: torch.dtype) -> "Clamp":
+        """The clamp of ``labels`` (-1 unknown) over ``k`` states, its log-mask in ``dtype``.
+
+        Examples
+        --------
+        >>> Clamp.of("known_labels", torch.tensor([1, -1]), 3, torch.float64).log_mask.tolist()
+        [[-inf, 0.0, -inf], [0.0, 0.0, 0.0]]
+        """
+        known = labels >= 0
+        one_hot = torch.nn.functional.one_hot(labels.clamp_min(0), k).bool()
+        allowed = one_hot | ~known[..., None]
+        log_mask = torch.zeros(allowed.shape, dtype=dtype, device=labels.device).masked_fill_(~allowed, -torch.inf)
+        return cls(argument, labels, log_mask)
+
+    def start(
+        self, resp: torch.Tensor, valid: torch.Tensor | None = None, weight: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The start's responsibilities ``(n, K)`` over the rows (over the valid steps ``labels[valid]``), given the
+        default start's ``resp``: where every state has a known row (of positive ``weight``, where the rows have
+        weights ``(n,)``), the known rows one-hot and the others uniform (``resp`` unused); otherwise ``resp``
+        with its clusters renumbered to agree best with the known latents and the known rows set to them (one-hot).
+
+        Examples
+        --------
+        >>> resp = torch.tensor([[1.0, 0.0], [0.7, 0.3], [0.0, 1.0]], dtype=torch.float64)
+        >>> Clamp.of("known_labels", torch.tensor([1, -1, 0]), 2, torch.float64).start(resp).tolist()
+        [[0.0, 1.0], [0.5, 0.5], [1.0, 0.0]]
+        >>> Clamp.of("known_labels", torch.tensor([1, -1, -1]), 2, torch.float64).start(resp).tolist()
+        [[0.0, 1.0], [0.3, 0.7], [1.0, 0.0]]
+        """
+        labels = (self.labels if valid is None else self.labels[valid]).to(resp.device)
+        known = labels >= 0
+        k = resp.shape[1]
+        one_hot = torch.nn.functional.one_hot(labels[known], k).to(resp)
+        counted = one_hot if weight is None else one_hot * (weight[known] > 0).to(resp)[:, None]
+        if bool((counted.sum(0) > 0).all()):  # every state labelled somewhere: the labels' class statistics
+            start = torch.full_like(resp, 1.0 / k)
+        else:  # the default start, its clusters renumbered to keep the most labelled rows
+            agreement = (one_hot.T @ resp[known]).cpu().numpy()  # (label, cluster): the labelled rows' weight
+            _, clusters = linear_sum_assignment(agreement, maximize=True)
+            start = resp[:, torch.as_tensor(clusters, device=resp.device)]
+        start[known] = one_hot
+        return start
+
+    def mixture_e_step(self, model: Any, data: Any) -> tuple[Any, torch.Tensor]:
+        """A mixture's clamped E-step on its EM ``data`` (rows the family prepared, or
+        :class:`~ppmix.models._missing.PartlyObserved` rows, maybe weighted): the M-step's statistics
+        (``model.em_statistics``) under the responsibilities ``softmax_k(log w_k + log p_k(x_n) + mask[n, k])``
+        and the log-likelihood ``log p(X, z_known)`` (every row counted as often as its sample weight)."""
+        rows, weight = split_weights(data)
+        components = model.components_
+        log_prob = log_prob_with_missing(components, rows) if isinstance(rows, PartlyObserved) else None
+        log_joint = components.log_prob(rows) if log_prob is None else log_prob
+        resp, log_norm = normalize_log_joint_(log_joint + model.weights_.log() + self.log_mask)
+        log_norm = log_norm.reshape(-1)
+        objective = log_norm.sum() if weight is None else log_norm @ weight.to(log_norm)
+        return model.em_statistics(data, resp), objective
+
+    def emissions(self, log_emit: torch.Tensor) -> torch.Tensor:
+        """An HMM's emission log-densities ``(B, T, K)`` with the states that contradict a known state excluded."""
+        return log_emit + self.log_mask.to(log_emit)
+
+    def factor(self, name: str, z: torch.Tensor, *index: Any) -> None:
+        """In a Pyro program, beside the (enumerated) latent ``z`` of the rows ``log_mask[index]`` ``(n, K)``:
+        ``pyro.factor(name + "_known", mask[n, z_n])``, zero where ``z`` is allowed, ``-inf`` where it contradicts a
+        known latent."""
+        pyro.factor(f"{name}_known", Vindex(self.log_mask[index])[..., z])
+
+
+def _integer_labels(values: Any, argument: str) -> np.ndarray:
+    """``values`` as a 1-D int64 array (integers, or floats holding integers); else a ``ValueError``."""
+    if isinstance(values, torch.Tensor):
+        values = values.detach().cpu().numpy()
+    array = np.asarray(values)
+    if array.dtype == bool or array.dtype.kind not in "iuf":
+        raise ValueError(f"{argument} must hold integer labels (-1 where unknown); got dtype {array.dtype}")
+    if array.ndim != 1:
+        raise ValueError(f"{argument} must be 1-D (one label per row or step); got shape {array.shape}")
+    if array.dtype.kind == "f":
+        if not np.isfinite(array).all():
+            raise ValueError(f"{argument} holds NaN or inf: mark an unknown label with -1")
+        if (array != np.round(array)).any():
+            raise ValueError(
+                f"{argument} must hold integer labels (-1 where unknown); got {array[array != np.round(array)][0]!r}"
+            )
+    return array.astype(np.int64)
+
+
+def _check_range(labels: np.ndarray, k: int, argument: str) -> None:
+    """Every label in ``0..k-1`` or -1."""
+    outside = (labels < -1) | (labels >= k)
+    if outside.any():
+        first = int(np.argmax(outside))
+        raise ValueError(
+            f"{argument} must hold labels in 0..{k - 1} (n_components={k}) or -1 where unknown; got {labels[first]} "
+            f"at position {first}"
+        )
+
+
+@dataclass(frozen=True)
+class KnownLabels:
+    """``known_labels`` of ``Mixture.fit``: one component per row, -1 where unknown."""
+
+    values: Any
+    argument: str = "known_labels"
+
+    def resolve(self, model: Any, rows: torch.Tensor) -> Clamp | None:
+        """The clamp of the prepared rows ``rows`` ``(N, D)``; None where no label is known.
+
+        Raises
+        ------
+        ValueError
+            Not one integer per row, or a label outside ``0..K-1`` other than -1.
+        """
+        if self.values is None:
+            return None
+        labels = _integer_labels(self.values, self.argument)
+        if labels.shape[0] != rows.shape[0]:
+            raise ValueError(f"{self.argument} has {labels.shape[0]} labels but X has {rows.shape[0]} rows")
+        _check_range(labels, int(model.n_components), self.argument)
+        if (labels < 0).all():
+            return None
+        return Clamp.of(
+            self.argument, torch.as_tensor(labels, device=rows.device), int(model.n_components), model.dtype
+        )
+
+
+@dataclass(frozen=True)
+class KnownStates:
+    """``known_states`` of ``HMM.fit``: one integer array per sequence, a state per step, -1 where unknown."""
+
+    values: Any
+    argument: str = "known_states"
+
+    def resolve(self, model: Any, batch: Any) -> Clamp | None:
+        """The clamp of the prepared :class:`~ppmix.models._sequences.SequenceBatch` ``batch`` (padded with -1);
+        None where no state is known.
+
+        Raises
+        ------
+        ValueError
+            Not one integer array per sequence of its length, a state outside ``0..K-1`` other than -1, or two
+            consecutive known states whose transition ``transition_pattern`` forbids.
+        """
+        if self.values is None:
+            return None
+        if isinstance(self.values, (str, bytes)) or not hasattr(self.values, "__len__"):
+            raise ValueError(f"{self.argument} must be a list of integer arrays, one per sequence")
+        lengths = batch.lengths.tolist()
+        if len(self.values) != len(lengths):
+            raise ValueError(f"{self.argument} has {len(self.values)} sequences but X has {len(lengths)}")
+        padded = np.full((len(lengths), batch.max_length), -1, dtype=np.int64)
+        k = int(model.n_components)
+        for b, (states, length) in enumerate(zip(self.values, lengths)):
+            labels = _integer_labels(states, f"{self.argument}[{b}]")
+            if labels.shape[0] != length:
+                raise ValueError(
+                    f"{self.argument}[{b}] has {labels.shape[0]} states but sequence {b} has {length} steps"
+                )
+            _check_range(labels, k, f"{self.argument}[{b}]")
+            padded[b, :length] = labels
+        if (padded < 0).all():
+            return None
+        _check_allowed_moves(padded, model._transition_mask.cpu().numpy(), self.argument)
+        labels = torch.as_tensor(padded, device=batch.lengths.device)
+        return Clamp.of(self.argument, labels, k, model.dtype)
+
+
+def _check_allowed_moves(states: np.ndarray, allowed: np.ndarray, argument: str) -> None:
+    """Two consecutive known states ``i -> j`` must be a move the chain allows (``allowed[i, j]``)."""
+    both = (states[:, :-1] >= 0) & (states[:, 1:] >= 0)
+    forbidden = both & ~allowed[states[:, :-1].clip(0), states[:, 1:].clip(0)]
+    if forbidden.any():
+        b, t = (int(i[0]) for i in np.nonzero(forbidden))
+        raise ValueError(
+            f"{argument}[{b}] moves from state {states[b, t]} to {states[b, t + 1]} at step {t + 1}, which "
+            "transition_pattern forbids"
+        )
+
+
+def known_latents(model: Any, options: dict[str, Any]) -> KnownLabels | KnownStates | None:
+    """The known latents among ``fit``'s ``options`` (taken out of them), under the model's
+    ``known_latents_argument``; None where the model takes none or none is given."""
+    argument = type(model).known_latents_argument
+    if argument is None or argument not in options:
+        return None
+    kind = {KnownLabels.argument: KnownLabels, KnownStates.argument: KnownStates}[argument]
+    return kind(options.pop(argument))
+
+
+@contextlib.contextmanager
+def clamping(
+    model: Any, known: KnownLabels | KnownStates | None, data: Any, engine: str, options: dict[str, Any]
+) -> Iterator[None]:
+    """Inside the context ``model._known_latents`` is the :class:`Clamp` of ``known`` on the prepared ``data`` (None
+    without known latents), which the EM hooks and the Pyro program read; MCMC's draws are not relabelled unless
+    ``options`` ask for it.
+
+    Raises
+    ------
+    ValueError
+        Known latents with an engine that does not clamp them (``"gibbs"``), or invalid known latents.
+    """
+    clamp = None if known is None else known.resolve(model, data)
+    if clamp is None:
+        yield
+        return
+    if engine not in CLAMPING_ENGINES:
+        raise ValueError(f"{clamp.argument} is taken by engine in {CLAMPING_ENGINES}; got engine={engine!r}")
+    if engine == "mcmc":
+        options.setdefault("relabel", False)  # the known latents name the components
+    with model._overriding("_known_latents", clamp):
+        yield
