@@ -163,6 +163,23 @@ class AutoRegressiveComponents(ComponentFamily):
         return int(self.weights.shape[2]) // self.n_features
 
     @property
+    def mean(self) -> torch.Tensor:
+        """Each state's long-run mean ``(K, D)``: the fixed point ``mu_k = (I - sum_j W_kj)^{-1} b_k`` of its
+        recurrence, where a sequence staying in state ``k`` settles (NaN for a state with a unit root).
+
+        Examples
+        --------
+        >>> comp = AutoRegressiveComponents(torch.full((1, 1, 1), 0.5), torch.ones(1, 1), torch.ones(1, 1, 1))
+        >>> comp.mean.tolist()  # x = 0.5 x + 1
+        [[2.0]]
+        """
+        d = self.n_features
+        total = self.weights.reshape(-1, d, self.lags, d).sum(2)
+        identity = torch.eye(d, dtype=self.dtype, device=self.device)
+        mean, info = torch.linalg.solve_ex(identity - total, self.bias)
+        return torch.where((info == 0)[:, None], mean, torch.nan)
+
+    @property
     def covariance(self) -> torch.Tensor:
         """The noise covariances ``(K, D, D)``."""
         return self.scale_tril @ self.scale_tril.mT

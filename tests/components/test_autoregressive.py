@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from hypothesis import given, settings
@@ -283,3 +284,27 @@ def test_a_mixture_is_refused_for_want_of_sequences():
     x = np.random.default_rng(0).normal(size=(40, 2))
     with pytest.raises(ValueError, match=r"previous frame.*HMM\(emission='autoregressive'\)"):
         Mixture(2, family="autoregressive", **QUIET).fit(x)
+
+
+def test_the_mean_is_where_a_state_settles():
+    """A noiseless sequence that stays in one stable state converges to its ``mean``, ``(I - W_1 - W_2)^{-1} b``."""
+    rng = np.random.default_rng(9)
+    params = _params(rng, 1, 2, 2)
+    params["tril"] = 1e-12 * np.eye(2)[None]
+    hmm = _hmm_at(params, _simulate(rng, params, [10]))
+    settled = hmm.sample(1, 400)["x"][0, -1]
+    np.testing.assert_allclose(hmm.means_[0].numpy(), settled, rtol=1e-8)
+
+
+def test_the_cli_passes_lags_as_an_emission_option(tmp_path):
+    from ppmix.cli import main
+
+    rng = np.random.default_rng(10)
+    seqs = _simulate(rng, _params(rng, 2, 2, 2), [60, 60])
+    frame = pd.DataFrame(np.concatenate(seqs), columns=["a", "b"]).assign(run=np.repeat([0, 1], 60))
+    frame.to_csv(tmp_path / "steps.csv", index=False)
+    argv = ["fit", "hmm", str(tmp_path / "steps.csv"), "--k", "2", "--sequence-column", "run", "--quiet"]
+    options = ["--emission", "autoregressive", "--emission-option", "lags=2", "--covariance", "full"]
+    assert main([*argv, *options, "--max-iter", "5", "--out", str(tmp_path / "out")]) == 0
+    model = HMM.load(tmp_path / "out" / "model")
+    assert (model.component_family().lags, model.components_.weights.shape) == (2, (2, 2, 4))
