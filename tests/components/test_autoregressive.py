@@ -5,6 +5,7 @@ recurrence for sampling."""
 
 from __future__ import annotations
 
+import copy
 import itertools
 
 import numpy as np
@@ -18,6 +19,7 @@ from scipy.stats import multivariate_normal
 from ppmix import HMM, Mixture
 from ppmix.components import AutoRegressiveComponents, AutoRegressiveFamily, FullGaussian
 from ppmix.components.autoregressive import lagged_sequences
+from ppmix.distributed import fit_em
 
 pytestmark = pytest.mark.filterwarnings("ignore::ppmix.inference.engines.result.ConvergenceWarning")
 QUIET = {"seed": 0, "progress": False}
@@ -308,3 +310,32 @@ def test_the_cli_passes_lags_as_an_emission_option(tmp_path):
     assert main([*argv, *options, "--max-iter", "5", "--out", str(tmp_path / "out")]) == 0
     model = HMM.load(tmp_path / "out" / "model")
     assert (model.component_family().lags, model.components_.weights.shape) == (2, (2, 2, 4))
+
+
+def test_em_on_shards_equals_em_in_memory(tmp_path):
+    """Sequences split over ``.npz`` shards (frames and lengths): each shard's lags restart at its sequences'
+    starts, as in memory."""
+    start, seqs = _fitted(max_iter=2)
+    start.warm_start = True
+    in_memory = copy.deepcopy(start).fit(seqs, max_iter=5, tol=0.0)
+    paths = [tmp_path / "part0.npz", tmp_path / "part1.npz"]
+    for path, part in zip(paths, (seqs[:1], seqs[1:])):
+        np.savez(path, X=np.concatenate(part), lengths=np.array([len(s) for s in part]))
+    sharded = fit_em(copy.deepcopy(start), paths, executor="inline", max_iter=5, tol=0.0)
+    np.testing.assert_allclose(sharded.history_, in_memory.history_, rtol=1e-10)
+    for key, value in in_memory.state_tensors().items():
+        np.testing.assert_allclose(sharded.state_tensors()[key].numpy(), value.numpy(), rtol=1e-9, atol=1e-12)
+
+
+def test_partial_fit_on_chunks_approaches_the_batch_fit():
+    rng = np.random.default_rng(11)
+    params = _params(rng, 2, 2, 1)
+    params["bias"], params["transition"] = np.array([[2.0, -2.0], [-2.0, 2.0]]), np.array([[0.9, 0.1], [0.1, 0.9]])
+    seqs = _simulate(rng, params, [40] * 8)
+    emission = {"name": "autoregressive", "lags": 1}
+    batch = HMM(2, emission=emission, **QUIET).fit(seqs)
+    online = HMM(2, emission=emission, **QUIET)
+    for _ in range(5):
+        for part in (seqs[:4], seqs[4:]):
+            online.partial_fit(part)
+    assert online.score(seqs) >= batch.score(seqs) - 0.02
