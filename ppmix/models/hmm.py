@@ -95,7 +95,8 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         Number of hidden states.
     emission : str or DensityFamily, default "gaussian"
         The emissions' family: a registered name (:data:`ppmix.components.registry.FAMILIES`, e.g.
-        ``"gaussian"``, ``"poisson"``) or a family object. Write a new emission as a family
+        ``"gaussian"``, ``"poisson"``; ``"autoregressive"``: each frame regressed on the frames before it,
+        :class:`~ppmix.components.AutoRegressiveFamily`) or a family object. Write a new emission as a family
         (see the README's "Writing a new component family"), not as a subclass of ``HMM``.
     covariance_type, reg_covar :
         The Gaussian emission's settings (for ``emission="gaussian"``), as for :class:`~ppmix.models.gmm.GMM`.
