@@ -142,6 +142,12 @@ FAMILY_DATA = {
 }
 
 
+#: the registered families whose frames depend on the frames before them in their sequence (``sequence_rows``): an
+#: HMM's emissions only, not a mixture's components, with known answers of their own
+#: (tests/components/test_autoregressive.py) instead of ``FAMILY_DATA``'s rows
+SEQUENCE_FAMILIES = frozenset({"autoregressive"})
+
+
 def make_family_rows(family: str, n: int = 60, n_features: int = 2, *, seed: int = 0):
     """``(X (n, D), z (n,))``: rows from two planted components of ``family`` (``FAMILY_DATA``), taking turns."""
     rng = np.random.default_rng(seed)

@@ -8,6 +8,7 @@ structures take (``Mixture(family=...)``, ``HMM(emission=...)``) are declared by
 :class:`~ppmix.components.family.DensityFamily` and found by name in :mod:`ppmix.components.registry`.
 """
 
+from ppmix.components.autoregressive import AutoRegressiveComponents, AutoRegressiveFamily
 from ppmix.components.base import ComponentFamily
 from ppmix.components.bernoulli import BernoulliLabel
 from ppmix.components.categorical import CategoricalLabel
@@ -31,6 +32,8 @@ from ppmix.components.softmax_gate import SoftmaxGate
 
 __all__ = [
     "AdditiveStatistics",
+    "AutoRegressiveComponents",
+    "AutoRegressiveFamily",
     "BernoulliLabel",
     "CategoricalLabel",
     "ComponentFamily",

@@ -37,6 +37,7 @@ FAMILIES: dict[str, str] = {
     "categorical": "ppmix.components.categorical_features:CategoricalFamily",
     "gamma": "ppmix.components.gamma:GammaFamily",
     "lognormal": "ppmix.components.lognormal:LogNormalFamily",
+    "autoregressive": "ppmix.components.autoregressive:AutoRegressiveFamily",
 }
 
 #: registered expert (conditional) families of MixtureOfExperts: name -> "module:Class"

@@ -96,7 +96,8 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         Number of hidden states.
     emission : str or DensityFamily, default "gaussian"
         The emissions' family: a registered name (:data:`ppmix.components.registry.FAMILIES`, e.g.
-        ``"gaussian"``, ``"poisson"``) or a family object. Write a new emission as a family
+        ``"gaussian"``, ``"poisson"``; ``"autoregressive"``: each frame regressed on the frames before it,
+        :class:`~ppmix.components.AutoRegressiveFamily`) or a family object. Write a new emission as a family
         (see the README's "Writing a new component family"), not as a subclass of ``HMM``.
     covariance_type, reg_covar :
         The Gaussian emission's settings (for ``emission="gaussian"``), as for :class:`~ppmix.models.gmm.GMM`.
@@ -298,7 +299,14 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         family = self.component_family()
         if self._accepts_missing:
             return _EMData(batch=data, frames=partly_observed(data.frames, family))
-        return _EMData(batch=data, frames=family.prepare(data.frames))
+        return _EMData(batch=data, frames=family.prepare(self._step_rows(data)[data.mask]))
+
+    def _step_rows(self, batch: SequenceBatch) -> torch.Tensor:
+        """Every step's row as the emission family scores it, ``(B, T, D')``: the frame, or for a family whose
+        frames depend on those before them in their sequence (its ``sequence_rows``, e.g. autoregressive emissions)
+        the row it makes of the padded sequences."""
+        sequence_rows = getattr(self.component_family(), "sequence_rows", None)
+        return batch.x if sequence_rows is None else sequence_rows(batch.x)
 
     def _prediction_data(self, batch: SequenceBatch) -> _EMData:
         """:meth:`em_data` for predictions: frames prepared for the fitted components (the Gaussian's centred at
@@ -306,7 +314,8 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         model only."""
         if self._accepts_missing and bool(torch.isnan(batch.frames).any()):  # scored by the observed entries
             return _EMData(batch=batch, frames=batch.frames)
-        return _EMData(batch=batch, frames=self.component_family().prepare(batch.frames, self.components_))
+        rows = self._step_rows(batch)[batch.mask]
+        return _EMData(batch=batch, frames=self.component_family().prepare(rows, self.components_))
 
     def output_like(self, X: Any) -> Any:
         return _first(X)
@@ -331,7 +340,7 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         chain, components = self._sample_chain(k, opts)
         family = self._sample_components(k, d, opts, plate=components)
         with self.data_plate(batch.n_sequences) as idx:
-            x, lengths = batch.x[idx], batch.lengths[idx]
+            x, lengths = self._step_rows(batch)[idx], batch.lengths[idx]
             z = None
             for t in pyro.markov(range(batch.max_length)):
                 valid = t < lengths
@@ -598,7 +607,7 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         initial, transition, components = chain_per_draw(self, draws, lambda: self.components_)
         paths = state_paths_per_draw(initial, transition, data.n_sequences, data.max_length)
         valid = data.mask.to(initial.device)
-        return {"x": torch.stack([emissions.sample(path[valid]) for emissions, path in zip(components, paths)])}
+        return {"x": torch.stack([_emitted(emissions, path, valid) for emissions, path in zip(components, paths)])}
 
     def posterior_marginals(self, data: SequenceBatch) -> dict[str, torch.Tensor]:
         """Smoothed state marginals of all valid steps, stacked as ``{"z": (sum(lengths), K)}``."""
@@ -646,10 +655,7 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         n, steps = check_positive_int(n_samples, "n_samples"), check_positive_int(length, "length")
         gen = self.generator(offset=7919)
         z = state_paths_per_draw(self.initial_.cpu()[None], self.transition_.cpu()[None], n, steps, gen)[0]
-        # the states as one flat index, as every family's ``sample`` takes them (a multinomial's draws are rows)
-        x = self.components_.sample(
-            z.reshape(-1).to(self._device), generator=gen if self._device.type == "cpu" else None
-        )
+        x = _emitted(self.components_, z.to(self._device), generator=gen if self._device.type == "cpu" else None)
         return {"x": x.reshape(n, steps, -1).cpu().numpy(), "z": z.numpy()}
 
     @property
@@ -667,6 +673,20 @@ def _segment_responsibilities(batch: SequenceBatch, k: int) -> torch.Tensor:
     steps = torch.arange(batch.max_length, device=batch.lengths.device)
     state = (steps[None, :] * k) // batch.lengths[:, None].clamp_min(1)
     return torch.nn.functional.one_hot(state[batch.mask.to(state.device)].clamp_max(k - 1), k).to(batch.x)
+
+
+def _emitted(
+    components: Any, paths: torch.Tensor, valid: torch.Tensor | None = None, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """Frames emitted along state paths ``(n, T)``, at the ``valid`` steps ``(n, T)`` (all when None), stacked
+    ``(n_valid, D)``: the states as one flat index, as every family's ``sample`` takes them (a multinomial's draws
+    are rows), or, for components whose frames depend on those before them (``sample_paths``), sequence by
+    sequence."""
+    sample_paths = getattr(components, "sample_paths", None)
+    if sample_paths is not None:
+        frames = sample_paths(paths, generator=generator)
+        return frames.reshape(-1, frames.shape[-1]) if valid is None else frames[valid.to(frames.device)]
+    return components.sample(paths.reshape(-1) if valid is None else paths[valid], generator=generator)
 
 
 def _sequence_weights(batch: SequenceBatch, weight: torch.Tensor) -> torch.Tensor:

@@ -90,6 +90,9 @@ CASES: dict[str, Case] = {
     "GMM-tied": Case(lambda: GMM(2, covariance_type="tied", max_iter=20, **QUIET), _blobs),
     "HMM-tied": Case(lambda: HMM(2, covariance_type="tied", max_iter=10, **QUIET), _sequences, sequences=True),
     "HMM": Case(lambda: HMM(2, max_iter=10, **QUIET), _sequences, sequences=True),
+    "HMM-autoregressive": Case(
+        lambda: HMM(2, emission={"name": "autoregressive", "lags": 2}, max_iter=10, **QUIET), _sequences, sequences=True
+    ),
     "HMM-left-right-MAP": Case(
         lambda: HMM(
             2, transition_pattern="left-right", transition_prior=2.0, init_params="segments", max_iter=10, **QUIET

@@ -1,0 +1,414 @@
+"""Autoregressive emissions for the HMM: ``x_t | z_t = k ~ N(W_k [x_{t-1}; ...; x_{t-p}] + b_k, Sigma_k)``.
+
+A frame's density depends on the ``p`` frames before it in its sequence, the frames before a
+sequence's start taken as zeros (the convention of dynamax's ``LinearAutoregressiveHMM``). The
+family asks the HMM for them through :meth:`AutoRegressiveFamily.sequence_rows`: given the padded
+sequences, it makes every step's row ``[x_t, x_{t-1}, ..., x_{t-p}]`` ``(D (p + 1),)``, which the HMM
+then treats as it treats any family's frames (EM, the Pyro program of SVI and MCMC, predictions).
+The M-step is a weighted least-squares regression of ``x_t`` on ``[x_{t-1}; ...; x_{t-p}; 1]`` per
+state; the covariance is the weighted residual covariance under the Gaussian family's variance floor
+(:func:`~ppmix.components.gaussian_family.variance_floor` of the frames' robust spread).
+
+A mixture has no sequences, so ``Mixture(family="autoregressive")`` is refused.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+from typing import Any, ClassVar
+
+import pyro.distributions as dist
+import torch
+from pyro.distributions import constraints
+
+from ppmix._validation import check_positive_int
+from ppmix.components.base import ComponentFamily
+from ppmix.components.centred import as_floor, padded_counts
+from ppmix.components.family import AdditiveStatistics, DataScale, DensityFamily, SiteSpec
+from ppmix.components.gaussian_family import GaussianFamily
+from ppmix.components.gaussian_full import checked_cholesky, floored_covariance
+
+__all__ = ["AutoRegressiveComponents", "AutoRegressiveFamily", "LaggedNormal", "LaggedRows", "RegressionStatistics"]
+
+COVARIANCE_TYPES = ("full", "diag")
+
+
+@dataclasses.dataclass(frozen=True)
+class LaggedRows:
+    """Frames with the frames before them: ``frames`` ``(N, D)`` and ``lags`` ``(N, D p)``, row ``n`` of ``lags``
+    being ``[x_{t-1}; ...; x_{t-p}]`` of frame ``x_t = frames[n]`` (zeros before its sequence's start)."""
+
+    frames: torch.Tensor
+    lags: torch.Tensor
+
+    def design(self) -> torch.Tensor:
+        """The regressors ``[x_{t-1}; ...; x_{t-p}; 1]`` of every frame, ``(N, D p + 1)``."""
+        return torch.cat([self.lags, torch.ones_like(self.lags[:, :1])], dim=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class RegressionStatistics(AdditiveStatistics):
+    """Per state, the total weight ``counts`` ``(K,)`` and the weighted cross-products ``moments`` ``(K, D + P,
+    D + P)`` of ``u = [x_t; x_{t-1}; ...; x_{t-p}; 1]`` (``P = D p + 1``): all the weighted least squares needs."""
+
+    counts: torch.Tensor
+    moments: torch.Tensor
+
+
+def lagged_sequences(x: torch.Tensor, lags: int) -> torch.Tensor:
+    """``[x_t, x_{t-1}, ..., x_{t-p}]`` at every step of padded sequences ``x`` ``(B, T, D)``, ``(B, T, D (p + 1))``,
+    the frames before a sequence's start zero (a sequence's padding follows its end, so it never enters a lag).
+
+    Examples
+    --------
+    >>> x = torch.tensor([[[1.0], [2.0], [3.0]]])
+    >>> lagged_sequences(x, 2)[0].tolist()
+    [[1.0, 0.0, 0.0], [2.0, 1.0, 0.0], [3.0, 2.0, 1.0]]
+    """
+    shifted = [torch.nn.functional.pad(x, (0, 0, lag, 0))[:, : x.shape[1]] for lag in range(lags + 1)]
+    return torch.cat(shifted, dim=-1)
+
+
+class LaggedNormal(dist.TorchDistribution):
+    """The density of a frame given the frames before it, on the rows ``[x_t, x_{t-1}, ..., x_{t-p}]``:
+    ``N(x_t | weights [x_{t-1}; ...; x_{t-p}] + bias, scale_tril scale_tril^T)`` (the lags are conditioned on, not
+    modelled). What the HMM's Pyro program scores each step with.
+
+    Examples
+    --------
+    >>> d = LaggedNormal(torch.ones(1, 1, 1), torch.zeros(1, 1), torch.ones(1, 1, 1))
+    >>> round(float(d.log_prob(torch.tensor([2.0, 2.0]))[0]), 6)  # x_t at its mean, x_{t-1} = 2
+    -0.918939
+    """
+
+    arg_constraints: ClassVar[dict] = {}
+    support = constraints.real_vector
+
+    def __init__(self, weights: torch.Tensor, bias: torch.Tensor, scale_tril: torch.Tensor) -> None:
+        self.weights, self.bias, self.scale_tril = weights, bias, scale_tril
+        width = bias.shape[-1] + weights.shape[-1]
+        super().__init__(bias.shape[:-1], torch.Size([width]), validate_args=False)
+
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        d = self.bias.shape[-1]
+        if value.shape[-1] != self.event_shape[0]:
+            raise ValueError(_no_sequences(value.shape[-1], d, self.weights.shape[-1] // d))
+        x, lags = value[..., :d], value[..., d:]
+        loc = (self.weights @ lags.unsqueeze(-1)).squeeze(-1) + self.bias
+        return dist.MultivariateNormal(loc, scale_tril=self.scale_tril).log_prob(x)
+
+
+def _no_sequences(width: int, d: int, lags: int) -> str:
+    """The refusal of rows without their previous frames (a mixture's rows, not an HMM's)."""
+    return (
+        f"the autoregressive family scores each frame with its {lags} previous frame(s) in its sequence, rows of "
+        f"{d * (lags + 1)} values for {d} features; got rows of {width}: only a sequence model gives them, use "
+        "HMM(emission='autoregressive') (a Mixture has no sequences)"
+    )
+
+
+class AutoRegressiveComponents(ComponentFamily):
+    """``K`` linear-Gaussian autoregressions: frame ``x_t`` in state ``k`` is ``N(weights[k] [x_{t-1}; ...;
+    x_{t-p}] + bias[k], scale_tril[k] scale_tril[k]^T)``.
+
+    Parameters
+    ----------
+    weights : Tensor (K, D, D p)
+        The lag coefficients; ``weights[k][:, (j - 1) D : j D]`` multiplies ``x_{t-j}``.
+    bias : Tensor (K, D)
+    scale_tril : Tensor (K, D, D)
+        Lower Cholesky factors of the noise covariances (positive diagonal).
+    reg_covar : float or Tensor (D,), default 1e-6
+        The variance floor of :meth:`fit_statistics` (as :class:`~ppmix.components.FullGaussian`'s).
+    diagonal : bool, default False
+        Fit diagonal noise covariances.
+
+    Examples
+    --------
+    >>> comp = AutoRegressiveComponents(torch.zeros(2, 1, 1), torch.zeros(2, 1), torch.ones(2, 1, 1))
+    >>> rows = LaggedRows(torch.zeros(3, 1), torch.zeros(3, 1))
+    >>> comp.log_prob(rows).shape
+    torch.Size([3, 2])
+    """
+
+    param_names = ("weights", "bias", "scale_tril")
+
+    def __init__(
+        self,
+        weights: torch.Tensor,
+        bias: torch.Tensor,
+        scale_tril: torch.Tensor,
+        reg_covar: float | torch.Tensor = 1e-6,
+        diagonal: bool = False,
+    ) -> None:
+        weights, bias, scale_tril = torch.as_tensor(weights), torch.as_tensor(bias), torch.as_tensor(scale_tril)
+        k, d = bias.shape if bias.dim() == 2 else (0, 0)
+        if bias.dim() != 2 or weights.dim() != 3 or weights.shape[:2] != (k, d) or weights.shape[2] % max(d, 1):
+            raise ValueError(
+                f"weights must be (K, D, D p) and bias (K, D); got {tuple(weights.shape)}, {tuple(bias.shape)}"
+            )
+        if scale_tril.shape != (k, d, d) or bool((torch.diagonal(scale_tril, dim1=-2, dim2=-1) <= 0).any()):
+            raise ValueError(f"scale_tril must be (K, D, D) = ({k}, {d}, {d}) with a positive diagonal")
+        self.weights, self.bias, self.scale_tril = weights, bias, scale_tril.tril()
+        self.reg_covar, self.diagonal = as_floor(reg_covar), diagonal
+
+    @property
+    def n_features(self) -> int:
+        return int(self.bias.shape[1])
+
+    @property
+    def lags(self) -> int:
+        return int(self.weights.shape[2]) // self.n_features
+
+    @property
+    def mean(self) -> torch.Tensor:
+        """Each state's long-run mean ``(K, D)``: the fixed point ``mu_k = (I - sum_j W_kj)^{-1} b_k`` of its
+        recurrence, where a sequence staying in state ``k`` settles (NaN for a state with a unit root).
+
+        Examples
+        --------
+        >>> comp = AutoRegressiveComponents(torch.full((1, 1, 1), 0.5), torch.ones(1, 1), torch.ones(1, 1, 1))
+        >>> comp.mean.tolist()  # x = 0.5 x + 1
+        [[2.0]]
+        """
+        d = self.n_features
+        total = self.weights.reshape(-1, d, self.lags, d).sum(2)
+        identity = torch.eye(d, dtype=self.dtype, device=self.device)
+        mean, info = torch.linalg.solve_ex(identity - total, self.bias)
+        return torch.where((info == 0)[:, None], mean, torch.nan)
+
+    @property
+    def covariance(self) -> torch.Tensor:
+        """The noise covariances ``(K, D, D)``."""
+        return self.scale_tril @ self.scale_tril.mT
+
+    def as_rows(self, data: LaggedRows | torch.Tensor) -> LaggedRows:
+        """``data`` as :class:`LaggedRows` (a tensor: rows ``[x_t, x_{t-1}, ..., x_{t-p}]``)."""
+        if isinstance(data, LaggedRows):
+            return data
+        d = self.n_features
+        if data.dim() != 2 or data.shape[1] != d * (self.lags + 1):
+            raise ValueError(_no_sequences(data.shape[-1], d, self.lags))
+        return LaggedRows(data[:, :d], data[:, d:])
+
+    def log_prob(self, data: LaggedRows | torch.Tensor) -> torch.Tensor:
+        """``log N(x_t | W_k lags + b_k, Sigma_k)`` of every frame and state, ``(N, K)``."""
+        rows = self.as_rows(data)
+        frames, lags = rows.frames.to(self.dtype), rows.lags.to(self.dtype)
+        loc = torch.einsum("np,kdp->nkd", lags, self.weights) + self.bias
+        residual = (frames[:, None, :] - loc).permute(1, 2, 0)  # (K, D, N)
+        whitened = torch.linalg.solve_triangular(self.scale_tril, residual, upper=False)
+        log_det = torch.diagonal(self.scale_tril, dim1=-2, dim2=-1).log().sum(-1)
+        constant = 0.5 * self.n_features * math.log(2 * math.pi) + log_det
+        return -0.5 * whitened.square().sum(1).T - constant
+
+    def statistics(self, data: LaggedRows | torch.Tensor, weights: torch.Tensor) -> RegressionStatistics:
+        """The weighted cross-products of ``[x_t; lags; 1]`` per state (mergeable across shards)."""
+        rows = self.as_rows(data)
+        weights = self._check_weights(weights, rows.frames.shape[0])
+        u = torch.cat([rows.frames.to(self.dtype), rows.design().to(self.dtype)], dim=1)
+        moments = torch.einsum("nk,ni,nj->kij", weights, u, u)
+        return RegressionStatistics(weights.sum(0), moments)
+
+    def fit_statistics(self, stats: RegressionStatistics) -> "AutoRegressiveComponents":
+        """Weighted least squares per state, in place: ``[W_k, b_k] = S_xz S_zz^{-1}`` (the minimum-norm solution
+        where the regressors are collinear), ``Sigma_k`` the weighted residual covariance above the floor.
+
+        Raises
+        ------
+        ValueError
+            If a covariance is not positive definite even under the floor ``reg_covar``.
+        """
+        stats = stats.to(dtype=self.dtype, device=self.device)
+        d, moments = self.n_features, stats.moments
+        s_xx, s_zx, s_zz = moments[:, :d, :d], moments[:, d:, :d], moments[:, d:, d:]
+        driver = "gelsd" if s_zz.device.type == "cpu" else None
+        coef = torch.linalg.lstsq(s_zz, s_zx, driver=driver).solution  # (K, P, D)
+        cross = coef.mT @ s_zx
+        residual = s_xx - cross - cross.mT + coef.mT @ s_zz @ coef
+        covs = 0.5 * (residual + residual.mT) / padded_counts(stats.counts)[:, None, None]
+        self.weights, self.bias = coef[:, :-1].mT.contiguous(), coef[:, -1].contiguous()
+        self.scale_tril = self._factors(covs)
+        return self
+
+    def _factors(self, covs: torch.Tensor) -> torch.Tensor:
+        """Cholesky factors of the covariances ``covs`` ``(K, D, D)`` raised to the floor (diagonal: their
+        variances)."""
+        if not self.diagonal:
+            return checked_cholesky(floored_covariance(covs, self.reg_covar))
+        floor = torch.as_tensor(self.reg_covar, dtype=self.dtype, device=self.device)
+        variances = torch.maximum(torch.diagonal(covs, dim1=-2, dim2=-1), floor)
+        return torch.diag_embed(variances.sqrt())
+
+    def pyro_dist(self, index: torch.Tensor | None = None) -> LaggedNormal:
+        """:class:`LaggedNormal` of the states ``index`` (all when None), scoring rows ``[x_t, lags]``."""
+        if index is None:
+            return LaggedNormal(self.weights, self.bias, self.scale_tril)
+        return LaggedNormal(self.weights[index], self.bias[index], self.scale_tril[index])
+
+    def sample(self, index: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """A sequence's first frame (every lag zero) from state ``index[i]`` for every ``i``, ``index.shape + (D,)``;
+        :meth:`sample_paths` draws whole sequences."""
+        return self.sample_paths(index.reshape(-1, 1), generator).reshape(*index.shape, self.n_features)
+
+    def sample_paths(self, paths: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Sequences along state paths ``(n, T)``, frame by frame from the frames drawn before, ``(n, T, D)``.
+
+        Examples
+        --------
+        >>> comp = AutoRegressiveComponents(torch.ones(1, 1, 1), torch.ones(1, 1), torch.full((1, 1, 1), 1e-9))
+        >>> comp.sample_paths(torch.zeros(1, 3, dtype=torch.long)).round().tolist()  # x_t = x_{t-1} + 1
+        [[[1.0], [2.0], [3.0]]]
+        """
+        n, steps = paths.shape
+        d = self.n_features
+        paths = paths.to(self.device)
+        noise = torch.randn((n, steps, d, 1), generator=generator, dtype=self.dtype, device=self.device)
+        lags = torch.zeros(n, d * self.lags, dtype=self.dtype, device=self.device)
+        frames = []
+        for t in range(steps):
+            z = paths[:, t]
+            x = (self.weights[z] @ lags[:, :, None] + self.scale_tril[z] @ noise[:, t]).squeeze(-1) + self.bias[z]
+            frames.append(x)
+            lags = torch.cat([x, lags[:, : d * (self.lags - 1)]], dim=1)
+        return torch.stack(frames, dim=1)
+
+
+class AutoRegressiveFamily(DensityFamily):
+    """Linear-Gaussian autoregressive emissions of ``lags`` frames, for :class:`~ppmix.models.hmm.HMM`.
+
+    Frame ``x_t`` in state ``k`` is ``N(W_k [x_{t-1}; ...; x_{t-p}] + b_k, Sigma_k)``, the frames before a
+    sequence's start zero. Sites: ``weights`` ``(D, D p)``, ``bias`` ``(D,)``, ``scales`` ``(D,)`` and, for full
+    covariances, ``corr_cholesky`` ``(D, D)``. MCMC's weak priors: ``weights ~ N(0, sd_i / sd_j)`` (output ``i``,
+    lagged feature ``j``), ``bias ~ N(0, 3 (|mean| + sd))``, and the noise's as the Gaussian family's.
+
+    Parameters
+    ----------
+    lags : int, default 1
+        The number of previous frames ``p`` each frame regresses on.
+    covariance_type : {"full", "diag"}, default "full"
+    reg_covar : float, default 1e-6
+        The variance floor relative to the frames' squared robust spread (as the Gaussian family's).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ppmix import HMM
+    >>> rng = np.random.default_rng(0)
+    >>> seqs = [np.cumsum(rng.normal(size=(60, 1)), axis=0) for _ in range(4)]  # random walks
+    >>> hmm = HMM(1, emission=AutoRegressiveFamily(lags=1), seed=0, progress=False).fit(seqs)
+    >>> hmm.components_.weights.shape, round(float(hmm.components_.weights[0, 0, 0]), 1)
+    (torch.Size([1, 1, 1]), 1.0)
+    """
+
+    name = "autoregressive"
+    components_class = AutoRegressiveComponents
+
+    def __init__(self, lags: int = 1, covariance_type: str = "full", reg_covar: float = 1e-6) -> None:
+        self.lags, self.covariance_type, self.reg_covar = lags, covariance_type, reg_covar
+        self._n_features: int | None = None
+
+    def validate(self) -> None:
+        check_positive_int(self.lags, "lags")
+        if self.covariance_type not in COVARIANCE_TYPES:
+            raise ValueError(
+                f"covariance_type must be one of {COVARIANCE_TYPES} for autoregressive emissions; got "
+                f"{self.covariance_type!r}"
+            )
+        self._noise().validate()
+
+    def _noise(self) -> GaussianFamily:
+        """The Gaussian family of the noise: its data scale (variance floor) and its priors."""
+        return GaussianFamily(self.covariance_type, self.reg_covar)
+
+    def measured(self, scale: DataScale) -> "AutoRegressiveFamily":
+        """The family knowing the frames' number of features (the length of the scale's ``floor``), so that
+        :meth:`prepare` refuses rows without their lags."""
+        family = copy.copy(self)
+        family._n_features = int(scale["floor"].shape[0]) if "floor" in scale else None
+        return family
+
+    # ---------------------------------------------------------------------- data
+    def check_data(self, x: torch.Tensor, name: str = "X") -> None:
+        self._noise().check_data(x, name)
+
+    def data_scale(self, x: torch.Tensor, name: str = "X") -> DataScale:
+        """The frames' Gaussian data scale: means, standard deviations and the variance floor."""
+        return self._noise().data_scale(x, name)
+
+    def weighted_data_scale(self, x: torch.Tensor, weight: torch.Tensor, name: str = "X") -> DataScale:
+        return self._noise().weighted_data_scale(x, weight, name)
+
+    def sequence_rows(self, x: torch.Tensor) -> torch.Tensor:
+        """What the HMM asks of a family whose frames depend on the frames before: every step's row ``[x_t,
+        x_{t-1}, ..., x_{t-p}]`` of padded sequences ``x`` ``(B, T, D)`` (:func:`lagged_sequences`)."""
+        return lagged_sequences(x, int(self.lags))
+
+    def prepare(self, x: torch.Tensor, components: ComponentFamily | None = None) -> LaggedRows:
+        """Rows ``[x_t, x_{t-1}, ..., x_{t-p}]`` (:meth:`sequence_rows`) split into frames and lags; rows of another
+        width (a mixture's frames, which have no lags) are refused."""
+        d = self._n_features if components is None else components.n_features
+        d = x.shape[1] // (self.lags + 1) if d is None else d
+        if x.dim() != 2 or x.shape[1] != d * (self.lags + 1):
+            raise ValueError(_no_sequences(x.shape[-1], d, int(self.lags)))
+        return LaggedRows(x[:, :d], x[:, d:])
+
+    def rows(self, data: Any) -> torch.Tensor:
+        """The frames ``x_t`` ``(N, D)`` (k-means starts on them)."""
+        return data.frames if isinstance(data, LaggedRows) else data
+
+    # ----------------------------------------------------------- the components
+    def sites(self, k: int, d: int) -> dict[str, SiteSpec]:
+        sites = {
+            "weights": SiteSpec(constraints.real, (d, d * self.lags)),
+            "bias": SiteSpec(constraints.real, (d,)),
+            "scales": SiteSpec(constraints.positive, (d,)),
+        }
+        if self.covariance_type == "full":
+            sites["corr_cholesky"] = SiteSpec(constraints.corr_cholesky, (d, d))
+        return sites
+
+    def _component_options(self, scale: DataScale) -> dict[str, Any]:
+        return {"reg_covar": as_floor(scale.get("floor", self.reg_covar)), "diagonal": self.covariance_type == "diag"}
+
+    def components(self, values: dict[str, torch.Tensor], scale: DataScale) -> ComponentFamily:
+        scales = values["scales"]
+        if self.covariance_type == "diag":
+            tril = torch.diag_embed(scales)
+        else:
+            corr = values["corr_cholesky"]
+            tril = scales[..., None] * corr / corr.norm(dim=-1, keepdim=True)
+        return AutoRegressiveComponents(values["weights"], values["bias"], tril, **self._component_options(scale))
+
+    def site_values(self, components: ComponentFamily) -> dict[str, torch.Tensor]:
+        tril = components.scale_tril
+        scales = tril.square().sum(-1).sqrt()
+        values = {"weights": components.weights.clone(), "bias": components.bias.clone(), "scales": scales}
+        if self.covariance_type == "full":
+            values["corr_cholesky"] = tril / scales[..., None]
+        return values
+
+    def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
+        mean = scale.get("mean", torch.zeros(d)).to(**opts)
+        std = scale.get("std", torch.ones(d)).to(**opts)
+        if site == "weights":
+            ratio = std[:, None] / std.repeat(self.lags)[None, :]
+            return dist.Normal(torch.zeros_like(ratio), ratio).to_event(2)
+        if site == "bias":
+            return dist.Normal(torch.zeros_like(mean), 3.0 * (mean.abs() + std)).to_event(1)
+        return self._noise().prior(site, k, d, scale, opts)
+
+    def site_dims(self) -> dict[str, list[str]]:
+        """``weights``' columns are the lagged features (``lagged_feature``, ``D p`` of them)."""
+        dims = {site: ["component", "feature"] for site in ("bias", "scales")}
+        dims["weights"] = ["component", "feature", "lagged_feature"]
+        if self.covariance_type == "full":
+            dims["corr_cholesky"] = ["component", "feature", "feature_bis"]
+        return dims
+
+    def n_parameters(self, k: int, d: int) -> int:
+        """Per state ``D^2 p`` lag coefficients, ``D`` biases and ``D (D + 1) / 2`` covariances (``D`` diagonal)."""
+        noise = d * (d + 1) // 2 if self.covariance_type == "full" else d
+        return k * (d * d * self.lags + d + noise)
