@@ -8,7 +8,7 @@ structures take (``Mixture(family=...)``, ``HMM(emission=...)``) are declared by
 :class:`~ppmix.components.family.DensityFamily` and found by name in :mod:`ppmix.components.registry`.
 """
 
-from ppmix.components.base import ComponentFamily
+from ppmix.components.base import ComponentFamily, ParameterBatch
 from ppmix.components.bernoulli import BernoulliLabel
 from ppmix.components.categorical import CategoricalLabel
 from ppmix.components.expert_family import ExpertFamily
@@ -26,6 +26,7 @@ from ppmix.components.gaussian_family import GaussianFamily
 from ppmix.components.gaussian_full import FullGaussian
 from ppmix.components.logistic_expert import LogisticExpert
 from ppmix.components.poisson_expert import PoissonExpert
+from ppmix.components.registry import register_family
 from ppmix.components.softmax_expert import SoftmaxExpert
 from ppmix.components.softmax_gate import SoftmaxGate
 
@@ -43,9 +44,11 @@ __all__ = [
     "LogisticExpert",
     "PoissonExpert",
     "MeanStatisticsComponents",
+    "ParameterBatch",
     "SoftmaxExpert",
     "SiteSpec",
     "SoftmaxGate",
     "Statistics",
     "WeightedSums",
+    "register_family",
 ]

@@ -13,20 +13,24 @@ Two levels, as in ``torch.distributions`` (a class, then an instance with parame
 :class:`Statistics` is the one base of every family's E-step statistics: they merge across
 shards (sharded EM), scale (online EM's convex combinations) and move between devices.
 
-A new family is one module with one class of each kind and one line in
-:mod:`ppmix.components.registry`; see :mod:`ppmix.components.poisson` for a whole example.
+A new family is one module with one class of each kind: six abstract members to write (``sites`` here, five on
+the components), the optional ones documented with their defaults; :func:`ppmix.testing.check_family` checks it
+and :func:`~ppmix.components.registry.register_family` (or the ``ppmix.families`` entry point of an installed
+package) names it for saved models. See :mod:`ppmix.components.poisson` for a whole example.
 """
 
 from __future__ import annotations
 
+import abc
 import copy
 import dataclasses
 import inspect
-from typing import Any, ClassVar, Collection, Mapping, Protocol, runtime_checkable
+from typing import Any, ClassVar, Collection, Mapping
 
 import pyro.distributions as dist
 import torch
 from pyro.distributions import constraints
+from pyro.distributions.transforms import biject_to
 
 from ppmix.components.base import ComponentFamily
 
@@ -173,26 +177,57 @@ def check_priors(
             raise ValueError(f"priors[{key!r}] must be a number, not an array ({keys[key].doc}); got {value!r}")
 
 
-class Statistics:
+class _Declared:
+    """A member every subclass must set on its instances (a dataclass field): reading it where one did not is a
+    ``TypeError`` naming the class and what the member is (not an ``AttributeError`` deep in EM)."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, instance: Any, owner: type) -> Any:
+        if instance is None:  # absent on the class: a dataclass field of this name gets no default from here
+            raise AttributeError(self.name)
+        raise TypeError(
+            f"{type(instance).__name__} has no {self.name!r} ({self.what}), which every Statistics must have: "
+            f"declare it as a field"
+        )
+
+
+class Statistics(abc.ABC):
     """Base of the E-step statistics of every family: what one M-step needs of some rows.
 
-    Subclasses define :meth:`merge` (the statistics of the union of two sets of rows),
-    :meth:`scaled` (every weight multiplied by a factor) and :meth:`to`. Sharded EM merges
-    the statistics of every shard; online EM forms convex combinations with both.
+    Everything EM reads of them is declared here: the structures read :attr:`counts`; sharded EM merges the
+    statistics of every shard (:meth:`merge`), online EM forms convex combinations (:meth:`merge` and
+    :meth:`scaled`) and :meth:`to` moves them between devices. :class:`AdditiveStatistics` writes the three
+    methods for statistics that are weighted sums; a family's ``fit_statistics`` reads the rest.
+
+    Attributes
+    ----------
+    counts : Tensor (K,)
+        The total weight of the rows in every component (the mixture's weights are their proportions).
     """
+
+    #: the total weight per component ``(K,)``; a subclass sets it on its instances (a dataclass field)
+    counts: Any = _Declared("the total weight of the rows per component, (K,), that EM's weights update reads")
 
     #: statistics that merge with a family's own from either side (the per-feature statistics of rows with missing
     #: entries, :class:`~ppmix.components.independent.FeatureStatistics`): a family's merge hands them the work
     absorbs_family_statistics: ClassVar[bool] = False
 
+    @abc.abstractmethod
     def merge(self, other: Any) -> Any:
-        raise NotImplementedError(f"{type(self).__name__} must define merge(other)")
+        """The statistics of the union of these rows and ``other``'s."""
 
+    @abc.abstractmethod
     def scaled(self, factor: float) -> Any:
-        raise NotImplementedError(f"{type(self).__name__} must define scaled(factor)")
+        """The statistics with every weight multiplied by ``factor``."""
 
+    @abc.abstractmethod
     def to(self, dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> Any:
-        raise NotImplementedError(f"{type(self).__name__} must define to(dtype, device)")
+        """The statistics on ``device`` and/or in ``dtype``."""
 
 
 class AdditiveStatistics(Statistics):
@@ -255,14 +290,17 @@ class MeanStatisticsComponents(ComponentFamily):
         return self.fit_statistics(self.statistics(data, weights))
 
 
-@runtime_checkable
-class DensityFamily(Protocol):
+class DensityFamily(abc.ABC):
     """A kind of component for the structures (mixture, HMM): what they ask of it, declared once.
 
-    Subclass it to write a family: the methods with bodies below are defaults that suit most
-    families; ``sites``, ``components`` and ``n_parameters`` must be written. The fitted
-    components it builds are a :class:`~ppmix.components.base.ComponentFamily` with
-    ``log_prob``, ``statistics``, ``fit_statistics``, ``pyro_dist``, ``sample`` and ``state_dict``.
+    Subclass it to write a family: set :attr:`name` and :attr:`components_class` and write the abstract
+    :meth:`sites`; the fitted components are a :class:`~ppmix.components.base.ComponentFamily`, which declares its
+    five abstract members (``log_prob``, ``statistics``, ``fit_statistics``, ``pyro_dist``, ``sample``). Every
+    other member has a default that suits most families: the settings (:meth:`config`, :meth:`validate`), the
+    data (:meth:`check_data`, :meth:`data_scale`, :meth:`prepare`), the components from the site values (by
+    name), the priors of MCMC (:meth:`prior`), MAP-EM (:meth:`map_update`), Gibbs (:meth:`conjugate_posterior`)
+    and the number of free parameters (counted from the sites). :func:`ppmix.testing.check_family` checks a
+    family against the structures and engines.
 
     Attributes
     ----------
@@ -332,13 +370,13 @@ class DensityFamily(Protocol):
         return self.rows(data)
 
     # ----------------------------------------------------------- the components
+    @abc.abstractmethod
     def sites(self, k: int, d: int) -> dict[str, SiteSpec]:
         """The global Pyro sites of ``k`` components on ``d`` features, in sampling order."""
-        raise NotImplementedError(f"{type(self).__name__} must define sites(k, d)")
 
     def components(self, values: dict[str, torch.Tensor], scale: DataScale) -> ComponentFamily:
         """The fitted components from the values of :meth:`sites` (each ``SiteSpec.value_shape(K)``); default: the
-        sites are the components' parameters, under the same names."""
+        sites are the components' parameters, under the same names (passed by name, in any order)."""
         return self.from_state(values, scale)
 
     def site_values(self, components: ComponentFamily) -> dict[str, torch.Tensor]:
@@ -348,9 +386,10 @@ class DensityFamily(Protocol):
         return {site: state[site] for site in self.sites(components.n_components, 1)}
 
     def from_state(self, state: dict[str, torch.Tensor], scale: DataScale) -> ComponentFamily:
-        """The components from their ``state_dict`` (a saved model)."""
+        """The components from their ``state_dict`` (a saved model): every parameter passed to
+        ``components_class`` as the keyword of its name in ``param_names``, with the options of ``scale``."""
         cls = self.components_class
-        return cls(*(state[name] for name in cls.param_names), **self._component_options(scale))
+        return cls(**{name: state[name] for name in cls.param_names}, **self._component_options(scale))
 
     def placeholder(self, k: int, d: int, scale: DataScale, opts: dict) -> ComponentFamily:
         """Components of the right shape whose parameters the first M-step sets."""
@@ -442,8 +481,14 @@ class DensityFamily(Protocol):
         )
 
     def n_parameters(self, k: int, d: int) -> int:
-        """Free parameters of ``k`` components on ``d`` features (for the information criteria)."""
-        raise NotImplementedError(f"{type(self).__name__} must define n_parameters(k, d)")
+        """Free parameters of ``k`` components on ``d`` features (for the information criteria); default: the
+        dimensions of the sites' values in their unconstrained coordinates (a simplex of ``m`` entries counts ``m -
+        1``), which a family whose sites hold more than its free parameters corrects."""
+        total = 0
+        for spec in self.sites(k, d).values():
+            shape = spec.value_shape(k)
+            total += int(torch.Size(biject_to(spec.support).inv.forward_shape(shape)).numel())
+        return total
 
     def site_dims(self) -> dict[str, list[str]]:
         """ArviZ dimension names of each site beyond the draws: by default ``component`` (not for a shared site)

@@ -217,6 +217,11 @@ class DiagGaussianMixtures(_GaussianMixtures):
     inner_class = DiagGaussian
     spread_name = "scale"
 
+    def __init__(
+        self, mix_weights: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor, reg_covar: Any = 1e-6, fresh: bool = False
+    ) -> None:
+        super().__init__(mix_weights, loc, scale, reg_covar, fresh)  # the spread under its parameter's name
+
     def observed(self) -> "ObservedGaussianMixtures":
         """These components seen through the observed entries of rows with missing entries
         (:class:`ObservedGaussianMixtures`)."""
@@ -239,6 +244,16 @@ class FullGaussianMixtures(_GaussianMixtures):
     param_names = ("mix_weights", "loc", "scale_tril")
     inner_class = FullGaussian
     spread_name = "scale_tril"
+
+    def __init__(
+        self,
+        mix_weights: torch.Tensor,
+        loc: torch.Tensor,
+        scale_tril: torch.Tensor,
+        reg_covar: Any = 1e-6,
+        fresh: bool = False,
+    ) -> None:
+        super().__init__(mix_weights, loc, scale_tril, reg_covar, fresh)  # the spread under its parameter's name
 
     @property
     def covariance(self) -> torch.Tensor:

@@ -340,7 +340,7 @@ class FamilyComponentsMixin:
         family, k, d = self.component_family(), self.n_components, self.n_features_in_
         if sites:
             return {name: spec.value_shape(k) for name, spec in family.sites(k, d).items()}
-        placeholder = family.placeholder(k, d, {}, {"dtype": self.dtype, "device": torch.device("cpu")})
+        placeholder = family.placeholder(k, d, self._scale, {"dtype": self.dtype, "device": torch.device("cpu")})
         return {name: tuple(value.shape) for name, value in placeholder.state_dict().items()}
 
     def _component_dims(self) -> dict[str, list[str]]:
