@@ -136,10 +136,10 @@ class ComponentFamily(ParameterBatch, abc.ABC):
     torch.Size([1, 2])
     >>> class Incomplete(ComponentFamily):
     ...     param_names = ("rate",)
-    >>> Incomplete()
+    >>> Incomplete()  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    TypeError: Can't instantiate abstract class Incomplete with abstract methods fit_statistics, log_prob, pyro_dist, sample, statistics
+    TypeError: Can't instantiate abstract class Incomplete with abstract methods fit_statistics, log_prob, ...
     """
 
     # ----------------------------------------------------------------- required

@@ -333,6 +333,7 @@ class DensityFamily(abc.ABC):
 
     def validate(self) -> None:
         """Check the settings (called by ``fit``); raise ``ValueError`` naming the bad one."""
+        return None
 
     def measured(self, scale: DataScale) -> "DensityFamily":
         """The family with the settings it measures on the training data (:meth:`data_scale`) filled in from
@@ -344,6 +345,7 @@ class DensityFamily(abc.ABC):
     # ---------------------------------------------------------------------- data
     def check_data(self, x: torch.Tensor, name: str = "X") -> None:
         """Refuse data the family cannot model (e.g. negative counts), naming ``name``; default: any real data."""
+        return None
 
     def data_scale(self, x: torch.Tensor, name: str = "X") -> DataScale:
         """What the fit needs to know of the training data's scale (floors, the priors' centre); default: nothing."""

@@ -218,7 +218,12 @@ class DiagGaussianMixtures(_GaussianMixtures):
     spread_name = "scale"
 
     def __init__(
-        self, mix_weights: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor, reg_covar: Any = 1e-6, fresh: bool = False
+        self,
+        mix_weights: torch.Tensor,
+        loc: torch.Tensor,
+        scale: torch.Tensor,
+        reg_covar: Any = 1e-6,
+        fresh: bool = False,
     ) -> None:
         super().__init__(mix_weights, loc, scale, reg_covar, fresh)  # the spread under its parameter's name
 
