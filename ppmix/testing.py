@@ -23,7 +23,7 @@ from pyro.distributions.transforms import biject_to
 
 from ppmix.components import registry
 from ppmix.components.base import ComponentFamily
-from ppmix.components.family import DensityFamily
+from ppmix.components.family import DensityFamily, components_from_state
 from ppmix.distributed import fit_em
 from ppmix.models.hmm import HMM
 from ppmix.models.mixture import Mixture
@@ -186,7 +186,7 @@ def _check_m_step(family: Any, x: torch.Tensor, k: int) -> None:
             break
     log_prob = components.log_prob(data)
     _close(family.components(fitted, scale).log_prob(data), log_prob, "components rebuilt from their sites", 1e-12)
-    rebuilt = family.from_state(components.state_dict(), scale)
+    rebuilt = components_from_state(family, components.state_dict(), scale)
     _close(rebuilt.log_prob(data), log_prob, "components rebuilt from their state_dict (parameters by name)", 1e-12)
 
     def objective(values: dict[str, torch.Tensor]) -> float:

@@ -36,6 +36,8 @@ from ppmix.components.base import ComponentFamily
 
 __all__ = [
     "check_priors",
+    "components_from_state",
+    "with_priors",
     "AdditiveStatistics",
     "DataScale",
     "DensityFamily",
@@ -378,20 +380,14 @@ class DensityFamily(abc.ABC):
 
     def components(self, values: dict[str, torch.Tensor], scale: DataScale) -> ComponentFamily:
         """The fitted components from the values of :meth:`sites` (each ``SiteSpec.value_shape(K)``); default: the
-        sites are the components' parameters, under the same names (passed by name, in any order)."""
-        return self.from_state(values, scale)
+        sites are the components' parameters, under the same names (:func:`components_from_state`)."""
+        return components_from_state(self, values, scale)
 
     def site_values(self, components: ComponentFamily) -> dict[str, torch.Tensor]:
         """The values of :meth:`sites` for ``components`` (the inverse of :meth:`components`); default: the
         components' parameters under the same names."""
         state = components.state_dict()
         return {site: state[site] for site in self.sites(components.n_components, 1)}
-
-    def from_state(self, state: dict[str, torch.Tensor], scale: DataScale) -> ComponentFamily:
-        """The components from their ``state_dict`` (a saved model): every parameter passed to
-        ``components_class`` as the keyword of its name in ``param_names``, with the options of ``scale``."""
-        cls = self.components_class
-        return cls(**{name: state[name] for name in cls.param_names}, **self._component_options(scale))
 
     def placeholder(self, k: int, d: int, scale: DataScale, opts: dict) -> ComponentFamily:
         """Components of the right shape whose parameters the first M-step sets."""
@@ -407,25 +403,17 @@ class DensityFamily(abc.ABC):
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
         """The weakly informative prior of ``site`` for MCMC (``bayesian()``), for one component (broadcast over
         the ``components`` plate; a shared site's, for its one value), with the hyperparameters that
-        :meth:`with_priors` set in place of their defaults."""
+        :func:`with_priors` set in place of their defaults."""
         raise NotImplementedError(f"{type(self).__name__} has no priors for MCMC")
 
     # ------------------------------------------------------------ settable priors
-    #: the hyperparameters :meth:`with_priors` set (none: every default)
+    #: the hyperparameters :func:`with_priors` set (none: every default)
     prior_settings: Mapping[str, Any] = {}
 
     def prior_keys(self) -> dict[str, PriorKey]:
         """The hyperparameters of :meth:`prior` that a model's ``priors=`` may set, with their defaults; default:
         none (the family's priors are fixed)."""
         return {}
-
-    def with_priors(self, priors: Mapping[str, Any] | None) -> "DensityFamily":
-        """A copy of the family whose priors take the entries of ``priors`` named in :meth:`prior_keys` (a
-        model's ``priors=``, checked by the model; other keys are the structure's)."""
-        family = copy.copy(self)
-        keys = self.prior_keys()
-        family.prior_settings = {key: value for key, value in (priors or {}).items() if key in keys}
-        return family
 
     def prior_value(self, key: str, default: torch.Tensor) -> torch.Tensor:
         """The hyperparameter ``key``: its :attr:`prior_settings` value broadcast to ``default``'s shape, or
@@ -500,6 +488,39 @@ class DensityFamily(abc.ABC):
             event = ["feature", "feature_bis"][: len(spec.event_shape)]
             dims[site] = event if spec.shared else ["component", *event]
         return dims
+
+
+def components_from_state(
+    family: DensityFamily, state: Mapping[str, torch.Tensor], scale: DataScale
+) -> ComponentFamily:
+    """``family``'s components from their ``state_dict`` (a saved model, a warm start's new data scale): every
+    parameter passed to ``components_class`` as the keyword of its name in ``param_names`` (in any order), with
+    the options the family takes from ``scale``.
+
+    Examples
+    --------
+    >>> from ppmix.components.poisson import PoissonFamily
+    >>> components_from_state(PoissonFamily(), {"rate": torch.ones(2, 3)}, {}).rate.shape
+    torch.Size([2, 3])
+    """
+    cls = family.components_class
+    return cls(**{name: state[name] for name in cls.param_names}, **family._component_options(scale))
+
+
+def with_priors(family: DensityFamily, priors: Mapping[str, Any] | None) -> DensityFamily:
+    """A copy of ``family`` whose priors take the entries of ``priors`` named in its ``prior_keys()`` (a model's
+    ``priors=``, checked by the model; other keys are the structure's), as its ``prior_settings``.
+
+    Examples
+    --------
+    >>> from ppmix.components.poisson import PoissonFamily
+    >>> with_priors(PoissonFamily(), {"rate_rate": 2.0, "weights": 3.0}).prior_settings
+    {'rate_rate': 2.0}
+    """
+    copied = copy.copy(family)
+    keys = family.prior_keys()
+    copied.prior_settings = {key: value for key, value in (priors or {}).items() if key in keys}
+    return copied
 
 
 def _a_point_of(support: constraints.Constraint, shape: tuple[int, ...], opts: dict) -> torch.Tensor:

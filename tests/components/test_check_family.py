@@ -21,6 +21,7 @@ from pyro.distributions import constraints
 
 from ppmix import HMM, Mixture
 from ppmix.components import ComponentFamily, DensityFamily, SiteSpec, Statistics, register_family, registry
+from ppmix.components.family import components_from_state
 from ppmix.distributed import fit_em
 from ppmix.testing import check_family
 
@@ -140,7 +141,7 @@ def test_parameters_are_passed_by_name_in_any_order():
     family = LaplaceFamily()
     loc, scale = torch.tensor([[1.0, 2.0]]), torch.tensor([[3.0, 4.0]])
     for built in (
-        family.from_state({"scale": scale, "loc": loc}, {"range": torch.ones(2)}),
+        components_from_state(family, {"scale": scale, "loc": loc}, {"range": torch.ones(2)}),
         family.components({"loc": loc, "scale": scale}, {"range": torch.ones(2)}),
     ):
         assert torch.equal(built.loc, loc) and torch.equal(built.scale, scale)
