@@ -226,6 +226,11 @@ def _check_em_objective(family: Any, structure: str, x: torch.Tensor, k: int, se
     prepared = model.prepare_data(data)
     em_objective = float(model.e_step(model.em_data(prepared))[1])
     _close(em_objective, model.elbo_tensor(prepared), "EM's objective against Pyro's TraceEnum_ELBO", 1e-10)
+    if structure == "HMM":  # the program scores every step of the padded batch, masked ones too: all finite
+        steps = prepared.x.reshape(-1, prepared.x.shape[-1])
+        log_prob = model.components_.log_prob(model.component_family().prepare(steps))
+        if not bool(torch.isfinite(log_prob).all()):
+            raise AssertionError("log_prob is not finite on the zero padding of sequences (the masked steps)")
 
 
 def _write_shards(structure: str, data: Any, directory: Path) -> list[Path]:
