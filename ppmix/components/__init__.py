@@ -1,15 +1,17 @@
 """Component families shared by every model and optimizer in ppmix.
 
-Each family is a batch of ``K`` components with the protocol of
-:class:`~ppmix.components.base.ComponentFamily`: ``log_prob -> (N, K)``, weighted
-``fit(data, weights)``, ``pyro_dist``, ``sample``, ``kl`` (where closed-form),
-``state_dict``/``load_state_dict`` and ``to(device, dtype)``. The density families that the
-structures take (``Mixture(family=...)``, ``HMM(emission=...)``) are declared by
-:class:`~ppmix.components.family.DensityFamily` and found by name in :mod:`ppmix.components.registry`.
+A density family is two classes: a :class:`~ppmix.components.family.DensityFamily` (the kind of component
+and its settings, what ``Mixture(family=...)`` and ``HMM(emission=...)`` take; abstract: ``sites``) and its
+fitted :class:`~ppmix.components.base.ComponentFamily` (``K`` components; abstract: ``log_prob -> (N, K)``,
+``statistics``, ``fit_statistics``, ``pyro_dist``, ``sample``), whose statistics are a
+:class:`~ppmix.components.family.Statistics` (``counts``, ``merge``, ``scaled``, ``to``). Families are found
+by name in :mod:`ppmix.components.registry`; :func:`register_family` (or the ``ppmix.families`` entry point of
+an installed package) adds a user's, and :func:`ppmix.testing.check_family` checks one. Every batch of
+components (labels, experts, gates too) is a :class:`~ppmix.components.base.ParameterBatch`.
 """
 
 from ppmix.components.autoregressive import AutoRegressiveComponents, AutoRegressiveFamily
-from ppmix.components.base import ComponentFamily
+from ppmix.components.base import ComponentFamily, ParameterBatch
 from ppmix.components.bernoulli import BernoulliLabel
 from ppmix.components.categorical import CategoricalLabel
 from ppmix.components.expert_family import ExpertFamily
@@ -27,6 +29,7 @@ from ppmix.components.gaussian_family import GaussianFamily
 from ppmix.components.gaussian_full import FullGaussian
 from ppmix.components.logistic_expert import LogisticExpert
 from ppmix.components.poisson_expert import PoissonExpert
+from ppmix.components.registry import register_family
 from ppmix.components.softmax_expert import SoftmaxExpert
 from ppmix.components.softmax_gate import SoftmaxGate
 
@@ -46,9 +49,11 @@ __all__ = [
     "LogisticExpert",
     "PoissonExpert",
     "MeanStatisticsComponents",
+    "ParameterBatch",
     "SoftmaxExpert",
     "SiteSpec",
     "SoftmaxGate",
     "Statistics",
     "WeightedSums",
+    "register_family",
 ]

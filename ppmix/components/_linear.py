@@ -7,7 +7,7 @@ from typing import Callable
 
 import torch
 
-from ppmix.components.base import ComponentFamily
+from ppmix.components.base import ParameterBatch
 from ppmix.ops.newton import damped_newton
 from ppmix.ops.threads import torch_threads
 
@@ -106,7 +106,7 @@ class LinearPrior:
         return 1.0 / self.intercept_scale**2
 
 
-class LinearFamily(ComponentFamily):
+class LinearFamily(ParameterBatch):
     """A family whose ``K`` members each have coefficients ``coef[k]`` and ``intercept[k]``."""
 
     #: the normal prior on the intercepts a MAP fit adds (precision 0: flat, the intercepts are not shrunk)

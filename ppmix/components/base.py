@@ -1,36 +1,33 @@
-"""The protocol every component family follows.
+"""The batches of ``K`` components that every model and optimizer talks to.
 
-A component family is a batch of ``K`` components of one kind whose parameters are
-tensors with leading dimension ``K``. The generative models, the EM engine, PRESTO,
-Regularized Weighting and the OT aggregation all talk to components only through
-this small protocol, so a family written once works everywhere.
+:class:`ParameterBatch` holds ``K`` components' parameter tensors (leading dimension ``K``) and gives
+them ``state_dict``/``load_state_dict``, ``to``, ``clone`` and their count, device and dtype: the
+base of every batch (label components, experts, gates, views of missing entries).
+:class:`ComponentFamily` is the fitted components of a density family
+(:class:`~ppmix.components.family.DensityFamily`): it declares, abstract, the five members such a
+family must write. The generative models, the EM engine, PRESTO, Regularized Weighting and the OT
+aggregation all talk to components only through them, so a family written once works everywhere.
 """
 
 from __future__ import annotations
 
+import abc
 from typing import Any, ClassVar
 
 import torch
 
 from ppmix.ops.logspace import normalize_log_joint_
 
-__all__ = ["ComponentFamily"]
+__all__ = ["ComponentFamily", "ParameterBatch"]
 
 
-class ComponentFamily:
-    """Base class of a batch of ``K`` components of one kind.
+class ParameterBatch:
+    """Base of every batch of ``K`` components of one kind: parameter access and persistence.
 
-    Subclasses list their parameter tensors in ``param_names`` (each with leading
-    dimension ``K``) and implement
-
-    - ``log_prob(data) -> Tensor[N, K]``: per-point, per-component log-likelihood;
-    - ``fit(data, weights: Tensor[N, K])``: weighted maximum likelihood, in place;
-    - ``pyro_dist(index)``: the ``pyro.distributions`` object for use in a model;
-    - ``sample(index)``: draws, one per entry of ``index``;
-    - ``kl(other)``: pairwise KL divergences, where a closed form exists.
-
-    The base class supplies parameter access, ``state_dict``/``load_state_dict``,
-    ``to(device, dtype)`` and ``clone``.
+    Subclasses list their parameter tensors in ``param_names`` (each with leading dimension ``K``, set as
+    attributes of the same names by the constructor, which takes them as keywords of the same names); the base
+    supplies ``n_components``, ``device``, ``dtype``, ``state_dict``/``load_state_dict``, ``to(device, dtype)``
+    and ``clone``.
 
     Examples
     --------
@@ -57,30 +54,11 @@ class ComponentFamily:
     def dtype(self) -> torch.dtype:
         return getattr(self, self.param_names[0]).dtype
 
-    @property
-    def mean(self) -> torch.Tensor:
-        """Each component's mean, ``(K, D)``."""
-        raise NotImplementedError(f"{type(self).__name__} does not define its components' means")
-
-    @property
-    def covariance(self) -> torch.Tensor:
-        """Each component's covariance: ``(K, D)`` variances for independent features, else ``(K, D, D)``."""
-        raise NotImplementedError(f"{type(self).__name__} does not define its components' covariances")
-
-    def observed(self) -> "ComponentFamily | None":
-        """These components seen through the observed entries of rows with missing entries (NaN, missing at
-        random): a view whose ``log_prob`` is each row's marginal density of its observed entries, whose
-        ``statistics`` and ``fit_statistics`` make EM's M-step exact on them, and whose ``imputed(resp, x)`` gives
-        the missing entries' conditional means in the rows ``x`` under posterior probabilities ``resp`` ``(N, K)``;
-        None where the family offers none (default; the Gaussians have their own path,
-        :mod:`ppmix.components.gaussian_missing`)."""
-        return None
-
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Parameters as a dict of detached tensors (a copy)."""
         return {name: getattr(self, name).detach().clone() for name in self.param_names}
 
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> "ComponentFamily":
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> "ParameterBatch":
         """Set parameters from ``state`` (as returned by :meth:`state_dict`)."""
         missing = set(self.param_names) - set(state)
         if missing:
@@ -93,7 +71,7 @@ class ComponentFamily:
             setattr(self, name, value.to(device=current.device, dtype=current.dtype).clone())
         return self
 
-    def to(self, device: Any = None, dtype: torch.dtype | None = None) -> "ComponentFamily":
+    def to(self, device: Any = None, dtype: torch.dtype | None = None) -> "ParameterBatch":
         """Move every parameter to ``device`` and/or ``dtype`` (in place); returns self."""
         for name in self.param_names:
             value = getattr(self, name)
@@ -101,7 +79,7 @@ class ComponentFamily:
             setattr(self, name, value.to(device=device, dtype=target_dtype))
         return self
 
-    def clone(self) -> "ComponentFamily":
+    def clone(self) -> "ParameterBatch":
         """An independent copy with the same parameters."""
         new = object.__new__(type(self))
         new.__dict__.update(self.__dict__)
@@ -112,6 +90,106 @@ class ComponentFamily:
     def __repr__(self) -> str:
         shapes = ", ".join(f"{n}={tuple(getattr(self, n).shape)}" for n in self.param_names)
         return f"{type(self).__name__}({shapes})"
+
+    def _check_weights(self, weights: torch.Tensor, n: int) -> torch.Tensor:
+        """Validate a responsibility/weight matrix against ``n`` points."""
+        if not isinstance(weights, torch.Tensor):
+            weights = torch.as_tensor(weights)
+        weights = weights.to(device=self.device, dtype=self.dtype)
+        if weights.shape != (n, self.n_components):
+            raise ValueError(
+                f"weights must have shape (n_samples, n_components) = ({n}, {self.n_components}); "
+                f"got {tuple(weights.shape)}"
+            )
+        # two reductions, no (N, K) temporaries: NaN fails the minimum's test, +inf the sum's
+        total = weights.sum(dtype=torch.float64)
+        if weights.numel() and not (bool(torch.isfinite(total)) and float(weights.amin()) >= 0):
+            raise ValueError("weights must be finite and non-negative")
+        return weights
+
+
+class ComponentFamily(ParameterBatch, abc.ABC):
+    """The ``K`` fitted components of a :class:`~ppmix.components.family.DensityFamily`: what the structures
+    (mixture, HMM), EM, the Pyro programs and sampling ask of them.
+
+    A family writes the five abstract members; the others have documented defaults.
+
+    Required (abstract):
+
+    - :meth:`log_prob` ``(data) -> (N, K)``: every row's log-density under every component;
+    - :meth:`statistics` ``(data, weights)``: the weighted sufficient statistics (a
+      :class:`~ppmix.components.family.Statistics` with ``counts``, the total weight per component);
+    - :meth:`fit_statistics` ``(stats)``: the weighted MLE from them, in place;
+    - :meth:`pyro_dist` ``(index)``: the ``pyro.distributions`` object of the components at ``index``;
+    - :meth:`sample` ``(index, generator)``: one draw per entry of ``index``.
+
+    Optional: :attr:`mean` and :attr:`covariance` (a structure's ``means_``/``covariances_``), :meth:`kl`
+    (pairwise divergences, for the OT aggregation), :meth:`observed` (rows with missing entries) and
+    :meth:`expected_statistics` (a fused E-step).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from ppmix.components.poisson import PoissonComponents
+    >>> comp = PoissonComponents(torch.tensor([[1.0], [4.0]], dtype=torch.float64))
+    >>> comp.log_prob(torch.tensor([[2.0]], dtype=torch.float64)).shape
+    torch.Size([1, 2])
+    >>> class Incomplete(ComponentFamily):
+    ...     param_names = ("rate",)
+    >>> Incomplete()  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    TypeError: Can't instantiate abstract class Incomplete with abstract methods fit_statistics, log_prob, ...
+    """
+
+    # ----------------------------------------------------------------- required
+    @abc.abstractmethod
+    def log_prob(self, data: Any) -> torch.Tensor:
+        """Every row's log-density under every component, ``(N, K)``; ``data`` as the family's ``prepare`` gives
+        it."""
+
+    @abc.abstractmethod
+    def statistics(self, data: Any, weights: torch.Tensor) -> Any:
+        """The weighted sufficient statistics of the rows under ``weights`` ``(N, K)``: a
+        :class:`~ppmix.components.family.Statistics` whose ``counts`` ``(K,)`` is each component's total weight."""
+
+    @abc.abstractmethod
+    def fit_statistics(self, stats: Any) -> "ComponentFamily":
+        """The weighted MLE from :meth:`statistics` (merged over shards, scaled by online EM), in place; returns
+        self."""
+
+    @abc.abstractmethod
+    def pyro_dist(self, index: torch.Tensor | None = None) -> Any:
+        """The ``pyro.distributions`` object of the components at ``index`` (all of them for None), with event
+        shape one row."""
+
+    @abc.abstractmethod
+    def sample(self, index: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """One draw from component ``index[n]`` for every ``n``, ``(N, D)``."""
+
+    # ----------------------------------------------------------------- optional
+    @property
+    def mean(self) -> torch.Tensor:
+        """Each component's mean, ``(K, D)``."""
+        raise NotImplementedError(f"{type(self).__name__} does not define its components' means")
+
+    @property
+    def covariance(self) -> torch.Tensor:
+        """Each component's covariance: ``(K, D)`` variances for independent features, else ``(K, D, D)``."""
+        raise NotImplementedError(f"{type(self).__name__} does not define its components' covariances")
+
+    def observed(self) -> "ParameterBatch | None":
+        """These components seen through the observed entries of rows with missing entries (NaN, missing at
+        random): a view whose ``log_prob`` is each row's marginal density of its observed entries, whose
+        ``statistics`` and ``fit_statistics`` make EM's M-step exact on them, and whose ``imputed(resp, x)`` gives
+        the missing entries' conditional means in the rows ``x`` under posterior probabilities ``resp`` ``(N, K)``;
+        None where the family offers none (default; the Gaussians have their own path,
+        :mod:`ppmix.components.gaussian_missing`)."""
+        return None
+
+    def kl(self, other: "ComponentFamily") -> torch.Tensor:
+        """``KL(self_i || other_j)`` ``(K, K')`` where a closed form exists (the OT aggregation); default: none."""
+        raise TypeError(f"{type(self).__name__} has no closed-form KL divergence")
 
     # ----------------------------------------------------------------- helpers
     def expected_statistics(
@@ -143,19 +221,3 @@ class ComponentFamily:
     def _statistics_given(self, data: Any, weights: torch.Tensor, shared: Any) -> Any:
         """``statistics(data, weights)``, given what :meth:`_scored` shared (default: recomputed)."""
         return self.statistics(data, weights)
-
-    def _check_weights(self, weights: torch.Tensor, n: int) -> torch.Tensor:
-        """Validate a responsibility/weight matrix against ``n`` points."""
-        if not isinstance(weights, torch.Tensor):
-            weights = torch.as_tensor(weights)
-        weights = weights.to(device=self.device, dtype=self.dtype)
-        if weights.shape != (n, self.n_components):
-            raise ValueError(
-                f"weights must have shape (n_samples, n_components) = ({n}, {self.n_components}); "
-                f"got {tuple(weights.shape)}"
-            )
-        # two reductions, no (N, K) temporaries: NaN fails the minimum's test, +inf the sum's
-        total = weights.sum(dtype=torch.float64)
-        if weights.numel() and not (bool(torch.isfinite(total)) and float(weights.amin()) >= 0):
-            raise ValueError("weights must be finite and non-negative")
-        return weights

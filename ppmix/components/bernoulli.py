@@ -5,13 +5,13 @@ from __future__ import annotations
 import pyro.distributions as dist
 import torch
 
-from ppmix.components.base import ComponentFamily
+from ppmix.components.base import ParameterBatch
 from ppmix.components.centred import padded_counts
 
 __all__ = ["BernoulliLabel"]
 
 
-class BernoulliLabel(ComponentFamily):
+class BernoulliLabel(ParameterBatch):
     """``K`` Bernoulli distributions for a binary label.
 
     Parameters

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pyro.distributions as dist
 import torch
 
-from ppmix.components.base import ComponentFamily
+from ppmix.components.base import ParameterBatch
 from ppmix.components.centred import component_counts
 
 __all__ = ["CategoricalLabel"]
 
 
-class CategoricalLabel(ComponentFamily):
+class CategoricalLabel(ParameterBatch):
     """``K`` categorical distributions over ``C`` classes.
 
     Parameters

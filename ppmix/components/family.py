@@ -13,25 +13,31 @@ Two levels, as in ``torch.distributions`` (a class, then an instance with parame
 :class:`Statistics` is the one base of every family's E-step statistics: they merge across
 shards (sharded EM), scale (online EM's convex combinations) and move between devices.
 
-A new family is one module with one class of each kind and one line in
-:mod:`ppmix.components.registry`; see :mod:`ppmix.components.poisson` for a whole example.
+A new family is one module with one class of each kind: six abstract members to write (``sites`` here, five on
+the components), the optional ones documented with their defaults; :func:`ppmix.testing.check_family` checks it
+and :func:`~ppmix.components.registry.register_family` (or the ``ppmix.families`` entry point of an installed
+package) names it for saved models. See :mod:`ppmix.components.poisson` for a whole example.
 """
 
 from __future__ import annotations
 
+import abc
 import copy
 import dataclasses
 import inspect
-from typing import Any, ClassVar, Collection, Mapping, Protocol, runtime_checkable
+from typing import Any, ClassVar, Collection, Mapping
 
 import pyro.distributions as dist
 import torch
 from pyro.distributions import constraints
+from pyro.distributions.transforms import biject_to
 
 from ppmix.components.base import ComponentFamily
 
 __all__ = [
     "check_priors",
+    "components_from_state",
+    "with_priors",
     "AdditiveStatistics",
     "DataScale",
     "DensityFamily",
@@ -173,26 +179,57 @@ def check_priors(
             raise ValueError(f"priors[{key!r}] must be a number, not an array ({keys[key].doc}); got {value!r}")
 
 
-class Statistics:
+class _Declared:
+    """A member every subclass must set on its instances (a dataclass field): reading it where one did not is a
+    ``TypeError`` naming the class and what the member is (not an ``AttributeError`` deep in EM)."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, instance: Any, owner: type) -> Any:
+        if instance is None:  # absent on the class: a dataclass field of this name gets no default from here
+            raise AttributeError(self.name)
+        raise TypeError(
+            f"{type(instance).__name__} has no {self.name!r} ({self.what}), which every Statistics must have: "
+            f"declare it as a field"
+        )
+
+
+class Statistics(abc.ABC):
     """Base of the E-step statistics of every family: what one M-step needs of some rows.
 
-    Subclasses define :meth:`merge` (the statistics of the union of two sets of rows),
-    :meth:`scaled` (every weight multiplied by a factor) and :meth:`to`. Sharded EM merges
-    the statistics of every shard; online EM forms convex combinations with both.
+    Everything EM reads of them is declared here: the structures read :attr:`counts`; sharded EM merges the
+    statistics of every shard (:meth:`merge`), online EM forms convex combinations (:meth:`merge` and
+    :meth:`scaled`) and :meth:`to` moves them between devices. :class:`AdditiveStatistics` writes the three
+    methods for statistics that are weighted sums; a family's ``fit_statistics`` reads the rest.
+
+    Attributes
+    ----------
+    counts : Tensor (K,)
+        The total weight of the rows in every component (the mixture's weights are their proportions).
     """
+
+    #: the total weight per component ``(K,)``; a subclass sets it on its instances (a dataclass field)
+    counts: Any = _Declared("the total weight of the rows per component, (K,), that EM's weights update reads")
 
     #: statistics that merge with a family's own from either side (the per-feature statistics of rows with missing
     #: entries, :class:`~ppmix.components.independent.FeatureStatistics`): a family's merge hands them the work
     absorbs_family_statistics: ClassVar[bool] = False
 
+    @abc.abstractmethod
     def merge(self, other: Any) -> Any:
-        raise NotImplementedError(f"{type(self).__name__} must define merge(other)")
+        """The statistics of the union of these rows and ``other``'s."""
 
+    @abc.abstractmethod
     def scaled(self, factor: float) -> Any:
-        raise NotImplementedError(f"{type(self).__name__} must define scaled(factor)")
+        """The statistics with every weight multiplied by ``factor``."""
 
+    @abc.abstractmethod
     def to(self, dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> Any:
-        raise NotImplementedError(f"{type(self).__name__} must define to(dtype, device)")
+        """The statistics on ``device`` and/or in ``dtype``."""
 
 
 class AdditiveStatistics(Statistics):
@@ -255,14 +292,17 @@ class MeanStatisticsComponents(ComponentFamily):
         return self.fit_statistics(self.statistics(data, weights))
 
 
-@runtime_checkable
-class DensityFamily(Protocol):
+class DensityFamily(abc.ABC):
     """A kind of component for the structures (mixture, HMM): what they ask of it, declared once.
 
-    Subclass it to write a family: the methods with bodies below are defaults that suit most
-    families; ``sites``, ``components`` and ``n_parameters`` must be written. The fitted
-    components it builds are a :class:`~ppmix.components.base.ComponentFamily` with
-    ``log_prob``, ``statistics``, ``fit_statistics``, ``pyro_dist``, ``sample`` and ``state_dict``.
+    Subclass it to write a family: set :attr:`name` and :attr:`components_class` and write the abstract
+    :meth:`sites`; the fitted components are a :class:`~ppmix.components.base.ComponentFamily`, which declares its
+    five abstract members (``log_prob``, ``statistics``, ``fit_statistics``, ``pyro_dist``, ``sample``). Every
+    other member has a default that suits most families: the settings (:meth:`config`, :meth:`validate`), the
+    data (:meth:`check_data`, :meth:`data_scale`, :meth:`prepare`), the components from the site values (by
+    name), the priors of MCMC (:meth:`prior`), MAP-EM (:meth:`map_update`), Gibbs (:meth:`conjugate_posterior`)
+    and the number of free parameters (counted from the sites). :func:`ppmix.testing.check_family` checks a
+    family against the structures and engines.
 
     Attributes
     ----------
@@ -295,6 +335,7 @@ class DensityFamily(Protocol):
 
     def validate(self) -> None:
         """Check the settings (called by ``fit``); raise ``ValueError`` naming the bad one."""
+        return None
 
     def measured(self, scale: DataScale) -> "DensityFamily":
         """The family with the settings it measures on the training data (:meth:`data_scale`) filled in from
@@ -306,6 +347,7 @@ class DensityFamily(Protocol):
     # ---------------------------------------------------------------------- data
     def check_data(self, x: torch.Tensor, name: str = "X") -> None:
         """Refuse data the family cannot model (e.g. negative counts), naming ``name``; default: any real data."""
+        return None
 
     def data_scale(self, x: torch.Tensor, name: str = "X") -> DataScale:
         """What the fit needs to know of the training data's scale (floors, the priors' centre); default: nothing."""
@@ -332,25 +374,20 @@ class DensityFamily(Protocol):
         return self.rows(data)
 
     # ----------------------------------------------------------- the components
+    @abc.abstractmethod
     def sites(self, k: int, d: int) -> dict[str, SiteSpec]:
         """The global Pyro sites of ``k`` components on ``d`` features, in sampling order."""
-        raise NotImplementedError(f"{type(self).__name__} must define sites(k, d)")
 
     def components(self, values: dict[str, torch.Tensor], scale: DataScale) -> ComponentFamily:
         """The fitted components from the values of :meth:`sites` (each ``SiteSpec.value_shape(K)``); default: the
-        sites are the components' parameters, under the same names."""
-        return self.from_state(values, scale)
+        sites are the components' parameters, under the same names (:func:`components_from_state`)."""
+        return components_from_state(self, values, scale)
 
     def site_values(self, components: ComponentFamily) -> dict[str, torch.Tensor]:
         """The values of :meth:`sites` for ``components`` (the inverse of :meth:`components`); default: the
         components' parameters under the same names."""
         state = components.state_dict()
         return {site: state[site] for site in self.sites(components.n_components, 1)}
-
-    def from_state(self, state: dict[str, torch.Tensor], scale: DataScale) -> ComponentFamily:
-        """The components from their ``state_dict`` (a saved model)."""
-        cls = self.components_class
-        return cls(*(state[name] for name in cls.param_names), **self._component_options(scale))
 
     def placeholder(self, k: int, d: int, scale: DataScale, opts: dict) -> ComponentFamily:
         """Components of the right shape whose parameters the first M-step sets."""
@@ -366,25 +403,17 @@ class DensityFamily(Protocol):
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
         """The weakly informative prior of ``site`` for MCMC (``bayesian()``), for one component (broadcast over
         the ``components`` plate; a shared site's, for its one value), with the hyperparameters that
-        :meth:`with_priors` set in place of their defaults."""
+        :func:`with_priors` set in place of their defaults."""
         raise NotImplementedError(f"{type(self).__name__} has no priors for MCMC")
 
     # ------------------------------------------------------------ settable priors
-    #: the hyperparameters :meth:`with_priors` set (none: every default)
+    #: the hyperparameters :func:`with_priors` set (none: every default)
     prior_settings: Mapping[str, Any] = {}
 
     def prior_keys(self) -> dict[str, PriorKey]:
         """The hyperparameters of :meth:`prior` that a model's ``priors=`` may set, with their defaults; default:
         none (the family's priors are fixed)."""
         return {}
-
-    def with_priors(self, priors: Mapping[str, Any] | None) -> "DensityFamily":
-        """A copy of the family whose priors take the entries of ``priors`` named in :meth:`prior_keys` (a
-        model's ``priors=``, checked by the model; other keys are the structure's)."""
-        family = copy.copy(self)
-        keys = self.prior_keys()
-        family.prior_settings = {key: value for key, value in (priors or {}).items() if key in keys}
-        return family
 
     def prior_value(self, key: str, default: torch.Tensor) -> torch.Tensor:
         """The hyperparameter ``key``: its :attr:`prior_settings` value broadcast to ``default``'s shape, or
@@ -442,8 +471,14 @@ class DensityFamily(Protocol):
         )
 
     def n_parameters(self, k: int, d: int) -> int:
-        """Free parameters of ``k`` components on ``d`` features (for the information criteria)."""
-        raise NotImplementedError(f"{type(self).__name__} must define n_parameters(k, d)")
+        """Free parameters of ``k`` components on ``d`` features (for the information criteria); default: the
+        dimensions of the sites' values in their unconstrained coordinates (a simplex of ``m`` entries counts ``m -
+        1``), which a family whose sites hold more than its free parameters corrects."""
+        total = 0
+        for spec in self.sites(k, d).values():
+            shape = spec.value_shape(k)
+            total += int(torch.Size(biject_to(spec.support).inv.forward_shape(shape)).numel())
+        return total
 
     def site_dims(self) -> dict[str, list[str]]:
         """ArviZ dimension names of each site beyond the draws: by default ``component`` (not for a shared site)
@@ -453,6 +488,39 @@ class DensityFamily(Protocol):
             event = ["feature", "feature_bis"][: len(spec.event_shape)]
             dims[site] = event if spec.shared else ["component", *event]
         return dims
+
+
+def components_from_state(
+    family: DensityFamily, state: Mapping[str, torch.Tensor], scale: DataScale
+) -> ComponentFamily:
+    """``family``'s components from their ``state_dict`` (a saved model, a warm start's new data scale): every
+    parameter passed to ``components_class`` as the keyword of its name in ``param_names`` (in any order), with
+    the options the family takes from ``scale``.
+
+    Examples
+    --------
+    >>> from ppmix.components.poisson import PoissonFamily
+    >>> components_from_state(PoissonFamily(), {"rate": torch.ones(2, 3)}, {}).rate.shape
+    torch.Size([2, 3])
+    """
+    cls = family.components_class
+    return cls(**{name: state[name] for name in cls.param_names}, **family._component_options(scale))
+
+
+def with_priors(family: DensityFamily, priors: Mapping[str, Any] | None) -> DensityFamily:
+    """A copy of ``family`` whose priors take the entries of ``priors`` named in its ``prior_keys()`` (a model's
+    ``priors=``, checked by the model; other keys are the structure's), as its ``prior_settings``.
+
+    Examples
+    --------
+    >>> from ppmix.components.poisson import PoissonFamily
+    >>> with_priors(PoissonFamily(), {"rate_rate": 2.0, "weights": 3.0}).prior_settings
+    {'rate_rate': 2.0}
+    """
+    copied = copy.copy(family)
+    keys = family.prior_keys()
+    copied.prior_settings = {key: value for key, value in (priors or {}).items() if key in keys}
+    return copied
 
 
 def _a_point_of(support: constraints.Constraint, shape: tuple[int, ...], opts: dict) -> torch.Tensor:

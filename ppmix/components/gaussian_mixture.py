@@ -27,7 +27,15 @@ from pyro.distributions import constraints
 
 from ppmix.components.base import ComponentFamily
 from ppmix.components.centred import CentredData, as_centred, as_floor, padded_counts
-from ppmix.components.family import DataScale, DensityFamily, PriorKey, SiteSpec, Statistics, posterior_mode
+from ppmix.components.family import (
+    DataScale,
+    DensityFamily,
+    PriorKey,
+    SiteSpec,
+    Statistics,
+    posterior_mode,
+    with_priors,
+)
 from ppmix.components.gaussian_diag import DiagGaussian
 from ppmix.components.gaussian_family import GaussianFamily
 from ppmix.components.gaussian_full import FullGaussian
@@ -217,6 +225,16 @@ class DiagGaussianMixtures(_GaussianMixtures):
     inner_class = DiagGaussian
     spread_name = "scale"
 
+    def __init__(
+        self,
+        mix_weights: torch.Tensor,
+        loc: torch.Tensor,
+        scale: torch.Tensor,
+        reg_covar: Any = 1e-6,
+        fresh: bool = False,
+    ) -> None:
+        super().__init__(mix_weights, loc, scale, reg_covar, fresh)  # the spread under its parameter's name
+
     def observed(self) -> "ObservedGaussianMixtures":
         """These components seen through the observed entries of rows with missing entries
         (:class:`ObservedGaussianMixtures`)."""
@@ -239,6 +257,16 @@ class FullGaussianMixtures(_GaussianMixtures):
     param_names = ("mix_weights", "loc", "scale_tril")
     inner_class = FullGaussian
     spread_name = "scale_tril"
+
+    def __init__(
+        self,
+        mix_weights: torch.Tensor,
+        loc: torch.Tensor,
+        scale_tril: torch.Tensor,
+        reg_covar: Any = 1e-6,
+        fresh: bool = False,
+    ) -> None:
+        super().__init__(mix_weights, loc, scale_tril, reg_covar, fresh)  # the spread under its parameter's name
 
     @property
     def covariance(self) -> torch.Tensor:
@@ -347,7 +375,7 @@ class GaussianMixtureFamily(DensityFamily):
     def _gaussian(self) -> GaussianFamily:
         """The Gaussian family of the Gaussians inside: data checks, scale, floors, preparation and priors (with
         :attr:`prior_settings`)."""
-        return GaussianFamily(self.covariance_type, self.reg_covar).with_priors(self.prior_settings)
+        return with_priors(GaussianFamily(self.covariance_type, self.reg_covar), self.prior_settings)
 
     def validate(self) -> None:
         if isinstance(self.n_mix, bool) or not isinstance(self.n_mix, int) or self.n_mix < 1:

@@ -131,6 +131,14 @@ class ComponentsView(ComponentFamily):
     def dtype(self) -> torch.dtype:
         return self.components.dtype
 
+    def pyro_dist(self, index: torch.Tensor | None = None) -> Any:
+        """The components' own distribution (of whole rows: the view changes how rows are scored, not the model)."""
+        return self.components.pyro_dist(index)
+
+    def sample(self, index: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Whole rows drawn from the components."""
+        return self.components.sample(index, generator)
+
 
 class ObservedFeatures(ComponentsView):
     """Components of independent features seen through the observed entries of rows (NaN where missing): the

@@ -18,7 +18,7 @@ from pyro.distributions import constraints
 from ppmix._validation import check_float
 from ppmix.components.base import ComponentFamily
 from ppmix.components.centred import as_floor
-from ppmix.components.family import DataScale, PriorKey, SiteSpec
+from ppmix.components.family import DataScale, PriorKey, SiteSpec, with_priors
 from ppmix.components.gaussian_diag import DiagGaussian
 from ppmix.components.gaussian_family import GaussianFamily, robust_spread, scale_sample
 from ppmix.components.independent import IndependentFeatures
@@ -167,7 +167,7 @@ class LogNormalFamily(LogDataFamily):
     def _log_gaussian(self) -> GaussianFamily:
         """The diagonal Gaussian family of ``log x``, whose data scale and priors (with :attr:`prior_settings`) these
         are."""
-        return GaussianFamily("diag", self.reg_covar).with_priors(self.prior_settings)
+        return with_priors(GaussianFamily("diag", self.reg_covar), self.prior_settings)
 
     def validate(self) -> None:
         check_float(self.reg_covar, "reg_covar", positive=False)

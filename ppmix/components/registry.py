@@ -1,13 +1,16 @@
 """The one place where a family's name leads to its class: ``Mixture(3, family="poisson")``,
 ``HMM(3, emission="poisson")`` and saved models look families up here.
 
-Each entry is ``name: "module:Class"``, imported on first use, so registering a family is one
-line and ``import ppmix`` loads none of them.
+Each built-in entry is ``name: "module:Class"``, imported on first use, so ``import ppmix`` loads none of
+them. A user's family joins them without editing this module: :func:`register_family` (one call), or, for an
+installed package, an entry point in the group ``ppmix.families`` (``name = "module:Class"``), read on the first
+look-up of a name that is not registered.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import inspect
 from typing import Any
 
@@ -23,10 +26,14 @@ __all__ = [
     "family_from",
     "family_option_hint",
     "family_options",
+    "register_family",
 ]
 
-#: registered density families: name -> "module:Class"
-FAMILIES: dict[str, str] = {
+#: the entry-point group of installed packages' density families: ``name = "module:Class"``
+ENTRY_POINT_GROUP = "ppmix.families"
+
+#: registered density families: name -> "module:Class" (built in, or an entry point) or the class (registered)
+FAMILIES: dict[str, str | type] = {
     "gaussian": "ppmix.components.gaussian_family:GaussianFamily",
     "poisson": "ppmix.components.poisson:PoissonFamily",
     "bernoulli": "ppmix.components.bernoulli_features:BernoulliFamily",
@@ -49,8 +56,55 @@ EXPERT_FAMILIES: dict[str, str] = {
 }
 
 
-def family_class(name: str, registry: dict[str, str] | None = None) -> type:
-    """The class registered under ``name`` (in :data:`FAMILIES`, or the ``registry`` given).
+_entry_points_read = False
+
+
+def _read_entry_points() -> None:
+    """Add the families of installed packages (entry points of :data:`ENTRY_POINT_GROUP`) to :data:`FAMILIES`, once;
+    a registered or built-in name keeps its family."""
+    global _entry_points_read
+    if _entry_points_read:
+        return
+    _entry_points_read = True
+    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        FAMILIES.setdefault(entry.name, entry.value)
+
+
+def register_family(name: str, cls: type) -> None:
+    """Register the density family ``cls`` under ``name``: structures take it by name (``Mixture(3,
+    family=name)``) and saved models that use it load back (:func:`family_from` reads their config).
+
+    ``name`` must be ``cls.name`` (what a saved model records); registering the same class again does nothing, and
+    a name registered to another class is an error. Check the family first with :func:`ppmix.testing.check_family`.
+    An installed package can register its families without a call, by entry points in the group
+    ``ppmix.families`` (``laplace = "my_package.laplace:LaplaceFamily"``).
+
+    Examples
+    --------
+    >>> from ppmix.components.poisson import PoissonFamily
+    >>> class CountFamily(PoissonFamily):
+    ...     name = "counts_example"
+    >>> register_family("counts_example", CountFamily)
+    >>> type(family_from("counts_example")).__name__
+    'CountFamily'
+    >>> del FAMILIES["counts_example"]
+    """
+    if not (isinstance(cls, type) and issubclass(cls, DensityFamily)):
+        raise TypeError(f"cls must be a subclass of DensityFamily; got {cls!r}")
+    if getattr(cls, "name", None) != name:
+        raise ValueError(
+            f"name must be the family's own name, {cls.__name__}.name = {getattr(cls, 'name', None)!r} (what saved "
+            f"models record); got {name!r}"
+        )
+    _read_entry_points()
+    if name in FAMILIES and family_class(name) is not cls:
+        raise ValueError(f"the name {name!r} is registered to another family, {family_class(name).__name__}")
+    FAMILIES[name] = cls
+
+
+def family_class(name: str, registry: dict[str, Any] | None = None) -> type:
+    """The class registered under ``name`` (in :data:`FAMILIES`, with the entry points of installed packages, or
+    the ``registry`` given).
 
     Examples
     --------
@@ -58,14 +112,19 @@ def family_class(name: str, registry: dict[str, str] | None = None) -> type:
     ('GaussianFamily', 'GaussianExpertFamily')
     """
     registry = FAMILIES if registry is None else registry
+    if name not in registry and registry is FAMILIES:
+        _read_entry_points()
     if name not in registry:
         kind = "component" if registry is FAMILIES else "expert"
         raise ValueError(f"unknown {kind} family {name!r}; registered: {sorted(registry)}")
-    module, _, cls = registry[name].partition(":")
+    entry = registry[name]
+    if isinstance(entry, type):
+        return entry
+    module, _, cls = entry.partition(":")
     return getattr(importlib.import_module(module), cls)
 
 
-def family_options(name: str, registry: dict[str, str] | None = None) -> list[str] | None:
+def family_options(name: str, registry: dict[str, Any] | None = None) -> list[str] | None:
     """The settings (constructor keywords) of the family registered as ``name``; None for one that takes any.
 
     Examples
@@ -82,7 +141,7 @@ def family_options(name: str, registry: dict[str, str] | None = None) -> list[st
     return [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
 
 
-def _checked_settings(name: str, settings: dict[str, Any], registry: dict[str, str] | None = None) -> dict[str, Any]:
+def _checked_settings(name: str, settings: dict[str, Any], registry: dict[str, Any] | None = None) -> dict[str, Any]:
     """``settings`` of the dict form ``{"name": name, **settings}``, or a ``TypeError`` naming an unknown one and what
     the family accepts."""
     accepted = family_options(name, registry)
@@ -169,6 +228,7 @@ def family_from(family: Any, argument: str = "family", **defaults: Any) -> Densi
         cls = family_class(family)
         accepted = inspect.signature(cls).parameters
         return cls(**{k: v for k, v in defaults.items() if k in accepted})
+    _read_entry_points()
     raise TypeError(
         f"{argument} must be a registered family name ({sorted(FAMILIES)}), a DensityFamily object or a saved "
         f"family config; got {family!r} ({type(family).__name__})"
@@ -188,10 +248,17 @@ def family_config(family: Any) -> Any:
     if isinstance(family, (DensityFamily, ExpertFamily)):
         density = isinstance(family, DensityFamily)
         registry = FAMILIES if density else EXPERT_FAMILIES
+        if density:
+            _read_entry_points()
         if family.name not in registry or family_class(family.name, registry) is not type(family):
+            remedy = (
+                f"register it: ppmix.components.register_family({family.name!r}, {type(family).__name__})"
+                if density
+                else "register it in ppmix.components.registry.EXPERT_FAMILIES"
+            )
             raise ValueError(
                 f"{type(family).__name__} is not the family registered as {family.name!r}: a saved model could not "
-                f"load it back; register it in ppmix.components.registry.{'FAMILIES' if density else 'EXPERT_FAMILIES'}"
+                f"load it back; {remedy}"
             )
         return {"name": family.name, **family.config()}
     return family

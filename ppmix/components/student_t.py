@@ -24,7 +24,7 @@ from pyro.distributions import constraints
 from ppmix._validation import check_float
 from ppmix.components.base import ComponentFamily
 from ppmix.components.centred import as_floor, padded_counts
-from ppmix.components.family import DataScale, DensityFamily, PriorKey, SiteSpec
+from ppmix.components.family import DataScale, DensityFamily, PriorKey, SiteSpec, components_from_state, with_priors
 from ppmix.components.gaussian_diag import DiagGaussian
 from ppmix.components.gaussian_family import GaussianFamily
 from ppmix.components.gaussian_full import FullGaussian, checked_cholesky, floored_covariance
@@ -509,7 +509,7 @@ class StudentTFamily(DensityFamily):
 
     def components(self, values: dict[str, torch.Tensor], scale: DataScale) -> ComponentFamily:
         if self.covariance_type != "full":
-            return self.from_state(values, scale)
+            return components_from_state(self, values, scale)
         corr = values["corr_cholesky"]
         corr = corr / corr.norm(dim=-1, keepdim=True)  # rows of a correlation Cholesky have unit norm
         tril = values["scales"][..., None] * corr
@@ -546,7 +546,7 @@ class StudentTFamily(DensityFamily):
     def _gaussian(self) -> GaussianFamily:
         """The Gaussian family of the same covariance type, with :attr:`prior_settings`: the priors of ``loc`` and
         the scale matrix, and their MAP update."""
-        return GaussianFamily(self.covariance_type, self.reg_covar).with_priors(self.prior_settings)
+        return with_priors(GaussianFamily(self.covariance_type, self.reg_covar), self.prior_settings)
 
     def prior_keys(self) -> dict[str, PriorKey]:
         """The Gaussian family's keys (``locs_loc``, ``locs_scale``, ``variance_concentration``, ``variance_rate``;

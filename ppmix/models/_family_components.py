@@ -20,7 +20,14 @@ import torch
 from pyro.distributions import constraints
 
 from ppmix.components.base import ComponentFamily
-from ppmix.components.family import DataScale, DensityFamily, PriorKey, check_priors
+from ppmix.components.family import (
+    DataScale,
+    DensityFamily,
+    PriorKey,
+    check_priors,
+    components_from_state,
+    with_priors,
+)
 from ppmix.components.independent import FeatureStatistics
 from ppmix.components.registry import family_option_hint
 from ppmix.models._flat import flat_prior
@@ -141,7 +148,7 @@ class FamilyComponentsMixin:
 
     def _prior_family(self) -> DensityFamily:
         """The component family with the hyperparameters of ``priors`` (what MCMC, Gibbs and MAP-EM use)."""
-        return self.component_family().with_priors(self.priors)
+        return with_priors(self.component_family(), self.priors)
 
     def _concentration(self, key: str, shape: tuple[int, ...], default: Any = 1.0) -> torch.Tensor:
         """The Dirichlet concentration ``priors[key]`` (or ``default``) as a tensor of ``shape``."""
@@ -228,7 +235,7 @@ class FamilyComponentsMixin:
         family = self.component_family()
         self._data_scale = measure(family)
         if getattr(self, "components_", None) is not None:
-            self.components_ = family.from_state(self.components_.state_dict(), self._data_scale)
+            self.components_ = components_from_state(family, self.components_.state_dict(), self._data_scale)
 
     def extra_state(self) -> dict[str, Any]:
         """The data scale recorded by the fit (saved: MCMC's priors and the measured settings of a family, e.g. the
@@ -332,7 +339,7 @@ class FamilyComponentsMixin:
         opts = {"dtype": self.dtype, "device": self._device}
         family = self.component_family()
         state = {name: tensors[name].to(**opts) for name in family.components_class.param_names}
-        self.components_ = family.from_state(state, self._scale)
+        self.components_ = components_from_state(family, state, self._scale)
 
     def _component_state_shapes(self, *, sites: bool = False) -> dict[str, tuple[int, ...]]:
         """The shapes of the components' state for these settings (``n_components``, ``n_features_in_``, the
@@ -340,7 +347,7 @@ class FamilyComponentsMixin:
         family, k, d = self.component_family(), self.n_components, self.n_features_in_
         if sites:
             return {name: spec.value_shape(k) for name, spec in family.sites(k, d).items()}
-        placeholder = family.placeholder(k, d, {}, {"dtype": self.dtype, "device": torch.device("cpu")})
+        placeholder = family.placeholder(k, d, self._scale, {"dtype": self.dtype, "device": torch.device("cpu")})
         return {name: tuple(value.shape) for name, value in placeholder.state_dict().items()}
 
     def _component_dims(self) -> dict[str, list[str]]:

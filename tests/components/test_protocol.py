@@ -1,4 +1,4 @@
-"""The ComponentFamily protocol (state_dict, load_state_dict, to, clone, weight checks) for every family."""
+"""The ParameterBatch protocol (state_dict, load_state_dict, to, clone, weight checks) of every batch of components."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import torch
 from ppmix.components import (
     BernoulliLabel,
     CategoricalLabel,
-    ComponentFamily,
     DiagGaussian,
     FullGaussian,
     GaussianExpert,
     LogisticExpert,
+    ParameterBatch,
     SoftmaxExpert,
     SoftmaxGate,
 )
@@ -77,7 +77,7 @@ def _weights(seed=99, device="cpu"):
 @parametrize_family
 def test_is_component_family_with_k_components(family, device):
     comp, data = _family(family, 0, device)
-    assert isinstance(comp, ComponentFamily)
+    assert isinstance(comp, ParameterBatch)
     assert comp.n_components == K
     assert comp.log_prob(data).shape == (N, K)
     assert comp.device.type == torch.device(device).type and comp.dtype == torch.float64

@@ -7,7 +7,7 @@ import pytest
 import scipy.special as sp
 import torch
 
-from ppmix.components import ComponentFamily, LogisticExpert, SoftmaxExpert
+from ppmix.components import LogisticExpert, ParameterBatch, SoftmaxExpert
 from tests.common import assert_close
 from tests.components._util import fractional_weights, n, rng, t
 
@@ -29,7 +29,7 @@ def test_is_a_family_and_pins_the_last_class_without_changing_probabilities():
     r = rng(0)
     coef, intercept = r.normal(size=(2, 3, 2)), r.normal(size=(2, 3))
     comp = SoftmaxExpert(t(coef), t(intercept))
-    assert isinstance(comp, ComponentFamily) and comp.n_components == 2 and comp.n_classes == 3
+    assert isinstance(comp, ParameterBatch) and comp.n_components == 2 and comp.n_classes == 3
     assert torch.all(comp.coef[:, -1] == 0) and torch.all(comp.intercept[:, -1] == 0)
     x, y = data()
     logits = np.einsum("np,kcp->nkc", x, coef) + intercept

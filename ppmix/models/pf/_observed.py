@@ -32,7 +32,7 @@ import torch
 
 from ppmix.components import DiagGaussian
 from ppmix.components.centred import CentredData, padded_counts
-from ppmix.components.family import DataScale, DensityFamily, Statistics
+from ppmix.components.family import DataScale, DensityFamily, Statistics, with_priors
 from ppmix.components.gaussian_missing import LOG_2PI, MissingRows, design_coefficients
 from ppmix.components.statistics import GaussianStatistics
 from ppmix.models._missing import fill_column_means
@@ -186,7 +186,7 @@ def map_fit_frame_statistics(
     >>> comp = DiagGaussian(torch.zeros(1, 2, dtype=f64), torch.ones(1, 2, dtype=f64), reg_covar=0.0)
     >>> x = torch.tensor([[0.0, 1.0], [2.0, 1.0], [4.0, 4.0]], dtype=f64)
     >>> stats = frame_statistics(comp, frames_of(x), torch.ones(3, 1, dtype=f64))
-    >>> family = GaussianFamily("diag").with_priors({"locs_loc": 0.0, "locs_scale": 1e-6})
+    >>> family = with_priors(GaussianFamily("diag"), {"locs_loc": 0.0, "locs_scale": 1e-6})
     >>> phi, scale = torch.tensor([1.0, 0.5], dtype=f64), family.data_scale(x)
     >>> _ = map_fit_frame_statistics(family, comp, stats, phi, scale)
     >>> comp.loc.abs().max().item() < 1e-9  # pinned at the prior mean
@@ -208,7 +208,7 @@ def map_fit_frame_statistics(
             ) from None
 
     settings = {key: per_cell(v, f"priors[{key!r}]") for key, v in family.prior_settings.items() if v is not None}
-    cell_family = family.with_priors(settings)
+    cell_family = with_priors(family, settings)
     cell_scale = {name: per_cell(value, name) for name, value in scale.items()}
     cell = DiagGaussian(
         components.loc.reshape(-1, 1), components.scale.reshape(-1, 1), reg_covar=cell_scale.get("floor", 0.0)

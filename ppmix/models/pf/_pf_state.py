@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from ppmix.components import BernoulliLabel, DiagGaussian
+from ppmix.components.family import components_from_state
 from ppmix.components.gaussian_family import weighted_data_scale
 from ppmix.components.statistics import GaussianStatistics
 from ppmix.models._arviz import LaplaceTarget, global_supports
@@ -103,7 +104,9 @@ class PFStateMixin(BinaryClassifierMixin, PredictionFocusedMixin):
         self._check_pf_features(frames[weight > 0])
         self._data_scale = weighted_data_scale(frames, weight, float(self.reg_covar))
         if getattr(self, "components_", None) is not None:
-            self.components_ = self.component_family().from_state(self.components_.state_dict(), self._data_scale)
+            self.components_ = components_from_state(
+                self.component_family(), self.components_.state_dict(), self._data_scale
+            )
 
     def _pf_start(
         self,
