@@ -233,8 +233,10 @@ def fused_block_sums(
 @functools.lru_cache(maxsize=64)
 def upper_triangle(d: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """Row and column indices of the upper triangle (diagonal included) of a ``d x d`` matrix (made once per size
-    and device: every E- and M-step of a full-covariance fit indexes with them; not to be written to)."""
-    rows, cols = torch.triu_indices(d, d, device=device)
+    and device: every E- and M-step of a full-covariance fit indexes with them; not to be written to). Made as
+    ordinary tensors even under ``torch.inference_mode`` (a fit's EM), so that autograd may use them later."""
+    with torch.inference_mode(False):
+        rows, cols = torch.triu_indices(d, d, device=device)
     return rows, cols
 
 

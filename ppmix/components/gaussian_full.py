@@ -319,10 +319,11 @@ def _precisions_of(scale_tril: torch.Tensor) -> torch.Tensor:
 @functools.lru_cache(maxsize=64)
 def _pair_weights(d: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     """The weights of the upper triangle's entries of ``-P/2`` in ``x^T (-P/2) x``: ``-1/2`` on the diagonal, ``-1``
-    off it (the pair counted twice), in :func:`~ppmix.components.centred.upper_triangle`'s order (made once per size;
-    not to be written to)."""
+    off it (the pair counted twice), in :func:`~ppmix.components.centred.upper_triangle`'s order (made once per size,
+    as an ordinary tensor even under ``torch.inference_mode``; not to be written to)."""
     rows, cols = upper_triangle(d, device)
-    return (-0.5 * torch.where(rows == cols, 1.0, 2.0)).to(dtype)
+    with torch.inference_mode(False):
+        return (-0.5 * torch.where(rows == cols, 1.0, 2.0)).to(dtype)
 
 
 def floored_covariance(covs: torch.Tensor, floor: float | torch.Tensor) -> torch.Tensor:
