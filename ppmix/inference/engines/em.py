@@ -170,13 +170,17 @@ def run_em(
                 threads.enter_context(torch_threads(threads_for(_pass_work(model, n_obs))))
             best = _better(best, model, em_data, n_obs, min(short or max_iter, max_iter), tol, show, restart)
         assert best is not None
-        model.set_globals(best[1])
-        result = best[2]
-        if short is not None and not result.converged:  # small EM: run the best start on to convergence
-            tail = _single_run(model, em_data, n_obs, max(max_iter - result.n_iter, 1), tol, show, n_init)
-            result = FitResult(result.history + tail.history[1:], result.n_iter + tail.n_iter, tail.converged)
-    if getattr(model, "em_inference_mode", False):  # the parameters as ordinary tensors (autograd may use them)
-        model.set_globals({name: value.clone() for name, value in model.get_globals().items()})
+        values, result = best[1], best[2]
+        inference = getattr(model, "em_inference_mode", False)
+        tail = short is not None and not result.converged  # small EM: run the best start on to convergence
+        if tail or not inference:
+            model.set_globals(values)
+        if tail:
+            rest = _single_run(model, em_data, n_obs, max(max_iter - result.n_iter, 1), tol, show, n_init)
+            result = FitResult(result.history + rest.history[1:], result.n_iter + rest.n_iter, rest.converged)
+            values = model.get_globals()
+    if inference:  # the parameters set once, as ordinary tensors (autograd may use them)
+        model.set_globals({name: value.clone() for name, value in values.items()})
     if not result.converged:
         warnings.warn(
             f"EM did not converge in max_iter={max_iter} iterations (tol={tol}); increase max_iter or tol",
