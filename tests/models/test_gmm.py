@@ -175,6 +175,22 @@ def test_same_seed_same_result(cov):
     assert s1.history_ == s2.history_
 
 
+@pytest.mark.parametrize(("cov", "n_init"), [(cov, 1) for cov in COV_TYPES] + [("full", 3)])
+def test_em_leaves_ordinary_tensors_that_autograd_and_in_place_updates_may_use(cov, n_init):
+    """EM runs under ``torch.inference_mode`` (``GMM.em_inference_mode``); what it leaves on the model, and the
+    shared index tensors it caches, are ordinary tensors: an in-place update and a gradient through ``log_prob``
+    work after the fit (both raise for inference tensors)."""
+    x = np.random.default_rng(0).normal(size=(60, 3))
+    gmm = GMM(2, covariance_type=cov, n_init=n_init, seed=0, progress=False).fit(x)
+    tensors = {"weights": gmm.weights_, **gmm.components_.state_dict()}
+    assert not [name for name, value in tensors.items() if value.is_inference()]
+    gmm.weights_.mul_(1.0)
+    loc = gmm.components_.loc.detach().clone().requires_grad_(True)
+    gmm.components_.loc = loc
+    (grad,) = torch.autograd.grad(gmm.components_.log_prob(torch.as_tensor(x)).sum(), loc)
+    assert torch.isfinite(grad).all()
+
+
 def test_restarts_keep_the_best_objective():
     x, *_ = planted(300, seed=8)
     singles = [GMM(3, init_params="random", seed=s, progress=False, max_iter=5) for s in (0, 1, 2)]
