@@ -177,18 +177,21 @@ def test_same_seed_same_result(cov):
 
 @pytest.mark.parametrize(("cov", "n_init"), [(cov, 1) for cov in COV_TYPES] + [("full", 3)])
 def test_em_leaves_ordinary_tensors_that_autograd_and_in_place_updates_may_use(cov, n_init):
-    """EM runs under ``torch.inference_mode`` (``GMM.em_inference_mode``); what it leaves on the model, and the
-    shared index tensors it caches, are ordinary tensors: an in-place update and a gradient through ``log_prob``
-    work after the fit (both raise for inference tensors)."""
+    """EM runs under ``torch.inference_mode`` (``GMM.em_inference_mode``); the parameters it leaves on the model, and
+    the shared index tensors it caches, are ordinary tensors: no parameter is an inference tensor, in-place updates
+    work, and so does a gradient through ``log_prob`` (which indexes with the cached upper triangle)."""
     x = np.random.default_rng(0).normal(size=(60, 3))
     gmm = GMM(2, covariance_type=cov, n_init=n_init, seed=0, progress=False).fit(x)
-    tensors = {"weights": gmm.weights_, **gmm.components_.state_dict()}
-    assert not [name for name, value in tensors.items() if value.is_inference()]
+    components = gmm.components_
+    params = {"weights": gmm.weights_, **{name: getattr(components, name) for name in components.param_names}}
+    assert not [name for name, value in params.items() if value.is_inference()]
     gmm.weights_.mul_(1.0)
-    loc = gmm.components_.loc.detach().clone().requires_grad_(True)
-    gmm.components_.loc = loc
-    (grad,) = torch.autograd.grad(gmm.components_.log_prob(torch.as_tensor(x)).sum(), loc)
-    assert torch.isfinite(grad).all()
+    components.loc.mul_(1.0)
+    free = {name: params[name].detach().clone().requires_grad_(True) for name in components.param_names}
+    for name, value in free.items():
+        setattr(components, name, value)
+    grads = torch.autograd.grad(components.log_prob(torch.as_tensor(x)).sum(), list(free.values()))
+    assert all(torch.isfinite(grad).all() for grad in grads)
 
 
 def test_restarts_keep_the_best_objective():
