@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -75,6 +75,20 @@ class CentredData:
         if self.centred.device.type == "cuda":
             return max(64, GPU_BLOCK_BYTES // row_bytes)
         return max(64, min(32_768, BLOCK_BYTES // row_bytes) * max(2, torch.get_num_threads()) // 2)
+
+    def row_blocks(self) -> Iterator[tuple[slice, torch.Tensor]]:
+        """The centred rows in consecutive blocks of :meth:`block_rows` rows (views, no copy), each with its slice.
+
+        Examples
+        --------
+        >>> data = CentredData.from_tensor(torch.tensor([[1.0], [3.0]]))
+        >>> [(rows.stop, block.ravel().tolist()) for rows, block in data.row_blocks()]
+        [(2, [-1.0, 1.0])]
+        """
+        n, d = self.centred.shape
+        rows = self.block_rows(d)
+        for start in range(0, n, rows) if n else ():
+            yield slice(start, min(start + rows, n)), self.centred[start : start + rows]
 
     def moment_blocks(self, outer: bool = False) -> Iterator[tuple[slice, torch.Tensor]]:
         """``[x - s, (x - s)^2]`` (``(rows, 2D)``), or with ``outer`` ``[x - s, (x_i - s_i)(x_j - s_j) for
@@ -171,8 +185,29 @@ def fused_expected_sums(
     >>> [round(v, 4) for v in totals.tolist()], round(float(sums[0, 0]), 4)
     ([1.0, 1.0], -0.7616)
     """
+    return fused_block_sums(data.moment_blocks(outer=outer), natural, const, row_weights)
+
+
+def fused_block_sums(
+    blocks: Iterable[tuple[slice, torch.Tensor]],
+    natural: torch.Tensor,
+    const: torch.Tensor,
+    row_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`fused_expected_sums` over any blocks of design rows ``(rows, width)`` (with the slice of the rows
+    each block holds): the log-joint ``const_k + natural_k . t_n``, its normalisation over ``K``, the total
+    responsibilities ``(K,)``, the weighted sums ``(K, width)`` and the log-likelihood.
+
+    Examples
+    --------
+    >>> t = torch.tensor([[-1.0], [1.0]], dtype=torch.float64)
+    >>> natural, const = torch.tensor([[-1.0], [1.0]], dtype=torch.float64), torch.zeros(2, 1, dtype=torch.float64)
+    >>> totals, sums, _ = fused_block_sums([(slice(0, 2), t)], natural, const)
+    >>> [round(v, 4) for v in totals.tolist()], round(float(sums[0, 0]), 4)
+    ([1.0, 1.0], -0.7616)
+    """
     totals = sums = log_likelihood = None
-    for rows, design in data.moment_blocks(outer=outer):
+    for rows, design in blocks:
         resp = torch.addmm(const, natural, design.T)  # (K, rows): the fast orientation of the product
         largest = resp.amax(dim=0)
         resp.sub_(largest).exp_()
@@ -198,8 +233,10 @@ def fused_expected_sums(
 @functools.lru_cache(maxsize=64)
 def upper_triangle(d: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """Row and column indices of the upper triangle (diagonal included) of a ``d x d`` matrix (made once per size
-    and device: every E- and M-step of a full-covariance fit indexes with them; not to be written to)."""
-    rows, cols = torch.triu_indices(d, d, device=device)
+    and device: every E- and M-step of a full-covariance fit indexes with them; not to be written to). Made as
+    ordinary tensors even under ``torch.inference_mode`` (a fit's EM), so that autograd may use them later."""
+    with torch.inference_mode(False):
+        rows, cols = torch.triu_indices(d, d, device=device)
     return rows, cols
 
 

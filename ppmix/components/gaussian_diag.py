@@ -231,8 +231,8 @@ class DiagGaussian(ComponentFamily):
         components whose variance lost more than ``cancellation_tol`` of its digits to the subtraction."""
         counts = padded_counts(totals)
         d = self.n_features
-        mean_c = sums[:, :d] / counts[:, None]
-        second = sums[:, d:] / counts[:, None]
+        moments = sums / counts[:, None]
+        mean_c, second = moments[:, :d], moments[:, d:]
         spread = (second - mean_c.square()).clamp_min(0.0)
         floor = torch.as_tensor(self.reg_covar, dtype=self.dtype, device=self.device)
         return counts, mean_c, spread, inexact_spreads(second.sum(1), torch.maximum(spread, floor).sum(1))

@@ -17,6 +17,7 @@ from ppmix.components.centred import (
     cancellation_tol,
     component_counts,
     expansion_rounding,
+    fused_block_sums,
     fused_expected_sums,
     inexact_spreads,
     padded_counts,
@@ -318,10 +319,11 @@ def _precisions_of(scale_tril: torch.Tensor) -> torch.Tensor:
 @functools.lru_cache(maxsize=64)
 def _pair_weights(d: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     """The weights of the upper triangle's entries of ``-P/2`` in ``x^T (-P/2) x``: ``-1/2`` on the diagonal, ``-1``
-    off it (the pair counted twice), in :func:`~ppmix.components.centred.upper_triangle`'s order (made once per size;
-    not to be written to)."""
+    off it (the pair counted twice), in :func:`~ppmix.components.centred.upper_triangle`'s order (made once per size,
+    as an ordinary tensor even under ``torch.inference_mode``; not to be written to)."""
     rows, cols = upper_triangle(d, device)
-    return (-0.5 * torch.where(rows == cols, 1.0, 2.0)).to(dtype)
+    with torch.inference_mode(False):
+        return (-0.5 * torch.where(rows == cols, 1.0, 2.0)).to(dtype)
 
 
 def floored_covariance(covs: torch.Tensor, floor: float | torch.Tensor) -> torch.Tensor:
@@ -412,6 +414,112 @@ class TiedGaussian(FullGaussian):
     >>> [round(v, 12) for v in comp.fit(x, hard).covariance[:, 0, 0].tolist()]  # the scatter, 2 + 2, over 4 points
     [1.0, 1.0]
     """
+
+    def expected_statistics(
+        self,
+        data: torch.Tensor | CentredData,
+        log_weights: torch.Tensor,
+        row_weights: torch.Tensor | None = None,
+    ) -> tuple[GaussianStatistics, torch.Tensor]:
+        """One fused E-step pass, as :meth:`FullGaussian.expected_statistics`, in ``D`` columns, not ``D + D(D+1)/2``.
+
+        With one precision ``P`` for all components, ``x^T P x / 2`` is the same in every component's log-density:
+        the responsibilities need only ``log w_k + const_k + (P mu_k) . x`` (one ``(K, D)`` by ``(D, N)`` product),
+        the log-likelihood takes the shared term as ``tr(P S) / 2`` with ``S = sum_n x_n x_n^T`` (about the centre,
+        rows weighted), and the M-step needs only the weighted means and ``S``: the pooled scatter is
+        ``S - sum_k n_k mu_k mu_k^T`` (:meth:`_pooled_statistics`). Falls back to the full path where the rounding
+        calls for it.
+
+        Examples
+        --------
+        >>> f64 = torch.float64
+        >>> eye = torch.eye(2, dtype=f64).expand(2, 2, 2)
+        >>> comp = TiedGaussian(torch.tensor([[0.0, 0.0], [3.0, 3.0]], dtype=f64), eye)
+        >>> x = torch.tensor([[0.1, 0.2], [2.9, 3.3], [3.2, 2.7], [0.4, -0.3]], dtype=f64)
+        >>> log_w = torch.tensor([0.5, 0.5], dtype=f64).log()
+        >>> stats, log_lik = comp.expected_statistics(x, log_w)
+        >>> full_stats, full_log_lik = FullGaussian.expected_statistics(comp, x, log_w)
+        >>> bool(torch.allclose(log_lik, full_log_lik)), bool(torch.allclose(stats.mean, full_stats.mean))
+        (True, True)
+        >>> bool(torch.allclose(stats.scatter.sum(0), full_stats.scatter.sum(0)))
+        True
+        """
+        data = as_centred(data, self.dtype, self.device)
+        log_weights = log_weights.to(dtype=self.dtype, device=self.device)
+        if row_weights is not None:
+            row_weights = row_weights.to(dtype=self.dtype, device=self.device)
+        natural = self._linear_natural(data)
+        if natural is not None:
+            linear, const, precision = natural
+            totals, sums, log_likelihood = fused_block_sums(
+                data.row_blocks(), linear, const + log_weights[:, None], row_weights
+            )
+            second = self._second_moment(data, row_weights)
+            stats = self._pooled_statistics(data, totals, sums, second)
+            if stats is not None:
+                return stats, log_likelihood - 0.5 * (precision * second).sum()
+        return super().expected_statistics(data, log_weights, row_weights)
+
+    def _linear_natural(self, data: CentredData) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """``P mu_k`` ``(K, D)``, the constants ``(K, 1)`` of the log-densities less their shared ``-x^T P x / 2``
+        (about ``data.shift``), and ``P`` ``(D, D)``; ``None`` where the expansion's rounding exceeds
+        ``cancellation_tol`` nats (as for :meth:`FullGaussian._natural`)."""
+        d = self.n_features
+        precision = self._precisions()
+        loc_c = self.loc - data.shift
+        linear = loc_c @ precision[0]  # P symmetric: (P mu_k)^T = mu_k^T P
+        sd = torch.linalg.vector_norm(self.scale_tril[:1], dim=-1).expand_as(loc_c)
+        if bool((expansion_rounding(loc_c, precision, sd, linear) > cancellation_tol(self.dtype)).any()):
+            return None
+        log_det = torch.diagonal(self.scale_tril[0]).log().sum()
+        const = -0.5 * (d * math.log(2 * math.pi) + (loc_c * linear).sum(-1)) - log_det
+        return linear, const[:, None], precision[0]
+
+    @staticmethod
+    def _second_moment(data: CentredData, row_weights: torch.Tensor | None) -> torch.Tensor:
+        """``sum_n w_n x_n x_n^T`` about the centre ``(D, D)`` (``w_n`` the row weights, or 1)."""
+        centred = data.centred
+        weighted = centred if row_weights is None else centred * row_weights[:, None]
+        return weighted.T @ centred
+
+    def _pooled_statistics(
+        self, data: CentredData, totals: torch.Tensor, sums: torch.Tensor, second: torch.Tensor
+    ) -> GaussianStatistics | None:
+        """The statistics of the weighted sums ``(K, D)`` of the centred rows, their totals ``(K,)`` and the rows'
+        second moment ``(D, D)``: each component's scatter is its share ``n_k / n`` of the pooled one (the pooled
+        scatter, their sum, is all the tied M-step reads); ``None`` where the subtraction lost more than
+        ``cancellation_tol`` of its digits (the caller takes the full path)."""
+        counts = padded_counts(totals)
+        mean_c = sums / counts[:, None]
+        pooled = second - (counts[:, None] * mean_c).T @ mean_c
+        floor_trace = torch.as_tensor(self.reg_covar, dtype=self.dtype, device=self.device).expand(self.n_features)
+        spread = torch.maximum(torch.trace(pooled).clamp_min(0.0), floor_trace.sum() * counts.sum())
+        if inexact_spreads(torch.trace(second)[None], spread[None]):
+            return None
+        shares = counts / counts.sum()
+        return GaussianStatistics(totals, mean_c + data.shift, shares[:, None, None] * pooled)
+
+    def statistics(self, data: torch.Tensor | CentredData, weights: torch.Tensor) -> GaussianStatistics:
+        """Total weight, weighted mean and each component's share of the pooled scatter (their sum is the pooled
+        scatter: the tied M-step's statistic; :meth:`_pooled_statistics`), from the rows' weighted sums and second
+        moment, no ``(N, D(D+1)/2)`` design; the full path where rounding calls for it.
+
+        Examples
+        --------
+        >>> f64 = torch.float64
+        >>> comp = TiedGaussian(torch.zeros(2, 2, dtype=f64), torch.eye(2, dtype=f64).expand(2, 2, 2))
+        >>> x = torch.tensor([[0.0, 1.0], [2.0, 0.0], [4.0, 4.0], [5.0, 3.0]], dtype=f64)
+        >>> hard = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0]], dtype=f64)
+        >>> pooled = FullGaussian.statistics(comp, x, hard).scatter.sum(0)
+        >>> bool(torch.allclose(comp.statistics(x, hard).scatter.sum(0), pooled))
+        True
+        """
+        data = as_centred(data, self.dtype, self.device)
+        weights = self._check_weights(weights, data.n_samples)
+        stats = self._pooled_statistics(
+            data, weights.sum(0), weights.T @ data.centred, self._second_moment(data, weights.sum(1))
+        )
+        return super().statistics(data, weights) if stats is None else stats
 
     def _fitted_factors(self, stats: GaussianStatistics) -> torch.Tensor:
         """The Cholesky factor of the floored pooled covariance ``sum_k scatter_k / sum_k n_k``, factored once and

@@ -59,8 +59,12 @@ class GaussianStatistics(Statistics):
         return GaussianStatistics(self.counts * factor, self.mean, self.scatter * factor)
 
     def to(self, dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> "GaussianStatistics":
-        """The statistics in ``dtype`` on ``device``."""
-        return GaussianStatistics(*(t.to(dtype=dtype, device=device) for t in (self.counts, self.mean, self.scatter)))
+        """The statistics in ``dtype`` on ``device`` (themselves where they already are)."""
+        tensors = (self.counts, self.mean, self.scatter)
+        wanted = None if device is None else torch.device(device)
+        if all((dtype in (None, t.dtype)) and (wanted in (None, t.device)) for t in tensors):
+            return self
+        return GaussianStatistics(*(t.to(dtype=dtype, device=device) for t in tensors))
 
 
 def merge_statistics(first: object, second: object) -> object:

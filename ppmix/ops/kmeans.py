@@ -268,28 +268,30 @@ def _lloyd(
     ``(runs, N)`` and inertia.
 
     A pass over the batch of runs is two matrix products: the cluster sums, the one-hot assignments
-    ``(runs, K, N)`` times ``x``, and the scores of every centre against every row (:func:`_run_scores`). A run
+    ``(runs K, N)`` times ``x``, and the scores of every centre against every row (:func:`_run_labels`). A run
     that stops keeps its state, as if it had run alone: it stays in the batch, frozen, until half the batch has
     stopped, and then the batch is gathered anew (a few gathers in all, not a gather and a scatter per pass)."""
     n = x.shape[0]
     threshold = _lloyd_threshold(x) if threshold is None else threshold
-    scores, labels = _run_scores(x, seeds)
-    state = [seeds, labels, scores]  # the batch's centres, assignments and scores
+    x_t = x.T
+    state = [seeds, _run_labels(x_t, seeds)]  # the batch's centres and assignments
     final = [value.clone() for value in state]
     batch = torch.arange(seeds.shape[0], device=x.device)  # the runs in the batch
     live, everyone = torch.ones_like(batch, dtype=torch.bool), True  # the runs of the batch still moving; all?
     for _ in range(max_iter):
-        centres, labels, scores = state
-        one_hot = x.new_zeros(labels.shape[0], centres.shape[1], n).scatter_(1, labels.unsqueeze(1), 1.0)
+        centres, labels = state
+        runs, k, d = centres.shape
+        one_hot = x.new_zeros(runs, k, n).scatter_(1, labels.unsqueeze(1), 1.0)
         counts = one_hot.sum(2, keepdim=True)
-        new = torch.where(counts > 0, (one_hot @ x) / counts.clamp_min(1.0), centres)
+        # an empty cluster (0 / 0) keeps its centre
+        new = torch.where(counts > 0, torch.mm(one_hot.view(runs * k, n), x).view(runs, k, d) / counts, centres)
         shift = (new - centres).square().sum((1, 2))
-        new_scores, new_labels = _run_scores(x, new)
+        new_labels = _run_labels(x_t, new)
         moved = (new_labels != labels).any(1) & (shift > threshold)
-        updated = [new, new_labels, new_scores]
-        state = (
-            updated if everyone else [torch.where(_mask(live, old), value, old) for value, old in zip(updated, state)]
-        )
+        if everyone:
+            state = [new, new_labels]
+        else:
+            state = [torch.where(_mask(live, new), new, centres), torch.where(live[:, None], new_labels, labels)]
         live = moved if everyone else live & moved
         remaining = int(live.sum())
         if 2 * remaining <= batch.numel():  # half the batch has stopped: keep the stopped runs, go on with the rest
@@ -301,8 +303,14 @@ def _lloyd(
             break
     for value, store in zip(state, final):
         store[batch] = value
-    inertia = (final[2] + x.square().sum(1)).clamp_min(0.0).sum(1)
-    return final[0], final[1], inertia.tolist()
+    return final[0], final[1], _inertia(x, final[0], final[1])
+
+
+def _inertia(x: torch.Tensor, centres: torch.Tensor, labels: torch.Tensor) -> list[float]:
+    """Every run's within-cluster sum of squares, from its centres ``(runs, K, D)`` and assignment ``(runs, N)``."""
+    runs, k, d = centres.shape
+    scores = _centre_scores(x, centres.reshape(runs * k, d)).view(runs, k, -1).gather(1, labels.unsqueeze(1))
+    return (scores.squeeze(1) + x.square().sum(1)).clamp_min(0.0).sum(1).tolist()
 
 
 def _mask(live: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -310,9 +318,11 @@ def _mask(live: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return live.view(-1, *([1] * (like.dim() - 1)))
 
 
-def _run_scores(x: torch.Tensor, centres: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """For every run's centres ``(runs, K, D)``: each row's score at its nearest centre, ``|c|^2 - 2 c . x`` (the
-    squared distance less ``|x|^2``), and that centre's index, ``(runs, N)`` each; one matrix product."""
+def _run_labels(x_t: torch.Tensor, centres: torch.Tensor) -> torch.Tensor:
+    """For every run's centres ``(runs, K, D)``: each row's nearest centre ``(runs, N)``, by the scores ``|c|^2 - 2 c
+    . x`` (the squared distance less ``|x|^2``) of every centre against the rows (columns of ``x_t`` ``(D, N)``);
+    one matrix product."""
     runs, n_clusters, d = centres.shape
-    scores = _centre_scores(x, centres.reshape(runs * n_clusters, d))
-    return scores.view(runs, n_clusters, -1).min(dim=1)
+    flat = centres.reshape(runs * n_clusters, d)
+    scores = torch.addmm(flat.square().sum(1, keepdim=True), flat, x_t, alpha=-2.0)
+    return scores.view(runs, n_clusters, -1).min(dim=1).indices

@@ -1,6 +1,8 @@
 """The fused E-step of the Gaussian families (``expected_statistics``) against its definition,
-``statistics(data, softmax(log_prob(data) + log_weights))``, for both families, both dtypes, data
-spanning several row blocks, and the collapsed components that take the direct formulas."""
+``statistics(data, softmax(log_prob(data) + log_weights))``, for the diagonal, full and tied families, both dtypes,
+data spanning several row blocks, and the collapsed components that take the direct formulas. A tied family's
+statistics hold each component's share of the pooled scatter (all its M-step reads): its scatters are compared
+summed over the components, against the full family's per-component definition."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import ppmix.components.centred as centred
 from ppmix.components import DiagGaussian, FullGaussian
 from ppmix.components.base import ComponentFamily
 from ppmix.components.centred import CentredData
+from ppmix.components.gaussian_full import TiedGaussian
 from tests.common import assert_close
 from tests.components._util import parametrize_device, parametrize_dtype, random_scale_tril, rng, rounded, t
 
@@ -23,24 +26,34 @@ def _family(kind: str, k: int, d: int, dtype, device, seed: int = 0):
     loc = t(r.normal(scale=3.0, size=(k, d)), dtype, device)
     if kind == "diag":
         return DiagGaussian(loc, t(r.uniform(0.5, 1.5, size=(k, d)), dtype, device))
+    if kind == "tied":
+        return TiedGaussian(loc, t(random_scale_tril(r, 1, d), dtype, device).expand(k, d, d))
     return FullGaussian(loc, t(random_scale_tril(r, k, d), dtype, device))
 
 
 def _definition(family, data: CentredData, log_weights: torch.Tensor):
+    """The two-pass E-step; a tied family's statistics by the full family's per-component formulas."""
     joint = family.log_prob(data) + log_weights
-    return family.statistics(data, torch.softmax(joint, dim=1)), torch.logsumexp(joint, dim=1).sum()
+    statistics = FullGaussian.statistics if isinstance(family, TiedGaussian) else type(family).statistics
+    return statistics(family, data, torch.softmax(joint, dim=1)), torch.logsumexp(joint, dim=1).sum()
 
 
-def _assert_same(fused, expected, dtype) -> None:
+def _scatters(stats, pooled: bool) -> torch.Tensor:
+    return stats.scatter.sum(0) if pooled else stats.scatter
+
+
+def _assert_same(fused, expected, dtype, pooled: bool = False) -> None:
+    """The same counts, means, scatters (``pooled``: summed over the components) and log-likelihood."""
     (stats, log_lik), (want, want_log_lik) = fused, expected
-    for got, ref in zip((stats.counts, stats.mean, stats.scatter), (want.counts, want.mean, want.scatter)):
+    got_all = (stats.counts, stats.mean, _scatters(stats, pooled))
+    for got, ref in zip(got_all, (want.counts, want.mean, _scatters(want, pooled))):
         assert_close(got, ref, **TOL[dtype])
     assert float(log_lik) == pytest.approx(float(want_log_lik), rel=TOL[dtype]["rtol"] * 10)
 
 
 @parametrize_device
 @parametrize_dtype
-@pytest.mark.parametrize("kind", ["diag", "full"])
+@pytest.mark.parametrize("kind", ["diag", "full", "tied"])
 def test_fused_estep_equals_its_definition_over_several_row_blocks(kind, dtype, device, monkeypatch):
     monkeypatch.setattr(centred, "BLOCK_BYTES", 1)  # the smallest blocks (64 rows): 700 rows span 11 of them
     family = _family(kind, 3, 4, dtype, device)
@@ -48,7 +61,8 @@ def test_fused_estep_equals_its_definition_over_several_row_blocks(kind, dtype, 
     x = t(r.normal(scale=3.0, size=(700, 4)) + 5.0, dtype, device)
     data = CentredData.from_tensor(x)
     log_weights = t([0.2, 0.5, 0.3], dtype, device).log()
-    _assert_same(family.expected_statistics(data, log_weights), _definition(family, data, log_weights), dtype)
+    expected = _definition(family, data, log_weights)
+    _assert_same(family.expected_statistics(data, log_weights), expected, dtype, pooled=kind == "tied")
 
 
 @pytest.mark.parametrize("kind", ["diag", "full"])
@@ -84,7 +98,7 @@ def test_log_prob_does_not_depend_on_the_block_size(kind, monkeypatch):
 
 
 @pytest.mark.parametrize("collapsed", [False, True], ids=["fused", "direct-fallback"])
-@pytest.mark.parametrize("kind", ["diag", "full"])
+@pytest.mark.parametrize("kind", ["diag", "full", "tied"])
 def test_row_weights_count_each_row_that_many_times(kind, collapsed, monkeypatch):
     """``expected_statistics(..., row_weights=w)`` equals the E-step on the rows repeated ``w`` times (integer
     ``w``, zeros included), on the fused pass and on the direct formulas it falls back to."""
@@ -102,7 +116,7 @@ def test_row_weights_count_each_row_that_many_times(kind, collapsed, monkeypatch
     shift = x.mean(0)
     got = family.expected_statistics(CentredData.from_tensor(x, shift), log_weights, row_weights=weight)
     want = family.expected_statistics(CentredData.from_tensor(repeated, shift), log_weights)
-    _assert_same(got, want, dtype)
+    _assert_same(got, want, dtype, pooled=kind == "tied")
 
 
 @pytest.mark.parametrize("kind", ["diag", "full"])
@@ -131,3 +145,20 @@ def test_float32_fused_estep_keeps_its_fast_path_with_many_features_and_far_rows
     assert not fallbacks
     data = CentredData.from_tensor(t(rounded(x, torch.float32)))
     _assert_same(fused, _definition(family(torch.float64), data, log_weights), torch.float32)
+
+
+@pytest.mark.parametrize("far", [False, True], ids=["fused", "full-fallback"])
+def test_tied_statistics_pool_the_full_familys_scatters(far):
+    """``TiedGaussian.statistics`` (the rows' weighted sums and one second moment, no ``[x, x x^T]`` design) under
+    soft weights that do not sum to one per row (sample weights times responsibilities): the full family's means,
+    counts and scatters summed over the components; also where the rows sit 1e7 from their centre with unit spread
+    (the subtraction ``S - sum_k n_k mu_k mu_k^T`` would cancel: the full path runs)."""
+    dtype = torch.float64
+    r = rng(7)
+    x = t(r.normal(size=(400, 3)) @ r.normal(size=(3, 3)) + (1e7 if far else 2.0), dtype)
+    family = _family("tied", 3, 3, dtype, torch.device("cpu"))
+    weights = t(r.dirichlet(np.ones(3), size=400) * r.uniform(0.0, 3.0, size=(400, 1)), dtype)
+    data = CentredData.from_tensor(x, torch.zeros(3, dtype=dtype) if far else None)
+    got, want = family.statistics(data, weights), FullGaussian.statistics(family, data, weights)
+    for value, ref in ((got.counts, want.counts), (got.mean, want.mean), (got.scatter.sum(0), want.scatter.sum(0))):
+        assert_close(value, ref, rtol=1e-9, atol=1e-9)

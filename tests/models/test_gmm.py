@@ -175,6 +175,25 @@ def test_same_seed_same_result(cov):
     assert s1.history_ == s2.history_
 
 
+@pytest.mark.parametrize(("cov", "n_init"), [(cov, 1) for cov in COV_TYPES] + [("full", 3)])
+def test_em_leaves_ordinary_tensors_that_autograd_and_in_place_updates_may_use(cov, n_init):
+    """EM runs under ``torch.inference_mode`` (``GMM.em_inference_mode``); the parameters it leaves on the model, and
+    the shared index tensors it caches, are ordinary tensors: no parameter is an inference tensor, in-place updates
+    work, and so does a gradient through ``log_prob`` (which indexes with the cached upper triangle)."""
+    x = np.random.default_rng(0).normal(size=(60, 3))
+    gmm = GMM(2, covariance_type=cov, n_init=n_init, seed=0, progress=False).fit(x)
+    components = gmm.components_
+    params = {"weights": gmm.weights_, **{name: getattr(components, name) for name in components.param_names}}
+    assert not [name for name, value in params.items() if value.is_inference()]
+    gmm.weights_.mul_(1.0)
+    components.loc.mul_(1.0)
+    free = {name: params[name].detach().clone().requires_grad_(True) for name in components.param_names}
+    for name, value in free.items():
+        setattr(components, name, value)
+    grads = torch.autograd.grad(components.log_prob(torch.as_tensor(x)).sum(), list(free.values()))
+    assert all(torch.isfinite(grad).all() for grad in grads)
+
+
 def test_restarts_keep_the_best_objective():
     x, *_ = planted(300, seed=8)
     singles = [GMM(3, init_params="random", seed=s, progress=False, max_iter=5) for s in (0, 1, 2)]

@@ -160,6 +160,7 @@ def run_em(
     with ExitStack() as threads:
         # until the size of a pass is known: one thread only if the CPU is busy (ppmix.ops.threads)
         threads.enter_context(torch_threads(threads_for(math.inf)))
+        threads.enter_context(_inference(model))
         if warm and isinstance(model, DataStatisticsEM):  # statistics of this fit's data, not EM parameters
             model.em_set_data_statistics(model.em_data_statistics(em_data))
         for restart in range(1 if warm else n_init):
@@ -169,11 +170,17 @@ def run_em(
                 threads.enter_context(torch_threads(threads_for(_pass_work(model, n_obs))))
             best = _better(best, model, em_data, n_obs, min(short or max_iter, max_iter), tol, show, restart)
         assert best is not None
-        model.set_globals(best[1])
-        result = best[2]
-        if short is not None and not result.converged:  # small EM: run the best start on to convergence
-            tail = _single_run(model, em_data, n_obs, max(max_iter - result.n_iter, 1), tol, show, n_init)
-            result = FitResult(result.history + tail.history[1:], result.n_iter + tail.n_iter, tail.converged)
+        values, result = best[1], best[2]
+        inference = getattr(model, "em_inference_mode", False)
+        tail = short is not None and not result.converged  # small EM: run the best start on to convergence
+        if tail or not inference:
+            model.set_globals(values)
+        if tail:
+            rest = _single_run(model, em_data, n_obs, max(max_iter - result.n_iter, 1), tol, show, n_init)
+            result = FitResult(result.history + rest.history[1:], result.n_iter + rest.n_iter, rest.converged)
+            values = model.get_globals()
+    if inference:  # the parameters set once, as ordinary tensors (autograd may use them)
+        model.set_globals({name: value.clone() for name, value in values.items()})
     if not result.converged:
         warnings.warn(
             f"EM did not converge in max_iter={max_iter} iterations (tol={tol}); increase max_iter or tol",
@@ -181,6 +188,13 @@ def run_em(
             stacklevel=3,
         )
     return result
+
+
+def _inference(model: EMModel) -> AbstractContextManager[Any]:
+    """``torch.inference_mode()`` for a model that declares ``em_inference_mode = True`` (its EM hooks use no
+    autograd and keep no tensor beyond its globals), else nothing: torch's operations skip their autograd and
+    version-counter bookkeeping, a sixth of a small Gaussian fit (``benchmarks/_defaults_small.py``)."""
+    return torch.inference_mode() if getattr(model, "em_inference_mode", False) else nullcontext()
 
 
 def _held_parameters_fit(model: EMModel) -> bool:
