@@ -19,7 +19,7 @@ from ppmix.components.centred import (
     inexact_spreads,
     padded_counts,
 )
-from ppmix.components.statistics import GaussianStatistics
+from ppmix.components.gaussian_statistics import GaussianStatistics
 
 __all__ = ["DiagGaussian", "SphericalGaussian"]
 

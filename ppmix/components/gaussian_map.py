@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 from pyro.distributions import InverseGamma, LKJCholesky
 
-from ppmix.ops.ascent import newton_ascent
+from ppmix.algorithms.ascent import newton_ascent
 
 __all__ = ["covariance_log_prior", "map_covariance", "map_means"]
 

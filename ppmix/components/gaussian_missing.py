@@ -34,7 +34,7 @@ from typing import Iterable, Iterator
 
 import torch
 
-from ppmix.components.statistics import GaussianStatistics
+from ppmix.components.gaussian_statistics import GaussianStatistics
 
 __all__ = [
     "MissingRows",

@@ -40,8 +40,8 @@ from ppmix.components.gaussian_diag import DiagGaussian
 from ppmix.components.gaussian_family import GaussianFamily
 from ppmix.components.gaussian_full import FullGaussian
 from ppmix.components.gaussian_missing import MissingRows, expected_statistics, marginal_log_prob
+from ppmix.components.gaussian_statistics import GaussianStatistics
 from ppmix.components.independent import ComponentsView
-from ppmix.components.statistics import GaussianStatistics
 from ppmix.ops.kmeans import kmeans
 
 __all__ = [

@@ -12,8 +12,8 @@ from pyro.infer import TraceEnum_ELBO
 from sklearn.mixture import GaussianMixture
 
 from ppmix import GMM
+from ppmix.engines.params import local_params
 from ppmix.inference import ConvergenceWarning
-from ppmix.inference.engines.params import local_params
 from tests.common import DEVICES, assert_close
 
 COV_TYPES = ["diag", "full", "spherical", "tied"]

@@ -30,7 +30,7 @@ from ppmix.components import BernoulliLabel, DiagGaussian
 from ppmix.components.centred import CentredData
 from ppmix.components.family import DensityFamily, Statistics
 from ppmix.components.gaussian_family import GaussianFamily, rounding_tolerance
-from ppmix.components.statistics import GaussianStatistics
+from ppmix.components.gaussian_statistics import GaussianStatistics
 from ppmix.models._family_components import drop_leading_ones
 from ppmix.models._flat import flat_prior
 from ppmix.models.pf._observed import (
