@@ -54,7 +54,7 @@ import torch  # noqa: E402
 from _common import machine_load, require_torch_threads, set_torch_threads  # noqa: E402
 
 from ppmix import GMM, HMM, Mixture  # noqa: E402
-from ppmix.inference.engines.relabel import component_axes, relabel_draws  # noqa: E402
+from ppmix.engines.relabel import component_axes, relabel_draws  # noqa: E402
 
 logger = logging.getLogger("bench_bayes")
 ROOT = Path(__file__).resolve().parent.parent

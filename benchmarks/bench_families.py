@@ -74,7 +74,7 @@ import torch  # noqa: E402
 from _common import machine_load, require_torch_threads, set_torch_threads, sticky_paths  # noqa: E402
 
 from ppmix import HMM, Mixture  # noqa: E402
-from ppmix.components.categorical_features import CategoricalFamily  # noqa: E402
+from ppmix.components.categorical import CategoricalFamily  # noqa: E402
 from ppmix.components.family import DensityFamily  # noqa: E402
 from ppmix.components.gaussian_mixture import GaussianMixtureFamily  # noqa: E402
 from ppmix.components.lognormal import LogNormalFamily  # noqa: E402

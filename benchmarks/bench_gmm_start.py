@@ -2,7 +2,7 @@
 """Quality and cost of GMM's default start: the sampled k-means start against the previous one.
 
 ``GMM(init_params="kmeans")`` keeps the best of 10 k-means runs on a random subsample of the
-rows and assigns every row to its nearest centre (:func:`ppmix.ops.kmeans.kmeans_start`). Every fit here
+rows and assigns every row to its nearest centre (:func:`ppmix.algorithms.kmeans.kmeans_start`). Every fit here
 runs EM to ``tol=1e-6`` (GMM's default is scikit-learn's 1e-3), so that the final log-likelihood measures
 the start.
 Before, every start kept the best of three k-means runs on all rows. This script fits both
@@ -46,7 +46,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from bench_gmm import mean_loglik  # noqa: E402
 
-import ppmix.ops.kmeans as kmeans_module  # noqa: E402
+import ppmix.algorithms.kmeans as kmeans_module  # noqa: E402
 from ppmix import GMM  # noqa: E402
 
 logger = logging.getLogger("bench_gmm_start")

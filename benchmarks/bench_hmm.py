@@ -32,7 +32,7 @@ order of the libraries rotates from block to block, and each block starts with a
 short idle gap and one untimed iteration. The median wall and CPU (process) seconds
 per iteration are reported. After the timing every library has run the same number of
 iterations, and its parameters are scored by one float64 evaluator (emission
-log-densities in numpy, then ``ppmix.inference.engines.forward_backward``): the log-likelihood
+log-densities in numpy, then ``ppmix.algorithms.forward_backward``): the log-likelihood
 per step. Results go to ``benchmarks/results/hmm.json``.
 
 Threads: ``--threads`` (default 1) limits torch, BLAS and OpenMP. On a shared, loaded
@@ -210,7 +210,7 @@ class PomegranateRunner:
 # =================================================================== measuring
 def loglik_per_step(params: Params, seqs: list[np.ndarray]) -> float:
     """The one evaluator: float64 diagonal-Gaussian emissions (numpy), then the batched forward–backward."""
-    from ppmix.inference.engines.forward_backward import forward_backward
+    from ppmix.algorithms.forward_backward import forward_backward
 
     initial, transition, means, variances = params
     lengths = np.array([len(s) for s in seqs])

@@ -3,7 +3,7 @@
 Run ``.venv/bin/python benchmarks/bench_partition.py`` (``--quick`` for a smoke run that writes to
 the temp directory unless ``--out`` is given). Two parts:
 
-1. **RW weight step** (:func:`ppmix.inference.optimizers.rw.weights.solve_weights`): clustering losses (squared
+1. **RW weight step** (:func:`ppmix.optimizers.rw.weights.solve_weights`): clustering losses (squared
    distances of random 2-D points to ``k`` random centres), ``alpha / n = 1``. Seconds to a
    certified relative duality gap of 1e-4 and 1e-6 at a large ``n``; on small ``n`` the same QP
    is also solved by scipy ``minimize(method="SLSQP")`` (simplex equalities + bounds) and by plain
@@ -50,7 +50,7 @@ def rw_problem(n: int, k: int, seed: int):
 
 def objective_and_gap(losses, w, alpha: float) -> tuple[float, float]:
     """The same certified gap as ``solve_weights`` uses, so every method stops on one test."""
-    from ppmix.inference.optimizers.rw.weights import weight_objective_and_gap
+    from ppmix.optimizers.rw.weights import weight_objective_and_gap
 
     return weight_objective_and_gap(losses, w, alpha)
 
@@ -59,7 +59,7 @@ def projected_gradient(losses, alpha: float, tol: float, max_iter: int, max_seco
     """Plain projected gradient, step 1/L = k/(2 alpha), stopped by the same relative gap test."""
     import torch
 
-    from ppmix.ops.simplex import project_simplex
+    from ppmix.algorithms.simplex import project_simplex
 
     k, n = losses.shape
     u = 1.0 / n
@@ -125,7 +125,7 @@ def slsqp(losses, alpha: float, max_iter: int) -> dict:
 
 
 def time_solve(losses, alpha: float, tol: float, repeats: int) -> dict:
-    from ppmix.inference.optimizers.rw.weights import solve_weights
+    from ppmix.optimizers.rw.weights import solve_weights
 
     times, result = [], None
     for _ in range(repeats):
@@ -174,7 +174,7 @@ def literal_presto(x, y, init: np.ndarray, k: int, ridge: float, epsilon: float,
     import torch
 
     from ppmix.components import GaussianExpert
-    from ppmix.inference.optimizers.presto.assignment import greedy_capacity_assignment
+    from ppmix.optimizers.presto.assignment import greedy_capacity_assignment
 
     n, p = x.shape
     capacity = math.ceil((1.0 + leeway) * n / k)
@@ -247,7 +247,7 @@ def bench_presto(n_per_set_big: int, n_per_set_small: int, repeats: int) -> dict
     from sklearn.metrics import adjusted_rand_score
 
     from ppmix.datasets.presto import make_presto_synthetic
-    from ppmix.inference.optimizers.presto.estimator import PRESTO
+    from ppmix.optimizers.presto.estimator import PRESTO
 
     out = {}
     data = make_presto_synthetic(n_per_set_big, seed=0)

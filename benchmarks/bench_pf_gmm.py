@@ -41,7 +41,7 @@ import torch  # noqa: E402
 
 from ppmix import GMM  # noqa: E402
 from ppmix.datasets import make_pf_synthetic  # noqa: E402
-from ppmix.inference.engines.result import ConvergenceWarning  # noqa: E402
+from ppmix.engines.result import ConvergenceWarning  # noqa: E402
 from ppmix.models.pf.pf_gmm import PFGMM  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "pf_gmm.json"

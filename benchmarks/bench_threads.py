@@ -46,8 +46,8 @@ from _common import machine_load
 from ppmix import GMM, HMM, MixtureOfExperts
 from ppmix.datasets.blobs import make_gaussian_mixture
 from ppmix.datasets.moe import make_moe
-from ppmix.inference.optimizers.presto import PRESTO
 from ppmix.ops.threads import set_thread_policy
+from ppmix.optimizers.presto import PRESTO
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "threads.json"

@@ -39,7 +39,7 @@ def assert_em_objective_is_trace_enum_elbo(moe, x, y, *, perturbation: float = 0
     ``TraceEnum_ELBO`` (the log-likelihood) at its fitted and at perturbed globals."""
     from pyro.infer import TraceEnum_ELBO
 
-    from ppmix.inference.engines.params import local_params
+    from ppmix.engines.params import local_params
 
     gen = torch.Generator().manual_seed(1)
     fitted = moe.get_globals()

@@ -12,8 +12,8 @@ components (labels, experts, gates too) is a :class:`~ppmix.components.base.Para
 
 from ppmix.components.autoregressive import AutoRegressiveComponents, AutoRegressiveFamily
 from ppmix.components.base import ComponentFamily, ParameterBatch
-from ppmix.components.bernoulli import BernoulliLabel
-from ppmix.components.categorical import CategoricalLabel
+from ppmix.components.bernoulli_label import BernoulliLabel
+from ppmix.components.categorical_label import CategoricalLabel
 from ppmix.components.expert_family import ExpertFamily
 from ppmix.components.family import (
     AdditiveStatistics,

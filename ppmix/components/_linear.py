@@ -7,8 +7,8 @@ from typing import Callable
 
 import torch
 
+from ppmix.algorithms.newton import damped_newton
 from ppmix.components.base import ParameterBatch
-from ppmix.ops.newton import damped_newton
 from ppmix.ops.threads import torch_threads
 
 #: elements of the per-chunk GEMM operand of :func:`weighted_grams` (4 MiB in float64: cache-sized;

@@ -1,82 +1,172 @@
-"""Bernoulli label components: ``y | k ~ Bernoulli(probs[k])``."""
+"""The Bernoulli family: ``K`` components over ``D`` independent binary features, ``x_d ~ Bernoulli(probs_kd)``.
+
+A mixture of them is latent class analysis; an HMM of them has multivariate binary emissions.
+Registered in :mod:`ppmix.components.registry` as ``"bernoulli"`` (the label family of the pf models
+is :class:`~ppmix.components.BernoulliLabel`, one binary label per component).
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pyro.distributions as dist
 import torch
+from pyro.distributions import constraints
 
-from ppmix.components.base import ParameterBatch
-from ppmix.components.centred import padded_counts
+from ppmix._validation import InvalidDataError
+from ppmix.components.family import (
+    DataScale,
+    DensityFamily,
+    MeanStatisticsComponents,
+    PriorKey,
+    SiteSpec,
+    WeightedSums,
+    posterior_mode,
+)
+from ppmix.components.independent import IndependentFeatures
 
-__all__ = ["BernoulliLabel"]
+__all__ = ["BernoulliComponents", "BernoulliFamily"]
 
 
-class BernoulliLabel(ParameterBatch):
-    """``K`` Bernoulli distributions for a binary label.
+class BernoulliComponents(IndependentFeatures, MeanStatisticsComponents):
+    """``K`` components of independent Bernoulli features with success probabilities ``probs`` ``(K, D)``.
 
     Parameters
     ----------
-    probs : Tensor, shape (K,)
-        ``P(y = 1 | k)``.
-    eps : float, default 1e-6
-        :meth:`fit` keeps probabilities in ``[eps, 1 - eps]`` so log-likelihoods stay finite.
+    probs : Tensor (K, D)
+        Probabilities in ``[0, 1]``.
+    floor : float, default 1e-10
+        The weighted MLE keeps every probability in ``[floor, 1 - floor]`` (a feature that is constant
+        within a component keeps a finite log-density for the other value).
 
     Examples
     --------
-    >>> import torch
-    >>> lab = BernoulliLabel(torch.tensor([0.2, 0.9]))
-    >>> lab.log_prob(torch.tensor([1.0, 0.0])).exp()
-    tensor([[0.2000, 0.9000],
-            [0.8000, 0.1000]])
+    >>> comp = BernoulliComponents(torch.tensor([[0.5, 0.5], [0.9, 0.1]], dtype=torch.float64))
+    >>> x = torch.tensor([[1.0, 0.0], [1.0, 1.0]], dtype=torch.float64)
+    >>> comp.log_prob(x).exp()
+    tensor([[0.2500, 0.8100],
+            [0.2500, 0.0900]], dtype=torch.float64)
     """
 
     param_names = ("probs",)
 
-    def __init__(self, probs: torch.Tensor, eps: float = 1e-6) -> None:
+    def __init__(self, probs: torch.Tensor, floor: float = 1e-10) -> None:
         probs = torch.as_tensor(probs)
-        if probs.dim() != 1 or (probs < 0).any() or (probs > 1).any():
-            raise ValueError("probs must be a 1-D tensor of probabilities in [0, 1]")
-        self.probs, self.eps = probs, float(eps)
+        if probs.dim() != 2:
+            raise ValueError(f"probs must have shape (K, D); got {tuple(probs.shape)}")
+        if not bool(((probs >= 0) & (probs <= 1)).all()):
+            raise ValueError("probs must lie in [0, 1]")
+        self.probs, self.floor = probs, float(floor)
 
-    def _labels(self, y: torch.Tensor) -> torch.Tensor:
-        y = torch.as_tensor(y).to(device=self.device, dtype=self.dtype)
-        if y.dim() != 1 or (y < 0).any() or (y > 1).any():
-            raise ValueError("y must be a 1-D tensor of labels in [0, 1] (soft labels allowed)")
-        return y
+    @property
+    def mean(self) -> torch.Tensor:
+        return self.probs
 
-    def log_prob(self, y: torch.Tensor) -> torch.Tensor:
-        """``y log p_k + (1 - y) log(1 - p_k)``, shape ``(N, K)``; ``y`` may be soft."""
-        y = self._labels(y)[:, None]
-        return torch.xlogy(y, self.probs) + torch.xlogy(1 - y, 1 - self.probs)
+    @property
+    def covariance(self) -> torch.Tensor:
+        """The variances ``p (1 - p)`` ``(K, D)``."""
+        return self.probs * (1 - self.probs)
 
-    def fit(self, y: torch.Tensor, weights: torch.Tensor) -> "BernoulliLabel":
-        """Weighted MLE ``p_k = sum_n w_nk y_n / sum_n w_nk`` (clamped to ``[eps, 1-eps]``)."""
-        return self.fit_statistics(self.statistics(y, weights))
+    def log_prob(self, data: torch.Tensor) -> torch.Tensor:
+        """``sum_d x log p + (1 - x) log(1 - p)``, ``(N, K)``, as two GEMMs (a probability of exactly 0 or 1 is
+        taken as the smallest positive number away from it, so no ``0 * inf`` appears)."""
+        x = data.to(self.dtype)
+        tiny = torch.finfo(self.dtype).tiny
+        log_p, log_q = self.probs.clamp_min(tiny).log(), (1 - self.probs).clamp_min(tiny).log()
+        return x @ log_p.T + (1 - x) @ log_q.T
 
-    def statistics(self, y: torch.Tensor, weights: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Total weight ``counts`` and weighted label sum ``positives`` per component (additive across shards)."""
-        y = self._labels(y)
-        weights = self._check_weights(weights, y.shape[0])
-        return {"counts": weights.sum(0), "positives": weights.T @ y}
-
-    def fit_statistics(self, stats: dict[str, torch.Tensor]) -> "BernoulliLabel":
-        """The weighted MLE from :meth:`statistics`; with no labelled weight at all the probabilities stay."""
-        counts = stats["counts"].to(device=self.device, dtype=self.dtype)
-        if float(counts.sum()) > 0:
-            positives = stats["positives"].to(device=self.device, dtype=self.dtype)
-            self.probs = (positives / padded_counts(counts)).clamp(self.eps, 1 - self.eps)
+    def fit_statistics(self, stats: WeightedSums) -> "BernoulliComponents":
+        """The weighted MLE ``probs_kd = sum_n r_nk x_nd / sum_n r_nk``, kept in ``[floor, 1 - floor]``; in place."""
+        self.probs = self.weighted_means(stats).clamp(self.floor, 1 - self.floor)
         return self
 
     def pyro_dist(self, index: torch.Tensor | None = None) -> dist.Distribution:
-        """``Bernoulli(probs[index])``."""
-        return dist.Bernoulli(probs=self.probs if index is None else self.probs[index])
+        probs = self.probs if index is None else self.probs[index]
+        return dist.Bernoulli(probs=probs).to_event(1)
 
     def sample(self, index: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        """One label per entry of ``index``."""
-        u = torch.rand(index.shape, generator=generator, dtype=self.dtype, device=self.device)
-        return (u < self.probs[index]).to(self.dtype)
+        return torch.bernoulli(self.probs[index], generator=generator)
 
-    def kl(self, other: "BernoulliLabel") -> torch.Tensor:
-        """Pairwise ``KL(Bern(p_k) || Bern(q_l))``, shape ``(K, K')``."""
-        p, q = self.probs[:, None], other.probs[None, :]
-        return torch.xlogy(p, p) - torch.xlogy(p, q) + torch.xlogy(1 - p, 1 - p) - torch.xlogy(1 - p, 1 - q)
+    def kl(self, other: "BernoulliComponents") -> torch.Tensor:
+        """``KL(self_i || other_j)``, ``(K, K')``."""
+        p, q = self.probs[:, None, :], other.probs[None, :, :]
+        return (torch.xlogy(p, p / q) + torch.xlogy(1 - p, (1 - p) / (1 - q))).sum(-1)
+
+
+class BernoulliFamily(DensityFamily):
+    """Bernoulli components over binary features, for the structures (registered as ``"bernoulli"``).
+
+    Parameters
+    ----------
+    floor : float, default 1e-10
+        Fitted probabilities stay in ``[floor, 1 - floor]``.
+
+    Notes
+    -----
+    The Pyro site is ``probs`` ``(K, D)`` (as in ``torch.distributions.Bernoulli``); under MCMC its prior is
+    ``Beta(1, 1)`` (uniform). A model's ``priors=`` sets it: ``probs_concentration1`` ``a`` and
+    ``probs_concentration0`` ``b`` (default 1 each; numbers or one per feature); MAP-EM's probability is
+    ``(successes + a - 1) / (n_k + a + b - 2)``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ppmix import Mixture
+    >>> rng = np.random.default_rng(0)
+    >>> X = np.concatenate([rng.random((200, 6)) < 0.9, rng.random((200, 6)) < 0.1]).astype(float)
+    >>> mix = Mixture(2, family="bernoulli", seed=0, progress=False).fit(X)
+    >>> np.round(np.sort(mix.means_.mean(1).numpy()), 1)
+    array([0.1, 0.9])
+    """
+
+    name = "bernoulli"
+    #: k-means' hard clusters start softened (:mod:`ppmix.models._starts`):
+    #: a feature constant in a hard cluster would start at 0 or 1
+    start_spread = 0.5
+    components_class = BernoulliComponents
+
+    def __init__(self, floor: float = 1e-10) -> None:
+        self.floor = floor
+
+    def validate(self) -> None:
+        if not (isinstance(self.floor, (int, float)) and 0 < self.floor < 0.5):
+            raise ValueError(f"floor must be a number in (0, 0.5); got {self.floor!r}")
+
+    def check_data(self, x: torch.Tensor, name: str = "X") -> None:
+        if not bool(((x == 0) | (x == 1)).all()):
+            raise InvalidDataError(f"{name} must hold binary values (0 or 1) for the Bernoulli family")
+
+    def sites(self, k: int, d: int) -> dict[str, SiteSpec]:
+        return {"probs": SiteSpec(constraints.unit_interval, (d,))}
+
+    def _component_options(self, scale: DataScale) -> dict[str, Any]:
+        return {"floor": self.floor}
+
+    def prior_keys(self) -> dict[str, PriorKey]:
+        return {
+            "probs_concentration1": PriorKey("the Beta concentration of the ones (default 1)", "concentration"),
+            "probs_concentration0": PriorKey("the Beta concentration of the zeros (default 1)", "concentration"),
+        }
+
+    def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
+        ones = torch.ones(d, **opts)
+        a, b = self.prior_value("probs_concentration1", ones), self.prior_value("probs_concentration0", ones)
+        return dist.Beta(a, b).to_event(1)
+
+    def map_update(self, components: BernoulliComponents, stats: WeightedSums, scale: DataScale) -> None:
+        """``probs_k = (successes + a - 1) / (n_k + a + b - 2)`` under ``Beta(a, b)`` (0 without any weight),
+        kept in ``[floor, 1 - floor]``."""
+        opts = {"dtype": components.dtype, "device": components.device}
+        probs = posterior_mode(self.conjugate_posterior("probs", stats, {}, scale, opts)).to(**opts)
+        components.probs = probs.clamp(components.floor, 1 - components.floor)
+
+    def conjugate_posterior(
+        self, site: str, stats: WeightedSums, values: dict, scale: DataScale, opts: dict
+    ) -> dist.Distribution:
+        """``probs_k | rows ~ Beta(a + successes, b + failures)`` under the prior ``Beta(a, b)``."""
+        prior = self.prior(site, 1, stats.totals.shape[1], scale, opts).base_dist
+        failures = stats.counts[:, None] - stats.totals
+        return dist.Beta(prior.concentration1 + stats.totals, prior.concentration0 + failures)
+
+    def n_parameters(self, k: int, d: int) -> int:
+        return k * d

@@ -46,7 +46,9 @@ __all__ = [
     "SiteSpec",
     "Statistics",
     "WeightedSums",
+    "merge_statistics",
     "posterior_mode",
+    "scale_statistics",
 ]
 
 #: a family's data-dependent settings, measured once on the training data (e.g. a variance floor)
@@ -273,6 +275,51 @@ class WeightedSums(AdditiveStatistics):
 
     counts: torch.Tensor
     totals: torch.Tensor
+
+
+def merge_statistics(first: object, second: object) -> object:
+    """Merge two E-step statistics of the same structure: tensors add,
+    :class:`~ppmix.components.family.Statistics` merge, dicts, lists and tuples merge entry by entry.
+
+    Examples
+    --------
+    >>> first = {"n": torch.tensor(2.0), "s": [torch.ones(2)]}
+    >>> merged = merge_statistics(first, {"n": torch.tensor(3.0), "s": [torch.ones(2)]})
+    >>> merged["n"].item(), merged["s"][0].tolist()
+    (5.0, [2.0, 2.0])
+    """
+    if isinstance(first, torch.Tensor):
+        return first + second
+    if isinstance(first, dict):
+        if set(first) != set(second):
+            raise ValueError(f"statistics with different entries cannot merge: {sorted(first)} vs {sorted(second)}")
+        return {key: merge_statistics(first[key], second[key]) for key in first}
+    if isinstance(first, (list, tuple)):
+        return type(first)(merge_statistics(a, b) for a, b in zip(first, second, strict=True))
+    if isinstance(first, Statistics):
+        return first.merge(second)
+    raise TypeError(f"cannot merge statistics of type {type(first).__name__}")
+
+
+def scale_statistics(stats: object, factor: float) -> object:
+    """E-step statistics as if every weight were multiplied by ``factor`` (tensors scale,
+    :class:`~ppmix.components.family.Statistics` scale, dicts, lists and tuples entry by entry). With
+    :func:`merge_statistics` this forms the convex combinations of stochastic EM.
+
+    Examples
+    --------
+    >>> scale_statistics({"n": torch.tensor(4.0)}, 0.25)["n"].item()
+    1.0
+    """
+    if isinstance(stats, torch.Tensor):
+        return stats * factor
+    if isinstance(stats, dict):
+        return {key: scale_statistics(value, factor) for key, value in stats.items()}
+    if isinstance(stats, (list, tuple)):
+        return type(stats)(scale_statistics(value, factor) for value in stats)
+    if isinstance(stats, Statistics):
+        return stats.scaled(factor)
+    raise TypeError(f"cannot scale statistics of type {type(stats).__name__}")
 
 
 class MeanStatisticsComponents(ComponentFamily):

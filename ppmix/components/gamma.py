@@ -18,10 +18,10 @@ import pyro.distributions as dist
 import torch
 from pyro.distributions import constraints
 
+from ppmix.algorithms.ascent import newton_ascent
 from ppmix.components.family import DataScale, MeanStatisticsComponents, PriorKey, SiteSpec, WeightedSums
 from ppmix.components.independent import IndependentFeatures
 from ppmix.components.positive import LogData, LogDataFamily, as_log_data
-from ppmix.ops.ascent import newton_ascent
 
 __all__ = ["GammaComponents", "GammaFamily", "LogWeightedSums", "gamma_shape", "log_minus_digamma"]
 
@@ -299,10 +299,11 @@ class GammaFamily(LogDataFamily):
         return dist.LogNormal(loc, self.prior_value("rate_scale", torch.full((d,), 2.0, **opts))).to_event(1)
 
     def map_update(self, components: GammaComponents, stats: LogWeightedSums, scale: DataScale) -> None:
-        """Newton steps on ``(log a, log b)`` of every component and feature (:func:`~ppmix.ops.ascent.newton_ascent`,
-        a generalised EM's M-step: each step raises the objective) on ``n (a log b - lgamma a) + (a - 1) sum r log x
-        - b sum r x`` plus the log-normal log priors of ``a`` and ``b`` (:meth:`prior`'s densities, which
-        :meth:`map_log_prior` adds), from the current parameters, the shape at most ``max_concentration``."""
+        """Newton steps on ``(log a, log b)`` of every component and feature
+        (:func:`~ppmix.algorithms.ascent.newton_ascent`, a generalised EM's M-step: each step raises the objective) on
+        ``n (a log b - lgamma a) + (a - 1) sum r log x - b sum r x`` plus the log-normal log priors of ``a`` and
+        ``b`` (:meth:`prior`'s densities, which :meth:`map_log_prior` adds), from the current parameters, the shape at
+        most ``max_concentration``."""
         opts = {"dtype": components.dtype, "device": components.device}
         stats = stats.to(**opts)
         k, d = components.concentration.shape

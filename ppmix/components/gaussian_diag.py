@@ -19,7 +19,7 @@ from ppmix.components.centred import (
     inexact_spreads,
     padded_counts,
 )
-from ppmix.components.statistics import GaussianStatistics
+from ppmix.components.gaussian_statistics import GaussianStatistics
 
 __all__ = ["DiagGaussian", "SphericalGaussian"]
 
@@ -200,7 +200,7 @@ class DiagGaussian(ComponentFamily):
         """Total weight, weighted mean and weighted scatter ``(K, D)`` of every component.
 
         What :meth:`fit_statistics` needs; statistics of several shards merge exactly
-        (:meth:`~ppmix.components.statistics.GaussianStatistics.merge`), so a fit on merged
+        (:meth:`~ppmix.components.gaussian_statistics.GaussianStatistics.merge`), so a fit on merged
         statistics is the fit on all rows.
 
         Examples

@@ -23,7 +23,7 @@ from ppmix.components.centred import (
     padded_counts,
     upper_triangle,
 )
-from ppmix.components.statistics import GaussianStatistics
+from ppmix.components.gaussian_statistics import GaussianStatistics
 
 __all__ = ["FullGaussian", "TiedGaussian"]
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 from pyro.distributions import InverseGamma, LKJCholesky
 
-from ppmix.ops.ascent import newton_ascent
+from ppmix.algorithms.ascent import newton_ascent
 
 __all__ = ["covariance_log_prior", "map_covariance", "map_means"]
 
@@ -207,7 +207,7 @@ def map_covariance(
     Newton steps from ``Sigma_b = scale_tril_b scale_tril_b^T``, every variance at least ``floor``; returns the new
     Cholesky factors ``(B, D, D)``.
 
-    The steps are :func:`~ppmix.ops.ascent.newton_ascent`'s on the lower triangle of the Cholesky factor
+    The steps are :func:`~ppmix.algorithms.ascent.newton_ascent`'s on the lower triangle of the Cholesky factor
     (:class:`_CovarianceObjective`, whose stationary points are the posterior's in any coordinates); a row whose
     variance falls below the floor is scaled up to it (its correlations kept), and a row on the floor that the
     gradient would shrink moves on its sphere only. A GEM M-step need only raise the objective, and EM's next M-step

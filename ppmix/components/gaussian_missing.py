@@ -34,7 +34,7 @@ from typing import Iterable, Iterator
 
 import torch
 
-from ppmix.components.statistics import GaussianStatistics
+from ppmix.components.gaussian_statistics import GaussianStatistics
 
 __all__ = [
     "MissingRows",
@@ -269,7 +269,7 @@ def expected_statistics(
     """EM's expected statistics of rows with missing entries under responsibilities ``resp`` ``(N, K)`` (times
     any row weights): total weight, weighted mean of the completed rows and their weighted scatter plus the
     conditional covariances, ``(K, D)`` for diagonal ``cov`` ``(K, D)`` or ``(K, D, D)``; they merge with
-    complete rows' by :meth:`~ppmix.components.statistics.GaussianStatistics.merge`."""
+    complete rows' by :meth:`~ppmix.components.gaussian_statistics.GaussianStatistics.merge`."""
     return accumulate_moments(loc, cov, ((resp[rows], part, None) for rows, part in row_blocks(x, loc, cov)))
 
 

@@ -25,6 +25,7 @@ import pyro.distributions as dist
 import torch
 from pyro.distributions import constraints
 
+from ppmix.algorithms.kmeans import kmeans
 from ppmix.components.base import ComponentFamily
 from ppmix.components.centred import CentredData, as_centred, as_floor, padded_counts
 from ppmix.components.family import (
@@ -40,9 +41,8 @@ from ppmix.components.gaussian_diag import DiagGaussian
 from ppmix.components.gaussian_family import GaussianFamily
 from ppmix.components.gaussian_full import FullGaussian
 from ppmix.components.gaussian_missing import MissingRows, expected_statistics, marginal_log_prob
+from ppmix.components.gaussian_statistics import GaussianStatistics
 from ppmix.components.independent import ComponentsView
-from ppmix.components.statistics import GaussianStatistics
-from ppmix.ops.kmeans import kmeans
 
 __all__ = [
     "DiagGaussianMixtures",

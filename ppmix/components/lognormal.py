@@ -21,9 +21,9 @@ from ppmix.components.centred import as_floor
 from ppmix.components.family import DataScale, PriorKey, SiteSpec, with_priors
 from ppmix.components.gaussian_diag import DiagGaussian
 from ppmix.components.gaussian_family import GaussianFamily, robust_spread, scale_sample
+from ppmix.components.gaussian_statistics import GaussianStatistics
 from ppmix.components.independent import IndependentFeatures
 from ppmix.components.positive import LogData, LogDataFamily, as_log_data
-from ppmix.components.statistics import GaussianStatistics
 
 __all__ = ["LogNormalComponents", "LogNormalFamily"]
 

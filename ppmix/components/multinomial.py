@@ -32,6 +32,7 @@ import torch
 from pyro.distributions import constraints
 
 from ppmix._validation import InvalidDataError
+from ppmix.algorithms.floored_simplex import floored_frequencies
 from ppmix.components.base import ComponentFamily
 from ppmix.components.family import (
     DataScale,
@@ -43,7 +44,6 @@ from ppmix.components.family import (
     WeightedSums,
 )
 from ppmix.components.independent import ComponentsView
-from ppmix.ops.floored_simplex import floored_frequencies
 
 __all__ = [
     "CountRows",
@@ -312,8 +312,8 @@ class MultinomialComponents(MeanStatisticsComponents):
 
     def fit_statistics(self, stats: WeightedSums | ObservedCountStatistics) -> "MultinomialComponents":
         """The weighted MLE ``probs_k ∝ sum_n r_nk x_n`` under the floor (the exact maximiser,
-        :func:`~ppmix.ops.floored_simplex.floored_frequencies`; uniform for a component without counts); from rows
-        with missing counts, :meth:`fit_observed`; in place."""
+        :func:`~ppmix.algorithms.floored_simplex.floored_frequencies`; uniform for a component without counts); from
+        rows with missing counts, :meth:`fit_observed`; in place."""
         if isinstance(stats, ObservedCountStatistics):
             return self.fit_observed(stats)
         self.probs = floored_frequencies(stats.totals.to(self.dtype), self.floor)
@@ -322,7 +322,7 @@ class MultinomialComponents(MeanStatisticsComponents):
     def fit_observed(self, stats: ObservedCountStatistics) -> "MultinomialComponents":
         """The M-step from rows with missing counts: the maximiser of their conditional likelihood reached from the
         current ``probs`` (:meth:`ObservedCountStatistics.probabilities`), brought onto the floor
-        (:func:`~ppmix.ops.floored_simplex.floored_frequencies` of it), kept for each
+        (:func:`~ppmix.algorithms.floored_simplex.floored_frequencies` of it), kept for each
         component whose objective it does not lower (else the current ``probs`` stay): a generalised M-step, so EM
         never decreases its objective."""
         current = self.probs.to(self.dtype)

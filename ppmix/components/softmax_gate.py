@@ -7,8 +7,8 @@ import torch
 import torch.nn.functional as F
 from pyro.distributions import TorchDistribution, constraints
 
+from ppmix.algorithms.newton import damped_newton
 from ppmix.components._linear import LinearFamily, LinearPrior, design_matrix, weighted_grams
-from ppmix.ops.newton import damped_newton
 
 __all__ = ["ReferencedNormal", "SoftmaxGate"]
 

@@ -28,7 +28,7 @@ from ppmix.components.family import DataScale, DensityFamily, PriorKey, SiteSpec
 from ppmix.components.gaussian_diag import DiagGaussian
 from ppmix.components.gaussian_family import GaussianFamily
 from ppmix.components.gaussian_full import FullGaussian, checked_cholesky, floored_covariance
-from ppmix.components.statistics import GaussianStatistics
+from ppmix.components.gaussian_statistics import GaussianStatistics
 from ppmix.components.student_t_missing import ObservedFullStudentT, ObservedStudentT
 from ppmix.components.student_t_statistics import StudentTStatistics
 

@@ -36,8 +36,8 @@ import torch
 
 from ppmix.components.centred import padded_counts
 from ppmix.components.gaussian_missing import Completed, accumulate_moments, conditional_mean, row_blocks
+from ppmix.components.gaussian_statistics import GaussianStatistics
 from ppmix.components.independent import ComponentsView
-from ppmix.components.statistics import GaussianStatistics
 from ppmix.components.student_t_statistics import StudentTStatistics
 
 __all__ = ["ObservedFullStudentT", "ObservedStudentT"]

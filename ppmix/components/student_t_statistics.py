@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from ppmix.components.family import Statistics
-from ppmix.components.statistics import GaussianStatistics
+from ppmix.components.gaussian_statistics import GaussianStatistics
 
 __all__ = ["StudentTStatistics"]
 
@@ -16,7 +16,7 @@ __all__ = ["StudentTStatistics"]
 @dataclass(frozen=True)
 class StudentTStatistics(Statistics):
     """One E-step's statistics of ``K`` t components: per component the total responsibility ``counts``
-    ``(K,)``, the ``r u``-weighted rows as :class:`~ppmix.components.statistics.GaussianStatistics`
+    ``(K,)``, the ``r u``-weighted rows as :class:`~ppmix.components.gaussian_statistics.GaussianStatistics`
     (``sum r u``, the ``r u``-weighted mean and ``sum r u (x - mean)^2``) and ``log_precision``
     ``sum r (E[log u] - u)`` ``(K,)``. They merge exactly (the weighted rows by Chan et al.'s update)."""
 

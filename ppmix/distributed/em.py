@@ -3,7 +3,7 @@
 EM's E-step statistics are sums over the data, so one EM iteration on shards is a
 map-reduce: every worker runs the E-step on the shards it holds and returns the M-step's
 statistics (:meth:`em_statistics`: counts, weighted means and scatters, expected transition
-counts), the driver merges them exactly (:func:`~ppmix.components.statistics.merge_statistics`,
+counts), the driver merges them exactly (:func:`~ppmix.components.family.merge_statistics`,
 a tree in shard order), runs the M-step (:meth:`em_update`) and sends the new parameters
 back. The objective is the same sum, so the fit equals in-memory EM from the same start up to
 rounding, for any number and order of shards. Only parameters and statistics travel: per
@@ -32,12 +32,12 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from ppmix.components.categorical_features import CategoricalFamily, distinct_codes, measured_levels
-from ppmix.components.statistics import merge_statistics
+from ppmix.components.categorical import CategoricalFamily, distinct_codes, measured_levels
+from ppmix.components.family import merge_statistics
 from ppmix.distributed.holders import ShardSummary, ShardTask, make_holders
 from ppmix.distributed.shards import shard_columns
-from ppmix.inference.engines.capabilities import DataStatisticsEM, GlobalObjectiveEM, SequenceData, ShardableEM
-from ppmix.inference.engines.em import run_em
+from ppmix.engines.capabilities import DataStatisticsEM, GlobalObjectiveEM, SequenceData, ShardableEM
+from ppmix.engines.em import run_em
 from ppmix.models._missing import PartlyObserved
 from ppmix.models._weights import split_weights
 from ppmix.parallel import DEFAULT_TIMEOUT, TaskError, TaskInputError, check_timeout
@@ -48,7 +48,7 @@ logger = logging.getLogger(__name__)
 
 #: units (rows, or sequences) the initialisation sees by default
 DEFAULT_SAMPLE_SIZE = 20_000
-#: the EM settings ``fit_em`` passes on to :func:`~ppmix.inference.engines.em.run_em`
+#: the EM settings ``fit_em`` passes on to :func:`~ppmix.engines.em.run_em`
 EM_OPTIONS = frozenset({"n_init", "max_iter", "tol", "progress", "warm_start"})
 
 
@@ -70,7 +70,7 @@ def merge_in_tree(statistics: Sequence[Any]) -> Any:
 
 
 class _ShardedEM:
-    """The EM protocol of :func:`~ppmix.inference.engines.em.run_em` over held shards: the E-step runs
+    """The EM protocol of :func:`~ppmix.engines.em.run_em` over held shards: the E-step runs
     on every shard and the statistics merge; the M-step and the initialisation run here."""
 
     def __init__(self, model: Any, holders: Any, start_data: Any, n_observations: int, data_stats: Any) -> None:
@@ -122,7 +122,7 @@ def _statistics(results: Sequence[Any]) -> list[Any]:
 
 class _ShardCodes:
     """Stands in for the model in a pass over the held shards (``holders.run("data_statistics", ...)``): each
-    shard's distinct level codes per feature (:func:`~ppmix.components.categorical_features.distinct_codes`) of
+    shard's distinct level codes per feature (:func:`~ppmix.components.categorical.distinct_codes`) of
     the family's rows (a mixture's) or frames (an HMM's)."""
 
     def __init__(self, family: CategoricalFamily) -> None:
@@ -137,7 +137,7 @@ class _ShardCodes:
 
 def _levels_over_shards(model: Any, holders: Any) -> int | None:
     """The number of levels of a categorical family measured over every shard (the distinct codes of each merged;
-    id-like codes refused, :func:`~ppmix.components.categorical_features.measured_levels`); None for any other
+    id-like codes refused, :func:`~ppmix.components.categorical.measured_levels`); None for any other
     family, or one whose ``n_levels`` is given (every shard was checked against it when read)."""
     get_family = getattr(model, "component_family", None)
     if get_family is None:

@@ -3,14 +3,14 @@
 The reduction estimator of Chamroukhi & Pham (2026) uses one communication round: the
 shards send their local models and a supporting sample of ``S`` rows, and the reduced
 gate is fitted to ``f^W`` (the weighted average of the local models) over those ``S``
-rows only (:func:`~ppmix.inference.optimizers.ot.gate_refit.refit_gate`). Where ``f^W``'s
+rows only (:func:`~ppmix.optimizers.ot.gate_refit.refit_gate`). Where ``f^W``'s
 gate boundaries run through sparse tails of the covariates, a few thousand rows can place
 them poorly. This module goes beyond the paper: with the reduced experts held fixed,
 the gate is refitted to the same objective (the expected log-likelihood of ``f^W``'s
 responses) over **every** training row, by Newton's method in which every iteration is
 one pass over the shards. Each worker reads its shard, builds ``f^W`` on its rows and
 returns the sums of the objective, its gradient and its curvature
-(:func:`~ppmix.inference.optimizers.ot.gate_refit.gate_statistics`); the driver adds
+(:func:`~ppmix.optimizers.ot.gate_refit.gate_statistics`); the driver adds
 them up with the ridge and takes the step. The exact Hessian is used where it is
 negative definite, else one between it and the EM surrogate's; a step that lowers
 the objective is shortened (backtracking) on the next pass, so the objective never decreases.
@@ -20,7 +20,7 @@ per shard and pass.
 With ``objective="likelihood"`` the workers use their observed responses instead of
 ``f^W``'s: the gate then maximises the reduced model's own log-likelihood of the training
 data, experts fixed, which is what a global fit's gate does
-(:func:`~ppmix.inference.optimizers.ot.gate_refit.observed_gate_statistics`). On the
+(:func:`~ppmix.optimizers.ot.gate_refit.observed_gate_statistics`). On the
 S4.1 Gaussian simulation, seed 3 with ``M = 16``, this took the test RPE to 0.0089 against
 Global's 0.0088, where ``"kl"`` reached 0.0096: ``f^W`` itself misplaces the boundaries
 in the covariates' sparse tails, and only the observed responses correct it.
@@ -40,8 +40,8 @@ from ppmix.components import SoftmaxGate
 from ppmix.parallel import DEFAULT_TIMEOUT, TaskInputError, run_tasks
 
 if TYPE_CHECKING:
-    from ppmix.inference.optimizers.ot.gate_refit import GateStatistics
     from ppmix.models.moe import MixtureOfExperts
+    from ppmix.optimizers.ot.gate_refit import GateStatistics
 
 __all__ = ["ROUND_OBJECTIVES", "GateRounds", "model_parameters", "refit_gate_on_shards"]
 
@@ -149,9 +149,9 @@ def _shard_gate_statistics(task: _GateTask) -> "GateStatistics":
 
 
 def _statistics_here(task: _GateTask) -> "GateStatistics":
-    from ppmix.inference.optimizers.ot.gate_refit import gate_statistics, observed_gate_statistics
-    from ppmix.inference.optimizers.ot.reduction import LocalMixture
     from ppmix.models.moe import MixtureOfExperts
+    from ppmix.optimizers.ot.gate_refit import gate_statistics, observed_gate_statistics
+    from ppmix.optimizers.ot.reduction import LocalMixture
 
     reduced = MixtureOfExperts.from_parameters(**task.reduced_params, **task.model_kwargs)
     rows = task.read()
@@ -236,13 +236,13 @@ def refit_gate_on_shards(
         Stop when the predicted gain of the next Newton step, per row, is at most ``tol``
         times ``max(1, |L|)``.
     reduction_options : dict, optional
-        The first round's :func:`~ppmix.inference.optimizers.ot.reduction.ot_reduce` options:
+        The first round's :func:`~ppmix.optimizers.ot.reduction.ot_reduce` options:
         its ``gate_ridge`` and ``mass_tol`` are kept.
     objective : {"kl", "likelihood"}, default "kl"
         ``"kl"``: the expected log-likelihood of ``f^W``'s responses (the first round's gate
-        objective, :func:`~ppmix.inference.optimizers.ot.gate_refit.gate_statistics`).
+        objective, :func:`~ppmix.optimizers.ot.gate_refit.gate_statistics`).
         ``"likelihood"``: the log-likelihood of the shards' observed responses
-        (:func:`~ppmix.inference.optimizers.ot.gate_refit.observed_gate_statistics`), the
+        (:func:`~ppmix.optimizers.ot.gate_refit.observed_gate_statistics`), the
         objective of a global fit's gate given these experts.
 
     Returns
@@ -260,7 +260,7 @@ def refit_gate_on_shards(
     --------
     >>> import functools
     >>> from ppmix.datasets.moe import make_moe
-    >>> from ppmix.inference.optimizers.ot.reduction import ot_reduce
+    >>> from ppmix.optimizers.ot.reduction import ot_reduce
     >>> from ppmix.models.moe import MixtureOfExperts
     >>> data = make_moe(1200, n_experts=2, n_features=2, seed=0)
     >>> models = [MixtureOfExperts(2, seed=0, progress=False).fit(data.X[i::2], data.y[i::2]) for i in range(2)]
@@ -270,7 +270,7 @@ def refit_gate_on_shards(
     >>> rounds.history[-1] >= rounds.history[0], refitted.coef_.equal(reduced.coef_)
     (True, True)
     """
-    from ppmix.inference.optimizers.ot.reduction import GATE_RIDGE, MASS_TOL
+    from ppmix.optimizers.ot.reduction import GATE_RIDGE, MASS_TOL
 
     if objective not in ROUND_OBJECTIVES:
         raise ValueError(f"objective must be one of {ROUND_OBJECTIVES}; got {objective!r}")

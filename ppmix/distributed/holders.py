@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from ppmix.distributed.shards import check_unchanged, read_features, sequence_weights, split_weights_column
-from ppmix.inference.engines.capabilities import GlobalObjectiveEM, LabelledRows, SequenceData
+from ppmix.engines.capabilities import GlobalObjectiveEM, LabelledRows, SequenceData
 from ppmix.parallel import (
     DEFAULT_TIMEOUT,
     MemoryWatch,

@@ -4,7 +4,7 @@
 where the shard lives (a process pool, a Dask cluster or in-process, through
 :func:`ppmix.parallel.run_tasks`), brings back only each local model's parameters and a
 small random part of its rows (the supporting sample, Chamroukhi & Pham, 2026, §4.1), and reduces
-the local models to one by :func:`ppmix.inference.optimizers.ot.reduction.ot_reduce`.
+the local models to one by :func:`ppmix.optimizers.ot.reduction.ot_reduce`.
 
 Shards are file paths (Parquet, CSV or NPZ, read on the worker), ``(X, y)`` array pairs
 or pandas DataFrames holding the target column. Every shard's EM seed and its place in
@@ -290,7 +290,7 @@ def fit_distributed(
     model_options : dict, optional
         Further :class:`~ppmix.models.moe.MixtureOfExperts` arguments (``ridge``, ...).
     reduction_options : dict, optional
-        Arguments of :func:`~ppmix.inference.optimizers.ot.reduction.ot_reduce` (``n_init``, ...).
+        Arguments of :func:`~ppmix.optimizers.ot.reduction.ot_reduce` (``n_init``, ...).
     rounds : {1, 2}, default 1
         ``1`` is the paper's method: one communication round, the reduced gate fitted over
         the supporting sample. ``2`` (beyond the paper) then refits the reduced gate, the
@@ -342,8 +342,8 @@ def fit_distributed(
     >>> two.gate_rounds.history[-1] >= two.gate_rounds.history[0], two.one_round_model.coef_.equal(two.model.coef_)
     (True, True)
     """
-    from ppmix.inference.optimizers.ot.reduction import ot_reduce
     from ppmix.models.moe import MixtureOfExperts
+    from ppmix.optimizers.ot.reduction import ot_reduce
 
     shards = list(shards)
     if not shards:

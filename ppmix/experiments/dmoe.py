@@ -2,14 +2,14 @@
 
 The simulation of Supplement S4.1 (``K = 4``, ``d = 20``), an 80/20 train/test split,
 and four estimators: **Global** (EM on all training rows), **Reduction** (local EM fits
-on ``M`` equal shards, reduced by :func:`~ppmix.inference.optimizers.ot.reduction.ot_reduce` over the
+on ``M`` equal shards, reduced by :func:`~ppmix.optimizers.ot.reduction.ot_reduce` over the
 supporting sample the shards send, ``S ~ N / M``), **Middle** and **Weighted** (label-aligned
 parameter average) built from the same local fits. Metrics on the test set: the expected
 transport divergence to the true model (on ``eval_points`` test rows), the mean test
 log-likelihood, the label-matched parameter MSE, RPE (Gaussian experts) or accuracy and
 log-loss (logistic experts), ARI of the gate-MAP clustering against the true experts,
 and the learning time (critical path: slowest local fit + aggregation, as in S4.2).
-``Reduction`` is :func:`~ppmix.inference.optimizers.ot.reduction.ot_reduce` with its defaults: the
+``Reduction`` is :func:`~ppmix.optimizers.ot.reduction.ot_reduce` with its defaults: the
 gate fitted (S5) to the matched local experts' gate mass for Gaussian experts, and for
 logistic experts to the plan's marginals with the exact expert update
 (``logistic_update="newton"``); then the gate refitted, the experts fixed, to minimise the
@@ -46,12 +46,12 @@ from ppmix.distributed import fit_distributed
 from ppmix.distributed.gate_rounds import GateRounds, refit_gate_on_shards
 from ppmix.experiments.dmoe_checks import ESTIMATORS, format_checks, quality_bar, seed_bar, seed_table, truth_bar
 from ppmix.experiments.registry import register
-from ppmix.inference.optimizers.ot.baselines import align_experts, middle_estimator, weighted_average_estimator
-from ppmix.inference.optimizers.ot.divergence import transport_divergence
-from ppmix.inference.optimizers.ot.reduction import ot_reduce
 from ppmix.io.reports import strict_json, write_json
 from ppmix.metrics import adjusted_rand_index, relative_prediction_error
 from ppmix.models.moe import MixtureOfExperts
+from ppmix.optimizers.ot.baselines import align_experts, middle_estimator, weighted_average_estimator
+from ppmix.optimizers.ot.divergence import transport_divergence
+from ppmix.optimizers.ot.reduction import ot_reduce
 
 __all__ = ["PAPER_CLAIMS", "compare_estimators", "parameter_mse", "run"]
 
@@ -83,7 +83,7 @@ PAPER_CLAIMS = {
 def parameter_mse(model: MixtureOfExperts, truth: MixtureOfExperts, X: Any) -> float:
     """Mean squared error of all parameters (gate, experts, variances) after matching labels to ``truth``.
 
-    Labels are matched by :func:`~ppmix.inference.optimizers.ot.baselines.align_experts`; the gate is
+    Labels are matched by :func:`~ppmix.optimizers.ot.baselines.align_experts`; the gate is
     re-zeroed on the matched last expert so that both gates use the same reference.
 
     Examples

@@ -24,9 +24,9 @@ import torch
 from ppmix.components import LogisticExpert
 from ppmix.datasets.presto import make_presto_synthetic
 from ppmix.experiments.registry import register
-from ppmix.inference.optimizers.presto.components import LinearSVMComponent
 from ppmix.io.reports import write_json
 from ppmix.metrics import adjusted_rand_index, normalized_mutual_info
+from ppmix.optimizers.presto.components import LinearSVMComponent
 
 __all__ = ["hard_alternating_minimisation", "label_grouped_partition", "run"]
 
@@ -282,7 +282,7 @@ def run(out_dir: Path, quick: bool) -> dict:
         "MoE is not run here. Learn-MLR starts from a random partition as in App. D (ridge 1e-4); "
         "the extra row starts it from PRESTO's k-means partition. "
         "The paper's components (§4.1, Figure 1) are linear SVMs with the hinge loss: row "
-        "'PRESTO (linear SVM, hinge)' uses them (ppmix.inference.optimizers.presto.components.LinearSVMComponent); "
+        "'PRESTO (linear SVM, hinge)' uses them (ppmix.optimizers.presto.components.LinearSVMComponent); "
         "'PRESTO (logistic)' uses the logistic family with its influence-function gains.",
         "svm_settings": dict(_SVM_SETTINGS, epsilon=_PRESTO_SETTINGS["epsilon"], max_iter=30),
         "objective_of_partitions": diagnosis,

@@ -92,10 +92,10 @@ class _PerPart:
     router fitted on it: the predictor of k-means + models, of hard AM and of the oracle."""
 
     def __init__(self, component: str, k: int, X: np.ndarray, y: np.ndarray, part: np.ndarray) -> None:
-        from ppmix.inference.optimizers.presto._routing import fit_router
-        from ppmix.inference.optimizers.presto._scaling import training_scales
-        from ppmix.inference.optimizers.presto.adapters import make_adapter
-        from ppmix.inference.optimizers.presto.assignment import partition_onehot
+        from ppmix.optimizers.presto._routing import fit_router
+        from ppmix.optimizers.presto._scaling import training_scales
+        from ppmix.optimizers.presto.adapters import make_adapter
+        from ppmix.optimizers.presto.assignment import partition_onehot
 
         self.classes, self.k = np.unique(y), k
         raw = torch.as_tensor(X, dtype=torch.float64)
@@ -108,7 +108,7 @@ class _PerPart:
         self.router = fit_router("softmax", _ROUTER_RIDGE, x, onehot, part)
 
     def _x(self, X: np.ndarray) -> torch.Tensor:
-        from ppmix.inference.optimizers.presto._scaling import standardise_x
+        from ppmix.optimizers.presto._scaling import standardise_x
 
         return standardise_x(torch.as_tensor(X, dtype=torch.float64), self.scales)
 
@@ -118,7 +118,7 @@ class _PerPart:
 
     def predict(self, X: np.ndarray, route: np.ndarray | None = None) -> np.ndarray:
         """Labels from the model of each row's part: ``route``, or the router's choice."""
-        from ppmix.inference.optimizers.presto._routing import routing_proba
+        from ppmix.optimizers.presto._routing import routing_proba
 
         x = self._x(X)
         if route is None:

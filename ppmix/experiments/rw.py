@@ -18,7 +18,7 @@ planted centre and each planted centre has ``n_in / k >= n / (2k)`` inliers with
 (:func:`~ppmix.datasets.rw.make_quadratic_regressions`), fitted on features
 ``[x, x^2]`` by RW (regression learner) and by the minimum-loss approach (hard
 alternating least squares, i.e. Lloyd's algorithm for regressions, with the same
-:class:`~ppmix.inference.optimizers.rw.learners.RegressionLearner` refitted on one-hot weights).
+:class:`~ppmix.optimizers.rw.learners.RegressionLearner` refitted on one-hot weights).
 We report the fraction of points whose nearest model (smallest squared residual) is
 the model matched to their true curve, per-curve counts as in the figure's legend,
 and the coefficient error after matching.
@@ -37,9 +37,9 @@ import torch
 
 from ppmix.datasets.rw import make_outlier_clusters, make_quadratic_regressions
 from ppmix.experiments.registry import register
-from ppmix.inference.optimizers.rw.estimator import RegularizedWeighting
-from ppmix.inference.optimizers.rw.learners import RegressionLearner
 from ppmix.io.reports import write_json
+from ppmix.optimizers.rw.estimator import RegularizedWeighting
+from ppmix.optimizers.rw.learners import RegressionLearner
 
 __all__ = ["run"]
 

@@ -1,9 +1,11 @@
-"""Inference: engines that fit a model (EM, SVI, MCMC, forward–backward, Gibbs) and the optimizers
-that are not generative models (PRESTO, Regularized Weighting, the OT reduction of mixtures of experts).
+"""Inference, the public face: one import for the engines that fit a model (EM, SVI, MCMC, Gibbs), the
+algorithms they run (forward–backward, Viterbi, the simplex projection) and the optimizers that are not generative
+models (PRESTO, Regularized Weighting, the OT reduction of mixtures of experts).
 
-The layers: :mod:`ppmix.inference.engines` sits below :mod:`ppmix.models` (models call the
-engines through a small protocol); :mod:`ppmix.inference.optimizers` sits above it (the OT
-reduction builds a :class:`~ppmix.models.MixtureOfExperts`). The names below load on first use.
+The names below load on first use from the folders that hold them, one per layer: :mod:`ppmix.algorithms` (below
+every family and engine), :mod:`ppmix.engines` (below :mod:`ppmix.models`; models call the engines through a small
+protocol) and :mod:`ppmix.optimizers` (above :mod:`ppmix.models`: the OT reduction builds a
+:class:`~ppmix.models.MixtureOfExperts`).
 
 Examples
 --------
@@ -15,17 +17,16 @@ tensor([[0.7500, 0.2500, 0.0000]], dtype=torch.float64)
 
 from ppmix._lazy import lazy_exports
 
-_ENGINES = "ppmix.inference.engines"
-_PRESTO = "ppmix.inference.optimizers.presto"
-_RW = "ppmix.inference.optimizers.rw"
-_OT = "ppmix.inference.optimizers.ot"
+_ENGINES = "ppmix.engines"
+_FORWARD_BACKWARD = "ppmix.algorithms.forward_backward"
+_PRESTO = "ppmix.optimizers.presto"
+_RW = "ppmix.optimizers.rw"
+_OT = "ppmix.optimizers.ot"
 _EXPORTS = {
-    **dict.fromkeys(
-        ["ConvergenceWarning", "FitResult", "ForwardBackwardResult", "forward_backward", "viterbi"], _ENGINES
-    ),
-    **dict.fromkeys(["run_em", "run_gibbs", "run_mcmc", "run_svi"], _ENGINES),
-    "ChainsDisagreeWarning": "ppmix.inference.engines.draws",
-    "project_simplex": "ppmix.ops.simplex",
+    **dict.fromkeys(["ConvergenceWarning", "FitResult", "run_em", "run_gibbs", "run_mcmc", "run_svi"], _ENGINES),
+    **dict.fromkeys(["ForwardBackwardResult", "forward_backward", "viterbi"], _FORWARD_BACKWARD),
+    "ChainsDisagreeWarning": "ppmix.engines.draws",
+    "project_simplex": "ppmix.algorithms.simplex",
     **dict.fromkeys(
         ["PRESTO", "greedy_capacity_assignment", "LinearSVMComponent", "MLPComponent", "TorchComponent"], _PRESTO
     ),

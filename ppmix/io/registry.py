@@ -8,6 +8,19 @@ import importlib
 #: subclass hook) and the optimizers (PRESTO, RegularizedWeighting), one registry for all
 _REGISTRY: dict[str, type] = {}
 
+_PRESTO = "ppmix.optimizers.presto.estimator.PRESTO"
+_RW = "ppmix.optimizers.rw.estimator.RegularizedWeighting"
+#: the qualified names older ppmix wrote for classes that have since moved -> their names now (a saved file keeps the
+#: name it was written with, so every name ever written stays here)
+MOVED_CLASSES: dict[str, str] = {
+    # ppmix 0.1.0: one module per optimizer in ppmix.inference
+    "ppmix.inference.presto.PRESTO": _PRESTO,
+    "ppmix.inference.rw.RegularizedWeighting": _RW,
+    # the optimizers under ppmix.inference.optimizers, before they became the top-level ppmix.optimizers
+    "ppmix.inference.optimizers.presto.estimator.PRESTO": _PRESTO,
+    "ppmix.inference.optimizers.rw.estimator.RegularizedWeighting": _RW,
+}
+
 
 def qualified_name(cls: type) -> str:
     """``module.QualName``: how saved files name a class.
@@ -36,15 +49,19 @@ def register_savable(cls: type) -> type:
 
 
 def lookup_class(name: str) -> type | None:
-    """The registered class called ``name``: its qualified name, or a bare class name if unambiguous
-    (so files saved before a class moved to another module still load).
+    """The registered class called ``name``: its qualified name, the name an older ppmix wrote for it
+    (:data:`MOVED_CLASSES`), or a bare class name if unambiguous (so files saved before a class moved to another
+    module still load).
 
     Examples
     --------
     >>> from ppmix import GMM
     >>> lookup_class("ppmix.models.gmm.GMM") is GMM and lookup_class("GMM") is GMM
     True
+    >>> lookup_class("ppmix.inference.optimizers.rw.estimator.RegularizedWeighting").__module__
+    'ppmix.optimizers.rw.estimator'
     """
+    name = MOVED_CLASSES.get(name, name)
     if name in _REGISTRY:
         return _REGISTRY[name]
     module = name.rpartition(".")[0]

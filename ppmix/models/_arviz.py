@@ -20,7 +20,7 @@
   no proper prior (a flat prior, even under ``bayesian()``);
 - ``sample_stats``: for NUTS, its statistics of every draw, named as ArviZ names them
   (``lp``, ``energy``, ``diverging``, ``n_steps``, ``tree_depth``, ``step_size``,
-  ``acceptance_rate``; see :func:`~ppmix.inference.engines.mcmc.run_mcmc`), for
+  ``acceptance_rate``; see :func:`~ppmix.engines.mcmc.run_mcmc`), for
   ``az.bfmi``, ``az.plot_energy`` and the divergences of ``az.plot_pair``; for Gibbs,
   ``lp``, the log joint density of every draw (``gibbs_log_joint_``: in the parameters'
   own space, where NUTS's ``lp`` is in the unconstrained space and adds the log-Jacobian
@@ -56,8 +56,8 @@ from pyro.infer import Predictive, TraceEnum_ELBO
 from pyro.infer.autoguide import AutoNormal
 from pyro.poutine.subsample_messenger import _Subsample
 
-from ppmix.inference.engines.capabilities import ConjugateGibbs
-from ppmix.inference.engines.params import local_params
+from ppmix.engines.capabilities import ConjugateGibbs
+from ppmix.engines.params import local_params
 
 if TYPE_CHECKING:
     from ppmix.models.base import MixtureModel

@@ -19,6 +19,7 @@ import pyro.distributions as dist
 import torch
 from pyro.distributions import constraints
 
+from ppmix.algorithms.kmeans import kmeans_plusplus, kmeans_start, nearest_centre
 from ppmix.components.base import ComponentFamily
 from ppmix.components.family import (
     DataScale,
@@ -32,7 +33,6 @@ from ppmix.components.independent import FeatureStatistics
 from ppmix.components.registry import family_option_hint
 from ppmix.models._flat import flat_prior
 from ppmix.models._missing import fill_missing
-from ppmix.ops.kmeans import kmeans_plusplus, kmeans_start, nearest_centre
 
 __all__ = ["INIT_METHODS", "FamilyComponentsMixin", "drop_leading_ones"]
 
@@ -359,7 +359,7 @@ class FamilyComponentsMixin:
     ) -> torch.Tensor:
         """Hard k-means (or k-means++ seeding) assignments, or random soft ones, ``(N, K)``.
 
-        ``"kmeans"`` is :func:`~ppmix.ops.kmeans.kmeans_start`: the best of several k-means runs on a
+        ``"kmeans"`` is :func:`~ppmix.algorithms.kmeans.kmeans_start`: the best of several k-means runs on a
         random subsample of the rows, then every row assigned to its nearest centre. With row ``weight``
         (``sample_weight``) k-means runs on the weighted rows (a weighted resample, a weighted seeding).
         """

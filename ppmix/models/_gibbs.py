@@ -8,7 +8,7 @@ for mixtures, Scott 2002 for HMMs):
    the mixture weights, or the HMM's initial distribution and the rows of its transition matrix (on
    their allowed entries), from their Dirichlet posteriors;
 2. the latents given the globals: each row's component from its posterior, or each sequence's state
-   path by forward filtering, backward sampling (:func:`~ppmix.inference.engines.ffbs.sample_paths`).
+   path by forward filtering, backward sampling (:func:`~ppmix.algorithms.ffbs.sample_paths`).
 
 The chains run together: the ``C`` chains' ``K`` components are one set of ``C K`` components (chain
 ``c``'s component ``k`` at ``c K + k``), so one ``log_prob`` and one ``statistics`` call serve every chain.
@@ -24,11 +24,11 @@ from typing import Any
 
 import torch
 
+from ppmix.algorithms.ffbs import gumbel_argmax, sample_paths
+from ppmix.algorithms.simplex import dirichlet_draw, log_dirichlet
 from ppmix.components.base import ComponentFamily
 from ppmix.components.family import DensityFamily
-from ppmix.inference.engines.ffbs import gumbel_argmax, sample_paths
 from ppmix.models._missing import PartlyObserved
-from ppmix.ops.simplex import dirichlet_draw, log_dirichlet
 
 __all__ = ["HMMGibbsMixin", "MixtureGibbsMixin"]
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from ppmix.inference.engines.forward_backward import forward_backward
+from ppmix.algorithms.forward_backward import forward_backward
 from ppmix.models._sequences import SequenceBatch
 
 if TYPE_CHECKING:

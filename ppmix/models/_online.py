@@ -7,8 +7,8 @@ statistics per observation and take the M-step from it,
 
 with step sizes ``rho_t = (t + t0)^(-kappa)``, ``kappa`` in ``(1/2, 1]``. The statistics are the
 mergeable statistics of :func:`ppmix.distributed.fit_em` (``em_statistics``), so the convex
-combination is exact (:func:`~ppmix.components.statistics.scale_statistics`,
-:func:`~ppmix.components.statistics.merge_statistics`).
+combination is exact (:func:`~ppmix.components.family.scale_statistics`,
+:func:`~ppmix.components.family.merge_statistics`).
 
 **What it converges to.** On a stream of fresh data from a fixed distribution, ``theta_t``
 converges (almost surely, under the conditions of Cappé and Moulines, Thm. 1) to a stationary
@@ -35,7 +35,7 @@ from typing import Any
 
 from sklearn.utils.metaestimators import available_if
 
-from ppmix.components.statistics import merge_statistics, scale_statistics
+from ppmix.components.family import merge_statistics, scale_statistics
 
 __all__ = ["OnlineEMMixin"]
 

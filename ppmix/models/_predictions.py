@@ -15,13 +15,13 @@ import torch
 from pyro.infer import TraceEnum_ELBO
 
 from ppmix._validation import check_positive_int, to_output
-from ppmix.inference.engines.enumeration import (
+from ppmix.engines.enumeration import (
     check_local_latents,
     enumerated_log_likelihood,
     enumerated_marginals,
     sample_program,
 )
-from ppmix.inference.engines.params import local_params
+from ppmix.engines.params import local_params
 
 __all__ = ["PredictionsMixin"]
 

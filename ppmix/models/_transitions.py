@@ -16,8 +16,8 @@ import numpy as np
 import pyro.distributions as dist
 import torch
 
+from ppmix.algorithms.simplex import log_dirichlet
 from ppmix.components.family import PriorKey
-from ppmix.ops.simplex import log_dirichlet
 
 __all__ = [
     "PATTERNS",

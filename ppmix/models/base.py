@@ -20,12 +20,12 @@ from pyro.nn import PyroModule
 from sklearn.base import DensityMixin
 
 from ppmix._validation import NotFittedError, check_matrix, check_options, check_positive_int, resolve_device
-from ppmix.inference.engines import run_em, run_gibbs, run_mcmc, run_svi
-from ppmix.inference.engines.em import EM_HOOKS
-from ppmix.inference.engines.enumeration import (
+from ppmix.engines import run_em, run_gibbs, run_mcmc, run_svi
+from ppmix.engines.em import EM_HOOKS
+from ppmix.engines.enumeration import (
     autoguide,
 )
-from ppmix.inference.engines.params import local_params, taking_turns
+from ppmix.engines.params import local_params, taking_turns
 from ppmix.io import Savable, load_model
 from ppmix.models._criteria import InformationCriteriaMixin
 from ppmix.models._params import check_seed, store_params
@@ -99,7 +99,7 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
     max_plate_nesting: ClassVar[int] = 1
     #: name of the plate over data points used by :meth:`data_plate`
     data_plate_name: ClassVar[str] = "data"
-    #: EM settings (see :class:`~ppmix.inference.engines.em.EMModel`), declared once here: these class
+    #: EM settings (see :class:`~ppmix.engines.em.EMModel`), declared once here: these class
     #: defaults, and constructor arguments (kept by :func:`~ppmix.models._params.store_params`) of the
     #: models that write the EM hooks
     n_init: int = 1
@@ -170,7 +170,7 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
     @property
     def supports_em(self) -> bool:
         """Whether this model writes the EM hooks (``em_initialize``, ``e_step``, ``m_step``; see
-        :class:`~ppmix.inference.engines.em.EMModel` for the whole protocol)."""
+        :class:`~ppmix.engines.em.EMModel` for the whole protocol)."""
         cls = type(self)
         return all(getattr(cls, name) is not getattr(MixtureModel, name) for name in EM_HOOKS)
 
@@ -384,9 +384,9 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
             take it: :meth:`sample_weight_units`).
         engine : {"em", "svi", "mcmc", "gibbs"}
             ``"em"``: the model's closed-form coordinate ascent (if it implements it);
-            ``"svi"``: :func:`ppmix.inference.engines.svi.run_svi`; ``"mcmc"``: NUTS via
-            :func:`ppmix.inference.engines.mcmc.run_mcmc`; ``"gibbs"``: blocked Gibbs sweeps for models with
-            conjugate priors, :func:`ppmix.inference.engines.conjugate_gibbs.run_gibbs`.
+            ``"svi"``: :func:`ppmix.engines.svi.run_svi`; ``"mcmc"``: NUTS via
+            :func:`ppmix.engines.mcmc.run_mcmc`; ``"gibbs"``: blocked Gibbs sweeps for models with
+            conjugate priors, :func:`ppmix.engines.conjugate_gibbs.run_gibbs`.
         **options
             Passed to the engine (e.g. ``num_steps``, ``lr``, ``batch_size`` for SVI;
             ``num_samples``, ``warmup_steps`` for MCMC; ``n_init``, ``max_iter``,
@@ -419,7 +419,7 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
             return self.record_result(engine, runner(self, fit_data, **options))
 
     def record_result(self, engine: str, result: Any) -> "MixtureModel":
-        """Record an engine's :class:`~ppmix.inference.engines.result.FitResult` as the fitted attributes
+        """Record an engine's :class:`~ppmix.engines.result.FitResult` as the fitted attributes
         (``engine_``, ``history_``, ``n_iter_``, ``converged_``, ``lower_bound_``): what an engine run outside
         :meth:`fit` (e.g. :func:`ppmix.distributed.fit_em`) calls to leave the model fitted."""
         self.engine_, self.history_ = engine, list(result.history)
@@ -461,7 +461,7 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
     @contextlib.contextmanager
     def forked_rng(self, offset: int = 0) -> Iterator[None]:
         """Seed torch's global RNG (used by Pyro) from ``seed`` without leaking the state, taking turns with
-        other threads (:func:`~ppmix.inference.engines.params.taking_turns`) so that none reseeds it meanwhile."""
+        other threads (:func:`~ppmix.engines.params.taking_turns`) so that none reseeds it meanwhile."""
         with taking_turns(), torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(self.generator(offset).initial_seed()))
             yield

@@ -12,13 +12,13 @@ import torch
 from pyro import poutine
 
 from ppmix._validation import check_n_components, check_positive_int, to_output
-from ppmix.components.family import DensityFamily
-from ppmix.components.registry import family_config, family_from
-from ppmix.inference.engines.forward_backward import (
+from ppmix.algorithms.forward_backward import (
     ForwardBackwardResult,
     forward_backward,
     viterbi,
 )
+from ppmix.components.family import DensityFamily
+from ppmix.components.registry import family_config, family_from
 from ppmix.models._arviz import POINTWISE_COMPANIONS, own_hook
 from ppmix.models._family_components import INIT_METHODS, FamilyComponentsMixin, drop_leading_ones
 from ppmix.models._gibbs import HMMGibbsMixin
@@ -83,7 +83,7 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
     a mask (see :func:`ppmix.models._sequences.as_sequence_batch` for the accepted
     layouts: a list of ``(length, D)`` arrays, a ``(padded, lengths)`` pair, or a
     DataFrame with a ``sequence_column``). The EM engine (Baum–Welch) uses the batched
-    log-space forward–backward of :mod:`ppmix.inference.engines.forward_backward`; the Pyro
+    log-space forward–backward of :mod:`ppmix.algorithms.forward_backward`; the Pyro
     program (a ``pyro.markov`` chain with the states enumerated) gives SVI and MCMC,
     and its ``TraceEnum_ELBO`` equals the EM log-likelihood; an emission family with a conjugate
     prior (Poisson, Bernoulli, ...) is also sampled by ``engine="gibbs"`` (state paths by forward

@@ -15,7 +15,7 @@ a *log-mask* ``(..., K)``, zero where a state is allowed and ``-inf`` where it c
 
 - **EM**: the mixture's E-step scores ``log w_k + log p_k(x_n) + mask[n, k]`` (its responsibilities are then one
   for the known component, zero for the others); the HMM's E-step adds the mask to the emission log-densities
-  before the forward-backward (:func:`~ppmix.inference.engines.forward_backward.forward_backward` takes ``-inf``
+  before the forward-backward (:func:`~ppmix.algorithms.forward_backward.forward_backward` takes ``-inf``
   as probability zero), so the smoothed marginals and the expected transition counts are those of the paths
   consistent with the known states. Every M-step is unchanged, so EM still never decreases the objective; with
   every latent known, one M-step gives the supervised closed form (a Gaussian mixture's class frequencies,

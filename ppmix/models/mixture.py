@@ -69,7 +69,7 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
     init_params : {"kmeans", "k-means++", "random"}, default "kmeans"
         ``"kmeans"``: the best (by inertia) of 10 runs of greedy k-means++ seeding and
         Lloyd iterations on a random subsample of ``max(1000, 250 K)`` rows, then every
-        row assigned to its nearest centre (:func:`~ppmix.ops.kmeans.kmeans_start`: one
+        row assigned to its nearest centre (:func:`~ppmix.algorithms.kmeans.kmeans_start`: one
         pass over the data beyond a fixed cost); ``"k-means++"``: one seeding on all rows; ``"random"``: random
         responsibilities. The Bernoulli, categorical, exponential and gamma families soften k-means' hard clusters
         (each row counted half to its cluster, half spread over all components: :mod:`ppmix.models._starts`),

@@ -12,7 +12,7 @@ from pyro.distributions import constraints
 from ppmix.components import GaussianExpert, LogisticExpert, SoftmaxExpert, SoftmaxGate
 from ppmix.components.expert_family import ExpertFamily
 from ppmix.components.registry import expert_family_from, family_config
-from ppmix.inference.engines.result import FitResult, convergence_warnings_ignored
+from ppmix.engines.result import FitResult, convergence_warnings_ignored
 from ppmix.models._arviz import LaplaceTarget, global_supports
 from ppmix.models._flat import flat_prior
 from ppmix.models._params import store_params
@@ -79,7 +79,7 @@ class MixtureOfExperts(ExpertPredictionsMixin, ParametersMixin, PriorsMixin, Tar
     n_init : int, default 10
         EM starts; the best log-likelihood is kept.
     init_iter : int or None, default 5
-        "Small EM" (:func:`~ppmix.inference.engines.em.run_em`): every start runs this many EM
+        "Small EM" (:func:`~ppmix.engines.em.run_em`): every start runs this many EM
         iterations and only the best runs on to convergence; ``None`` runs every start to the end.
         On 40 two-expert fits (``benchmarks/bench_moe_starts.py``) one plain start ended in a worse
         optimum 6 times, the default never, at 1.6 times the time of one start.

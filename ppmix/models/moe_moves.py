@@ -28,10 +28,10 @@ from typing import Any
 
 import torch
 
-from ppmix.inference.engines.result import FitResult, convergence_warnings_ignored
+from ppmix.algorithms.kmeans import kmeans
+from ppmix.engines.result import FitResult, convergence_warnings_ignored
 from ppmix.models._weights import split_weights
 from ppmix.models.moe_polish import polished
-from ppmix.ops.kmeans import kmeans
 from ppmix.ops.logspace import normalize_log_joint_
 from ppmix.ops.scaling import column_moments, weighted_lower_median
 
@@ -170,7 +170,7 @@ def split_and_merge(model: MixtureOfExperts, train_data: Any, options: dict[str,
     weighs every row as that many copies of it (an integer weight gives the moves of the repeated rows); the
     screened search, whose subsample of rows has no such form, refuses it.
     """
-    from ppmix.inference import run_em
+    from ppmix.engines import run_em
 
     data = model.em_data(train_data)
     rows, weight = split_weights(data)
@@ -304,7 +304,7 @@ def screened_moves(
     below the optimum it left, where its screening run had ended well above it. The model's
     parameters are restored afterwards.
     """
-    from ppmix.inference import run_em
+    from ppmix.engines import run_em
 
     x, y = data
     if len(y) > _SCREEN_ROWS:

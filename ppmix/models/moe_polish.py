@@ -10,7 +10,7 @@ far better (adjusted Rand index 0.75 -> 0.93). So after EM the fit goes on by L-
 (strong-Wolfe line search) on exactly EM's objective, the penalised log-likelihood
 (:meth:`~ppmix.models.MixtureOfExperts.penalised_log_likelihood`), from EM's end point.
 Every iterate that is kept raises that objective, so ``history_`` stays monotone. The L-BFGS
-loop is the engine piece :func:`~ppmix.inference.engines.polish.lbfgs_polish`; this module says
+loop is the engine piece :func:`~ppmix.engines.polish.lbfgs_polish`; this module says
 how a mixture of experts is polished.
 
 Gaussian experts' noise scales are optimised as ``log(scale^2 - floor)``, which keeps them
@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
-from ppmix.inference.engines.polish import Values, lbfgs_polish
-from ppmix.inference.engines.result import ConvergenceWarning, FitResult
+from ppmix.engines.polish import Values, lbfgs_polish
+from ppmix.engines.result import ConvergenceWarning, FitResult
 from ppmix.models._weights import split_weights
 
 __all__ = ["polish", "polished", "warn_unconverged"]
@@ -73,12 +73,12 @@ class _WeightedRows:
 
 def polish(model: Any, data: Any, max_iter: int, tol: float) -> tuple[list[float], bool]:
     """Run L-BFGS on a fitted :class:`~ppmix.models.MixtureOfExperts`'s penalised log-likelihood per point from
-    its current parameters, in place (:func:`~ppmix.inference.engines.polish.lbfgs_polish`; Gaussian experts'
+    its current parameters, in place (:func:`~ppmix.engines.polish.lbfgs_polish`; Gaussian experts'
     noise scales kept above their floor).
 
     ``data`` is the standardised training data (``model.em_data``), ``(x, y)`` or, with ``sample_weight``,
     :class:`~ppmix.models._weights.Weighted` (the objective then per unit of weight); ``max_iter``, ``tol`` and
-    the returned ``(history, converged)`` are those of :func:`~ppmix.inference.engines.polish.lbfgs_polish`.
+    the returned ``(history, converged)`` are those of :func:`~ppmix.engines.polish.lbfgs_polish`.
 
     Examples
     --------

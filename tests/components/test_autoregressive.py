@@ -21,7 +21,7 @@ from ppmix.components import AutoRegressiveComponents, AutoRegressiveFamily, Ful
 from ppmix.components.autoregressive import lagged_sequences
 from ppmix.distributed import fit_em
 
-pytestmark = pytest.mark.filterwarnings("ignore::ppmix.inference.engines.result.ConvergenceWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::ppmix.engines.result.ConvergenceWarning")
 QUIET = {"seed": 0, "progress": False}
 F64 = torch.float64
 

@@ -9,7 +9,7 @@ import torch
 from scipy import integrate, stats
 
 from ppmix import Mixture
-from ppmix.components.bernoulli_features import BernoulliComponents
+from ppmix.components.bernoulli import BernoulliComponents
 from ppmix.components.exponential import ExponentialComponents
 from tests.common import assert_close
 

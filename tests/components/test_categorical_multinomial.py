@@ -10,7 +10,7 @@ from scipy import optimize, special, stats
 from sklearn.metrics import adjusted_rand_score
 
 from ppmix import HMM, Mixture, MixtureModel
-from ppmix.components.categorical_features import CategoricalComponents, CategoricalFamily
+from ppmix.components.categorical import CategoricalComponents, CategoricalFamily
 from ppmix.components.multinomial import MultinomialComponents, RowTotalMultinomial
 from tests.common import assert_close
 

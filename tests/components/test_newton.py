@@ -7,7 +7,7 @@ import pytest
 import scipy.special as sp
 import torch
 
-from ppmix.ops.newton import damped_newton
+from ppmix.algorithms.newton import damped_newton
 from tests.common import assert_close
 from tests.components._util import rng, t
 

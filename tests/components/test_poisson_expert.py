@@ -107,7 +107,7 @@ def test_kl_between_poisson_experts_is_the_sum_over_counts():
 
 
 def test_ot_update_of_poisson_experts_is_the_brute_force_minimiser_of_the_plan_weighted_kl():
-    from ppmix.inference.optimizers.ot.reduction import LocalMixture, reduction_plan, update_experts
+    from ppmix.optimizers.ot.reduction import LocalMixture, reduction_plan, update_experts
 
     local_experts, x, _ = _experts_and_data(60)
     local_experts = PoissonExpert(
@@ -132,7 +132,7 @@ def test_ot_update_of_poisson_experts_is_the_brute_force_minimiser_of_the_plan_w
 
 
 def test_ot_reduction_of_identical_poisson_models_is_that_model_and_s14_is_refused():
-    from ppmix.inference.optimizers.ot.reduction import ot_reduce
+    from ppmix.optimizers.ot.reduction import ot_reduce
 
     x, _ = make_expert_data(80, expert="poisson")
     truth = MixtureOfExperts.from_parameters(

@@ -15,9 +15,9 @@ from ppmix.datasets.moe import make_moe
 from ppmix.distributed import fit_distributed
 from ppmix.distributed import moe as distributed_moe
 from ppmix.distributed.gate_rounds import _GateTask, _shard_gate_statistics, model_parameters
-from ppmix.inference.optimizers.ot.gate_refit import gate_statistics, observed_gate_statistics, refit_gate
-from ppmix.inference.optimizers.ot.reduction import LocalMixture, ot_reduce
 from ppmix.models.moe import MixtureOfExperts
+from ppmix.optimizers.ot.gate_refit import gate_statistics, observed_gate_statistics, refit_gate
+from ppmix.optimizers.ot.reduction import LocalMixture, ot_reduce
 from ppmix.parallel import TaskError
 
 FAST = {"n_init": 2, "max_iter": 30}

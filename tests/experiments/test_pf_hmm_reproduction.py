@@ -8,7 +8,7 @@ from ppmix.experiments import registry
 from ppmix.experiments.pf_hmm import METHODS, PAPER_CLAIM, run
 
 
-@pytest.mark.filterwarnings("ignore::ppmix.inference.engines.result.ConvergenceWarning")
+@pytest.mark.filterwarnings("ignore::ppmix.engines.result.ConvergenceWarning")
 def test_pf_hmm_reproduction_quick(tmp_path):
     result = run(tmp_path, quick=True)
     assert (tmp_path / "pf_hmm.json").is_file() and (tmp_path / "pf_hmm.png").stat().st_size > 0

@@ -14,8 +14,8 @@ import torch
 from scipy.special import gammaln
 
 from ppmix import GMM, HMM, Mixture
-from ppmix.inference.engines.ffbs import sample_paths
-from ppmix.ops.simplex import dirichlet_draw, log_dirichlet
+from ppmix.algorithms.ffbs import sample_paths
+from ppmix.algorithms.simplex import dirichlet_draw, log_dirichlet
 
 QUIET = {"seed": 0, "progress": False}
 

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
+from ppmix.engines.em import EM_HOOKS, EMModel
 from ppmix.inference import ConvergenceWarning, run_em
-from ppmix.inference.engines.em import EM_HOOKS, EMModel
 
 
 class Scripted:
@@ -102,14 +102,14 @@ def test_bad_engine_arguments(kwargs, match):
 
 def test_a_decreasing_objective_is_logged(caplog):
     model = Scripted([[-10.0, -5.0, -6.0, -6.0]])
-    with caplog.at_level("WARNING", logger="ppmix.inference.engines.em"):
+    with caplog.at_level("WARNING", logger="ppmix.engines.em"):
         run_em(model, None, tol=0.0, max_iter=3)
     assert [r.message for r in caplog.records if "decreased at iteration 2" in r.getMessage()]
 
 
 def test_a_rounding_level_decrease_is_not_logged(caplog):
     model = Scripted([[-10.0, -5.0, -5.0 - 1e-12, -5.0 - 1e-12]])
-    with caplog.at_level("WARNING", logger="ppmix.inference.engines.em"):
+    with caplog.at_level("WARNING", logger="ppmix.engines.em"):
         run_em(model, None, tol=0.0, max_iter=3)
     assert not [r for r in caplog.records if "decreased" in r.getMessage()]
 

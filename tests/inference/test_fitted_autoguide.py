@@ -13,7 +13,7 @@ from pyro.infer.autoguide import AutoDelta, AutoNormal, init_to_value
 
 from ppmix import GMM, PFGMM
 from ppmix._validation import NotFittedError
-from ppmix.inference.engines.svi import fitted_autoguide
+from ppmix.engines.svi import fitted_autoguide
 from tests.common import assert_close
 
 

@@ -9,7 +9,7 @@ import pyro.distributions as dist
 import pytest
 import torch
 
-from ppmix.inference.engines.forward_backward import (
+from ppmix.algorithms.forward_backward import (
     _check_inputs,
     _smooth_scaled,
     forward_backward,

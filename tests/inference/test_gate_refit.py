@@ -9,8 +9,8 @@ import scipy.stats as st
 import torch
 
 from ppmix.components import GaussianExpert, LogisticExpert, SoftmaxGate
-from ppmix.inference.optimizers.ot.gate_refit import refit_gate
-from ppmix.inference.optimizers.ot.reduction import LocalMixture, ot_reduce
+from ppmix.optimizers.ot.gate_refit import refit_gate
+from ppmix.optimizers.ot.reduction import LocalMixture, ot_reduce
 from tests.inference.test_ot_reduction import perturbed, small_truth
 
 
@@ -109,7 +109,7 @@ def test_refit_does_not_modify_the_starting_gate():
 
 @pytest.mark.parametrize("expert", ["gaussian", "logistic"])
 def test_blockwise_e_step_equals_one_block(expert, monkeypatch):
-    from ppmix.inference.optimizers.ot import gate_refit
+    from ppmix.optimizers.ot import gate_refit
 
     local, gate, experts = reduced_families(expert)
     whole_gate, whole = refit_gate(local, gate, experts, max_iter=4, tol=0.0)
@@ -122,7 +122,7 @@ def test_blockwise_e_step_equals_one_block(expert, monkeypatch):
 @pytest.mark.parametrize("expert", ["gaussian", "logistic"])
 def test_uncached_expert_densities_give_the_same_refit(expert, monkeypatch):
     """Over the memory budget the experts' log-densities are recomputed per iteration, not kept."""
-    from ppmix.inference.optimizers.ot import gate_refit
+    from ppmix.optimizers.ot import gate_refit
 
     local, gate, experts = reduced_families(expert)
     cached_gate, cached = refit_gate(local, gate, experts, max_iter=4, tol=0.0)

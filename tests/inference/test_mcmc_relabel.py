@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from ppmix import GMM, MixtureOfExperts
-from ppmix.inference.engines.draws import RHAT_THRESHOLD, ChainsDisagreeWarning, _warn_if_chains_disagree
-from ppmix.inference.engines.relabel import apply_permutations, component_axes, max_rhat, relabel_draws
+from ppmix.engines.draws import RHAT_THRESHOLD, ChainsDisagreeWarning, _warn_if_chains_disagree
+from ppmix.engines.relabel import apply_permutations, component_axes, max_rhat, relabel_draws
 from tests.common import StudentTMixture
 
 

@@ -9,7 +9,7 @@ from pyro import poutine
 from pyro.infer import MCMC, NUTS
 from pyro.infer.mcmc.util import initialize_model
 
-from ppmix.inference.engines.mcmc import SAMPLE_STATS, _RecordingNUTS, _sample_stats
+from ppmix.engines.mcmc import SAMPLE_STATS, _RecordingNUTS, _sample_stats
 
 
 def _funnel():

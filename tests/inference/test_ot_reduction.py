@@ -9,10 +9,10 @@ from scipy.optimize import linprog, minimize
 
 from ppmix.components import GaussianExpert
 from ppmix.datasets.moe import make_moe
-from ppmix.inference.optimizers.ot.baselines import align_experts, middle_estimator, weighted_average_estimator
-from ppmix.inference.optimizers.ot.divergence import transport_divergence
-from ppmix.inference.optimizers.ot.reduction import LocalMixture, ot_reduce, reduction_plan, update_experts
 from ppmix.models.moe import MixtureOfExperts
+from ppmix.optimizers.ot.baselines import align_experts, middle_estimator, weighted_average_estimator
+from ppmix.optimizers.ot.divergence import transport_divergence
+from ppmix.optimizers.ot.reduction import LocalMixture, ot_reduce, reduction_plan, update_experts
 
 EXPERTS = ["gaussian", "logistic"]
 

@@ -13,8 +13,8 @@ from sklearn.linear_model import LogisticRegression
 
 from ppmix.datasets.presto import make_presto_synthetic
 from ppmix.inference import PRESTO, RegularizedWeighting, SubspaceLearner
-from ppmix.inference.optimizers.presto.components import LinearSVMComponent
 from ppmix.io import config_checksum
+from ppmix.optimizers.presto.components import LinearSVMComponent
 from tests.common import assert_close, requires_cuda
 from tests.inference.test_presto_rw_io import _rw_problem
 

@@ -10,7 +10,7 @@ import pytest
 from scipy.special import betaln, gammaln
 from scipy.stats import multivariate_t
 
-from ppmix.inference.engines.gibbs import (
+from ppmix.engines.gibbs import (
     NIWPrior,
     collapsed_log_likelihood,
     log_marginal_niw,

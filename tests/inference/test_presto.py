@@ -14,9 +14,9 @@ from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 from ppmix._validation import NotFittedError
 from ppmix.components import GaussianExpert, LogisticExpert
 from ppmix.datasets.presto import make_presto_synthetic
-from ppmix.inference.optimizers.presto.assignment import greedy_capacity_assignment
-from ppmix.inference.optimizers.presto.estimator import PRESTO
-from ppmix.inference.optimizers.presto.loo import gaussian_loo_gains, logistic_loo_gains
+from ppmix.optimizers.presto.assignment import greedy_capacity_assignment
+from ppmix.optimizers.presto.estimator import PRESTO
+from ppmix.optimizers.presto.loo import gaussian_loo_gains, logistic_loo_gains
 from tests.common import assert_close
 
 D = torch.float64

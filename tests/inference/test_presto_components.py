@@ -10,8 +10,8 @@ import torch
 from sklearn.metrics import adjusted_rand_score
 
 from ppmix.datasets.presto import make_presto_synthetic
-from ppmix.inference.optimizers.presto.components import LinearSVMComponent, MLPComponent, check_torch_component
-from ppmix.inference.optimizers.presto.estimator import PRESTO
+from ppmix.optimizers.presto.components import LinearSVMComponent, MLPComponent, check_torch_component
+from ppmix.optimizers.presto.estimator import PRESTO
 from tests.common import assert_close
 
 

@@ -7,7 +7,7 @@ import pytest
 import scipy.optimize as opt
 import scipy.special as sp
 
-from ppmix.inference.optimizers.presto.estimator import PRESTO
+from ppmix.optimizers.presto.estimator import PRESTO
 
 
 def standardised(X):

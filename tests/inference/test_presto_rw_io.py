@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,8 +15,9 @@ from sklearn.linear_model import LogisticRegression
 from ppmix._validation import NotFittedError
 from ppmix.datasets.presto import make_presto_synthetic
 from ppmix.inference import PRESTO, RegularizedWeighting, SubspaceLearner
-from ppmix.inference.optimizers.presto.components import LinearSVMComponent
-from ppmix.io import load_model
+from ppmix.io import config_checksum, load_model, lookup_class
+from ppmix.io.registry import MOVED_CLASSES
+from ppmix.optimizers.presto.components import LinearSVMComponent
 from tests.common import assert_close
 
 
@@ -126,3 +130,45 @@ def test_corrupt_or_foreign_files_are_rejected(tmp_path):
         RegularizedWeighting.load(path)
     with pytest.raises(FileNotFoundError):
         RegularizedWeighting.load(tmp_path / "missing")
+
+
+def test_moved_class_names_lead_to_the_classes_there_now():
+    assert set(MOVED_CLASSES.values()) == {PRESTO.qualified_name(), RegularizedWeighting.qualified_name()}
+    for old, new in MOVED_CLASSES.items():
+        assert lookup_class(old) is lookup_class(new)
+
+
+def _renamed_save(model, path: Path, class_name: str) -> Path:
+    """Save ``model`` and rewrite its config as an older ppmix wrote it: the class under ``class_name``."""
+    model.save(path)
+    config = json.loads((path / "config.json").read_text())
+    config["class"] = class_name
+    config["config_sha256"] = config_checksum(config)
+    (path / "config.json").write_text(json.dumps(config))
+    return path
+
+
+def test_saves_naming_the_old_module_paths_load_in_a_fresh_interpreter(tmp_path, presto_data):
+    """Files written while the optimizers lived under ``ppmix.inference`` (``ppmix.inference.presto``, then
+    ``ppmix.inference.optimizers.*``) load with nothing imported beforehand: the class is found by
+    ``ppmix.io.registry.MOVED_CLASSES``, not by a bare-name match against classes some earlier import registered."""
+    presto = PRESTO(3, "logistic", seed=0, max_iter=3, progress=False).fit(presto_data.X, presto_data.y)
+    X, _, _ = _rw_problem("kmeans")
+    rw = RegularizedWeighting(2, n_init=1, seed=0, progress=False).fit(X)
+    paths = [
+        _renamed_save(presto if old.endswith("PRESTO") else rw, tmp_path / str(i), old)
+        for i, old in enumerate(MOVED_CLASSES)
+    ]
+    script = "\n".join(
+        [
+            "import sys",
+            "from ppmix.io import load_model",
+            "for p in sys.argv[1:]:",
+            "    print(type(load_model(p)).__name__)",
+        ]
+    )
+    run = subprocess.run([sys.executable, "-c", script, *map(str, paths)], capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == [old.rsplit(".", 1)[-1] for old in MOVED_CLASSES]
+    loaded = load_model(paths[-2])  # the last PRESTO name: same predictions as the model saved
+    np.testing.assert_array_equal(loaded.predict(presto_data.X), presto.predict(presto_data.X))

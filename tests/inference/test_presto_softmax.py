@@ -9,12 +9,12 @@ from sklearn.datasets import load_digits
 
 from ppmix.components import LogisticExpert, SoftmaxExpert
 from ppmix.experiments.presto_accuracy import make_region_rules
-from ppmix.inference.optimizers.presto._mm import mm_sweep
-from ppmix.inference.optimizers.presto.adapters import make_adapter
-from ppmix.inference.optimizers.presto.assignment import initial_partition
-from ppmix.inference.optimizers.presto.estimator import PRESTO
-from ppmix.inference.optimizers.presto.loo import logistic_loo_gains, softmax_loo_gains
 from ppmix.models._labels import decode_binary_labels, encode_multiclass_labels, multiclass_classes
+from ppmix.optimizers.presto._mm import mm_sweep
+from ppmix.optimizers.presto.adapters import make_adapter
+from ppmix.optimizers.presto.assignment import initial_partition
+from ppmix.optimizers.presto.estimator import PRESTO
+from ppmix.optimizers.presto.loo import logistic_loo_gains, softmax_loo_gains
 from tests.common import assert_close
 
 D = torch.float64

@@ -13,10 +13,11 @@ import torch
 from scipy.optimize import minimize
 
 from ppmix._validation import NotFittedError
+from ppmix.algorithms.simplex import project_simplex
 from ppmix.components import DiagGaussian, FullGaussian
 from ppmix.datasets.rw import make_outlier_clusters, make_quadratic_regressions, make_unbalanced_clusters
-from ppmix.inference.optimizers.rw.estimator import RegularizedWeighting
-from ppmix.inference.optimizers.rw.learners import (
+from ppmix.optimizers.rw.estimator import RegularizedWeighting
+from ppmix.optimizers.rw.learners import (
     FamilyLearner,
     GaussianLearner,
     RegressionLearner,
@@ -24,8 +25,7 @@ from ppmix.inference.optimizers.rw.learners import (
     SubspaceLearner,
     WeightedLearner,
 )
-from ppmix.inference.optimizers.rw.weights import joint_loss, project_weighted_simplex, solve_weights
-from ppmix.ops.simplex import project_simplex
+from ppmix.optimizers.rw.weights import joint_loss, project_weighted_simplex, solve_weights
 from tests.common import assert_close
 
 

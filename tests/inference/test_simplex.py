@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from ppmix.ops.simplex import project_simplex, project_simplex_warm
+from ppmix.algorithms.simplex import project_simplex, project_simplex_warm
 from tests.common import assert_close
 
 

@@ -35,7 +35,7 @@ az = pytest.importorskip("arviz")
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-pytestmark = pytest.mark.filterwarnings("ignore::ppmix.inference.engines.result.ConvergenceWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::ppmix.engines.result.ConvergenceWarning")
 
 NUM_SAMPLES = 10
 GIBBS = {"engine": "gibbs", "num_samples": 20, "warmup_steps": 10, "num_chains": 1}

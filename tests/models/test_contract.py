@@ -25,7 +25,7 @@ import torch
 import ppmix
 import ppmix.models
 from ppmix import GMM, HMM, PFGMM, PFHMM, Mixture, MixtureModel, MixtureOfExperts, SupervisedGMM, SupervisedHMM
-from ppmix.inference.engines.result import ConvergenceWarning
+from ppmix.engines.result import ConvergenceWarning
 from ppmix.models import PFGMMGibbs
 from tests.common import (
     FAMILY_DATA,
@@ -39,7 +39,7 @@ from tests.common import (
     make_sequences,
 )
 
-pytestmark = pytest.mark.filterwarnings("ignore::ppmix.inference.engines.result.ConvergenceWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::ppmix.engines.result.ConvergenceWarning")
 
 
 class UserStudentT(StudentTMixture):

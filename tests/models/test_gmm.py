@@ -12,8 +12,8 @@ from pyro.infer import TraceEnum_ELBO
 from sklearn.mixture import GaussianMixture
 
 from ppmix import GMM
+from ppmix.engines.params import local_params
 from ppmix.inference import ConvergenceWarning
-from ppmix.inference.engines.params import local_params
 from tests.common import DEVICES, assert_close
 
 COV_TYPES = ["diag", "full", "spherical", "tied"]
@@ -279,7 +279,7 @@ def test_to_arviz_leaves_the_fit_untouched():
 def test_default_start_on_more_rows_than_its_sample_finds_the_planted_clusters(cov, monkeypatch):
     """Beyond START_SAMPLE_ROWS rows the k-means start runs on a subsample and assigns every row once;
     the fit still finds the planted partition and scikit-learn's optimum."""
-    import ppmix.ops.kmeans as kmeans_module
+    import ppmix.algorithms.kmeans as kmeans_module
 
     monkeypatch.setattr(kmeans_module, "START_SAMPLE_ROWS", 200)
     monkeypatch.setattr(kmeans_module, "START_ROWS_PER_COMPONENT", 10)

@@ -11,8 +11,8 @@ import torch
 from pyro.infer import TraceEnum_ELBO
 
 from ppmix import GMM
+from ppmix.engines.params import local_params
 from ppmix.inference import ConvergenceWarning
-from ppmix.inference.engines.params import local_params
 from ppmix.models.hmm import HMM
 from tests.common import assert_close
 

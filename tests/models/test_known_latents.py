@@ -16,7 +16,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from ppmix import GMM, HMM, Mixture
-from ppmix.inference.engines.params import local_params
+from ppmix.engines.params import local_params
 from ppmix.models import PFHMM
 from ppmix.models.known_latents import Clamp, KnownLabels, KnownStates, clamping
 

@@ -456,7 +456,7 @@ def test_a_strong_prior_pulls_the_map_fit_to_the_prior_mean(expert):
     np.testing.assert_allclose(intercept, expected, atol=1e-4 * (y.std() if expert == "gaussian" else 1))
 
 
-@pytest.mark.filterwarnings("ignore::ppmix.inference.engines.result.ConvergenceWarning")
+@pytest.mark.filterwarnings("ignore::ppmix.engines.result.ConvergenceWarning")
 @pytest.mark.parametrize("expert", PRIOR_EXPERTS)
 def test_one_prior_for_mcmc_map_em_and_svi(expert):
     """At the same parameters (the MAP fit and a perturbation of it): the log prior density of the program's global
@@ -466,7 +466,7 @@ def test_one_prior_for_mcmc_map_em_and_svi(expert):
     from pyro import poutine
     from pyro.infer import TraceEnum_ELBO
 
-    from ppmix.inference.engines.params import local_params
+    from ppmix.engines.params import local_params
 
     x, y = make_expert_data(60, expert=expert)
     moe = MixtureOfExperts(2, expert=expert, priors={"slope_scale": 2.0, "gate_slope_scale": 3.0}, seed=0)

@@ -220,7 +220,7 @@ def test_screened_search_reaches_an_optimum_the_single_proposal_misses(caplog):
     options = {"seed": 1, "split_merge": 1, **QUIET}
     plain = MixtureOfExperts(4, **{**options, "split_merge": 0}).fit(data.X, data.y)
     proposal = MixtureOfExperts(4, **options).fit(data.X, data.y)
-    with caplog.at_level(logging.WARNING, logger="ppmix.inference.engines.em"):
+    with caplog.at_level(logging.WARNING, logger="ppmix.engines.em"):
         screened = MixtureOfExperts(4, split_merge_search="screened", **options).fit(data.X, data.y)
     assert not [r.message for r in caplog.records if "decreased" in r.message]
     assert plain.lower_bound_ <= proposal.lower_bound_ < screened.lower_bound_ - 0.1

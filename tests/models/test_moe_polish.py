@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ppmix.datasets.moe import make_moe
-from ppmix.inference.engines.result import ConvergenceWarning
+from ppmix.engines.result import ConvergenceWarning
 from ppmix.models.moe import MixtureOfExperts
 from ppmix.models.moe_polish import polish
 

@@ -15,7 +15,7 @@ from sklearn.base import clone
 
 from ppmix import GMM
 from ppmix.datasets import make_pf_synthetic, make_two_mixture
-from ppmix.inference.engines.params import local_params
+from ppmix.engines.params import local_params
 from ppmix.metrics import auroc
 from ppmix.models.pf.analysis import likelihood_gaps, snr_term, switch_prior_window
 from ppmix.models.pf.pf_gmm import PFGMM, SupervisedGMM
@@ -43,7 +43,7 @@ def _trace_enum_elbo(model, x, y):
 
 
 @pytest.mark.parametrize("alpha", [1.0, 2.5])
-@pytest.mark.filterwarnings("ignore::ppmix.inference.engines.result.ConvergenceWarning")
+@pytest.mark.filterwarnings("ignore::ppmix.engines.result.ConvergenceWarning")
 def test_em_elbo_equals_trace_enum_elbo_mid_fit(alpha):
     x, y = _overlapping()
     model = _pf(alpha=alpha, init_params="random").fit(x, y, max_iter=3, tol=0.0)
@@ -53,7 +53,7 @@ def test_em_elbo_equals_trace_enum_elbo_mid_fit(alpha):
     assert _trace_enum_elbo(model, x, y) == pytest.approx(float(elbo), rel=1e-9)
 
 
-@pytest.mark.filterwarnings("ignore::ppmix.inference.engines.result.ConvergenceWarning")
+@pytest.mark.filterwarnings("ignore::ppmix.engines.result.ConvergenceWarning")
 def test_supervised_em_elbo_equals_trace_enum_elbo():
     x, y = _overlapping()
     model = SupervisedGMM(3, init_params="random", seed=1, progress=False).fit(x, y, max_iter=2, tol=0.0)

@@ -14,8 +14,8 @@ from pyro.infer import TraceEnum_ELBO
 from scipy.stats import norm
 
 from ppmix.datasets.pf_hmm import make_pf_hmm_synthetic
+from ppmix.engines.params import local_params
 from ppmix.inference import ConvergenceWarning
-from ppmix.inference.engines.params import local_params
 from ppmix.metrics import auroc
 from ppmix.models._arviz import PointEstimateWarning
 from ppmix.models.pf.pf_gmm import PFGMM

@@ -17,7 +17,7 @@ from pyro import poutine
 
 from ppmix import HMM, MixtureModel
 
-pytestmark = pytest.mark.filterwarnings("ignore::ppmix.inference.engines.result.ConvergenceWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::ppmix.engines.result.ConvergenceWarning")
 
 
 class PoissonEmissionHMM(HMM):

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import adjusted_rand_score
 
-from ppmix.ops.kmeans import kmeans, kmeans_plusplus, kmeans_start, nearest_centre
+from ppmix.algorithms.kmeans import kmeans, kmeans_plusplus, kmeans_start, nearest_centre
 
 
 @settings(max_examples=40, deadline=None)
@@ -51,7 +51,7 @@ def test_kmeans_recovers_separated_clusters_and_assigns_every_row_to_its_nearest
 def test_sampled_start_costs_one_pass_over_the_rows_beyond_the_sample(monkeypatch):
     """With a sample, Lloyd runs on ``sample_size`` rows only: every distance product but the final
     assignment has that many rows."""
-    import ppmix.ops.kmeans as module
+    import ppmix.algorithms.kmeans as module
 
     x, _ = _blobs(5000, 3, 2, seed=1)
     seen: list[int] = []
@@ -104,7 +104,7 @@ def test_restarts_ending_in_the_same_partition_keep_the_first_whatever_the_round
     """k-means runs that end in one partition (its clusters in another order) differ in inertia by rounding
     alone, which differs between CPU and CUDA: the first run must be kept, or the start, and so the order of
     EM's components, changes with the device. Rounding noise of 1e-14 is planted in every run's inertia."""
-    import ppmix.ops.kmeans as module
+    import ppmix.algorithms.kmeans as module
 
     x, _ = _blobs(300, 3, 2, seed=seed)
     clean = kmeans(x, 3, torch.Generator().manual_seed(seed), n_init=4)

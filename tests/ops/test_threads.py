@@ -112,7 +112,7 @@ def test_run_em_runs_its_passes_under_the_policys_count_and_restores_torchs(two_
 def test_presto_fit_leaves_torchs_count_as_it_found_it(two_threads):
     import numpy as np
 
-    from ppmix.inference.optimizers.presto import PRESTO
+    from ppmix.optimizers.presto import PRESTO
 
     x = np.random.default_rng(0).normal(size=(60, 2))
     PRESTO(2, "linear", seed=0, progress=False, max_iter=3).fit(x, x[:, 0] * (x[:, 1] > 0))

@@ -21,9 +21,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ppmix import HMM, Mixture
+from ppmix.algorithms.floored_simplex import entry_floor, floored_frequencies
 from ppmix.distributed import fit_em
 from ppmix.io import load_model
-from ppmix.ops.floored_simplex import entry_floor, floored_frequencies
 
 FAST = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 #: a step may lose at most this much of the objective, relative (rounding of the E-step sums)

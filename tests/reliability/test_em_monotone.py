@@ -134,14 +134,14 @@ def test_float32_full_covariance_logs_no_rounding_as_a_decrease(caplog) -> None:
     rng = np.random.default_rng(0)
     x = np.r_[rng.normal(size=(300, 3)), rng.normal(size=(300, 3)) * 0.5 + 4]
     model = GMM(3, covariance_type="full", dtype=torch.float32, max_iter=200, tol=0.0, seed=0, progress=False)
-    with caplog.at_level("WARNING", logger="ppmix.inference.engines.em"):
+    with caplog.at_level("WARNING", logger="ppmix.engines.em"):
         model = _fit(model, x)
     assert not [r for r in caplog.records if "objective decreased" in r.getMessage()]
     assert _worst_step(model.history_) >= -1e3 * torch.finfo(torch.float32).eps  # rounding only
 
 
 def test_float64_decrease_check_is_as_strict_as_before() -> None:
-    from ppmix.inference.engines.em import DECREASE_TOL, _decrease_tol
+    from ppmix.engines.em import DECREASE_TOL, _decrease_tol
 
     assert _decrease_tol(torch.tensor(1.0, dtype=torch.float64)) == DECREASE_TOL == _decrease_tol(1.0)
     assert _decrease_tol(torch.tensor(1.0, dtype=torch.float32)) > 100 * torch.finfo(torch.float32).eps

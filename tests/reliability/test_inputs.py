@@ -134,7 +134,7 @@ def test_fit_takes_reversed_strided_arrays(name):
 
 
 def test_forward_backward_takes_reversed_log_probabilities():
-    from ppmix.inference.engines.forward_backward import forward_backward
+    from ppmix.algorithms.forward_backward import forward_backward
 
     log_emit = np.log(rng.uniform(size=(2, 6, 3)))
     log_init, log_trans = np.log(np.full(3, 1 / 3)), np.log(np.full((3, 3), 1 / 3))

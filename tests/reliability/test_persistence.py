@@ -44,7 +44,7 @@ from ppmix.io import (
 )
 from tests.reliability._saved_models import SWAP_WORKS, X, same_gmm
 
-pytestmark = pytest.mark.filterwarnings("ignore::ppmix.inference.engines.result.ConvergenceWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::ppmix.engines.result.ConvergenceWarning")
 
 
 # ----------------------------------------------------------------------------------------- helpers

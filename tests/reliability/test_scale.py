@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 
+from ppmix.algorithms.kmeans import kmeans_plusplus
 from ppmix.components.gaussian_family import relative_floor
 from ppmix.datasets import make_pf_synthetic
 from ppmix.models import GMM, HMM
 from ppmix.models.pf.pf_gmm import PFGMM
-from ppmix.ops.kmeans import kmeans_plusplus
 
 SCALES = [pytest.param(c, id=f"c{c:g}") for c in (1e-6, 1e6, 1e20, 1e-150)]
 
@@ -122,7 +122,7 @@ def _two_rules(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 def test_presto_is_scale_equivariant(c: float, component: str) -> None:
     """PRESTO standardises internally: ``ridge``, ``epsilon`` and the router's ridge act the same at any
     scale (with the absolute ridge, data at 1e-6 gave chance-level test accuracy)."""
-    from ppmix.inference.optimizers.presto import PRESTO
+    from ppmix.optimizers.presto import PRESTO
 
     x, y = _two_rules(300, 0)
     x_test, _ = _two_rules(300, 1)
@@ -136,7 +136,7 @@ def test_presto_is_scale_equivariant(c: float, component: str) -> None:
 
 def test_presto_standardize_false_is_the_raw_algorithm() -> None:
     """On data that are already standardised the two settings run the same algorithm."""
-    from ppmix.inference.optimizers.presto import PRESTO
+    from ppmix.optimizers.presto import PRESTO
 
     x, y = _two_rules(300, 0)
     x = (x - x.mean(0)) / x.std(0, ddof=1)

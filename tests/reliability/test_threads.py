@@ -1,5 +1,5 @@
 """Pyro-based calls from several threads at once (issue 39, item 6): Pyro keeps its handler stack in module
-globals, so ppmix runs them one at a time (``ppmix.inference.engines.params.local_params``); each gives what it
+globals, so ppmix runs them one at a time (``ppmix.engines.params.local_params``); each gives what it
 gives alone."""
 
 from __future__ import annotations

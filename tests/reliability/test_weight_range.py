@@ -2,7 +2,7 @@
 in the k-means start with torch's "invalid multinomial distribution" (the weights passed the float64 check, then
 overflowed or underflowed when cast). Weights far from one are now rescaled by an exact power of two before the
 cast (:func:`ppmix.models._weights.in_safe_range`), and the start draws from float64
-weights divided by the power of two at their largest (:func:`ppmix.ops.kmeans.sampling_mass`)."""
+weights divided by the power of two at their largest (:func:`ppmix.algorithms.kmeans.sampling_mass`)."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ppmix.inference.engines.result import ConvergenceWarning
+from ppmix.engines.result import ConvergenceWarning
 from tests.common import assert_close
 from tests.models.test_contract import CASES, cases, fit
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ppmix.ops.kmeans import _lloyd, kmeans
+from ppmix.algorithms.kmeans import _lloyd, kmeans
 
 __all__ = ["SparseKMeansResult", "choose_l1_bound", "default_l1_bounds", "sparse_feature_weights", "sparse_kmeans"]
 

@@ -34,7 +34,7 @@ from ppmix.components import DiagGaussian
 from ppmix.components.centred import CentredData, padded_counts
 from ppmix.components.family import DataScale, DensityFamily, Statistics, with_priors
 from ppmix.components.gaussian_missing import LOG_2PI, MissingRows, design_coefficients
-from ppmix.components.statistics import GaussianStatistics
+from ppmix.components.gaussian_statistics import GaussianStatistics
 from ppmix.models._missing import fill_column_means
 
 __all__ = [

@@ -10,7 +10,7 @@ import torch
 from ppmix.components import BernoulliLabel, DiagGaussian
 from ppmix.components.family import components_from_state
 from ppmix.components.gaussian_family import weighted_data_scale
-from ppmix.components.statistics import GaussianStatistics
+from ppmix.components.gaussian_statistics import GaussianStatistics
 from ppmix.models._arviz import LaplaceTarget, global_supports
 from ppmix.models._labels import BinaryClassifierMixin
 from ppmix.models._missing import fill_column_means

@@ -8,11 +8,11 @@ import numpy as np
 import torch
 
 from ppmix._validation import NotFittedError, check_matrix, check_n_components, check_positive_int, to_output
+from ppmix.algorithms.kmeans import kmeans_start
 from ppmix.components.family import PriorKey, check_priors
-from ppmix.inference.engines.gibbs import GibbsDraws, NIWPrior, block_log_prob, prior_draws, run_pf_gibbs
+from ppmix.engines.gibbs import GibbsDraws, NIWPrior, block_log_prob, prior_draws, run_pf_gibbs
 from ppmix.models._params import check_seed, store_params
 from ppmix.models.pf.switches import FrameLabels, label_relevant_features
-from ppmix.ops.kmeans import kmeans_start
 
 __all__ = ["PFGMMGibbs"]
 
@@ -21,7 +21,7 @@ class PFGMMGibbs:
     """pf-GMM with full covariance matrices, sampled by the blocked Gibbs sampler of Supplement B.3.
 
     The switches ``S_d`` are shared by all points (as in B.3's conditionals) and drawn
-    with the Gaussian parameters integrated out; see :mod:`ppmix.inference.engines.gibbs` for
+    with the Gaussian parameters integrated out; see :mod:`ppmix.engines.gibbs` for
     the model and the sweep. Predictions average over the kept draws (the posterior
     predictive), so they account for the uncertainty in which features are relevant.
 
@@ -294,7 +294,7 @@ class PFGMMGibbs:
         ``az.plot_ppc``); ``observed_data``: ``X``; ``sample_stats``: ``lp``, the log joint density of every
         draw (:meth:`_draw_log_joint`; its trace is the Gibbs sampler's stand-in for ``az.plot_energy``);
         ``prior``: as many draws of the globals from the priors the sampler ran under (``priors`` as set;
-        :func:`~ppmix.inference.engines.gibbs.prior_draws`).
+        :func:`~ppmix.engines.gibbs.prior_draws`).
         """
         import arviz as az
 

@@ -14,7 +14,7 @@ from pyro import poutine
 from pyro.ops.indexing import Vindex
 
 from ppmix._validation import to_output
-from ppmix.inference.engines.forward_backward import forward_backward
+from ppmix.algorithms.forward_backward import forward_backward
 from ppmix.models._missing import check_missing_option
 from ppmix.models._params import store_params
 from ppmix.models._sequences import SequenceBatch

@@ -34,11 +34,11 @@ from typing import Any, Callable, Protocol, runtime_checkable
 import numpy as np
 import torch
 
+from ppmix.algorithms.kmeans import kmeans_start
 from ppmix.components.centred import CentredData
-from ppmix.inference.engines.restarts import best_of_starts
+from ppmix.engines.restarts import best_of_starts
 from ppmix.models._weights import split_weights
 from ppmix.models.pf.switches import PF_KMEANS_RUNS, FrameLabels, label_ratio, label_relevant_features
-from ppmix.ops.kmeans import kmeans_start
 from ppmix.ops.scaling import column_moments
 
 __all__ = [
@@ -233,7 +233,7 @@ def fit_restarts(
     """Call ``fit_start(restart)`` (a fit of ``model`` from start ``restart``, returning its prepared training
     data) for starts
     ``0 .. n_restarts - 1`` and keep the best by mean in-sample ``log P(y | x)`` of the labelled rows (by the
-    ELBO per point without labels), through :func:`~ppmix.inference.engines.restarts.best_of_starts`.
+    ELBO per point without labels), through :func:`~ppmix.engines.restarts.best_of_starts`.
 
     A later start replaces the one kept only when its mean is higher by more than ``RESTART_MARGIN_SE``
     standard errors of the paired per-row difference (and by more than ``RESTART_TIE``): in-sample,

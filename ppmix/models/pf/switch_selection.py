@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ppmix.inference.engines.result import convergence_warnings_ignored
+from ppmix.engines.result import convergence_warnings_ignored
 from ppmix.models.pf.restarts import PROBA_FLOOR, StartFitting, fit_restarts, weighted_mean_and_error
 from ppmix.models.pf.switches import FrameLabels, label_ratio
 

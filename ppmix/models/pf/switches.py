@@ -26,11 +26,12 @@ from pyro.distributions import constraints
 from pyro.ops.indexing import Vindex
 
 from ppmix._validation import InvalidDataError, check_float
+from ppmix.algorithms.kmeans import kmeans_start
 from ppmix.components import BernoulliLabel, DiagGaussian
 from ppmix.components.centred import CentredData
 from ppmix.components.family import DensityFamily, Statistics
 from ppmix.components.gaussian_family import GaussianFamily, rounding_tolerance
-from ppmix.components.statistics import GaussianStatistics
+from ppmix.components.gaussian_statistics import GaussianStatistics
 from ppmix.models._family_components import drop_leading_ones
 from ppmix.models._flat import flat_prior
 from ppmix.models.pf._observed import (
@@ -41,7 +42,6 @@ from ppmix.models.pf._observed import (
     frame_statistics,
     map_fit_frame_statistics,
 )
-from ppmix.ops.kmeans import kmeans_start
 from ppmix.ops.scaling import column_variance
 
 __all__ = [

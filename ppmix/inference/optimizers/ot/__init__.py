@@ -1,8 +1,0 @@
-"""Optimal-transport aggregation of mixtures of experts fitted on shards: the reduction (MM on a supporting
-sample), the gate refit, the transport divergence and the Middle / Weighted-average estimators."""
-
-from ppmix.inference.optimizers.ot.baselines import align_experts, middle_estimator, weighted_average_estimator
-from ppmix.inference.optimizers.ot.divergence import transport_divergence
-from ppmix.inference.optimizers.ot.reduction import ot_reduce
-
-__all__ = ["align_experts", "middle_estimator", "ot_reduce", "transport_divergence", "weighted_average_estimator"]
