@@ -27,6 +27,7 @@ from ppmix.components.poisson import PoissonFamily
 from ppmix.components.registry import FAMILIES, family_from
 from ppmix.distributed import fit_em
 from ppmix.models.selection import select_components
+from ppmix.testing import _write_shards as write_shards  # the shards check_family writes
 from ppmix.testing import check_family
 from tests.common import FAMILY_DATA, SEQUENCE_FAMILIES, assert_close, make_family_rows, make_family_sequences
 
@@ -86,19 +87,6 @@ def test_planted_components_are_recovered(structure, name):
     if structure == "HMM":
         predicted, z = np.concatenate(predicted), np.concatenate(z)
     assert adjusted_rand_score(z, predicted) >= 0.95  # the planted components overlap a little in some families
-
-
-def _write_shards(structure: str, x, directory) -> list:
-    paths = []
-    for i, part in enumerate(np.array_split(np.arange(len(x)), 3)):
-        if structure == "Mixture":
-            paths.append(directory / f"part{i}.npy")
-            np.save(paths[-1], x[part])
-        else:
-            seqs = [x[j] for j in part]
-            paths.append(directory / f"part{i}.npz")
-            np.savez(paths[-1], X=np.concatenate(seqs), lengths=np.array([len(s) for s in seqs]))
-    return paths
 
 
 @STRUCTURES
@@ -356,7 +344,7 @@ def test_map_em_on_three_shards_equals_map_em_in_memory(structure, tmp_path):
     start.warm_start = True
     in_memory = _quiet(copy.deepcopy(start).fit, x, max_iter=5, tol=0.0)
     sharded = _quiet(
-        fit_em, copy.deepcopy(start), _write_shards(structure, x, tmp_path), executor="inline", max_iter=5, tol=0.0
+        fit_em, copy.deepcopy(start), write_shards(structure, x, tmp_path), executor="inline", max_iter=5, tol=0.0
     )
     np.testing.assert_allclose(sharded.history_, in_memory.history_, rtol=1e-10)
     for key, value in in_memory.state_tensors().items():
