@@ -87,6 +87,25 @@ def check_missing_option(missing: Any, family: DensityFamily) -> None:
         )
 
 
+def refuse_missing_in_program(data: Any, call: str) -> None:
+    """Refuse prepared data with missing entries before ``call`` runs the Pyro program on them (the program needs
+    every entry; only EM marginalises them), so the error comes up front, not from inside Pyro's trace.
+
+    Examples
+    --------
+    >>> refuse_missing_in_program(torch.tensor([[1.0, float("nan")]]), "elbo")
+    Traceback (most recent call last):
+    ...
+    ValueError: X has missing entries (NaN): missing='marginalize' is for EM (fit, partial_fit) only; elbo runs ...
+    """
+    x = getattr(data, "x", data)
+    if isinstance(x, torch.Tensor) and x.is_floating_point() and bool(torch.isnan(x).any()):
+        raise ValueError(
+            "X has missing entries (NaN): missing='marginalize' is for EM (fit, partial_fit) only; "
+            f"{call} runs the Pyro program, which needs every entry"
+        )
+
+
 @dataclass(frozen=True, eq=False)
 class PartlyObserved:
     """Training rows of which some have missing entries.

@@ -22,6 +22,7 @@ from ppmix.engines.enumeration import (
     sample_program,
 )
 from ppmix.engines.params import local_params
+from ppmix.models._missing import refuse_missing_in_program
 
 __all__ = ["PredictionsMixin"]
 
@@ -111,6 +112,7 @@ class PredictionsMixin:
         """
         self._check_fitted()
         data = self.prepare_data(X, y)
+        refuse_missing_in_program(data, "elbo")
         return self.elbo_tensor(data, num_particles=num_particles)
 
     def elbo_tensor(self, data: Any, num_particles: int = 1) -> float:

@@ -28,6 +28,7 @@ from ppmix.engines.enumeration import (
 from ppmix.engines.params import local_params, taking_turns
 from ppmix.io import Savable, load_model
 from ppmix.models._criteria import InformationCriteriaMixin
+from ppmix.models._missing import refuse_missing_in_program
 from ppmix.models._params import check_seed, store_params
 from ppmix.models._predictions import PredictionsMixin
 from ppmix.models._subclassing import refuse_stale_hooks
@@ -409,6 +410,8 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
         if sample_weight is not None and engine != "em":
             raise ValueError(f"sample_weight is taken by engine='em' only; got engine={engine!r}")
         data = self.prepare_data(X, y, fitting=True)
+        if engine != "em":
+            refuse_missing_in_program(data, f"fit(engine={engine!r})")
         object.__setattr__(self, "_train_data", data)
         self.set_variational_guide(None)
         known = known_latents(self, options)

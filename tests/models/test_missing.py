@@ -186,10 +186,25 @@ def test_bad_input_is_named(make, x, error, match):
         make().fit(np.asarray(x))
 
 
-def test_svi_refuses_missing_entries_by_name():
+@pytest.mark.parametrize(
+    "engine, options",
+    [("svi", {"num_steps": 2}), ("mcmc", {"num_samples": 2, "warmup_steps": 2}), ("gibbs", {"num_samples": 2})],
+)
+@pytest.mark.parametrize("structure", ["GMM", "HMM"])
+def test_the_pyro_engines_and_elbo_refuse_missing_entries_up_front(structure, engine, options, capsys):
+    """Named before the program runs: no Pyro trace printed (only EM marginalises missing entries)."""
     _, holes, _ = planted(200)
-    with pytest.raises(ValueError, match="missing entries"):
-        GMM(2, missing="marginalize", **QUIET).fit(holes, engine="svi", num_steps=2)
+    if structure == "GMM":
+        model, data, complete = GMM(2, missing="marginalize", **QUIET), holes, np.nan_to_num(holes)
+    else:
+        model, data = HMM(2, missing="marginalize", **QUIET), [holes[:100], holes[100:]]
+        complete = [np.nan_to_num(part) for part in data]
+    with pytest.raises(ValueError, match=f"missing entries.*fit\\(engine='{engine}'\\)"):
+        model.fit(data, engine=engine, **options)
+    fitted = model.fit(complete)
+    with pytest.raises(ValueError, match="missing entries.*elbo"):
+        fitted.elbo(data)
+    assert "Trace Shapes" not in capsys.readouterr().out
 
 
 # ----------------------------------------------------------------------------------------------- HMM frames
