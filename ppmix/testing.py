@@ -3,13 +3,16 @@
 A new family (a :class:`~ppmix.components.family.DensityFamily` and its
 :class:`~ppmix.components.base.ComponentFamily`) works in every structure and engine when it keeps the
 contract those declare; :func:`check_family` runs the checks ppmix's own suite runs on every built-in family,
-on the data a user gives, and names the first one that fails.
+on the data a user gives, and names the first one that fails. A family of rows is checked in a ``Mixture`` and an
+``HMM``; a sequence family (one whose frames depend on the frames before them, which declares ``sequence_rows``, as
+the autoregressive family does) in an ``HMM``, on sequences.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import inspect
 import logging
 import tempfile
@@ -34,11 +37,30 @@ logger = logging.getLogger(__name__)
 
 #: the structures :func:`check_family` fits the family in
 STRUCTURES = ("Mixture", "HMM")
+#: the structures a sequence family fits in (a mixture has no sequences)
+SEQUENCE_STRUCTURES = ("HMM",)
 #: the most M-steps the weighted-MLE check repeats to reach a fixed point (statistics that depend on the current
 #: components, e.g. the Student-t's expected precisions, need several)
 M_STEPS = 2000
 #: how many sequences the rows are cut into for the HMM
 N_SEQUENCES = 6
+#: the fewest sequences given as sequences: one per shard of the shards check
+MIN_SEQUENCES = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class _CheckData:
+    """The data in the forms the checks read: ``sequences``, a list of ``(T_i, D)`` arrays (the rows cut into
+    ``N_SEQUENCES`` when rows are given), ``frames`` ``(N, D)`` all of them, and ``steps`` ``(N, D')`` every frame as
+    the family scores it (a sequence family's ``sequence_rows``; the frames themselves otherwise)."""
+
+    sequences: list[np.ndarray]
+    frames: torch.Tensor
+    steps: torch.Tensor
+
+    def of(self, structure: str) -> Any:
+        """What ``structure`` fits: the frames as rows (``Mixture``) or the sequences (``HMM``)."""
+        return self.frames.numpy() if structure == "Mixture" else self.sequences
 
 
 def check_family(
@@ -46,7 +68,7 @@ def check_family(
     data: Any,
     *,
     n_components: int = 2,
-    structures: tuple[str, ...] = STRUCTURES,
+    structures: tuple[str, ...] | None = None,
     seed: int = 0,
 ) -> None:
     """Check that ``family`` keeps the contract of ppmix's families, on ``data``; an ``AssertionError`` naming the
@@ -59,23 +81,32 @@ def check_family(
     2. the M-step: ``fit_statistics`` of weighted statistics beats every nearby point of the parameter space (each
        site perturbed in its unconstrained coordinates) on the weighted log-likelihood, and the components rebuilt
        from their site values (parameters passed by name) are the same components;
-    3. in each structure of ``structures`` (``"Mixture"``; ``"HMM"`` on the rows cut into six sequences): EM's
-       objective equals Pyro's ``TraceEnum_ELBO`` at the fitted parameters, and EM on three shards (``fit_em``,
-       warm-started) equals EM in memory;
-    4. in a ``Mixture``: integer ``sample_weight`` equals the rows repeated, from one start;
+    3. in each structure of ``structures``: EM's objective equals Pyro's ``TraceEnum_ELBO`` at the fitted
+       parameters, and EM on three shards (``fit_em`` on ``.npy`` rows, or ``.npz`` frames and ``lengths`` for an
+       ``HMM``; warm-started) equals EM in memory;
+    4. in each structure: integer ``sample_weight`` equals the weighted units repeated, from one start (rows in a
+       ``Mixture``; sequences in an ``HMM``, whose weights are per sequence);
     5. in each structure: a fitted model saves and loads back (the family registered under its name for the check
        if it is not registered) with the same predictions.
+
+    The optional members (MAP-EM's ``map_update``, Gibbs' ``conjugate_posterior``, ``kl``, missing entries) are
+    not required. A sequence family, one that declares ``sequence_rows`` (each step's row made from the frames
+    before it, e.g. :class:`~ppmix.components.AutoRegressiveFamily`), takes sequences and is checked in an ``HMM``
+    only: its M-step on the rows ``sequence_rows`` makes of each sequence, its weights per sequence.
 
     Parameters
     ----------
     family : DensityFamily
         The family, with its settings.
-    data : array-like of shape (n_samples, n_features)
-        Rows the family models, ideally from ``n_components`` distinct components (a few hundred rows).
+    data : array-like of shape (n_samples, n_features), or list of array-like of shape (T_i, n_features)
+        Rows the family models (cut into six sequences for the ``HMM``), or sequences (at least three; their
+        frames are the ``Mixture``'s rows), ideally from ``n_components`` distinct components (a few hundred rows
+        or frames). A sequence family takes sequences only.
     n_components : int, default 2
         The number of components fitted.
-    structures : tuple of str, default ("Mixture", "HMM")
-        The structures of checks 3 and 5.
+    structures : tuple of str, optional
+        The structures of checks 3 to 5, among ``("Mixture", "HMM")``; default: every structure the family fits in
+        (``("HMM",)`` for a sequence family).
     seed : int, default 0
         The seed of every fit.
 
@@ -83,36 +114,99 @@ def check_family(
     ------
     AssertionError
         At the first check that fails, naming it.
+    ValueError
+        If ``data`` is neither rows nor a list of at least three sequences, if a sequence family is given rows, or
+        if ``structures`` names an unknown structure (or ``"Mixture"`` for a sequence family).
 
     Examples
     --------
     >>> import numpy as np
+    >>> from ppmix.components import AutoRegressiveFamily
     >>> from ppmix.components.poisson import PoissonFamily
     >>> rng = np.random.default_rng(0)
     >>> X = np.concatenate([rng.poisson(2.0, (60, 2)), rng.poisson(9.0, (60, 2))]).astype(float)
     >>> check_family(PoissonFamily(), X, structures=("Mixture",))
+    >>> walks = [np.cumsum(rng.normal(size=(40, 1)), axis=0) for _ in range(4)]  # sequences for a sequence family
+    >>> check_family(AutoRegressiveFamily(lags=1), walks, n_components=1)
     """
-    x = torch.as_tensor(np.asarray(data, dtype=np.float64))
-    if x.dim() != 2:
-        raise ValueError(f"data must be a 2-D array of rows (n_samples, n_features); got shape {tuple(x.shape)}")
+    structures = _structures_for(family, structures)
+    checked = _as_check_data(family, data)
+    with _checking(family, "the contract"):
+        _check_contract(family, checked, n_components)
+    with _checking(family, "the M-step"):
+        _check_m_step(family, checked, n_components)
+    for structure in structures:
+        with _checking(family, f"EM's objective = TraceEnum_ELBO in {structure}"):
+            _check_em_objective(family, structure, checked, n_components, seed)
+        with _checking(family, f"EM on shards = EM in memory in {structure}"):
+            _check_shards(family, structure, checked, n_components, seed)
+    for structure in structures:
+        unit = "rows" if structure == "Mixture" else "sequences"
+        with _checking(family, f"sample_weight = {unit} repeated in {structure}"):
+            _check_weights(family, structure, checked, n_components, seed)
+    for structure in structures:
+        with _checking(family, f"save/load in {structure}"):
+            _check_save_load(family, structure, checked, n_components, seed)
+    logger.info("%r passed check_family on %d frames in %s", family, checked.frames.shape[0], structures)
+
+
+def _is_sequence_family(family: Any) -> bool:
+    """Whether ``family``'s frames depend on those before them: it makes each step's row with ``sequence_rows``."""
+    return callable(getattr(family, "sequence_rows", None))
+
+
+def _structures_for(family: Any, structures: tuple[str, ...] | None) -> tuple[str, ...]:
+    """``structures``, checked; None: every structure ``family`` fits in."""
+    sequential = _is_sequence_family(family)
+    if structures is None:
+        return SEQUENCE_STRUCTURES if sequential else STRUCTURES
+    structures = tuple(structures)
     unknown = sorted(set(structures) - set(STRUCTURES))
     if unknown:
         raise ValueError(f"structures must be among {STRUCTURES}; got {unknown}")
-    with _checking(family, "the contract"):
-        _check_contract(family, x, n_components)
-    with _checking(family, "the M-step"):
-        _check_m_step(family, x, n_components)
-    for structure in structures:
-        with _checking(family, f"EM's objective = TraceEnum_ELBO in {structure}"):
-            _check_em_objective(family, structure, x, n_components, seed)
-        with _checking(family, f"EM on shards = EM in memory in {structure}"):
-            _check_shards(family, structure, x, n_components, seed)
-    with _checking(family, "sample_weight = rows repeated in Mixture"):
-        _check_weights(family, x, n_components, seed)
-    for structure in structures:
-        with _checking(family, f"save/load in {structure}"):
-            _check_save_load(family, structure, x, n_components, seed)
-    logger.info("%r passed check_family on %d rows", family, x.shape[0])
+    if sequential and "Mixture" in structures:
+        raise ValueError(
+            f"structures must not name 'Mixture' for the sequence family {family!r} (a mixture has no sequences): "
+            f"use structures={SEQUENCE_STRUCTURES} or leave it out"
+        )
+    return structures
+
+
+def _as_check_data(family: Any, data: Any) -> _CheckData:
+    """``data`` as rows and sequences: rows cut into ``N_SEQUENCES`` sequences, or sequences (a sequence family
+    takes sequences only) whose frames are the rows."""
+    sequential = _is_sequence_family(family)
+    if isinstance(data, (list, tuple)) and len(data) > 0 and all(np.ndim(part) == 2 for part in data):
+        sequences = [np.asarray(part, dtype=np.float64) for part in data]
+        if len(sequences) < MIN_SEQUENCES or len({part.shape[1] for part in sequences}) != 1:
+            raise ValueError(
+                f"data given as sequences must be at least {MIN_SEQUENCES} arrays (T_i, n_features) with the same "
+                f"n_features (one sequence per shard of the shards check); got shapes "
+                f"{[part.shape for part in sequences]}"
+            )
+        frames = torch.as_tensor(np.concatenate(sequences))
+    else:
+        frames = torch.as_tensor(np.asarray(data, dtype=np.float64))
+        if frames.dim() != 2:
+            raise ValueError(
+                "data must be a 2-D array of rows (n_samples, n_features) or a list of sequences (T_i, n_features); "
+                f"got shape {tuple(frames.shape)}"
+            )
+        if sequential:
+            raise ValueError(
+                f"data must be a list of sequences (T_i, n_features) for the sequence family {family!r}, which "
+                "scores each frame with the frames before it (its sequence_rows); got rows"
+            )
+        sequences = list(np.array_split(frames.numpy(), N_SEQUENCES))
+    if not sequential:
+        return _CheckData(sequences, frames, frames)
+    steps = torch.cat([_step_rows(family, torch.as_tensor(part)[None])[0] for part in sequences])
+    return _CheckData(sequences, frames, steps)
+
+
+def _step_rows(family: Any, padded: torch.Tensor) -> torch.Tensor:
+    """Every step's row of padded sequences ``(B, T, D)`` as ``family`` scores it, ``(B, T, D')``."""
+    return family.sequence_rows(padded) if _is_sequence_family(family) else padded
 
 
 @contextlib.contextmanager
@@ -145,7 +239,7 @@ def _weights(n: int, k: int) -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------------------------------- the contract
-def _check_contract(family: Any, x: torch.Tensor, k: int) -> None:
+def _check_contract(family: Any, data: _CheckData, k: int) -> None:
     if not isinstance(family, DensityFamily):
         raise AssertionError(f"a family subclasses ppmix.components.family.DensityFamily; got {type(family).__name__}")
     if not isinstance(getattr(family, "name", None), str):
@@ -157,11 +251,11 @@ def _check_contract(family: Any, x: torch.Tensor, k: int) -> None:
         raise AssertionError(f"{cls.__name__} does not write {sorted(cls.__abstractmethods__)}")
     if not cls.param_names:
         raise AssertionError(f"{cls.__name__}.param_names must name its parameter tensors")
-    scale = family.data_scale(x)
+    scale = family.data_scale(data.frames)
     measured = family.measured(scale)
-    components = measured.placeholder(k, x.shape[1], scale, {"dtype": torch.float64})
-    weights = _weights(x.shape[0], k)
-    stats = components.statistics(measured.prepare(x), weights)
+    components = measured.placeholder(k, data.frames.shape[1], scale, {"dtype": torch.float64})
+    weights = _weights(data.steps.shape[0], k)
+    stats = components.statistics(measured.prepare(data.steps), weights)
     if not hasattr(type(stats), "merge") or not hasattr(type(stats), "scaled"):
         raise AssertionError(f"statistics must be a ppmix.components.family.Statistics; got {type(stats).__name__}")
     _close(stats.counts, weights.sum(0), f"{type(stats).__name__}.counts (each component's total weight)", 1e-10)
@@ -171,29 +265,30 @@ def _check_contract(family: Any, x: torch.Tensor, k: int) -> None:
 
 
 # ------------------------------------------------------------------------------------------------- the M-step
-def _check_m_step(family: Any, x: torch.Tensor, k: int) -> None:
+def _check_m_step(family: Any, data: _CheckData, k: int) -> None:
     """The weighted MLE beats every nearby point, and the components rebuilt from their site values (by name) and
-    from their state are the same."""
-    scale = family.data_scale(x)
+    from their state are the same (on every step's row as the family scores it)."""
+    scale = family.data_scale(data.frames)
     family = family.measured(scale)
-    data, weights = family.prepare(x), _weights(x.shape[0], k)
-    components = family.placeholder(k, x.shape[1], scale, {"dtype": torch.float64})
+    d = data.frames.shape[1]
+    rows, weights = family.prepare(data.steps), _weights(data.steps.shape[0], k)
+    components = family.placeholder(k, d, scale, {"dtype": torch.float64})
     for _ in range(M_STEPS):
         before = family.site_values(components)
-        components.fit_statistics(components.statistics(data, weights))
+        components.fit_statistics(components.statistics(rows, weights))
         fitted = family.site_values(components)
         if all(torch.allclose(fitted[site], value, rtol=1e-12, atol=0.0) for site, value in before.items()):
             break
-    log_prob = components.log_prob(data)
-    _close(family.components(fitted, scale).log_prob(data), log_prob, "components rebuilt from their sites", 1e-12)
+    log_prob = components.log_prob(rows)
+    _close(family.components(fitted, scale).log_prob(rows), log_prob, "components rebuilt from their sites", 1e-12)
     rebuilt = components_from_state(family, components.state_dict(), scale)
-    _close(rebuilt.log_prob(data), log_prob, "components rebuilt from their state_dict (parameters by name)", 1e-12)
+    _close(rebuilt.log_prob(rows), log_prob, "components rebuilt from their state_dict (parameters by name)", 1e-12)
 
     def objective(values: dict[str, torch.Tensor]) -> float:
-        return float((weights * family.components(values, scale).log_prob(data)).sum())
+        return float((weights * family.components(values, scale).log_prob(rows)).sum())
 
     best = objective(fitted)
-    specs = family.sites(k, x.shape[1])
+    specs = family.sites(k, d)
     generator = torch.Generator().manual_seed(0)
     for _ in range(20):
         moved = {}
@@ -215,20 +310,16 @@ def _model(family: Any, structure: str, k: int, seed: int, **options: Any) -> An
     return HMM(k, emission=family, seed=seed, progress=False, **options)
 
 
-def _structure_data(structure: str, x: torch.Tensor) -> Any:
-    rows = x.numpy()
-    return rows if structure == "Mixture" else list(np.array_split(rows, N_SEQUENCES))
-
-
-def _check_em_objective(family: Any, structure: str, x: torch.Tensor, k: int, seed: int) -> None:
-    data = _structure_data(structure, x)
-    model = _quiet(_model(family, structure, k, seed, max_iter=3).fit, data)
-    prepared = model.prepare_data(data)
+def _check_em_objective(family: Any, structure: str, data: _CheckData, k: int, seed: int) -> None:
+    units = data.of(structure)
+    model = _quiet(_model(family, structure, k, seed, max_iter=3).fit, units)
+    prepared = model.prepare_data(units)
     em_objective = float(model.e_step(model.em_data(prepared))[1])
     _close(em_objective, model.elbo_tensor(prepared), "EM's objective against Pyro's TraceEnum_ELBO", 1e-10)
     if structure == "HMM":  # the program scores every step of the padded batch, masked ones too: all finite
-        steps = prepared.x.reshape(-1, prepared.x.shape[-1])
-        log_prob = model.components_.log_prob(model.component_family().prepare(steps))
+        fitted_family = model.component_family()
+        steps = _step_rows(fitted_family, prepared.x)
+        log_prob = model.components_.log_prob(fitted_family.prepare(steps.reshape(-1, steps.shape[-1])))
         if not bool(torch.isfinite(log_prob).all()):
             raise AssertionError("log_prob is not finite on the zero padding of sequences (the masked steps)")
 
@@ -246,15 +337,15 @@ def _write_shards(structure: str, data: Any, directory: Path) -> list[Path]:
     return paths
 
 
-def _check_shards(family: Any, structure: str, x: torch.Tensor, k: int, seed: int) -> None:
+def _check_shards(family: Any, structure: str, data: _CheckData, k: int, seed: int) -> None:
     """Five EM iterations from one warm start, in memory and on three shards by ``fit_em``: the same history and
     parameters (the warm start and ``fit_em`` hand the family its recorded data scale)."""
-    data = _structure_data(structure, x)
-    start = _quiet(_model(family, structure, k, seed).fit, data, max_iter=2)
+    units = data.of(structure)
+    start = _quiet(_model(family, structure, k, seed).fit, units, max_iter=2)
     start.warm_start = True
-    in_memory = _quiet(copy.deepcopy(start).fit, data, max_iter=5, tol=0.0)
+    in_memory = _quiet(copy.deepcopy(start).fit, units, max_iter=5, tol=0.0)
     with tempfile.TemporaryDirectory() as directory:
-        shards = _write_shards(structure, data, Path(directory))
+        shards = _write_shards(structure, units, Path(directory))
         sharded = _quiet(fit_em, copy.deepcopy(start), shards, executor="inline", max_iter=5, tol=0.0)
     common = min(len(sharded.history_), len(in_memory.history_))  # at a fixed point one may stop an iteration early
     _close(sharded.history_[:common], in_memory.history_[:common], "the history of EM on shards", 1e-10)
@@ -262,19 +353,26 @@ def _check_shards(family: Any, structure: str, x: torch.Tensor, k: int, seed: in
         _close(sharded.state_tensors()[key], value, f"{key} fitted by EM on shards", 1e-9, 1e-12)
 
 
-def _check_weights(family: Any, x: torch.Tensor, k: int, seed: int) -> None:
-    """Integer weights (0 to 3) against the rows repeated, three EM iterations from one start."""
-    rows = x.numpy()
-    weight = np.random.default_rng(seed).integers(0, 4, len(rows))
+def _repeated(units: Any, weight: np.ndarray) -> Any:
+    """Rows ``(n, D)`` or a list of sequences, unit ``i`` repeated ``weight[i]`` times in place."""
+    index = np.repeat(np.arange(len(units)), weight)
+    return units[index] if isinstance(units, np.ndarray) else [units[i] for i in index]
+
+
+def _check_weights(family: Any, structure: str, data: _CheckData, k: int, seed: int) -> None:
+    """Integer weights (0 to 3) of the rows (``Mixture``) or the sequences (``HMM``) against those units repeated,
+    three EM iterations from one start."""
+    units = data.of(structure)
+    weight = np.random.default_rng(seed).integers(0, 4, len(units))
     weight[:2] = 1
-    repeated = np.repeat(rows, weight, axis=0)
-    start = _quiet(_model(family, "Mixture", k, seed, max_iter=1, init_params="random").fit, repeated).get_globals()
+    repeated = _repeated(units, weight)
+    start = _quiet(_model(family, structure, k, seed, max_iter=1, init_params="random").fit, repeated).get_globals()
     fits = []
-    for data, options in ((rows, {"sample_weight": weight}), (repeated, {})):
-        model = _model(family, "Mixture", k, seed, tol=0.0, max_iter=3)
-        _quiet(model.fit, data, max_iter=1, **options)
+    for fitted_units, options in ((units, {"sample_weight": weight}), (repeated, {})):
+        model = _model(family, structure, k, seed, tol=0.0, max_iter=3)
+        _quiet(model.fit, fitted_units, max_iter=1, **options)
         model.set_globals(start)
-        fits.append(_quiet(model.fit, data, warm_start=True, **options))
+        fits.append(_quiet(model.fit, fitted_units, warm_start=True, **options))
     weighted, plain = fits
     for site, value in plain.get_globals().items():
         _close(weighted.get_globals()[site], value, f"{site} fitted with sample_weight", 1e-10, 1e-12)
@@ -300,11 +398,11 @@ def _registered(family: Any) -> Iterator[None]:
         registry.FAMILIES.pop(family.name, None)
 
 
-def _check_save_load(family: Any, structure: str, x: torch.Tensor, k: int, seed: int) -> None:
-    data = _structure_data(structure, x)
-    model = _quiet(_model(family, structure, k, seed, max_iter=5).fit, data)
+def _check_save_load(family: Any, structure: str, data: _CheckData, k: int, seed: int) -> None:
+    units = data.of(structure)
+    model = _quiet(_model(family, structure, k, seed, max_iter=5).fit, units)
     with _registered(family), tempfile.TemporaryDirectory() as directory:  # a loaded model finds it by name
         loaded = type(model).load(model.save(Path(directory) / "model"))
         for key, value in model.state_tensors().items():
             _close(loaded.state_tensors()[key], value, f"{key} of the loaded model", 0.0)
-        _close(loaded.score(data), model.score(data), "the loaded model's score", 0.0)
+        _close(loaded.score(units), model.score(units), "the loaded model's score", 0.0)

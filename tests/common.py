@@ -142,10 +142,22 @@ FAMILY_DATA = {
 }
 
 
+def _autoregressive(z: np.ndarray, d: int, rng: np.random.Generator) -> np.ndarray:
+    """One sequence of the planted AR(1) states along the path ``z``: ``x_t = 0.5 x_{t-1} + e_t`` in state 0,
+    ``x_t = -0.5 x_{t-1} + 6 + e_t`` in state 1 (settling at 0 and at 4), unit-variance noise ``e_t``, ``x_{-1}``
+    zero."""
+    frames, previous = np.zeros((len(z), d)), np.zeros(d)
+    for t, state in enumerate(z):
+        frames[t] = previous = np.where(state == 1, -0.5, 0.5) * previous + 6.0 * state + rng.normal(size=d)
+    return frames
+
+
 #: the registered families whose frames depend on the frames before them in their sequence (``sequence_rows``): an
-#: HMM's emissions only, not a mixture's components, with known answers of their own
-#: (tests/components/test_autoregressive.py) instead of ``FAMILY_DATA``'s rows
-SEQUENCE_FAMILIES = frozenset({"autoregressive"})
+#: HMM's emissions only, not a mixture's components. ``emit(z, n_features, rng)`` gives one sequence along the state
+#: path ``z`` (:func:`make_family_sequences` draws them); tests/components/test_families.py runs ``check_family`` on
+#: them, and tests/components/test_autoregressive.py has the autoregressive family's known answers
+SEQUENCE_FAMILY_DATA = {"autoregressive": _autoregressive}
+SEQUENCE_FAMILIES = frozenset(SEQUENCE_FAMILY_DATA)
 
 
 def make_family_rows(family: str, n: int = 60, n_features: int = 2, *, seed: int = 0):
@@ -156,10 +168,12 @@ def make_family_rows(family: str, n: int = 60, n_features: int = 2, *, seed: int
 
 
 def make_family_sequences(family: str, n_sequences: int = 6, lengths=(4, 12), n_features: int = 2, *, seed: int = 0):
-    """``(X, z)``: the sticky two-state chains of :func:`make_sequences` emitting rows of ``family``."""
+    """``(X, z)``: the sticky two-state chains of :func:`make_sequences` emitting rows of ``family`` (``FAMILY_DATA``),
+    or each a sequence of a sequence family (``SEQUENCE_FAMILY_DATA``)."""
     rng = np.random.default_rng(seed)
     _, _, zs = make_sequences(n_sequences, lengths, n_features, seed=seed)
-    return [np.asarray(FAMILY_DATA[family](z, n_features, rng), dtype=float) for z in zs], zs
+    emit = SEQUENCE_FAMILY_DATA[family] if family in SEQUENCE_FAMILY_DATA else FAMILY_DATA[family]
+    return [np.asarray(emit(z, n_features, rng), dtype=float) for z in zs], zs
 
 
 def make_expert_data(n: int = 80, n_features: int = 2, expert: str = "gaussian", *, seed: int = 0):

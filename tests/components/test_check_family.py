@@ -20,10 +20,21 @@ import torch
 from pyro.distributions import constraints
 
 from ppmix import HMM, Mixture
-from ppmix.components import ComponentFamily, DensityFamily, SiteSpec, Statistics, register_family, registry
+from ppmix.components import (
+    AutoRegressiveComponents,
+    AutoRegressiveFamily,
+    ComponentFamily,
+    DensityFamily,
+    SiteSpec,
+    Statistics,
+    register_family,
+    registry,
+)
+from ppmix.components.autoregressive import lagged_sequences
 from ppmix.components.family import components_from_state
 from ppmix.distributed import fit_em
 from ppmix.testing import check_family
+from tests.common import make_family_sequences
 
 
 # ------------------------------------------------------------------------------ the user's family (~70 lines)
@@ -217,6 +228,71 @@ def _family_of(components: type) -> DensityFamily:
 def test_check_family_names_what_a_broken_family_breaks(components, message):
     with pytest.raises(AssertionError, match=message):
         check_family(_family_of(components), _rows(120), structures=())
+
+
+class _LagBlind(AutoRegressiveComponents):
+    def fit_statistics(self, stats):  # the lags ignored: not the weighted least squares of the frames on them
+        super().fit_statistics(stats)
+        self.weights = torch.zeros_like(self.weights)
+        return self
+
+
+class _LagBlindFamily(AutoRegressiveFamily):
+    name = "lag_blind"
+    components_class = _LagBlind
+
+    def components(self, values, scale):
+        fitted = super().components(values, scale)
+        return _LagBlind(fitted.weights, fitted.bias, fitted.scale_tril, fitted.reg_covar, fitted.diagonal)
+
+
+class _LeakyLagsFamily(AutoRegressiveFamily):
+    name = "leaky_lags"
+
+    def sequence_rows(self, x):  # lags run on across the padded batch: a sequence's first lags depend on the batch
+        b, t, d = x.shape
+        return lagged_sequences(x.reshape(1, b * t, d), self.lags).reshape(b, t, -1)
+
+
+def _sequences(n: int = 6) -> list[np.ndarray]:
+    return make_family_sequences("autoregressive", n, (10, 20), 2)[0]
+
+
+@pytest.mark.parametrize(
+    "family, message",
+    [
+        (_LagBlindFamily(), r"failed the M-step: parameters near the M-step's have a higher weighted log-likelihood"),
+        (_LeakyLagsFamily(), r"failed EM on shards = EM in memory in HMM: the history of EM on shards"),
+    ],
+    ids=["not-the-least-squares", "lags-across-sequences"],
+)
+def test_check_family_names_what_a_broken_sequence_family_breaks(family, message):
+    """A sequence family is checked on the rows its sequences make (``AutoRegressiveFamily`` itself passes in
+    tests/components/test_families.py): an autoregression ignoring its lags is not the M-step's MLE, and one whose
+    lags run on from one sequence into the next gives another fit on shards than in memory."""
+    with pytest.raises(AssertionError, match=message):
+        check_family(family, _sequences())
+
+
+@pytest.mark.parametrize(
+    "family, data, structures, message",
+    [
+        (AutoRegressiveFamily(), np.zeros((40, 2)), None, r"data must be a list of sequences .* sequence family"),
+        (AutoRegressiveFamily(), _sequences(), ("Mixture",), r"structures must not name 'Mixture' .*\('HMM',\)"),
+        (AutoRegressiveFamily(), _sequences(2), None, r"at least 3 arrays \(T_i, n_features\)"),
+        (LaplaceFamily(), np.zeros((2, 3, 4)), None, r"a 2-D array of rows .* or a list of sequences"),
+        (LaplaceFamily(), _rows(40), ("GMM",), r"structures must be among \('Mixture', 'HMM'\)"),
+    ],
+    ids=["rows-for-a-sequence-family", "mixture-of-sequences", "two-sequences", "3-d", "unknown-structure"],
+)
+def test_check_family_refuses_data_and_structures_it_cannot_check(family, data, structures, message):
+    with pytest.raises(ValueError, match=message):
+        check_family(family, data, structures=structures)
+
+
+def test_a_family_of_rows_is_checked_on_sequences_too():
+    """Sequences given to a family of rows: the ``HMM`` fits them as given and the ``Mixture`` their frames."""
+    check_family(LaplaceFamily(), np.array_split(_rows(120), 4))
 
 
 def test_register_family_refuses_a_wrong_name_a_non_family_and_a_taken_name(families):

@@ -1,12 +1,13 @@
 """Every registered density family, through every structure and engine that takes one.
 
-Parametrised over ``tests.common.FAMILY_DATA`` (one entry per family in
-``ppmix.components.registry.FAMILIES``): every family passes ``ppmix.testing.check_family`` (the weighted M-step
+Every family in ``ppmix.components.registry.FAMILIES`` passes ``ppmix.testing.check_family`` (the weighted M-step
 maximises the weighted log-likelihood, EM's objective is Pyro's ``TraceEnum_ELBO`` at the same parameters, EM on
-three ``.npy``/``.npz`` shards equals EM in memory, weights are repeated rows, save/load), planted components are
-found by ``Mixture`` and ``HMM``, ``partial_fit``
-approaches the batch fit, SVI reaches EM's optimum and MCMC gives ArviZ its draws. The contract suite
-(``tests/models/test_contract.py``) adds predictions, save/load, ``to_arviz`` and bad input.
+three ``.npy``/``.npz`` shards equals EM in memory, integer weights are repeated rows or sequences, save/load): the
+families of rows on rows (``tests.common.FAMILY_DATA``) in ``Mixture`` and ``HMM``, the sequence families on
+sequences (``tests.common.SEQUENCE_FAMILY_DATA``) in ``HMM``. Over the families of rows, planted components are
+found by ``Mixture`` and ``HMM``, ``partial_fit`` approaches the batch fit, SVI reaches EM's optimum and MCMC gives
+ArviZ its draws. The contract suite (``tests/models/test_contract.py``) adds predictions, save/load, ``to_arviz``
+and bad input.
 """
 
 from __future__ import annotations
@@ -29,7 +30,14 @@ from ppmix.distributed import fit_em
 from ppmix.models.selection import select_components
 from ppmix.testing import _write_shards as write_shards  # the shards check_family writes
 from ppmix.testing import check_family
-from tests.common import FAMILY_DATA, SEQUENCE_FAMILIES, assert_close, make_family_rows, make_family_sequences
+from tests.common import (
+    FAMILY_DATA,
+    SEQUENCE_FAMILIES,
+    SEQUENCE_FAMILY_DATA,
+    assert_close,
+    make_family_rows,
+    make_family_sequences,
+)
 
 NAMES = sorted(FAMILY_DATA)
 QUIET = {"seed": 0, "progress": False}
@@ -65,17 +73,25 @@ PYRO_ENGINE_CASES = pytest.mark.parametrize(
 
 
 def test_every_registered_family_has_test_data():
-    assert set(FAMILY_DATA) == set(FAMILIES) - SEQUENCE_FAMILIES, "add the new family's data to tests.common"
-    assert all(hasattr(family_from(name), "sequence_rows") for name in SEQUENCE_FAMILIES)
+    """Rows for a family of rows, sequences for a sequence family (one that declares ``sequence_rows``): every
+    registered family has one or the other, so ``check_family`` runs on each."""
+    assert set(FAMILY_DATA) | set(SEQUENCE_FAMILY_DATA) == set(FAMILIES), "add the new family's data to tests.common"
+    assert not set(FAMILY_DATA) & set(SEQUENCE_FAMILY_DATA)
+    assert all(hasattr(family_from(name), "sequence_rows") for name in SEQUENCE_FAMILY_DATA)
+    assert not any(hasattr(family_from(name), "sequence_rows") for name in FAMILY_DATA)
 
 
-@FAMILY
+@pytest.mark.parametrize("name", sorted(FAMILIES))
 def test_every_registered_family_passes_check_family(name):
     """``ppmix.testing.check_family``, which a user's family runs too: the contract, the M-step against perturbed
-    parameters, EM's objective = Pyro's ``TraceEnum_ELBO`` and EM on shards = EM in memory in ``Mixture`` and
-    ``HMM``, integer weights = rows repeated, save/load."""
-    x, _ = make_family_rows(name, 300, 2)
-    check_family(family_from(name), x)
+    parameters, EM's objective = Pyro's ``TraceEnum_ELBO``, EM on shards = EM in memory, integer weights = rows
+    (``Mixture``) or sequences (``HMM``) repeated, save/load; in ``Mixture`` and ``HMM`` on 300 rows, or for a
+    sequence family (no MAP-EM update either) in ``HMM`` on 12 sequences of 10 to 40 frames."""
+    if name in SEQUENCE_FAMILIES:
+        data, _ = make_family_sequences(name, 12, (10, 40), 2)
+    else:
+        data, _ = make_family_rows(name, 300, 2)
+    check_family(family_from(name), data)
 
 
 @STRUCTURES
