@@ -22,7 +22,9 @@ __all__ = ["GaussianStatistics"]
 @dataclass(frozen=True)
 class GaussianStatistics(Statistics):
     """Per component: total weight ``counts`` ``(K,)``, weighted ``mean`` ``(K, D)`` and ``scatter``
-    ``sum_n w_nk (x_n - mean_k)^2`` (``(K, D)``, diagonal) or its outer products (``(K, D, D)``, full).
+    ``sum_n w_nk (x_n - mean_k)^2`` (``(K, D)``, diagonal) or its outer products (``(K, D, D)``, full). The tied
+    covariance's statistics hold in ``scatter`` each component's ``n_k / n`` share of the pooled scatter (what
+    the tied M-step reads is only their sum over ``k``, which merging and scaling keep).
 
     Examples
     --------

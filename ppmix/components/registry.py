@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import inspect
+import threading
 from typing import Any
 
 from ppmix.components.expert_family import ExpertFamily
@@ -57,17 +58,22 @@ EXPERT_FAMILIES: dict[str, str] = {
 
 
 _entry_points_read = False
+_entry_points_lock = threading.Lock()
 
 
 def _read_entry_points() -> None:
     """Add the families of installed packages (entry points of :data:`ENTRY_POINT_GROUP`) to :data:`FAMILIES`, once;
-    a registered or built-in name keeps its family."""
+    a registered or built-in name keeps its family. Threads wait for the one that reads them (none sees the flag
+    set before the families are in)."""
     global _entry_points_read
     if _entry_points_read:
         return
-    _entry_points_read = True
-    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        FAMILIES.setdefault(entry.name, entry.value)
+    with _entry_points_lock:
+        if _entry_points_read:
+            return
+        for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            FAMILIES.setdefault(entry.name, entry.value)
+        _entry_points_read = True
 
 
 def register_family(name: str, cls: type) -> None:
@@ -91,6 +97,8 @@ def register_family(name: str, cls: type) -> None:
     """
     if not (isinstance(cls, type) and issubclass(cls, DensityFamily)):
         raise TypeError(f"cls must be a subclass of DensityFamily; got {cls!r}")
+    if inspect.isabstract(cls):
+        raise TypeError(f"cls {cls.__name__} is abstract: it must write {sorted(cls.__abstractmethods__)}")
     if getattr(cls, "name", None) != name:
         raise ValueError(
             f"name must be the family's own name, {cls.__name__}.name = {getattr(cls, 'name', None)!r} (what saved "

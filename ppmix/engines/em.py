@@ -157,28 +157,33 @@ def run_em(
     init_iter = model.init_iter if init_iter is None else init_iter
     short = None if init_iter is None or warm or n_init == 1 else check_positive_int(init_iter, "init_iter")
     best: tuple[float, dict[str, torch.Tensor], FitResult] | None = None
-    with ExitStack() as threads:
-        # until the size of a pass is known: one thread only if the CPU is busy (ppmix.ops.threads)
-        threads.enter_context(torch_threads(threads_for(math.inf)))
-        threads.enter_context(_inference(model))
-        if warm and isinstance(model, DataStatisticsEM):  # statistics of this fit's data, not EM parameters
-            model.em_set_data_statistics(model.em_data_statistics(em_data))
-        for restart in range(1 if warm else n_init):
-            if not warm:
-                model.em_initialize(em_data, model.generator(restart))
-            if restart == 0:  # then by the work of a pass, known once the parameters exist
-                threads.enter_context(torch_threads(threads_for(_pass_work(model, n_obs))))
-            best = _better(best, model, em_data, n_obs, min(short or max_iter, max_iter), tol, show, restart)
-        assert best is not None
-        values, result = best[1], best[2]
-        inference = getattr(model, "em_inference_mode", False)
-        tail = short is not None and not result.converged  # small EM: run the best start on to convergence
-        if tail or not inference:
-            model.set_globals(values)
-        if tail:
-            rest = _single_run(model, em_data, n_obs, max(max_iter - result.n_iter, 1), tol, show, n_init)
-            result = FitResult(result.history + rest.history[1:], result.n_iter + rest.n_iter, rest.converged)
-            values = model.get_globals()
+    inference = getattr(model, "em_inference_mode", False)
+    try:
+        with ExitStack() as threads:
+            # until the size of a pass is known: one thread only if the CPU is busy (ppmix.ops.threads)
+            threads.enter_context(torch_threads(threads_for(math.inf)))
+            threads.enter_context(_inference(model))
+            if warm and isinstance(model, DataStatisticsEM):  # statistics of this fit's data, not EM parameters
+                model.em_set_data_statistics(model.em_data_statistics(em_data))
+            for restart in range(1 if warm else n_init):
+                if not warm:
+                    model.em_initialize(em_data, model.generator(restart))
+                if restart == 0:  # then by the work of a pass, known once the parameters exist
+                    threads.enter_context(torch_threads(threads_for(_pass_work(model, n_obs))))
+                best = _better(best, model, em_data, n_obs, min(short or max_iter, max_iter), tol, show, restart)
+            assert best is not None
+            values, result = best[1], best[2]
+            tail = short is not None and not result.converged  # small EM: run the best start on to convergence
+            if tail or not inference:
+                model.set_globals(values)
+            if tail:
+                rest = _single_run(model, em_data, n_obs, max(max_iter - result.n_iter, 1), tol, show, n_init)
+                result = FitResult(result.history + rest.history[1:], result.n_iter + rest.n_iter, rest.converged)
+                values = model.get_globals()
+    except BaseException:  # an error or interrupt mid-EM: leave ordinary tensors behind, not inference ones
+        if inference:
+            _ordinary_parameters(model)
+        raise
     if inference:  # the parameters set once, as ordinary tensors (autograd may use them)
         model.set_globals({name: value.clone() for name, value in values.items()})
     if not result.converged:
@@ -188,6 +193,16 @@ def run_em(
             stacklevel=3,
         )
     return result
+
+
+def _ordinary_parameters(model: EMModel) -> None:
+    """Replace the parameters EM left under ``torch.inference_mode`` by ordinary copies (after an exception: the
+    model may hold none yet, then there is nothing to replace)."""
+    try:
+        values = model.get_globals()
+    except AttributeError:  # no parameters yet (the error came before the first start)
+        return
+    model.set_globals({name: value.clone() for name, value in values.items()})
 
 
 def _inference(model: EMModel) -> AbstractContextManager[Any]:

@@ -99,7 +99,7 @@ class GMM(Mixture):
            [3. , 3. ]])
     """
 
-    #: EM runs under ``torch.inference_mode()`` (:func:`~ppmix.inference.engines.em.run_em`): the Gaussian hooks
+    #: EM runs under ``torch.inference_mode()`` (:func:`~ppmix.engines.em.run_em`): the Gaussian hooks
     #: use no autograd, and the fitted parameters come out as ordinary tensors
     em_inference_mode = True
 

@@ -303,6 +303,9 @@ def test_register_family_refuses_a_wrong_name_a_non_family_and_a_taken_name(fami
     taken = type("PoissonImpostor", (LaplaceFamily,), {"name": "poisson"})
     with pytest.raises(ValueError, match="'poisson' is registered to another family, PoissonFamily"):
         register_family("poisson", taken)
+    unfinished = type("Unfinished", (DensityFamily,), {"name": "unfinished"})  # no sites
+    with pytest.raises(TypeError, match=r"cls Unfinished is abstract: it must write \['sites'\]"):
+        register_family("unfinished", unfinished)
     register_family("laplace", LaplaceFamily)
     register_family("laplace", LaplaceFamily)  # again: nothing happens
     assert registry.family_class("laplace") is LaplaceFamily

@@ -194,6 +194,28 @@ def test_em_leaves_ordinary_tensors_that_autograd_and_in_place_updates_may_use(c
     assert all(torch.isfinite(grad).all() for grad in grads)
 
 
+def test_an_error_mid_em_leaves_ordinary_tensors(monkeypatch):
+    """An exception (or interrupt) inside EM's inference mode: the parameters left on the model are not inference
+    tensors, so in-place updates and autograd still work on them."""
+    x = np.random.default_rng(0).normal(size=(60, 3))
+    gmm = GMM(2, seed=0, progress=False).fit(x)
+    calls, e_step = [], GMM.e_step
+
+    def failing_e_step(self, data):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("interrupted")
+        return e_step(self, data)
+
+    monkeypatch.setattr(GMM, "e_step", failing_e_step)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        gmm.fit(x)
+    components = gmm.components_
+    values = {"weights": gmm.weights_, **{name: getattr(components, name) for name in components.param_names}}
+    assert not [name for name, value in values.items() if value.is_inference()]
+    gmm.weights_.mul_(1.0)
+
+
 def test_restarts_keep_the_best_objective():
     x, *_ = planted(300, seed=8)
     singles = [GMM(3, init_params="random", seed=s, progress=False, max_iter=5) for s in (0, 1, 2)]
