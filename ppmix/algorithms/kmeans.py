@@ -324,5 +324,4 @@ def _run_labels(x_t: torch.Tensor, centres: torch.Tensor) -> torch.Tensor:
     one matrix product."""
     runs, n_clusters, d = centres.shape
     flat = centres.reshape(runs * n_clusters, d)
-    scores = torch.addmm(flat.square().sum(1, keepdim=True), flat, x_t, alpha=-2.0)
-    return scores.view(runs, n_clusters, -1).min(dim=1).indices
+    return _centre_scores(x_t.T, flat).view(runs, n_clusters, -1).min(dim=1).indices
