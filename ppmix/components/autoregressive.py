@@ -1,13 +1,18 @@
 """Autoregressive emissions for the HMM: ``x_t | z_t = k ~ N(W_k [x_{t-1}; ...; x_{t-p}] + b_k, Sigma_k)``.
 
 A frame's density depends on the ``p`` frames before it in its sequence, the frames before a
-sequence's start taken as zeros (the convention of dynamax's ``LinearAutoregressiveHMM``). The
+sequence's start taken as zeros (the convention of dynamax's ``LinearAutoregressiveHMM``): each sequence's first
+``p`` frames regress on zero lags, which biases the weights of sequences far from zero mean (true ``W = 0.8``:
+fitted 0.58 at an offset of 10, 0.04 at an offset of 100), so centre your sequences (subtract their mean) before
+fitting. The
 family asks the HMM for them through :meth:`AutoRegressiveFamily.sequence_rows`: given the padded
 sequences, it makes every step's row ``[x_t, x_{t-1}, ..., x_{t-p}]`` ``(D (p + 1),)``, which the HMM
 then treats as it treats any family's frames (EM, the Pyro program of SVI and MCMC, predictions).
 The M-step is a weighted least-squares regression of ``x_t`` on ``[x_{t-1}; ...; x_{t-p}; 1]`` per
-state; the covariance is the weighted residual covariance under the Gaussian family's variance floor
-(:func:`~ppmix.components.gaussian_family.variance_floor` of the frames' robust spread).
+state, on frames and lags centred at a fixed centre (the training frames' mean) so that float32 keeps its
+digits; the covariance is the weighted residual covariance under the Gaussian family's variance floor
+(:func:`~ppmix.components.gaussian_family.variance_floor`) of the robust spread of the first differences
+``x_t - x_{t-1}`` (a residual scale: the frames' own spread would swamp the noise of a trending series).
 
 A mixture has no sequences, so ``Mixture(family="autoregressive")`` is refused.
 """
@@ -27,7 +32,7 @@ from ppmix._validation import check_positive_int
 from ppmix.components.base import ComponentFamily
 from ppmix.components.centred import as_floor, padded_counts
 from ppmix.components.family import AdditiveStatistics, DataScale, DensityFamily, SiteSpec
-from ppmix.components.gaussian_family import GaussianFamily
+from ppmix.components.gaussian_family import GaussianFamily, robust_spread, scale_sample, variance_floor
 from ppmix.components.gaussian_full import checked_cholesky, floored_covariance
 
 __all__ = ["AutoRegressiveComponents", "AutoRegressiveFamily", "LaggedNormal", "LaggedRows", "RegressionStatistics"]
@@ -38,7 +43,16 @@ COVARIANCE_TYPES = ("full", "diag")
 @dataclasses.dataclass(frozen=True)
 class LaggedRows:
     """Frames with the frames before them: ``frames`` ``(N, D)`` and ``lags`` ``(N, D p)``, row ``n`` of ``lags``
-    being ``[x_{t-1}; ...; x_{t-p}]`` of frame ``x_t = frames[n]`` (zeros before its sequence's start)."""
+    being ``[x_{t-1}; ...; x_{t-p}]`` of frame ``x_t = frames[n]`` (zeros before its sequence's start).
+
+    Examples
+    --------
+    >>> rows = split_rows(lagged_sequences(torch.tensor([[[1.0], [2.0], [3.0]]]), 1)[0], 1, 1)
+    >>> rows.frames.tolist(), rows.lags.tolist()
+    ([[1.0], [2.0], [3.0]], [[0.0], [1.0], [2.0]])
+    >>> rows.design().tolist()
+    [[0.0, 1.0], [1.0, 1.0], [2.0, 1.0]]
+    """
 
     frames: torch.Tensor
     lags: torch.Tensor
@@ -51,10 +65,67 @@ class LaggedRows:
 @dataclasses.dataclass(frozen=True)
 class RegressionStatistics(AdditiveStatistics):
     """Per state, the total weight ``counts`` ``(K,)`` and the weighted cross-products ``moments`` ``(K, D + P,
-    D + P)`` of ``u = [x_t; x_{t-1}; ...; x_{t-p}; 1]`` (``P = D p + 1``): all the weighted least squares needs."""
+    D + P)`` of ``u = [x_t - m; x_{t-1} - m; ...; x_{t-p} - m; 1]`` (``P = D p + 1``, ``m`` the components' fixed
+    ``centre``): all the weighted least squares needs, additive across shards.
+
+    Examples
+    --------
+    >>> comp = AutoRegressiveComponents(torch.zeros(1, 1, 1), torch.zeros(1, 1), torch.ones(1, 1, 1))
+    >>> rows = LaggedRows(torch.tensor([[1.0], [2.0]]), torch.tensor([[0.0], [1.0]]))
+    >>> stats = comp.statistics(rows, torch.ones(2, 1))
+    >>> stats.counts.tolist(), stats.moments[0].tolist()  # u = [x_t; x_{t-1}; 1]
+    ([2.0], [[5.0, 2.0, 3.0], [2.0, 1.0, 1.0], [3.0, 1.0, 2.0]])
+    """
 
     counts: torch.Tensor
     moments: torch.Tensor
+
+
+def split_rows(x: torch.Tensor, d: int, lags: int) -> LaggedRows:
+    """Rows ``[x_t, x_{t-1}, ..., x_{t-p}]`` ``(N, D (p + 1))`` of ``d`` features and ``lags`` lags as
+    :class:`LaggedRows`; rows of another width (a mixture's frames, which have no lags) are refused.
+
+    Examples
+    --------
+    >>> split_rows(torch.tensor([[2.0, 1.0]]), 1, 1).lags.tolist()
+    [[1.0]]
+    """
+    if x.dim() != 2 or x.shape[1] != d * (lags + 1):
+        raise ValueError(_no_sequences(x.shape[-1], d, lags))
+    return LaggedRows(x[:, :d], x[:, d:])
+
+
+def innovation_floor(steps: torch.Tensor, reg_covar: float, weight: torch.Tensor | None = None) -> torch.Tensor:
+    """The variance floor ``(D,)`` of autoregressive noise from the steps ``x_t - x_{t-1}`` ``(N, D)`` of the
+    sequences (a sequence's first frame minus zero, as its lag):
+    :func:`~ppmix.components.gaussian_family.variance_floor` of their robust spread, a residual scale (the frames'
+    own spread, that of the level, would swamp the noise of a trending or integrated series). Steps counted
+    ``weight`` ``(N,)`` times (once when None); beyond :data:`~ppmix.components.gaussian_family.SCALE_SAMPLE_ROWS`
+    steps, unweighted, on a fixed subsample.
+
+    Examples
+    --------
+    >>> steps = torch.full((100, 1), 5.0, dtype=torch.float64)  # a straight line: constant steps
+    >>> innovation_floor(steps, 1e-6).tolist()
+    [1e-06]
+    """
+    if steps.shape[0] < 2:
+        return torch.full_like(steps[0], reg_covar)
+    spread = robust_spread(scale_sample(steps) if weight is None else steps, weight)
+    return variance_floor(spread, reg_covar)
+
+
+#: a direction of the lags' covariance whose variance is within this many units of rounding (machine epsilons, per
+#: lag) of their second moments about the centre is rounding, not variation: a lag always before its sequence's
+#: start (constant after centring) gets no weight
+RANK_ULPS = 64
+
+
+def _rank_tolerance(second_moments: torch.Tensor) -> torch.Tensor:
+    """The absolute cut-off ``(K,)`` under which the pseudo-inverse of the lags' covariances drops a direction, from
+    their second moments ``(K, D p, D p)`` about the centre (the scale of the covariances' rounding)."""
+    scale = torch.diagonal(second_moments, dim1=-2, dim2=-1).amax(-1)
+    return RANK_ULPS * second_moments.shape[-1] * torch.finfo(second_moments.dtype).eps * scale
 
 
 def lagged_sequences(x: torch.Tensor, lags: int) -> torch.Tensor:
@@ -124,6 +195,9 @@ class AutoRegressiveComponents(ComponentFamily):
         The variance floor of :meth:`fit_statistics` (as :class:`~ppmix.components.FullGaussian`'s).
     diagonal : bool, default False
         Fit diagonal noise covariances.
+    centre : Tensor (D,), optional
+        The fixed centre ``m`` that :meth:`statistics` subtracts from frames and lags (the training frames' mean;
+        zeros when None), so that the normal equations keep their digits in float32 far from the origin.
 
     Examples
     --------
@@ -142,6 +216,7 @@ class AutoRegressiveComponents(ComponentFamily):
         scale_tril: torch.Tensor,
         reg_covar: float | torch.Tensor = 1e-6,
         diagonal: bool = False,
+        centre: torch.Tensor | None = None,
     ) -> None:
         weights, bias, scale_tril = torch.as_tensor(weights), torch.as_tensor(bias), torch.as_tensor(scale_tril)
         k, d = bias.shape if bias.dim() == 2 else (0, 0)
@@ -153,6 +228,7 @@ class AutoRegressiveComponents(ComponentFamily):
             raise ValueError(f"scale_tril must be (K, D, D) = ({k}, {d}, {d}) with a positive diagonal")
         self.weights, self.bias, self.scale_tril = weights, bias, scale_tril.tril()
         self.reg_covar, self.diagonal = as_floor(reg_covar), diagonal
+        self.centre = torch.zeros(d, dtype=bias.dtype) if centre is None else torch.as_tensor(centre).detach()
 
     @property
     def n_features(self) -> int:
@@ -186,12 +262,7 @@ class AutoRegressiveComponents(ComponentFamily):
 
     def as_rows(self, data: LaggedRows | torch.Tensor) -> LaggedRows:
         """``data`` as :class:`LaggedRows` (a tensor: rows ``[x_t, x_{t-1}, ..., x_{t-p}]``)."""
-        if isinstance(data, LaggedRows):
-            return data
-        d = self.n_features
-        if data.dim() != 2 or data.shape[1] != d * (self.lags + 1):
-            raise ValueError(_no_sequences(data.shape[-1], d, self.lags))
-        return LaggedRows(data[:, :d], data[:, d:])
+        return data if isinstance(data, LaggedRows) else split_rows(data, self.n_features, self.lags)
 
     def log_prob(self, data: LaggedRows | torch.Tensor) -> torch.Tensor:
         """``log N(x_t | W_k lags + b_k, Sigma_k)`` of every frame and state, ``(N, K)``."""
@@ -205,16 +276,21 @@ class AutoRegressiveComponents(ComponentFamily):
         return -0.5 * whitened.square().sum(1).T - constant
 
     def statistics(self, data: LaggedRows | torch.Tensor, weights: torch.Tensor) -> RegressionStatistics:
-        """The weighted cross-products of ``[x_t; lags; 1]`` per state (mergeable across shards)."""
+        """The weighted cross-products of ``[x_t - m; lags - m; 1]`` per state, ``m`` the fixed :attr:`centre`
+        (mergeable across shards)."""
         rows = self.as_rows(data)
         weights = self._check_weights(weights, rows.frames.shape[0])
-        u = torch.cat([rows.frames.to(self.dtype), rows.design().to(self.dtype)], dim=1)
+        centre = self.centre.to(dtype=self.dtype, device=self.device)
+        frames, lags = rows.frames.to(self.dtype) - centre, rows.lags.to(self.dtype) - centre.repeat(self.lags)
+        u = torch.cat([frames, LaggedRows(frames, lags).design()], dim=1)
         moments = torch.einsum("nk,ni,nj->kij", weights, u, u)
         return RegressionStatistics(weights.sum(0), moments)
 
     def fit_statistics(self, stats: RegressionStatistics) -> "AutoRegressiveComponents":
-        """Weighted least squares per state, in place: ``[W_k, b_k] = S_xz S_zz^{-1}`` (the minimum-norm solution
-        where the regressors are collinear), ``Sigma_k`` the weighted residual covariance above the floor.
+        """Weighted least squares per state, in place, on every device: ``W_k = C_xz C_zz^+`` from the state's
+        weighted covariances of frames and lags (the minimum-norm weights where the lags are collinear, e.g. a lag
+        that is always before its sequence's start; zero for a state without weight), ``b_k`` the state's mean
+        frame less ``W_k`` times its mean lags, ``Sigma_k`` the weighted residual covariance above the floor.
 
         Raises
         ------
@@ -222,15 +298,19 @@ class AutoRegressiveComponents(ComponentFamily):
             If a covariance is not positive definite even under the floor ``reg_covar``.
         """
         stats = stats.to(dtype=self.dtype, device=self.device)
-        d, moments = self.n_features, stats.moments
-        s_xx, s_zx, s_zz = moments[:, :d, :d], moments[:, d:, :d], moments[:, d:, d:]
-        driver = "gelsd" if s_zz.device.type == "cpu" else None
-        coef = torch.linalg.lstsq(s_zz, s_zx, driver=driver).solution  # (K, P, D)
-        cross = coef.mT @ s_zx
-        residual = s_xx - cross - cross.mT + coef.mT @ s_zz @ coef
-        covs = 0.5 * (residual + residual.mT) / padded_counts(stats.counts)[:, None, None]
-        self.weights, self.bias = coef[:, :-1].mT.contiguous(), coef[:, -1].contiguous()
-        self.scale_tril = self._factors(covs)
+        d, counts = self.n_features, padded_counts(stats.counts)[:, None, None]
+        mean = stats.moments[:, :-1, -1:] / counts  # (K, D + D p, 1): the state's means about the centre
+        cov = stats.moments[:, :-1, :-1] / counts - mean @ mean.mT
+        c_xx, c_zx, c_zz = cov[:, :d, :d], cov[:, d:, :d], cov[:, d:, d:]
+        coef = torch.linalg.pinv(c_zz, atol=_rank_tolerance(stats.moments[:, d:-1, d:-1] / counts), hermitian=True)
+        coef = coef @ c_zx  # (K, D p, D)
+        cross = coef.mT @ c_zx
+        residual = c_xx - cross - cross.mT + coef.mT @ c_zz @ coef
+        centre = self.centre.to(dtype=self.dtype, device=self.device)
+        shift = centre - centre.repeat(self.lags) @ coef  # undo the centring: b = b' + m - sum_j W_j m
+        self.weights = coef.mT.contiguous()
+        self.bias = (mean[:, :d, 0] - (coef.mT @ mean[:, d:]).squeeze(-1) + shift).contiguous()
+        self.scale_tril = self._factors(0.5 * (residual + residual.mT))
         return self
 
     def _factors(self, covs: torch.Tensor) -> torch.Tensor:
@@ -280,8 +360,12 @@ class AutoRegressiveFamily(DensityFamily):
     """Linear-Gaussian autoregressive emissions of ``lags`` frames, for :class:`~ppmix.models.hmm.HMM`.
 
     Frame ``x_t`` in state ``k`` is ``N(W_k [x_{t-1}; ...; x_{t-p}] + b_k, Sigma_k)``, the frames before a
-    sequence's start zero. Sites: ``weights`` ``(D, D p)``, ``bias`` ``(D,)``, ``scales`` ``(D,)`` and, for full
-    covariances, ``corr_cholesky`` ``(D, D)``. MCMC's weak priors: ``weights ~ N(0, sd_i / sd_j)`` (output ``i``,
+    sequence's start zero (dynamax's convention): each sequence's first ``p`` frames regress on zero lags, which
+    biases ``W`` for sequences far from zero mean (true ``W = 0.8``: fitted 0.58 at an offset of 10, 0.04 at an
+    offset of 100), so centre your sequences (subtract their mean, e.g. the training frames') before fitting.
+
+    Sites: ``weights`` ``(D, D p)``, ``bias`` ``(D,)``, ``scales`` ``(D,)`` and, for full covariances,
+    ``corr_cholesky`` ``(D, D)``. MCMC's weak priors: ``weights ~ N(0, sd_i / sd_j)`` (output ``i``,
     lagged feature ``j``), ``bias ~ N(0, 3 (|mean| + sd))``, and the noise's as the Gaussian family's.
 
     Parameters
@@ -290,7 +374,9 @@ class AutoRegressiveFamily(DensityFamily):
         The number of previous frames ``p`` each frame regresses on.
     covariance_type : {"full", "diag"}, default "full"
     reg_covar : float, default 1e-6
-        The variance floor relative to the frames' squared robust spread (as the Gaussian family's).
+        The variance floor relative to the squared robust spread of the first differences ``x_t - x_{t-1}``
+        (:func:`innovation_floor`; ``reg_covar`` itself for a feature whose steps are constant up to rounding),
+        as an HMM measures it on its training sequences (:meth:`sequence_scale`).
 
     Examples
     --------
@@ -335,11 +421,20 @@ class AutoRegressiveFamily(DensityFamily):
         self._noise().check_data(x, name)
 
     def data_scale(self, x: torch.Tensor, name: str = "X") -> DataScale:
-        """The frames' Gaussian data scale: means, standard deviations and the variance floor."""
+        """The frames' Gaussian data scale: means, standard deviations and the variance floor (which
+        :meth:`sequence_scale` replaces by that of the steps where the frames come in sequences)."""
         return self._noise().data_scale(x, name)
 
     def weighted_data_scale(self, x: torch.Tensor, weight: torch.Tensor, name: str = "X") -> DataScale:
+        """:meth:`data_scale` of frames counted ``weight`` ``(N,)`` times each."""
         return self._noise().weighted_data_scale(x, weight, name)
+
+    def sequence_scale(self, rows: torch.Tensor, weight: torch.Tensor | None = None) -> DataScale:
+        """What the HMM measures on the step rows ``[x_t, x_{t-1}, ..., x_{t-p}]`` ``(N, D (p + 1))`` (rows counted
+        ``weight`` ``(N,)`` times, once when None) besides the frames' :meth:`data_scale`: the variance ``floor`` of
+        the steps ``x_t - x_{t-1}`` (:func:`innovation_floor`), the noise's scale rather than the frames' level."""
+        d = rows.shape[1] // (int(self.lags) + 1)
+        return {"floor": innovation_floor(rows[:, :d] - rows[:, d : 2 * d], self.reg_covar, weight)}
 
     def sequence_rows(self, x: torch.Tensor) -> torch.Tensor:
         """What the HMM asks of a family whose frames depend on the frames before: every step's row ``[x_t,
@@ -351,9 +446,7 @@ class AutoRegressiveFamily(DensityFamily):
         width (a mixture's frames, which have no lags) are refused."""
         d = self._n_features if components is None else components.n_features
         d = x.shape[1] // (self.lags + 1) if d is None else d
-        if x.dim() != 2 or x.shape[1] != d * (self.lags + 1):
-            raise ValueError(_no_sequences(x.shape[-1], d, int(self.lags)))
-        return LaggedRows(x[:, :d], x[:, d:])
+        return split_rows(x, d, int(self.lags))
 
     def rows(self, data: Any) -> torch.Tensor:
         """The frames ``x_t`` ``(N, D)`` (k-means starts on them)."""
@@ -371,7 +464,11 @@ class AutoRegressiveFamily(DensityFamily):
         return sites
 
     def _component_options(self, scale: DataScale) -> dict[str, Any]:
-        return {"reg_covar": as_floor(scale.get("floor", self.reg_covar)), "diagonal": self.covariance_type == "diag"}
+        return {
+            "reg_covar": as_floor(scale.get("floor", self.reg_covar)),
+            "diagonal": self.covariance_type == "diag",
+            "centre": scale.get("mean"),
+        }
 
     def components(self, values: dict[str, torch.Tensor], scale: DataScale) -> ComponentFamily:
         scales = values["scales"]

@@ -273,6 +273,7 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
             self.n_features_in_ = batch.n_features
             self.feature_names_in_ = batch.feature_names
             self._record_data_scale(frames)
+            self._record_sequence_scale(batch)
         else:
             self.component_family().check_data(frames, "X")
         return batch
@@ -287,8 +288,19 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         sequences repeated."""
         weighted = super().weigh(data, sample_weight, fitting=fitting)
         if fitting:
-            self._record_weighted_data_scale(data.frames, _sequence_weights(data, weighted.weight)[data.mask])
+            weight = _sequence_weights(data, weighted.weight)[data.mask]
+            self._record_weighted_data_scale(data.frames, weight)
+            self._record_sequence_scale(data, weight)
         return weighted
+
+    def _record_sequence_scale(self, batch: SequenceBatch, weight: torch.Tensor | None = None) -> None:
+        """Complete the data scale just recorded with what a family whose frames depend on those before them
+        measures on the step rows (its ``sequence_scale``, e.g. the autoregressive family's variance floor of the
+        steps ``x_t - x_{t-1}``), the rows counted ``weight`` times (once when None)."""
+        if callable(getattr(self.component_family(), "sequence_scale", None)):
+            frames_scale = dict(self._data_scale)
+            rows = self._step_rows(batch)[batch.mask]
+            self._take_data_scale(lambda family: {**frames_scale, **family.sequence_scale(rows, weight)})
 
     def em_data(self, data: SequenceBatch | _EMData | Weighted) -> _EMData | Weighted:
         """The batch with its frames prepared for the emission family (sequence weights kept)."""

@@ -339,3 +339,69 @@ def test_partial_fit_on_chunks_approaches_the_batch_fit():
         for part in (seqs[:4], seqs[4:]):
             online.partial_fit(part)
     assert online.score(seqs) >= batch.score(seqs) - 0.02
+
+
+def test_the_variance_floor_is_on_the_scale_of_the_steps_not_the_frames(tmp_path):
+    """A random walk with drift: the frames spread over the whole walk, the noise (variance 1e-4) does not; the floor
+    is measured on the first differences, so the fitted noise variance is the noise's, and it survives a save."""
+    rng = np.random.default_rng(0)
+    x = np.cumsum(1 + 0.01 * rng.normal(size=5000))[:, None]
+    hmm = HMM(1, emission=AutoRegressiveFamily(lags=1), **QUIET).fit([x])
+    np.testing.assert_allclose(hmm.components_.covariance[0, 0, 0].item(), 1e-4, rtol=0.05)
+    loaded = HMM.load(hmm.save(tmp_path / "model"))
+    np.testing.assert_allclose(loaded._scale["floor"].numpy(), hmm._scale["floor"].numpy(), rtol=1e-12)
+    np.testing.assert_allclose(loaded.components_.reg_covar, hmm.components_.reg_covar, rtol=1e-12)
+    np.testing.assert_allclose(loaded.score([x]), hmm.score([x]), rtol=1e-12)
+
+
+def test_float32_far_from_the_origin_equals_float64_and_least_squares():
+    """The normal equations are centred: at an offset of 1000, float32's fit is float64's (and numpy's least squares
+    of each frame on ``[x_{t-1}, 1]``, the first frame's lag zero) to float32's precision."""
+    rng = np.random.default_rng(1)
+    x = 1000.0 + 1.6 * rng.normal(size=(3000, 1))
+    fits = [
+        HMM(1, emission=AutoRegressiveFamily(lags=1), dtype=dtype, **QUIET).fit([x]) for dtype in (torch.float32, F64)
+    ]
+    design = np.hstack([np.vstack([[0.0], x[:-1]]), np.ones((len(x), 1))])
+    coef, *_ = np.linalg.lstsq(design, x, rcond=None)
+    variance = np.mean((x - design @ coef) ** 2)
+    for hmm in fits:
+        comps = hmm.components_
+        np.testing.assert_allclose(comps.weights[0, 0, 0].item(), coef[0, 0], atol=1e-4)
+        np.testing.assert_allclose(comps.bias[0, 0].item(), coef[1, 0], rtol=1e-5)
+        np.testing.assert_allclose(comps.covariance[0, 0, 0].item(), variance, rtol=1e-3)
+
+
+def _fitted_on_rows(rows: np.ndarray, resp: np.ndarray, d: int, p: int) -> AutoRegressiveComponents:
+    """Components fitted on step rows ``[x_t, lags]`` with responsibilities ``resp`` (one M-step)."""
+    family = AutoRegressiveFamily(lags=p, reg_covar=1e-12)
+    comps = family.placeholder(resp.shape[1], d, {}, {"dtype": F64})
+    return comps.fit_statistics(comps.statistics(family.prepare(torch.tensor(rows)), torch.tensor(resp)))
+
+
+def test_collinear_lags_take_the_minimum_norm_weights_and_a_dead_state_its_floor():
+    """Two lags equal up to a constant (``z`` and ``z + 5``) split the regression on ``z`` evenly, whatever the
+    constant (the intercept is not shrunk); a state without weight gets zero weights and the floored covariance."""
+    rng = np.random.default_rng(2)
+    z = rng.normal(size=200)
+    x = 0.6 * z + 3.0 + 0.1 * rng.normal(size=200)
+    rows = np.column_stack([x, z, z + 5.0])
+    comps = _fitted_on_rows(rows, np.column_stack([np.ones(200), np.zeros(200)]), 1, 2)
+    (slope, intercept), *_ = np.linalg.lstsq(np.column_stack([z, np.ones(200)]), x, rcond=None)
+    np.testing.assert_allclose(comps.weights[0, 0].numpy(), [slope / 2, slope / 2], rtol=1e-8)
+    np.testing.assert_allclose(comps.bias[0, 0].item(), intercept - 5.0 * slope / 2, rtol=1e-8)
+    assert torch.isfinite(comps.scale_tril).all() and torch.isfinite(comps.bias).all()
+    np.testing.assert_array_equal(comps.weights[1].numpy(), 0.0)
+    np.testing.assert_allclose(comps.covariance[1].numpy(), [[1e-12]])
+
+
+def test_sequences_shorter_than_the_lags_get_zero_weights_on_the_lags_they_never_see():
+    rng = np.random.default_rng(3)
+    seqs = [1.0 + rng.normal(size=(2, 1)) for _ in range(50)]
+    comps = HMM(1, emission=AutoRegressiveFamily(lags=3), **QUIET).fit(seqs).components_
+    first = np.concatenate([s[:1] for s in seqs])
+    second = np.concatenate([s[1:] for s in seqs])
+    design = np.column_stack([np.vstack([np.zeros((50, 1)), first]), np.ones(100)])
+    coef, *_ = np.linalg.lstsq(design, np.vstack([first, second]), rcond=None)
+    np.testing.assert_allclose(comps.weights[0, 0].numpy(), [coef[0, 0], 0.0, 0.0], atol=1e-10)
+    np.testing.assert_allclose(comps.bias[0, 0].item(), coef[1, 0], rtol=1e-8)
