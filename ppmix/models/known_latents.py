@@ -28,13 +28,20 @@ a *log-mask* ``(..., K)``, zero where a state is allowed and ``-inf`` where it c
   take known latents (a ``ValueError`` naming the argument for Gibbs; the other two have no such argument).
 
 **The start.** EM's start (and so SVI's and MCMC's, which is EM's) is one M-step from responsibilities that
-are one-hot at the rows (steps) with a known latent. Where every state is known somewhere, the other rows count
-``1/K`` to every state: the start is the known rows' class statistics (per-state frequencies, means,
-covariances, counted transitions), each pulled toward the whole data by the unknown rows, so that a state known
-from a single row is no degenerate spike, and with every latent known exactly the supervised closed form.
-Where some state is never known, the other rows keep the model's default start (``init_params``, e.g.
-k-means), its clusters renumbered to agree best with the known latents (the assignment of clusters to
-labels that keeps the most known rows: a Hungarian assignment on their contingency table).
+are one-hot at the rows (steps) with a known latent. Where every state is known somewhere, the other rows go to
+their cluster of a *seeded k-means* (:func:`seeded_kmeans`) on the points the default start clusters (the rows;
+an HMM's frames): its centres start at the known rows' class means, the known rows stay in their class and the
+others move to their nearest centre until none moves, so that a few known rows name the clusters the data hold
+(a start at the known rows' class statistics pulled toward the whole data by the unknown rows puts every
+component near the global mean when few rows are known, a saddle where EM stalls). The other rows' one-hot
+clusters are softened as the default start softens them for the family (:mod:`ppmix.models._starts`); with
+every latent known the start is exactly the supervised closed form (per-state frequencies, means, covariances,
+counted transitions). Where some state is never known, the other rows keep the model's default start
+(``init_params``, e.g. k-means), its clusters renumbered to agree best with the known latents (the assignment of
+clusters to labels that keeps the most known rows: a Hungarian assignment on their contingency table).
+
+**Impossible known states** are refused before the fit: each known state must be reachable from the sequence's
+previous known one in as many moves as steps separate them, through the moves ``transition_pattern`` allows.
 
 **After the fit** the known latents are gone: ``predict``, ``predict_proba``, ``score`` and ``to_arviz`` use the
 fitted model alone (a row's prediction depends on that row and the model, whatever labels the fit was given).
@@ -66,7 +73,7 @@ from ppmix.models._starts import start_responsibilities
 from ppmix.models._weights import split_weights
 from ppmix.ops.logspace import normalize_log_joint_
 
-__all__ = ["Clamp", "KnownLabels", "KnownStates", "clamping", "known_latents"]
+__all__ = ["Clamp", "KnownLabels", "KnownStates", "clamping", "known_latents", "seeded_kmeans"]
 
 #: the engines that clamp known latents
 CLAMPING_ENGINES = ("em", "svi", "mcmc")
@@ -87,6 +94,12 @@ class Clamp:
         The known latent of every row (every step of every padded sequence), -1 where unknown (and at padding).
     log_mask : Tensor (N, K) or (B, T, K)
         0 where a state is allowed, ``-inf`` where it contradicts a known latent.
+
+    Examples
+    --------
+    >>> clamp = Clamp.of("known_labels", torch.tensor([0, -1]), 2, torch.float64)
+    >>> clamp.argument, clamp.labels.tolist(), clamp.log_mask.tolist()
+    ('known_labels', [0, -1], [[0.0, -inf], [0.0, 0.0]])
     """
 
     argument: str
@@ -190,7 +203,9 @@ def seeded_kmeans(
     free = labels < 0
     clusters = labels.clone()
     for _ in range(SEEDED_KMEANS_ITERATIONS):
-        members = torch.nn.functional.one_hot(clusters.clamp_min(0), k).to(points) * (row_weight * (clusters >= 0))[:, None]
+        members = (
+            torch.nn.functional.one_hot(clusters.clamp_min(0), k).to(points) * (row_weight * (clusters >= 0))[:, None]
+        )
         centres = (members.T @ points) / members.sum(0)[:, None]
         nearest = nearest_centre(points[free], centres)
         if torch.equal(nearest, clusters[free]):
@@ -231,7 +246,16 @@ def _check_range(labels: np.ndarray, k: int, argument: str) -> None:
 
 @dataclass(frozen=True)
 class KnownLabels:
-    """``known_labels`` of ``Mixture.fit``: one component per row, -1 where unknown."""
+    """``known_labels`` of ``Mixture.fit``: one component per row, -1 where unknown.
+
+    Examples
+    --------
+    >>> from ppmix import GMM
+    >>> KnownLabels([1, -1, 0]).resolve(GMM(2), torch.zeros(3, 1)).log_mask.tolist()
+    [[-inf, 0.0], [0.0, 0.0], [0.0, -inf]]
+    >>> KnownLabels([-1, -1, -1]).resolve(GMM(2), torch.zeros(3, 1)) is None  # nothing known: the unsupervised fit
+    True
+    """
 
     values: Any
     argument: str = "known_labels"
@@ -259,7 +283,21 @@ class KnownLabels:
 
 @dataclass(frozen=True)
 class KnownStates:
-    """``known_states`` of ``HMM.fit``: one integer array per sequence, a state per step, -1 where unknown."""
+    """``known_states`` of ``HMM.fit``: one integer array per sequence, a state per step, -1 where unknown.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ppmix import HMM
+    >>> hmm = HMM(2, transition_pattern="left-right")
+    >>> batch = hmm.prepare_data([np.zeros((3, 1)), np.zeros((2, 1))], fitting=True)
+    >>> KnownStates([[0, -1, 1], [-1, 1]]).resolve(hmm, batch).labels.tolist()  # padded with -1
+    [[0, -1, 1], [-1, 1, -1]]
+    >>> KnownStates([[1, -1, 0], [-1, -1]]).resolve(hmm, batch)
+    Traceback (most recent call last):
+    ...
+    ValueError: known_states[0] has state 1 at step 0 and state 0 at step 2, but transition_pattern allows no path ...
+    """
 
     values: Any
     argument: str = "known_states"
@@ -349,7 +387,25 @@ def _boolean_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def known_latents(model: Any, options: dict[str, Any]) -> KnownLabels | KnownStates | None:
     """The known latents among ``fit``'s ``options`` (taken out of them), under the model's
-    ``known_latents_argument``; None where the model takes none or none is given."""
+    ``known_latents_argument``; None where the model takes none or none is given.
+
+    Raises
+    ------
+    TypeError
+        Known latents under the name another structure takes (``known_labels`` for an HMM, ``known_states`` for
+        a mixture), or under any name for a model that takes none.
+
+    Examples
+    --------
+    >>> from ppmix import GMM, HMM
+    >>> options = {"known_labels": [0, -1], "max_iter": 5}
+    >>> known_latents(GMM(2), options), options
+    (KnownLabels(values=[0, -1], argument='known_labels'), {'max_iter': 5})
+    >>> known_latents(HMM(2), {"known_labels": [0, -1]})
+    Traceback (most recent call last):
+    ...
+    TypeError: HMM takes known_states, not known_labels: pass fit(..., known_states=...)
+    """
     argument = type(model).known_latents_argument
     _refuse_the_other_argument(type(model).__name__, argument, options)
     if argument is None or argument not in options:
@@ -379,6 +435,18 @@ def clamping(
     ------
     ValueError
         Known latents with an engine that does not clamp them (``"gibbs"``), or invalid known latents.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ppmix import GMM
+    >>> gmm = GMM(2)
+    >>> data = gmm.prepare_data(np.array([[0.0], [1.0], [5.0]]), fitting=True)
+    >>> with clamping(gmm, KnownLabels([0, -1, 1]), data, "em", {}):
+    ...     gmm._known_latents.labels.tolist()
+    [0, -1, 1]
+    >>> gmm._known_latents is None
+    True
     """
     clamp = None if known is None else known.resolve(model, data)
     if clamp is None:
