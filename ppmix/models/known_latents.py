@@ -195,7 +195,7 @@ def seeded_kmeans(
 
     Examples
     --------
-    >>> points = torch.tensor([[0.0], [1.0], [3.0], [5.0], [6.0]], dtype=torch.float64)
+    >>> points = torch.tensor([[0.0], [1.0], [2.5], [5.0], [6.0]], dtype=torch.float64)
     >>> seeded_kmeans(points, torch.tensor([0, -1, -1, -1, 1]), 2).tolist()
     [0, 0, 0, 1, 1]
     """
