@@ -464,7 +464,8 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         else:
             resp = self._initial_responsibilities(inner.frames, generator, frame_weight)
         if self._known_latents is not None:
-            resp = self._known_latents.start(resp, inner.batch.mask, frame_weight)
+            points = self.component_family().start_points(inner.frames)
+            resp = self._known_latents.start(resp, points, inner.batch.mask, frame_weight)
         self._initialize_from_frames(data, resp)
 
     def _initialize_from_frames(self, data: _EMData | Weighted, resp_frames: torch.Tensor) -> None:

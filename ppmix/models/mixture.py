@@ -278,7 +278,8 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
         if self.init_params != "random":  # k-means' hard clusters, softened for the families that ask
             resp = start_responsibilities(self.component_family(), resp)
         if self._known_latents is not None:
-            resp = self._known_latents.start(resp, weight=weight)
+            family = self.component_family()
+            resp = self._known_latents.start(resp, family.start_points(rows), weight=weight, family=family)
         self.m_step(data, resp)
 
     def e_step(self, data: Any) -> tuple[Statistics, torch.Tensor]:

@@ -16,6 +16,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from ppmix import GMM, HMM, Mixture
+from ppmix.components.registry import family_from
 from ppmix.engines.params import local_params
 from ppmix.models import PFHMM
 from ppmix.models.known_latents import Clamp, KnownLabels, KnownStates, clamping
@@ -195,6 +196,59 @@ def test_a_label_for_one_component_only_renumbers_the_default_start():
     assert gmm.means_[1, 0] < -3 and gmm.means_[0, 0] > 3
 
 
+def three_clusters(per_class=1000, seed=0):
+    """Three well-separated 2-D clusters (sd 1) at (0, 0), (8, 0) and (0, 8), and their classes."""
+    rng = np.random.default_rng(seed)
+    centres = np.array([[0.0, 0.0], [8.0, 0.0], [0.0, 8.0]])
+    z = np.repeat(np.arange(3), per_class)
+    return centres[z] + rng.normal(size=(3 * per_class, 2)), z
+
+
+@pytest.mark.parametrize("per_class", [1, 10])
+def test_few_labels_reach_the_unsupervised_optimum_under_the_labels_names(per_class):
+    """A handful of labels (one or ten per class of 1000 rows) start a seeded k-means: EM reaches the unsupervised
+    optimum (the labelled rows sit deep in their clusters, so clamping them costs nothing measurable), and component
+    k is the labelled class k; a start at the labels' statistics pulled to the global mean stalled 1.6 nats/row
+    below."""
+    X, z = three_clusters()
+    known = np.full(len(X), -1)
+    rows = np.concatenate([np.flatnonzero(z == c)[:: 1000 // per_class] for c in range(3)])
+    known[rows] = z[rows]
+    free = GMM(3, seed=0, progress=False).fit(X)
+    gmm = GMM(3, seed=0, progress=False).fit(X, known_labels=known)
+    assert gmm.lower_bound_ == pytest.approx(free.lower_bound_, abs=1e-3)
+    class_means = np.stack([X[known == c].mean(0) for c in range(3)])
+    nearest = np.linalg.norm(gmm.means_.numpy()[:, None] - class_means[None], axis=2).argmin(1)
+    np.testing.assert_array_equal(nearest, np.arange(3))
+
+
+def test_few_known_states_reach_the_unsupervised_hmm_optimum():
+    """Eight known steps of 120 per sequence: the seeded start is in the optimum's basin already (a start at the
+    labels' statistics pulled to the global mean began 2.7 nats/step below, and took 8 iterations to climb out)."""
+    X, z = three_clusters(per_class=200)
+    seqs, paths = [X[i::5] for i in range(5)], [z[i::5] for i in range(5)]
+    known = [np.where(np.arange(len(p)) % 15 == 0, p, -1) for p in paths]  # 8 known steps of 120
+    free = HMM(3, seed=0, progress=False).fit(seqs)
+    hmm = HMM(3, seed=0, progress=False).fit(seqs, known_states=known)
+    assert hmm.lower_bound_ == pytest.approx(free.lower_bound_, abs=1e-3)
+    assert hmm.history_[0] > free.lower_bound_ - 0.01
+    frames, states = np.concatenate(seqs), np.concatenate(known)
+    class_means = np.stack([frames[states == c].mean(0) for c in range(3)])
+    nearest = np.linalg.norm(hmm.components_.mean.numpy()[:, None] - class_means[None], axis=2).argmin(1)
+    np.testing.assert_array_equal(nearest, np.arange(3))
+
+
+def test_seeded_start_softens_the_unlabelled_rows_as_the_family_asks():
+    """The seeded start's unlabelled rows are one-hot at their nearest class (softened by the family's
+    ``start_spread``), the labelled ones one-hot at their label, whatever the points say."""
+    points = torch.tensor([[0.0], [0.2], [5.0], [4.0], [9.0]], dtype=torch.float64)
+    clamp = Clamp.of("known_labels", torch.tensor([0, -1, 1, -1, 1]), 2, torch.float64)
+    hard = clamp.start(torch.zeros(5, 2, dtype=torch.float64), points)
+    assert hard.tolist() == [[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0], [0.0, 1.0]]
+    soft = clamp.start(torch.zeros(5, 2, dtype=torch.float64), points, family=family_from("bernoulli"))
+    assert soft.tolist() == [[1.0, 0.0], [0.75, 0.25], [0.0, 1.0], [0.25, 0.75], [0.0, 1.0]]
+
+
 # ------------------------------------------------------------------------------------------- objective
 def test_clamped_mixture_objective_is_brute_force_enumeration_and_the_programs_elbo():
     X = np.array([[0.1, 0.3], [2.0, 1.1], [-1.2, 0.4], [0.7, -0.8], [3.1, 2.2]])
@@ -372,6 +426,39 @@ def test_known_states_a_transition_pattern_forbids_are_refused():
         HMM(2, transition_pattern="left-right", seed=0, progress=False).fit(seqs, known_states=[[0, -1, 1, 0, -1, -1]])
 
 
+@pytest.mark.parametrize(
+    "states, message",
+    [
+        ([[2, -1, 0, -1, -1, -1]], r"known_states\[0\] has state 2 at step 0 and state 0 at step 2"),
+        (
+            [[0, -1, -1, -1, -1, 2], [0, -1, -1, 2, -1, 1]],
+            r"known_states\[1\] has state 2 at step 3 and state 1 at step 5",
+        ),
+        ([[0, -1, -1, -1, -1, -1], [0, 2, -1, -1, -1, -1]], r"known_states\[1\] moves from state 0 to 2 at step 1"),
+    ],
+)
+def test_known_states_that_no_allowed_path_connects_are_refused(states, message):
+    """Known states separated by unknown steps must be connected by a path of allowed moves of that many steps."""
+    seqs = [np.arange(6.0)[:, None] for _ in states]
+    with pytest.raises(ValueError, match=message):
+        HMM(3, transition_pattern="left-right", seed=0, progress=False).fit(seqs, known_states=states)
+
+
+def test_known_states_an_allowed_path_connects_are_taken():
+    """Two moves of a left-right chain reach two states on; a cycle of period 2 reaches a state only in even steps."""
+    seqs = [np.arange(6.0)[:, None]]
+    left_right = HMM(3, transition_pattern="left-right")
+    assert (
+        KnownStates([[0, -1, 2, -1, -1, 2]]).resolve(left_right, left_right.prepare_data(seqs, fitting=True))
+        is not None
+    )
+    cycle = HMM(3, transition_pattern=np.array([[0, 1, 0], [1, 0, 1], [0, 1, 0]]))  # 0 <-> 1 <-> 2: parity alternates
+    batch = cycle.prepare_data(seqs, fitting=True)
+    assert KnownStates([[0, -1, 2, -1, 0, 1]]).resolve(cycle, batch) is not None
+    with pytest.raises(ValueError, match=r"known_states\[0\] has state 0 at step 0 and state 2 at step 3"):
+        KnownStates([[0, -1, -1, 2, -1, -1]]).resolve(cycle, batch)
+
+
 def test_engines_and_paths_that_do_not_clamp_refuse_known_latents():
     X = np.random.default_rng(0).poisson(3.0, size=(40, 2))
     z = np.r_[0, 1, np.full(38, -1)]
@@ -379,10 +466,12 @@ def test_engines_and_paths_that_do_not_clamp_refuse_known_latents():
         Mixture(2, family="poisson", seed=0, progress=False).fit(X, known_labels=z, engine="gibbs", num_samples=5)
     with pytest.raises(TypeError, match="known_labels"):
         GMM(2, seed=0, progress=False).partial_fit(X, known_labels=z)
-    with pytest.raises(TypeError, match="known_states"):  # a mixture's latents are labels, not states
+    with pytest.raises(TypeError, match="GMM takes known_labels, not known_states"):  # a mixture's latents: labels
         GMM(2, seed=0, progress=False).fit(X, known_states=[z])
+    with pytest.raises(TypeError, match="HMM takes known_states, not known_labels"):
+        HMM(2, seed=0, progress=False).fit([X[:20].astype(float)], known_labels=z[:20])
     seqs = [np.random.default_rng(1).normal(size=(8, 2)) for _ in range(3)]
-    with pytest.raises(TypeError, match="known_states"):  # the prediction-focused HMM's labels are y
+    with pytest.raises(TypeError, match="PFHMM takes no known_states"):  # the prediction-focused HMM's labels are y
         PFHMM(2, seed=0, progress=False).fit(seqs, [np.zeros(8)] * 3, known_states=[np.zeros(8, int)] * 3)
 
 
