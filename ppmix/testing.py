@@ -376,7 +376,9 @@ def _check_weights(family: Any, structure: str, data: _CheckData, k: int, seed: 
     weighted, plain = fits
     for site, value in plain.get_globals().items():
         _close(weighted.get_globals()[site], value, f"{site} fitted with sample_weight", 1e-10, 1e-12)
-    _close(weighted.history_, plain.history_, "the history with sample_weight", 1e-10)
+    # with tol=0 EM stops where the objective stops rising; at an optimum rounding may decide that one pass apart
+    n = min(len(weighted.history_), len(plain.history_))
+    _close(weighted.history_[:n], plain.history_[:n], "the history with sample_weight", 1e-10)
 
 
 @contextlib.contextmanager
