@@ -22,7 +22,7 @@ class PlainGMM(MixtureModel):
         with pyro.plate("components", k):
             loc = pyro.sample("locs", FlatPrior(constraints.real, (k,), (d,)))
             scale = pyro.sample("scales", FlatPrior(constraints.positive, (k,), (d,)))
-        with self.data_plate(x.shape[0]) as idx:
+        with self._data_plate(x.shape[0]) as idx:
             z = pyro.sample("z", dist.Categorical(w), infer={"enumerate": "parallel"})
             pyro.sample("x", dist.Normal(loc[z], scale[z]).to_event(1), obs=x[idx])
 
@@ -38,7 +38,7 @@ def fitted_pair():
     x = two_groups()
     gmm = GMM(2, seed=0, progress=False).fit(x)
     plain = PlainGMM(2, seed=0, progress=False).fit(x, engine="svi", num_steps=2, init=gmm.get_globals())
-    plain.set_globals(gmm.get_globals())
+    plain._set_globals(gmm.get_globals())
     return x, gmm, plain
 
 

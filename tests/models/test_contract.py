@@ -45,7 +45,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::ppmix.engines.result.Convergenc
 class UserStudentT(StudentTMixture):
     """A mixture a user writes: only the Pyro program (proper priors) and a data-driven start; fitted by SVI."""
 
-    def init_values(self, data: torch.Tensor, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    def _init_values(self, data: torch.Tensor, generator: torch.Generator) -> dict[str, torch.Tensor]:
         rows = torch.randperm(data.shape[0], generator=generator)[: self.n_components]
         return {"loc": data[rows]}
 
@@ -506,7 +506,7 @@ def assert_weights_are_repeated_rows(case_id: str, x: Any, y: Any) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             fit(case, model, data, labels, max_iter=1, **options)
-            model.set_globals(start)
+            model._set_globals(start)
             fits.append(fit(case, model, data, labels, warm_start=True, **options))
     weighted, plain = fits
     if "floor" in getattr(plain, "_data_scale", {}) and case_id not in UNWEIGHTED_SCALE:

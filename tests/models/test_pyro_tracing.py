@@ -146,10 +146,10 @@ def test_trace_values_follow_set_globals(fitted):
     x = gmm.prepare_data(X_BLOBS)
     values = gmm.get_globals()
     try:
-        gmm.set_globals({**values, "locs": values["locs"] + 1.0})
+        gmm._set_globals({**values, "locs": values["locs"] + 1.0})
         assert_close(poutine.trace(gmm.model).get_trace(x).nodes["locs"]["value"], values["locs"] + 1.0)
     finally:
-        gmm.set_globals(values)
+        gmm._set_globals(values)
 
 
 # ------------------------------------------------------------------------------------ Predictive

@@ -54,7 +54,7 @@ def _fitted(case_id: str, x, y, weight: np.ndarray, start: dict | None = None, c
             model = model.set_params(tol=1e-10, max_iter=150) if converge else model
             return fit(case, model, x, y, sample_weight=weight)
         fit(case, model, x, y, sample_weight=weight, max_iter=1)
-        model.set_globals(start)
+        model._set_globals(start)
         return fit(case, model, x, y, sample_weight=weight, warm_start=True)
 
 
