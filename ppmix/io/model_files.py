@@ -94,7 +94,7 @@ def save_model(model: "MixtureModel", path: str | Path) -> Path:
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
         "ppmix_version": __version__,
-        "class": cls.qualified_name(),
+        "class": qualified_name(cls),
         "params": _to_json(model._saved_params(), "params"),
         "fitted": {k: _to_json(getattr(model, k, None), f"fitted.{k}") for k in _FITTED},
         "extra": _to_json(model._extra_state(), "extra"),
@@ -411,7 +411,7 @@ def _validate_settings(model: Any, config_path: Path) -> None:
 
 class Savable(Estimator):
     """What every savable ppmix object shares: its subclasses are registered for :func:`load_model`,
-    named by :meth:`qualified_name`, and written by :meth:`save` (``config.json`` + ``tensors.pt``).
+    named by :func:`ppmix.io.qualified_name`, and written by :meth:`save` (``config.json`` + ``tensors.pt``).
 
     :class:`~ppmix.models.MixtureModel` and the optimizers (PRESTO, RegularizedWeighting) derive
     from it. A subclass provides ``_saved_params()`` (JSON-able constructor arguments),
@@ -423,19 +423,14 @@ class Savable(Estimator):
     Examples
     --------
     >>> from ppmix import GMM
-    >>> from ppmix.io import lookup_class
-    >>> issubclass(GMM, Savable) and lookup_class(GMM.qualified_name()) is GMM
+    >>> from ppmix.io import lookup_class, qualified_name
+    >>> issubclass(GMM, Savable) and lookup_class(qualified_name(GMM)) is GMM
     True
     """
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         register_savable(cls)
-
-    @classmethod
-    def qualified_name(cls) -> str:
-        """``module.QualName``: how saved files name their class."""
-        return qualified_name(cls)
 
     def _saved_params(self) -> dict[str, Any]:
         """The constructor arguments a saved file records; default: all of them (``get_params(deep=False)``)."""

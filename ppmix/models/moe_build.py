@@ -1,6 +1,6 @@
 """The parameters of a :class:`~ppmix.models.MixtureOfExperts`: building its gate and experts from
 flat tensors (``get_globals``/``_set_globals``/``_assign_globals``, saved state) and a fitted model from
-given parameters (``from_parameters``, ``from_families``), which is how distributed fits, the OT
+given parameters (``from_parameters``, ``_from_families``), which is how distributed fits, the OT
 reduction and users hand ppmix a model they did not fit."""
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ class ParametersMixin:
         return model
 
     @classmethod
-    def from_families(cls, gate: SoftmaxGate, experts: GaussianExpert | LogisticExpert, **kwargs: Any) -> Self:
+    def _from_families(cls, gate: SoftmaxGate, experts: GaussianExpert | LogisticExpert, **kwargs: Any) -> Self:
         """A fitted model from a gate and an expert family on the user's scale (see :meth:`from_parameters`);
         ``expert=`` names the family of experts other than Gaussian and logistic ones."""
         if "expert" not in kwargs and not isinstance(experts, (GaussianExpert, LogisticExpert)):

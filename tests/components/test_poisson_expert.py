@@ -149,7 +149,7 @@ def test_ot_reduction_of_identical_poisson_models_is_that_model_and_s14_is_refus
     with pytest.raises(ValueError, match="s14"):
         ot_reduce([truth, truth], x, logistic_update="s14")
     with pytest.raises(ValueError, match="expert= is required"):
-        MixtureOfExperts.from_families(truth.gate_, truth.experts_)
+        MixtureOfExperts._from_families(truth.gate_, truth.experts_)
 
 
 def test_fit_distributed_fits_poisson_experts_on_shards():
