@@ -328,7 +328,7 @@ def common_start(s: Setting, data: Any) -> tuple[dict[str, torch.Tensor], float,
     em_data = model._em_data(model.prepare_data(data, fitting=True))
     model._em_initialize(em_data, model._generator(0))
     objective = float(model._e_step(em_data)[1]) / model._n_observations(em_data)
-    return {k: v.detach().cpu() for k, v in model.get_globals().items()}, objective, time.perf_counter() - t0
+    return {k: v.detach().cpu() for k, v in model._get_globals().items()}, objective, time.perf_counter() - t0
 
 
 def run_setting(s: Setting, args: argparse.Namespace, devices: list[str]) -> dict[str, Any]:

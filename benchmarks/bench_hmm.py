@@ -318,7 +318,7 @@ def run_size(n_sequences: int, args: argparse.Namespace) -> dict[str, Any]:
     runners.append(HmmlearnRunner(seqs, args.k))
     if not args.no_pomegranate:
         runners += [PomegranateRunner(seqs, args.k, torch.float32), PomegranateRunner(seqs, args.k, torch.float64)]
-    init = {name: _np(value) for name, value in runners[0].model.get_globals().items()}
+    init = {name: _np(value) for name, value in runners[0].model._get_globals().items()}
     for r in runners:
         r.start(init)
     start_ll = loglik_per_step(runners[0].params(), seqs)

@@ -366,7 +366,7 @@ def _check_weights(family: Any, structure: str, data: _CheckData, k: int, seed: 
     weight = np.random.default_rng(seed).integers(0, 4, len(units))
     weight[:2] = 1
     repeated = _repeated(units, weight)
-    start = _quiet(_model(family, structure, k, seed, max_iter=1, init_params="random").fit, repeated).get_globals()
+    start = _quiet(_model(family, structure, k, seed, max_iter=1, init_params="random").fit, repeated)._get_globals()
     fits = []
     for fitted_units, options in ((units, {"sample_weight": weight}), (repeated, {})):
         model = _model(family, structure, k, seed, tol=0.0, max_iter=3)
@@ -374,8 +374,8 @@ def _check_weights(family: Any, structure: str, data: _CheckData, k: int, seed: 
         model._set_globals(start)
         fits.append(_quiet(model.fit, fitted_units, warm_start=True, **options))
     weighted, plain = fits
-    for site, value in plain.get_globals().items():
-        _close(weighted.get_globals()[site], value, f"{site} fitted with sample_weight", 1e-10, 1e-12)
+    for site, value in plain._get_globals().items():
+        _close(weighted._get_globals()[site], value, f"{site} fitted with sample_weight", 1e-10, 1e-12)
     # with tol=0 EM stops where the objective stops rising; at an optimum rounding may decide that one pass apart
     n = min(len(weighted.history_), len(plain.history_))
     _close(weighted.history_[:n], plain.history_[:n], "the history with sample_weight", 1e-10)

@@ -42,7 +42,7 @@ def assert_em_objective_is_trace_enum_elbo(moe, x, y, *, perturbation: float = 0
     from ppmix.engines.params import local_params
 
     gen = torch.Generator().manual_seed(1)
-    fitted = moe.get_globals()
+    fitted = moe._get_globals()
     perturbed = {k: v + perturbation * torch.randn(v.shape, generator=gen, dtype=v.dtype) for k, v in fitted.items()}
     if "scale" in perturbed:
         perturbed["scale"] = perturbed["scale"].abs() + 0.1

@@ -34,7 +34,7 @@ class EMModel(Protocol):
     :class:`~ppmix.models.MixtureModel` declares the settings (class defaults ``n_init=1``,
     ``max_iter=100``, ``tol=1e-6``, ``warm_start=False``; models with EM take them as
     constructor arguments) and defaults for ``_em_data``, ``_n_observations``,
-    ``get_globals``/``_set_globals`` and ``_generator``; a model opts in to EM by writing
+    ``_get_globals``/``_set_globals`` and ``_generator``; a model opts in to EM by writing
     the three hooks in :data:`EM_HOOKS`.
 
     Attributes
@@ -74,11 +74,11 @@ class EMModel(Protocol):
     def _m_step(self, data: Any, stats: Any) -> None:
         """Update the parameters in place so that the objective does not decrease."""
 
-    def get_globals(self) -> dict[str, torch.Tensor]:
+    def _get_globals(self) -> dict[str, torch.Tensor]:
         """The current parameters (kept for the best restart)."""
 
     def _set_globals(self, values: dict[str, torch.Tensor]) -> None:
-        """Restore parameters returned by ``get_globals``."""
+        """Restore parameters returned by ``_get_globals``."""
 
     def _generator(self, offset: int = 0) -> torch.Generator:
         """A seeded generator for restart ``offset``."""
@@ -179,7 +179,7 @@ def run_em(
             if tail:
                 rest = _single_run(model, em_data, n_obs, max(max_iter - result.n_iter, 1), tol, show, n_init)
                 result = FitResult(result.history + rest.history[1:], result.n_iter + rest.n_iter, rest.converged)
-                values = model.get_globals()
+                values = model._get_globals()
     except BaseException:  # an error or interrupt mid-EM: leave ordinary tensors behind, not inference ones
         if inference:
             _ordinary_parameters(model)
@@ -199,7 +199,7 @@ def _ordinary_parameters(model: EMModel) -> None:
     """Replace the parameters EM left under ``torch.inference_mode`` by ordinary copies (after an exception: the
     model may hold none yet, then there is nothing to replace)."""
     try:
-        values = model.get_globals()
+        values = model._get_globals()
     except AttributeError:  # no parameters yet (the error came before the first start)
         return
     model._set_globals({name: value.clone() for name, value in values.items()})
@@ -240,7 +240,7 @@ def _held_parameters_fit(model: EMModel) -> bool:
 
 def _pass_work(model: EMModel, n_obs: int) -> float:
     """The work of one EM pass for the thread policy (:func:`ppmix.ops.threads.threads_for`): rows x values."""
-    return float(n_obs) * sum(value.numel() for value in model.get_globals().values())
+    return float(n_obs) * sum(value.numel() for value in model._get_globals().values())
 
 
 def _better(
@@ -258,7 +258,7 @@ def _better(
     final = result.history[-1]
     logger.info("EM restart %d: objective/point %.6f after %d iterations", restart, final, result.n_iter)
     if beats(final, None if best is None else best[0], getattr(model, "dtype", torch.float64)):
-        return final, model.get_globals(), result
+        return final, model._get_globals(), result
     return best
 
 

@@ -36,7 +36,7 @@ Values = dict[str, torch.Tensor]
 class Polishable(Protocol):
     """What the polish needs of a model: its globals, set with or without autograd, and EM's objective."""
 
-    def get_globals(self) -> Values: ...
+    def _get_globals(self) -> Values: ...
 
     def _set_globals(self, values: Values) -> None: ...
 
@@ -84,7 +84,7 @@ def lbfgs_polish(
     --------
     >>> class Quadratic:  # objective -(a - 3)^2 per point
     ...     values = {"a": torch.tensor([0.0], dtype=torch.float64)}
-    ...     def get_globals(self): return dict(self.values)
+    ...     def _get_globals(self): return dict(self.values)
     ...     def _set_globals(self, values): self.values = {k: v.detach() for k, v in values.items()}
     ...     def _assign_globals(self, values): self.values = values
     ...     def _penalised_log_likelihood(self, x, y): return -((self.values["a"] - 3.0) ** 2).sum() * len(y)
@@ -95,7 +95,7 @@ def lbfgs_polish(
     """
     x, y = data
     n_rows = len(y)
-    start = model.get_globals()
+    start = model._get_globals()
     free = {name: value.clone().requires_grad_(True) for name, value in to_free(start).items()}
     optimizer = torch.optim.LBFGS(
         list(free.values()),

@@ -172,7 +172,7 @@ def _parameters(model: "MixtureModel", guide_fn: Any) -> list[torch.nn.Parameter
 def _point_estimates(guide_fn: Any, model: "MixtureModel", data: Any) -> dict[str, torch.Tensor]:
     if hasattr(guide_fn, "median"):
         return {k: v.detach() for k, v in guide_fn.median(data).items()}
-    return model.get_globals()
+    return model._get_globals()
 
 
 def _discrete_latent(msg: dict) -> bool:
@@ -190,7 +190,7 @@ def fitted_autoguide(
 ) -> AutoDelta | AutoNormal:
     """A Pyro autoguide over the global sites of a fitted model's program, started at the fit.
 
-    What a user's own ``AutoNormal(m.model, init_loc_fn=init_to_value(values=m.get_globals()))`` is meant
+    What a user's own ``AutoNormal(m.model, init_loc_fn=init_to_value(values=m._get_globals()))`` is meant
     to be, without its two pitfalls: the discrete latents (assignments, states, switches) are hidden from
     the guide (an autoguide cannot hold them; enumerate them in the model), and the guide's parameters
     are named apart (``"<Model>_fit_<n>.AutoNormal.locs.<site>"``), so a value that Pyro's global
@@ -233,7 +233,7 @@ def fitted_autoguide(
     model._check_fitted()
     if (data := model._train_data if X is None else model.prepare_data(X, y)) is None:
         raise ValueError("X is required: this model holds no training data (loaded from disk, or fitted on shards)")
-    values = model.get_globals()
+    values = model._get_globals()
     guide = autoguide(poutine.block(model.model, hide_fn=_discrete_latent), kind, values)
     holder = PyroModule(name=f"{type(model).__name__}_fit_{next(_GUIDE_NUMBERS)}")
     holder.add_module(type(guide).__name__, guide)  # names the guide's parameters under the holder's name

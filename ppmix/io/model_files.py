@@ -397,8 +397,8 @@ def load_model(
 
 def _validate_settings(model: Any, config_path: Path) -> None:
     """The checks ``fit`` runs on the constructor arguments (``_validate_hyperparameters``: each value, and how
-    they combine, e.g. a ``transition_pattern`` of ``n_components`` states, ``priors`` of valid hyperparameters), run on the
-    saved ones: a ``ValueError`` naming ``config_path`` and the argument."""
+    they combine, e.g. a ``transition_pattern`` of ``n_components`` states, ``priors`` of valid hyperparameters),
+    run on the saved ones: a ``ValueError`` naming ``config_path`` and the argument."""
     validate = getattr(model, "_validate_hyperparameters", None)
     if validate is None:
         return

@@ -99,7 +99,7 @@ def global_draws(
         except LaplaceUnavailable:  # no program log joint to evaluate
             stats = None
         return {k: torch.stack([d[k] for d in draws])[None] for k in draws[0]}, "svi_normal_guide", "", stats
-    point = {k: v[None, None] for k, v in model.get_globals().items()}
+    point = {k: v[None, None] for k, v in model._get_globals().items()}
     if approximation is not None:
         limit = AUTO_LAPLACE_MAX_PARAMETERS if approximation == "auto" else None
         try:
@@ -175,7 +175,7 @@ def _program_trace(model: "MixtureModel", data: Any, values: dict[str, torch.Ten
 
 def global_supports(model: "MixtureModel", data: Any, names: Any) -> dict[str, Any]:
     """The support of each global ``names`` as the program samples it (the constraint Laplace maps from)."""
-    trace = _program_trace(model, data, model.get_globals())
+    trace = _program_trace(model, data, model._get_globals())
     return {n: trace.nodes[n]["fn"].support for n in names}
 
 
@@ -184,7 +184,7 @@ def program_laplace_target(model: "MixtureModel", data: Any) -> LaplaceTarget:
     it (zero under ppmix's flat priors; after MAP-EM, ``priors`` given, the proper priors as set: a Laplace
     approximation of the posterior at its mode), over every global; :class:`LaplaceUnavailable` where a global is
     no site of the program or a discrete latent is not enumerated there."""
-    values = model.get_globals()
+    values = model._get_globals()
     trace = _program_trace(model, data, values)
     names = [n for n in values if n in trace.nodes and trace.nodes[n]["type"] == "sample"]
     sampled = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 __all__ = ["PROGRAM_HOOKS", "refuse_stale_hooks"]
 
 #: methods a model writes for its own program: a subclass that replaces ``model`` must rewrite those it inherits
-PROGRAM_HOOKS = ("_e_step", "get_globals", "_set_globals", "_pointwise_log_likelihood")
+PROGRAM_HOOKS = ("_e_step", "_get_globals", "_set_globals", "_pointwise_log_likelihood")
 
 
 def refuse_stale_hooks(cls: type, base: type) -> None:
@@ -17,7 +17,7 @@ def refuse_stale_hooks(cls: type, base: type) -> None:
     --------
     >>> class Base:
     ...     def model(self): ...
-    ...     def get_globals(self): ...
+    ...     def _get_globals(self): ...
     >>> class Structure(Base):
     ...     def model(self): ...
     ...     def _e_step(self): ...

@@ -5,7 +5,7 @@ sites, discrete latents marked ``infer={"enumerate": "parallel"}``, the data ins
 ``self._data_plate(N)``). The base class then supplies SVI, MCMC, predictions of the
 discrete latents, log-likelihoods, the ELBO, sampling, ArviZ output and save/load.
 EM is opt-in: implement ``_em_initialize``, ``_e_step`` and ``_m_step`` (and map the
-globals onto your parameters with ``get_globals``/``_set_globals``).
+globals onto your parameters with ``_get_globals``/``_set_globals``).
 """
 
 from __future__ import annotations
@@ -259,12 +259,12 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
             self._em_initialize(em_data, generator if restart == 0 else self._generator(restart))
             objective = float(self._e_step(em_data)[1])
             if beats(objective, None if best is None else best[0], getattr(self, "dtype", torch.float64)):
-                best = (objective, self.get_globals())
+                best = (objective, self._get_globals())
         assert best is not None
         return best[1]
 
     # ---------------------------------------------------------------- globals
-    def get_globals(self) -> dict[str, torch.Tensor]:
+    def _get_globals(self) -> dict[str, torch.Tensor]:
         """Current point estimates of the global sites, keyed by site name."""
         return {k: v.detach().clone() for k, v in self._globals.items()}
 
@@ -278,7 +278,7 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
 
     def _point_guide(self) -> Any:
         if self._guide_cache is None:
-            object.__setattr__(self, "_guide_cache", autoguide(self.model, "delta", self.get_globals()))
+            object.__setattr__(self, "_guide_cache", autoguide(self.model, "delta", self._get_globals()))
         return self._guide_cache
 
     @contextlib.contextmanager
@@ -506,7 +506,7 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
 
     def _state_tensors(self) -> dict[str, torch.Tensor]:
         """Tensors that :meth:`save` writes; default: the globals."""
-        return self.get_globals()
+        return self._get_globals()
 
     def _load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
         """Inverse of :meth:`_state_tensors`."""

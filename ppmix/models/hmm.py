@@ -377,7 +377,7 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         return _Chain(initial, transition, torch.eye(k, **opts)), components
 
     # -------------------------------------------------------------- globals
-    def get_globals(self) -> dict[str, torch.Tensor]:
+    def _get_globals(self) -> dict[str, torch.Tensor]:
         return {"initial": self.initial_.clone(), "transition": self.transition_.clone(), **self._component_globals()}
 
     def _set_globals(self, values: dict[str, torch.Tensor]) -> None:
@@ -554,7 +554,7 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         >>> import numpy as np, torch
         >>> seqs = [np.random.default_rng(i).normal(size=(n, 1)) for i, n in enumerate([5, 3])]
         >>> hmm = HMM(2, seed=0, progress=False).fit(seqs)
-        >>> draws = {k: torch.stack([v, v]) for k, v in hmm.get_globals().items()}  # the fit, twice
+        >>> draws = {k: torch.stack([v, v]) for k, v in hmm._get_globals().items()}  # the fit, twice
         >>> loglik, marginals = hmm._draws_log_likelihood(hmm.prepare_data(seqs), draws)
         >>> tuple(loglik.shape), tuple(marginals["z"].shape)
         ((2, 2), (2, 8, 2))
@@ -615,7 +615,7 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         >>> import numpy as np, torch
         >>> seqs = [np.random.default_rng(i).normal(size=(n, 1)) for i, n in enumerate([5, 3])]
         >>> hmm = HMM(2, seed=0, progress=False).fit(seqs)
-        >>> draws = {k: v.expand(4, *v.shape) for k, v in hmm.get_globals().items()}
+        >>> draws = {k: v.expand(4, *v.shape) for k, v in hmm._get_globals().items()}
         >>> tuple(hmm._draws_replicated(hmm.prepare_data(seqs), draws)["x"].shape)
         (4, 8, 1)
         """

@@ -214,7 +214,7 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
             pyro.sample("x", family.pyro_dist(z), obs=x[idx])
 
     # -------------------------------------------------------------- globals
-    def get_globals(self) -> dict[str, torch.Tensor]:
+    def _get_globals(self) -> dict[str, torch.Tensor]:
         return {"weights": self.weights_.clone(), **self._component_globals()}
 
     def _set_globals(self, values: dict[str, torch.Tensor]) -> None:

@@ -259,7 +259,7 @@ class MixtureOfExperts(ExpertPredictionsMixin, ParametersMixin, PriorsMixin, Tar
         """Check the training data and record the scales fitted on them
         (:func:`~ppmix.models.moe_data.check_training_data`); a warm start continues from the same model,
         re-expressed on the new covariate scales."""
-        held = unstandardised(self.get_globals(), self._x_mean, self._x_scale) if self.is_fitted else None
+        held = unstandardised(self._get_globals(), self._x_mean, self._x_scale) if self.is_fitted else None
         settings = {"dtype": self.dtype, "device": self._device, "standardize": self.standardize}
         data = check_training_data(
             X,
@@ -410,7 +410,7 @@ class MixtureOfExperts(ExpertPredictionsMixin, ParametersMixin, PriorsMixin, Tar
         >>> round(float(target.log_density(target.values)) / 80 - moe.lower_bound_, 8)  # EM's objective per row
         0.0
         """
-        values = self.get_globals()
+        values = self._get_globals()
         x, y = self._require_y(split_weights(data)[0])
 
         def log_density(point: dict[str, torch.Tensor]) -> torch.Tensor:

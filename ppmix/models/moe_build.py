@@ -1,5 +1,5 @@
 """The parameters of a :class:`~ppmix.models.MixtureOfExperts`: building its gate and experts from
-flat tensors (``get_globals``/``_set_globals``/``_assign_globals``, saved state) and a fitted model from
+flat tensors (``_get_globals``/``_set_globals``/``_assign_globals``, saved state) and a fitted model from
 given parameters (``from_parameters``, ``_from_families``), which is how distributed fits, the OT
 reduction and users hand ppmix a model they did not fit."""
 
@@ -49,7 +49,7 @@ class ParametersMixin:
         settings, scale = self._prior_settings(), self._target_scale()
         return self._expert_family().experts(params, self.ridge_value, NEWTON_STEPS, floor, settings, scale)
 
-    def get_globals(self) -> dict[str, torch.Tensor]:
+    def _get_globals(self) -> dict[str, torch.Tensor]:
         values = {"gate_coef": self._gate.coef[:-1].clone(), "gate_intercept": self._gate.intercept[:-1].clone()}
         values.update(self._experts.state_dict())
         return values
@@ -59,7 +59,7 @@ class ParametersMixin:
         self._assign_globals({k: torch.as_tensor(v).detach().to(**opts) for k, v in values.items()})
 
     def _assign_globals(self, values: dict[str, torch.Tensor]) -> None:
-        """Build the gate and the experts from ``values`` (``get_globals``' keys) as they are: unlike
+        """Build the gate and the experts from ``values`` (``_get_globals``' keys) as they are: unlike
         :meth:`_set_globals`, without detaching or converting them, so that autograd sees through."""
         self._gate = self._make_gate(values["gate_coef"], values["gate_intercept"])
         sites = self._expert_family().sites(self.n_experts, 1, 2)
@@ -69,7 +69,7 @@ class ParametersMixin:
     def _state_tensors(self) -> dict[str, torch.Tensor]:
         """The globals and the covariates' scales; under ``priors``, also the response's mean and sd on the
         training data, which scale the experts' priors (``y_mean``, ``y_std``, where a fit set them)."""
-        tensors = {**self.get_globals(), "x_mean": self._x_mean.clone(), "x_scale": self._x_scale.clone()}
+        tensors = {**self._get_globals(), "x_mean": self._x_mean.clone(), "x_scale": self._x_scale.clone()}
         if self.priors is not None:
             scale = self._target_scale()
             opts = {"dtype": self.dtype, "device": self._device}

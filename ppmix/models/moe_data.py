@@ -137,7 +137,7 @@ def check_training_data(
     return TrainingData(x, response, names, x_mean, x_scale, y_mean, y_std, settings["min_variance"] * float(y_std**2))
 
 
-#: the (coefficients, intercepts) pairs of the linear parameters in ``MixtureOfExperts.get_globals()``
+#: the (coefficients, intercepts) pairs of the linear parameters in ``MixtureOfExperts._get_globals()``
 _LINEAR_PAIRS = (("gate_coef", "gate_intercept"), ("coef", "intercept"))
 
 

@@ -187,7 +187,7 @@ def split_and_merge(model: MixtureOfExperts, train_data: Any, options: dict[str,
         else:
             move = split_merge_proposal(model, *rows, weight)
             starts = [] if move is None else [(move, None)]
-        saved, before = model.get_globals(), float(fitted.history[-1])
+        saved, before = model._get_globals(), float(fitted.history[-1])
         best: tuple[float, Any, dict[str, torch.Tensor], Move] | None = None
         for move, screened in starts:
             model._set_globals(saved if screened is None else screened)
@@ -201,7 +201,7 @@ def split_and_merge(model: MixtureOfExperts, train_data: Any, options: dict[str,
                 logger.info("split-and-merge move %s rejected: %s", move, error)
                 continue
             if best is None or float(result.history[-1]) > best[0]:
-                best = (float(result.history[-1]), result, model.get_globals(), move)
+                best = (float(result.history[-1]), result, model._get_globals(), move)
         # a gain within EM's own stopping tolerance is the same optimum, not a better one
         if best is None or not best[0] > before + tol * abs(before):
             model._set_globals(saved)
@@ -310,7 +310,7 @@ def screened_moves(
     if len(y) > _SCREEN_ROWS:
         rows = torch.randperm(len(y), generator=generator)[:_SCREEN_ROWS].to(x.device)
         x, y = x[rows], y[rows]
-    saved = model.get_globals()
+    saved = model._get_globals()
     scored: list[tuple[float, Move, dict[str, torch.Tensor]]] = []
     for move in candidate_moves(model, x):
         model._set_globals(saved)
@@ -323,7 +323,7 @@ def screened_moves(
         except ValueError as error:
             logger.debug("split-and-merge move %s not screened: %s", move, error)
             continue
-        scored.append((float(result.history[-1]), move, model.get_globals()))
+        scored.append((float(result.history[-1]), move, model._get_globals()))
     model._set_globals(saved)
     scored.sort(key=lambda score: -score[0])  # stable: ties keep the candidates' order
     return [(move, values) for _, move, values in scored[:_SCREEN_KEEP]]

@@ -58,8 +58,8 @@ class _WeightedRows:
         self.model, self.weight = model, weight
         self.rescale = len(weight) / float(weight.sum())
 
-    def get_globals(self) -> Values:
-        return self.model.get_globals()
+    def _get_globals(self) -> Values:
+        return self.model._get_globals()
 
     def _set_globals(self, values: Values) -> None:
         self.model._set_globals(values)

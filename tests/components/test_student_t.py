@@ -201,7 +201,7 @@ def test_full_t_mixture_em_objective_equals_pyro_trace_enum_elbo_at_the_fit_and_
     data = model.prepare_data(x)
     em_objective = float(model._e_step(model._em_data(data))[1])
     np.testing.assert_allclose(em_objective, model._elbo_tensor(data), rtol=1e-10)
-    values = model.get_globals()  # df, loc, scales, corr_cholesky, the mixing weights
+    values = model._get_globals()  # df, loc, scales, corr_cholesky, the mixing weights
     values["df"], values["loc"], values["scales"] = values["df"] * 1.7, values["loc"] + 0.3, values["scales"] * 1.3
     values["corr_cholesky"] = torch.eye(2, dtype=F64).expand(2, 2, 2)
     model._set_globals(values)

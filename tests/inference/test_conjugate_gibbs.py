@@ -227,8 +227,8 @@ def test_gibbs_refuses_families_without_a_conjugate_prior_and_replaced_programs(
         def _e_step(self, data):
             return super()._e_step(data)
 
-        def get_globals(self):
-            return super().get_globals()
+        def _get_globals(self):
+            return super()._get_globals()
 
         def _set_globals(self, values):
             super()._set_globals(values)

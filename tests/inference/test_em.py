@@ -41,7 +41,7 @@ class Scripted:
     def _m_step(self, data, stats):
         self.step += 1
 
-    def get_globals(self):
+    def _get_globals(self):
         return {"restart": torch.tensor(self.restart)}
 
     def _set_globals(self, values):
@@ -117,7 +117,7 @@ def test_a_rounding_level_decrease_is_not_logged(caplog):
 class Resumable(Scripted):
     """A stand-in whose kept parameters are its place in the sequence: restoring them resumes that run."""
 
-    def get_globals(self):
+    def _get_globals(self):
         return {"restart": torch.tensor(self.restart), "step": torch.tensor(self.step)}
 
     def _set_globals(self, values):

@@ -52,7 +52,7 @@ def random_globals(gmm: GMM, k: int, d: int, seed: int = 1) -> dict:
 def test_em_objective_equals_pyro_trace_enum_elbo(cov):
     x, *_ = planted(200)
     gmm = GMM(3, covariance_type=cov, seed=0, progress=False, max_iter=3).fit(x)
-    for values in (gmm.get_globals(), random_globals(gmm, 3, 3)):
+    for values in (gmm._get_globals(), random_globals(gmm, 3, 3)):
         gmm._set_globals(values)
         data = gmm.prepare_data(x)
         _, em_objective = gmm._e_step(gmm._em_data(data))
@@ -343,7 +343,7 @@ def test_every_em_iteration_equals_scikit_learns_from_the_same_start(cov):
     for steps in (1, 2, 5):
         ours = GMM(3, covariance_type=cov, reg_covar=0.0, warm_start=True, tol=0.0, max_iter=steps, progress=False)
         ours.fit(x, max_iter=1)
-        ours._set_globals(start.get_globals())
+        ours._set_globals(start._get_globals())
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             ours.fit(x)

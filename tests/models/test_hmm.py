@@ -38,7 +38,7 @@ def planted(n_sequences=40, lengths=(10, 50), seed=0):
 
 def random_globals(hmm, seed=1):
     g = torch.Generator().manual_seed(seed)
-    values = hmm.get_globals()
+    values = hmm._get_globals()
     k = hmm.n_components
     values["initial"] = torch.softmax(torch.randn(k, generator=g, dtype=torch.float64), 0)
     values["transition"] = torch.softmax(torch.randn(k, k, generator=g, dtype=torch.float64), 1)
@@ -53,7 +53,7 @@ def test_em_objective_equals_pyro_trace_enum_elbo_with_unequal_lengths(cov):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         hmm.fit(seqs)
-    for values in (hmm.get_globals(), random_globals(hmm)):
+    for values in (hmm._get_globals(), random_globals(hmm)):
         hmm._set_globals(values)
         batch = hmm.prepare_data(seqs)
         _, em_objective = hmm._e_step(hmm._em_data(batch))
@@ -88,7 +88,7 @@ def test_em_recovers_planted_parameters():
 def test_uniform_transitions_reduce_to_the_mixture():
     seqs, _ = planted(10, seed=4)
     hmm = HMM(3, seed=0, progress=False).fit(seqs)
-    values = hmm.get_globals()
+    values = hmm._get_globals()
     values["transition"] = values["initial"].expand(3, 3).clone()
     hmm._set_globals(values)
     with warnings.catch_warnings():
@@ -226,7 +226,7 @@ def test_every_baum_welch_iteration_equals_hmmlearns_from_the_same_start(cov):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             ours.fit(seqs, max_iter=1)
-            ours._set_globals(start.get_globals())
+            ours._set_globals(start._get_globals())
             ours.fit(seqs)
             peer = GaussianHMM(
                 3, covariance_type=cov, covars_prior=0.0, covars_weight=1.0, init_params="", n_iter=steps, tol=-np.inf

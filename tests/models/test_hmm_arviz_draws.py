@@ -21,7 +21,7 @@ def _draws(hmm, n_draws, seed=1):
     """Draws of the globals scattered about the fit (the left-right chain's disallowed transitions included: the
     model masks them out as it does MCMC's)."""
     g = torch.Generator().manual_seed(seed)
-    fitted = hmm.get_globals()
+    fitted = hmm._get_globals()
 
     def noise(shape):
         return torch.randn(n_draws, *shape, generator=g, dtype=torch.float64)
@@ -42,11 +42,11 @@ def test_log_likelihood_and_marginals_of_all_draws_equal_each_draw_set_in_turn(p
     hmm = HMM(3, covariance_type="full", transition_pattern=pattern, seed=0, progress=False).fit(seqs)
     data = hmm.prepare_data(seqs)
     draws = _draws(hmm, 6)
-    fitted = hmm.get_globals()
+    fitted = hmm._get_globals()
     monkeypatch.setattr(hmm_draws, "DRAW_BLOCK_CELLS", 2 * 5 * 12 * 3)  # blocks of two draws: three blocks
     loglik, marginals = pointwise_draws(hmm, data, draws)
     assert loglik.shape == (6, 5) and marginals["z"].shape == (6, 32, 3)
-    for name, value in hmm.get_globals().items():  # the fit is left as it was
+    for name, value in hmm._get_globals().items():  # the fit is left as it was
         assert torch.equal(value, fitted[name])
     # the reference: each draw's globals set in turn, one forward-backward per draw
     with hmm._parameters_restored():

@@ -56,7 +56,7 @@ def test_the_program_masks_disallowed_transitions_so_its_elbo_is_the_forward_bac
     and renormalised: TraceEnum_ELBO equals the exact log-likelihood of the masked chain."""
     sequences = left_right_sequences(8, 15)
     hmm = HMM(3, transition_pattern="left-right", init_params="segments", **QUIET).fit(sequences)
-    values = hmm.get_globals()
+    values = hmm._get_globals()
     values["transition"] = torch.full((3, 3), 1 / 3, dtype=torch.float64)
     hmm._set_globals(values)
     assert_close(

@@ -360,7 +360,7 @@ def _weighted_data(expert: str, n: int = 60) -> tuple[np.ndarray, np.ndarray, np
 
 
 def _relative_gap(a: MixtureOfExperts, b: MixtureOfExperts) -> float:
-    ga, gb = a.get_globals(), b.get_globals()
+    ga, gb = a._get_globals(), b._get_globals()
     return max(float(((ga[name] - gb[name]).abs() / (1 + gb[name].abs())).max()) for name in gb)
 
 
@@ -411,8 +411,8 @@ def test_weights_of_one_give_the_unweighted_fit_bit_for_bit(expert):
     ones = MixtureOfExperts(2, expert=expert, n_init=2, **QUIET).fit(x, y, sample_weight=np.ones(len(y)))
     plain = MixtureOfExperts(2, expert=expert, n_init=2, **QUIET).fit(x, y)
     assert ones.history_ == plain.history_
-    for name, value in plain.get_globals().items():
-        assert torch.equal(ones.get_globals()[name], value), name
+    for name, value in plain._get_globals().items():
+        assert torch.equal(ones._get_globals()[name], value), name
 
 
 @pytest.mark.parametrize(
@@ -472,7 +472,7 @@ def test_one_prior_for_mcmc_map_em_and_svi(expert):
     moe = MixtureOfExperts(2, expert=expert, priors={"slope_scale": 2.0, "gate_slope_scale": 3.0}, seed=0)
     moe.set_params(progress=False, max_iter=10).fit(x, y)
     data = moe.prepare_data(x, y)
-    fitted = moe.get_globals()
+    fitted = moe._get_globals()
     gen = torch.Generator().manual_seed(1)
     perturbed = {k: v + 0.3 * torch.randn(v.shape, generator=gen, dtype=v.dtype) for k, v in fitted.items()}
     if "scale" in perturbed:
@@ -480,7 +480,7 @@ def test_one_prior_for_mcmc_map_em_and_svi(expert):
     constants = []
     for point in (fitted, perturbed):
         moe._set_globals(point)
-        values = moe.get_globals()  # softmax experts: the reference class shifted to zero
+        values = moe._get_globals()  # softmax experts: the reference class shifted to zero
         with local_params(), moe.bayesian():
             trace = poutine.trace(poutine.condition(moe.model, values)).get_trace(data)
         program = sum(trace.nodes[name]["fn"].log_prob(trace.nodes[name]["value"]).sum() for name in values)

@@ -298,9 +298,9 @@ def test_screened_moves_rank_their_starts_and_restore_the_model(three_experts, m
     size), each at least as high as a fresh move; the model's parameters are left as they were."""
     monkeypatch.setattr(moe_moves, "_SCREEN_ROWS", screen_rows)
     model, data = three_experts
-    before = model.get_globals()
+    before = model._get_globals()
     starts = screened_moves(model, data, torch.Generator().manual_seed(0), 1e-6)
-    after = model.get_globals()
+    after = model._get_globals()
     assert all(torch.equal(before[name], after[name]) for name in before)
     assert 1 <= len(starts) <= _SCREEN_KEEP
     assert len({move for move, _ in starts}) == len(starts)

@@ -26,7 +26,7 @@ def logistic_data():
 def _gradient(model: MixtureOfExperts) -> float:
     """The largest partial derivative of the objective per point at the model's parameters (autograd)."""
     x, y = model._em_data(model._train_data)
-    values = {name: value.clone().requires_grad_(True) for name, value in model.get_globals().items()}
+    values = {name: value.clone().requires_grad_(True) for name, value in model._get_globals().items()}
     model._assign_globals(values)
     objective = model._penalised_log_likelihood(x, y) / len(y)
     grads = torch.autograd.grad(objective, list(values.values()))

@@ -114,8 +114,8 @@ def test_a_weighted_chunk_is_the_chunk_with_its_rows_repeated(make):
     weight = rng.integers(0, 4, len(chunk))
     repeated = [s for s, c in zip(chunk, weight) for _ in range(c)] if hmm else np.repeat(chunk, weight, axis=0)
     weighted, plain = copy.deepcopy(model).partial_fit(chunk, sample_weight=weight), model.partial_fit(repeated)
-    for site, value in plain.get_globals().items():
-        np.testing.assert_allclose(weighted.get_globals()[site].numpy(), value.numpy(), rtol=1e-10, atol=1e-12)
+    for site, value in plain._get_globals().items():
+        np.testing.assert_allclose(weighted._get_globals()[site].numpy(), value.numpy(), rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(weighted.history_, plain.history_, rtol=1e-10)
 
 

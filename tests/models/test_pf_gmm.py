@@ -274,8 +274,8 @@ def test_grid_search_passes_sample_weight_to_every_fit(routing):
         search = GridSearchCV(model, {"alpha": [1.0]}, cv=3).fit(data.X, data.y, sample_weight=weight)
     direct = PFGMM(2, **settings).fit(data.X, data.y, sample_weight=weight)
     plain = PFGMM(2, **settings).fit(data.X, data.y)
-    for site, value in direct.get_globals().items():
-        np.testing.assert_allclose(search.best_estimator_.get_globals()[site], value, rtol=1e-10, err_msg=site)
+    for site, value in direct._get_globals().items():
+        np.testing.assert_allclose(search.best_estimator_._get_globals()[site], value, rtol=1e-10, err_msg=site)
     assert not torch.allclose(direct.weights_, plain.weights_, atol=1e-3)  # the weights changed the fit
 
 
@@ -401,7 +401,7 @@ def test_the_prior_group_draws_from_the_priors_as_set():
     priors = {"locs_loc": 3.0, "locs_scale": 0.01, "weights": [1.0, 50.0, 100.0]}
     model = _pf(priors=priors, n_restarts=1).fit(x, y)
     data = model.prepare_data(x, y)
-    prior, _ = prior_samples(model, data, list(model.get_globals()), model._observed_data(data), 200)
+    prior, _ = prior_samples(model, data, list(model._get_globals()), model._observed_data(data), 200)
     np.testing.assert_allclose(prior["weights"].mean((0, 1)), np.array([1.0, 50.0, 100.0]) / 151, atol=0.01)
     for site in ("locs", "background_loc"):
         assert abs(prior[site].mean() - 3.0) < 1e-3 and prior[site].std() == pytest.approx(0.01, rel=0.1)

@@ -80,7 +80,7 @@ def test_uniform_transitions_reduce_to_pf_gmm():
     y = [v.astype(float) for v in data.y[train]]
     y[0][:5] = np.nan
     hmm = _fit_quietly(PFHMM(3, switch_prior=0.4, seed=0, progress=False), x, y, max_iter=5)
-    values = hmm.get_globals()
+    values = hmm._get_globals()
     values["transition"] = values["initial"].expand(3, 3).clone()
     hmm._set_globals(values)
     frames, labels = np.concatenate(x), np.concatenate(y)
@@ -273,7 +273,7 @@ def test_program_enumerates_in_the_model_exactly():
     ``infer_discrete`` at temperature 0 finds the most probable state path jointly with the switches."""
     x, y = _tiny(seed=4)
     model = _fit_quietly(PFHMM(2, switch_prior=0.3, seed=0, progress=False), x, y, max_iter=5)
-    g = {k: v.numpy() for k, v in model.get_globals().items()}
+    g = {k: v.numpy() for k, v in model._get_globals().items()}
     p = model.switch_prior
     on = np.log(p) + norm.logpdf(np.concatenate(x)[:, None], g["locs"], g["scales"])  # (frames, K, D)
     off = np.log1p(-p) + norm.logpdf(np.concatenate(x), g["background_loc"], g["background_scale"])[:, None]

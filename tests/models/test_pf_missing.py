@@ -102,8 +102,8 @@ def test_with_nothing_missing_the_fit_is_the_usual_one(pf_data, hmm_data, kind):
     plain = _quiet(lambda: make().fit(*args))
     marginal = _quiet(lambda: make(missing="marginalize").fit(*args))
     assert marginal.history_ == plain.history_
-    for name, value in plain.get_globals().items():
-        assert torch.equal(marginal.get_globals()[name], value), name
+    for name, value in plain._get_globals().items():
+        assert torch.equal(marginal._get_globals()[name], value), name
 
 
 @pytest.mark.parametrize("kind", ["PFGMM", "PFHMM"])
@@ -152,8 +152,8 @@ def test_integer_weights_are_repeated_rows_with_missing_entries(pf_data):
     assert float(elbo_a) == pytest.approx(float(elbo_b), rel=1e-12)
     a._em_update(a._em_statistics(weighted, resp_a))
     b._em_update(b._em_statistics(rows, resp_b))
-    for name, value in b.get_globals().items():
-        torch.testing.assert_close(a.get_globals()[name], value, rtol=1e-10, atol=1e-12)
+    for name, value in b._get_globals().items():
+        torch.testing.assert_close(a._get_globals()[name], value, rtol=1e-10, atol=1e-12)
     tensor = torch.as_tensor(holed)
     scale = weighted_data_scale(tensor, torch.as_tensor(weight, dtype=torch.float64), 1e-6)
     reference = weighted_data_scale(tensor[repeated], torch.ones(len(repeated), dtype=torch.float64), 1e-6)
@@ -248,8 +248,8 @@ def test_pfgmm_on_shards_with_missing_entries_equals_in_memory_em(pf_data):
     shards = [(holed[part], y[part]) for part in np.array_split(np.arange(len(y)), 3)[::-1]]
     sharded = _quiet(lambda: fit_em(copy.deepcopy(start), shards, executor="inline", target="y", max_iter=10, tol=0.0))
     np.testing.assert_allclose(sharded.history_, in_memory.history_, rtol=1e-10, atol=0)
-    for name, value in in_memory.get_globals().items():
-        torch.testing.assert_close(sharded.get_globals()[name], value, rtol=1e-10, atol=1e-12)
+    for name, value in in_memory._get_globals().items():
+        torch.testing.assert_close(sharded._get_globals()[name], value, rtol=1e-10, atol=1e-12)
     assert (
         sharded.relevant_features_.tolist()
         == in_memory.relevant_features_.tolist()

@@ -164,9 +164,9 @@ def test_fit_restarts_keeps_the_first_of_equal_starts():
     model = PFGMM(2, switch_prior=0.05, seed=0, **QUIET)
     model.p_ = 0.05
     seen = []
-    scores = fit_restarts(model, lambda r: model._fit_start(x, y, r), 3, lambda r: seen.append(model.get_globals()))
+    scores = fit_restarts(model, lambda r: model._fit_start(x, y, r), 3, lambda r: seen.append(model._get_globals()))
     assert len(scores) == 3 and max(scores) - min(scores) < RESTART_TIE  # at small p every start ends in one fit
-    torch.testing.assert_close(model.get_globals()["locs"], seen[0]["locs"], rtol=0, atol=0)  # the first is kept
+    torch.testing.assert_close(model._get_globals()["locs"], seen[0]["locs"], rtol=0, atol=0)  # the first is kept
 
 
 def test_a_start_that_memorises_one_mislabelled_row_is_not_kept():

@@ -83,7 +83,7 @@ class CountingThreads:
     def _m_step(self, data, stats):
         pass
 
-    def get_globals(self):
+    def _get_globals(self):
         return {"theta": torch.zeros(10)}
 
     def _set_globals(self, values):

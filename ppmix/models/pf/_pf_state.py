@@ -181,7 +181,7 @@ class PFStateMixin(BinaryClassifierMixin, PredictionFocusedMixin):
         >>> sorted(target.supports)
         ['background_loc', 'background_scale', 'label_probs', 'locs', 'scales', 'weights']
         """
-        values = self.get_globals()
+        values = self._get_globals()
         varying = [name for name in values if name != "switch_probs"]
         rows = split_weights(self._em_data(data))[0]
 

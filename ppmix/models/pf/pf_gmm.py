@@ -402,7 +402,7 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
 
     def guide(self, data: PFData) -> None:
         """Point masses on the globals; ``q(z_n)`` in closed form and ``q(s_nd) = Bern(phi_d)``, enumerated."""
-        self._guide_program(data, self.get_globals())
+        self._guide_program(data, self._get_globals())
 
     def _guide_program(self, data: PFData, values: dict[str, torch.Tensor]) -> None:
         pyro.sample("weights", dist.Delta(values["weights"], event_dim=1))
@@ -422,7 +422,7 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
         return _PointGuide(self._guide_program, init), None
 
     # -------------------------------------------------------------- globals
-    def get_globals(self) -> dict[str, torch.Tensor]:
+    def _get_globals(self) -> dict[str, torch.Tensor]:
         return {"weights": self.weights_.clone(), **self._component_globals(), **self._pf_globals()}
 
     def _state_shapes(self) -> dict[str, tuple[int | None, ...]]:

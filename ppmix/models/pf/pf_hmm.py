@@ -263,7 +263,7 @@ class PFHMM(PFStateMixin, HMM):
         Every ``z_t`` gets its own enumeration dimension (Pyro's ``TraceEnum_ELBO`` cannot
         recycle guide-side dimensions), so this guide is for short sequences only.
         """
-        values = self.get_globals()
+        values = self._get_globals()
         pyro.sample("initial", dist.Delta(values["initial"], event_dim=1))
         components = pyro.plate("components", self.n_components)
         with components:
@@ -290,15 +290,15 @@ class PFHMM(PFStateMixin, HMM):
                         self._pf_guide_switches(phi, f"_{t}", features)
 
     # -------------------------------------------------------------- globals
-    def get_globals(self) -> dict[str, torch.Tensor]:
-        return {**super().get_globals(), **self._pf_globals()}
+    def _get_globals(self) -> dict[str, torch.Tensor]:
+        return {**super()._get_globals(), **self._pf_globals()}
 
     def _set_globals(self, values: dict[str, torch.Tensor]) -> None:
         super()._set_globals(values)
         self._set_pf_globals(values)
 
     def _state_tensors(self) -> dict[str, torch.Tensor]:
-        return self.get_globals()
+        return self._get_globals()
 
     def _load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
         self._set_globals(tensors)

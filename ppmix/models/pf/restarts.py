@@ -276,7 +276,7 @@ def fit_restarts(
         return _clearly_better(rows, best, latest["weight"])
 
     def snapshot() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        return model.get_globals(), {a: getattr(model, a) for a in _RESULT_ATTRIBUTES}
+        return model._get_globals(), {a: getattr(model, a) for a in _RESULT_ATTRIBUTES}
 
     def restore(snap: tuple[dict[str, torch.Tensor], dict[str, Any]]) -> None:
         model._set_globals(snap[0])
