@@ -13,7 +13,8 @@ must not run would be fenced ``text`` with its reason beside it (none is, today)
 data small and their engines short (``num_steps=50`` for SVI, ``num_samples=5, warmup_steps=5`` for
 NUTS), so all of them run in well under a minute on two cores.
 
-Beside the blocks, the pages are checked for drift: every guide page is in the guide's toctree and
+Beside the blocks, the pages are checked for drift: the README stays a front page (at most 250
+lines), every guide page is in the guide's toctree and
 linked from the README, every relative link of the README and the guide leads to a file of the
 repository, and the component families page has a row for every built-in family naming each of its
 ``priors=`` keys.
@@ -104,6 +105,12 @@ def test_guide_pages_are_in_the_toctree_and_linked_from_the_readme():
     assert listed == pages, (sorted(pages - listed), sorted(listed - pages))
     readme = README.read_text(encoding="utf-8")
     assert not [page for page in pages if f"(docs/guide/{page}.md)" not in readme], "README must link every guide page"
+
+
+def test_readme_is_a_front_page():
+    # the manual is the user guide; the README says what ppmix is and where to read on (issue 53)
+    lines = README.read_text(encoding="utf-8").count("\n")
+    assert lines <= 250, f"README.md has {lines} lines: move sections to a page of docs/guide/ and link it"
 
 
 def test_relative_links_lead_to_files():
