@@ -50,7 +50,7 @@ bench: $(STAMP)
 lock:
 	$(PYTHON) -m venv .venv-tools
 	.venv-tools/bin/pip install -q uv
-	.venv-tools/bin/uv pip compile pyproject.toml --extra test --extra bench -c constraints.txt \
+	.venv-tools/bin/uv pip compile pyproject.toml --extra test --extra bench --extra docs -c constraints.txt \
 		--python-version 3.11 --python-platform x86_64-manylinux_2_28 --generate-hashes --upgrade \
 		--find-links $(TORCH_WHEELS) --no-emit-find-links --custom-compile-command "make lock" -o $(LOCK)
 
