@@ -112,7 +112,7 @@ def test_docstring_gaps_finds_what_is_missing() -> None:
 
     assert docstring_gaps(bare) == ["summary", "Parameters", "Examples"]
     assert docstring_gaps(documented) == []
-    assert docstring_gaps(ValueError) == []  # Python's own constructor: no Parameters needed, but no Examples
+    assert docstring_gaps(ValueError) == ["Examples"]  # Python's own constructor needs no Parameters
     assert "Examples" in docstring_gaps(type("Plain", (), {"__doc__": "Summary only."}))
 
 
