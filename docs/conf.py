@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import os
 import shutil
 import sys
@@ -80,7 +81,9 @@ numpydoc_xref_param_type = False
 
 # ---------------------------------------------------------------------------------------------- MyST-NB
 nb_execution_mode = "off"  # render the stored outputs; never run a notebook while building
+nb_output_stderr = "remove"  # stored warnings (a tqdm notice with the path of the machine that ran it) are noise
 myst_enable_extensions = ["colon_fence", "dollarmath"]
+myst_dmath_double_inline = True  # the notebooks write display math ($$ ... $$) inside paragraphs
 myst_heading_anchors = 4
 
 # ---------------------------------------------------------------------------------------------- nitpicky
@@ -282,7 +285,21 @@ def _resolve_by_identity(app, env, node, contnode):  # noqa: ANN001, ANN202 - Sp
     return None
 
 
+def _class_signature(app, what, name, obj, options, signature, return_annotation):  # noqa: ANN001, ANN202
+    """A class's constructor signature, not its metaclass's: the models' metaclass is Pyro's ``PyroModule``
+    metaclass, whose ``__call__(*args, **kwargs)`` autodoc would show instead of ``GMM(n_components=1, *, ...)``."""
+    if what != "class" or signature != "(*args, **kwargs)":
+        return None
+    try:
+        constructor = inspect.signature(obj)
+    except (TypeError, ValueError):
+        return None
+    bare = [parameter.replace(annotation=inspect.Parameter.empty) for parameter in constructor.parameters.values()]
+    return str(constructor.replace(parameters=bare, return_annotation=inspect.Signature.empty)), None
+
+
 def setup(app):  # noqa: ANN001, ANN201 - Sphinx's signature
     app.connect("autodoc-skip-member", _skip_foreign_member)
     app.connect("missing-reference", _resolve_by_identity)
+    app.connect("autodoc-process-signature", _class_signature)
     return {"parallel_read_safe": True}
