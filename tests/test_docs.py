@@ -14,6 +14,7 @@ Two checks:
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import subprocess
@@ -61,12 +62,12 @@ def _public_objects() -> list[tuple[str, object]]:
 def _takes_parameters(obj: object) -> bool:
     """Whether a function, or a class's constructor, takes parameters (``self`` aside).
 
-    A class whose ``__init__`` is Python's own (``object``, ``Exception``, ``Warning``) takes none that need
-    documenting.
+    A class whose ``__init__`` is Python's own (``object``, ``Exception``, ``Warning``) or a ``typing.Protocol``'s
+    takes none that need documenting.
     """
     if inspect.isclass(obj):
         init = obj.__init__
-        if getattr(init, "__module__", None) in (None, "builtins") or not callable(init):
+        if getattr(init, "__module__", None) in (None, "builtins", "typing") or not callable(init):
             return False
         target = init
     else:
@@ -78,13 +79,25 @@ def _takes_parameters(obj: object) -> bool:
     return any(name not in ("self", "cls") for name in signature.parameters)
 
 
+def _documents_fields(obj: object, doc: NumpyDocString) -> bool:
+    """Whether ``obj`` is a dataclass whose ``Attributes`` section names every constructor field (a result that a
+    function returns documents its fields as attributes, which is what they are to the reader)."""
+    if not dataclasses.is_dataclass(obj):
+        return False
+    named = {name.strip() for entry in doc["Attributes"] for name in entry.name.split(",")}
+    return {field.name for field in dataclasses.fields(obj) if field.init} <= named
+
+
 def docstring_gaps(obj: object) -> list[str]:
-    """What ``obj``'s numpydoc docstring lacks: ``summary``, ``Parameters``, ``Examples``."""
+    """What ``obj``'s numpydoc docstring lacks: ``summary``, ``Parameters``, ``Examples``.
+
+    A dataclass may document its fields in ``Attributes`` instead of ``Parameters``, if it names all of them.
+    """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # numpydoc warns on unknown sections; this test judges only three
         doc = NumpyDocString(inspect.getdoc(obj) or "")
     gaps = [] if doc["Summary"] else ["summary"]
-    if _takes_parameters(obj) and not doc["Parameters"]:
+    if _takes_parameters(obj) and not doc["Parameters"] and not _documents_fields(obj, doc):
         gaps.append("Parameters")
     if not doc["Examples"]:
         gaps.append("Examples")
@@ -114,6 +127,24 @@ def test_docstring_gaps_finds_what_is_missing() -> None:
     assert docstring_gaps(documented) == []
     assert docstring_gaps(ValueError) == ["Examples"]  # Python's own constructor needs no Parameters
     assert "Examples" in docstring_gaps(type("Plain", (), {"__doc__": "Summary only."}))
+
+    @dataclasses.dataclass
+    class Result:
+        """A result.
+
+        Attributes
+        ----------
+        a, b : int
+            Two numbers.
+        """
+
+        a: int
+        b: int
+        c: int = 0
+
+    assert docstring_gaps(Result) == ["Parameters", "Examples"]  # c is not named
+    Result.__doc__ = Result.__doc__.replace("a, b : int", "a, b, c : int")
+    assert docstring_gaps(Result) == ["Examples"]
 
 
 @pytest.mark.parametrize("name,obj", _public_objects(), ids=[name for name, _ in _public_objects()])
