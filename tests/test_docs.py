@@ -85,7 +85,7 @@ def _documents_fields(obj: object, doc: NumpyDocString) -> bool:
     if not dataclasses.is_dataclass(obj):
         return False
     named = {name.strip() for entry in doc["Attributes"] for name in entry.name.split(",")}
-    return {field.name for field in dataclasses.fields(obj) if field.init} <= named
+    return {field.name for field in dataclasses.fields(obj) if field.init and not field.name.startswith("_")} <= named
 
 
 def docstring_gaps(obj: object) -> list[str]:
