@@ -9,7 +9,7 @@ LOCK   := requirements/dev.lock
 # Where pip finds the CPU build of torch pinned in constraints.txt (this project's machines keep it there).
 TORCH_WHEELS ?= /opt/wheels
 
-.PHONY: demo test install bench tutorials lock test-latest check-install clean
+.PHONY: demo test install bench tutorials docs lock test-latest check-install clean
 
 $(STAMP): pyproject.toml constraints.txt $(LOCK)
 	rm -rf $(VENV)
@@ -32,6 +32,10 @@ test: $(STAMP)
 # re-run every tutorial and store it with its outputs (tests/test_tutorials.py checks they are current)
 tutorials: $(STAMP)
 	$(BIN)/python -m tests.tutorial_outputs
+
+# the documentation site, warnings as errors (docs/conf.py; tests/test_docs.py builds it too): docs/_build/html
+docs: $(STAMP)
+	$(BIN)/python -m sphinx -W --keep-going -n -b html docs docs/_build/html
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_gmm.py
@@ -74,4 +78,4 @@ check-install:
 	rm -rf .venv-install
 
 clean:
-	rm -rf $(VENV) .venv-latest .venv-install .venv-tools out
+	rm -rf $(VENV) .venv-latest .venv-install .venv-tools out docs/_build docs/api/generated docs/api/ppmix*.rst docs/tutorials/notebooks
