@@ -131,13 +131,15 @@ if os.environ.get("PPMIX_DOCS_INTERSPHINX") == "1":
 html_theme = "pydata_sphinx_theme"
 html_title = f"ppmix {release}"
 html_static_path: list[str] = []
+html_copy_source = False  # no _sources/ copies of the pages (the "Show Source" link goes with them)
 html_theme_options = {
     "navigation_with_keys": False,
+    "header_links_before_dropdown": 7,
     "show_toc_level": 2,
     "footer_start": ["copyright"],
     "footer_end": ["sphinx-version"],
 }
-html_sidebars = {"index": [], "getting_started": [], "reproductions": []}
+html_sidebars = {page: [] for page in ("index", "getting_started", "benchmarks", "reproductions", "results")}
 copybutton_prompt_text = r">>> |\.\.\. |\$ "
 copybutton_prompt_is_regexp = True
 
