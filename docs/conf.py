@@ -134,7 +134,6 @@ html_static_path: list[str] = []
 html_copy_source = False  # no _sources/ copies of the pages (the "Show Source" link goes with them)
 html_theme_options = {
     "navigation_with_keys": False,
-    "header_links_before_dropdown": 7,
     "show_toc_level": 2,
     "footer_start": ["copyright"],
     "footer_end": ["sphinx-version"],
@@ -176,6 +175,7 @@ def _api_page(module_name: str) -> str:
     shared = [name for name in names if name not in own]
     title = f"``{module_name}``"
     lines = [title, "=" * len(title), "", f".. automodule:: {module_name}", "   :no-members:", ""]
+    lines += ["Public names", "------------", ""]
     lines += [f".. currentmodule:: {module_name}", "", ".. autosummary::", "   :toctree: generated", ""]
     lines += [f"   {name}" for name in own]
     if shared:
