@@ -29,7 +29,7 @@
   trace (``az.plot_trace(idata.sample_stats, var_names=["lp"])``) stands in for the energy
   plot of a sampler without a Hamiltonian; for an SVI ``normal`` guide's draws, ``lp``, the
   program's log joint density (discrete latents summed out) at every draw;
-- ``_observed_data``; ``discrete_posterior``: the per-draw posterior probabilities of
+- ``observed_data``; ``discrete_posterior``: the per-draw posterior probabilities of
   the enumerated latents.
 
 ``idata.attrs["ppmix_draws"]`` says where the posterior draws come from (``"mcmc"``, ``"gibbs"``,
