@@ -571,6 +571,7 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         num_samples: int = 100,
         approximation: str | None = "auto",
         pointwise: str = "sequence",
+        **options: Any,
     ) -> Any:
         """ArviZ ``InferenceData`` of the fit, as :meth:`MixtureModel.to_arviz
         <ppmix.models.base.MixtureModel.to_arviz>`, with the unit of its ``log_likelihood`` group chosen by
@@ -578,7 +579,8 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         leaves one sequence out); ``"step"``, the one-step-ahead ``log p(x_t | x_{<t})`` of every valid step, on
         the observed frames' ``obs_id`` (the sequence's log-likelihood is their sum: per-step diagnostics,
         ``az.loo`` over steps, which treats steps as exchangeable, and the pieces of leave-future-out
-        validation).
+        validation). The keyword ``options`` (``groups``, ``thin``, ``log_likelihood_dtype``,
+        ``predictive_draws``) are :meth:`MixtureModel.to_arviz <ppmix.models.base.MixtureModel.to_arviz>`'s.
 
         Examples
         --------
@@ -598,7 +600,7 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
                 f"pointwise='step' needs the HMM's own likelihood; {type(self).__name__} scores whole sequences "
                 "(pointwise='sequence')"
             )
-        return self._inference_data(X, y, num_samples, approximation, per_step=pointwise == "step")
+        return self._inference_data(X, y, num_samples, approximation, per_step=pointwise == "step", **options)
 
     def draws_replicated(self, data: SequenceBatch, draws: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """One replicated data set per draw of the globals (``{site: (S, ...)}``), for ``to_arviz``'s
