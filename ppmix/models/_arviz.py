@@ -389,8 +389,14 @@ def pointwise_draws(
     in turn; the fitted state and guide are left exactly as they were."""
     batched = own_hook(model, "draws_log_likelihood", *POINTWISE_COMPANIONS)
     if batched is not None:
+        options = {"per_step": True} if per_step else {}
+        accepted = inspect.signature(batched).parameters
+        if "marginals" in accepted:
+            options["marginals"] = marginals
+        if "dtype" in accepted:  # written in the asked precision: no float64 copy of every draw's values
+            options["dtype"] = getattr(torch, np.dtype(dtype).name)
         with torch.no_grad():
-            loglik, found = batched(data, draws, per_step=True) if per_step else batched(data, draws)
+            loglik, found = batched(data, draws, **options)
         kept = {name: probs.cpu().numpy() for name, probs in found.items()} if marginals else {}
         return loglik.cpu().numpy().astype(dtype, copy=False), kept
     n_draws = len(next(iter(draws.values())))
@@ -589,7 +595,7 @@ def build_inference_data(
     _label(idata, model, source, flat_prior)
     if n_chains * n_draws == 1:
         idata.attrs["ppmix_note"] = _one_draw_message(model, no_laplace)
-        warnings.warn(idata.attrs["ppmix_note"], PointEstimateWarning, stacklevel=3)
+        warnings.warn(idata.attrs["ppmix_note"], PointEstimateWarning, stacklevel=4)
     return idata
 
 
