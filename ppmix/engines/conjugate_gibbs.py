@@ -46,8 +46,9 @@ def run_gibbs(
     ``model.init_values``, the EM start, every other chain at an initialisation of its own seed, as NUTS's
     chains) with its own draw of the latents given it, so chains in different modes of the posterior show in
     r_hat (a :class:`~ppmix.engines.draws.ChainsDisagreeWarning` names the sites); one chain warns
-    (:class:`~ppmix.engines.chain_starts.SingleChainWarning`: r_hat is NaN). Every chain runs ``warmup_steps + num_samples`` sweeps; the last ``num_samples`` are kept
-    in ``model.mcmc_samples_`` (``{site: (chains, draws, ...)}``), relabelled as
+    (:class:`~ppmix.engines.chain_starts.SingleChainWarning`: r_hat is NaN). Every chain runs
+    ``warmup_steps + num_samples`` sweeps; the last ``num_samples`` are kept in ``model.mcmc_samples_``
+    (``{site: (chains, draws, ...)}``), relabelled as
     :func:`~ppmix.engines.mcmc.run_mcmc` relabels its draws, and the point estimates are
     set to their posterior means. A sweep costs about one EM iteration per chain and its draws are
     exact conditionals: no step size, no rejections.

@@ -175,7 +175,7 @@ def run_mcmc(
             init_strategy=_init_strategy(starts[0]),
         )
         with warnings.catch_warnings():  # Pyro's note that the chains run one after another: the docstring says when
-            warnings.filterwarnings("ignore", message=r"num_chains=\d+ is more than available_cpu", category=UserWarning)
+            warnings.filterwarnings("ignore", message=r"num_chains=\d+ is more than available_cpu")
             mcmc = MCMC(
                 kernel,
                 num_samples=num_samples,

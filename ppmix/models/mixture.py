@@ -405,10 +405,10 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
     def draws_log_likelihood(
         self, data: torch.Tensor, draws: dict[str, torch.Tensor], marginals: bool = True, dtype: Any = None
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """:meth:`pointwise_log_likelihood` ``(S, N)`` (in ``dtype``, default the model's) and (``marginals``) :meth:`posterior_marginals`
-        ``{"z": (S, N, K)}`` at every one of ``S`` draws of the globals ``{site: (S, ...)}``, for ``to_arviz``: a
-        block of draws scored by one ``log_prob`` (:func:`~ppmix.models._mixture_draws.mixture_draws_log_likelihood`).
-        """
+        """:meth:`pointwise_log_likelihood` ``(S, N)`` (in ``dtype``, default the model's) and (``marginals``)
+        :meth:`posterior_marginals` ``{"z": (S, N, K)}`` at every one of ``S`` draws of the globals
+        ``{site: (S, ...)}``, for ``to_arviz``: a block of draws scored by one ``log_prob``
+        (:func:`~ppmix.models._mixture_draws.mixture_draws_log_likelihood`)."""
         return mixture_draws_log_likelihood(self, data, draws, marginals, dtype)
 
     def draws_replicated(self, data: torch.Tensor, draws: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
