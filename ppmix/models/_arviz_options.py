@@ -40,8 +40,8 @@ LOG_LIKELIHOOD_DTYPES = {"float32": np.float32, "float64": np.float64}
 class ArvizRequest:
     """The checked options of ``to_arviz``: ``groups`` (a set of :data:`ALL_GROUPS`, ``posterior`` always in
     it; ``explicit`` whether the caller named them), ``thin`` (keep every ``thin``-th draw of every chain),
-    ``log_likelihood_dtype`` (a NumPy float type) and ``predictive_draws`` (``"auto"``, ``"all"`` or a positive int: how many draws of every chain get a
-    replicated data set)."""
+    ``log_likelihood_dtype`` (a NumPy float type) and ``predictive_draws`` (``"auto"``, ``"all"`` or a positive
+    int: how many draws of every chain get a replicated data set)."""
 
     groups: frozenset[str]
     explicit: bool = False

@@ -18,9 +18,7 @@ __all__ = ["DRAW_BLOCK_CELLS", "mixture_draws_log_likelihood", "mixture_draws_re
 DRAW_BLOCK_CELLS = 1 << 20
 
 
-def _blocks(
-    model: "Mixture", draws: dict[str, torch.Tensor], n_rows: int
-) -> Iterator[tuple[Any, torch.Tensor, int]]:
+def _blocks(model: "Mixture", draws: dict[str, torch.Tensor], n_rows: int) -> Iterator[tuple[Any, torch.Tensor, int]]:
     """For every block of draws: their components as one set of ``B K``, their log weights ``(B, K)`` and ``B``;
     each draw's globals set as :meth:`~ppmix.models.mixture.Mixture.set_globals` sets them (the fitted state is
     restored after)."""
