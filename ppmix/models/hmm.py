@@ -579,7 +579,7 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
             initial, transition, log_emit = chain_per_draw(
                 self, part, lambda: self._log_emissions(self._prediction_data(data))
             )
-            values, found = forward_backward_per_draw(initial, transition, log_emit, data, per_step)
+            values, found = forward_backward_per_draw(initial, transition, log_emit, data, per_step, marginals)
             log_lik.append(values.to(dtype or values.dtype))
             if marginals:
                 probs.append(found["z"])
