@@ -54,6 +54,7 @@ from pyro.distributions import ImproperUniform
 from pyro.distributions.transforms import biject_to
 from pyro.infer import Predictive, TraceEnum_ELBO
 from pyro.infer.autoguide import AutoNormal
+from pyro.poutine.runtime import NonlocalExit
 from pyro.poutine.subsample_messenger import _Subsample
 
 from ppmix.engines.capabilities import ConjugateGibbs
@@ -491,7 +492,10 @@ def prior_samples(
     model: "MixtureModel", data: Any, names: list[str], observed: dict[str, np.ndarray], num_samples: int
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None:
     """Draws of the globals ``names`` from the proper priors of ``bayesian()`` and a replicated data set for each,
-    ``(1, S, ...)``; ``None`` when a global site has no proper prior."""
+    ``(1, S, ...)``; ``None`` when a global site has no proper prior. Where the program samples its globals before
+    any other site and the model replicates data itself (``draws_replicated``), the globals come from runs of the
+    program stopped before its first data site (:func:`_prior_globals`) and the data sets from one batched
+    ``draws_replicated``; otherwise ``Predictive`` runs the whole program ``num_samples`` times."""
     program = poutine.uncondition(model.model)
     with local_params(), torch.no_grad(), model.bayesian(), model.forked_rng(offset=3):
         try:
@@ -501,11 +505,38 @@ def prior_samples(
         globals_ = [n for n in names if n in trace.nodes and trace.nodes[n]["type"] == "sample"]
         if not globals_ or any(isinstance(_base_dist(trace.nodes[n]["fn"]), ImproperUniform) for n in globals_):
             return None
-        sites = _replicated_sites(trace)
-        values = _predictive(program, data, None, num_samples, globals_ + sites, trace)
+        batched = own_hook(model, "draws_replicated")
+        drawn = _prior_globals(program, data, globals_, num_samples) if batched is not None else None
+        if drawn is not None:
+            values = {**drawn, **batched(data, drawn)}
+        else:
+            values = _predictive(program, data, None, num_samples, globals_ + _replicated_sites(trace), trace)
     prior = {n: values[n].detach().cpu().numpy()[None] for n in globals_}
     replicated = {k: v[None] for k, v in _as_observed(values, data, observed).items()}
     return prior, replicated
+
+
+def _prior_globals(program: Any, data: Any, globals_: list[str], num_samples: int) -> dict[str, torch.Tensor] | None:
+    """``num_samples`` draws of the globals ``{site: (S, ...)}``, each from a run of ``program`` stopped at its first
+    other sample site (``poutine.escape``: the data's steps never run); None where some global comes after another
+    site."""
+    wanted = set(globals_)
+
+    def other_site(msg: dict) -> bool:
+        return msg["type"] == "sample" and msg["name"] not in wanted
+
+    draws = []
+    for _ in range(num_samples):
+        tracer = poutine.trace(poutine.escape(program, escape_fn=other_site))
+        try:
+            tracer.get_trace(data)
+        except NonlocalExit:
+            pass
+        nodes = tracer.trace.nodes
+        if not wanted <= set(nodes):
+            return None
+        draws.append({n: nodes[n]["value"] for n in globals_})
+    return {n: torch.stack([draw[n] for draw in draws]) for n in globals_}
 
 
 # ------------------------------------------------------------------------- the builder
