@@ -518,12 +518,12 @@ def prior_samples(
 
 def _prior_globals(program: Any, data: Any, globals_: list[str], num_samples: int) -> dict[str, torch.Tensor] | None:
     """``num_samples`` draws of the globals ``{site: (S, ...)}``, each from a run of ``program`` stopped at its first
-    other sample site (``poutine.escape``: the data's steps never run); None where some global comes after another
-    site."""
+    other sample site, plates aside (``poutine.escape``: the data's steps never run); None where some global comes
+    after another site."""
     wanted = set(globals_)
 
     def other_site(msg: dict) -> bool:
-        return msg["type"] == "sample" and msg["name"] not in wanted
+        return msg["type"] == "sample" and msg["name"] not in wanted and not isinstance(msg["fn"], _Subsample)
 
     draws = []
     for _ in range(num_samples):
