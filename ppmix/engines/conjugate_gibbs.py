@@ -43,7 +43,7 @@ def run_gibbs(
     """Sample the posterior of the global sites by blocked Gibbs sweeps, ``num_chains`` chains at once.
 
     Every chain starts from its own point (:func:`~ppmix.engines.chain_starts.chain_starts`: chain 0 at
-    ``model.init_values``, the EM start, every other chain at an initialisation of its own seed, as NUTS's
+    ``model._init_values``, the EM start, every other chain at an initialisation of its own seed, as NUTS's
     chains) with its own draw of the latents given it, so chains in different modes of the posterior show in
     r_hat (a :class:`~ppmix.engines.draws.ChainsDisagreeWarning` names the sites); one chain warns
     (:class:`~ppmix.engines.chain_starts.SingleChainWarning`: r_hat is NaN). Every chain runs
@@ -52,6 +52,27 @@ def run_gibbs(
     :func:`~ppmix.engines.mcmc.run_mcmc` relabels its draws, and the point estimates are
     set to their posterior means. A sweep costs about one EM iteration per chain and its draws are
     exact conditionals: no step size, no rejections.
+
+    Parameters
+    ----------
+    model : MixtureModel
+        A Mixture, GMM or HMM whose family has conjugate priors; usually called by
+        ``model.fit(X, engine="gibbs")``.
+    data : Any
+        The data as the model's ``prepare_data`` returns it.
+    num_samples : int, default 1000
+        Draws kept per chain.
+    warmup_steps : int, default 500
+        Sweeps discarded per chain before them.
+    num_chains : int, default 4
+        Chains, run together.
+    relabel : bool, default True
+        Relabel the draws against label switching, as :func:`run_mcmc` does.
+
+    Returns
+    -------
+    FitResult
+        Empty ``history``; ``n_iter`` is ``num_samples``.
 
     Examples
     --------
@@ -77,10 +98,10 @@ def run_gibbs(
     log_joint: list[torch.Tensor] = []
     # torch's global generator, seeded from the model's seed, draws every conditional: hold it alone as the other
     # engines do (two threads with the same seed draw what one thread draws)
-    with local_params(), model.bayesian(), model.forked_rng():
-        latent = model.gibbs_start(data, num_chains, model.generator())
+    with local_params(), model.bayesian(), model._forked_rng():
+        latent = model._gibbs_start(data, num_chains, model._generator())
         for sweep in range(warmup_steps + num_samples):
-            values, joint, latent = model.gibbs_sweep(data, latent)
+            values, joint, latent = model._gibbs_sweep(data, latent)
             if sweep >= warmup_steps:
                 kept.append(values)
                 log_joint.append(joint)

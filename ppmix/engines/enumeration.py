@@ -106,8 +106,8 @@ def _shared_enumeration_dims(trace: Any, owner: str, what: str) -> None:
             f"{owner}'s program enumerates discrete latents that share enumeration dimensions ({shared[0][:4]}...: "
             "a pyro.markov chain); the inherited " + what + " serve programs with one enumerated latent per data "
             "point and would be wrong here. For a hidden Markov model with a new emission use "
-            "HMM(emission=...) (see the README's 'Writing a new component family'), or write "
-            "pointwise_log_likelihood and posterior_marginals for this program"
+            "HMM(emission=...) (see docs/guide/writing-a-family.md), or write "
+            "_pointwise_log_likelihood and _posterior_marginals for this program"
         )
 
 
@@ -136,7 +136,7 @@ def check_local_latents(model: Callable, guide: Callable, data: Any, max_plate_n
 def enumerated_log_likelihood(
     model: Callable, guide: Callable, data: Any, max_plate_nesting: int, data_plate: str, owner: str = "the model"
 ) -> torch.Tensor:
-    """``log p(x_n | globals)`` for every point of the plate ``data_plate``, shape ``(N,)``.
+    """``log p(x_n | globals)`` for every point of the plate ``_data_plate``, shape ``(N,)``.
 
     Traces the model (globals replayed from the guide) with every enumerated site enumerated
     in parallel, adds the log-densities of the sites inside the data plate and sums the

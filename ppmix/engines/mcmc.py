@@ -112,7 +112,7 @@ def run_mcmc(
 
     The model runs under :meth:`MixtureModel.bayesian` (proper priors); discrete
     latents are summed out by enumeration. Every chain starts at its own point
-    (:func:`~ppmix.engines.chain_starts.chain_starts`: chain 0 at ``model.init_values``, the EM
+    (:func:`~ppmix.engines.chain_starts.chain_starts`: chain 0 at ``model._init_values``, the EM
     initialisation for models with EM, every other chain at an initialisation of its own seed; sites without
     a start at the median of a few prior draws, drawn anew for each chain), so chains in different modes of
     the posterior show in r_hat. The default is two chains; one chain warns
@@ -127,7 +127,7 @@ def run_mcmc(
     Hungarian assignment, then refined on all per-component sites, Stephens' 2000
     algorithm in Celeux's normalised form), so chains in swapped labellings agree and
     the posterior means do not average components. Every site with a component axis (named
-    ``"component"`` in :meth:`~ppmix.models.base.MixtureModel.arviz_dims`, or, for
+    ``"component"`` in :meth:`~ppmix.models.base.MixtureModel._arviz_dims`, or, for
     sites it does not name, a plate of size ``K`` or a ``K``-simplex) is permuted.
 
     **Cost.** Every leapfrog step traces the model with its discrete sites
@@ -148,6 +148,34 @@ def run_mcmc(
     in parallel processes (forked, one torch thread each) when the machine has more CPUs than chains,
     otherwise one after another; each chain costs as much as a single-chain run.
 
+    Parameters
+    ----------
+    model : MixtureModel
+        The model; usually called by ``model.fit(X, engine="mcmc")``.
+    data : Any
+        The data as the model's ``prepare_data`` returns it.
+    num_samples : int, default 200
+        Draws kept per chain.
+    warmup_steps : int, default 200
+        NUTS adaptation steps per chain.
+    num_chains : int, default 1
+        Chains (r_hat needs at least two).
+    target_accept_prob : float, default 0.8
+        NUTS's target acceptance probability.
+    max_tree_depth : int, default 8
+        NUTS's largest tree depth.
+    relabel : bool, default True
+        Relabel the draws against label switching (above).
+    jit_compile : bool, default False
+        Compile the potential with the PyTorch JIT (above).
+    progress : bool, optional
+        Show Pyro's progress bar; the model's ``progress`` by default.
+
+    Returns
+    -------
+    FitResult
+        Empty ``history``; ``n_iter`` is ``num_samples``.
+
     Examples
     --------
     >>> import torch
@@ -163,8 +191,8 @@ def run_mcmc(
     show = model.progress if progress is None else progress
     warn_single_chain(num_chains, "mcmc")
 
-    with local_params(), model.bayesian(), model.forked_rng():
-        starts = chain_starts(model, data, num_chains, model.generator())
+    with local_params(), model.bayesian(), model._forked_rng():
+        starts = chain_starts(model, data, num_chains, model._generator())
         kernel = _RecordingNUTS(
             model.model,
             max_plate_nesting=model.max_plate_nesting,

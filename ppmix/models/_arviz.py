@@ -9,11 +9,11 @@
   unconstrained parameters) or else the single point estimate (``approximation=None``);
 - ``log_likelihood``: the pointwise log-likelihood for every draw (per sequence, along a
   ``sequence`` dimension, for the sequence models; the HMM scores every draw in one batched
-  forward-backward, :meth:`~ppmix.models.hmm.HMM.draws_log_likelihood`);
+  forward-backward, :meth:`~ppmix.models.hmm.HMM._draws_log_likelihood`);
 - ``posterior_predictive``: one replicated data set per draw, drawn by Pyro's
   ``Predictive`` from the program with its observed sites unconditioned and its
   globals set to the draw (new discrete latents are drawn, not enumerated), or, for a
-  model with its own ``draws_replicated`` (the HMM), by it for every draw at once;
+  model with its own ``_draws_replicated`` (the HMM), by it for every draw at once;
 - ``prior`` and ``prior_predictive``: ``num_samples`` draws of the globals from the
   proper priors of :meth:`~ppmix.models.base.MixtureModel.bayesian` (the priors MCMC
   uses) and a replicated data set for each; left out when a site of the program has
@@ -79,7 +79,18 @@ FLAT_RTOL = 1e-9
 
 
 class PointEstimateWarning(UserWarning):
-    """The InferenceData holds one draw (a point estimate): ``az.loo``/``az.waic``/``az.compare`` need draws."""
+    """The InferenceData holds one draw (a point estimate): ``az.loo``/``az.waic``/``az.compare`` need draws.
+
+    Examples
+    --------
+    It is a ``UserWarning``, so the usual filters silence it where one draw is what you want:
+
+    >>> import warnings
+    >>> issubclass(PointEstimateWarning, UserWarning)
+    True
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore", PointEstimateWarning)
+    """
 
 
 def global_draws(
@@ -94,14 +105,14 @@ def global_draws(
         return samples, model.engine_, "", _sampler_stats(model)
     guide = model.variational_guide_
     if model.engine_ == "svi" and isinstance(guide, AutoNormal):
-        with local_params(), torch.no_grad(), model.forked_rng(offset=1):
+        with local_params(), torch.no_grad(), model._forked_rng(offset=1):
             draws = [guide(data) for _ in range(num_samples)]
         try:
             stats = {"lp": log_densities(program_laplace_target(model, data), draws)[None]}
         except LaplaceUnavailable:  # no program log joint to evaluate
             stats = None
         return {k: torch.stack([d[k] for d in draws])[None] for k in draws[0]}, "svi_normal_guide", "", stats
-    point = {k: v[None, None] for k, v in model.get_globals().items()}
+    point = {k: v[None, None] for k, v in model._get_globals().items()}
     if approximation is not None:
         limit = AUTO_LAPLACE_MAX_PARAMETERS if approximation == "auto" else None
         try:
@@ -141,7 +152,7 @@ def draw_remedies(model: "MixtureModel") -> str:
     if own:
         return own
     ways = ["engine='mcmc' (num_chains=2 or more for r_hat)", "engine='svi' with guide='normal'"]
-    if isinstance(model, ConjugateGibbs) and model.component_family().has_conjugate_prior():
+    if isinstance(model, ConjugateGibbs) and model._component_family().has_conjugate_prior():
         ways.insert(0, "engine='gibbs' (blocked Gibbs on the conjugate priors, the quickest)")
     return "fit with " + ", ".join(ways[:-1]) + " or " + ways[-1]
 
@@ -157,7 +168,7 @@ class LaplaceTarget:
     common shift of every class would be a flat direction); ``log_density(values)`` the fitted objective,
     differentiable in the varying values. The default (:func:`program_laplace_target`) is the program's log
     joint with every discrete latent summed out; a model whose fitted objective is another (the pf models'
-    ELBO) defines ``laplace_target(data)`` returning its own.
+    ELBO) defines ``_laplace_target(data)`` returning its own.
     """
 
     values: dict[str, torch.Tensor]
@@ -171,13 +182,13 @@ def _empty_guide(*args: Any, **kwargs: Any) -> None:
 
 
 def _program_trace(model: "MixtureModel", data: Any, values: dict[str, torch.Tensor]) -> Any:
-    with local_params(), torch.no_grad(), model.fitting_priors():
+    with local_params(), torch.no_grad(), model._fitting_priors():
         return poutine.trace(poutine.condition(model.model, values)).get_trace(data)
 
 
 def global_supports(model: "MixtureModel", data: Any, names: Any) -> dict[str, Any]:
     """The support of each global ``names`` as the program samples it (the constraint Laplace maps from)."""
-    trace = _program_trace(model, data, model.get_globals())
+    trace = _program_trace(model, data, model._get_globals())
     return {n: trace.nodes[n]["fn"].support for n in names}
 
 
@@ -186,7 +197,7 @@ def program_laplace_target(model: "MixtureModel", data: Any) -> LaplaceTarget:
     it (zero under ppmix's flat priors; after MAP-EM, ``priors`` given, the proper priors as set: a Laplace
     approximation of the posterior at its mode), over every global; :class:`LaplaceUnavailable` where a global is
     no site of the program or a discrete latent is not enumerated there."""
-    values = model.get_globals()
+    values = model._get_globals()
     trace = _program_trace(model, data, values)
     names = [n for n in values if n in trace.nodes and trace.nodes[n]["type"] == "sample"]
     sampled = [
@@ -206,7 +217,7 @@ def program_laplace_target(model: "MixtureModel", data: Any) -> LaplaceTarget:
     elbo = TraceEnum_ELBO(max_plate_nesting=model.max_plate_nesting)
 
     def log_density(point: dict[str, torch.Tensor]) -> torch.Tensor:
-        with model.fitting_priors():
+        with model._fitting_priors():
             return -elbo.differentiable_loss(poutine.condition(model.model, point), _empty_guide, data)
 
     return LaplaceTarget(values, {n: trace.nodes[n]["fn"].support for n in names}, log_density)
@@ -218,9 +229,9 @@ def laplace_draws(
     """``num_samples`` draws ``(1, S, ...)`` from a Laplace approximation at the fitted point estimates, and the
     fitted objective at each draw ``(1, S)`` (``sample_stats``' ``lp``).
 
-    The target is the model's ``laplace_target(data)`` where it has one (the pf models: their ELBO, see
-    :meth:`~ppmix.models.pf._pf_state.PFStateMixin.laplace_target`; the mixture of experts: EM's penalised
-    log-likelihood, :meth:`~ppmix.models.MixtureOfExperts.laplace_target`), else :func:`program_laplace_target`.
+    The target is the model's ``_laplace_target(data)`` where it has one (the pf models: their ELBO, see
+    :meth:`~ppmix.models.pf._pf_state.PFStateMixin._laplace_target`; the mixture of experts: EM's penalised
+    log-likelihood, :meth:`~ppmix.models.MixtureOfExperts._laplace_target`), else :func:`program_laplace_target`.
     Each varying global is mapped to the unconstrained space of its support (``biject_to``:
     log for scales, stick-breaking for weights, ...). There the posterior is approximated
     by a Gaussian centred on the point estimate whose precision is the negative Hessian of
@@ -229,8 +240,8 @@ def laplace_draws(
     :class:`LaplaceUnavailable` where there is none, or where the unconstrained
     parameters outnumber ``max_parameters``.
     """
-    own = getattr(model, "laplace_target", None)
-    with model.parameters_restored():  # a model's own target may set its globals to evaluate them
+    own = getattr(model, "_laplace_target", None)
+    with model._parameters_restored():  # a model's own target may set its globals to evaluate them
         target = own(data) if own is not None else program_laplace_target(model, data)
         names = list(target.supports)
         transforms = {n: biject_to(target.supports[n]) for n in names}
@@ -264,7 +275,7 @@ def laplace_draws(
         chol, info = torch.linalg.cholesky_ex(precision)
         if int(info) != 0 or not torch.isfinite(precision).all() or _numerically_flat(precision):
             raise LaplaceUnavailable(_flat_reason(model, data))
-        with local_params(), torch.no_grad(), model.forked_rng(offset=4):
+        with local_params(), torch.no_grad(), model._forked_rng(offset=4):
             noise = torch.randn(num_samples, centre.numel(), dtype=centre.dtype)
             steps = torch.linalg.solve_triangular(chol.T, noise.T, upper=True).T  # covariance = precision^-1
             draws = [split(centre + step) for step in steps]
@@ -303,10 +314,10 @@ def curvature_free_sites(model: "MixtureModel", data: Any) -> list[str]:
     []
     """
     components = getattr(model, "components_", None)
-    if components is None or not hasattr(model, "component_family"):
+    if components is None or not hasattr(model, "_component_family"):
         return []
-    rows = next(iter(model.observed_data(data).values()))
-    family = model.component_family()
+    rows = next(iter(model._observed_data(data).values()))
+    family = model._component_family()
     try:
         values = family.site_values(components)
         specs = family.sites(model.n_components, rows.shape[-1])
@@ -371,8 +382,8 @@ def own_hook(model: "MixtureModel", name: str, *companions: str) -> Callable[...
     return getattr(model, name)
 
 
-#: the methods whose results a model's own ``draws_log_likelihood`` computes at once (:func:`own_hook`)
-POINTWISE_COMPANIONS = ("pointwise_log_likelihood", "posterior_marginals")
+#: the methods whose results a model's own ``_draws_log_likelihood`` computes at once (:func:`own_hook`)
+POINTWISE_COMPANIONS = ("_pointwise_log_likelihood", "_posterior_marginals")
 
 
 def pointwise_draws(
@@ -384,11 +395,11 @@ def pointwise_draws(
     dtype: Any = np.float64,
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """The pointwise log-likelihood ``(S, ...)`` (as ``dtype``) and, where ``marginals``, the posterior marginals
-    ``{name: (S, ...)}`` at every draw ``{site: (S, ...)}``: the model's ``draws_log_likelihood(data, draws)`` where
+    ``{name: (S, ...)}`` at every draw ``{site: (S, ...)}``: the model's ``_draws_log_likelihood(data, draws)`` where
     it has one for its program (the HMM: one forward-backward over every draw; ``per_step``: its log-likelihood of
-    every step), else its ``pointwise_log_likelihood`` (and ``posterior_marginals``) with each draw's globals set
+    every step), else its ``_pointwise_log_likelihood`` (and ``_posterior_marginals``) with each draw's globals set
     in turn; the fitted state and guide are left exactly as they were."""
-    batched = own_hook(model, "draws_log_likelihood", *POINTWISE_COMPANIONS)
+    batched = own_hook(model, "_draws_log_likelihood", *POINTWISE_COMPANIONS)
     if batched is not None:
         options = {"per_step": True} if per_step else {}
         accepted = inspect.signature(batched).parameters
@@ -403,14 +414,14 @@ def pointwise_draws(
     n_draws = len(next(iter(draws.values())))
     loglik: np.ndarray | None = None
     discrete: dict[str, list[np.ndarray]] = {}
-    with model.parameters_restored(), torch.no_grad():
+    with model._parameters_restored(), torch.no_grad():
         for i in range(n_draws):
-            model.set_globals({k: v[i] for k, v in draws.items()})
-            values = model.pointwise_log_likelihood(data).detach().cpu().numpy()
+            model._set_globals({k: v[i] for k, v in draws.items()})
+            values = model._pointwise_log_likelihood(data).detach().cpu().numpy()
             if loglik is None:  # filled in place: no list of float64 rows beside the result
                 loglik = np.empty((n_draws, *values.shape), dtype=dtype)
             loglik[i] = values
-            for name, probs in (model.posterior_marginals(data) if marginals else {}).items():
+            for name, probs in (model._posterior_marginals(data) if marginals else {}).items():
                 discrete.setdefault(name, []).append(probs.detach().cpu().numpy())
     assert loglik is not None
     return loglik, {name: np.stack(values) for name, values in discrete.items()}
@@ -455,19 +466,19 @@ def posterior_predictive(
     model: "MixtureModel", data: Any, draws: dict[str, torch.Tensor], observed: dict[str, np.ndarray]
 ) -> dict[str, np.ndarray]:
     """One replicated data set per draw, ``{observed name: (chains, draws, *observed shape)}``: the model's
-    ``draws_replicated(data, draws)`` where it has one for its program (the HMM: every draw's state paths drawn
+    ``_draws_replicated(data, draws)`` where it has one for its program (the HMM: every draw's state paths drawn
     at once), else Pyro's ``Predictive`` replaying the program once per draw."""
     n_chains, n_draws = next(iter(draws.values())).shape[:2]
     flat = _flat(draws)
-    batched = own_hook(model, "draws_replicated")
+    batched = own_hook(model, "_draws_replicated")
     if batched is not None:
-        with torch.no_grad(), model.forked_rng(offset=2):
+        with torch.no_grad(), model._forked_rng(offset=2):
             values = batched(data, flat)
         replicated = _as_observed(values, data, observed)
         return {k: v.reshape(n_chains, n_draws, *v.shape[1:]) for k, v in replicated.items()}
     # conditioned on the first draw as well, so Predictive's shape-finding run never samples a prior
     program = poutine.condition(poutine.uncondition(model.model), {k: v[0] for k, v in flat.items()})
-    with local_params(), torch.no_grad(), model.forked_rng(offset=2):
+    with local_params(), torch.no_grad(), model._forked_rng(offset=2):
         trace = poutine.trace(program).get_trace(data)
         globals_ = {k: v for k, v in flat.items() if k in trace.nodes and trace.nodes[k]["type"] == "sample"}
         sites = _replicated_sites(trace)
@@ -493,11 +504,11 @@ def prior_samples(
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None:
     """Draws of the globals ``names`` from the proper priors of ``bayesian()`` and a replicated data set for each,
     ``(1, S, ...)``; ``None`` when a global site has no proper prior. Where the program samples its globals before
-    any other site and the model replicates data itself (``draws_replicated``), the globals come from runs of the
+    any other site and the model replicates data itself (``_draws_replicated``), the globals come from runs of the
     program stopped before its first data site (:func:`_prior_globals`) and the data sets from one batched
-    ``draws_replicated``; otherwise ``Predictive`` runs the whole program ``num_samples`` times."""
+    ``_draws_replicated``; otherwise ``Predictive`` runs the whole program ``num_samples`` times."""
     program = poutine.uncondition(model.model)
-    with local_params(), torch.no_grad(), model.bayesian(), model.forked_rng(offset=3):
+    with local_params(), torch.no_grad(), model.bayesian(), model._forked_rng(offset=3):
         try:
             trace = poutine.trace(program).get_trace(data)
         except NotImplementedError:  # an improper prior that cannot be sampled
@@ -505,7 +516,7 @@ def prior_samples(
         globals_ = [n for n in names if n in trace.nodes and trace.nodes[n]["type"] == "sample"]
         if not globals_ or any(isinstance(_base_dist(trace.nodes[n]["fn"]), ImproperUniform) for n in globals_):
             return None
-        batched = own_hook(model, "draws_replicated")
+        batched = own_hook(model, "_draws_replicated")
         drawn = _prior_globals(program, data, globals_, num_samples) if batched is not None else None
         if drawn is not None:
             values = {**drawn, **batched(data, drawn)}
@@ -544,7 +555,7 @@ def refuse_missing_entries(model: "MixtureModel", data: Any) -> None:
     """A ``ValueError`` naming the first missing entry (NaN) of ``data``'s observed values and what takes them:
     ArviZ's draws are scored by the model's Pyro program, which cannot marginalise missing entries (only EM's
     updates and the exact predictions do, under ``missing="marginalize"``)."""
-    for name, values in model.observed_data(data).items():
+    for name, values in model._observed_data(data).items():
         missing = torch.isnan(values) if values.is_floating_point() else torch.zeros_like(values, dtype=torch.bool)
         if bool(missing.any()):
             where = torch.nonzero(missing)[0].tolist()
@@ -574,7 +585,7 @@ def build_inference_data(
     model has one with at most :data:`AUTO_LAPLACE_MAX_PARAMETERS` parameters and the
     point estimate otherwise, and ``None`` the single point estimate. It does not
     change the draws of MCMC or of an SVI ``normal`` guide. ``per_step``: the log-likelihood of every step of a
-    sequence model (its ``draws_log_likelihood(..., per_step=True)``) in place of every sequence's. Each group costs
+    sequence model (its ``_draws_log_likelihood(..., per_step=True)``) in place of every sequence's. Each group costs
     time and memory in proportion to the draws it holds (after ``request.thin``) and is computed only if asked.
     """
     import arviz as az
@@ -593,9 +604,9 @@ def build_inference_data(
             "likelihood fit, whose prior is flat (no proper prior to draw from): fit with priors= (MAP) for a Laplace "
             "approximation under the proper priors, or leave these groups out"
         )
-    observed = {k: v.detach().cpu().numpy() for k, v in model.observed_data(data).items()}
+    observed = {k: v.detach().cpu().numpy() for k, v in model._observed_data(data).items()}
     obs_name = next(iter(observed))
-    dims = dict(model.arviz_dims())
+    dims = dict(model._arviz_dims())
     coords: dict[str, Any] = {}
     names = model.feature_names_in_
     if names is not None and len(names) == observed[obs_name].shape[-1]:
@@ -667,7 +678,7 @@ def _add_pointwise(
 
     if request.wants("log_likelihood"):
         log_lik = per_draw(loglik)
-        n_rows = len(next(iter(model.observed_data(data).values())))
+        n_rows = len(next(iter(model._observed_data(data).values())))
         unit = ["sequence"] if log_lik.shape[2] != n_rows else ["obs_id"]  # sequence models: one value per sequence
         idata.add_groups({"log_likelihood": az.dict_to_dataset({obs_name: log_lik}, dims={obs_name: unit})})
     if wants_discrete and discrete:

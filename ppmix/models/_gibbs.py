@@ -66,7 +66,7 @@ class _FamilyGibbs:
     n_components: int
     dtype: torch.dtype
 
-    def component_family(self) -> DensityFamily: ...  # provided by FamilyComponentsMixin
+    def _component_family(self) -> DensityFamily: ...  # provided by FamilyComponentsMixin
 
     def _prior_family(self) -> DensityFamily: ...  # provided by FamilyComponentsMixin
 
@@ -83,7 +83,7 @@ class _FamilyGibbs:
                 f"{type(self).__name__} replaces model(): engine='gibbs' draws the built-in structure's parameters, "
                 "not your program's; use engine='mcmc'"
             )
-        family = self.component_family()
+        family = self._component_family()
         if not family.has_conjugate_prior():
             covariance_type = getattr(family, "covariance_type", None)
             settings = "" if covariance_type is None else f" with covariance_type={covariance_type!r}"
@@ -100,9 +100,9 @@ class _FamilyGibbs:
         family = self._prior_family()
         per_chain = []
         for start in starts:
-            self.set_globals(start)
+            self._set_globals(start)
             per_chain.append(family.site_values(self.components_))
-        self.set_globals(starts[0])
+        self._set_globals(starts[0])
         values = {site: torch.cat([chain[site] for chain in per_chain]) for site in per_chain[0]}
         others = {name: torch.stack([start[name] for start in starts]) for name in starts[0] if name not in values}
         sites = tuple(family.sites(self.n_components, self._n_features))
@@ -148,13 +148,13 @@ class MixtureGibbsMixin(_FamilyGibbs):
     """``engine="gibbs"`` for :class:`~ppmix.models.mixture.Mixture`: assignments, then components and
     weights (prior ``Dirichlet(1)``)."""
 
-    def gibbs_start(self, data: Any, n_chains: int, generator: torch.Generator) -> _MixtureLatent:
+    def _gibbs_start(self, data: Any, n_chains: int, generator: torch.Generator) -> _MixtureLatent:
         self._check_conjugate(data)
         chains, others = self._chain_components(chain_starts(self, data, n_chains, generator))
         logits = self._chain_log_prob(data, chains) + others["weights"].log()[:, None, :]
         return _MixtureLatent(gumbel_argmax(logits), chains)
 
-    def gibbs_sweep(
+    def _gibbs_sweep(
         self, data: Any, latent: _MixtureLatent
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor, _MixtureLatent]:
         k = self.n_components
@@ -172,7 +172,7 @@ class MixtureGibbsMixin(_FamilyGibbs):
 class _HMMLatent:
     paths: torch.Tensor  # (C, B, T)
     chains: _ChainComponents
-    em_data: Any  # the sequences with their frames prepared once
+    _em_data: Any  # the sequences with their frames prepared once
 
 
 class HMMGibbsMixin(_FamilyGibbs):
@@ -180,8 +180,8 @@ class HMMGibbsMixin(_FamilyGibbs):
     sampling, then emissions, the initial distribution (prior ``Dirichlet(1)``) and every transition row
     (prior ``Dirichlet(transition_prior)`` on its allowed entries)."""
 
-    def gibbs_start(self, data: Any, n_chains: int, generator: torch.Generator) -> _HMMLatent:
-        em_data = self.em_data(data)
+    def _gibbs_start(self, data: Any, n_chains: int, generator: torch.Generator) -> _HMMLatent:
+        em_data = self._em_data(data)
         self._check_conjugate(em_data.frames)
         chains, others = self._chain_components(chain_starts(self, data, n_chains, generator))
         paths, _ = self._sample_paths(em_data, chains, others["initial"], others["transition"])
@@ -201,8 +201,8 @@ class HMMGibbsMixin(_FamilyGibbs):
         paths, log_likelihood = sample_paths(log_init, log_trans, log_emit.reshape(c * b, t, k), lengths)
         return paths.reshape(c, b, t), log_likelihood.reshape(c, b).sum(-1)
 
-    def gibbs_sweep(self, data: Any, latent: _HMMLatent) -> tuple[dict[str, torch.Tensor], torch.Tensor, _HMMLatent]:
-        em_data, k = latent.em_data, self.n_components
+    def _gibbs_sweep(self, data: Any, latent: _HMMLatent) -> tuple[dict[str, torch.Tensor], torch.Tensor, _HMMLatent]:
+        em_data, k = latent._em_data, self.n_components
         mask, paths = em_data.batch.mask, latent.paths
         chains, values, log_prior = self._draw_components(em_data.frames, paths[:, mask], latent.chains)
         c = paths.shape[0]

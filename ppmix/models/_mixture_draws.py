@@ -20,16 +20,16 @@ DRAW_BLOCK_CELLS = 1 << 20
 
 def _blocks(model: "Mixture", draws: dict[str, torch.Tensor], n_rows: int) -> Iterator[tuple[Any, torch.Tensor, int]]:
     """For every block of draws: their components as one set of ``B K``, their log weights ``(B, K)`` and ``B``;
-    each draw's globals set as :meth:`~ppmix.models.mixture.Mixture.set_globals` sets them (the fitted state is
+    each draw's globals set as :meth:`~ppmix.models.mixture.Mixture._set_globals` sets them (the fitted state is
     restored after)."""
-    family, k = model.component_family(), int(model.n_components)
+    family, k = model._component_family(), int(model.n_components)
     n_draws = len(next(iter(draws.values())))
     block = max(1, DRAW_BLOCK_CELLS // max(1, n_rows * k))
-    with model.parameters_restored():
+    with model._parameters_restored():
         for start in range(0, n_draws, block):
             values, log_weights = [], []
             for i in range(start, min(start + block, n_draws)):
-                model.set_globals({name: value[i] for name, value in draws.items()})
+                model._set_globals({name: value[i] for name, value in draws.items()})
                 values.append(family.site_values(model.components_))
                 log_weights.append(model.weights_.log())
             stacked = {site: torch.cat([value[site] for value in values]) for site in values[0]}

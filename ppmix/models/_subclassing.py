@@ -5,7 +5,7 @@ from __future__ import annotations
 __all__ = ["PROGRAM_HOOKS", "refuse_stale_hooks"]
 
 #: methods a model writes for its own program: a subclass that replaces ``model`` must rewrite those it inherits
-PROGRAM_HOOKS = ("e_step", "get_globals", "set_globals", "pointwise_log_likelihood")
+PROGRAM_HOOKS = ("_e_step", "_get_globals", "_set_globals", "_pointwise_log_likelihood")
 
 
 def refuse_stale_hooks(cls: type, base: type) -> None:
@@ -17,17 +17,17 @@ def refuse_stale_hooks(cls: type, base: type) -> None:
     --------
     >>> class Base:
     ...     def model(self): ...
-    ...     def get_globals(self): ...
+    ...     def _get_globals(self): ...
     >>> class Structure(Base):
     ...     def model(self): ...
-    ...     def e_step(self): ...
+    ...     def _e_step(self): ...
     >>> class Replaced(Structure):
     ...     def model(self): ...
     >>> refuse_stale_hooks(Structure, Base)
     >>> refuse_stale_hooks(Replaced, Base)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    TypeError: Replaced replaces model() but inherits ['e_step'] from Structure, ...
+    TypeError: Replaced replaces model() but inherits ['_e_step'] from Structure, ...
     """
     program = cls.model
     stale: dict[str, str] = {}
@@ -41,6 +41,6 @@ def refuse_stale_hooks(cls: type, base: type) -> None:
         raise TypeError(
             f"{cls.__name__} replaces model() but inherits {sorted(stale)} from {', '.join(owners)}, written for "
             f"{owners[0]}'s own program: fitting would silently fit that program instead of yours. For a new "
-            "component or emission family use Mixture(family=...) or HMM(emission=...) (see the README's 'Writing "
-            "a new component family'); otherwise subclass MixtureModel, or write these methods for your program"
+            "component or emission family use Mixture(family=...) or HMM(emission=...) (see "
+            "docs/guide/writing-a-family.md); otherwise subclass MixtureModel, or write these methods for your program"
         )

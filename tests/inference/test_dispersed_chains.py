@@ -52,19 +52,19 @@ def test_chains_in_one_mode_agree_after_relabelling(seed):
 def test_chain_starts_are_dispersed_and_chain_zero_is_the_em_start():
     gmm = GMM(3, covariance_type="diag", seed=0, progress=False)
     data = gmm.prepare_data(square(0), fitting=True)
-    starts = chain_starts(gmm, data, 4, gmm.generator())
-    em_start = gmm.init_values(data, gmm.generator())
+    starts = chain_starts(gmm, data, 4, gmm._generator())
+    em_start = gmm._init_values(data, gmm._generator())
     for name, value in em_start.items():
         torch.testing.assert_close(starts[0][name], value, rtol=0, atol=0)  # one chain: the start it always had
     means = [np.sort(start["locs"].numpy(), axis=0) for start in starts]
     assert all(not np.allclose(means[0], other) for other in means[1:])
-    assert chain_starts(gmm, data, 4, gmm.generator())[2]["locs"].equal(starts[2]["locs"])  # reproducible
+    assert chain_starts(gmm, data, 4, gmm._generator())[2]["locs"].equal(starts[2]["locs"])  # reproducible
 
 
 def test_nuts_initial_params_are_the_chain_starts_unconstrained():
     gmm = GMM(3, covariance_type="diag", seed=0, progress=False)
     data = gmm.prepare_data(square(0), fitting=True)
-    starts = chain_starts(gmm, data, 3, gmm.generator())
+    starts = chain_starts(gmm, data, 3, gmm._generator())
     with gmm.bayesian():
         initial = _unconstrained_starts(gmm, data, starts)
     assert initial["locs"].shape == (3, 3, 2)

@@ -57,11 +57,11 @@ def test_batched_log_likelihood_equals_the_per_draw_one(gibbs_gmm):
     data = gibbs_gmm._train_data
     draws = _flat(gibbs_gmm.mcmc_samples_)
     loglik, marginals = pointwise_draws(gibbs_gmm, data, draws, marginals=True)
-    with gibbs_gmm.parameters_restored():
+    with gibbs_gmm._parameters_restored():
         for i in (0, 17, len(loglik) - 1):
-            gibbs_gmm.set_globals({k: v[i] for k, v in draws.items()})
-            np.testing.assert_allclose(loglik[i], gibbs_gmm.pointwise_log_likelihood(data).numpy(), rtol=1e-12)
-            np.testing.assert_allclose(marginals["z"][i], gibbs_gmm.posterior_marginals(data)["z"].numpy(), atol=1e-14)
+            gibbs_gmm._set_globals({k: v[i] for k, v in draws.items()})
+            np.testing.assert_allclose(loglik[i], gibbs_gmm._pointwise_log_likelihood(data).numpy(), rtol=1e-12)
+            np.testing.assert_allclose(marginals["z"][i], gibbs_gmm._posterior_marginals(data)["z"].numpy(), atol=1e-14)
 
 
 def test_predictive_draws_subset_names_the_draws(gibbs_gmm):
@@ -159,9 +159,9 @@ def test_mixture_replicates_from_each_draw():
     rng = np.random.default_rng(0)
     x = np.r_[rng.normal(-5, 0.5, (50, 1)), rng.normal(5, 0.5, (50, 1))]
     gmm = GMM(2, covariance_type="diag", seed=0, progress=False).fit(x)
-    draws = {k: torch.stack([v, v]) for k, v in gmm.get_globals().items()}
+    draws = {k: torch.stack([v, v]) for k, v in gmm._get_globals().items()}
     draws["weights"] = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
-    replicated = gmm.draws_replicated(gmm._train_data, draws)["x"]
-    locs = gmm.get_globals()["locs"][:, 0]
+    replicated = gmm._draws_replicated(gmm._train_data, draws)["x"]
+    locs = gmm._get_globals()["locs"][:, 0]
     for draw in range(2):
         assert abs(float(replicated[draw].mean()) - float(locs[draw])) < 0.3
