@@ -99,8 +99,8 @@ def predictive_subset(n_draws: int, cells_per_draw: int, n_chains: int, predicti
 
     Examples
     --------
-    >>> predictive_subset(1000, 40_000, 4, "auto")[:3]  # 4 chains x 1000 draws of 40 000 values: 125 per chain
-    array([0, 8, 16])
+    >>> predictive_subset(1000, 40_000, 4, "auto")[:3].tolist()  # 4 chains x 1000 draws of 40 000 values: 125 each
+    [0, 8, 16]
     >>> len(predictive_subset(10, 5, 2, "auto")), len(predictive_subset(10, 5, 2, 3))
     (10, 3)
     """
