@@ -19,12 +19,14 @@ DRAW_BLOCK_CELLS = 1 << 20
 
 
 def _blocks(model: "Mixture", draws: dict[str, torch.Tensor], n_rows: int) -> Iterator[tuple[Any, torch.Tensor, int]]:
-    """For every block of draws: their components as one set of ``B K``, their log weights ``(B, K)`` and ``B``;
-    each draw's globals set as :meth:`~ppmix.models.mixture.Mixture._set_globals` sets them (the fitted state is
-    restored after)."""
+    """For every block of draws: their components as one set of ``B K`` (blocks of one draw where a site is shared
+    by the components, e.g. a tied covariance), their log weights ``(B, K)`` and ``B``; each draw's globals set
+    as :meth:`~ppmix.models.mixture.Mixture._set_globals` sets them (the fitted state is restored after)."""
     family, k = model._component_family(), int(model.n_components)
     n_draws = len(next(iter(draws.values())))
-    block = max(1, DRAW_BLOCK_CELLS // max(1, n_rows * k))
+    shared = any(spec.shared for spec in family.sites(k, model._n_features).values())
+    # a site shared by the components (a tied covariance) has no component axis to stack draws along: one at a time
+    block = max(1, DRAW_BLOCK_CELLS // max(1, n_rows * k)) if not shared else 1
     with model._parameters_restored():
         for start in range(0, n_draws, block):
             values, log_weights = [], []

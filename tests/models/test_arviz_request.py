@@ -165,3 +165,19 @@ def test_mixture_replicates_from_each_draw():
     locs = gmm._get_globals()["locs"][:, 0]
     for draw in range(2):
         assert abs(float(replicated[draw].mean()) - float(locs[draw])) < 0.3
+
+
+@pytest.mark.parametrize("covariance_type", ["full", "tied", "spherical"])
+def test_batched_log_likelihood_for_every_covariance(covariance_type):
+    """Blocks of draws stack the components along their axis; a tied covariance (one for all) is scored a draw at
+    a time: both equal each draw's own scoring."""
+    rng = np.random.default_rng(0)
+    x = np.r_[rng.normal(-3, 1, (30, 2)), rng.normal(3, 1, (30, 2))]
+    gmm = GMM(2, covariance_type=covariance_type, seed=0, progress=False).fit(x)
+    data = gmm._train_data
+    draws = {k: torch.stack([v, v * 1.01 if k != "weights" else v]) for k, v in gmm._get_globals().items()}
+    loglik, _ = pointwise_draws(gmm, data, draws, marginals=False)
+    with gmm._parameters_restored():
+        for i in range(2):
+            gmm._set_globals({k: v[i] for k, v in draws.items()})
+            np.testing.assert_allclose(loglik[i], gmm._pointwise_log_likelihood(data).numpy(), rtol=1e-12)
