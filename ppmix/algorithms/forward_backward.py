@@ -47,7 +47,7 @@ import torch
 
 from ppmix._validation import torch_ready
 
-__all__ = ["ForwardBackwardResult", "forward_backward", "viterbi"]
+__all__ = ["ForwardBackwardResult", "forward_backward", "log_likelihood", "viterbi"]
 
 logger = logging.getLogger(__name__)
 
@@ -187,6 +187,52 @@ def forward_backward(
     post = emit.new_zeros(batch, t_full, k)
     post[:, :t_eff] = post_tm.transpose(0, 1)
     return ForwardBackwardResult(ll, post, pairs, post[:, 0].clone(), _log_forward=log_alpha, _steps=t_full)
+
+
+class _LogLikelihood(torch.autograd.Function):
+    """``log p(x_b)`` with the gradients the forward-backward gives (no graph through the recursions)."""
+
+    @staticmethod
+    def forward(ctx: Any, log_init: torch.Tensor, log_trans: torch.Tensor, log_emit: torch.Tensor, lengths: Any):
+        res = forward_backward(log_init.detach(), log_trans.detach(), log_emit.detach(), lengths)
+        ctx.shared = (log_init.dim() == 1, log_trans.dim() == 2)
+        ctx.steps = log_emit.shape[1]
+        ctx.save_for_backward(res.initial, res.pair_counts, res.posterior)
+        return res.log_likelihood
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor):
+        initial, pairs, posterior = ctx.saved_tensors
+        shared_init, shared_trans = ctx.shared
+        g_init = grad @ initial if shared_init else grad[:, None] * initial
+        g_trans = torch.einsum("b,bij->ij", grad, pairs) if shared_trans else grad[:, None, None] * pairs
+        return g_init, g_trans, grad[:, None, None] * posterior[:, : ctx.steps], None
+
+
+def log_likelihood(
+    log_init: torch.Tensor, log_trans: torch.Tensor, log_emit: torch.Tensor, lengths: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``log p(x_b)`` of every sequence, differentiable: the gradients are the forward-backward's expected counts.
+
+    ``d log p(x_b) / d log_emit[b, t, k]`` is the posterior ``q(z_t = k | x_b)``, ``d / d log_trans[i, j]`` the
+    expected transition count and ``d / d log_init[k]`` the posterior of the first state (exact whatever the
+    normalisation of the inputs: ``log p(x_b)`` is the log of the total score of all paths), so the gradient costs
+    one forward-backward pass with no autograd graph through the ``T`` steps (what NUTS's potential needs of an HMM,
+    :mod:`ppmix.engines.potential`). Inputs as :func:`forward_backward`'s.
+
+    Examples
+    --------
+    >>> import torch
+    >>> log_init = torch.tensor([0.6, 0.4], dtype=torch.float64).log().requires_grad_()
+    >>> log_trans = torch.tensor([[0.9, 0.1], [0.2, 0.8]], dtype=torch.float64).log()
+    >>> log_emit = torch.randn(3, 5, 2, dtype=torch.float64, requires_grad=True)
+    >>> ll = log_likelihood(log_init, log_trans, log_emit, torch.tensor([5, 2, 4]))
+    >>> ll.sum().backward()
+    >>> res = forward_backward(log_init.detach(), log_trans, log_emit.detach(), torch.tensor([5, 2, 4]))
+    >>> bool(torch.allclose(log_emit.grad, res.posterior)), bool(torch.allclose(ll, res.log_likelihood))
+    (True, True)
+    """
+    return _LogLikelihood.apply(log_init, log_trans, log_emit, lengths)
 
 
 def viterbi(

@@ -14,6 +14,7 @@ from pyro.infer.autoguide import init_to_median, init_to_value
 from ppmix._validation import check_positive_int
 from ppmix.engines.draws import RHAT_THRESHOLD, ChainsDisagreeWarning, keep_draws
 from ppmix.engines.params import local_params
+from ppmix.engines.potential import likelihood_potential
 from ppmix.engines.result import FitResult
 
 if TYPE_CHECKING:
@@ -157,21 +158,31 @@ def run_mcmc(
 
     with local_params(), model.bayesian(), model.forked_rng():
         init = model.init_values(data, model.generator())
-        kernel = _RecordingNUTS(
-            model.model,
-            max_plate_nesting=model.max_plate_nesting,
-            target_accept_prob=target_accept_prob,
-            max_tree_depth=max_tree_depth,
-            jit_compile=jit_compile,
-            ignore_jit_warnings=jit_compile,
-            init_strategy=init_to_value(values=init, fallback=init_to_median) if init else init_to_median,
-        )
+        potential = likelihood_potential(model, data) if init else None
+        settings = {"target_accept_prob": target_accept_prob, "max_tree_depth": max_tree_depth}
+        if potential is not None:
+            kernel = _RecordingNUTS(potential_fn=potential, **settings)
+            start = potential.unconstrained(init)
+            if num_chains > 1:
+                start = {k: v.expand(num_chains, *v.shape).clone() for k, v in start.items()}
+            run_options = {"initial_params": start, "transforms": potential.to_unconstrained}
+        else:
+            kernel = _RecordingNUTS(
+                model.model,
+                max_plate_nesting=model.max_plate_nesting,
+                jit_compile=jit_compile,
+                ignore_jit_warnings=jit_compile,
+                init_strategy=init_to_value(values=init, fallback=init_to_median) if init else init_to_median,
+                **settings,
+            )
+            run_options = {}
         mcmc = MCMC(
             kernel,
             num_samples=num_samples,
             warmup_steps=warmup_steps,
             num_chains=num_chains,
             disable_progbar=not show,
+            **run_options,
         )
         mcmc.run(data)
     samples = {k: v.detach() for k, v in mcmc.get_samples(group_by_chain=True).items()}
