@@ -27,6 +27,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import pyro
 import torch
 from pyro import poutine
 from pyro.distributions import Distribution
@@ -168,7 +169,9 @@ def program_sites(model: "MixtureModel", data: Any) -> dict[str, GlobalSite]:
     >>> {name: type(site.prior).__name__ for name, site in sites.items()}
     {'weights': 'Dirichlet', 'rate': 'Gamma'}
     """
-    with torch.no_grad(), poutine.block():
+    # the priors built without argument validation: the potential is evaluated at every leapfrog step, always on
+    # the supports (the transforms map onto them)
+    with torch.no_grad(), poutine.block(), pyro.validation_enabled(False):
         trace = poutine.trace(model.model).get_trace(data)
     return {
         name: GlobalSite(site["fn"], biject_to(site["fn"].support))
