@@ -97,7 +97,7 @@ def rescore(family: str, x: np.ndarray, k: int, weights: torch.Tensor, sites: di
     """The mean log-likelihood of ``x`` under a ``family`` mixture with these parameters, scored by ppmix
     (float64): a one-iteration fit records the data's scale and the fitted state, then takes the parameters."""
     model, _ = fit_mixture(family, x, k, seed=0, max_iter=1)
-    model.set_globals(
+    model._set_globals(
         {"weights": weights.detach().to(torch.float64), **{n: v.detach().to(torch.float64) for n, v in sites.items()}}
     )
     return float(model.score(x))

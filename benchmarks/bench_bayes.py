@@ -325,7 +325,7 @@ def gradient_costs(model: Any, data: Any, repeats: int) -> dict[str, float]:
     prepared = model.prepare_data(data)
     with model.bayesian():
         ours = likelihood_potential(model, prepared)
-        point = ours.unconstrained(model.get_globals())
+        point = ours.unconstrained(model._get_globals())
         _, traced, _, _ = initialize_model(model.model, (prepared,), max_plate_nesting=model.max_plate_nesting)
         mine = gradient_seconds(ours, point, repeats)
         theirs = gradient_seconds(traced, point, max(2, repeats // 5))

@@ -7,7 +7,7 @@ distributions: ``poisson`` (``Poisson``), ``bernoulli`` (``Bernoulli``), ``expon
 (``StudentT``, diagonal), ``categorical`` (``Categorical``) and ``multinomial`` (no peer: pomegranate
 has no multinomial, ppmix is timed alone). Planted data from ``K`` components on ``D`` features, a
 start made once (ppmix's k-means start and one M-step), the same start given to pomegranate, then
-``ITERATIONS`` EM iterations of each, interleaved (ppmix: ``e_step`` + ``m_step``; pomegranate:
+``ITERATIONS`` EM iterations of each, interleaved (ppmix: ``_e_step`` + ``_m_step``; pomegranate:
 ``summarize`` + ``from_summaries``).
 
 **HMMs** (``HMM(emission=...)``) against hmmlearn: ``poisson`` (``PoissonHMM``), ``categorical``
@@ -15,7 +15,7 @@ start made once (ppmix's k-means start and one M-step), the same start given to 
 Gaussians per state). Sticky ``K``-state chains with lengths uniform in 10..50; the start is ppmix's
 (its initialisation and one Baum-Welch iteration), given to hmmlearn (``startprob_``, ``transmat_`` and
 the emission parameters; ``init_params=""``, ``n_iter=1``, its default priors, which are flat); then
-``ITERATIONS`` iterations of each, interleaved (ppmix: ``e_step`` + ``m_step``; hmmlearn: ``fit``).
+``ITERATIONS`` iterations of each, interleaved (ppmix: ``_e_step`` + ``_m_step``; hmmlearn: ``fit``).
 
 Every iteration is timed, float64, 1 thread; the speed is the ratio of the median iteration times.
 Where both run the same algorithm from the same start (``same_em``) their mean log-likelihoods at the
@@ -221,15 +221,15 @@ def run_mixture(family: str, n: int, d: int, k: int, seed: int, iterations: int)
     x = make_data(family, n, d, k, seed)
     density = LogNormalFamily(reg_covar=0.0) if family == "lognormal" else family  # pomegranate's variances are MLEs
     model = Mixture(k, family=density, seed=seed, progress=False)
-    data = model.em_data(model.prepare_data(x, fitting=True))
-    model.em_initialize(data, model.generator())
+    data = model._em_data(model.prepare_data(x, fitting=True))
+    model._em_initialize(data, model._generator())
     if family == "bernoulli":  # pomegranate refuses probabilities within 1.2e-7 of 0 (the k-means start has some)
         model.components_.probs = model.components_.probs.clamp(1e-6, 1 - 1e-6)
     loglik: dict[str, float] = {}
 
     def ppmix_step() -> None:
-        stats, objective = model.e_step(data)
-        model.m_step(data, stats)
+        stats, objective = model._e_step(data)
+        model._m_step(data, stats)
         loglik["ppmix"] = float(objective) / n
 
     steps = {"ppmix": ppmix_step}
@@ -341,14 +341,14 @@ def run_hmm(emission: str, n_sequences: int, d: int, k: int, seed: int, iteratio
     with warnings.catch_warnings():  # one iteration makes the start
         warnings.simplefilter("ignore", ConvergenceWarning)
         model.fit(seqs, max_iter=1)
-    data = model.em_data(model.prepare_data(seqs))
+    data = model._em_data(model.prepare_data(seqs))
     peer = _hmmlearn_model(emission, model)
     x = frames.astype(np.int64) if emission == "categorical" else frames
     loglik: dict[str, float] = {}
 
     def ppmix_step() -> None:
-        stats, objective = model.e_step(data)
-        model.m_step(data, stats)
+        stats, objective = model._e_step(data)
+        model._m_step(data, stats)
         loglik["ppmix"] = float(objective) / len(frames)
 
     def peer_step() -> None:

@@ -11,7 +11,7 @@ For every library it measures
 1. seconds per EM iteration: all libraries start from the *same* parameters
    (scikit-learn's k-means initialisation) and each timed iteration is one E-step
    plus one M-step through the library's own internal functions (sklearn
-   ``_e_step``/``_m_step``, ppmix ``e_step``/``m_step``, pomegranate
+   ``_e_step``/``_m_step``, ppmix ``_e_step``/``_m_step``, pomegranate
    ``summarize``/``from_summaries``); ``--peer-api public`` (the default of
    ``--quick``, which the tests run) steps scikit-learn through public ``fit`` calls
    instead, so a change in its private API cannot break the test suite. The timed iterations run in blocks per
@@ -335,16 +335,16 @@ class PpmixRunner(Runner):
     def start(self, init: dict[str, np.ndarray]) -> None:
         gmm = self._make()
         xt = gmm.prepare_data(self.x, fitting=True)
-        self.data = gmm.em_data(xt)  # cached statistics, built once per fit
-        gmm.set_globals(globals_from_moments(init, self.s.covariance_type))
+        self.data = gmm._em_data(xt)  # cached statistics, built once per fit
+        gmm._set_globals(globals_from_moments(init, self.s.covariance_type))
         self.gmm, self._stats = gmm, None
 
     def e(self) -> None:
-        self._stats, obj = self.gmm.e_step(self.data)
+        self._stats, obj = self.gmm._e_step(self.data)
         self.objective = float(obj) / self.data.n_samples  # the engine converts the objective every iteration too
 
     def m(self) -> None:
-        self.gmm.m_step(self.data, self._stats)
+        self.gmm._m_step(self.data, self._stats)
 
     def params(self):  # means_/covariances_ need a completed fit; read the components directly
         comp = self.gmm.components_
@@ -374,7 +374,7 @@ class PpmixRunner(Runner):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             gmm.fit(self.x, max_iter=1)  # marks the model fitted so that warm_start applies
-            gmm.set_globals(globals_from_moments(init, self.s.covariance_type))
+            gmm._set_globals(globals_from_moments(init, self.s.covariance_type))
             t0 = time.perf_counter()
             gmm.fit(self.x, warm_start=True)
         return self._summary(gmm, time.perf_counter() - t0)
@@ -527,7 +527,7 @@ def gemm_rate(dtype: torch.dtype = torch.float64, size: int = 2048, repeats: int
 def estep_rate(n: int, d: int = 50, k: int = 8, repeats: int = 5) -> dict[str, Any]:
     """GFLOP/s of ppmix's diagonal E-step at 1 thread, float64, counting ``3 N K D`` flops.
 
-    ``e_step`` is the fused pass (log-densities, responsibilities, log-likelihood and the M-step's
+    ``_e_step`` is the fused pass (log-densities, responsibilities, log-likelihood and the M-step's
     weighted sums); ``log_prob + normalise`` is the E-step without the sums (what the
     responsibilities alone cost). Both beside the 1-thread float64 GEMM rate of :func:`gemm_rate`.
     """
@@ -538,9 +538,9 @@ def estep_rate(n: int, d: int = 50, k: int = 8, repeats: int = 5) -> dict[str, A
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(n, d, generator=gen, dtype=torch.float64)
     gmm = GMM(k, seed=0, progress=False)
-    data = gmm.em_data(gmm.prepare_data(x, fitting=True))
+    data = gmm._em_data(gmm.prepare_data(x, fitting=True))
     gmm.components_ = gmm._new_components(data.x)
-    gmm.m_step(data, torch.softmax(torch.randn(n, k, generator=gen, dtype=torch.float64), 1))
+    gmm._m_step(data, torch.softmax(torch.randn(n, k, generator=gen, dtype=torch.float64), 1))
 
     def best_of(step) -> float:
         step()
@@ -552,7 +552,7 @@ def estep_rate(n: int, d: int = 50, k: int = 8, repeats: int = 5) -> dict[str, A
         return best
 
     with threadpool_limits(limits=1):
-        fused = best_of(lambda: gmm.e_step(data))
+        fused = best_of(lambda: gmm._e_step(data))
         responsibilities = best_of(
             lambda: normalize_log_joint_(gmm.components_.log_prob(data).add_(gmm.weights_.log()))
         )
@@ -657,9 +657,9 @@ def profile_ppmix(
     r.m()  # warm-up (builds cached moments)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(iters):
-            with record_function("ppmix.e_step"):
+            with record_function("ppmix._e_step"):
                 r.e()
-            with record_function("ppmix.m_step"):
+            with record_function("ppmix._m_step"):
                 r.m()
     events = prof.key_averages()
     total = sum(e.self_cpu_time_total for e in events) or 1.0
@@ -673,7 +673,7 @@ def profile_ppmix(
         }
         for e in rows[:12]
     ]
-    spans = {e.key: e.cpu_time_total / 1e3 / iters for e in events if e.key in ("ppmix.e_step", "ppmix.m_step")}
+    spans = {e.key: e.cpu_time_total / 1e3 / iters for e in events if e.key in ("ppmix._e_step", "ppmix._m_step")}
     return {
         "dtype": str(dtype).replace("torch.", ""),
         "iters": iters,

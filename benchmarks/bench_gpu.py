@@ -10,9 +10,9 @@ One process, one data set per setting, every run started from the same parameter
 
 The common start is ppmix's own ``init_params="k-means++"`` initialisation (one greedy
 k-means++ seeding, one M-step), computed once on the CPU in float64 and given to every run
-through ``set_globals`` (pomegranate: the same weights, means and covariances). A timed
+through ``_set_globals`` (pomegranate: the same weights, means and covariances). A timed
 iteration is one E-step and one M-step through the model's EM hooks on data prepared once
-(``prepare_data`` -> ``em_data`` -> ``e_step`` / ``m_step``, as the EM engine runs them;
+(``prepare_data`` -> ``_em_data`` -> ``_e_step`` / ``_m_step``, as the EM engine runs them;
 pomegranate: ``summarize`` / ``from_summaries``). The E-step's objective is read back to the
 host every iteration (the engine converts it to a float for its stopping rule), and
 ``torch.cuda.synchronize()`` brackets every timed block, so the time is the work done, not
@@ -186,19 +186,19 @@ class PpmixRun:
         )
         t0 = time.perf_counter()
         prepared = self.model.prepare_data(data, fitting=True)
-        self.data = self.model.em_data(prepared)
+        self.data = self.model._em_data(prepared)
         _sync()
         self.prepare_s = time.perf_counter() - t0
-        self.n_obs = self.model.n_observations(self.data)
-        self.model.set_globals(init)
+        self.n_obs = self.model._n_observations(self.data)
+        self.model._set_globals(init)
         self.objective = float("nan")
 
     def e(self) -> None:
-        self._stats, objective = self.model.e_step(self.data)
+        self._stats, objective = self.model._e_step(self.data)
         self.objective = float(objective) / self.n_obs  # read back every iteration, as the EM engine does
 
     def m(self) -> None:
-        self.model.m_step(self.data, self._stats)
+        self.model._m_step(self.data, self._stats)
 
     def e_breakdown(self, reps: int) -> dict[str, float] | None:
         """HMM only: median seconds of the E-step's two parts, emission log-densities and forward-backward."""
@@ -325,10 +325,10 @@ def common_start(s: Setting, data: Any) -> tuple[dict[str, torch.Tensor], float,
     cls = GMM if s.model == "gmm" else HMM
     model = cls(s.k, covariance_type=s.covariance_type, init_params="k-means++", seed=0, progress=False)
     t0 = time.perf_counter()
-    em_data = model.em_data(model.prepare_data(data, fitting=True))
-    model.em_initialize(em_data, model.generator(0))
-    objective = float(model.e_step(em_data)[1]) / model.n_observations(em_data)
-    return {k: v.detach().cpu() for k, v in model.get_globals().items()}, objective, time.perf_counter() - t0
+    em_data = model._em_data(model.prepare_data(data, fitting=True))
+    model._em_initialize(em_data, model._generator(0))
+    objective = float(model._e_step(em_data)[1]) / model._n_observations(em_data)
+    return {k: v.detach().cpu() for k, v in model._get_globals().items()}, objective, time.perf_counter() - t0
 
 
 def run_setting(s: Setting, args: argparse.Namespace, devices: list[str]) -> dict[str, Any]:

@@ -11,7 +11,7 @@ M-step, one EM iteration; ``--start kmeans`` for k-means), far enough from the o
 that the log-likelihood per step climbs from about -37 to -28.85 over the first
 iterations, so equal log-likelihoods show equal EM paths:
 
-* ppmix: ``e_step`` + ``m_step`` on the batch prepared once by ``em_data`` (float64
+* ppmix: ``_e_step`` + ``_m_step`` on the batch prepared once by ``_em_data`` (float64
   and float32), with ``reg_covar=0`` (default 1e-6) so that every library computes the
   same maximum-likelihood variances;
 * hmmlearn: ``GaussianHMM(covariance_type="diag", n_iter=1, init_params="",
@@ -94,7 +94,7 @@ def _np(x: Any) -> np.ndarray:
 
 # ===================================================================== runners
 class PpmixRunner:
-    """ppmix ``HMM``: ``e_step`` + ``m_step`` on the batch prepared once."""
+    """ppmix ``HMM``: ``_e_step`` + ``_m_step`` on the batch prepared once."""
 
     library = "ppmix"
 
@@ -108,15 +108,15 @@ class PpmixRunner:
         with warnings.catch_warnings():  # one iteration creates the fitted state; start() overwrites it
             warnings.simplefilter("ignore", ConvergenceWarning)
             self.model.fit(seqs, max_iter=1)
-        self.data = self.model.em_data(self.model.prepare_data(seqs))
+        self.data = self.model._em_data(self.model.prepare_data(seqs))
 
     def start(self, init: dict[str, np.ndarray]) -> None:
-        self.model.set_globals({name: torch.as_tensor(value) for name, value in init.items()})
+        self.model._set_globals({name: torch.as_tensor(value) for name, value in init.items()})
 
     def step(self) -> None:
-        stats, objective = self.model.e_step(self.data)
+        stats, objective = self.model._e_step(self.data)
         float(objective)
-        self.model.m_step(self.data, stats)
+        self.model._m_step(self.data, stats)
 
     def params(self) -> Params:
         m = self.model
@@ -318,7 +318,7 @@ def run_size(n_sequences: int, args: argparse.Namespace) -> dict[str, Any]:
     runners.append(HmmlearnRunner(seqs, args.k))
     if not args.no_pomegranate:
         runners += [PomegranateRunner(seqs, args.k, torch.float32), PomegranateRunner(seqs, args.k, torch.float64)]
-    init = {name: _np(value) for name, value in runners[0].model.get_globals().items()}
+    init = {name: _np(value) for name, value in runners[0].model._get_globals().items()}
     for r in runners:
         r.start(init)
     start_ll = loglik_per_step(runners[0].params(), seqs)

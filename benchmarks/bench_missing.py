@@ -4,7 +4,7 @@
 Two parts, one process, 1 thread by default:
 
 * **cost**: ``GMM(K, covariance_type=..., missing="marginalize")`` on planted data (N = 20 000, D = 8,
-  K = 3), one EM iteration (``e_step`` + ``m_step`` through the model's EM hooks, data prepared once) on the
+  K = 3), one EM iteration (``_e_step`` + ``_m_step`` through the model's EM hooks, data prepared once) on the
   complete data and on the same data with 20 % of the entries missing at random (MCAR), iterations of
   the two interleaved, the median of ``--timed`` each; for ``diag`` and ``full``. The issue's goal: at
   most 2x the complete data's iteration for ``diag``, 4x for ``full``.
@@ -90,8 +90,8 @@ def time_iterations(models: dict[str, tuple[GMM, object]], timed: int) -> dict[s
     for _ in range(timed + 1):  # the first round warms up
         for name, (model, data) in models.items():
             start = time.perf_counter()
-            stats, _ = model.e_step(data)
-            model.m_step(data, stats)
+            stats, _ = model._e_step(data)
+            model._m_step(data, stats)
             times[name].append(time.perf_counter() - start)
     return {name: statistics.median(values[1:]) for name, values in times.items()}
 
@@ -105,7 +105,7 @@ def cost(x: np.ndarray, holes: np.ndarray, k: int, timed: int) -> list[dict]:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 model.fit(data)
-            models[name] = (model, model.em_data(model.prepare_data(data)))
+            models[name] = (model, model._em_data(model.prepare_data(data)))
         medians = time_iterations(models, timed)
         ratio = medians["missing"] / medians["complete"]
         rows.append(

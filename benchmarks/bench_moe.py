@@ -5,8 +5,8 @@ Setting: the simulation of Chamroukhi & Pham (2026), Supplement S4.1 (Gaussian e
 ``N = 10^6`` rows by default.
 
 1. **Global EM** (:class:`ppmix.models.moe.MixtureOfExperts`, one random start): seconds
-   per EM iteration (median of the iterations of the fit, measured around ``m_step`` +
-   ``e_step``), total fit seconds (EM and its L-BFGS polish), iterations (``n_iter_``; and every
+   per EM iteration (median of the iterations of the fit, measured around ``_m_step`` +
+   ``_e_step``), total fit seconds (EM and its L-BFGS polish), iterations (``n_iter_``; and every
    EM iteration run), and the peak resident memory of the process that generates the data and
    fits (a fresh spawned process, so nothing else counts).
 2. **Distributed fit** at ``M`` in {16, 128}: the ``N`` rows in ``M`` shards, local EM fits
@@ -85,12 +85,12 @@ def _global_fit(n: int, max_iter: int, threads: int, seed: int) -> dict[str, Any
     iteration_seconds: list[float] = []
 
     class Timed(MixtureOfExperts):
-        def m_step(self, data, resp):  # noqa: ANN001 - the timed span opens at the M-step ...
+        def _m_step(self, data, resp):  # noqa: ANN001 - the timed span opens at the M-step ...
             self._tick = time.perf_counter()
-            super().m_step(data, resp)
+            super()._m_step(data, resp)
 
-        def e_step(self, data):  # noqa: ANN001 - ... and closes after the E-step
-            out = super().e_step(data)
+        def _e_step(self, data):  # noqa: ANN001 - ... and closes after the E-step
+            out = super()._e_step(data)
             if getattr(self, "_tick", None) is not None:
                 iteration_seconds.append(time.perf_counter() - self._tick)
                 self._tick = None

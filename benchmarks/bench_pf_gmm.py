@@ -2,7 +2,7 @@
 """Benchmark pf-GMM's variational EM iteration against our GMM and scikit-learn, and EM against SVI.
 
 1. Seconds per EM iteration (one E-step + one M-step) on Synthetic (complex), standardised,
-   N=100 000, D=100, K=4: ``PFGMM`` (``e_step``/``m_step``), ``GMM`` (diag) and scikit-learn's
+   N=100 000, D=100, K=4: ``PFGMM`` (``_e_step``/``_m_step``), ``GMM`` (diag) and scikit-learn's
    ``GaussianMixture`` (``_e_step``/``_m_step``; with ``--peer-api public``, the default of
    ``--quick``, one public ``fit(warm_start=True)`` call per iteration, which adds scikit-learn's
    final E-step), all started from the same responsibilities.
@@ -56,12 +56,12 @@ def _data(n: int, seed: int, d: int = 100, d_r: int = 20, spread: float = 1.0) -
 
 
 def _ours_iteration(model) -> tuple:
-    data = model.em_data(model.prepare_data(model._bench_x, getattr(model, "_bench_y", None)))
-    state = {"resp": model.e_step(data)[0]}
+    data = model._em_data(model.prepare_data(model._bench_x, getattr(model, "_bench_y", None)))
+    state = {"resp": model._e_step(data)[0]}
 
     def step() -> None:
-        model.m_step(data, state["resp"])
-        state["resp"] = model.e_step(data)[0]
+        model._m_step(data, state["resp"])
+        state["resp"] = model._e_step(data)[0]
 
     return step
 
@@ -102,10 +102,10 @@ def time_iterations(n: int, k: int, blocks: int, per_block: int, seed: int, peer
         gmm = GMM(k, seed=seed, progress=False).fit(x[:2000], max_iter=1)
     pf._bench_x, pf._bench_y, gmm._bench_x = x, y, x
     # the same starting responsibilities for everybody: pf-GMM's relevance start
-    pf_data = pf.em_data(pf.prepare_data(x, y))
-    pf.em_initialize(pf_data, torch.Generator().manual_seed(seed))
-    resp = pf.e_step(pf_data)[0]
-    gmm.m_step(gmm.em_data(gmm.prepare_data(x)), resp)
+    pf_data = pf._em_data(pf.prepare_data(x, y))
+    pf._em_initialize(pf_data, torch.Generator().manual_seed(seed))
+    resp = pf._e_step(pf_data)[0]
+    gmm._m_step(gmm._em_data(gmm.prepare_data(x)), resp)
     sk_step = _sklearn_iteration(x, resp.numpy(), seed, public=peer_api == "public")
     steps = {"pf-GMM": _ours_iteration(pf), "GMM (ours)": _ours_iteration(gmm), "scikit-learn": sk_step}
     times: dict[str, list[float]] = {name: [] for name in steps}

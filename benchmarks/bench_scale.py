@@ -14,7 +14,7 @@ Each measurement runs in a fresh spawned process, so its peak resident memory (`
 is its own:
 
 1. ``in_memory_1e7``: the first 10 shards (N = 10^7) loaded into one array in the process,
-   ``GMM.fit``; seconds per iteration = one ``m_step`` plus the following ``e_step`` (both
+   ``GMM.fit``; seconds per iteration = one ``_m_step`` plus the following ``_e_step`` (both
    timed around the calls the fit makes; preparing the data and the initial E-step excluded),
    median over the iterations; also the fit's wall time over its iterations; peak RSS.
 2. ``sharded_1e7``: the same 10 shards through ``fit_em`` on a Dask
@@ -221,7 +221,7 @@ def part_start(cfg: dict[str, Any]) -> dict[str, Any]:
     with open(cfg["start_path"], "wb") as f:
         pickle.dump(gmm, f)
     # what a worker holds per shard: the prepared data (x and its centred copy), counted on the first shard
-    held = gmm.em_data(gmm.prepare_data(np.load(cfg["paths"][0])))
+    held = gmm._em_data(gmm.prepare_data(np.load(cfg["paths"][0])))
     held_bytes = sum(t.untyped_storage().nbytes() for t in (held.x, held.centred))
     return {
         "sample_rows": int(len(sample)),
@@ -231,7 +231,7 @@ def part_start(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def part_in_memory(cfg: dict[str, Any]) -> dict[str, Any]:
-    """``GMM.fit`` on all rows in this process; every ``e_step``/``m_step`` call timed."""
+    """``GMM.fit`` on all rows in this process; every ``_e_step``/``_m_step`` call timed."""
     import torch
 
     from ppmix import GMM

@@ -314,10 +314,10 @@ def _check_em_objective(family: Any, structure: str, data: _CheckData, k: int, s
     units = data.of(structure)
     model = _quiet(_model(family, structure, k, seed, max_iter=3).fit, units)
     prepared = model.prepare_data(units)
-    em_objective = float(model.e_step(model.em_data(prepared))[1])
-    _close(em_objective, model.elbo_tensor(prepared), "EM's objective against Pyro's TraceEnum_ELBO", 1e-10)
+    em_objective = float(model._e_step(model._em_data(prepared))[1])
+    _close(em_objective, model._elbo_tensor(prepared), "EM's objective against Pyro's TraceEnum_ELBO", 1e-10)
     if structure == "HMM":  # the program scores every step of the padded batch, masked ones too: all finite
-        fitted_family = model.component_family()
+        fitted_family = model._component_family()
         steps = _step_rows(fitted_family, prepared.x)
         log_prob = model.components_.log_prob(fitted_family.prepare(steps.reshape(-1, steps.shape[-1])))
         if not bool(torch.isfinite(log_prob).all()):
@@ -349,8 +349,8 @@ def _check_shards(family: Any, structure: str, data: _CheckData, k: int, seed: i
         sharded = _quiet(fit_em, copy.deepcopy(start), shards, executor="inline", max_iter=5, tol=0.0)
     common = min(len(sharded.history_), len(in_memory.history_))  # at a fixed point one may stop an iteration early
     _close(sharded.history_[:common], in_memory.history_[:common], "the history of EM on shards", 1e-10)
-    for key, value in in_memory.state_tensors().items():
-        _close(sharded.state_tensors()[key], value, f"{key} fitted by EM on shards", 1e-9, 1e-12)
+    for key, value in in_memory._state_tensors().items():
+        _close(sharded._state_tensors()[key], value, f"{key} fitted by EM on shards", 1e-9, 1e-12)
 
 
 def _repeated(units: Any, weight: np.ndarray) -> Any:
@@ -366,16 +366,16 @@ def _check_weights(family: Any, structure: str, data: _CheckData, k: int, seed: 
     weight = np.random.default_rng(seed).integers(0, 4, len(units))
     weight[:2] = 1
     repeated = _repeated(units, weight)
-    start = _quiet(_model(family, structure, k, seed, max_iter=1, init_params="random").fit, repeated).get_globals()
+    start = _quiet(_model(family, structure, k, seed, max_iter=1, init_params="random").fit, repeated)._get_globals()
     fits = []
     for fitted_units, options in ((units, {"sample_weight": weight}), (repeated, {})):
         model = _model(family, structure, k, seed, tol=0.0, max_iter=3)
         _quiet(model.fit, fitted_units, max_iter=1, **options)
-        model.set_globals(start)
+        model._set_globals(start)
         fits.append(_quiet(model.fit, fitted_units, warm_start=True, **options))
     weighted, plain = fits
-    for site, value in plain.get_globals().items():
-        _close(weighted.get_globals()[site], value, f"{site} fitted with sample_weight", 1e-10, 1e-12)
+    for site, value in plain._get_globals().items():
+        _close(weighted._get_globals()[site], value, f"{site} fitted with sample_weight", 1e-10, 1e-12)
     # with tol=0 EM stops where the objective stops rising; at an optimum rounding may decide that one pass apart
     n = min(len(weighted.history_), len(plain.history_))
     _close(weighted.history_[:n], plain.history_[:n], "the history with sample_weight", 1e-10)
@@ -405,6 +405,6 @@ def _check_save_load(family: Any, structure: str, data: _CheckData, k: int, seed
     model = _quiet(_model(family, structure, k, seed, max_iter=5).fit, units)
     with _registered(family), tempfile.TemporaryDirectory() as directory:  # a loaded model finds it by name
         loaded = type(model).load(model.save(Path(directory) / "model"))
-        for key, value in model.state_tensors().items():
-            _close(loaded.state_tensors()[key], value, f"{key} of the loaded model", 0.0)
+        for key, value in model._state_tensors().items():
+            _close(loaded._state_tensors()[key], value, f"{key} of the loaded model", 0.0)
         _close(loaded.score(units), model.score(units), "the loaded model's score", 0.0)

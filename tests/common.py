@@ -42,17 +42,17 @@ def assert_em_objective_is_trace_enum_elbo(moe, x, y, *, perturbation: float = 0
     from ppmix.engines.params import local_params
 
     gen = torch.Generator().manual_seed(1)
-    fitted = moe.get_globals()
+    fitted = moe._get_globals()
     perturbed = {k: v + perturbation * torch.randn(v.shape, generator=gen, dtype=v.dtype) for k, v in fitted.items()}
     if "scale" in perturbed:
         perturbed["scale"] = perturbed["scale"].abs() + 0.1
     for values in (fitted, perturbed):
-        moe.set_globals(values)
+        moe._set_globals(values)
         data = moe.prepare_data(x, y)
-        _, em_objective = moe.e_step(data)
+        _, em_objective = moe._e_step(data)
         with local_params():
             pyro_elbo = -TraceEnum_ELBO(max_plate_nesting=1).loss(moe.model, moe.guide, data)
-        assert_close(em_objective + moe.ridge_penalty(), pyro_elbo, rtol=rtol)
+        assert_close(em_objective + moe._ridge_penalty(), pyro_elbo, rtol=rtol)
         assert_close(moe.log_likelihood(x, y), pyro_elbo, rtol=rtol)
 
 
@@ -207,7 +207,7 @@ class StudentTMixture(MixtureModel):
         with pyro.plate("components", k):
             loc = pyro.sample("loc", dist.Normal(torch.zeros(d, dtype=x.dtype), 10.0).to_event(1))
             scale = pyro.sample("scale", dist.LogNormal(torch.zeros(d, dtype=x.dtype), 1.0).to_event(1))
-        with self.data_plate(x.shape[0]) as idx:
+        with self._data_plate(x.shape[0]) as idx:
             z = pyro.sample("z", dist.Categorical(w), infer={"enumerate": "parallel"})
             pyro.sample("x", dist.StudentT(self.df, loc[z], scale[z]).to_event(1), obs=x[idx])
 

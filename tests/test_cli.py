@@ -314,7 +314,7 @@ def test_fit_hmm_sets_emission_options_and_names_a_wrong_one(tmp_path, capsys):
     options = ["--emission-option", "n_mix=3", "--covariance", "full"]
     assert main([*argv, *options, "--out", str(tmp_path / "out")]) == 0
     model = HMM.load(tmp_path / "out" / "model")
-    family = model.component_family()
+    family = model._component_family()
     assert (family.n_mix, family.covariance_type) == (3, "full") and model.means_.shape[0] == 2
     line = error_line([*argv, "--emission-option", "n_mixes=3", "--out", str(tmp_path / "o2")], capsys)
     assert line.startswith("ppmix: error: --emission-option: unknown option 'n_mixes' for family 'gmm'")

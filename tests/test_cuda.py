@@ -53,7 +53,7 @@ def _is_on_gpu(t: torch.Tensor) -> bool:
 
 def _assert_same_state(loaded, fitted) -> None:
     """The tensors a model saves are stored bit for bit (derived attributes may differ by rounding across devices)."""
-    mine, theirs = loaded.state_tensors(), fitted.state_tensors()
+    mine, theirs = loaded._state_tensors(), fitted._state_tensors()
     assert mine.keys() == theirs.keys()
     for name, value in mine.items():
         assert value.dtype == theirs[name].dtype, name
@@ -328,7 +328,7 @@ def test_every_family_on_cuda_matches_cpu(structure, name):
     cpu = _fit_quietly(_family_model(structure, name, "cpu"), x)
     gpu = _fit_quietly(_family_model(structure, name, GPU), x)
     assert gpu.n_iter_ == cpu.n_iter_
-    mine, theirs = gpu.state_tensors(), cpu.state_tensors()
+    mine, theirs = gpu._state_tensors(), cpu._state_tensors()
     assert mine.keys() == theirs.keys()
     for key, value in mine.items():
         if value.is_floating_point():

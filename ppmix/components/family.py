@@ -387,7 +387,7 @@ class DensityFamily(abc.ABC):
     def measured(self, scale: DataScale) -> "DensityFamily":
         """The family with the settings it measures on the training data (:meth:`data_scale`) filled in from
         ``scale``, for the calls that take no scale (``sites``, ``check_data``, ``prepare``); a structure's
-        ``component_family()`` is this of its recorded scale. Default: the family itself (its sites do not depend
+        ``_component_family()`` is this of its recorded scale. Default: the family itself (its sites do not depend
         on the data); the categorical family fills in its number of levels."""
         return self
 

@@ -2,9 +2,9 @@
 
 EM's E-step statistics are sums over the data, so one EM iteration on shards is a
 map-reduce: every worker runs the E-step on the shards it holds and returns the M-step's
-statistics (:meth:`em_statistics`: counts, weighted means and scatters, expected transition
+statistics (:meth:`_em_statistics`: counts, weighted means and scatters, expected transition
 counts), the driver merges them exactly (:func:`~ppmix.components.family.merge_statistics`,
-a tree in shard order), runs the M-step (:meth:`em_update`) and sends the new parameters
+a tree in shard order), runs the M-step (:meth:`_em_update`) and sends the new parameters
 back. The objective is the same sum, so the fit equals in-memory EM from the same start up to
 rounding, for any number and order of shards. Only parameters and statistics travel: per
 iteration ``O(K D^2)`` numbers per shard, independent of the number of rows.
@@ -82,37 +82,37 @@ class _ShardedEM:
     def __getattr__(self, name: str) -> Any:  # the settings, get_globals/set_globals, generator
         return getattr(self.model, name)
 
-    def em_data(self, data: Any) -> Any:
+    def _em_data(self, data: Any) -> Any:
         return data
 
-    def n_observations(self, data: Any) -> int:
+    def _n_observations(self, data: Any) -> int:
         return self.total
 
-    def em_initialize(self, data: Any, generator: torch.Generator) -> None:
-        self.model.em_initialize(self.start_data, generator)
-        self.em_set_data_statistics(self.data_stats)
+    def _em_initialize(self, data: Any, generator: torch.Generator) -> None:
+        self.model._em_initialize(self.start_data, generator)
+        self._em_set_data_statistics(self.data_stats)
 
-    def em_data_statistics(self, data: Any) -> Any:
+    def _em_data_statistics(self, data: Any) -> Any:
         """What the model fits once from all the data (merged from every shard before EM; None if nothing)."""
         return self.data_stats
 
-    def em_set_data_statistics(self, stats: Any) -> None:
+    def _em_set_data_statistics(self, stats: Any) -> None:
         if stats is not None:  # what the model fits once from all the data, not from the sample
-            self.model.em_set_data_statistics(stats)
+            self.model._em_set_data_statistics(stats)
 
-    def e_step(self, data: Any) -> tuple[Any, torch.Tensor]:
+    def _e_step(self, data: Any) -> tuple[Any, torch.Tensor]:
         start = time.perf_counter()
         results = self.holders.run("step", self.model)
         self.step_seconds.append([r.seconds for r in results])
         merged = merge_in_tree(_statistics(results))
         objective = math.fsum(r.objective for r in results)
         if isinstance(self.model, GlobalObjectiveEM):
-            objective += float(self.model.em_global_objective(self.total))
+            objective += float(self.model._em_global_objective(self.total))
         self.iteration_seconds.append(time.perf_counter() - start)
         return merged, torch.tensor(objective, dtype=torch.float64)
 
-    def m_step(self, data: Any, stats: Any) -> None:
-        self.model.em_update(stats)
+    def _m_step(self, data: Any, stats: Any) -> None:
+        self.model._em_update(stats)
 
 
 def _statistics(results: Sequence[Any]) -> list[Any]:
@@ -128,7 +128,7 @@ class _ShardCodes:
     def __init__(self, family: CategoricalFamily) -> None:
         self.family = family
 
-    def em_data_statistics(self, data: Any) -> list[torch.Tensor]:
+    def _em_data_statistics(self, data: Any) -> list[torch.Tensor]:
         inner = split_weights(data)[0]
         frames = getattr(inner, "frames", inner)
         rows = frames.x if isinstance(frames, PartlyObserved) else self.family.rows(frames)
@@ -139,7 +139,7 @@ def _levels_over_shards(model: Any, holders: Any) -> int | None:
     """The number of levels of a categorical family measured over every shard (the distinct codes of each merged;
     id-like codes refused, :func:`~ppmix.components.categorical.measured_levels`); None for any other
     family, or one whose ``n_levels`` is given (every shard was checked against it when read)."""
-    get_family = getattr(model, "component_family", None)
+    get_family = getattr(model, "_component_family", None)
     if get_family is None:
         return None
     earlier = hasattr(model, "_data_scale")  # the family of the constructor's arguments, not an earlier fit's
@@ -168,7 +168,7 @@ def _shard_name(shard: Any, index: int) -> str:
 def _start_sample(summaries: list[ShardSummary], sample_size: int, weighted: bool = False) -> tuple[Any, Any]:
     """About ``sample_size`` units ``(X, y)``, from every shard in proportion to its size (its total weight where
     ``weighted``: each shard's sample is then a weighted resample of its rows), in digest order."""
-    size = (lambda s: s.n_observations) if weighted else (lambda s: s.n_units)
+    size = (lambda s: s._n_observations) if weighted else (lambda s: s.n_units)
     total = sum(size(s) for s in summaries)
     xs, ys = [], []
     for summary in sorted((s for s in summaries if s.n_units), key=lambda s: s.digest):
@@ -291,7 +291,7 @@ def fit_em(
     """
     if not isinstance(model, ShardableEM):
         raise TypeError(f"fit_em needs a model with sharded EM (GMM, HMM, the pf models); got {type(model).__name__}")
-    model.validate_params()
+    model._validate_hyperparameters()
     _check_options(options)
     shards, collection_columns = _as_shards(shards)
     if not shards:
@@ -305,7 +305,7 @@ def fit_em(
     check_timeout(timeout)
     if hasattr(model, "fit_report_"):  # a report of an earlier fit must not outlive a failed one
         del model.fit_report_
-    model.release_training_data()  # nothing of an earlier in-memory fit travels to the workers
+    model._release_training_data()  # nothing of an earlier in-memory fit travels to the workers
     excluded = {model.sequence_column if isinstance(model, SequenceData) else None, target, weight}
     columns = (shard_columns(s, "") for s in shards)
     named = collection_columns or next((c for c in columns if c is not None), None)
@@ -335,24 +335,24 @@ def fit_em(
         sample_x, sample_y = _start_sample(summaries, sample_size, weighted=weight is not None)
         prepared = model.prepare_data(sample_x, sample_y, fitting=True)
         _record_levels(model, levels)
-        start_data = model.em_data(prepared)
+        start_data = model._em_data(prepared)
         model.feature_names_in_ = names_in
         data_stats = None
         if isinstance(model, DataStatisticsEM):  # fitted once from all the data (e.g. the pf background)
             data_stats = merge_in_tree(_statistics(holders.run("data_statistics", model)))
-            model.em_set_data_statistics(data_stats)
-        sharded = _ShardedEM(model, holders, start_data, sum(s.n_observations for s in summaries), data_stats)
+            model._em_set_data_statistics(data_stats)
+        sharded = _ShardedEM(model, holders, start_data, sum(s._n_observations for s in summaries), data_stats)
         result = run_em(sharded, None, **options)
     finally:
         holders.close()
-    model.record_result("em", result)
+    model._record_result("em", result)
     model.fit_report_ = {
         "n_shards": len(shards),
         "shards": [
             {
                 "name": s.name,
                 "n_units": s.n_units,
-                "n_observations": s.n_observations,
+                "n_observations": s._n_observations,
                 "read_seconds": s.seconds,
                 "e_step_seconds_mean": float(np.mean([it[i] for it in sharded.step_seconds])),
             }

@@ -344,7 +344,7 @@ def refit_gate_on_shards(
             break
     params = stacked(theta)
     refitted = SoftmaxGate(params[:, :-1], params[:, -1], ridge=ridge)
-    new = type(model).from_families(refitted, model.experts_, engine="ot-reduction", expert=model.expert)
+    new = type(model)._from_families(refitted, model.experts_, engine="ot-reduction", expert=model.expert)
     for name in ("history_", "n_iter_", "converged_", "gate_targets_", "gate_history_", "feature_names_in_"):
         setattr(new, name, getattr(model, name))
     rounds.wall_seconds = time.perf_counter() - start

@@ -1,7 +1,7 @@
 """Shards held in memory where they are read, for iterative algorithms that visit every shard many times.
 
 A *holder* reads each shard once on a worker, keeps it there in the form a model's E-step
-wants (``model.em_data(model.prepare_data(X))``), and runs one step on it per call,
+wants (``model._em_data(model.prepare_data(X))``), and runs one step on it per call,
 returning only small results. Three kinds:
 
 - :class:`InlineHolders`: every shard in this process (``executor="inline"``);
@@ -151,8 +151,8 @@ class HeldShard:
                 return
             prepared = model.prepare_data(x, y)
             if weights is not None:  # one weight per row, checked (finite, non-negative, not all zero)
-                prepared = model.weigh(prepared, weights, fitting=False)
-            self.data = model.em_data(prepared)
+                prepared = model._weigh(prepared, weights, fitting=False)
+            self.data = model._em_data(prepared)
         except (KeyError, OSError, TypeError, ValueError) as err:  # the shard itself is wrong: a retry cannot help
             raise TaskInputError(str(err)) from err
         row_weight = None if weights is None else prepared.weight
@@ -177,7 +177,7 @@ class HeldShard:
             task.name,
             digest,
             len(units),
-            model.n_observations(prepared),
+            model._n_observations(prepared),
             int(units[0].shape[-1]),
             sample,
             time.perf_counter() - start,
@@ -189,22 +189,22 @@ class HeldShard:
 
     def step(self, model: Any) -> StepResult:
         """The E-step: the M-step's statistics and the objective's sum over this shard (a model's terms that are
-        not sums over the data, ``em_global_objective``, are left to the driver); no statistics if it is empty."""
+        not sums over the data, ``_em_global_objective``, are left to the driver); no statistics if it is empty."""
         start = time.perf_counter()
         if self.data is None:
             return StepResult(None, 0.0, 0.0)
-        stats, objective = model.e_step(self.data)
+        stats, objective = model._e_step(self.data)
         if isinstance(model, GlobalObjectiveEM):
-            objective = objective - model.em_global_objective(self.summary.n_observations)
-        statistics = model.em_statistics(self.data, stats)
+            objective = objective - model._em_global_objective(self.summary._n_observations)
+        statistics = model._em_statistics(self.data, stats)
         return StepResult(statistics, float(objective), time.perf_counter() - start)
 
     def data_statistics(self, model: Any) -> StepResult:
-        """The statistics a model fits once from all the data before EM (``em_data_statistics``)."""
+        """The statistics a model fits once from all the data before EM (``_em_data_statistics``)."""
         start = time.perf_counter()
         if self.data is None:
             return StepResult(None, 0.0, 0.0)
-        return StepResult(model.em_data_statistics(self.data), 0.0, time.perf_counter() - start)
+        return StepResult(model._em_data_statistics(self.data), 0.0, time.perf_counter() - start)
 
     def run(self, operation: str, model: Any, task: ShardTask) -> StepResult:
         """``operation`` on this shard, once it is checked to be the shard ``task`` first read."""

@@ -376,7 +376,7 @@ def fit_distributed(
             "their ridge) by optimal transport; fit MixtureOfExperts(priors=...) on the pooled rows for a MAP fit"
         )
     # settings that would fail on every shard are checked here, before any task is sent
-    MixtureOfExperts(n_experts, seed=seed, progress=False, **options).validate_params()
+    MixtureOfExperts(n_experts, seed=seed, progress=False, **options)._validate_hyperparameters()
     check_timeout(timeout)
     per_shard = None if support_size is None else math.ceil(support_size / len(shards))
     names = [_shard_name(s, i) for i, s in enumerate(shards)]

@@ -29,24 +29,24 @@ class ShardableEM(Protocol):
 
     def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> Any: ...
 
-    def em_data(self, data: Any) -> Any: ...
+    def _em_data(self, data: Any) -> Any: ...
 
-    def n_observations(self, data: Any) -> int: ...
+    def _n_observations(self, data: Any) -> int: ...
 
-    def em_initialize(self, data: Any, generator: torch.Generator) -> None: ...
+    def _em_initialize(self, data: Any, generator: torch.Generator) -> None: ...
 
-    def e_step(self, data: Any) -> tuple[Any, torch.Tensor]: ...
+    def _e_step(self, data: Any) -> tuple[Any, torch.Tensor]: ...
 
-    def em_statistics(self, data: Any, stats: Any) -> Any:
+    def _em_statistics(self, data: Any, stats: Any) -> Any:
         """What the M-step needs of ``data`` under the E-step's ``stats``, as mergeable statistics."""
 
-    def em_update(self, stats: Any) -> None:
+    def _em_update(self, stats: Any) -> None:
         """The M-step from (merged) statistics."""
 
-    def record_result(self, engine: str, result: Any) -> Any:
+    def _record_result(self, engine: str, result: Any) -> Any:
         """Record the fit's :class:`~ppmix.engines.result.FitResult` as the fitted attributes."""
 
-    def release_training_data(self) -> None:
+    def _release_training_data(self) -> None:
         """Drop prepared training data held from an earlier fit."""
 
 
@@ -55,7 +55,7 @@ class GlobalObjectiveEM(Protocol):
     """EM whose objective has terms that are not sums over the rows (e.g. a prior on the switches): the
     E-step's objective includes them once; on shards they are subtracted per shard and added once."""
 
-    def em_global_objective(self, n_observations: int) -> torch.Tensor: ...
+    def _em_global_objective(self, n_observations: int) -> torch.Tensor: ...
 
 
 @runtime_checkable
@@ -63,9 +63,9 @@ class DataStatisticsEM(Protocol):
     """EM that fits some parameters once, before the iterations, from statistics of all the data (e.g. the
     pf models' background): on shards, the statistics of every shard merge first."""
 
-    def em_data_statistics(self, data: Any) -> Any: ...
+    def _em_data_statistics(self, data: Any) -> Any: ...
 
-    def em_set_data_statistics(self, stats: Any) -> None: ...
+    def _em_set_data_statistics(self, stats: Any) -> None: ...
 
 
 @runtime_checkable
@@ -73,10 +73,10 @@ class ConjugateGibbs(Protocol):
     """A model whose priors are conjugate, sampled by blocked Gibbs sweeps
     (:func:`~ppmix.engines.conjugate_gibbs.run_gibbs`), every chain at once."""
 
-    def gibbs_start(self, data: Any, n_chains: int, generator: torch.Generator) -> Any:
+    def _gibbs_start(self, data: Any, n_chains: int, generator: torch.Generator) -> Any:
         """The latents (assignments, state paths) of every chain, drawn given the model's starting values."""
 
-    def gibbs_sweep(self, data: Any, latent: Any) -> tuple[dict[str, torch.Tensor], torch.Tensor, Any]:
+    def _gibbs_sweep(self, data: Any, latent: Any) -> tuple[dict[str, torch.Tensor], torch.Tensor, Any]:
         """One sweep of every chain: the globals drawn given ``latent`` (``{site: (chains, ...)}``), their log
         joint density ``log p(x | globals) + log p(globals)`` ``(chains,)`` and the latents drawn given them."""
 

@@ -41,7 +41,7 @@ def run_gibbs(
 ) -> FitResult:
     """Sample the posterior of the global sites by blocked Gibbs sweeps, ``num_chains`` chains at once.
 
-    Every chain starts from its own draw of the latents given ``model.init_values`` (the EM start, as
+    Every chain starts from its own draw of the latents given ``model._init_values`` (the EM start, as
     NUTS's chains) and runs ``warmup_steps + num_samples`` sweeps; the last ``num_samples`` are kept
     in ``model.mcmc_samples_`` (``{site: (chains, draws, ...)}``), relabelled as
     :func:`~ppmix.engines.mcmc.run_mcmc` relabels its draws, and the point estimates are
@@ -71,10 +71,10 @@ def run_gibbs(
     log_joint: list[torch.Tensor] = []
     # torch's global generator, seeded from the model's seed, draws every conditional: hold it alone as the other
     # engines do (two threads with the same seed draw what one thread draws)
-    with local_params(), model.bayesian(), model.forked_rng():
-        latent = model.gibbs_start(data, num_chains, model.generator())
+    with local_params(), model.bayesian(), model._forked_rng():
+        latent = model._gibbs_start(data, num_chains, model._generator())
         for sweep in range(warmup_steps + num_samples):
-            values, joint, latent = model.gibbs_sweep(data, latent)
+            values, joint, latent = model._gibbs_sweep(data, latent)
             if sweep >= warmup_steps:
                 kept.append(values)
                 log_joint.append(joint)

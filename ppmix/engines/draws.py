@@ -48,7 +48,7 @@ def keep_draws(
     diagnostics["r_hat"] = max_rhat(samples)
     model.mcmc_samples_ = samples
     model.mcmc_diagnostics_ = diagnostics
-    model.set_globals({k: v.mean(dim=(0, 1)) for k, v in samples.items()})
+    model._set_globals({k: v.mean(dim=(0, 1)) for k, v in samples.items()})
     _warn_if_chains_disagree(diagnostics["r_hat"], relabel)
     return diagnostics
 

@@ -33,8 +33,8 @@ class EMModel(Protocol):
 
     :class:`~ppmix.models.MixtureModel` declares the settings (class defaults ``n_init=1``,
     ``max_iter=100``, ``tol=1e-6``, ``warm_start=False``; models with EM take them as
-    constructor arguments) and defaults for ``em_data``, ``n_observations``,
-    ``get_globals``/``set_globals`` and ``generator``; a model opts in to EM by writing
+    constructor arguments) and defaults for ``_em_data``, ``_n_observations``,
+    ``_get_globals``/``_set_globals`` and ``_generator``; a model opts in to EM by writing
     the three hooks in :data:`EM_HOOKS`.
 
     Attributes
@@ -59,33 +59,33 @@ class EMModel(Protocol):
     progress: bool
     is_fitted: bool
 
-    def em_data(self, data: Any) -> Any:
+    def _em_data(self, data: Any) -> Any:
         """The data as the hooks want it (e.g. with cached statistics)."""
 
-    def n_observations(self, data: Any) -> int:
+    def _n_observations(self, data: Any) -> int:
         """The number of data points (the objective is reported per point)."""
 
-    def em_initialize(self, data: Any, generator: torch.Generator) -> None:
+    def _em_initialize(self, data: Any, generator: torch.Generator) -> None:
         """Set the starting parameters of one restart."""
 
-    def e_step(self, data: Any) -> tuple[Any, torch.Tensor]:
+    def _e_step(self, data: Any) -> tuple[Any, torch.Tensor]:
         """Return (statistics for the M-step, objective at the current parameters)."""
 
-    def m_step(self, data: Any, stats: Any) -> None:
+    def _m_step(self, data: Any, stats: Any) -> None:
         """Update the parameters in place so that the objective does not decrease."""
 
-    def get_globals(self) -> dict[str, torch.Tensor]:
+    def _get_globals(self) -> dict[str, torch.Tensor]:
         """The current parameters (kept for the best restart)."""
 
-    def set_globals(self, values: dict[str, torch.Tensor]) -> None:
-        """Restore parameters returned by ``get_globals``."""
+    def _set_globals(self, values: dict[str, torch.Tensor]) -> None:
+        """Restore parameters returned by ``_get_globals``."""
 
-    def generator(self, offset: int = 0) -> torch.Generator:
+    def _generator(self, offset: int = 0) -> torch.Generator:
         """A seeded generator for restart ``offset``."""
 
 
 #: the hooks a model writes to opt in to EM (the rest of :class:`EMModel` has defaults)
-EM_HOOKS = ("em_initialize", "e_step", "m_step")
+EM_HOOKS = ("_em_initialize", "_e_step", "_m_step")
 
 
 def run_em(
@@ -149,8 +149,8 @@ def run_em(
         raise ValueError(f"tol must be non-negative; got {tol}")
     warm = bool(model.warm_start if warm_start is None else warm_start) and model.is_fitted
     show = model.progress if progress is None else progress
-    em_data = model.em_data(data)
-    n_obs = model.n_observations(data)
+    em_data = model._em_data(data)
+    n_obs = model._n_observations(data)
     if warm and warm_start is None:  # the user's warm start: only from parameters of the shapes this fit needs
         warm = _held_parameters_fit(model)
 
@@ -164,10 +164,10 @@ def run_em(
             threads.enter_context(torch_threads(threads_for(math.inf)))
             threads.enter_context(_inference(model))
             if warm and isinstance(model, DataStatisticsEM):  # statistics of this fit's data, not EM parameters
-                model.em_set_data_statistics(model.em_data_statistics(em_data))
+                model._em_set_data_statistics(model._em_data_statistics(em_data))
             for restart in range(1 if warm else n_init):
                 if not warm:
-                    model.em_initialize(em_data, model.generator(restart))
+                    model._em_initialize(em_data, model._generator(restart))
                 if restart == 0:  # then by the work of a pass, known once the parameters exist
                     threads.enter_context(torch_threads(threads_for(_pass_work(model, n_obs))))
                 best = _better(best, model, em_data, n_obs, min(short or max_iter, max_iter), tol, show, restart)
@@ -175,17 +175,17 @@ def run_em(
             values, result = best[1], best[2]
             tail = short is not None and not result.converged  # small EM: run the best start on to convergence
             if tail or not inference:
-                model.set_globals(values)
+                model._set_globals(values)
             if tail:
                 rest = _single_run(model, em_data, n_obs, max(max_iter - result.n_iter, 1), tol, show, n_init)
                 result = FitResult(result.history + rest.history[1:], result.n_iter + rest.n_iter, rest.converged)
-                values = model.get_globals()
+                values = model._get_globals()
     except BaseException:  # an error or interrupt mid-EM: leave ordinary tensors behind, not inference ones
         if inference:
             _ordinary_parameters(model)
         raise
     if inference:  # the parameters set once, as ordinary tensors (autograd may use them)
-        model.set_globals({name: value.clone() for name, value in values.items()})
+        model._set_globals({name: value.clone() for name, value in values.items()})
     if not result.converged:
         warnings.warn(
             f"EM did not converge in max_iter={max_iter} iterations (tol={tol}); increase max_iter or tol",
@@ -199,10 +199,10 @@ def _ordinary_parameters(model: EMModel) -> None:
     """Replace the parameters EM left under ``torch.inference_mode`` by ordinary copies (after an exception: the
     model may hold none yet, then there is nothing to replace)."""
     try:
-        values = model.get_globals()
+        values = model._get_globals()
     except AttributeError:  # no parameters yet (the error came before the first start)
         return
-    model.set_globals({name: value.clone() for name, value in values.items()})
+    model._set_globals({name: value.clone() for name, value in values.items()})
 
 
 def _inference(model: EMModel) -> AbstractContextManager[Any]:
@@ -213,13 +213,13 @@ def _inference(model: EMModel) -> AbstractContextManager[Any]:
 
 
 def _held_parameters_fit(model: EMModel) -> bool:
-    """Whether the fitted parameters have the shapes this fit's settings and data imply (``state_shapes()``,
+    """Whether the fitted parameters have the shapes this fit's settings and data imply (``_state_shapes()``,
     where the model declares them: the number of components, of features, ...); if not, a warning says the fit
     starts from scratch. Costs no start and no pass over the data."""
-    expected = getattr(model, "state_shapes", lambda: None)()
+    expected = getattr(model, "_state_shapes", lambda: None)()
     if not expected:
         return True
-    held = {name: tuple(value.shape) for name, value in model.state_tensors().items()}  # type: ignore[attr-defined]
+    held = {name: tuple(value.shape) for name, value in model._state_tensors().items()}  # type: ignore[attr-defined]
     changed = [
         f"{name} {held.get(name)} -> {tuple('any' if e is None else e for e in shape)}"
         for name, shape in expected.items()
@@ -240,7 +240,7 @@ def _held_parameters_fit(model: EMModel) -> bool:
 
 def _pass_work(model: EMModel, n_obs: int) -> float:
     """The work of one EM pass for the thread policy (:func:`ppmix.ops.threads.threads_for`): rows x values."""
-    return float(n_obs) * sum(value.numel() for value in model.get_globals().values())
+    return float(n_obs) * sum(value.numel() for value in model._get_globals().values())
 
 
 def _better(
@@ -258,14 +258,14 @@ def _better(
     final = result.history[-1]
     logger.info("EM restart %d: objective/point %.6f after %d iterations", restart, final, result.n_iter)
     if beats(final, None if best is None else best[0], getattr(model, "dtype", torch.float64)):
-        return final, model.get_globals(), result
+        return final, model._get_globals(), result
     return best
 
 
 def _single_run(
     model: EMModel, data: Any, n_obs: int, max_iter: int, tol: float, show: bool, restart: int
 ) -> FitResult:
-    stats, objective = model.e_step(data)
+    stats, objective = model._e_step(data)
     previous = _finite(objective, 0)
     decrease_tol = _decrease_tol(objective)
     history = [previous / n_obs]
@@ -273,8 +273,8 @@ def _single_run(
     iteration = 0
     with _progress_bar(show, max_iter, restart) as bar:
         for iteration in range(1, max_iter + 1):
-            model.m_step(data, stats)
-            stats, objective = model.e_step(data)
+            model._m_step(data, stats)
+            stats, objective = model._e_step(data)
             current = _finite(objective, iteration)
             history.append(current / n_obs)
             _check_ascent(previous, current, n_obs, iteration, decrease_tol)

@@ -136,7 +136,7 @@ def check_local_latents(model: Callable, guide: Callable, data: Any, max_plate_n
 def enumerated_log_likelihood(
     model: Callable, guide: Callable, data: Any, max_plate_nesting: int, data_plate: str, owner: str = "the model"
 ) -> torch.Tensor:
-    """``log p(x_n | globals)`` for every point of the plate ``data_plate``, shape ``(N,)``.
+    """``log p(x_n | globals)`` for every point of the plate ``_data_plate``, shape ``(N,)``.
 
     Traces the model (globals replayed from the guide) with every enumerated site enumerated
     in parallel, adds the log-densities of the sites inside the data plate and sums the

@@ -109,7 +109,7 @@ def run_mcmc(
     """Sample the posterior of the global sites with NUTS.
 
     The model runs under :meth:`MixtureModel.bayesian` (proper priors); discrete
-    latents are summed out by enumeration. Chains start at ``model.init_values``
+    latents are summed out by enumeration. Chains start at ``model._init_values``
     (the EM initialisation for models with EM). The draws are kept in
     ``model.mcmc_samples_`` (``{site: (chains, draws, ...)}``) and the point
     estimates are set to their posterior means; :meth:`MixtureModel.to_arviz`
@@ -121,7 +121,7 @@ def run_mcmc(
     Hungarian assignment, then refined on all per-component sites, Stephens' 2000
     algorithm in Celeux's normalised form), so chains in swapped labellings agree and
     the posterior means do not average components. Every site with a component axis (named
-    ``"component"`` in :meth:`~ppmix.models.base.MixtureModel.arviz_dims`, or, for
+    ``"component"`` in :meth:`~ppmix.models.base.MixtureModel._arviz_dims`, or, for
     sites it does not name, a plate of size ``K`` or a ``K``-simplex) is permuted.
 
     **Cost.** Every leapfrog step traces the model with its discrete sites
@@ -156,8 +156,8 @@ def run_mcmc(
     num_chains = check_positive_int(num_chains, "num_chains")
     show = model.progress if progress is None else progress
 
-    with local_params(), model.bayesian(), model.forked_rng():
-        init = model.init_values(data, model.generator())
+    with local_params(), model.bayesian(), model._forked_rng():
+        init = model._init_values(data, model._generator())
         potential = likelihood_potential(model, data) if init else None
         settings = {"target_accept_prob": target_accept_prob, "max_tree_depth": max_tree_depth}
         if potential is not None:

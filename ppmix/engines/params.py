@@ -20,7 +20,7 @@ def taking_turns() -> Iterator[None]:
     """Run alone among ppmix's calls that use Pyro's global state or torch's global generator.
 
     Re-entrant: a call inside another in the same thread passes. :func:`local_params` and the models'
-    ``forked_rng`` (which seeds torch's global generator from a model's seed) hold it, so two threads sampling
+    ``_forked_rng`` (which seeds torch's global generator from a model's seed) hold it, so two threads sampling
     with one seed draw what one thread draws.
 
     Examples

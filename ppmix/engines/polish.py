@@ -36,14 +36,14 @@ Values = dict[str, torch.Tensor]
 class Polishable(Protocol):
     """What the polish needs of a model: its globals, set with or without autograd, and EM's objective."""
 
-    def get_globals(self) -> Values: ...
+    def _get_globals(self) -> Values: ...
 
-    def set_globals(self, values: Values) -> None: ...
+    def _set_globals(self, values: Values) -> None: ...
 
-    def assign_globals(self, values: Values) -> None:
+    def _assign_globals(self, values: Values) -> None:
         """Set the globals as they are (autograd sees through them)."""
 
-    def penalised_log_likelihood(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def _penalised_log_likelihood(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """EM's objective on ``(x, y)``, differentiable in the globals."""
 
 
@@ -84,10 +84,10 @@ def lbfgs_polish(
     --------
     >>> class Quadratic:  # objective -(a - 3)^2 per point
     ...     values = {"a": torch.tensor([0.0], dtype=torch.float64)}
-    ...     def get_globals(self): return dict(self.values)
-    ...     def set_globals(self, values): self.values = {k: v.detach() for k, v in values.items()}
-    ...     def assign_globals(self, values): self.values = values
-    ...     def penalised_log_likelihood(self, x, y): return -((self.values["a"] - 3.0) ** 2).sum() * len(y)
+    ...     def _get_globals(self): return dict(self.values)
+    ...     def _set_globals(self, values): self.values = {k: v.detach() for k, v in values.items()}
+    ...     def _assign_globals(self, values): self.values = values
+    ...     def _penalised_log_likelihood(self, x, y): return -((self.values["a"] - 3.0) ** 2).sum() * len(y)
     >>> model = Quadratic()
     >>> history, converged = lbfgs_polish(model, (torch.zeros(4, 1), torch.zeros(4)), max_iter=50, tol=1e-12)
     >>> round(float(model.values["a"]), 6), converged
@@ -95,7 +95,7 @@ def lbfgs_polish(
     """
     x, y = data
     n_rows = len(y)
-    start = model.get_globals()
+    start = model._get_globals()
     free = {name: value.clone().requires_grad_(True) for name, value in to_free(start).items()}
     optimizer = torch.optim.LBFGS(
         list(free.values()),
@@ -110,8 +110,8 @@ def lbfgs_polish(
 
     def loss() -> torch.Tensor:
         optimizer.zero_grad()
-        model.assign_globals(from_free(free))
-        value = -model.penalised_log_likelihood(x, y) / n_rows
+        model._assign_globals(from_free(free))
+        value = -model._penalised_log_likelihood(x, y) / n_rows
         value.backward()
         return value
 
@@ -124,8 +124,8 @@ def lbfgs_polish(
         for _ in range(max_iter):
             optimizer.step(loss)
             with torch.no_grad():
-                model.assign_globals(from_free(free))
-                value = float(model.penalised_log_likelihood(x, y)) / n_rows
+                model._assign_globals(from_free(free))
+                value = float(model._penalised_log_likelihood(x, y)) / n_rows
             if not math.isfinite(value) or value <= best_value:  # no gain: the line search found nothing better
                 converged = True
                 break
@@ -134,6 +134,6 @@ def lbfgs_polish(
             if len(history) > WINDOW and history[-1] - history[-1 - WINDOW] <= tol:
                 converged = True
                 break
-    model.set_globals(best)
+    model._set_globals(best)
     logger.info("L-BFGS polish: objective/point %s after %d iterations", f"{best_value:.6f}", len(history))
     return history, converged

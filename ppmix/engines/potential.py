@@ -3,7 +3,7 @@
 Pyro's NUTS on a program traces it at every leapfrog step (a Gaussian HMM of 100 steps: 100 ``pyro.markov``
 steps in Python, each enumerated). A model with EM already computes ``log p(x | theta)`` in one batched pass with
 its discrete latents summed out (one ``logsumexp`` over the components for a mixture, the forward algorithm for an
-HMM: :meth:`~ppmix.models.base.MixtureModel.pointwise_log_likelihood`). :class:`LikelihoodPotential` adds the
+HMM: :meth:`~ppmix.models.base.MixtureModel._pointwise_log_likelihood`). :class:`LikelihoodPotential` adds the
 priors of the program's global sites and the log-Jacobians of the maps from the unconstrained space::
 
     U(u) = -( log p(x | theta) + sum_s log p_s(theta_s) + sum_s log |d theta_s / d u_s| ),  theta_s = T_s(u_s)
@@ -45,7 +45,7 @@ logger = logging.getLogger(__name__)
 
 #: the hooks a potential computes the program's likelihood with: they must come from the class that wrote ``model``
 #: or one of its subclasses (a user subclass replacing ``model()`` keeps the hooks of a program it replaced)
-_HOOKS = ("pointwise_log_likelihood", "set_globals", "get_globals")
+_HOOKS = ("_pointwise_log_likelihood", "_set_globals", "_get_globals")
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ class LikelihoodPotential:
     Parameters
     ----------
     model : MixtureModel
-        A model whose :meth:`set_globals` and :meth:`pointwise_log_likelihood` describe its program (see
+        A model whose :meth:`_set_globals` and :meth:`_pointwise_log_likelihood` describe its program (see
         :func:`likelihood_potential`, which checks it); calling the potential sets the model's globals.
     data : object
         The prepared data, as the program takes it.
@@ -89,7 +89,7 @@ class LikelihoodPotential:
     >>> data = gmm.prepare_data(x)
     >>> with gmm.bayesian():
     ...     potential = likelihood_potential(gmm, data)
-    >>> u = potential.unconstrained(gmm.get_globals())
+    >>> u = potential.unconstrained(gmm._get_globals())
     >>> sorted(u), potential(u).shape
     (['locs', 'scales', 'weights'], torch.Size([]))
     """
@@ -103,14 +103,14 @@ class LikelihoodPotential:
         for name, site in self.sites.items():
             values[name], log_density = site.log_density(params[name])
             log_joint = log_joint + log_density
-        self.model.set_globals(values)
+        self.model._set_globals(values)
         return -(log_joint + self._log_likelihood())
 
     def _log_likelihood(self) -> torch.Tensor:
         """``log p(x | theta)`` at the model's globals: its ``_summed_log_likelihood`` hook where it has one (an HMM:
         the forward-backward's gradients, no graph through the steps), else its pointwise log-likelihoods summed."""
         summed = getattr(self.model, "_summed_log_likelihood", None)
-        return summed(self.data) if summed is not None else self.model.pointwise_log_likelihood(self.data).sum()
+        return summed(self.data) if summed is not None else self.model._pointwise_log_likelihood(self.data).sum()
 
     def unconstrained(self, values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The unconstrained coordinates ``T^{-1}(theta)`` of constrained site values (any leading batch)."""
@@ -207,7 +207,7 @@ def likelihood_potential(model: "MixtureModel", data: Any) -> LikelihoodPotentia
     if not describes_program(model):
         return None
     sites = program_sites(model, data)
-    if set(sites) != set(model.get_globals()) or not _priors_fixed(model, data, sites):
+    if set(sites) != set(model._get_globals()) or not _priors_fixed(model, data, sites):
         logger.info("%s: NUTS runs on the traced program (its sites are not its globals)", type(model).__name__)
         return None
     return LikelihoodPotential(model, data, sites)

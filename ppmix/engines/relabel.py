@@ -40,14 +40,14 @@ if TYPE_CHECKING:
 
 __all__ = ["COMPONENT_DIMS", "component_axes", "relabel_draws", "find_permutations", "apply_permutations", "max_rhat"]
 
-#: dimension names (in :meth:`MixtureModel.arviz_dims`) of axes that index exchangeable components
+#: dimension names (in :meth:`MixtureModel._arviz_dims`) of axes that index exchangeable components
 COMPONENT_DIMS = ("component", "component_to")
 
 
 def component_axes(model: "MixtureModel", data: Any, samples: dict[str, torch.Tensor]) -> dict[str, tuple[int, ...]]:
     """The axes (after chain and draw) of each global site that index the ``K`` components.
 
-    Read from :meth:`~ppmix.models.base.MixtureModel.arviz_dims` (axes named
+    Read from :meth:`~ppmix.models.base.MixtureModel._arviz_dims` (axes named
     ``"component"`` or ``"component_to"``). Sites it does not name (a user's model)
     are read from the program: an axis of a plate of size ``K`` (other than the data
     plate) and the last axis of a simplex of size ``K`` index components. Models
@@ -55,7 +55,7 @@ def component_axes(model: "MixtureModel", data: Any, samples: dict[str, torch.Te
     a mixture of experts share a softmax gate with a fixed reference, so they are
     named ``"expert"``/``"gate"`` and left alone).
     """
-    declared = model.arviz_dims()
+    declared = model._arviz_dims()
     axes: dict[str, tuple[int, ...]] = {}
     for name in samples:
         if name in declared:

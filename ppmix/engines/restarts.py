@@ -1,6 +1,6 @@
 """Keep the best of several fits from different starts: an engine piece called with explicit arguments.
 
-The caller says how to fit from start ``s`` (``fit_start(s)``), how to score the fit it just made
+The caller says how to fit from start ``s`` (``_fit_start(s)``), how to score the fit it just made
 (per-row scores, so that the rule can weigh their spread), how to snapshot and restore a fit, and
 when one fit is better than another (``better``). Nothing here knows the model it serves.
 """
@@ -28,7 +28,7 @@ def best_of_starts(
 ) -> list[float]:
     """Fit from starts ``0 .. n_starts - 1`` and leave the best fit in place; the mean score of every start.
 
-    ``fit_start(s)`` fits from start ``s``; ``each(s)``, if given, is called right after; ``score_rows()`` scores
+    ``_fit_start(s)`` fits from start ``s``; ``each(s)``, if given, is called right after; ``score_rows()`` scores
     the fit just made row by row; a later start replaces the kept one when ``better(its rows, the kept rows)``.
     ``snapshot()``/``restore(snap)`` save and reinstate a fit (with one start there is nothing to restore).
 

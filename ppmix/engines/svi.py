@@ -51,8 +51,8 @@ def run_svi(
     """Fit ``model`` by stochastic variational inference with Adam.
 
     The discrete latents are summed out exactly by ``TraceEnum_ELBO``; the global
-    sites get the guide of ``model.make_svi_guide`` (point masses by default, i.e.
-    maximum likelihood/MAP), started at ``model.init_values``.
+    sites get the guide of ``model._make_svi_guide`` (point masses by default, i.e.
+    maximum likelihood/MAP), started at ``model._init_values``.
 
     Parameters
     ----------
@@ -71,7 +71,7 @@ def run_svi(
         for this many steps (default: never stop early on full batches,
         ``max(50, num_steps // 10)`` steps with mini-batches).
     init : dict, optional
-        Starting values of global sites (overriding ``model.init_values``); needed
+        Starting values of global sites (overriding ``model._init_values``); needed
         for user models with flat priors and no EM initialisation.
 
     Returns
@@ -94,20 +94,20 @@ def run_svi(
         raise ValueError(f"lr must be a finite number > 0; got lr={lr!r}")
     if not 0 < lr_decay <= 1:
         raise ValueError(f"lr_decay must be in (0, 1]; got lr_decay={lr_decay!r}")
-    n_obs = model.n_observations(data)
+    n_obs = model._n_observations(data)
     if batch_size is not None and batch_size >= n_obs:
         batch_size = None
     if patience is None:
         patience = num_steps if batch_size is None else max(50, num_steps // 10)
     show = model.progress if progress is None else progress
 
-    with local_params(), model.forked_rng(), model.fitting_priors():  # MAP where the model's priors are set
-        start = model.init_values(data, model.generator())
+    with local_params(), model._forked_rng(), model._fitting_priors():  # MAP where the model's priors are set
+        start = model._init_values(data, model._generator())
         start.update({k: torch.as_tensor(v, dtype=model.dtype, device=model._device) for k, v in (init or {}).items()})
-        guide_fn, _ = model.make_svi_guide(guide, start)
+        guide_fn, _ = model._make_svi_guide(guide, start)
         elbo = TraceEnum_ELBO(max_plate_nesting=model.max_plate_nesting, num_particles=num_particles)
         history: list[float] = []
-        with model.subsampling(batch_size):
+        with model._subsampling(batch_size):
             elbo.differentiable_loss(model.model, guide_fn, data)  # creates the guide's parameters
             params = _parameters(model, guide_fn)
             if not params:
@@ -140,9 +140,9 @@ def run_svi(
                             converged = True
                             break
         with torch.no_grad():
-            model.set_globals(_point_estimates(guide_fn, model, data))
+            model._set_globals(_point_estimates(guide_fn, model, data))
         if guide == "normal" and isinstance(guide_fn, AutoNormal):
-            model.set_variational_guide(guide_fn)
+            model._set_variational_guide(guide_fn)
     logger.info("SVI stopped after %d steps (early stop: %s), ELBO/point %.6f", step, converged, history[-1])
     return FitResult(history=history, n_iter=step, converged=converged)
 
@@ -172,7 +172,7 @@ def _parameters(model: "MixtureModel", guide_fn: Any) -> list[torch.nn.Parameter
 def _point_estimates(guide_fn: Any, model: "MixtureModel", data: Any) -> dict[str, torch.Tensor]:
     if hasattr(guide_fn, "median"):
         return {k: v.detach() for k, v in guide_fn.median(data).items()}
-    return model.get_globals()
+    return model._get_globals()
 
 
 def _discrete_latent(msg: dict) -> bool:
@@ -190,7 +190,7 @@ def fitted_autoguide(
 ) -> AutoDelta | AutoNormal:
     """A Pyro autoguide over the global sites of a fitted model's program, started at the fit.
 
-    What a user's own ``AutoNormal(m.model, init_loc_fn=init_to_value(values=m.get_globals()))`` is meant
+    What a user's own ``AutoNormal(m.model, init_loc_fn=init_to_value(values=m._get_globals()))`` is meant
     to be, without its two pitfalls: the discrete latents (assignments, states, switches) are hidden from
     the guide (an autoguide cannot hold them; enumerate them in the model), and the guide's parameters
     are named apart (``"<Model>_fit_<n>.AutoNormal.locs.<site>"``), so a value that Pyro's global
@@ -233,11 +233,11 @@ def fitted_autoguide(
     model._check_fitted()
     if (data := model._train_data if X is None else model.prepare_data(X, y)) is None:
         raise ValueError("X is required: this model holds no training data (loaded from disk, or fitted on shards)")
-    values = model.get_globals()
+    values = model._get_globals()
     guide = autoguide(poutine.block(model.model, hide_fn=_discrete_latent), kind, values)
     holder = PyroModule(name=f"{type(model).__name__}_fit_{next(_GUIDE_NUMBERS)}")
     holder.add_module(type(guide).__name__, guide)  # names the guide's parameters under the holder's name
-    with model.forked_rng(offset=5):
+    with model._forked_rng(offset=5):
         guide(data)
     unfitted = sorted(
         name

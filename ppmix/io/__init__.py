@@ -33,7 +33,7 @@ reads the previous or the new model, never one file of each.
 schema: ``params`` must be constructor arguments of the saved class with values of their
 annotated types, ``fitted`` only the attributes in ``_FITTED`` (never arbitrary names), the
 tensor file a flat ``{name: tensor}``. Then the state is checked against the config
-(:mod:`ppmix.io.state_check`): every entry the settings imply (``Savable.state_shapes``), no
+(:mod:`ppmix.io.state_check`): every entry the settings imply (``Savable._state_shapes``), no
 other, each of the shape they imply, every value finite; so a file whose checksums were forged
 still cannot contradict its config. Every refusal is a ``ValueError`` (a missing file a
 ``FileNotFoundError``) naming the file and field or entry. ``map_location`` (or the saved
@@ -43,7 +43,7 @@ Format version 1 (ppmix before the config checksum) is still read: its tensors a
 against their checksum and its config against the schema, but edits of a version-1
 ``config.json`` that keep the schema cannot be detected (a warning is logged); save it
 again to write version 2. Saves whose layout an older ppmix wrote are brought to the current one
-by their class (``Savable.upgrade_saved``), or refused saying which ppmix and format version
+by their class (``Savable._upgrade_saved``), or refused saying which ppmix and format version
 wrote them and what to do.
 """
 

@@ -94,12 +94,12 @@ def save_model(model: "MixtureModel", path: str | Path) -> Path:
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
         "ppmix_version": __version__,
-        "class": cls.qualified_name(),
-        "params": _to_json(model.saved_params(), "params"),
+        "class": qualified_name(cls),
+        "params": _to_json(model._saved_params(), "params"),
         "fitted": {k: _to_json(getattr(model, k, None), f"fitted.{k}") for k in _FITTED},
-        "extra": _to_json(model.extra_state(), "extra"),
+        "extra": _to_json(model._extra_state(), "extra"),
     }
-    tensors = {f"state.{k}": v.detach().cpu().contiguous() for k, v in model.state_tensors().items()}
+    tensors = {f"state.{k}": v.detach().cpu().contiguous() for k, v in model._state_tensors().items()}
     tensors.update(_sampler_tensors(model))
     # what is written must load back: refuse now rather than leave an unloadable file
     try:
@@ -348,7 +348,7 @@ def load_model(
     state = {k.removeprefix("state."): v for k, v in tensors.items() if k.startswith("state.")}
     mcmc = _entries(tensors, _DRAWS)
     try:
-        cls.upgrade_saved(params, fitted, extra, state)
+        cls._upgrade_saved(params, fitted, extra, state)
     except ValueError as err:
         raise ValueError(
             f"{path} was saved by ppmix {config['ppmix_version']} (format version {config['format_version']}) "
@@ -375,14 +375,14 @@ def load_model(
             continue
         setattr(model, name, value)
     try:
-        model.load_extra_state(extra)
+        model._load_extra_state(extra)
     except ObjectRequired as err:
         raise ValueError(f"{path}: {err}") from None
     except (TypeError, ValueError, KeyError, AttributeError, IndexError) as err:
         raise ValueError(f"{config_path}: field 'extra' does not hold a valid {cls.__name__} state: {err}") from None
     check_state(model, state, mcmc, tensor_path, given, per_draw=_per_draw(tensors))
     try:
-        model.load_state_tensors(state)
+        model._load_state_tensors(state)
     except (TypeError, ValueError, KeyError, AttributeError, IndexError, RuntimeError) as err:
         raise ValueError(f"{tensor_path} does not hold a valid {cls.__name__} state: {err}") from None
     if mcmc:
@@ -396,10 +396,10 @@ def load_model(
 
 
 def _validate_settings(model: Any, config_path: Path) -> None:
-    """The checks ``fit`` runs on the constructor arguments (``validate_params``: each value, and how they combine,
-    e.g. a ``transition_pattern`` of ``n_components`` states, ``priors`` of valid hyperparameters), run on the
-    saved ones: a ``ValueError`` naming ``config_path`` and the argument."""
-    validate = getattr(model, "validate_params", None)
+    """The checks ``fit`` runs on the constructor arguments (``_validate_hyperparameters``: each value, and how
+    they combine, e.g. a ``transition_pattern`` of ``n_components`` states, ``priors`` of valid hyperparameters),
+    run on the saved ones: a ``ValueError`` naming ``config_path`` and the argument."""
+    validate = getattr(model, "_validate_hyperparameters", None)
     if validate is None:
         return
     try:
@@ -411,20 +411,20 @@ def _validate_settings(model: Any, config_path: Path) -> None:
 
 class Savable(Estimator):
     """What every savable ppmix object shares: its subclasses are registered for :func:`load_model`,
-    named by :meth:`qualified_name`, and written by :meth:`save` (``config.json`` + ``tensors.pt``).
+    named by :func:`ppmix.io.qualified_name`, and written by :meth:`save` (``config.json`` + ``tensors.pt``).
 
     :class:`~ppmix.models.MixtureModel` and the optimizers (PRESTO, RegularizedWeighting) derive
-    from it. A subclass provides ``saved_params()`` (JSON-able constructor arguments),
-    ``_check_fitted()`` and ``state_tensors()``/``load_state_tensors()``; ``extra_state()``
-    /``load_extra_state()`` carry JSON-able fitted state beyond the tensors. ``state_shapes()``
-    declares the state its settings imply (checked on every load), ``upgrade_saved()`` brings
+    from it. A subclass provides ``_saved_params()`` (JSON-able constructor arguments),
+    ``_check_fitted()`` and ``_state_tensors()``/``_load_state_tensors()``; ``_extra_state()``
+    /``_load_extra_state()`` carry JSON-able fitted state beyond the tensors. ``_state_shapes()``
+    declares the state its settings imply (checked on every load), ``_upgrade_saved()`` brings
     saves of older ppmix versions to the current layout.
 
     Examples
     --------
     >>> from ppmix import GMM
-    >>> from ppmix.io import lookup_class
-    >>> issubclass(GMM, Savable) and lookup_class(GMM.qualified_name()) is GMM
+    >>> from ppmix.io import lookup_class, qualified_name
+    >>> issubclass(GMM, Savable) and lookup_class(qualified_name(GMM)) is GMM
     True
     """
 
@@ -432,12 +432,7 @@ class Savable(Estimator):
         super().__init_subclass__(**kwargs)
         register_savable(cls)
 
-    @classmethod
-    def qualified_name(cls) -> str:
-        """``module.QualName``: how saved files name their class."""
-        return qualified_name(cls)
-
-    def saved_params(self) -> dict[str, Any]:
+    def _saved_params(self) -> dict[str, Any]:
         """The constructor arguments a saved file records; default: all of them (``get_params(deep=False)``)."""
         return self.get_params(deep=False)
 
@@ -445,14 +440,14 @@ class Savable(Estimator):
         """Write the fitted object to the directory ``path`` atomically; see :func:`save_model`."""
         return save_model(self, path)
 
-    def extra_state(self) -> dict[str, Any]:
+    def _extra_state(self) -> dict[str, Any]:
         """JSON-able fitted state beyond the tensors (default: none)."""
         return {}
 
-    def load_extra_state(self, state: dict[str, Any]) -> None:
-        """Inverse of :meth:`extra_state`."""
+    def _load_extra_state(self, state: dict[str, Any]) -> None:
+        """Inverse of :meth:`_extra_state`."""
 
-    def state_shapes(self) -> dict[str, tuple[int | None, ...]] | None:
+    def _state_shapes(self) -> dict[str, tuple[int | None, ...]] | None:
         """The shape of every state tensor that this object's settings imply (``None`` in a shape: any size).
 
         Called by :func:`load_model` once the constructor arguments, fitted attributes and extra state of
@@ -463,7 +458,7 @@ class Savable(Estimator):
         return None
 
     @classmethod
-    def upgrade_saved(
+    def _upgrade_saved(
         cls, params: dict[str, Any], fitted: dict[str, Any], extra: dict[str, Any], state: dict[str, torch.Tensor]
     ) -> None:
         """Bring a save written by an older ppmix to the current layout, in place (default: nothing to do).

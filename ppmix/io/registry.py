@@ -41,7 +41,7 @@ def register_savable(cls: type) -> type:
     Examples
     --------
     >>> from ppmix.inference import PRESTO
-    >>> lookup_class(PRESTO.qualified_name()) is PRESTO
+    >>> lookup_class(qualified_name(PRESTO)) is PRESTO
     True
     """
     _REGISTRY[qualified_name(cls)] = cls

@@ -2,7 +2,7 @@
 
 A checksum only says that the files are the ones a save wrote, or that whoever edited them also
 re-computed the checksums. The state must also be one that the saved settings can hold: every
-entry those settings imply (:meth:`~ppmix.io.Savable.state_shapes`), no other, each of the shape
+entry those settings imply (:meth:`~ppmix.io.Savable._state_shapes`), no other, each of the shape
 they imply (``n_components``, ``n_features_in_``, a covariance type's parameters), and every value
 finite. A contradiction is refused naming the tensor file and the entry.
 """
@@ -77,7 +77,7 @@ def check_state(
 
     Every tensor, fitted state (``state``), MCMC draws (``mcmc``) and the sampler's statistics of every draw
     (``per_draw``, :func:`check_draws`) alike, must hold only finite values; where the class declares
-    :meth:`~ppmix.io.Savable.state_shapes`, ``state`` must have exactly the entries it names, each of the shape it
+    :meth:`~ppmix.io.Savable._state_shapes`, ``state`` must have exactly the entries it names, each of the shape it
     gives. ``given`` names the constructor arguments that were objects passed to load (they fix shapes too).
 
     Raises
@@ -91,7 +91,7 @@ def check_state(
     >>> from pathlib import Path
     >>> class Model:
     ...     n_components = 2
-    ...     def state_shapes(self):
+    ...     def _state_shapes(self):
     ...         return {"weights": (2,)}
     >>> check_state(Model(), {"weights": torch.ones(3)}, {}, Path("m/tensors.pt"))
     Traceback (most recent call last):
@@ -105,7 +105,7 @@ def check_state(
                 what = "NaN" if bool(torch.isnan(value).any()) else "infinite values"
                 raise ValueError(f"{tensor_path}: {where} {name!r} holds {what}")
     check_draws(mcmc, per_draw, tensor_path)
-    expected = model.state_shapes()
+    expected = model._state_shapes()
     if expected is None:
         return
     settings = _settings(model, given)

@@ -9,11 +9,11 @@
   unconstrained parameters) or else the single point estimate (``approximation=None``);
 - ``log_likelihood``: the pointwise log-likelihood for every draw (per sequence, along a
   ``sequence`` dimension, for the sequence models; the HMM scores every draw in one batched
-  forward-backward, :meth:`~ppmix.models.hmm.HMM.draws_log_likelihood`);
+  forward-backward, :meth:`~ppmix.models.hmm.HMM._draws_log_likelihood`);
 - ``posterior_predictive``: one replicated data set per draw, drawn by Pyro's
   ``Predictive`` from the program with its observed sites unconditioned and its
   globals set to the draw (new discrete latents are drawn, not enumerated), or, for a
-  model with its own ``draws_replicated`` (the HMM), by it for every draw at once;
+  model with its own ``_draws_replicated`` (the HMM), by it for every draw at once;
 - ``prior`` and ``prior_predictive``: ``num_samples`` draws of the globals from the
   proper priors of :meth:`~ppmix.models.base.MixtureModel.bayesian` (the priors MCMC
   uses) and a replicated data set for each; left out when a site of the program has
@@ -29,7 +29,7 @@
   trace (``az.plot_trace(idata.sample_stats, var_names=["lp"])``) stands in for the energy
   plot of a sampler without a Hamiltonian; for an SVI ``normal`` guide's draws, ``lp``, the
   program's log joint density (discrete latents summed out) at every draw;
-- ``observed_data``; ``discrete_posterior``: the per-draw posterior probabilities of
+- ``_observed_data``; ``discrete_posterior``: the per-draw posterior probabilities of
   the enumerated latents.
 
 ``idata.attrs["ppmix_draws"]`` says where the posterior draws come from (``"mcmc"``, ``"gibbs"``,
@@ -92,14 +92,14 @@ def global_draws(
         return samples, model.engine_, "", _sampler_stats(model)
     guide = model.variational_guide_
     if model.engine_ == "svi" and isinstance(guide, AutoNormal):
-        with local_params(), torch.no_grad(), model.forked_rng(offset=1):
+        with local_params(), torch.no_grad(), model._forked_rng(offset=1):
             draws = [guide(data) for _ in range(num_samples)]
         try:
             stats = {"lp": log_densities(program_laplace_target(model, data), draws)[None]}
         except LaplaceUnavailable:  # no program log joint to evaluate
             stats = None
         return {k: torch.stack([d[k] for d in draws])[None] for k in draws[0]}, "svi_normal_guide", "", stats
-    point = {k: v[None, None] for k, v in model.get_globals().items()}
+    point = {k: v[None, None] for k, v in model._get_globals().items()}
     if approximation is not None:
         limit = AUTO_LAPLACE_MAX_PARAMETERS if approximation == "auto" else None
         try:
@@ -139,7 +139,7 @@ def draw_remedies(model: "MixtureModel") -> str:
     if own:
         return own
     ways = ["engine='mcmc' (num_chains=2 or more for r_hat)", "engine='svi' with guide='normal'"]
-    if isinstance(model, ConjugateGibbs) and model.component_family().has_conjugate_prior():
+    if isinstance(model, ConjugateGibbs) and model._component_family().has_conjugate_prior():
         ways.insert(0, "engine='gibbs' (blocked Gibbs on the conjugate priors, the quickest)")
     return "fit with " + ", ".join(ways[:-1]) + " or " + ways[-1]
 
@@ -155,7 +155,7 @@ class LaplaceTarget:
     common shift of every class would be a flat direction); ``log_density(values)`` the fitted objective,
     differentiable in the varying values. The default (:func:`program_laplace_target`) is the program's log
     joint with every discrete latent summed out; a model whose fitted objective is another (the pf models'
-    ELBO) defines ``laplace_target(data)`` returning its own.
+    ELBO) defines ``_laplace_target(data)`` returning its own.
     """
 
     values: dict[str, torch.Tensor]
@@ -169,13 +169,13 @@ def _empty_guide(*args: Any, **kwargs: Any) -> None:
 
 
 def _program_trace(model: "MixtureModel", data: Any, values: dict[str, torch.Tensor]) -> Any:
-    with local_params(), torch.no_grad(), model.fitting_priors():
+    with local_params(), torch.no_grad(), model._fitting_priors():
         return poutine.trace(poutine.condition(model.model, values)).get_trace(data)
 
 
 def global_supports(model: "MixtureModel", data: Any, names: Any) -> dict[str, Any]:
     """The support of each global ``names`` as the program samples it (the constraint Laplace maps from)."""
-    trace = _program_trace(model, data, model.get_globals())
+    trace = _program_trace(model, data, model._get_globals())
     return {n: trace.nodes[n]["fn"].support for n in names}
 
 
@@ -184,7 +184,7 @@ def program_laplace_target(model: "MixtureModel", data: Any) -> LaplaceTarget:
     it (zero under ppmix's flat priors; after MAP-EM, ``priors`` given, the proper priors as set: a Laplace
     approximation of the posterior at its mode), over every global; :class:`LaplaceUnavailable` where a global is
     no site of the program or a discrete latent is not enumerated there."""
-    values = model.get_globals()
+    values = model._get_globals()
     trace = _program_trace(model, data, values)
     names = [n for n in values if n in trace.nodes and trace.nodes[n]["type"] == "sample"]
     sampled = [
@@ -204,7 +204,7 @@ def program_laplace_target(model: "MixtureModel", data: Any) -> LaplaceTarget:
     elbo = TraceEnum_ELBO(max_plate_nesting=model.max_plate_nesting)
 
     def log_density(point: dict[str, torch.Tensor]) -> torch.Tensor:
-        with model.fitting_priors():
+        with model._fitting_priors():
             return -elbo.differentiable_loss(poutine.condition(model.model, point), _empty_guide, data)
 
     return LaplaceTarget(values, {n: trace.nodes[n]["fn"].support for n in names}, log_density)
@@ -216,9 +216,9 @@ def laplace_draws(
     """``num_samples`` draws ``(1, S, ...)`` from a Laplace approximation at the fitted point estimates, and the
     fitted objective at each draw ``(1, S)`` (``sample_stats``' ``lp``).
 
-    The target is the model's ``laplace_target(data)`` where it has one (the pf models: their ELBO, see
-    :meth:`~ppmix.models.pf._pf_state.PFStateMixin.laplace_target`; the mixture of experts: EM's penalised
-    log-likelihood, :meth:`~ppmix.models.MixtureOfExperts.laplace_target`), else :func:`program_laplace_target`.
+    The target is the model's ``_laplace_target(data)`` where it has one (the pf models: their ELBO, see
+    :meth:`~ppmix.models.pf._pf_state.PFStateMixin._laplace_target`; the mixture of experts: EM's penalised
+    log-likelihood, :meth:`~ppmix.models.MixtureOfExperts._laplace_target`), else :func:`program_laplace_target`.
     Each varying global is mapped to the unconstrained space of its support (``biject_to``:
     log for scales, stick-breaking for weights, ...). There the posterior is approximated
     by a Gaussian centred on the point estimate whose precision is the negative Hessian of
@@ -227,8 +227,8 @@ def laplace_draws(
     :class:`LaplaceUnavailable` where there is none, or where the unconstrained
     parameters outnumber ``max_parameters``.
     """
-    own = getattr(model, "laplace_target", None)
-    with model.parameters_restored():  # a model's own target may set its globals to evaluate them
+    own = getattr(model, "_laplace_target", None)
+    with model._parameters_restored():  # a model's own target may set its globals to evaluate them
         target = own(data) if own is not None else program_laplace_target(model, data)
         names = list(target.supports)
         transforms = {n: biject_to(target.supports[n]) for n in names}
@@ -262,7 +262,7 @@ def laplace_draws(
         chol, info = torch.linalg.cholesky_ex(precision)
         if int(info) != 0 or not torch.isfinite(precision).all() or _numerically_flat(precision):
             raise LaplaceUnavailable(_flat_reason(model, data))
-        with local_params(), torch.no_grad(), model.forked_rng(offset=4):
+        with local_params(), torch.no_grad(), model._forked_rng(offset=4):
             noise = torch.randn(num_samples, centre.numel(), dtype=centre.dtype)
             steps = torch.linalg.solve_triangular(chol.T, noise.T, upper=True).T  # covariance = precision^-1
             draws = [split(centre + step) for step in steps]
@@ -301,10 +301,10 @@ def curvature_free_sites(model: "MixtureModel", data: Any) -> list[str]:
     []
     """
     components = getattr(model, "components_", None)
-    if components is None or not hasattr(model, "component_family"):
+    if components is None or not hasattr(model, "_component_family"):
         return []
-    rows = next(iter(model.observed_data(data).values()))
-    family = model.component_family()
+    rows = next(iter(model._observed_data(data).values()))
+    family = model._component_family()
     try:
         values = family.site_values(components)
         specs = family.sites(model.n_components, rows.shape[-1])
@@ -369,29 +369,29 @@ def own_hook(model: "MixtureModel", name: str, *companions: str) -> Callable[...
     return getattr(model, name)
 
 
-#: the methods whose results a model's own ``draws_log_likelihood`` computes at once (:func:`own_hook`)
-POINTWISE_COMPANIONS = ("pointwise_log_likelihood", "posterior_marginals")
+#: the methods whose results a model's own ``_draws_log_likelihood`` computes at once (:func:`own_hook`)
+POINTWISE_COMPANIONS = ("_pointwise_log_likelihood", "_posterior_marginals")
 
 
 def pointwise_draws(
     model: "MixtureModel", data: Any, draws: dict[str, torch.Tensor], per_step: bool = False
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """The pointwise log-likelihood ``(S, ...)`` and posterior marginals ``{name: (S, ...)}`` at every draw
-    ``{site: (S, ...)}``: the model's ``draws_log_likelihood(data, draws)`` where it has one for its program (the
+    ``{site: (S, ...)}``: the model's ``_draws_log_likelihood(data, draws)`` where it has one for its program (the
     HMM: one forward-backward over every draw; ``per_step``: its log-likelihood of every step), else its
-    ``pointwise_log_likelihood`` and ``posterior_marginals`` with each draw's globals set in turn; the fitted
+    ``_pointwise_log_likelihood`` and ``_posterior_marginals`` with each draw's globals set in turn; the fitted
     state and guide are left exactly as they were."""
-    batched = own_hook(model, "draws_log_likelihood", *POINTWISE_COMPANIONS)
+    batched = own_hook(model, "_draws_log_likelihood", *POINTWISE_COMPANIONS)
     if batched is not None:
         with torch.no_grad():
             loglik, marginals = batched(data, draws, per_step=True) if per_step else batched(data, draws)
         return loglik.cpu().numpy(), {name: probs.cpu().numpy() for name, probs in marginals.items()}
     loglik_list, discrete = [], {}
-    with model.parameters_restored():
+    with model._parameters_restored():
         for i in range(len(next(iter(draws.values())))):
-            model.set_globals({k: v[i] for k, v in draws.items()})
-            loglik_list.append(model.pointwise_log_likelihood(data).detach().cpu().numpy())
-            for name, probs in model.posterior_marginals(data).items():
+            model._set_globals({k: v[i] for k, v in draws.items()})
+            loglik_list.append(model._pointwise_log_likelihood(data).detach().cpu().numpy())
+            for name, probs in model._posterior_marginals(data).items():
                 discrete.setdefault(name, []).append(probs.detach().cpu().numpy())
     return np.stack(loglik_list), {name: np.stack(values) for name, values in discrete.items()}
 
@@ -435,19 +435,19 @@ def posterior_predictive(
     model: "MixtureModel", data: Any, draws: dict[str, torch.Tensor], observed: dict[str, np.ndarray]
 ) -> dict[str, np.ndarray]:
     """One replicated data set per draw, ``{observed name: (chains, draws, *observed shape)}``: the model's
-    ``draws_replicated(data, draws)`` where it has one for its program (the HMM: every draw's state paths drawn
+    ``_draws_replicated(data, draws)`` where it has one for its program (the HMM: every draw's state paths drawn
     at once), else Pyro's ``Predictive`` replaying the program once per draw."""
     n_chains, n_draws = next(iter(draws.values())).shape[:2]
     flat = _flat(draws)
-    batched = own_hook(model, "draws_replicated")
+    batched = own_hook(model, "_draws_replicated")
     if batched is not None:
-        with torch.no_grad(), model.forked_rng(offset=2):
+        with torch.no_grad(), model._forked_rng(offset=2):
             values = batched(data, flat)
         replicated = _as_observed(values, data, observed)
         return {k: v.reshape(n_chains, n_draws, *v.shape[1:]) for k, v in replicated.items()}
     # conditioned on the first draw as well, so Predictive's shape-finding run never samples a prior
     program = poutine.condition(poutine.uncondition(model.model), {k: v[0] for k, v in flat.items()})
-    with local_params(), torch.no_grad(), model.forked_rng(offset=2):
+    with local_params(), torch.no_grad(), model._forked_rng(offset=2):
         trace = poutine.trace(program).get_trace(data)
         globals_ = {k: v for k, v in flat.items() if k in trace.nodes and trace.nodes[k]["type"] == "sample"}
         sites = _replicated_sites(trace)
@@ -474,7 +474,7 @@ def prior_samples(
     """Draws of the globals ``names`` from the proper priors of ``bayesian()`` and a replicated data set for each,
     ``(1, S, ...)``; ``None`` when a global site has no proper prior."""
     program = poutine.uncondition(model.model)
-    with local_params(), torch.no_grad(), model.bayesian(), model.forked_rng(offset=3):
+    with local_params(), torch.no_grad(), model.bayesian(), model._forked_rng(offset=3):
         try:
             trace = poutine.trace(program).get_trace(data)
         except NotImplementedError:  # an improper prior that cannot be sampled
@@ -494,7 +494,7 @@ def refuse_missing_entries(model: "MixtureModel", data: Any) -> None:
     """A ``ValueError`` naming the first missing entry (NaN) of ``data``'s observed values and what takes them:
     ArviZ's draws are scored by the model's Pyro program, which cannot marginalise missing entries (only EM's
     updates and the exact predictions do, under ``missing="marginalize"``)."""
-    for name, values in model.observed_data(data).items():
+    for name, values in model._observed_data(data).items():
         missing = torch.isnan(values) if values.is_floating_point() else torch.zeros_like(values, dtype=torch.bool)
         if bool(missing.any()):
             where = torch.nonzero(missing)[0].tolist()
@@ -518,7 +518,7 @@ def build_inference_data(
     model has one with at most :data:`AUTO_LAPLACE_MAX_PARAMETERS` parameters and the
     point estimate otherwise, and ``None`` the single point estimate. It does not
     change the draws of MCMC or of an SVI ``normal`` guide. ``per_step``: the log-likelihood of every step of a
-    sequence model (its ``draws_log_likelihood(..., per_step=True)``) in place of every sequence's.
+    sequence model (its ``_draws_log_likelihood(..., per_step=True)``) in place of every sequence's.
     """
     import arviz as az
 
@@ -532,9 +532,9 @@ def build_inference_data(
     def per_draw(stacked: np.ndarray) -> np.ndarray:
         return stacked.reshape(n_chains, n_draws, *stacked.shape[1:])
 
-    observed = {k: v.detach().cpu().numpy() for k, v in model.observed_data(data).items()}
+    observed = {k: v.detach().cpu().numpy() for k, v in model._observed_data(data).items()}
     obs_name = next(iter(observed))
-    dims = dict(model.arviz_dims())
+    dims = dict(model._arviz_dims())
     coords: dict[str, Any] = {}
     names = model.feature_names_in_
     if names is not None and len(names) == observed[obs_name].shape[-1]:

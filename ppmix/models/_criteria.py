@@ -15,7 +15,7 @@ __all__ = ["InformationCriteriaMixin", "program_parameter_count"]
 def program_parameter_count(model: Callable[..., Any], data: Any, data_plate: str) -> int:
     """Free parameters of a Pyro program: the unconstrained size of each global sample site.
 
-    A global site is one that is neither observed, discrete nor inside the plate ``data_plate``; its
+    A global site is one that is neither observed, discrete nor inside the plate ``_data_plate``; its
     free parameters are the elements of its value mapped to the unconstrained space of its
     support (a ``K``-simplex has ``K - 1``, a ``D x D`` correlation Cholesky factor
     ``D (D - 1) / 2``). The program runs once on ``data`` (a fitted ppmix model's flat priors
@@ -49,8 +49,8 @@ def program_parameter_count(model: Callable[..., Any], data: Any, data_plate: st
 
 
 class InformationCriteriaMixin:
-    """``bic`` and ``aic`` for a :class:`~ppmix.models.base.MixtureModel`: its ``pointwise_log_likelihood``, its
-    ``n_observations`` (the rows of a mixture, the time steps of an HMM: ``N`` in ``p log N``) and its free
+    """``bic`` and ``aic`` for a :class:`~ppmix.models.base.MixtureModel`: its ``_pointwise_log_likelihood``, its
+    ``_n_observations`` (the rows of a mixture, the time steps of an HMM: ``N`` in ``p log N``) and its free
     parameters, ``n_parameters`` where the model defines it, else counted from its program
     (:func:`program_parameter_count`), so a user's model has them too."""
 
@@ -83,4 +83,4 @@ class InformationCriteriaMixin:
             p = int(self.n_parameters)
         else:
             p = program_parameter_count(self.model, data, self.data_plate_name)
-        return float(self.pointwise_log_likelihood(data).sum()), self.n_observations(data), p
+        return float(self._pointwise_log_likelihood(data).sum()), self._n_observations(data), p

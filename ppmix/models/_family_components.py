@@ -91,7 +91,7 @@ class FamilyComponentsMixin:
     """Components of one :class:`~ppmix.components.family.DensityFamily` for a
     :class:`~ppmix.models.base.MixtureModel` subclass.
 
-    The host class defines :meth:`component_family` (the family its arguments ask for), stores
+    The host class defines :meth:`_component_family` (the family its arguments ask for), stores
     ``init_params`` and sets ``components_`` during fitting; ``_data_scale`` is what the family
     measured on the training data (e.g. the Gaussian variance floor).
     """
@@ -112,17 +112,17 @@ class FamilyComponentsMixin:
         refuse_unknown_keywords(cls, kwargs)
         return super().__new__(cls)
 
-    def component_family(self) -> DensityFamily:
+    def _component_family(self) -> DensityFamily:
         """The family of this model's components (built from its constructor arguments)."""
         raise NotImplementedError(f"{type(self).__name__} must define component_family()")
 
     def _validate_family_params(self) -> None:
-        self.component_family().validate()
+        self._component_family().validate()
         self._validate_em_settings(self.init_methods)
         self._validate_priors()
 
     # ---------------------------------------------------------------- priors
-    def structure_prior_keys(self) -> dict[str, PriorKey]:
+    def _structure_prior_keys(self) -> dict[str, PriorKey]:
         """The structure's own hyperparameters that ``priors=`` may set (e.g. the weights' concentration)."""
         return {}
 
@@ -138,17 +138,17 @@ class FamilyComponentsMixin:
         >>> keys["rate_rate"].doc
         "the Gamma rate of the rates (default 1 / the data's mean count)"
         """
-        return {**self.structure_prior_keys(), **self.component_family().prior_keys()}
+        return {**self._structure_prior_keys(), **self._component_family().prior_keys()}
 
     def _validate_priors(self, *, map_em: bool = False) -> None:
         """``priors`` None or a mapping of :meth:`prior_keys` to values in their domains (with ``map_em``, as MAP-EM
         needs them); else a ``ValueError`` naming ``priors`` and the key."""
-        owner = f"{type(self).__name__} with the {self.component_family().name!r} family"
+        owner = f"{type(self).__name__} with the {self._component_family().name!r} family"
         check_priors(self.priors, self.prior_keys(), owner, map_em=map_em)
 
     def _prior_family(self) -> DensityFamily:
         """The component family with the hyperparameters of ``priors`` (what MCMC, Gibbs and MAP-EM use)."""
-        return with_priors(self.component_family(), self.priors)
+        return with_priors(self._component_family(), self.priors)
 
     def _concentration(self, key: str, shape: tuple[int, ...], default: Any = 1.0) -> torch.Tensor:
         """The Dirichlet concentration ``priors[key]`` (or ``default``) as a tensor of ``shape``."""
@@ -162,11 +162,11 @@ class FamilyComponentsMixin:
                 f"priors[{key!r}] must be a number or broadcast to shape {shape}; got shape {tuple(tensor.shape)}"
             ) from None
 
-    def init_values(self, data: Any, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    def _init_values(self, data: Any, generator: torch.Generator) -> dict[str, torch.Tensor]:
         """The start of SVI, MCMC and Gibbs: EM's start of maximum likelihood whatever ``priors`` (which the
         samplers sample under; a family without a MAP-EM update starts too)."""
         with self._overriding("priors", None):  # type: ignore[attr-defined]
-            return super().init_values(data, generator)  # type: ignore[misc]
+            return super()._init_values(data, generator)  # type: ignore[misc]
 
     def _map_update_components(self, stats: Any) -> None:
         """MAP-EM's M-step of the components (``priors`` set): the family's :meth:`map_update`."""
@@ -191,9 +191,9 @@ class FamilyComponentsMixin:
         """The components' log prior density in MAP-EM's objective."""
         return self._prior_family().map_log_prior(self.components_, int(self.n_features_in_), self._scale)  # type: ignore[attr-defined]
 
-    def saved_params(self) -> dict[str, Any]:
+    def _saved_params(self) -> dict[str, Any]:
         """The constructor arguments, ``priors``' arrays as nested lists (JSON)."""
-        params = super().saved_params()  # type: ignore[misc]
+        params = super()._saved_params()  # type: ignore[misc]
         if params.get("priors") is not None:
             params["priors"] = {
                 k: v if v is None else torch.as_tensor(v, dtype=torch.float64).tolist()
@@ -232,31 +232,31 @@ class FamilyComponentsMixin:
         """Record the scale ``measure`` takes with the family of the constructor's arguments (not measured by an
         earlier fit); fitted components (a warm start) take it."""
         self._data_scale = {}
-        family = self.component_family()
+        family = self._component_family()
         self._data_scale = measure(family)
         if getattr(self, "components_", None) is not None:
             self.components_ = components_from_state(family, self.components_.state_dict(), self._data_scale)
 
-    def extra_state(self) -> dict[str, Any]:
+    def _extra_state(self) -> dict[str, Any]:
         """The data scale recorded by the fit (saved: MCMC's priors and the measured settings of a family, e.g. the
         categorical family's number of levels, read it)."""
         scale = {name: v.tolist() for name, v in self._scale.items()}
-        return {**super().extra_state(), "data_scale": scale, "components": self._components_name()}  # type: ignore[misc]
+        return {**super()._extra_state(), "data_scale": scale, "components": self._components_name()}  # type: ignore[misc]
 
-    def load_extra_state(self, state: dict[str, Any]) -> None:
-        super().load_extra_state(state)  # type: ignore[misc]
+    def _load_extra_state(self, state: dict[str, Any]) -> None:
+        super()._load_extra_state(state)  # type: ignore[misc]
         self._saved_components = state.get("components")  # what the tensors are (saves since issue 49)
         opts = {"dtype": self.dtype, "device": self._device}  # type: ignore[attr-defined]
         self._data_scale = {name: torch.tensor(v, **opts) for name, v in state.get("data_scale", {}).items()}
 
     def _components_name(self) -> str:
         """The name of the class of this model's fitted components, as saved (what its state tensors mean)."""
-        return self.component_family().components_class.__qualname__
+        return self._component_family().components_class.__qualname__
 
     @property
     def _component_parameters(self) -> int:
         """Free parameters of the components."""
-        return self.component_family().n_parameters(int(self.n_components), self.n_features_in_)
+        return self._component_family().n_parameters(int(self.n_components), self.n_features_in_)
 
     @property
     def means_(self) -> torch.Tensor:
@@ -289,14 +289,14 @@ class FamilyComponentsMixin:
         """The prior of one of the family's sites: flat for maximum likelihood, the family's own (with ``priors``)
         under MCMC."""
         if not self.is_bayesian:
-            spec = self.component_family().sites(k, d)[site]
+            spec = self._component_family().sites(k, d)[site]
             return flat_prior(self, site, spec.support, () if spec.shared else (k,), spec.event_shape, opts)
         return self._prior_family().prior(site, k, d, self._scale, opts)
 
     def _sample_components(self, k: int, d: int, opts: dict, plate: pyro.plate | None = None) -> ComponentFamily:
         """Sample the family's shared sites, then its other sites in the ``components`` plate (``plate`` when the
         model already opened it), and return the components."""
-        family = self.component_family()
+        family = self._component_family()
         sites = family.sites(k, d)
         values = {}
         for site, spec in sites.items():
@@ -312,11 +312,11 @@ class FamilyComponentsMixin:
 
     # ---------------------------------------------------- sites <-> the family
     def _component_globals(self) -> dict[str, torch.Tensor]:
-        return {k: v.clone() for k, v in self.component_family().site_values(self.components_).items()}
+        return {k: v.clone() for k, v in self._component_family().site_values(self.components_).items()}
 
     def _set_component_globals(self, values: dict[str, Any]) -> None:
         opts = {"dtype": self.dtype, "device": self._device}
-        family = self.component_family()
+        family = self._component_family()
         sites = family.sites(self.n_components, 1)
         missing = sorted(set(sites) - set(values))
         if missing:
@@ -334,24 +334,24 @@ class FamilyComponentsMixin:
             field = next((f"field {name!r}" for name in ("emission", "family") if name in params), "the settings")
             raise ValueError(
                 f"the tensors are the parameters of {saved}, but {field} of config.json names the family "
-                f"{self.component_family().name!r}, whose components are {self._components_name()}"
+                f"{self._component_family().name!r}, whose components are {self._components_name()}"
             )
         opts = {"dtype": self.dtype, "device": self._device}
-        family = self.component_family()
+        family = self._component_family()
         state = {name: tensors[name].to(**opts) for name in family.components_class.param_names}
         self.components_ = components_from_state(family, state, self._scale)
 
     def _component_state_shapes(self, *, sites: bool = False) -> dict[str, tuple[int, ...]]:
         """The shapes of the components' state for these settings (``n_components``, ``n_features_in_``, the
         family): of ``components_.state_dict()``, or with ``sites`` of the Pyro site values."""
-        family, k, d = self.component_family(), self.n_components, self.n_features_in_
+        family, k, d = self._component_family(), self.n_components, self.n_features_in_
         if sites:
             return {name: spec.value_shape(k) for name, spec in family.sites(k, d).items()}
         placeholder = family.placeholder(k, d, self._scale, {"dtype": self.dtype, "device": torch.device("cpu")})
         return {name: tuple(value.shape) for name, value in placeholder.state_dict().items()}
 
     def _component_dims(self) -> dict[str, list[str]]:
-        return self.component_family().site_dims()
+        return self._component_family().site_dims()
 
     # ----------------------------------------------------------- EM helpers
     def _initial_responsibilities(
@@ -363,7 +363,7 @@ class FamilyComponentsMixin:
         random subsample of the rows, then every row assigned to its nearest centre. With row ``weight``
         (``sample_weight``) k-means runs on the weighted rows (a weighted resample, a weighted seeding).
         """
-        family, k = self.component_family(), self.n_components
+        family, k = self._component_family(), self.n_components
         x = family.rows(data)
         if self.init_params == "random":
             resp = torch.rand(x.shape[0], k, generator=generator, dtype=x.dtype).to(x.device)
@@ -379,7 +379,7 @@ class FamilyComponentsMixin:
         """Components of the right shape (parameters are set by the first M-step), with the data scale of
         the training data ``x`` (recorded by ``prepare_data(..., fitting=True)``, which every fit runs first;
         measured here if it was not)."""
-        family = self.component_family()
+        family = self._component_family()
         if not self._scale or any(v.dim() == 1 and v.shape[0] != x.shape[1] for v in self._scale.values()):
             self._data_scale = family.data_scale(x)
         return family.placeholder(self.n_components, x.shape[1], self._scale, {"dtype": x.dtype, "device": x.device})

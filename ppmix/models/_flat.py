@@ -113,14 +113,14 @@ class FlatPrior(dist.ImproperUniform):
 
 
 class _CurrentValue:
-    """``model.get_globals()[site]`` on the given dtype/device, or ``None`` while the model has none."""
+    """``model._get_globals()[site]`` on the given dtype/device, or ``None`` while the model has none."""
 
     def __init__(self, model: Any, site: str, opts: dict | None) -> None:
         self.model, self.site, self.opts = model, site, opts or {}
 
     def __call__(self) -> torch.Tensor | None:
         try:
-            values = self.model.get_globals()
+            values = self.model._get_globals()
         except AttributeError:  # parameters not set yet (NotFittedError is an AttributeError too)
             return None
         value = values.get(self.site)
@@ -136,12 +136,12 @@ def flat_prior(
     opts: dict | None = None,
 ) -> FlatPrior:
     """The flat prior of ``model``'s global ``site``: log-density 0, sampler a point mass at
-    ``model.get_globals()[site]`` (looked up only when sampled).
+    ``model._get_globals()[site]`` (looked up only when sampled).
 
     Examples
     --------
     >>> class Model:
-    ...     def get_globals(self):
+    ...     def _get_globals(self):
     ...         return {"mu": torch.tensor([1.0, 2.0])}
     >>> flat_prior(Model(), "mu", constraints.real, (), (2,)).sample().tolist()
     [1.0, 2.0]

@@ -65,7 +65,7 @@ class _FamilyGibbs:
     n_components: int
     dtype: torch.dtype
 
-    def component_family(self) -> DensityFamily: ...  # provided by FamilyComponentsMixin
+    def _component_family(self) -> DensityFamily: ...  # provided by FamilyComponentsMixin
 
     def _prior_family(self) -> DensityFamily: ...  # provided by FamilyComponentsMixin
 
@@ -82,7 +82,7 @@ class _FamilyGibbs:
                 f"{type(self).__name__} replaces model(): engine='gibbs' draws the built-in structure's parameters, "
                 "not your program's; use engine='mcmc'"
             )
-        family = self.component_family()
+        family = self._component_family()
         if not family.has_conjugate_prior():
             covariance_type = getattr(family, "covariance_type", None)
             settings = "" if covariance_type is None else f" with covariance_type={covariance_type!r}"
@@ -140,14 +140,14 @@ class MixtureGibbsMixin(_FamilyGibbs):
     """``engine="gibbs"`` for :class:`~ppmix.models.mixture.Mixture`: assignments, then components and
     weights (prior ``Dirichlet(1)``)."""
 
-    def gibbs_start(self, data: Any, n_chains: int, generator: torch.Generator) -> _MixtureLatent:
+    def _gibbs_start(self, data: Any, n_chains: int, generator: torch.Generator) -> _MixtureLatent:
         self._check_conjugate(data)
-        self.set_globals(self.init_values(data, generator))
+        self._set_globals(self._init_values(data, generator))
         chains = self._chain_components(n_chains)
         logits = self._chain_log_prob(data, chains) + self.weights_.log()
         return _MixtureLatent(gumbel_argmax(logits), chains)
 
-    def gibbs_sweep(
+    def _gibbs_sweep(
         self, data: Any, latent: _MixtureLatent
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor, _MixtureLatent]:
         k = self.n_components
@@ -173,10 +173,10 @@ class HMMGibbsMixin(_FamilyGibbs):
     sampling, then emissions, the initial distribution (prior ``Dirichlet(1)``) and every transition row
     (prior ``Dirichlet(transition_prior)`` on its allowed entries)."""
 
-    def gibbs_start(self, data: Any, n_chains: int, generator: torch.Generator) -> _HMMLatent:
-        em_data = self.em_data(data)
+    def _gibbs_start(self, data: Any, n_chains: int, generator: torch.Generator) -> _HMMLatent:
+        em_data = self._em_data(data)
         self._check_conjugate(em_data.frames)
-        self.set_globals(self.init_values(data, generator))
+        self._set_globals(self._init_values(data, generator))
         chains = self._chain_components(n_chains)
         initial = self.initial_.expand(n_chains, -1)
         transition = self.transition_.expand(n_chains, -1, -1)
@@ -197,8 +197,8 @@ class HMMGibbsMixin(_FamilyGibbs):
         paths, log_likelihood = sample_paths(log_init, log_trans, log_emit.reshape(c * b, t, k), lengths)
         return paths.reshape(c, b, t), log_likelihood.reshape(c, b).sum(-1)
 
-    def gibbs_sweep(self, data: Any, latent: _HMMLatent) -> tuple[dict[str, torch.Tensor], torch.Tensor, _HMMLatent]:
-        em_data, k = latent.em_data, self.n_components
+    def _gibbs_sweep(self, data: Any, latent: _HMMLatent) -> tuple[dict[str, torch.Tensor], torch.Tensor, _HMMLatent]:
+        em_data, k = latent._em_data, self.n_components
         mask, paths = em_data.batch.mask, latent.paths
         chains, values, log_prior = self._draw_components(em_data.frames, paths[:, mask], latent.chains)
         c = paths.shape[0]

@@ -23,12 +23,12 @@ DRAW_BLOCK_CELLS = 1 << 22
 def chain_per_draw(
     hmm: "HMM", draws: dict[str, torch.Tensor], each: Callable[[], Any]
 ) -> tuple[torch.Tensor, torch.Tensor, list[Any]]:
-    """Every draw's ``initial_`` ``(S, K)`` and ``transition_`` ``(S, K, K)`` as ``hmm.set_globals`` sets them
+    """Every draw's ``initial_`` ``(S, K)`` and ``transition_`` ``(S, K, K)`` as ``hmm._set_globals`` sets them
     (masked, normalised), and ``each()`` with the draw's globals set; the fitted state is restored after."""
     initial, transition, out = [], [], []
-    with hmm.parameters_restored():
+    with hmm._parameters_restored():
         for i in range(len(next(iter(draws.values())))):
-            hmm.set_globals({name: value[i] for name, value in draws.items()})
+            hmm._set_globals({name: value[i] for name, value in draws.items()})
             initial.append(hmm.initial_)
             transition.append(hmm.transition_)
             out.append(each())
@@ -71,7 +71,7 @@ def state_paths_per_draw(
 ) -> torch.Tensor:
     """``n_sequences`` state paths of ``length`` steps ``(S, n_sequences, length)`` for every one of ``S`` chains
     (``initial`` ``(S, K)``, ``transition`` ``(S, K, K)``), drawn for all chains at once, step by step (torch's
-    global generator unless ``generator``)."""
+    global generator unless ``_generator``)."""
     n_draws = initial.shape[0]
     which = torch.arange(n_draws, device=initial.device)[:, None]
     paths = initial.new_empty(n_draws, n_sequences, length, dtype=torch.long)

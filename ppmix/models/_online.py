@@ -6,7 +6,7 @@ statistics per observation and take the M-step from it,
     s_t = (1 - rho_t) s_{t-1} + rho_t * sbar(chunk_t; theta_{t-1}),     theta_t = M-step(s_t),
 
 with step sizes ``rho_t = (t + t0)^(-kappa)``, ``kappa`` in ``(1/2, 1]``. The statistics are the
-mergeable statistics of :func:`ppmix.distributed.fit_em` (``em_statistics``), so the convex
+mergeable statistics of :func:`ppmix.distributed.fit_em` (``_em_statistics``), so the convex
 combination is exact (:func:`~ppmix.components.family.scale_statistics`,
 :func:`~ppmix.components.family.merge_statistics`).
 
@@ -49,8 +49,8 @@ def _online_em_available(model: Any) -> bool:
 
 
 class OnlineEMMixin:
-    """``partial_fit`` by stochastic EM for a :class:`~ppmix.models.base.MixtureModel` with ``em_statistics``
-    and ``em_update`` (GMM, HMM)."""
+    """``partial_fit`` by stochastic EM for a :class:`~ppmix.models.base.MixtureModel` with ``_em_statistics``
+    and ``_em_update`` (GMM, HMM)."""
 
     #: set by a subclass that cannot learn online: the reason, given when ``partial_fit`` is asked for
     online_em_unavailable: str | None = None
@@ -109,16 +109,16 @@ class OnlineEMMixin:
             raise ValueError(f"step_exponent must be in (0.5, 1]; got {step_exponent!r}")
         starting = not self.is_fitted
         if starting:
-            self.validate_params()
+            self._validate_hyperparameters()
         prepared = self.prepare_data(X, y, fitting=starting)
         if sample_weight is not None:
-            prepared = self.weigh(prepared, sample_weight, fitting=starting)
-        data = self.em_data(prepared)
+            prepared = self._weigh(prepared, sample_weight, fitting=starting)
+        data = self._em_data(prepared)
         if starting:
-            self.em_initialize(data, self.generator(0))
-        chunk_stats, objective = self.e_step(data)
-        n = self.n_observations(data)
-        mean_stats = scale_statistics(self.em_statistics(data, chunk_stats), 1.0 / n)
+            self._em_initialize(data, self._generator(0))
+        chunk_stats, objective = self._e_step(data)
+        n = self._n_observations(data)
+        mean_stats = scale_statistics(self._em_statistics(data, chunk_stats), 1.0 / n)
         # a stream starts at the first chunk, or after a fit by another engine
         seen = self._online_steps if getattr(self, "engine_", None) == "online-em" else 0
         if seen == 0:
@@ -128,7 +128,7 @@ class OnlineEMMixin:
             old = scale_statistics(self._online_statistics, 1.0 - rho)
             running, history = merge_statistics(old, scale_statistics(mean_stats, rho)), list(self.history_)
             observations = self._online_observations + float(n)
-        self.em_update(scale_statistics(running, observations))  # a prior counts once against the stream's rows
+        self._em_update(scale_statistics(running, observations))  # a prior counts once against the stream's rows
         self._online_statistics, self._online_steps, self._online_observations = running, seen + 1, observations
         history.append(float(objective) / n)
         self.engine_, self.history_ = "online-em", history

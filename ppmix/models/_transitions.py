@@ -125,7 +125,7 @@ class MarkovChainMixin:
         """The allowed transitions ``(K, K)`` of ``transition_pattern``."""
         return transition_mask(self.transition_pattern, int(self.n_components), self._device)
 
-    def em_global_objective(self, n_observations: int) -> torch.Tensor:
+    def _em_global_objective(self, n_observations: int) -> torch.Tensor:
         """The objective's term that is no sum over the sequences (counted once on shards,
         :func:`ppmix.distributed.fit_em`): MAP-EM's log prior."""
         return self._log_prior()
@@ -139,7 +139,7 @@ class MarkovChainMixin:
         alpha = self._concentration("initial", (self.n_components,))
         return log_prior + dist.Dirichlet(alpha).log_prob(self.initial_) + self._map_log_prior_components()
 
-    def structure_prior_keys(self) -> dict[str, PriorKey]:
+    def _structure_prior_keys(self) -> dict[str, PriorKey]:
         return {
             "initial": PriorKey("the Dirichlet concentration of the initial distribution (default 1)", "concentration"),
             "transition": PriorKey(

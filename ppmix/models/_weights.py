@@ -1,6 +1,6 @@
 """Sample weights: prepared data with one weight per observation unit (a row, a sequence).
 
-A model that takes ``sample_weight`` names its unit (:meth:`~ppmix.models.base.MixtureModel.sample_weight_units`);
+A model that takes ``sample_weight`` names its unit (:meth:`~ppmix.models.base.MixtureModel._sample_weight_units`);
 ``fit`` checks the weights against the data and hands the EM engine :class:`Weighted` data, which the model's
 hooks unwrap with :func:`split_weights`. The semantics are scikit-learn's: an integer weight is the row repeated
 that many times, a zero weight drops the row. So a fit without a prior (or penalty) depends on the weights'

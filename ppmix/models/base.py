@@ -2,10 +2,10 @@
 
 A subclass writes the generative program ``model(data)`` (globals as ``pyro.sample``
 sites, discrete latents marked ``infer={"enumerate": "parallel"}``, the data inside
-``self.data_plate(N)``). The base class then supplies SVI, MCMC, predictions of the
+``self._data_plate(N)``). The base class then supplies SVI, MCMC, predictions of the
 discrete latents, log-likelihoods, the ELBO, sampling, ArviZ output and save/load.
-EM is opt-in: implement ``em_initialize``, ``e_step`` and ``m_step`` (and map the
-globals onto your parameters with ``get_globals``/``set_globals``).
+EM is opt-in: implement ``_em_initialize``, ``_e_step`` and ``_m_step`` (and map the
+globals onto your parameters with ``_get_globals``/``_set_globals``).
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
     ...         with pyro.plate("components", k):
     ...             loc = pyro.sample("loc", dist.Normal(torch.zeros(d, dtype=x.dtype), 10.0).to_event(1))
     ...             scale = pyro.sample("scale", dist.LogNormal(torch.zeros(d, dtype=x.dtype), 1.0).to_event(1))
-    ...         with self.data_plate(x.shape[0]) as idx:
+    ...         with self._data_plate(x.shape[0]) as idx:
     ...             z = pyro.sample("z", dist.Categorical(w), infer={"enumerate": "parallel"})
     ...             pyro.sample("x", dist.StudentT(4.0, loc[z], scale[z]).to_event(1), obs=x[idx])
     >>> x = torch.randn(60, 2, dtype=torch.float64)
@@ -98,7 +98,7 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
     known_latents_argument: ClassVar[str | None] = None
     #: number of nested plates in ``model`` (the enumeration dims start left of them)
     max_plate_nesting: ClassVar[int] = 1
-    #: name of the plate over data points used by :meth:`data_plate`
+    #: name of the plate over data points used by :meth:`_data_plate`
     data_plate_name: ClassVar[str] = "data"
     #: EM settings (see :class:`~ppmix.engines.em.EMModel`), declared once here: these class
     #: defaults, and constructor arguments (kept by :func:`~ppmix.models._params.store_params`) of the
@@ -156,21 +156,21 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
             return self._point_guide()(data)
 
     # ------------------------------------------------------- optional EM hooks
-    def em_initialize(self, data: Any, generator: torch.Generator) -> None:
+    def _em_initialize(self, data: Any, generator: torch.Generator) -> None:
         """Set starting parameters for one EM restart (EM opt-in)."""
         raise NotImplementedError(f"{type(self).__name__} does not support engine='em'")
 
-    def e_step(self, data: Any) -> tuple[Any, torch.Tensor]:
+    def _e_step(self, data: Any) -> tuple[Any, torch.Tensor]:
         """Return ``(statistics for the M-step, objective at the current parameters)``."""
         raise NotImplementedError(f"{type(self).__name__} does not support engine='em'")
 
-    def m_step(self, data: Any, stats: Any) -> None:
+    def _m_step(self, data: Any, stats: Any) -> None:
         """Update the parameters in place from the E-step statistics."""
         raise NotImplementedError(f"{type(self).__name__} does not support engine='em'")
 
     @property
     def supports_em(self) -> bool:
-        """Whether this model writes the EM hooks (``em_initialize``, ``e_step``, ``m_step``; see
+        """Whether this model writes the EM hooks (``_em_initialize``, ``_e_step``, ``_m_step``; see
         :class:`~ppmix.engines.em.EMModel` for the whole protocol)."""
         cls = type(self)
         return all(getattr(cls, name) is not getattr(MixtureModel, name) for name in EM_HOOKS)
@@ -186,13 +186,13 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
         unsupervised estimators, so they fit inside pipelines and cross-validation).
         """
         if not fitting:
-            return self.fitted_matrix(X, allow_missing=self._accepts_missing)
+            return self._fitted_matrix(X, allow_missing=self._accepts_missing)
         x, names = check_matrix(X, "X", dtype=self.dtype, device=self._device, allow_missing=self._accepts_missing)
         self.n_features_in_ = int(x.shape[1])
         self.feature_names_in_ = names
         return x
 
-    def fitted_matrix(self, X: Any, *, allow_missing: bool = False) -> torch.Tensor:
+    def _fitted_matrix(self, X: Any, *, allow_missing: bool = False) -> torch.Tensor:
         """``X`` checked as a matrix of the columns the model was fitted on (their number and names), in the
         model's dtype and on its device."""
         x, _ = check_matrix(
@@ -206,26 +206,26 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
         )
         return x
 
-    def em_data(self, data: Any) -> Any:
+    def _em_data(self, data: Any) -> Any:
         """Data as the EM hooks want it (e.g. with cached statistics). Default: unchanged."""
         return data
 
-    def n_observations(self, data: Any) -> int:
+    def _n_observations(self, data: Any) -> int:
         """Number of data points in ``data`` (the size of the data plate)."""
         return int(data.shape[0])
 
-    def sample_weight_units(self, data: Any) -> tuple[str, int] | None:
+    def _sample_weight_units(self, data: Any) -> tuple[str, int] | None:
         """What one ``sample_weight`` entry weighs in prepared ``data`` and how many there are (e.g. ``("row",
         N)``); None (the default) for a model whose EM hooks do not take :class:`~ppmix.models._weights.Weighted`
         data."""
         return None
 
-    def weigh(self, data: Any, sample_weight: Any, *, fitting: bool = True) -> Weighted:
+    def _weigh(self, data: Any, sample_weight: Any, *, fitting: bool = True) -> Weighted:
         """Prepared ``data`` with its ``sample_weight`` checked (one finite, non-negative entry per unit of
-        :meth:`sample_weight_units`; for ``fitting``, as many positive ones as components where a unit is a
+        :meth:`_sample_weight_units`; for ``fitting``, as many positive ones as components where a unit is a
         row), for the EM hooks, in the model's dtype (weights of any scale are first brought near one by an exact
         power of two, :func:`~ppmix.models._weights.in_safe_range`, so the dtype holds them)."""
-        units = self.sample_weight_units(data)
+        units = self._sample_weight_units(data)
         if units is None:
             raise TypeError(f"{type(self).__name__} does not take sample_weight")
         unit, count = units
@@ -240,11 +240,11 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
         )
         return Weighted(data, weight.to(dtype=self.dtype, device=self._device))
 
-    def observed_data(self, data: Any) -> dict[str, torch.Tensor]:
+    def _observed_data(self, data: Any) -> dict[str, torch.Tensor]:
         """Observed sites and values, for ArviZ. Default: the matrix under the name ``"x"``."""
         return {"x": data}
 
-    def init_values(self, data: Any, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    def _init_values(self, data: Any, generator: torch.Generator) -> dict[str, torch.Tensor]:
         """Starting values of the global sites for SVI/MCMC.
 
         Default: for models with EM, the best (by objective) of ``n_init`` EM
@@ -253,22 +253,22 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
         """
         if not self.supports_em:
             return {}
-        em_data = self.em_data(data)
+        em_data = self._em_data(data)
         best: tuple[float, dict[str, torch.Tensor]] | None = None
         for restart in range(int(self.n_init)):
-            self.em_initialize(em_data, generator if restart == 0 else self.generator(restart))
-            objective = float(self.e_step(em_data)[1])
+            self._em_initialize(em_data, generator if restart == 0 else self._generator(restart))
+            objective = float(self._e_step(em_data)[1])
             if beats(objective, None if best is None else best[0], getattr(self, "dtype", torch.float64)):
-                best = (objective, self.get_globals())
+                best = (objective, self._get_globals())
         assert best is not None
         return best[1]
 
     # ---------------------------------------------------------------- globals
-    def get_globals(self) -> dict[str, torch.Tensor]:
+    def _get_globals(self) -> dict[str, torch.Tensor]:
         """Current point estimates of the global sites, keyed by site name."""
         return {k: v.detach().clone() for k, v in self._globals.items()}
 
-    def set_globals(self, values: dict[str, torch.Tensor]) -> None:
+    def _set_globals(self, values: dict[str, torch.Tensor]) -> None:
         """Set the point estimates of the global sites (e.g. after SVI or MCMC)."""
         object.__setattr__(self, "_globals", {k: torch.as_tensor(v).detach() for k, v in values.items()})
         self._invalidate_guide()
@@ -278,18 +278,18 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
 
     def _point_guide(self) -> Any:
         if self._guide_cache is None:
-            object.__setattr__(self, "_guide_cache", autoguide(self.model, "delta", self.get_globals()))
+            object.__setattr__(self, "_guide_cache", autoguide(self.model, "delta", self._get_globals()))
         return self._guide_cache
 
     @contextlib.contextmanager
-    def parameters_restored(self) -> Iterator[None]:
+    def _parameters_restored(self) -> Iterator[None]:
         """Inside the context the parameters may be set to anything (e.g. posterior draws, one by one); after it
         the fitted state and guide (e.g. a trained ``AutoNormal``) are exactly as they were."""
-        saved_state, saved_guide = self.state_tensors(), self._guide_cache
+        saved_state, saved_guide = self._state_tensors(), self._guide_cache
         try:
             yield
         finally:
-            self.load_state_tensors(saved_state)
+            self._load_state_tensors(saved_state)
             object.__setattr__(self, "_guide_cache", saved_guide)
 
     @property
@@ -301,11 +301,11 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
         """
         return self._variational_guide
 
-    def set_variational_guide(self, guide: Any) -> None:
+    def _set_variational_guide(self, guide: Any) -> None:
         """Record the distributional guide an SVI fit ends with (None clears it); see :attr:`variational_guide_`."""
         object.__setattr__(self, "_variational_guide", guide)
 
-    def make_svi_guide(self, kind: str, init: dict[str, torch.Tensor]) -> tuple[Any, list[torch.nn.Parameter]]:
+    def _make_svi_guide(self, kind: str, init: dict[str, torch.Tensor]) -> tuple[Any, list[torch.nn.Parameter]]:
         """The guide SVI optimises and a callable returning its parameters.
 
         ``kind`` is ``"delta"`` (MAP/ML point estimates) or ``"normal"`` (mean-field
@@ -317,22 +317,22 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
         return autoguide(self.model, kind, init), None
 
     # ---------------------------------------------------------- model helpers
-    def data_plate(self, size: int, name: str | None = None, dim: int = -1) -> pyro.plate:
+    def _data_plate(self, size: int, name: str | None = None, dim: int = -1) -> pyro.plate:
         """``pyro.plate`` over data points, subsampled while SVI mini-batches.
 
-        Use it as ``with self.data_plate(N) as idx: ... obs=x[idx]``.
+        Use it as ``with self._data_plate(N) as idx: ... obs=x[idx]``.
         """
         return pyro.plate(name or self.data_plate_name, size, subsample_size=self._subsample_size, dim=dim)
 
-    def subsampling(self, batch_size: int | None) -> contextlib.AbstractContextManager[None]:
-        """Within this context :meth:`data_plate` draws mini-batches of ``batch_size``."""
+    def _subsampling(self, batch_size: int | None) -> contextlib.AbstractContextManager[None]:
+        """Within this context :meth:`_data_plate` draws mini-batches of ``batch_size``."""
         return self._overriding("_subsample_size", batch_size)
 
     def bayesian(self) -> contextlib.AbstractContextManager[None]:
         """Within this context ``model`` uses its proper (sampling) priors; see :attr:`is_bayesian`."""
         return self._overriding("_bayesian", True)
 
-    def fitting_priors(self) -> contextlib.AbstractContextManager[Any]:
+    def _fitting_priors(self) -> contextlib.AbstractContextManager[Any]:
         """The priors a point fit maximises with: where ``priors`` are set (a MAP fit: MAP-EM, SVI with a
         point-mass guide; the Laplace approximation at it), the proper priors as set (:meth:`bayesian`);
         otherwise the flat priors of maximum likelihood."""
@@ -357,10 +357,10 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
     def _device(self) -> torch.device:
         return resolve_device(self.device)
 
-    def generator(self, offset: int = 0) -> torch.Generator:
+    def _generator(self, offset: int = 0) -> torch.Generator:
         """A fresh ``torch.Generator`` seeded from ``seed + offset`` (from entropy if ``seed`` is None).
 
-        Engines seed restart ``r`` with ``generator(r)``, so every restart is reproducible.
+        Engines seed restart ``r`` with ``_generator(r)``, so every restart is reproducible.
         """
         gen = torch.Generator()
         seed = check_seed(self.seed)
@@ -382,7 +382,7 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
         sample_weight : array-like, optional
             One non-negative weight per row (per sequence for sequence models), as in scikit-learn: an
             integer weight counts as that many copies of the row, zero drops it. EM only (models that
-            take it: :meth:`sample_weight_units`).
+            take it: :meth:`_sample_weight_units`).
         engine : {"em", "svi", "mcmc", "gibbs"}
             ``"em"``: the model's closed-form coordinate ascent (if it implements it);
             ``"svi"``: :func:`ppmix.engines.svi.run_svi`; ``"mcmc"``: NUTS via
@@ -406,22 +406,22 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
         if engine == "em" and not self.supports_em:
             raise ValueError(f"{type(self).__name__} has no EM updates; use engine='svi' or 'mcmc'")
         refuse_stale_hooks(type(self), MixtureModel)
-        self.validate_params()
+        self._validate_hyperparameters()
         if sample_weight is not None and engine != "em":
             raise ValueError(f"sample_weight is taken by engine='em' only; got engine={engine!r}")
         data = self.prepare_data(X, y, fitting=True)
         if engine != "em":
             refuse_missing_in_program(data, f"fit(engine={engine!r})")
         object.__setattr__(self, "_train_data", data)
-        self.set_variational_guide(None)
+        self._set_variational_guide(None)
         known = known_latents(self, options)
         runner = {"em": run_em, "svi": run_svi, "mcmc": run_mcmc, "gibbs": run_gibbs}[engine]
         check_options(runner, options, f"fit(engine={engine!r})")  # e.g. thin= for Gibbs: named, with the accepted
-        fit_data = data if sample_weight is None else self.weigh(data, sample_weight)
+        fit_data = data if sample_weight is None else self._weigh(data, sample_weight)
         with clamping(self, known, data, engine, options):
-            return self.record_result(engine, runner(self, fit_data, **options))
+            return self._record_result(engine, runner(self, fit_data, **options))
 
-    def record_result(self, engine: str, result: Any) -> "MixtureModel":
+    def _record_result(self, engine: str, result: Any) -> "MixtureModel":
         """Record an engine's :class:`~ppmix.engines.result.FitResult` as the fitted attributes
         (``engine_``, ``history_``, ``n_iter_``, ``converged_``, ``lower_bound_``): what an engine run outside
         :meth:`fit` (e.g. :func:`ppmix.distributed.fit_em`) calls to leave the model fitted."""
@@ -430,12 +430,12 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
         self.lower_bound_ = float(result.history[-1]) if result.history else float("nan")
         return self
 
-    def release_training_data(self) -> None:
+    def _release_training_data(self) -> None:
         """Drop the prepared training data a fit keeps (for ``to_arviz()`` without data, split-and-merge, restarts),
         e.g. before the model travels to workers."""
         object.__setattr__(self, "_train_data", None)
 
-    def validate_params(self) -> None:
+    def _validate_hyperparameters(self) -> None:
         """Check constructor arguments (called by :meth:`fit`)."""
         check_positive_int(self.n_components, "n_components")
         check_seed(self.seed)
@@ -449,7 +449,7 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
         check_positive_int(self.n_init, "n_init")
         check_positive_int(self.max_iter, "max_iter")
 
-    def output_like(self, X: Any) -> Any:
+    def _output_like(self, X: Any) -> Any:
         """What decides the output type for input ``X`` (tensor in, tensor out); sequence models: its first item."""
         return X
 
@@ -462,11 +462,11 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
             raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit first")
 
     @contextlib.contextmanager
-    def forked_rng(self, offset: int = 0) -> Iterator[None]:
+    def _forked_rng(self, offset: int = 0) -> Iterator[None]:
         """Seed torch's global RNG (used by Pyro) from ``seed`` without leaking the state, taking turns with
         other threads (:func:`~ppmix.engines.params.taking_turns`) so that none reseeds it meanwhile."""
         with taking_turns(), torch.random.fork_rng(devices=[]):
-            torch.manual_seed(int(self.generator(offset).initial_seed()))
+            torch.manual_seed(int(self._generator(offset).initial_seed()))
             yield
 
     # ================================================================== ArviZ
@@ -494,7 +494,7 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
             raise ValueError("X is required: this model holds no training data (loaded from disk, or fitted on shards)")
         return build_inference_data(self, data, num_samples=num_samples, approximation=approximation, per_step=per_step)
 
-    def arviz_dims(self) -> dict[str, list[str]]:
+    def _arviz_dims(self) -> dict[str, list[str]]:
         """Dimension names of each global site (after chain and draw), for ArviZ."""
         return {}
 
@@ -504,13 +504,13 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
         """Load a model written by :meth:`save` (safe tensor loading, version checked)."""
         return load_model(path, expected=cls, map_location=map_location)
 
-    def state_tensors(self) -> dict[str, torch.Tensor]:
+    def _state_tensors(self) -> dict[str, torch.Tensor]:
         """Tensors that :meth:`save` writes; default: the globals."""
-        return self.get_globals()
+        return self._get_globals()
 
-    def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
-        """Inverse of :meth:`state_tensors`."""
-        self.set_globals(tensors)
+    def _load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Inverse of :meth:`_state_tensors`."""
+        self._set_globals(tensors)
 
     # attributes read before fitting
     n_features_in_: int

@@ -124,7 +124,7 @@ class GMM(Mixture):
         super().__init__()
         store_params(self, locals())
 
-    def component_family(self) -> GaussianFamily:
+    def _component_family(self) -> GaussianFamily:
         return GaussianFamily(self.covariance_type, self.reg_covar)
 
     def summary(self) -> dict[str, Any]:

@@ -208,12 +208,12 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         super().__init__()
         store_params(self, locals())
 
-    def component_family(self) -> DensityFamily:
+    def _component_family(self) -> DensityFamily:
         family = family_from(self.emission, "emission", covariance_type=self.covariance_type, reg_covar=self.reg_covar)
         return family.measured(self._scale)
 
-    def saved_params(self) -> dict[str, Any]:
-        params = super().saved_params()
+    def _saved_params(self) -> dict[str, Any]:
+        params = super()._saved_params()
         if "emission" in params:
             params["emission"] = family_config(params["emission"])
         pattern = params.get("transition_pattern")
@@ -221,8 +221,8 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
             params["transition_pattern"] = self._transition_mask.int().tolist()
         return params
 
-    def validate_params(self) -> None:
-        super().validate_params()
+    def _validate_hyperparameters(self) -> None:
+        super()._validate_hyperparameters()
         self._validate_family_params()
         transition_mask(self.transition_pattern, int(self.n_components))
         check_transition_prior(self.transition_prior)
@@ -230,17 +230,17 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
             raise ValueError(
                 "priors['transition'] and transition_prior both set the transitions' concentration: set one"
             )
-        check_missing_option(self.missing, self.component_family())
+        check_missing_option(self.missing, self._component_family())
 
     @property
     def _accepts_missing(self) -> bool:  # type: ignore[override]
         return self.missing == "marginalize"
 
-    def init_values(self, data: Any, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    def _init_values(self, data: Any, generator: torch.Generator) -> dict[str, torch.Tensor]:
         """The EM start (as for every model with EM), its disallowed transitions lifted off zero: SVI and NUTS
         move the ``transition`` site in unconstrained space, where a zero has no image; the program masks them
         out again, so the chain it runs is the start's."""
-        values = super().init_values(data, generator)
+        values = super()._init_values(data, generator)
         if "transition" in values and self.transition_pattern is not None:
             transition = values["transition"]
             lifted = torch.where(self._transition_mask, transition, torch.full_like(transition, 1e-6))
@@ -268,7 +268,7 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
             feature_names=None if fitting else self.feature_names_in_,
             allow_missing=self._accepts_missing,
         )
-        frames = fill_missing(batch.frames, self.component_family()) if self._accepts_missing else batch.frames
+        frames = fill_missing(batch.frames, self._component_family()) if self._accepts_missing else batch.frames
         if fitting:
             check_n_components(self.n_components, frames.shape[0])
             self.n_features_in_ = batch.n_features
@@ -276,18 +276,18 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
             self._record_data_scale(frames)
             self._record_sequence_scale(batch)
         else:
-            self.component_family().check_data(frames, "X")
+            self._component_family().check_data(frames, "X")
         return batch
 
-    def sample_weight_units(self, data: Any) -> tuple[str, int]:
+    def _sample_weight_units(self, data: Any) -> tuple[str, int]:
         inner = split_weights(data)[0]
         return "sequence", (inner.batch if isinstance(inner, _EMData) else inner).n_sequences
 
-    def weigh(self, data: Any, sample_weight: Any, *, fitting: bool = True) -> Weighted:
-        """As :meth:`MixtureModel.weigh`; for ``fitting``, the data scale of the frames just prepared (the variance
+    def _weigh(self, data: Any, sample_weight: Any, *, fitting: bool = True) -> Weighted:
+        """As :meth:`MixtureModel._weigh`; for ``fitting``, the data scale of the frames just prepared (the variance
         floor) becomes that of the frames counted as often as their sequences' weights: for integer weights, the
         sequences repeated."""
-        weighted = super().weigh(data, sample_weight, fitting=fitting)
+        weighted = super()._weigh(data, sample_weight, fitting=fitting)
         if fitting:
             weight = _sequence_weights(data, weighted.weight)[data.mask]
             self._record_weighted_data_scale(data.frames, weight)
@@ -298,18 +298,18 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         """Complete the data scale just recorded with what a family whose frames depend on those before them
         measures on the step rows (its ``sequence_scale``, e.g. the autoregressive family's variance floor of the
         steps ``x_t - x_{t-1}``), the rows counted ``weight`` times (once when None)."""
-        if callable(getattr(self.component_family(), "sequence_scale", None)):
+        if callable(getattr(self._component_family(), "sequence_scale", None)):
             frames_scale = dict(self._data_scale)
             rows = self._step_rows(batch)[batch.mask]
             self._take_data_scale(lambda family: {**frames_scale, **family.sequence_scale(rows, weight)})
 
-    def em_data(self, data: SequenceBatch | _EMData | Weighted) -> _EMData | Weighted:
+    def _em_data(self, data: SequenceBatch | _EMData | Weighted) -> _EMData | Weighted:
         """The batch with its frames prepared for the emission family (sequence weights kept)."""
         if isinstance(data, Weighted):
-            return Weighted(self.em_data(data.data), data.weight)
+            return Weighted(self._em_data(data.data), data.weight)
         if isinstance(data, _EMData):
             return data
-        family = self.component_family()
+        family = self._component_family()
         if self._accepts_missing:
             return _EMData(batch=data, frames=partly_observed(data.frames, family))
         return _EMData(batch=data, frames=family.prepare(self._step_rows(data)[data.mask]))
@@ -318,29 +318,29 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         """Every step's row as the emission family scores it, ``(B, T, D')``: the frame, or for a family whose
         frames depend on those before them in their sequence (its ``sequence_rows``, e.g. autoregressive emissions)
         the row it makes of the padded sequences."""
-        sequence_rows = getattr(self.component_family(), "sequence_rows", None)
+        sequence_rows = getattr(self._component_family(), "sequence_rows", None)
         return batch.x if sequence_rows is None else sequence_rows(batch.x)
 
     def _prediction_data(self, batch: SequenceBatch) -> _EMData:
-        """:meth:`em_data` for predictions: frames prepared for the fitted components (the Gaussian's centred at
+        """:meth:`_em_data` for predictions: frames prepared for the fitted components (the Gaussian's centred at
         their reference, not at the batch mean), so each sequence's output depends on that sequence and the
         model only."""
         if self._accepts_missing and bool(torch.isnan(batch.frames).any()):  # scored by the observed entries
             return _EMData(batch=batch, frames=batch.frames)
         rows = self._step_rows(batch)[batch.mask]
-        return _EMData(batch=batch, frames=self.component_family().prepare(rows, self.components_))
+        return _EMData(batch=batch, frames=self._component_family().prepare(rows, self.components_))
 
-    def output_like(self, X: Any) -> Any:
+    def _output_like(self, X: Any) -> Any:
         return _first(X)
 
-    def n_observations(self, data: Any) -> float:
+    def _n_observations(self, data: Any) -> float:
         inner, weight = split_weights(data)
         batch = inner.batch if isinstance(inner, _EMData) else inner
         if weight is None:
             return int(batch.lengths.sum())
         return float(weight @ batch.lengths.to(weight))
 
-    def observed_data(self, data: SequenceBatch) -> dict[str, torch.Tensor]:
+    def _observed_data(self, data: SequenceBatch) -> dict[str, torch.Tensor]:
         return {"x": data.frames}
 
     # ------------------------------------------------------------ the program
@@ -352,7 +352,7 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         opts = {"dtype": batch.x.dtype, "device": batch.x.device}
         chain, components = self._sample_chain(k, opts)
         family = self._sample_components(k, d, opts, plate=components)
-        with self.data_plate(batch.n_sequences) as idx:
+        with self._data_plate(batch.n_sequences) as idx:
             x, lengths = self._step_rows(batch)[idx], batch.lengths[idx]
             z = None
             for t in pyro.markov(range(batch.max_length)):
@@ -378,10 +378,10 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         return _Chain(initial, transition, torch.eye(k, **opts)), components
 
     # -------------------------------------------------------------- globals
-    def get_globals(self) -> dict[str, torch.Tensor]:
+    def _get_globals(self) -> dict[str, torch.Tensor]:
         return {"initial": self.initial_.clone(), "transition": self.transition_.clone(), **self._component_globals()}
 
-    def set_globals(self, values: dict[str, torch.Tensor]) -> None:
+    def _set_globals(self, values: dict[str, torch.Tensor]) -> None:
         opts = {"dtype": self.dtype, "device": self._device}
         initial = torch.as_tensor(values["initial"]).to(**opts)
         transition = torch.as_tensor(values["transition"]).to(**opts)
@@ -391,14 +391,14 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         self._set_component_globals(values)
         self._invalidate_guide()
 
-    def state_tensors(self) -> dict[str, torch.Tensor]:
+    def _state_tensors(self) -> dict[str, torch.Tensor]:
         return {
             "initial": self.initial_.clone(),
             "transition": self.transition_.clone(),
             **self.components_.state_dict(),
         }
 
-    def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+    def _load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
         """Restore a saved state, refusing a chain that is no distribution or that ``transition_pattern`` forbids."""
         opts = {"dtype": self.dtype, "device": self._device}
         self._check_chain_state(tensors["initial"].to(**opts), tensors["transition"].to(**opts))
@@ -422,11 +422,11 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
                 f"transition_pattern={self.transition_pattern!r} forbids"
             )
 
-    def state_shapes(self) -> dict[str, tuple[int | None, ...]]:
+    def _state_shapes(self) -> dict[str, tuple[int | None, ...]]:
         k = self.n_components
         return {"initial": (k,), "transition": (k, k), **self._component_state_shapes()}
 
-    def arviz_dims(self) -> dict[str, list[str]]:
+    def _arviz_dims(self) -> dict[str, list[str]]:
         return {"initial": ["component"], "transition": ["component", "component_to"], **self._component_dims()}
 
     # ------------------------------------------------------------------- EM
@@ -447,25 +447,25 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         log_emit = log_emit if clamp is None else clamp.emissions(log_emit)
         return forward_backward(self.initial_.log(), self.transition_.log(), log_emit, data.batch.lengths)
 
-    def em_initialize(self, data: _EMData | Weighted, generator: torch.Generator) -> None:
+    def _em_initialize(self, data: _EMData | Weighted, generator: torch.Generator) -> None:
         """Emissions from k-means on all frames (each weighted by its sequence's weight); initial and transition
         counts from its labels."""
         inner, weight = split_weights(data)
         if isinstance(inner.frames, PartlyObserved):  # the start: the columns' means in the holes
             frame_weight = None if weight is None else _sequence_weights(inner.batch, weight)[inner.batch.mask]
-            filled = self.component_family().prepare(
-                fill_missing(inner.frames.x, self.component_family(), frame_weight)
+            filled = self._component_family().prepare(
+                fill_missing(inner.frames.x, self._component_family(), frame_weight)
             )
             inner = _EMData(batch=inner.batch, frames=filled)
             data = inner if weight is None else Weighted(inner, weight)
-        self.components_ = self._new_components(self.component_family().rows(inner.frames))
+        self.components_ = self._new_components(self._component_family().rows(inner.frames))
         frame_weight = None if weight is None else _sequence_weights(inner.batch, weight)[inner.batch.mask]
         if self.init_params == "segments":
             resp = _segment_responsibilities(inner.batch, self.n_components)
         else:
             resp = self._initial_responsibilities(inner.frames, generator, frame_weight)
         if self._known_latents is not None:
-            points = self.component_family().start_points(inner.frames)
+            points = self._component_family().start_points(inner.frames)
             resp = self._known_latents.start(resp, points, inner.batch.mask, frame_weight)
         self._initialize_from_frames(data, resp)
 
@@ -485,9 +485,11 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         # a light smoothing of the first, hard counts: 1/K of a sequence of the mean weight (weights scaled by any
         # constant start alike)
         smoothing = (1.0 if weight is None else float(weight[weight > 0].mean())) / self.n_components
-        self.m_step(data, _Counts(initial=resp[:, 0].sum(0) + smoothing, transitions=pairs + smoothing, posterior=resp))
+        self._m_step(
+            data, _Counts(initial=resp[:, 0].sum(0) + smoothing, transitions=pairs + smoothing, posterior=resp)
+        )
 
-    def e_step(self, data: _EMData | Weighted) -> tuple[_Counts, torch.Tensor]:
+    def _e_step(self, data: _EMData | Weighted) -> tuple[_Counts, torch.Tensor]:
         """Forward–backward statistics and the total log-likelihood of all sequences (each counted as often
         as its sample weight)."""
         inner, weight = split_weights(data)
@@ -505,11 +507,11 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         )
         return counts, result.log_likelihood @ weight + self._log_prior()
 
-    def m_step(self, data: _EMData, stats: _Counts) -> None:
+    def _m_step(self, data: _EMData, stats: _Counts) -> None:
         """Baum–Welch updates: initial and transition from expected counts, emissions by weighted MLE."""
-        self.em_update(self.em_statistics(data, stats))
+        self._em_update(self._em_statistics(data, stats))
 
-    def em_statistics(self, data: _EMData, stats: _Counts) -> dict[str, Any]:
+    def _em_statistics(self, data: _EMData, stats: _Counts) -> dict[str, Any]:
         """What the M-step needs of ``data``: expected initial and transition counts and the emission
         statistics of the frames, all of which merge across shards (:func:`ppmix.distributed.fit_em`)."""
         inner = split_weights(data)[0]  # the counts carry the sequence weights already
@@ -521,7 +523,7 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         )
         return {"initial": stats.initial, "transitions": stats.transitions, "emissions": emissions}
 
-    def em_update(self, stats: dict[str, Any]) -> None:
+    def _em_update(self, stats: dict[str, Any]) -> None:
         """The M-step from (merged) statistics."""
         self._update_chain(stats["initial"], stats["transitions"])
         if self.priors is None:
@@ -531,7 +533,7 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         self._invalidate_guide()
 
     # ---------------------------------------------------------- predictions
-    def pointwise_log_likelihood(self, data: SequenceBatch) -> torch.Tensor:
+    def _pointwise_log_likelihood(self, data: SequenceBatch) -> torch.Tensor:
         """``log p(x_{1:T_b})`` of every sequence, shape ``(B,)``."""
         return self._forward_backward(self._prediction_data(data)).log_likelihood
 
@@ -545,15 +547,15 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         log_emit = self._log_emissions(self._prediction_data(data))
         return log_likelihood(self.initial_.log(), log_trans, log_emit, data.lengths).sum()
 
-    def draws_log_likelihood(
+    def _draws_log_likelihood(
         self, data: SequenceBatch, draws: dict[str, torch.Tensor], per_step: bool = False
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """:meth:`pointwise_log_likelihood` ``(S, B)`` (``per_step``: every valid step's one-step-ahead
+        """:meth:`_pointwise_log_likelihood` ``(S, B)`` (``per_step``: every valid step's one-step-ahead
         ``log p(x_t | x_{<t})``, ``(S, sum(lengths))``, the forward-backward result's ``step_log_likelihood``)
-        and :meth:`posterior_marginals` ``{"z": (S, sum(lengths), K)}`` at every one of
+        and :meth:`_posterior_marginals` ``{"z": (S, sum(lengths), K)}`` at every one of
         ``S`` draws of the globals (``{site: (S, ...)}``), for ``to_arviz``.
 
-        Each draw's globals are set as :meth:`set_globals` sets them and its emissions scored on the batch; the
+        Each draw's globals are set as :meth:`_set_globals` sets them and its emissions scored on the batch; the
         forward-backward then runs once over every draw's sequences (draw ``s``'s chain for its sequences), not
         once per draw, in blocks of at most :data:`~ppmix.models._hmm_draws.DRAW_BLOCK_CELLS` cells ``(draw,
         sequence, step, state)``.
@@ -563,11 +565,11 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         >>> import numpy as np, torch
         >>> seqs = [np.random.default_rng(i).normal(size=(n, 1)) for i, n in enumerate([5, 3])]
         >>> hmm = HMM(2, seed=0, progress=False).fit(seqs)
-        >>> draws = {k: torch.stack([v, v]) for k, v in hmm.get_globals().items()}  # the fit, twice
-        >>> loglik, marginals = hmm.draws_log_likelihood(hmm.prepare_data(seqs), draws)
+        >>> draws = {k: torch.stack([v, v]) for k, v in hmm._get_globals().items()}  # the fit, twice
+        >>> loglik, marginals = hmm._draws_log_likelihood(hmm.prepare_data(seqs), draws)
         >>> tuple(loglik.shape), tuple(marginals["z"].shape)
         ((2, 2), (2, 8, 2))
-        >>> bool(torch.allclose(loglik[1], hmm.pointwise_log_likelihood(hmm.prepare_data(seqs))))
+        >>> bool(torch.allclose(loglik[1], hmm._pointwise_log_likelihood(hmm.prepare_data(seqs))))
         True
         """
         initial, transition, log_emit = chain_per_draw(
@@ -604,14 +606,14 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         """
         if pointwise not in ("sequence", "step"):
             raise ValueError(f"pointwise must be 'sequence' or 'step'; got {pointwise!r}")
-        if pointwise == "step" and own_hook(self, "draws_log_likelihood", *POINTWISE_COMPANIONS) is None:
+        if pointwise == "step" and own_hook(self, "_draws_log_likelihood", *POINTWISE_COMPANIONS) is None:
             raise ValueError(
                 f"pointwise='step' needs the HMM's own likelihood; {type(self).__name__} scores whole sequences "
                 "(pointwise='sequence')"
             )
         return self._inference_data(X, y, num_samples, approximation, per_step=pointwise == "step")
 
-    def draws_replicated(self, data: SequenceBatch, draws: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def _draws_replicated(self, data: SequenceBatch, draws: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """One replicated data set per draw of the globals (``{site: (S, ...)}``), for ``to_arviz``'s
         ``posterior_predictive``: ``{"x": (S, sum(lengths), D)}``, the valid frames of sequences as long as
         ``data``'s.
@@ -624,8 +626,8 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         >>> import numpy as np, torch
         >>> seqs = [np.random.default_rng(i).normal(size=(n, 1)) for i, n in enumerate([5, 3])]
         >>> hmm = HMM(2, seed=0, progress=False).fit(seqs)
-        >>> draws = {k: v.expand(4, *v.shape) for k, v in hmm.get_globals().items()}
-        >>> tuple(hmm.draws_replicated(hmm.prepare_data(seqs), draws)["x"].shape)
+        >>> draws = {k: v.expand(4, *v.shape) for k, v in hmm._get_globals().items()}
+        >>> tuple(hmm._draws_replicated(hmm.prepare_data(seqs), draws)["x"].shape)
         (4, 8, 1)
         """
         initial, transition, components = chain_per_draw(self, draws, lambda: self.components_)
@@ -633,7 +635,7 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         valid = data.mask.to(initial.device)
         return {"x": torch.stack([_emitted(emissions, path, valid) for emissions, path in zip(components, paths)])}
 
-    def posterior_marginals(self, data: SequenceBatch) -> dict[str, torch.Tensor]:
+    def _posterior_marginals(self, data: SequenceBatch) -> dict[str, torch.Tensor]:
         """Smoothed state marginals of all valid steps, stacked as ``{"z": (sum(lengths), K)}``."""
         prepared = self._prediction_data(data)
         return {"z": self._forward_backward(prepared).posterior[prepared.batch.mask]}
@@ -643,7 +645,7 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         self._check_fitted()
         batch = self.prepare_data(X)
         posterior = self._forward_backward(self._prediction_data(batch)).posterior
-        return [to_output(p, self.output_like(X)) for p in batch.unpad(posterior)]
+        return [to_output(p, self._output_like(X)) for p in batch.unpad(posterior)]
 
     def decode(self, X: Any) -> tuple[Any, list[Any]]:
         """Viterbi decoding: log-probabilities of the best paths and the paths themselves."""
@@ -655,7 +657,7 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
             self._log_emissions(self._prediction_data(batch)),
             batch.lengths,
         )
-        like = self.output_like(X)
+        like = self._output_like(X)
         return to_output(best, like), [to_output(p, like) for p in batch.unpad(paths)]
 
     def predict(self, X: Any) -> list[Any]:
@@ -667,17 +669,17 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         sequence) every sequence's steps count that many times."""
         self._check_fitted()
         batch = self.prepare_data(X, y)
-        log_lik = self.pointwise_log_likelihood(batch)
+        log_lik = self._pointwise_log_likelihood(batch)
         if sample_weight is None:
             return float(log_lik.sum()) / int(batch.lengths.sum())
-        weight = self.weigh(batch, sample_weight, fitting=False).weight.to(log_lik)
+        weight = self._weigh(batch, sample_weight, fitting=False).weight.to(log_lik)
         return float(log_lik @ weight) / float(weight @ batch.lengths.to(weight))
 
     def sample(self, n_samples: int = 1, length: int = 50) -> dict[str, Any]:
         """Draw ``n_samples`` sequences of ``length`` steps: ``{"x": (n, T, D), "z": (n, T)}``."""
         self._check_fitted()
         n, steps = check_positive_int(n_samples, "n_samples"), check_positive_int(length, "length")
-        gen = self.generator(offset=7919)
+        gen = self._generator(offset=7919)
         z = state_paths_per_draw(self.initial_.cpu()[None], self.transition_.cpu()[None], n, steps, gen)[0]
         x = _emitted(self.components_, z.to(self._device), generator=gen if self._device.type == "cpu" else None)
         return {"x": x.reshape(n, steps, -1).cpu().numpy(), "z": z.numpy()}

@@ -163,7 +163,7 @@ class Clamp:
     def mixture_e_step(self, model: Any, data: Any) -> tuple[Any, torch.Tensor]:
         """A mixture's clamped E-step on its EM ``data`` (rows the family prepared, or
         :class:`~ppmix.models._missing.PartlyObserved` rows, maybe weighted): the M-step's statistics
-        (``model.em_statistics``) under the responsibilities ``softmax_k(log w_k + log p_k(x_n) + mask[n, k])``
+        (``model._em_statistics``) under the responsibilities ``softmax_k(log w_k + log p_k(x_n) + mask[n, k])``
         and the log-likelihood ``log p(X, z_known)`` (every row counted as often as its sample weight)."""
         rows, weight = split_weights(data)
         components = model.components_
@@ -172,7 +172,7 @@ class Clamp:
         resp, log_norm = normalize_log_joint_(log_joint + model.weights_.log() + self.log_mask)
         log_norm = log_norm.reshape(-1)
         objective = log_norm.sum() if weight is None else log_norm @ weight.to(log_norm)
-        return model.em_statistics(data, resp), objective
+        return model._em_statistics(data, resp), objective
 
     def emissions(self, log_emit: torch.Tensor) -> torch.Tensor:
         """An HMM's emission log-densities ``(B, T, K)`` with the states that contradict a known state excluded."""

@@ -167,11 +167,11 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
         super().__init__()
         store_params(self, locals())
 
-    def component_family(self) -> DensityFamily:
+    def _component_family(self) -> DensityFamily:
         return family_from(self.family, "family").measured(self._scale)
 
-    def saved_params(self) -> dict[str, Any]:
-        params = super().saved_params()
+    def _saved_params(self) -> dict[str, Any]:
+        params = super()._saved_params()
         if "family" in params:
             params["family"] = family_config(params["family"])
         return params
@@ -179,10 +179,10 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
     #: the default of a subclass whose constructor does not take ``missing``
     missing: str = "error"
 
-    def validate_params(self) -> None:
-        super().validate_params()
+    def _validate_hyperparameters(self) -> None:
+        super()._validate_hyperparameters()
         self._validate_family_params()
-        check_missing_option(self.missing, self.component_family())
+        check_missing_option(self.missing, self._component_family())
 
     @property
     def _accepts_missing(self) -> bool:  # type: ignore[override]
@@ -190,12 +190,12 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
 
     def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> torch.Tensor:
         x = super().prepare_data(X, y, fitting=fitting)
-        measurable = fill_missing(x, self.component_family()) if self._accepts_missing else x
+        measurable = fill_missing(x, self._component_family()) if self._accepts_missing else x
         if fitting:
             check_n_components(self.n_components, x.shape[0])
             self._record_data_scale(measurable)
         else:
-            self.component_family().check_data(measurable, "X")
+            self._component_family().check_data(measurable, "X")
         return x
 
     # ------------------------------------------------------------ the program
@@ -207,86 +207,88 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
         opts = {"dtype": x.dtype, "device": x.device}
         weights = pyro.sample("weights", self._simplex_prior("weights", (), k, opts))
         family = self._sample_components(k, d, opts)
-        with self.data_plate(x.shape[0]) as idx:
+        with self._data_plate(x.shape[0]) as idx:
             z = pyro.sample("z", dist.Categorical(weights), infer={"enumerate": "parallel"})
             if self._known_latents is not None:
                 self._known_latents.factor("z", z, idx)
             pyro.sample("x", family.pyro_dist(z), obs=x[idx])
 
     # -------------------------------------------------------------- globals
-    def get_globals(self) -> dict[str, torch.Tensor]:
+    def _get_globals(self) -> dict[str, torch.Tensor]:
         return {"weights": self.weights_.clone(), **self._component_globals()}
 
-    def set_globals(self, values: dict[str, torch.Tensor]) -> None:
+    def _set_globals(self, values: dict[str, torch.Tensor]) -> None:
         weights = torch.as_tensor(values["weights"]).to(dtype=self.dtype, device=self._device)
         self.weights_ = weights / weights.sum()
         self._set_component_globals(values)
         self._invalidate_guide()
 
-    def state_tensors(self) -> dict[str, torch.Tensor]:
+    def _state_tensors(self) -> dict[str, torch.Tensor]:
         return {"weights": self.weights_.clone(), **self.components_.state_dict()}
 
-    def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+    def _load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
         self.weights_ = tensors["weights"].to(dtype=self.dtype, device=self._device)
         self._load_component_state(tensors)
         self._invalidate_guide()
 
-    def state_shapes(self) -> dict[str, tuple[int | None, ...]]:
+    def _state_shapes(self) -> dict[str, tuple[int | None, ...]]:
         return {"weights": (self.n_components,), **self._component_state_shapes()}
 
-    def arviz_dims(self) -> dict[str, list[str]]:
+    def _arviz_dims(self) -> dict[str, list[str]]:
         return {"weights": ["component"], **self._component_dims()}
 
     # ------------------------------------------------------------------- EM
-    def sample_weight_units(self, data: Any) -> tuple[str, int]:
+    def _sample_weight_units(self, data: Any) -> tuple[str, int]:
         return "row", self._n_rows(split_weights(data)[0])
 
-    def weigh(self, data: Any, sample_weight: Any, *, fitting: bool = True) -> Weighted:
-        """As :meth:`MixtureModel.weigh`; for ``fitting``, the data scale of the rows just prepared (the variance
+    def _weigh(self, data: Any, sample_weight: Any, *, fitting: bool = True) -> Weighted:
+        """As :meth:`MixtureModel._weigh`; for ``fitting``, the data scale of the rows just prepared (the variance
         floor) becomes that of the rows counted as often as their weights: for integer weights, the rows repeated."""
-        weighted = super().weigh(data, sample_weight, fitting=fitting)
+        weighted = super()._weigh(data, sample_weight, fitting=fitting)
         if fitting:
             self._record_weighted_data_scale(data, weighted.weight)
         return weighted
 
     def _n_rows(self, rows: Any) -> int:
-        return int(rows.x.shape[0] if isinstance(rows, PartlyObserved) else self.component_family().rows(rows).shape[0])
+        return int(
+            rows.x.shape[0] if isinstance(rows, PartlyObserved) else self._component_family().rows(rows).shape[0]
+        )
 
-    def em_data(self, data: Any) -> Any:
+    def _em_data(self, data: Any) -> Any:
         """The family's prepared rows (:class:`~ppmix.models._weights.Weighted` data keep their row weights;
         with missing entries, :class:`~ppmix.models._missing.PartlyObserved` rows)."""
         if isinstance(data, Weighted):
-            return Weighted(self.em_data(data.data), data.weight)
-        family = self.component_family()
+            return Weighted(self._em_data(data.data), data.weight)
+        family = self._component_family()
         if not isinstance(data, torch.Tensor):
             return data
         return partly_observed(data, family) if self._accepts_missing else family.prepare(data)
 
-    def n_observations(self, data: Any) -> float:
+    def _n_observations(self, data: Any) -> float:
         rows, weight = split_weights(data)
         return float(weight.sum()) if weight is not None else self._n_rows(rows)
 
-    def em_initialize(self, data: Any, generator: torch.Generator) -> None:
+    def _em_initialize(self, data: Any, generator: torch.Generator) -> None:
         """Responsibilities from k-means (or its seeding, or at random; on the weighted rows), then one M-step
         (rows with missing entries start with their columns' means filled in)."""
         rows, weight = split_weights(data)
         if isinstance(rows, PartlyObserved):
-            rows = self.component_family().prepare(fill_missing(rows.x, self.component_family(), weight))
+            rows = self._component_family().prepare(fill_missing(rows.x, self._component_family(), weight))
             data = rows if weight is None else Weighted(rows, weight)
-        self.components_ = self._new_components(self.component_family().rows(rows))
+        self.components_ = self._new_components(self._component_family().rows(rows))
         resp = self._initial_responsibilities(rows, generator, weight)
         if self.init_params != "random":  # k-means' hard clusters, softened for the families that ask
-            resp = start_responsibilities(self.component_family(), resp)
+            resp = start_responsibilities(self._component_family(), resp)
         if self._known_latents is not None:
-            family = self.component_family()
+            family = self._component_family()
             resp = self._known_latents.start(resp, family.start_points(rows), weight=weight, family=family)
-        self.m_step(data, resp)
+        self._m_step(data, resp)
 
-    def e_step(self, data: Any) -> tuple[Statistics, torch.Tensor]:
+    def _e_step(self, data: Any) -> tuple[Statistics, torch.Tensor]:
         """The M-step's statistics under the responsibilities and the log-likelihood
         ``sum_n log sum_k w_k p_k(x_n)`` (every row counted as often as its sample weight), in one pass where
         the family fuses them (:meth:`~ppmix.components.base.ComponentFamily.expected_statistics`);
-        :meth:`m_step` and :meth:`em_statistics` take the (merged) statistics as they are. In a partly labelled fit,
+        :meth:`_m_step` and :meth:`_em_statistics` take the (merged) statistics as they are. In a partly labelled fit,
         the clamped E-step (:meth:`~ppmix.models.known_latents.Clamp.mixture_e_step`) and ``log p(X, known labels)``."""
         rows, weight = split_weights(data)
         if self._known_latents is not None:
@@ -297,12 +299,12 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
             stats, objective = self.components_.expected_statistics(rows, self.weights_.log(), weight)
         return stats, objective if self.priors is None else objective + self._log_prior()
 
-    def m_step(self, data: Any, resp: Statistics | torch.Tensor) -> None:
+    def _m_step(self, data: Any, resp: Statistics | torch.Tensor) -> None:
         """The family's weighted MLE and ``weights = mean responsibility``, from the E-step's statistics or
         from responsibilities ``(N, K)``."""
-        self.em_update(self.em_statistics(data, resp))
+        self._em_update(self._em_statistics(data, resp))
 
-    def em_statistics(self, data: Any, resp: Statistics | torch.Tensor) -> Statistics:
+    def _em_statistics(self, data: Any, resp: Statistics | torch.Tensor) -> Statistics:
         """What the M-step needs of ``data`` under ``resp`` (responsibilities ``(N, K)``, times the rows' sample
         weights; or the E-step's statistics, returned as they are): statistics that merge across shards
         (:func:`ppmix.distributed.fit_em`)."""
@@ -314,7 +316,7 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
             return partly_observed_statistics(self.components_, rows, resp)
         return self.components_.statistics(rows, resp)
 
-    def em_update(self, stats: Statistics) -> None:
+    def _em_update(self, stats: Statistics) -> None:
         """The M-step from (merged) statistics: the components' weighted MLE, ``weights`` their total weights;
         with ``priors``, MAP-EM: the family's MAP update and ``weights = (N_k + alpha - 1) / (N + K (alpha - 1))``."""
         counts = stats.counts.to(self.dtype)
@@ -327,10 +329,10 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
         self.weights_ = counts / counts.sum()
         self._invalidate_guide()
 
-    def structure_prior_keys(self) -> dict[str, PriorKey]:
+    def _structure_prior_keys(self) -> dict[str, PriorKey]:
         return {"weights": PriorKey("the Dirichlet concentration of the weights (default 1)", "concentration")}
 
-    def em_global_objective(self, n_observations: int) -> torch.Tensor:
+    def _em_global_objective(self, n_observations: int) -> torch.Tensor:
         """The objective's term that is no sum over the rows (counted once on shards, :func:`ppmix.distributed.fit_em`):
         MAP-EM's log prior (zero without ``priors``)."""
         return self.weights_.new_zeros(()) if self.priors is None else self._log_prior()
@@ -380,25 +382,25 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
         self._check_fitted()
         if method not in ("mean", "sample"):
             raise ValueError(f"method must be 'mean' or 'sample'; got {method!r}")
-        family = self.component_family()
+        family = self._component_family()
         check_missing_option("marginalize", family)
-        x = self.fitted_matrix(X, allow_missing=True)
+        x = self._fitted_matrix(X, allow_missing=True)
         if method == "mean":
             return to_output(impute_rows(self.components_, self.weights_.log(), x), X)
         if not isinstance(family, (GaussianFamily, GaussianMixtureFamily)):
             raise ValueError(
                 f"method='sample' is for Gaussian components and mixtures of Gaussians; got the {family.name!r} family"
             )
-        generator = self.generator(offset=7927) if seed is None else torch.Generator().manual_seed(check_seed(seed))
+        generator = self._generator(offset=7927) if seed is None else torch.Generator().manual_seed(check_seed(seed))
         return to_output(sample_missing(self.components_, self.weights_.log(), x, generator), X)
 
-    def responsibilities(self, data: torch.Tensor) -> torch.Tensor:
+    def _responsibilities(self, data: torch.Tensor) -> torch.Tensor:
         return torch.softmax(self._log_joint(data), dim=1)
 
-    def posterior_marginals(self, data: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"z": self.responsibilities(data)}
+    def _posterior_marginals(self, data: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"z": self._responsibilities(data)}
 
-    def pointwise_log_likelihood(self, data: torch.Tensor) -> torch.Tensor:
+    def _pointwise_log_likelihood(self, data: torch.Tensor) -> torch.Tensor:
         return torch.logsumexp(self._log_joint(data), dim=1)
 
     @property
@@ -410,7 +412,7 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
         """Draw ``n_samples`` points: ``{"x": (n, D) array, "z": (n,) component indices}``."""
         self._check_fitted()
         n = check_positive_int(n_samples, "n_samples")
-        gen = self.generator(offset=7919)
+        gen = self._generator(offset=7919)
         z = torch.multinomial(self.weights_.cpu(), n, replacement=True, generator=gen).to(self._device)
         x = self.components_.sample(z, generator=gen if self._device.type == "cpu" else None)
         return {"x": x.cpu().numpy(), "z": z.cpu().numpy()}
@@ -422,7 +424,7 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
         return {
             "model": type(self).__name__,
             "n_components": self.n_components,
-            "family": {"name": self.component_family().name, **self.component_family().config()},
+            "family": {"name": self._component_family().name, **self._component_family().config()},
             "engine": self.engine_,
             "n_iter": self.n_iter_,
             "converged": self.converged_,

@@ -96,7 +96,7 @@ class MixtureOfExperts(ExpertPredictionsMixin, ParametersMixin, PriorsMixin, Tar
         standardised slopes) under which near-separable experts do not over-fit: on the
         S4.1 logistic simulation (N = 10^5) EM started at the truth then stays within 3% of
         the truth's test log-loss on seeds 0–4, against 32% worse on seed 0 at ``1e-6``. For
-        classifying experts the penalty is part of the EM objective (:meth:`ridge_penalty`). Not with ``priors``
+        classifying experts the penalty is part of the EM objective (:meth:`_ridge_penalty`). Not with ``priors``
         (whose ``gate_slope_scale`` and ``slope_scale`` stand for it: ``ridge = 1 / scale^2``).
     priors : dict, optional
         A proper prior (:mod:`~ppmix.models.moe_priors`), by key (each optional, a positive number; :meth:`prior_keys`
@@ -108,7 +108,7 @@ class MixtureOfExperts(ExpertPredictionsMixin, ParametersMixin, PriorsMixin, Tar
         of ``std(y)``, the intercepts centred at ``mean(y)``); for Gaussian experts ``"variance_concentration"``
         ``a`` and ``"variance_rate"`` ``b`` (in units of ``var(y)``) the inverse-gamma prior of every noise variance
         (1 and 0.01). MCMC samples it, ``to_arviz``'s ``prior`` group draws from it and, given (even ``{}``),
-        ``engine="em"`` is MAP-EM: its objective (``history_``) is the log-likelihood plus :meth:`log_prior`, raised
+        ``engine="em"`` is MAP-EM: its objective (``history_``) is the log-likelihood plus :meth:`_log_prior`, raised
         at every M-step (the gate and logistic, Poisson and softmax experts by penalised Newton steps, Gaussian
         experts' coefficients by ridge least squares at the current noise, then the variance ``(RSS_k + 2 b) / (n_k
         + 2 a + 1)``) and by the polish; SVI with the point guide is MAP too; ``to_arviz``'s Laplace approximation
@@ -196,14 +196,14 @@ class MixtureOfExperts(ExpertPredictionsMixin, ParametersMixin, PriorsMixin, Tar
         super().__init__(n_experts)
         store_params(self, locals())
 
-    def expert_family(self) -> ExpertFamily:
+    def _expert_family(self) -> ExpertFamily:
         """The experts' family (from ``expert``: a registered name or a family object)."""
         return expert_family_from(self.expert)
 
     @property
     def target_kind(self) -> str:
         """What ``y`` is: ``"real"`` or ``"count"`` (a regression), ``"binary"`` or ``"categorical"`` (a classifier)."""
-        return self.expert_family().target_kind
+        return self._expert_family().target_kind
 
     @property
     def _classifies(self) -> bool:
@@ -218,8 +218,8 @@ class MixtureOfExperts(ExpertPredictionsMixin, ParametersMixin, PriorsMixin, Tar
         """``C`` for a categorical target (one row of coefficients per class), else None."""
         return len(self.classes_) if self._multiclass else None
 
-    def saved_params(self) -> dict[str, Any]:
-        params = super().saved_params()
+    def _saved_params(self) -> dict[str, Any]:
+        params = super()._saved_params()
         params["expert"] = family_config(params["expert"])
         return params
 
@@ -233,8 +233,8 @@ class MixtureOfExperts(ExpertPredictionsMixin, ParametersMixin, PriorsMixin, Tar
         if "n_experts" in vars(self):  # MixtureModel.__init__ sets it before n_experts exists
             raise AttributeError("a MixtureOfExperts has n_experts components; set n_experts instead")
 
-    def validate_params(self) -> None:
-        super().validate_params()
+    def _validate_hyperparameters(self) -> None:
+        super()._validate_hyperparameters()
         self._validate_em_settings(INIT_METHODS)
         check_settings(self)
         self._validate_priors()
@@ -244,7 +244,7 @@ class MixtureOfExperts(ExpertPredictionsMixin, ParametersMixin, PriorsMixin, Tar
         """Number of free parameters: ``(K-1)(P+1)`` gate and the experts' (e.g. ``K(P+1)`` coefficients and ``K``
         variances of Gaussian experts, ``K(C-1)(P+1)`` of softmax experts over ``C`` classes)."""
         k, p = int(self.n_experts), self.n_features_in_
-        return (k - 1) * (p + 1) + self.expert_family().n_parameters(k, p, self._n_classes)
+        return (k - 1) * (p + 1) + self._expert_family().n_parameters(k, p, self._n_classes)
 
     def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """Standardised covariates and the response, ``(x, y)`` (``y`` is ``None`` when not given)."""
@@ -252,19 +252,19 @@ class MixtureOfExperts(ExpertPredictionsMixin, ParametersMixin, PriorsMixin, Tar
         if fitting:
             return self._prepare_training_data(X, y)
         x = self._covariates(X)
-        response = None if y is None else check_response(y, x.shape[0], self.expert_family())
+        response = None if y is None else check_response(y, x.shape[0], self._expert_family())
         return x, None if response is None else response.to(dtype=self.dtype, device=self._device)
 
     def _prepare_training_data(self, X: Any, y: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """Check the training data and record the scales fitted on them
         (:func:`~ppmix.models.moe_data.check_training_data`); a warm start continues from the same model,
         re-expressed on the new covariate scales."""
-        held = unstandardised(self.get_globals(), self._x_mean, self._x_scale) if self.is_fitted else None
+        held = unstandardised(self._get_globals(), self._x_mean, self._x_scale) if self.is_fitted else None
         settings = {"dtype": self.dtype, "device": self._device, "standardize": self.standardize}
         data = check_training_data(
             X,
             y,
-            self.expert_family(),
+            self._expert_family(),
             self.n_experts,
             {**settings, "min_variance": self.min_variance},
             self._fit_sample_weight,
@@ -272,26 +272,26 @@ class MixtureOfExperts(ExpertPredictionsMixin, ParametersMixin, PriorsMixin, Tar
         self.n_features_in_, self.feature_names_in_ = int(data.x.shape[1]), data.feature_names
         self._x_mean, self._x_scale = data.x_mean, data.x_scale
         if held is not None:
-            self.set_globals(restandardised(held, self._x_mean, self._x_scale))
+            self._set_globals(restandardised(held, self._x_mean, self._x_scale))
         self._y_mean, self._y_std, self._noise_floor = data.y_mean, data.y_std, data.noise_floor
         return self._standardise(data.x), data.response
 
     def _covariates(self, X: Any) -> torch.Tensor:
-        return self._standardise(self.fitted_matrix(X))
+        return self._standardise(self._fitted_matrix(X))
 
     def _standardise(self, x: torch.Tensor) -> torch.Tensor:
         return (x - self._x_mean) / self._x_scale
 
-    def n_observations(self, data: Any) -> int | float:
+    def _n_observations(self, data: Any) -> int | float:
         """The rows of ``data``; of :class:`~ppmix.models._weights.Weighted` data, their total weight."""
         rows, weight = split_weights(data)
         return int(rows[0].shape[0]) if weight is None else float(weight.sum())
 
-    def sample_weight_units(self, data: Any) -> tuple[str, int]:
+    def _sample_weight_units(self, data: Any) -> tuple[str, int]:
         """One ``sample_weight`` per row of ``(x, y)``."""
         return "row", int(split_weights(data)[0][0].shape[0])
 
-    def observed_data(self, data: Any) -> dict[str, torch.Tensor]:
+    def _observed_data(self, data: Any) -> dict[str, torch.Tensor]:
         return {"y": data[1]}
 
     @staticmethod
@@ -319,7 +319,7 @@ class MixtureOfExperts(ExpertPredictionsMixin, ParametersMixin, PriorsMixin, Tar
         if site.startswith("gate_"):
             return dist.Normal(torch.zeros(batch, *event, **opts), 10.0).to_event(len(event))
         scale = {"mean": getattr(self, "_y_mean", torch.tensor(0.0)), "std": getattr(self, "_y_std", torch.tensor(1.0))}
-        return self.expert_family().prior(site, batch, event, scale, opts)
+        return self._expert_family().prior(site, batch, event, scale, opts)
 
     def model(self, data: tuple[torch.Tensor, torch.Tensor]) -> None:
         """Gate and expert globals, then ``z_n ~ gate(x_n)`` (enumerated) and ``y_n ~ expert_z(x_n)``."""
@@ -333,7 +333,7 @@ class MixtureOfExperts(ExpertPredictionsMixin, ParametersMixin, PriorsMixin, Tar
         else:  # the free rows' prior (ReferencedNormal) correlates them: one site each, outside the plate
             gate_coef = pyro.sample("gate_coef", self._prior("gate_coef", k - 1, (p,), opts))
             gate_intercept = pyro.sample("gate_intercept", self._prior("gate_intercept", k - 1, (), opts))
-        sites = self.expert_family().sites(k, p, self._n_classes)
+        sites = self._expert_family().sites(k, p, self._n_classes)
         with pyro.plate("experts", k):
             params = {
                 site: pyro.sample(site, self._prior(site, k, spec.event_shape, opts, spec.support))
@@ -341,48 +341,48 @@ class MixtureOfExperts(ExpertPredictionsMixin, ParametersMixin, PriorsMixin, Tar
             }
         gate = self._make_gate(gate_coef, gate_intercept)
         experts = self._make_experts(params)
-        with self.data_plate(x.shape[0]) as idx:
+        with self._data_plate(x.shape[0]) as idx:
             xi = x[idx]
             z = pyro.sample("z", gate.pyro_dist(x=xi), infer={"enumerate": "parallel"})
             pyro.sample("y", experts.pyro_dist(z, x=xi), obs=y[idx])
 
-    def arviz_dims(self) -> dict[str, list[str]]:
-        return {"gate_coef": ["gate", "feature"], "gate_intercept": ["gate"], **self.expert_family().site_dims()}
+    def _arviz_dims(self) -> dict[str, list[str]]:
+        return {"gate_coef": ["gate", "feature"], "gate_intercept": ["gate"], **self._expert_family().site_dims()}
 
     # ------------------------------------------------------------------- EM
-    def em_initialize(self, data: Any, generator: torch.Generator) -> None:
+    def _em_initialize(self, data: Any, generator: torch.Generator) -> None:
         """Responsibilities by :func:`~ppmix.models.moe_moves.initial_responsibilities` (k-means on the weighted
         rows of :class:`~ppmix.models._weights.Weighted` data), then one M-step."""
         (x, y), weight = split_weights(data)
         k = self.n_experts
         zeros = torch.zeros(k, x.shape[1], dtype=x.dtype, device=x.device)
         self._gate = self._make_gate(zeros[:-1].clone(), zeros[:-1, 0].clone())
-        sites = self.expert_family().sites(k, x.shape[1], self._n_classes)
+        sites = self._expert_family().sites(k, x.shape[1], self._n_classes)
         params = {
             site: (x.new_ones if spec.support is constraints.positive else x.new_zeros)(k, *spec.event_shape)
             for site, spec in sites.items()
         }
         self._experts = self._make_experts(params)
-        self.m_step(data, initial_responsibilities(x, y, k, self.init_params, generator, weight))
+        self._m_step(data, initial_responsibilities(x, y, k, self.init_params, generator, weight))
 
     def _log_joint(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return self._gate.log_prob(x) + self._experts.log_prob((x, y))
 
-    def e_step(self, data: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    def _e_step(self, data: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """Responsibilities and the EM objective: the log-likelihood ``sum_n log sum_k pi_k(x_n) p_k(y_n | x_n)``
         (row ``n`` counted ``w_n`` times on :class:`~ppmix.models._weights.Weighted` data) less
-        :meth:`ridge_penalty`."""
+        :meth:`_ridge_penalty`."""
         rows, weight = split_weights(data)
         resp, log_norm = normalize_log_joint_(self._log_joint(*rows))
-        return resp, _weighted_sum(log_norm.reshape(-1), weight) - self.ridge_penalty()
+        return resp, _weighted_sum(log_norm.reshape(-1), weight) - self._ridge_penalty()
 
-    def penalised_log_likelihood(
+    def _penalised_log_likelihood(
         self, x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None = None
     ) -> torch.Tensor:
         """EM's objective on standardised data, differentiable in the parameters: the log-likelihood
         ``sum_n w_n log sum_k pi_k(x_n) p_k(y_n | x_n)`` (``w_n = 1`` without row ``weight``) less
-        :meth:`ridge_penalty` (plus :meth:`log_prior` with ``priors``)."""
-        return _weighted_sum(torch.logsumexp(self._log_joint(x, y), dim=1), weight) - self.ridge_penalty()
+        :meth:`_ridge_penalty` (plus :meth:`_log_prior` with ``priors``)."""
+        return _weighted_sum(torch.logsumexp(self._log_joint(x, y), dim=1), weight) - self._ridge_penalty()
 
     #: what gives posterior draws (the PointEstimateWarning's remedy; :func:`~ppmix.models._arviz.draw_remedies`)
     posterior_remedy = (
@@ -391,9 +391,9 @@ class MixtureOfExperts(ExpertPredictionsMixin, ParametersMixin, PriorsMixin, Tar
         "a proper prior (priors={}, MAP-EM) or a larger ridge gives to_arviz's Laplace approximation curvature"
     )
 
-    def laplace_target(self, data: Any) -> LaplaceTarget:
+    def _laplace_target(self, data: Any) -> LaplaceTarget:
         """What ``to_arviz`` takes its Laplace approximation of (:func:`~ppmix.models._arviz.laplace_draws`): EM's
-        objective, :meth:`penalised_log_likelihood`: with ``priors``, the log posterior density under them; else
+        objective, :meth:`_penalised_log_likelihood`: with ``priors``, the log posterior density under them; else
         under the prior the ridge stands for: ``N(0, 1 / ridge)`` on the (standardised) slopes of the gate and of
         logistic, softmax and Poisson experts, ``N(0, scale_k^2 / ridge)`` on a Gaussian expert's, flat on the
         intercepts and noise scales.
@@ -406,16 +406,16 @@ class MixtureOfExperts(ExpertPredictionsMixin, ParametersMixin, PriorsMixin, Tar
         >>> x = torch.randn(80, 1, generator=g, dtype=torch.float64)
         >>> y = (x[:, 0] + 0.3 * torch.randn(80, generator=g, dtype=torch.float64) > 0).long()
         >>> moe = MixtureOfExperts(2, expert="logistic", seed=0, progress=False).fit(x, y)
-        >>> target = moe.laplace_target(moe.prepare_data(x, y))
+        >>> target = moe._laplace_target(moe.prepare_data(x, y))
         >>> round(float(target.log_density(target.values)) / 80 - moe.lower_bound_, 8)  # EM's objective per row
         0.0
         """
-        values = self.get_globals()
+        values = self._get_globals()
         x, y = self._require_y(split_weights(data)[0])
 
         def log_density(point: dict[str, torch.Tensor]) -> torch.Tensor:
-            self.assign_globals(point)
-            return self.penalised_log_likelihood(x, y)
+            self._assign_globals(point)
+            return self._penalised_log_likelihood(x, y)
 
         held = {}
         if isinstance(self._experts, SoftmaxExpert):  # the reference class stays at zero (a common shift is flat)
@@ -427,10 +427,10 @@ class MixtureOfExperts(ExpertPredictionsMixin, ParametersMixin, PriorsMixin, Tar
     @property
     def ridge_value(self) -> float:
         """``ridge``, or its default for the experts' family (``default_ridge``) when it is None."""
-        return self.expert_family().default_ridge if self.ridge is None else float(self.ridge)
+        return self._expert_family().default_ridge if self.ridge is None else float(self.ridge)
 
-    def ridge_penalty(self) -> torch.Tensor:
-        """The penalty of the EM objective, on the standardised scale: with ``priors``, minus :meth:`log_prior`
+    def _ridge_penalty(self) -> torch.Tensor:
+        """The penalty of the EM objective, on the standardised scale: with ``priors``, minus :meth:`_log_prior`
         (MAP-EM); else the ridge term, the gate's and the experts' ``penalty()`` (``ridge / 2 * ||coef||^2``; for
         Gaussian experts ``ridge ||coef[k]||^2 / (2 scale[k]^2)``).
 
@@ -440,10 +440,10 @@ class MixtureOfExperts(ExpertPredictionsMixin, ParametersMixin, PriorsMixin, Tar
         the ridge at every M-step (a gate of norm 800 lost 1e-6 nats per step). Under ``priors`` the
         components' ``penalty()`` is minus the same log prior up to a constant, which the M-steps leave out."""
         if self.priors is not None:
-            return -self.log_prior()
+            return -self._log_prior()
         return self._gate.penalty().sum() + self._experts.penalty().sum()
 
-    def m_step(self, data: Any, resp: torch.Tensor) -> None:
+    def _m_step(self, data: Any, resp: torch.Tensor) -> None:
         """Experts by weighted least squares / weighted IRLS, gate by Newton on the soft targets (the
         responsibilities times the rows' weights on :class:`~ppmix.models._weights.Weighted` data; the ridge
         unchanged)."""
@@ -489,11 +489,11 @@ class MixtureOfExperts(ExpertPredictionsMixin, ParametersMixin, PriorsMixin, Tar
                 super().fit(X, y, sample_weight=sample_weight, engine=engine, **options)
         finally:
             object.__setattr__(self, "_fit_sample_weight", None)
-        train = self._train_data if sample_weight is None else self.weigh(self._train_data, sample_weight)
+        train = self._train_data if sample_weight is None else self._weigh(self._train_data, sample_weight)
         if engine == "em":
             em = FitResult(self.history_, self.n_iter_, self.converged_)
-            em = polished(self, self.em_data(train), em, options)
-            self.record_result("em", split_and_merge(self, train, options, em))
+            em = polished(self, self._em_data(train), em, options)
+            self._record_result("em", split_and_merge(self, train, options, em))
             warn_unconverged(self)
         if engine in ("em", "svi"):
             self._canonical_order(train)
@@ -538,8 +538,8 @@ class MixtureOfExperts(ExpertPredictionsMixin, ParametersMixin, PriorsMixin, Tar
     @property
     def scale_(self) -> torch.Tensor:
         """Noise standard deviations ``(K,)`` of Gaussian experts."""
-        if "scale" not in self.expert_family().site_dims():
-            raise AttributeError(f"{self.expert_family().name} experts have no noise scale")
+        if "scale" not in self._expert_family().site_dims():
+            raise AttributeError(f"{self._expert_family().name} experts have no noise scale")
         self._check_fitted()
         return self._experts.scale
 
@@ -548,7 +548,7 @@ class MixtureOfExperts(ExpertPredictionsMixin, ParametersMixin, PriorsMixin, Tar
         self._check_fitted()
         out = {
             "model": "MixtureOfExperts",
-            "expert": self.expert_family().name,
+            "expert": self._expert_family().name,
             "n_experts": self.n_experts,
             "engine": self.engine_,
             "n_iter": self.n_iter_,
@@ -560,7 +560,7 @@ class MixtureOfExperts(ExpertPredictionsMixin, ParametersMixin, PriorsMixin, Tar
             "intercept": self.intercept_.tolist(),
             "feature_names": self.feature_names_in_,
         }
-        if "scale" in self.expert_family().site_dims():
+        if "scale" in self._expert_family().site_dims():
             out["scale"] = self.scale_.tolist()
         return out
 

@@ -1,6 +1,6 @@
 """The parameters of a :class:`~ppmix.models.MixtureOfExperts`: building its gate and experts from
-flat tensors (``get_globals``/``set_globals``/``assign_globals``, saved state) and a fitted model from
-given parameters (``from_parameters``, ``from_families``), which is how distributed fits, the OT
+flat tensors (``_get_globals``/``_set_globals``/``_assign_globals``, saved state) and a fitted model from
+given parameters (``from_parameters``, ``_from_families``), which is how distributed fits, the OT
 reduction and users hand ppmix a model they did not fit."""
 
 from __future__ import annotations
@@ -45,31 +45,31 @@ class ParametersMixin:
         the prior's (:meth:`~ppmix.components.expert_family.ExpertFamily.experts`)."""
         floor = getattr(self, "_noise_floor", self.min_variance)
         if self.priors is None:
-            return self.expert_family().experts(params, self.ridge_value, NEWTON_STEPS, floor)
+            return self._expert_family().experts(params, self.ridge_value, NEWTON_STEPS, floor)
         settings, scale = self._prior_settings(), self._target_scale()
-        return self.expert_family().experts(params, self.ridge_value, NEWTON_STEPS, floor, settings, scale)
+        return self._expert_family().experts(params, self.ridge_value, NEWTON_STEPS, floor, settings, scale)
 
-    def get_globals(self) -> dict[str, torch.Tensor]:
+    def _get_globals(self) -> dict[str, torch.Tensor]:
         values = {"gate_coef": self._gate.coef[:-1].clone(), "gate_intercept": self._gate.intercept[:-1].clone()}
         values.update(self._experts.state_dict())
         return values
 
-    def set_globals(self, values: dict[str, torch.Tensor]) -> None:
+    def _set_globals(self, values: dict[str, torch.Tensor]) -> None:
         opts = {"dtype": self.dtype, "device": self._device}
-        self.assign_globals({k: torch.as_tensor(v).detach().to(**opts) for k, v in values.items()})
+        self._assign_globals({k: torch.as_tensor(v).detach().to(**opts) for k, v in values.items()})
 
-    def assign_globals(self, values: dict[str, torch.Tensor]) -> None:
-        """Build the gate and the experts from ``values`` (``get_globals``' keys) as they are: unlike
-        :meth:`set_globals`, without detaching or converting them, so that autograd sees through."""
+    def _assign_globals(self, values: dict[str, torch.Tensor]) -> None:
+        """Build the gate and the experts from ``values`` (``_get_globals``' keys) as they are: unlike
+        :meth:`_set_globals`, without detaching or converting them, so that autograd sees through."""
         self._gate = self._make_gate(values["gate_coef"], values["gate_intercept"])
-        sites = self.expert_family().sites(self.n_experts, 1, 2)
+        sites = self._expert_family().sites(self.n_experts, 1, 2)
         self._experts = self._make_experts({n: values[n] for n in sites})
         self._invalidate_guide()
 
-    def state_tensors(self) -> dict[str, torch.Tensor]:
+    def _state_tensors(self) -> dict[str, torch.Tensor]:
         """The globals and the covariates' scales; under ``priors``, also the response's mean and sd on the
         training data, which scale the experts' priors (``y_mean``, ``y_std``, where a fit set them)."""
-        tensors = {**self.get_globals(), "x_mean": self._x_mean.clone(), "x_scale": self._x_scale.clone()}
+        tensors = {**self._get_globals(), "x_mean": self._x_mean.clone(), "x_scale": self._x_scale.clone()}
         if self.priors is not None:
             scale = self._target_scale()
             opts = {"dtype": self.dtype, "device": self._device}
@@ -78,10 +78,10 @@ class ParametersMixin:
             )
         return tensors
 
-    def state_shapes(self) -> dict[str, tuple[int | None, ...]]:
+    def _state_shapes(self) -> dict[str, tuple[int | None, ...]]:
         k, d = self.n_experts, self.n_features_in_
         classes = getattr(self, "classes_", None)
-        sites = self.expert_family().sites(k, d, None if classes is None else len(classes))
+        sites = self._expert_family().sites(k, d, None if classes is None else len(classes))
         shapes = {
             "gate_coef": (k - 1, d),
             "gate_intercept": (k - 1,),
@@ -91,12 +91,12 @@ class ParametersMixin:
         }
         return shapes if self.priors is None else {**shapes, "y_mean": (), "y_std": ()}
 
-    def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+    def _load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
         opts = {"dtype": self.dtype, "device": self._device}
         self._x_mean, self._x_scale = tensors["x_mean"].to(**opts), tensors["x_scale"].to(**opts)
         if "y_mean" in tensors:
             self._y_mean, self._y_std = tensors["y_mean"].to(**opts), tensors["y_std"].to(**opts)
-        self.set_globals({k: v for k, v in tensors.items() if k not in ("x_mean", "x_scale", "y_mean", "y_std")})
+        self._set_globals({k: v for k, v in tensors.items() if k not in ("x_mean", "x_scale", "y_mean", "y_std")})
 
     @classmethod
     def from_parameters(
@@ -131,18 +131,20 @@ class ParametersMixin:
         k, p = coef.shape
         gate_c, gate_i = referenced_gate(gate_coef, gate_intercept, k, p, dtype)
         model = cls(k, expert=expert, **{"progress": False, **kwargs})
-        model.validate_params()
+        model._validate_hyperparameters()
         model.n_features_in_, model.feature_names_in_ = p, feature_names
         model._x_mean, model._x_scale = coef.new_zeros(p), coef.new_ones(p)
         values = dict(gate_coef=gate_c[:-1], gate_intercept=gate_i[:-1], coef=coef, intercept=intercept, scale=scale)
         values = {name: value for name, value in values.items() if value is not None}
-        model.set_globals({name: torch.as_tensor(np.asarray(v, np.float64), dtype=dtype) for name, v in values.items()})
+        model._set_globals(
+            {name: torch.as_tensor(np.asarray(v, np.float64), dtype=dtype) for name, v in values.items()}
+        )
         model.engine_, model.history_, model.n_iter_, model.converged_ = engine, [], 0, True
         model.lower_bound_ = float("nan")
         return model
 
     @classmethod
-    def from_families(cls, gate: SoftmaxGate, experts: GaussianExpert | LogisticExpert, **kwargs: Any) -> Self:
+    def _from_families(cls, gate: SoftmaxGate, experts: GaussianExpert | LogisticExpert, **kwargs: Any) -> Self:
         """A fitted model from a gate and an expert family on the user's scale (see :meth:`from_parameters`);
         ``expert=`` names the family of experts other than Gaussian and logistic ones."""
         if "expert" not in kwargs and not isinstance(experts, (GaussianExpert, LogisticExpert)):

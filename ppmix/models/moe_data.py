@@ -31,7 +31,7 @@ def check_settings(model: Any) -> None:
     """Raise ``ValueError`` naming the first constructor argument of ``model`` out of its range."""
     if model.n_experts < 2:
         raise ValueError(f"n_experts must be >= 2; got {model.n_experts}")
-    model.expert_family()  # a registered name or a family object, else an error naming expert
+    model._expert_family()  # a registered name or a family object, else an error naming expert
     split_merge = model.split_merge
     if isinstance(split_merge, bool) or not isinstance(split_merge, int) or split_merge < 0:
         raise ValueError(f"split_merge must be a non-negative integer; got {split_merge!r}")
@@ -137,7 +137,7 @@ def check_training_data(
     return TrainingData(x, response, names, x_mean, x_scale, y_mean, y_std, settings["min_variance"] * float(y_std**2))
 
 
-#: the (coefficients, intercepts) pairs of the linear parameters in ``MixtureOfExperts.get_globals()``
+#: the (coefficients, intercepts) pairs of the linear parameters in ``MixtureOfExperts._get_globals()``
 _LINEAR_PAIRS = (("gate_coef", "gate_intercept"), ("coef", "intercept"))
 
 

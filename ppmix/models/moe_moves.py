@@ -86,7 +86,7 @@ SCREENED_WEIGHTS = (
     "sample_weight with split_merge_search='screened' is not supported: its random subsample of rows has no "
     "weighted form equal to the repeated rows; use split_merge_search='proposal' (the default) or split_merge=0"
 )
-#: round ``r`` of the screened search draws its subsample with ``model.generator(_SCREEN_SEED_OFFSET + r)``
+#: round ``r`` of the screened search draws its subsample with ``model._generator(_SCREEN_SEED_OFFSET + r)``
 _SCREEN_SEED_OFFSET = 7717
 
 
@@ -172,7 +172,7 @@ def split_and_merge(model: MixtureOfExperts, train_data: Any, options: dict[str,
     """
     from ppmix.engines import run_em
 
-    data = model.em_data(train_data)
+    data = model._em_data(train_data)
     rows, weight = split_weights(data)
     if weight is not None and model.split_merge_search == "screened":
         raise ValueError(SCREENED_WEIGHTS)
@@ -183,17 +183,17 @@ def split_and_merge(model: MixtureOfExperts, train_data: Any, options: dict[str,
     idle = 0  # rounds in a row that kept nothing
     for round_ in range(model.split_merge):
         if model.split_merge_search == "screened":
-            starts = screened_moves(model, data, model.generator(offset=_SCREEN_SEED_OFFSET + round_), tol)
+            starts = screened_moves(model, data, model._generator(offset=_SCREEN_SEED_OFFSET + round_), tol)
         else:
             move = split_merge_proposal(model, *rows, weight)
             starts = [] if move is None else [(move, None)]
-        saved, before = model.get_globals(), float(fitted.history[-1])
+        saved, before = model._get_globals(), float(fitted.history[-1])
         best: tuple[float, Any, dict[str, torch.Tensor], Move] | None = None
         for move, screened in starts:
-            model.set_globals(saved if screened is None else screened)
+            model._set_globals(saved if screened is None else screened)
             try:
                 if screened is None:
-                    model.m_step(data, move_responsibilities(model, *rows, move, weight))
+                    model._m_step(data, move_responsibilities(model, *rows, move, weight))
                 with convergence_warnings_ignored(model.polish):  # the polish's verdict replaces EM's
                     result = run_em(model, train_data, n_init=1, warm_start=True, progress=False, **em_options)
                 result = polished(model, data, result, options)
@@ -201,17 +201,17 @@ def split_and_merge(model: MixtureOfExperts, train_data: Any, options: dict[str,
                 logger.info("split-and-merge move %s rejected: %s", move, error)
                 continue
             if best is None or float(result.history[-1]) > best[0]:
-                best = (float(result.history[-1]), result, model.get_globals(), move)
+                best = (float(result.history[-1]), result, model._get_globals(), move)
         # a gain within EM's own stopping tolerance is the same optimum, not a better one
         if best is None or not best[0] > before + tol * abs(before):
-            model.set_globals(saved)
+            model._set_globals(saved)
             idle += 1
             if idle == patience:
                 return fitted
             continue
         idle = 0
         after, result, values, move = best
-        model.set_globals(values)
+        model._set_globals(values)
         logger.info("split-and-merge move %s: objective/point %.6f -> %.6f", move, before, after)
         # the history of the EM run of the last kept move (monotone); the iterations of every run
         fitted = FitResult(list(result.history), fitted.n_iter + int(result.n_iter), bool(result.converged))
@@ -275,7 +275,7 @@ def candidate_moves(model: MixtureOfExperts, x: torch.Tensor) -> list[Move]:
     >>> from ppmix.models import MixtureOfExperts
     >>> x = torch.randn(50, 1, dtype=torch.float64)
     >>> moe = MixtureOfExperts(3, seed=0, progress=False, split_merge=0).fit(x.numpy(), x[:, 0].numpy())
-    >>> moves = candidate_moves(moe, moe.em_data(moe._train_data)[0])
+    >>> moves = candidate_moves(moe, moe._em_data(moe._train_data)[0])
     >>> len(moves), moves[0], moves[11], moves[-1]
     (21, (0, 1, 2, 'residual'), (2, 1, 0, 'covariates'), (2, None, None, 'worst'))
     """
@@ -296,7 +296,7 @@ def screened_moves(
     model: MixtureOfExperts, data: tuple[torch.Tensor, torch.Tensor], generator: torch.Generator, tol: float
 ) -> list[tuple[Move, dict[str, torch.Tensor]]]:
     """The starts of ``split_merge_search="screened"``: the 3 of :func:`candidate_moves` whose EM run of 60
-    iterations on a subsample (10 000 rows drawn by ``generator``; all rows when there are fewer) ends highest,
+    iterations on a subsample (10 000 rows drawn by ``_generator``; all rows when there are fewer) ends highest,
     each with the parameters that run ended at, from which EM on all rows goes on.
 
     Going on from the screening run, rather than making the move again on all rows, keeps
@@ -310,12 +310,12 @@ def screened_moves(
     if len(y) > _SCREEN_ROWS:
         rows = torch.randperm(len(y), generator=generator)[:_SCREEN_ROWS].to(x.device)
         x, y = x[rows], y[rows]
-    saved = model.get_globals()
+    saved = model._get_globals()
     scored: list[tuple[float, Move, dict[str, torch.Tensor]]] = []
     for move in candidate_moves(model, x):
-        model.set_globals(saved)
+        model._set_globals(saved)
         try:
-            model.m_step((x, y), move_responsibilities(model, x, y, move))
+            model._m_step((x, y), move_responsibilities(model, x, y, move))
             with convergence_warnings_ignored():  # a screening run is short by design
                 result = run_em(
                     model, (x, y), n_init=1, warm_start=True, progress=False, max_iter=_SCREEN_ITER, tol=tol
@@ -323,8 +323,8 @@ def screened_moves(
         except ValueError as error:
             logger.debug("split-and-merge move %s not screened: %s", move, error)
             continue
-        scored.append((float(result.history[-1]), move, model.get_globals()))
-    model.set_globals(saved)
+        scored.append((float(result.history[-1]), move, model._get_globals()))
+    model._set_globals(saved)
     scored.sort(key=lambda score: -score[0])  # stable: ties keep the candidates' order
     return [(move, values) for _, move, values in scored[:_SCREEN_KEEP]]
 

@@ -8,7 +8,7 @@ still gained 0.0010 nats per row; L-BFGS on the same objective gained as much in
 iterations (12 s against 4 min), and the experts it ended with matched the planted ones
 far better (adjusted Rand index 0.75 -> 0.93). So after EM the fit goes on by L-BFGS
 (strong-Wolfe line search) on exactly EM's objective, the penalised log-likelihood
-(:meth:`~ppmix.models.MixtureOfExperts.penalised_log_likelihood`), from EM's end point.
+(:meth:`~ppmix.models.MixtureOfExperts._penalised_log_likelihood`), from EM's end point.
 Every iterate that is kept raises that objective, so ``history_`` stays monotone. The L-BFGS
 loop is the engine piece :func:`~ppmix.engines.polish.lbfgs_polish`; this module says
 how a mixture of experts is polished.
@@ -58,17 +58,17 @@ class _WeightedRows:
         self.model, self.weight = model, weight
         self.rescale = len(weight) / float(weight.sum())
 
-    def get_globals(self) -> Values:
-        return self.model.get_globals()
+    def _get_globals(self) -> Values:
+        return self.model._get_globals()
 
-    def set_globals(self, values: Values) -> None:
-        self.model.set_globals(values)
+    def _set_globals(self, values: Values) -> None:
+        self.model._set_globals(values)
 
-    def assign_globals(self, values: Values) -> None:
-        self.model.assign_globals(values)
+    def _assign_globals(self, values: Values) -> None:
+        self.model._assign_globals(values)
 
-    def penalised_log_likelihood(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return self.model.penalised_log_likelihood(x, y, self.weight) * self.rescale
+    def _penalised_log_likelihood(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.model._penalised_log_likelihood(x, y, self.weight) * self.rescale
 
 
 def polish(model: Any, data: Any, max_iter: int, tol: float) -> tuple[list[float], bool]:
@@ -76,7 +76,7 @@ def polish(model: Any, data: Any, max_iter: int, tol: float) -> tuple[list[float
     its current parameters, in place (:func:`~ppmix.engines.polish.lbfgs_polish`; Gaussian experts'
     noise scales kept above their floor).
 
-    ``data`` is the standardised training data (``model.em_data``), ``(x, y)`` or, with ``sample_weight``,
+    ``data`` is the standardised training data (``model._em_data``), ``(x, y)`` or, with ``sample_weight``,
     :class:`~ppmix.models._weights.Weighted` (the objective then per unit of weight); ``max_iter``, ``tol`` and
     the returned ``(history, converged)`` are those of :func:`~ppmix.engines.polish.lbfgs_polish`.
 
@@ -89,7 +89,7 @@ def polish(model: Any, data: Any, max_iter: int, tol: float) -> tuple[list[float
     >>> y = (X[:, 0] * np.sign(X[:, 1]) + 0.3 * rng.normal(size=300) > 0).astype(float)
     >>> moe = MixtureOfExperts(2, expert="logistic", seed=0, progress=False, split_merge=0, polish=False)
     >>> moe = moe.fit(X, y, max_iter=5)
-    >>> history, converged = polish(moe, moe.em_data(moe.prepare_data(X, y)), max_iter=200, tol=1e-9)
+    >>> history, converged = polish(moe, moe._em_data(moe.prepare_data(X, y)), max_iter=200, tol=1e-9)
     >>> bool(history[-1] > moe.lower_bound_), bool(np.all(np.diff(history) >= 0))
     (True, True)
     """

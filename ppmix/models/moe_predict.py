@@ -29,7 +29,7 @@ class ExpertPredictionsMixin:
         return to_output(self._gate.log_prob(self._covariates(X)).argmax(-1), X)
 
     def _expert_means(self, x: torch.Tensor) -> torch.Tensor:
-        return self.expert_family().expected_target(self._experts, x)
+        return self._expert_family().expected_target(self._experts, x)
 
     def _conditional_mean(self, x: torch.Tensor) -> torch.Tensor:
         return (self._gate.log_prob(x).exp() * self._expert_means(x)).sum(-1)
@@ -60,20 +60,20 @@ class ExpertPredictionsMixin:
         p1 = torch.sigmoid(log_p1 - log_p0)  # in [0, 1] by construction, unlike a sum of gate-weighted sigmoids
         return to_output(torch.stack([1 - p1, p1], dim=-1), X)
 
-    def responsibilities(self, data: Any) -> torch.Tensor:
+    def _responsibilities(self, data: Any) -> torch.Tensor:
         return torch.softmax(self._log_joint(*self._require_y(data)), dim=1)
 
-    def posterior_marginals(self, data: Any) -> dict[str, torch.Tensor]:
-        return {"z": self.responsibilities(data)}
+    def _posterior_marginals(self, data: Any) -> dict[str, torch.Tensor]:
+        return {"z": self._responsibilities(data)}
 
-    def pointwise_log_likelihood(self, data: Any) -> torch.Tensor:
+    def _pointwise_log_likelihood(self, data: Any) -> torch.Tensor:
         return torch.logsumexp(self._log_joint(*self._require_y(data)), dim=1)
 
     def sample(self, X: Any) -> dict[str, Any]:  # type: ignore[override]
         """Draw an expert ``z`` and a response ``y`` for every row of ``X``: ``{"y", "z"}``."""
         self._check_fitted()
         x = self._covariates(X)
-        gen = self.generator(offset=7919)
+        gen = self._generator(offset=7919)
         cpu = gen if self._device.type == "cpu" else None
         z = torch.multinomial(self._gate.log_prob(x).exp().cpu(), 1, generator=gen).squeeze(-1).to(self._device)
         y = self._experts.sample(z, x, generator=cpu)

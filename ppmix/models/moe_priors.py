@@ -61,13 +61,13 @@ class PriorsMixin:
         >>> MixtureOfExperts(2).prior_keys()["variance_rate"].doc
         'the inverse-gamma rate of every noise variance, in units of var(y) (default 0.01)'
         """
-        family: ExpertFamily = self.expert_family()
+        family: ExpertFamily = self._expert_family()
         return {**GATE_PRIOR_KEYS, **family.prior_keys()}
 
     def _validate_priors(self) -> None:
         """``priors`` None or a mapping of :meth:`prior_keys` to positive numbers, and then no ``ridge``; else an
         error naming ``priors``."""
-        owner = f"MixtureOfExperts with {self.expert_family().name} experts"
+        owner = f"MixtureOfExperts with {self._expert_family().name} experts"
         check_priors(self.priors, self.prior_keys(), owner, arrays=())
         if self.priors is not None and self.ridge is not None:
             raise ValueError(
@@ -101,10 +101,10 @@ class PriorsMixin:
             assert prior is not None
             scale = prior.slope_scale if site == "gate_coef" else prior.intercept_scale
             return ReferencedNormal(scale, (batch, *event), **opts)
-        family: ExpertFamily = self.expert_family()
+        family: ExpertFamily = self._expert_family()
         return family.configured_prior(site, batch, event, self._prior_settings(), self._target_scale(), opts)
 
-    def log_prior(self) -> torch.Tensor:
+    def _log_prior(self) -> torch.Tensor:
         """The log density of ``priors``' prior at the current parameters (differentiable in them): what MAP-EM adds
         to the log-likelihood, and what the program's prior sites sum to under MCMC.
 
@@ -116,7 +116,7 @@ class PriorsMixin:
         >>> X = rng.normal(size=(100, 1))
         >>> y = (X[:, 0] + 0.5 * rng.normal(size=100) > 0).astype(int)
         >>> moe = MixtureOfExperts(2, expert="logistic", priors={}, seed=0, progress=False).fit(X, y)
-        >>> round(float(moe.log_likelihood(X, y) + moe.log_prior()) / 100 - moe.lower_bound_, 10)
+        >>> round(float(moe.log_likelihood(X, y) + moe._log_prior()) / 100 - moe.lower_bound_, 10)
         0.0
         """
         gate, experts = self._gate, self._experts

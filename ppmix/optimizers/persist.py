@@ -107,7 +107,7 @@ def move_object_tensors(obj: Any, device: torch.device) -> Any:
 class SavableEstimator(Savable):
     """:class:`~ppmix.io.Savable` for estimators that are not Pyro models.
 
-    Subclasses provide ``_check_fitted``, ``state_tensors``, ``extra_state``,
+    Subclasses provide ``_check_fitted``, ``_state_tensors``, ``_extra_state``,
     ``_restore(tensors, extra)`` (rebuild the fitted state), ``_SAVED_PARAMS`` (constructor
     arguments that JSON can hold) and ``_OBJECT_PARAM`` (the constructor argument that may be an
     object a file cannot hold: saved as ``null``, passed again at load). :func:`ppmix.io.load_model`
@@ -118,11 +118,11 @@ class SavableEstimator(Savable):
     _SAVED_PARAMS: tuple[str, ...] = ()
     _OBJECT_PARAM: str = ""
 
-    def saved_params(self) -> dict[str, Any]:
+    def _saved_params(self) -> dict[str, Any]:
         """The constructor arguments a saved file records (objects that JSON cannot hold are left out)."""
         return {name: getattr(self, name) for name in self._SAVED_PARAMS}
 
-    def load_extra_state(self, state: dict[str, Any]) -> None:
+    def _load_extra_state(self, state: dict[str, Any]) -> None:
         """Keep the JSON state until the tensors arrive (called by :func:`ppmix.io.load_model`).
 
         Raises
@@ -139,7 +139,7 @@ class SavableEstimator(Savable):
             )
         self._loaded_extra = dict(state)
 
-    def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+    def _load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
         """Rebuild the fitted state from the tensors and the JSON state with ``_restore``."""
         try:
             self._restore(dict(tensors), self._loaded_extra)

@@ -66,7 +66,7 @@ def _hmm_at(params: dict, seqs: list[np.ndarray], covariance_type: str = "full")
 
 
 def _log_likelihoods(hmm: HMM, seqs: list[np.ndarray]) -> np.ndarray:
-    return hmm.pointwise_log_likelihood(hmm.prepare_data(seqs)).numpy()
+    return hmm._pointwise_log_likelihood(hmm.prepare_data(seqs)).numpy()
 
 
 def _brute_force(params: dict, x: np.ndarray) -> tuple[float, np.ndarray, tuple[int, ...]]:
@@ -246,7 +246,7 @@ def test_pyro_program_equals_the_em_objective_and_svi_runs():
     """The program's ``TraceEnum_ELBO`` (each step scored on its row with its lags) is EM's log-likelihood."""
     hmm, seqs = _fitted(max_iter=3)
     data = hmm.prepare_data(seqs)
-    np.testing.assert_allclose(float(hmm.e_step(hmm.em_data(data))[1]), hmm.elbo_tensor(data), rtol=1e-10)
+    np.testing.assert_allclose(float(hmm._e_step(hmm._em_data(data))[1]), hmm._elbo_tensor(data), rtol=1e-10)
     svi = HMM(2, emission={"name": "autoregressive", "lags": 2}, **QUIET).fit(seqs, engine="svi", num_steps=20)
     assert svi.components_.weights.shape == (2, 2, 4) and np.isfinite(svi.score(seqs))
 
@@ -264,9 +264,9 @@ def test_mcmc_draws_every_site():
 
 
 def test_the_emission_options_reach_the_family():
-    family = HMM(2, emission={"name": "autoregressive", "lags": 3, "covariance_type": "diag"}).component_family()
+    family = HMM(2, emission={"name": "autoregressive", "lags": 3, "covariance_type": "diag"})._component_family()
     assert (family.lags, family.covariance_type) == (3, "diag")
-    assert HMM(2, emission="autoregressive", covariance_type="full").component_family().covariance_type == "full"
+    assert HMM(2, emission="autoregressive", covariance_type="full")._component_family().covariance_type == "full"
 
 
 @pytest.mark.parametrize(
@@ -309,7 +309,7 @@ def test_the_cli_passes_lags_as_an_emission_option(tmp_path):
     options = ["--emission", "autoregressive", "--emission-option", "lags=2", "--covariance", "full"]
     assert main([*argv, *options, "--max-iter", "5", "--out", str(tmp_path / "out")]) == 0
     model = HMM.load(tmp_path / "out" / "model")
-    assert (model.component_family().lags, model.components_.weights.shape) == (2, (2, 2, 4))
+    assert (model._component_family().lags, model.components_.weights.shape) == (2, (2, 2, 4))
 
 
 def test_em_on_shards_equals_em_in_memory(tmp_path):
@@ -323,8 +323,8 @@ def test_em_on_shards_equals_em_in_memory(tmp_path):
         np.savez(path, X=np.concatenate(part), lengths=np.array([len(s) for s in part]))
     sharded = fit_em(copy.deepcopy(start), paths, executor="inline", max_iter=5, tol=0.0)
     np.testing.assert_allclose(sharded.history_, in_memory.history_, rtol=1e-10)
-    for key, value in in_memory.state_tensors().items():
-        np.testing.assert_allclose(sharded.state_tensors()[key].numpy(), value.numpy(), rtol=1e-9, atol=1e-12)
+    for key, value in in_memory._state_tensors().items():
+        np.testing.assert_allclose(sharded._state_tensors()[key].numpy(), value.numpy(), rtol=1e-9, atol=1e-12)
 
 
 def test_partial_fit_on_chunks_approaches_the_batch_fit():

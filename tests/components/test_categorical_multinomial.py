@@ -27,7 +27,7 @@ def test_multinomial_log_prob_is_scipys_with_each_rows_own_total():
     expected = np.stack([stats.multinomial.logpmf(x, x.sum(1), probs[k]) for k in range(3)], axis=1)
     components = MultinomialComponents(_t(probs))
     assert_close(components.log_prob(_t(x)), expected, rtol=1e-12)
-    prepared = Mixture(3, family="multinomial").component_family().prepare(_t(x))  # coefficient cached once
+    prepared = Mixture(3, family="multinomial")._component_family().prepare(_t(x))  # coefficient cached once
     assert_close(components.log_prob(prepared), expected, rtol=1e-12)
     assert_close(RowTotalMultinomial(_t(probs[0])).log_prob(_t(x)), expected[:, 0], rtol=1e-12)
 
@@ -106,7 +106,7 @@ def test_a_level_beyond_the_measured_or_given_ones_is_an_error_naming_x(tmp_path
     with pytest.raises(ValueError, match=r"X holds the level code 3.*n_levels=3"):
         mixture.predict(beyond)
     loaded = MixtureModel.load(mixture.save(tmp_path / "m"))  # the measured levels are saved with the model
-    assert loaded.component_family().n_levels == 3
+    assert loaded._component_family().n_levels == 3
     np.testing.assert_array_equal(loaded.predict_proba(x), mixture.predict_proba(x))
     with pytest.raises(ValueError, match=r"X holds the level code 3"):
         loaded.score(beyond)

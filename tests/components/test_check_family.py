@@ -140,7 +140,7 @@ def test_a_family_written_outside_the_package_passes_check_family_registers_and_
     order = np.argsort(mix.means_[:, 0].numpy())
     np.testing.assert_allclose(mix.means_.numpy()[order], PLANTED, atol=0.2)  # swapped parameters would not be
     loaded = Mixture.load(mix.save(tmp_path / "mix"))
-    assert isinstance(loaded.component_family(), LaplaceFamily)
+    assert isinstance(loaded._component_family(), LaplaceFamily)
     np.testing.assert_array_equal(loaded.predict_proba(x), mix.predict_proba(x))
     hmm = HMM(2, emission="laplace", seed=0, progress=False).fit(np.array_split(x, 6))
     assert HMM.load(hmm.save(tmp_path / "hmm")).score(np.array_split(x, 6)) == hmm.score(np.array_split(x, 6))
@@ -322,4 +322,4 @@ def test_an_installed_package_registers_its_family_by_entry_point(families, monk
     monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [entry] if group == entry.group else [])
     monkeypatch.setattr(registry, "_entry_points_read", False)
     mix = Mixture(2, family="laplace_entry_point", seed=0, progress=False).fit(_rows(100))
-    assert type(Mixture.load(mix.save(tmp_path / "mix")).component_family()) is EntryPointLaplace
+    assert type(Mixture.load(mix.save(tmp_path / "mix"))._component_family()) is EntryPointLaplace

@@ -133,7 +133,7 @@ def test_mcmc_draws_reach_arviz(structure, name):
     # shallow trees: the test is that draws of every site reach ArviZ, not that the chain mixes
     model = _quiet(_structure(structure, name).fit, x, engine="mcmc", num_samples=10, warmup_steps=10, max_tree_depth=4)
     posterior = model.to_arviz().posterior
-    for site in model.component_family().sites(2, 2):
+    for site in model._component_family().sites(2, 2):
         assert posterior[site].sizes["draw"] == 10
         assert np.isfinite(posterior[site].values).all()
 
@@ -363,5 +363,5 @@ def test_map_em_on_three_shards_equals_map_em_in_memory(structure, tmp_path):
         fit_em, copy.deepcopy(start), write_shards(structure, x, tmp_path), executor="inline", max_iter=5, tol=0.0
     )
     np.testing.assert_allclose(sharded.history_, in_memory.history_, rtol=1e-10)
-    for key, value in in_memory.state_tensors().items():
-        np.testing.assert_allclose(sharded.state_tensors()[key].numpy(), value.numpy(), rtol=1e-9, atol=1e-12)
+    for key, value in in_memory._state_tensors().items():
+        np.testing.assert_allclose(sharded._state_tensors()[key].numpy(), value.numpy(), rtol=1e-9, atol=1e-12)

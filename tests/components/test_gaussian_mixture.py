@@ -45,11 +45,11 @@ def test_a_baum_welch_iteration_equals_hmmlearns_gmmhmm_up_to_its_centring(cov):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         start.fit(sequences)
-        moved = start.get_globals()
+        moved = start._get_globals()
         moved["locs"] = moved["locs"] + 0.3  # away from the optimum, so that the means move in the iteration
-        start.set_globals(moved)
+        start._set_globals(moved)
         ours.fit(sequences, max_iter=1)
-        ours.set_globals(start.get_globals())
+        ours._set_globals(start._get_globals())
         ours.fit(sequences)
         peer = GMMHMM(2, n_mix=2, covariance_type=cov, init_params="", params="stmcw", n_iter=1, tol=-np.inf)
         peer.startprob_, peer.transmat_ = start.initial_.numpy(), start.transition_.numpy()

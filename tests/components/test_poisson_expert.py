@@ -63,7 +63,7 @@ def test_em_objective_is_trace_enum_elbo_plus_the_ridge_penalty():
         expert="poisson",
         ridge=0.5,
     )
-    assert float(moe.ridge_penalty()) > 0
+    assert float(moe._ridge_penalty()) > 0
     assert_em_objective_is_trace_enum_elbo(moe, x, y)
 
 
@@ -143,13 +143,13 @@ def test_ot_reduction_of_identical_poisson_models_is_that_model_and_s14_is_refus
         expert="poisson",
     )
     reduced = ot_reduce([truth, truth], x)
-    assert reduced.expert_family().name == "poisson"
+    assert reduced._expert_family().name == "poisson"
     np.testing.assert_allclose(np.sort(reduced.coef_[:, 0].numpy()), [-0.8, 0.5], atol=1e-8)
     np.testing.assert_allclose(reduced.predict(x), truth.predict(x), rtol=1e-3)
     with pytest.raises(ValueError, match="s14"):
         ot_reduce([truth, truth], x, logistic_update="s14")
     with pytest.raises(ValueError, match="expert= is required"):
-        MixtureOfExperts.from_families(truth.gate_, truth.experts_)
+        MixtureOfExperts._from_families(truth.gate_, truth.experts_)
 
 
 def test_fit_distributed_fits_poisson_experts_on_shards():
@@ -157,8 +157,8 @@ def test_fit_distributed_fits_poisson_experts_on_shards():
 
     x, y = _two_regimes(400, seed=2)
     fit = fit_distributed([(x[:200], y[:200]), (x[200:], y[200:])], 2, expert="poisson", executor="inline", n_init=2)
-    assert fit.model.expert_family().name == "poisson"
-    assert all(m.expert_family().name == "poisson" for m in fit.local_models)
+    assert fit.model._expert_family().name == "poisson"
+    assert all(m._expert_family().name == "poisson" for m in fit.local_models)
     order = np.argsort(fit.model.coef_[:, 0].numpy())
     np.testing.assert_allclose(fit.model.coef_[order, 0].numpy(), [-0.7, 0.8], atol=0.15)
     np.testing.assert_allclose(fit.model.intercept_[order].numpy(), [2.5, 1.0], atol=0.2)

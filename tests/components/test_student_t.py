@@ -199,15 +199,15 @@ def test_full_t_mixture_em_objective_equals_pyro_trace_enum_elbo_at_the_fit_and_
         warnings.simplefilter("ignore")
         model.fit(x)
     data = model.prepare_data(x)
-    em_objective = float(model.e_step(model.em_data(data))[1])
-    np.testing.assert_allclose(em_objective, model.elbo_tensor(data), rtol=1e-10)
-    values = model.get_globals()  # df, loc, scales, corr_cholesky, the mixing weights
+    em_objective = float(model._e_step(model._em_data(data))[1])
+    np.testing.assert_allclose(em_objective, model._elbo_tensor(data), rtol=1e-10)
+    values = model._get_globals()  # df, loc, scales, corr_cholesky, the mixing weights
     values["df"], values["loc"], values["scales"] = values["df"] * 1.7, values["loc"] + 0.3, values["scales"] * 1.3
     values["corr_cholesky"] = torch.eye(2, dtype=F64).expand(2, 2, 2)
-    model.set_globals(values)
-    perturbed = float(model.e_step(model.em_data(data))[1])
+    model._set_globals(values)
+    perturbed = float(model._e_step(model._em_data(data))[1])
     assert perturbed < em_objective - 1.0
-    np.testing.assert_allclose(perturbed, model.elbo_tensor(data), rtol=1e-10)
+    np.testing.assert_allclose(perturbed, model._elbo_tensor(data), rtol=1e-10)
 
 
 def test_planted_correlated_t_clusters_are_found_where_a_full_gaussian_mixture_is_pulled_by_outliers():
@@ -244,8 +244,8 @@ def test_full_t_em_on_three_shards_equals_em_in_memory(tmp_path):
             np.save(paths[-1], x[part])
         sharded = fit_em(copy.deepcopy(start), paths, executor="inline", max_iter=5, tol=0.0)
     np.testing.assert_allclose(sharded.history_, in_memory.history_, rtol=1e-10)
-    for key, value in in_memory.state_tensors().items():
-        np.testing.assert_allclose(sharded.state_tensors()[key].numpy(), value.numpy(), rtol=1e-9, atol=1e-12)
+    for key, value in in_memory._state_tensors().items():
+        np.testing.assert_allclose(sharded._state_tensors()[key].numpy(), value.numpy(), rtol=1e-9, atol=1e-12)
 
 
 def test_a_saved_full_t_mixture_loads_with_its_scale_matrices(tmp_path):
@@ -255,7 +255,7 @@ def test_a_saved_full_t_mixture_loads_with_its_scale_matrices(tmp_path):
         warnings.simplefilter("ignore")
         model.fit(x)
     loaded = Mixture.load(model.save(tmp_path / "model"))
-    assert isinstance(loaded.components_, FullStudentTComponents) and loaded.component_family().max_df == 50.0
+    assert isinstance(loaded.components_, FullStudentTComponents) and loaded._component_family().max_df == 50.0
     assert_close(loaded.components_.scale_tril, model.components_.scale_tril, rtol=0.0)
     assert_close(loaded.score_samples(x), model.score_samples(x), rtol=1e-12)
 

@@ -60,8 +60,8 @@ def _assert_same_fit(sharded, in_memory) -> None:
     common = min(len(sharded.history_), len(in_memory.history_))
     assert common >= 3
     np.testing.assert_allclose(sharded.history_[:common], in_memory.history_[:common], rtol=1e-10, atol=0)
-    for name, value in in_memory.state_tensors().items():
-        np.testing.assert_allclose(sharded.state_tensors()[name].numpy(), value.numpy(), rtol=1e-10, atol=1e-12)
+    for name, value in in_memory._state_tensors().items():
+        np.testing.assert_allclose(sharded._state_tensors()[name].numpy(), value.numpy(), rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.parametrize("reverse", [False, True], ids=["in-order", "reversed"])
@@ -247,11 +247,11 @@ class _KillsItsWorker(GMM):
     marker = ""
     driver = 0
 
-    def e_step(self, data):
+    def _e_step(self, data):
         if os.getpid() != self.driver and not os.path.exists(self.marker):
             open(self.marker, "w").close()
             os._exit(1)
-        return super().e_step(data)
+        return super()._e_step(data)
 
 
 def _killer(start: GMM, marker) -> _KillsItsWorker:
@@ -318,7 +318,7 @@ class _KillsItsWorkerAndRewrites(_KillsItsWorker):
 
     shards: tuple = ()
 
-    def e_step(self, data):
+    def _e_step(self, data):
         if os.getpid() != self.driver:
             try:
                 os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL))
@@ -328,7 +328,7 @@ class _KillsItsWorkerAndRewrites(_KillsItsWorker):
                 for path in self.shards:
                     np.save(path, np.tile(np.load(path), (2, 1)))
                 os._exit(1)
-        return GMM.e_step(self, data)
+        return GMM._e_step(self, data)
 
 
 @pytest.mark.parametrize("executor", ["processes", "dask"])

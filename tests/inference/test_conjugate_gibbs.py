@@ -121,7 +121,7 @@ def test_gaussian_draws_have_the_exact_posterior_means_of_one_component(covarian
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         gmm.fit(x, engine="gibbs", num_samples=3000, warmup_steps=100, num_chains=4)
-    family, scale = gmm.component_family(), gmm._scale
+    family, scale = gmm._component_family(), gmm._scale
     opts = {"dtype": torch.float64}
     loc_prior = family.prior("locs", 1, 1, scale, opts).base_dist
     shape, rate = (float(v.reshape(-1)[0]) for v in family._variance_prior(scale["std"].to(**opts)))
@@ -224,17 +224,17 @@ def test_gibbs_refuses_families_without_a_conjugate_prior_and_replaced_programs(
         def model(self, x):
             return super().model(x)
 
-        def e_step(self, data):
-            return super().e_step(data)
+        def _e_step(self, data):
+            return super()._e_step(data)
 
-        def get_globals(self):
-            return super().get_globals()
+        def _get_globals(self):
+            return super()._get_globals()
 
-        def set_globals(self, values):
-            super().set_globals(values)
+        def _set_globals(self, values):
+            super()._set_globals(values)
 
-        def pointwise_log_likelihood(self, *args, **kwargs):
-            return super().pointwise_log_likelihood(*args, **kwargs)
+        def _pointwise_log_likelihood(self, *args, **kwargs):
+            return super()._pointwise_log_likelihood(*args, **kwargs)
 
     counts = np.random.default_rng(0).poisson(3.0, (20, 1)).astype(float)
     with pytest.raises(TypeError, match="Replaced replaces model\\(\\): engine='gibbs'"):

@@ -25,29 +25,29 @@ class Scripted:
         self.sequences, self.restart, self.step = sequences, -1, 0
         self.__dict__.update(attrs)
 
-    def em_data(self, data):
+    def _em_data(self, data):
         return data
 
-    def n_observations(self, data):
+    def _n_observations(self, data):
         return 10
 
-    def em_initialize(self, data, generator):
+    def _em_initialize(self, data, generator):
         self.restart += 1
         self.step = 0
 
-    def e_step(self, data):
+    def _e_step(self, data):
         return None, torch.tensor(self.sequences[self.restart][self.step], dtype=torch.float64)
 
-    def m_step(self, data, stats):
+    def _m_step(self, data, stats):
         self.step += 1
 
-    def get_globals(self):
+    def _get_globals(self):
         return {"restart": torch.tensor(self.restart)}
 
-    def set_globals(self, values):
+    def _set_globals(self, values):
         self.kept = int(values["restart"])
 
-    def generator(self, offset=0):
+    def _generator(self, offset=0):
         return torch.Generator().manual_seed(offset)
 
 
@@ -117,10 +117,10 @@ def test_a_rounding_level_decrease_is_not_logged(caplog):
 class Resumable(Scripted):
     """A stand-in whose kept parameters are its place in the sequence: restoring them resumes that run."""
 
-    def get_globals(self):
+    def _get_globals(self):
         return {"restart": torch.tensor(self.restart), "step": torch.tensor(self.step)}
 
-    def set_globals(self, values):
+    def _set_globals(self, values):
         self.restart, self.step = int(values["restart"]), int(values["step"])
 
 

@@ -30,7 +30,7 @@ def fits():
 
 def test_autonormal_and_autodelta_start_at_the_fitted_globals(fits):
     gmm = fits[0]
-    data, fitted = gmm.prepare_data(_two_groups()), gmm.get_globals()
+    data, fitted = gmm.prepare_data(_two_groups()), gmm._get_globals()
     normal = fitted_autoguide(gmm, "normal")
     assert isinstance(normal, AutoNormal)
     for name, value in fitted.items():
@@ -52,7 +52,7 @@ def test_two_models_guides_each_start_at_their_own_fit_in_the_global_param_store
     datas = [m.prepare_data(_two_groups(s)) for m, s in zip(fits, (0.0, 100.0))]
     own = []
     for m, data in zip(fits, datas):
-        guide = AutoNormal(poutine.block(m.model, hide=["z"]), init_loc_fn=init_to_value(values=m.get_globals()))
+        guide = AutoNormal(poutine.block(m.model, hide=["z"]), init_loc_fn=init_to_value(values=m._get_globals()))
         guide(data)
         own.append(guide.median(data)["locs"])
     assert_close(own[0], first.means_, rtol=1e-10)
@@ -74,7 +74,7 @@ def test_pf_model_guide_covers_the_globals_with_switches_and_assignments_left_to
     pf = PFGMM(2, switch_prior=0.5, seed=0, progress=False).fit(x, y)
     data = pf.prepare_data(x, y)
     guide = fitted_autoguide(pf, "delta")
-    fitted = pf.get_globals()
+    fitted = pf._get_globals()
     assert set(guide.median(data)) == set(fitted) - {"switch_probs"}  # the switch posterior is no site
     for name, value in guide.median(data).items():
         assert_close(value, fitted[name], rtol=1e-12)

@@ -103,7 +103,7 @@ def test_chains_already_in_one_labelling_are_untouched():
 def test_component_axes_from_arviz_dims_and_from_the_program():
     x = torch.randn(30, 2, dtype=torch.float64)
     gmm = GMM(3, covariance_type="full", seed=0, progress=False).fit(x)
-    samples = {k: v[None, None] for k, v in gmm.get_globals().items()}
+    samples = {k: v[None, None] for k, v in gmm._get_globals().items()}
     assert component_axes(gmm, x, samples) == {"weights": (0,), "locs": (0,), "scales": (0,), "corr_cholesky": (0,)}
     user = StudentTMixture(3, df=4.0, seed=0)
     values = {
@@ -124,7 +124,7 @@ def test_experts_are_not_relabelled():
     x = rng.normal(size=(60, 2))
     y = x[:, 0] + rng.normal(size=60)
     moe = MixtureOfExperts(2, seed=0, progress=False).fit(x, y)
-    samples = {k: v[None, None] for k, v in moe.get_globals().items()}
+    samples = {k: v[None, None] for k, v in moe._get_globals().items()}
     assert component_axes(moe, moe.prepare_data(x, y), samples) == {}
 
 

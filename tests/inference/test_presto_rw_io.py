@@ -15,7 +15,7 @@ from sklearn.linear_model import LogisticRegression
 from ppmix._validation import NotFittedError
 from ppmix.datasets.presto import make_presto_synthetic
 from ppmix.inference import PRESTO, RegularizedWeighting, SubspaceLearner
-from ppmix.io import config_checksum, load_model, lookup_class
+from ppmix.io import config_checksum, load_model, lookup_class, qualified_name
 from ppmix.io.registry import MOVED_CLASSES
 from ppmix.optimizers.presto.components import LinearSVMComponent
 from tests.common import assert_close
@@ -133,7 +133,7 @@ def test_corrupt_or_foreign_files_are_rejected(tmp_path):
 
 
 def test_moved_class_names_lead_to_the_classes_there_now():
-    assert set(MOVED_CLASSES.values()) == {PRESTO.qualified_name(), RegularizedWeighting.qualified_name()}
+    assert set(MOVED_CLASSES.values()) == {qualified_name(PRESTO), qualified_name(RegularizedWeighting)}
     for old, new in MOVED_CLASSES.items():
         assert lookup_class(old) is lookup_class(new)
 

@@ -192,7 +192,7 @@ def test_moe_laplace_takes_the_ridge_as_a_gaussian_prior_and_stays_finite_on_nea
     y = (x[:, 0] > 0).astype(int)
     y[:2] = 1 - y[:2]
     moe = MixtureOfExperts(2, expert=expert, seed=0, progress=False).fit(x, y)
-    target = moe.laplace_target(moe.prepare_data(x, y))
+    target = moe._laplace_target(moe.prepare_data(x, y))
     assert float(target.log_density(target.values)) == pytest.approx(moe.lower_bound_ * 100, rel=1e-6)
     idata = moe.to_arviz(num_samples=50)
     assert idata.attrs["ppmix_draws"] == "laplace"

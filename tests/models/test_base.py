@@ -22,7 +22,7 @@ class PlainGMM(MixtureModel):
         with pyro.plate("components", k):
             loc = pyro.sample("locs", FlatPrior(constraints.real, (k,), (d,)))
             scale = pyro.sample("scales", FlatPrior(constraints.positive, (k,), (d,)))
-        with self.data_plate(x.shape[0]) as idx:
+        with self._data_plate(x.shape[0]) as idx:
             z = pyro.sample("z", dist.Categorical(w), infer={"enumerate": "parallel"})
             pyro.sample("x", dist.Normal(loc[z], scale[z]).to_event(1), obs=x[idx])
 
@@ -37,8 +37,8 @@ def fitted_pair():
     """A GMM fitted by EM and the user-written PlainGMM set to the same parameters."""
     x = two_groups()
     gmm = GMM(2, seed=0, progress=False).fit(x)
-    plain = PlainGMM(2, seed=0, progress=False).fit(x, engine="svi", num_steps=2, init=gmm.get_globals())
-    plain.set_globals(gmm.get_globals())
+    plain = PlainGMM(2, seed=0, progress=False).fit(x, engine="svi", num_steps=2, init=gmm._get_globals())
+    plain._set_globals(gmm._get_globals())
     return x, gmm, plain
 
 
@@ -74,7 +74,7 @@ def test_subclass_with_proper_priors_fits_by_svi_and_exports_arviz():
     x = two_groups(80, seed=1)
     x[:5] = rng.normal(0, 25, (5, 2))  # outliers
     model = StudentTMixture(2, df=3.0, seed=0).fit(x, engine="svi", num_steps=400, lr=0.05)
-    locs = np.sort(model.get_globals()["loc"].numpy()[:, 0])
+    locs = np.sort(model._get_globals()["loc"].numpy()[:, 0])
     assert_close(locs, [-3, 3], atol=0.5, rtol=0)
     idata = model.to_arviz(approximation=None)
     assert set(idata.posterior.data_vars) == {"weights", "loc", "scale"}

@@ -45,7 +45,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::ppmix.engines.result.Convergenc
 class UserStudentT(StudentTMixture):
     """A mixture a user writes: only the Pyro program (proper priors) and a data-driven start; fitted by SVI."""
 
-    def init_values(self, data: torch.Tensor, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    def _init_values(self, data: torch.Tensor, generator: torch.Generator) -> dict[str, torch.Tensor]:
         rows = torch.randperm(data.shape[0], generator=generator)[: self.n_components]
         return {"loc": data[rows]}
 
@@ -499,20 +499,20 @@ def assert_weights_are_repeated_rows(case_id: str, x: Any, y: Any) -> None:
     weight = _integer_weights(len(x))
     repeated = _repeated(case, x, weight)
     y_repeated = None if y is None else _repeated(case, y, weight)
-    start = fit(case, case.make().set_params(max_iter=1, init_params="random"), repeated, y_repeated).get_globals()
+    start = fit(case, case.make().set_params(max_iter=1, init_params="random"), repeated, y_repeated)._get_globals()
     fits = []
     for data, labels, options in ((x, y, {"sample_weight": weight}), (repeated, y_repeated, {})):
         model = case.make().set_params(tol=0.0, max_iter=3)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             fit(case, model, data, labels, max_iter=1, **options)
-            model.set_globals(start)
+            model._set_globals(start)
             fits.append(fit(case, model, data, labels, warm_start=True, **options))
     weighted, plain = fits
     if "floor" in getattr(plain, "_data_scale", {}) and case_id not in UNWEIGHTED_SCALE:
         assert_close(weighted._data_scale["floor"], plain._data_scale["floor"], rtol=1e-10, atol=0.0, msg="floor")
-    for site, value in plain.get_globals().items():
-        assert_close(weighted.get_globals()[site], value, rtol=1e-10, atol=1e-12, msg=site)
+    for site, value in plain._get_globals().items():
+        assert_close(weighted._get_globals()[site], value, rtol=1e-10, atol=1e-12, msg=site)
     assert_close(weighted.history_, plain.history_, rtol=1e-10)
     assert_close(
         _score(case, weighted, x, y, sample_weight=weight), _score(case, plain, repeated, y_repeated), rtol=1e-10

@@ -52,10 +52,10 @@ def random_globals(gmm: GMM, k: int, d: int, seed: int = 1) -> dict:
 def test_em_objective_equals_pyro_trace_enum_elbo(cov):
     x, *_ = planted(200)
     gmm = GMM(3, covariance_type=cov, seed=0, progress=False, max_iter=3).fit(x)
-    for values in (gmm.get_globals(), random_globals(gmm, 3, 3)):
-        gmm.set_globals(values)
+    for values in (gmm._get_globals(), random_globals(gmm, 3, 3)):
+        gmm._set_globals(values)
         data = gmm.prepare_data(x)
-        _, em_objective = gmm.e_step(gmm.em_data(data))
+        _, em_objective = gmm._e_step(gmm._em_data(data))
         with local_params():
             pyro_elbo = -TraceEnum_ELBO(max_plate_nesting=1).loss(gmm.model, gmm.guide, data)
         assert_close(em_objective, pyro_elbo, rtol=1e-10)
@@ -108,7 +108,7 @@ def test_log_likelihood_matches_scikit_learn(cov):
         tril = torch.linalg.cholesky(torch.tensor(sk.covariances_))
         values["scales"] = tril.square().sum(-1).sqrt()
         values["corr_cholesky"] = tril / values["scales"][..., None]
-    ours.set_globals(values)
+    ours._set_globals(values)
     assert_close(ours.score_samples(x), sk.score_samples(x), rtol=1e-9, atol=1e-9)
     assert_close(ours.predict_proba(x), sk.predict_proba(x), atol=1e-9, rtol=0)
 
@@ -199,7 +199,7 @@ def test_an_error_mid_em_leaves_ordinary_tensors(monkeypatch):
     tensors, so in-place updates and autograd still work on them."""
     x = np.random.default_rng(0).normal(size=(60, 3))
     gmm = GMM(2, seed=0, progress=False).fit(x)
-    calls, e_step = [], GMM.e_step
+    calls, e_step = [], GMM._e_step
 
     def failing_e_step(self, data):
         calls.append(1)
@@ -207,7 +207,7 @@ def test_an_error_mid_em_leaves_ordinary_tensors(monkeypatch):
             raise RuntimeError("interrupted")
         return e_step(self, data)
 
-    monkeypatch.setattr(GMM, "e_step", failing_e_step)
+    monkeypatch.setattr(GMM, "_e_step", failing_e_step)
     with pytest.raises(RuntimeError, match="interrupted"):
         gmm.fit(x)
     components = gmm.components_
@@ -343,7 +343,7 @@ def test_every_em_iteration_equals_scikit_learns_from_the_same_start(cov):
     for steps in (1, 2, 5):
         ours = GMM(3, covariance_type=cov, reg_covar=0.0, warm_start=True, tol=0.0, max_iter=steps, progress=False)
         ours.fit(x, max_iter=1)
-        ours.set_globals(start.get_globals())
+        ours._set_globals(start._get_globals())
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             ours.fit(x)
@@ -514,6 +514,6 @@ def test_samplers_start_from_the_maximum_likelihood_em_start():
     """NUTS and Gibbs start at EM's maximum-likelihood start, whatever ``priors``."""
     priors = {"corr_concentration": 5.0}
     gmm = GMM(2, covariance_type="full", priors=priors, seed=0, progress=False)
-    values = gmm.init_values(gmm.prepare_data(planted(60)[0], fitting=True), gmm.generator())
+    values = gmm._init_values(gmm.prepare_data(planted(60)[0], fitting=True), gmm._generator())
     assert sorted(values) == ["corr_cholesky", "locs", "scales", "weights"]
     assert gmm.priors is priors

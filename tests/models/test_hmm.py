@@ -38,7 +38,7 @@ def planted(n_sequences=40, lengths=(10, 50), seed=0):
 
 def random_globals(hmm, seed=1):
     g = torch.Generator().manual_seed(seed)
-    values = hmm.get_globals()
+    values = hmm._get_globals()
     k = hmm.n_components
     values["initial"] = torch.softmax(torch.randn(k, generator=g, dtype=torch.float64), 0)
     values["transition"] = torch.softmax(torch.randn(k, k, generator=g, dtype=torch.float64), 1)
@@ -53,10 +53,10 @@ def test_em_objective_equals_pyro_trace_enum_elbo_with_unequal_lengths(cov):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         hmm.fit(seqs)
-    for values in (hmm.get_globals(), random_globals(hmm)):
-        hmm.set_globals(values)
+    for values in (hmm._get_globals(), random_globals(hmm)):
+        hmm._set_globals(values)
         batch = hmm.prepare_data(seqs)
-        _, em_objective = hmm.e_step(hmm.em_data(batch))
+        _, em_objective = hmm._e_step(hmm._em_data(batch))
         with local_params():
             pyro_elbo = -TraceEnum_ELBO(max_plate_nesting=1).loss(hmm.model, hmm.guide, batch)
         assert_close(em_objective, pyro_elbo, rtol=1e-10)
@@ -88,13 +88,13 @@ def test_em_recovers_planted_parameters():
 def test_uniform_transitions_reduce_to_the_mixture():
     seqs, _ = planted(10, seed=4)
     hmm = HMM(3, seed=0, progress=False).fit(seqs)
-    values = hmm.get_globals()
+    values = hmm._get_globals()
     values["transition"] = values["initial"].expand(3, 3).clone()
-    hmm.set_globals(values)
+    hmm._set_globals(values)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         gmm = GMM(3, progress=False).fit(np.concatenate(seqs), max_iter=1)
-    gmm.set_globals({"weights": values["initial"], "locs": values["locs"], "scales": values["scales"]})
+    gmm._set_globals({"weights": values["initial"], "locs": values["locs"], "scales": values["scales"]})
     frames = np.concatenate(seqs)
     assert_close(np.concatenate(hmm.predict_proba(seqs)), gmm.predict_proba(frames), atol=1e-10, rtol=0)
     assert hmm.log_likelihood(seqs) == pytest.approx(gmm.log_likelihood(frames), rel=1e-12)
@@ -179,7 +179,7 @@ def test_agrees_with_hmmlearn_on_the_same_parameters():
         hmm.fit(seqs)
     values = random_globals(hmm, seed=11)
     values["scales"] = values["scales"] * torch.linspace(0.5, 1.5, values["scales"].numel()).reshape(3, 2)
-    hmm.set_globals(values)
+    hmm._set_globals(values)
 
     ref = GaussianHMM(3, covariance_type="diag", init_params="", params="")
     ref.n_features = 2
@@ -189,7 +189,7 @@ def test_agrees_with_hmmlearn_on_the_same_parameters():
     ref.covars_ = values["scales"].numpy() ** 2  # hmmlearn's diagonal covars_ are variances
     frames = np.concatenate(seqs)
 
-    per_sequence = hmm.pointwise_log_likelihood(hmm.prepare_data(seqs)).numpy()
+    per_sequence = hmm._pointwise_log_likelihood(hmm.prepare_data(seqs)).numpy()
     assert_close(per_sequence, [ref.score(s) for s in seqs], rtol=1e-10, atol=0)
     assert hmm.log_likelihood(seqs) == pytest.approx(ref.score(frames, lengths), rel=1e-12)
     assert hmm.score(seqs) == pytest.approx(ref.score(frames, lengths) / len(frames), rel=1e-12)
@@ -226,7 +226,7 @@ def test_every_baum_welch_iteration_equals_hmmlearns_from_the_same_start(cov):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             ours.fit(seqs, max_iter=1)
-            ours.set_globals(start.get_globals())
+            ours._set_globals(start._get_globals())
             ours.fit(seqs)
             peer = GaussianHMM(
                 3, covariance_type=cov, covars_prior=0.0, covars_weight=1.0, init_params="", n_iter=steps, tol=-np.inf

@@ -21,7 +21,7 @@ def _draws(hmm, n_draws, seed=1):
     """Draws of the globals scattered about the fit (the left-right chain's disallowed transitions included: the
     model masks them out as it does MCMC's)."""
     g = torch.Generator().manual_seed(seed)
-    fitted = hmm.get_globals()
+    fitted = hmm._get_globals()
 
     def noise(shape):
         return torch.randn(n_draws, *shape, generator=g, dtype=torch.float64)
@@ -42,18 +42,18 @@ def test_log_likelihood_and_marginals_of_all_draws_equal_each_draw_set_in_turn(p
     hmm = HMM(3, covariance_type="full", transition_pattern=pattern, seed=0, progress=False).fit(seqs)
     data = hmm.prepare_data(seqs)
     draws = _draws(hmm, 6)
-    fitted = hmm.get_globals()
+    fitted = hmm._get_globals()
     monkeypatch.setattr(hmm_draws, "DRAW_BLOCK_CELLS", 2 * 5 * 12 * 3)  # blocks of two draws: three blocks
     loglik, marginals = pointwise_draws(hmm, data, draws)
     assert loglik.shape == (6, 5) and marginals["z"].shape == (6, 32, 3)
-    for name, value in hmm.get_globals().items():  # the fit is left as it was
+    for name, value in hmm._get_globals().items():  # the fit is left as it was
         assert torch.equal(value, fitted[name])
     # the reference: each draw's globals set in turn, one forward-backward per draw
-    with hmm.parameters_restored():
+    with hmm._parameters_restored():
         for i in range(6):
-            hmm.set_globals({name: value[i] for name, value in draws.items()})
-            np.testing.assert_allclose(loglik[i], hmm.pointwise_log_likelihood(data).numpy(), rtol=1e-8, atol=1e-8)
-            np.testing.assert_allclose(marginals["z"][i], hmm.posterior_marginals(data)["z"].numpy(), atol=1e-8)
+            hmm._set_globals({name: value[i] for name, value in draws.items()})
+            np.testing.assert_allclose(loglik[i], hmm._pointwise_log_likelihood(data).numpy(), rtol=1e-8, atol=1e-8)
+            np.testing.assert_allclose(marginals["z"][i], hmm._posterior_marginals(data)["z"].numpy(), atol=1e-8)
     assert len(np.unique(loglik[:, 0])) == 6  # every draw scored with its own globals
 
 
@@ -68,7 +68,7 @@ def test_replicated_data_follow_each_draws_chain_and_emissions():
     locs = torch.tensor([[[0.0], [10.0]], [[100.0], [110.0]]], dtype=torch.float64)
     draws = {"initial": initial, "transition": transition, "locs": locs, "scales": torch.full_like(locs, 1e-3)}
     torch.manual_seed(0)
-    x = hmm.draws_replicated(data, draws)["x"]
+    x = hmm._draws_replicated(data, draws)["x"]
     assert x.shape == (2, sum(lengths), 1)
     padded = x.new_zeros(2, len(lengths), 6)
     padded[:, data.mask] = x[..., 0]
@@ -90,14 +90,14 @@ def test_a_subclass_with_its_own_program_or_likelihood_is_replayed():
     subclass with its own pointwise log-likelihood has it called per draw."""
 
     class OwnLikelihood(HMM):
-        def pointwise_log_likelihood(self, data):
-            return super().pointwise_log_likelihood(data)
+        def _pointwise_log_likelihood(self, data):
+            return super()._pointwise_log_likelihood(data)
 
-    companions = ("pointwise_log_likelihood", "posterior_marginals")
-    assert own_hook(HMM(2), "draws_log_likelihood", *companions) is not None
-    assert own_hook(OwnLikelihood(2), "draws_log_likelihood", *companions) is None
-    assert own_hook(OwnLikelihood(2), "draws_replicated") is not None
-    assert own_hook(PFHMM(2), "draws_log_likelihood") is None and own_hook(PFHMM(2), "draws_replicated") is None
+    companions = ("_pointwise_log_likelihood", "_posterior_marginals")
+    assert own_hook(HMM(2), "_draws_log_likelihood", *companions) is not None
+    assert own_hook(OwnLikelihood(2), "_draws_log_likelihood", *companions) is None
+    assert own_hook(OwnLikelihood(2), "_draws_replicated") is not None
+    assert own_hook(PFHMM(2), "_draws_log_likelihood") is None and own_hook(PFHMM(2), "_draws_replicated") is None
 
 
 def test_per_step_log_likelihood_sums_to_each_sequence_and_serves_loo():

@@ -56,9 +56,9 @@ def test_the_program_masks_disallowed_transitions_so_its_elbo_is_the_forward_bac
     and renormalised: TraceEnum_ELBO equals the exact log-likelihood of the masked chain."""
     sequences = left_right_sequences(8, 15)
     hmm = HMM(3, transition_pattern="left-right", init_params="segments", **QUIET).fit(sequences)
-    values = hmm.get_globals()
+    values = hmm._get_globals()
     values["transition"] = torch.full((3, 3), 1 / 3, dtype=torch.float64)
-    hmm.set_globals(values)
+    hmm._set_globals(values)
     assert_close(
         hmm.transition_,
         transition_update(torch.ones(3, 3, dtype=torch.float64) - 1e-10, transition_mask("left-right", 3), 1.0),
@@ -135,7 +135,7 @@ def test_priors_set_the_transition_and_initial_concentrations_of_map_em():
     sequences = left_right_sequences(10, 30)
     options = {"transition_pattern": "upper", "init_params": "segments", "tol": 1e-12, **QUIET}
     hmm = HMM(3, priors={"transition": 20.0}, **options).fit(sequences)
-    counts = hmm.e_step(hmm.em_data(hmm.prepare_data(sequences)))[0]
+    counts = hmm._e_step(hmm._em_data(hmm.prepare_data(sequences)))[0]
     assert_close(hmm.transition_, transition_update(counts.transitions, transition_mask("upper", 3), 20.0), rtol=1e-6)
     pinned = HMM(3, priors={"initial": [1.0, 1.0, 1e6 + 1.0]}, **options).fit(sequences)
     assert float(pinned.initial_[2]) > 0.999  # every sequence starts in state 0; the prior says state 2

@@ -61,7 +61,7 @@ def labelled_sequences(n_sequences=12, seed=0):
 
 def assert_same_fit(a, b):
     """Every saved tensor and the history of two fits equal, bit for bit."""
-    sa, sb = a.state_tensors(), b.state_tensors()
+    sa, sb = a._state_tensors(), b._state_tensors()
     assert sa.keys() == sb.keys()
     for name in sa:
         assert torch.equal(sa[name], sb[name]), name
@@ -154,8 +154,8 @@ def test_clamped_e_step_without_a_known_row_is_the_e_step():
     rounding: the same objective, the same statistics."""
     X, _ = labelled_rows()
     gmm = GMM(3, covariance_type="full", seed=0, progress=False).fit(X)
-    data = gmm.em_data(gmm.prepare_data(X))
-    stats, objective = gmm.e_step(data)
+    data = gmm._em_data(gmm.prepare_data(X))
+    stats, objective = gmm._e_step(data)
     nothing = Clamp.of("known_labels", torch.full((len(X),), -1), 3, torch.float64)
     clamped_stats, clamped_objective = nothing.mixture_e_step(gmm, data)
     assert float(clamped_objective) == pytest.approx(float(objective), rel=1e-13)
@@ -264,7 +264,7 @@ def test_clamped_mixture_objective_is_brute_force_enumeration_and_the_programs_e
         full[unknown] = assignment
         totals.append(log_joint[np.arange(len(X)), full].sum())
     with clamping(gmm, KnownLabels(z), data, "em", {}):
-        objective = float(gmm.e_step(gmm.em_data(data))[1])
+        objective = float(gmm._e_step(gmm._em_data(data))[1])
         with local_params():
             elbo = -float(TraceEnum_ELBO(max_plate_nesting=1).differentiable_loss(gmm.model, gmm.guide, data))
     assert objective == pytest.approx(logsumexp(totals), rel=1e-12)
@@ -293,7 +293,7 @@ def test_clamped_hmm_objective_enumerates_the_paths_consistent_with_the_known_st
         ]
         expected += logsumexp(scores)
     with clamping(hmm, KnownStates(states), batch, "em", {}):
-        objective = float(hmm.e_step(hmm.em_data(batch))[1])
+        objective = float(hmm._e_step(hmm._em_data(batch))[1])
         with local_params():
             elbo = -float(TraceEnum_ELBO(max_plate_nesting=1).differentiable_loss(hmm.model, hmm.guide, batch))
     assert objective == pytest.approx(expected, rel=1e-12)

@@ -501,13 +501,13 @@ def test_sample_weights_with_missing_features_are_repeated_rows(family):
     _, holes, _ = planted_features(family, 200)
     weight = np.random.default_rng(1).integers(1, 4, len(holes))
     mix = _fit(_mixture(2, family, missing="marginalize", max_iter=3), holes)
-    weighted = Weighted(mix.em_data(mix.prepare_data(holes)), torch.as_tensor(weight, dtype=torch.float64))
-    repeated = mix.em_data(mix.prepare_data(np.repeat(holes, weight, axis=0)))
+    weighted = Weighted(mix._em_data(mix.prepare_data(holes)), torch.as_tensor(weight, dtype=torch.float64))
+    repeated = mix._em_data(mix.prepare_data(np.repeat(holes, weight, axis=0)))
 
     def m_step(data):
-        stats, objective = mix.e_step(data)
+        stats, objective = mix._e_step(data)
         fitted = copy.deepcopy(mix)
-        fitted.em_update(stats)
+        fitted._em_update(stats)
         return float(objective), {**fitted.components_.state_dict(), "weights": fitted.weights_}
 
     (got_objective, got), (want_objective, want) = m_step(weighted), m_step(repeated)
@@ -627,13 +627,13 @@ def test_multinomial_weights_with_missing_counts():
         warnings.simplefilter("ignore", ConvergenceWarning)
         in_memory = Mixture(2, family="multinomial", missing="marginalize", max_iter=10, **QUIET).fit(holes)
     weight = np.random.default_rng(1).integers(1, 4, len(holes))
-    weighted = Weighted(in_memory.em_data(in_memory.prepare_data(holes)), torch.as_tensor(weight, dtype=torch.float64))
-    repeated = in_memory.em_data(in_memory.prepare_data(np.repeat(holes, weight, axis=0)))
+    weighted = Weighted(in_memory._em_data(in_memory.prepare_data(holes)), torch.as_tensor(weight, dtype=torch.float64))
+    repeated = in_memory._em_data(in_memory.prepare_data(np.repeat(holes, weight, axis=0)))
     fitted = []
     for data in (weighted, repeated):
-        stats_, objective = in_memory.e_step(data)
+        stats_, objective = in_memory._e_step(data)
         model = copy.deepcopy(in_memory)
-        model.em_update(stats_)
+        model._em_update(stats_)
         fitted.append((float(objective), model.components_.probs))
     assert fitted[0][0] == pytest.approx(fitted[1][0], rel=1e-12)
     torch.testing.assert_close(fitted[0][1], fitted[1][1], rtol=1e-10, atol=1e-12)

@@ -122,7 +122,7 @@ def test_a_warm_start_continues_from_the_model_it_holds_whatever_its_scales(expe
     if expert == "gaussian":
         params["scale"] = fitted.scale_.numpy()
     given = MixtureOfExperts.from_parameters(**params, engine="em", ridge=0.0)  # the objective is the log-likelihood
-    start = float(given.pointwise_log_likelihood(given.prepare_data(x, y)).mean())
+    start = float(given._pointwise_log_likelihood(given.prepare_data(x, y)).mean())
     given.fit(x, y, warm_start=True, n_init=1, max_iter=2)
     assert given.history_[0] == pytest.approx(start, rel=1e-9)
     assert given.history_[-1] >= given.history_[0]  # EM from the fitted optimum stays at or near it
@@ -323,9 +323,9 @@ def test_with_a_large_ridge_the_objective_is_the_penalised_log_likelihood_and_ne
     assert (steps >= -1e-9 * np.abs(moe.history_[1:])).all(), steps.min()
     gate = moe._gate.coef
     slopes = (gate - gate.mean(0)).square().sum() + moe._experts.coef.square().sum()
-    assert float(moe.ridge_penalty()) == pytest.approx(0.25 * float(slopes), rel=1e-12) and float(slopes) > 1.0
+    assert float(moe._ridge_penalty()) == pytest.approx(0.25 * float(slopes), rel=1e-12) and float(slopes) > 1.0
     n = len(data.y)
-    expected = (moe.log_likelihood(data.X, data.y) - float(moe.ridge_penalty())) / n
+    expected = (moe.log_likelihood(data.X, data.y) - float(moe._ridge_penalty())) / n
     assert moe.lower_bound_ == pytest.approx(expected, rel=1e-10)
 
 
@@ -340,8 +340,8 @@ def test_gaussian_experts_objective_is_the_penalised_log_likelihood_and_never_fa
     assert (steps >= -1e-9 * np.abs(moe.history_[1:])).all(), steps.min()
     gate = 0.25 * float((moe._gate.coef - moe._gate.coef.mean(0)).square().sum())
     experts = 0.5 * moe._experts.coef.square().sum(-1) / (2 * moe._experts.scale.square())
-    assert float(moe.ridge_penalty()) == pytest.approx(gate + float(experts.sum()), rel=1e-12) and gate > 0.1
-    expected = (moe.log_likelihood(x, y) - float(moe.ridge_penalty())) / len(y)
+    assert float(moe._ridge_penalty()) == pytest.approx(gate + float(experts.sum()), rel=1e-12) and gate > 0.1
+    expected = (moe.log_likelihood(x, y) - float(moe._ridge_penalty())) / len(y)
     assert moe.lower_bound_ == pytest.approx(expected, rel=1e-10)
 
 
@@ -360,7 +360,7 @@ def _weighted_data(expert: str, n: int = 60) -> tuple[np.ndarray, np.ndarray, np
 
 
 def _relative_gap(a: MixtureOfExperts, b: MixtureOfExperts) -> float:
-    ga, gb = a.get_globals(), b.get_globals()
+    ga, gb = a._get_globals(), b._get_globals()
     return max(float(((ga[name] - gb[name]).abs() / (1 + gb[name].abs())).max()) for name in gb)
 
 
@@ -376,16 +376,16 @@ def test_weighted_em_hooks_equal_the_repeated_rows(expert):
     rows = weighted.prepare_data(x, y)
     counts = torch.as_tensor(weight)
     rows_w, rows_r = Weighted(rows, counts.to(rows[0])), tuple(v.repeat_interleave(counts, 0) for v in rows)
-    weighted.em_initialize(rows_w, weighted.generator(1))
-    repeated.em_initialize(rows_r, repeated.generator(1))
+    weighted._em_initialize(rows_w, weighted._generator(1))
+    repeated._em_initialize(rows_r, repeated._generator(1))
     assert _relative_gap(weighted, repeated) < 1e-10
-    (resp_w, objective_w), (resp_r, objective_r) = weighted.e_step(rows_w), repeated.e_step(rows_r)
+    (resp_w, objective_w), (resp_r, objective_r) = weighted._e_step(rows_w), repeated._e_step(rows_r)
     torch.testing.assert_close(objective_w, objective_r, rtol=1e-12, atol=0)
     torch.testing.assert_close(resp_w.repeat_interleave(counts, 0), resp_r, rtol=1e-12, atol=1e-14)
-    weighted.m_step(rows_w, resp_w)
-    repeated.m_step(rows_r, resp_r)
+    weighted._m_step(rows_w, resp_w)
+    repeated._m_step(rows_r, resp_r)
     assert _relative_gap(weighted, repeated) < 1e-10
-    assert weighted.n_observations(rows_w) == repeated.n_observations(rows_r) == weight.sum()
+    assert weighted._n_observations(rows_w) == repeated._n_observations(rows_r) == weight.sum()
 
 
 @pytest.mark.parametrize("expert", ["gaussian", "logistic", "poisson"])
@@ -411,8 +411,8 @@ def test_weights_of_one_give_the_unweighted_fit_bit_for_bit(expert):
     ones = MixtureOfExperts(2, expert=expert, n_init=2, **QUIET).fit(x, y, sample_weight=np.ones(len(y)))
     plain = MixtureOfExperts(2, expert=expert, n_init=2, **QUIET).fit(x, y)
     assert ones.history_ == plain.history_
-    for name, value in plain.get_globals().items():
-        assert torch.equal(ones.get_globals()[name], value), name
+    for name, value in plain._get_globals().items():
+        assert torch.equal(ones._get_globals()[name], value), name
 
 
 @pytest.mark.parametrize(
@@ -460,9 +460,9 @@ def test_a_strong_prior_pulls_the_map_fit_to_the_prior_mean(expert):
 @pytest.mark.parametrize("expert", PRIOR_EXPERTS)
 def test_one_prior_for_mcmc_map_em_and_svi(expert):
     """At the same parameters (the MAP fit and a perturbation of it): the log prior density of the program's global
-    sites under ``bayesian()`` (what MCMC samples and ``to_arviz``'s prior group draws) is :meth:`log_prior`, EM's
+    sites under ``bayesian()`` (what MCMC samples and ``to_arviz``'s prior group draws) is :meth:`_log_prior`, EM's
     penalty is minus it, the gate's and experts' ``penalty()`` (what the M-steps maximise against) differ from
-    that penalty by one constant, and SVI's objective (point-mass guide, the priors of ``fitting_priors``) is EM's."""
+    that penalty by one constant, and SVI's objective (point-mass guide, the priors of ``_fitting_priors``) is EM's."""
     from pyro import poutine
     from pyro.infer import TraceEnum_ELBO
 
@@ -472,23 +472,23 @@ def test_one_prior_for_mcmc_map_em_and_svi(expert):
     moe = MixtureOfExperts(2, expert=expert, priors={"slope_scale": 2.0, "gate_slope_scale": 3.0}, seed=0)
     moe.set_params(progress=False, max_iter=10).fit(x, y)
     data = moe.prepare_data(x, y)
-    fitted = moe.get_globals()
+    fitted = moe._get_globals()
     gen = torch.Generator().manual_seed(1)
     perturbed = {k: v + 0.3 * torch.randn(v.shape, generator=gen, dtype=v.dtype) for k, v in fitted.items()}
     if "scale" in perturbed:
         perturbed["scale"] = perturbed["scale"].abs() + 0.1
     constants = []
     for point in (fitted, perturbed):
-        moe.set_globals(point)
-        values = moe.get_globals()  # softmax experts: the reference class shifted to zero
+        moe._set_globals(point)
+        values = moe._get_globals()  # softmax experts: the reference class shifted to zero
         with local_params(), moe.bayesian():
             trace = poutine.trace(poutine.condition(moe.model, values)).get_trace(data)
         program = sum(trace.nodes[name]["fn"].log_prob(trace.nodes[name]["value"]).sum() for name in values)
-        assert float(program) == pytest.approx(float(moe.log_prior()), rel=1e-12)
-        assert float(moe.ridge_penalty()) == pytest.approx(-float(moe.log_prior()), rel=1e-12)
-        constants.append(float(moe._gate.penalty().sum() + moe._experts.penalty().sum() - moe.ridge_penalty()))
-        _, em_objective = moe.e_step(data)
-        with local_params(), moe.fitting_priors():
+        assert float(program) == pytest.approx(float(moe._log_prior()), rel=1e-12)
+        assert float(moe._ridge_penalty()) == pytest.approx(-float(moe._log_prior()), rel=1e-12)
+        constants.append(float(moe._gate.penalty().sum() + moe._experts.penalty().sum() - moe._ridge_penalty()))
+        _, em_objective = moe._e_step(data)
+        with local_params(), moe._fitting_priors():
             svi_objective = -TraceEnum_ELBO(max_plate_nesting=1).loss(moe.model, moe.guide, data)
         assert svi_objective == pytest.approx(float(em_objective), rel=1e-10)
     assert constants[0] == pytest.approx(constants[1], rel=1e-10)
@@ -506,5 +506,5 @@ def test_priors_survive_clone_and_save_load(tmp_path):
     moe.save(tmp_path / "moe")
     loaded = MixtureOfExperts.load(tmp_path / "moe")
     assert loaded.priors == priors
-    assert float(loaded.log_prior()) == pytest.approx(float(moe.log_prior()), rel=1e-12)
+    assert float(loaded._log_prior()) == pytest.approx(float(moe._log_prior()), rel=1e-12)
     np.testing.assert_allclose(loaded.predict(x), moe.predict(x), rtol=1e-12)

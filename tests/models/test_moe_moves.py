@@ -58,7 +58,7 @@ def test_split_and_merge_frees_the_least_used_expert_when_no_pair_is_duplicated(
     data = make_moe(2000, n_experts=4, n_features=5, seed=0)
     best = MixtureOfExperts(4, seed=1, split_merge=0, **QUIET).fit(data.X, data.y).lower_bound_
     plain = MixtureOfExperts(4, seed=0, split_merge=0, **QUIET).fit(data.X, data.y)
-    x = plain.em_data(plain._train_data)[0]
+    x = plain._em_data(plain._train_data)[0]
     kl = plain._experts.kl(plain._experts, x).mean(0)
     assert float((kl + kl.T).fill_diagonal_(float("inf")).min()) >= _DUPLICATE_KL
     assert plain.lower_bound_ < best - 0.05
@@ -88,7 +88,7 @@ def test_split_and_merge_rejects_a_move_that_empties_an_expert(monkeypatch, sear
 def three_experts():
     data = make_moe(400, n_experts=3, n_features=2, seed=3)
     model = MixtureOfExperts(3, seed=0, split_merge=0, **QUIET).fit(data.X, data.y)
-    return model, model.em_data(model._train_data)
+    return model, model._em_data(model._train_data)
 
 
 def _freed(resp: torch.Tensor, freed: int, keep: int | None) -> torch.Tensor:
@@ -111,7 +111,7 @@ def test_move_responsibilities_free_one_expert_and_split_another(three_experts, 
     points above its median residual move to the freed expert; nothing else changes."""
     model, (x, y) = three_experts
     freed, split = 0, 2
-    resp = model.responsibilities(model._train_data)
+    resp = model._responsibilities(model._train_data)
     proposal = move_responsibilities(model, x, y, (freed, keep, split, "residual"))
     members = resp.argmax(1) == split
     residual = y - model._expert_means(x)[:, split]
@@ -144,7 +144,7 @@ def test_weighted_proposals_and_residual_splits_are_those_of_the_repeated_rows(t
 
 def test_a_split_needs_two_points(three_experts):
     model, (x, y) = three_experts
-    hard = model.responsibilities(model._train_data).argmax(1)
+    hard = model._responsibilities(model._train_data).argmax(1)
     lonely = torch.nonzero(hard == 0)[:1, 0]
     rows = torch.cat([lonely, torch.nonzero(hard != 0)[:, 0]])
     with pytest.raises(ValueError, match="expert 0 holds 1 points; a split needs at least 2"):
@@ -155,7 +155,7 @@ def test_covariate_split_cuts_the_expert_region_across_its_main_axis(three_exper
     """``by="covariates"``: the moved points are one half of the split expert's points, cut at the median of
     their projection on the first principal axis of their covariates (found here by an eigendecomposition)."""
     model, (x, y) = three_experts
-    resp = model.responsibilities(model._train_data)
+    resp = model._responsibilities(model._train_data)
     proposal = move_responsibilities(model, x, y, (0, 1, 2, "covariates"))
     members = (resp.argmax(1) == 2).numpy()
     points = x.numpy()[members]
@@ -172,7 +172,7 @@ def test_candidate_moves_are_every_triple_both_ways_or_the_closest_120_then_the_
     rng = np.random.default_rng(0)
     X, y = rng.normal(size=(300, 2)), rng.normal(size=300)
     fits = {k: MixtureOfExperts(k, seed=0, split_merge=0, max_iter=3, **QUIET).fit(X, y) for k in (2, 4, 6)}
-    x = {k: m.em_data(m._train_data)[0] for k, m in fits.items()}
+    x = {k: m._em_data(m._train_data)[0] for k, m in fits.items()}
 
     def worst_fit(k):  # every expert freed into each other one, and (K > 2) into all in proportion
         keeps = lambda f: [o for o in range(k) if o != f] + ([None] if k > 2 else [])  # noqa: E731
@@ -201,9 +201,9 @@ def test_worst_fit_move_gives_the_freed_expert_the_points_the_mixture_fits_worst
     points of lowest mixture log-likelihood (found here by sorting) belong to the freed expert alone."""
     model, (x, y) = three_experts
     freed = 0
-    resp = model.responsibilities(model._train_data)
+    resp = model._responsibilities(model._train_data)
     proposal = move_responsibilities(model, x, y, (freed, keep, None, WORST_FIT))
-    log_lik = model.pointwise_log_likelihood(model._train_data).reshape(-1)
+    log_lik = model._pointwise_log_likelihood(model._train_data).reshape(-1)
     worst = np.argsort(log_lik.numpy())[: int(0.05 * len(y))]  # 400 points: the 20 worst
     assert len(worst) == 20
     expected = _freed(resp, freed, keep)
@@ -298,18 +298,18 @@ def test_screened_moves_rank_their_starts_and_restore_the_model(three_experts, m
     size), each at least as high as a fresh move; the model's parameters are left as they were."""
     monkeypatch.setattr(moe_moves, "_SCREEN_ROWS", screen_rows)
     model, data = three_experts
-    before = model.get_globals()
+    before = model._get_globals()
     starts = screened_moves(model, data, torch.Generator().manual_seed(0), 1e-6)
-    after = model.get_globals()
+    after = model._get_globals()
     assert all(torch.equal(before[name], after[name]) for name in before)
     assert 1 <= len(starts) <= _SCREEN_KEEP
     assert len({move for move, _ in starts}) == len(starts)
     if screen_rows > data[1].shape[0]:
         objectives = []
         for _, values in starts:
-            model.set_globals(values)
-            objectives.append(float(model.e_step(data)[1]))
-        model.set_globals(before)
+            model._set_globals(values)
+            objectives.append(float(model._e_step(data)[1]))
+        model._set_globals(before)
         assert objectives == sorted(objectives, reverse=True)
     again = screened_moves(model, data, torch.Generator().manual_seed(0), 1e-6)
     assert [move for move, _ in again] == [move for move, _ in starts]

@@ -25,12 +25,12 @@ def logistic_data():
 
 def _gradient(model: MixtureOfExperts) -> float:
     """The largest partial derivative of the objective per point at the model's parameters (autograd)."""
-    x, y = model.em_data(model._train_data)
-    values = {name: value.clone().requires_grad_(True) for name, value in model.get_globals().items()}
-    model.assign_globals(values)
-    objective = model.penalised_log_likelihood(x, y) / len(y)
+    x, y = model._em_data(model._train_data)
+    values = {name: value.clone().requires_grad_(True) for name, value in model._get_globals().items()}
+    model._assign_globals(values)
+    objective = model._penalised_log_likelihood(x, y) / len(y)
     grads = torch.autograd.grad(objective, list(values.values()))
-    model.set_globals(values)
+    model._set_globals(values)
     return max(float(g.abs().max()) for g in grads)
 
 
@@ -65,8 +65,8 @@ def test_polish_history_continues_em_and_never_falls(logistic_data):
     assert len(polished.history_) - polished.n_iter_ == len(em.history_) - em.n_iter_
     assert polished.n_iter_ > em.n_iter_
     assert (np.diff(polished.history_) >= 0).all()
-    x, t = polished.em_data(polished._train_data)
-    assert polished.lower_bound_ == pytest.approx(float(polished.penalised_log_likelihood(x, t)) / len(t), rel=1e-12)
+    x, t = polished._em_data(polished._train_data)
+    assert polished.lower_bound_ == pytest.approx(float(polished._penalised_log_likelihood(x, t)) / len(t), rel=1e-12)
 
 
 def test_polish_converged_replaces_ems_warning(logistic_data):
@@ -102,10 +102,10 @@ def test_polish_alone_from_a_short_em_fit_raises_the_objective_monotonically(log
     X, y = logistic_data
     moe = _fit(X, y, polish=False, max_iter=5)
     start = moe.lower_bound_
-    history, converged = polish(moe, moe.em_data(moe._train_data), max_iter=500, tol=1e-12)
+    history, converged = polish(moe, moe._em_data(moe._train_data), max_iter=500, tol=1e-12)
     assert converged and history[0] > start and (np.diff(history) >= 0).all()
-    x, t = moe.em_data(moe._train_data)
-    assert history[-1] == pytest.approx(float(moe.penalised_log_likelihood(x, t)) / len(t), rel=1e-12)
+    x, t = moe._em_data(moe._train_data)
+    assert history[-1] == pytest.approx(float(moe._penalised_log_likelihood(x, t)) / len(t), rel=1e-12)
 
 
 @pytest.mark.parametrize("value", ["yes", 1, None])

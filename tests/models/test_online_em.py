@@ -49,8 +49,8 @@ def test_the_first_chunk_is_one_em_iteration_from_the_start():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         batch = GMM(3, seed=0, progress=False).fit(chunk, max_iter=1)
-    for name, value in batch.state_tensors().items():
-        np.testing.assert_allclose(online.state_tensors()[name].numpy(), value.numpy(), rtol=1e-9, atol=1e-12)
+    for name, value in batch._state_tensors().items():
+        np.testing.assert_allclose(online._state_tensors()[name].numpy(), value.numpy(), rtol=1e-9, atol=1e-12)
 
 
 def test_a_fitted_model_continues_and_a_new_fit_restarts_the_stream():
@@ -114,8 +114,8 @@ def test_a_weighted_chunk_is_the_chunk_with_its_rows_repeated(make):
     weight = rng.integers(0, 4, len(chunk))
     repeated = [s for s, c in zip(chunk, weight) for _ in range(c)] if hmm else np.repeat(chunk, weight, axis=0)
     weighted, plain = copy.deepcopy(model).partial_fit(chunk, sample_weight=weight), model.partial_fit(repeated)
-    for site, value in plain.get_globals().items():
-        np.testing.assert_allclose(weighted.get_globals()[site].numpy(), value.numpy(), rtol=1e-10, atol=1e-12)
+    for site, value in plain._get_globals().items():
+        np.testing.assert_allclose(weighted._get_globals()[site].numpy(), value.numpy(), rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(weighted.history_, plain.history_, rtol=1e-10)
 
 
@@ -146,8 +146,8 @@ def test_with_priors_the_first_chunk_is_one_map_em_iteration(structure):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         batch = make().fit(chunk, max_iter=1)
-    for name, value in batch.state_tensors().items():
-        np.testing.assert_allclose(online.state_tensors()[name].numpy(), value.numpy(), rtol=1e-9, atol=1e-12)
+    for name, value in batch._state_tensors().items():
+        np.testing.assert_allclose(online._state_tensors()[name].numpy(), value.numpy(), rtol=1e-9, atol=1e-12)
 
 
 def test_with_priors_a_stream_approaches_batch_map_em_on_the_rows_seen():

@@ -47,7 +47,7 @@ def _trace_enum_elbo(model, x, y):
 def test_em_elbo_equals_trace_enum_elbo_mid_fit(alpha):
     x, y = _overlapping()
     model = _pf(alpha=alpha, init_params="random").fit(x, y, max_iter=3, tol=0.0)
-    resp, elbo = model.e_step(model.em_data(model.prepare_data(x, y)))
+    resp, elbo = model._e_step(model._em_data(model.prepare_data(x, y)))
     assert 0.05 < float(resp.max(1).values.min()) < 0.999  # soft responsibilities: a real test
     assert float(model.switch_probs_.min()) > 1e-6 and float(model.switch_probs_.max()) < 1 - 1e-6
     assert _trace_enum_elbo(model, x, y) == pytest.approx(float(elbo), rel=1e-9)
@@ -57,7 +57,7 @@ def test_em_elbo_equals_trace_enum_elbo_mid_fit(alpha):
 def test_supervised_em_elbo_equals_trace_enum_elbo():
     x, y = _overlapping()
     model = SupervisedGMM(3, init_params="random", seed=1, progress=False).fit(x, y, max_iter=2, tol=0.0)
-    _, elbo = model.e_step(model.em_data(model.prepare_data(x, y)))
+    _, elbo = model._e_step(model._em_data(model.prepare_data(x, y)))
     assert _trace_enum_elbo(model, x, y) == pytest.approx(float(elbo), rel=1e-9)
 
 
@@ -73,10 +73,10 @@ def test_elbo_never_decreases(init):
 def test_switch_update_is_a_fixed_point_at_convergence():
     x, y = _overlapping(300, seed=4)
     model = _pf(max_iter=500, tol=1e-12).fit(x, y)
-    data = model.em_data(model.prepare_data(x, y))
+    data = model._em_data(model.prepare_data(x, y))
     before = model.switch_probs_.clone()
-    resp, _ = model.e_step(data)
-    model.m_step(data, resp)
+    resp, _ = model._e_step(data)
+    model._m_step(data, resp)
     torch.testing.assert_close(model.switch_probs_, before, atol=1e-7, rtol=0)
 
 
@@ -97,8 +97,8 @@ def test_missing_labels_contribute_only_their_features():
     model = _pf().fit(x, y)
     data = model.prepare_data(x, y)
     missing = np.isnan(y)
-    with_labels = model.posterior_marginals(data)["z"]
-    features_only = model.responsibilities(data)
+    with_labels = model._posterior_marginals(data)["z"]
+    features_only = model._responsibilities(data)
     torch.testing.assert_close(with_labels[missing], features_only[missing])
     assert not torch.allclose(with_labels[~missing], features_only[~missing])
 
@@ -274,8 +274,8 @@ def test_grid_search_passes_sample_weight_to_every_fit(routing):
         search = GridSearchCV(model, {"alpha": [1.0]}, cv=3).fit(data.X, data.y, sample_weight=weight)
     direct = PFGMM(2, **settings).fit(data.X, data.y, sample_weight=weight)
     plain = PFGMM(2, **settings).fit(data.X, data.y)
-    for site, value in direct.get_globals().items():
-        np.testing.assert_allclose(search.best_estimator_.get_globals()[site], value, rtol=1e-10, err_msg=site)
+    for site, value in direct._get_globals().items():
+        np.testing.assert_allclose(search.best_estimator_._get_globals()[site], value, rtol=1e-10, err_msg=site)
     assert not torch.allclose(direct.weights_, plain.weights_, atol=1e-3)  # the weights changed the fit
 
 
@@ -326,7 +326,7 @@ def test_map_em_means_are_the_phi_weighted_posterior_modes():
     m0, s0 = 0.5, 0.2
     priors = {"locs_loc": m0, "locs_scale": s0, "variance_rate": 0.5}
     model = _pf(priors=priors, tol=1e-13, max_iter=3000, n_restarts=1).fit(x, y)
-    resp = model.posterior_marginals(model.prepare_data(x, y))["z"].numpy()
+    resp = model._posterior_marginals(model.prepare_data(x, y))["z"].numpy()
     phi, variance, counts, sums = model.relevance_, model.covariances_.numpy(), resp.sum(0)[:, None], resp.T @ x
     expected = (m0 / s0**2 + phi * sums / variance) / (1 / s0**2 + phi * counts / variance)
     np.testing.assert_allclose(model.means_.numpy(), expected, atol=1e-5)
@@ -401,7 +401,7 @@ def test_the_prior_group_draws_from_the_priors_as_set():
     priors = {"locs_loc": 3.0, "locs_scale": 0.01, "weights": [1.0, 50.0, 100.0]}
     model = _pf(priors=priors, n_restarts=1).fit(x, y)
     data = model.prepare_data(x, y)
-    prior, _ = prior_samples(model, data, list(model.get_globals()), model.observed_data(data), 200)
+    prior, _ = prior_samples(model, data, list(model._get_globals()), model._observed_data(data), 200)
     np.testing.assert_allclose(prior["weights"].mean((0, 1)), np.array([1.0, 50.0, 100.0]) / 151, atol=0.01)
     for site in ("locs", "background_loc"):
         assert abs(prior[site].mean() - 3.0) < 1e-3 and prior[site].std() == pytest.approx(0.01, rel=0.1)

@@ -51,7 +51,7 @@ def test_em_elbo_equals_trace_enum_elbo(cls, options, k):
     x, y = _tiny()
     model = _fit_quietly(cls(k, init_params="random", seed=0, progress=False, **options), x, y, max_iter=3, tol=0.0)
     batch = model.prepare_data(x, y)
-    stats, elbo = model.e_step(model.em_data(batch))
+    stats, elbo = model._e_step(model._em_data(batch))
     posterior = stats.posterior[batch.mask]
     assert 0.05 < float(posterior.max(1).values.min()) < 0.999  # soft state posteriors: a real test
     if cls is PFHMM:
@@ -80,15 +80,15 @@ def test_uniform_transitions_reduce_to_pf_gmm():
     y = [v.astype(float) for v in data.y[train]]
     y[0][:5] = np.nan
     hmm = _fit_quietly(PFHMM(3, switch_prior=0.4, seed=0, progress=False), x, y, max_iter=5)
-    values = hmm.get_globals()
+    values = hmm._get_globals()
     values["transition"] = values["initial"].expand(3, 3).clone()
-    hmm.set_globals(values)
+    hmm._set_globals(values)
     frames, labels = np.concatenate(x), np.concatenate(y)
     gmm = _fit_quietly(PFGMM(3, switch_prior=0.4, seed=0, progress=False), frames, labels, max_iter=1)
-    gmm.set_globals({"weights": values.pop("initial"), **{k: v for k, v in values.items() if k != "transition"}})
+    gmm._set_globals({"weights": values.pop("initial"), **{k: v for k, v in values.items() if k != "transition"}})
     batch = hmm.prepare_data(x, y)
-    stats, hmm_elbo = hmm.e_step(hmm.em_data(batch))
-    resp, gmm_elbo = gmm.e_step(gmm.em_data(gmm.prepare_data(frames, labels)))
+    stats, hmm_elbo = hmm._e_step(hmm._em_data(batch))
+    resp, gmm_elbo = gmm._e_step(gmm._em_data(gmm.prepare_data(frames, labels)))
     assert 0.05 < float(resp.max(1).values.min()) < 0.999
     assert_close(stats.posterior[batch.mask], resp, atol=1e-10, rtol=0)
     assert float(hmm_elbo) == pytest.approx(float(gmm_elbo), rel=1e-12)
@@ -111,7 +111,7 @@ def test_score_is_the_exact_marginal_likelihood():
             paths.append(log_p + emit[np.arange(len(seq)), path].sum())
         expected.append(np.logaddexp.reduce(paths))
     batch = model.prepare_data(x)
-    assert_close(model.pointwise_log_likelihood(batch), np.array(expected), rtol=1e-10)
+    assert_close(model._pointwise_log_likelihood(batch), np.array(expected), rtol=1e-10)
     assert model.log_likelihood(x) == pytest.approx(sum(expected), rel=1e-10)
 
 
@@ -140,7 +140,7 @@ def test_missing_labels_contribute_nothing():
     model = PFHMM(4, switch_prior=0.3, seed=0, progress=False).fit(data.X[train], y)
     assert ((model.relevance_ > 0.5) == data.relevant).all()
     batch = model.prepare_data(data.X[train], y)
-    with_labels = model._log_emissions(model.em_data(batch))[batch.mask]
+    with_labels = model._log_emissions(model._em_data(batch))[batch.mask]
     features_only = model._log_emissions(model._frames_data(batch, use_labels=False))[batch.mask]
     missing = np.isnan(np.concatenate(y))
     assert_close(with_labels[missing], features_only[missing], rtol=0, atol=0)
@@ -273,7 +273,7 @@ def test_program_enumerates_in_the_model_exactly():
     ``infer_discrete`` at temperature 0 finds the most probable state path jointly with the switches."""
     x, y = _tiny(seed=4)
     model = _fit_quietly(PFHMM(2, switch_prior=0.3, seed=0, progress=False), x, y, max_iter=5)
-    g = {k: v.numpy() for k, v in model.get_globals().items()}
+    g = {k: v.numpy() for k, v in model._get_globals().items()}
     p = model.switch_prior
     on = np.log(p) + norm.logpdf(np.concatenate(x)[:, None], g["locs"], g["scales"])  # (frames, K, D)
     off = np.log1p(-p) + norm.logpdf(np.concatenate(x), g["background_loc"], g["background_scale"])[:, None]

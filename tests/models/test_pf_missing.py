@@ -102,8 +102,8 @@ def test_with_nothing_missing_the_fit_is_the_usual_one(pf_data, hmm_data, kind):
     plain = _quiet(lambda: make().fit(*args))
     marginal = _quiet(lambda: make(missing="marginalize").fit(*args))
     assert marginal.history_ == plain.history_
-    for name, value in plain.get_globals().items():
-        assert torch.equal(marginal.get_globals()[name], value), name
+    for name, value in plain._get_globals().items():
+        assert torch.equal(marginal._get_globals()[name], value), name
 
 
 @pytest.mark.parametrize("kind", ["PFGMM", "PFHMM"])
@@ -146,14 +146,14 @@ def test_integer_weights_are_repeated_rows_with_missing_entries(pf_data):
     weight = np.random.default_rng(0).integers(0, 3, len(x))
     repeated = np.repeat(np.arange(len(x)), weight)
     a, b = copy.deepcopy(model), copy.deepcopy(model)
-    weighted = Weighted(a.em_data(a.prepare_data(holed, y)), torch.as_tensor(weight, dtype=torch.float64))
-    rows = b.em_data(b.prepare_data(holed[repeated], y[repeated]))
-    (resp_a, elbo_a), (resp_b, elbo_b) = a.e_step(weighted), b.e_step(rows)
+    weighted = Weighted(a._em_data(a.prepare_data(holed, y)), torch.as_tensor(weight, dtype=torch.float64))
+    rows = b._em_data(b.prepare_data(holed[repeated], y[repeated]))
+    (resp_a, elbo_a), (resp_b, elbo_b) = a._e_step(weighted), b._e_step(rows)
     assert float(elbo_a) == pytest.approx(float(elbo_b), rel=1e-12)
-    a.em_update(a.em_statistics(weighted, resp_a))
-    b.em_update(b.em_statistics(rows, resp_b))
-    for name, value in b.get_globals().items():
-        torch.testing.assert_close(a.get_globals()[name], value, rtol=1e-10, atol=1e-12)
+    a._em_update(a._em_statistics(weighted, resp_a))
+    b._em_update(b._em_statistics(rows, resp_b))
+    for name, value in b._get_globals().items():
+        torch.testing.assert_close(a._get_globals()[name], value, rtol=1e-10, atol=1e-12)
     tensor = torch.as_tensor(holed)
     scale = weighted_data_scale(tensor, torch.as_tensor(weight, dtype=torch.float64), 1e-6)
     reference = weighted_data_scale(tensor[repeated], torch.ones(len(repeated), dtype=torch.float64), 1e-6)
@@ -166,7 +166,7 @@ def test_observed_statistics_of_shards_merge_to_those_of_all_rows(pf_data):
     x, _, _ = pf_data
     holed = torch.as_tensor(_holed(x))
     model = _quiet(lambda: _pfgmm(max_iter=3).fit(holed.numpy(), pf_data[1]))
-    resp = model.responsibilities(model.prepare_data(holed.numpy()))
+    resp = model._responsibilities(model.prepare_data(holed.numpy()))
     complete = torch.as_tensor(x[:50])
     whole = ObservedStatistics.of_complete(frame_statistics(model.components_, frames_of(complete), resp[:50]))
     whole = whole.merge(frame_statistics(model.components_, frames_of(holed[50:]), resp[50:]))
@@ -232,8 +232,8 @@ def test_pfhmm_on_shards_with_and_without_missing_entries_equals_in_memory_em():
     shards = [([x[i] for i in part], [y[i] for i in part]) for part in np.array_split(np.arange(24), 3)[::-1]]
     sharded = _quiet(lambda: fit_em(copy.deepcopy(start), shards, executor="inline", target="y", max_iter=8, tol=0.0))
     np.testing.assert_allclose(sharded.history_, in_memory.history_, rtol=1e-10, atol=0)
-    for name, value in in_memory.state_tensors().items():
-        np.testing.assert_allclose(sharded.state_tensors()[name].numpy(), value.numpy(), rtol=1e-10, atol=1e-12)
+    for name, value in in_memory._state_tensors().items():
+        np.testing.assert_allclose(sharded._state_tensors()[name].numpy(), value.numpy(), rtol=1e-10, atol=1e-12)
 
 
 def test_pfgmm_on_shards_with_missing_entries_equals_in_memory_em(pf_data):
@@ -248,8 +248,8 @@ def test_pfgmm_on_shards_with_missing_entries_equals_in_memory_em(pf_data):
     shards = [(holed[part], y[part]) for part in np.array_split(np.arange(len(y)), 3)[::-1]]
     sharded = _quiet(lambda: fit_em(copy.deepcopy(start), shards, executor="inline", target="y", max_iter=10, tol=0.0))
     np.testing.assert_allclose(sharded.history_, in_memory.history_, rtol=1e-10, atol=0)
-    for name, value in in_memory.get_globals().items():
-        torch.testing.assert_close(sharded.get_globals()[name], value, rtol=1e-10, atol=1e-12)
+    for name, value in in_memory._get_globals().items():
+        torch.testing.assert_close(sharded._get_globals()[name], value, rtol=1e-10, atol=1e-12)
     assert (
         sharded.relevant_features_.tolist()
         == in_memory.relevant_features_.tolist()

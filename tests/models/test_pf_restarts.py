@@ -95,7 +95,7 @@ def test_validation_scores_average_over_the_starts():
 
     model = PFGMM(2, switch_prior=0.5, n_restarts=3, seed=0, **QUIET)
     model.p_ = 0.5
-    fit_restarts(model, lambda r: model.fit_start(x, y, r), 3, collect)
+    fit_restarts(model, lambda r: model._fit_start(x, y, r), 3, collect)
     fresh = PFGMM(2, switch_prior=0.5, n_restarts=3, seed=0, **QUIET)
     scores = _held_out_log_p_y(fresh, x, y, x_test, y_test, {})
     np.testing.assert_allclose(scores, np.mean(per_start, axis=0), rtol=1e-10)
@@ -164,9 +164,9 @@ def test_fit_restarts_keeps_the_first_of_equal_starts():
     model = PFGMM(2, switch_prior=0.05, seed=0, **QUIET)
     model.p_ = 0.05
     seen = []
-    scores = fit_restarts(model, lambda r: model.fit_start(x, y, r), 3, lambda r: seen.append(model.get_globals()))
+    scores = fit_restarts(model, lambda r: model._fit_start(x, y, r), 3, lambda r: seen.append(model._get_globals()))
     assert len(scores) == 3 and max(scores) - min(scores) < RESTART_TIE  # at small p every start ends in one fit
-    torch.testing.assert_close(model.get_globals()["locs"], seen[0]["locs"], rtol=0, atol=0)  # the first is kept
+    torch.testing.assert_close(model._get_globals()["locs"], seen[0]["locs"], rtol=0, atol=0)  # the first is kept
 
 
 def test_a_start_that_memorises_one_mislabelled_row_is_not_kept():
@@ -179,7 +179,7 @@ def test_a_start_that_memorises_one_mislabelled_row_is_not_kept():
     data = make_pf_synthetic(120, n_relevant=20, n_features=30, label_probs=(0.01, 0.99, 0.01, 0.99), seed=0)
     x, y = (data.X - data.X.mean(0)) / data.X.std(0), data.y
     stratified = PFGMM(4, switch_prior=0.3, n_restarts=1, seed=0, **QUIET)
-    stratified.fit_start(x, y, 1)
+    stratified._fit_start(x, y, 1)
     better = PFGMM(4, switch_prior=0.3, n_restarts=1, warm_start=True, seed=0, **QUIET).fit(x, y)
     reached = better.lower_bound_
     assert better.fit(x, y).lower_bound_ == pytest.approx(reached, abs=1e-6)  # an optimum of the objective

@@ -226,8 +226,8 @@ def test_auto_with_zero_weights_equals_the_fit_without_those_rows():
     scores = [list(model.switch_prior_scores_.values()) for model in (weighted, plain)]
     np.testing.assert_allclose(*scores, rtol=1e-8)
     orders = [model.label_probs_.argsort() for model in (weighted, plain)]  # the components in a common order
-    for site, value in plain.get_globals().items():
-        mine = weighted.get_globals()[site]
+    for site, value in plain._get_globals().items():
+        mine = weighted._get_globals()[site]
         if site in ("weights", "locs", "scales", "label_probs"):
             mine, value = mine[orders[0]], value[orders[1]]
         np.testing.assert_allclose(mine, value, rtol=1e-6, atol=1e-8, err_msg=site)

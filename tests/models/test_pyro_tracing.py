@@ -117,14 +117,14 @@ def _setup(case: Case, fitted: dict[str, Any]) -> tuple[Any, Any]:
 
 
 def _global_sites(model: Any, trace: Any) -> list[str]:
-    return [name for name in model.get_globals() if name in trace.nodes]
+    return [name for name in model._get_globals() if name in trace.nodes]
 
 
 # ---------------------------------------------------------------------------------- poutine.trace
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_trace_runs_the_fitted_model_and_keeps_the_flat_log_density(case, fitted):
     model, data = _setup(case, fitted)
-    before = model.get_globals()
+    before = model._get_globals()
     trace = poutine.trace(model.model).get_trace(data)
     sites = _global_sites(model, trace)
     assert len(sites) >= 3
@@ -137,19 +137,19 @@ def test_trace_runs_the_fitted_model_and_keeps_the_flat_log_density(case, fitted
     assert flat, "the default priors are flat"
     for name in flat:  # log-density 0: the ELBO stays the log-likelihood
         assert float(trace.nodes[name]["log_prob_sum"]) == 0.0
-    for name, value in model.get_globals().items():  # tracing changes nothing
+    for name, value in model._get_globals().items():  # tracing changes nothing
         assert_close(value, before[name], msg=name)
 
 
 def test_trace_values_follow_set_globals(fitted):
     gmm = fitted["gmm-diag"]
     x = gmm.prepare_data(X_BLOBS)
-    values = gmm.get_globals()
+    values = gmm._get_globals()
     try:
-        gmm.set_globals({**values, "locs": values["locs"] + 1.0})
+        gmm._set_globals({**values, "locs": values["locs"] + 1.0})
         assert_close(poutine.trace(gmm.model).get_trace(x).nodes["locs"]["value"], values["locs"] + 1.0)
     finally:
-        gmm.set_globals(values)
+        gmm._set_globals(values)
 
 
 # ------------------------------------------------------------------------------------ Predictive
@@ -175,7 +175,7 @@ def test_predictive_without_a_guide_uses_the_point_estimates(case, fitted):
     model, data = _setup(case, fitted)
     samples = Predictive(poutine.uncondition(model.model), num_samples=3)(data)
     assert tuple(samples[case.observed].shape) == (3, *case.observed_shape(data))
-    for name, value in model.get_globals().items():
+    for name, value in model._get_globals().items():
         if name in samples:  # a point mass: every draw is the fitted value
             assert_close(samples[name].reshape(3, *value.shape), value.expand(3, *value.shape), msg=name)
     observed = poutine.trace(model.model).get_trace(data).nodes[case.observed]["value"]

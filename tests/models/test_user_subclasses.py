@@ -27,7 +27,7 @@ class PoissonEmissionHMM(HMM):
         k = self.n_components
         opts = {"dtype": batch.x.dtype}
         rates = pyro.sample("rates", dist.Gamma(torch.ones(k, 1, **opts), 0.1).to_event(1))
-        with self.data_plate(batch.n_sequences) as idx:
+        with self._data_plate(batch.n_sequences) as idx:
             z = None
             for t in pyro.markov(range(batch.max_length)):
                 probs = torch.ones(k, **opts) / k if z is None else torch.full((k, k), 1.0 / k, **opts)[z]
@@ -44,7 +44,7 @@ class ChainModel(MixtureModel):
     def model(self, x):
         opts = {"dtype": x.dtype}
         locs = pyro.sample("locs", dist.Normal(torch.zeros(2, **opts), 5.0).to_event(1))
-        with self.data_plate(x.shape[0]) as idx:
+        with self._data_plate(x.shape[0]) as idx:
             z = None
             for t in pyro.markov(range(x.shape[1])):
                 probs = (

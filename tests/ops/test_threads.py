@@ -65,31 +65,31 @@ class CountingThreads:
     def __init__(self, n_obs):
         self.n_obs, self.seen, self.initialised_on, self.value = n_obs, [], [], 0.0
 
-    def em_data(self, data):
+    def _em_data(self, data):
         return data
 
-    def n_observations(self, data):
+    def _n_observations(self, data):
         return self.n_obs
 
-    def em_initialize(self, data, generator):
+    def _em_initialize(self, data, generator):
         self.initialised_on.append(torch.get_num_threads())
         self.value = 0.0
 
-    def e_step(self, data):
+    def _e_step(self, data):
         self.seen.append(torch.get_num_threads())
         self.value += 1.0
         return None, torch.tensor(self.value, dtype=torch.float64)
 
-    def m_step(self, data, stats):
+    def _m_step(self, data, stats):
         pass
 
-    def get_globals(self):
+    def _get_globals(self):
         return {"theta": torch.zeros(10)}
 
-    def set_globals(self, values):
+    def _set_globals(self, values):
         pass
 
-    def generator(self, offset=0):
+    def _generator(self, offset=0):
         return torch.Generator().manual_seed(offset)
 
 

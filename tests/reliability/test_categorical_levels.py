@@ -271,6 +271,6 @@ def test_a_saved_model_keeps_its_levels_and_floor(tmp_path):
     model = Mixture(2, family={"name": "categorical", "floor": 1e-3}, seed=0, progress=False).fit(x)
     model.save(tmp_path / "m")
     loaded = load_model(tmp_path / "m")
-    assert loaded.component_family().n_levels == 5 and loaded.component_family().floor == 1e-3
+    assert loaded._component_family().n_levels == 5 and loaded._component_family().floor == 1e-3
     np.testing.assert_array_equal(loaded.predict_proba(x), model.predict_proba(x))
     np.testing.assert_array_equal(loaded.score_samples(x), model.score_samples(x))

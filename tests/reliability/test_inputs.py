@@ -242,8 +242,8 @@ def test_a_warm_start_of_another_shape_fits_from_scratch(name, change):
         model.fit(*(([x],) if name == "HMM" else (x, Y_BINARY) if name == "PFGMM" else (x,)))
     cold = fit(make(k), x)
     assert model.n_features_in_ == x.shape[1]
-    for site, value in cold.get_globals().items():
-        torch.testing.assert_close(model.get_globals()[site], value)
+    for site, value in cold._get_globals().items():
+        torch.testing.assert_close(model._get_globals()[site], value)
 
 
 def test_a_warm_start_of_the_same_shape_still_continues():

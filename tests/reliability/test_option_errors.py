@@ -48,7 +48,7 @@ def test_an_unknown_option_in_a_family_dict_is_named_with_the_accepted_ones(name
 def test_the_dict_form_with_known_options_still_fits():
     model = HMM(2, emission={"name": "gmm", "n_mix": 2}, max_iter=3, tol=1.0, seed=0, progress=False)
     model.fit([np.random.default_rng(1).normal(size=(30, 2))])
-    assert model.component_family().n_mix == 2
+    assert model._component_family().n_mix == 2
 
 
 @pytest.mark.parametrize(

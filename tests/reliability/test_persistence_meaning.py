@@ -1,7 +1,8 @@
 """Saved files whose config contradicts its tensors in meaning (issue 49, item 7): with both checksums re-sealed, an
 edit that keeps every shape but changes what the numbers mean, or that the constructor's own checks refuse, is
-refused on load with a message naming the field (the load runs the checks ``fit`` runs: ``validate_params``; the
-tensors record the class whose parameters they are; an HMM's chain must be distributions its pattern allows)."""
+refused on load with a message naming the field (the load runs the checks ``fit`` runs:
+``_validate_hyperparameters``; the tensors record the class whose parameters they are; an HMM's chain must be
+distributions its pattern allows)."""
 
 from __future__ import annotations
 

@@ -206,7 +206,7 @@ def test_a_forged_state_that_contradicts_the_config_is_refused_naming_the_entry(
     original = torch.load(saved[name] / TENSOR_FILE, weights_only=True)
     model = type(fitted[name][0])
     loaded = load_model(saved[name])
-    shapes = {f"state.{k}": v for k, v in loaded.state_shapes().items()}
+    shapes = {f"state.{k}": v for k, v in loaded._state_shapes().items()}
     entry = data.draw(st.sampled_from(sorted(shapes)), label="entry")
     value = original[entry]
     fixed = [i for i, d in enumerate(shapes[entry]) if d is not None]

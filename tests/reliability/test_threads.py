@@ -50,13 +50,13 @@ def test_gibbs_fits_from_two_threads_with_one_seed_draw_what_one_thread_draws():
 
 
 def test_forked_rng_from_two_threads_with_one_seed_draws_what_one_thread_draws():
-    """``forked_rng`` (under which ``sample``, SVI's guide and the ArviZ draws run their Pyro programs) seeds
+    """``_forked_rng`` (under which ``sample``, SVI's guide and the ArviZ draws run their Pyro programs) seeds
     torch's global generator from the model's seed: two threads drawing in it at once, in small steps that let the
     other run between them, get the draws of a sequential run, not an interleaving of reseeded streams."""
     model = Mixture(2, family="poisson", seed=3, progress=False)
 
     def draws(_: int) -> np.ndarray:
-        with model.forked_rng():
+        with model._forked_rng():
             steps = []
             for _ in range(50):
                 steps.append(torch.rand(20).numpy())

@@ -54,7 +54,7 @@ def _fitted(case_id: str, x, y, weight: np.ndarray, start: dict | None = None, c
             model = model.set_params(tol=1e-10, max_iter=150) if converge else model
             return fit(case, model, x, y, sample_weight=weight)
         fit(case, model, x, y, sample_weight=weight, max_iter=1)
-        model.set_globals(start)
+        model._set_globals(start)
         return fit(case, model, x, y, sample_weight=weight, warm_start=True)
 
 
@@ -65,8 +65,8 @@ def _score(case_id: str, model, x, y, weight: np.ndarray) -> float:
 
 
 def _assert_same_fit(case_id: str, scaled, plain, x, y, weight: np.ndarray, scale: float, rtol: float) -> None:
-    for site, value in plain.get_globals().items():
-        assert_close(scaled.get_globals()[site], value, rtol=rtol, atol=rtol / 100, msg=f"{site} at scale {scale:g}")
+    for site, value in plain._get_globals().items():
+        assert_close(scaled._get_globals()[site], value, rtol=rtol, atol=rtol / 100, msg=f"{site} at scale {scale:g}")
     assert_close(scaled.lower_bound_, plain.lower_bound_, rtol=rtol, msg="objective per row")
     assert_close(_score(case_id, scaled, x, y, weight * scale), _score(case_id, plain, x, y, weight), rtol=rtol)
 
@@ -81,11 +81,11 @@ def test_weights_scaled_by_any_constant_give_the_same_fit(case_id, item, variant
     weight = _weights(len(x), seed)
     scale = 10.0**exponent * (1.0 + seed / 2**17)  # not a power of two
     if case_id in START_SPREAD_COUNTS_FREQUENCIES:
-        start = _fitted(case_id, x, y, weight, converge=False).get_globals()
+        start = _fitted(case_id, x, y, weight, converge=False)._get_globals()
     else:
         plain = _fitted(case_id, x, y, weight)
         _assert_same_fit(case_id, _fitted(case_id, x, y, weight * scale), plain, x, y, weight, scale, rtol=1e-5)
-        start = plain.get_globals()
+        start = plain._get_globals()
     plain, scaled = _fitted(case_id, x, y, weight, start), _fitted(case_id, x, y, weight * scale, start)
     _assert_same_fit(case_id, scaled, plain, x, y, weight, scale, rtol=1e-7)
 
@@ -102,9 +102,9 @@ def test_float32_fits_take_weights_of_any_scale(case_id, scale):
     make = case.make
     plain = _fitted_in(make, case, x, y, weight)
     scaled = _fitted_in(make, case, x, y, weight * scale)
-    for site, value in plain.get_globals().items():
-        assert torch.isfinite(scaled.get_globals()[site]).all(), site
-        assert_close(scaled.get_globals()[site], value, rtol=1e-4, atol=1e-5, msg=site)
+    for site, value in plain._get_globals().items():
+        assert torch.isfinite(scaled._get_globals()[site]).all(), site
+        assert_close(scaled._get_globals()[site], value, rtol=1e-4, atol=1e-5, msg=site)
 
 
 def _fitted_in(make, case, x, y, weight):

@@ -105,7 +105,7 @@ class PFStateMixin(BinaryClassifierMixin, PredictionFocusedMixin):
         self._data_scale = weighted_data_scale(frames, weight, float(self.reg_covar))
         if getattr(self, "components_", None) is not None:
             self.components_ = components_from_state(
-                self.component_family(), self.components_.state_dict(), self._data_scale
+                self._component_family(), self.components_.state_dict(), self._data_scale
             )
 
     def _pf_start(
@@ -137,7 +137,7 @@ class PFStateMixin(BinaryClassifierMixin, PredictionFocusedMixin):
         "stream does not have; fit on shards with ppmix.distributed.fit_em instead"
     )
 
-    def em_data_statistics(self, data: Any) -> GaussianStatistics:
+    def _em_data_statistics(self, data: Any) -> GaussianStatistics:
         """Before a sharded or warm-started fit: the background's statistics of ``data.frames`` (it is fitted once,
         on all of this fit's data; every frame counted as often as its sample weight, where there are some)."""
         inner, weight = split_weights(data)
@@ -147,8 +147,8 @@ class PFStateMixin(BinaryClassifierMixin, PredictionFocusedMixin):
         """Every frame's sample weight (``(N,)``, None without weights): a row's own (an HMM: its sequence's)."""
         return weight
 
-    def em_set_data_statistics(self, stats: GaussianStatistics) -> None:
-        """The background from the (merged) statistics of :meth:`em_data_statistics`."""
+    def _em_set_data_statistics(self, stats: GaussianStatistics) -> None:
+        """The background from the (merged) statistics of :meth:`_em_data_statistics`."""
         self._set_background(stats)
 
     #: what gives a pf model posterior draws (the PointEstimateWarning's remedy; see ``draw_remedies``)
@@ -159,7 +159,7 @@ class PFStateMixin(BinaryClassifierMixin, PredictionFocusedMixin):
         "the variational one)"
     )
 
-    def laplace_target(self, data: Any) -> LaplaceTarget:
+    def _laplace_target(self, data: Any) -> LaplaceTarget:
         """What ``to_arviz`` takes its Laplace approximation of (:func:`~ppmix.models._arviz.laplace_draws`): the
         objective variational EM maximises, the ELBO with ``q(z)`` optimal (labels used where observed; with
         ``priors``, MAP-EM's ELBO plus the log prior: a log posterior), as a function of the continuous globals, the
@@ -177,24 +177,24 @@ class PFStateMixin(BinaryClassifierMixin, PredictionFocusedMixin):
         >>> from ppmix.models.pf.pf_gmm import PFGMM
         >>> data = make_pf_synthetic(100, n_relevant=1, n_features=2, seed=0)
         >>> model = PFGMM(2, switch_prior=0.3, seed=0, progress=False).fit(data.X, data.y)
-        >>> target = model.laplace_target(model.prepare_data(data.X, data.y))
+        >>> target = model._laplace_target(model.prepare_data(data.X, data.y))
         >>> sorted(target.supports)
         ['background_loc', 'background_scale', 'label_probs', 'locs', 'scales', 'weights']
         """
-        values = self.get_globals()
+        values = self._get_globals()
         varying = [name for name in values if name != "switch_probs"]
-        rows = split_weights(self.em_data(data))[0]
+        rows = split_weights(self._em_data(data))[0]
 
         def log_density(point: dict[str, torch.Tensor]) -> torch.Tensor:
-            self.set_globals(point)
+            self._set_globals(point)
             background = frame_log_prob(self.background_, rows.frames, self.switch_probs_)[:, 0].sum()
-            return self.differentiable_elbo(rows) + background
+            return self._differentiable_elbo(rows) + background
 
         return LaplaceTarget(values, global_supports(self, data, varying), log_density)
 
-    def differentiable_elbo(self, data: Any) -> torch.Tensor:
-        """The ELBO of ``e_step(data)``, differentiable in the globals (for :meth:`laplace_target`)."""
-        return self.e_step(data)[1]
+    def _differentiable_elbo(self, data: Any) -> torch.Tensor:
+        """The ELBO of ``_e_step(data)``, differentiable in the globals (for :meth:`_laplace_target`)."""
+        return self._e_step(data)[1]
 
     @property
     def relevance_(self) -> Any:

@@ -77,7 +77,7 @@ class RelevanceOutputsMixin:
         gain = np.asarray(self.relevance_gain_, dtype=np.float64)
         return relevant_mask_from_ratio(gain, self.n_components, int(stats["rows"]), ratio)
 
-    def em_data_statistics(self, data: Any) -> dict[str, Any]:
+    def _em_data_statistics(self, data: Any) -> dict[str, Any]:
         """Before a sharded fit: the background's statistics, the number of rows and the Gaussian statistics of
         each class's labelled rows (for :attr:`relevant_features_`); they merge across shards. Every row counts as
         often as its sample weight, where there are some. Also before a warm-started fit (its data's background)."""
@@ -95,8 +95,8 @@ class RelevanceOutputsMixin:
             "rows": torch.tensor(rows, dtype=torch.float64),
         }
 
-    def em_set_data_statistics(self, stats: dict[str, Any]) -> None:
-        """The background from the (merged) statistics of :meth:`em_data_statistics`; the rest kept for
+    def _em_set_data_statistics(self, stats: dict[str, Any]) -> None:
+        """The background from the (merged) statistics of :meth:`_em_data_statistics`; the rest kept for
         :attr:`relevant_features_`."""
         self._set_background(stats["background"])
         self._shard_label_statistics = stats
@@ -110,7 +110,7 @@ class RelevanceOutputsMixin:
 
         return pd.Series(values, index=self.feature_names_in_, name=name)
 
-    def extra_state(self) -> dict[str, Any]:
+    def _extra_state(self) -> dict[str, Any]:
         """The chosen ``p_``, its scores, :attr:`relevant_features_` and the restarts' scores (a fit by ``fit_em``
         has only ``p``)."""
         scores = getattr(self, "switch_prior_scores_", None)
@@ -121,8 +121,8 @@ class RelevanceOutputsMixin:
             "restart_scores": getattr(self, "restart_scores_", None),
         }
 
-    def load_extra_state(self, state: dict[str, Any]) -> None:
-        """Inverse of :meth:`extra_state`."""
+    def _load_extra_state(self, state: dict[str, Any]) -> None:
+        """Inverse of :meth:`_extra_state`."""
         scores = state.get("switch_prior_scores")  # files written before "auto" hold none of these
         self.p_ = float(state.get("p", self.switch_prior))
         self.switch_prior_scores_ = None if scores is None else {float(p): float(s) for p, s in scores}

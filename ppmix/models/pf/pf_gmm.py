@@ -201,7 +201,7 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
     posterior_remedy = PFStateMixin.posterior_remedy + (
         "; PFGMMGibbs samples the full-covariance pf-GMM (switches, assignments and parameters)"
     )
-    #: the start :meth:`em_initialize` makes (set by :func:`~ppmix.models.pf.restarts.fit_restarts`)
+    #: the start :meth:`_em_initialize` makes (set by :func:`~ppmix.models.pf.restarts.fit_restarts`)
     _restart = 0
 
     supports_auto_switch_prior = True
@@ -229,15 +229,15 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
         super().__init__()
         store_params(self, locals())
 
-    def validate_params(self) -> None:
-        super().validate_params()
+    def _validate_hyperparameters(self) -> None:
+        super()._validate_hyperparameters()
         self._validate_pf_params()
         if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not self.alpha >= 1:
             raise ValueError(f"alpha must be a number >= 1 (the MAP weights need it); got {self.alpha!r}")
         if (self.priors or {}).get("weights") is not None and self.alpha != 1:
             raise ValueError("priors['weights'] and alpha both set the weights' concentration: set one")
         check_positive_int(self.n_restarts, "n_restarts")
-        check_missing_option(self.missing, self.component_family())
+        check_missing_option(self.missing, self._component_family())
 
     @property
     def _accepts_missing(self) -> bool:  # type: ignore[override]
@@ -270,7 +270,7 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
             raise ValueError(f"sample_weight is taken by engine='em' only; got engine={engine!r}")
         if self.missing == "marginalize" and engine != "em":
             raise ValueError(f"missing='marginalize' is for engine='em' only; got engine={engine!r}")
-        self.validate_params()
+        self._validate_hyperparameters()
         self.switch_prior_scores_: dict[float, float] | None = None
         if sample_weight is not None:
             options["sample_weight"] = sample_weight
@@ -280,7 +280,7 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
         else:
             with self._overriding("_fit_sample_weight", sample_weight):
                 data = self.prepare_data(X, y, fitting=True)
-            weight = None if sample_weight is None else self.weigh(data, sample_weight).weight
+            weight = None if sample_weight is None else self._weigh(data, sample_weight).weight
             selection = select_switch_prior(
                 self,
                 data.x,
@@ -306,18 +306,18 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
 
     def _fit_restarts(self, X: Any, y: Any, engine: str, options: dict[str, Any]) -> PFData | Weighted:
         """``n_restarts`` fits at ``p_``, the best kept (:func:`~ppmix.models.pf.restarts.fit_restarts`); the
-        prepared training data (:meth:`fit_start`'s)."""
+        prepared training data (:meth:`_fit_start`'s)."""
         n_restarts = 1 if self.warm_start and self.is_fitted else self.n_restarts
         fitted: dict[str, PFData | Weighted] = {}
 
         def start(restart: int) -> PFData | Weighted:
-            fitted["data"] = self.fit_start(X, y, restart, engine=engine, **options)
+            fitted["data"] = self._fit_start(X, y, restart, engine=engine, **options)
             return fitted["data"]
 
         self.restart_scores_ = fit_restarts(self, start, n_restarts)
         return fitted["data"]
 
-    def fit_start(
+    def _fit_start(
         self, X: Any, y: Any, restart: int, *, sample_weight: Any = None, engine: str = "em", **options: Any
     ) -> PFData | Weighted:
         """One fit at ``p_`` (``switch_prior`` when it is a number) from start ``restart`` (0: the model's own
@@ -330,7 +330,7 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
             self.p_ = float(self.switch_prior)
         with self._overriding("_restart", restart), self._overriding("_fit_sample_weight", sample_weight):
             super().fit(X, y, sample_weight=sample_weight, engine=engine, **options)
-        return self._train_data if sample_weight is None else self.weigh(self._train_data, sample_weight)
+        return self._train_data if sample_weight is None else self._weigh(self._train_data, sample_weight)
 
     # ------------------------------------------------------------------- data
     def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> PFData:
@@ -347,10 +347,10 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
             labels = FrameLabels.from_values(self._encode_labels(y, fitting=fitting), x.shape[0], x.dtype, x.device)
         data = PFData(x, labels)
         if fitting and self._fit_sample_weight is not None:
-            self._record_weighted_data_scale(x, self.weigh(data, self._fit_sample_weight).weight)
+            self._record_weighted_data_scale(x, self._weigh(data, self._fit_sample_weight).weight)
         return data
 
-    def sample_weight_units(self, data: Any) -> tuple[str, int]:
+    def _sample_weight_units(self, data: Any) -> tuple[str, int]:
         """One ``sample_weight`` per row."""
         return "row", self._n_rows(split_weights(data)[0])
 
@@ -358,20 +358,20 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
     def _n_rows(data: PFData | _PFEMData) -> int:
         return int(data.frames.x.shape[0] if isinstance(data, _PFEMData) else data.x.shape[0])
 
-    def em_data(self, data: PFData | _PFEMData | Weighted) -> _PFEMData | Weighted:
+    def _em_data(self, data: PFData | _PFEMData | Weighted) -> _PFEMData | Weighted:
         """The rows centred once (:class:`~ppmix.models._weights.Weighted` data keep their row weights; rows with
         missing entries as :func:`~ppmix.models.pf._observed.frames_of` holds them)."""
         if isinstance(data, Weighted):
-            return Weighted(self.em_data(data.data), data.weight)
+            return Weighted(self._em_data(data.data), data.weight)
         if isinstance(data, _PFEMData):
             return data
         return _PFEMData(frames_of(data.x), data.labels)
 
-    def n_observations(self, data: Any) -> float:
+    def _n_observations(self, data: Any) -> float:
         rows, weight = split_weights(data)
         return self._n_rows(rows) if weight is None else float(weight.sum())
 
-    def observed_data(self, data: PFData) -> dict[str, torch.Tensor]:
+    def _observed_data(self, data: PFData) -> dict[str, torch.Tensor]:
         return {"x": data.x}
 
     # ------------------------------------------------------------ the program
@@ -379,7 +379,7 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
         """``priors["weights"]``, else ``alpha``, as a ``(K,)`` tensor."""
         return self._concentration("weights", (self.n_components,), default=float(self.alpha))
 
-    def structure_prior_keys(self) -> dict[str, PriorKey]:
+    def _structure_prior_keys(self) -> dict[str, PriorKey]:
         return {"weights": PriorKey("the Dirichlet concentration of the weights (default alpha)", "concentration")}
 
     def _weights_prior(self, k: int, opts: dict) -> dist.Distribution:
@@ -395,51 +395,51 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
         opts = {"dtype": x.dtype, "device": x.device}
         weights = pyro.sample("weights", self._weights_prior(k, opts))
         sites = self._pf_global_sites(k, d, opts)
-        with self.data_plate(x.shape[0], dim=-2) as idx:
+        with self._data_plate(x.shape[0], dim=-2) as idx:
             z = pyro.sample("z", dist.Categorical(weights))
             labels = FrameLabels(data.labels.y[idx], data.labels.observed[idx])
             self._pf_frame_sites(sites, z, x[idx], labels)
 
     def guide(self, data: PFData) -> None:
         """Point masses on the globals; ``q(z_n)`` in closed form and ``q(s_nd) = Bern(phi_d)``, enumerated."""
-        self._guide_program(data, self.get_globals())
+        self._guide_program(data, self._get_globals())
 
     def _guide_program(self, data: PFData, values: dict[str, torch.Tensor]) -> None:
         pyro.sample("weights", dist.Delta(values["weights"], event_dim=1))
         self._pf_guide_global_sites(values, pyro.plate("components", self.n_components))
         phi = values.get("switch_probs")
-        with self.data_plate(data.x.shape[0], dim=-2) as idx:
+        with self._data_plate(data.x.shape[0], dim=-2) as idx:
             labels = FrameLabels(data.labels.y[idx], data.labels.observed[idx])
             q_z = torch.softmax(_variational_log_joint(data.x[idx], labels, values), dim=-1)
             pyro.sample("z", dist.Categorical(q_z.unsqueeze(-2)), infer={"enumerate": "parallel"})
             if phi is not None:
                 self._pf_guide_switches(phi)
 
-    def make_svi_guide(self, kind: str, init: dict[str, torch.Tensor]) -> tuple[Any, None]:
+    def _make_svi_guide(self, kind: str, init: dict[str, torch.Tensor]) -> tuple[Any, None]:
         """The paper's variational family with point-mass globals (``guide="delta"`` only)."""
         if kind != "delta":
             raise ValueError("PFGMM's SVI guide is the paper's variational family; only guide='delta' is supported")
         return _PointGuide(self._guide_program, init), None
 
     # -------------------------------------------------------------- globals
-    def get_globals(self) -> dict[str, torch.Tensor]:
+    def _get_globals(self) -> dict[str, torch.Tensor]:
         return {"weights": self.weights_.clone(), **self._component_globals(), **self._pf_globals()}
 
-    def state_shapes(self) -> dict[str, tuple[int | None, ...]]:
+    def _state_shapes(self) -> dict[str, tuple[int | None, ...]]:
         return {"weights": (self.n_components,), **self._component_state_shapes(sites=True), **self._pf_state_shapes()}
 
-    def set_globals(self, values: dict[str, torch.Tensor]) -> None:
+    def _set_globals(self, values: dict[str, torch.Tensor]) -> None:
         weights = torch.as_tensor(values["weights"]).to(dtype=self.dtype, device=self._device)
         self.weights_ = weights / weights.sum()
         self._set_component_globals(values)
         self._set_pf_globals(values)
         self._invalidate_guide()
 
-    def arviz_dims(self) -> dict[str, list[str]]:
+    def _arviz_dims(self) -> dict[str, list[str]]:
         return {"weights": ["component"], **self._component_dims(), **PF_DIMS}
 
     # ------------------------------------------------------------------- EM
-    def em_initialize(self, data: _PFEMData | Weighted, generator: torch.Generator) -> None:
+    def _em_initialize(self, data: _PFEMData | Weighted, generator: torch.Generator) -> None:
         """Background fitted once; responsibilities from (relevance-)k-means, or restart ``_restart``'s; one M-step
         (all on the weighted rows, with ``sample_weight``)."""
         rows, weight = split_weights(data)
@@ -447,7 +447,7 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
         if self._restart:
             frames = start_frames(rows.frames, weight)
             resp = start_responsibilities(self, frames, rows.labels, generator, self._restart, weight)
-        self.m_step(data, resp)
+        self._m_step(data, resp)
 
     def _log_prior(self) -> torch.Tensor:
         """The weights' Dirichlet log density (zero where flat) and, with ``priors``, the components' and the
@@ -460,7 +460,7 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
             return log_prior
         return log_prior + dist.Dirichlet(alpha.to(self.weights_)).log_prob(self.weights_)
 
-    def e_step(self, data: _PFEMData | Weighted) -> tuple[torch.Tensor, torch.Tensor]:
+    def _e_step(self, data: _PFEMData | Weighted) -> tuple[torch.Tensor, torch.Tensor]:
         """Optimal ``q(z)`` given ``phi`` and the parameters, and the ELBO of eq. 19 (every row counted as often as
         its sample weight)."""
         rows, weight = split_weights(data)
@@ -472,24 +472,24 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
         data_term = log_norm.sum() if weight is None else log_norm.reshape(-1) @ weight.to(log_norm)
         return data_term + self._frame_objective_terms(rows.frames, weight) + self._log_prior()
 
-    def differentiable_elbo(self, data: _PFEMData | Weighted) -> torch.Tensor:
-        """:meth:`e_step`'s ELBO by an out-of-place log-sum-exp (its fused one overwrites what autograd needs)."""
+    def _differentiable_elbo(self, data: _PFEMData | Weighted) -> torch.Tensor:
+        """:meth:`_e_step`'s ELBO by an out-of-place log-sum-exp (its fused one overwrites what autograd needs)."""
         rows, weight = split_weights(data)
         log_joint = self._frame_log_joint(rows.frames, rows.labels, self.weights_.log())
         return self._elbo(rows, weight, torch.logsumexp(log_joint, dim=1, keepdim=True))
 
-    def m_step(self, data: _PFEMData | Weighted, resp: torch.Tensor) -> None:
+    def _m_step(self, data: _PFEMData | Weighted, resp: torch.Tensor) -> None:
         """Weights (Dirichlet MAP), components, labels, then ``phi`` (B.2.1–B.2.4)."""
-        self.em_update(self.em_statistics(data, resp))
+        self._em_update(self._em_statistics(data, resp))
 
-    def em_statistics(self, data: _PFEMData | Weighted, resp: torch.Tensor) -> dict[str, Any]:
+    def _em_statistics(self, data: _PFEMData | Weighted, resp: torch.Tensor) -> dict[str, Any]:
         """What the M-step needs of ``data``: component and label statistics under ``resp`` times the rows' sample
         weights (merge across shards)."""
         rows, weight = split_weights(data)
         resp = resp if weight is None else resp * weight[:, None].to(resp)
         return self._frame_statistics(rows.frames, rows.labels, resp)
 
-    def em_update(self, stats: dict[str, Any]) -> None:
+    def _em_update(self, stats: dict[str, Any]) -> None:
         """The M-step from (merged) statistics: weights (Dirichlet MAP), components, labels, then ``phi``."""
         counts = stats["components"].counts.to(self.dtype)
         alpha = self._weights_concentration().to(counts)
@@ -497,7 +497,7 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
         self._update_from_frame_statistics(stats)
         self._invalidate_guide()
 
-    def em_global_objective(self, n_observations: int) -> torch.Tensor:
+    def _em_global_objective(self, n_observations: int) -> torch.Tensor:
         """The ELBO's terms that are not sums over the data: the switches' and the weights' priors (with ``priors``,
         the components' and the background's too)."""
         return self._switch_objective(n_observations) + self._log_prior()
@@ -508,32 +508,32 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
         frames = frames_of(data.x, self.components_.reference)  # not the batch mean
         return torch.softmax(self._frame_log_joint(frames, labels, self.weights_.log()), dim=1)
 
-    def posterior_marginals(self, data: PFData) -> dict[str, torch.Tensor]:
+    def _posterior_marginals(self, data: PFData) -> dict[str, torch.Tensor]:
         """``q(z_n = k | x_n, y_n)`` (labels used where observed)."""
         return {"z": self._component_posterior(data, use_labels=True)}
 
-    def responsibilities(self, data: PFData) -> torch.Tensor:
+    def _responsibilities(self, data: PFData) -> torch.Tensor:
         return self._component_posterior(data, use_labels=False)
 
     def predict_components(self, X: Any) -> Any:
         """Most probable component of each row given its features only."""
         self._check_fitted()
-        return to_output(self.responsibilities(self.prepare_data(X)).argmax(-1), X)
+        return to_output(self._responsibilities(self.prepare_data(X)).argmax(-1), X)
 
     def predict_proba(self, X: Any) -> Any:
         """``[P(y=c_0 | x), P(y=c_1 | x)]`` for ``classes_ = [c_0, c_1]``, with ``P(y=c_1 | x) = sum_k q(z=k | x)
         label_probs_k`` (§5), ``(N, 2)``."""
         self._check_fitted()
-        p1 = self.responsibilities(self.prepare_data(X)) @ self.labels_.probs
+        p1 = self._responsibilities(self.prepare_data(X)) @ self.labels_.probs
         return to_output(torch.stack([1 - p1, p1], dim=1), X)
 
     def predict(self, X: Any) -> Any:
         """The more probable label of each row (a class of ``classes_``)."""
         self._check_fitted()
-        p1 = self.responsibilities(self.prepare_data(X)) @ self.labels_.probs
+        p1 = self._responsibilities(self.prepare_data(X)) @ self.labels_.probs
         return self._decode_labels((p1 > 0.5).long(), X)
 
-    def pointwise_log_likelihood(self, data: PFData, switches: str = "map") -> torch.Tensor:
+    def _pointwise_log_likelihood(self, data: PFData, switches: str = "map") -> torch.Tensor:
         """``log p(x_n)`` (labels not used), shape ``(N,)``; ``switches`` as in :meth:`score_samples`."""
         features = torch.ones(data.x.shape[1], dtype=torch.bool, device=data.x.device)
         return torch.logsumexp(self._switch_mixture_log_prob(data.x, features, switches) + self.weights_.log(), dim=1)
@@ -546,7 +546,7 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
         ``"mean"``: each feature from the two-part mixture ``phi_d N(. | k) + (1 - phi_d) N(. | background)``.
         """
         self._check_fitted()
-        return to_output(self.pointwise_log_likelihood(self.prepare_data(X), switches), X)
+        return to_output(self._pointwise_log_likelihood(self.prepare_data(X), switches), X)
 
     def log_likelihood_relevant(self, X: Any, relevant_mask: Any, switches: str = "map") -> Any:
         """``log p(x_R)`` per row: the exact marginal of :meth:`score_samples`'s density on the masked features."""
@@ -562,7 +562,7 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureM
         """Draw ``{"x", "y", "z", "s"}``: components, labels, switches ``~ Bern(phi)`` and features."""
         self._check_fitted()
         n = check_positive_int(n_samples, "n_samples")
-        gen = self.generator(offset=7919)
+        gen = self._generator(offset=7919)
         cpu = {"dtype": self.dtype}
         z = torch.multinomial(self.weights_.cpu(), n, replacement=True, generator=gen)
         y = (torch.rand(n, generator=gen, **cpu) < self.labels_.probs.cpu()[z]).long()

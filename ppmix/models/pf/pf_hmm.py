@@ -144,10 +144,10 @@ class PFHMM(PFStateMixin, HMM):
         super().__init__()
         store_params(self, locals())
 
-    def validate_params(self) -> None:
-        MixtureModel.validate_params(self)
+    def _validate_hyperparameters(self) -> None:
+        MixtureModel._validate_hyperparameters(self)
         self._validate_pf_params()
-        check_missing_option(self.missing, self.component_family())
+        check_missing_option(self.missing, self._component_family())
 
     def fit(self, X: Any, y: Any = None, *, sample_weight: Any = None, engine: str = "em", **options: Any) -> "PFHMM":
         """Fit by variational EM on sequences ``X`` and per-step labels ``y``.
@@ -182,7 +182,7 @@ class PFHMM(PFStateMixin, HMM):
             self._check_pf_features(batch.frames)
             self._encode_labels(None, fitting=True)  # classes_ = [0, 1]: per-step labels are numeric
             if self._fit_sample_weight is not None:
-                weight = self.weigh(batch, self._fit_sample_weight).weight
+                weight = self._weigh(batch, self._fit_sample_weight).weight
                 self._record_weighted_data_scale(batch.frames, _sequence_weights(batch, weight)[batch.mask])
             else:  # with missing entries: the scale of each feature's observed entries (HMM measured them filled)
                 self._record_data_scale(batch.frames)
@@ -198,11 +198,11 @@ class PFHMM(PFStateMixin, HMM):
             labels = FrameLabels.missing(frames.x.shape[0], frames.x.dtype, frames.x.device)
         return _PFEMData(batch=batch, frames=frames, labels=labels)
 
-    def em_data(self, data: SequenceBatch | _PFEMData | Weighted) -> _PFEMData | Weighted:
+    def _em_data(self, data: SequenceBatch | _PFEMData | Weighted) -> _PFEMData | Weighted:
         """The valid frames and their labels (:class:`~ppmix.models._weights.Weighted` data keep their sequence
         weights)."""
         if isinstance(data, Weighted):
-            return Weighted(self.em_data(data.data), data.weight)
+            return Weighted(self._em_data(data.data), data.weight)
         if isinstance(data, _PFEMData):
             return data
         return self._frames_data(data, use_labels=True)
@@ -224,7 +224,7 @@ class PFHMM(PFStateMixin, HMM):
         chain, components = self._sample_chain(k, opts)
         sites = self._pf_global_sites(k, d, opts, components)
         features = pyro.plate("features", d, dim=-1)
-        with self.data_plate(batch.n_sequences, dim=-2) as idx:
+        with self._data_plate(batch.n_sequences, dim=-2) as idx:
             valid = batch.mask[idx][..., None]  # (B, T, 1)
             states, z = [], None
             # the chain and the labels first (no pyro.markov: the features below use every z_t, so under
@@ -263,17 +263,17 @@ class PFHMM(PFStateMixin, HMM):
         Every ``z_t`` gets its own enumeration dimension (Pyro's ``TraceEnum_ELBO`` cannot
         recycle guide-side dimensions), so this guide is for short sequences only.
         """
-        values = self.get_globals()
+        values = self._get_globals()
         pyro.sample("initial", dist.Delta(values["initial"], event_dim=1))
         components = pyro.plate("components", self.n_components)
         with components:
             pyro.sample("transition", dist.Delta(values["transition"], event_dim=1))
         self._pf_guide_global_sites(values, components)
-        log_emit = self._log_emissions(self.em_data(batch))
+        log_emit = self._log_emissions(self._em_data(batch))
         log_first, log_cond = _chain_conditionals(self.initial_.log(), self.transition_.log(), log_emit, batch.mask)
         phi = values.get("switch_probs")
         features = pyro.plate("features", batch.n_features, dim=-1)
-        with self.data_plate(batch.n_sequences, dim=-2) as idx:
+        with self._data_plate(batch.n_sequences, dim=-2) as idx:
             rows = torch.arange(idx.shape[0], device=idx.device)[:, None]
             z = None
             for t in range(batch.max_length):  # the chain first, then the switches (as in the model)
@@ -290,20 +290,20 @@ class PFHMM(PFStateMixin, HMM):
                         self._pf_guide_switches(phi, f"_{t}", features)
 
     # -------------------------------------------------------------- globals
-    def get_globals(self) -> dict[str, torch.Tensor]:
-        return {**super().get_globals(), **self._pf_globals()}
+    def _get_globals(self) -> dict[str, torch.Tensor]:
+        return {**super()._get_globals(), **self._pf_globals()}
 
-    def set_globals(self, values: dict[str, torch.Tensor]) -> None:
-        super().set_globals(values)
+    def _set_globals(self, values: dict[str, torch.Tensor]) -> None:
+        super()._set_globals(values)
         self._set_pf_globals(values)
 
-    def state_tensors(self) -> dict[str, torch.Tensor]:
-        return self.get_globals()
+    def _state_tensors(self) -> dict[str, torch.Tensor]:
+        return self._get_globals()
 
-    def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
-        self.set_globals(tensors)
+    def _load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        self._set_globals(tensors)
 
-    def state_shapes(self) -> dict[str, tuple[int | None, ...]]:
+    def _state_shapes(self) -> dict[str, tuple[int | None, ...]]:
         k = self.n_components
         return {
             "initial": (k,),
@@ -312,14 +312,14 @@ class PFHMM(PFStateMixin, HMM):
             **self._pf_state_shapes(),
         }
 
-    def extra_state(self) -> dict[str, Any]:
+    def _extra_state(self) -> dict[str, Any]:
         return {"label_column": self.label_column_}
 
-    def load_extra_state(self, state: dict[str, Any]) -> None:
+    def _load_extra_state(self, state: dict[str, Any]) -> None:
         self.label_column_ = state.get("label_column")
 
-    def arviz_dims(self) -> dict[str, list[str]]:
-        return {**super().arviz_dims(), **PF_DIMS}
+    def _arviz_dims(self) -> dict[str, list[str]]:
+        return {**super()._arviz_dims(), **PF_DIMS}
 
     # ------------------------------------------------------------------- EM
     def _log_emissions(self, data: _PFEMData) -> torch.Tensor:
@@ -329,7 +329,7 @@ class PFHMM(PFStateMixin, HMM):
         log_emit[batch.mask] = self._frame_log_joint(data.frames, data.labels, log_emit.new_zeros(self.n_components))
         return log_emit
 
-    def em_initialize(self, data: _PFEMData | Weighted, generator: torch.Generator) -> None:
+    def _em_initialize(self, data: _PFEMData | Weighted, generator: torch.Generator) -> None:
         """Background fitted once; frame responsibilities from (relevance-)k-means; then one M-step (every frame
         weighted by its sequence's sample weight, where given)."""
         inner, weight = split_weights(data)
@@ -339,27 +339,27 @@ class PFHMM(PFStateMixin, HMM):
             data, self._pf_start(inner.frames, inner.labels, generator, centred, weight=frame_weight)
         )
 
-    def e_step(self, data: _PFEMData | Weighted) -> tuple[_Counts, torch.Tensor]:
+    def _e_step(self, data: _PFEMData | Weighted) -> tuple[_Counts, torch.Tensor]:
         """Forward–backward under the ``phi``-weighted emissions; the ELBO of Supplement B.1 (every sequence
         counted as often as its sample weight)."""
-        counts, log_norm = super().e_step(data)
+        counts, log_norm = super()._e_step(data)
         inner, weight = split_weights(data)
         return counts, log_norm + self._frame_objective_terms(inner.frames, self._frame_weights(inner, weight))
 
-    def em_statistics(self, data: _PFEMData | Weighted, stats: _Counts) -> dict[str, Any]:
+    def _em_statistics(self, data: _PFEMData | Weighted, stats: _Counts) -> dict[str, Any]:
         """Expected initial and transition counts, and the frames' component and label statistics (the counts
         carry the sequence weights already)."""
         inner = split_weights(data)[0]
         frames = self._frame_statistics(inner.frames, inner.labels, stats.posterior[inner.batch.mask])
         return {"initial": stats.initial, "transitions": stats.transitions, "frames": frames}
 
-    def em_update(self, stats: dict[str, Any]) -> None:
+    def _em_update(self, stats: dict[str, Any]) -> None:
         """The chain from expected counts; components, labels, then ``phi`` (B.2.1–B.2.2)."""
         self._update_chain(stats["initial"], stats["transitions"])
         self._update_from_frame_statistics(stats["frames"])
         self._invalidate_guide()
 
-    def em_global_objective(self, n_observations: int) -> torch.Tensor:
+    def _em_global_objective(self, n_observations: int) -> torch.Tensor:
         """The ELBO's terms that are not sums over the data: the switches' prior and entropy, and MAP-EM's log
         prior (:meth:`_log_prior`)."""
         return self._switch_objective(n_observations) + self._log_prior()
@@ -380,7 +380,7 @@ class PFHMM(PFStateMixin, HMM):
         """Smoothed state marginals ``q(z_t = k | x_{1:T})`` (labels not used), one ``(length, K)`` array each."""
         self._check_fitted()
         batch, posterior = self._label_free_posterior(X)
-        return [to_output(p, self.output_like(X)) for p in batch.unpad(posterior)]
+        return [to_output(p, self._output_like(X)) for p in batch.unpad(posterior)]
 
     def _label_probability(self, X: Any) -> tuple[SequenceBatch, torch.Tensor]:
         self._check_fitted()
@@ -391,12 +391,12 @@ class PFHMM(PFStateMixin, HMM):
         """``[P(y_t = 0 | x), P(y_t = 1 | x)]`` per step, one ``(length, 2)`` array per sequence."""
         batch, p1 = self._label_probability(X)
         proba = torch.stack([1 - p1, p1], dim=-1)
-        return [to_output(p, self.output_like(X)) for p in batch.unpad(proba)]
+        return [to_output(p, self._output_like(X)) for p in batch.unpad(proba)]
 
     def predict(self, X: Any) -> list[Any]:
         """The more probable label of every step, one ``(length,)`` array per sequence."""
         batch, p1 = self._label_probability(X)
-        return [to_output(p, self.output_like(X)) for p in batch.unpad((p1 > 0.5).long())]
+        return [to_output(p, self._output_like(X)) for p in batch.unpad((p1 > 0.5).long())]
 
     def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
         """Accuracy of :meth:`predict` over every labelled step (scikit-learn's classifier ``score``).
@@ -413,7 +413,7 @@ class PFHMM(PFStateMixin, HMM):
         labels = batch.y[batch.mask].cpu().numpy()
         weights = None
         if sample_weight is not None:
-            weight = self.weigh(batch, sample_weight, fitting=False).weight
+            weight = self._weigh(batch, sample_weight, fitting=False).weight
             weights = _sequence_weights(batch, weight)[batch.mask].cpu().numpy()
         observed = ~np.isnan(labels)
         return float(
@@ -422,7 +422,7 @@ class PFHMM(PFStateMixin, HMM):
             )
         )
 
-    def pointwise_log_likelihood(self, data: SequenceBatch, switches: str = "map") -> torch.Tensor:
+    def _pointwise_log_likelihood(self, data: SequenceBatch, switches: str = "map") -> torch.Tensor:
         """``log p(x_{1:T_b})`` of every sequence (labels not used), ``(B,)``.
 
         Each step's emission is ``prod_d [s_d N(x_td | k) + (1 - s_d) N(x_td | background)]``
@@ -443,7 +443,7 @@ class PFHMM(PFStateMixin, HMM):
         """Draw sequences ``{"x": (n, T, D), "y": (n, T), "z": (n, T), "s": (n, T, D)}`` (switches ``~ Bern(phi)``)."""
         draws = super().sample(n_samples, length)
         z = torch.as_tensor(draws["z"])
-        gen = self.generator(offset=104729)
+        gen = self._generator(offset=104729)
         cpu = {"dtype": self.dtype}
         y = (torch.rand(z.shape, generator=gen, **cpu) < self.labels_.probs.cpu()[z]).long()
         s = torch.rand(*z.shape, self.n_features_in_, generator=gen, **cpu) < self.switch_probs_.cpu()

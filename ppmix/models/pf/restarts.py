@@ -93,7 +93,7 @@ def label_statistic(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | Non
 
 
 def _child_generator(generator: torch.Generator, restart: int) -> torch.Generator:
-    """A generator for start ``restart`` drawn from the engine's ``generator`` (reproducible for a seed)."""
+    """A generator for start ``restart`` drawn from the engine's ``_generator`` (reproducible for a seed)."""
     seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator)) + RESTART_SEED_STRIDE * restart
     return torch.Generator().manual_seed(seed)
 
@@ -219,18 +219,18 @@ _RESULT_ATTRIBUTES = ("engine_", "history_", "n_iter_", "converged_", "lower_bou
 
 @runtime_checkable
 class StartFitting(Protocol):
-    """A model that fits from a numbered start (``fit_start``, returning the prepared training data) and says how
+    """A model that fits from a numbered start (``_fit_start``, returning the prepared training data) and says how
     many starts it makes (``n_restarts``): PFGMM and its subclasses."""
 
     n_restarts: int
 
-    def fit_start(self, X: Any, y: Any, restart: int, *, engine: str = "em", **options: Any) -> Any: ...
+    def _fit_start(self, X: Any, y: Any, restart: int, *, engine: str = "em", **options: Any) -> Any: ...
 
 
 def fit_restarts(
     model: Any, fit_start: Callable[[int], Any], n_restarts: int, each: Callable[[int], Any] | None = None
 ) -> list[float]:
-    """Call ``fit_start(restart)`` (a fit of ``model`` from start ``restart``, returning its prepared training
+    """Call ``_fit_start(restart)`` (a fit of ``model`` from start ``restart``, returning its prepared training
     data) for starts
     ``0 .. n_restarts - 1`` and keep the best by mean in-sample ``log P(y | x)`` of the labelled rows (by the
     ELBO per point without labels), through :func:`~ppmix.engines.restarts.best_of_starts`.
@@ -242,7 +242,7 @@ def fit_restarts(
     as one standard error for one row, while its ELBO can be nats per point lower); the earlier
     (model's own) start is kept then.
     ``each(restart)``, if given, is called after every start's fit. Returns the mean score of every start.
-    Where ``fit_start`` returns :class:`~ppmix.models._weights.Weighted` data (``sample_weight``) every row
+    Where ``_fit_start`` returns :class:`~ppmix.models._weights.Weighted` data (``sample_weight``) every row
     counts its weight times in the means and their standard errors.
 
     Examples
@@ -251,7 +251,7 @@ def fit_restarts(
     >>> from ppmix.models import PFGMM
     >>> data = make_pf_synthetic(200, n_relevant=2, n_features=6, seed=0)
     >>> model = PFGMM(3, switch_prior=0.2, seed=0, progress=False)
-    >>> scores = fit_restarts(model, lambda r: model.fit_start(data.X, data.y, r), 3)
+    >>> scores = fit_restarts(model, lambda r: model._fit_start(data.X, data.y, r), 3)
     >>> [round(s, 3) for s in scores]  # start 1 is higher by 1.3 standard errors: start 0 is kept
     [-0.317, -0.288, -0.317]
     >>> in_sample_log_p_y(model, model.prepare_data(data.X, data.y)) == scores[0]
@@ -276,10 +276,10 @@ def fit_restarts(
         return _clearly_better(rows, best, latest["weight"])
 
     def snapshot() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        return model.get_globals(), {a: getattr(model, a) for a in _RESULT_ATTRIBUTES}
+        return model._get_globals(), {a: getattr(model, a) for a in _RESULT_ATTRIBUTES}
 
     def restore(snap: tuple[dict[str, torch.Tensor], dict[str, Any]]) -> None:
-        model.set_globals(snap[0])
+        model._set_globals(snap[0])
         for name, value in snap[1].items():
             setattr(model, name, value)
 
@@ -327,6 +327,6 @@ def in_sample_log_p_y_rows(model: Any, data: Any) -> np.ndarray:
     (150,)
     """
     observed = data.labels.observed
-    p1 = (model.responsibilities(data) @ model.labels_.probs)[observed].clamp(PROBA_FLOOR, 1 - PROBA_FLOOR)
+    p1 = (model._responsibilities(data) @ model.labels_.probs)[observed].clamp(PROBA_FLOOR, 1 - PROBA_FLOOR)
     y = data.labels.y[observed]
     return (y * p1.log() + (1 - y) * (-p1).log1p()).detach().cpu().numpy()

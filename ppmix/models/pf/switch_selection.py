@@ -231,8 +231,8 @@ def _held_out_log_p_y(
 
     with convergence_warnings_ignored():
         if isinstance(model, StartFitting):
-            model.validate_params()
-            fit_one = lambda restart: model.fit_start(x_train, y_train, restart, **options)  # noqa: E731
+            model._validate_hyperparameters()
+            fit_one = lambda restart: model._fit_start(x_train, y_train, restart, **options)  # noqa: E731
             fit_restarts(model, fit_one, model.n_restarts, held_out)
         else:  # any classifier with fit and predict_proba
             model.fit(x_train, y_train, **options)

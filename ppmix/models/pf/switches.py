@@ -158,7 +158,7 @@ class PredictionFocusedMixin:
     labels_: BernoulliLabel
     _background_ll: torch.Tensor
 
-    def component_family(self) -> DensityFamily:
+    def _component_family(self) -> DensityFamily:
         """The pf models' features are diagonal Gaussians (the switch algebra of §B needs independent features)."""
         return GaussianFamily("diag", self.reg_covar)
 
@@ -237,7 +237,7 @@ class PredictionFocusedMixin:
         self.background_ = DiagGaussian(one, one, reg_covar=self._variance_floor)
         if self.priors is None:
             self._background_ll = fit_frame_statistics(self.background_, stats)[0]  # (D,)
-        else:  # MAP: every frame counts (the Laplace target's background, see PFStateMixin.laplace_target)
+        else:  # MAP: every frame counts (the Laplace target's background, see PFStateMixin._laplace_target)
             self._background_ll = self._map_fit(self.background_, stats, one[0])[0]
 
     def _frame_log_joint(self, frames: Frames, labels: FrameLabels, log_prior: torch.Tensor) -> torch.Tensor:

@@ -25,7 +25,7 @@ def check_models(models: Sequence[MixtureOfExperts], weights: Sequence[float] | 
         m._check_fitted()
     first = models[0]
     for i, m in enumerate(models):
-        kind, first_kind = m.expert_family().name, first.expert_family().name
+        kind, first_kind = m._expert_family().name, first._expert_family().name
         if (m.n_experts, kind, m.n_features_in_) != (first.n_experts, first_kind, first.n_features_in_):
             raise ValueError(
                 f"models[{i}] has {m.n_experts} {kind} experts on {m.n_features_in_} features; "

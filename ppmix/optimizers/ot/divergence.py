@@ -50,7 +50,7 @@ def transport_divergence(moe_a: MixtureOfExperts, moe_b: MixtureOfExperts, X: An
         if not isinstance(m, MixtureOfExperts):
             raise TypeError(f"{name} must be a MixtureOfExperts; got {type(m).__name__}")
         m._check_fitted()
-    if moe_a.expert_family().name != moe_b.expert_family().name or moe_a.n_features_in_ != moe_b.n_features_in_:
+    if moe_a._expert_family().name != moe_b._expert_family().name or moe_a.n_features_in_ != moe_b.n_features_in_:
         raise ValueError("moe_a and moe_b must have the same kind of experts and the same features")
     x, _ = check_matrix(X, "X", n_features=moe_a.n_features_in_)
     cost = moe_a.experts_.kl(moe_b.experts_, x).clamp_min(0.0)

@@ -412,7 +412,7 @@ def ot_reduce(
         gate_history: list[float] = []
         if gate_refit == "kl":
             gate, gate_history = refit_gate(local, gate, experts, max_iter=max_iter, tol=tol)
-    model = MixtureOfExperts.from_families(gate, experts, engine="ot-reduction", expert=models[0].expert)
+    model = MixtureOfExperts._from_families(gate, experts, engine="ot-reduction", expert=models[0].expert)
     model.history_, model.n_iter_, model.converged_ = history, len(history) - 1, converged
     model.gate_targets_, model.gate_history_ = targets, gate_history
     return model

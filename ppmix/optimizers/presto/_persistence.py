@@ -41,19 +41,19 @@ class PrestoPersistence(SavableEstimator):
     )
     _OBJECT_PARAM = "component"
 
-    def saved_params(self) -> dict[str, Any]:
+    def _saved_params(self) -> dict[str, Any]:
         """Constructor arguments as a saved file records them.
 
         A component object is recorded as ``None`` (pass it to :meth:`load`), an
         ``init`` array as ``"kmeans"`` and ``executor`` not at all.
         """
-        params = super().saved_params()
+        params = super()._saved_params()
         params["component"] = self.component if isinstance(self.component, str) else None
         params["init"] = self.init if isinstance(self.init, str) else "kmeans"
         params["router"] = self.router if isinstance(self.router, str) else None
         return params
 
-    def state_tensors(self) -> dict[str, torch.Tensor]:
+    def _state_tensors(self) -> dict[str, torch.Tensor]:
         """Partition, component parameters and router parameters (what :meth:`save` writes)."""
         self._check_fitted()
         router = router_tensors(self.router_)
@@ -63,7 +63,7 @@ class PrestoPersistence(SavableEstimator):
         tensors.update(router)
         return tensors
 
-    def extra_state(self) -> dict[str, Any]:
+    def _extra_state(self) -> dict[str, Any]:
         """JSON-able fitted state beyond the tensors."""
         return {
             "loss_history": [float(v) for v in self.loss_history_],
@@ -72,7 +72,7 @@ class PrestoPersistence(SavableEstimator):
         }
 
     @classmethod
-    def upgrade_saved(
+    def _upgrade_saved(
         cls, params: dict[str, Any], fitted: dict[str, Any], extra: dict[str, Any], state: dict[str, torch.Tensor]
     ) -> None:
         """Saves from before PRESTO standardised its data (no ``standardize`` argument, no ``scales.*``
@@ -97,7 +97,7 @@ class PrestoPersistence(SavableEstimator):
         state.update(scale_tensors(identity))
         logger.info("loading a PRESTO saved before standardize existed: it loads with standardize=False")
 
-    def state_shapes(self) -> dict[str, tuple[int | None, ...]]:
+    def _state_shapes(self) -> dict[str, tuple[int | None, ...]]:
         """Partition (any length), scales, and the component's and router's tensors for these settings."""
         k, p = int(self.n_components), int(self.n_features_in_)
         cpu = torch.device("cpu")
@@ -134,7 +134,7 @@ class PrestoPersistence(SavableEstimator):
     def load(cls, path: Any, component: Any = None, map_location: str | torch.device | None = None) -> Any:
         """Load a PRESTO written by :meth:`save` (safe tensor loading, checksum and version checked).
 
-        Saves of older ppmix versions load too (see :meth:`upgrade_saved`); ``ppmix.io.load_model(path)``
+        Saves of older ppmix versions load too (see :meth:`_upgrade_saved`); ``ppmix.io.load_model(path)``
         gives the same fitted object.
 
         Parameters

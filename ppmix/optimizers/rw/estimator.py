@@ -361,7 +361,7 @@ class RegularizedWeighting(SavableEstimator):
         device: torch.device,
         mass: torch.Tensor | None = None,
     ) -> WeightedLearner:
-        """A copy of ``template`` initialised on the CPU (from the CPU ``generator``), then moved to ``device``.
+        """A copy of ``template`` initialised on the CPU (from the CPU ``_generator``), then moved to ``device``.
 
         With unequal row weights ``mass`` the learner is initialised on as many rows drawn (with replacement)
         in proportion to them: a uniform draw from the repeated rows."""
@@ -438,13 +438,13 @@ class RegularizedWeighting(SavableEstimator):
         if not hasattr(self, "models_"):
             raise NotFittedError("this RegularizedWeighting is not fitted yet; call fit first")
 
-    def saved_params(self) -> dict[str, Any]:
+    def _saved_params(self) -> dict[str, Any]:
         """Constructor arguments as a saved file records them (a learner object as ``None``; pass it to ``load``)."""
-        params = super().saved_params()
+        params = super()._saved_params()
         params["learner"] = self.learner if isinstance(self.learner, str) else None
         return params
 
-    def state_tensors(self) -> dict[str, torch.Tensor]:
+    def _state_tensors(self) -> dict[str, torch.Tensor]:
         """Weights, labels, outlier flags and the learner's fitted tensors (what :meth:`save` writes)."""
         self._check_fitted()
         tensors = {
@@ -455,7 +455,7 @@ class RegularizedWeighting(SavableEstimator):
         tensors.update(object_tensors(self.models_, "learner"))
         return tensors
 
-    def extra_state(self) -> dict[str, Any]:
+    def _extra_state(self) -> dict[str, Any]:
         """JSON-able fitted state beyond the tensors."""
         return {
             "alpha": self.alpha_,
@@ -477,7 +477,7 @@ class RegularizedWeighting(SavableEstimator):
             make_learner(self.learner), stand_in, target if supervised else None, k, generator, device
         )
 
-    def state_shapes(self) -> dict[str, tuple[int | None, ...]]:
+    def _state_shapes(self) -> dict[str, tuple[int | None, ...]]:
         """Weights (``n_models`` rows), labels, outlier flags and the learner's tensors for these settings."""
         extra = getattr(self, "_loaded_extra", None)  # while loading; a fitted object knows
         supervised = self._supervised if extra is None else bool(extra.get("supervised", self.learner == "regression"))
