@@ -372,6 +372,7 @@ def nuts_row(name: str, model: Any, data: Any, peer: Any, draws: int, warmup: in
 
     def theirs() -> None:
         logger.info("%s: numpyro nuts", name)
+        model.prepare_data(data, fitting=True)  # records the data scale of the priors, as the fit does
         scale = {key: value.cpu().numpy() for key, value in model._scale.items() if key in ("mean", "std")}
         samples, timing = run_numpyro(peer(scale), draws, warmup, seed, quick=False, chains=NUTS_CHAINS)
         ess, rhat = smallest_ess(relabelled(model, model.prepare_data(data), samples))
