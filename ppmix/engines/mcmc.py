@@ -124,10 +124,17 @@ def run_mcmc(
     ``"component"`` in :meth:`~ppmix.models.base.MixtureModel._arviz_dims`, or, for
     sites it does not name, a plate of size ``K`` or a ``K``-simplex) is permuted.
 
-    **Cost.** Every leapfrog step traces the model with its discrete sites
-    enumerated, about 10 ms of Python overhead whatever ``N``;
-    ``jit_compile=True`` compiles the potential with the PyTorch JIT (a few seconds
-    once, then about twice as fast per step).
+    **The potential.** For ppmix's structures with EM (:class:`~ppmix.models.mixture.Mixture`,
+    :class:`~ppmix.models.gmm.GMM`, :class:`~ppmix.models.hmm.HMM`: every family and covariance type) NUTS runs
+    on the potential built from the model's own batched log-likelihood, the discrete latents summed out (one
+    ``logsumexp`` for a mixture, the forward algorithm as a tree of step-matrix products for an HMM), plus the
+    priors and log-Jacobians of the program's global sites (:mod:`ppmix.engines.potential`; the program stays the
+    definition: the two potentials are tested equal): no trace per leapfrog step. A program the hooks do not
+    compute (a subclass writing its own ``model()``, a model without EM, a fit with known latents) runs NUTS on
+    the traced program, every leapfrog step tracing it with its discrete sites enumerated (about 10 ms of Python
+    overhead whatever ``N``; an HMM's ``pyro.markov`` steps one by one); ``jit_compile=True`` compiles that
+    traced potential with the PyTorch JIT (a few seconds once, then about twice as fast per step) and is
+    ignored on the model's own potential.
 
     **Diagnostics.** ``model.mcmc_diagnostics_`` holds ``r_hat`` (the largest rank-
     normalised split r_hat per site after relabelling; NaN with one chain, as r_hat
