@@ -126,17 +126,17 @@ def test_nuts_on_the_potential_recovers_planted_parameters():
     """Two well separated Gaussian clusters and a sticky two-state HMM: the posterior means are the planted values,
     and the draws are the program's sites, constrained (weights on the simplex, positive scales)."""
     rng = np.random.default_rng(0)
-    x = np.concatenate([rng.normal(-4.0, 1.0, (60, 1)), rng.normal(4.0, 0.5, (140, 1))])
-    gmm = GMM(2, seed=0, progress=False).fit(x, engine="mcmc", num_samples=60, warmup_steps=60)
+    x = np.concatenate([rng.normal(-4.0, 1.0, (30, 1)), rng.normal(4.0, 0.5, (70, 1))])
+    gmm = GMM(2, seed=0, progress=False).fit(x, engine="mcmc", num_samples=30, warmup_steps=30)
     order = np.argsort(gmm.means_[:, 0].numpy())
     np.testing.assert_allclose(gmm.means_[order, 0].numpy(), [-4.0, 4.0], atol=0.3)
-    np.testing.assert_allclose(gmm.weights_[order].numpy(), [0.3, 0.7], atol=0.08)
+    np.testing.assert_allclose(gmm.weights_[order].numpy(), [0.3, 0.7], atol=0.1)
     draws = gmm.mcmc_samples_
-    assert draws["weights"].shape == (1, 60, 2) and torch.allclose(draws["weights"].sum(-1), torch.ones(1, 60).double())
+    assert draws["weights"].shape == (1, 30, 2) and torch.allclose(draws["weights"].sum(-1), torch.ones(1, 30).double())
     assert bool((draws["scales"] > 0).all())
 
-    seqs, _, _ = make_sequences(8, (30, 40), n_features=1, seed=0)
-    hmm = HMM(2, seed=0, progress=False).fit(seqs, engine="mcmc", num_samples=40, warmup_steps=40)
+    seqs, _, _ = make_sequences(5, (15, 25), n_features=1, seed=0)
+    hmm = HMM(2, seed=0, progress=False).fit(seqs, engine="mcmc", num_samples=25, warmup_steps=25)
     em = HMM(2, seed=0, progress=False).fit(seqs)
     np.testing.assert_allclose(np.sort(hmm.means_[:, 0].numpy()), np.sort(em.means_[:, 0].numpy()), atol=0.3)
     assert float(hmm.transition_.diagonal().min()) > 0.6
