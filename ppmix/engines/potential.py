@@ -166,8 +166,8 @@ def program_sites(model: "MixtureModel", data: Any) -> dict[str, GlobalSite]:
     >>> mix = Mixture(2, family="poisson", seed=0, progress=False).fit(torch.tensor([[1.0], [2.0], [9.0]]))
     >>> with mix.bayesian():
     ...     sites = program_sites(mix, mix.prepare_data(torch.tensor([[1.0]])))
-    >>> {name: type(site.transform).__name__ for name, site in sites.items()}
-    {'weights': 'StickBreakingTransform', 'rate': 'ExpTransform'}
+    >>> {name: tuple(site.prior.shape()) for name, site in sites.items()}  # rate: (components, features)
+    {'weights': (2,), 'rate': (2, 1)}
     """
     # the priors built without argument validation: the potential is evaluated at every leapfrog step, always on
     # the supports (the transforms map onto them)
