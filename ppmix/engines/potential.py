@@ -10,15 +10,15 @@ priors of the program's global sites and the log-Jacobians of the maps from the 
 
 with ``T_s = biject_to(support of site s)``, the transform Pyro's NUTS uses for a traced program, so the two
 potentials are the same function of the same unconstrained coordinates (tested equal to ``1e-8``:
-``tests/engines/test_potential.py``). The program stays the definition: the sites, their priors and supports are
+``tests/inference/test_potential.py``). The program stays the definition: the sites, their priors and supports are
 read from one trace of it under :meth:`~ppmix.models.base.MixtureModel.bayesian`.
 
 :func:`likelihood_potential` builds it for the models whose likelihood hooks describe their program: ppmix's own
 structures with EM (:class:`~ppmix.models.mixture.Mixture`, :class:`~ppmix.models.gmm.GMM`,
 :class:`~ppmix.models.hmm.HMM`, every family and covariance type), without latents known for some points. It
 returns None for a subclass that writes its own ``model()`` (its program is no longer the one the hooks compute),
-a model without EM, or a program whose global priors depend on other global sites: NUTS then runs on the traced
-program as before.
+a model without EM, a program with a discrete global site (the pf models' relevance indicators) or whose global
+priors depend on other global sites: NUTS then runs on the traced program as before.
 """
 
 from __future__ import annotations
@@ -156,8 +156,9 @@ def describes_program(model: "MixtureModel") -> bool:
     return all(issubclass(_owner(cls, hook), program) for hook in _HOOKS)
 
 
-def program_sites(model: "MixtureModel", data: Any) -> dict[str, GlobalSite]:
-    """The global sample sites of one run of the program (its current mode: call under ``bayesian()``), in order.
+def program_sites(model: "MixtureModel", data: Any) -> dict[str, GlobalSite] | None:
+    """The global sample sites of one run of the program (its current mode: call under ``bayesian()``), in order;
+    None if one of them is discrete (e.g. a pf model's relevance indicators: NUTS samples continuous sites only).
 
     Examples
     --------
@@ -173,14 +174,17 @@ def program_sites(model: "MixtureModel", data: Any) -> dict[str, GlobalSite]:
     # the supports (the transforms map onto them)
     with torch.no_grad(), poutine.block(), pyro.validation_enabled(False):
         trace = poutine.trace(model.model).get_trace(data)
-    return {
-        name: GlobalSite(site["fn"], biject_to(site["fn"].support))
+    priors = {
+        name: site["fn"]
         for name, site in trace.nodes.items()
         if site["type"] == "sample"
         and not site["is_observed"]
         and not is_enumerated(site)
         and not isinstance(site["fn"], _Subsample)
     }
+    if any(prior.support.is_discrete for prior in priors.values()):
+        return None
+    return {name: GlobalSite(prior, biject_to(prior.support)) for name, prior in priors.items()}
 
 
 def _priors_fixed(model: "MixtureModel", data: Any, sites: dict[str, GlobalSite]) -> bool:
@@ -207,7 +211,9 @@ def likelihood_potential(model: "MixtureModel", data: Any) -> LikelihoodPotentia
     if not describes_program(model):
         return None
     sites = program_sites(model, data)
-    if set(sites) != set(model._get_globals()) or not _priors_fixed(model, data, sites):
-        logger.info("%s: NUTS runs on the traced program (its sites are not its globals)", type(model).__name__)
+    if sites is None or set(sites) != set(model._get_globals()) or not _priors_fixed(model, data, sites):
+        logger.info(
+            "%s: NUTS runs on the traced program (its global sites are not the hooks' globals)", type(model).__name__
+        )
         return None
     return LikelihoodPotential(model, data, sites)

@@ -15,12 +15,13 @@ from pyro import poutine
 from pyro.infer import TraceEnum_ELBO
 from pyro.infer.mcmc.util import initialize_model
 
-from ppmix import GMM, HMM, Mixture
+from ppmix import GMM, HMM, PFGMM, Mixture
 from ppmix.components.registry import FAMILIES
 from ppmix.engines.potential import describes_program, likelihood_potential
 from tests.common import (
     SEQUENCE_FAMILIES,
     StudentTMixture,
+    make_blobs,
     make_family_rows,
     make_family_sequences,
     make_sequences,
@@ -120,6 +121,15 @@ def test_a_program_the_hooks_do_not_compute_gets_no_potential():
     assert not describes_program(Custom(2))
     assert not describes_program(StudentTMixture(2))
     assert describes_program(GMM(2)) and describes_program(HMM(2))
+
+
+def test_a_program_with_a_discrete_global_site_gets_no_potential():
+    """A pf model samples its features' relevance indicators as global sites: NUTS cannot move them, so no potential
+    (``engine="mcmc"`` then runs on the traced program, as before)."""
+    x = make_blobs(40, n_features=2)[0]
+    model = PFGMM(2, seed=0, progress=False).fit(x)
+    with model.bayesian():
+        assert likelihood_potential(model, model.prepare_data(x)) is None
 
 
 def test_nuts_on_the_potential_recovers_planted_parameters():
