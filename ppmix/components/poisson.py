@@ -1,7 +1,7 @@
 """The Poisson family: ``K`` components over ``D`` independent counts, ``x_d ~ Poisson(rate_kd)``.
 
-The whole family in one module, as an example of writing one (see the README's "Writing a new
-component family"): :class:`PoissonComponents` are the fitted components (``log_prob``, the MLE
+The whole family in one module, as an example of writing one (see the user guide's
+``docs/guide/writing-a-family.md``): :class:`PoissonComponents` are the fitted components (``log_prob``, the MLE
 from the weighted sums of :class:`~ppmix.components.family.MeanStatisticsComponents`, the Pyro
 distribution, sampling); :class:`PoissonFamily` is what a structure takes (``Mixture(3,
 family="poisson")``, ``HMM(3, emission="poisson")``): its Pyro site ``rate``, the data it accepts

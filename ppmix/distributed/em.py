@@ -168,7 +168,7 @@ def _shard_name(shard: Any, index: int) -> str:
 def _start_sample(summaries: list[ShardSummary], sample_size: int, weighted: bool = False) -> tuple[Any, Any]:
     """About ``sample_size`` units ``(X, y)``, from every shard in proportion to its size (its total weight where
     ``weighted``: each shard's sample is then a weighted resample of its rows), in digest order."""
-    size = (lambda s: s._n_observations) if weighted else (lambda s: s.n_units)
+    size = (lambda s: s.n_observations) if weighted else (lambda s: s.n_units)
     total = sum(size(s) for s in summaries)
     xs, ys = [], []
     for summary in sorted((s for s in summaries if s.n_units), key=lambda s: s.digest):
@@ -341,7 +341,7 @@ def fit_em(
         if isinstance(model, DataStatisticsEM):  # fitted once from all the data (e.g. the pf background)
             data_stats = merge_in_tree(_statistics(holders.run("data_statistics", model)))
             model._em_set_data_statistics(data_stats)
-        sharded = _ShardedEM(model, holders, start_data, sum(s._n_observations for s in summaries), data_stats)
+        sharded = _ShardedEM(model, holders, start_data, sum(s.n_observations for s in summaries), data_stats)
         result = run_em(sharded, None, **options)
     finally:
         holders.close()
@@ -352,7 +352,7 @@ def fit_em(
             {
                 "name": s.name,
                 "n_units": s.n_units,
-                "n_observations": s._n_observations,
+                "n_observations": s.n_observations,
                 "read_seconds": s.seconds,
                 "e_step_seconds_mean": float(np.mean([it[i] for it in sharded.step_seconds])),
             }

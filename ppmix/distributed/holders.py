@@ -195,7 +195,7 @@ class HeldShard:
             return StepResult(None, 0.0, 0.0)
         stats, objective = model._e_step(self.data)
         if isinstance(model, GlobalObjectiveEM):
-            objective = objective - model._em_global_objective(self.summary._n_observations)
+            objective = objective - model._em_global_objective(self.summary.n_observations)
         statistics = model._em_statistics(self.data, stats)
         return StepResult(statistics, float(objective), time.perf_counter() - start)
 

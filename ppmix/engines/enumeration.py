@@ -106,8 +106,8 @@ def _shared_enumeration_dims(trace: Any, owner: str, what: str) -> None:
             f"{owner}'s program enumerates discrete latents that share enumeration dimensions ({shared[0][:4]}...: "
             "a pyro.markov chain); the inherited " + what + " serve programs with one enumerated latent per data "
             "point and would be wrong here. For a hidden Markov model with a new emission use "
-            "HMM(emission=...) (see the README's 'Writing a new component family'), or write "
-            "pointwise_log_likelihood and posterior_marginals for this program"
+            "HMM(emission=...) (see docs/guide/writing-a-family.md), or write "
+            "_pointwise_log_likelihood and _posterior_marginals for this program"
         )
 
 

@@ -29,7 +29,7 @@
   trace (``az.plot_trace(idata.sample_stats, var_names=["lp"])``) stands in for the energy
   plot of a sampler without a Hamiltonian; for an SVI ``normal`` guide's draws, ``lp``, the
   program's log joint density (discrete latents summed out) at every draw;
-- ``_observed_data``; ``discrete_posterior``: the per-draw posterior probabilities of
+- ``observed_data``; ``discrete_posterior``: the per-draw posterior probabilities of
   the enumerated latents.
 
 ``idata.attrs["ppmix_draws"]`` says where the posterior draws come from (``"mcmc"``, ``"gibbs"``,
@@ -77,7 +77,18 @@ FLAT_RTOL = 1e-9
 
 
 class PointEstimateWarning(UserWarning):
-    """The InferenceData holds one draw (a point estimate): ``az.loo``/``az.waic``/``az.compare`` need draws."""
+    """The InferenceData holds one draw (a point estimate): ``az.loo``/``az.waic``/``az.compare`` need draws.
+
+    Examples
+    --------
+    It is a ``UserWarning``, so the usual filters silence it where one draw is what you want:
+
+    >>> import warnings
+    >>> issubclass(PointEstimateWarning, UserWarning)
+    True
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore", PointEstimateWarning)
+    """
 
 
 def global_draws(

@@ -322,7 +322,7 @@ class FamilyComponentsMixin:
         if missing:
             raise ValueError(
                 f"{type(self).__name__}'s {family.name} components need the sites {sorted(sites)}; the values given "
-                f"lack {missing} (a subclass whose program samples other sites must write its own set_globals, or "
+                f"lack {missing} (a subclass whose program samples other sites must write its own _set_globals, or "
                 "use a structure that takes the family, e.g. HMM(emission=...))"
             )
         self.components_ = family.components({s: torch.as_tensor(values[s]).to(**opts) for s in sites}, self._scale)

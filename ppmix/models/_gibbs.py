@@ -165,7 +165,7 @@ class MixtureGibbsMixin(_FamilyGibbs):
 class _HMMLatent:
     paths: torch.Tensor  # (C, B, T)
     chains: _ChainComponents
-    em_data: Any  # the sequences with their frames prepared once
+    _em_data: Any  # the sequences with their frames prepared once
 
 
 class HMMGibbsMixin(_FamilyGibbs):

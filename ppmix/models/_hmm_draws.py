@@ -71,7 +71,7 @@ def state_paths_per_draw(
 ) -> torch.Tensor:
     """``n_sequences`` state paths of ``length`` steps ``(S, n_sequences, length)`` for every one of ``S`` chains
     (``initial`` ``(S, K)``, ``transition`` ``(S, K, K)``), drawn for all chains at once, step by step (torch's
-    global generator unless ``_generator``)."""
+    global generator unless ``generator``)."""
     n_draws = initial.shape[0]
     which = torch.arange(n_draws, device=initial.device)[:, None]
     paths = initial.new_empty(n_draws, n_sequences, length, dtype=torch.long)

@@ -313,7 +313,7 @@ def sample_missing(
     ``k`` from the row's posterior probabilities given ``x_o``, then the missing block from the component's
     conditional Gaussian ``N(mu_k[m] + S_k[m, o] S_k[o, o]^{-1} (x_o - mu_k[o]), P_k[m, m]^{-1})`` (``P_k`` the
     precision; diagonal covariances: ``N(mu_k[m], diag(var_k[m]))``); observed entries, and rows without a missing
-    entry, as they are. The draws use ``_generator`` (on the CPU).
+    entry, as they are. The draws use ``generator`` (on the CPU).
 
     Examples
     --------

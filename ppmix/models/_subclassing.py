@@ -41,6 +41,6 @@ def refuse_stale_hooks(cls: type, base: type) -> None:
         raise TypeError(
             f"{cls.__name__} replaces model() but inherits {sorted(stale)} from {', '.join(owners)}, written for "
             f"{owners[0]}'s own program: fitting would silently fit that program instead of yours. For a new "
-            "component or emission family use Mixture(family=...) or HMM(emission=...) (see the README's 'Writing "
-            "a new component family'); otherwise subclass MixtureModel, or write these methods for your program"
+            "component or emission family use Mixture(family=...) or HMM(emission=...) (see "
+            "docs/guide/writing-a-family.md); otherwise subclass MixtureModel, or write these methods for your program"
         )

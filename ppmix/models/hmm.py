@@ -99,7 +99,7 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
         The emissions' family: a registered name (:data:`ppmix.components.registry.FAMILIES`, e.g.
         ``"gaussian"``, ``"poisson"``; ``"autoregressive"``: each frame regressed on the frames before it,
         :class:`~ppmix.components.AutoRegressiveFamily`) or a family object. Write a new emission as a family
-        (see the README's "Writing a new component family"), not as a subclass of ``HMM``.
+        (see ``docs/guide/writing-a-family.md``), not as a subclass of ``HMM``.
     covariance_type, reg_covar :
         The Gaussian emission's settings (for ``emission="gaussian"``), as for :class:`~ppmix.models.gmm.GMM`.
     transition_pattern : {None, "ergodic", "left-right", "upper"} or array (K, K), default None

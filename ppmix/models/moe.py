@@ -136,8 +136,8 @@ class MixtureOfExperts(ExpertPredictionsMixin, ParametersMixin, PriorsMixin, Tar
         best of those is kept if it beats the round's start. Every round screens a fresh
         subsample, and the search ends when two rounds in a row keep nothing (one, where the
         rows are few enough to be screened whole, and in the proposal search). It finds optima that need moves no
-        single proposal picks, at several times the cost (see the README's mixture-of-experts
-        section for the S4.1 logistic simulation).
+        single proposal picks, at several times the cost (see the user guide's
+        mixture-of-experts page, docs/guide/mixture-of-experts.md, for the S4.1 logistic simulation).
     polish : bool, default True
         After EM (and after the EM run of every split-and-merge move), go on by L-BFGS on the
         same objective until 5 iterations gain at most ``tol`` per point in all, or for at most

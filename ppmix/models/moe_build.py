@@ -38,7 +38,7 @@ class ParametersMixin:
         intercept = torch.cat([free_intercept, torch.zeros_like(free_intercept[:1])])
         return SoftmaxGate(coef, intercept, ridge=self.ridge_value, max_iter=NEWTON_STEPS, prior=self._gate_prior())
 
-    expert_family: Any  # the host's method: the ExpertFamily its ``expert`` argument names
+    _expert_family: Any  # the host's method: the ExpertFamily its ``expert`` argument names
 
     def _make_experts(self, params: dict[str, torch.Tensor]) -> GaussianExpert | LogisticExpert | SoftmaxExpert:
         """The experts with ``params``; under ``priors``, experts whose fit is MAP-EM's update and whose penalty is

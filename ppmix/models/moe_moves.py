@@ -296,7 +296,7 @@ def screened_moves(
     model: MixtureOfExperts, data: tuple[torch.Tensor, torch.Tensor], generator: torch.Generator, tol: float
 ) -> list[tuple[Move, dict[str, torch.Tensor]]]:
     """The starts of ``split_merge_search="screened"``: the 3 of :func:`candidate_moves` whose EM run of 60
-    iterations on a subsample (10 000 rows drawn by ``_generator``; all rows when there are fewer) ends highest,
+    iterations on a subsample (10 000 rows drawn by ``generator``; all rows when there are fewer) ends highest,
     each with the parameters that run ended at, from which EM on all rows goes on.
 
     Going on from the screening run, rather than making the move again on all rows, keeps

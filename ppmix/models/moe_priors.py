@@ -46,7 +46,7 @@ class PriorsMixin:
 
     priors: Mapping[str, Any] | None
     ridge: float | None
-    expert_family: Any  # the host's method: the ExpertFamily its ``expert`` argument names
+    _expert_family: Any  # the host's method: the ExpertFamily its ``expert`` argument names
     _gate: Any  # the host's fitted gate and experts (standardised covariates)
     _experts: Any
 

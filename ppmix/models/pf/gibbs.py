@@ -291,7 +291,7 @@ class PFGMMGibbs:
 
         ``posterior``: switch, assignment and parameter draws; ``log_likelihood``: ``log p(x_n)`` of every row
         under every draw (for ``az.loo``); ``posterior_predictive``: one replicated ``X`` per draw (for
-        ``az.plot_ppc``); ``_observed_data``: ``X``; ``sample_stats``: ``lp``, the log joint density of every
+        ``az.plot_ppc``); ``observed_data``: ``X``; ``sample_stats``: ``lp``, the log joint density of every
         draw (:meth:`_draw_log_joint`; its trace is the Gibbs sampler's stand-in for ``az.plot_energy``);
         ``prior``: as many draws of the globals from the priors the sampler ran under (``priors`` as set;
         :func:`~ppmix.engines.gibbs.prior_draws`).

@@ -93,7 +93,7 @@ def label_statistic(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | Non
 
 
 def _child_generator(generator: torch.Generator, restart: int) -> torch.Generator:
-    """A generator for start ``restart`` drawn from the engine's ``_generator`` (reproducible for a seed)."""
+    """A generator for start ``restart`` drawn from the engine's ``generator`` (reproducible for a seed)."""
     seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator)) + RESTART_SEED_STRIDE * restart
     return torch.Generator().manual_seed(seed)
 

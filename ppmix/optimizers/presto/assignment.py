@@ -150,7 +150,7 @@ def initial_partition(
     ``"random"``: a random balanced labelling; ``"kmeans"``: k-means on standardised ``x``,
     balanced under ``capacity``; ``"ward"``: scikit-learn's Ward agglomerative clustering
     (quadratic memory, small ``N`` only); or an integer array of shape ``(N,)`` with values
-    in ``[0, k)``. Random draws come from the CPU ``_generator``. With row weights (``sample_weight``)
+    in ``[0, k)``. Random draws come from the CPU ``generator``. With row weights (``sample_weight``)
     k-means standardises by the weighted moments, runs on a resample of the rows drawn in proportion to
     the weights (:func:`~ppmix.algorithms.kmeans.kmeans`) and balances the total weight; Ward's merge costs
     count rows, not weights, so ``"ward"`` refuses them.

@@ -361,7 +361,7 @@ class RegularizedWeighting(SavableEstimator):
         device: torch.device,
         mass: torch.Tensor | None = None,
     ) -> WeightedLearner:
-        """A copy of ``template`` initialised on the CPU (from the CPU ``_generator``), then moved to ``device``.
+        """A copy of ``template`` initialised on the CPU (from the CPU ``generator``), then moved to ``device``.
 
         With unequal row weights ``mass`` the learner is initialised on as many rows drawn (with replacement)
         in proportion to them: a uniform draw from the repeated rows."""

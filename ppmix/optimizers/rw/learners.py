@@ -45,7 +45,7 @@ class WeightedLearner(Protocol):
     """What RW needs from a family of ``k`` models (the :class:`~ppmix.components.base.ComponentFamily` convention).
 
     - ``init(data, k, generator) -> self``: set up ``k`` initial models (randomised
-      through ``_generator`` only, so that a fit is deterministic given a seed);
+      through ``generator`` only, so that a fit is deterministic given a seed);
     - ``fit(data, weights) -> self``: refit model ``j`` to the points weighted by
       ``weights[:, j]`` (``weights`` has shape ``(n_samples, k)``, every column on the simplex);
     - ``loss(data) -> Tensor[n_samples, k]``: non-negative loss of every point under every model.
