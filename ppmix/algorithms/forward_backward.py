@@ -210,9 +210,19 @@ class _LogLikelihood(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, log_init: torch.Tensor, log_trans: torch.Tensor, log_emit: torch.Tensor, lengths: Any):
-        res = forward_backward(log_init.detach(), log_trans.detach(), log_emit.detach(), lengths)
+        inputs = (log_init.detach(), log_trans.detach(), log_emit.detach())
         ctx.shared = (log_init.dim() == 1, log_trans.dim() == 2)
         ctx.steps = log_emit.shape[1]
+        undefined = any(bool((torch.isnan(x) | torch.isposinf(x)).any()) for x in inputs)
+        try:
+            res = None if undefined else forward_backward(*inputs, lengths)
+        except ValueError:  # the inputs are checked: a sequence every path of which has probability zero
+            res = None
+        if res is None:  # NaN (undefined inputs) or -inf (an impossible sequence), with a zero gradient
+            batch, _, k = log_emit.shape
+            zeros = log_emit.new_zeros(batch, k)
+            ctx.save_for_backward(zeros, log_emit.new_zeros(batch, k, k), torch.zeros_like(log_emit))
+            return log_emit.new_full((batch,), float("nan") if undefined else float("-inf"))
         ctx.save_for_backward(res.initial, res.pair_counts, res.posterior)
         return res.log_likelihood
 
@@ -237,7 +247,9 @@ def log_likelihood(
     gradients come from one :func:`forward_backward` pass: ``d log p(x_b) / d log_emit[b, t, k]`` is the posterior
     ``q(z_t = k | x_b)``, ``d / d log_trans[i, j]`` the expected transition count and ``d / d log_init[k]`` the
     posterior of the first state (exact whatever the normalisation of the inputs: ``log p(x_b)`` is the log of the
-    total score of all paths; ``-inf`` entries get a zero gradient). Inputs as :func:`forward_backward`'s.
+    total score of all paths; ``-inf`` entries get a zero gradient). Inputs as :func:`forward_backward`'s, but no
+    error where the likelihood is undefined: NaN where an input is NaN or ``+inf``, ``-inf`` for a sequence that no
+    path explains (NUTS's potential is then infinite: a divergent step, left at once), each with a zero gradient.
 
     Examples
     --------

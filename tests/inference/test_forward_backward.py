@@ -368,3 +368,18 @@ def test_log_likelihood_and_its_gradients_are_the_forward_backward_answers(case,
     trans_grad = w * expected.pair_counts if case == "tree-per-sequence" else (w * expected.pair_counts).sum(0)
     for got, want in zip(grads, (init_grad, trans_grad, w * expected.posterior)):
         assert_close(got, want, rtol=1e-8, atol=1e-10)
+
+
+def test_log_likelihood_is_nan_or_minus_inf_where_it_is_undefined_not_an_error():
+    """NUTS's potential meets such points far out in warmup: NaN inputs give NaN, a sequence that no path explains
+    gives -inf (``forward_backward`` raises there), each with a zero gradient."""
+    log_init = torch.tensor([0.0, float("-inf")], dtype=torch.float64, requires_grad=True)
+    log_trans = torch.tensor([[0.0, float("-inf")], [0.0, float("-inf")]], dtype=torch.float64)  # always state 0
+    log_emit = torch.tensor([[[float("-inf"), 0.0], [0.0, 0.0]]], dtype=torch.float64, requires_grad=True)
+    value = log_likelihood(log_init, log_trans, log_emit)
+    assert value.tolist() == [float("-inf")]
+    (grad,) = torch.autograd.grad(value.sum(), [log_emit])
+    assert bool((grad == 0).all())
+    nan_emit = log_emit.detach().clone()
+    nan_emit[0, 1, 0] = float("nan")
+    assert bool(torch.isnan(log_likelihood(log_init, log_trans, nan_emit)).all())
