@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from pyro.infer import MCMC, NUTS
 from pyro.infer.autoguide import init_to_median, init_to_value
+from pyro.infer.mcmc.util import initialize_model
 
 from ppmix._validation import check_positive_int
+from ppmix.engines.chain_starts import chain_starts, warn_single_chain
 from ppmix.engines.draws import RHAT_THRESHOLD, ChainsDisagreeWarning, keep_draws
 from ppmix.engines.params import local_params
+from ppmix.engines.potential import likelihood_potential
 from ppmix.engines.result import FitResult
 
 if TYPE_CHECKING:
@@ -98,7 +102,7 @@ def run_mcmc(
     *,
     num_samples: int = 200,
     warmup_steps: int = 200,
-    num_chains: int = 1,
+    num_chains: int = 2,
     target_accept_prob: float = 0.8,
     max_tree_depth: int = 8,
     relabel: bool = True,
@@ -108,8 +112,12 @@ def run_mcmc(
     """Sample the posterior of the global sites with NUTS.
 
     The model runs under :meth:`MixtureModel.bayesian` (proper priors); discrete
-    latents are summed out by enumeration. Chains start at ``model._init_values``
-    (the EM initialisation for models with EM). The draws are kept in
+    latents are summed out by enumeration. Every chain starts at its own point
+    (:func:`~ppmix.engines.chain_starts.chain_starts`: chain 0 at ``model._init_values``, the EM
+    initialisation for models with EM, every other chain at an initialisation of its own seed; sites without
+    a start at the median of a few prior draws, drawn anew for each chain), so chains in different modes of
+    the posterior show in r_hat. The default is two chains; one chain warns
+    (:class:`~ppmix.engines.chain_starts.SingleChainWarning`: r_hat is NaN). The draws are kept in
     ``model.mcmc_samples_`` (``{site: (chains, draws, ...)}``) and the point
     estimates are set to their posterior means; :meth:`MixtureModel.to_arviz`
     turns them into ``InferenceData``.
@@ -123,10 +131,17 @@ def run_mcmc(
     ``"component"`` in :meth:`~ppmix.models.base.MixtureModel._arviz_dims`, or, for
     sites it does not name, a plate of size ``K`` or a ``K``-simplex) is permuted.
 
-    **Cost.** Every leapfrog step traces the model with its discrete sites
-    enumerated, about 10 ms of Python overhead whatever ``N``;
-    ``jit_compile=True`` compiles the potential with the PyTorch JIT (a few seconds
-    once, then about twice as fast per step).
+    **The potential.** For ppmix's structures with EM (:class:`~ppmix.models.mixture.Mixture`,
+    :class:`~ppmix.models.gmm.GMM`, :class:`~ppmix.models.hmm.HMM`: every family and covariance type) NUTS runs
+    on the potential built from the model's own batched log-likelihood, the discrete latents summed out (one
+    ``logsumexp`` for a mixture, the forward algorithm as a tree of step-matrix products for an HMM), plus the
+    priors and log-Jacobians of the program's global sites (:mod:`ppmix.engines.potential`; the program stays the
+    definition: the two potentials are tested equal): no trace per leapfrog step. A program the hooks do not
+    compute (a subclass writing its own ``model()``, a model without EM, a fit with known latents) runs NUTS on
+    the traced program, every leapfrog step tracing it with its discrete sites enumerated (about 10 ms of Python
+    overhead whatever ``N``; an HMM's ``pyro.markov`` steps one by one); ``jit_compile=True`` compiles that
+    traced potential with the PyTorch JIT (a few seconds once, then about twice as fast per step) and is
+    ignored on the model's own potential.
 
     **Diagnostics.** ``model.mcmc_diagnostics_`` holds ``r_hat`` (the largest rank-
     normalised split r_hat per site after relabelling; NaN with one chain, as r_hat
@@ -175,32 +190,47 @@ def run_mcmc(
     >>> from ppmix import GMM
     >>> x = torch.cat([torch.randn(30, 1) - 3, torch.randn(30, 1) + 3])
     >>> gmm = GMM(2, seed=0, progress=False).fit(x, engine="mcmc", num_samples=10, warmup_steps=10)
-    >>> gmm.mcmc_samples_["locs"].shape
-    torch.Size([1, 10, 2, 1])
+    >>> gmm.mcmc_samples_["locs"].shape  # (chains, draws, K, D)
+    torch.Size([2, 10, 2, 1])
     """
     num_samples = check_positive_int(num_samples, "num_samples")
     warmup_steps = check_positive_int(warmup_steps, "warmup_steps")
     num_chains = check_positive_int(num_chains, "num_chains")
     show = model.progress if progress is None else progress
+    warn_single_chain(num_chains, "mcmc")
 
     with local_params(), model.bayesian(), model._forked_rng():
-        init = model._init_values(data, model._generator())
-        kernel = _RecordingNUTS(
-            model.model,
-            max_plate_nesting=model.max_plate_nesting,
-            target_accept_prob=target_accept_prob,
-            max_tree_depth=max_tree_depth,
-            jit_compile=jit_compile,
-            ignore_jit_warnings=jit_compile,
-            init_strategy=init_to_value(values=init, fallback=init_to_median) if init else init_to_median,
-        )
-        mcmc = MCMC(
-            kernel,
-            num_samples=num_samples,
-            warmup_steps=warmup_steps,
-            num_chains=num_chains,
-            disable_progbar=not show,
-        )
+        starts = chain_starts(model, data, num_chains, model._generator())
+        potential = likelihood_potential(model, data) if starts[0] else None
+        settings = {"target_accept_prob": target_accept_prob, "max_tree_depth": max_tree_depth}
+        if potential is not None:
+            kernel = _RecordingNUTS(potential_fn=potential, **settings)
+            unconstrained = [potential.unconstrained(start) for start in starts]
+            initial = {site: torch.stack([chain[site] for chain in unconstrained]) for site in unconstrained[0]}
+            run_options = {
+                "initial_params": initial if num_chains > 1 else unconstrained[0],
+                "transforms": potential.to_unconstrained,
+            }
+        else:
+            kernel = _RecordingNUTS(
+                model.model,
+                max_plate_nesting=model.max_plate_nesting,
+                jit_compile=jit_compile,
+                ignore_jit_warnings=jit_compile,
+                init_strategy=_init_strategy(starts[0]),
+                **settings,
+            )
+            run_options = {"initial_params": _unconstrained_starts(model, data, starts) if num_chains > 1 else None}
+        with warnings.catch_warnings():  # Pyro's note that the chains run one after another: the docstring says when
+            warnings.filterwarnings("ignore", message=r"num_chains=\d+ is more than available_cpu")
+            mcmc = MCMC(
+                kernel,
+                num_samples=num_samples,
+                warmup_steps=warmup_steps,
+                num_chains=num_chains,
+                disable_progbar=not show,
+                **run_options,
+            )
         mcmc.run(data)
     samples = {k: v.detach() for k, v in mcmc.get_samples(group_by_chain=True).items()}
     stats = _sample_stats(mcmc, num_chains)
@@ -214,6 +244,24 @@ def run_mcmc(
         diagnostics["divergences"],
     )
     return FitResult(history=[], n_iter=num_samples, converged=True)
+
+
+def _init_strategy(start: dict[str, torch.Tensor]) -> Any:
+    """Pyro's init strategy for a chain starting at ``start`` (the prior median for the sites it lacks)."""
+    return init_to_value(values=start, fallback=init_to_median) if start else init_to_median
+
+
+def _unconstrained_starts(
+    model: "MixtureModel", data: Any, starts: list[dict[str, torch.Tensor]]
+) -> dict[str, torch.Tensor]:
+    """Every chain's start in NUTS's unconstrained space, ``{site: (chains, ...)}`` (Pyro's ``initial_params``)."""
+    per_chain = [
+        initialize_model(
+            model.model, (data,), max_plate_nesting=model.max_plate_nesting, init_strategy=_init_strategy(start)
+        )[0]
+        for start in starts
+    ]
+    return {site: torch.stack([chain[site] for chain in per_chain]) for site in per_chain[0]}
 
 
 def _sample_stats(mcmc: MCMC, num_chains: int) -> dict[str, np.ndarray]:

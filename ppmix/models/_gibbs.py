@@ -28,6 +28,7 @@ from ppmix.algorithms.ffbs import gumbel_argmax, sample_paths
 from ppmix.algorithms.simplex import dirichlet_draw, log_dirichlet
 from ppmix.components.base import ComponentFamily
 from ppmix.components.family import DensityFamily
+from ppmix.engines.chain_starts import chain_starts
 from ppmix.models._missing import PartlyObserved
 
 __all__ = ["HMMGibbsMixin", "MixtureGibbsMixin"]
@@ -92,13 +93,20 @@ class _FamilyGibbs:
                 "gaussian with covariance_type 'diag' or 'spherical'): use engine='mcmc'"
             )
 
-    def _chain_components(self, n_chains: int) -> _ChainComponents:
-        """The fitted components repeated for every chain (the start of the sweeps)."""
+    def _chain_components(self, starts: list[dict[str, torch.Tensor]]) -> tuple[_ChainComponents, dict[str, Any]]:
+        """Every chain's components at its own start (:func:`~ppmix.engines.chain_starts.chain_starts`), the start
+        of the sweeps, and the other globals of the starts stacked over the chains ``{name: (C, ...)}``; the
+        model's globals are left at chain 0's start."""
         family = self._prior_family()
-        fitted = family.site_values(self.components_)
-        values = {site: value.repeat(n_chains, *([1] * (value.dim() - 1))) for site, value in fitted.items()}
+        per_chain = []
+        for start in starts:
+            self._set_globals(start)
+            per_chain.append(family.site_values(self.components_))
+        self._set_globals(starts[0])
+        values = {site: torch.cat([chain[site] for chain in per_chain]) for site in per_chain[0]}
+        others = {name: torch.stack([start[name] for start in starts]) for name in starts[0] if name not in values}
         sites = tuple(family.sites(self.n_components, self._n_features))
-        return _ChainComponents(family.components(values, self._scale), n_chains, family, sites)
+        return _ChainComponents(family.components(values, self._scale), len(starts), family, sites), others
 
     def _draw_components(
         self, rows: Any, assignment: torch.Tensor, current: _ChainComponents
@@ -142,9 +150,8 @@ class MixtureGibbsMixin(_FamilyGibbs):
 
     def _gibbs_start(self, data: Any, n_chains: int, generator: torch.Generator) -> _MixtureLatent:
         self._check_conjugate(data)
-        self._set_globals(self._init_values(data, generator))
-        chains = self._chain_components(n_chains)
-        logits = self._chain_log_prob(data, chains) + self.weights_.log()
+        chains, others = self._chain_components(chain_starts(self, data, n_chains, generator))
+        logits = self._chain_log_prob(data, chains) + others["weights"].log()[:, None, :]
         return _MixtureLatent(gumbel_argmax(logits), chains)
 
     def _gibbs_sweep(
@@ -176,11 +183,8 @@ class HMMGibbsMixin(_FamilyGibbs):
     def _gibbs_start(self, data: Any, n_chains: int, generator: torch.Generator) -> _HMMLatent:
         em_data = self._em_data(data)
         self._check_conjugate(em_data.frames)
-        self._set_globals(self._init_values(data, generator))
-        chains = self._chain_components(n_chains)
-        initial = self.initial_.expand(n_chains, -1)
-        transition = self.transition_.expand(n_chains, -1, -1)
-        paths, _ = self._sample_paths(em_data, chains, initial, transition)
+        chains, others = self._chain_components(chain_starts(self, data, n_chains, generator))
+        paths, _ = self._sample_paths(em_data, chains, others["initial"], others["transition"])
         return _HMMLatent(paths, chains, em_data)
 
     def _sample_paths(
