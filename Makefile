@@ -9,7 +9,7 @@ LOCK   := requirements/dev.lock
 # Where pip finds the CPU build of torch pinned in constraints.txt (this project's machines keep it there).
 TORCH_WHEELS ?= /opt/wheels
 
-.PHONY: demo test install bench tutorials lock test-latest check-install clean
+.PHONY: demo test install bench tutorials docs lock test-latest check-install clean
 
 $(STAMP): pyproject.toml constraints.txt $(LOCK)
 	rm -rf $(VENV)
@@ -33,6 +33,10 @@ test: $(STAMP)
 tutorials: $(STAMP)
 	$(BIN)/python -m tests.tutorial_outputs
 
+# the documentation site, warnings as errors (docs/conf.py; tests/test_docs.py builds it too): docs/_build/html
+docs: $(STAMP)
+	$(BIN)/python -m sphinx -W --keep-going -n -b html docs docs/_build/html
+
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_gmm.py
 	$(BIN)/python benchmarks/bench_gmm_start.py
@@ -50,7 +54,7 @@ bench: $(STAMP)
 lock:
 	$(PYTHON) -m venv .venv-tools
 	.venv-tools/bin/pip install -q uv
-	.venv-tools/bin/uv pip compile pyproject.toml --extra test --extra bench -c constraints.txt \
+	.venv-tools/bin/uv pip compile pyproject.toml --extra test --extra bench --extra docs -c constraints.txt \
 		--python-version 3.11 --python-platform x86_64-manylinux_2_28 --generate-hashes --upgrade \
 		--find-links $(TORCH_WHEELS) --no-emit-find-links --custom-compile-command "make lock" -o $(LOCK)
 
@@ -74,4 +78,4 @@ check-install:
 	rm -rf .venv-install
 
 clean:
-	rm -rf $(VENV) .venv-latest .venv-install .venv-tools out
+	rm -rf $(VENV) .venv-latest .venv-install .venv-tools out docs/_build docs/api/generated docs/api/ppmix*.rst docs/tutorials/notebooks

@@ -55,6 +55,23 @@ def plot_clusters(
     One or two features are shown as they are, on their own scale and names; more are
     shown on their first two principal axes, labelled with their main loadings.
 
+    Parameters
+    ----------
+    model : fitted model
+        Any fitted model with ``predict``; its ``means_`` are drawn as crosses when it has them.
+    X : array-like of shape (N, D) or DataFrame
+        The data to draw.
+    ax : matplotlib Axes, optional
+        Where to draw; a new figure's by default.
+    labels : array-like of shape (N,), optional
+        The colours' labels, instead of ``model.predict(X)``.
+    feature_names : sequence of str, optional
+        The axis names; else the model's ``feature_names_in_``, a DataFrame's columns or ``x0, x1, ...``.
+
+    Returns
+    -------
+    matplotlib Axes
+
     Examples
     --------
     >>> import numpy as np
@@ -91,7 +108,27 @@ def plot_clusters(
 
 
 def plot_history(model: Any, ax: Any = None) -> Any:
-    """The objective per data point after each EM iteration / SVI step."""
+    """The objective per data point after each EM iteration / SVI step.
+
+    Parameters
+    ----------
+    model : fitted model
+        A model fitted by EM or SVI (its ``history_``).
+    ax : matplotlib Axes, optional
+        Where to draw; a new figure's by default.
+
+    Returns
+    -------
+    matplotlib Axes
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ppmix import GMM
+    >>> gmm = GMM(2, seed=0, progress=False).fit(np.random.default_rng(0).normal(size=(100, 2)))
+    >>> len(plot_history(gmm).get_lines()[0].get_xdata()) == len(gmm.history_)
+    True
+    """
     import matplotlib.pyplot as plt
 
     if ax is None:
@@ -104,6 +141,19 @@ def plot_history(model: Any, ax: Any = None) -> Any:
 
 def plot_relevance(model: Any, ax: Any = None, *, feature_names: Sequence[str] | None = None) -> Any:
     """Bar chart of a pf model's switch posteriors ``relevance_`` per named feature (relevant above 0.5).
+
+    Parameters
+    ----------
+    model : PFGMM or PFHMM
+        A fitted prediction-focused model.
+    ax : matplotlib Axes, optional
+        Where to draw; a new figure's by default.
+    feature_names : sequence of str, optional
+        The bars' names, as for :func:`plot_clusters`.
+
+    Returns
+    -------
+    matplotlib Axes
 
     Examples
     --------
@@ -148,6 +198,29 @@ def plot_experts(
     ``k``'s line has the colour of its points unless ``line_style`` sets one).
     Call it once per model on the same ``ax`` to compare fits (e.g. local fits against
     their reduction); ``label`` names the first line of this model in the legend.
+
+    Parameters
+    ----------
+    model : MixtureOfExperts
+        A fitted mixture of experts.
+    X : array-like of shape (N, D) or DataFrame
+        The covariates: the range of the plotted feature and the means of the others.
+    y : array-like of shape (N,), optional
+        The responses; drawn as points when given.
+    ax : matplotlib Axes, optional
+        Where to draw; a new figure's by default.
+    feature : int or str, default 0
+        The feature along which the responses are drawn, by position or by name.
+    feature_names : sequence of str, optional
+        The feature names, as for :func:`plot_clusters`.
+    label : str, optional
+        The legend entry of this model's first line.
+    **line_style
+        Passed to ``ax.plot`` for every expert's line.
+
+    Returns
+    -------
+    matplotlib Axes
 
     Examples
     --------

@@ -33,7 +33,8 @@ from ppmix.components.registry import FAMILIES, family_from
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 GUIDE = ROOT / "docs" / "guide"
-PAGES = [README, *sorted(GUIDE.glob("*.md"))]
+#: the site's own pages with examples (docs/index.md, docs/getting_started.md) run too
+PAGES = [README, ROOT / "docs" / "index.md", ROOT / "docs" / "getting_started.md", *sorted(GUIDE.glob("*.md"))]
 #: guide pages with no Python block: the table of contents, and the layout / benchmark tables
 PAGES_WITHOUT_BLOCKS = {"index.md", "architecture.md"}
 

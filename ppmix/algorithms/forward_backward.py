@@ -72,6 +72,17 @@ class ForwardBackwardResult:
     step_log_likelihood : Tensor[B, T]
         ``log p(x_{b,t} | x_{b,1:t-1})`` of every step, zero at padded steps (a property, from the forward
         variables): the one-step-ahead log predictive densities, which sum to ``log_likelihood``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> log_init = torch.tensor([0.5, 0.5]).log()
+    >>> log_trans = torch.tensor([[0.9, 0.1], [0.1, 0.9]]).log()
+    >>> result = forward_backward(log_init, log_trans, torch.zeros(1, 4, 2))  # uninformative emissions
+    >>> result.posterior[0].tolist() == [[0.5, 0.5]] * 4, round(result.pair_counts.sum().item(), 4)
+    (True, 3.0)
+    >>> bool(torch.allclose(result.step_log_likelihood.sum(-1), result.log_likelihood))
+    True
     """
 
     log_likelihood: torch.Tensor

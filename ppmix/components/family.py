@@ -86,7 +86,24 @@ def posterior_mode(posterior: dist.Distribution) -> torch.Tensor:
 class SiteSpec:
     """One global Pyro site of a family's parameters: its support and the event shape of one component's
     value, in the ``components`` plate; or, ``shared``, one value of that shape for every component, outside
-    the plate (e.g. a tied covariance)."""
+    the plate (e.g. a tied covariance).
+
+    Parameters
+    ----------
+    support : torch.distributions.constraints.Constraint
+        Where the site's values live (``constraints.positive`` for scales); unconstrained SVI and NUTS transform to
+        it.
+    event_shape : tuple of int
+        The shape of one component's value (``(D,)`` for a mean vector).
+    shared : bool, default False
+        One value for every component, outside the ``components`` plate.
+
+    Examples
+    --------
+    >>> per_component = SiteSpec(constraints.positive, (3,))
+    >>> per_component.value_shape(4), SiteSpec(constraints.positive, (3,), shared=True).value_shape(4)
+    ((4, 3), (3,))
+    """
 
     support: constraints.Constraint
     event_shape: tuple[int, ...]
@@ -212,6 +229,14 @@ class Statistics(abc.ABC):
     ----------
     counts : Tensor (K,)
         The total weight of the rows in every component (the mixture's weights are their proportions).
+
+    Examples
+    --------
+    A family's statistics are a subclass; :class:`WeightedSums` is the simplest:
+
+    >>> stats = WeightedSums(torch.tensor([2.0, 1.0]), torch.tensor([[2.0], [6.0]]))
+    >>> isinstance(stats, Statistics), stats.counts.tolist(), stats.to(dtype=torch.float64).counts.dtype
+    (True, [2.0, 1.0], torch.float64)
     """
 
     #: the total weight per component ``(K,)``; a subclass sets it on its instances (a dataclass field)
@@ -271,7 +296,21 @@ class AdditiveStatistics(Statistics):
 class WeightedSums(AdditiveStatistics):
     """Per component, the total weight ``counts`` ``(K,)`` and the weighted sums of the rows ``totals`` ``(K, D)``:
     all the weighted MLE needs in families whose estimate is a function of the weighted mean (Poisson,
-    Bernoulli, exponential)."""
+    Bernoulli, exponential).
+
+    Parameters
+    ----------
+    counts : Tensor of shape (K,)
+        The total weight of the rows in every component.
+    totals : Tensor of shape (K, D)
+        The weighted sums of the rows, per component.
+
+    Examples
+    --------
+    >>> sums = WeightedSums(torch.tensor([2.0, 1.0]), torch.tensor([[2.0], [6.0]]))
+    >>> sums.merge(sums).counts.tolist(), sums.scaled(0.5).totals.tolist()
+    ([4.0, 2.0], [[1.0], [3.0]])
+    """
 
     counts: torch.Tensor
     totals: torch.Tensor
@@ -324,7 +363,18 @@ def scale_statistics(stats: object, factor: float) -> object:
 
 class MeanStatisticsComponents(ComponentFamily):
     """Base of the components whose weighted MLE depends on the rows only through their weighted means:
-    :meth:`statistics` are :class:`WeightedSums`; a subclass writes ``fit_statistics`` from :meth:`weighted_means`."""
+    :meth:`statistics` are :class:`WeightedSums`; a subclass writes ``fit_statistics`` from :meth:`weighted_means`.
+
+    Examples
+    --------
+    >>> from ppmix.components.poisson import PoissonComponents
+    >>> comp = PoissonComponents(torch.tensor([[1.0], [4.0]], dtype=torch.float64))
+    >>> data = torch.tensor([[0.0], [2.0], [6.0]], dtype=torch.float64)
+    >>> weights = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+    >>> stats = comp.statistics(data, weights)
+    >>> isinstance(comp, MeanStatisticsComponents), stats.counts.tolist(), comp.weighted_means(stats).tolist()
+    (True, [2.0, 1.0], [[1.0], [6.0]])
+    """
 
     def statistics(self, data: torch.Tensor, weights: torch.Tensor) -> WeightedSums:
         weights = self._check_weights(weights, data.shape[0])

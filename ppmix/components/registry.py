@@ -85,6 +85,20 @@ def register_family(name: str, cls: type) -> None:
     An installed package can register its families without a call, by entry points in the group
     ``ppmix.families`` (``laplace = "my_package.laplace:LaplaceFamily"``).
 
+    Parameters
+    ----------
+    name : str
+        The family's name; must equal ``cls.name``.
+    cls : type
+        A subclass of :class:`~ppmix.components.DensityFamily`.
+
+    Raises
+    ------
+    TypeError
+        ``cls`` is not a concrete subclass of :class:`~ppmix.components.DensityFamily`.
+    ValueError
+        ``name`` is not ``cls.name``, or is registered to another class.
+
     Examples
     --------
     >>> from ppmix.components.poisson import PoissonFamily

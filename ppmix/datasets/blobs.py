@@ -35,6 +35,24 @@ def make_gaussian_mixture(
     Means are drawn uniformly in a cube of side ``separation * n_components ** (1/D)``,
     scales uniformly in ``[0.5, 1.5]`` and weights from ``Dirichlet(5)``.
 
+    Parameters
+    ----------
+    n_samples : int
+        The number of points.
+    n_components : int
+        The number of mixture components.
+    n_features : int
+        The dimension ``D`` of every point.
+    separation : float
+        Scales the cube the means are drawn in; larger separates the components more.
+    seed : int or None
+        The seed of NumPy's generator; ``None`` draws a fresh one.
+
+    Returns
+    -------
+    GaussianMixtureData
+        ``X`` (N, D), ``labels`` (N,) and the planted ``weights``, ``means`` and ``scales``.
+
     Examples
     --------
     >>> data = make_gaussian_mixture(100, 3, 2, seed=0)

@@ -31,6 +31,32 @@ class MoEData:
     """Covariates ``X``, responses ``y``, the true expert ``labels`` and the planted parameters.
 
     Gate parameters have the last row zero; ``scale`` is ``None`` for logistic experts.
+
+    Parameters
+    ----------
+    X : ndarray of shape (N, D)
+        The covariates.
+    y : ndarray of shape (N,)
+        The responses (real for Gaussian experts, 0/1 for logistic ones).
+    labels : ndarray of shape (N,)
+        The expert that generated each response.
+    gate_coef, gate_intercept : ndarray of shape (K, D) and (K,)
+        The softmax gate; the last row is zero.
+    coef, intercept : ndarray of shape (K, D) and (K,)
+        The experts' slopes and intercepts.
+    scale : ndarray of shape (K,) or None
+        The Gaussian experts' noise scales; ``None`` for logistic experts.
+    centres : ndarray of shape (K, D)
+        The centres of the covariate clusters.
+    expert : {"gaussian", "logistic"}
+        The kind of expert.
+
+    Examples
+    --------
+    >>> from ppmix.datasets import make_moe
+    >>> data = make_moe(200, seed=0)
+    >>> data.X.shape, data.y.shape, data.expert
+    ((200, 20), (200,), 'gaussian')
     """
 
     X: np.ndarray

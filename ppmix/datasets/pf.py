@@ -26,7 +26,30 @@ PAPER_LABEL_PROBS = {"complex": (0.05, 0.95, 0.05, 0.95), "simple": (0.05, 0.95,
 
 @dataclass
 class PFSyntheticData:
-    """Features ``X`` (N, D), binary labels ``y``, which features are relevant and the planted clusters."""
+    """Features ``X`` (N, D), binary labels ``y``, which features are relevant and the planted clusters.
+
+    Parameters
+    ----------
+    X : ndarray of shape (N, D)
+        The features.
+    y : ndarray of shape (N,)
+        The binary labels.
+    relevant : ndarray of shape (D,), bool
+        Which features are relevant.
+    relevant_clusters, irrelevant_clusters : ndarray of shape (N,)
+        Each point's cluster in the relevant and in the irrelevant features.
+    label_probs : ndarray of shape (K_D,)
+        ``P(Y = 1 | relevant cluster k)``.
+    cluster_weights : ndarray
+        The weights of the planted clusters.
+
+    Examples
+    --------
+    >>> from ppmix.datasets import make_pf_synthetic
+    >>> data = make_pf_synthetic(100, n_relevant=4, n_features=6, seed=0)
+    >>> data.X.shape, int(data.relevant.sum()), data.label_probs.tolist()
+    ((100, 6), 4, [0.05, 0.95, 0.05, 0.95])
+    """
 
     X: np.ndarray
     y: np.ndarray
@@ -118,6 +141,16 @@ def bayes_label_limits(data: PFSyntheticData) -> dict[str, float]:
     the predictor that outputs ``label_probs[k]``: its expected log-likelihood is minus
     the mean label entropy and its AUROC follows from the two score levels.
 
+    Parameters
+    ----------
+    data : PFSyntheticData
+        A draw of :func:`make_pf_synthetic`, whose planted clusters and label probabilities are read.
+
+    Returns
+    -------
+    dict
+        ``log_p_y_given_x`` (the best mean ``log P(Y | X)``) and ``auroc`` (the best AUROC).
+
     Examples
     --------
     >>> limits = bayes_label_limits(make_pf_synthetic(100, seed=0))
@@ -151,6 +184,24 @@ def make_two_mixture(
     ``Z_R, Z_Ir ~ Bern(0.5)`` independently; ``X_R ~ N(0, s^2 I)`` if ``Z_R = 1`` else
     ``N(mu_R 1, s^2 I)`` with ``mu_R = snr_relevant * s`` (likewise ``X_Ir``), and
     ``Y = Z_R``. The columns are ``[X_R, X_Ir]``.
+
+    Parameters
+    ----------
+    n_samples : int
+        The number of points.
+    n_relevant, n_irrelevant : int
+        The numbers of relevant (``D_R``) and irrelevant (``D_Ir``) features.
+    snr_relevant, snr_irrelevant : float
+        The distance between the two cluster means of each group, in units of ``sigma``.
+    sigma : float
+        The standard deviation ``s`` of every feature within a cluster.
+    seed : int or None
+        The seed of NumPy's generator.
+
+    Returns
+    -------
+    X : ndarray of shape (N, D_R + D_Ir)
+    y : ndarray of shape (N,)
 
     Examples
     --------

@@ -20,7 +20,32 @@ PAPER_INITIAL = (0.1, 0.2, 0.3, 0.4)
 
 @dataclass
 class PFHMMSyntheticData:
-    """Sequences ``X`` (list of ``(T_n, D)``), per-step labels ``y``, the relevant features and the planted chains."""
+    """Sequences ``X`` (list of ``(T_n, D)``), per-step labels ``y``, the relevant features and the planted chains.
+
+    Parameters
+    ----------
+    X : list of ndarray of shape (T_n, D)
+        The sequences of features.
+    y : list of ndarray of shape (T_n,)
+        The per-step binary labels.
+    relevant : ndarray of shape (D,), bool
+        The relevant features (the first ``n_relevant``).
+    relevant_states, irrelevant_states : list of ndarray of shape (T_n,)
+        The hidden states of the relevant and the irrelevant chain, per sequence.
+    label_probs : ndarray of shape (K,)
+        ``P(y = 1 | relevant state k)``.
+    initial : ndarray of shape (K,)
+        The initial-state distribution, shared by both chains.
+    transition_relevant, transition_irrelevant : ndarray of shape (K, K)
+        The transition matrices of the two chains.
+
+    Examples
+    --------
+    >>> from ppmix.datasets import make_pf_hmm_synthetic
+    >>> data = make_pf_hmm_synthetic(5, length=10, n_relevant=2, n_features=4, seed=0)
+    >>> len(data.X), data.X[0].shape, data.relevant.tolist()
+    (5, (10, 4), [True, True, False, False])
+    """
 
     X: list[np.ndarray]
     y: list[np.ndarray]

@@ -47,7 +47,26 @@ def _curve(k: int, x1: np.ndarray, x2: np.ndarray) -> np.ndarray:
 
 @dataclass
 class PrestoSyntheticData:
-    """Covariates ``X`` (N, 2), labels ``y`` in {0, 1}, labels ``y_pm`` in {-1, +1}, true set ``sets`` in 0..3."""
+    """Covariates ``X`` (N, 2), labels ``y`` in {0, 1}, labels ``y_pm`` in {-1, +1}, true set ``sets`` in 0..3.
+
+    Parameters
+    ----------
+    X : ndarray of shape (N, 2)
+        The covariates.
+    y : ndarray of shape (N,)
+        The labels in {0, 1}.
+    y_pm : ndarray of shape (N,)
+        The same labels in {-1, +1}.
+    sets : ndarray of shape (N,)
+        The true set of every point, in 0..3.
+
+    Examples
+    --------
+    >>> from ppmix.datasets import make_presto_synthetic
+    >>> data = make_presto_synthetic(10, seed=0)
+    >>> data.X.shape, sorted(set(data.sets.tolist())), bool(((data.y_pm + 1) // 2 == data.y).all())
+    ((40, 2), [0, 1, 2, 3], True)
+    """
 
     X: np.ndarray
     y: np.ndarray

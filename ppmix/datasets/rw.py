@@ -24,6 +24,26 @@ class ClusteringData:
 
     ``outlier_mask`` marks the outliers; ``radius`` is the radius of a ball about the
     origin that holds every inlier (``R`` of Theorem 2).
+
+    Parameters
+    ----------
+    X : ndarray of shape (N, D)
+        The points, inliers and outliers.
+    labels : ndarray of shape (N,)
+        The true cluster of every point; ``-1`` for an outlier.
+    centres : ndarray of shape (K, D)
+        The planted cluster centres.
+    outlier_mask : ndarray of shape (N,), bool
+        Which points are outliers.
+    radius : float
+        The radius of a ball about the origin that holds every inlier.
+
+    Examples
+    --------
+    >>> from ppmix.datasets import make_unbalanced_clusters
+    >>> data = make_unbalanced_clusters(60, (0.35, 0.65), seed=0)
+    >>> data.X.shape, data.centres.shape, bool(data.outlier_mask.any())
+    ((60, 1), (2, 1), False)
     """
 
     X: np.ndarray
@@ -39,6 +59,28 @@ class QuadraticRegressionData:
 
     ``x`` holds the scalar covariate and ``X = [x, x^2]`` the design for a linear
     learner; ``labels`` says which curve generated each point.
+
+    Parameters
+    ----------
+    x : ndarray of shape (N,)
+        The scalar covariate.
+    X : ndarray of shape (N, 2)
+        The design ``[x, x^2]``.
+    y : ndarray of shape (N,)
+        The responses.
+    labels : ndarray of shape (N,)
+        Which of the two curves generated each point.
+    coef : ndarray of shape (2, 2)
+        The slopes on ``x`` and ``x^2`` of each curve.
+    intercept : ndarray of shape (2,)
+        The intercept of each curve.
+
+    Examples
+    --------
+    >>> from ppmix.datasets import make_quadratic_regressions
+    >>> data = make_quadratic_regressions(40, seed=0)
+    >>> data.coef.shape, data.intercept.shape, sorted(set(data.labels.tolist()))
+    ((2, 2), (2,), [0, 1])
     """
 
     x: np.ndarray
@@ -75,6 +117,25 @@ def make_unbalanced_clusters(
     remainder) drawn uniformly in a ball of radius ``spread`` about its centre.
     The default centres are ``-0.4`` and ``0.3`` on the first axis (as in Fig. 2.2),
     more clusters are spaced ``0.7`` apart.
+
+    Parameters
+    ----------
+    n_samples : int
+        The number of points.
+    proportions : tuple of float
+        The share of the points in every cluster.
+    n_features : int
+        The dimension of every point.
+    centres : ndarray of shape (K, n_features), optional
+        The cluster centres; see above for the default.
+    spread : float
+        The radius of every cluster.
+    seed : int or None
+        The seed of NumPy's generator.
+
+    Returns
+    -------
+    ClusteringData
 
     Examples
     --------
@@ -130,6 +191,29 @@ def make_outlier_clusters(
     origin, the worst case for k-means, which then spends a centre on them. Theorem 2
     guarantees RW's robustness for ``eta < 1 / (22 k^2)``.
 
+    Parameters
+    ----------
+    n_samples : int
+        The number of points, inliers and outliers.
+    n_clusters : int
+        The number of inlier clusters.
+    n_features : int
+        The dimension of every point.
+    eta : float
+        The fraction of outliers.
+    outlier_distance : float
+        How far from the origin the outliers sit.
+    separation : float
+        The diameter of the circle the cluster centres lie on.
+    spread : float
+        The radius of every cluster (and of the outliers' jitter).
+    seed : int or None
+        The seed of NumPy's generator.
+
+    Returns
+    -------
+    ClusteringData
+
     Examples
     --------
     >>> data = make_outlier_clusters(200, 2, eta=0.01, seed=0)
@@ -180,6 +264,25 @@ def make_quadratic_regressions(
     (alternately, so the classes are balanced) and gets noise
     ``noise_scale * |t_df|``, a half Student-t with ``tail_df`` degrees of freedom
     (infinite variance for ``tail_df <= 2``), so a few points lie far above their curve.
+
+    Parameters
+    ----------
+    n_samples : int
+        The number of points (half from each curve).
+    noise_scale : float
+        The scale of the half Student-t noise.
+    tail_df : float
+        Its degrees of freedom (infinite variance at or below 2).
+    coef : ndarray of shape (2, 2), optional
+        The curves' slopes on ``x`` and ``x^2``; the paper's by default.
+    intercept : ndarray of shape (2,), optional
+        The curves' intercepts; the paper's by default.
+    seed : int or None
+        The seed of NumPy's generator.
+
+    Returns
+    -------
+    QuadraticRegressionData
 
     Examples
     --------

@@ -79,6 +79,16 @@ class GateRounds:
         The predicted gain of the next step fell below ``tol``.
     objective : {"kl", "likelihood"}
         What the gate maximised (see :func:`refit_gate_on_shards`).
+
+    Examples
+    --------
+    >>> from ppmix.datasets import make_moe
+    >>> from ppmix.distributed import fit_distributed
+    >>> data = make_moe(600, n_experts=2, n_features=2, seed=0)
+    >>> parts = [(data.X[i::2], data.y[i::2]) for i in range(2)]
+    >>> rounds = fit_distributed(parts, 2, executor="inline", rounds=2).gate_rounds
+    >>> rounds.objective, rounds.history[-1] >= rounds.history[0], len(rounds.steps) == len(rounds.history) - 1
+    ('likelihood', True, True)
     """
 
     history: list[float] = field(default_factory=list)

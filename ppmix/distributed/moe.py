@@ -167,6 +167,15 @@ class DistributedFit:
         With ``rounds=2``: the one-round reduction estimator that the second round started from.
     refitted : list of str
         Shards whose poor local fit was replaced by a refit with more starts (``refit_poor_fits``).
+
+    Examples
+    --------
+    >>> from ppmix.datasets import make_moe
+    >>> from ppmix.distributed import fit_distributed
+    >>> data = make_moe(600, n_experts=2, n_features=2, seed=0)
+    >>> fit = fit_distributed([(data.X[i::2], data.y[i::2]) for i in range(2)], 2, executor="inline")
+    >>> fit.n_rows, len(fit.local_models), fit.gate_rounds is None
+    ([300, 300], 2, True)
     """
 
     model: Any

@@ -76,6 +76,20 @@ def read_shard(shard: Any, target: str = "y") -> tuple[np.ndarray, np.ndarray, l
     are the covariates) or an NPZ file with arrays ``X`` and ``target``; an ``(X, y)``
     pair; or a DataFrame with a ``target`` column.
 
+    Parameters
+    ----------
+    shard : str, path, (X, y) pair or DataFrame
+        The shard, as above.
+    target : str, default "y"
+        The response column (or NPZ array) name.
+
+    Returns
+    -------
+    X : ndarray of shape (n, D)
+    y : ndarray of shape (n,)
+    feature_names : list of str or None
+        The covariates' column names; None for unnamed data.
+
     Examples
     --------
     >>> import numpy as np
@@ -107,6 +121,17 @@ def read_shard(shard: Any, target: str = "y") -> tuple[np.ndarray, np.ndarray, l
 
 def shard_columns(shard: Any, target: str) -> list[str] | None:
     """The feature column names of a shard without reading its rows (``None`` for unnamed data).
+
+    Parameters
+    ----------
+    shard : str, path, (X, y) pair or DataFrame
+        The shard, as for :func:`read_shard`.
+    target : str
+        The response column, left out of the names.
+
+    Returns
+    -------
+    list of str or None
 
     Examples
     --------
@@ -164,6 +189,18 @@ def read_features(shard: Any, target: str | None = None) -> tuple[Any, Any]:
     ``lengths``: ``X`` and ``target`` hold the sequences one after another), or data already
     in memory: an array, a tensor, a DataFrame or a list of sequences, or an ``(X, y)`` pair
     when there is a ``target``.
+
+    Parameters
+    ----------
+    shard : str, path, array-like, tensor, DataFrame, list of sequences or (X, y) pair
+        The shard, as above.
+    target : str, optional
+        The response column (file) or array (NPZ) name.
+
+    Returns
+    -------
+    X : the features, as the model's ``prepare_data`` takes them
+    y : the responses, or None
 
     Examples
     --------

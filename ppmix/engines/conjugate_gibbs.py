@@ -48,6 +48,27 @@ def run_gibbs(
     set to their posterior means. A sweep costs about one EM iteration per chain and its draws are
     exact conditionals: no step size, no rejections.
 
+    Parameters
+    ----------
+    model : MixtureModel
+        A Mixture, GMM or HMM whose family has conjugate priors; usually called by
+        ``model.fit(X, engine="gibbs")``.
+    data : Any
+        The data as the model's ``prepare_data`` returns it.
+    num_samples : int, default 1000
+        Draws kept per chain.
+    warmup_steps : int, default 500
+        Sweeps discarded per chain before them.
+    num_chains : int, default 4
+        Chains, run together.
+    relabel : bool, default True
+        Relabel the draws against label switching, as :func:`run_mcmc` does.
+
+    Returns
+    -------
+    FitResult
+        Empty ``history``; ``n_iter`` is ``num_samples``.
+
     Examples
     --------
     >>> import numpy as np

@@ -24,7 +24,18 @@ logger = logging.getLogger(__name__)
 
 
 class ChainsDisagreeWarning(UserWarning):
-    """Issued when, after relabelling, some site's r_hat exceeds :data:`RHAT_THRESHOLD`."""
+    """Issued when, after relabelling, some site's r_hat exceeds :data:`RHAT_THRESHOLD`.
+
+    Examples
+    --------
+    The threshold is Vehtari et al.'s (2021); the warning is a ``UserWarning``, filtered as usual:
+
+    >>> import warnings
+    >>> RHAT_THRESHOLD, issubclass(ChainsDisagreeWarning, UserWarning)
+    (1.05, True)
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("error", ChainsDisagreeWarning)  # make disagreeing chains an error
+    """
 
 
 def keep_draws(

@@ -141,6 +141,34 @@ def run_mcmc(
     in parallel processes (forked, one torch thread each) when the machine has more CPUs than chains,
     otherwise one after another; each chain costs as much as a single-chain run.
 
+    Parameters
+    ----------
+    model : MixtureModel
+        The model; usually called by ``model.fit(X, engine="mcmc")``.
+    data : Any
+        The data as the model's ``prepare_data`` returns it.
+    num_samples : int, default 200
+        Draws kept per chain.
+    warmup_steps : int, default 200
+        NUTS adaptation steps per chain.
+    num_chains : int, default 1
+        Chains (r_hat needs at least two).
+    target_accept_prob : float, default 0.8
+        NUTS's target acceptance probability.
+    max_tree_depth : int, default 8
+        NUTS's largest tree depth.
+    relabel : bool, default True
+        Relabel the draws against label switching (above).
+    jit_compile : bool, default False
+        Compile the potential with the PyTorch JIT (above).
+    progress : bool, optional
+        Show Pyro's progress bar; the model's ``progress`` by default.
+
+    Returns
+    -------
+    FitResult
+        Empty ``history``; ``n_iter`` is ``num_samples``.
+
     Examples
     --------
     >>> import torch

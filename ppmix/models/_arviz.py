@@ -77,7 +77,18 @@ FLAT_RTOL = 1e-9
 
 
 class PointEstimateWarning(UserWarning):
-    """The InferenceData holds one draw (a point estimate): ``az.loo``/``az.waic``/``az.compare`` need draws."""
+    """The InferenceData holds one draw (a point estimate): ``az.loo``/``az.waic``/``az.compare`` need draws.
+
+    Examples
+    --------
+    It is a ``UserWarning``, so the usual filters silence it where one draw is what you want:
+
+    >>> import warnings
+    >>> issubclass(PointEstimateWarning, UserWarning)
+    True
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore", PointEstimateWarning)
+    """
 
 
 def global_draws(

@@ -28,7 +28,21 @@ __all__ = ["FlatPrior", "FlatPriorError", "flat_prior"]
 
 
 class FlatPriorError(NotFittedError):
-    """A flat prior was sampled but its model holds no value for the site (it is not fitted yet)."""
+    """A flat prior was sampled but its model holds no value for the site (it is not fitted yet).
+
+    Examples
+    --------
+    Running an unfitted model's Pyro program forward samples its flat priors, which hold no value yet:
+
+    >>> import numpy as np, pyro, torch
+    >>> from ppmix import GMM
+    >>> X = torch.as_tensor(np.random.default_rng(0).normal(size=(60, 2)))
+    >>> try:
+    ...     pyro.poutine.trace(GMM(2, seed=0).model).get_trace(X)
+    ... except FlatPriorError as error:
+    ...     print(str(error)[:60])
+    the flat (maximum-likelihood) prior of site 'weights' cannot
+    """
 
 
 class FlatPrior(dist.ImproperUniform):

@@ -19,7 +19,7 @@ CRITERIA = ("bic", "aic", "cv")
 class ComponentSelection:
     """What :func:`select_components` found.
 
-    Attributes
+    Parameters
     ----------
     criterion : "bic", "aic" or "cv"
     parameter : the constructor argument that was varied (``n_components``; ``n_experts`` for a mixture of experts)
@@ -27,6 +27,16 @@ class ComponentSelection:
     scores : the criterion at each ``k`` (BIC/AIC: lower is better; cv: the mean held-out ``score``, higher is better)
     best_k : the ``k`` the criterion prefers
     best_model : the model with ``best_k`` components, fitted on all the data
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ppmix import GMM
+    >>> from ppmix.models import select_components
+    >>> X = np.random.default_rng(0).normal(size=(150, 2))
+    >>> found = select_components(GMM(seed=0, progress=False), X, ks=[1, 2])
+    >>> found.criterion, found.ks, found.best_model.n_components == found.best_k
+    ('bic', [1, 2], True)
     """
 
     criterion: str

@@ -254,6 +254,13 @@ class PredictionOnlyGMM(PCGMM):
     and with ``lam = 1``. ``score_samples`` still reports ``log p(x)`` of the mixture
     it ends with, which nothing in training asks to be good.
 
+    Parameters
+    ----------
+    n_components : int, default 4
+    lam : float, default 1.0
+        Weight of the prediction term (the only term, so it scales the objective).
+    lr, num_steps, tol, n_init, reg_covar, seed : as for :class:`PCGMM`.
+
     Examples
     --------
     >>> from ppmix.datasets import make_two_mixture

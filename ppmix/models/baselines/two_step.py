@@ -154,6 +154,24 @@ TwoStepGMM = _two_step_factory(
     "TwoStepGMM",
     """2-Step-GMM: ``TwoStep(GMM(n_components, ...), C=C)``.
 
+    Parameters
+    ----------
+    n_components : int, default 4
+        The number of components of the GMM.
+    covariance_type : {"diag", "full", "spherical", "tied"}, default "diag"
+        As for :class:`~ppmix.GMM`.
+    n_init : int, default 1
+        EM restarts of the GMM.
+    seed : int, optional
+        The seed of the GMM.
+    C : float, default 1.0
+        Inverse L2 regularisation of the logistic regression on the posteriors.
+
+    Returns
+    -------
+    TwoStep
+        The unfitted two-step estimator.
+
     Examples
     --------
     >>> from ppmix.datasets import make_two_mixture
@@ -167,6 +185,24 @@ TwoStepHMM = _two_step_factory(
     HMM,
     "TwoStepHMM",
     """2-Step-HMM: ``TwoStep(HMM(n_components, ...), C=C)`` on a list of sequences.
+
+    Parameters
+    ----------
+    n_components : int, default 4
+        The number of hidden states of the HMM.
+    covariance_type : {"diag", "full", "spherical", "tied"}, default "diag"
+        As for :class:`~ppmix.HMM`.
+    n_init : int, default 1
+        EM restarts of the HMM.
+    seed : int, optional
+        The seed of the HMM.
+    C : float, default 1.0
+        Inverse L2 regularisation of the logistic regression on the posteriors.
+
+    Returns
+    -------
+    TwoStep
+        The unfitted two-step estimator.
 
     Examples
     --------

@@ -48,6 +48,19 @@ def likelihood_gaps(
     Returns ``gmm`` (26), ``sup_gmm`` (27), ``pf_gmm_vs_unaligned`` (28) and
     ``pf_gmm_vs_single`` (29); a positive gap means the aligned components are preferred.
 
+    Parameters
+    ----------
+    n_relevant, n_irrelevant : int
+        ``D_R`` and ``D_Ir``, the numbers of relevant and irrelevant features.
+    snr_relevant, snr_irrelevant : float
+        The distance between the two cluster means of each group, in standard deviations.
+    switch_prior : float in (0, 1), default 0.5
+        ``p``, pf-GMM's prior probability that a feature is relevant.
+
+    Returns
+    -------
+    dict of str to float
+
     Examples
     --------
     >>> gaps = likelihood_gaps(2, 6, 5.0, 5.0, switch_prior=0.4)
@@ -102,6 +115,18 @@ def switch_prior_window(
     * ``D_R = D_Ir``: ``p > p_{1-G/a}`` if ``log 2 + Q_R - Q_Ir > 0``, else no ``p`` works;
 
     and ``p_{1-G/a} = sigma(-(log 2 + Q_R) / D_R)`` throughout.
+
+    Parameters
+    ----------
+    n_relevant, n_irrelevant : int
+        ``D_R`` and ``D_Ir``, the numbers of relevant and irrelevant features.
+    snr_relevant, snr_irrelevant : float
+        The distance between the two cluster means of each group, in standard deviations.
+
+    Returns
+    -------
+    SwitchPriorWindow
+        ``lower``, ``upper``, ``feasible`` and ``contains(p)``.
 
     Examples
     --------

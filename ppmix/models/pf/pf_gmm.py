@@ -608,6 +608,17 @@ class SupervisedGMM(PFGMM):
     ``n_restarts`` defaults to 1: the paper's baseline maximises the joint likelihood, which label-guided
     restarts kept by ``log P(y | x)`` would not.
 
+    Parameters
+    ----------
+    n_components : int, default 2
+        ``K``, the number of components.
+    init_params : {"kmeans", "relevance", "k-means++", "random"}, default "kmeans"
+        The start of EM, as for :class:`PFGMM`.
+    n_restarts : int >= 1, default 1
+        Starts of every fit, as for :class:`PFGMM`.
+    alpha, n_init, max_iter, tol, reg_covar, warm_start, missing, priors : as for :class:`PFGMM`.
+    seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
+
     Examples
     --------
     >>> from ppmix.datasets import make_pf_synthetic

@@ -467,6 +467,15 @@ class SupervisedHMM(PFHMM):
     Every feature is relevant (``phi = 1``); the code path is PFHMM's. The other keyword
     arguments are :class:`PFHMM`'s; the default start is k-means.
 
+    Parameters
+    ----------
+    n_components : int, default 2
+        ``K``, the number of hidden states.
+    init_params : {"kmeans", "relevance", "k-means++", "random"}, default "kmeans"
+        The start of EM, as for :class:`PFHMM`.
+    n_init, max_iter, tol, reg_covar, warm_start, sequence_column, missing, priors : as for :class:`PFHMM`.
+    seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
+
     Examples
     --------
     >>> from ppmix.datasets.pf_hmm import make_pf_hmm_synthetic

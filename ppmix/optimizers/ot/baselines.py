@@ -27,6 +27,20 @@ def middle_estimator(
     Costs ``M^2 |X|`` small exact transport problems: pass a modest ``X`` (a few hundred rows).
     Returns the chosen model and its index.
 
+    Parameters
+    ----------
+    models : sequence of MixtureOfExperts
+        The local fits ``f_m``.
+    X : array-like of shape (n, D)
+        The covariates the transport divergences are averaged over.
+    weights : sequence of float, optional
+        ``lambda_m``; equal by default.
+
+    Returns
+    -------
+    model : MixtureOfExperts
+    index : int
+
     Examples
     --------
     >>> from ppmix.datasets.moe import make_moe
@@ -54,6 +68,17 @@ def align_experts(model: MixtureOfExperts, reference: MixtureOfExperts, X: Any) 
 
     Hungarian matching on the mean over ``X`` of ``KL(phi_k^model || phi_j^reference)``.
 
+    Parameters
+    ----------
+    model, reference : MixtureOfExperts
+        Two fitted mixtures of experts with the same number of experts.
+    X : array-like of shape (N, D)
+        The covariates the divergences are averaged over.
+
+    Returns
+    -------
+    ndarray of int, shape (K,)
+
     Examples
     --------
     >>> from ppmix.datasets.moe import make_moe
@@ -79,6 +104,19 @@ def weighted_average_estimator(
     one among ties) — by :func:`align_experts` on ``X``; then the gates (re-zeroed so
     that the last gate is zero after the permutation), expert coefficients, intercepts
     and noise variances are averaged with weights ``lambda_m``.
+
+    Parameters
+    ----------
+    models : sequence of MixtureOfExperts
+        The local fits, with the same number of experts and features.
+    X : array-like of shape (n, D)
+        The covariates the label alignment is computed on.
+    weights : sequence of float, optional
+        ``lambda_m``; equal by default.
+
+    Returns
+    -------
+    MixtureOfExperts
 
     Examples
     --------

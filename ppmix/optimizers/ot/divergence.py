@@ -38,6 +38,17 @@ def transport_divergence(moe_a: MixtureOfExperts, moe_b: MixtureOfExperts, X: An
     ``pi^b(x)`` (both marginals) under the cost ``KL(phi_k^a(.|x) || phi_l^b(.|x))`` is
     solved with POT (``ot.emd``).
 
+    Parameters
+    ----------
+    moe_a, moe_b : MixtureOfExperts
+        Two fitted mixtures of experts (their numbers of experts may differ).
+    X : array-like of shape (N, D)
+        The covariates the divergence is averaged over.
+
+    Returns
+    -------
+    float
+
     Examples
     --------
     >>> from ppmix.datasets.moe import make_moe

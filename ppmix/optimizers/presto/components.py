@@ -61,7 +61,28 @@ __all__ = ["LinearSVMComponent", "MLPComponent", "TorchComponent", "check_torch_
 
 @runtime_checkable
 class TorchComponent(Protocol):
-    """What PRESTO needs from a user ``nn.Module`` component (see the module docstring)."""
+    """What PRESTO needs from a user ``nn.Module`` component (see the module docstring).
+
+    Examples
+    --------
+    It is a runtime-checkable protocol: any module with ``per_sample_loss`` and ``fit`` is one.
+
+    >>> import torch
+    >>> from torch import nn
+    >>> class Constant(nn.Module):
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.value = nn.Parameter(torch.zeros(()))
+    ...     def forward(self, x):
+    ...         return self.value.expand(len(x))
+    ...     def per_sample_loss(self, x, y):
+    ...         return (self(x) - y) ** 2
+    ...     def fit(self, x, y):
+    ...         self.value.data = y.mean()
+    ...         return self
+    >>> isinstance(Constant(), TorchComponent), isinstance(nn.Linear(2, 1), TorchComponent)
+    (True, False)
+    """
 
     def per_sample_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Per-row loss, shape ``(N,)``."""

@@ -194,6 +194,26 @@ class WeightStepResult:
 
     ``gap`` is the Frank-Wolfe duality gap at ``weights``, an upper bound on
     ``objective - min``; ``converged`` says whether ``gap <= tol * objective`` was met.
+
+    Parameters
+    ----------
+    weights : Tensor of shape (K, N)
+        The weights of every point in every model (each row a distribution over the points).
+    objective : float
+        The weight step's objective at ``weights``.
+    gap : float
+        The Frank-Wolfe duality gap there.
+    n_iter : int
+        The iterations run.
+    converged : bool
+        Whether ``gap <= tol * objective`` was met.
+
+    Examples
+    --------
+    >>> losses = torch.tensor([[0.0, 0.0, 9.0], [9.0, 0.0, 0.0]], dtype=torch.float64)
+    >>> result = solve_weights(losses, alpha=1.0)
+    >>> tuple(result.weights.shape), result.converged, result.gap >= 0
+    ((2, 3), True, True)
     """
 
     weights: torch.Tensor
