@@ -21,7 +21,7 @@ from ppmix.components.family import DensityFamily, PriorKey
 from ppmix.components.registry import family_config, family_from
 from ppmix.models._arviz import POINTWISE_COMPANIONS, own_hook
 from ppmix.models._family_components import INIT_METHODS, FamilyModel, drop_leading_ones
-from ppmix.models._gibbs import HMMGibbsMixin
+from ppmix.models._gibbs import HMMGibbs
 from ppmix.models._hmm_draws import chain_per_draw, forward_backward_per_draw, state_paths_per_draw
 from ppmix.models._missing import (
     PartlyObserved,
@@ -74,7 +74,7 @@ class _EMData:
     frames: Any
 
 
-class HMM(FamilyModel, HMMGibbsMixin):
+class HMM(FamilyModel):
     """Hidden Markov model: ``z_1 ~ Cat(initial)``, ``z_t | z_{t-1} ~ Cat(transition[z_{t-1}])``,
     ``x_t | z_t = k ~ emission(theta_k)`` (by default Gaussian, ``N(mu_k, Sigma_k)``).
 
@@ -235,6 +235,10 @@ class HMM(FamilyModel, HMMGibbsMixin):
         return self.missing == "marginalize"
 
     partial_fit = partial_fit
+
+    def _gibbs_sampler(self) -> HMMGibbs:
+        """The blocked Gibbs sampler of ``engine="gibbs"`` (:mod:`ppmix.models._gibbs`)."""
+        return HMMGibbs(self)
 
     # ------------------------------------------------------------ the chain
     @property

@@ -15,7 +15,7 @@ from ppmix.components.gaussian_family import GaussianFamily
 from ppmix.components.gaussian_mixture import GaussianMixtureFamily
 from ppmix.components.registry import family_config, family_from
 from ppmix.models._family_components import FamilyModel
-from ppmix.models._gibbs import MixtureGibbsMixin
+from ppmix.models._gibbs import MixtureGibbs
 from ppmix.models._missing import (
     PartlyObserved,
     check_missing_option,
@@ -36,7 +36,7 @@ from ppmix.models._weights import Weighted, split_weights
 __all__ = ["Mixture"]
 
 
-class Mixture(FamilyModel, MixtureGibbsMixin):
+class Mixture(FamilyModel):
     """Finite mixture: ``z_n ~ Cat(weights)``, ``x_n | z_n = k ~ family(theta_k)``.
 
     One Pyro program, four engines: ``fit(X, engine="em")`` (closed-form EM through the
@@ -188,6 +188,10 @@ class Mixture(FamilyModel, MixtureGibbsMixin):
         return self.missing == "marginalize"
 
     partial_fit = partial_fit
+
+    def _gibbs_sampler(self) -> MixtureGibbs:
+        """The blocked Gibbs sampler of ``engine="gibbs"`` (:mod:`ppmix.models._gibbs`)."""
+        return MixtureGibbs(self)
 
     def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> torch.Tensor:
         x = super().prepare_data(X, y, fitting=fitting)
