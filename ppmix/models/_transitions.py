@@ -136,11 +136,12 @@ class MarkovChain:
     Examples
     --------
     >>> chain = MarkovChain(transition_mask("left-right", 2), 2.0)
-    >>> initial, transition = chain.update(torch.tensor([3.0, 1.0]), torch.tensor([[3.0, 1.0], [0.0, 2.0]]))
+    >>> counts = torch.tensor([[3.0, 1.0], [0.0, 2.0]], dtype=torch.float64)
+    >>> initial, transition = chain.update(torch.tensor([3.0, 1.0], dtype=torch.float64), counts)
     >>> transition.round(decimals=6).tolist()
     [[0.666667, 0.333333], [0.0, 1.0]]
-    >>> round(float(chain.log_prior(initial, transition)), 6)
-    0.405465
+    >>> round(float(chain.log_prior(initial, transition)), 6)  # log(6 * 2/3 * 1/3) + log 1
+    0.287682
     """
 
     mask: torch.Tensor
