@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["gumbel_argmax", "sample_paths"]
+__all__ = ["filter_log_likelihood", "gumbel_argmax", "sample_paths"]
 
 
 def gumbel_noise(shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
@@ -81,6 +81,25 @@ def sample_paths(
         drawn = (filtered[t] + from_state[rows, paths[:, t + 1]] + noise[t]).argmax(-1)
         paths[:, t] = torch.where(valid[:, t + 1], drawn, paths[:, t + 1]) if padded else drawn
     return paths, log_likelihood
+
+
+def filter_log_likelihood(
+    log_init: torch.Tensor, log_trans: torch.Tensor, log_emit: torch.Tensor, lengths: torch.Tensor
+) -> torch.Tensor:
+    """``log p(x_b)`` of every sequence ``(B,)`` by the forward filter alone (no backward pass, no marginals):
+    the arguments as :func:`sample_paths`'.
+
+    Examples
+    --------
+    >>> log_trans = torch.tensor([[0.9, 0.1], [0.1, 0.9]], dtype=torch.float64).log().expand(1, 2, 2)
+    >>> emit = torch.zeros(1, 4, 2, dtype=torch.float64)  # every emission density 1
+    >>> filter_log_likelihood(torch.tensor([[0.5, 0.5]], dtype=torch.float64).log(), log_trans, emit, torch.tensor([3]))
+    tensor([0.], dtype=torch.float64)
+    """
+    valid = torch.arange(log_emit.shape[1], device=lengths.device)[None, :] < lengths[:, None]
+    padded = not bool(valid.all())
+    scaled = _filter_scaled(log_init, log_trans, log_emit, valid, padded)
+    return (scaled if scaled is not None else _filter_logspace(log_init, log_trans, log_emit, valid, padded))[1]
 
 
 def _filter_logspace(

@@ -18,6 +18,7 @@ import torch
 
 from ppmix._validation import check_positive_int
 from ppmix.engines.capabilities import ConjugateGibbs
+from ppmix.engines.chain_starts import warn_single_chain
 from ppmix.engines.draws import keep_draws
 from ppmix.engines.params import local_params
 from ppmix.engines.result import FitResult
@@ -41,9 +42,13 @@ def run_gibbs(
 ) -> FitResult:
     """Sample the posterior of the global sites by blocked Gibbs sweeps, ``num_chains`` chains at once.
 
-    Every chain starts from its own draw of the latents given ``model._init_values`` (the EM start, as
-    NUTS's chains) and runs ``warmup_steps + num_samples`` sweeps; the last ``num_samples`` are kept
-    in ``model.mcmc_samples_`` (``{site: (chains, draws, ...)}``), relabelled as
+    Every chain starts from its own point (:func:`~ppmix.engines.chain_starts.chain_starts`: chain 0 at
+    ``model._init_values``, the EM start, every other chain at an initialisation of its own seed, as NUTS's
+    chains) with its own draw of the latents given it, so chains in different modes of the posterior show in
+    r_hat (a :class:`~ppmix.engines.draws.ChainsDisagreeWarning` names the sites); one chain warns
+    (:class:`~ppmix.engines.chain_starts.SingleChainWarning`: r_hat is NaN). Every chain runs
+    ``warmup_steps + num_samples`` sweeps; the last ``num_samples`` are kept in ``model.mcmc_samples_``
+    (``{site: (chains, draws, ...)}``), relabelled as
     :func:`~ppmix.engines.mcmc.run_mcmc` relabels its draws, and the point estimates are
     set to their posterior means. A sweep costs about one EM iteration per chain and its draws are
     exact conditionals: no step size, no rejections.
@@ -88,6 +93,7 @@ def run_gibbs(
             f"engine='gibbs' needs conjugate priors (Mixture, GMM and HMM whose family has one); "
             f"{type(model).__name__} has none (use engine='mcmc')"
         )
+    warn_single_chain(num_chains, "gibbs")
     kept: list[dict[str, torch.Tensor]] = []
     log_joint: list[torch.Tensor] = []
     # torch's global generator, seeded from the model's seed, draws every conditional: hold it alone as the other

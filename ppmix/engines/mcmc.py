@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from pyro.infer import MCMC, NUTS
 from pyro.infer.autoguide import init_to_median, init_to_value
+from pyro.infer.mcmc.util import initialize_model
 
 from ppmix._validation import check_positive_int
+from ppmix.engines.chain_starts import chain_starts, warn_single_chain
 from ppmix.engines.draws import RHAT_THRESHOLD, ChainsDisagreeWarning, keep_draws
 from ppmix.engines.params import local_params
 from ppmix.engines.result import FitResult
@@ -98,7 +101,7 @@ def run_mcmc(
     *,
     num_samples: int = 200,
     warmup_steps: int = 200,
-    num_chains: int = 1,
+    num_chains: int = 2,
     target_accept_prob: float = 0.8,
     max_tree_depth: int = 8,
     relabel: bool = True,
@@ -108,8 +111,12 @@ def run_mcmc(
     """Sample the posterior of the global sites with NUTS.
 
     The model runs under :meth:`MixtureModel.bayesian` (proper priors); discrete
-    latents are summed out by enumeration. Chains start at ``model._init_values``
-    (the EM initialisation for models with EM). The draws are kept in
+    latents are summed out by enumeration. Every chain starts at its own point
+    (:func:`~ppmix.engines.chain_starts.chain_starts`: chain 0 at ``model._init_values``, the EM
+    initialisation for models with EM, every other chain at an initialisation of its own seed; sites without
+    a start at the median of a few prior draws, drawn anew for each chain), so chains in different modes of
+    the posterior show in r_hat. The default is two chains; one chain warns
+    (:class:`~ppmix.engines.chain_starts.SingleChainWarning`: r_hat is NaN). The draws are kept in
     ``model.mcmc_samples_`` (``{site: (chains, draws, ...)}``) and the point
     estimates are set to their posterior means; :meth:`MixtureModel.to_arviz`
     turns them into ``InferenceData``.
@@ -175,16 +182,17 @@ def run_mcmc(
     >>> from ppmix import GMM
     >>> x = torch.cat([torch.randn(30, 1) - 3, torch.randn(30, 1) + 3])
     >>> gmm = GMM(2, seed=0, progress=False).fit(x, engine="mcmc", num_samples=10, warmup_steps=10)
-    >>> gmm.mcmc_samples_["locs"].shape
-    torch.Size([1, 10, 2, 1])
+    >>> gmm.mcmc_samples_["locs"].shape  # (chains, draws, K, D)
+    torch.Size([2, 10, 2, 1])
     """
     num_samples = check_positive_int(num_samples, "num_samples")
     warmup_steps = check_positive_int(warmup_steps, "warmup_steps")
     num_chains = check_positive_int(num_chains, "num_chains")
     show = model.progress if progress is None else progress
+    warn_single_chain(num_chains, "mcmc")
 
     with local_params(), model.bayesian(), model._forked_rng():
-        init = model._init_values(data, model._generator())
+        starts = chain_starts(model, data, num_chains, model._generator())
         kernel = _RecordingNUTS(
             model.model,
             max_plate_nesting=model.max_plate_nesting,
@@ -192,15 +200,18 @@ def run_mcmc(
             max_tree_depth=max_tree_depth,
             jit_compile=jit_compile,
             ignore_jit_warnings=jit_compile,
-            init_strategy=init_to_value(values=init, fallback=init_to_median) if init else init_to_median,
+            init_strategy=_init_strategy(starts[0]),
         )
-        mcmc = MCMC(
-            kernel,
-            num_samples=num_samples,
-            warmup_steps=warmup_steps,
-            num_chains=num_chains,
-            disable_progbar=not show,
-        )
+        with warnings.catch_warnings():  # Pyro's note that the chains run one after another: the docstring says when
+            warnings.filterwarnings("ignore", message=r"num_chains=\d+ is more than available_cpu")
+            mcmc = MCMC(
+                kernel,
+                num_samples=num_samples,
+                warmup_steps=warmup_steps,
+                num_chains=num_chains,
+                initial_params=_unconstrained_starts(model, data, starts) if num_chains > 1 else None,
+                disable_progbar=not show,
+            )
         mcmc.run(data)
     samples = {k: v.detach() for k, v in mcmc.get_samples(group_by_chain=True).items()}
     stats = _sample_stats(mcmc, num_chains)
@@ -214,6 +225,24 @@ def run_mcmc(
         diagnostics["divergences"],
     )
     return FitResult(history=[], n_iter=num_samples, converged=True)
+
+
+def _init_strategy(start: dict[str, torch.Tensor]) -> Any:
+    """Pyro's init strategy for a chain starting at ``start`` (the prior median for the sites it lacks)."""
+    return init_to_value(values=start, fallback=init_to_median) if start else init_to_median
+
+
+def _unconstrained_starts(
+    model: "MixtureModel", data: Any, starts: list[dict[str, torch.Tensor]]
+) -> dict[str, torch.Tensor]:
+    """Every chain's start in NUTS's unconstrained space, ``{site: (chains, ...)}`` (Pyro's ``initial_params``)."""
+    per_chain = [
+        initialize_model(
+            model.model, (data,), max_plate_nesting=model.max_plate_nesting, init_strategy=_init_strategy(start)
+        )[0]
+        for start in starts
+    ]
+    return {site: torch.stack([chain[site] for chain in per_chain]) for site in per_chain[0]}
 
 
 def _sample_stats(mcmc: MCMC, num_chains: int) -> dict[str, np.ndarray]:

@@ -26,6 +26,7 @@ _EXPORTS = {
     **dict.fromkeys(["ConvergenceWarning", "FitResult", "run_em", "run_gibbs", "run_mcmc", "run_svi"], _ENGINES),
     **dict.fromkeys(["ForwardBackwardResult", "forward_backward", "viterbi"], _FORWARD_BACKWARD),
     "ChainsDisagreeWarning": "ppmix.engines.draws",
+    "SingleChainWarning": "ppmix.engines.chain_starts",
     "project_simplex": "ppmix.algorithms.simplex",
     **dict.fromkeys(
         ["PRESTO", "greedy_capacity_assignment", "LinearSVMComponent", "MLPComponent", "TorchComponent"], _PRESTO

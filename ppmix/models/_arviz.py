@@ -54,10 +54,12 @@ from pyro.distributions import ImproperUniform
 from pyro.distributions.transforms import biject_to
 from pyro.infer import Predictive, TraceEnum_ELBO
 from pyro.infer.autoguide import AutoNormal
+from pyro.poutine.runtime import NonlocalExit
 from pyro.poutine.subsample_messenger import _Subsample
 
 from ppmix.engines.capabilities import ConjugateGibbs
 from ppmix.engines.params import local_params
+from ppmix.models._arviz_options import ArvizRequest, predictive_subset
 
 if TYPE_CHECKING:
     from ppmix.models.base import MixtureModel
@@ -385,26 +387,44 @@ POINTWISE_COMPANIONS = ("_pointwise_log_likelihood", "_posterior_marginals")
 
 
 def pointwise_draws(
-    model: "MixtureModel", data: Any, draws: dict[str, torch.Tensor], per_step: bool = False
+    model: "MixtureModel",
+    data: Any,
+    draws: dict[str, torch.Tensor],
+    per_step: bool = False,
+    marginals: bool = True,
+    dtype: Any = np.float64,
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """The pointwise log-likelihood ``(S, ...)`` and posterior marginals ``{name: (S, ...)}`` at every draw
-    ``{site: (S, ...)}``: the model's ``_draws_log_likelihood(data, draws)`` where it has one for its program (the
-    HMM: one forward-backward over every draw; ``per_step``: its log-likelihood of every step), else its
-    ``_pointwise_log_likelihood`` and ``_posterior_marginals`` with each draw's globals set in turn; the fitted
-    state and guide are left exactly as they were."""
+    """The pointwise log-likelihood ``(S, ...)`` (as ``dtype``) and, where ``marginals``, the posterior marginals
+    ``{name: (S, ...)}`` at every draw ``{site: (S, ...)}``: the model's ``_draws_log_likelihood(data, draws)`` where
+    it has one for its program (the HMM: one forward-backward over every draw; ``per_step``: its log-likelihood of
+    every step), else its ``_pointwise_log_likelihood`` (and ``_posterior_marginals``) with each draw's globals set
+    in turn; the fitted state and guide are left exactly as they were."""
     batched = own_hook(model, "_draws_log_likelihood", *POINTWISE_COMPANIONS)
     if batched is not None:
+        options = {"per_step": True} if per_step else {}
+        accepted = inspect.signature(batched).parameters
+        if "marginals" in accepted:
+            options["marginals"] = marginals
+        if "dtype" in accepted:  # written in the asked precision: no float64 copy of every draw's values
+            options["dtype"] = getattr(torch, np.dtype(dtype).name)
         with torch.no_grad():
-            loglik, marginals = batched(data, draws, per_step=True) if per_step else batched(data, draws)
-        return loglik.cpu().numpy(), {name: probs.cpu().numpy() for name, probs in marginals.items()}
-    loglik_list, discrete = [], {}
-    with model._parameters_restored():
-        for i in range(len(next(iter(draws.values())))):
+            loglik, found = batched(data, draws, **options)
+        kept = {name: probs.cpu().numpy() for name, probs in found.items()} if marginals else {}
+        return loglik.cpu().numpy().astype(dtype, copy=False), kept
+    n_draws = len(next(iter(draws.values())))
+    loglik: np.ndarray | None = None
+    discrete: dict[str, list[np.ndarray]] = {}
+    with model._parameters_restored(), torch.no_grad():
+        for i in range(n_draws):
             model._set_globals({k: v[i] for k, v in draws.items()})
-            loglik_list.append(model._pointwise_log_likelihood(data).detach().cpu().numpy())
-            for name, probs in model._posterior_marginals(data).items():
+            values = model._pointwise_log_likelihood(data).detach().cpu().numpy()
+            if loglik is None:  # filled in place: no list of float64 rows beside the result
+                loglik = np.empty((n_draws, *values.shape), dtype=dtype)
+            loglik[i] = values
+            for name, probs in (model._posterior_marginals(data) if marginals else {}).items():
                 discrete.setdefault(name, []).append(probs.detach().cpu().numpy())
-    return np.stack(loglik_list), {name: np.stack(values) for name, values in discrete.items()}
+    assert loglik is not None
+    return loglik, {name: np.stack(values) for name, values in discrete.items()}
 
 
 # --------------------------------------------------------------- replicated data sets
@@ -483,7 +503,10 @@ def prior_samples(
     model: "MixtureModel", data: Any, names: list[str], observed: dict[str, np.ndarray], num_samples: int
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None:
     """Draws of the globals ``names`` from the proper priors of ``bayesian()`` and a replicated data set for each,
-    ``(1, S, ...)``; ``None`` when a global site has no proper prior."""
+    ``(1, S, ...)``; ``None`` when a global site has no proper prior. Where the program samples its globals before
+    any other site and the model replicates data itself (``_draws_replicated``), the globals come from runs of the
+    program stopped before its first data site (:func:`_prior_globals`) and the data sets from one batched
+    ``_draws_replicated``; otherwise ``Predictive`` runs the whole program ``num_samples`` times."""
     program = poutine.uncondition(model.model)
     with local_params(), torch.no_grad(), model.bayesian(), model._forked_rng(offset=3):
         try:
@@ -493,11 +516,38 @@ def prior_samples(
         globals_ = [n for n in names if n in trace.nodes and trace.nodes[n]["type"] == "sample"]
         if not globals_ or any(isinstance(_base_dist(trace.nodes[n]["fn"]), ImproperUniform) for n in globals_):
             return None
-        sites = _replicated_sites(trace)
-        values = _predictive(program, data, None, num_samples, globals_ + sites, trace)
+        batched = own_hook(model, "_draws_replicated")
+        drawn = _prior_globals(program, data, globals_, num_samples) if batched is not None else None
+        if drawn is not None:
+            values = {**drawn, **batched(data, drawn)}
+        else:
+            values = _predictive(program, data, None, num_samples, globals_ + _replicated_sites(trace), trace)
     prior = {n: values[n].detach().cpu().numpy()[None] for n in globals_}
     replicated = {k: v[None] for k, v in _as_observed(values, data, observed).items()}
     return prior, replicated
+
+
+def _prior_globals(program: Any, data: Any, globals_: list[str], num_samples: int) -> dict[str, torch.Tensor] | None:
+    """``num_samples`` draws of the globals ``{site: (S, ...)}``, each from a run of ``program`` stopped at its first
+    other sample site, plates aside (``poutine.escape``: the data's steps never run); None where some global comes
+    after another site."""
+    wanted = set(globals_)
+
+    def other_site(msg: dict) -> bool:
+        return msg["type"] == "sample" and msg["name"] not in wanted and not isinstance(msg["fn"], _Subsample)
+
+    draws = []
+    for _ in range(num_samples):
+        tracer = poutine.trace(poutine.escape(program, escape_fn=other_site))
+        try:
+            tracer.get_trace(data)
+        except NonlocalExit:
+            pass
+        nodes = tracer.trace.nodes
+        if not wanted <= set(nodes):
+            return None
+        draws.append({n: nodes[n]["value"] for n in globals_})
+    return {n: torch.stack([draw[n] for draw in draws]) for n in globals_}
 
 
 # ------------------------------------------------------------------------- the builder
@@ -519,9 +569,15 @@ def refuse_missing_entries(model: "MixtureModel", data: Any) -> None:
 
 
 def build_inference_data(
-    model: "MixtureModel", data: Any, num_samples: int = 100, approximation: str | None = "auto", per_step: bool = False
+    model: "MixtureModel",
+    data: Any,
+    num_samples: int = 100,
+    approximation: str | None = "auto",
+    per_step: bool = False,
+    request: ArvizRequest | None = None,
 ) -> Any:
-    """``InferenceData`` with the groups listed in this module's docstring.
+    """``InferenceData`` with the groups listed in this module's docstring that ``request`` asks for (default
+    :data:`~ppmix.models._arviz_options.DEFAULT_GROUPS`, every draw, the log-likelihood in float32).
 
     For a point fit (EM, ``delta`` SVI), ``approximation="laplace"`` gives
     ``num_samples`` draws from :func:`laplace_draws` (raising
@@ -529,20 +585,25 @@ def build_inference_data(
     model has one with at most :data:`AUTO_LAPLACE_MAX_PARAMETERS` parameters and the
     point estimate otherwise, and ``None`` the single point estimate. It does not
     change the draws of MCMC or of an SVI ``normal`` guide. ``per_step``: the log-likelihood of every step of a
-    sequence model (its ``_draws_log_likelihood(..., per_step=True)``) in place of every sequence's.
+    sequence model (its ``_draws_log_likelihood(..., per_step=True)``) in place of every sequence's. Each group costs
+    time and memory in proportion to the draws it holds (after ``request.thin``) and is computed only if asked.
     """
     import arviz as az
 
+    request = request or ArvizRequest.checked()
     if approximation not in APPROXIMATIONS:
         raise ValueError(f"approximation must be one of {APPROXIMATIONS}; got {approximation!r}")
     refuse_missing_entries(model, data)
     draws, source, no_laplace, stats = global_draws(model, data, num_samples, approximation)
+    draws, stats = _thinned(draws, stats, request.thin)
     n_chains, n_draws = next(iter(draws.values())).shape[:2]
-    loglik, discrete = pointwise_draws(model, data, _flat(draws), per_step=per_step)
-
-    def per_draw(stacked: np.ndarray) -> np.ndarray:
-        return stacked.reshape(n_chains, n_draws, *stacked.shape[1:])
-
+    flat_prior = source == "laplace" and getattr(model, "priors", None) is None
+    if flat_prior and request.explicit and request.wants("prior", "prior_predictive"):
+        raise ValueError(
+            f"groups: {sorted(request.groups & {'prior', 'prior_predictive'})} asked of Laplace draws of a maximum-"
+            "likelihood fit, whose prior is flat (no proper prior to draw from): fit with priors= (MAP) for a Laplace "
+            "approximation under the proper priors, or leave these groups out"
+        )
     observed = {k: v.detach().cpu().numpy() for k, v in model._observed_data(data).items()}
     obs_name = next(iter(observed))
     dims = dict(model._arviz_dims())
@@ -550,42 +611,158 @@ def build_inference_data(
     names = model.feature_names_in_
     if names is not None and len(names) == observed[obs_name].shape[-1]:
         coords["feature"] = names
-        dims[obs_name] = ["obs_id", "feature"]
-    replicated = _optional("posterior_predictive", lambda: posterior_predictive(model, data, draws, observed))
-    prior = _optional("prior", lambda: prior_samples(model, data, list(draws), observed, num_samples), quiet=True)
+    for name, values in observed.items():  # one name for the rows in every group: az.loo_pit aligns them
+        if values.ndim <= 2:
+            dims.setdefault(name, ["obs_id", "feature"][: values.ndim])
     groups: dict[str, Any] = {}
-    if stats:
+    if stats and request.wants("sample_stats"):
         groups["sample_stats"] = stats
-    if replicated:
-        groups["posterior_predictive"] = replicated
-    if prior is not None:
-        groups["prior"] = prior[0]
-        if prior[1]:
+    if request.wants("observed_data"):
+        groups["observed_data"] = observed
+    if request.wants("prior", "prior_predictive") and not flat_prior:
+        prior = _optional("prior", lambda: prior_samples(model, data, list(draws), observed, num_samples), quiet=True)
+        if prior is not None and request.wants("prior"):
+            groups["prior"] = prior[0]
+        if prior is not None and prior[1] and request.wants("prior_predictive"):
             groups["prior_predictive"] = prior[1]
-    log_lik = per_draw(loglik)
-    per_sequence = log_lik.shape[2] != observed[obs_name].shape[0]  # sequence models: one value per sequence
     idata = az.from_dict(
         posterior={k: v.detach().cpu().numpy() for k, v in draws.items()},
-        log_likelihood=None if per_sequence else {obs_name: log_lik},
-        observed_data=observed,
         coords=coords or None,
         dims=dims or None,
         **groups,
     )
-    if per_sequence:
-        idata.add_groups({"log_likelihood": az.dict_to_dataset({obs_name: log_lik}, dims={obs_name: ["sequence"]})})
-    if discrete:
+    _add_pointwise(idata, model, data, draws, per_step, request, obs_name, dims)
+    if request.wants("posterior_predictive"):
+        _add_replicated(idata, model, data, draws, observed, request, coords, dims)
+    _label(idata, model, source, flat_prior)
+    if n_chains * n_draws == 1:
+        idata.attrs["ppmix_note"] = _one_draw_message(model, no_laplace)
+        warnings.warn(idata.attrs["ppmix_note"], PointEstimateWarning, stacklevel=4)
+    return idata
+
+
+def _thinned(
+    draws: dict[str, torch.Tensor], stats: dict[str, np.ndarray] | None, thin: int
+) -> tuple[dict[str, torch.Tensor], dict[str, np.ndarray] | None]:
+    """Every ``thin``-th draw of every chain (and its statistics)."""
+    if thin == 1:
+        return draws, stats
+    kept = {k: v[:, ::thin] for k, v in draws.items()}
+    return kept, None if stats is None else {k: v[:, ::thin] for k, v in stats.items()}
+
+
+def _add_pointwise(
+    idata: Any,
+    model: "MixtureModel",
+    data: Any,
+    draws: dict[str, torch.Tensor],
+    per_step: bool,
+    request: ArvizRequest,
+    obs_name: str,
+    dims: dict[str, Any],
+) -> None:
+    """The ``log_likelihood`` (in ``request.log_likelihood_dtype``) and ``discrete_posterior`` groups, as asked, from
+    one pass over the draws."""
+    import arviz as az
+
+    if not request.wants("log_likelihood", "discrete_posterior"):
+        return
+    n_chains, n_draws = next(iter(draws.values())).shape[:2]
+    wants_discrete = request.wants("discrete_posterior")
+    loglik, discrete = pointwise_draws(
+        model, data, _flat(draws), per_step=per_step, marginals=wants_discrete, dtype=request.log_likelihood_dtype
+    )
+
+    def per_draw(stacked: np.ndarray) -> np.ndarray:
+        return stacked.reshape(n_chains, n_draws, *stacked.shape[1:])
+
+    if request.wants("log_likelihood"):
+        log_lik = per_draw(loglik)
+        n_rows = len(next(iter(model._observed_data(data).values())))
+        unit = ["sequence"] if log_lik.shape[2] != n_rows else ["obs_id"]  # sequence models: one value per sequence
+        idata.add_groups({"log_likelihood": az.dict_to_dataset({obs_name: log_lik}, dims={obs_name: unit})})
+    if wants_discrete and discrete:
         discrete_ds = az.dict_to_dataset(
             {f"{name}_probs": per_draw(values) for name, values in discrete.items()},
             dims={f"{name}_probs": ["obs_id", "component"] for name in discrete},
         )
         idata.add_groups({"discrete_posterior": discrete_ds})
+
+
+def _add_replicated(
+    idata: Any,
+    model: "MixtureModel",
+    data: Any,
+    draws: dict[str, torch.Tensor],
+    observed: dict[str, np.ndarray],
+    request: ArvizRequest,
+    coords: dict[str, Any],
+    dims: dict[str, Any],
+) -> None:
+    """The ``posterior_predictive`` group for the draws :func:`predictive_subset` picks, its ``draw`` coordinate
+    the posterior's draws they replicate."""
+    import arviz as az
+
+    n_chains, n_draws = next(iter(draws.values())).shape[:2]
+    cells = sum(int(np.prod(value.shape)) for value in observed.values())
+    subset = predictive_subset(n_draws, cells, n_chains, request.predictive_draws)
+    chosen = draws if len(subset) == n_draws else {k: v[:, subset] for k, v in draws.items()}
+    replicated = _optional("posterior_predictive", lambda: posterior_predictive(model, data, chosen, observed))
+    if not replicated:
+        return
+    dataset = az.dict_to_dataset(
+        replicated,
+        coords={**coords, "draw": np.asarray(idata.posterior["draw"].values)[subset]},
+        dims={k: v for k, v in dims.items() if k in replicated},
+    )
+    idata.add_groups({"posterior_predictive": dataset})
+    if len(subset) < n_draws:
+        idata.posterior_predictive.attrs["ppmix_note"] = (
+            f"replicated data sets for {len(subset)} of the {n_draws} draws of every chain (draw coordinate); "
+            "to_arviz(predictive_draws='all') for every draw (az.plot_loo_pit needs it)"
+        )
+
+
+#: what ``idata.attrs["ppmix_draws"]`` and the posterior's ``ppmix_draws`` attribute say of each source of draws
+DRAW_SOURCES = {
+    "mcmc": "posterior draws of NUTS (engine='mcmc')",
+    "gibbs": "posterior draws of blocked Gibbs sweeps (engine='gibbs')",
+    "svi_normal_guide": "draws of a variational approximation (SVI normal guide), not of the posterior",
+    "laplace": (
+        "draws of a Laplace approximation (a Gaussian in the unconstrained parameters at the point estimate, "
+        "covariance the inverse negative Hessian of the fitted objective), not of the posterior"
+    ),
+    "point_estimate": "one draw: the point estimate",
+}
+
+
+def _label(idata: Any, model: "MixtureModel", source: str, flat_prior: bool) -> None:
+    """Say where the draws come from where ArviZ shows it: the InferenceData's, the posterior's and
+    ``sample_stats``' attributes (printed with the group) and ``inference_library``."""
     idata.attrs["ppmix_draws"] = source
     idata.attrs["ppmix_engine"] = model.engine_
-    if n_chains * n_draws == 1:
-        idata.attrs["ppmix_note"] = _one_draw_message(model, no_laplace)
-        warnings.warn(idata.attrs["ppmix_note"], PointEstimateWarning, stacklevel=3)
-    return idata
+    what = DRAW_SOURCES[source]
+    approximate = source in ("laplace", "svi_normal_guide")
+    for group in ("posterior", "sample_stats"):
+        if hasattr(idata, group):
+            attrs = getattr(idata, group).attrs
+            attrs["inference_library"] = "ppmix"
+            attrs["ppmix_draws"] = source
+            attrs["ppmix_draws_are"] = what
+            if approximate:
+                attrs["approximation"] = source
+    if source == "laplace":
+        idata.attrs["ppmix_prior"] = (
+            "flat (maximum likelihood): no prior group; fit with priors= for a Laplace approximation under proper "
+            "priors"
+            if flat_prior
+            else "the priors set with priors= (MAP), the prior group's"
+        )
+    if hasattr(idata, "sample_stats") and "energy" not in idata.sample_stats:
+        idata.sample_stats.attrs["ppmix_note"] = (
+            "no energy: az.bfmi and az.plot_energy are for Hamiltonian samplers (engine='mcmc'); "
+            "az.plot_trace(idata.sample_stats, var_names=['lp']) traces the log density instead"
+        )
 
 
 def _optional(group: str, build: Any, quiet: bool = False) -> Any:

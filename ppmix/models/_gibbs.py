@@ -30,6 +30,7 @@ from ppmix.algorithms.ffbs import gumbel_argmax, sample_paths
 from ppmix.algorithms.simplex import dirichlet_draw, log_dirichlet
 from ppmix.components.base import ComponentFamily
 from ppmix.components.family import DensityFamily
+from ppmix.engines.chain_starts import chain_starts
 from ppmix.models._missing import PartlyObserved
 
 if TYPE_CHECKING:
@@ -96,14 +97,21 @@ class FamilyGibbs:
                 "gaussian with covariance_type 'diag' or 'spherical'): use engine='mcmc'"
             )
 
-    def chain_components(self, n_chains: int) -> _ChainComponents:
-        """The fitted components repeated for every chain (the start of the sweeps)."""
+    def chain_components(self, starts: list[dict[str, torch.Tensor]]) -> tuple[_ChainComponents, dict[str, Any]]:
+        """Every chain's components at its own start (:func:`~ppmix.engines.chain_starts.chain_starts`), the start
+        of the sweeps, and the other globals of the starts stacked over the chains ``{name: (C, ...)}``; the
+        model's globals are left at chain 0's start."""
         model = self.model
         family = model._prior_family()
-        fitted = family.site_values(model.components_)
-        values = {site: value.repeat(n_chains, *([1] * (value.dim() - 1))) for site, value in fitted.items()}
+        per_chain = []
+        for start in starts:
+            model._set_globals(start)
+            per_chain.append(family.site_values(model.components_))
+        model._set_globals(starts[0])
+        values = {site: torch.cat([chain[site] for chain in per_chain]) for site in per_chain[0]}
+        others = {name: torch.stack([start[name] for start in starts]) for name in starts[0] if name not in values}
         sites = tuple(family.sites(model.n_components, int(model.n_features_in_)))
-        return _ChainComponents(family.components(values, model._scale), n_chains, family, sites)
+        return _ChainComponents(family.components(values, model._scale), len(starts), family, sites), others
 
     def draw_components(
         self, rows: Any, assignment: torch.Tensor, current: _ChainComponents
@@ -145,9 +153,8 @@ class MixtureGibbs(FamilyGibbs):
     def start(self, data: Any, n_chains: int, generator: torch.Generator) -> _MixtureLatent:
         """Every chain's assignments drawn given its start."""
         self.check(data)
-        self.model._set_globals(self.model._init_values(data, generator))
-        chains = self.chain_components(n_chains)
-        logits = self.chain_log_prob(data, chains) + self.model.weights_.log()
+        chains, others = self.chain_components(chain_starts(self.model, data, n_chains, generator))
+        logits = self.chain_log_prob(data, chains) + others["weights"].log()[:, None, :]
         return _MixtureLatent(gumbel_argmax(logits), chains)
 
     def sweep(self, data: Any, latent: _MixtureLatent) -> tuple[dict[str, torch.Tensor], torch.Tensor, _MixtureLatent]:
@@ -181,11 +188,8 @@ class HMMGibbs(FamilyGibbs):
         """Every chain's state paths drawn given its start."""
         prepared = self.model._em_data(data)
         self.check(prepared.frames)
-        self.model._set_globals(self.model._init_values(data, generator))
-        chains = self.chain_components(n_chains)
-        initial = self.model.initial_.expand(n_chains, -1)
-        transition = self.model.transition_.expand(n_chains, -1, -1)
-        paths, _ = self._sample_paths(prepared, chains, initial, transition)
+        chains, others = self.chain_components(chain_starts(self.model, data, n_chains, generator))
+        paths, _ = self._sample_paths(prepared, chains, others["initial"], others["transition"])
         return _HMMLatent(paths, chains, prepared)
 
     def _sample_paths(

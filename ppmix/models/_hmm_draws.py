@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
+from ppmix.algorithms.ffbs import filter_log_likelihood
 from ppmix.algorithms.forward_backward import forward_backward
 from ppmix.models._sequences import SequenceBatch
 
@@ -36,30 +37,41 @@ def chain_per_draw(
 
 
 def forward_backward_per_draw(
-    initial: torch.Tensor, transition: torch.Tensor, log_emit: list[torch.Tensor], data: SequenceBatch, per_step: bool
+    initial: torch.Tensor,
+    transition: torch.Tensor,
+    log_emit: list[torch.Tensor],
+    data: SequenceBatch,
+    per_step: bool,
+    marginals: bool = True,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Every draw's log-likelihood of every sequence ``(S, B)`` (``per_step``: of every valid step given the ones
     before, ``(S, sum(lengths))``) and state marginals ``{"z": (S, sum(lengths), K)}``, from its chain
     (``initial`` ``(S, K)``, ``transition`` ``(S, K, K)``) and emission log-densities (``log_emit``: ``S`` of
-    ``(B, T, K)``): one forward-backward over every draw's sequences, in blocks of :data:`DRAW_BLOCK_CELLS`."""
+    ``(B, T, K)``): one forward-backward over every draw's sequences, in blocks of :data:`DRAW_BLOCK_CELLS`; without
+    ``marginals`` (and not ``per_step``) the forward filter alone (:func:`~ppmix.algorithms.ffbs.filter_log_likelihood`,
+    half the work) and no marginals."""
     n_sequences, steps, k = log_emit[0].shape
     block = max(1, DRAW_BLOCK_CELLS // (n_sequences * steps * k))
-    log_lik, marginals = [], []
+    log_lik, probs = [], []
     for start in range(0, len(log_emit), block):
         chains = slice(start, start + block)
         n = len(log_emit[chains])
-        result = forward_backward(
+        chain = (
             initial[chains].log().repeat_interleave(n_sequences, 0),
             transition[chains].log().repeat_interleave(n_sequences, 0),
             torch.cat(log_emit[chains]),
-            data.lengths.repeat(n),
+            data.lengths.repeat(n).to(initial.device),
         )
+        if not (marginals or per_step):
+            log_lik.append(filter_log_likelihood(*chain).reshape(n, n_sequences))
+            continue
+        result = forward_backward(*chain)
         if per_step:
             log_lik.append(result.step_log_likelihood.reshape(n, n_sequences, steps)[:, data.mask])
         else:
             log_lik.append(result.log_likelihood.reshape(n, n_sequences))
-        marginals.append(result.posterior.reshape(n, n_sequences, steps, k)[:, data.mask])
-    return torch.cat(log_lik), {"z": torch.cat(marginals)}
+        probs.append(result.posterior.reshape(n, n_sequences, steps, k)[:, data.mask])
+    return torch.cat(log_lik), ({"z": torch.cat(probs)} if probs else {})
 
 
 def state_paths_per_draw(

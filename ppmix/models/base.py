@@ -571,29 +571,79 @@ class MixtureModel(DensityMixin, Estimator, PyroModule):
         return _predictions.program_elbo(self, data, num_particles)
 
     # ================================================================== ArviZ
-    def to_arviz(self, X: Any = None, y: Any = None, num_samples: int = 100, approximation: str | None = "auto") -> Any:
+    def to_arviz(
+        self,
+        X: Any = None,
+        y: Any = None,
+        num_samples: int = 100,
+        approximation: str | None = "auto",
+        *,
+        groups: Any = None,
+        thin: int = 1,
+        log_likelihood_dtype: str = "float32",
+        predictive_draws: int | str = "auto",
+    ) -> Any:
         """ArviZ ``InferenceData`` of the fit (groups and draws: :func:`ppmix.models._arviz.build_inference_data`).
 
         ``posterior`` holds the relabelled MCMC draws, an SVI ``normal`` guide's draws, or for EM/``delta``
         SVI Laplace draws at the point estimate (``"auto"``: where the model has one, with at most 500
         parameters; ``"laplace"``: always) or the one point estimate (``None``), which ``az.loo`` cannot
-        use (a ``PointEstimateWarning`` says so). After ``engine="mcmc"``, ``sample_stats`` holds NUTS's
-        statistics of every draw (``energy``, ``diverging``, ``tree_depth``, ... for ``az.bfmi`` and
-        ``az.plot_energy``); after ``engine="gibbs"``, the log joint ``lp``. ``X`` defaults to the training data.
+        use (a ``PointEstimateWarning`` says so). Laplace draws are an approximation, not posterior draws: the
+        attributes of ``idata``, ``idata.posterior`` and ``idata.sample_stats`` say so (``ppmix_draws="laplace"``,
+        ``approximation="laplace"``), and after maximum likelihood (``priors=None``, flat priors) there is no
+        ``prior`` group (``to_arviz`` refuses to build one when asked); after MAP-EM (``priors=`` set) the
+        ``prior`` group holds those priors, the ones the approximation is taken under. After ``engine="mcmc"``,
+        ``sample_stats`` holds NUTS's statistics of every draw (``energy``, ``diverging``, ``tree_depth``, ... for
+        ``az.bfmi`` and ``az.plot_energy``); after ``engine="gibbs"`` or Laplace, the log density ``lp`` (no
+        ``energy``: ``az.bfmi`` and ``az.plot_energy`` do not apply). ``X`` defaults to the training data.
+
+        Only what is asked is computed, in time and memory linear in it:
+
+        - ``groups``: the groups to build (default all but ``"discrete_posterior"``, every draw's ``(N, K)``
+          responsibilities; :data:`~ppmix.models._arviz_options.ALL_GROUPS` lists them; ``posterior`` is always
+          built);
+        - ``thin``: keep every ``thin``-th draw of every chain;
+        - ``log_likelihood_dtype``: ``"float32"`` (default: half the memory; ``az.loo`` sums in float64) or
+          ``"float64"``;
+        - ``predictive_draws``: the draws of every chain given a replicated data set in ``posterior_predictive``
+          (its ``draw`` coordinate names them): ``"auto"`` (every draw up to 20 million replicated values, else
+          evenly spaced ones within that), ``"all"`` or a count.
+
+        ``az.plot_loo_pit`` takes one scalar per row: the ``log_likelihood`` holds one value per row, the observed
+        data a row of ``D`` features, so name the feature (``d``) with ``y=``/``y_hat=`` (every draw replicated:
+        ``predictive_draws="all"`` where ``"auto"`` keeps fewer)::
+
+            az.plot_loo_pit(idata, y=idata.observed_data["x"][:, d],
+                            y_hat=idata.posterior_predictive["x"][..., d].stack(__sample__=("chain", "draw")))
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from ppmix import GMM
+        >>> X = np.random.default_rng(0).normal(size=(100, 2))
+        >>> gmm = GMM(2, seed=0, progress=False).fit(X, engine="gibbs", num_samples=50, warmup_steps=20)
+        >>> idata = gmm.to_arviz(groups=["log_likelihood"], thin=5)
+        >>> sorted(idata.groups()), idata.log_likelihood["x"].shape, str(idata.log_likelihood["x"].dtype)
+        (['log_likelihood', 'posterior'], (4, 10, 100), 'float32')
         """
-        return self._inference_data(X, y, num_samples, approximation)
+        options = {"groups": groups, "thin": thin, "log_likelihood_dtype": log_likelihood_dtype}
+        return self._inference_data(X, y, num_samples, approximation, predictive_draws=predictive_draws, **options)
 
     def _inference_data(
-        self, X: Any, y: Any, num_samples: int, approximation: str | None, per_step: bool = False
+        self, X: Any, y: Any, num_samples: int, approximation: str | None, per_step: bool = False, **options: Any
     ) -> Any:
-        """:meth:`to_arviz` on ``X`` (default the training data); ``per_step``: a sequence model's log-likelihood
-        per step (:meth:`ppmix.models.hmm.HMM.to_arviz`)."""
+        """:meth:`to_arviz` on ``X`` (default the training data) with its keyword ``options``; ``per_step``: a
+        sequence model's log-likelihood per step (:meth:`ppmix.models.hmm.HMM.to_arviz`)."""
         from ppmix.models._arviz import build_inference_data
+        from ppmix.models._arviz_options import ArvizRequest
 
         self._check_fitted()
+        request = ArvizRequest.checked(**options)
         if (data := self._train_data if X is None else self.prepare_data(X, y)) is None:
             raise ValueError("X is required: this model holds no training data (loaded from disk, or fitted on shards)")
-        return build_inference_data(self, data, num_samples=num_samples, approximation=approximation, per_step=per_step)
+        return build_inference_data(
+            self, data, num_samples=num_samples, approximation=approximation, per_step=per_step, request=request
+        )
 
     def _arviz_dims(self) -> dict[str, list[str]]:
         """Dimension names of each global site (after chain and draw), for ArviZ."""

@@ -22,7 +22,12 @@ from ppmix.components.registry import family_config, family_from
 from ppmix.models._arviz import POINTWISE_COMPANIONS, own_hook
 from ppmix.models._family_components import INIT_METHODS, FamilyModel, drop_leading_ones
 from ppmix.models._gibbs import HMMGibbs
-from ppmix.models._hmm_draws import chain_per_draw, forward_backward_per_draw, state_paths_per_draw
+from ppmix.models._hmm_draws import (
+    DRAW_BLOCK_CELLS,
+    chain_per_draw,
+    forward_backward_per_draw,
+    state_paths_per_draw,
+)
 from ppmix.models._missing import (
     PartlyObserved,
     check_missing_option,
@@ -580,7 +585,12 @@ class HMM(FamilyModel):
         return self._forward_backward(self._prediction_data(data)).log_likelihood
 
     def _draws_log_likelihood(
-        self, data: SequenceBatch, draws: dict[str, torch.Tensor], per_step: bool = False
+        self,
+        data: SequenceBatch,
+        draws: dict[str, torch.Tensor],
+        per_step: bool = False,
+        marginals: bool = True,
+        dtype: torch.dtype | None = None,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """:meth:`_pointwise_log_likelihood` ``(S, B)`` (``per_step``: every valid step's one-step-ahead
         ``log p(x_t | x_{<t})``, ``(S, sum(lengths))``, the forward-backward result's ``step_log_likelihood``)
@@ -590,7 +600,9 @@ class HMM(FamilyModel):
         Each draw's globals are set as :meth:`_set_globals` sets them and its emissions scored on the batch; the
         forward-backward then runs once over every draw's sequences (draw ``s``'s chain for its sequences), not
         once per draw, in blocks of at most :data:`~ppmix.models._hmm_draws.DRAW_BLOCK_CELLS` cells ``(draw,
-        sequence, step, state)``.
+        sequence, step, state)``, each block's emissions computed when it is scored (memory bounded by the block,
+        not the draws). The log-likelihood is returned in ``dtype`` (default the model's), the marginals only where
+        ``marginals``.
 
         Examples
         --------
@@ -604,10 +616,19 @@ class HMM(FamilyModel):
         >>> bool(torch.allclose(loglik[1], hmm._pointwise_log_likelihood(hmm.prepare_data(seqs))))
         True
         """
-        initial, transition, log_emit = chain_per_draw(
-            self, draws, lambda: self._log_emissions(self._prediction_data(data))
-        )
-        return forward_backward_per_draw(initial, transition, log_emit, data, per_step)
+        n_draws, cells = len(next(iter(draws.values()))), data.n_sequences * data.max_length * int(self.n_components)
+        block = max(1, DRAW_BLOCK_CELLS // cells)
+        log_lik, probs = [], []
+        for start in range(0, n_draws, block):
+            part = {name: value[start : start + block] for name, value in draws.items()}
+            initial, transition, log_emit = chain_per_draw(
+                self, part, lambda: self._log_emissions(self._prediction_data(data))
+            )
+            values, found = forward_backward_per_draw(initial, transition, log_emit, data, per_step, marginals)
+            log_lik.append(values.to(dtype or values.dtype))
+            if marginals:
+                probs.append(found["z"])
+        return torch.cat(log_lik), ({"z": torch.cat(probs)} if marginals else {})
 
     def to_arviz(
         self,
@@ -616,6 +637,7 @@ class HMM(FamilyModel):
         num_samples: int = 100,
         approximation: str | None = "auto",
         pointwise: str = "sequence",
+        **options: Any,
     ) -> Any:
         """ArviZ ``InferenceData`` of the fit, as :meth:`MixtureModel.to_arviz
         <ppmix.models.base.MixtureModel.to_arviz>`, with the unit of its ``log_likelihood`` group chosen by
@@ -623,7 +645,8 @@ class HMM(FamilyModel):
         leaves one sequence out); ``"step"``, the one-step-ahead ``log p(x_t | x_{<t})`` of every valid step, on
         the observed frames' ``obs_id`` (the sequence's log-likelihood is their sum: per-step diagnostics,
         ``az.loo`` over steps, which treats steps as exchangeable, and the pieces of leave-future-out
-        validation).
+        validation). The keyword ``options`` (``groups``, ``thin``, ``log_likelihood_dtype``,
+        ``predictive_draws``) are :meth:`MixtureModel.to_arviz <ppmix.models.base.MixtureModel.to_arviz>`'s.
 
         Examples
         --------
@@ -643,7 +666,7 @@ class HMM(FamilyModel):
                 f"pointwise='step' needs the HMM's own likelihood; {type(self).__name__} scores whole sequences "
                 "(pointwise='sequence')"
             )
-        return self._inference_data(X, y, num_samples, approximation, per_step=pointwise == "step")
+        return self._inference_data(X, y, num_samples, approximation, per_step=pointwise == "step", **options)
 
     def _draws_replicated(self, data: SequenceBatch, draws: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """One replicated data set per draw of the globals (``{site: (S, ...)}``), for ``to_arviz``'s

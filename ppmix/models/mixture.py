@@ -28,6 +28,7 @@ from ppmix.models._missing import (
     partly_observed_statistics,
     sample_missing,
 )
+from ppmix.models._mixture_draws import mixture_draws_log_likelihood, mixture_draws_replicated
 from ppmix.models._online import partial_fit
 from ppmix.models._params import store_params
 from ppmix.models._starts import start_responsibilities
@@ -407,6 +408,20 @@ class Mixture(FamilyModel):
 
     def _pointwise_log_likelihood(self, data: torch.Tensor) -> torch.Tensor:
         return torch.logsumexp(self._log_joint(data), dim=1)
+
+    def _draws_log_likelihood(
+        self, data: torch.Tensor, draws: dict[str, torch.Tensor], marginals: bool = True, dtype: Any = None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """:meth:`_pointwise_log_likelihood` ``(S, N)`` (in ``dtype``, default the model's) and (``marginals``)
+        :meth:`_posterior_marginals` ``{"z": (S, N, K)}`` at every one of ``S`` draws of the globals
+        ``{site: (S, ...)}``, for ``to_arviz``: a block of draws scored by one ``log_prob``
+        (:func:`~ppmix.models._mixture_draws.mixture_draws_log_likelihood`)."""
+        return mixture_draws_log_likelihood(self, data, draws, marginals, dtype)
+
+    def _draws_replicated(self, data: torch.Tensor, draws: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """One replicated data set per draw of the globals, ``{"x": (S, N, D)}``, for ``to_arviz``'s
+        ``posterior_predictive`` (:func:`~ppmix.models._mixture_draws.mixture_draws_replicated`)."""
+        return mixture_draws_replicated(self, data, draws)
 
     @property
     def n_parameters(self) -> int:

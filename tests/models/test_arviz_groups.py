@@ -147,7 +147,7 @@ def test_hmm_replicates_frames_and_moe_replicates_the_target():
     hmm = HMM(2, seed=0, progress=False).fit(seqs)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PointEstimateWarning)
-        idata = hmm.to_arviz(approximation=None)
+        idata = hmm.to_arviz(approximation=None, log_likelihood_dtype="float64")
     frames = sum(len(s) for s in seqs)
     assert idata.log_likelihood["x"].dims == ("chain", "draw", "sequence")  # one log-likelihood per sequence
     np.testing.assert_allclose(idata.log_likelihood["x"].values[0, 0], hmm.score_samples(seqs), rtol=1e-10)

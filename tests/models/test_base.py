@@ -97,8 +97,8 @@ def test_subclass_save_load_round_trip(tmp_path):
 def test_mcmc_on_subclass_with_proper_priors():
     x = two_groups(20)
     model = StudentTMixture(2, seed=0).fit(x, engine="mcmc", num_samples=10, warmup_steps=10)
-    assert model.mcmc_samples_["loc"].shape == (1, 10, 2, 2)
-    assert model.to_arviz().log_likelihood["x"].shape == (1, 10, 40)
+    assert model.mcmc_samples_["loc"].shape == (2, 10, 2, 2)  # two chains by default
+    assert model.to_arviz().log_likelihood["x"].shape == (2, 10, 40)
 
 
 def test_get_params_reads_constructor_arguments():

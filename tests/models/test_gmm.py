@@ -135,12 +135,12 @@ def test_mcmc_returns_inference_data_accepted_by_arviz():
     rng = np.random.default_rng(0)
     x = np.concatenate([rng.normal(-3, 1, (25, 1)), rng.normal(3, 1, (25, 1))])
     gmm = GMM(2, seed=0, progress=False).fit(x, engine="mcmc", num_samples=20, warmup_steps=20)
-    idata = gmm.to_arviz()
+    idata = gmm.to_arviz(groups=["log_likelihood", "observed_data", "discrete_posterior"])
     assert {"posterior", "log_likelihood", "observed_data", "discrete_posterior"} <= set(idata.groups())
-    assert idata.posterior["locs"].shape == (1, 20, 2, 1)
-    assert idata.log_likelihood["x"].shape == (1, 20, 50)
+    assert idata.posterior["locs"].shape == (2, 20, 2, 1)  # two chains by default
+    assert idata.log_likelihood["x"].shape == (2, 20, 50)
     probs = idata.discrete_posterior["z_probs"].values
-    assert_close(probs.sum(-1), np.ones((1, 20, 50)), atol=1e-9)
+    assert_close(probs.sum(-1), np.ones((2, 20, 50)), atol=1e-9)
     summary = az.summary(idata, var_names=["weights", "locs"])
     assert len(summary) == 4 and np.isfinite(summary["mean"]).all()
     # point estimates are the posterior means and still separate the two groups

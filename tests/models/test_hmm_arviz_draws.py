@@ -108,8 +108,9 @@ def test_per_step_log_likelihood_sums_to_each_sequence_and_serves_loo():
 
     seqs = _sequences([7, 3, 12, 1, 9, 8, 10, 6])
     hmm = HMM(3, seed=0, progress=False).fit(seqs, engine="gibbs", num_chains=2, num_samples=30, warmup_steps=30)
-    by_sequence = hmm.to_arviz(num_samples=5).log_likelihood["x"].values  # num_samples: the prior group's draws
-    per_step = hmm.to_arviz(num_samples=5, pointwise="step")
+    exact = {"num_samples": 5, "log_likelihood_dtype": "float64"}  # num_samples: the prior group's draws
+    by_sequence = hmm.to_arviz(**exact).log_likelihood["x"].values
+    per_step = hmm.to_arviz(**exact, pointwise="step")
     steps = per_step.log_likelihood["x"].values
     assert by_sequence.shape == (2, 30, 8) and steps.shape == (2, 30, sum([7, 3, 12, 1, 9, 8, 10, 6]))
     owner = np.repeat(np.arange(8), [7, 3, 12, 1, 9, 8, 10, 6])  # the frames' sequences, in order
