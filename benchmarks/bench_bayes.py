@@ -23,15 +23,27 @@ relabelling included). r_hat (rank-normalised, the largest coordinate) is report
 A last row times the issue's check: a Poisson HMM of 40 sequences x 40 steps, 4 chains x 1 000 draws
 (500 warmup sweeps) by ppmix's Gibbs (the goal: under 2 minutes on 2 cores).
 
+**NUTS** (section ``nuts``, issue 52): ppmix's ``engine="mcmc"`` (NUTS on the potential built from the model's own
+likelihood, :mod:`ppmix.engines.potential`) against NumPyro's NUTS, the two alternated model by model, 2 chains x
+300 draws after 300 warmup steps each (ppmix: chains one after another at one thread; NumPyro: vectorised), on a
+diagonal GMM (N = 2 000, D = 2, K = 3), a full GMM (N = 2 000, D = 3, K = 3), a Gaussian HMM (50 x 100, K = 3) and a
+Student-t mixture (N = 2 000, D = 1, K = 2), the same priors written in NumPyro (full covariances: ``LKJCholesky(D,
+2)`` correlations and ``sqrt(InverseGamma)`` scales; Student-t: ``df ~ Gamma(2, 0.1)``). NumPyro is reported cold (its
+compilation included) and warm. Beside them, the cost of one gradient of the potential, ppmix's against Pyro's
+traced program (what ``engine="mcmc"`` ran before: ``initialize_model``'s potential, discrete latents enumerated), and
+the share of ppmix's NUTS time spent in gradients (the rest is Pyro's tree building in Python).
+
 Usage::
 
     .venv/bin/python benchmarks/bench_bayes.py            # writes benchmarks/results/bayes.json
     .venv/bin/python benchmarks/bench_bayes.py --quick    # small sizes, few draws (NumPyro: the GMM only)
+    .venv/bin/python benchmarks/bench_bayes.py --only nuts  # the NUTS section only (the other kept in the JSON)
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 
@@ -47,7 +59,7 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+from typing import Any, Iterator  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -63,6 +75,8 @@ QUICK_OUT = Path(tempfile.gettempdir()) / "ppmix_bench_bayes_quick.json"
 RATES = np.array([1.0, 6.0, 15.0])
 MEANS, SDS = np.array([-3.0, 0.0, 3.0]), np.array([1.0, 0.7, 1.3])
 CHAINS = 4
+NUTS_CHAINS = 2
+SECTIONS = ("gibbs", "nuts")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -71,6 +85,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1, help="threads of torch and XLA (default 1)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=None, help="JSON output path")
+    p.add_argument("--only", choices=SECTIONS, default=None, help="run one section (the other's results are kept)")
     return p.parse_args(argv)
 
 
@@ -209,7 +224,7 @@ def numpyro_hmm(seqs: list[np.ndarray], k: int, scale: dict[str, np.ndarray], em
 
 
 def run_numpyro(
-    model_fn: Any, draws: int, warmup: int, seed: int, quick: bool
+    model_fn: Any, draws: int, warmup: int, seed: int, quick: bool, chains: int = CHAINS
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """NUTS draws ``{site: (chains, draws, ...)}`` and the seconds of the run, less the compilation (measured
     as a run of one warmup step and one draw; ``quick``: not measured, the seconds include it)."""
@@ -217,7 +232,7 @@ def run_numpyro(
     from numpyro.infer import MCMC, NUTS
 
     def sample(n_warmup: int, n_draws: int) -> tuple[Any, float]:
-        mcmc = MCMC(NUTS(model_fn), num_warmup=n_warmup, num_samples=n_draws, num_chains=CHAINS,
+        mcmc = MCMC(NUTS(model_fn), num_warmup=n_warmup, num_samples=n_draws, num_chains=chains,
                     chain_method="vectorized", progress_bar=False)  # fmt: skip
         start = time.perf_counter()
         mcmc.run(jax.random.PRNGKey(seed))
@@ -229,6 +244,183 @@ def run_numpyro(
     compile_s = float("nan") if quick else sample(1, 1)[1]
     seconds = total if quick else max(total - compile_s, 1e-9)
     return samples, {"seconds": seconds, "seconds_with_compile": total, "compile_s": compile_s}
+
+
+# --------------------------------------------------------------------------------------------- NUTS (issue 52)
+def numpyro_full_gmm(x: np.ndarray, k: int, scale: dict[str, np.ndarray]):
+    """A full-covariance GMM as ppmix's program has it under ``bayesian()``: ``locs ~ N(mean, 3 std)``, every scale
+    ``sqrt(InverseGamma(1, var / 100))``, correlations ``LKJCholesky(D, 2)``, the assignments summed out."""
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as nd
+    from jax.scipy.special import logsumexp
+    from numpyro.distributions.transforms import PowerTransform
+
+    from ppmix.components.gaussian_family import VARIANCE_PRIOR_SHARE
+
+    x = jnp.asarray(x)
+    mean, std = jnp.asarray(scale["mean"]), jnp.asarray(scale["std"])
+    d = mean.shape[0]
+
+    def model():
+        weights = numpyro.sample("weights", nd.Dirichlet(jnp.ones(k)))
+        with numpyro.plate("components", k):
+            locs = numpyro.sample("locs", nd.Normal(mean, 3.0 * std).to_event(1))
+            variance = nd.InverseGamma(jnp.ones(d), VARIANCE_PRIOR_SHARE * std**2)
+            scales = numpyro.sample("scales", nd.TransformedDistribution(variance, PowerTransform(0.5)).to_event(1))
+            corr = numpyro.sample("corr_cholesky", nd.LKJCholesky(d, 2.0))
+        tril = scales[..., None] * corr
+        log_p = nd.MultivariateNormal(locs, scale_tril=tril).log_prob(x[:, None, :]) + jnp.log(weights)
+        numpyro.factor("x", logsumexp(log_p, axis=-1).sum())
+
+    return model
+
+
+def numpyro_student_t(x: np.ndarray, k: int, scale: dict[str, np.ndarray]):
+    """A Student-t mixture (one feature) as ppmix's program has it: ``df ~ Gamma(2, 0.1)``, ``loc ~ N(mean, 3 std)``,
+    ``scale ~ sqrt(InverseGamma(1, var / 100))``, the assignments summed out."""
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as nd
+    from jax.scipy.special import logsumexp
+    from numpyro.distributions.transforms import PowerTransform
+
+    from ppmix.components.gaussian_family import VARIANCE_PRIOR_SHARE
+
+    x = jnp.asarray(x)
+    mean, std = jnp.asarray(scale["mean"]), jnp.asarray(scale["std"])
+    d = mean.shape[0]
+
+    def model():
+        weights = numpyro.sample("weights", nd.Dirichlet(jnp.ones(k)))
+        with numpyro.plate("components", k):
+            df = numpyro.sample("df", nd.Gamma(2.0, 0.1))
+            loc = numpyro.sample("loc", nd.Normal(mean, 3.0 * std).to_event(1))
+            variance = nd.InverseGamma(jnp.ones(d), VARIANCE_PRIOR_SHARE * std**2)
+            sc = numpyro.sample("scale", nd.TransformedDistribution(variance, PowerTransform(0.5)).to_event(1))
+        log_p = nd.StudentT(df[:, None], loc, sc).log_prob(x[:, None, :]).sum(-1) + jnp.log(weights)
+        numpyro.factor("x", logsumexp(log_p, axis=-1).sum())
+
+    return model
+
+
+def gradient_seconds(potential: Any, point: dict[str, torch.Tensor], repeats: int) -> float:
+    """The median seconds of one evaluation of ``potential`` and its gradient at ``point``."""
+    times = []
+    for _ in range(repeats):
+        params = {k: v.detach().clone().requires_grad_() for k, v in point.items()}
+        start = time.perf_counter()
+        torch.autograd.grad(potential(params), list(params.values()))
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def gradient_costs(model: Any, data: Any, repeats: int) -> dict[str, float]:
+    """Seconds per gradient of the potential at the fitted point: ppmix's (from the model's likelihood) and Pyro's
+    traced program (``initialize_model``, the discrete latents enumerated: what ``engine="mcmc"`` ran before)."""
+    from pyro.infer.mcmc.util import initialize_model
+
+    from ppmix.engines.potential import likelihood_potential
+
+    prepared = model.prepare_data(data)
+    with model.bayesian():
+        ours = likelihood_potential(model, prepared)
+        point = ours.unconstrained(model._get_globals())
+        _, traced, _, _ = initialize_model(model.model, (prepared,), max_plate_nesting=model.max_plate_nesting)
+        mine = gradient_seconds(ours, point, repeats)
+        theirs = gradient_seconds(traced, point, max(2, repeats // 5))
+    return {"ppmix_s": mine, "pyro_traced_s": theirs, "speedup": theirs / mine}
+
+
+@contextlib.contextmanager
+def counted_potential() -> Iterator[list[int]]:
+    """Count the evaluations of ppmix's NUTS potential (one per leapfrog step and gradient) inside the context."""
+    from ppmix.engines.potential import LikelihoodPotential
+
+    calls, call = [0], LikelihoodPotential.__call__
+
+    def counting(self: Any, params: dict[str, torch.Tensor]) -> torch.Tensor:
+        calls[0] += 1
+        return call(self, params)
+
+    LikelihoodPotential.__call__ = counting  # type: ignore[method-assign]
+    try:
+        yield calls
+    finally:
+        LikelihoodPotential.__call__ = call  # type: ignore[method-assign]
+
+
+def run_ppmix_nuts(model: Any, data: Any, draws: int, warmup: int, chains: int) -> dict[str, Any]:
+    """``engine="mcmc"`` timed whole (its start, NUTS, relabelling), the smallest bulk ESS, and its gradients."""
+    with warnings.catch_warnings(), counted_potential() as calls:
+        warnings.simplefilter("ignore")
+        start = time.perf_counter()
+        model.fit(data, engine="mcmc", num_samples=draws, warmup_steps=warmup, num_chains=chains)
+        seconds = time.perf_counter() - start
+    ess, rhat = smallest_ess({k: v.numpy() for k, v in model.mcmc_samples_.items()})
+    return {"seconds": seconds, "min_ess": ess, "ess_per_s": ess / seconds, "max_rhat": rhat,
+            "gradients": calls[0], "divergences": int(model.mcmc_sample_stats_["diverging"].sum())}  # fmt: skip
+
+
+def nuts_row(name: str, model: Any, data: Any, peer: Any, draws: int, warmup: int, seed: int, quick: bool) -> dict:
+    """ppmix NUTS and NumPyro NUTS (``peer(scale)``, or None) on one model, the order alternated by ``seed``."""
+    row: dict[str, Any] = {"model": name, "draws": draws, "warmup": warmup, "chains": NUTS_CHAINS}
+
+    def ours() -> None:
+        logger.info("%s: ppmix nuts", name)
+        row["ppmix_nuts"] = run_ppmix_nuts(model, data, draws, warmup, NUTS_CHAINS)
+
+    def theirs() -> None:
+        logger.info("%s: numpyro nuts", name)
+        model.prepare_data(data, fitting=True)  # records the data scale of the priors, as the fit does
+        scale = {key: value.cpu().numpy() for key, value in model._scale.items() if key in ("mean", "std")}
+        samples, timing = run_numpyro(peer(scale), draws, warmup, seed, quick=False, chains=NUTS_CHAINS)
+        ess, rhat = smallest_ess(relabelled(model, model.prepare_data(data), samples))
+        warm, cold = timing["seconds"], timing["seconds_with_compile"]
+        row["numpyro_nuts"] = {**timing, "min_ess": ess, "max_rhat": rhat, "ess_per_s_warm": ess / warm,
+                               "ess_per_s_cold": ess / cold}  # fmt: skip
+
+    steps = [ours] if peer is None else ([ours, theirs] if len(ROWS_DONE) % 2 == 0 else [theirs, ours])
+    for step in steps:
+        step()
+    ROWS_DONE.append(name)
+    row["gradient"] = gradient_costs(model, data, repeats=5 if quick else 20)
+    mine = row["ppmix_nuts"]
+    mine["gradient_share"] = min(1.0, mine["gradients"] * row["gradient"]["ppmix_s"] / mine["seconds"])
+    if "numpyro_nuts" in row:
+        peer_row = row["numpyro_nuts"]
+        row["ess_per_s_ratio_vs_numpyro_cold"] = mine["ess_per_s"] / peer_row["ess_per_s_cold"]
+        row["ess_per_s_ratio_vs_numpyro_warm"] = mine["ess_per_s"] / peer_row["ess_per_s_warm"]
+    return row
+
+
+ROWS_DONE: list[str] = []
+
+
+def nuts_section(seed: int, quick: bool) -> list[dict[str, Any]]:
+    """The issue's four NUTS models (quick: the diagonal GMM and the HMM, small, without NumPyro)."""
+    draws, warmup = (20, 20) if quick else (300, 300)
+    n = 100 if quick else 2000
+    gmm2 = mixture_data(n, 2, "gaussian", seed)
+    gmm3 = mixture_data(n, 3, "gaussian", seed + 1)
+    seqs = hmm_data(4 if quick else 50, 15 if quick else 100, "gaussian", seed)
+    rng = np.random.default_rng(seed + 2)
+    t_rows = np.where(rng.random(n) < 0.4, -3.0, 3.0)[:, None] + rng.standard_t(3.0, size=(n, 1))
+    peer = (lambda make: None) if quick else (lambda make: make)
+    rows = [
+        nuts_row("gmm_diag", GMM(3, covariance_type="diag", seed=seed, progress=False), gmm2,
+                 peer(lambda scale: numpyro_mixture(gmm2, 3, scale, "gaussian")), draws, warmup, seed, quick),
+        nuts_row("hmm", HMM(3, covariance_type="diag", seed=seed, progress=False), seqs,
+                 peer(lambda scale: numpyro_hmm(seqs, 3, scale, "gaussian")), draws, warmup, seed, quick),
+    ]  # fmt: skip
+    if quick:
+        return rows
+    return rows + [
+        nuts_row("gmm_full", GMM(3, covariance_type="full", seed=seed, progress=False), gmm3,
+                 lambda scale: numpyro_full_gmm(gmm3, 3, scale), draws, warmup, seed, quick),
+        nuts_row("student_t", Mixture(2, family="student_t", seed=seed, progress=False), t_rows,
+                 lambda scale: numpyro_student_t(t_rows, 2, scale), draws, warmup, seed, quick),
+    ]  # fmt: skip
 
 
 def compare(
@@ -251,17 +443,12 @@ def compare(
     return row
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    set_torch_threads(args.threads, uses_pomegranate=False)
-    require_torch_threads(args.threads)
-    quick = args.quick
+def gibbs_section(seed: int, quick: bool) -> dict[str, Any]:
+    """ppmix's Gibbs against NumPyro's NUTS on the three models, and the issue's Poisson HMM check."""
     draws, warmup = (100, 50) if quick else (1000, 500)
-    gmm_x = mixture_data(200 if quick else 2000, 2, "gaussian", args.seed)
-    hmm_seqs = hmm_data(10 if quick else 50, 20 if quick else 100, "gaussian", args.seed)
-    counts = mixture_data(200 if quick else 2000, 2, "poisson", args.seed)
-    seed = args.seed
+    gmm_x = mixture_data(200 if quick else 2000, 2, "gaussian", seed)
+    hmm_seqs = hmm_data(10 if quick else 50, 20 if quick else 100, "gaussian", seed)
+    counts = mixture_data(200 if quick else 2000, 2, "poisson", seed)
     rows = [  # the quick run compares with NumPyro on the GMM only (NumPyro compiles for 15-20 s a model)
         compare("gmm", GMM(3, covariance_type="diag", seed=seed, progress=False), gmm_x,
                 lambda scale: numpyro_mixture(gmm_x, 3, scale, "gaussian"), draws, warmup, seed, True),
@@ -273,18 +460,6 @@ def main(argv: list[str] | None = None) -> int:
     check_seqs = hmm_data(8 if quick else 40, 10 if quick else 40, "poisson", seed + 1)
     logger.info("the issue's check: Poisson HMM 40 x 40, 4 chains x 1000 draws")
     check = run_ppmix(HMM(3, emission="poisson", seed=seed, progress=False), check_seqs, draws, warmup)
-    report = {
-        "benchmark": "bayes",
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "threads": args.threads,
-        "quick": quick,
-        "machine_load": machine_load(),
-        "rows": rows,
-        "hmm_40x40_4x1000": {**check, "goal_s": 120.0},
-    }
-    out = args.out or (QUICK_OUT if quick else DEFAULT_OUT)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2))
     for row in (r for r in rows if "numpyro_nuts" in r):
         ours, peer = row["ppmix_gibbs"], row["numpyro_nuts"]
         logger.info(
@@ -295,6 +470,51 @@ def main(argv: list[str] | None = None) -> int:
             row["ess_per_s_ratio_ppmix_over_numpyro"],
         )  # fmt: skip
     logger.info("Poisson HMM 40 x 40, 4 x 1000 draws: %.1f s (goal 120 s)", check["seconds"])
+    return {"rows": rows, "hmm_40x40_4x1000": {**check, "goal_s": 120.0}}
+
+
+def log_nuts(rows: list[dict[str, Any]]) -> None:
+    for row in rows:
+        ours, grad = row["ppmix_nuts"], row["gradient"]
+        peer = row.get("numpyro_nuts")
+        versus = (
+            ""
+            if peer is None
+            else (
+                f" | numpyro {peer['ess_per_s_cold']:.1f} cold, {peer['ess_per_s_warm']:.1f} warm (ESS {peer['min_ess']:.0f},"
+                f" {peer['seconds']:.1f} s + {peer['compile_s']:.1f} s compile) | ratio cold "
+                f"{row['ess_per_s_ratio_vs_numpyro_cold']:.2f}, warm {row['ess_per_s_ratio_vs_numpyro_warm']:.2f}"
+            )
+        )
+        logger.info(
+            "%s: ppmix nuts ESS/s %.2f (ESS %.0f in %.1f s, r_hat %.3f, %.0f%% in gradients)%s | gradient %.2f ms "
+            "against %.1f ms traced (x%.0f)",
+            row["model"], ours["ess_per_s"], ours["min_ess"], ours["seconds"], ours["max_rhat"],
+            100 * ours["gradient_share"], versus, 1e3 * grad["ppmix_s"], 1e3 * grad["pyro_traced_s"], grad["speedup"],
+        )  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    set_torch_threads(args.threads, uses_pomegranate=False)
+    require_torch_threads(args.threads)
+    out = args.out or (QUICK_OUT if args.quick else DEFAULT_OUT)
+    report: dict[str, Any] = json.loads(out.read_text()) if args.only and out.exists() else {}
+    if args.only in (None, "gibbs"):
+        report.update(gibbs_section(args.seed, args.quick))
+    if args.only in (None, "nuts"):
+        report["nuts_rows"] = nuts_section(args.seed, args.quick)
+        log_nuts(report["nuts_rows"])
+    report.update(
+        benchmark="bayes",
+        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        threads=args.threads,
+        quick=args.quick,
+        machine_load=machine_load(),
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
     logger.info("wrote %s", out)
     return 0
 

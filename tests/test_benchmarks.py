@@ -312,6 +312,12 @@ def test_bench_bayes_quick(tmp_path):
     for row in timed:
         assert_timing(row["seconds"], row["min_ess"], row["ess_per_s"])
     assert rows["poisson_mixture"]["ppmix_gibbs"]["max_rhat"] < 1.1  # 4 chains x 100 draws of separated counts
+    nuts = {row["model"]: row for row in report["nuts_rows"]}  # ppmix's NUTS on its own potential (issue 52)
+    assert sorted(nuts) == ["gmm_diag", "hmm"]
+    for row in nuts.values():
+        ours, gradient = row["ppmix_nuts"], row["gradient"]
+        assert_timing(ours["seconds"], ours["min_ess"], gradient["ppmix_s"], gradient["pyro_traced_s"])
+        assert ours["gradients"] > 0 and 0 < ours["gradient_share"] <= 1
 
 
 def test_bench_defaults_quick(tmp_path):

@@ -47,7 +47,7 @@ import torch
 
 from ppmix._validation import torch_ready
 
-__all__ = ["ForwardBackwardResult", "forward_backward", "viterbi"]
+__all__ = ["ForwardBackwardResult", "forward_backward", "log_likelihood", "viterbi"]
 
 logger = logging.getLogger(__name__)
 
@@ -198,6 +198,112 @@ def forward_backward(
     post = emit.new_zeros(batch, t_full, k)
     post[:, :t_eff] = post_tm.transpose(0, 1)
     return ForwardBackwardResult(ll, post, pairs, post[:, 0].clone(), _log_forward=log_alpha, _steps=t_full)
+
+
+#: the largest ``B T K^3`` (sequences x steps x states cubed) that :func:`log_likelihood` reduces as a tree of batched
+#: ``logsumexp`` matrix products (its first level holds ``B T K^3 / 2`` numbers); beyond it, one forward-backward
+TREE_CELLS = 2**24
+
+
+class _LogLikelihood(torch.autograd.Function):
+    """``log p(x_b)`` with the gradients the forward-backward gives (no graph through the recursions)."""
+
+    @staticmethod
+    def forward(ctx: Any, log_init: torch.Tensor, log_trans: torch.Tensor, log_emit: torch.Tensor, lengths: Any):
+        inputs = (log_init.detach(), log_trans.detach(), log_emit.detach())
+        ctx.shared = (log_init.dim() == 1, log_trans.dim() == 2)
+        ctx.steps = log_emit.shape[1]
+        undefined = any(bool((torch.isnan(x) | torch.isposinf(x)).any()) for x in inputs)
+        try:
+            res = None if undefined else forward_backward(*inputs, lengths)
+        except ValueError:  # the inputs are checked: a sequence every path of which has probability zero
+            res = None
+        if res is None:  # NaN (undefined inputs) or -inf (an impossible sequence), with a zero gradient
+            batch, _, k = log_emit.shape
+            zeros = log_emit.new_zeros(batch, k)
+            ctx.save_for_backward(zeros, log_emit.new_zeros(batch, k, k), torch.zeros_like(log_emit))
+            return log_emit.new_full((batch,), float("nan") if undefined else float("-inf"))
+        ctx.save_for_backward(res.initial, res.pair_counts, res.posterior)
+        return res.log_likelihood
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor):
+        initial, pairs, posterior = ctx.saved_tensors
+        shared_init, shared_trans = ctx.shared
+        g_init = grad @ initial if shared_init else grad[:, None] * initial
+        g_trans = torch.einsum("b,bij->ij", grad, pairs) if shared_trans else grad[:, None, None] * pairs
+        return g_init, g_trans, grad[:, None, None] * posterior[:, : ctx.steps], None
+
+
+def log_likelihood(
+    log_init: torch.Tensor, log_trans: torch.Tensor, log_emit: torch.Tensor, lengths: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``log p(x_b)`` of every sequence, differentiable in every input, without a Python step per time step where it
+    can (what NUTS's potential needs of an HMM at every leapfrog step, :mod:`ppmix.engines.potential`).
+
+    Where every input is finite and the states are few (:data:`TREE_CELLS`), the product of the ``T - 1`` step
+    matrices ``log_trans[i, j] + log_emit[b, t, j]`` is reduced pairwise in the log semiring (``log2 T`` batched
+    ``logsumexp`` products, padded steps the identity), and autograd differentiates it. Otherwise the value and the
+    gradients come from one :func:`forward_backward` pass: ``d log p(x_b) / d log_emit[b, t, k]`` is the posterior
+    ``q(z_t = k | x_b)``, ``d / d log_trans[i, j]`` the expected transition count and ``d / d log_init[k]`` the
+    posterior of the first state (exact whatever the normalisation of the inputs: ``log p(x_b)`` is the log of the
+    total score of all paths; ``-inf`` entries get a zero gradient). Inputs as :func:`forward_backward`'s, but no
+    error where the likelihood is undefined: NaN where an input is NaN or ``+inf``, ``-inf`` for a sequence that no
+    path explains (NUTS's potential is then infinite: a divergent step, left at once), each with a zero gradient.
+
+    Examples
+    --------
+    >>> import torch
+    >>> log_init = torch.tensor([0.6, 0.4], dtype=torch.float64).log().requires_grad_()
+    >>> log_trans = torch.tensor([[0.9, 0.1], [0.2, 0.8]], dtype=torch.float64).log()
+    >>> log_emit = torch.randn(3, 5, 2, dtype=torch.float64, requires_grad=True)
+    >>> ll = log_likelihood(log_init, log_trans, log_emit, torch.tensor([5, 2, 4]))
+    >>> ll.sum().backward()
+    >>> res = forward_backward(log_init.detach(), log_trans, log_emit.detach(), torch.tensor([5, 2, 4]))
+    >>> bool(torch.allclose(log_emit.grad, res.posterior)), bool(torch.allclose(ll, res.log_likelihood))
+    (True, True)
+    """
+    if lengths is None:
+        lengths = torch.full((log_emit.shape[0],), log_emit.shape[1], dtype=torch.long, device=log_emit.device)
+    batch, steps, k = log_emit.shape
+    finite = all(bool(torch.isfinite(x).all()) for x in (log_init, log_trans, log_emit))
+    if finite and batch * steps * k**3 <= TREE_CELLS:
+        return _tree_log_likelihood(log_init, log_trans, log_emit, lengths.to(log_emit.device))
+    return _LogLikelihood.apply(log_init, log_trans, log_emit, lengths)
+
+
+def _log_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``log(exp(a) @ exp(b))`` over the last two dimensions (finite inputs): a shifted matrix product, every row of
+    ``a`` and column of ``b`` scaled to a maximum of one, where every sum keeps its relative precision (at least
+    ``tiny / eps``, so any term lost to underflow is below ``eps`` of it); else ``logsumexp`` (exact in any range)."""
+    # the shifts are constants of the result (detached: their gradients would cancel)
+    rows, cols = a.detach().amax(dim=-1, keepdim=True), b.detach().amax(dim=-2, keepdim=True)
+    product = (a - rows).exp() @ (b - cols).exp()
+    finfo = torch.finfo(product.dtype)
+    if bool((product < finfo.tiny / finfo.eps).any()):
+        return torch.logsumexp(a.unsqueeze(-1) + b.unsqueeze(-3), dim=-2)
+    return product.log() + rows + cols
+
+
+def _tree_log_likelihood(
+    log_init: torch.Tensor, log_trans: torch.Tensor, log_emit: torch.Tensor, lengths: torch.Tensor
+) -> torch.Tensor:
+    """:func:`log_likelihood` by a pairwise reduction of the step matrices (finite inputs)."""
+    batch, steps, k = log_emit.shape
+    first = torch.logsumexp(log_init + log_emit[:, 0], dim=-1) if steps == 1 else None
+    if first is not None:
+        return first
+    identity = torch.full((k, k), float("-inf"), dtype=log_emit.dtype, device=log_emit.device).fill_diagonal_(0.0)
+    trans = log_trans if log_trans.dim() == 3 else log_trans.expand(batch, k, k)
+    step = trans.unsqueeze(1) + log_emit[:, 1:].unsqueeze(-2)  # (B, T-1, K, K): from i at t-1 to j at t
+    valid = torch.arange(1, steps, device=log_emit.device)[None, :] < lengths[:, None]
+    step = torch.where(valid[..., None, None], step, identity)
+    while step.shape[1] > 1:
+        if step.shape[1] % 2:
+            step = torch.cat([step, identity.expand(batch, 1, k, k)], dim=1)
+        step = _log_matmul(step[:, 0::2], step[:, 1::2])
+    start = log_init + log_emit[:, 0]  # (B, K)
+    return torch.logsumexp(start.unsqueeze(-1) + step[:, 0], dim=(-2, -1))
 
 
 def viterbi(

@@ -211,14 +211,18 @@ class FullGaussian(ComponentFamily):
         whiten = inv_tril.mT  # (K, D, D): y = (x - mu) @ L^{-T}
         weights = whiten.permute(1, 0, 2).reshape(d, k * d)
         offset = torch.einsum("kd,kde->ke", self.loc - data.shift, whiten).reshape(k * d)
-        maha = torch.empty(data.n_samples, k, dtype=self.dtype, device=self.device)
-        # row blocks keep the (rows, K*D) temporary in cache instead of an N x K*D array
-        for start in range(0, data.n_samples, _BLOCK_ROWS):
-            stop = min(start + _BLOCK_ROWS, data.n_samples)
-            y = torch.addmm(offset, data.centred[start:stop], weights, beta=-1).square_()
-            torch.sum(y.view(-1, k, d), dim=-1, out=maha[start:stop])
+        # row blocks keep the (rows, K*D) temporary in cache instead of an N x K*D array; out of place, so autograd
+        # differentiates it (NUTS's potential, :mod:`ppmix.engines.potential`)
+        blocks = [
+            torch.addmm(offset, data.centred[start : start + _BLOCK_ROWS], weights, beta=-1)
+            .square()
+            .view(-1, k, d)
+            .sum(-1)
+            for start in range(0, data.n_samples, _BLOCK_ROWS)
+        ]
+        maha = torch.cat(blocks) if len(blocks) > 1 else blocks[0]
         log_det = torch.diagonal(self.scale_tril, dim1=-2, dim2=-1).log().sum(dim=-1)
-        return maha.mul_(-0.5).sub_(0.5 * d * math.log(2 * math.pi) + log_det)
+        return maha * -0.5 - (0.5 * d * math.log(2 * math.pi) + log_det)
 
     def fit(self, data: torch.Tensor | CentredData, weights: torch.Tensor) -> "FullGaussian":
         """Weighted maximum-likelihood update (closed form), in place: ``fit_statistics(statistics(data, weights))``.

@@ -9,6 +9,7 @@ look-up of a name that is not registered.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
 import inspect
@@ -227,6 +228,14 @@ def expert_family_from(expert: Any, argument: str = "expert") -> ExpertFamily:
     )
 
 
+@functools.lru_cache(maxsize=None)
+def _constructor_parameters(cls: type) -> frozenset[str]:
+    """The parameter names of ``cls``'s constructor, read once per class (:func:`family_from` runs at every
+    evaluation of a model's likelihood, e.g. at each of NUTS's leapfrog steps, and ``inspect.signature`` costs more
+    than a small likelihood)."""
+    return frozenset(inspect.signature(cls).parameters)
+
+
 def family_from(family: Any, argument: str = "family", **defaults: Any) -> DensityFamily:
     """A :class:`~ppmix.components.family.DensityFamily` from what a user gave as ``argument``: a family
     object (returned as is), a registered name, or a saved config ``{"name": ..., **settings}``.
@@ -248,7 +257,7 @@ def family_from(family: Any, argument: str = "family", **defaults: Any) -> Densi
         return family_class(family["name"])(**_checked_settings(family["name"], settings))
     if isinstance(family, str):
         cls = family_class(family)
-        accepted = inspect.signature(cls).parameters
+        accepted = _constructor_parameters(cls)
         return cls(**{k: v for k, v in defaults.items() if k in accepted})
     _read_entry_points()
     raise TypeError(

@@ -17,6 +17,7 @@ from ppmix._validation import check_positive_int
 from ppmix.engines.chain_starts import chain_starts, warn_single_chain
 from ppmix.engines.draws import RHAT_THRESHOLD, ChainsDisagreeWarning, keep_draws
 from ppmix.engines.params import local_params
+from ppmix.engines.potential import likelihood_potential
 from ppmix.engines.result import FitResult
 
 if TYPE_CHECKING:
@@ -130,10 +131,17 @@ def run_mcmc(
     ``"component"`` in :meth:`~ppmix.models.base.MixtureModel._arviz_dims`, or, for
     sites it does not name, a plate of size ``K`` or a ``K``-simplex) is permuted.
 
-    **Cost.** Every leapfrog step traces the model with its discrete sites
-    enumerated, about 10 ms of Python overhead whatever ``N``;
-    ``jit_compile=True`` compiles the potential with the PyTorch JIT (a few seconds
-    once, then about twice as fast per step).
+    **The potential.** For ppmix's structures with EM (:class:`~ppmix.models.mixture.Mixture`,
+    :class:`~ppmix.models.gmm.GMM`, :class:`~ppmix.models.hmm.HMM`: every family and covariance type) NUTS runs
+    on the potential built from the model's own batched log-likelihood, the discrete latents summed out (one
+    ``logsumexp`` for a mixture, the forward algorithm as a tree of step-matrix products for an HMM), plus the
+    priors and log-Jacobians of the program's global sites (:mod:`ppmix.engines.potential`; the program stays the
+    definition: the two potentials are tested equal): no trace per leapfrog step. A program the hooks do not
+    compute (a subclass writing its own ``model()``, a model without EM, a fit with known latents) runs NUTS on
+    the traced program, every leapfrog step tracing it with its discrete sites enumerated (about 10 ms of Python
+    overhead whatever ``N``; an HMM's ``pyro.markov`` steps one by one); ``jit_compile=True`` compiles that
+    traced potential with the PyTorch JIT (a few seconds once, then about twice as fast per step) and is
+    ignored on the model's own potential.
 
     **Diagnostics.** ``model.mcmc_diagnostics_`` holds ``r_hat`` (the largest rank-
     normalised split r_hat per site after relabelling; NaN with one chain, as r_hat
@@ -193,15 +201,26 @@ def run_mcmc(
 
     with local_params(), model.bayesian(), model._forked_rng():
         starts = chain_starts(model, data, num_chains, model._generator())
-        kernel = _RecordingNUTS(
-            model.model,
-            max_plate_nesting=model.max_plate_nesting,
-            target_accept_prob=target_accept_prob,
-            max_tree_depth=max_tree_depth,
-            jit_compile=jit_compile,
-            ignore_jit_warnings=jit_compile,
-            init_strategy=_init_strategy(starts[0]),
-        )
+        potential = likelihood_potential(model, data) if starts[0] else None
+        settings = {"target_accept_prob": target_accept_prob, "max_tree_depth": max_tree_depth}
+        if potential is not None:
+            kernel = _RecordingNUTS(potential_fn=potential, **settings)
+            unconstrained = [potential.unconstrained(start) for start in starts]
+            initial = {site: torch.stack([chain[site] for chain in unconstrained]) for site in unconstrained[0]}
+            run_options = {
+                "initial_params": initial if num_chains > 1 else unconstrained[0],
+                "transforms": potential.to_unconstrained,
+            }
+        else:
+            kernel = _RecordingNUTS(
+                model.model,
+                max_plate_nesting=model.max_plate_nesting,
+                jit_compile=jit_compile,
+                ignore_jit_warnings=jit_compile,
+                init_strategy=_init_strategy(starts[0]),
+                **settings,
+            )
+            run_options = {"initial_params": _unconstrained_starts(model, data, starts) if num_chains > 1 else None}
         with warnings.catch_warnings():  # Pyro's note that the chains run one after another: the docstring says when
             warnings.filterwarnings("ignore", message=r"num_chains=\d+ is more than available_cpu")
             mcmc = MCMC(
@@ -209,8 +228,8 @@ def run_mcmc(
                 num_samples=num_samples,
                 warmup_steps=warmup_steps,
                 num_chains=num_chains,
-                initial_params=_unconstrained_starts(model, data, starts) if num_chains > 1 else None,
                 disable_progbar=not show,
+                **run_options,
             )
         mcmc.run(data)
     samples = {k: v.detach() for k, v in mcmc.get_samples(group_by_chain=True).items()}

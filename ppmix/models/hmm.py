@@ -15,6 +15,7 @@ from ppmix._validation import check_n_components, check_positive_int, to_output
 from ppmix.algorithms.forward_backward import (
     ForwardBackwardResult,
     forward_backward,
+    log_likelihood,
     viterbi,
 )
 from ppmix.components.family import DensityFamily, PriorKey
@@ -583,6 +584,16 @@ class HMM(FamilyModel):
     def _pointwise_log_likelihood(self, data: SequenceBatch) -> torch.Tensor:
         """``log p(x_{1:T_b})`` of every sequence, shape ``(B,)``."""
         return self._forward_backward(self._prediction_data(data)).log_likelihood
+
+    def _summed_log_likelihood(self, data: SequenceBatch) -> torch.Tensor:
+        """``sum_b log p(x_b)``, differentiable in the globals with the forward-backward's expected counts as the
+        gradient of the recursions (NUTS's potential: :mod:`ppmix.engines.potential`); the transitions that
+        ``transition_pattern`` forbids are ``-inf`` with a zero gradient."""
+        allowed = self._transition_mask.to(self.transition_.device)
+        safe = torch.where(allowed, self.transition_, torch.ones_like(self.transition_))
+        log_trans = safe.log().masked_fill(~allowed, float("-inf"))
+        log_emit = self._log_emissions(self._prediction_data(data))
+        return log_likelihood(self.initial_.log(), log_trans, log_emit, data.lengths).sum()
 
     def _draws_log_likelihood(
         self,

@@ -13,6 +13,7 @@ from ppmix.algorithms.forward_backward import (
     _check_inputs,
     _smooth_scaled,
     forward_backward,
+    log_likelihood,
     viterbi,
 )
 from tests.common import DEVICES, assert_close
@@ -330,3 +331,55 @@ def test_neg_inf_at_padded_steps_and_in_parameters_is_allowed():
 def test_unknown_method():
     with pytest.raises(ValueError, match="method must be one of"):
         forward_backward(**_bad(), method="scaled")
+
+
+@pytest.mark.parametrize(
+    "case", ["tree", "tree-per-sequence", "tree-wide-range", "forbidden-moves", "one-step", "forward-backward"]
+)
+def test_log_likelihood_and_its_gradients_are_the_forward_backward_answers(case, monkeypatch):
+    """``log_likelihood`` (the pairwise tree of step matrices; with ``-inf`` entries or beyond ``TREE_CELLS`` one
+    forward-backward) equals ``forward_backward``'s log-likelihood, and its gradients are the posteriors: ``d / d
+    log_emit`` the state marginals, ``d / d log_trans`` the expected transition counts, ``d / d log_init`` the first
+    state's marginals (the theory of the log-sum over paths), with padded steps of unequal lengths."""
+    import ppmix.algorithms.forward_backward as fb
+
+    gen = torch.Generator().manual_seed(3)
+    b, t, k = 4, 1 if case == "one-step" else 11, 3
+    lengths = torch.tensor([t, max(1, t - 4), 1, max(1, t - 1)])
+    log_init = torch.randn(k, generator=gen, dtype=torch.float64).log_softmax(0)
+    trans_shape = (b, k, k) if case == "tree-per-sequence" else (k, k)
+    log_trans = torch.randn(trans_shape, generator=gen, dtype=torch.float64).log_softmax(-1)
+    log_emit = torch.randn(b, t, k, generator=gen, dtype=torch.float64) * (400.0 if case == "tree-wide-range" else 1.0)
+    if case == "forbidden-moves":
+        log_trans = log_trans.masked_fill(
+            torch.tensor([[False, False, True], [True, False, False], [False, True, False]]), float("-inf")
+        )
+    if case == "forward-backward":
+        monkeypatch.setattr(fb, "TREE_CELLS", 0)
+    inputs = [x.clone().requires_grad_() for x in (log_init, log_trans, log_emit)]
+    value = log_likelihood(*inputs, lengths)
+    weights = torch.rand(b, generator=gen, dtype=torch.float64)  # a weighted sum: every sequence's gradient scaled
+    grads = torch.autograd.grad((weights * value).sum(), inputs, allow_unused=True)  # one step: no transition
+    grads = [torch.zeros_like(x) if g is None else g for g, x in zip(grads, inputs)]
+    expected = forward_backward(log_init, log_trans, log_emit, lengths)
+    assert_close(value, expected.log_likelihood, rtol=1e-10, atol=1e-10)
+    w = weights[:, None, None]
+    init_grad = (weights[:, None] * expected.initial).sum(0)
+    trans_grad = w * expected.pair_counts if case == "tree-per-sequence" else (w * expected.pair_counts).sum(0)
+    for got, want in zip(grads, (init_grad, trans_grad, w * expected.posterior)):
+        assert_close(got, want, rtol=1e-8, atol=1e-10)
+
+
+def test_log_likelihood_is_nan_or_minus_inf_where_it_is_undefined_not_an_error():
+    """NUTS's potential meets such points far out in warmup: NaN inputs give NaN, a sequence that no path explains
+    gives -inf (``forward_backward`` raises there), each with a zero gradient."""
+    log_init = torch.tensor([0.0, float("-inf")], dtype=torch.float64, requires_grad=True)
+    log_trans = torch.tensor([[0.0, float("-inf")], [0.0, float("-inf")]], dtype=torch.float64)  # always state 0
+    log_emit = torch.tensor([[[float("-inf"), 0.0], [0.0, 0.0]]], dtype=torch.float64, requires_grad=True)
+    value = log_likelihood(log_init, log_trans, log_emit)
+    assert value.tolist() == [float("-inf")]
+    (grad,) = torch.autograd.grad(value.sum(), [log_emit])
+    assert bool((grad == 0).all())
+    nan_emit = log_emit.detach().clone()
+    nan_emit[0, 1, 0] = float("nan")
+    assert bool(torch.isnan(log_likelihood(log_init, log_trans, nan_emit)).all())
