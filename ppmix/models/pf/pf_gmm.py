@@ -16,7 +16,7 @@ from pyro.distributions.transforms import biject_to
 from ppmix._validation import check_n_components, check_positive_int, to_output
 from ppmix.components import BernoulliLabel, DiagGaussian
 from ppmix.components.family import PriorKey
-from ppmix.models._family_components import FamilyComponentsMixin
+from ppmix.models._family_components import FamilyModel
 from ppmix.models._flat import flat_prior
 from ppmix.models._missing import check_missing_option
 from ppmix.models._params import store_params
@@ -81,7 +81,7 @@ class _PointGuide(torch.nn.Module):
         return {k: v.detach() for k, v in self.values().items()}
 
 
-class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyComponentsMixin, MixtureModel):
+class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyModel):
     """Prediction-focused Gaussian mixture: a mixture over the label-relevant features only.
 
     Generative program (eqs. 13–14, with the per-point switches of §5)::
