@@ -176,11 +176,11 @@ def test_sampler_statistics_are_checked_and_optional(tmp_path):
     x, model = _sampled("mcmc")
     stats = model.mcmc_sample_stats_
     model.mcmc_sample_stats_ = {**stats, "lp": stats["lp"][:, :-1]}
-    with pytest.raises(ValueError, match=r"cannot save.*per-draw statistic 'lp' has shape \(1, 29\).*\(1, 30\)"):
+    with pytest.raises(ValueError, match=r"cannot save.*per-draw statistic 'lp' has shape \(2, 29\).*\(2, 30\)"):
         model.save(tmp_path / "bad")
     del model.mcmc_sample_stats_
     loaded = MixtureModel.load(model.save(tmp_path / "old"))
-    assert not hasattr(loaded, "mcmc_sample_stats_") and loaded.mcmc_samples_["locs"].shape == (1, 30, 2, 1)
+    assert not hasattr(loaded, "mcmc_sample_stats_") and loaded.mcmc_samples_["locs"].shape == (2, 30, 2, 1)
     assert "sample_stats" not in loaded.to_arviz(x, num_samples=5).groups()
     # after a Gibbs fit, the statistics an earlier NUTS fit left (of other draws) are not saved
     x, model = _sampled("gibbs")

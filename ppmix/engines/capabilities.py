@@ -16,7 +16,15 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-__all__ = ["ConjugateGibbs", "DataStatisticsEM", "GlobalObjectiveEM", "LabelledRows", "SequenceData", "ShardableEM"]
+__all__ = [
+    "ConjugateGibbs",
+    "DataStatisticsEM",
+    "GibbsSampler",
+    "GlobalObjectiveEM",
+    "LabelledRows",
+    "SequenceData",
+    "ShardableEM",
+]
 
 
 @runtime_checkable
@@ -69,16 +77,25 @@ class DataStatisticsEM(Protocol):
 
 
 @runtime_checkable
-class ConjugateGibbs(Protocol):
-    """A model whose priors are conjugate, sampled by blocked Gibbs sweeps
-    (:func:`~ppmix.engines.conjugate_gibbs.run_gibbs`), every chain at once."""
+class GibbsSampler(Protocol):
+    """The blocked Gibbs sampler of a model whose priors are conjugate, every chain at once (a part the model
+    builds: :meth:`ConjugateGibbs._gibbs_sampler`)."""
 
-    def _gibbs_start(self, data: Any, n_chains: int, generator: torch.Generator) -> Any:
+    def start(self, data: Any, n_chains: int, generator: torch.Generator) -> Any:
         """The latents (assignments, state paths) of every chain, drawn given the model's starting values."""
 
-    def _gibbs_sweep(self, data: Any, latent: Any) -> tuple[dict[str, torch.Tensor], torch.Tensor, Any]:
+    def sweep(self, data: Any, latent: Any) -> tuple[dict[str, torch.Tensor], torch.Tensor, Any]:
         """One sweep of every chain: the globals drawn given ``latent`` (``{site: (chains, ...)}``), their log
         joint density ``log p(x | globals) + log p(globals)`` ``(chains,)`` and the latents drawn given them."""
+
+
+@runtime_checkable
+class ConjugateGibbs(Protocol):
+    """A model whose priors are conjugate, sampled by blocked Gibbs sweeps
+    (:func:`~ppmix.engines.conjugate_gibbs.run_gibbs`) of the sampler it builds."""
+
+    def _gibbs_sampler(self) -> GibbsSampler:
+        """The model's :class:`GibbsSampler`."""
 
 
 @runtime_checkable

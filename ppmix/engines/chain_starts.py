@@ -42,7 +42,18 @@ CHAIN_SEED_OFFSET = 104_729
 
 
 class SingleChainWarning(UserWarning):
-    """A sampler ran one chain: r_hat, which compares chains, cannot be computed (it is NaN)."""
+    """A sampler ran one chain: r_hat, which compares chains, cannot be computed (it is NaN).
+
+    Examples
+    --------
+    It is a ``UserWarning``; ask for chains to silence it (``fit(X, engine="gibbs", num_chains=4)``), or filter it:
+
+    >>> import warnings
+    >>> issubclass(SingleChainWarning, UserWarning)
+    True
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore", SingleChainWarning)  # one chain on purpose
+    """
 
 
 def chain_starts(

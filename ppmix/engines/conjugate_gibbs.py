@@ -2,8 +2,8 @@
 alternates exact draws of the global parameters given the latent assignments (or state paths) and of the
 latents given the globals, all chains at once as tensors.
 
-A model offers it by the :class:`~ppmix.engines.capabilities.ConjugateGibbs` hooks (the
-mixture and the HMM of a family with a conjugate prior: :mod:`ppmix.models._gibbs`). The draws are
+A model offers it by the :class:`~ppmix.engines.capabilities.ConjugateGibbs` hook, which builds its sampler (the
+mixture's and the HMM's of a family with a conjugate prior: :mod:`ppmix.models._gibbs`). The draws are
 kept as MCMC's are (``mcmc_samples_``, relabelled, r_hat in ``mcmc_diagnostics_``), with the log joint
 density of every draw, ``log p(x | theta) + log p(theta)`` (the latents summed out: the quantity NUTS
 samples on), in ``gibbs_log_joint_`` ``(chains, draws)``.
@@ -99,9 +99,10 @@ def run_gibbs(
     # torch's global generator, seeded from the model's seed, draws every conditional: hold it alone as the other
     # engines do (two threads with the same seed draw what one thread draws)
     with local_params(), model.bayesian(), model._forked_rng():
-        latent = model._gibbs_start(data, num_chains, model._generator())
+        sampler = model._gibbs_sampler()
+        latent = sampler.start(data, num_chains, model._generator())
         for sweep in range(warmup_steps + num_samples):
-            values, joint, latent = model._gibbs_sweep(data, latent)
+            values, joint, latent = sampler.sweep(data, latent)
             if sweep >= warmup_steps:
                 kept.append(values)
                 log_joint.append(joint)

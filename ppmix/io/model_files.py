@@ -1,4 +1,4 @@
-"""save_model / load_model and the Savable mixin built on them."""
+"""save_model / load_model and the Savable base class built on them."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import errno
 import json
 import logging
 import os
+from abc import ABCMeta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -409,13 +410,15 @@ def _validate_settings(model: Any, config_path: Path) -> None:
         raise ValueError(f"{config_path}: {refused}: {err}") from None
 
 
-class Savable(Estimator):
+class Savable(Estimator, metaclass=ABCMeta):
     """What every savable ppmix object shares: its subclasses are registered for :func:`load_model`,
     named by :func:`ppmix.io.qualified_name`, and written by :meth:`save` (``config.json`` + ``tensors.pt``).
 
-    :class:`~ppmix.models.MixtureModel` and the optimizers (PRESTO, RegularizedWeighting) derive
-    from it. A subclass provides ``_saved_params()`` (JSON-able constructor arguments),
-    ``_check_fitted()`` and ``_state_tensors()``/``_load_state_tensors()``; ``_extra_state()``
+    The optimizers (PRESTO, RegularizedWeighting) derive from it; :class:`~ppmix.models.MixtureModel` is a
+    virtual subclass (``Savable.register``) that takes its default hooks by assignment and registers its
+    subclasses itself, so ``isinstance(model, Savable)`` holds for every model without the class in its MRO.
+    A subclass provides ``_saved_params()`` (JSON-able constructor arguments), ``_check_fitted()`` and
+    ``_state_tensors()``/``_load_state_tensors()``; ``_extra_state()``
     /``_load_extra_state()`` carry JSON-able fitted state beyond the tensors. ``_state_shapes()``
     declares the state its settings imply (checked on every load), ``_upgrade_saved()`` brings
     saves of older ppmix versions to the current layout.

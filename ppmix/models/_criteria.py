@@ -1,15 +1,20 @@
-"""Information criteria of every generative model: ``bic`` and ``aic`` from its log-likelihood and its count of
-free parameters (the model's own ``n_parameters``, or else counted from its Pyro program)."""
+"""Information criteria of every generative model, as functions of the model (what
+:meth:`~ppmix.models.base.MixtureModel.bic` and :meth:`~ppmix.models.base.MixtureModel.aic` call): ``bic`` and
+``aic`` from its log-likelihood and its count of free parameters (the model's own ``n_parameters``, or else counted
+from its Pyro program)."""
 
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from pyro import poutine
 from pyro.distributions.transforms import biject_to
 
-__all__ = ["InformationCriteriaMixin", "program_parameter_count"]
+if TYPE_CHECKING:
+    from ppmix.models.base import MixtureModel
+
+__all__ = ["aic", "bic", "criterion_terms", "program_parameter_count"]
 
 
 def program_parameter_count(model: Callable[..., Any], data: Any, data_plate: str) -> int:
@@ -48,39 +53,27 @@ def program_parameter_count(model: Callable[..., Any], data: Any, data_plate: st
     return count
 
 
-class InformationCriteriaMixin:
-    """``bic`` and ``aic`` for a :class:`~ppmix.models.base.MixtureModel`: its ``_pointwise_log_likelihood``, its
-    ``_n_observations`` (the rows of a mixture, the time steps of an HMM: ``N`` in ``p log N``) and its free
-    parameters, ``n_parameters`` where the model defines it, else counted from its program
-    (:func:`program_parameter_count`), so a user's model has them too."""
+def bic(model: MixtureModel, X: Any, y: Any = None) -> float:
+    """``-2 log L + p log N`` of ``model`` on ``(X, y)`` (:func:`criterion_terms`)."""
+    log_likelihood, n, p = criterion_terms(model, X, y)
+    return -2.0 * log_likelihood + p * math.log(n)
 
-    def bic(self, X: Any, y: Any = None) -> float:
-        """Bayesian information criterion ``-2 log L + p log N`` (lower is better); ``y`` for models with a target.
 
-        Examples
-        --------
-        >>> import numpy as np
-        >>> from ppmix import GMM
-        >>> X = np.random.default_rng(0).normal(size=(200, 2))
-        >>> gmm = GMM(1, progress=False).fit(X)
-        >>> bool(abs(gmm.bic(X) - gmm.aic(X) - gmm.n_parameters * (np.log(200) - 2)) < 1e-9)
-        True
-        """
-        log_likelihood, n, p = self._criterion_terms(X, y)
-        return -2.0 * log_likelihood + p * math.log(n)
+def aic(model: MixtureModel, X: Any, y: Any = None) -> float:
+    """``-2 log L + 2 p`` of ``model`` on ``(X, y)`` (:func:`criterion_terms`)."""
+    log_likelihood, _, p = criterion_terms(model, X, y)
+    return -2.0 * log_likelihood + 2.0 * p
 
-    def aic(self, X: Any, y: Any = None) -> float:
-        """Akaike information criterion ``-2 log L + 2 p`` (lower is better)."""
-        log_likelihood, _, p = self._criterion_terms(X, y)
-        return -2.0 * log_likelihood + 2.0 * p
 
-    def _criterion_terms(self, X: Any, y: Any) -> tuple[float, int, int]:
-        """``(log L, N, p)`` on ``(X, y)``."""
-        self._check_fitted()
-        data = self.prepare_data(X, y)
-        own = getattr(type(self), "n_parameters", None)
-        if own is not None:
-            p = int(self.n_parameters)
-        else:
-            p = program_parameter_count(self.model, data, self.data_plate_name)
-        return float(self._pointwise_log_likelihood(data).sum()), self._n_observations(data), p
+def criterion_terms(model: MixtureModel, X: Any, y: Any) -> tuple[float, int, int]:
+    """``(log L, N, p)`` on ``(X, y)``: the model's ``_pointwise_log_likelihood`` summed, its ``_n_observations``
+    (the rows of a mixture, the time steps of an HMM: ``N`` in ``p log N``) and its free parameters,
+    ``n_parameters`` where the model defines it, else counted from its program (:func:`program_parameter_count`),
+    so a user's model has them too."""
+    model._check_fitted()
+    data = model.prepare_data(X, y)
+    if getattr(type(model), "n_parameters", None) is not None:
+        p = int(model.n_parameters)
+    else:
+        p = program_parameter_count(model.model, data, model.data_plate_name)
+    return float(model._pointwise_log_likelihood(data).sum()), model._n_observations(data), p

@@ -1,7 +1,7 @@
-"""The components of a structure (mixture, HMM, pf model), written once against the
-:class:`~ppmix.components.family.DensityFamily` protocol.
+""":class:`FamilyModel`: the base class of the structures whose components come from a
+:class:`~ppmix.components.family.DensityFamily` (mixture, HMM, pf model), written once against that protocol.
 
-The mixin turns the family's declared sites into Pyro sample statements (flat priors for
+It turns the family's declared sites into Pyro sample statements (flat priors for
 maximum likelihood, the family's weak priors under MCMC, with the hyperparameters a structure's
 ``priors=`` sets), checks ``priors`` and runs MAP-EM's component updates, maps the model's globals to
 the fitted components and back, records the family's data scale on the training data, and starts
@@ -33,8 +33,9 @@ from ppmix.components.independent import FeatureStatistics
 from ppmix.components.registry import family_option_hint
 from ppmix.models._flat import flat_prior
 from ppmix.models._missing import fill_missing
+from ppmix.models.base import MixtureModel
 
-__all__ = ["INIT_METHODS", "FamilyComponentsMixin", "drop_leading_ones"]
+__all__ = ["INIT_METHODS", "FamilyModel", "drop_leading_ones"]
 
 INIT_METHODS = ("kmeans", "k-means++", "random")
 
@@ -87,12 +88,14 @@ emission={'name': 'gmm', 'n_mix': 3}
         )
 
 
-class FamilyComponentsMixin:
-    """Components of one :class:`~ppmix.components.family.DensityFamily` for a
-    :class:`~ppmix.models.base.MixtureModel` subclass.
+class FamilyModel(MixtureModel):
+    """A :class:`~ppmix.models.base.MixtureModel` whose components are those of one
+    :class:`~ppmix.components.family.DensityFamily`: their Pyro sites, priors, MAP-EM updates, data scale, k-means
+    starts and saved state.
 
-    The host class defines :meth:`_component_family` (the family its arguments ask for), stores
-    ``init_params`` and sets ``components_`` during fitting; ``_data_scale`` is what the family
+    A subclass (the structure: :class:`~ppmix.models.mixture.Mixture`, :class:`~ppmix.models.hmm.HMM`) defines
+    :meth:`_component_family` (the family its arguments ask for), stores ``init_params`` and sets
+    ``components_`` during fitting; ``_data_scale`` is what the family
     measured on the training data (e.g. the Gaussian variance floor).
     """
 
@@ -153,7 +156,7 @@ class FamilyComponentsMixin:
     def _concentration(self, key: str, shape: tuple[int, ...], default: Any = 1.0) -> torch.Tensor:
         """The Dirichlet concentration ``priors[key]`` (or ``default``) as a tensor of ``shape``."""
         value = (self.priors or {}).get(key)
-        opts = {"dtype": self.dtype, "device": self._device}  # type: ignore[attr-defined]
+        opts = {"dtype": self.dtype, "device": self._device}
         tensor = torch.as_tensor(default if value is None else value, **opts)
         try:
             return tensor.expand(shape)
@@ -165,8 +168,8 @@ class FamilyComponentsMixin:
     def _init_values(self, data: Any, generator: torch.Generator) -> dict[str, torch.Tensor]:
         """The start of SVI, MCMC and Gibbs: EM's start of maximum likelihood whatever ``priors`` (which the
         samplers sample under; a family without a MAP-EM update starts too)."""
-        with self._overriding("priors", None):  # type: ignore[attr-defined]
-            return super()._init_values(data, generator)  # type: ignore[misc]
+        with self._overriding("priors", None):
+            return super()._init_values(data, generator)
 
     def _map_update_components(self, stats: Any) -> None:
         """MAP-EM's M-step of the components (``priors`` set): the family's :meth:`map_update`."""
@@ -189,11 +192,11 @@ class FamilyComponentsMixin:
 
     def _map_log_prior_components(self) -> torch.Tensor:
         """The components' log prior density in MAP-EM's objective."""
-        return self._prior_family().map_log_prior(self.components_, int(self.n_features_in_), self._scale)  # type: ignore[attr-defined]
+        return self._prior_family().map_log_prior(self.components_, int(self.n_features_in_), self._scale)
 
     def _saved_params(self) -> dict[str, Any]:
         """The constructor arguments, ``priors``' arrays as nested lists (JSON)."""
-        params = super()._saved_params()  # type: ignore[misc]
+        params = super()._saved_params()
         if params.get("priors") is not None:
             params["priors"] = {
                 k: v if v is None else torch.as_tensor(v, dtype=torch.float64).tolist()
@@ -241,12 +244,12 @@ class FamilyComponentsMixin:
         """The data scale recorded by the fit (saved: MCMC's priors and the measured settings of a family, e.g. the
         categorical family's number of levels, read it)."""
         scale = {name: v.tolist() for name, v in self._scale.items()}
-        return {**super()._extra_state(), "data_scale": scale, "components": self._components_name()}  # type: ignore[misc]
+        return {**super()._extra_state(), "data_scale": scale, "components": self._components_name()}
 
     def _load_extra_state(self, state: dict[str, Any]) -> None:
-        super()._load_extra_state(state)  # type: ignore[misc]
+        super()._load_extra_state(state)
         self._saved_components = state.get("components")  # what the tensors are (saves since issue 49)
-        opts = {"dtype": self.dtype, "device": self._device}  # type: ignore[attr-defined]
+        opts = {"dtype": self.dtype, "device": self._device}
         self._data_scale = {name: torch.tensor(v, **opts) for name, v in state.get("data_scale", {}).items()}
 
     def _components_name(self) -> str:
@@ -330,7 +333,7 @@ class FamilyComponentsMixin:
     def _load_component_state(self, tensors: dict[str, torch.Tensor]) -> None:
         saved = self._saved_components
         if saved is not None and saved != self._components_name():
-            params = self.get_params()  # type: ignore[attr-defined]
+            params = self.get_params()
             field = next((f"field {name!r}" for name in ("emission", "family") if name in params), "the settings")
             raise ValueError(
                 f"the tensors are the parameters of {saved}, but {field} of config.json names the family "

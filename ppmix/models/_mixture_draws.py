@@ -24,7 +24,7 @@ def _blocks(model: "Mixture", draws: dict[str, torch.Tensor], n_rows: int) -> It
     as :meth:`~ppmix.models.mixture.Mixture._set_globals` sets them (the fitted state is restored after)."""
     family, k = model._component_family(), int(model.n_components)
     n_draws = len(next(iter(draws.values())))
-    shared = any(spec.shared for spec in family.sites(k, model._n_features).values())
+    shared = any(spec.shared for spec in family.sites(k, int(model.n_features_in_)).values())
     # a site shared by the components (a tied covariance) has no component axis to stack draws along: one at a time
     block = max(1, DRAW_BLOCK_CELLS // max(1, n_rows * k)) if not shared else 1
     with model._parameters_restored():

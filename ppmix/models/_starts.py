@@ -1,6 +1,6 @@
 """The responsibilities a mixture's first M-step takes from its start: hard clusters, or softened ones.
 
-The k-means start (:meth:`~ppmix.models._family_components.FamilyComponentsMixin._initial_responsibilities`)
+The k-means start (:meth:`~ppmix.models._family_components.FamilyModel._initial_responsibilities`)
 cuts the rows into hard clusters. For a Gaussian that is a good start: a cluster's mean and spread are close to
 a component's. For families whose parameters are frequencies or dispersions it is not: a cluster cut out of
 overlapping components gives extreme values (a level never seen in the cluster: a probability at the floor; a

@@ -10,6 +10,7 @@ expected counts (``alpha = 1``: maximum likelihood).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,7 @@ from ppmix.components.family import PriorKey
 
 __all__ = [
     "PATTERNS",
-    "MarkovChainMixin",
+    "MarkovChain",
     "check_transition_prior",
     "log_transition_prior",
     "transition_mask",
@@ -115,31 +116,41 @@ def log_transition_prior(transition: torch.Tensor, mask: torch.Tensor, prior: fl
     return log_dirichlet(transition, torch.as_tensor(prior).to(transition).expand_as(transition), allowed).sum()
 
 
-class MarkovChainMixin:
-    """The hidden chain's part of an :class:`~ppmix.models.hmm.HMM`: the allowed transitions of
-    ``transition_pattern``, the priors of the initial distribution and of the transition rows (``priors``'
-    ``"initial"`` and ``"transition"`` keys, or ``transition_prior``), MAP-EM's log prior and the chain's M-step."""
+@dataclass(frozen=True)
+class MarkovChain:
+    """The hidden chain of an :class:`~ppmix.models.hmm.HMM` as a part: the transitions its pattern allows and the
+    priors of the initial distribution and of the transition rows, with MAP-EM's log prior and the chain's M-step.
 
-    @property
-    def _transition_mask(self) -> torch.Tensor:
-        """The allowed transitions ``(K, K)`` of ``transition_pattern``."""
-        return transition_mask(self.transition_pattern, int(self.n_components), self._device)
+    The HMM builds it from its settings (:meth:`~ppmix.models.hmm.HMM._markov_chain`) and keeps the fitted
+    ``initial_`` and ``transition_``.
 
-    def _em_global_objective(self, n_observations: int) -> torch.Tensor:
-        """The objective's term that is no sum over the sequences (counted once on shards,
-        :func:`ppmix.distributed.fit_em`): MAP-EM's log prior."""
-        return self._log_prior()
+    Parameters
+    ----------
+    mask : Tensor (K, K)
+        The allowed transitions (:func:`transition_mask`).
+    transition_concentration : float or Tensor (K, K)
+        The Dirichlet concentration of every transition row's allowed entries (1: maximum likelihood).
+    initial_concentration : Tensor (K,), optional
+        The Dirichlet concentration of the initial distribution; None: maximum likelihood (no ``priors``).
 
-    def _log_prior(self) -> torch.Tensor:
-        """MAP-EM's log prior: the transitions' Dirichlet log density at ``transition_`` (0 under ML) and, with
-        ``priors``, the initial distribution's and the emissions' (the family's)."""
-        log_prior = log_transition_prior(self.transition_, self._transition_mask, self._transition_concentration())
-        if self.priors is None:
-            return log_prior
-        alpha = self._concentration("initial", (self.n_components,))
-        return log_prior + dist.Dirichlet(alpha).log_prob(self.initial_) + self._map_log_prior_components()
+    Examples
+    --------
+    >>> chain = MarkovChain(transition_mask("left-right", 2), 2.0)
+    >>> counts = torch.tensor([[3.0, 1.0], [0.0, 2.0]], dtype=torch.float64)
+    >>> initial, transition = chain.update(torch.tensor([3.0, 1.0], dtype=torch.float64), counts)
+    >>> transition.round(decimals=6).tolist()
+    [[0.666667, 0.333333], [0.0, 1.0]]
+    >>> round(float(chain.log_prior(initial, transition)), 6)  # log(6 * 2/3 * 1/3) + log 1
+    0.287682
+    """
 
-    def _structure_prior_keys(self) -> dict[str, PriorKey]:
+    mask: torch.Tensor
+    transition_concentration: float | torch.Tensor
+    initial_concentration: torch.Tensor | None = None
+
+    @staticmethod
+    def prior_keys() -> dict[str, PriorKey]:
+        """The hyperparameters of the chain that a structure's ``priors=`` may set."""
         return {
             "initial": PriorKey("the Dirichlet concentration of the initial distribution (default 1)", "concentration"),
             "transition": PriorKey(
@@ -149,20 +160,18 @@ class MarkovChainMixin:
             ),
         }
 
-    def _transition_concentration(self) -> float | torch.Tensor:
-        """``priors["transition"]`` as a ``(K, K)`` tensor, else ``transition_prior``."""
-        if (self.priors or {}).get("transition") is None:
-            return float(self.transition_prior)
-        k = self.n_components
-        return self._concentration("transition", (k, k))
+    def log_prior(self, initial: torch.Tensor, transition: torch.Tensor) -> torch.Tensor:
+        """MAP-EM's log prior of the chain: the transition rows' Dirichlet log density (0 under maximum likelihood)
+        and, with an initial concentration, the initial distribution's."""
+        log_prior = log_transition_prior(transition, self.mask, self.transition_concentration)
+        if self.initial_concentration is None:
+            return log_prior
+        return log_prior + dist.Dirichlet(self.initial_concentration).log_prob(initial)
 
-    def _update_chain(self, initial: torch.Tensor, transitions: torch.Tensor) -> None:
-        """``initial`` and ``transition`` from expected counts (lightly padded; the transitions MAP under
-        ``transition_prior``, zero where ``transition_pattern`` allows none; with ``priors``, both MAP)."""
-        initial = initial.to(self.dtype) + _EPS
-        if self.priors is not None:
-            initial = initial + self._concentration("initial", (self.n_components,)) - 1
-        self.initial_ = initial / initial.sum()
-        self.transition_ = transition_update(
-            transitions.to(self.dtype), self._transition_mask, self._transition_concentration()
-        )
+    def update(self, initial: torch.Tensor, transitions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The (MAP-)EM initial distribution and transition matrix from expected counts (``(K,)`` and ``(K, K)``,
+        lightly padded; the transitions zero where the pattern allows none), in the counts' dtype."""
+        initial = initial + _EPS
+        if self.initial_concentration is not None:
+            initial = initial + self.initial_concentration - 1
+        return initial / initial.sum(), transition_update(transitions, self.mask, self.transition_concentration)

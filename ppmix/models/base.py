@@ -19,18 +19,17 @@ import torch
 from pyro.nn import PyroModule
 from sklearn.base import DensityMixin
 
+from ppmix._estimator import Estimator
 from ppmix._validation import NotFittedError, check_matrix, check_options, check_positive_int, resolve_device
 from ppmix.engines import run_em, run_gibbs, run_mcmc, run_svi
 from ppmix.engines.em import EM_HOOKS
-from ppmix.engines.enumeration import (
-    autoguide,
-)
+from ppmix.engines.enumeration import autoguide, enumerated_log_likelihood
 from ppmix.engines.params import local_params, taking_turns
-from ppmix.io import Savable, load_model
-from ppmix.models._criteria import InformationCriteriaMixin
+from ppmix.io import Savable, load_model, register_savable
+from ppmix.io.model_files import save_model
+from ppmix.models import _criteria, _predictions
 from ppmix.models._missing import refuse_missing_in_program
 from ppmix.models._params import check_seed, store_params
-from ppmix.models._predictions import PredictionsMixin
 from ppmix.models._subclassing import refuse_stale_hooks
 from ppmix.models._weights import Weighted, check_sample_weight
 from ppmix.models.known_latents import Clamp, clamping, known_latents
@@ -48,7 +47,9 @@ _PLAIN_VALUES = frozenset(
 _REGISTRIES = ("_parameters", "_buffers", "_modules", "_pyro_params", "_pyro_samples")
 
 
-class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Savable, PyroModule):
+@Savable.register
+@register_savable
+class MixtureModel(DensityMixin, Estimator, PyroModule):
     """Base class of ppmix's generative mixture models.
 
     Parameters
@@ -65,6 +66,11 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
 
     Notes
     -----
+    The predictions and scores are those of :mod:`ppmix.models._predictions`, ``bic``/``aic`` those of
+    :mod:`ppmix.models._criteria`, ``save``/``load`` those of :mod:`ppmix.io.model_files` (a model is a
+    :class:`~ppmix.io.Savable`, registered for loading when its class is defined); a model with an exact E-step
+    overrides ``_posterior_marginals``, ``_responsibilities`` and ``_pointwise_log_likelihood``.
+
     A scikit-learn estimator (``get_params``, ``set_params``, ``clone``, pipelines, grid
     search): a density estimator whose ``score`` is the mean log-likelihood per data point.
     Fitted attributes end in ``_``: ``engine_``, ``history_`` (objective per data
@@ -469,6 +475,101 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
             torch.manual_seed(int(self._generator(offset).initial_seed()))
             yield
 
+    # ================================================================ predictions and scores
+    def posterior(self, X: Any, y: Any = None) -> Any:
+        """Posterior marginals of the discrete latents, ``{site: (N, K) probabilities}``.
+
+        The default uses Pyro's ``TraceEnum_ELBO.compute_marginals`` on the model and guide; models with an exact
+        E-step override ``_posterior_marginals``.
+        """
+        return _predictions.posterior(self, X, y)
+
+    def predict_proba(self, X: Any) -> Any:
+        """Posterior probabilities ``(N, K)`` of the component of each point (the first enumerated site)."""
+        return _predictions.predict_proba(self, X)
+
+    def predict(self, X: Any) -> Any:
+        """Most probable component of each point."""
+        return _predictions.predict(self, X)
+
+    def fit_predict(self, X: Any, y: Any = None, **fit_options: Any) -> Any:
+        """``fit(X, y, **fit_options)``, then :meth:`predict` on the same ``X``."""
+        return self.fit(X, y, **fit_options).predict(X)
+
+    def score_samples(self, X: Any) -> Any:
+        """``log p(x_n)`` for every row of ``X``."""
+        return _predictions.score_samples(self, X)
+
+    def score(self, X: Any, y: Any = None, sample_weight: Any = None) -> float:
+        """Mean log-likelihood per data point (weighted by ``sample_weight``, one per point, where given)."""
+        return _predictions.score(self, X, y, sample_weight)
+
+    def log_likelihood(self, X: Any, y: Any = None) -> float:
+        """Total log-likelihood ``log p(X | globals)`` at the point estimates."""
+        return _predictions.log_likelihood(self, X, y)
+
+    def elbo(self, X: Any, y: Any = None, num_particles: int = 1) -> float:
+        """The ELBO of the model and guide, evaluated by Pyro's ``TraceEnum_ELBO``.
+
+        With the default point-mass guide this equals the log-likelihood plus the log prior density of the point
+        estimates (zero under flat priors); after an SVI fit with ``guide="normal"`` it is that guide's
+        (stochastic) ELBO.
+        """
+        return _predictions.elbo(self, X, y, num_particles)
+
+    def sample(self, n_samples: int = 1) -> dict[str, Any]:
+        """Draw ``n_samples`` new data points (and their latents) from the fitted model.
+
+        Returns a dict keyed by site name (observed and discrete sites). The default runs the model unconditioned
+        at the point estimates on an ``n_samples``-row placeholder; models with a faster sampler override it.
+        """
+        return _predictions.sample(self, n_samples)
+
+    def bic(self, X: Any, y: Any = None) -> float:
+        """Bayesian information criterion ``-2 log L + p log N`` (lower is better); ``y`` for models with a target.
+
+        ``N`` is the model's count of observations (the rows of a mixture, the time steps of an HMM) and ``p`` its
+        free parameters (``n_parameters``, or counted from the program: :mod:`ppmix.models._criteria`).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from ppmix import GMM
+        >>> X = np.random.default_rng(0).normal(size=(200, 2))
+        >>> gmm = GMM(1, progress=False).fit(X)
+        >>> bool(abs(gmm.bic(X) - gmm.aic(X) - gmm.n_parameters * (np.log(200) - 2)) < 1e-9)
+        True
+        """
+        return _criteria.bic(self, X, y)
+
+    def aic(self, X: Any, y: Any = None) -> float:
+        """Akaike information criterion ``-2 log L + 2 p`` (lower is better)."""
+        return _criteria.aic(self, X, y)
+
+    def _posterior_marginals(self, data: Any) -> dict[str, torch.Tensor]:
+        """Posterior probabilities of each enumerated site given ``data`` (tensors)."""
+        return _predictions.program_marginals(self, data)
+
+    def _responsibilities(self, data: Any) -> torch.Tensor:
+        """``q(z_n = k)`` for the main discrete latent, as a tensor ``(N, K)``."""
+        return _predictions.first_site_marginals(self, data)
+
+    def _pointwise_log_likelihood(self, data: Any) -> torch.Tensor:
+        """``log p(x_n | globals)`` for every data point, shape ``(N,)``.
+
+        The default traces the model with every enumerated site enumerated in parallel, adds the log-densities of
+        all sites inside the data plate and sums the enumerated values out. It is exact when each enumerated latent
+        belongs to one data point (mixtures); models with latents spanning several points (HMMs) or nested plates
+        override it.
+        """
+        return enumerated_log_likelihood(
+            self.model, self.guide, data, self.max_plate_nesting, self.data_plate_name, type(self).__name__
+        )
+
+    def _elbo_tensor(self, data: Any, num_particles: int = 1) -> float:
+        """:meth:`elbo` on already prepared data."""
+        return _predictions.program_elbo(self, data, num_particles)
+
     # ================================================================== ArviZ
     def to_arviz(
         self,
@@ -549,6 +650,33 @@ class MixtureModel(PredictionsMixin, DensityMixin, InformationCriteriaMixin, Sav
         return {}
 
     # ============================================================ persistence
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        register_savable(cls)  # what load_model finds by the name a save records
+
+    def save(self, path: str | Path) -> Path:
+        """Write the fitted model to the directory ``path`` atomically (``config.json`` + ``tensors.pt``; see
+        :func:`ppmix.io.save_model`).
+
+        Examples
+        --------
+        >>> import tempfile, numpy as np
+        >>> from ppmix import GMM
+        >>> X = np.random.default_rng(0).normal(size=(50, 2))
+        >>> gmm = GMM(2, seed=0, progress=False).fit(X)
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     bool(np.allclose(GMM.load(gmm.save(f"{tmp}/gmm")).score_samples(X), gmm.score_samples(X)))
+        True
+        """
+        return save_model(self, path)
+
+    #: the persistence hooks' defaults, :class:`~ppmix.io.Savable`'s own
+    _saved_params = Savable._saved_params
+    _extra_state = Savable._extra_state
+    _load_extra_state = Savable._load_extra_state
+    _state_shapes = Savable._state_shapes
+    _upgrade_saved = vars(Savable)["_upgrade_saved"]
+
     @classmethod
     def load(cls, path: str | Path, map_location: str | torch.device | None = None) -> "MixtureModel":
         """Load a model written by :meth:`save` (safe tensor loading, version checked)."""

@@ -18,11 +18,11 @@ from ppmix.algorithms.forward_backward import (
     log_likelihood,
     viterbi,
 )
-from ppmix.components.family import DensityFamily
+from ppmix.components.family import DensityFamily, PriorKey
 from ppmix.components.registry import family_config, family_from
 from ppmix.models._arviz import POINTWISE_COMPANIONS, own_hook
-from ppmix.models._family_components import INIT_METHODS, FamilyComponentsMixin, drop_leading_ones
-from ppmix.models._gibbs import HMMGibbsMixin
+from ppmix.models._family_components import INIT_METHODS, FamilyModel, drop_leading_ones
+from ppmix.models._gibbs import HMMGibbs
 from ppmix.models._hmm_draws import (
     DRAW_BLOCK_CELLS,
     chain_per_draw,
@@ -38,12 +38,11 @@ from ppmix.models._missing import (
     partly_observed,
     partly_observed_statistics,
 )
-from ppmix.models._online import OnlineEMMixin
+from ppmix.models._online import partial_fit
 from ppmix.models._params import store_params
 from ppmix.models._sequences import SequenceBatch, as_sequence_batch
-from ppmix.models._transitions import MarkovChainMixin, check_transition_prior, transition_mask
+from ppmix.models._transitions import MarkovChain, check_transition_prior, transition_mask
 from ppmix.models._weights import Weighted, split_weights
-from ppmix.models.base import MixtureModel
 from ppmix.models.known_latents import Clamp
 
 __all__ = ["HMM"]
@@ -81,7 +80,7 @@ class _EMData:
     frames: Any
 
 
-class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin, MixtureModel):
+class HMM(FamilyModel):
     """Hidden Markov model: ``z_1 ~ Cat(initial)``, ``z_t | z_{t-1} ~ Cat(transition[z_{t-1}])``,
     ``x_t | z_t = k ~ emission(theta_k)`` (by default Gaussian, ``N(mu_k, Sigma_k)``).
 
@@ -240,6 +239,50 @@ class HMM(MarkovChainMixin, FamilyComponentsMixin, HMMGibbsMixin, OnlineEMMixin,
     @property
     def _accepts_missing(self) -> bool:  # type: ignore[override]
         return self.missing == "marginalize"
+
+    partial_fit = partial_fit
+
+    def _gibbs_sampler(self) -> HMMGibbs:
+        """The blocked Gibbs sampler of ``engine="gibbs"`` (:mod:`ppmix.models._gibbs`)."""
+        return HMMGibbs(self)
+
+    # ------------------------------------------------------------ the chain
+    @property
+    def _transition_mask(self) -> torch.Tensor:
+        """The allowed transitions ``(K, K)`` of ``transition_pattern``."""
+        return transition_mask(self.transition_pattern, int(self.n_components), self._device)
+
+    def _transition_concentration(self) -> float | torch.Tensor:
+        """``priors["transition"]`` as a ``(K, K)`` tensor, else ``transition_prior``."""
+        if (self.priors or {}).get("transition") is None:
+            return float(self.transition_prior)
+        k = self.n_components
+        return self._concentration("transition", (k, k))
+
+    def _markov_chain(self) -> MarkovChain:
+        """The hidden chain as a part: the pattern's allowed transitions and the chain's priors (``priors``'
+        ``"initial"`` and ``"transition"`` keys, or ``transition_prior``)."""
+        initial = None if self.priors is None else self._concentration("initial", (self.n_components,))
+        return MarkovChain(self._transition_mask, self._transition_concentration(), initial)
+
+    def _structure_prior_keys(self) -> dict[str, PriorKey]:
+        return MarkovChain.prior_keys()
+
+    def _em_global_objective(self, n_observations: int) -> torch.Tensor:
+        """The objective's term that is no sum over the sequences (counted once on shards,
+        :func:`ppmix.distributed.fit_em`): MAP-EM's log prior."""
+        return self._log_prior()
+
+    def _log_prior(self) -> torch.Tensor:
+        """MAP-EM's log prior: the chain's (the transitions' Dirichlet log density at ``transition_``, 0 under ML;
+        with ``priors``, the initial distribution's) and, with ``priors``, the emissions' (the family's)."""
+        log_prior = self._markov_chain().log_prior(self.initial_, self.transition_)
+        return log_prior if self.priors is None else log_prior + self._map_log_prior_components()
+
+    def _update_chain(self, initial: torch.Tensor, transitions: torch.Tensor) -> None:
+        """``initial_`` and ``transition_`` from expected counts (the chain's M-step, :meth:`MarkovChain.update`)."""
+        chain = self._markov_chain()
+        self.initial_, self.transition_ = chain.update(initial.to(self.dtype), transitions.to(self.dtype))
 
     def _init_values(self, data: Any, generator: torch.Generator) -> dict[str, torch.Tensor]:
         """The EM start (as for every model with EM), its disallowed transitions lifted off zero: SVI and NUTS

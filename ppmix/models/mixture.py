@@ -14,8 +14,8 @@ from ppmix.components.family import DensityFamily, PriorKey, Statistics
 from ppmix.components.gaussian_family import GaussianFamily
 from ppmix.components.gaussian_mixture import GaussianMixtureFamily
 from ppmix.components.registry import family_config, family_from
-from ppmix.models._family_components import FamilyComponentsMixin
-from ppmix.models._gibbs import MixtureGibbsMixin
+from ppmix.models._family_components import FamilyModel
+from ppmix.models._gibbs import MixtureGibbs
 from ppmix.models._missing import (
     PartlyObserved,
     check_missing_option,
@@ -29,16 +29,15 @@ from ppmix.models._missing import (
     sample_missing,
 )
 from ppmix.models._mixture_draws import mixture_draws_log_likelihood, mixture_draws_replicated
-from ppmix.models._online import OnlineEMMixin
+from ppmix.models._online import partial_fit
 from ppmix.models._params import store_params
 from ppmix.models._starts import start_responsibilities
 from ppmix.models._weights import Weighted, split_weights
-from ppmix.models.base import MixtureModel
 
 __all__ = ["Mixture"]
 
 
-class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureModel):
+class Mixture(FamilyModel):
     """Finite mixture: ``z_n ~ Cat(weights)``, ``x_n | z_n = k ~ family(theta_k)``.
 
     One Pyro program, four engines: ``fit(X, engine="em")`` (closed-form EM through the
@@ -188,6 +187,12 @@ class Mixture(FamilyComponentsMixin, MixtureGibbsMixin, OnlineEMMixin, MixtureMo
     @property
     def _accepts_missing(self) -> bool:  # type: ignore[override]
         return self.missing == "marginalize"
+
+    partial_fit = partial_fit
+
+    def _gibbs_sampler(self) -> MixtureGibbs:
+        """The blocked Gibbs sampler of ``engine="gibbs"`` (:mod:`ppmix.models._gibbs`)."""
+        return MixtureGibbs(self)
 
     def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> torch.Tensor:
         x = super().prepare_data(X, y, fitting=fitting)

@@ -17,7 +17,7 @@ from ppmix._validation import check_n_components, check_positive_int, to_output
 from ppmix.components import BernoulliLabel, DiagGaussian
 from ppmix.components.family import DensityFamily, PriorKey
 from ppmix.models._arviz import LaplaceTarget
-from ppmix.models._family_components import FamilyComponentsMixin
+from ppmix.models._family_components import FamilyModel
 from ppmix.models._flat import flat_prior
 from ppmix.models._labels import encode_labels
 from ppmix.models._missing import check_missing_option
@@ -84,7 +84,7 @@ class _PointGuide(torch.nn.Module):
         return {k: v.detach() for k, v in self.values().items()}
 
 
-class PFGMM(FamilyComponentsMixin, MixtureModel):
+class PFGMM(FamilyModel):
     """Prediction-focused Gaussian mixture: a mixture over the label-relevant features only.
 
     Generative program (eqs. 13–14, with the per-point switches of §5)::
