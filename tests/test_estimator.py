@@ -240,6 +240,45 @@ def test_estimator_kinds_follow_the_model():
     assert not hasattr(PFHMM(2), "partial_fit") and hasattr(HMM(2), "partial_fit")
 
 
+@pytest.mark.parametrize("expert", ["gaussian", "poisson", "logistic", "softmax"])
+def test_score_and_tags_follow_the_target_coding(expert):
+    """The coding of ``y`` the model holds (:class:`~ppmix.models._target.TargetCoding`) gives scikit-learn's face:
+    a regressor scores R² of ``predict``, a classifier its accuracy on the labels it records (any labels), and the
+    tags say which (a binary classifier is not multi-class)."""
+    from sklearn.metrics import accuracy_score, r2_score
+
+    x, y = make_expert_data(120, 1, "logistic" if expert == "softmax" else expert, seed=1)
+    if expert in ("logistic", "softmax"):
+        y = np.array(["no", "yes"])[y.astype(int)]
+    moe = MixtureOfExperts(2, expert=expert, n_init=1, split_merge=0, polish=False, **QUIET).fit(x, y)
+    tags = get_tags(moe)
+    if expert in ("gaussian", "poisson"):
+        assert tags.estimator_type == "regressor" and tags.target_tags.required
+        assert moe.score(x, y) == pytest.approx(r2_score(y, np.asarray(moe.predict(x))), rel=1e-12)
+    else:
+        assert tags.estimator_type == "classifier" and tags.classifier_tags.multi_class == (expert == "softmax")
+        assert list(moe.classes_) == ["no", "yes"]
+        assert moe.score(x, y) == pytest.approx(accuracy_score(y, moe.predict(x)), rel=1e-12)
+
+
+def test_binary_label_models_score_accuracy_and_are_not_multiclass():
+    """The pf models and the label baselines hold the binary coding: ``score`` is the accuracy, the tags a binary
+    classifier's; ``TargetCoding`` refuses a kind it does not know, naming the kinds."""
+    from sklearn.metrics import accuracy_score
+
+    from ppmix.models._target import TargetCoding
+
+    x, y = make_labelled_blobs(80, 3, seed=2)
+    labels = np.array(["a", "b"])[y.astype(int)]
+    for model in (PFGMM(2, switch_prior=0.3, n_restarts=1, **QUIET), RandomForestBaseline(20, random_state=0)):
+        model.fit(x, labels)
+        tags = get_tags(model)
+        assert tags.estimator_type == "classifier" and not tags.classifier_tags.multi_class
+        assert model.score(x, labels) == pytest.approx(accuracy_score(labels, model.predict(x)), rel=1e-12)
+    with pytest.raises(ValueError, match="kind must be one of"):
+        TargetCoding("ordinal")
+
+
 def test_pipeline_and_fit_predict():
     x = _blobs()
     pipe = make_pipeline(StandardScaler(), GMM(2, **QUIET)).fit(x)

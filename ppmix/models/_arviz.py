@@ -230,7 +230,7 @@ def laplace_draws(
     fitted objective at each draw ``(1, S)`` (``sample_stats``' ``lp``).
 
     The target is the model's ``_laplace_target(data)`` where it has one (the pf models: their ELBO, see
-    :meth:`~ppmix.models.pf._pf_state.PFStateMixin._laplace_target`; the mixture of experts: EM's penalised
+    :func:`~ppmix.models.pf._pf_state.pf_laplace_target`; the mixture of experts: EM's penalised
     log-likelihood, :meth:`~ppmix.models.MixtureOfExperts._laplace_target`), else :func:`program_laplace_target`.
     Each varying global is mapped to the unconstrained space of its support (``biject_to``:
     log for scales, stick-breaking for weights, ...). There the posterior is approximated

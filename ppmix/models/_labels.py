@@ -1,6 +1,6 @@
 """Class labels of any values (0/1, ±1, booleans, strings) for ppmix's classifiers.
 
-The binary models compute with codes 0/1 (NaN for a missing label); :class:`BinaryLabelsMixin`
+The binary models compute with codes 0/1 (NaN for a missing label); :func:`encode_labels`
 records the two classes seen in ``fit`` as ``classes_`` (scikit-learn's convention: sorted,
 ``classes_[1]`` is the positive class of ``predict_proba[:, 1]``) and maps labels to codes
 and predictions back to labels. A multi-class estimator (PRESTO with softmax components) codes
@@ -14,15 +14,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-from sklearn.base import ClassifierMixin
 
 from ppmix._validation import InvalidDataError, ravel_column_vector, to_output
 
 __all__ = [
-    "BinaryClassifierMixin",
     "binary_classes",
     "decode_binary_labels",
     "encode_binary_labels",
+    "encode_labels",
     "encode_multiclass_labels",
     "multiclass_classes",
 ]
@@ -199,25 +198,21 @@ def decode_binary_labels(codes: torch.Tensor, classes: np.ndarray | None, like: 
     return classes[codes.detach().cpu().numpy().astype(np.int64)]
 
 
-class BinaryClassifierMixin(ClassifierMixin):
-    """scikit-learn's ``ClassifierMixin`` for a binary classifier: ``classes_`` from the labels given to ``fit``,
-    labels to codes and predicted codes back to labels, ``score`` the accuracy, tagged as not multi-class."""
+def encode_labels(estimator: Any, y: Any, *, fitting: bool) -> np.ndarray | None:
+    """Codes 0/1 of a binary classifier's ``y`` (None stays None); when ``fitting``, first record
+    ``estimator.classes_`` from ``y`` (``[0, 1]`` without labels). A model not fitted by ``fit`` (e.g. on shards)
+    codes by the classes of ``y`` itself.
 
-    def __sklearn_tags__(self) -> Any:
-        tags = super().__sklearn_tags__()
-        tags.classifier_tags.multi_class = False
-        return tags
-
-    classes_: np.ndarray
-
-    def _encode_labels(self, y: Any, *, fitting: bool) -> np.ndarray | None:
-        """Codes of ``y`` (None stays None); when fitting, first record ``classes_`` from ``y`` (a model not fitted
-        by ``fit``, e.g. on shards, codes by the classes of ``y`` itself)."""
-        if fitting:
-            self.classes_ = _DEFAULT_CLASSES.copy() if y is None else binary_classes(y)
-        if y is None:
-            return None
-        return encode_binary_labels(y, self.classes_ if hasattr(self, "classes_") else binary_classes(y))
-
-    def _decode_labels(self, codes: torch.Tensor, like: Any) -> Any:
-        return decode_binary_labels(codes, getattr(self, "classes_", None), like)
+    Examples
+    --------
+    >>> class Model:
+    ...     pass
+    >>> model = Model()
+    >>> encode_labels(model, ["b", "a", None], fitting=True).tolist(), model.classes_.tolist()
+    ([1.0, 0.0, nan], ['a', 'b'])
+    """
+    if fitting:
+        estimator.classes_ = _DEFAULT_CLASSES.copy() if y is None else binary_classes(y)
+    if y is None:
+        return None
+    return encode_binary_labels(y, estimator.classes_ if hasattr(estimator, "classes_") else binary_classes(y))

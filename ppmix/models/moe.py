@@ -2,24 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Self
 
 import pyro
 import pyro.distributions as dist
 import torch
 from pyro.distributions import constraints
+from sklearn.utils.metaestimators import available_if
 
+from ppmix._validation import to_output
 from ppmix.components import GaussianExpert, LogisticExpert, SoftmaxExpert, SoftmaxGate
-from ppmix.components.expert_family import ExpertFamily
+from ppmix.components.expert_family import ExpertFamily, TargetScale
+from ppmix.components.family import PriorKey
 from ppmix.components.registry import expert_family_from, family_config
 from ppmix.engines.result import FitResult, convergence_warnings_ignored
 from ppmix.models._arviz import LaplaceTarget, global_supports
 from ppmix.models._flat import flat_prior
 from ppmix.models._params import store_params
-from ppmix.models._target import TargetKindMixin
+from ppmix.models._target import TargetCoding
 from ppmix.models._weights import split_weights
 from ppmix.models.base import MixtureModel
-from ppmix.models.moe_build import ParametersMixin
+from ppmix.models.moe_build import ExpertParts, model_from_families, model_from_parameters, parts_globals
 from ppmix.models.moe_data import (
     check_response,
     check_settings,
@@ -29,8 +32,8 @@ from ppmix.models.moe_data import (
 )
 from ppmix.models.moe_moves import SCREENED_WEIGHTS, initial_responsibilities, split_and_merge
 from ppmix.models.moe_polish import polished, warn_unconverged
-from ppmix.models.moe_predict import ExpertPredictionsMixin
-from ppmix.models.moe_priors import PriorsMixin
+from ppmix.models.moe_predict import binary_proba, class_log_proba, conditional_mean, draw
+from ppmix.models.moe_priors import ExpertPriors, check_expert_priors, prior_keys
 from ppmix.ops.logspace import normalize_log_joint_
 
 __all__ = ["MixtureOfExperts"]
@@ -43,8 +46,15 @@ def _family_attribute(family: str, name: str, doc: str) -> property:
     return property(lambda self: getattr(getattr(self, family), name), doc=doc)
 
 
-class MixtureOfExperts(ExpertPredictionsMixin, ParametersMixin, PriorsMixin, TargetKindMixin, MixtureModel):
+class MixtureOfExperts(MixtureModel):
     """Mixture of experts: ``z | x ~ softmax(x^T alpha)``, ``y | x, z = k ~ expert_k(x)``.
+
+    A mixture whose weights are a softmax gate of the covariates and whose components are experts: it holds its
+    parts, the gate and the experts (on the standardised covariates; built by
+    :class:`~ppmix.models.moe_build.ExpertParts`, each with its own update, penalty and sites), the prior ``priors=``
+    sets (:class:`~ppmix.models.moe_priors.ExpertPriors`) and the coding of its target
+    (:class:`~ppmix.models._target.TargetCoding`: a regressor or a classifier by its experts); its predictions are
+    functions of the fitted parts (:mod:`~ppmix.models.moe_predict`).
 
     The gate is a :class:`~ppmix.components.SoftmaxGate` (the last gate fixed to zero,
     which makes it identifiable); the experts are Gaussian regressions
@@ -206,17 +216,22 @@ class MixtureOfExperts(ExpertPredictionsMixin, ParametersMixin, PriorsMixin, Tar
         return self._expert_family().target_kind
 
     @property
-    def _classifies(self) -> bool:
-        return self.target_kind in ("binary", "categorical")
-
-    @property
-    def _multiclass(self) -> bool:
-        return self.target_kind == "categorical"
+    def _target(self) -> TargetCoding:
+        """The coding of ``y``, by the experts' family: a regressor's or a classifier's."""
+        return TargetCoding(self.target_kind)
 
     @property
     def _n_classes(self) -> int | None:
         """``C`` for a categorical target (one row of coefficients per class), else None."""
-        return len(self.classes_) if self._multiclass else None
+        return len(self.classes_) if self._target.multiclass else None
+
+    def __sklearn_tags__(self) -> Any:
+        return self._target.tags(super().__sklearn_tags__())
+
+    def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:  # type: ignore[override]
+        """Accuracy of :meth:`predict` (classifying experts) or its R² (a regressor), as scikit-learn's classifiers
+        and regressors score."""
+        return self._target.score(self, X, y, sample_weight)
 
     def _saved_params(self) -> dict[str, Any]:
         params = super()._saved_params()
@@ -237,7 +252,7 @@ class MixtureOfExperts(ExpertPredictionsMixin, ParametersMixin, PriorsMixin, Tar
         super()._validate_hyperparameters()
         self._validate_em_settings(INIT_METHODS)
         check_settings(self)
-        self._validate_priors()
+        check_expert_priors(self.priors, self.ridge, self._expert_family())
 
     @property
     def n_parameters(self) -> int:
@@ -248,7 +263,7 @@ class MixtureOfExperts(ExpertPredictionsMixin, ParametersMixin, PriorsMixin, Tar
 
     def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """Standardised covariates and the response, ``(x, y)`` (``y`` is ``None`` when not given)."""
-        y = self._encode_response(y, fitting=fitting)
+        y = self._target.encode(self, y, fitting=fitting)
         if fitting:
             return self._prepare_training_data(X, y)
         x = self._covariates(X)
@@ -309,17 +324,59 @@ class MixtureOfExperts(ExpertPredictionsMixin, ParametersMixin, PriorsMixin, Tar
         (:mod:`~ppmix.models.moe_priors`), or without ``priors`` ``N(0, 10^2)`` on the gate and the experts' family's
         weakly informative priors (before a fit, centred at 0 with unit scale). With ``priors`` the gate's sites
         are one draw of all ``batch`` free rows (batch shape ``()``, their prior correlates them)."""
-        if self.priors is not None:
+        priors = self._expert_priors()
+        if priors is not None:
             shape = ((), (batch, *event)) if site.startswith("gate_") else ((batch,), event)
             if not self.is_bayesian:
                 return flat_prior(self, site, support, *shape, opts)
-            return self._configured_prior(site, batch, event, opts)
+            return priors.site_prior(site, batch, event, opts)
         if not self.is_bayesian:
             return flat_prior(self, site, support, (batch,), event, opts)
         if site.startswith("gate_"):
             return dist.Normal(torch.zeros(batch, *event, **opts), 10.0).to_event(len(event))
-        scale = {"mean": getattr(self, "_y_mean", torch.tensor(0.0)), "std": getattr(self, "_y_std", torch.tensor(1.0))}
-        return self._expert_family().prior(site, batch, event, scale, opts)
+        return self._expert_family().prior(site, batch, event, self._target_scale(), opts)
+
+    # ------------------------------------------------------------ priors
+    def prior_keys(self) -> dict[str, PriorKey]:
+        """Every hyperparameter ``priors=`` may set (the gate's, then the experts' family's), each with its default.
+
+        Examples
+        --------
+        >>> from ppmix import MixtureOfExperts
+        >>> sorted(MixtureOfExperts(2, expert="logistic").prior_keys())
+        ['gate_intercept_scale', 'gate_slope_scale', 'intercept_scale', 'slope_scale']
+        >>> MixtureOfExperts(2).prior_keys()["variance_rate"].doc
+        'the inverse-gamma rate of every noise variance, in units of var(y) (default 0.01)'
+        """
+        return prior_keys(self._expert_family())
+
+    def _target_scale(self) -> TargetScale:
+        """The response's mean and sd on the training data (0 and 1 before a fit): what the experts' priors scale by."""
+        return {"mean": getattr(self, "_y_mean", torch.tensor(0.0)), "std": getattr(self, "_y_std", torch.tensor(1.0))}
+
+    def _expert_priors(self) -> ExpertPriors | None:
+        """The prior ``priors`` sets (None without)."""
+        if self.priors is None:
+            return None
+        return ExpertPriors.of(self.priors, self._expert_family(), self._target_scale())
+
+    def _log_prior(self) -> torch.Tensor:
+        """The log density of ``priors``' prior at the current parameters (differentiable in them): what MAP-EM adds
+        to the log-likelihood, and what the program's prior sites sum to under MCMC.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.normal(size=(100, 1))
+        >>> y = (X[:, 0] + 0.5 * rng.normal(size=100) > 0).astype(int)
+        >>> moe = MixtureOfExperts(2, expert="logistic", priors={}, seed=0, progress=False).fit(X, y)
+        >>> round(float(moe.log_likelihood(X, y) + moe._log_prior()) / 100 - moe.lower_bound_, 10)
+        0.0
+        """
+        priors = self._expert_priors()
+        assert priors is not None, "_log_prior needs priors"
+        return priors.log_prior(self._gate, self._experts)
 
     def model(self, data: tuple[torch.Tensor, torch.Tensor]) -> None:
         """Gate and expert globals, then ``z_n ~ gate(x_n)`` (enumerated) and ``y_n ~ expert_z(x_n)``."""
@@ -512,6 +569,94 @@ class MixtureOfExperts(ExpertPredictionsMixin, ParametersMixin, PriorsMixin, Tar
         self._invalidate_guide()
 
     # ---------------------------------------------------------- parameters
+    def _parts(self) -> ExpertParts:
+        """How the gate and the experts are built under the current settings (standardised covariates)."""
+        floor = getattr(self, "_noise_floor", self.min_variance)
+        return ExpertParts(self._expert_family(), self.n_experts, self.ridge_value, floor, self._expert_priors())
+
+    def _make_gate(self, free_coef: torch.Tensor, free_intercept: torch.Tensor) -> SoftmaxGate:
+        return self._parts().gate(free_coef, free_intercept)
+
+    def _make_experts(self, params: dict[str, torch.Tensor]) -> GaussianExpert | LogisticExpert | SoftmaxExpert:
+        return self._parts().experts(params)
+
+    def _get_globals(self) -> dict[str, torch.Tensor]:
+        return parts_globals(self._gate, self._experts)
+
+    def _set_globals(self, values: dict[str, torch.Tensor]) -> None:
+        opts = {"dtype": self.dtype, "device": self._device}
+        self._assign_globals({k: torch.as_tensor(v).detach().to(**opts) for k, v in values.items()})
+
+    def _assign_globals(self, values: dict[str, torch.Tensor]) -> None:
+        """Build the gate and the experts from ``values`` (``_get_globals``' keys) as they are: unlike
+        :meth:`_set_globals`, without detaching or converting them, so that autograd sees through."""
+        self._gate, self._experts = self._parts().from_globals(values)
+        self._invalidate_guide()
+
+    def _state_tensors(self) -> dict[str, torch.Tensor]:
+        """The globals and the covariates' scales; under ``priors``, also the response's mean and sd on the
+        training data, which scale the experts' priors (``y_mean``, ``y_std``, where a fit set them)."""
+        tensors = {**self._get_globals(), "x_mean": self._x_mean.clone(), "x_scale": self._x_scale.clone()}
+        if self.priors is not None:
+            scale = self._target_scale()
+            opts = {"dtype": self.dtype, "device": self._device}
+            tensors.update(
+                y_mean=torch.as_tensor(scale["mean"]).to(**opts), y_std=torch.as_tensor(scale["std"]).to(**opts)
+            )
+        return tensors
+
+    def _state_shapes(self) -> dict[str, tuple[int | None, ...]]:
+        d, classes = self.n_features_in_, getattr(self, "classes_", None)
+        shapes = {
+            **self._parts().global_shapes(d, None if classes is None else len(classes)),
+            "x_mean": (d,),
+            "x_scale": (d,),
+        }
+        return shapes if self.priors is None else {**shapes, "y_mean": (), "y_std": ()}
+
+    def _load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        opts = {"dtype": self.dtype, "device": self._device}
+        self._x_mean, self._x_scale = tensors["x_mean"].to(**opts), tensors["x_scale"].to(**opts)
+        if "y_mean" in tensors:
+            self._y_mean, self._y_std = tensors["y_mean"].to(**opts), tensors["y_std"].to(**opts)
+        self._set_globals({k: v for k, v in tensors.items() if k not in ("x_mean", "x_scale", "y_mean", "y_std")})
+
+    @classmethod
+    def from_parameters(
+        cls,
+        *,
+        gate_coef: Any,
+        gate_intercept: Any,
+        coef: Any,
+        intercept: Any,
+        scale: Any = None,
+        feature_names: list[str] | None = None,
+        engine: str = "given",
+        **kwargs: Any,
+    ) -> Self:
+        """A fitted model with the given parameters on the user's scale.
+
+        ``scale=None`` means logistic experts (unless ``expert=`` says otherwise). ``gate_coef`` has shape ``(K, P)`` or
+        ``(K-1, P)`` (then the last gate is zero); it is shifted so its last row is zero. ``kwargs`` go to the
+        constructor.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> moe = MixtureOfExperts.from_parameters(gate_coef=[[1.0], [0.0]], gate_intercept=[0.0, 0.0],
+        ...                                        coef=[[1.0], [-1.0]], intercept=[0.0, 0.0], scale=[1.0, 1.0])
+        >>> moe.predict(np.zeros((1, 1))).tolist()
+        [0.0]
+        """
+        given = dict(gate_coef=gate_coef, gate_intercept=gate_intercept, coef=coef, intercept=intercept, scale=scale)
+        return model_from_parameters(cls, **given, feature_names=feature_names, engine=engine, **kwargs)
+
+    @classmethod
+    def _from_families(cls, gate: SoftmaxGate, experts: GaussianExpert | LogisticExpert, **kwargs: Any) -> Self:
+        """A fitted model from a gate and experts on the user's scale
+        (:func:`~ppmix.models.moe_build.model_from_families`)."""
+        return model_from_families(cls, gate, experts, **kwargs)
+
     def _unstandardise(self, coef: torch.Tensor, intercept: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         user = coef / self._x_scale
         return user, intercept - user @ self._x_mean
@@ -542,6 +687,54 @@ class MixtureOfExperts(ExpertPredictionsMixin, ParametersMixin, PriorsMixin, Tar
             raise AttributeError(f"{self._expert_family().name} experts have no noise scale")
         self._check_fitted()
         return self._experts.scale
+
+    # --------------------------------------------------------- predictions
+    def gate_probabilities(self, X: Any) -> Any:
+        """``P(z = k | x)`` for every row of ``X``, shape ``(N, K)``."""
+        self._check_fitted()
+        return to_output(self._gate.log_prob(self._covariates(X)).exp(), X)
+
+    def predict_components(self, X: Any) -> Any:
+        """The gate-MAP expert of every row of ``X`` (does not look at ``y``)."""
+        self._check_fitted()
+        return to_output(self._gate.log_prob(self._covariates(X)).argmax(-1), X)
+
+    def _expert_means(self, x: torch.Tensor) -> torch.Tensor:
+        return self._expert_family().expected_target(self._experts, x)
+
+    def predict(self, X: Any) -> Any:
+        """``E[y | x]`` for a real target; the most probable class (of ``classes_``) for classifying experts."""
+        self._check_fitted()
+        x, target = self._covariates(X), self._target
+        if target.multiclass:
+            return target.decode(self, class_log_proba(self._gate, self._experts, x).argmax(-1), X)
+        mean = conditional_mean(self._gate, self._experts, self._expert_family(), x)
+        return target.decode(self, (mean >= 0.5).long(), X) if target.classifies else to_output(mean, X)
+
+    @available_if(lambda self: self._target.classifies)
+    def predict_proba(self, X: Any) -> Any:
+        """``P(y = c | x)`` for every class of ``classes_``, shape ``(N, C)`` (logistic and softmax experts only:
+        Gaussian experts have no such method)."""
+        self._check_fitted()
+        x = self._covariates(X)
+        if self._target.multiclass:
+            return to_output(class_log_proba(self._gate, self._experts, x).exp(), X)
+        return to_output(binary_proba(self._gate, self._experts, x), X)
+
+    def _responsibilities(self, data: Any) -> torch.Tensor:
+        return torch.softmax(self._log_joint(*self._require_y(data)), dim=1)
+
+    def _posterior_marginals(self, data: Any) -> dict[str, torch.Tensor]:
+        return {"z": self._responsibilities(data)}
+
+    def _pointwise_log_likelihood(self, data: Any) -> torch.Tensor:
+        return torch.logsumexp(self._log_joint(*self._require_y(data)), dim=1)
+
+    def sample(self, X: Any) -> dict[str, Any]:  # type: ignore[override]
+        """Draw an expert ``z`` and a response ``y`` for every row of ``X``: ``{"y", "z"}``."""
+        self._check_fitted()
+        z, y = draw(self._gate, self._experts, self._covariates(X), self._generator(offset=7919))
+        return {"y": y.cpu().numpy(), "z": z.cpu().numpy()}
 
     def summary(self) -> dict[str, Any]:
         """A JSON-able description of the fit (parameters on the user's scale)."""

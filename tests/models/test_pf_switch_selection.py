@@ -11,6 +11,7 @@ from sklearn.base import BaseEstimator
 
 from ppmix.datasets import make_pf_synthetic
 from ppmix.models import PFGMM, PFHMM, SupervisedGMM
+from ppmix.models.pf._pf_state import switch_p
 from ppmix.models.pf.switch_selection import (
     FALLBACK_SWITCH_PRIOR,
     SWITCH_PRIOR_GRID,
@@ -166,7 +167,7 @@ def test_unlabelled_auto_falls_back_and_supervised_keeps_p_one():
 
 def test_auto_is_resolved_only_by_fit_and_not_offered_by_pf_hmm():
     with pytest.raises(ValueError, match="chosen by PFGMM.fit"):
-        _ = PFGMM(2)._switch_p
+        switch_p(PFGMM(2))
     x = np.random.default_rng(0).normal(size=(3, 20, 2))
     with pytest.raises(ValueError, match="switch_prior"):
         PFHMM(2, switch_prior="auto", progress=False).fit(x, np.zeros((3, 20)))

@@ -1,7 +1,7 @@
 """The structures' shape (issue 50): made of parts, not mixin towers, with a small public face.
 
-``Mixture``, ``GMM`` and ``HMM`` have at most 5 of ppmix's own classes in their MRO and at most 30 public methods
-beyond ``torch.nn.Module``'s; no class defined in ``ppmix/models`` is named ``*Mixin``.
+``Mixture``, ``GMM``, ``HMM`` and ``MixtureOfExperts`` have at most 5 of ppmix's own classes in their MRO and at
+most 30 public methods beyond ``torch.nn.Module``'s; no class defined in ``ppmix/models`` is named ``*Mixin``.
 """
 
 from __future__ import annotations
@@ -14,26 +14,12 @@ import pytest
 import torch
 
 import ppmix.models
-from ppmix import GMM, HMM, Mixture
+from ppmix import GMM, HMM, Mixture, MixtureOfExperts
 from ppmix.io import Savable, lookup_class, qualified_name
 
-STRUCTURES = (Mixture, GMM, HMM)
+STRUCTURES = (Mixture, GMM, HMM, MixtureOfExperts)
 MAX_OWN_CLASSES = 5
 MAX_PUBLIC_METHODS = 30
-#: modules of ppmix/models whose mixins another part of issue 50 removes (the mixture of experts, the pf models,
-#: the label baselines); empty once that part has landed
-PENDING = frozenset(
-    {
-        "ppmix.models._labels",
-        "ppmix.models._target",
-        "ppmix.models.moe_build",
-        "ppmix.models.moe_predict",
-        "ppmix.models.moe_priors",
-        "ppmix.models.pf._pf_state",
-        "ppmix.models.pf._relevance",
-        "ppmix.models.pf.switches",
-    }
-)
 
 
 def _model_modules() -> list[str]:
@@ -69,15 +55,7 @@ def test_structure_has_a_small_public_face(cls):
     assert len(public_methods(cls)) <= MAX_PUBLIC_METHODS, public_methods(cls)
 
 
-@pytest.mark.parametrize(
-    "module",
-    [
-        pytest.param(m, marks=pytest.mark.xfail(reason="issue 50: another part removes these mixins"))
-        if m in PENDING
-        else m
-        for m in _model_modules()
-    ],
-)
+@pytest.mark.parametrize("module", _model_modules())
 def test_no_class_of_the_models_is_a_mixin(module):
     classes = inspect.getmembers(importlib.import_module(module), inspect.isclass)
     mixins = [name for name, c in classes if c.__module__ == module and name.endswith("Mixin")]

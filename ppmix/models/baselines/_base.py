@@ -13,8 +13,9 @@ import torch
 from ppmix._estimator import Estimator
 from ppmix._validation import NotFittedError, check_matrix
 from ppmix.components import DiagGaussian, FullGaussian
-from ppmix.models._labels import BinaryClassifierMixin, binary_classes, encode_binary_labels
+from ppmix.models._labels import binary_classes, encode_binary_labels
 from ppmix.models._params import check_seed
+from ppmix.models._target import BINARY
 
 __all__ = ["check_binary_labels", "gaussian_mixture_marginal_log_prob"]
 
@@ -112,9 +113,17 @@ def gaussian_mixture_marginal_log_prob(
     return torch.logsumexp(family.log_prob(x[:, mask]) + w.log(), dim=1).numpy()
 
 
-class _LabelBaseline(BinaryClassifierMixin, Estimator, ABC):
+class _LabelBaseline(Estimator, ABC):
     """``fit(X, y)`` input handling, the fitted check and ``predict`` from ``predict_proba``; a scikit-learn
-    binary classifier (``get_params``/``set_params``, ``clone``, ``score`` the accuracy) for labels 0/1."""
+    binary classifier (``get_params``/``set_params``, ``clone``, ``score`` the accuracy, its tags:
+    :data:`~ppmix.models._target.BINARY`) for labels 0/1."""
+
+    def __sklearn_tags__(self) -> Any:
+        return BINARY.tags(super().__sklearn_tags__())
+
+    def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
+        """The accuracy of :meth:`predict` on ``(X, y)``, as scikit-learn's classifiers score."""
+        return BINARY.score(self, X, y, sample_weight)
 
     def _prepare_fit(self, X: Any, y: Any) -> tuple[torch.Tensor, np.ndarray]:
         check_seed(getattr(self, "seed", None))

@@ -15,19 +15,22 @@ from pyro.distributions.transforms import biject_to
 
 from ppmix._validation import check_n_components, check_positive_int, to_output
 from ppmix.components import BernoulliLabel, DiagGaussian
-from ppmix.components.family import PriorKey
+from ppmix.components.family import DensityFamily, PriorKey
+from ppmix.models._arviz import LaplaceTarget
 from ppmix.models._family_components import FamilyModel
 from ppmix.models._flat import flat_prior
+from ppmix.models._labels import encode_labels
 from ppmix.models._missing import check_missing_option
 from ppmix.models._params import store_params
+from ppmix.models._target import BINARY
 from ppmix.models._weights import Weighted, split_weights
 from ppmix.models.base import MixtureModel
+from ppmix.models.pf import _pf_state as pf
+from ppmix.models.pf import _relevance as relevance
 from ppmix.models.pf._observed import Frames, frames_of, start_frames
-from ppmix.models.pf._pf_state import PF_DIMS, PFStateMixin
-from ppmix.models.pf._relevance import RelevanceOutputsMixin
 from ppmix.models.pf.restarts import fit_restarts, in_sample_log_p_y, start_responsibilities
 from ppmix.models.pf.switch_selection import relevant_feature_mask, select_switch_prior
-from ppmix.models.pf.switches import FrameLabels, switched_log_joint
+from ppmix.models.pf.switches import FrameLabels, switch_frame_sites, switch_guide, switched_log_joint
 from ppmix.ops.logspace import normalize_log_joint_
 
 __all__ = ["PFGMM", "SupervisedGMM"]
@@ -81,7 +84,7 @@ class _PointGuide(torch.nn.Module):
         return {k: v.detach() for k, v in self.values().items()}
 
 
-class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyModel):
+class PFGMM(FamilyModel):
     """Prediction-focused Gaussian mixture: a mixture over the label-relevant features only.
 
     Generative program (eqs. 13–14, with the per-point switches of §5)::
@@ -198,9 +201,10 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyModel):
 
     max_plate_nesting = 2
     covariance_type = "diag"
-    posterior_remedy = PFStateMixin.posterior_remedy + (
+    posterior_remedy = pf.POSTERIOR_REMEDY + (
         "; PFGMMGibbs samples the full-covariance pf-GMM (switches, assignments and parameters)"
     )
+    online_em_unavailable = pf.ONLINE_EM_UNAVAILABLE
     #: the start :meth:`_em_initialize` makes (set by :func:`~ppmix.models.pf.restarts.fit_restarts`)
     _restart = 0
 
@@ -231,7 +235,7 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyModel):
 
     def _validate_hyperparameters(self) -> None:
         super()._validate_hyperparameters()
-        self._validate_pf_params()
+        pf.validate_pf_params(self)
         if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not self.alpha >= 1:
             raise ValueError(f"alpha must be a number >= 1 (the MAP weights need it); got {self.alpha!r}")
         if (self.priors or {}).get("weights") is not None and self.alpha != 1:
@@ -274,7 +278,7 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyModel):
         self.switch_prior_scores_: dict[float, float] | None = None
         if sample_weight is not None:
             options["sample_weight"] = sample_weight
-        if not self._auto_switch_prior:
+        if not pf.auto_switch_prior(self):
             self.p_ = float(self.switch_prior)
             train = self._fit_restarts(X, y, engine, options)
         else:
@@ -296,7 +300,7 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyModel):
                 if selection.agrees(p, in_sample_log_p_y(self, train)):
                     break
                 logger.info("the fit at p = %.3g fell below its validation score; trying a smaller p", p)
-        if self._all_relevant:
+        if pf.all_relevant(self):
             self._relevant_mask = np.ones(self.n_features_in_, dtype=bool)
         else:
             gain = np.asarray(self.relevance_gain_, dtype=np.float64)
@@ -326,11 +330,70 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyModel):
 
         What :meth:`fit` runs ``n_restarts`` times (keeping the best) and switch-prior selection runs per fold.
         """
-        if not self._auto_switch_prior:
+        if not pf.auto_switch_prior(self):
             self.p_ = float(self.switch_prior)
         with self._overriding("_restart", restart), self._overriding("_fit_sample_weight", sample_weight):
             super().fit(X, y, sample_weight=sample_weight, engine=engine, **options)
         return self._train_data if sample_weight is None else self._weigh(self._train_data, sample_weight)
+
+    # ------------------------------------------------- the pf parts' hooks
+    #: within the restarts of one fit: the data scale of their training frames (:func:`pf.record_data_scale`)
+    _restart_data_scale: dict[str, Any] | None = None
+    #: the ``sample_weight`` of the fit under way (None otherwise): the data scale ``prepare_data`` records is weighted
+    _fit_sample_weight: Any = None
+
+    def __sklearn_tags__(self) -> Any:
+        return BINARY.tags(super().__sklearn_tags__())
+
+    def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:  # type: ignore[override]
+        """The accuracy of :meth:`predict` on ``(X, y)``, as scikit-learn's classifiers score."""
+        return BINARY.score(self, X, y, sample_weight)
+
+    def _component_family(self) -> DensityFamily:
+        return pf.pf_component_family(self.reg_covar)
+
+    def _record_data_scale(self, x: torch.Tensor, name: str = "X") -> None:
+        pf.record_data_scale(self, x, name, super()._record_data_scale)
+
+    def _record_weighted_data_scale(self, frames: torch.Tensor, weight: torch.Tensor) -> None:
+        pf.record_weighted_data_scale(self, frames, weight)
+
+    def _em_data_statistics(self, data: Any) -> dict[str, Any]:
+        return relevance.data_statistics(self, data)
+
+    def _em_set_data_statistics(self, stats: dict[str, Any]) -> None:
+        relevance.set_data_statistics(self, stats)
+
+    def _extra_state(self) -> dict[str, Any]:
+        return relevance.relevance_state(self)
+
+    def _load_extra_state(self, state: dict[str, Any]) -> None:
+        relevance.load_relevance_state(self, state)
+
+    def _laplace_target(self, data: Any) -> LaplaceTarget:
+        return pf.pf_laplace_target(self, data, self._differentiable_elbo)
+
+    @property
+    def relevance_(self) -> Any:
+        """``phi_d = q(S_d = 1)`` per feature (a Series indexed by feature names for DataFrame input)."""
+        return pf.switch_relevance(self)
+
+    @property
+    def label_probs_(self) -> torch.Tensor:
+        """``P(y = 1 | component k)``, ``(K,)``."""
+        self._check_fitted()
+        return self.labels_.probs
+
+    @property
+    def relevance_gain_(self) -> Any:
+        """``gain_d = logit phi_d - logit p``, the p-free evidence of B.2.1 (NaN when ``p = 1``)."""
+        return relevance.relevance_gain(self)
+
+    @property
+    def relevant_features_(self) -> Any:
+        """Features the mixture uses and that go with the label (see the class docstring); all when ``p = 1``
+        (:func:`~ppmix.models.pf._relevance.relevant_features`)."""
+        return relevance.relevant_features(self)
 
     # ------------------------------------------------------------------- data
     def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> PFData:
@@ -338,13 +401,13 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyModel):
         x = MixtureModel.prepare_data(self, X, None, fitting=fitting)
         if fitting:
             check_n_components(self.n_components, x.shape[0])
-            self._check_pf_features(x)
+            pf.check_pf_features(self, x)
             self._record_data_scale(x)
         if y is None:
-            self._encode_labels(None, fitting=fitting)
+            encode_labels(self, None, fitting=fitting)
             labels = FrameLabels.missing(x.shape[0], x.dtype, x.device)
         else:
-            labels = FrameLabels.from_values(self._encode_labels(y, fitting=fitting), x.shape[0], x.dtype, x.device)
+            labels = FrameLabels.from_values(encode_labels(self, y, fitting=fitting), x.shape[0], x.dtype, x.device)
         data = PFData(x, labels)
         if fitting and self._fit_sample_weight is not None:
             self._record_weighted_data_scale(x, self._weigh(data, self._fit_sample_weight).weight)
@@ -394,11 +457,11 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyModel):
         k, d = self.n_components, x.shape[1]
         opts = {"dtype": x.dtype, "device": x.device}
         weights = pyro.sample("weights", self._weights_prior(k, opts))
-        sites = self._pf_global_sites(k, d, opts)
+        sites = pf.pf_global_sites(self, k, d, opts)
         with self._data_plate(x.shape[0], dim=-2) as idx:
             z = pyro.sample("z", dist.Categorical(weights))
             labels = FrameLabels(data.labels.y[idx], data.labels.observed[idx])
-            self._pf_frame_sites(sites, z, x[idx], labels)
+            switch_frame_sites(sites, z, x[idx], labels, None if pf.all_relevant(self) else pf.switch_p(self))
 
     def guide(self, data: PFData) -> None:
         """Point masses on the globals; ``q(z_n)`` in closed form and ``q(s_nd) = Bern(phi_d)``, enumerated."""
@@ -406,14 +469,14 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyModel):
 
     def _guide_program(self, data: PFData, values: dict[str, torch.Tensor]) -> None:
         pyro.sample("weights", dist.Delta(values["weights"], event_dim=1))
-        self._pf_guide_global_sites(values, pyro.plate("components", self.n_components))
+        pf.pf_guide_global_sites(values, pyro.plate("components", self.n_components))
         phi = values.get("switch_probs")
         with self._data_plate(data.x.shape[0], dim=-2) as idx:
             labels = FrameLabels(data.labels.y[idx], data.labels.observed[idx])
             q_z = torch.softmax(_variational_log_joint(data.x[idx], labels, values), dim=-1)
             pyro.sample("z", dist.Categorical(q_z.unsqueeze(-2)), infer={"enumerate": "parallel"})
-            if phi is not None:
-                self._pf_guide_switches(phi)
+            if phi is not None and not pf.all_relevant(self):
+                switch_guide(phi)
 
     def _make_svi_guide(self, kind: str, init: dict[str, torch.Tensor]) -> tuple[Any, None]:
         """The paper's variational family with point-mass globals (``guide="delta"`` only)."""
@@ -423,27 +486,27 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyModel):
 
     # -------------------------------------------------------------- globals
     def _get_globals(self) -> dict[str, torch.Tensor]:
-        return {"weights": self.weights_.clone(), **self._component_globals(), **self._pf_globals()}
+        return {"weights": self.weights_.clone(), **self._component_globals(), **pf.pf_globals(self)}
 
     def _state_shapes(self) -> dict[str, tuple[int | None, ...]]:
-        return {"weights": (self.n_components,), **self._component_state_shapes(sites=True), **self._pf_state_shapes()}
+        return {"weights": (self.n_components,), **self._component_state_shapes(sites=True), **pf.pf_state_shapes(self)}
 
     def _set_globals(self, values: dict[str, torch.Tensor]) -> None:
         weights = torch.as_tensor(values["weights"]).to(dtype=self.dtype, device=self._device)
         self.weights_ = weights / weights.sum()
         self._set_component_globals(values)
-        self._set_pf_globals(values)
+        pf.set_pf_globals(self, values)
         self._invalidate_guide()
 
     def _arviz_dims(self) -> dict[str, list[str]]:
-        return {"weights": ["component"], **self._component_dims(), **PF_DIMS}
+        return {"weights": ["component"], **self._component_dims(), **pf.PF_DIMS}
 
     # ------------------------------------------------------------------- EM
     def _em_initialize(self, data: _PFEMData | Weighted, generator: torch.Generator) -> None:
         """Background fitted once; responsibilities from (relevance-)k-means, or restart ``_restart``'s; one M-step
         (all on the weighted rows, with ``sample_weight``)."""
         rows, weight = split_weights(data)
-        resp = self._pf_start(rows.frames, rows.labels, generator, weight=weight)
+        resp = pf.pf_start(self, rows.frames, rows.labels, generator, weight=weight)
         if self._restart:
             frames = start_frames(rows.frames, weight)
             resp = start_responsibilities(self, frames, rows.labels, generator, self._restart, weight)
@@ -454,7 +517,7 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyModel):
         background's log prior: MAP-EM's objective is the ELBO plus this."""
         log_prior = self.weights_.new_zeros(())
         if self.priors is not None:
-            log_prior = self._map_log_prior_components() + self._background_log_prior()
+            log_prior = self._map_log_prior_components() + pf.background_log_prior(self)
         alpha = self._weights_concentration()
         if bool((alpha == 1).all()):
             return log_prior
@@ -464,18 +527,18 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyModel):
         """Optimal ``q(z)`` given ``phi`` and the parameters, and the ELBO of eq. 19 (every row counted as often as
         its sample weight)."""
         rows, weight = split_weights(data)
-        resp, log_norm = normalize_log_joint_(self._frame_log_joint(rows.frames, rows.labels, self.weights_.log()))
+        resp, log_norm = normalize_log_joint_(pf.frame_log_joint(self, rows.frames, rows.labels, self.weights_.log()))
         return resp, self._elbo(rows, weight, log_norm)
 
     def _elbo(self, rows: _PFEMData, weight: torch.Tensor | None, log_norm: torch.Tensor) -> torch.Tensor:
         """The ELBO from the rows' ``log sum_k exp(log joint)`` ``(N, 1)``."""
         data_term = log_norm.sum() if weight is None else log_norm.reshape(-1) @ weight.to(log_norm)
-        return data_term + self._frame_objective_terms(rows.frames, weight) + self._log_prior()
+        return data_term + pf.frame_objective_terms(self, rows.frames, weight) + self._log_prior()
 
     def _differentiable_elbo(self, data: _PFEMData | Weighted) -> torch.Tensor:
         """:meth:`_e_step`'s ELBO by an out-of-place log-sum-exp (its fused one overwrites what autograd needs)."""
         rows, weight = split_weights(data)
-        log_joint = self._frame_log_joint(rows.frames, rows.labels, self.weights_.log())
+        log_joint = pf.frame_log_joint(self, rows.frames, rows.labels, self.weights_.log())
         return self._elbo(rows, weight, torch.logsumexp(log_joint, dim=1, keepdim=True))
 
     def _m_step(self, data: _PFEMData | Weighted, resp: torch.Tensor) -> None:
@@ -487,26 +550,26 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyModel):
         weights (merge across shards)."""
         rows, weight = split_weights(data)
         resp = resp if weight is None else resp * weight[:, None].to(resp)
-        return self._frame_statistics(rows.frames, rows.labels, resp)
+        return pf.frame_statistics_of(self, rows.frames, rows.labels, resp)
 
     def _em_update(self, stats: dict[str, Any]) -> None:
         """The M-step from (merged) statistics: weights (Dirichlet MAP), components, labels, then ``phi``."""
         counts = stats["components"].counts.to(self.dtype)
         alpha = self._weights_concentration().to(counts)
         self.weights_ = (counts + alpha - 1 + 10 * torch.finfo(self.dtype).eps) / (counts.sum() + (alpha - 1).sum())
-        self._update_from_frame_statistics(stats)
+        pf.update_from_frame_statistics(self, stats)
         self._invalidate_guide()
 
     def _em_global_objective(self, n_observations: int) -> torch.Tensor:
         """The ELBO's terms that are not sums over the data: the switches' and the weights' priors (with ``priors``,
         the components' and the background's too)."""
-        return self._switch_objective(n_observations) + self._log_prior()
+        return pf.switches(self).objective(n_observations) + self._log_prior()
 
     # ---------------------------------------------------------- predictions
     def _component_posterior(self, data: PFData, use_labels: bool) -> torch.Tensor:
         labels = data.labels if use_labels else FrameLabels.missing(data.x.shape[0], data.x.dtype, data.x.device)
         frames = frames_of(data.x, self.components_.reference)  # not the batch mean
-        return torch.softmax(self._frame_log_joint(frames, labels, self.weights_.log()), dim=1)
+        return torch.softmax(pf.frame_log_joint(self, frames, labels, self.weights_.log()), dim=1)
 
     def _posterior_marginals(self, data: PFData) -> dict[str, torch.Tensor]:
         """``q(z_n = k | x_n, y_n)`` (labels used where observed)."""
@@ -531,12 +594,15 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyModel):
         """The more probable label of each row (a class of ``classes_``)."""
         self._check_fitted()
         p1 = self._responsibilities(self.prepare_data(X)) @ self.labels_.probs
-        return self._decode_labels((p1 > 0.5).long(), X)
+        return BINARY.decode(self, (p1 > 0.5).long(), X)
 
     def _pointwise_log_likelihood(self, data: PFData, switches: str = "map") -> torch.Tensor:
         """``log p(x_n)`` (labels not used), shape ``(N,)``; ``switches`` as in :meth:`score_samples`."""
         features = torch.ones(data.x.shape[1], dtype=torch.bool, device=data.x.device)
-        return torch.logsumexp(self._switch_mixture_log_prob(data.x, features, switches) + self.weights_.log(), dim=1)
+        return torch.logsumexp(
+            pf.switches(self).mixture_log_prob(self.components_, data.x, features, switches) + self.weights_.log(),
+            dim=1,
+        )
 
     def score_samples(self, X: Any, switches: str = "map") -> Any:
         """``log p(x_n)`` for every row.
@@ -555,7 +621,7 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyModel):
         mask = torch.as_tensor(relevant_mask, dtype=torch.bool, device=data.x.device)
         if mask.shape != (data.x.shape[1],) or not mask.any():
             raise ValueError(f"relevant_mask must be a boolean (D,) = ({data.x.shape[1]},) mask selecting a feature")
-        log_joint = self._switch_mixture_log_prob(data.x, mask, switches) + self.weights_.log()
+        log_joint = pf.switches(self).mixture_log_prob(self.components_, data.x, mask, switches) + self.weights_.log()
         return to_output(torch.logsumexp(log_joint, dim=1), X)
 
     def sample(self, n_samples: int = 1) -> dict[str, Any]:
@@ -577,15 +643,15 @@ class PFGMM(RelevanceOutputsMixin, PFStateMixin, FamilyModel):
     def summary(self) -> dict[str, Any]:
         """A JSON-able description of the fit; ``relevant`` and ``n_relevant`` follow :attr:`relevant_features_`."""
         self._check_fitted()
-        summary = self._pf_summary(
-            engine=self.engine_, elbo_per_point=self.lower_bound_, weights=self.weights_.cpu().tolist()
+        summary = pf.pf_summary(
+            self, engine=self.engine_, elbo_per_point=self.lower_bound_, weights=self.weights_.cpu().tolist()
         )
         scores = getattr(self, "switch_prior_scores_", None)
         summary["switch_prior_scores"] = None if scores is None else [[p, s] for p, s in scores.items()]
         summary["restart_scores"] = getattr(self, "restart_scores_", None)
         gain = np.asarray(self.relevance_gain_, dtype=float)
-        summary["relevance_gain"] = None if self._all_relevant else [float(g) for g in gain]
-        mask = self._relevant_mask_or_none()
+        summary["relevance_gain"] = None if pf.all_relevant(self) else [float(g) for g in gain]
+        mask = relevance.relevant_mask_or_none(self)
         if mask is not None:
             summary["relevant"] = [bool(m) for m in mask]
             summary["n_relevant"] = int(mask.sum())

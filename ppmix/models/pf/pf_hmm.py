@@ -15,15 +15,19 @@ from pyro.ops.indexing import Vindex
 
 from ppmix._validation import to_output
 from ppmix.algorithms.forward_backward import forward_backward
+from ppmix.components.family import DensityFamily, Statistics
+from ppmix.models._arviz import LaplaceTarget
+from ppmix.models._labels import encode_labels
 from ppmix.models._missing import check_missing_option
 from ppmix.models._params import store_params
 from ppmix.models._sequences import SequenceBatch
+from ppmix.models._target import BINARY
 from ppmix.models._weights import Weighted, split_weights
 from ppmix.models.base import MixtureModel
 from ppmix.models.hmm import HMM, _Counts, _EMData, _sequence_weights
+from ppmix.models.pf import _pf_state as pf
 from ppmix.models.pf._observed import frames_of
-from ppmix.models.pf._pf_state import PF_DIMS, PFStateMixin
-from ppmix.models.pf.switches import FrameLabels
+from ppmix.models.pf.switches import FrameLabels, switch_frame_sites, switch_guide
 
 __all__ = ["PFHMM", "SupervisedHMM"]
 
@@ -38,7 +42,7 @@ class _PFEMData(_EMData):
     labels: FrameLabels
 
 
-class PFHMM(PFStateMixin, HMM):
+class PFHMM(HMM):
     """Prediction-focused HMM: a hidden Markov chain over the label-relevant features only.
 
     Generative program (eqs. 15–16, with per-step switches as in the factorisation of §5)::
@@ -57,9 +61,9 @@ class PFHMM(PFStateMixin, HMM):
     background and ``phi``; the ELBO it reports equals Pyro's ``TraceEnum_ELBO`` on
     :meth:`model` and :meth:`guide` (the guide enumerates ``q(z_1) q(z_t | z_{t-1})``
     and the switches, so that check is exponential in ``T``: a test oracle, not an
-    engine). The switch, background and label machinery is
-    :class:`~ppmix.models.pf.switches.PredictionFocusedMixin`, shared with
-    :class:`~ppmix.models.pf.pf_gmm.PFGMM`: the frames are all valid time steps.
+    engine). The switches are a part shared with :class:`~ppmix.models.pf.pf_gmm.PFGMM`
+    (:class:`~ppmix.models.pf.switches.Switches`), the background and labels are fitted by the functions both
+    call (:mod:`~ppmix.models.pf._pf_state`): the frames are all valid time steps.
 
     Predictions drop the label term: ``predict_proba`` gives per step
     ``P(y_t = 1 | x_{1:T}) = sum_k q(z_t = k | x_{1:T}) label_probs_k`` with the smoothed
@@ -146,7 +150,7 @@ class PFHMM(PFStateMixin, HMM):
 
     def _validate_hyperparameters(self) -> None:
         MixtureModel._validate_hyperparameters(self)
-        self._validate_pf_params()
+        pf.validate_pf_params(self)
         check_missing_option(self.missing, self._component_family())
 
     def fit(self, X: Any, y: Any = None, *, sample_weight: Any = None, engine: str = "em", **options: Any) -> "PFHMM":
@@ -179,8 +183,8 @@ class PFHMM(PFStateMixin, HMM):
         elif batch.y is not None and not (~torch.isnan(batch.y[batch.mask])).any():
             raise ValueError("y has no observed label; pass y=None to fit without labels")
         if fitting:
-            self._check_pf_features(batch.frames)
-            self._encode_labels(None, fitting=True)  # classes_ = [0, 1]: per-step labels are numeric
+            pf.check_pf_features(self, batch.frames)
+            encode_labels(self, None, fitting=True)  # classes_ = [0, 1]: per-step labels are numeric
             if self._fit_sample_weight is not None:
                 weight = self._weigh(batch, self._fit_sample_weight).weight
                 self._record_weighted_data_scale(batch.frames, _sequence_weights(batch, weight)[batch.mask])
@@ -207,6 +211,49 @@ class PFHMM(PFStateMixin, HMM):
             return data
         return self._frames_data(data, use_labels=True)
 
+    # ------------------------------------------------- the pf parts' hooks
+    posterior_remedy = pf.POSTERIOR_REMEDY
+    online_em_unavailable = pf.ONLINE_EM_UNAVAILABLE
+    #: within the restarts of one fit: the data scale of their training frames (:func:`pf.record_data_scale`)
+    _restart_data_scale: dict[str, Any] | None = None
+    #: the ``sample_weight`` of the fit under way (None otherwise): the data scale ``prepare_data`` records is weighted
+    _fit_sample_weight: Any = None
+
+    def __sklearn_tags__(self) -> Any:
+        return BINARY.tags(super().__sklearn_tags__())
+
+    def _component_family(self) -> DensityFamily:
+        return pf.pf_component_family(self.reg_covar)
+
+    def _record_data_scale(self, x: torch.Tensor, name: str = "X") -> None:
+        pf.record_data_scale(self, x, name, super()._record_data_scale)
+
+    def _record_weighted_data_scale(self, frames: torch.Tensor, weight: torch.Tensor) -> None:
+        pf.record_weighted_data_scale(self, frames, weight)
+
+    def _em_data_statistics(self, data: Any) -> Statistics:
+        """Before a sharded or warm-started fit: the background's statistics of ``data.frames`` (every step counted
+        as often as its sequence's sample weight, where there are some)."""
+        inner, weight = split_weights(data)
+        return pf.background_data_statistics(self, inner.frames, self._frame_weights(inner, weight))
+
+    def _em_set_data_statistics(self, stats: Statistics) -> None:
+        pf.set_background(self, stats)
+
+    def _laplace_target(self, data: Any) -> LaplaceTarget:
+        return pf.pf_laplace_target(self, data, lambda rows: self._e_step(rows)[1])
+
+    @property
+    def relevance_(self) -> Any:
+        """``phi_d = q(S_d = 1)`` per feature (a Series indexed by feature names for DataFrame input)."""
+        return pf.switch_relevance(self)
+
+    @property
+    def label_probs_(self) -> torch.Tensor:
+        """``P(y = 1 | state k)``, ``(K,)``."""
+        self._check_fitted()
+        return self.labels_.probs
+
     def _frame_weights(self, data: _PFEMData, weight: torch.Tensor | None) -> torch.Tensor | None:
         """Every valid frame's sequence weight, ``(sum(lengths),)`` (None without sample weights)."""
         return None if weight is None else _sequence_weights(data.batch, weight)[data.batch.mask]
@@ -222,7 +269,8 @@ class PFHMM(PFStateMixin, HMM):
         k, d = self.n_components, batch.n_features
         opts = {"dtype": batch.x.dtype, "device": batch.x.device}
         chain, components = self._sample_chain(k, opts)
-        sites = self._pf_global_sites(k, d, opts, components)
+        sites = pf.pf_global_sites(self, k, d, opts, components)
+        prior = None if pf.all_relevant(self) else pf.switch_p(self)
         features = pyro.plate("features", d, dim=-1)
         with self._data_plate(batch.n_sequences, dim=-2) as idx:
             valid = batch.mask[idx][..., None]  # (B, T, 1)
@@ -240,16 +288,16 @@ class PFHMM(PFStateMixin, HMM):
                 states.append(z)
             for t, z in enumerate(states):  # ... then the switches and features: no site outside the features
                 with poutine.mask(mask=valid[:, t]):  # plate follows an enumerated switch (Pyro's dependency check)
-                    self._pf_frame_sites(sites, z, batch.x[idx, t], None, f"_{t}", features)
+                    switch_frame_sites(sites, z, batch.x[idx, t], None, prior, f"_{t}", features)
 
     def _check_enumeration_dims(self, first_state: torch.Tensor, steps: int) -> None:
         """Refuse, naming the limit, an enumerated chain that would need more than torch's 64 dimensions."""
-        per_step = 1 if self._all_relevant else 2  # a state, and the switches unless all features are relevant
+        per_step = 1 if pf.all_relevant(self) else 2  # a state, and the switches unless all features are relevant
         needed = first_state.dim() + per_step * steps - 1
         if first_state.dim() > self.max_plate_nesting and needed > _TORCH_MAX_DIMS:
             raise NotImplementedError(
                 f"enumerating {type(self).__name__}'s program gives every step's state"
-                + ("" if self._all_relevant else " and every step's switches")
+                + ("" if pf.all_relevant(self) else " and every step's switches")
                 + f" a tensor dimension of its own, {needed} in all here; torch allows {_TORCH_MAX_DIMS}, so "
                 f"sequences of at most {(_TORCH_MAX_DIMS - self.max_plate_nesting) // per_step} steps. For longer "
                 "ones use m.decode(X) (Viterbi paths) and m.predict_state_proba(X) (smoothed state marginals)"
@@ -268,7 +316,7 @@ class PFHMM(PFStateMixin, HMM):
         components = pyro.plate("components", self.n_components)
         with components:
             pyro.sample("transition", dist.Delta(values["transition"], event_dim=1))
-        self._pf_guide_global_sites(values, components)
+        pf.pf_guide_global_sites(values, components)
         log_emit = self._log_emissions(self._em_data(batch))
         log_first, log_cond = _chain_conditionals(self.initial_.log(), self.transition_.log(), log_emit, batch.mask)
         phi = values.get("switch_probs")
@@ -284,18 +332,18 @@ class PFHMM(PFStateMixin, HMM):
                 z = pyro.sample(f"z_{t}", dist.Categorical(probs), infer={"enumerate": "parallel"})
                 if t == 0:
                     self._check_enumeration_dims(z, batch.max_length)
-            if phi is not None:
+            if phi is not None and not pf.all_relevant(self):
                 for t in range(batch.max_length):
                     with poutine.mask(mask=(t < batch.lengths[idx])[:, None]):
-                        self._pf_guide_switches(phi, f"_{t}", features)
+                        switch_guide(phi, f"_{t}", features)
 
     # -------------------------------------------------------------- globals
     def _get_globals(self) -> dict[str, torch.Tensor]:
-        return {**super()._get_globals(), **self._pf_globals()}
+        return {**super()._get_globals(), **pf.pf_globals(self)}
 
     def _set_globals(self, values: dict[str, torch.Tensor]) -> None:
         super()._set_globals(values)
-        self._set_pf_globals(values)
+        pf.set_pf_globals(self, values)
 
     def _state_tensors(self) -> dict[str, torch.Tensor]:
         return self._get_globals()
@@ -309,7 +357,7 @@ class PFHMM(PFStateMixin, HMM):
             "initial": (k,),
             "transition": (k, k),
             **self._component_state_shapes(sites=True),
-            **self._pf_state_shapes(),
+            **pf.pf_state_shapes(self),
         }
 
     def _extra_state(self) -> dict[str, Any]:
@@ -319,14 +367,14 @@ class PFHMM(PFStateMixin, HMM):
         self.label_column_ = state.get("label_column")
 
     def _arviz_dims(self) -> dict[str, list[str]]:
-        return {**super()._arviz_dims(), **PF_DIMS}
+        return {**super()._arviz_dims(), **pf.PF_DIMS}
 
     # ------------------------------------------------------------------- EM
     def _log_emissions(self, data: _PFEMData) -> torch.Tensor:
         """``sum_d phi_d log N(x_td | k) + log p(y_t | k)`` (label where observed), ``(B, T, K)``; zero at padding."""
         batch = data.batch
         log_emit = batch.x.new_zeros(batch.n_sequences, batch.max_length, self.n_components)
-        log_emit[batch.mask] = self._frame_log_joint(data.frames, data.labels, log_emit.new_zeros(self.n_components))
+        log_emit[batch.mask] = pf.frame_log_joint(self, data.frames, data.labels, log_emit.new_zeros(self.n_components))
         return log_emit
 
     def _em_initialize(self, data: _PFEMData | Weighted, generator: torch.Generator) -> None:
@@ -336,7 +384,7 @@ class PFHMM(PFStateMixin, HMM):
         frame_weight = self._frame_weights(inner, weight)
         centred = _centred_per_step(inner.batch, weight)
         self._initialize_from_frames(
-            data, self._pf_start(inner.frames, inner.labels, generator, centred, weight=frame_weight)
+            data, pf.pf_start(self, inner.frames, inner.labels, generator, centred, weight=frame_weight)
         )
 
     def _e_step(self, data: _PFEMData | Weighted) -> tuple[_Counts, torch.Tensor]:
@@ -344,31 +392,31 @@ class PFHMM(PFStateMixin, HMM):
         counted as often as its sample weight)."""
         counts, log_norm = super()._e_step(data)
         inner, weight = split_weights(data)
-        return counts, log_norm + self._frame_objective_terms(inner.frames, self._frame_weights(inner, weight))
+        return counts, log_norm + pf.frame_objective_terms(self, inner.frames, self._frame_weights(inner, weight))
 
     def _em_statistics(self, data: _PFEMData | Weighted, stats: _Counts) -> dict[str, Any]:
         """Expected initial and transition counts, and the frames' component and label statistics (the counts
         carry the sequence weights already)."""
         inner = split_weights(data)[0]
-        frames = self._frame_statistics(inner.frames, inner.labels, stats.posterior[inner.batch.mask])
+        frames = pf.frame_statistics_of(self, inner.frames, inner.labels, stats.posterior[inner.batch.mask])
         return {"initial": stats.initial, "transitions": stats.transitions, "frames": frames}
 
     def _em_update(self, stats: dict[str, Any]) -> None:
         """The chain from expected counts; components, labels, then ``phi`` (B.2.1–B.2.2)."""
         self._update_chain(stats["initial"], stats["transitions"])
-        self._update_from_frame_statistics(stats["frames"])
+        pf.update_from_frame_statistics(self, stats["frames"])
         self._invalidate_guide()
 
     def _em_global_objective(self, n_observations: int) -> torch.Tensor:
         """The ELBO's terms that are not sums over the data: the switches' prior and entropy, and MAP-EM's log
         prior (:meth:`_log_prior`)."""
-        return self._switch_objective(n_observations) + self._log_prior()
+        return pf.switches(self).objective(n_observations) + self._log_prior()
 
     def _log_prior(self) -> torch.Tensor:
         """:class:`~ppmix.models.hmm.HMM`'s (the transitions' and, with ``priors``, the initial distribution's and
         the components'), and with ``priors`` the background's."""
         log_prior = super()._log_prior()
-        return log_prior if self.priors is None else log_prior + self._background_log_prior()
+        return log_prior if self.priors is None else log_prior + pf.background_log_prior(self)
 
     # ---------------------------------------------------------- predictions
     def _label_free_posterior(self, X: Any) -> tuple[SequenceBatch, torch.Tensor]:
@@ -430,14 +478,14 @@ class PFHMM(PFStateMixin, HMM):
         """
         emit = data.x.new_zeros(data.n_sequences, data.max_length, self.n_components)
         features = torch.ones(data.n_features, dtype=torch.bool, device=data.x.device)
-        emit[data.mask] = self._switch_mixture_log_prob(data.frames, features, switches)
+        emit[data.mask] = pf.switches(self).mixture_log_prob(self.components_, data.frames, features, switches)
         return forward_backward(self.initial_.log(), self.transition_.log(), emit, data.lengths).log_likelihood
 
     @property
     def n_parameters(self) -> int:
         """Free parameters: the HMM's, the label probabilities, the background and ``phi`` (when ``p < 1``)."""
         d = self.n_features_in_
-        return super().n_parameters + self.n_components + 2 * d + (0 if self._all_relevant else d)
+        return super().n_parameters + self.n_components + 2 * d + (0 if pf.all_relevant(self) else d)
 
     def sample(self, n_samples: int = 1, length: int = 50) -> dict[str, Any]:
         """Draw sequences ``{"x": (n, T, D), "y": (n, T), "z": (n, T), "s": (n, T, D)}`` (switches ``~ Bern(phi)``)."""
@@ -454,7 +502,8 @@ class PFHMM(PFStateMixin, HMM):
     def summary(self) -> dict[str, Any]:
         """A JSON-able description of the fit."""
         self._check_fitted()
-        return self._pf_summary(
+        return pf.pf_summary(
+            self,
             elbo_per_step=self.lower_bound_,
             initial=self.initial_.cpu().tolist(),
             transition=self.transition_.cpu().tolist(),

@@ -33,7 +33,7 @@ from ppmix._validation import (
     resolve_device,
     to_output,
 )
-from ppmix.models._target import TargetKindMixin
+from ppmix.models._target import TargetCoding
 from ppmix.models._weights import check_sample_weight
 from ppmix.ops.threads import threads_for, torch_threads
 from ppmix.optimizers.presto._guarantee import theorem2_guarantee
@@ -59,7 +59,7 @@ __all__ = ["PRESTO"]
 _DTYPE = torch.float64
 
 
-class PRESTO(TargetKindMixin, PrestoPersistence):
+class PRESTO(PrestoPersistence):
     """Partition ``N`` points into ``K`` parts while training one model per part.
 
     Implements Algorithm 1 of Sangani et al. (PRESTO) with the practical choices
@@ -300,12 +300,26 @@ class PRESTO(TargetKindMixin, PrestoPersistence):
         return torch.as_tensor(arr, dtype=_DTYPE, device=device)
 
     @property
+    def _target(self) -> TargetCoding:
+        """What ``y`` is by the components: binary (logistic), categorical (softmax) or real."""
+        kind = component_kind(self.component)
+        return TargetCoding({"logistic": "binary", "softmax": "categorical"}.get(kind, "real"))
+
+    @property
     def _classifies(self) -> bool:
-        return component_kind(self.component) in ("logistic", "softmax")
+        return self._target.classifies
 
     @property
     def _multiclass(self) -> bool:
-        return component_kind(self.component) == "softmax"
+        return self._target.multiclass
+
+    def __sklearn_tags__(self) -> Any:
+        return self._target.tags(super().__sklearn_tags__())
+
+    def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
+        """Accuracy of :meth:`predict` (logistic and softmax components) or its R² (linear ones), as
+        scikit-learn's classifiers and regressors score."""
+        return self._target.score(self, X, y, sample_weight)
 
     @property
     def _n_classes(self) -> int:
@@ -344,7 +358,7 @@ class PRESTO(TargetKindMixin, PrestoPersistence):
         if n < 2:
             raise InvalidDataError("X has 1 sample (n_samples=1): PRESTO needs at least 2 to partition")
         k = check_n_components(self.n_components, n)
-        yt = self._check_y(self._encode_response(y, fitting=True), n, device)
+        yt = self._check_y(self._target.encode(self, y, fitting=True), n, device)
         weight, keep = self._check_sample_weight(sample_weight, n, k, device)
         fit_x, fit_y = (x, yt) if keep is None else (x[keep], yt[keep])
         self.scales_ = self._training_scales(fit_x, fit_y, weight)
@@ -495,7 +509,7 @@ class PRESTO(TargetKindMixin, PrestoPersistence):
         route = self._routing_proba(x).argmax(1)
         values = self._adapter.predict(x).gather(1, route[:, None]).squeeze(1)
         if self._classifies:
-            return self._decode_prediction(values.long(), X)
+            return self._target.decode(self, values.long(), X)
         return to_output(values * self.scales_["y_scale"] + self.scales_["y_mean"], X)
 
     @available_if(lambda self: self._classifies)
@@ -530,7 +544,7 @@ class PRESTO(TargetKindMixin, PrestoPersistence):
         if not self._classifies:
             raise TypeError("guarantee_ is computed for logistic and softmax components only")
         x = self._check_X(X)
-        codes = self._check_y(self._encode_response(y, fitting=False), x.shape[0], x.device)
+        codes = self._check_y(self._target.encode(self, y, fitting=False), x.shape[0], x.device)
         targets = torch.nn.functional.one_hot(codes.long(), self._n_classes).to(_DTYPE)
         return theorem2_guarantee(x, targets, float(self.ridge))
 
@@ -547,7 +561,7 @@ class PRESTO(TargetKindMixin, PrestoPersistence):
         x, _ = check_matrix(X, "X", dtype=_DTYPE, device=device)
         n, p = x.shape
         k = check_n_components(self.n_components, n)
-        yt = self._check_y(self._encode_response(y, fitting=not hasattr(self, "classes_")), n, device)
+        yt = self._check_y(self._target.encode(self, y, fitting=not hasattr(self, "classes_")), n, device)
         weight = None
         if sample_weight is not None:
             weight = check_sample_weight(sample_weight, n, "row", dtype=_DTYPE, device=device)
