@@ -126,7 +126,7 @@ def test_relative_links_lead_to_files():
 
 
 def _built_in_families() -> list[str]:
-    # registered by other tests (the guide's own example registers "counts") they are not ppmix's
+    # families other tests register (and must remove) are not ppmix's
     return [name for name, where in FAMILIES.items() if isinstance(where, str) and where.startswith("ppmix.")]
 
 
@@ -152,8 +152,11 @@ def test_block_runs(page, section, code, line, tmp_path, monkeypatch):
     # the sentinel is set only if every statement of the block ran (no exception, no early exit)
     source = code + "\n__readme_block_done__ = True\n"
     compiled = compile(source, f"{page} (block at line {line}, section {section!r})", "exec")
+    families = dict(FAMILIES)  # a block may register a family (the guide's "counts"): not for the tests after it
     try:
         exec(compiled, namespace)  # noqa: S102 - running the documentation's own examples is the point of this test
     finally:
         plt.close("all")
+        FAMILIES.clear()
+        FAMILIES.update(families)
     assert namespace.get("__readme_block_done__") is True
