@@ -138,10 +138,11 @@ class InMemory:
     >>> import torch
     >>> from ppmix import GMM
     >>> gmm = GMM(2, seed=0, progress=False)
-    >>> source = InMemory(gmm, gmm.prepare_data(torch.randn(50, 1, dtype=torch.float64), fitting=True))
+    >>> x = torch.randn(100, 1, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    >>> source = InMemory(gmm, gmm.prepare_data(torch.cat([x[:50] - 5, x[50:] + 5]), fitting=True))
     >>> source.start(gmm._generator(0))
     >>> em_loop(source, max_iter=100, tol=1e-6).converged, source.n_observations
-    (True, 50)
+    (True, 100)
     """
 
     monotone = True
@@ -218,16 +219,7 @@ def run_em(
     >>> gmm.fit(torch.randn(100, 2, generator=torch.Generator().manual_seed(0)), engine="em", max_iter=200).converged_
     True
     """
-    return fit_source(
-        model,
-        InMemory(model, data),
-        n_init=n_init,
-        max_iter=max_iter,
-        tol=tol,
-        warm_start=warm_start,
-        progress=progress,
-        init_iter=init_iter,
-    )
+    return _restarts(model, InMemory(model, data), n_init, max_iter, tol, warm_start, progress, init_iter)
 
 
 def fit_source(
@@ -248,6 +240,20 @@ def fit_source(
     parameters) and prepare a warm start (``source.warm()``): :class:`InMemory`, or the shards of
     :func:`ppmix.distributed.fit_em`.
     """
+    return _restarts(model, source, n_init, max_iter, tol, warm_start, progress, init_iter)
+
+
+def _restarts(
+    model: EMModel,
+    source: Any,
+    n_init: int | None,
+    max_iter: int | None,
+    tol: float | None,
+    warm_start: bool | None,
+    progress: bool | None,
+    init_iter: int | None,
+) -> FitResult:
+    """:func:`fit_source`'s work, two frames below the user's call (``fit``, ``fit_em``) that its warnings name."""
     n_init = check_positive_int(model.n_init if n_init is None else n_init, "n_init")
     max_iter = check_positive_int(model.max_iter if max_iter is None else max_iter, "max_iter")
     tol = model.tol if tol is None else tol
@@ -298,7 +304,7 @@ def fit_source(
         warnings.warn(
             f"EM did not converge in max_iter={max_iter} iterations (tol={tol}); increase max_iter or tol",
             ConvergenceWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
     return result
 
@@ -341,7 +347,7 @@ def _held_parameters_fit(model: EMModel) -> bool:
         f"warm_start=True, but the fitted parameters do not have the shapes this fit needs ({', '.join(changed)}: "
         "n_components or the number of features changed); fitting from scratch",
         UserWarning,
-        stacklevel=4,
+        stacklevel=5,
     )
     return False
 
@@ -387,7 +393,7 @@ def em_loop(source: EMSource, max_iter: int, tol: float, show: bool = False, res
     ...         self.x /= 2
     >>> result = em_loop(Halving(), max_iter=50, tol=1e-6)
     >>> result.converged, result.n_iter, result.history[:2]
-    (True, 10, [-1.0, -0.25])
+    (True, 11, [-1.0, -0.25])
     """
     stats, objective = source.e_step()
     previous = _finite(objective, 0)

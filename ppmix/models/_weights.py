@@ -32,6 +32,7 @@ def split_weights(data: Any) -> tuple[Any, torch.Tensor | None]:
 
     Examples
     --------
+    >>> from ppmix.models.batch import Batch
     >>> split_weights(Batch("rows", torch.ones(2)))[1].tolist(), split_weights("rows")
     ([1.0, 1.0], ('rows', None))
     """
