@@ -420,14 +420,11 @@ class AutoRegressiveFamily(DensityFamily):
     def check_data(self, x: torch.Tensor, name: str = "X") -> None:
         self._noise().check_data(x, name)
 
-    def data_scale(self, x: torch.Tensor, name: str = "X") -> DataScale:
-        """The frames' Gaussian data scale: means, standard deviations and the variance floor (which
-        :meth:`sequence_scale` replaces by that of the steps where the frames come in sequences)."""
-        return self._noise().data_scale(x, name)
-
-    def weighted_data_scale(self, x: torch.Tensor, weight: torch.Tensor, name: str = "X") -> DataScale:
-        """:meth:`data_scale` of frames counted ``weight`` ``(N,)`` times each."""
-        return self._noise().weighted_data_scale(x, weight, name)
+    def data_scale(self, x: torch.Tensor, name: str = "X", weight: torch.Tensor | None = None) -> DataScale:
+        """The frames' Gaussian data scale (frames counted ``weight`` ``(N,)`` times each where given): means,
+        standard deviations and the variance floor (which :meth:`sequence_scale` replaces by that of the steps where
+        the frames come in sequences)."""
+        return self._noise().data_scale(x, name, weight)
 
     def sequence_scale(self, rows: torch.Tensor, weight: torch.Tensor | None = None) -> DataScale:
         """What the HMM measures on the step rows ``[x_t, x_{t-1}, ..., x_{t-p}]`` ``(N, D (p + 1))`` (rows counted
@@ -455,7 +452,8 @@ class AutoRegressiveFamily(DensityFamily):
     # ----------------------------------------------------------- the components
     def sites(self, k: int, d: int) -> dict[str, SiteSpec]:
         sites = {
-            "weights": SiteSpec(constraints.real, (d, d * self.lags)),
+            # the columns are the lagged features, D p of them
+            "weights": SiteSpec(constraints.real, (d, d * self.lags), dims=("feature", "lagged_feature")),
             "bias": SiteSpec(constraints.real, (d,)),
             "scales": SiteSpec(constraints.positive, (d,)),
         }
@@ -496,16 +494,3 @@ class AutoRegressiveFamily(DensityFamily):
         if site == "bias":
             return dist.Normal(torch.zeros_like(mean), 3.0 * (mean.abs() + std)).to_event(1)
         return self._noise().prior(site, k, d, scale, opts)
-
-    def site_dims(self) -> dict[str, list[str]]:
-        """``weights``' columns are the lagged features (``lagged_feature``, ``D p`` of them)."""
-        dims = {site: ["component", "feature"] for site in ("bias", "scales")}
-        dims["weights"] = ["component", "feature", "lagged_feature"]
-        if self.covariance_type == "full":
-            dims["corr_cholesky"] = ["component", "feature", "feature_bis"]
-        return dims
-
-    def n_parameters(self, k: int, d: int) -> int:
-        """Per state ``D^2 p`` lag coefficients, ``D`` biases and ``D (D + 1) / 2`` covariances (``D`` diagonal)."""
-        noise = d * (d + 1) // 2 if self.covariance_type == "full" else d
-        return k * (d * d * self.lags + d + noise)

@@ -192,7 +192,7 @@ class ComponentFamily(ParameterBatch, abc.ABC):
         raise TypeError(f"{type(self).__name__} has no closed-form KL divergence")
 
     # ----------------------------------------------------------------- helpers
-    def expected_statistics(
+    def _expected_statistics(
         self, data: Any, log_weights: torch.Tensor, row_weights: torch.Tensor | None = None
     ) -> tuple[Any, torch.Tensor]:
         """The E-step of a mixture of these components for families with ``log_prob`` and ``statistics``:

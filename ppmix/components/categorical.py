@@ -28,6 +28,7 @@ from ppmix.components.family import (
     SiteSpec,
     WeightedSums,
 )
+from ppmix.components.family_tools import prior_value
 from ppmix.components.independent import IndependentFeatures
 
 __all__ = ["CategoricalComponents", "CategoricalFamily", "LevelCodes", "distinct_codes", "measured_levels"]
@@ -328,7 +329,7 @@ class CategoricalFamily(DensityFamily):
 
     # ----------------------------------------------------------- the components
     def sites(self, k: int, d: int) -> dict[str, SiteSpec]:
-        return {"probs": SiteSpec(constraints.simplex, (d, self._levels()))}
+        return {"probs": SiteSpec(constraints.simplex, (d, self._levels()), dims=("feature", "level"))}
 
     def site_values(self, components: ComponentFamily) -> dict[str, torch.Tensor]:
         return {"probs": components.state_dict()["probs"]}
@@ -346,7 +347,7 @@ class CategoricalFamily(DensityFamily):
         }
 
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
-        alpha = self.prior_value("probs_concentration", torch.ones(d, self.measured(scale)._levels(), **opts))
+        alpha = prior_value(self, "probs_concentration", torch.ones(d, self.measured(scale)._levels(), **opts))
         return dist.Dirichlet(alpha).to_event(1)
 
     def map_update(self, components: CategoricalComponents, stats: WeightedSums, scale: DataScale) -> None:
@@ -365,9 +366,3 @@ class CategoricalFamily(DensityFamily):
         counts = stats.totals.reshape(k, -1, levels)
         prior = self.prior(site, 1, counts.shape[1], scale, opts).base_dist
         return dist.Dirichlet(prior.concentration + counts)
-
-    def n_parameters(self, k: int, d: int) -> int:
-        return k * d * (self._levels() - 1)
-
-    def site_dims(self) -> dict[str, list[str]]:
-        return {"probs": ["component", "feature", "level"]}

@@ -24,13 +24,11 @@ from __future__ import annotations
 import abc
 import copy
 import dataclasses
-import inspect
 from typing import Any, ClassVar, Collection, Mapping
 
 import pyro.distributions as dist
 import torch
 from pyro.distributions import constraints
-from pyro.distributions.transforms import biject_to
 
 from ppmix.components.base import ComponentFamily
 
@@ -97,6 +95,11 @@ class SiteSpec:
         The shape of one component's value (``(D,)`` for a mean vector).
     shared : bool, default False
         One value for every component, outside the ``components`` plate.
+    dims : tuple of str, optional
+        ArviZ names of the event dimensions (default ``feature`` and, for a square event, ``feature_bis``).
+    conjugate : bool, default True
+        False where the family's ``conjugate_posterior`` cannot draw this site (``engine="gibbs"`` then refuses the
+        family).
 
     Examples
     --------
@@ -108,6 +111,8 @@ class SiteSpec:
     support: constraints.Constraint
     event_shape: tuple[int, ...]
     shared: bool = False
+    dims: tuple[str, ...] | None = None
+    conjugate: bool = True
 
     def value_shape(self, k: int) -> tuple[int, ...]:
         """The shape of the site's value for ``k`` components: ``(k, *event_shape)``, or ``event_shape`` if shared.
@@ -418,17 +423,15 @@ class DensityFamily(abc.ABC):
 
     name: ClassVar[str]
     components_class: ClassVar[type[ComponentFamily]]
+    #: the hyperparameters :func:`with_priors` set (none: every default), read by
+    #: :func:`~ppmix.components.family_tools.prior_value`
+    _prior_settings: Mapping[str, Any] = {}
 
     # ------------------------------------------------------------------ settings
-    def config(self) -> dict[str, Any]:
-        """The family's settings as JSON-able keyword arguments of its constructor (saved with a model); default:
-        every named constructor argument, read back from the attribute of the same name."""
-        parameters = inspect.signature(type(self)).parameters.values()
-        named = (p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
-        return {name: getattr(self, name) for name in named}
-
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.config().items())})"
+        from ppmix.components.family_tools import family_settings  # the machinery module imports this one
+
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in family_settings(self).items())})"
 
     def validate(self) -> None:
         """Check the settings (called by ``fit``); raise ``ValueError`` naming the bad one."""
@@ -446,16 +449,13 @@ class DensityFamily(abc.ABC):
         """Refuse data the family cannot model (e.g. negative counts), naming ``name``; default: any real data."""
         return None
 
-    def data_scale(self, x: torch.Tensor, name: str = "X") -> DataScale:
-        """What the fit needs to know of the training data's scale (floors, the priors' centre); default: nothing."""
+    def data_scale(self, x: torch.Tensor, name: str = "X", weight: torch.Tensor | None = None) -> DataScale:
+        """What the fit needs to know of the training data's scale (floors, the priors' centre), of the rows of ``x``
+        ``(N, D)`` each counted ``weight`` ``(N,)`` times where given (``sample_weight``; for integer weights, that of
+        the rows repeated). Default: nothing. A family may leave out ``weight``: it then gets the rows of positive
+        weight (:func:`~ppmix.components.family_tools.measure_data_scale`), right for a scale that depends only on
+        the values that occur (a number of levels); a family that measures spreads (a variance floor) weighs them."""
         return {}
-
-    def weighted_data_scale(self, x: torch.Tensor, weight: torch.Tensor, name: str = "X") -> DataScale:
-        """:meth:`data_scale` of the rows of ``x`` ``(N, D)`` each counted ``weight`` ``(N,)`` times
-        (``sample_weight``; for integer weights, that of the rows repeated). Default: that of the rows of positive
-        weight, which is the repeated rows' for a scale that depends only on the values that occur (a number of
-        levels); a family that measures spreads (a variance floor) weighs them."""
-        return self.data_scale(x[weight > 0], name)
 
     def prepare(self, x: torch.Tensor, components: ComponentFamily | None = None) -> Any:
         """``x`` as the fitted components' ``log_prob``/``statistics`` want it, prepared once per fit (training
@@ -504,32 +504,10 @@ class DensityFamily(abc.ABC):
         raise NotImplementedError(f"{type(self).__name__} has no priors for MCMC")
 
     # ------------------------------------------------------------ settable priors
-    #: the hyperparameters :func:`with_priors` set (none: every default)
-    prior_settings: Mapping[str, Any] = {}
-
     def prior_keys(self) -> dict[str, PriorKey]:
         """The hyperparameters of :meth:`prior` that a model's ``priors=`` may set, with their defaults; default:
         none (the family's priors are fixed)."""
         return {}
-
-    def prior_value(self, key: str, default: torch.Tensor) -> torch.Tensor:
-        """The hyperparameter ``key``: its :attr:`prior_settings` value broadcast to ``default``'s shape, or
-        ``default``."""
-        value = self.prior_settings.get(key)
-        if value is None:
-            return default
-        tensor = torch.as_tensor(value, dtype=default.dtype, device=default.device)
-        try:
-            return tensor.expand_as(default)
-        except RuntimeError:
-            raise ValueError(
-                f"priors[{key!r}] must be a number or broadcast to shape {tuple(default.shape)}; got shape "
-                f"{tuple(tensor.shape)}"
-            ) from None
-
-    def has_map_update(self) -> bool:
-        """Whether :meth:`map_update` is written (what MAP-EM, ``engine="em"`` with ``priors``, needs)."""
-        return type(self).map_update is not DensityFamily.map_update
 
     def map_update(self, components: ComponentFamily, stats: Any, scale: DataScale) -> None:
         """MAP-EM's M-step, in place: the components maximising the expected complete-data log-likelihood
@@ -548,11 +526,6 @@ class DensityFamily(abc.ABC):
         opts = {"dtype": components.dtype, "device": components.device}
         return sum(self.prior(site, k, d, scale, opts).log_prob(value).sum() for site, value in values.items())
 
-    def has_conjugate_prior(self) -> bool:
-        """Whether :meth:`conjugate_posterior` draws every site (what ``engine="gibbs"`` needs); default: whether
-        the family writes it."""
-        return type(self).conjugate_posterior is not DensityFamily.conjugate_posterior
-
     def conjugate_posterior(
         self, site: str, stats: Any, values: dict[str, torch.Tensor], scale: DataScale, opts: dict
     ) -> dist.Distribution:
@@ -566,25 +539,6 @@ class DensityFamily(abc.ABC):
             f"the {self.name!r} family's priors are not conjugate, so engine='gibbs' cannot draw its components; "
             "use engine='mcmc'"
         )
-
-    def n_parameters(self, k: int, d: int) -> int:
-        """Free parameters of ``k`` components on ``d`` features (for the information criteria); default: the
-        dimensions of the sites' values in their unconstrained coordinates (a simplex of ``m`` entries counts ``m -
-        1``), which a family whose sites hold more than its free parameters corrects."""
-        total = 0
-        for spec in self.sites(k, d).values():
-            shape = spec.value_shape(k)
-            total += int(torch.Size(biject_to(spec.support).inv.forward_shape(shape)).numel())
-        return total
-
-    def site_dims(self) -> dict[str, list[str]]:
-        """ArviZ dimension names of each site beyond the draws: by default ``component`` (not for a shared site)
-        then ``feature`` and, for a square event, ``feature_bis``."""
-        dims = {}
-        for site, spec in self.sites(1, 2).items():
-            event = ["feature", "feature_bis"][: len(spec.event_shape)]
-            dims[site] = event if spec.shared else ["component", *event]
-        return dims
 
 
 def components_from_state(
@@ -606,17 +560,18 @@ def components_from_state(
 
 def with_priors(family: DensityFamily, priors: Mapping[str, Any] | None) -> DensityFamily:
     """A copy of ``family`` whose priors take the entries of ``priors`` named in its ``prior_keys()`` (a model's
-    ``priors=``, checked by the model; other keys are the structure's), as its ``prior_settings``.
+    ``priors=``, checked by the model; other keys are the structure's), as its settings (read by
+    :func:`~ppmix.components.family_tools.prior_value`).
 
     Examples
     --------
     >>> from ppmix.components.poisson import PoissonFamily
-    >>> with_priors(PoissonFamily(), {"rate_rate": 2.0, "weights": 3.0}).prior_settings
+    >>> with_priors(PoissonFamily(), {"rate_rate": 2.0, "weights": 3.0})._prior_settings
     {'rate_rate': 2.0}
     """
     copied = copy.copy(family)
     keys = family.prior_keys()
-    copied.prior_settings = {key: value for key, value in (priors or {}).items() if key in keys}
+    copied._prior_settings = {key: value for key, value in (priors or {}).items() if key in keys}
     return copied
 
 

@@ -37,6 +37,7 @@ from ppmix.components.family import (
     posterior_mode,
     with_priors,
 )
+from ppmix.components.family_tools import prior_value
 from ppmix.components.gaussian_diag import DiagGaussian
 from ppmix.components.gaussian_family import GaussianFamily
 from ppmix.components.gaussian_full import FullGaussian
@@ -375,7 +376,7 @@ class GaussianMixtureFamily(DensityFamily):
     def _gaussian(self) -> GaussianFamily:
         """The Gaussian family of the Gaussians inside: data checks, scale, floors, preparation and priors (with
         :attr:`prior_settings`)."""
-        return with_priors(GaussianFamily(self.covariance_type, self.reg_covar), self.prior_settings)
+        return with_priors(GaussianFamily(self.covariance_type, self.reg_covar), self._prior_settings)
 
     def validate(self) -> None:
         if isinstance(self.n_mix, bool) or not isinstance(self.n_mix, int) or self.n_mix < 1:
@@ -411,12 +412,15 @@ class GaussianMixtureFamily(DensityFamily):
     def sites(self, k: int, d: int) -> dict[str, SiteSpec]:
         m = self.n_mix
         sites = {
-            "mix_weights": SiteSpec(constraints.simplex, (m,)),
-            "locs": SiteSpec(constraints.real, (m, d)),
-            "scales": SiteSpec(constraints.positive, (m, d)),
+            # ArviZ dimensions: ``mix`` (the Gaussian within the component), then the features
+            "mix_weights": SiteSpec(constraints.simplex, (m,), dims=("mix",)),
+            "locs": SiteSpec(constraints.real, (m, d), dims=("mix", "feature")),
+            "scales": SiteSpec(constraints.positive, (m, d), dims=("mix", "feature")),
         }
         if self.covariance_type == "full":
-            sites["corr_cholesky"] = SiteSpec(constraints.corr_cholesky, (m, d, d))
+            sites["corr_cholesky"] = SiteSpec(
+                constraints.corr_cholesky, (m, d, d), dims=("mix", "feature", "feature_bis")
+            )
         return sites
 
     def _component_options(self, scale: DataScale) -> dict[str, Any]:
@@ -459,7 +463,7 @@ class GaussianMixtureFamily(DensityFamily):
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
         """``mix_weights ~ Dirichlet(1)``; every Gaussian under the Gaussian family's priors."""
         if site == "mix_weights":
-            return dist.Dirichlet(self.prior_value("mix_concentration", torch.ones(self.n_mix, **opts)))
+            return dist.Dirichlet(prior_value(self, "mix_concentration", torch.ones(self.n_mix, **opts)))
         single = self._gaussian.prior(site, k, d, scale, opts)
         return single.expand((self.n_mix,)).to_event(1)
 
@@ -482,15 +486,3 @@ class GaussianMixtureFamily(DensityFamily):
         return weights.log_prob(components.mix_weights).sum() + self._gaussian.map_log_prior(
             components._inner(), d, scale
         )
-
-    def site_dims(self) -> dict[str, list[str]]:
-        """ArviZ dimensions: ``component``, then ``mix`` (the Gaussian within it), then the features."""
-        dims = {
-            name: ["component", "mix", "feature", "feature_bis"][: 3 + (name == "corr_cholesky")]
-            for name in self.sites(1, 2)
-        }
-        return {**dims, "mix_weights": ["component", "mix"]}
-
-    def n_parameters(self, k: int, d: int) -> int:
-        """``K (M - 1)`` mixing weights and the ``K M`` Gaussians' parameters."""
-        return k * (self.n_mix - 1) + self._gaussian.n_parameters(k * self.n_mix, d)

@@ -43,6 +43,7 @@ from ppmix.components.family import (
     Statistics,
     WeightedSums,
 )
+from ppmix.components.family_tools import prior_value
 from ppmix.components.independent import ComponentsView
 
 __all__ = [
@@ -425,7 +426,7 @@ class MultinomialFamily(DensityFamily):
         }
 
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
-        return dist.Dirichlet(self.prior_value("probs_concentration", torch.ones(d, **opts)))
+        return dist.Dirichlet(prior_value(self, "probs_concentration", torch.ones(d, **opts)))
 
     def map_update(self, components: MultinomialComponents, stats: WeightedSums, scale: DataScale) -> None:
         """The weighted MLE of the counts plus ``alpha - 1`` under ``Dirichlet(alpha)``: the posterior mode."""
@@ -439,6 +440,3 @@ class MultinomialFamily(DensityFamily):
         """``probs_k | rows ~ Dirichlet(alpha + sum_n x_n)`` under the prior ``Dirichlet(alpha)``."""
         prior = self.prior(site, 1, stats.totals.shape[1], scale, opts)
         return dist.Dirichlet(prior.concentration + stats.totals)
-
-    def n_parameters(self, k: int, d: int) -> int:
-        return k * (d - 1)

@@ -11,6 +11,7 @@ import torch
 from ppmix._validation import check_n_components, check_positive_int, check_seed, to_output
 from ppmix.components.centred import padded_counts
 from ppmix.components.family import DensityFamily, PriorKey, Statistics
+from ppmix.components.family_tools import family_settings, mixture_statistics
 from ppmix.components.gaussian_family import GaussianFamily
 from ppmix.components.gaussian_mixture import GaussianMixtureFamily
 from ppmix.components.registry import family_config, family_from
@@ -293,7 +294,7 @@ class Mixture(FamilyModel):
     def _e_step(self, data: Any) -> tuple[Statistics, torch.Tensor]:
         """The M-step's statistics under the responsibilities and the log-likelihood
         ``sum_n log sum_k w_k p_k(x_n)`` (every row counted as often as its sample weight), in one pass where
-        the family fuses them (:meth:`~ppmix.components.base.ComponentFamily.expected_statistics`);
+        the family fuses them (:func:`~ppmix.components.family_tools.mixture_statistics`);
         :meth:`_m_step` and :meth:`_em_statistics` take the (merged) statistics as they are. In a partly labelled fit,
         the clamped E-step (:meth:`~ppmix.models.known_latents.Clamp.mixture_e_step`) and ``log p(X, known labels)``."""
         rows, weight = split_weights(data)
@@ -302,7 +303,7 @@ class Mixture(FamilyModel):
         elif isinstance(rows, PartlyObserved):
             stats, objective = partly_observed_e_step(self.components_, self.weights_.log(), rows, weight)
         else:
-            stats, objective = self.components_.expected_statistics(rows, self.weights_.log(), weight)
+            stats, objective = mixture_statistics(self.components_, rows, self.weights_.log(), weight)
         return stats, objective if self.priors is None else objective + self._log_prior()
 
     def _m_step(self, data: Any, resp: Statistics | torch.Tensor) -> None:
@@ -444,7 +445,7 @@ class Mixture(FamilyModel):
         return {
             "model": type(self).__name__,
             "n_components": self.n_components,
-            "family": {"name": self._component_family().name, **self._component_family().config()},
+            "family": {"name": self._component_family().name, **family_settings(self._component_family())},
             "engine": self.engine_,
             "n_iter": self.n_iter_,
             "converged": self.converged_,
