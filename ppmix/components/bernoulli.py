@@ -128,8 +128,10 @@ class BernoulliFamily(DensityFamily):
 
     def __init__(self, floor: float = 1e-10) -> None:
         self.floor = floor
+        self._check_settings()
 
-    def validate(self) -> None:
+    def _check_settings(self) -> None:
+        """Refuse a bad setting with a ``ValueError`` naming it (the constructor's last step)."""
         if not (isinstance(self.floor, (int, float)) and 0 < self.floor < 0.5):
             raise ValueError(f"floor must be a number in (0, 0.5); got {self.floor!r}")
 

@@ -24,6 +24,7 @@ from ppmix.components.family import (
     DataScale,
     DensityFamily,
     MeanStatisticsComponents,
+    PreparedRows,
     PriorKey,
     SiteSpec,
     WeightedSums,
@@ -86,7 +87,7 @@ def measured_levels(codes: list[torch.Tensor], name: str = "X") -> int:
     return levels
 
 
-class LevelCodes:
+class LevelCodes(PreparedRows):
     """Level codes ``codes`` ``(N, D)`` on ``n_levels`` levels, with their one-hot encoding ``one_hot``
     ``(N, D * C)`` (feature-major), built on first use (a shard read before the levels of every shard are known is
     encoded once, on the fitted components' levels: :meth:`on_levels`)."""
@@ -110,6 +111,15 @@ class LevelCodes:
                 f"levels (codes 0..{n_levels - 1})"
             )
         return cls(codes, n_levels)
+
+    @property
+    def rows(self) -> torch.Tensor:
+        return self.codes
+
+    @property
+    def start_points(self) -> torch.Tensor:
+        """The one-hot rows: k-means compares answers level by level, not by the codes' order."""
+        return self.one_hot
 
     @property
     def one_hot(self) -> torch.Tensor:
@@ -269,8 +279,10 @@ class CategoricalFamily(DensityFamily):
 
     def __init__(self, n_levels: int | None = None, floor: float = 1e-4) -> None:
         self.n_levels, self.floor = n_levels, floor
+        self._check_settings()
 
-    def validate(self) -> None:
+    def _check_settings(self) -> None:
+        """Refuse a bad setting with a ``ValueError`` naming it (the constructor's last step)."""
         if self.n_levels is not None and not (isinstance(self.n_levels, int) and self.n_levels >= 1):
             raise ValueError(f"n_levels must be None or a positive integer; got {self.n_levels!r}")
         if not (isinstance(self.floor, (int, float)) and 0 < self.floor < 1e-2):
@@ -319,13 +331,6 @@ class CategoricalFamily(DensityFamily):
             return LevelCodes.encode(x, components.n_levels)  # type: ignore[attr-defined]
         levels = self.n_levels if self.n_levels is not None else int(x.max()) + 1 if x.numel() else 1
         return LevelCodes.encode(x, levels)
-
-    def rows(self, data: Any) -> torch.Tensor:
-        return data.codes if isinstance(data, LevelCodes) else data
-
-    def start_points(self, data: Any) -> torch.Tensor:
-        """The one-hot rows: k-means compares answers level by level, not by the codes' order."""
-        return data.one_hot if isinstance(data, LevelCodes) else data
 
     # ----------------------------------------------------------- the components
     def sites(self, k: int, d: int) -> dict[str, SiteSpec]:

@@ -40,6 +40,7 @@ __all__ = [
     "DataScale",
     "DensityFamily",
     "MeanStatisticsComponents",
+    "PreparedRows",
     "PriorKey",
     "SiteSpec",
     "Statistics",
@@ -201,6 +202,29 @@ def check_priors(
         keys[key].check(key, value, map_em=map_em)
         if arrays is not None and key not in arrays and torch.as_tensor(value).numel() != 1:
             raise ValueError(f"priors[{key!r}] must be a number, not an array ({keys[key].doc}); got {value!r}")
+
+
+class PreparedRows(abc.ABC):
+    """Base of the data a family's ``prepare`` returns in place of the rows themselves (centred rows, logarithms,
+    one-hot codes, lagged frames): they know the rows they were prepared from and the points k-means starts on.
+
+    Examples
+    --------
+    >>> from ppmix.components.centred import CentredData
+    >>> data = CentredData.from_tensor(torch.tensor([[1.0], [3.0]]))
+    >>> isinstance(data, PreparedRows), data.rows.ravel().tolist(), data.start_points.ravel().tolist()
+    (True, [1.0, 3.0], [-1.0, 1.0])
+    """
+
+    @property
+    @abc.abstractmethod
+    def rows(self) -> torch.Tensor:
+        """The ``(N, D)`` rows these data were prepared from (the inverse of ``prepare``)."""
+
+    @property
+    def start_points(self) -> torch.Tensor:
+        """The points the k-means start clusters, ``(N, D')``; default: the rows."""
+        return self.rows
 
 
 class _Declared:
@@ -397,14 +421,22 @@ class MeanStatisticsComponents(ComponentFamily):
 class DensityFamily(abc.ABC):
     """A kind of component for the structures (mixture, HMM): what they ask of it, declared once.
 
-    Subclass it to write a family: set :attr:`name` and :attr:`components_class` and write the abstract
-    :meth:`sites`; the fitted components are a :class:`~ppmix.components.base.ComponentFamily`, which declares its
-    five abstract members (``log_prob``, ``statistics``, ``fit_statistics``, ``pyro_dist``, ``sample``). Every
-    other member has a default that suits most families: the settings (:meth:`config`, :meth:`validate`), the
-    data (:meth:`check_data`, :meth:`data_scale`, :meth:`prepare`), the components from the site values (by
-    name), the priors of MCMC (:meth:`prior`), MAP-EM (:meth:`map_update`), Gibbs (:meth:`conjugate_posterior`)
-    and the number of free parameters (counted from the sites). :func:`ppmix.testing.check_family` checks a
-    family against the structures and engines.
+    **The family contract** is the members a family writes or may override: :attr:`__contract__` here and
+    :attr:`ComponentFamily.__contract__ <ppmix.components.base.ComponentFamily.__contract__>` on its fitted
+    components, and nothing else (``tests/components/test_protocol.py`` counts them). Six are abstract, the members
+    every family writes: :meth:`sites` here, ``log_prob``, ``statistics``, ``fit_statistics``, ``pyro_dist`` and
+    ``sample`` on the components. The optional ones have defaults that suit most families: the data
+    (:meth:`check_data`, :meth:`data_scale`, :meth:`prepare`, :meth:`measured`), the components from the site
+    values and back (:meth:`components`, :meth:`site_values`, :meth:`placeholder`; parameters passed by name), the
+    priors of MCMC (:meth:`prior`, :meth:`prior_keys`), MAP-EM (:meth:`map_update`, :meth:`map_log_prior`) and
+    Gibbs (:meth:`conjugate_posterior`). Besides them a family declares :attr:`name` and :attr:`components_class`
+    (and may declare ``start_spread``, the softening of k-means' hard start clusters); it checks its settings in
+    its constructor. What the structures derive from these members (the settings saved, the number of free
+    parameters, the ArviZ dimensions, the capabilities) is machinery, in :mod:`ppmix.components.family_tools`.
+    :func:`ppmix.testing.check_family` checks a family against the structures and engines.
+
+    A *sequence family*, whose frames depend on those before them (the autoregressive family), also writes
+    ``sequence_rows`` and ``sequence_scale`` (and its components ``sample_paths``), which the HMM alone reads.
 
     Attributes
     ----------
@@ -423,6 +455,22 @@ class DensityFamily(abc.ABC):
 
     name: ClassVar[str]
     components_class: ClassVar[type[ComponentFamily]]
+    #: the members of the contract on the family (the rest is on its components' class)
+    __contract__: ClassVar[tuple[str, ...]] = (
+        "sites",
+        "check_data",
+        "data_scale",
+        "prepare",
+        "measured",
+        "components",
+        "site_values",
+        "placeholder",
+        "prior",
+        "prior_keys",
+        "map_update",
+        "map_log_prior",
+        "conjugate_posterior",
+    )
     #: the hyperparameters :func:`with_priors` set (none: every default), read by
     #: :func:`~ppmix.components.family_tools.prior_value`
     _prior_settings: Mapping[str, Any] = {}
@@ -432,10 +480,6 @@ class DensityFamily(abc.ABC):
         from ppmix.components.family_tools import family_settings  # the machinery module imports this one
 
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in family_settings(self).items())})"
-
-    def validate(self) -> None:
-        """Check the settings (called by ``fit``); raise ``ValueError`` naming the bad one."""
-        return None
 
     def measured(self, scale: DataScale) -> "DensityFamily":
         """The family with the settings it measures on the training data (:meth:`data_scale`) filled in from
@@ -461,14 +505,6 @@ class DensityFamily(abc.ABC):
         """``x`` as the fitted components' ``log_prob``/``statistics`` want it, prepared once per fit (training
         data, ``components`` None) or per prediction (``components`` the fitted ones); default: ``x`` itself."""
         return x
-
-    def rows(self, data: Any) -> torch.Tensor:
-        """The ``(N, D)`` rows of prepared data (the inverse of :meth:`prepare`)."""
-        return data
-
-    def start_points(self, data: Any) -> torch.Tensor:
-        """The points the k-means start clusters, ``(N, D)``; default: the rows."""
-        return self.rows(data)
 
     # ----------------------------------------------------------- the components
     @abc.abstractmethod

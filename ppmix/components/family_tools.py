@@ -7,7 +7,8 @@ family: a family's settings (:func:`family_settings`), its hyperparameters as ``
 (:func:`prior_value`), its capabilities (:func:`has_map_update`, :func:`has_conjugate_prior`), its number of free
 parameters (:func:`n_parameters`) and ArviZ dimensions (:func:`site_dims`), both read off its
 :class:`~ppmix.components.family.SiteSpec`, its data scale under ``sample_weight`` (:func:`measure_data_scale`) and
-the E-step of a mixture of its components (:func:`mixture_statistics`).
+the E-step of a mixture of its components (:func:`mixture_statistics`), and the rows and k-means points of its
+prepared data (:func:`data_rows`, :func:`start_points`).
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ import torch
 from pyro.distributions.transforms import biject_to
 
 from ppmix.components.base import ComponentFamily
-from ppmix.components.family import DataScale, DensityFamily
+from ppmix.components.family import DataScale, DensityFamily, PreparedRows
 
 __all__ = [
+    "data_rows",
     "family_settings",
     "has_conjugate_prior",
     "has_map_update",
@@ -30,6 +32,7 @@ __all__ = [
     "n_parameters",
     "prior_value",
     "site_dims",
+    "start_points",
 ]
 
 
@@ -181,3 +184,31 @@ def mixture_statistics(
     ([1.051, 0.949], -3.629)
     """
     return components._expected_statistics(data, log_weights, row_weights)
+
+
+def data_rows(data: Any) -> torch.Tensor:
+    """The ``(N, D)`` rows of a family's prepared data (the inverse of its ``prepare``): a
+    :class:`~ppmix.components.family.PreparedRows`'s ``rows``, or the rows themselves.
+
+    Examples
+    --------
+    >>> from ppmix.components.centred import CentredData
+    >>> x = torch.tensor([[1.0], [3.0]])
+    >>> data_rows(CentredData.from_tensor(x)) is x, data_rows(x) is x
+    (True, True)
+    """
+    return data.rows if isinstance(data, PreparedRows) else data
+
+
+def start_points(data: Any) -> torch.Tensor:
+    """The points the k-means start clusters for a family's prepared data: a
+    :class:`~ppmix.components.family.PreparedRows`'s ``start_points`` (centred rows, centred logarithms, one-hot
+    codes, count profiles), or the rows themselves.
+
+    Examples
+    --------
+    >>> from ppmix.components.centred import CentredData
+    >>> start_points(CentredData.from_tensor(torch.tensor([[1.0], [3.0]]))).ravel().tolist()
+    [-1.0, 1.0]
+    """
+    return data.start_points if isinstance(data, PreparedRows) else data

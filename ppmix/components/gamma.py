@@ -265,8 +265,10 @@ class GammaFamily(LogDataFamily):
 
     def __init__(self, max_concentration: float = 1e6) -> None:
         self.max_concentration = max_concentration
+        self._check_settings()
 
-    def validate(self) -> None:
+    def _check_settings(self) -> None:
+        """Refuse a bad setting with a ``ValueError`` naming it (the constructor's last step)."""
         if not (isinstance(self.max_concentration, (int, float)) and self.max_concentration > 0):
             raise ValueError(f"max_concentration must be a positive number; got {self.max_concentration!r}")
 

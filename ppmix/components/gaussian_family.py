@@ -268,8 +268,10 @@ class GaussianFamily(DensityFamily):
 
     def __init__(self, covariance_type: str = "diag", reg_covar: float = 1e-6) -> None:
         self.covariance_type, self.reg_covar = covariance_type, reg_covar
+        self._check_settings()
 
-    def validate(self) -> None:
+    def _check_settings(self) -> None:
+        """Refuse a bad setting with a ``ValueError`` naming it (the constructor's last step)."""
         if self.covariance_type not in COVARIANCE_TYPES:
             raise ValueError(f"covariance_type must be one of {COVARIANCE_TYPES}; got {self.covariance_type!r}")
         check_float(self.reg_covar, "reg_covar", positive=False)
@@ -301,12 +303,6 @@ class GaussianFamily(DensityFamily):
         """Training data centred at their mean; prediction data at the fitted components' ``reference``
         (so a row's output depends on that row and the model only)."""
         return CentredData.from_tensor(x, None if components is None else components.reference)
-
-    def rows(self, data: Any) -> torch.Tensor:
-        return data.x if isinstance(data, CentredData) else data
-
-    def start_points(self, data: Any) -> torch.Tensor:
-        return data.centred if isinstance(data, CentredData) else data
 
     # ----------------------------------------------------------- the components
     def sites(self, k: int, d: int) -> dict[str, SiteSpec]:

@@ -371,6 +371,7 @@ class GaussianMixtureFamily(DensityFamily):
 
     def __init__(self, n_mix: int = 2, covariance_type: str = "diag", reg_covar: float = 1e-6) -> None:
         self.n_mix, self.covariance_type, self.reg_covar = n_mix, covariance_type, reg_covar
+        self._check_settings()
 
     @property
     def _gaussian(self) -> GaussianFamily:
@@ -378,7 +379,8 @@ class GaussianMixtureFamily(DensityFamily):
         :attr:`prior_settings`)."""
         return with_priors(GaussianFamily(self.covariance_type, self.reg_covar), self._prior_settings)
 
-    def validate(self) -> None:
+    def _check_settings(self) -> None:
+        """Refuse a bad setting with a ``ValueError`` naming it (the constructor's last step)."""
         if isinstance(self.n_mix, bool) or not isinstance(self.n_mix, int) or self.n_mix < 1:
             raise ValueError(f"n_mix must be a positive integer; got {self.n_mix!r}")
         if self.covariance_type not in MIXTURE_COVARIANCE_TYPES:
@@ -386,7 +388,7 @@ class GaussianMixtureFamily(DensityFamily):
                 f"covariance_type must be one of {MIXTURE_COVARIANCE_TYPES} for a mixture emission; "
                 f"got {self.covariance_type!r}"
             )
-        self._gaussian.validate()
+        GaussianFamily(self.covariance_type, self.reg_covar)  # whose constructor checks reg_covar
 
     @property
     def components_class(self) -> type[ComponentFamily]:  # type: ignore[override]
@@ -401,12 +403,6 @@ class GaussianMixtureFamily(DensityFamily):
 
     def prepare(self, x: torch.Tensor, components: ComponentFamily | None = None) -> CentredData:
         return self._gaussian.prepare(x, components)
-
-    def rows(self, data: Any) -> torch.Tensor:
-        return self._gaussian.rows(data)
-
-    def start_points(self, data: Any) -> torch.Tensor:
-        return self._gaussian.start_points(data)
 
     # ----------------------------------------------------------- the components
     def sites(self, k: int, d: int) -> dict[str, SiteSpec]:

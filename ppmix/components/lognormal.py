@@ -163,13 +163,15 @@ class LogNormalFamily(LogDataFamily):
 
     def __init__(self, reg_covar: float = 1e-6) -> None:
         self.reg_covar = reg_covar
+        self._check_settings()
 
     def _log_gaussian(self) -> GaussianFamily:
         """The diagonal Gaussian family of ``log x``, whose data scale and priors (with :attr:`prior_settings`) these
         are."""
         return with_priors(GaussianFamily("diag", self.reg_covar), self._prior_settings)
 
-    def validate(self) -> None:
+    def _check_settings(self) -> None:
+        """Refuse a bad setting with a ``ValueError`` naming it (the constructor's last step)."""
         check_float(self.reg_covar, "reg_covar", positive=False)
 
     def data_scale(self, x: torch.Tensor, name: str = "X", weight: torch.Tensor | None = None) -> DataScale:

@@ -38,6 +38,7 @@ from ppmix.components.family import (
     DataScale,
     DensityFamily,
     MeanStatisticsComponents,
+    PreparedRows,
     PriorKey,
     SiteSpec,
     Statistics,
@@ -73,7 +74,7 @@ def log_multinomial_coefficient(x: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass
-class CountRows:
+class CountRows(PreparedRows):
     """Count vectors ``x`` ``(N, D)`` with their multinomial coefficients ``log_coefficient`` ``(N,)``."""
 
     x: torch.Tensor
@@ -82,6 +83,16 @@ class CountRows:
     @classmethod
     def from_tensor(cls, x: torch.Tensor) -> "CountRows":
         return cls(x, log_multinomial_coefficient(x))
+
+    @property
+    def rows(self) -> torch.Tensor:
+        return self.x
+
+    @property
+    def start_points(self) -> torch.Tensor:
+        """Each row's shares of its total (zero for a row without counts): k-means compares the rows' profiles."""
+        totals = self.x.sum(1, keepdim=True)
+        return self.x / torch.where(totals > 0, totals, 1.0)
 
 
 class RowTotalMultinomial(dist.TorchDistribution):
@@ -383,8 +394,10 @@ class MultinomialFamily(DensityFamily):
 
     def __init__(self, floor: float = 1e-10) -> None:
         self.floor = floor
+        self._check_settings()
 
-    def validate(self) -> None:
+    def _check_settings(self) -> None:
+        """Refuse a bad setting with a ``ValueError`` naming it (the constructor's last step)."""
         if not (isinstance(self.floor, (int, float)) and 0 < self.floor < 1e-2):
             raise ValueError(f"floor must be a number in (0, 0.01); got {self.floor!r}")
 
@@ -401,15 +414,6 @@ class MultinomialFamily(DensityFamily):
 
     def prepare(self, x: torch.Tensor, components: ComponentFamily | None = None) -> CountRows:
         return CountRows.from_tensor(x)
-
-    def rows(self, data: Any) -> torch.Tensor:
-        return data.x if isinstance(data, CountRows) else data
-
-    def start_points(self, data: Any) -> torch.Tensor:
-        """Each row's shares of its total (zero for a row without counts): k-means compares the rows' profiles."""
-        x = self.rows(data)
-        totals = x.sum(1, keepdim=True)
-        return x / torch.where(totals > 0, totals, 1.0)
 
     def sites(self, k: int, d: int) -> dict[str, SiteSpec]:
         return {"probs": SiteSpec(constraints.simplex, (d,))}

@@ -127,8 +127,10 @@ class PoissonFamily(DensityFamily):
 
     def __init__(self, floor: float = 1e-10) -> None:
         self.floor = floor
+        self._check_settings()
 
-    def validate(self) -> None:
+    def _check_settings(self) -> None:
+        """Refuse a bad setting with a ``ValueError`` naming it (the constructor's last step)."""
         if not (isinstance(self.floor, (int, float)) and self.floor > 0):
             raise ValueError(f"floor must be a positive number; got {self.floor!r}")
 

@@ -477,8 +477,10 @@ class StudentTFamily(DensityFamily):
     ) -> None:
         self.covariance_type = covariance_type
         self.reg_covar, self.min_df, self.max_df = reg_covar, min_df, max_df
+        self._check_settings()
 
-    def validate(self) -> None:
+    def _check_settings(self) -> None:
+        """Refuse a bad setting with a ``ValueError`` naming it (the constructor's last step)."""
         if self.covariance_type not in COVARIANCE_TYPES:
             raise ValueError(f"covariance_type must be one of {COVARIANCE_TYPES}; got {self.covariance_type!r}")
         check_float(self.reg_covar, "reg_covar", positive=False)

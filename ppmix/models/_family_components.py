@@ -29,7 +29,14 @@ from ppmix.components.family import (
     components_from_state,
     with_priors,
 )
-from ppmix.components.family_tools import has_map_update, measure_data_scale, n_parameters, site_dims
+from ppmix.components.family_tools import (
+    data_rows,
+    has_map_update,
+    measure_data_scale,
+    n_parameters,
+    site_dims,
+    start_points,
+)
 from ppmix.components.independent import FeatureStatistics
 from ppmix.components.registry import family_option_hint
 from ppmix.models._flat import flat_prior
@@ -121,7 +128,7 @@ class FamilyModel(MixtureModel):
         raise NotImplementedError(f"{type(self).__name__} must define component_family()")
 
     def _validate_family_params(self) -> None:
-        self._component_family().validate()
+        self._component_family()  # a family checks its settings in its constructor
         self._validate_em_settings(self.init_methods)
         self._validate_priors()
 
@@ -368,12 +375,12 @@ class FamilyModel(MixtureModel):
         random subsample of the rows, then every row assigned to its nearest centre. With row ``weight``
         (``sample_weight``) k-means runs on the weighted rows (a weighted resample, a weighted seeding).
         """
-        family, k = self._component_family(), self.n_components
-        x = family.rows(data)
+        k = self.n_components
+        x = data_rows(data)
         if self.init_params == "random":
             resp = torch.rand(x.shape[0], k, generator=generator, dtype=x.dtype).to(x.device)
             return resp / resp.sum(1, keepdim=True)
-        points = family.start_points(data)
+        points = start_points(data)
         if self.init_params == "kmeans":
             _, labels = kmeans_start(points, k, generator, weight=weight)
         else:

@@ -11,7 +11,7 @@ import torch
 from ppmix._validation import check_n_components, check_positive_int, check_seed, to_output
 from ppmix.components.centred import padded_counts
 from ppmix.components.family import DensityFamily, PriorKey, Statistics
-from ppmix.components.family_tools import family_settings, mixture_statistics
+from ppmix.components.family_tools import data_rows, family_settings, mixture_statistics, start_points
 from ppmix.components.gaussian_family import GaussianFamily
 from ppmix.components.gaussian_mixture import GaussianMixtureFamily
 from ppmix.components.registry import family_config, family_from
@@ -258,7 +258,7 @@ class Mixture(FamilyModel):
 
     def _n_rows(self, rows: Any) -> int:
         return int(
-            rows.x.shape[0] if isinstance(rows, PartlyObserved) else self._component_family().rows(rows).shape[0]
+            rows.x.shape[0] if isinstance(rows, PartlyObserved) else data_rows(rows).shape[0]
         )
 
     def _em_data(self, data: Any) -> Any:
@@ -282,13 +282,13 @@ class Mixture(FamilyModel):
         if isinstance(rows, PartlyObserved):
             rows = self._component_family().prepare(fill_missing(rows.x, self._component_family(), weight))
             data = rows if weight is None else Weighted(rows, weight)
-        self.components_ = self._new_components(self._component_family().rows(rows))
+        self.components_ = self._new_components(data_rows(rows))
         resp = self._initial_responsibilities(rows, generator, weight)
         if self.init_params != "random":  # k-means' hard clusters, softened for the families that ask
             resp = start_responsibilities(self._component_family(), resp)
         if self._known_latents is not None:
             family = self._component_family()
-            resp = self._known_latents.start(resp, family.start_points(rows), weight=weight, family=family)
+            resp = self._known_latents.start(resp, start_points(rows), weight=weight, family=family)
         self._m_step(data, resp)
 
     def _e_step(self, data: Any) -> tuple[Statistics, torch.Tensor]:
