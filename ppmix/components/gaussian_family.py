@@ -259,6 +259,7 @@ class GaussianFamily(DensityFamily):
 
     Examples
     --------
+    >>> from ppmix.components.family_tools import n_parameters
     >>> family = GaussianFamily("full")
     >>> sorted(family.sites(3, 2)), n_parameters(family, 3, 2)
     (['corr_cholesky', 'locs', 'scales'], 15)

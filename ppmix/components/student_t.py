@@ -462,6 +462,7 @@ class StudentTFamily(DensityFamily):
     >>> mix = Mixture(2, family="student_t", seed=0, progress=False).fit(X)
     >>> bool(np.allclose(np.sort(mix.means_.mean(1).numpy()), [0.0, 10.0], atol=0.3))
     True
+    >>> from ppmix.components.family_tools import n_parameters
     >>> sorted(StudentTFamily("full").sites(2, 3)), n_parameters(StudentTFamily("full"), 2, 3)
     (['corr_cholesky', 'df', 'loc', 'scales'], 20)
     """

@@ -57,6 +57,24 @@ def _subclasses(cls: type) -> set[type]:
     return {sub for direct in cls.__subclasses__() for sub in {direct} | _subclasses(direct)}
 
 
+#: members the contract classes had before issue 50 and no longer have (machinery now, or on the prepared data): a
+#: family class defining one would be silently ignored
+RETIRED = {
+    "config",
+    "validate",
+    "weighted_data_scale",
+    "rows",
+    "start_points",
+    "prior_value",
+    "prior_settings",
+    "has_map_update",
+    "has_conjugate_prior",
+    "n_parameters",
+    "site_dims",
+    "expected_statistics",
+}
+
+
 def test_registered_families_override_only_the_contract():
     """No family or components class in ppmix overrides a member of the contract classes outside the contract: what
     the structures derive from a family is machinery (``ppmix.components.family_tools``)."""
@@ -70,6 +88,7 @@ def test_registered_families_override_only_the_contract():
             view = {"n_components", "device", "dtype"} if issubclass(cls, ComponentsView) else set()
             overridden = {n for n in vars(cls) if not n.startswith("_") and hasattr(base, n)} - view
             assert overridden <= set(base.__contract__) | DECLARATIONS, (cls.__name__, overridden)
+            assert not RETIRED & set(vars(cls)), (cls.__name__, RETIRED & set(vars(cls)))
 
 
 def _family(name: str, seed: int, device: str):
