@@ -24,6 +24,7 @@ from __future__ import annotations
 import abc
 import copy
 import dataclasses
+import inspect
 from typing import Any, ClassVar, Collection, Mapping
 
 import pyro.distributions as dist
@@ -34,6 +35,7 @@ from ppmix.components.base import ComponentFamily
 
 __all__ = [
     "check_priors",
+    "family_settings",
     "components_from_state",
     "with_priors",
     "AdditiveStatistics",
@@ -477,8 +479,6 @@ class DensityFamily(abc.ABC):
 
     # ------------------------------------------------------------------ settings
     def __repr__(self) -> str:
-        from ppmix.components.family_tools import family_settings  # the machinery module imports this one
-
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in family_settings(self).items())})"
 
     def measured(self, scale: DataScale) -> "DensityFamily":
@@ -592,6 +592,21 @@ def components_from_state(
     """
     cls = family.components_class
     return cls(**{name: state[name] for name in cls.param_names}, **family._component_options(scale))
+
+
+def family_settings(family: DensityFamily) -> dict[str, Any]:
+    """``family``'s settings as JSON-able keyword arguments of its constructor (saved with a model): every named
+    constructor argument, read back from the attribute of the same name.
+
+    Examples
+    --------
+    >>> from ppmix.components.gaussian_family import GaussianFamily
+    >>> family_settings(GaussianFamily("full"))
+    {'covariance_type': 'full', 'reg_covar': 1e-06}
+    """
+    parameters = inspect.signature(type(family)).parameters.values()
+    named = (p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+    return {name: getattr(family, name) for name in named}
 
 
 def with_priors(family: DensityFamily, priors: Mapping[str, Any] | None) -> DensityFamily:

@@ -20,7 +20,7 @@ import torch
 from pyro.distributions.transforms import biject_to
 
 from ppmix.components.base import ComponentFamily
-from ppmix.components.family import DataScale, DensityFamily, PreparedRows
+from ppmix.components.family import DataScale, DensityFamily, PreparedRows, family_settings
 
 __all__ = [
     "data_rows",
@@ -34,21 +34,6 @@ __all__ = [
     "site_dims",
     "start_points",
 ]
-
-
-def family_settings(family: DensityFamily) -> dict[str, Any]:
-    """``family``'s settings as JSON-able keyword arguments of its constructor (saved with a model): every named
-    constructor argument, read back from the attribute of the same name.
-
-    Examples
-    --------
-    >>> from ppmix.components.gaussian_family import GaussianFamily
-    >>> family_settings(GaussianFamily("full"))
-    {'covariance_type': 'full', 'reg_covar': 1e-06}
-    """
-    parameters = inspect.signature(type(family)).parameters.values()
-    named = (p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
-    return {name: getattr(family, name) for name in named}
 
 
 def prior_value(family: DensityFamily, key: str, default: torch.Tensor) -> torch.Tensor:
