@@ -257,9 +257,7 @@ class Mixture(FamilyModel):
         return weighted
 
     def _n_rows(self, rows: Any) -> int:
-        return int(
-            rows.x.shape[0] if isinstance(rows, PartlyObserved) else data_rows(rows).shape[0]
-        )
+        return int(rows.x.shape[0] if isinstance(rows, PartlyObserved) else data_rows(rows).shape[0])
 
     def _em_data(self, data: Any) -> Any:
         """The family's prepared rows (:class:`~ppmix.models._weights.Weighted` data keep their row weights;
