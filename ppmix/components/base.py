@@ -113,7 +113,7 @@ class ComponentFamily(ParameterBatch, abc.ABC):
     (mixture, HMM), EM, the Pyro programs and sampling ask of them.
 
     With :class:`~ppmix.components.family.DensityFamily` this declares the family contract: the members listed in
-    :attr:`__contract__` (here) and ``DensityFamily.__contract__`` (the family's), nothing else. A family writes the
+    ``__contract__`` (here) and ``DensityFamily.__contract__`` (the family's), nothing else. A family writes the
     five abstract members here; the others have documented defaults. :class:`ParameterBatch`'s members (parameter
     access and persistence, by ``param_names``) are machinery: a family declares ``param_names`` and never
     overrides them.

@@ -423,10 +423,10 @@ class MeanStatisticsComponents(ComponentFamily):
 class DensityFamily(abc.ABC):
     """A kind of component for the structures (mixture, HMM): what they ask of it, declared once.
 
-    **The family contract** is the members a family writes or may override: :attr:`__contract__` here and
-    :attr:`ComponentFamily.__contract__ <ppmix.components.base.ComponentFamily.__contract__>` on its fitted
-    components, and nothing else (``tests/components/test_protocol.py`` counts them). Six are abstract, the members
-    every family writes: :meth:`sites` here, ``log_prob``, ``statistics``, ``fit_statistics``, ``pyro_dist`` and
+    **The family contract** is the members a family writes or may override: ``__contract__`` here and
+    ``ComponentFamily.__contract__`` on its fitted components (:class:`~ppmix.components.base.ComponentFamily`),
+    and nothing else (``tests/components/test_protocol.py`` counts them). Six are abstract, the members every
+    family writes: :meth:`sites` here, ``log_prob``, ``statistics``, ``fit_statistics``, ``pyro_dist`` and
     ``sample`` on the components. The optional ones have defaults that suit most families: the data
     (:meth:`check_data`, :meth:`data_scale`, :meth:`prepare`, :meth:`measured`), the components from the site
     values and back (:meth:`components`, :meth:`site_values`, :meth:`placeholder`; parameters passed by name), the

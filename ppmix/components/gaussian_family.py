@@ -286,7 +286,8 @@ class GaussianFamily(DensityFamily):
     def data_scale(self, x: torch.Tensor, name: str = "X", weight: torch.Tensor | None = None) -> DataScale:
         """Column means, standard deviations (for MCMC's weak priors) and the variance floor (``floor``),
         from at most :data:`SCALE_SAMPLE_ROWS` rows; refuses data whose squares the dtype cannot hold. With ``weight``,
-        of the rows of ``x`` each counted ``weight`` times (:func:`weighted_data_scale`)."""
+        of the rows of ``x`` each counted ``weight`` times
+        (:func:`~ppmix.components.gaussian_family.weighted_data_scale`)."""
         if weight is not None:
             return weighted_data_scale(x, weight, self.reg_covar)
         if x.shape[0] < 2:
