@@ -12,6 +12,7 @@ from ppmix._validation import check_positive_int, to_output
 from ppmix.algorithms.segments import segment_forward, segment_posterior, segment_viterbi
 from ppmix.components.family import DensityFamily
 from ppmix.components.registry import family_config
+from ppmix.models._arviz import LaplaceUnavailable
 from ppmix.models._durations import DurationFamily, completed_counts, duration_family
 from ppmix.models._family_components import FamilyModel
 from ppmix.models._missing import fit_statistics
@@ -288,6 +289,14 @@ class HSMM(FamilyModel):
             n: ["component", "duration"] if n == "duration" else ["component"] for n in self._duration_family().names
         }
         return {**chain, **durations, **self._component_dims()}
+
+    def _laplace_target(self, data: Any) -> Any:
+        """None: the durations have no Pyro program to take a Laplace approximation of, so ``to_arviz`` holds the
+        point estimate (with its log-likelihood per sequence)."""
+        raise LaplaceUnavailable(
+            "HSMM has no Pyro program (its durations are outside Pyro) to take a Laplace approximation of",
+            "to_arviz() holds the EM point estimate",
+        )
 
     # ---------------------------------------------------------- predictions
     def _pointwise_log_likelihood(self, data: Any) -> torch.Tensor:
