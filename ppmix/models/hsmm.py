@@ -82,11 +82,9 @@ class HSMM(FamilyModel):
     Examples
     --------
     >>> import numpy as np
-    >>> hsmm = HSMM(2, max_duration=12, seed=0, progress=False)
-    >>> truth = HSMM(2, max_duration=12, seed=1, progress=False)
-    >>> rng = np.random.default_rng(0)
+    >>> rng = np.random.default_rng(0)  # two states taking turns, six steps each
     >>> seqs = [np.repeat(np.arange(8) % 2 * 5.0, 6)[:, None] + rng.normal(size=(48, 1)) for _ in range(10)]
-    >>> hsmm = hsmm.fit(seqs)
+    >>> hsmm = HSMM(2, max_duration=12, seed=0, progress=False).fit(seqs)
     >>> np.round(hsmm.mean_durations_.numpy()) + 0.0
     array([6., 6.])
     >>> [p.shape for p in hsmm.predict(seqs[:2])]
@@ -94,6 +92,10 @@ class HSMM(FamilyModel):
     """
 
     data_plate_name = "sequences"
+    posterior_remedy = (
+        "refit on bootstrap resamples of the sequences (HSMM is fitted by EM only, with no posterior draws; compare "
+        "fits by held-out score or bic)"
+    )
     init_methods = HMM.init_methods
     missing = "error"
     _accepts_missing = False
@@ -297,6 +299,21 @@ class HSMM(FamilyModel):
             "HSMM has no Pyro program (its durations are outside Pyro) to take a Laplace approximation of",
             "to_arviz() holds the EM point estimate",
         )
+
+    def _draws_replicated(self, data: Any, draws: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """One replicated data set per draw of the globals (``{site: (S, ...)}``), for ``to_arviz``'s
+        ``posterior_predictive``: ``{"x": (S, sum(lengths), D)}``, sequences as long as ``data``'s, drawn from torch's
+        global random state."""
+        replicated = []
+        with self._parameters_restored():
+            for s in range(len(next(iter(draws.values())))):
+                self._set_globals({name: value[s] for name, value in draws.items()})
+                gen = torch.Generator().manual_seed(int(torch.randint(2**62, ())))
+                z = chain_paths(
+                    self.initial_, self.transition_, self.durations_, data.n_sequences, data.max_length, gen
+                )
+                replicated.append(_emitted(self.components_, z.to(self._device), data.mask.to(self._device)))
+        return {"x": torch.stack(replicated)}
 
     # ---------------------------------------------------------- predictions
     def _pointwise_log_likelihood(self, data: Any) -> torch.Tensor:
