@@ -334,8 +334,9 @@ class HSMM(FamilyModel):
         Examples
         --------
         >>> import numpy as np
-        >>> seqs = [np.random.default_rng(i).normal(size=(30, 1)) for i in range(4)]
-        >>> proba = HSMM(2, max_duration=5, seed=0, progress=False).fit(seqs).predict_proba(seqs)
+        >>> rng = np.random.default_rng(0)
+        >>> seqs = [np.repeat([0.0, 4.0, 0.0], 10)[:, None] + rng.normal(size=(30, 1)) for _ in range(4)]
+        >>> proba = HSMM(2, max_duration=12, seed=0, progress=False).fit(seqs).predict_proba(seqs)
         >>> proba[0].shape, bool(np.allclose(proba[0].sum(1), 1.0))
         ((30, 2), True)
         """
