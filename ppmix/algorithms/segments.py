@@ -209,14 +209,18 @@ def segment_posterior(
     dur_t = log_dur.T  # (D, K), row d - 1
     end_total = cumulative[rows, lengths]  # (B, K)
     for s in range(steps - 1, -1, -1):
-        complete = tail[:, s + 1 : s + 1 + depth] + dur_t - cumulative[:, s, None]  # (B, D, K)
+        # log weights of the segments starting at s, by duration (complete) and censored at the end (final), each
+        # short of -cumulative[s]; summed with their largest taken out, whose exp is reused for the counts
+        complete = tail[:, s + 1 : s + 1 + depth] + dur_t  # (B, D, K)
         left = lengths - s  # the censored last segment's steps from s
         can_end = ((left >= 1) & (left <= depth))[:, None]
-        final = fwd.log_survival.T[(left - 1).clamp(0, depth - 1)] + end_total - cumulative[:, s]
-        final = final.masked_fill(~can_end, _NEG_INF)  # (B, K)
-        beta_start[:, s] = torch.logsumexp(torch.cat([complete, final[:, None]], 1), 1)
-        lead = fwd.starts[:, s] - ll[:, None]
-        durations += (complete + lead[:, None]).exp()
+        final = (fwd.log_survival.T[(left - 1).clamp(0, depth - 1)] + end_total).masked_fill(~can_end, _NEG_INF)
+        top = torch.maximum(complete.amax(1), final)
+        top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+        weights = (complete - top[:, None]).exp_()
+        beta_start[:, s] = top + (weights.sum(1) + (final - top).exp()).log() - cumulative[:, s]
+        lead = fwd.starts[:, s] - ll[:, None] - cumulative[:, s]
+        durations.addcmul_(weights, (top + lead).exp()[:, None])
         censored.scatter_add_(
             1, (left - 1).clamp(0, depth - 1)[:, None, None].expand(batch, 1, k), (final + lead).exp()[:, None]
         )
