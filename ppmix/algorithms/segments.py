@@ -215,12 +215,12 @@ def segment_posterior(
         left = lengths - s  # the censored last segment's steps from s
         can_end = ((left >= 1) & (left <= depth))[:, None]
         final = (fwd.log_survival.T[(left - 1).clamp(0, depth - 1)] + end_total).masked_fill(~can_end, _NEG_INF)
-        top = torch.maximum(complete.amax(1), final)
-        top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
-        weights = (complete - top[:, None]).exp_()
-        beta_start[:, s] = top + (weights.sum(1) + (final - top).exp()).log() - cumulative[:, s]
+        top = torch.maximum(complete.amax(1), final)  # -inf where no segment can start at s
+        shift = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+        weights = (complete - shift[:, None]).exp_()
+        beta_start[:, s] = shift + (weights.sum(1) + (final - shift).exp()).log() - cumulative[:, s]
         lead = fwd.starts[:, s] - ll[:, None] - cumulative[:, s]
-        durations.addcmul_(weights, (top + lead).exp()[:, None])
+        durations.addcmul_(weights, (top + lead).exp()[:, None])  # top + lead: the largest posterior, <= 0
         censored.scatter_add_(
             1, (left - 1).clamp(0, depth - 1)[:, None, None].expand(batch, 1, k), (final + lead).exp()[:, None]
         )
