@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from ppmix._validation import check_positive_int, to_output
@@ -125,7 +126,6 @@ class HSMM(FamilyModel):
 
     # the emissions and the sequence data, as the HMM's (the same family resolution, layouts and checks)
     _component_family = HMM._component_family
-    prepare_data = HMM.prepare_data
     _prepare_sequences = HMM._prepare_sequences
     _record_sequence_scale = HMM._record_sequence_scale
     _step_rows = HMM._step_rows
@@ -138,6 +138,13 @@ class HSMM(FamilyModel):
     _sample_weight_units = HMM._sample_weight_units
     score = HMM.score
     predict = HMM.predict
+
+    def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> Any:
+        """Sequences as the HMM takes them (:meth:`HMM.prepare_data <ppmix.models.hmm.HMM.prepare_data>`), or one
+        ``(T, D)`` array (numpy or torch) as a single sequence; ``y`` is ignored."""
+        if isinstance(X, (np.ndarray, torch.Tensor)) and X.ndim == 2:
+            X = [X]
+        return self._prepare_sequences(X, None, fitting=fitting)
 
     def _saved_params(self) -> dict[str, Any]:
         params = super()._saved_params()

@@ -277,3 +277,10 @@ def test_bad_settings_and_data_are_errors_naming_them(settings, data, error, mat
 def test_engines_other_than_em_are_refused():
     with pytest.raises(ValueError, match="EM only"):
         HSMM(2, **QUIET).fit([np.zeros((5, 1))], engine="svi")
+
+
+def test_one_array_is_one_sequence():
+    x = planted("poisson").sample(1, 40)["x"][0]
+    model = HSMM(3, max_duration=25, max_iter=5, **QUIET).fit(x)
+    assert model.score_samples(x).tolist() == model.score_samples([x]).tolist()
+    assert [p.tolist() for p in model.predict(x)] == [p.tolist() for p in model.predict([x])]
