@@ -42,7 +42,9 @@ class SegmentForward:
     """The forward pass over a batch: ``ends (B, T + 1, K)``, ``starts (B, T, K)`` (above), ``cumulative (B, T + 1,
     K)`` the emissions summed before every boundary, ``shifted (B, D + T, K)`` holding ``starts[s] - cumulative[s]``
     at ``[s + D]`` (``-inf`` before ``s = 0``), ``log_likelihood (B,)`` (the best segmentation's log probability for
-    ``reduce="max"``), ``lengths (B,)``, and the ``log_duration`` and ``log_survival`` tables ``(K, D)``."""
+    ``reduce="max"``), ``lengths (B,)``, the ``log_duration`` and ``log_survival`` tables ``(K, D)``, and where some
+    emission is ``-inf``, ``blocked (B, T + 1, K)``: how many such steps come before every boundary (the emissions
+    summed in ``cumulative`` are the finite ones, and a segment is impossible where its count rises)."""
 
     ends: torch.Tensor
     starts: torch.Tensor
@@ -52,13 +54,19 @@ class SegmentForward:
     lengths: torch.Tensor
     log_duration: torch.Tensor
     log_survival: torch.Tensor
+    blocked: torch.Tensor | None = None
 
     def start_windows(self, boundary: torch.Tensor) -> torch.Tensor:
         """``starts[b, s, k] - cumulative[b, s, k]`` at ``s = boundary[b] - d`` for ``d = 1..D``, ``(B, D, K)``,
-        ``-inf`` where ``s < 0``."""
-        depth = self.log_duration.shape[1]
+        ``-inf`` where ``s < 0`` or the segment from ``s`` to ``boundary`` holds an impossible step."""
+        depth, k = self.log_duration.shape[1], self.shifted.shape[-1]
         index = boundary[:, None] + torch.arange(depth - 1, -1, -1, device=boundary.device)[None, :]  # s + D
-        return self.shifted.gather(1, index[..., None].expand(-1, -1, self.shifted.shape[-1]))
+        values = self.shifted.gather(1, index[..., None].expand(-1, -1, k))
+        if self.blocked is None:
+            return values
+        before = self.blocked.gather(1, (index - depth).clamp_min(0)[..., None].expand(-1, -1, k))
+        at = self.blocked.gather(1, boundary[:, None, None].expand(-1, 1, k))
+        return values.masked_fill(at > before, _NEG_INF)
 
 
 @dataclass
@@ -103,6 +111,25 @@ def _checked(log_init: Any, log_trans: Any, log_dur: Any, log_emit: Any, lengths
     if bool((torch.isnan(log_dur) | torch.isposinf(log_dur)).any()):
         raise ValueError("log_dur contains NaN or +inf (log-probabilities may be finite or -inf)")
     return log_init, log_trans, log_dur, emit, lengths, t_full
+
+
+def _cumulative(emit: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The emissions summed before every boundary ``(B, T + 1, K)``, the ``-inf`` ones left out and counted in the
+    second tensor (None where there are none): differences of sums holding ``-inf`` would be NaN."""
+    impossible = torch.isneginf(emit)
+    zero = emit.new_zeros(emit.shape[0], 1, emit.shape[-1])
+    if not bool(impossible.any()):
+        return torch.cat([zero, emit.cumsum(1)], 1), None
+    finite = emit.masked_fill(impossible, 0.0)
+    counts = torch.cat([zero.long(), impossible.long().cumsum(1)], 1)
+    return torch.cat([zero, finite.cumsum(1)], 1), counts
+
+
+def _check_possible(score: torch.Tensor) -> None:
+    """A ``ValueError`` naming the sequences that no segmentation explains."""
+    if not bool(torch.isfinite(score).all()):
+        bad = torch.nonzero(~torch.isfinite(score)).flatten().tolist()
+        raise ValueError(f"sequence(s) {bad[:10]} have probability zero under the chain (no segmentation is possible)")
 
 
 def _reduce(values: torch.Tensor, dim: int | tuple[int, ...], how: str) -> torch.Tensor:
@@ -152,7 +179,8 @@ def segment_forward(
     log_init, log_trans, log_dur, emit, lengths, _ = _checked(log_init, log_trans, log_dur, log_emit, lengths)
     batch, steps, k = emit.shape
     depth = log_dur.shape[1]
-    cumulative = torch.cat([emit.new_zeros(batch, 1, k), emit.cumsum(1)], 1)
+    cumulative, blocked = _cumulative(emit)
+    padded_blocked = None if blocked is None else torch.cat([blocked[:, :1].expand(-1, depth, -1), blocked], 1)
     window = emit.new_full((batch, steps + depth, k), _NEG_INF)  # [s + D] = starts[s] - cumulative[s]
     ends = emit.new_full((batch, steps + 1, k), _NEG_INF)
     starts = emit.new_full((batch, steps, k), _NEG_INF)
@@ -160,11 +188,16 @@ def segment_forward(
     dur_rev = log_dur.flip(1).T  # row i: d = D - i, matching window rows s = t - D + i
     for t in range(1, steps + 1):
         window[:, t - 1 + depth] = starts[:, t - 1] - cumulative[:, t - 1]
-        ends[:, t] = cumulative[:, t] + _reduce(window[:, t : t + depth] + dur_rev, 1, reduce)
+        scores = window[:, t : t + depth] + dur_rev
+        if padded_blocked is not None:  # segments over an impossible step
+            scores = scores.masked_fill(blocked[:, t, None] > padded_blocked[:, t : t + depth], _NEG_INF)
+        ends[:, t] = cumulative[:, t] + _reduce(scores, 1, reduce)
         if t < steps:
             starts[:, t] = _reduce(ends[:, t, :, None] + log_trans, 1, reduce)
     log_survival = torch.logcumsumexp(log_dur.flip(1), 1).flip(1)
-    fwd = SegmentForward(ends, starts, cumulative, window, emit.new_zeros(batch), lengths, log_dur, log_survival)
+    fwd = SegmentForward(
+        ends, starts, cumulative, window, emit.new_zeros(batch), lengths, log_dur, log_survival, blocked
+    )
     rows = torch.arange(batch, device=emit.device)
     last = fwd.start_windows(lengths) + log_survival.T + cumulative[rows, lengths][:, None]
     fwd.log_likelihood = _reduce(last.flatten(1), 1, reduce)
@@ -193,9 +226,7 @@ def segment_posterior(
     log_init, log_trans, log_dur, emit, lengths, t_full = _checked(log_init, log_trans, log_dur, log_emit, lengths)
     fwd = segment_forward(log_init, log_trans, log_dur, emit, lengths)
     ll = fwd.log_likelihood
-    if not bool(torch.isfinite(ll).all()):
-        bad = torch.nonzero(~torch.isfinite(ll)).flatten().tolist()
-        raise ValueError(f"sequence(s) {bad[:10]} have probability zero under the chain (no segmentation is possible)")
+    _check_possible(ll)
     batch, steps, k = emit.shape
     depth = log_dur.shape[1]
     rows = torch.arange(batch, device=emit.device)
@@ -208,12 +239,20 @@ def segment_posterior(
     censored = emit.new_zeros(batch, depth, k)
     dur_t = log_dur.T  # (D, K), row d - 1
     end_total = cumulative[rows, lengths]  # (B, K)
+    blocked = fwd.blocked
+    if blocked is not None:  # padded on the right as far as the last segment reaches
+        end_blocked = blocked[rows, lengths]
+        blocked = torch.cat([blocked, blocked[:, -1:].expand(-1, depth, -1)], 1)
     for s in range(steps - 1, -1, -1):
         # log weights of the segments starting at s, by duration (complete) and censored at the end (final), each
         # short of -cumulative[s]; summed with their largest taken out, whose exp is reused for the counts
         complete = tail[:, s + 1 : s + 1 + depth] + dur_t  # (B, D, K)
+        if blocked is not None:  # segments over an impossible step
+            complete = complete.masked_fill(blocked[:, s + 1 : s + 1 + depth] > blocked[:, s, None], _NEG_INF)
         left = lengths - s  # the censored last segment's steps from s
         can_end = ((left >= 1) & (left <= depth))[:, None]
+        if blocked is not None:
+            can_end = can_end & (end_blocked <= blocked[:, s])
         final = (fwd.log_survival.T[(left - 1).clamp(0, depth - 1)] + end_total).masked_fill(~can_end, _NEG_INF)
         top = torch.maximum(complete.amax(1), final)  # -inf where no segment can start at s
         shift = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
@@ -299,6 +338,7 @@ def segment_viterbi(
     """
     log_init, log_trans, log_dur, emit, lengths, t_full = _checked(log_init, log_trans, log_dur, log_emit, lengths)
     fwd = segment_forward(log_init, log_trans, log_dur, emit, lengths, reduce="max")
+    _check_possible(fwd.log_likelihood)
     return _backtrack(fwd, log_trans, t_full, None), fwd.log_likelihood
 
 
@@ -320,4 +360,5 @@ def sample_segmentations(
     """
     log_init, log_trans, log_dur, emit, lengths, t_full = _checked(log_init, log_trans, log_dur, log_emit, lengths)
     fwd = segment_forward(log_init, log_trans, log_dur, emit, lengths)
+    _check_possible(fwd.log_likelihood)
     return _backtrack(fwd, log_trans, t_full, generator)

@@ -87,21 +87,31 @@ def random_chain(k: int, depth: int, seed: int) -> tuple[torch.Tensor, torch.Ten
     return log_init, (switch / switch.sum(1, keepdim=True)).log(), log_dur
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(
     k=st.integers(1, 3),
     depth=st.integers(1, 4),
     lengths=st.lists(st.integers(1, 6), min_size=1, max_size=3),
     seed=st.integers(0, 10_000),
+    holes=st.booleans(),
 )
-def test_segment_posterior_and_viterbi_equal_brute_force_enumeration(k, depth, lengths, seed):
+def test_segment_posterior_and_viterbi_equal_brute_force_enumeration(k, depth, lengths, seed, holes):
+    """Also with impossible emissions (``-inf``, ``holes``): a sequence no segmentation explains is an error."""
     log_init, log_trans, log_dur = random_chain(k, depth, seed)
-    log_emit = torch.randn(len(lengths), max(lengths), k, generator=torch.Generator().manual_seed(seed + 1), dtype=F64)
+    gen = torch.Generator().manual_seed(seed + 1)
+    log_emit = torch.randn(len(lengths), max(lengths), k, generator=gen, dtype=F64)
+    if holes:
+        log_emit = log_emit.masked_fill(torch.rand(log_emit.shape, generator=gen, dtype=F64) < 0.25, -math.inf)
+    truths = [brute_force(log_init, log_trans, log_dur, log_emit[b, :steps]) for b, steps in enumerate(lengths)]
     lengths = torch.tensor(lengths)
+    if any(math.isinf(float(truth["log_likelihood"])) for truth in truths):
+        for algorithm in (segment_posterior, segment_viterbi):
+            with pytest.raises(ValueError, match="probability zero"):
+                algorithm(log_init, log_trans, log_dur, log_emit, lengths)
+        return
     post = segment_posterior(log_init, log_trans, log_dur, log_emit, lengths)
     paths, best = segment_viterbi(log_init, log_trans, log_dur, log_emit, lengths)
-    for b, steps in enumerate(lengths.tolist()):
-        truth = brute_force(log_init, log_trans, log_dur, log_emit[b, :steps])
+    for b, (steps, truth) in enumerate(zip(lengths.tolist(), truths)):
         torch.testing.assert_close(post.log_likelihood[b], truth["log_likelihood"], rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(best[b], truth["best"], rtol=1e-12, atol=1e-12)
         for name in ("initial", "transitions", "durations", "censored"):
