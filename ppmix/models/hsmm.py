@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ppmix._validation import check_positive_int, to_output
-from ppmix.algorithms.segments import segment_forward, segment_posterior, segment_viterbi
+from ppmix._validation import check_positive_int
+from ppmix.algorithms.segments import segment_forward, segment_posterior
 from ppmix.components.family import DensityFamily
 from ppmix.components.registry import family_config
 from ppmix.models._arviz import LaplaceUnavailable
@@ -18,6 +18,7 @@ from ppmix.models._durations import DurationFamily, completed_counts, duration_f
 from ppmix.models._family_components import FamilyModel
 from ppmix.models._missing import fit_statistics
 from ppmix.models._params import store_params
+from ppmix.models._segment_inference import decode_segments, sample_segment_paths, smoothed_states
 from ppmix.models._segment_runs import chain_paths, run_counts
 from ppmix.models._transitions import MarkovChain
 from ppmix.models._weights import Weighted, split_weights
@@ -347,21 +348,28 @@ class HSMM(FamilyModel):
         >>> proba[0].shape, bool(np.allclose(proba[0].sum(1), 1.0))
         ((30, 2), True)
         """
-        self._check_fitted()
-        batch = self.prepare_data(X)
-        prepared = self._prediction_data(batch)
-        post = segment_posterior(*self._log_chain(), self._log_emissions(prepared), batch.lengths)
-        return [to_output(p, self._output_like(X)) for p in batch.unpad(post.posterior)]
+        return smoothed_states(self, X)
 
-    def decode(self, X: Any) -> tuple[Any, list[Any]]:
-        """Viterbi over segments: the log probability ``log p(x, best segmentation)`` of every sequence and its
-        states, one array per sequence."""
-        self._check_fitted()
-        batch = self.prepare_data(X)
-        prepared = self._prediction_data(batch)
-        paths, best = segment_viterbi(*self._log_chain(), self._log_emissions(prepared), batch.lengths)
-        like = self._output_like(X)
-        return to_output(best, like), [to_output(p, like) for p in batch.unpad(paths)]
+    def decode(self, X: Any, algorithm: str = "viterbi") -> tuple[Any, list[Any]]:
+        """The decoded states of each sequence and their score: ``"viterbi"``, the most probable segmentation
+        (Viterbi over segments) and ``log p(x, segmentation)``; ``"map"``, each step's most probable state under
+        :meth:`predict_proba` and ``sum_t log max_k p(z_t = k | x)``. Returns ``(log_probs (B,), paths)``."""
+        return decode_segments(self, X, algorithm)
+
+    def sample_paths(self, X: Any, n: int = 1) -> list[Any]:
+        """``n`` state paths of each sequence drawn from the posterior ``p(z | x)`` (backward sampling of
+        segments), one ``(n, length)`` integer array per sequence; reproducible from the model's ``seed``.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> x = np.r_[np.zeros(20), np.full(20, 5.0)][:, None] + np.random.default_rng(0).normal(size=(40, 1))
+        >>> hsmm = HSMM(2, max_duration=25, seed=0, progress=False).fit([x])
+        >>> (paths,) = hsmm.sample_paths([x], n=500)
+        >>> paths.shape, bool(np.allclose(paths.mean(0), hsmm.predict_proba([x])[0][:, 1], atol=0.1))
+        ((500, 40), True)
+        """
+        return sample_segment_paths(self, X, n, self._generator(offset=104729))
 
     def sample(self, n_samples: int = 1, length: int = 50) -> dict[str, Any]:
         """Draw ``n_samples`` sequences of ``length`` steps: ``{"x": (n, T, D), "z": (n, T)}`` (the chain cut at

@@ -294,3 +294,18 @@ def test_one_array_is_one_sequence():
     model = HSMM(3, max_duration=25, max_iter=5, **QUIET).fit(x)
     assert model.score_samples(x).tolist() == model.score_samples([x]).tolist()
     assert [p.tolist() for p in model.predict(x)] == [p.tolist() for p in model.predict([x])]
+
+
+def test_map_decoding_and_path_draws_follow_the_smoothed_marginals():
+    model = planted("negative_binomial")
+    x = list(model.sample(3, 30)["x"])
+    proba = model.predict_proba(x)
+    scores, paths = model.decode(x, algorithm="map")
+    for p, path, score in zip(proba, paths, scores):
+        assert path.tolist() == p.argmax(1).tolist()
+        assert score == pytest.approx(np.log(p.max(1)).sum(), rel=1e-12)
+    drawn = model.sample_paths(x[:1], n=3000)[0]
+    frequencies = np.stack([(drawn == k).mean(0) for k in range(3)], 1)
+    assert np.abs(frequencies - proba[0]).max() < 0.04  # 4.4 sd of a frequency of 3000 draws
+    with pytest.raises(ValueError, match="algorithm must be one of"):
+        model.decode(x, algorithm="posterior")
