@@ -5,7 +5,7 @@ The data are simulated in numpy: a semi-Markov chain cycling through four states
 the next state, 0.15 to each other one), durations ``1 + Poisson(rate)`` with rates 5, 10, 15, 20 (truncated at
 50), three-dimensional Gaussian emissions with means -3, -1, 1, 3 and unit variances.
 
-Only the public API and ``time.perf_counter`` are used. The model is first fitted for a few iterations (untimed,
+Only the public API and the standard clocks (``time.perf_counter``, ``time.process_time``) are used. The model is first fitted for a few iterations (untimed,
 from its k-means start); then, rotating through the settings several times:
 
 * ``fit(X, warm_start=True, max_iter=1)``: one EM iteration from the held parameters, as a user runs it: the data
@@ -109,6 +109,7 @@ def main() -> None:
                 samples[name].append(timed(call, cpu[name]))
     threads = require_torch_threads(args.threads)
     medians = {name: statistics.median(values) for name, values in samples.items()}
+    cpu_medians = {name: statistics.median(values) for name, values in cpu.items()}
     order = np.argsort(model.means_[:, 0].numpy())
     report = {
         "benchmark": "hsmm_em_iteration",
@@ -137,10 +138,12 @@ def main() -> None:
         "samples_s": samples,
         "median_s": medians,
         "cpu_samples_s": cpu,
-        "cpu_median_s": {name: statistics.median(values) for name, values in cpu.items()},
+        "cpu_median_s": cpu_medians,
         "one_more_iteration_s": (medians["fit_3_iterations"] - medians["fit_1_iteration"]) / 2,
+        "one_more_iteration_cpu_s": (cpu_medians["fit_3_iterations"] - cpu_medians["fit_1_iteration"]) / 2,
         "goal_s": 5.0,
         "fit_1_iteration_under_goal": medians["fit_1_iteration"] < 5.0,
+        "fit_1_iteration_cpu_under_goal": cpu_medians["fit_1_iteration"] < 5.0,
         "fitted": {
             "mean_durations": model.mean_durations_[order].tolist(),
             "true_mean_durations": (RATES + 1).tolist(),
@@ -150,7 +153,8 @@ def main() -> None:
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
-    json.dump({k: report[k] for k in ("median_s", "one_more_iteration_s")}, sys.stdout, indent=2)
+    shown = ("median_s", "cpu_median_s", "one_more_iteration_s", "one_more_iteration_cpu_s")
+    json.dump({k: report[k] for k in shown}, sys.stdout, indent=2)
     print(f"\nwritten to {out}")
 
 
