@@ -5,8 +5,9 @@ The data are simulated in numpy: a semi-Markov chain cycling through four states
 the next state, 0.15 to each other one), durations ``1 + Poisson(rate)`` with rates 5, 10, 15, 20 (truncated at
 50), three-dimensional Gaussian emissions with means -3, -1, 1, 3 and unit variances.
 
-Only the public API and the standard clocks (``time.perf_counter``, ``time.process_time``) are used. The model is first fitted for a few iterations (untimed,
-from its k-means start); then, rotating through the settings several times:
+Only the public API and the standard clocks (``time.perf_counter``, ``time.process_time``) are used. The model
+is first fitted for a few iterations (untimed, from its k-means start); then, rotating through the settings
+several times:
 
 * ``fit(X, warm_start=True, max_iter=1)``: one EM iteration from the held parameters, as a user runs it: the data
   checked and prepared, the E-step at the start (its objective), the M-step and the E-step after it (the new
