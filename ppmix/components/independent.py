@@ -146,7 +146,7 @@ class ObservedFeatures(ComponentsView):
     under the responsibilities times its observation mask (:class:`FeatureStatistics`), and
     :meth:`fit_statistics` fits each feature of the underlying components from its own (in place). The EM of the
     structures then runs through the generic two-pass E-step of
-    :meth:`~ppmix.components.base.ComponentFamily.expected_statistics`.
+    :func:`~ppmix.components.family_tools.mixture_statistics`.
 
     Parameters
     ----------

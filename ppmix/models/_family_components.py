@@ -29,6 +29,14 @@ from ppmix.components.family import (
     components_from_state,
     with_priors,
 )
+from ppmix.components.family_tools import (
+    data_rows,
+    has_map_update,
+    measure_data_scale,
+    n_parameters,
+    site_dims,
+    start_points,
+)
 from ppmix.components.independent import FeatureStatistics
 from ppmix.components.registry import family_option_hint
 from ppmix.models._flat import flat_prior
@@ -120,7 +128,7 @@ class FamilyModel(MixtureModel):
         raise NotImplementedError(f"{type(self).__name__} must define component_family()")
 
     def _validate_family_params(self) -> None:
-        self._component_family().validate()
+        self._component_family()  # a family checks its settings in its constructor
         self._validate_em_settings(self.init_methods)
         self._validate_priors()
 
@@ -177,7 +185,7 @@ class FamilyModel(MixtureModel):
         family = self._prior_family()
         if isinstance(stats, FeatureStatistics):  # the samplers take no missing entries either
             what, instead = "rows with missing entries of independent features", "impute or drop those entries"
-        elif not family.has_map_update():
+        elif not has_map_update(family):
             covariance_type = getattr(family, "covariance_type", None)
             settings = "" if covariance_type is None else f" with covariance_type={covariance_type!r}"
             what, instead = f"the {family.name!r} family{settings}", "engine='mcmc'"
@@ -222,12 +230,13 @@ class FamilyModel(MixtureModel):
     def _record_weighted_data_scale(self, frames: torch.Tensor, weight: torch.Tensor) -> None:
         """Replace the data scale just recorded (:meth:`_record_data_scale`) by that of the training rows (frames)
         ``(N, D)`` counted ``weight`` ``(N,)`` times each (``sample_weight``), as the family weighs it
-        (``weighted_data_scale``): for integer weights, the scale of the rows repeated. Missing entries (NaN) are
-        filled with their columns' weighted means, as the rows repeated would be (:func:`fill_missing`)."""
+        (:func:`~ppmix.components.family_tools.measure_data_scale`): for integer weights, the scale of the rows
+        repeated. Missing entries (NaN) are filled with their columns' weighted means, as the rows repeated would be
+        (:func:`fill_missing`)."""
 
         def measure(family: DensityFamily) -> DataScale:
             filled = fill_missing(frames, family, weight) if bool(torch.isnan(frames).any()) else frames
-            return family.weighted_data_scale(filled, weight)
+            return measure_data_scale(family, filled, weight=weight)
 
         self._take_data_scale(measure)
 
@@ -259,7 +268,7 @@ class FamilyModel(MixtureModel):
     @property
     def _component_parameters(self) -> int:
         """Free parameters of the components."""
-        return self._component_family().n_parameters(int(self.n_components), self.n_features_in_)
+        return n_parameters(self._component_family(), int(self.n_components), self.n_features_in_)
 
     @property
     def means_(self) -> torch.Tensor:
@@ -354,7 +363,7 @@ class FamilyModel(MixtureModel):
         return {name: tuple(value.shape) for name, value in placeholder.state_dict().items()}
 
     def _component_dims(self) -> dict[str, list[str]]:
-        return self._component_family().site_dims()
+        return site_dims(self._component_family())
 
     # ----------------------------------------------------------- EM helpers
     def _initial_responsibilities(
@@ -366,12 +375,12 @@ class FamilyModel(MixtureModel):
         random subsample of the rows, then every row assigned to its nearest centre. With row ``weight``
         (``sample_weight``) k-means runs on the weighted rows (a weighted resample, a weighted seeding).
         """
-        family, k = self._component_family(), self.n_components
-        x = family.rows(data)
+        k = self.n_components
+        x = data_rows(data)
         if self.init_params == "random":
             resp = torch.rand(x.shape[0], k, generator=generator, dtype=x.dtype).to(x.device)
             return resp / resp.sum(1, keepdim=True)
-        points = family.start_points(data)
+        points = start_points(data)
         if self.init_params == "kmeans":
             _, labels = kmeans_start(points, k, generator, weight=weight)
         else:
