@@ -256,11 +256,12 @@ class Independent(DensityFamily):
 
     Parameters
     ----------
-    columns : dict or list
+    columns : dict, list or one family, default "gaussian"
         Each column's family: a registered name (``"gaussian"``, ``"poisson"``, ``"categorical"``...), its dict form
         with settings (``{"name": "categorical", "n_levels": 4}``) or a family object. Keyed by column name (a
         DataFrame's columns, taken by name in any order; rows given as an array are taken in the keys' order), or
-        by position: a list in column order, or a dict keyed ``0..D-1``.
+        by position: a list in column order, or a dict keyed ``0..D-1``. One family (not in a dict or list) is the
+        family of every column, as many as the data has (``Independent("gaussian")`` is the diagonal Gaussian).
 
     Notes
     -----
@@ -295,14 +296,17 @@ class Independent(DensityFamily):
 
     name = "independent"
 
-    def __init__(self, columns: Mapping[Any, Any] | Sequence[Any]) -> None:
+    def __init__(self, columns: Any = "gaussian") -> None:
         self.columns = columns
 
     # ------------------------------------------------------------------ settings
     @functools.cached_property
-    def _spec(self) -> tuple[tuple[str, ...] | None, tuple[DensityFamily, ...]]:
-        """The column names (None: by position) and each column's family."""
+    def _spec(self) -> tuple[tuple[str, ...] | None, tuple[DensityFamily, ...] | None]:
+        """The column names (None: by position) and each column's family (None: one family for every column, as
+        many as the data has)."""
         columns = self.columns
+        if self._every is not None:
+            return None, None
         if isinstance(columns, Mapping):
             keys = list(columns)
             if not keys:
@@ -320,6 +324,28 @@ class Independent(DensityFamily):
             "columns must be a dict of column name -> family (e.g. {'age': 'gamma', 'region': 'categorical'}) or a "
             f"non-empty list of families in column order; got {columns!r}"
         )
+
+    @functools.cached_property
+    def _every(self) -> DensityFamily | None:
+        """The family of every column when ``columns`` is one family (a name, its dict form or an object)."""
+        columns = self.columns
+        one = isinstance(columns, (str, DensityFamily)) or (isinstance(columns, Mapping) and "name" in columns)
+        return self._family(columns, "every column") if one else None
+
+    def for_columns(self, d: int) -> "Independent":
+        """This family over ``d`` columns: itself when its columns are named or listed, else its one family on each
+        of ``d`` columns.
+
+        Examples
+        --------
+        >>> [family.name for family in Independent("poisson").for_columns(3).families]
+        ['poisson', 'poisson', 'poisson']
+        """
+        if self._spec[1] is not None:
+            return self
+        resolved = copy.copy(self)
+        resolved.__dict__["_spec"] = (None, (self._every,) * int(d))
+        return resolved
 
     @staticmethod
     def _family(spec: Any, key: Any) -> DensityFamily:
@@ -339,7 +365,13 @@ class Independent(DensityFamily):
     @property
     def families(self) -> tuple[DensityFamily, ...]:
         """Each column's family, in column order."""
-        return self._spec[1]
+        families = self._spec[1]
+        if families is None:
+            raise ValueError(
+                f"the number of columns of {self!r} is not known yet: use the family of a fitted model (its "
+                "_component_family()) or family.for_columns(n_columns)"
+            )
+        return families
 
     def labels(self) -> list[str]:
         """Each column's label in messages and prior keys: its name, or its position."""
@@ -348,6 +380,8 @@ class Independent(DensityFamily):
     def config(self) -> dict[str, Any]:
         """``{"columns": ...}`` with each column's family as a saved model records it (the dict form of a family
         object); keyed by name, or a list in column order."""
+        if self._every is not None:
+            return {"columns": family_config(self.columns)}
         configs = [family_config(spec) for spec in self._given_specs()]
         return {"columns": configs if self.names is None else dict(zip(self.names, configs, strict=True))}
 
@@ -358,11 +392,16 @@ class Independent(DensityFamily):
         return [columns[key] for key in (self.names if self.names is not None else range(len(columns)))]
 
     def validate(self) -> None:
-        for family in self.families:
+        for family in (self._every,) if self._every is not None else self.families:
             family.validate()
 
     def measured(self, scale: DataScale) -> "Independent":
-        """This family with each column family measured on its column's data scale."""
+        """This family with each column family measured on its column's data scale (over the measured number of
+        columns, ``scale["n_columns"]``, for one family of every column)."""
+        if self._spec[1] is None:
+            if "n_columns" not in scale:
+                return self
+            return self.for_columns(int(scale["n_columns"])).measured(scale)
         measured = copy.copy(self)
         families = tuple(family.measured(_column_scale(scale, j)) for j, family in enumerate(self.families))
         measured.__dict__["_spec"] = (self.names, families)
@@ -371,12 +410,16 @@ class Independent(DensityFamily):
     @property
     def start_spread(self) -> float:
         """The largest ``start_spread`` of the column families (how much k-means' hard start is softened)."""
-        return max(float(getattr(family, "start_spread", 0.0)) for family in self.families)
+        families = (self._every,) if self._every is not None else self.families
+        return max(float(getattr(family, "start_spread", 0.0)) for family in families)
 
     @property
     def components_class(self) -> type[ComponentFamily]:  # type: ignore[override]
+        """The class of the components, named for their parameters (for one column until the number of columns of
+        one family for every column is known)."""
+        families = self.for_columns(1).families if self._spec[1] is None else self.families
         names = tuple(
-            _key(j, name) for j, family in enumerate(self.families) for name in family.components_class.param_names
+            _key(j, name) for j, family in enumerate(families) for name in family.components_class.param_names
         )
         return independent_components_class(names)
 
@@ -387,7 +430,7 @@ class Independent(DensityFamily):
         """A DataFrame as numbers for this family (:func:`~ppmix.components.frame_coding.code_frame`): the columns
         in the family's order, the categorical ones coded with ``categories`` (extended by what ``frame`` holds
         when ``learn``); returns the frame and the categories."""
-        return code_frame(frame, self, categories, learn=learn, name=name)
+        return code_frame(frame, self.for_columns(frame.shape[1]), categories, learn=learn, name=name)
 
     def _check_width(self, x: torch.Tensor, name: str) -> None:
         if x.dim() != 2 or x.shape[1] != len(self.families):
@@ -400,34 +443,45 @@ class Independent(DensityFamily):
         return f"column {self.labels()[j]!r} of {name}"
 
     def check_data(self, x: torch.Tensor, name: str = "X") -> None:
+        if self._spec[1] is None:
+            return self.for_columns(x.shape[1]).check_data(x, name)
         self._check_width(x, name)
         for j, family in enumerate(self.families):
             family.check_data(x[:, j : j + 1], self._column_name(j, name))
 
     def data_scale(self, x: torch.Tensor, name: str = "X") -> DataScale:
         """Each column family's data scale of its column, under the names ``"<j>.<name>"`` (each value with two
-        leading dimensions of one: not mistaken for a scale per feature)."""
-        self._check_width(x, name)
-        return self._joined_scales(
-            family.data_scale(x[:, j : j + 1], self._column_name(j, name)) for j, family in enumerate(self.families)
+        leading dimensions of one: not mistaken for a scale per feature), and the number of columns ``n_columns``."""
+        family = self.for_columns(x.shape[1])
+        family._check_width(x, name)
+        return family._joined_scales(
+            x,
+            (f.data_scale(x[:, j : j + 1], family._column_name(j, name)) for j, f in enumerate(family.families)),
         )
 
     def weighted_data_scale(self, x: torch.Tensor, weight: torch.Tensor, name: str = "X") -> DataScale:
-        self._check_width(x, name)
-        return self._joined_scales(
-            family.weighted_data_scale(x[:, j : j + 1], weight, self._column_name(j, name))
-            for j, family in enumerate(self.families)
+        family = self.for_columns(x.shape[1])
+        family._check_width(x, name)
+        return family._joined_scales(
+            x,
+            (
+                f.weighted_data_scale(x[:, j : j + 1], weight, family._column_name(j, name))
+                for j, f in enumerate(family.families)
+            ),
         )
 
     @staticmethod
-    def _joined_scales(scales: Any) -> DataScale:
-        return {_key(j, name): value[None, None] for j, scale in enumerate(scales) for name, value in scale.items()}
+    def _joined_scales(x: torch.Tensor, scales: Any) -> DataScale:
+        joined = {_key(j, name): value[None, None] for j, scale in enumerate(scales) for name, value in scale.items()}
+        joined["n_columns"] = torch.full((1, 1), float(x.shape[1]), dtype=x.dtype, device=x.device)
+        return joined
 
     def prepare(self, x: torch.Tensor, components: ComponentFamily | None = None) -> ColumnData:
         """Each column as its family prepares it (for the fitted components' column, when given)."""
+        families = self.for_columns(x.shape[1]).families
         parts = tuple(
             family.prepare(x[:, j : j + 1], None if components is None else components.parts[j])  # type: ignore[attr-defined]
-            for j, family in enumerate(self.families)
+            for j, family in enumerate(families)
         )
         return ColumnData(x, parts)
 
@@ -438,7 +492,8 @@ class Independent(DensityFamily):
         """The column families' start points side by side (a categorical column's one-hot levels)."""
         if not isinstance(data, ColumnData):
             return data
-        return torch.cat([family.start_points(part) for family, part in zip(self.families, data.parts, strict=True)], 1)
+        families = self.for_columns(len(data.parts)).families
+        return torch.cat([family.start_points(part) for family, part in zip(families, data.parts, strict=True)], 1)
 
     # ----------------------------------------------------------- the components
     def _split_site(self, site: str) -> tuple[int, str]:
@@ -446,10 +501,10 @@ class Independent(DensityFamily):
         return int(column), name
 
     def sites(self, k: int, d: int) -> dict[str, SiteSpec]:
-        """Each column family's sites over one column, named ``"<j>.<site>"``."""
-        return {
-            _key(j, site): spec for j, family in enumerate(self.families) for site, spec in family.sites(k, 1).items()
-        }
+        """Each column family's sites over one column, named ``"<j>.<site>"`` (over ``d`` columns for one family of
+        every column whose number of columns is not known yet)."""
+        families = self.for_columns(d).families
+        return {_key(j, site): spec for j, family in enumerate(families) for site, spec in family.sites(k, 1).items()}
 
     def components(self, values: dict[str, torch.Tensor], scale: DataScale) -> IndependentComponents:
         parts = []
@@ -476,12 +531,12 @@ class Independent(DensityFamily):
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
         """Column ``j``'s family's prior of its site (``site`` is ``"<j>.<its site>"``)."""
         j, own = self._split_site(site)
-        return self.families[j].prior(own, k, 1, _column_scale(scale, j), opts)
+        family = self._every if self._spec[1] is None else self.families[j]
+        return family.prior(own, k, 1, _column_scale(scale, j), opts)
 
     def n_parameters(self, k: int, d: int) -> int:
-        return sum(family.n_parameters(k, 1) for family in self.families)
+        return sum(family.n_parameters(k, 1) for family in self.for_columns(d).families)
 
     def site_dims(self) -> dict[str, list[str]]:
-        return {
-            _key(j, site): dims for j, family in enumerate(self.families) for site, dims in family.site_dims().items()
-        }
+        families = self.for_columns(1).families if self._spec[1] is None else self.families
+        return {_key(j, site): dims for j, family in enumerate(families) for site, dims in family.site_dims().items()}

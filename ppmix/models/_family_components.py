@@ -240,8 +240,9 @@ class FamilyModel(MixtureModel):
         self._data_scale = {}
         family = self._component_family()
         self._data_scale = measure(family)
-        if getattr(self, "components_", None) is not None:
-            self.components_ = components_from_state(family, self.components_.state_dict(), self._data_scale)
+        if getattr(self, "components_", None) is not None:  # the family measured on it (e.g. its number of columns)
+            state = self.components_.state_dict()
+            self.components_ = components_from_state(self._component_family(), state, self._data_scale)
 
     def _frame_coder(self, *, learn: bool) -> Callable[[Any, str], Any] | None:
         """The family's coding of a DataFrame's columns (``code_frame``, e.g. the independent family's categories),
