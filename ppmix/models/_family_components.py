@@ -178,12 +178,12 @@ class FamilyModel(MixtureModel):
         """MAP-EM's M-step of the components (``priors`` set): the family's :meth:`map_update`."""
         self._validate_priors(map_em=True)
         family = self._prior_family()
-        if isinstance(stats, FeatureStatistics):  # the samplers take no missing entries either
-            what, instead = "rows with missing entries of independent features", "impute or drop those entries"
-        elif not family.has_map_update():
+        if not family.has_map_update():
             covariance_type = getattr(family, "covariance_type", None)
             settings = "" if covariance_type is None else f" with covariance_type={covariance_type!r}"
             what, instead = f"the {family.name!r} family{settings}", "engine='mcmc'"
+        elif isinstance(stats, FeatureStatistics):  # the samplers take no missing entries either
+            what, instead = "rows with missing entries of independent features", "impute or drop those entries"
         else:
             what = ""
         if what:

@@ -264,6 +264,11 @@ def test_components_pickle_and_the_family_saves_as_a_config():
     assert family_from({"name": "independent", "columns": {"a": "poisson"}}).names == ("a",)
 
 
+def test_map_em_is_refused_naming_the_family():
+    with pytest.raises(ValueError, match="no M-step for the 'independent' family: use priors=None"):
+        _quiet(Mixture(2, family=Independent(MIXED), priors={"weights": 2.0}, **QUIET).fit, _mixed_rows(20))
+
+
 @pytest.mark.parametrize(
     "columns, error, message",
     [
