@@ -151,8 +151,9 @@ def _codes(series: pd.Series, categories: list[Any], label: str, name: str) -> n
 
 
 def decode_frame(model: Any, X: Any) -> pd.DataFrame:
-    """Rows of codes ``X`` ``(N, D)`` (e.g. a model's ``sample``) as a DataFrame with the fitted model's column names
-    and each coded column's categories in place of its codes.
+    """Rows of codes ``X`` ``(N, D)`` as a DataFrame with the fitted model's column names and each coded column's
+    categories in place of its codes. ``X`` may be a model's ``sample(...)`` (its ``"x"``; an HMM's sequences
+    ``(n, T, D)`` become their ``n T`` rows, sequence by sequence).
 
     Examples
     --------
@@ -161,7 +162,9 @@ def decode_frame(model: Any, X: Any) -> pd.DataFrame:
     >>> decode_frame(model, np.array([[3.0, 1.0], [0.0, 0.0]])).to_dict("list")
     {'n': [3.0, 0.0], 'colour': ['red', 'blue']}
     """
+    X = X["x"] if isinstance(X, dict) else X
     values = np.asarray(X.detach().cpu() if hasattr(X, "detach") else X, dtype=np.float64)
+    values = values.reshape(-1, values.shape[-1])
     names = getattr(model, "feature_names_in_", None) or [str(j) for j in range(values.shape[1])]
     frame = pd.DataFrame(values, columns=list(names))
     for label, categories in (getattr(model, "categories_", None) or {}).items():

@@ -250,8 +250,8 @@ def test_an_hmm_takes_a_list_of_frames_and_samples_codes_that_decode_to_categori
     model = _quiet(HMM(2, emission=Independent(FRAME_FAMILY), **QUIET).fit, frames)
     assert model.categories_ == {"region": ["north", "south"], "smoker": ["no", "yes"]}
     assert len(model.predict(frames)) == 4
-    X = np.asarray(model.sample(3, length=10)["x"]).reshape(-1, 4)
-    decoded = decode_frame(model, X)
+    decoded = decode_frame(model, model.sample(3, length=10))
+    assert decoded.shape == (30, 4)
     assert list(decoded.columns) == list(FRAME_FAMILY)
     assert set(decoded["region"]) <= {"north", "south"} and set(decoded["smoker"]) <= {"no", "yes"}
 
