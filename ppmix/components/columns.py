@@ -30,7 +30,14 @@ from pyro.distributions import constraints
 
 from ppmix._validation import InvalidDataError
 from ppmix.components.base import ComponentFamily
-from ppmix.components.family import DataScale, DensityFamily, SiteSpec, components_from_state
+from ppmix.components.family import (
+    DataScale,
+    DensityFamily,
+    PriorKey,
+    SiteSpec,
+    components_from_state,
+    with_priors,
+)
 from ppmix.components.frame_coding import code_frame
 from ppmix.components.independent import FeatureStatistics, IndependentFeatures
 from ppmix.components.registry import family_config, family_from
@@ -380,7 +387,7 @@ class Independent(DensityFamily):
     def config(self) -> dict[str, Any]:
         """``{"columns": ...}`` with each column's family as a saved model records it (the dict form of a family
         object); keyed by name, or a list in column order."""
-        if self._every is not None:
+        if self._spec[1] is None:
             return {"columns": family_config(self.columns)}
         configs = [family_config(spec) for spec in self._given_specs()]
         return {"columns": configs if self.names is None else dict(zip(self.names, configs, strict=True))}
@@ -392,7 +399,7 @@ class Independent(DensityFamily):
         return [columns[key] for key in (self.names if self.names is not None else range(len(columns)))]
 
     def validate(self) -> None:
-        for family in (self._every,) if self._every is not None else self.families:
+        for family in self._families_known():
             family.validate()
 
     def measured(self, scale: DataScale) -> "Independent":
@@ -410,8 +417,7 @@ class Independent(DensityFamily):
     @property
     def start_spread(self) -> float:
         """The largest ``start_spread`` of the column families (how much k-means' hard start is softened)."""
-        families = (self._every,) if self._every is not None else self.families
-        return max(float(getattr(family, "start_spread", 0.0)) for family in families)
+        return max(float(getattr(family, "start_spread", 0.0)) for family in self._families_known())
 
     @property
     def components_class(self) -> type[ComponentFamily]:  # type: ignore[override]
@@ -528,11 +534,70 @@ class Independent(DensityFamily):
     def _component_options(self, scale: DataScale) -> dict[str, Any]:
         return {"families": [(family, _column_scale(scale, j)) for j, family in enumerate(self.families)]}
 
+    # ------------------------------------------------------------------- priors
+    #: MAP-EM's update takes per-feature statistics (those of rows with missing entries too): each column's own
+    takes_feature_statistics = True
+
+    def prior_keys(self) -> dict[str, PriorKey]:
+        """Each column family's ``priors=`` keys, as ``"<column>.<key>"`` (``"visits.rate_rate"``); for one family of
+        every column, that family's keys (set for every column)."""
+        if self._every is not None:
+            return self._every.prior_keys()
+        return {
+            f"{label}.{key}": PriorKey(f"column {label!r}: {prior_key.doc}", prior_key.domain)
+            for label, family in zip(self.labels(), self.families, strict=True)
+            for key, prior_key in family.prior_keys().items()
+        }
+
+    def _column_family(self, j: int) -> DensityFamily:
+        """Column ``j``'s family with the hyperparameters of :attr:`prior_settings` that are its own."""
+        family = self._every if self._spec[1] is None else self.families[j]
+        if self._every is not None:  # one family of every column: its keys are every column's
+            return with_priors(family, self.prior_settings)
+        prefix = f"{self.labels()[j]}."
+        own = {key[len(prefix) :]: value for key, value in self.prior_settings.items() if key.startswith(prefix)}
+        return with_priors(family, own)
+
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
         """Column ``j``'s family's prior of its site (``site`` is ``"<j>.<its site>"``)."""
         j, own = self._split_site(site)
-        family = self._every if self._spec[1] is None else self.families[j]
-        return family.prior(own, k, 1, _column_scale(scale, j), opts)
+        return self._column_family(j).prior(own, k, 1, _column_scale(scale, j), opts)
+
+    def has_map_update(self) -> bool:
+        """Whether every column family has a MAP-EM update."""
+        return all(family.has_map_update() for family in self._families_known())
+
+    def map_update(self, components: ComponentFamily, stats: FeatureStatistics, scale: DataScale) -> None:
+        """Each column family's MAP-EM update of its column, from its statistics (exact with missing entries too)."""
+        parts = components.parts  # type: ignore[attr-defined]
+        for j, (part, column_stats) in enumerate(zip(parts, stats.features, strict=True)):
+            self._column_family(j).map_update(part, column_stats, _column_scale(scale, j))
+
+    def map_log_prior(self, components: ComponentFamily, d: int, scale: DataScale) -> torch.Tensor:
+        """The sum of the column families' log prior densities of their columns (MAP-EM's objective)."""
+        parts = components.parts  # type: ignore[attr-defined]
+        return sum(
+            self._column_family(j).map_log_prior(part, 1, _column_scale(scale, j)) for j, part in enumerate(parts)
+        )
+
+    def has_conjugate_prior(self) -> bool:
+        """Whether every column family has a conjugate prior (what ``engine="gibbs"`` needs)."""
+        return all(family.has_conjugate_prior() for family in self._families_known())
+
+    def conjugate_posterior(
+        self, site: str, stats: FeatureStatistics, values: dict[str, torch.Tensor], scale: DataScale, opts: dict
+    ) -> dist.Distribution:
+        """Column ``j``'s family's conditional posterior of its site given its column's statistics."""
+        j, own = self._split_site(site)
+        prefix = _key(j, "")
+        own_values = {name[len(prefix) :]: value for name, value in values.items() if name.startswith(prefix)}
+        return self._column_family(j).conjugate_posterior(
+            own, stats.features[j], own_values, _column_scale(scale, j), opts
+        )
+
+    def _families_known(self) -> tuple[DensityFamily, ...]:
+        """The column families, or the one family of every column."""
+        return (self._every,) if self._spec[1] is None else self.families
 
     def n_parameters(self, k: int, d: int) -> int:
         return sum(family.n_parameters(k, 1) for family in self.for_columns(d).families)

@@ -182,7 +182,7 @@ class FamilyModel(MixtureModel):
             covariance_type = getattr(family, "covariance_type", None)
             settings = "" if covariance_type is None else f" with covariance_type={covariance_type!r}"
             what, instead = f"the {family.name!r} family{settings}", "engine='mcmc'"
-        elif isinstance(stats, FeatureStatistics):  # the samplers take no missing entries either
+        elif isinstance(stats, FeatureStatistics) and not getattr(family, "takes_feature_statistics", False):
             what, instead = "rows with missing entries of independent features", "impute or drop those entries"
         else:
             what = ""

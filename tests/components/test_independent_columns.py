@@ -264,9 +264,48 @@ def test_components_pickle_and_the_family_saves_as_a_config():
     assert family_from({"name": "independent", "columns": {"a": "poisson"}}).names == ("a",)
 
 
-def test_map_em_is_refused_naming_the_family():
-    with pytest.raises(ValueError, match="no M-step for the 'independent' family: use priors=None"):
-        _quiet(Mixture(2, family=Independent(MIXED), priors={"weights": 2.0}, **QUIET).fit, _mixed_rows(20))
+def test_map_em_and_gibbs_are_each_column_familys_own():
+    """With ``priors`` (a column family's keys as ``"<column>.<key>"``; for one family of every column, its own keys)
+    MAP-EM is each column family's: Poisson columns fit as the Poisson family under the same priors (1e-10), and
+    on mixed columns with missing entries the priors of one column move that column only. Gibbs draws every column
+    from its family's conjugate posterior."""
+    rows = _mixed_rows(60)
+    counts = rows[:, [1, 1]] + rows[:, [2, 2]] * np.array([0.0, 3.0])
+    priors = {"weights": 2.0, "rate_concentration": 3.0, "rate_rate": 0.5}
+    plain = _quiet(Mixture(2, family="poisson", priors=priors, max_iter=50, **QUIET).fit, counts)
+    columns = _quiet(Mixture(2, family=Independent("poisson"), priors=priors, max_iter=50, **QUIET).fit, counts)
+    np.testing.assert_allclose(columns.means_, plain.means_, rtol=1e-10)
+    np.testing.assert_allclose(columns.history_, plain.history_, rtol=1e-10)
+    family = Independent(dict(zip("abcde", MIXED, strict=True)))
+    assert "b.rate_rate" in Mixture(2, family=family).prior_keys()
+    holed = rows.copy()
+    holed[::5, 0] = np.nan
+    resp = torch.softmax(torch.as_tensor(np.random.default_rng(0).normal(size=(len(rows), 2))), dim=1)
+    start = Mixture(2, family=family, priors={"b.rate_concentration": 1.0}, missing="marginalize", max_iter=2, **QUIET)
+    _quiet(start.fit, holed)
+    steps = []
+    for column_priors in ({"b.rate_concentration": 1.0}, {"b.rate_concentration": 50.0}):
+        model = copy.deepcopy(start).set_params(priors=column_priors)  # one state, then MAP-EM's M-step from resp
+        model._m_step(model._em_data(model.prepare_data(holed)), resp)
+        steps.append(model.components_.parts)
+    assert [j for j in range(5) if not torch.equal(steps[0][j].mean, steps[1][j].mean)] == [1]
+    alone = Mixture(2, family="poisson", priors={"rate_concentration": 50.0}, **QUIET)
+    _quiet(alone.fit, rows[:, 1:2])
+    alone._m_step(alone._em_data(alone.prepare_data(rows[:, 1:2])), resp)
+    torch.testing.assert_close(steps[1][1].rate, alone.components_.rate, rtol=1e-12, atol=0.0)
+    with pytest.raises(ValueError, match=r"unknown key 'rate_rate'"):
+        _quiet(Mixture(2, family=family, priors={"rate_rate": 1.0}, **QUIET).fit, rows)
+    gibbs = Independent(["poisson", "bernoulli", "categorical"])
+    draws = _quiet(Mixture(2, family=gibbs, **QUIET).fit, rows[:, 1:4], engine="gibbs", num_samples=20, warmup_steps=10)
+    assert np.isfinite(draws.score(rows[:, 1:4]))
+
+
+def test_map_em_on_mixed_columns_never_decreases_its_objective():
+    rows = _mixed_rows(60)
+    model = _quiet(
+        Mixture(2, family=Independent(MIXED), priors={"weights": 2.0}, max_iter=30, tol=0.0, **QUIET).fit, rows
+    )
+    assert np.all(np.diff(model.history_) >= -1e-9 * np.abs(model.history_[1:]))
 
 
 @pytest.mark.parametrize(
