@@ -280,8 +280,10 @@ class Independent(DensityFamily):
     holds left out), kept as the model's ``categories_``, and code later frames the same way (a category not seen
     in fit is a ``ValueError`` naming the column). Missing values (NaN, ``None``) need ``missing="marginalize"``:
     each column family then scores and fits its observed entries only. Sampling returns the level codes
-    (:func:`~ppmix.components.frame_coding.decode_frame` maps them to the categories). MCMC takes each column
-    family's priors (the Pyro sites are ``"<j>.<site>"``); MAP-EM and Gibbs are not written for this family.
+    (:func:`~ppmix.components.frame_coding.decode_frame` maps them to the categories). MCMC, MAP-EM and Gibbs take
+    each column family's priors, update and conjugate posterior (the Pyro sites are ``"<j>.<site>"``); a model's
+    ``priors=`` sets a column's hyperparameters as ``"<column>.<key>"`` (``"visits.rate_rate"``; for one family of
+    every column, that family's keys). Gibbs needs every column family to have a conjugate prior.
 
     Examples
     --------
