@@ -30,6 +30,8 @@ from pyro.distributions import constraints
 
 from ppmix._validation import InvalidDataError
 from ppmix.components.base import ComponentFamily
+from ppmix.components.bernoulli import BernoulliComponents
+from ppmix.components.exponential import ExponentialComponents
 from ppmix.components.family import (
     DataScale,
     DensityFamily,
@@ -39,10 +41,17 @@ from ppmix.components.family import (
     with_priors,
 )
 from ppmix.components.frame_coding import code_frame
-from ppmix.components.independent import FeatureStatistics, IndependentFeatures
+from ppmix.components.gaussian_diag import DiagGaussian
+from ppmix.components.independent import FeatureStatistics, IndependentFeatures, split_by_feature
+from ppmix.components.poisson import PoissonComponents
 from ppmix.components.registry import family_config, family_from
 
 __all__ = ["ColumnData", "ColumnsDistribution", "Independent", "IndependentComponents"]
+
+
+#: the components whose columns the E-step scores and sums together, as one batch over all of them (their parameters
+#: are ``(K, 1)`` per column, they score raw rows, their statistics are sums per feature): one pass, not one per column
+JOINED_CLASSES = (DiagGaussian, PoissonComponents, BernoulliComponents, ExponentialComponents)
 
 
 def _key(j: int, name: str) -> str:
@@ -208,18 +217,35 @@ class IndependentComponents(IndependentFeatures, ComponentFamily):
         return torch.cat(columns, dim=1)
 
     # ---------------------------------------------------------------- required
+    def _batches(self, data: Any) -> list[tuple[list[int], ComponentFamily, Any]]:
+        """The columns as the E-step scores them: the columns of each class of :data:`JOINED_CLASSES` (two or more)
+        as one batch of components over them and their raw rows, every other column alone as its family prepared
+        it; each as ``(columns, components, data)``."""
+        x = data.x if isinstance(data, ColumnData) else torch.as_tensor(data)
+        columns = self._columns(data)
+        by_class: dict[type, list[int]] = {}
+        for j, part in enumerate(self.parts):
+            if type(part) in JOINED_CLASSES:
+                by_class.setdefault(type(part), []).append(j)
+        joined = [cols for cols in by_class.values() if len(cols) > 1]
+        alone = sorted(set(range(len(self.parts))) - {j for cols in joined for j in cols})
+        batches = [([j], self.parts[j], columns[j]) for j in alone]
+        return batches + [(cols, _joined([self.parts[j] for j in cols]), x[:, cols]) for cols in joined]
+
     def log_prob(self, data: Any) -> torch.Tensor:
         """``sum_j log p_kj(x_nj)`` ``(N, K)``."""
-        columns = self._columns(data)
-        return sum(part.log_prob(column) for part, column in zip(self.parts, columns, strict=True))
+        return sum(part.log_prob(rows) for _, part, rows in self._batches(data))
 
     def statistics(self, data: Any, weights: torch.Tensor) -> FeatureStatistics:
         """Each column family's statistics of its column (:class:`~ppmix.components.independent.FeatureStatistics`,
         which merge with those of rows with missing entries)."""
-        columns = self._columns(data)
         weights = self._check_weights(weights, data.x.shape[0] if isinstance(data, ColumnData) else len(data))
-        parts = tuple(part.statistics(column, weights) for part, column in zip(self.parts, columns, strict=True))
-        return FeatureStatistics(weights.sum(0), parts)
+        parts: list[Any] = [None] * len(self.parts)
+        for cols, part, rows in self._batches(data):
+            stats = part.statistics(rows, weights)
+            for j, column_stats in zip(cols, split_by_feature(stats, len(cols)) if len(cols) > 1 else (stats,)):
+                parts[j] = column_stats
+        return FeatureStatistics(weights.sum(0), tuple(parts))
 
     def fit_statistics(self, stats: FeatureStatistics) -> "IndependentComponents":
         """Each column family's weighted MLE from its statistics; in place."""
@@ -238,6 +264,20 @@ class IndependentComponents(IndependentFeatures, ComponentFamily):
     def kl(self, other: "IndependentComponents") -> torch.Tensor:
         """``KL(self_i || other_j)`` ``(K, K')``: the sum of the columns' (each column family's closed form)."""
         return sum(part.kl(theirs) for part, theirs in zip(self.parts, other.parts, strict=True))
+
+
+def _joined(parts: Sequence[ComponentFamily]) -> ComponentFamily:
+    """One batch of components over the columns of ``parts`` (of one class of :data:`JOINED_CLASSES`): their
+    parameters side by side, and a variance floor per column where they have one."""
+    first = parts[0]
+    joined = object.__new__(type(first))
+    joined.__dict__.update(first.__dict__)
+    for name in first.param_names:
+        setattr(joined, name, torch.cat([getattr(part, name) for part in parts], dim=1))
+    if isinstance(first, DiagGaussian):
+        floors = [torch.as_tensor(part.reg_covar, dtype=first.dtype, device=first.device).reshape(-1) for part in parts]
+        joined.reg_covar = torch.cat([floor.expand(1) for floor in floors])
+    return joined
 
 
 def _param_names(parts: Sequence[Any]) -> tuple[str, ...]:

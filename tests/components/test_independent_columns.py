@@ -79,9 +79,19 @@ def test_mixed_columns_pass_check_family():
     check_family(Independent(MIXED), _mixed_rows())
 
 
+#: MIXED and more columns of its Poisson, Gaussian and Bernoulli families: the E-step scores the columns of each of
+#: those together, as one batch (``JOINED_CLASSES``)
+REPEATED = [*MIXED, "poisson", "gaussian", "bernoulli", "gaussian"]
+
+
+def _repeated_rows(n: int = 120, seed: int = 0) -> np.ndarray:
+    return np.column_stack([_mixed_rows(n, seed), _mixed_rows(n, seed + 1)[:, [1, 4, 2, 4]]])
+
+
 def _fitted_columns(rows: np.ndarray):
-    """The family measured on ``rows`` and its components after one M-step from fixed responsibilities."""
-    family = Independent(MIXED)
+    """The family of :data:`REPEATED` measured on ``rows`` and its components after one M-step from fixed
+    responsibilities."""
+    family = Independent(REPEATED)
     x = torch.as_tensor(rows)
     scale = family.data_scale(x)
     family = family.measured(scale)
@@ -94,10 +104,10 @@ def _fitted_columns(rows: np.ndarray):
 def test_m_step_is_each_column_familys_own_and_log_density_their_sum():
     """From the same responsibilities every column's parameters are those its family fits on its column alone, and
     a row's log-density under the fitted components is the sum of the column families' (1e-12)."""
-    rows = _mixed_rows()
+    rows = _repeated_rows()
     family, scale, components, x, resp = _fitted_columns(rows)
     total = torch.zeros(len(rows), 2, dtype=F64)
-    for j, name in enumerate(MIXED):
+    for j, name in enumerate(REPEATED):
         alone = family_from(name)
         column = x[:, j : j + 1]
         alone = alone.measured(alone.data_scale(column))
@@ -114,7 +124,7 @@ def test_m_step_is_each_column_familys_own_and_log_density_their_sum():
 def test_log_density_is_the_sum_of_the_columns_at_any_parameters(seed):
     """At random parameters of every column family (each site drawn in its support), the log-density of random rows
     is the sum of the column families' log-densities (1e-12), and the Pyro distribution of whole rows agrees."""
-    rows = _mixed_rows(20, seed=seed % 1000)
+    rows = _repeated_rows(20, seed=seed % 1000)
     family, scale, components, x, _ = _fitted_columns(rows)
     generator = torch.Generator().manual_seed(seed)
     specs, values = family.sites(2, rows.shape[1]), {}
