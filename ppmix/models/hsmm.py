@@ -23,7 +23,7 @@ from ppmix.models._segment_runs import chain_paths, run_counts
 from ppmix.models._transitions import MarkovChain
 from ppmix.models._weights import Weighted, split_weights
 from ppmix.models.base import MixtureModel
-from ppmix.models.hmm import HMM, _EMData, _emitted, _segment_responsibilities, _sequence_weights
+from ppmix.models.hmm import HMM, _EMData, _emitted, _segment_responsibilities, _sequence_weights, _with_inputs
 
 __all__ = ["HSMM"]
 
@@ -137,15 +137,22 @@ class HSMM(FamilyModel):
     _n_observations = HMM._n_observations
     _observed_data = HMM._observed_data
     _sample_weight_units = HMM._sample_weight_units
+    # a chain of segments with no inputs: an inputs= argument is refused by the HMM's check, naming it
+    transitions = "homogeneous"
+    _input_driven = HMM._input_driven
+    _padded_inputs = HMM._padded_inputs
     score = HMM.score
-    predict = HMM.predict
 
-    def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> Any:
+    def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False, inputs: Any = None) -> Any:
         """Sequences as the HMM takes them (:meth:`HMM.prepare_data <ppmix.models.hmm.HMM.prepare_data>`), or one
-        ``(T, D)`` array (numpy or torch) as a single sequence; ``y`` is ignored."""
+        ``(T, D)`` array (numpy or torch) as a single sequence; ``y`` is ignored (``inputs`` are refused)."""
         if isinstance(X, (np.ndarray, torch.Tensor)) and X.ndim == 2:
             X = [X]
-        return self._prepare_sequences(X, None, fitting=fitting)
+        return self._prepare_sequences(_with_inputs(X, inputs), None, fitting=fitting)
+
+    def predict(self, X: Any) -> list[Any]:
+        """The state of every step on the best segmentation (Viterbi over segments), one array per sequence."""
+        return self.decode(X)[1]
 
     def _saved_params(self) -> dict[str, Any]:
         params = super()._saved_params()
