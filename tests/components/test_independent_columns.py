@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyro.distributions.transforms import biject_to
 
-from ppmix import GMM, HMM, Mixture
+from ppmix import GMM, HMM, HSMM, Mixture
 from ppmix.components import Independent
 from ppmix.components.frame_coding import decode_frame
 from ppmix.components.registry import family_from
@@ -255,7 +255,7 @@ def test_missing_categories_in_a_frame_are_marginalised():
     assert np.isfinite(model.score_samples(frame)).all()
 
 
-def test_an_hmm_takes_a_list_of_frames_and_samples_codes_that_decode_to_categories():
+def test_an_hmm_and_an_hsmm_take_a_list_of_frames_and_samples_decode_to_categories():
     frames = [_frame(20, seed=s) for s in range(4)]
     model = _quiet(HMM(2, emission=Independent(FRAME_FAMILY), **QUIET).fit, frames)
     assert model.categories_ == {"region": ["north", "south"], "smoker": ["no", "yes"]}
@@ -264,6 +264,8 @@ def test_an_hmm_takes_a_list_of_frames_and_samples_codes_that_decode_to_categori
     assert decoded.shape == (30, 4)
     assert list(decoded.columns) == list(FRAME_FAMILY)
     assert set(decoded["region"]) <= {"north", "south"} and set(decoded["smoker"]) <= {"no", "yes"}
+    semi_markov = _quiet(HSMM(2, emission=Independent(FRAME_FAMILY), max_duration=8, **QUIET).fit, frames)
+    assert semi_markov.categories_ == model.categories_ and len(semi_markov.predict(frames)) == 4
 
 
 def test_components_pickle_and_the_family_saves_as_a_config():
