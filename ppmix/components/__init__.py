@@ -17,6 +17,7 @@ from ppmix.components.autoregressive import AutoRegressiveComponents, AutoRegres
 from ppmix.components.base import ComponentFamily, ParameterBatch
 from ppmix.components.bernoulli_label import BernoulliLabel
 from ppmix.components.categorical_label import CategoricalLabel
+from ppmix.components.columns import Independent
 from ppmix.components.expert_family import ExpertFamily
 from ppmix.components.family import (
     AdditiveStatistics,
@@ -50,6 +51,7 @@ __all__ = [
     "FullGaussian",
     "GaussianExpert",
     "GaussianFamily",
+    "Independent",
     "LogisticExpert",
     "PoissonExpert",
     "MeanStatisticsComponents",

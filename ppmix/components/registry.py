@@ -48,6 +48,7 @@ FAMILIES: dict[str, str | type] = {
     "gamma": "ppmix.components.gamma:GammaFamily",
     "lognormal": "ppmix.components.lognormal:LogNormalFamily",
     "autoregressive": "ppmix.components.autoregressive:AutoRegressiveFamily",
+    "independent": "ppmix.components.columns:Independent",
 }
 
 #: registered expert (conditional) families of MixtureOfExperts: name -> "module:Class"

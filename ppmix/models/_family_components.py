@@ -116,6 +116,9 @@ class FamilyModel(MixtureModel):
     priors: Mapping[str, Any] | None = None
     #: the class of components whose parameters a loaded save's tensors are (recorded by saves since issue 49)
     _saved_components: str | None = None
+    #: the categories of the DataFrame columns the family coded in fit (column name -> categories, a code's
+    #: position; None: none coded), which code every later frame the same way
+    categories_: dict[str, list[Any]] | None = None
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         """Refuse a keyword the constructor does not take before Python does, pointing a family's option at the
@@ -183,12 +186,12 @@ class FamilyModel(MixtureModel):
         """MAP-EM's M-step of the components (``priors`` set): the family's :meth:`map_update`."""
         self._validate_priors(map_em=True)
         family = self._prior_family()
-        if isinstance(stats, FeatureStatistics):  # the samplers take no missing entries either
-            what, instead = "rows with missing entries of independent features", "impute or drop those entries"
-        elif not has_map_update(family):
+        if not has_map_update(family):
             covariance_type = getattr(family, "covariance_type", None)
             settings = "" if covariance_type is None else f" with covariance_type={covariance_type!r}"
             what, instead = f"the {family.name!r} family{settings}", "engine='mcmc'"
+        elif isinstance(stats, FeatureStatistics) and not getattr(family, "takes_feature_statistics", False):
+            what, instead = "rows with missing entries of independent features", "impute or drop those entries"
         else:
             what = ""
         if what:
@@ -246,18 +249,39 @@ class FamilyModel(MixtureModel):
         self._data_scale = {}
         family = self._component_family()
         self._data_scale = measure(family)
-        if getattr(self, "components_", None) is not None:
-            self.components_ = components_from_state(family, self.components_.state_dict(), self._data_scale)
+        if getattr(self, "components_", None) is not None:  # the family measured on it (e.g. its number of columns)
+            state = self.components_.state_dict()
+            self.components_ = components_from_state(self._component_family(), state, self._data_scale)
+
+    def _frame_coder(self, *, learn: bool) -> Callable[[Any, str], Any] | None:
+        """The family's coding of a DataFrame's columns (``code_frame``, e.g. the independent family's categories),
+        which records the categories in ``categories_`` when ``learn`` (fit) and codes with them otherwise; None for
+        a family that codes nothing."""
+        code = getattr(self._component_family(), "code_frame", None)
+        if code is None:
+            return None
+        if learn:
+            self.categories_ = None
+
+        def coder(frame: Any, name: str) -> Any:
+            coded, categories = code(frame, self.categories_, learn=learn, name=name)
+            if learn:
+                self.categories_ = categories
+            return coded
+
+        return coder
 
     def _extra_state(self) -> dict[str, Any]:
         """The data scale recorded by the fit (saved: MCMC's priors and the measured settings of a family, e.g. the
         categorical family's number of levels, read it)."""
         scale = {name: v.tolist() for name, v in self._scale.items()}
-        return {**super()._extra_state(), "data_scale": scale, "components": self._components_name()}
+        coded = {} if self.categories_ is None else {"categories": self.categories_}
+        return {**super()._extra_state(), "data_scale": scale, "components": self._components_name(), **coded}
 
     def _load_extra_state(self, state: dict[str, Any]) -> None:
         super()._load_extra_state(state)
         self._saved_components = state.get("components")  # what the tensors are (saves since issue 49)
+        self.categories_ = state.get("categories")
         opts = {"dtype": self.dtype, "device": self._device}
         self._data_scale = {name: torch.tensor(v, **opts) for name, v in state.get("data_scale", {}).items()}
 

@@ -392,6 +392,7 @@ class HMM(FamilyModel):
             n_features=None if fitting else self.n_features_in_,
             feature_names=None if fitting else self.feature_names_in_,
             allow_missing=self._accepts_missing,
+            code_frame=self._frame_coder(learn=fitting),
         )
         batch.inputs = self._padded_inputs(inputs, batch, fitting=fitting)
         frames = fill_missing(batch.frames, self._component_family()) if self._accepts_missing else batch.frames
