@@ -34,6 +34,7 @@ import torch
 
 from ppmix.components.categorical import CategoricalFamily, distinct_codes, measured_levels
 from ppmix.components.family import merge_statistics
+from ppmix.components.family_tools import data_rows
 from ppmix.distributed.holders import ShardSummary, ShardTask, make_holders
 from ppmix.distributed.shards import shard_columns
 from ppmix.engines.capabilities import DataStatisticsEM, GlobalObjectiveEM, SequenceData, ShardableEM
@@ -120,7 +121,7 @@ class _ShardCodes:
         self.family = family
 
     def _em_data_statistics(self, data: Batch) -> list[torch.Tensor]:
-        rows = data.observed.x if data.observed is not None else self.family.rows(data.rows)
+        rows = data.observed.x if data.observed is not None else data_rows(data.rows)
         return distinct_codes(rows)
 
 

@@ -11,6 +11,7 @@ import torch
 from ppmix._validation import check_n_components, check_positive_int, check_seed, to_output
 from ppmix.components.centred import padded_counts
 from ppmix.components.family import DensityFamily, PriorKey, Statistics
+from ppmix.components.family_tools import data_rows, family_settings, mixture_statistics, start_points
 from ppmix.components.gaussian_family import GaussianFamily
 from ppmix.components.gaussian_mixture import GaussianMixtureFamily
 from ppmix.components.registry import family_config, family_from
@@ -273,18 +274,18 @@ class Mixture(FamilyModel):
         family = self._component_family()
         if data.observed is not None:
             data = data.prepared(rows=family.prepare(fill_missing(data.data, family, data.weight)), observed=None)
-        self.components_ = self._new_components(family.rows(data.rows))
+        self.components_ = self._new_components(data_rows(data.rows))
         resp = self._initial_responsibilities(data.rows, generator, data.weight)
         if self.init_params != "random":  # k-means' hard clusters, softened for the families that ask
             resp = start_responsibilities(family, resp)
         if data.known is not None:
-            resp = data.known.start(resp, family.start_points(data.rows), weight=data.weight, family=family)
+            resp = data.known.start(resp, start_points(data.rows), weight=data.weight, family=family)
         self._m_step(data, resp)
 
     def _e_step(self, data: Batch) -> tuple[Statistics, torch.Tensor]:
         """The M-step's statistics under the responsibilities and the log-likelihood
         ``sum_n log sum_k w_k p_k(x_n)`` (every row counted as often as its sample weight), in one pass where
-        the family fuses them (:meth:`~ppmix.components.base.ComponentFamily.expected_statistics`);
+        the family fuses them (:func:`~ppmix.components.family_tools.mixture_statistics`);
         :meth:`_m_step` and :meth:`_em_statistics` take the (merged) statistics as they are. In a partly labelled fit,
         the clamped E-step (:meth:`~ppmix.models.known_latents.Clamp.mixture_e_step`) and ``log p(X, known labels)``."""
         if data.known is not None:
@@ -292,7 +293,7 @@ class Mixture(FamilyModel):
         elif data.observed is not None:
             stats, objective = partly_observed_e_step(self.components_, self.weights_.log(), data.observed, data.weight)
         else:
-            stats, objective = self.components_.expected_statistics(data.rows, self.weights_.log(), data.weight)
+            stats, objective = mixture_statistics(self.components_, data.rows, self.weights_.log(), data.weight)
         return stats, objective if self.priors is None else objective + self._log_prior()
 
     def _m_step(self, data: Batch, resp: Statistics | torch.Tensor) -> None:
@@ -433,7 +434,7 @@ class Mixture(FamilyModel):
         return {
             "model": type(self).__name__,
             "n_components": self.n_components,
-            "family": {"name": self._component_family().name, **self._component_family().config()},
+            "family": {"name": self._component_family().name, **family_settings(self._component_family())},
             "engine": self.engine_,
             "n_iter": self.n_iter_,
             "converged": self.converged_,
