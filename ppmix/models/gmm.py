@@ -7,10 +7,15 @@ from typing import Any
 import torch
 
 from ppmix.components.gaussian_family import GaussianFamily
+from ppmix.components.gaussian_vb import NormalWishartMixture, normal_wishart_prior
+from ppmix.engines.vb import mean_weights
 from ppmix.models._params import store_params
 from ppmix.models.mixture import Mixture
 
-__all__ = ["GMM"]
+__all__ = ["EFFECTIVE_WEIGHT", "GMM"]
+
+#: a component counts in ``n_effective_components_`` when its weight exceeds this share of the data
+EFFECTIVE_WEIGHT = 1e-2
 
 
 class GMM(Mixture):
@@ -70,6 +75,12 @@ class GMM(Mixture):
         closed form in turn (``var = (2 b + scatter) / (2 a + 2 + n_k)``); full and tied: generalised EM, the
         means given the covariance in closed form, then Newton steps on the covariance under the inverse-gamma
         variances and the LKJ correlation (:mod:`ppmix.components.gaussian_map`); None: maximum likelihood.
+    weight_concentration_prior_type : {"dirichlet_process", "dirichlet_distribution"}, default "dirichlet_process"
+        ``engine="vb"`` only: the weights' prior, stick-breaking (a truncated Dirichlet process) or a symmetric
+        Dirichlet, as scikit-learn's ``BayesianGaussianMixture``.
+    weight_concentration_prior : float, optional
+        ``engine="vb"`` only: its concentration ``alpha`` (default ``1 / n_components``); smaller leaves fewer
+        components with weight.
     seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
 
     Attributes
@@ -78,6 +89,28 @@ class GMM(Mixture):
     components_ : DiagGaussian or FullGaussian
     means_, covariances_ : Tensor
         ``(K, D)`` and ``(K, D)`` (diag) or ``(K, D, D)`` (full).
+    precisions_ : Tensor
+        The inverses of ``covariances_``, in their layout.
+    n_effective_components_ : int
+        The components whose weight exceeds :data:`EFFECTIVE_WEIGHT` (1 % of the data).
+    variational_posterior_ : dict of Tensor
+        After ``engine="vb"``: the factors of the posterior, ``weight_concentration`` (Dirichlet ``(K,)``, or the
+        sticks' Beta parameters ``(2, K)``), and the Normal-Wishart ``mean_precision`` ``(K,)``, ``means``,
+        ``degrees_of_freedom`` and ``covariances`` (``W_k^{-1} / nu_k``, as ``covariances_``).
+
+    Notes
+    -----
+    **Variational Bayes.** ``fit(X, engine="vb")`` fits the posterior of the weights and of every component under a
+    Dirichlet (or stick-breaking) prior and a Normal-Wishart prior, by mean-field coordinate ascent
+    (:func:`ppmix.engines.vb.run_vb`), with scikit-learn's ``BayesianGaussianMixture`` updates, priors and lower
+    bound: from the same start every iteration equals it. Components the data do not support end with negligible
+    weight, so ``n_components`` is an upper bound and ``n_effective_components_`` the number used. ``weights_``,
+    ``means_`` and ``covariances_`` are then the posterior means (of the covariances: the inverse of the mean
+    precision), which predictions use; ``history_`` holds the lower bound per data point after every iteration
+    and ``lower_bound_`` its last value (scikit-learn's ``lower_bound_`` divided by ``N``). The components' prior:
+    ``fit(X, engine="vb", component_prior={...})`` with scikit-learn's keys and defaults
+    (:func:`~ppmix.components.gaussian_vb.normal_wishart_prior`); ``reg_covar`` is added to every weighted variance
+    as scikit-learn's, relative to the data (:func:`~ppmix.components.gaussian_family.relative_floor`).
 
     Examples
     --------
@@ -97,6 +130,13 @@ class GMM(Mixture):
     >>> np.round(gmm_map.fit(X).covariances_.numpy(), 1)
     array([[3. , 2.9],
            [3. , 3. ]])
+
+    Variational Bayes leaves the two clusters' weight on two of five components (each of the other three keeps
+    about the weight of one row, the prior's):
+
+    >>> gmm_vb = GMM(5, covariance_type="full", seed=0, progress=False).fit(X, engine="vb", max_iter=500)
+    >>> gmm_vb.n_effective_components_, float(np.sort(gmm_vb.weights_.numpy())[-2:].sum()) > 0.98
+    (2, True)
     """
 
     #: EM runs under ``torch.inference_mode()`` (:func:`~ppmix.engines.em.run_em`): the Gaussian hooks
@@ -116,6 +156,8 @@ class GMM(Mixture):
         warm_start: bool = False,
         missing: str = "error",
         priors: dict[str, Any] | None = None,
+        weight_concentration_prior_type: str = "dirichlet_process",
+        weight_concentration_prior: float | None = None,
         seed: int | None = None,
         device: str | torch.device | None = None,
         dtype: torch.dtype = torch.float64,
@@ -126,6 +168,51 @@ class GMM(Mixture):
 
     def _component_family(self) -> GaussianFamily:
         return GaussianFamily(self.covariance_type, self.reg_covar)
+
+    @property
+    def precisions_(self) -> torch.Tensor:
+        """The inverses of :attr:`covariances_`: ``(K, D, D)`` matrices, or ``(K, D)`` inverse variances."""
+        covariances = self.covariances_
+        return torch.linalg.inv(covariances) if covariances.dim() == 3 else 1.0 / covariances
+
+    @property
+    def n_effective_components_(self) -> int:
+        """The components whose weight exceeds :data:`EFFECTIVE_WEIGHT` (1 %)."""
+        self._check_fitted()
+        return int((self.weights_ > EFFECTIVE_WEIGHT).sum())
+
+    # -------------------------------------------------------------- variational Bayes
+    def _vb_components(self, data: torch.Tensor, component_prior: dict[str, Any] | None) -> NormalWishartMixture:
+        """The Normal-Wishart factor of the components on the training rows (:func:`~ppmix.engines.vb.run_vb`)."""
+        prior = normal_wishart_prior(data, self.covariance_type, component_prior)
+        floor = self._scale.get("floor", torch.tensor(self.reg_covar))
+        return NormalWishartMixture(data, self.n_components, self.covariance_type, prior, floor)
+
+    def _vb_initial_responsibilities(self, data: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """The responsibilities of ``init_params`` (as EM's start)."""
+        return self._initial_responsibilities(self._component_family().prepare(data), generator)
+
+    def _vb_record(self, concentration: torch.Tensor, components: NormalWishartMixture) -> None:
+        """The posterior means as the fitted parameters and the factors as ``variational_posterior_``."""
+        self.weights_ = mean_weights(concentration)
+        self.components_ = components.components(components.floor)
+        self.variational_posterior_ = {"weight_concentration": concentration, **components.state()}
+        self._invalidate_guide()
+
+    def _extra_state(self) -> dict[str, Any]:
+        """As the mixture's, with the variational factors of an ``engine="vb"`` fit."""
+        extra = super()._extra_state()
+        if getattr(self, "engine_", None) == "vb":
+            extra["variational_posterior"] = {k: v.tolist() for k, v in self.variational_posterior_.items()}
+        return extra
+
+    def _load_extra_state(self, state: dict[str, Any]) -> None:
+        super()._load_extra_state(state)
+        if "variational_posterior" in state:
+            opts = {"dtype": self.dtype, "device": self._device}
+            self.variational_posterior_ = {
+                k: torch.tensor(v, **opts) for k, v in state["variational_posterior"].items()
+            }
 
     def summary(self) -> dict[str, Any]:
         """A JSON-able description of the fit."""
