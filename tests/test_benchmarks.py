@@ -350,3 +350,14 @@ def test_bench_defaults_quick(tmp_path):
         assert all(math.isfinite(value) for value in held_out)
     # near-constant pixels: ppmix's floor keeps the default fit's held-out score at least scikit-learn's
     assert digits["diag"]["median_ppmix"] >= digits["diag"]["median_sklearn"]
+
+
+def test_bench_vb_quick(tmp_path):
+    """ppmix's VB-EM against scikit-learn's BayesianGaussianMixture, every covariance type: the same lower bounds
+    from the same start (what holds whatever the load), timings positive."""
+    report = run_quick("bench_vb.py", tmp_path / "vb.json")
+    assert report["benchmark"] == "vb_gmm" and report["quick"] and report["machine"]["torch_num_threads"] == 1
+    assert [row["covariance_type"] for row in report["settings"]] == ["full", "tied", "diag", "spherical"]
+    for row in report["settings"]:
+        assert_timing(*row["seconds_per_iteration"].values())
+        assert row["lower_bound_max_rel_diff"] < 1e-8
