@@ -219,7 +219,9 @@ def run_vb(
     2
     """
     if not isinstance(model, VariationalModel):
-        raise ValueError(f"{type(model).__name__} has no variational-Bayes updates (engine='vb' is for GMM)")
+        raise ValueError(
+            f"{type(model).__name__} has no variational-Bayes updates (engine='vb' is for Mixture and GMM)"
+        )
     n_init = check_positive_int(model.n_init if n_init is None else n_init, "n_init")
     max_iter = check_positive_int(model.max_iter if max_iter is None else max_iter, "max_iter")
     tol = _check_tol(min(model.tol, VB_TOL) if tol is None else tol)

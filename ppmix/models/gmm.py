@@ -7,15 +7,10 @@ from typing import Any
 import torch
 
 from ppmix.components.gaussian_family import GaussianFamily
-from ppmix.components.gaussian_vb import NormalWishartMixture, normal_wishart_prior
-from ppmix.engines.vb import mean_weights
 from ppmix.models._params import store_params
 from ppmix.models.mixture import Mixture
 
-__all__ = ["EFFECTIVE_WEIGHT", "GMM"]
-
-#: a component counts in ``n_effective_components_`` when its weight exceeds this share of the data
-EFFECTIVE_WEIGHT = 1e-2
+__all__ = ["GMM"]
 
 
 class GMM(Mixture):
@@ -92,7 +87,7 @@ class GMM(Mixture):
     precisions_ : Tensor
         The inverses of ``covariances_``, in their layout.
     n_effective_components_ : int
-        The components whose weight exceeds :data:`EFFECTIVE_WEIGHT` (1 % of the data).
+        The components whose weight exceeds :data:`~ppmix.models._variational.EFFECTIVE_WEIGHT` (1 % of the data).
     variational_posterior_ : dict of Tensor
         After ``engine="vb"``: the factors of the posterior, ``weight_concentration`` (Dirichlet ``(K,)``, or the
         sticks' Beta parameters ``(2, K)``), and the Normal-Wishart ``mean_precision`` ``(K,)``, ``means``,
@@ -174,45 +169,6 @@ class GMM(Mixture):
         """The inverses of :attr:`covariances_`: ``(K, D, D)`` matrices, or ``(K, D)`` inverse variances."""
         covariances = self.covariances_
         return torch.linalg.inv(covariances) if covariances.dim() == 3 else 1.0 / covariances
-
-    @property
-    def n_effective_components_(self) -> int:
-        """The components whose weight exceeds :data:`EFFECTIVE_WEIGHT` (1 %)."""
-        self._check_fitted()
-        return int((self.weights_ > EFFECTIVE_WEIGHT).sum())
-
-    # -------------------------------------------------------------- variational Bayes
-    def _vb_components(self, data: torch.Tensor, component_prior: dict[str, Any] | None) -> NormalWishartMixture:
-        """The Normal-Wishart factor of the components on the training rows (:func:`~ppmix.engines.vb.run_vb`)."""
-        prior = normal_wishart_prior(data, self.covariance_type, component_prior)
-        floor = self._scale.get("floor", torch.tensor(self.reg_covar))
-        return NormalWishartMixture(data, self.n_components, self.covariance_type, prior, floor)
-
-    def _vb_initial_responsibilities(self, data: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """The responsibilities of ``init_params`` (as EM's start)."""
-        return self._initial_responsibilities(self._component_family().prepare(data), generator)
-
-    def _vb_record(self, concentration: torch.Tensor, components: NormalWishartMixture) -> None:
-        """The posterior means as the fitted parameters and the factors as ``variational_posterior_``."""
-        self.weights_ = mean_weights(concentration)
-        self.components_ = components.components(components.floor)
-        self.variational_posterior_ = {"weight_concentration": concentration, **components.state()}
-        self._invalidate_guide()
-
-    def _extra_state(self) -> dict[str, Any]:
-        """As the mixture's, with the variational factors of an ``engine="vb"`` fit."""
-        extra = super()._extra_state()
-        if getattr(self, "engine_", None) == "vb":
-            extra["variational_posterior"] = {k: v.tolist() for k, v in self.variational_posterior_.items()}
-        return extra
-
-    def _load_extra_state(self, state: dict[str, Any]) -> None:
-        super()._load_extra_state(state)
-        if "variational_posterior" in state:
-            opts = {"dtype": self.dtype, "device": self._device}
-            self.variational_posterior_ = {
-                k: torch.tensor(v, **opts) for k, v in state["variational_posterior"].items()
-            }
 
     def summary(self) -> dict[str, Any]:
         """A JSON-able description of the fit."""
