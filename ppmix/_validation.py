@@ -136,11 +136,13 @@ def check_matrix(
     n_features: int | None = None,
     feature_names: list[str] | None = None,
     allow_missing: bool = False,
+    allow_empty_rows: bool = False,
 ) -> tuple[torch.Tensor, list[str] | None]:
     """Validate a 2-D numeric data matrix and return it as a tensor plus column names.
 
     ``allow_missing``: NaN entries are kept (missing values; infinities are still refused), but a row
-    with every entry missing is refused, naming it.
+    with every entry missing is refused, naming it, unless ``allow_empty_rows`` (an HMM's time step with every
+    value missing: its emission density is 1, the chain carries the step).
 
     Accepts numpy arrays, torch tensors, pandas DataFrames and nested lists.
 
@@ -196,7 +198,7 @@ def check_matrix(
         raise InvalidDataError(
             f"{name} is empty: 0 {what}(s) (shape={tuple(tensor.shape)}) while a minimum of 1 is required."
         )
-    if allow_missing:
+    if allow_missing and not allow_empty_rows:
         _check_missing_rows(tensor, name)
     if bool(torch.isinf(tensor).any()) if allow_missing else not all_finite(tensor):
         raise InvalidDataError(_non_finite_message(tensor, source, name, names, allow_missing))

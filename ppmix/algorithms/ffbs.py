@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["filter_log_likelihood", "gumbel_argmax", "sample_paths"]
+__all__ = ["filter_log_likelihood", "filtered_marginals", "gumbel_argmax", "sample_paths"]
 
 
-def gumbel_noise(shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+def gumbel_noise(shape: tuple[int, ...], like: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """Standard Gumbel draws of ``shape`` in ``like``'s dtype and device: ``argmax(logits + noise)`` over the
-    last axis is a categorical draw."""
-    uniform = torch.rand(shape, dtype=like.dtype, device=like.device)
+    last axis is a categorical draw (from ``generator``, or torch's global random state)."""
+    uniform = torch.rand(shape, dtype=like.dtype, device=like.device, generator=generator)
     return -(-uniform.clamp_min(torch.finfo(like.dtype).tiny).log()).log()
 
 
@@ -35,7 +35,11 @@ def gumbel_argmax(logits: torch.Tensor) -> torch.Tensor:
 
 
 def sample_paths(
-    log_init: torch.Tensor, log_trans: torch.Tensor, log_emit: torch.Tensor, lengths: torch.Tensor
+    log_init: torch.Tensor,
+    log_trans: torch.Tensor,
+    log_emit: torch.Tensor,
+    lengths: torch.Tensor,
+    generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """State paths ``(B, T)`` drawn from ``p(z | x)`` and the log-likelihoods ``log p(x_b)`` ``(B,)``.
 
@@ -49,6 +53,8 @@ def sample_paths(
         Log emission densities; padded steps (``t >= lengths[b]``) are ignored.
     lengths : LongTensor (B,)
         Valid steps of every sequence (at least one).
+    generator : torch.Generator, optional
+        The random stream of the draws (torch's global one by default).
 
     Returns
     -------
@@ -72,7 +78,7 @@ def sample_paths(
     filtered, log_likelihood = (
         scaled if scaled is not None else _filter_logspace(log_init, log_trans, log_emit, valid, padded)
     )
-    noise = gumbel_noise((steps, batch, k), log_emit)  # every draw's noise at once
+    noise = gumbel_noise((steps, batch, k), log_emit, generator)  # every draw's noise at once
     from_state = log_trans.transpose(1, 2)  # [b, j, i] = log p(z_t = j | z_{t-1} = i): a row per next state
     paths = torch.empty(batch, steps, dtype=torch.long, device=log_emit.device)
     paths[:, -1] = (filtered[-1] + noise[-1]).argmax(-1)
@@ -100,6 +106,27 @@ def filter_log_likelihood(
     padded = not bool(valid.all())
     scaled = _filter_scaled(log_init, log_trans, log_emit, valid, padded)
     return (scaled if scaled is not None else _filter_logspace(log_init, log_trans, log_emit, valid, padded))[1]
+
+
+def filtered_marginals(
+    log_init: torch.Tensor, log_trans: torch.Tensor, log_emit: torch.Tensor, lengths: torch.Tensor
+) -> torch.Tensor:
+    """The filtered state probabilities ``p(z_t = k | x_{0:t})`` of every step ``(B, T, K)`` (the forward pass
+    alone, each step normalised): the arguments as :func:`sample_paths`'. At padded steps, the last valid step's.
+
+    Examples
+    --------
+    >>> log_trans = torch.tensor([[0.9, 0.1], [0.1, 0.9]], dtype=torch.float64).log().expand(1, 2, 2)
+    >>> emit = torch.tensor([[[0.0, -50.0], [0.0, 0.0]]], dtype=torch.float64)  # state 0, then no evidence
+    >>> init = torch.tensor([[0.5, 0.5]], dtype=torch.float64).log()
+    >>> filtered_marginals(init, log_trans, emit, torch.tensor([2])).round(decimals=4).tolist()
+    [[[1.0, 0.0], [0.9, 0.1]]]
+    """
+    valid = torch.arange(log_emit.shape[1], device=lengths.device)[None, :] < lengths[:, None]
+    padded = not bool(valid.all())
+    scaled = _filter_scaled(log_init, log_trans, log_emit, valid, padded)
+    filtered = (scaled if scaled is not None else _filter_logspace(log_init, log_trans, log_emit, valid, padded))[0]
+    return torch.stack(filtered, dim=1).softmax(dim=-1)
 
 
 def _filter_logspace(

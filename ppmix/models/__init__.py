@@ -18,6 +18,7 @@ _EXPORTS = {
     "PointEstimateWarning": "ppmix.models._arviz",
     "ComponentSelection": "ppmix.models.selection",
     "select_components": "ppmix.models.selection",
+    "latent_posterior": "ppmix.models._predictions",
     **dict.fromkeys(
         [
             "PFGMM",

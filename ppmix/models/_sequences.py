@@ -111,7 +111,7 @@ def as_sequence_batch(
     allow_missing: bool = False,
 ) -> SequenceBatch:
     """Validate sequences given in any of the supported forms and pad them into a batch (``allow_missing``: NaN
-    entries kept, as :func:`~ppmix._validation.check_matrix` keeps them).
+    entries kept, as :func:`~ppmix._validation.check_matrix` keeps them, a step with every value missing too).
 
     Parameters
     ----------
@@ -178,6 +178,7 @@ def as_sequence_batch(
             n_features=n_features,
             feature_names=feature_names,
             allow_missing=allow_missing,
+            allow_empty_rows=allow_missing,
         )
         if seqs and tensor.shape[1] != seqs[0].shape[1]:
             raise ValueError(f"X[{b}] has {tensor.shape[1]} features but X[0] has {seqs[0].shape[1]}")

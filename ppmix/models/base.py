@@ -477,14 +477,6 @@ class MixtureModel(DensityMixin, Estimator, PyroModule):
             yield
 
     # ================================================================ predictions and scores
-    def posterior(self, X: Any, y: Any = None) -> Any:
-        """Posterior marginals of the discrete latents, ``{site: (N, K) probabilities}``.
-
-        The default uses Pyro's ``TraceEnum_ELBO.compute_marginals`` on the model and guide; models with an exact
-        E-step override ``_posterior_marginals``.
-        """
-        return _predictions.posterior(self, X, y)
-
     def predict_proba(self, X: Any) -> Any:
         """Posterior probabilities ``(N, K)`` of the component of each point (the first enumerated site)."""
         return _predictions.predict_proba(self, X)

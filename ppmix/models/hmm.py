@@ -16,7 +16,6 @@ from ppmix.algorithms.forward_backward import (
     ForwardBackwardResult,
     forward_backward,
     log_likelihood,
-    viterbi,
 )
 from ppmix.components.family import DensityFamily, PriorKey
 from ppmix.components.registry import family_config, family_from
@@ -40,6 +39,7 @@ from ppmix.models._missing import (
 )
 from ppmix.models._online import partial_fit
 from ppmix.models._params import store_params
+from ppmix.models._sequence_inference import decode_states, filter_states, sample_state_paths
 from ppmix.models._sequences import SequenceBatch, as_sequence_batch
 from ppmix.models._transitions import MarkovChain, check_transition_prior, transition_mask
 from ppmix.models._weights import Weighted, split_weights
@@ -713,18 +713,67 @@ class HMM(FamilyModel):
         posterior = self._forward_backward(self._prediction_data(batch)).posterior
         return [to_output(p, self._output_like(X)) for p in batch.unpad(posterior)]
 
-    def decode(self, X: Any) -> tuple[Any, list[Any]]:
-        """Viterbi decoding: log-probabilities of the best paths and the paths themselves."""
-        self._check_fitted()
-        batch = self.prepare_data(X)
-        paths, best = viterbi(
-            self.initial_.log(),
-            self.transition_.log(),
-            self._log_emissions(self._prediction_data(batch)),
-            batch.lengths,
-        )
-        like = self._output_like(X)
-        return to_output(best, like), [to_output(p, like) for p in batch.unpad(paths)]
+    def decode(self, X: Any, algorithm: str = "viterbi") -> tuple[Any, list[Any]]:
+        """The decoded state path of each sequence and its score.
+
+        Parameters
+        ----------
+        X : sequences
+            As :meth:`fit` takes them.
+        algorithm : {"viterbi", "map"}
+            ``"viterbi"``: the jointly most probable path, scored ``log p(z*, x)``. ``"map"``: each step's most
+            probable state under the smoothed marginals (:meth:`predict_proba`), scored ``sum_t log max_k
+            p(z_t = k | x)``; hmmlearn's ``decode(algorithm="map")`` gives the same paths.
+
+        Returns
+        -------
+        log_probs : array (n_sequences,)
+        paths : list of int arrays (length,)
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from ppmix import HMM
+        >>> x = np.r_[np.zeros(20), np.full(20, 5.0)][:, None] + np.random.default_rng(0).normal(size=(40, 1))
+        >>> hmm = HMM(2, seed=0, progress=False).fit([x])
+        >>> _, (viterbi_path,) = hmm.decode([x])
+        >>> _, (map_path,) = hmm.decode([x], algorithm="map")
+        >>> bool((viterbi_path == map_path).all())
+        True
+        """
+        return decode_states(self, X, algorithm)
+
+    def filter(self, X: Any) -> list[Any]:
+        """Filtered state probabilities ``p(z_t = k | x_{0:t})``: what each step and the ones before it say of
+        its state, one ``(length, K)`` array per sequence (:meth:`predict_proba` uses the whole sequence).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from ppmix import HMM
+        >>> x = np.r_[np.zeros(20), np.full(20, 5.0)][:, None] + np.random.default_rng(0).normal(size=(40, 1))
+        >>> hmm = HMM(2, seed=0, progress=False).fit([x])
+        >>> (filtered,) = hmm.filter([x])
+        >>> filtered.shape, bool(np.allclose(filtered[-1], hmm.predict_proba([x])[0][-1]))  # equal at the end
+        ((40, 2), True)
+        """
+        return filter_states(self, X)
+
+    def sample_paths(self, X: Any, n: int = 1) -> list[Any]:
+        """``n`` state paths of each sequence drawn from the posterior ``p(z | x)`` (forward filtering, backward
+        sampling), one ``(n, length)`` integer array per sequence; reproducible from the model's ``seed``.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from ppmix import HMM
+        >>> x = np.r_[np.zeros(20), np.full(20, 5.0)][:, None] + np.random.default_rng(0).normal(size=(40, 1))
+        >>> hmm = HMM(2, seed=0, progress=False).fit([x])
+        >>> (paths,) = hmm.sample_paths([x], n=500)
+        >>> paths.shape, bool(np.allclose(paths.mean(0), hmm.predict_proba([x])[0][:, 1], atol=0.1))
+        ((500, 40), True)
+        """
+        return sample_state_paths(self, X, n, self._generator(offset=104729))
 
     def predict(self, X: Any) -> list[Any]:
         """Most probable state path of each sequence (Viterbi)."""
