@@ -123,7 +123,9 @@ class ConjugateMixture:
         self._plug_in: ComponentFamily = family.placeholder(n_components, self.n_features, scale, self.opts)
 
     def statistics(self, resp: torch.Tensor) -> Statistics:
-        """The family's weighted statistics of the rows under responsibilities ``resp`` ``(N, K)``."""
+        """The family's weighted statistics of the rows under responsibilities ``resp`` ``(N, K)`` (kept for
+        :meth:`bound_terms`)."""
+        self._resp = resp
         return self._plug_in.statistics(self.data, resp)
 
     def update(self, stats: Statistics) -> None:
@@ -132,26 +134,26 @@ class ConjugateMixture:
         value, self.constants = PLUG_INS[self.family.name](self.posterior)
         self._plug_in = self.family.components({self.site: value}, self.scale)
 
-    def _expected_log_prob(self) -> torch.Tensor:
+    def expected_log_prob(self) -> torch.Tensor:
         """``E_q[log p(x_n | theta_k)]`` ``(N, K)``."""
         return self._plug_in.log_prob(self.data) + self.constants
 
     def e_step(self, log_weights: torch.Tensor) -> tuple[Statistics, torch.Tensor, torch.Tensor]:
         """The statistics of ``r_nk ∝ exp(log_weights_k + E[log p(x_n | theta_k)])``, ``sum_n log sum_k exp(...)``
         and ``sum_nk r_nk (...)``; the responsibilities are kept for :meth:`bound_terms`."""
-        log_joint = self._expected_log_prob() + log_weights
+        log_joint = self.expected_log_prob() + log_weights
         log_norm = torch.logsumexp(log_joint, 1)
-        self._resp = (log_joint - log_norm[:, None]).exp()
-        return self.statistics(self._resp), log_norm.sum(), (self._resp * log_joint).sum()
+        resp = (log_joint - log_norm[:, None]).exp()
+        return self.statistics(resp), log_norm.sum(), (resp * log_joint).sum()
 
     def bound_terms(self) -> torch.Tensor:
         """The components' and the weights' prior's share of the lower bound after an update: ``sum_nk r_nk
         E[log p(x_n | theta_k)] - sum_k KL(q(theta_k) || p(theta_k))`` (the current factor, the last E-step's
-        responsibilities)."""
+        responsibilities given to :meth:`statistics`)."""
         prior = self.family.prior(self.site, self.n_components, self.n_features, self.scale, self.opts)
         prior = prior.base_dist if isinstance(prior, dist.Independent) else prior
         divergence = kl_divergence(self.posterior, prior.expand(self.posterior.batch_shape)).sum()
-        return (self._resp * self._expected_log_prob()).sum() - divergence
+        return (self._resp * self.expected_log_prob()).sum() - divergence
 
     def components(self, floor: Any = None) -> ComponentFamily:
         """The fitted components: the factor's mean of the site."""

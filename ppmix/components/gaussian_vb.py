@@ -281,6 +281,10 @@ class NormalWishartMixture:
         expected_log_det = _multi_digamma(nu / 2, d) + d * math.log(2.0)
         return 0.5 * (expected_log_det - d * nu.log() - d / self.mean_precision)
 
+    def expected_log_prob(self) -> torch.Tensor:
+        """``E_q[log N(x_n | mu_k, Lambda_k)]`` ``(N, K)`` of every training row (for an HMM's forward-backward)."""
+        return self._plug_in.log_prob(self.data) + self._expectation_offsets()
+
     def e_step(self, log_weights: torch.Tensor) -> tuple[GaussianStatistics, torch.Tensor, torch.Tensor]:
         """One pass over the rows under ``r_nk ∝ exp(log_weights_k + E[log N(x_n | mu_k, Lambda_k)])``
         (``log_weights`` ``E[log w_k]`` ``(K,)``): the statistics of the responsibilities, ``sum_n log sum_k

@@ -23,12 +23,16 @@ from typing import Any, Mapping, Protocol, runtime_checkable
 import torch
 
 from ppmix._validation import check_positive_int
+from ppmix.algorithms.forward_backward import forward_backward
 from ppmix.engines.result import ConvergenceWarning, FitResult
 from ppmix.ops.threads import threads_for, torch_threads
 
 __all__ = [
     "WEIGHT_PRIOR_TYPES",
     "ConjugateComponents",
+    "LatentFactor",
+    "MarkovChainFactor",
+    "MixtureWeights",
     "VB_TOL",
     "VariationalModel",
     "check_weight_prior",
@@ -62,8 +66,29 @@ class ConjugateComponents(Protocol):
         """Statistics of the responsibilities, ``sum_n log sum_k exp(a_nk)`` and ``sum_nk r_nk a_nk`` where ``a_nk =
         log_weights_k + E[log p(x_n | theta_k)]``."""
 
+    def expected_log_prob(self) -> torch.Tensor:
+        """``E_q[log p(x_n | theta_k)]`` ``(N, K)`` of every training row under the current factor."""
+
     def bound_terms(self) -> torch.Tensor:
-        """The components' share of the lower bound after an update."""
+        """The components' share of the lower bound after an update: ``sum_nk r_nk E_q[log p(x_n | theta_k)] -
+        sum_k KL(q(theta_k) || p(theta_k))`` up to a constant, ``r`` the last responsibilities."""
+
+
+class LatentFactor(Protocol):
+    """The factor of the latent structure (the mixture's weights, the HMM's chain) and its E-step."""
+
+    def start(self, components: ConjugateComponents, resp: torch.Tensor) -> Any:
+        """The first M-step from responsibilities ``(N, K)``: both factors; returns the components' statistics."""
+
+    def e_step(self, components: ConjugateComponents) -> tuple[Any, torch.Tensor]:
+        """The latents' posterior under the current factors: the components' statistics and its entropy
+        ``-E_r[log r(z)]``; the latent factor is updated too."""
+
+    def bound(self) -> torch.Tensor:
+        """The latent factor's share of the lower bound (minus its log normaliser)."""
+
+    def state(self) -> dict[str, torch.Tensor]:
+        """The latent factor's parameters."""
 
 
 @runtime_checkable
@@ -80,11 +105,14 @@ class VariationalModel(Protocol):
     def _vb_components(self, data: Any, component_prior: Mapping[str, Any] | None) -> ConjugateComponents:
         """The components' factor on the prepared training data, under the prior ``component_prior``."""
 
-    def _vb_initial_responsibilities(self, data: Any, generator: torch.Generator) -> torch.Tensor:
-        """The starting responsibilities ``(N, K)`` of one restart."""
+    def _vb_latent(self, data: Any) -> LatentFactor:
+        """The latent structure's factor (:class:`MixtureWeights`, :class:`MarkovChainFactor`) for ``data``."""
 
-    def _vb_record(self, concentration: torch.Tensor, components: ConjugateComponents) -> None:
-        """Keep the fitted factors: the weights' concentration (:func:`weight_posterior`) and the components'."""
+    def _vb_initial_responsibilities(self, data: Any, generator: torch.Generator) -> torch.Tensor:
+        """The starting responsibilities ``(N, K)`` of one restart (per row, per step of the sequences)."""
+
+    def _vb_record(self, latent: LatentFactor, components: ConjugateComponents) -> None:
+        """Keep the fitted factors."""
 
     def _generator(self, offset: int = 0) -> torch.Generator: ...
 
@@ -220,24 +248,22 @@ def run_vb(
     """
     if not isinstance(model, VariationalModel):
         raise ValueError(
-            f"{type(model).__name__} has no variational-Bayes updates (engine='vb' is for Mixture and GMM)"
+            f"{type(model).__name__} has no variational-Bayes updates (engine='vb' is for Mixture, GMM and HMM)"
         )
     n_init = check_positive_int(model.n_init if n_init is None else n_init, "n_init")
     max_iter = check_positive_int(model.max_iter if max_iter is None else max_iter, "max_iter")
     tol = _check_tol(min(model.tol, VB_TOL) if tol is None else tol)
-    alpha = check_weight_prior(
-        model.weight_concentration_prior_type, model.weight_concentration_prior, model.n_components
-    )
-    best: tuple[float, torch.Tensor, ConjugateComponents, FitResult] | None = None
+    best: tuple[float, LatentFactor, ConjugateComponents, FitResult] | None = None
     with torch.no_grad():
         for restart in range(n_init):
+            latent = model._vb_latent(data)
             components = model._vb_components(data, component_prior)
             resp = model._vb_initial_responsibilities(data, model._generator(restart))
-            concentration, result = _single_run(model, components, resp, alpha, max_iter, tol)
+            result = _single_run(latent, components, resp, max_iter, tol)
             final = result.history[-1]
             logger.info("VB restart %d: lower bound/point %.6f after %d iterations", restart, final, result.n_iter)
             if best is None or final > best[0]:
-                best = (final, concentration, components, result)
+                best = (final, latent, components, result)
     assert best is not None
     model._vb_record(best[1], best[2])
     if not best[3].converged:
@@ -256,31 +282,21 @@ def _check_tol(tol: Any) -> float:
 
 
 def _single_run(
-    model: VariationalModel,
-    components: ConjugateComponents,
-    resp: torch.Tensor,
-    alpha: float,
-    max_iter: int,
-    tol: float,
-) -> tuple[torch.Tensor, FitResult]:
-    """One restart from responsibilities ``resp``: the weights' factor and the history of the bound per data point
-    (the components' factor is updated in place)."""
-    prior_type = model.weight_concentration_prior_type
+    latent: LatentFactor, components: ConjugateComponents, resp: torch.Tensor, max_iter: int, tol: float
+) -> FitResult:
+    """One restart from responsibilities ``resp`` ``(N, K)``: the factors updated in place, and the history of the
+    bound per data point (row or step)."""
     n = resp.shape[0]
-    stats = components.statistics(resp)
-    components.update(stats)
-    concentration = weight_posterior(stats.counts, prior_type, alpha)
+    stats = latent.start(components, resp)
     history: list[float] = []
     previous, converged, iteration = -math.inf, False, 0
     # the thread policy by the work of a pass (rows x values of the statistics), as EM's
     work = float(n) * sum(getattr(stats, field.name).numel() for field in dataclasses.fields(stats))
     with torch_threads(threads_for(work)):
         for iteration in range(1, max_iter + 1):
-            stats, log_norm, expected_log_joint = components.e_step(expected_log_weights(concentration))
+            stats, entropy = latent.e_step(components)
             components.update(stats)
-            concentration = weight_posterior(stats.counts, prior_type, alpha)
-            entropy = log_norm - expected_log_joint  # -sum_nk r_nk log r_nk
-            bound = float(entropy + components.bound_terms() + weight_bound(concentration))
+            bound = float(entropy + components.bound_terms() + latent.bound())
             if not math.isfinite(bound):
                 raise FloatingPointError(f"the VB lower bound became {bound} at iteration {iteration}")
             history.append(bound / n)
@@ -288,4 +304,93 @@ def _single_run(
                 converged = True
                 break
             previous = bound
-    return concentration, FitResult(history=history, n_iter=iteration, converged=converged)
+    return FitResult(history=history, n_iter=iteration, converged=converged)
+
+
+class MixtureWeights:
+    """The mixture weights' factor: Dirichlet or stick-breaking (:func:`weight_posterior`), with the mixture's
+    E-step (one fused pass of the components, :meth:`ConjugateComponents.e_step`).
+
+    Parameters
+    ----------
+    prior_type : {"dirichlet_process", "dirichlet_distribution"}
+    alpha : float
+        The prior's concentration (:func:`check_weight_prior`).
+    """
+
+    def __init__(self, prior_type: str, alpha: float) -> None:
+        self.prior_type, self.alpha = prior_type, alpha
+
+    def start(self, components: ConjugateComponents, resp: torch.Tensor) -> Any:
+        stats = components.statistics(resp)
+        components.update(stats)
+        self.concentration = weight_posterior(stats.counts, self.prior_type, self.alpha)
+        return stats
+
+    def e_step(self, components: ConjugateComponents) -> tuple[Any, torch.Tensor]:
+        stats, log_norm, expected_log_joint = components.e_step(expected_log_weights(self.concentration))
+        self.concentration = weight_posterior(stats.counts, self.prior_type, self.alpha)
+        return stats, log_norm - expected_log_joint  # -sum_nk r_nk log r_nk
+
+    def bound(self) -> torch.Tensor:
+        return weight_bound(self.concentration)
+
+    def state(self) -> dict[str, torch.Tensor]:
+        return {"weight_concentration": self.concentration}
+
+
+class MarkovChainFactor:
+    """The hidden chain's factor of an HMM: ``Dirichlet`` on the initial distribution and on every transition row,
+    with the forward-backward E-step under ``exp(E[log pi])`` and ``exp(E[log A])`` (MacKay, 1997; Beal, 2003).
+
+    Parameters
+    ----------
+    mask : BoolTensor (B, T)
+        The valid steps of the padded sequences (the rows of the components' data are the valid steps in order).
+    lengths : LongTensor (B,)
+    initial_prior, transition_prior : float
+        The concentrations of the initial distribution's and of every transition row's Dirichlet prior.
+    """
+
+    def __init__(
+        self, mask: torch.Tensor, lengths: torch.Tensor, initial_prior: float, transition_prior: float
+    ) -> None:
+        self.mask, self.lengths = mask, lengths
+        self.initial_prior, self.transition_prior = initial_prior, transition_prior
+
+    def _update(self, initial: torch.Tensor, pairs: torch.Tensor) -> None:
+        self.initial = self.initial_prior + initial
+        self.transition = self.transition_prior + pairs
+
+    def _padded(self, frames: torch.Tensor) -> torch.Tensor:
+        out = frames.new_zeros(*self.mask.shape, frames.shape[-1])
+        out[self.mask] = frames
+        return out
+
+    def start(self, components: ConjugateComponents, resp: torch.Tensor) -> Any:
+        padded = self._padded(resp)
+        both = (self.mask[:, 1:] & self.mask[:, :-1]).to(resp.dtype)
+        pairs = torch.einsum("bti,btj,bt->ij", padded[:, :-1], padded[:, 1:], both)
+        stats = components.statistics(resp)
+        components.update(stats)
+        self._update(padded[:, 0].sum(0), pairs)
+        return stats
+
+    def e_step(self, components: ConjugateComponents) -> tuple[Any, torch.Tensor]:
+        log_initial = expected_log_weights(self.initial)
+        log_transition = torch.digamma(self.transition) - torch.digamma(self.transition.sum(-1, keepdim=True))
+        log_emit = components.expected_log_prob()
+        result = forward_backward(log_initial, log_transition, self._padded(log_emit), self.lengths)
+        frames = result.posterior[self.mask]
+        initial, pairs = result.initial.sum(0), result.pair_counts.sum(0)
+        expected_log_joint = (frames * log_emit).sum() + (initial * log_initial).sum() + (pairs * log_transition).sum()
+        stats = components.statistics(frames)
+        self._update(initial, pairs)
+        return stats, result.log_likelihood.sum() - expected_log_joint
+
+    def bound(self) -> torch.Tensor:
+        rows = torch.lgamma(self.transition).sum(-1) - torch.lgamma(self.transition.sum(-1))
+        return weight_bound(self.initial) + rows.sum()
+
+    def state(self) -> dict[str, torch.Tensor]:
+        return {"initial_concentration": self.initial, "transition_concentration": self.transition}

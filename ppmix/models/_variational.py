@@ -11,7 +11,7 @@ import torch
 from ppmix.components.conjugate_vb import PLUG_INS, ConjugateMixture, supports_conjugate_vb
 from ppmix.components.gaussian_family import GaussianFamily
 from ppmix.components.gaussian_vb import NormalWishartMixture, normal_wishart_prior
-from ppmix.engines.vb import ConjugateComponents, mean_weights
+from ppmix.engines.vb import ConjugateComponents, MixtureWeights, check_weight_prior, mean_weights
 from ppmix.models._starts import start_responsibilities
 
 __all__ = ["EFFECTIVE_WEIGHT", "VariationalMixture"]
@@ -55,6 +55,11 @@ class VariationalMixture:
         prepared = family.prepare(data)
         return ConjugateMixture(self._prior_family(), prepared, self.n_components, self._scale)  # type: ignore[attr-defined]
 
+    def _vb_latent(self, data: torch.Tensor) -> MixtureWeights:
+        """The weights' factor under the constructor's prior."""
+        prior_type, k = self.weight_concentration_prior_type, int(self.n_components)  # type: ignore[attr-defined]
+        return MixtureWeights(prior_type, check_weight_prior(prior_type, self.weight_concentration_prior, k))
+
     def _vb_initial_responsibilities(self, data: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """The responsibilities of ``init_params``, as EM's start (k-means' clusters softened for the families that
         ask)."""
@@ -62,11 +67,11 @@ class VariationalMixture:
         resp = self._initial_responsibilities(family.prepare(data), generator)  # type: ignore[attr-defined]
         return resp if self.init_params == "random" else start_responsibilities(family, resp)  # type: ignore[attr-defined]
 
-    def _vb_record(self, concentration: torch.Tensor, components: Any) -> None:
+    def _vb_record(self, latent: MixtureWeights, components: Any) -> None:
         """The posterior means as the fitted parameters and the factors as ``variational_posterior_``."""
-        self.weights_ = mean_weights(concentration)
+        self.weights_ = mean_weights(latent.concentration)
         self.components_ = components.components(self._scale.get("floor"))  # type: ignore[attr-defined]
-        self.variational_posterior_ = {"weight_concentration": concentration, **components.state()}
+        self.variational_posterior_ = {**latent.state(), **components.state()}
         self._invalidate_guide()  # type: ignore[attr-defined]
 
     def _extra_state(self) -> dict[str, Any]:
