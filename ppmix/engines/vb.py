@@ -374,6 +374,7 @@ class MarkovChainFactor:
         stats = components.statistics(resp)
         components.update(stats)
         self._update(padded[:, 0].sum(0), pairs)
+        self.occupancy = resp.sum(0)
         return stats
 
     def e_step(self, components: ConjugateComponents) -> tuple[Any, torch.Tensor]:
@@ -386,6 +387,7 @@ class MarkovChainFactor:
         expected_log_joint = (frames * log_emit).sum() + (initial * log_initial).sum() + (pairs * log_transition).sum()
         stats = components.statistics(frames)
         self._update(initial, pairs)
+        self.occupancy = frames.sum(0)
         return stats, result.log_likelihood.sum() - expected_log_joint
 
     def bound(self) -> torch.Tensor:

@@ -3,6 +3,7 @@ the same responsibilities; unsupported components lose their weight; priors are 
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -14,7 +15,7 @@ from scipy.special import betaln, gammaln
 from sklearn.exceptions import ConvergenceWarning as SklearnConvergenceWarning
 from sklearn.mixture import BayesianGaussianMixture
 
-from ppmix import GMM, HMM, Mixture
+from ppmix import GMM, HMM, Mixture, MixtureOfExperts
 from ppmix.engines.result import ConvergenceWarning
 from ppmix.engines.vb import expected_log_weights, mean_weights, weight_posterior
 
@@ -194,9 +195,10 @@ def test_vb_fit_saves_and_loads(tmp_path) -> None:
 
 
 def test_vb_is_for_models_with_its_hooks() -> None:
-    """A model without the hooks (HMM) and a family without a conjugate factor (gamma) are refused by name."""
+    """A model without the hooks (a mixture of experts) and a family without a conjugate factor (gamma) are refused
+    by name."""
     with pytest.raises(ValueError, match="no variational-Bayes updates"):
-        HMM(2, progress=False).fit([np.ones((10, 1))], engine="vb")
+        MixtureOfExperts(2, progress=False).fit(np.ones((10, 1)), np.ones(10), engine="vb")
     with pytest.raises(ValueError, match="'gamma' family"):
         Mixture(2, family="gamma", progress=False).fit(np.ones((10, 1)) + np.arange(10)[:, None], engine="vb")
     with pytest.raises(ValueError, match="component_prior is for Gaussian components"):
@@ -274,3 +276,69 @@ def test_conjugate_vb_fit_saves_and_loads(tmp_path) -> None:
     for name, value in mix.variational_posterior_.items():
         torch.testing.assert_close(loaded.variational_posterior_[name], value)
     np.testing.assert_array_equal(loaded.predict(x), mix.predict(x))
+
+
+@pytest.mark.parametrize(
+    ("emission", "covariance_type"), [("gaussian", "full"), ("gaussian", "tied"), ("poisson", "diag")]
+)
+def test_hmm_of_single_steps_is_the_mixture(emission: str, covariance_type: str) -> None:
+    """Known answer: an HMM whose sequences are one step long is a mixture with the initial distribution as its
+    weights, so from the same responsibilities every iteration of HMM VB equals the mixture's with Dirichlet weights
+    (1e-10), the bounds apart by the transition rows' constant ``K (K lgamma(alpha) - lgamma(K alpha))``."""
+    x = _data() if emission == "gaussian" else _family_rows("poisson", 300)
+    k, alpha = 4, 0.3
+    resp = torch.as_tensor(_start(x.shape[0], k, seed=4))
+    options = {"covariance_type": covariance_type} if emission == "gaussian" else {}
+    mix = Mixture(
+        k,
+        family={"name": emission, **options},
+        weight_concentration_prior_type="dirichlet_distribution",
+        weight_concentration_prior=alpha,
+        tol=0.0,
+        progress=False,
+    )
+    hmm = HMM(k, emission=emission, weight_concentration_prior=alpha, tol=0.0, progress=False, **options)
+    for model in (mix, hmm):
+        model._vb_initial_responsibilities = lambda data, generator: resp
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        mix.fit(x, engine="vb", max_iter=8)
+        hmm.fit([row[None] for row in x], engine="vb", max_iter=8)
+    rows = k * (k * math.lgamma(alpha) - math.lgamma(k * alpha))
+    np.testing.assert_allclose(
+        np.asarray(hmm.history_) * x.shape[0], np.asarray(mix.history_) * x.shape[0] + rows, rtol=1e-10
+    )
+    torch.testing.assert_close(hmm.initial_, mix.weights_, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(hmm.means_, mix.means_, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(hmm.covariances_, mix.covariances_, rtol=1e-10, atol=1e-10)
+
+
+def _planted_sequences(seed: int = 0) -> list[np.ndarray]:
+    """30 sequences x 100 steps of a sticky 3-state Gaussian HMM (means -5, 0, 5, unit variance)."""
+    rng = np.random.default_rng(seed)
+    transition = np.full((3, 3), 0.05) + np.eye(3) * 0.85
+    sequences = []
+    for _ in range(30):
+        states = [rng.integers(3)]
+        for _ in range(99):
+            states.append(rng.choice(3, p=transition[states[-1]]))
+        sequences.append(np.array([-5.0, 0.0, 5.0])[np.array(states)][:, None] + rng.normal(size=(100, 1)))
+    return sequences
+
+
+def test_hmm_vb_empties_unneeded_states(tmp_path) -> None:
+    """A planted 3-state HMM fitted with K = 8: the three largest states explain at least 95 % of the steps, the
+    bound ascends, and the fit saves and loads."""
+    hmm = HMM(8, seed=0, progress=False).fit(_planted_sequences(), engine="vb", max_iter=1000, tol=1e-8)
+    occupancy = np.sort(hmm.state_occupancy_.numpy())[::-1]
+    assert occupancy[:3].sum() >= 0.95 and hmm.n_effective_components_ <= 4
+    assert np.all(np.diff(hmm.history_) >= -1e-9 * np.abs(hmm.history_[1:]))
+    loaded = HMM.load(hmm.save(tmp_path / "hmm"))
+    torch.testing.assert_close(loaded.transition_, hmm.transition_)
+    for name, value in hmm.variational_posterior_.items():
+        torch.testing.assert_close(loaded.variational_posterior_[name], value)
+
+
+def test_hmm_vb_refuses_other_chain_settings() -> None:
+    with pytest.raises(ValueError, match="transition_prior"):
+        HMM(2, transition_prior=2.0, progress=False).fit(_planted_sequences()[:2], engine="vb")
