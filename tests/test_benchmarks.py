@@ -361,3 +361,16 @@ def test_bench_vb_quick(tmp_path):
     for row in report["settings"]:
         assert_timing(*row["seconds_per_iteration"].values())
         assert row["lower_bound_max_rel_diff"] < 1e-8
+
+
+def test_bench_hsmm_quick(tmp_path):
+    report = run_quick("bench_hsmm.py", tmp_path / "hsmm.json")
+    assert report["benchmark"] == "hsmm_em_iteration" and report["quick"]
+    assert report["machine"]["torch_num_threads"] == 1
+    assert report["config"]["n_sequences"] == 60 and report["config"]["max_duration"] == 50
+    assert_timing(*report["median_s"].values())
+    for name, values in report["samples_s"].items():
+        assert len(values) == len(report["cpu_samples_s"][name]) == 2
+    fitted = report["fitted"]  # the planted chain recovered: mean durations (rates + 1) and emission means
+    assert fitted["mean_durations"] == pytest.approx(fitted["true_mean_durations"], rel=0.1)
+    assert fitted["means"] == pytest.approx([-3.0, -1.0, 1.0, 3.0], abs=0.1)

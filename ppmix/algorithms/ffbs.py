@@ -5,7 +5,8 @@ The forward pass keeps the filtered log-probabilities ``log p(z_t = k, x_{0:t})`
 (padded steps carry the last valid step's, so the final step of the batch holds every sequence's
 end); the backward pass draws ``z_{T-1}`` from the end and each earlier ``z_t`` from
 ``p(z_t | z_{t+1}, x_{0:t})``, proportional to the filtered probability times the transition into the
-next state. Categorical draws use the Gumbel-max rule (torch's global random state).
+next state. Categorical draws use the Gumbel-max rule (torch's global random state, or a generator).
+Transitions may vary over time: ``log_trans`` ``(B, T, K, K)`` holds at ``[b, t]`` the transition into step ``t``.
 """
 
 from __future__ import annotations
@@ -47,8 +48,9 @@ def sample_paths(
     ----------
     log_init : Tensor (B, K)
         Log initial-state probabilities of every sequence.
-    log_trans : Tensor (B, K, K)
-        Log transition probabilities ``[i, j] = log p(z_t = j | z_{t-1} = i)`` of every sequence.
+    log_trans : Tensor (B, K, K) or (B, T, K, K)
+        Log transition probabilities ``[i, j] = log p(z_t = j | z_{t-1} = i)`` of every sequence (or of every
+        sequence and step ``t``, the transition into it).
     log_emit : Tensor (B, T, K)
         Log emission densities; padded steps (``t >= lengths[b]``) are ignored.
     lengths : LongTensor (B,)
@@ -79,12 +81,13 @@ def sample_paths(
         scaled if scaled is not None else _filter_logspace(log_init, log_trans, log_emit, valid, padded)
     )
     noise = gumbel_noise((steps, batch, k), log_emit, generator)  # every draw's noise at once
-    from_state = log_trans.transpose(1, 2)  # [b, j, i] = log p(z_t = j | z_{t-1} = i): a row per next state
+    from_state = log_trans.transpose(-1, -2)  # [b, (t,) j, i] = log p(z_t = j | z_{t-1} = i): a row per next state
     paths = torch.empty(batch, steps, dtype=torch.long, device=log_emit.device)
     paths[:, -1] = (filtered[-1] + noise[-1]).argmax(-1)
     rows = torch.arange(batch, device=log_emit.device)
     for t in range(steps - 2, -1, -1):
-        drawn = (filtered[t] + from_state[rows, paths[:, t + 1]] + noise[t]).argmax(-1)
+        into_next = from_state[:, t + 1] if from_state.dim() == 4 else from_state
+        drawn = (filtered[t] + into_next[rows, paths[:, t + 1]] + noise[t]).argmax(-1)
         paths[:, t] = torch.where(valid[:, t + 1], drawn, paths[:, t + 1]) if padded else drawn
     return paths, log_likelihood
 
@@ -135,7 +138,8 @@ def _filter_logspace(
     """The filtered log-probabilities ``log p(z_t, x_{0:t})`` of every step (log-sum-exp: any magnitudes)."""
     filtered = [log_init + log_emit[:, 0]]
     for t in range(1, log_emit.shape[1]):
-        step = torch.logsumexp(filtered[-1][:, :, None] + log_trans, dim=1) + log_emit[:, t]
+        trans = log_trans[:, t] if log_trans.dim() == 4 else log_trans
+        step = torch.logsumexp(filtered[-1][:, :, None] + trans, dim=1) + log_emit[:, t]
         filtered.append(torch.where(valid[:, t, None], step, filtered[-1]) if padded else step)
     return filtered, torch.logsumexp(filtered[-1], dim=-1)
 
@@ -154,7 +158,7 @@ def _filter_scaled(
     current = current / first_total
     normalisers, filtered = [first_total[:, 0, 0]], [current[:, 0]]
     for t in range(1, log_emit.shape[1]):
-        step = torch.bmm(current, trans) * emit[:, t, None]
+        step = torch.bmm(current, trans[:, t] if trans.dim() == 4 else trans) * emit[:, t, None]
         total = step.sum(-1, keepdim=True)
         step = step / total
         if padded:

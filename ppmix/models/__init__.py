@@ -13,6 +13,7 @@ _EXPORTS = {
     "Mixture": "ppmix.models.mixture",
     "GMM": "ppmix.models.gmm",
     "HMM": "ppmix.models.hmm",
+    "HSMM": "ppmix.models.hsmm",
     "MixtureOfExperts": "ppmix.models.moe",
     "FlatPriorError": "ppmix.models._flat",
     "PointEstimateWarning": "ppmix.models._arviz",

@@ -4,8 +4,8 @@ decoded path (Viterbi's jointly most probable one, or each step's most probable 
 
 :class:`~ppmix.models.hmm.HMM`'s ``filter``, ``sample_paths`` and ``decode`` call these. Each reads the model's
 emission log-densities of the sequences (a step whose every value is missing has density 1 under every state),
-its fitted ``initial_`` and ``transition_``, and nothing of other sequences: a sequence's answer depends on that
-sequence and the model only.
+its fitted ``initial_`` and transitions (an input-driven chain's of every step), and nothing of other sequences:
+a sequence's answer depends on that sequence and the model only.
 """
 
 from __future__ import annotations
@@ -34,7 +34,12 @@ def _chain_inputs(model: HMM, X: Any) -> tuple[SequenceBatch, torch.Tensor, torc
     model._check_fitted()
     batch = model.prepare_data(X)
     log_emit = model._log_emissions(model._prediction_data(batch))
-    return batch, model.initial_.log(), model.transition_.log(), log_emit
+    return batch, model.initial_.log(), model._log_transitions(batch), log_emit
+
+
+def _per_sequence(log_trans: torch.Tensor, b: int) -> torch.Tensor:
+    """The log transitions ``(B, K, K)``, or ``(B, T, K, K)`` where they vary over the steps."""
+    return log_trans if log_trans.dim() == 4 else log_trans.expand(b, -1, -1)
 
 
 def filter_states(model: HMM, X: Any) -> list[Any]:
@@ -42,7 +47,7 @@ def filter_states(model: HMM, X: Any) -> list[Any]:
     state from that step and the ones before it (the forward pass alone)."""
     batch, log_init, log_trans, log_emit = _chain_inputs(model, X)
     b = batch.n_sequences
-    filtered = filtered_marginals(log_init.expand(b, -1), log_trans.expand(b, -1, -1), log_emit, batch.lengths)
+    filtered = filtered_marginals(log_init.expand(b, -1), _per_sequence(log_trans, b), log_emit, batch.lengths)
     like = model._output_like(X)
     return [to_output(f, like) for f in batch.unpad(filtered)]
 
@@ -55,7 +60,7 @@ def sample_state_paths(model: HMM, X: Any, n: int, generator: torch.Generator) -
     b, steps, k = log_emit.shape
     paths, _ = sample_paths(
         log_init.expand(n * b, -1),
-        log_trans.expand(n * b, -1, -1),
+        log_trans.repeat(n, 1, 1, 1) if log_trans.dim() == 4 else log_trans.expand(n * b, -1, -1),
         log_emit.repeat(n, 1, 1),
         batch.lengths.repeat(n),
         generator if log_emit.device.type == "cpu" else None,

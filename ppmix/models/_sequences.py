@@ -27,12 +27,15 @@ class SequenceBatch:
     y : Tensor (B, T), optional
         Per-step labels; NaN where a label is missing (and at padded steps).
     feature_names : list of str, optional
+    inputs : Tensor (B, T, P), optional
+        Per-step inputs (covariates) of an input-driven chain; a padded step repeats its sequence's last.
     """
 
     x: torch.Tensor
     lengths: torch.Tensor
     y: torch.Tensor | None = None
     feature_names: list[str] | None = None
+    inputs: torch.Tensor | None = None
 
     @property
     def n_sequences(self) -> int:
