@@ -1,16 +1,16 @@
 """Variational-Bayes EM for the families whose one site has a conjugate prior (``fit(X, engine="vb")`` of a
 :class:`~ppmix.models.mixture.Mixture`): Poisson and exponential rates under a Gamma prior, Bernoulli probabilities
-under a Beta prior, categorical level probabilities under a Dirichlet prior.
+under a Beta prior, categorical level and multinomial category probabilities under a Dirichlet prior.
 
 The factor ``q(theta_k)`` is the family's own conjugate posterior given the responsibilities' statistics
-(:meth:`~ppmix.components.family.DensityFamily.conjugate_posterior`, under its :meth:`prior`, read only). Each family's
-log-density is linear in the functions of ``theta`` whose expectations the factor has in closed form (``log rate``
-and ``rate``; ``log p`` and ``log(1 - p)``; ``log p_c``), so ``E_q[log p(x | theta_k)]`` is the log-density of
-plug-in components ``theta*_k`` plus a constant per component (:data:`PLUG_INS`): the E-step is one ``log_prob``
-pass of ordinary fitted components. The lower bound is the evidence lower bound ``sum_nk r_nk (E[log w_k] + E[log
-p(x_n | theta_k)]) - sum_nk r_nk log r_nk - KL(q(w) || p(w)) - sum_k KL(q(theta_k) || p(theta_k))`` but for one
-constant, the log normaliser of the weights' prior (the engine's :func:`~ppmix.engines.vb.weight_bound` drops it, as
-scikit-learn's Gaussian bound does).
+(:meth:`~ppmix.components.family.DensityFamily.conjugate_posterior`, under its :meth:`prior`, read only). Each
+family's log-density is linear in the functions of ``theta`` whose expectations the factor has in closed form (``log
+rate`` and ``rate``; ``log p`` and ``log(1 - p)``; ``log p_c``), so ``E_q[log p(x | theta_k)]`` is the log-density
+of plug-in components ``theta*_k`` plus a constant per component (:data:`PLUG_INS`; the multinomial's, times the
+row's total count: :data:`ROW_TOTAL_SCALED`): the E-step is one ``log_prob`` pass of ordinary fitted components. The
+lower bound is the evidence lower bound ``sum_nk r_nk (E[log w_k] + E[log p(x_n | theta_k)]) - sum_nk r_nk log r_nk -
+KL(q(w) || p(w)) - sum_k KL(q(theta_k) || p(theta_k))`` but for one constant, the log normaliser of the weights'
+prior (the engine's :func:`~ppmix.engines.vb.weight_bound` drops it, as scikit-learn's Gaussian bound does).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from torch.distributions import kl_divergence
 from ppmix.components.base import ComponentFamily
 from ppmix.components.family import DataScale, DensityFamily, Statistics
 
-__all__ = ["PLUG_INS", "ConjugateMixture", "supports_conjugate_vb"]
+__all__ = ["PLUG_INS", "ROW_TOTAL_SCALED", "ConjugateMixture", "supports_conjugate_vb"]
 
 
 def _expected_logs(posterior: dist.Distribution) -> tuple[torch.Tensor, ...]:
@@ -67,6 +67,17 @@ def _categorical(posterior: dist.Distribution) -> tuple[torch.Tensor, torch.Tens
     return torch.softmax(log_p, -1), torch.logsumexp(log_p, -1).sum(-1)
 
 
+def _multinomial(posterior: dist.Distribution) -> tuple[torch.Tensor, torch.Tensor]:
+    """``sum_c x_c log p_c``: ``p* = softmax(E[log p])``, constant ``logsumexp_c E[log p_c]`` per count (times the
+    row's total, :data:`ROW_TOTAL_SCALED`)."""
+    (log_p,) = _expected_logs(posterior)
+    return torch.softmax(log_p, -1), torch.logsumexp(log_p, -1)
+
+
+#: the families whose plug-in constant is per count: ``E_q[log p(x_n | theta_k)] = log p(x_n | theta*_k) + n_n
+#: constant_k``, ``n_n`` the row's total count
+ROW_TOTAL_SCALED = frozenset({"multinomial"})
+
 #: by family name: the plug-in site value ``theta*`` ``(K, ...)`` and the constants ``(K,)`` with ``E_q[log p(x |
 #: theta_k)] = log p(x | theta*_k) + constant_k``, from the factor ``q``
 PLUG_INS: dict[str, Callable[[dist.Distribution], tuple[torch.Tensor, torch.Tensor]]] = {
@@ -74,6 +85,7 @@ PLUG_INS: dict[str, Callable[[dist.Distribution], tuple[torch.Tensor, torch.Tens
     "exponential": _exponential,
     "bernoulli": _bernoulli,
     "categorical": _categorical,
+    "multinomial": _multinomial,
 }
 
 
@@ -120,6 +132,7 @@ class ConjugateMixture:
         self.n_features = int(rows.shape[1])
         self.opts = {"dtype": rows.dtype, "device": rows.device}
         (self.site,) = family.sites(n_components, self.n_features)
+        self._row_scale = rows.sum(1, keepdim=True) if family.name in ROW_TOTAL_SCALED else None
         self._plug_in: ComponentFamily = family.placeholder(n_components, self.n_features, scale, self.opts)
 
     def statistics(self, resp: torch.Tensor) -> Statistics:
@@ -136,7 +149,8 @@ class ConjugateMixture:
 
     def expected_log_prob(self) -> torch.Tensor:
         """``E_q[log p(x_n | theta_k)]`` ``(N, K)``."""
-        return self._plug_in.log_prob(self.data) + self.constants
+        constants = self.constants if self._row_scale is None else self._row_scale * self.constants
+        return self._plug_in.log_prob(self.data) + constants
 
     def e_step(self, log_weights: torch.Tensor) -> tuple[Statistics, torch.Tensor, torch.Tensor]:
         """The statistics of ``r_nk ∝ exp(log_weights_k + E[log p(x_n | theta_k)])``, ``sum_n log sum_k exp(...)``

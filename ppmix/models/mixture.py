@@ -99,7 +99,8 @@ class Mixture(VariationalMixture, FamilyModel):
         prior from them too.
     weight_concentration_prior_type : {"dirichlet_process", "dirichlet_distribution"}, default "dirichlet_process"
         ``engine="vb"`` only (variational-Bayes EM, :func:`ppmix.engines.vb.run_vb`: Gaussian components, and the
-        Poisson, exponential, Bernoulli and categorical families): the weights' prior, stick-breaking or Dirichlet.
+        Poisson, exponential, Bernoulli, categorical and multinomial families): the weights' prior, stick-breaking
+        or Dirichlet.
     weight_concentration_prior : float, optional
         ``engine="vb"`` only: its concentration (default ``1 / n_components``).
     seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.

@@ -207,8 +207,8 @@ def test_vb_is_for_models_with_its_hooks() -> None:
 
 def _log_evidence(family: str, x: np.ndarray) -> float:
     """The exact log marginal likelihood of ``x`` under one component and the family's default conjugate prior
-    (Poisson: ``Gamma(1, 1 / mean)``; exponential: ``Gamma(1, mean)``; Bernoulli: ``Beta(1, 1)``; categorical:
-    ``Dirichlet(1)``), by the conjugate formulas feature by feature."""
+    (Poisson: ``Gamma(1, 1 / mean)``; exponential: ``Gamma(1, mean)``; Bernoulli: ``Beta(1, 1)``; categorical and
+    multinomial: ``Dirichlet(1)``), by the conjugate formulas feature by feature."""
     n = x.shape[0]
     if family == "bernoulli":
         ones = x.sum(0)
@@ -217,6 +217,12 @@ def _log_evidence(family: str, x: np.ndarray) -> float:
         levels = int(x.max()) + 1
         counts = np.stack([(x == c).sum(0) for c in range(levels)])  # (C, D)
         return float(np.sum(gammaln(levels) - gammaln(levels + n) + gammaln(1 + counts).sum(0)))
+    if family == "multinomial":
+        totals = x.sum(0)
+        coefficients = gammaln(x.sum(1) + 1).sum() - gammaln(x + 1).sum()
+        return float(
+            coefficients + gammaln(x.shape[1]) - gammaln(x.shape[1] + totals.sum()) + gammaln(1 + totals).sum()
+        )
     if family == "poisson":
         a, b, total = 1.0, 1.0 / x.mean(0), x.sum(0)
         terms = a * np.log(b) - gammaln(a) + gammaln(a + total) - (a + total) * np.log(b + n)
@@ -236,11 +242,14 @@ def _family_rows(family: str, n: int, seed: int = 0) -> np.ndarray:
     if family == "bernoulli":
         probs = np.array([[0.1] * 6, [0.9] * 6, [0.1, 0.1, 0.1, 0.9, 0.9, 0.9]])
         return (rng.random((n, 6)) < probs[z]).astype(float)
+    if family == "multinomial":
+        profiles = np.array([[0.7, 0.1, 0.1, 0.1], [0.1, 0.7, 0.1, 0.1], [0.25, 0.25, 0.25, 0.25]])
+        return np.stack([rng.multinomial(20, profiles[c]) for c in z]).astype(float)
     noisy = [np.where(rng.random(n) < 0.8, z, rng.integers(3, size=n)) for _ in range(4)]
     return np.stack(noisy, 1).astype(float)
 
 
-CONJUGATE_FAMILIES = ("poisson", "exponential", "bernoulli", "categorical")
+CONJUGATE_FAMILIES = ("poisson", "exponential", "bernoulli", "categorical", "multinomial")
 
 
 @pytest.mark.parametrize("family", CONJUGATE_FAMILIES)
