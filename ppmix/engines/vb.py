@@ -214,7 +214,8 @@ def run_vb(
     Each restart starts from the model's responsibilities (its ``init_params``: k-means by default), takes one
     M-step from them, then alternates E- and M-steps; the lower bound is recorded after every iteration, per data
     point (scikit-learn's ``lower_bounds_`` divided by ``N``: the same constants dropped), and a restart stops when
-    it changes by at most ``tol`` per data point.
+    it changes by at most ``tol`` per data point. A VB fit always starts afresh (``warm_start`` is EM's); sample
+    weights and known latents are EM's too (refused by name).
 
     Parameters
     ----------
