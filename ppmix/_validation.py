@@ -6,7 +6,7 @@ import inspect
 import math
 import numbers
 import warnings
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -137,6 +137,7 @@ def check_matrix(
     feature_names: list[str] | None = None,
     allow_missing: bool = False,
     allow_empty_rows: bool = False,
+    code_frame: Callable[[Any, str], Any] | None = None,
 ) -> tuple[torch.Tensor, list[str] | None]:
     """Validate a 2-D numeric data matrix and return it as a tensor plus column names.
 
@@ -150,6 +151,9 @@ def check_matrix(
     the same names in another order is reordered to match (the names returned are then
     ``feature_names``); a DataFrame with other names is refused, naming the columns that
     differ. Inputs without names are taken in the fitted order.
+
+    ``code_frame``: what a DataFrame becomes before it is read as numbers, ``code_frame(frame, name)`` (after the
+    reordering): a family that codes its columns (:class:`~ppmix.components.Independent`'s categories) passes it.
 
     Raises
     ------
@@ -174,6 +178,9 @@ def check_matrix(
         names = [str(c) for c in x.columns]
         if feature_names is not None and names != list(feature_names):
             x, names = _reorder_columns(x, names, list(feature_names), name)
+        if code_frame is not None:
+            x = code_frame(x, name)
+            names = [str(c) for c in x.columns]
         _check_no_time_columns(x, name)
         try:
             x = x.to_numpy(dtype=np.float64)

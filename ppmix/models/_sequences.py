@@ -112,6 +112,7 @@ def as_sequence_batch(
     n_features: int | None = None,
     feature_names: list[str] | None = None,
     allow_missing: bool = False,
+    code_frame: Any = None,
 ) -> SequenceBatch:
     """Validate sequences given in any of the supported forms and pad them into a batch (``allow_missing``: NaN
     entries kept, as :func:`~ppmix._validation.check_matrix` keeps them, a step with every value missing too).
@@ -126,6 +127,8 @@ def as_sequence_batch(
     n_features : expected number of features (at prediction time).
     feature_names : column names seen in fit (at prediction time): DataFrame columns in
         another order are reordered to match, other names are refused.
+    code_frame : what each DataFrame sequence becomes before it is read as numbers (as in
+        :func:`~ppmix._validation.check_matrix`).
 
     Raises
     ------
@@ -182,6 +185,7 @@ def as_sequence_batch(
             feature_names=feature_names,
             allow_missing=allow_missing,
             allow_empty_rows=allow_missing,
+            code_frame=code_frame,
         )
         if seqs and tensor.shape[1] != seqs[0].shape[1]:
             raise ValueError(f"X[{b}] has {tensor.shape[1]} features but X[0] has {seqs[0].shape[1]}")

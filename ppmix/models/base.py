@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Any, ClassVar, Iterator
+from typing import Any, Callable, ClassVar, Iterator
 
 import pyro
 import torch
@@ -193,7 +193,14 @@ class MixtureModel(DensityMixin, Estimator, PyroModule):
         """
         if not fitting:
             return self._fitted_matrix(X, allow_missing=self._accepts_missing)
-        x, names = check_matrix(X, "X", dtype=self.dtype, device=self._device, allow_missing=self._accepts_missing)
+        x, names = check_matrix(
+            X,
+            "X",
+            dtype=self.dtype,
+            device=self._device,
+            allow_missing=self._accepts_missing,
+            code_frame=self._frame_coder(learn=True),
+        )
         self.n_features_in_ = int(x.shape[1])
         self.feature_names_in_ = names
         return x
@@ -209,8 +216,14 @@ class MixtureModel(DensityMixin, Estimator, PyroModule):
             n_features=self.n_features_in_,
             feature_names=self.feature_names_in_,
             allow_missing=allow_missing,
+            code_frame=self._frame_coder(learn=False),
         )
         return x
+
+    def _frame_coder(self, *, learn: bool) -> Callable[[Any, str], Any] | None:
+        """What a DataFrame ``X`` becomes before it is read as numbers (``check_matrix``'s ``code_frame``; ``learn``
+        in fit); default: nothing (its columns must be numbers)."""
+        return None
 
     def _em_data(self, data: Any) -> Any:
         """Data as the EM hooks want it (e.g. with cached statistics). Default: unchanged."""

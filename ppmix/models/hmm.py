@@ -19,6 +19,7 @@ from ppmix.algorithms.forward_backward import (
     log_likelihood,
 )
 from ppmix.components.family import DensityFamily, PriorKey
+from ppmix.components.family_tools import data_rows, start_points
 from ppmix.components.registry import family_config, family_from
 from ppmix.models._arviz import POINTWISE_COMPANIONS, own_hook
 from ppmix.models._family_components import INIT_METHODS, FamilyModel, drop_leading_ones
@@ -398,6 +399,7 @@ class HMM(VariationalHMM, FamilyModel):
             n_features=None if fitting else self.n_features_in_,
             feature_names=None if fitting else self.feature_names_in_,
             allow_missing=self._accepts_missing,
+            code_frame=self._frame_coder(learn=fitting),
         )
         batch.inputs = self._padded_inputs(inputs, batch, fitting=fitting)
         frames = fill_missing(batch.frames, self._component_family()) if self._accepts_missing else batch.frames
@@ -642,14 +644,14 @@ class HMM(VariationalHMM, FamilyModel):
             )
             inner = _EMData(batch=inner.batch, frames=filled)
             data = inner if weight is None else Weighted(inner, weight)
-        self.components_ = self._new_components(self._component_family().rows(inner.frames))
+        self.components_ = self._new_components(data_rows(inner.frames))
         frame_weight = None if weight is None else _sequence_weights(inner.batch, weight)[inner.batch.mask]
         if self.init_params == "segments":
             resp = _segment_responsibilities(inner.batch, self.n_components)
         else:
             resp = self._initial_responsibilities(inner.frames, generator, frame_weight)
         if self._known_latents is not None:
-            points = self._component_family().start_points(inner.frames)
+            points = start_points(inner.frames)
             resp = self._known_latents.start(resp, points, inner.batch.mask, frame_weight)
         self._initialize_from_frames(data, resp)
 

@@ -12,6 +12,7 @@ import torch
 from ppmix._validation import check_positive_int
 from ppmix.algorithms.segments import segment_forward, segment_posterior
 from ppmix.components.family import DensityFamily
+from ppmix.components.family_tools import data_rows
 from ppmix.components.registry import family_config
 from ppmix.models._arviz import LaplaceUnavailable
 from ppmix.models._durations import DurationFamily, completed_counts, duration_family
@@ -228,8 +229,7 @@ class HSMM(FamilyModel):
         first segments (lightly smoothed) give the chain and the durations."""
         inner, weight = split_weights(data)
         batch, k = inner.batch, int(self.n_components)
-        family = self._component_family()
-        self.components_ = self._new_components(family.rows(inner.frames))
+        self.components_ = self._new_components(data_rows(inner.frames))
         frame_weight = None if weight is None else _sequence_weights(batch, weight)[batch.mask]
         if self.init_params == "segments":  # every sequence cut into K equal stretches, in state order
             resp = _segment_responsibilities(batch, k)

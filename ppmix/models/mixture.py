@@ -11,6 +11,7 @@ import torch
 from ppmix._validation import check_n_components, check_positive_int, check_seed, to_output
 from ppmix.components.centred import padded_counts
 from ppmix.components.family import DensityFamily, PriorKey, Statistics
+from ppmix.components.family_tools import data_rows, family_settings, mixture_statistics, start_points
 from ppmix.components.gaussian_family import GaussianFamily
 from ppmix.components.gaussian_mixture import GaussianMixtureFamily
 from ppmix.components.registry import family_config, family_from
@@ -266,9 +267,7 @@ class Mixture(VariationalMixture, FamilyModel):
         return weighted
 
     def _n_rows(self, rows: Any) -> int:
-        return int(
-            rows.x.shape[0] if isinstance(rows, PartlyObserved) else self._component_family().rows(rows).shape[0]
-        )
+        return int(rows.x.shape[0] if isinstance(rows, PartlyObserved) else data_rows(rows).shape[0])
 
     def _em_data(self, data: Any) -> Any:
         """The family's prepared rows (:class:`~ppmix.models._weights.Weighted` data keep their row weights;
@@ -291,19 +290,19 @@ class Mixture(VariationalMixture, FamilyModel):
         if isinstance(rows, PartlyObserved):
             rows = self._component_family().prepare(fill_missing(rows.x, self._component_family(), weight))
             data = rows if weight is None else Weighted(rows, weight)
-        self.components_ = self._new_components(self._component_family().rows(rows))
+        self.components_ = self._new_components(data_rows(rows))
         resp = self._initial_responsibilities(rows, generator, weight)
         if self.init_params != "random":  # k-means' hard clusters, softened for the families that ask
             resp = start_responsibilities(self._component_family(), resp)
         if self._known_latents is not None:
             family = self._component_family()
-            resp = self._known_latents.start(resp, family.start_points(rows), weight=weight, family=family)
+            resp = self._known_latents.start(resp, start_points(rows), weight=weight, family=family)
         self._m_step(data, resp)
 
     def _e_step(self, data: Any) -> tuple[Statistics, torch.Tensor]:
         """The M-step's statistics under the responsibilities and the log-likelihood
         ``sum_n log sum_k w_k p_k(x_n)`` (every row counted as often as its sample weight), in one pass where
-        the family fuses them (:meth:`~ppmix.components.base.ComponentFamily.expected_statistics`);
+        the family fuses them (:func:`~ppmix.components.family_tools.mixture_statistics`);
         :meth:`_m_step` and :meth:`_em_statistics` take the (merged) statistics as they are. In a partly labelled fit,
         the clamped E-step (:meth:`~ppmix.models.known_latents.Clamp.mixture_e_step`) and ``log p(X, known labels)``."""
         rows, weight = split_weights(data)
@@ -312,7 +311,7 @@ class Mixture(VariationalMixture, FamilyModel):
         elif isinstance(rows, PartlyObserved):
             stats, objective = partly_observed_e_step(self.components_, self.weights_.log(), rows, weight)
         else:
-            stats, objective = self.components_.expected_statistics(rows, self.weights_.log(), weight)
+            stats, objective = mixture_statistics(self.components_, rows, self.weights_.log(), weight)
         return stats, objective if self.priors is None else objective + self._log_prior()
 
     def _m_step(self, data: Any, resp: Statistics | torch.Tensor) -> None:
@@ -454,7 +453,7 @@ class Mixture(VariationalMixture, FamilyModel):
         return {
             "model": type(self).__name__,
             "n_components": self.n_components,
-            "family": {"name": self._component_family().name, **self._component_family().config()},
+            "family": {"name": self._component_family().name, **family_settings(self._component_family())},
             "engine": self.engine_,
             "n_iter": self.n_iter_,
             "converged": self.converged_,

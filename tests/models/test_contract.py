@@ -494,7 +494,7 @@ def _integer_weights(n: int) -> np.ndarray:
 
 
 #: cases whose family measures its variance floor on the rows of positive weight, not weighted (the default of
-#: ``DensityFamily.weighted_data_scale``): the Gaussian-mixture family's
+#: ``DensityFamily.data_scale`` without ``weight``): the Gaussian-mixture family's
 UNWEIGHTED_SCALE = {"Mixture-gmm", "HMM-gmm"}
 
 
