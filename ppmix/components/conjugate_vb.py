@@ -23,6 +23,7 @@ from torch.distributions import kl_divergence
 
 from ppmix.components.base import ComponentFamily
 from ppmix.components.family import DataScale, DensityFamily, Statistics
+from ppmix.components.family_tools import has_conjugate_prior
 
 __all__ = ["PLUG_INS", "ROW_TOTAL_SCALED", "ConjugateMixture", "supports_conjugate_vb"]
 
@@ -98,7 +99,7 @@ def supports_conjugate_vb(family: DensityFamily) -> bool:
     >>> supports_conjugate_vb(family_from("poisson")), supports_conjugate_vb(family_from("gamma"))
     (True, False)
     """
-    return family.name in PLUG_INS and family.has_conjugate_prior() and len(family.sites(1, 1)) == 1
+    return family.name in PLUG_INS and has_conjugate_prior(family) and len(family.sites(1, 1)) == 1
 
 
 class ConjugateMixture:
@@ -110,7 +111,8 @@ class ConjugateMixture:
     family : DensityFamily
         The family, with its prior's hyperparameters (a model's ``priors``:
         :func:`~ppmix.components.family.with_priors`).
-    data : the rows as ``family.prepare`` returns them.
+    rows : Tensor (N, D)
+        The training rows (prepared here by ``family.prepare``).
     n_components : int
     scale : DataScale
         The family's data scale (its priors' defaults).
@@ -126,9 +128,9 @@ class ConjugateMixture:
     ([2.0, 21.0], [2.19, 2.19])
     """
 
-    def __init__(self, family: DensityFamily, data: Any, n_components: int, scale: DataScale) -> None:
-        self.family, self.data, self.n_components, self.scale = family, data, n_components, scale
-        rows = family.rows(data)
+    def __init__(self, family: DensityFamily, rows: torch.Tensor, n_components: int, scale: DataScale) -> None:
+        self.family, self.n_components, self.scale = family, n_components, scale
+        self.data = family.prepare(rows)
         self.n_features = int(rows.shape[1])
         self.opts = {"dtype": rows.dtype, "device": rows.device}
         (self.site,) = family.sites(n_components, self.n_features)

@@ -27,6 +27,7 @@ import torch
 from ppmix._validation import check_float
 from ppmix.components.base import ComponentFamily
 from ppmix.components.centred import CentredData, as_centred, padded_counts
+from ppmix.components.family_tools import mixture_statistics
 from ppmix.components.gaussian_diag import DiagGaussian, SphericalGaussian
 from ppmix.components.gaussian_full import FullGaussian, TiedGaussian, checked_cholesky
 from ppmix.components.gaussian_statistics import GaussianStatistics
@@ -291,7 +292,7 @@ class NormalWishartMixture:
         exp(...)`` and ``sum_{n,k} r_nk (log_weights_k + E[log N(x_n | k)])`` (from the statistics, so that the
         responsibilities' entropy costs no second pass)."""
         shift = log_weights + self._expectation_offsets()
-        stats, log_norm = self._plug_in.expected_statistics(self.data, shift)
+        stats, log_norm = mixture_statistics(self._plug_in, self.data, shift)
         return stats, log_norm, (stats.counts * shift).sum() + self._plug_in_expectation(stats)
 
     def _plug_in_expectation(self, stats: GaussianStatistics) -> torch.Tensor:

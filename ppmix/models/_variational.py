@@ -46,7 +46,7 @@ def components_factor(model: Any, rows: torch.Tensor, component_prior: Mapping[s
             f"component_prior is for Gaussian components; the {family.name!r} family's conjugate prior is set by "
             "the model's priors= (its keys: prior_keys())"
         )
-    return ConjugateMixture(model._prior_family(), family.prepare(rows), int(model.n_components), model._scale)
+    return ConjugateMixture(model._prior_family(), rows, int(model.n_components), model._scale)
 
 
 def start_responsibilities_of(model: Any, rows: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
