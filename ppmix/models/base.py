@@ -407,7 +407,7 @@ class MixtureModel(DensityMixin, Estimator, PyroModule):
             ``"svi"``: :func:`ppmix.engines.svi.run_svi`; ``"mcmc"``: NUTS via
             :func:`ppmix.engines.mcmc.run_mcmc`; ``"gibbs"``: blocked Gibbs sweeps for models with
             conjugate priors, :func:`ppmix.engines.conjugate_gibbs.run_gibbs`; ``"vb"``: variational-Bayes EM
-            (:class:`~ppmix.models.gmm.GMM`), :func:`ppmix.engines.vb.run_vb`.
+            (Mixture, GMM, HMM: conjugate families), :func:`ppmix.engines.vb.run_vb`.
         **options
             Passed to the engine (e.g. ``num_steps``, ``lr``, ``batch_size`` for SVI;
             ``num_samples``, ``warmup_steps`` for MCMC; ``n_init``, ``max_iter``,
