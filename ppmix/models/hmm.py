@@ -45,6 +45,7 @@ from ppmix.models._params import store_params
 from ppmix.models._sequence_inference import decode_states, filter_states, sample_state_paths
 from ppmix.models._sequences import SequenceBatch, as_sequence_batch
 from ppmix.models._transitions import MarkovChain, check_transition_prior, transition_mask
+from ppmix.models._variational import VariationalHMM
 from ppmix.models._weights import Weighted, split_weights
 from ppmix.models.known_latents import Clamp
 
@@ -83,7 +84,7 @@ class _EMData:
     frames: Any
 
 
-class HMM(FamilyModel):
+class HMM(VariationalHMM, FamilyModel):
     """Hidden Markov model: ``z_1 ~ Cat(initial)``, ``z_t | z_{t-1} ~ Cat(transition[z_{t-1}])``,
     ``x_t | z_t = k ~ emission(theta_k)`` (by default Gaussian, ``N(mu_k, Sigma_k)``).
 
@@ -146,6 +147,11 @@ class HMM(FamilyModel):
         emission family's, as for :class:`~ppmix.models.mixture.Mixture`. MCMC, Gibbs and ``to_arviz``'s
         ``prior`` group use them; given, ``engine="em"`` is MAP-EM (Dirichlet modes of the initial and transition
         counts, the family's MAP update of the emissions, the log prior in ``history_``).
+    weight_concentration_prior : float, optional
+        ``engine="vb"`` only (variational-Bayes EM, :class:`~ppmix.models._variational.VariationalHMM`): the Dirichlet
+        concentration of the initial distribution and of every transition row (default ``1 / n_components``, as
+        hmmlearn's variational HMMs; unused states lose their weight). After it, ``n_effective_components_`` counts
+        the states that explain more than 1 % of the training steps (``state_occupancy_``).
     seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
 
     Notes
@@ -223,6 +229,7 @@ class HMM(FamilyModel):
         sequence_column: str | None = None,
         missing: str = "error",
         priors: dict[str, Any] | None = None,
+        weight_concentration_prior: float | None = None,
         seed: int | None = None,
         device: str | torch.device | None = None,
         dtype: torch.dtype = torch.float64,

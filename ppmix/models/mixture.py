@@ -33,12 +33,13 @@ from ppmix.models._mixture_draws import mixture_draws_log_likelihood, mixture_dr
 from ppmix.models._online import partial_fit
 from ppmix.models._params import store_params
 from ppmix.models._starts import start_responsibilities
+from ppmix.models._variational import VariationalMixture
 from ppmix.models._weights import Weighted, split_weights
 
 __all__ = ["Mixture"]
 
 
-class Mixture(FamilyModel):
+class Mixture(VariationalMixture, FamilyModel):
     """Finite mixture: ``z_n ~ Cat(weights)``, ``x_n | z_n = k ~ family(theta_k)``.
 
     One Pyro program, four engines: ``fit(X, engine="em")`` (closed-form EM through the
@@ -95,7 +96,14 @@ class Mixture(FamilyModel):
         maximises log-likelihood plus log prior (reported in ``history_``) by the families' MAP updates (every built-in
         family's: conjugate modes, or generalised EM steps where there is no closed form)
         and ``weights = (N_k + alpha - 1) / (N + K (alpha - 1))``; None: maximum likelihood. An unknown key or a
-        value outside its domain is a ``ValueError`` naming ``priors``.
+        value outside its domain is a ``ValueError`` naming ``priors``. ``engine="vb"`` takes the family's conjugate
+        prior from them too.
+    weight_concentration_prior_type : {"dirichlet_process", "dirichlet_distribution"}, default "dirichlet_process"
+        ``engine="vb"`` only (variational-Bayes EM, :func:`ppmix.engines.vb.run_vb`: Gaussian components, and the
+        Poisson, exponential, Bernoulli, categorical and multinomial families): the weights' prior, stick-breaking
+        or Dirichlet.
+    weight_concentration_prior : float, optional
+        ``engine="vb"`` only: its concentration (default ``1 / n_components``).
     seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
 
     Attributes
@@ -160,6 +168,8 @@ class Mixture(FamilyModel):
         warm_start: bool = False,
         missing: str = "error",
         priors: dict[str, Any] | None = None,
+        weight_concentration_prior_type: str = "dirichlet_process",
+        weight_concentration_prior: float | None = None,
         seed: int | None = None,
         device: str | torch.device | None = None,
         dtype: torch.dtype = torch.float64,
