@@ -1,7 +1,8 @@
-"""The hooks of variational-Bayes EM (``fit(X, engine="vb")``, :func:`ppmix.engines.vb.run_vb`) for the mixtures
-and the HMM: the components' factor by family (Normal-Wishart for Gaussian components, the family's conjugate
-posterior for Poisson, exponential, Bernoulli and categorical ones), the latent factor (the weights; the chain), the
-start, and the fitted attributes."""
+"""Variational-Bayes EM (``fit(X, engine="vb")``, :func:`ppmix.engines.vb.run_vb`) for the mixtures and the HMM,
+as functions of the model that their ``_vb_*`` hooks call: the components' factor by family (Normal-Wishart for
+Gaussian components, the family's conjugate posterior for Poisson, exponential, Bernoulli and categorical ones), the
+latent factor (the weights; the chain), the start, and the fitted attributes (with ``variational_posterior_``,
+which :class:`~ppmix.models._family_components.FamilyModel` saves)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,16 @@ from ppmix.engines.vb import (
 )
 from ppmix.models._starts import start_responsibilities
 
-__all__ = ["EFFECTIVE_WEIGHT", "VariationalHMM", "VariationalMixture"]
+__all__ = [
+    "EFFECTIVE_WEIGHT",
+    "chain_factor",
+    "components_factor",
+    "effective_components",
+    "record_chain",
+    "record_weights",
+    "start_responsibilities_of",
+    "weights_factor",
+]
 
 #: a component counts in ``n_effective_components_`` when its weight exceeds this share of the data
 EFFECTIVE_WEIGHT = 1e-2
@@ -57,112 +67,53 @@ def start_responsibilities_of(model: Any, rows: torch.Tensor, generator: torch.G
     return resp if model.init_params == "random" else start_responsibilities(family, resp)
 
 
-class _SavedPosterior:
-    """Saves and loads ``variational_posterior_`` (the factors of an ``engine="vb"`` fit) with the model."""
-
-    def _extra_state(self) -> dict[str, Any]:
-        """The fit's extra state, with the variational factors of an ``engine="vb"`` fit."""
-        extra = super()._extra_state()  # type: ignore[misc]
-        if getattr(self, "engine_", None) == "vb":
-            extra["variational_posterior"] = {k: v.tolist() for k, v in self.variational_posterior_.items()}
-        return extra
-
-    def _load_extra_state(self, state: dict[str, Any]) -> None:
-        super()._load_extra_state(state)  # type: ignore[misc]
-        if "variational_posterior" in state:
-            opts = {"dtype": self.dtype, "device": self._device}  # type: ignore[attr-defined]
-            self.variational_posterior_ = {
-                k: torch.tensor(v, **opts) for k, v in state["variational_posterior"].items()
-            }
+def weights_factor(model: Any) -> MixtureWeights:
+    """A mixture's weights factor under its constructor's prior (``weight_concentration_prior_type``, ``_prior``)."""
+    prior_type, k = model.weight_concentration_prior_type, int(model.n_components)
+    return MixtureWeights(prior_type, check_weight_prior(prior_type, model.weight_concentration_prior, k))
 
 
-class VariationalMixture(_SavedPosterior):
-    """Variational-Bayes EM for a mixture (a mixin of :class:`~ppmix.models.mixture.Mixture`): its constructor takes
-    ``weight_concentration_prior_type`` and ``weight_concentration_prior``."""
-
-    weight_concentration_prior_type: str = "dirichlet_process"
-    weight_concentration_prior: float | None = None
-
-    @property
-    def n_effective_components_(self) -> int:
-        """The components whose weight exceeds :data:`EFFECTIVE_WEIGHT` (1 % of the data), whatever the engine."""
-        self._check_fitted()  # type: ignore[attr-defined]
-        return int((self.weights_ > EFFECTIVE_WEIGHT).sum())  # type: ignore[attr-defined]
-
-    def _vb_components(self, data: torch.Tensor, component_prior: Mapping[str, Any] | None) -> ConjugateComponents:
-        """The components' factor on the training rows (:func:`components_factor`)."""
-        return components_factor(self, data, component_prior)
-
-    def _vb_latent(self, data: torch.Tensor) -> MixtureWeights:
-        """The weights' factor under the constructor's prior."""
-        prior_type, k = self.weight_concentration_prior_type, int(self.n_components)  # type: ignore[attr-defined]
-        return MixtureWeights(prior_type, check_weight_prior(prior_type, self.weight_concentration_prior, k))
-
-    def _vb_initial_responsibilities(self, data: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """The responsibilities of ``init_params`` (:func:`start_responsibilities_of`)."""
-        return start_responsibilities_of(self, data, generator)
-
-    def _vb_record(self, latent: MixtureWeights, components: Any) -> None:
-        """The posterior means as the fitted parameters and the factors as ``variational_posterior_``."""
-        self.weights_ = mean_weights(latent.concentration)
-        self.components_ = components.components(self._scale.get("floor"))  # type: ignore[attr-defined]
-        self.variational_posterior_ = {**latent.state(), **components.state()}
-        self._invalidate_guide()  # type: ignore[attr-defined]
+def record_weights(model: Any, latent: MixtureWeights, components: Any) -> None:
+    """A mixture's posterior means as its fitted parameters, and the factors as ``variational_posterior_``."""
+    model.weights_ = mean_weights(latent.concentration)
+    model.components_ = components.components(model._scale.get("floor"))
+    model.variational_posterior_ = {**latent.state(), **components.state()}
+    model._invalidate_guide()
 
 
-class VariationalHMM(_SavedPosterior):
-    """Variational-Bayes EM for an HMM (a mixin of :class:`~ppmix.models.hmm.HMM`): ``Dirichlet`` priors of
-    concentration ``weight_concentration_prior`` (default ``1 / K``, as hmmlearn's variational HMMs) on the initial
-    distribution and on every transition row, the emissions' factor as a mixture's (:func:`components_factor`), the
-    forward-backward E-step under the expected log parameters (:class:`~ppmix.engines.vb.MarkovChainFactor`)."""
+def chain_factor(model: Any, data: Any) -> MarkovChainFactor:
+    """An HMM's chain factor on the batch's valid steps: ``Dirichlet`` priors of concentration
+    ``weight_concentration_prior`` (default ``1 / K``, as hmmlearn's variational HMMs) on the initial distribution
+    and every transition row; a transition pattern, transition priors, input-driven transitions or a stick-breaking
+    prior are refused (``ValueError`` naming them)."""
+    chain_settings = (model.transition_pattern, (model.priors or {}).get("transition"), model.transition_prior)
+    if chain_settings != (None, None, 1.0) or model.transitions != "homogeneous":
+        raise ValueError(
+            "engine='vb' takes the chain's concentration from weight_concentration_prior; transition_pattern, "
+            "transition_prior, priors['transition'] and transitions='input-driven' are for the other engines (leave "
+            "them at their defaults)"
+        )
+    if model.weight_concentration_prior_type != "dirichlet_distribution":
+        raise ValueError(
+            "weight_concentration_prior_type must be 'dirichlet_distribution' for an HMM (its initial "
+            f"distribution's prior); got {model.weight_concentration_prior_type!r}"
+        )
+    k = int(model.n_components)
+    alpha = check_weight_prior("dirichlet_distribution", model.weight_concentration_prior, k)
+    return MarkovChainFactor(data.mask, data.lengths, alpha, alpha)
 
-    weight_concentration_prior_type: str = "dirichlet_distribution"
-    weight_concentration_prior: float | None = None
 
-    @property
-    def n_effective_components_(self) -> int:
-        """After ``engine="vb"``: the states that explain more than :data:`EFFECTIVE_WEIGHT` (1 %) of the training
-        steps (``state_occupancy_``)."""
-        self._check_fitted()  # type: ignore[attr-defined]
-        if getattr(self, "state_occupancy_", None) is None:
-            raise AttributeError("n_effective_components_ is set by fit(X, engine='vb')")
-        return int((self.state_occupancy_ > EFFECTIVE_WEIGHT).sum())
+def record_chain(model: Any, latent: MarkovChainFactor, components: Any) -> None:
+    """An HMM's posterior means as ``initial_``, ``transition_`` and the emissions, the factors as
+    ``variational_posterior_`` and every state's share of the training steps as ``state_occupancy_``."""
+    model.initial_ = latent.initial / latent.initial.sum()
+    model.transition_ = latent.transition / latent.transition.sum(-1, keepdim=True)
+    model.components_ = components.components(model._scale.get("floor"))
+    model.variational_posterior_ = {**latent.state(), **components.state()}
+    model.state_occupancy_ = latent.occupancy / latent.occupancy.sum()
+    model._invalidate_guide()
 
-    def _vb_latent(self, data: Any) -> MarkovChainFactor:
-        """The chain's factor on the batch's valid steps; a transition pattern or per-entry transition concentrations
-        are refused (``ValueError`` naming them)."""
-        chain_settings = (self.transition_pattern, (self.priors or {}).get("transition"), self.transition_prior)  # type: ignore[attr-defined]
-        if chain_settings != (None, None, 1.0):
-            raise ValueError(
-                "engine='vb' takes the chain's concentration from weight_concentration_prior; transition_pattern, "
-                "transition_prior and priors['transition'] are for the other engines (leave them at their defaults)"
-            )
-        if self.weight_concentration_prior_type != "dirichlet_distribution":
-            raise ValueError(
-                "weight_concentration_prior_type must be 'dirichlet_distribution' for an HMM (its initial "
-                f"distribution's prior); got {self.weight_concentration_prior_type!r}"
-            )
-        k = int(self.n_components)  # type: ignore[attr-defined]
-        alpha = check_weight_prior("dirichlet_distribution", self.weight_concentration_prior, k)
-        return MarkovChainFactor(data.mask, data.lengths, alpha, alpha)
 
-    def _vb_rows(self, data: Any) -> torch.Tensor:
-        return self._step_rows(data)[data.mask]  # type: ignore[attr-defined]
-
-    def _vb_components(self, data: Any, component_prior: Mapping[str, Any] | None) -> ConjugateComponents:
-        """The emissions' factor on the valid steps (:func:`components_factor`)."""
-        return components_factor(self, self._vb_rows(data), component_prior)
-
-    def _vb_initial_responsibilities(self, data: Any, generator: torch.Generator) -> torch.Tensor:
-        """The responsibilities of ``init_params`` on the valid steps (:func:`start_responsibilities_of`)."""
-        return start_responsibilities_of(self, self._vb_rows(data), generator)
-
-    def _vb_record(self, latent: MarkovChainFactor, components: Any) -> None:
-        """The posterior means as ``initial_``, ``transition_`` and the emissions, the factors as
-        ``variational_posterior_`` and every state's share of the training steps as ``state_occupancy_``."""
-        self.initial_ = latent.initial / latent.initial.sum()
-        self.transition_ = latent.transition / latent.transition.sum(-1, keepdim=True)
-        self.components_ = components.components(self._scale.get("floor"))  # type: ignore[attr-defined]
-        self.variational_posterior_ = {**latent.state(), **components.state()}
-        self.state_occupancy_ = latent.occupancy / latent.occupancy.sum()
-        self._invalidate_guide()  # type: ignore[attr-defined]
+def effective_components(shares: torch.Tensor) -> int:
+    """How many components hold more than :data:`EFFECTIVE_WEIGHT` (1 %) of the data, given their ``shares``."""
+    return int((shares > EFFECTIVE_WEIGHT).sum())

@@ -15,6 +15,7 @@ from ppmix.components.family_tools import data_rows, family_settings, mixture_st
 from ppmix.components.gaussian_family import GaussianFamily
 from ppmix.components.gaussian_mixture import GaussianMixtureFamily
 from ppmix.components.registry import family_config, family_from
+from ppmix.models import _variational as vb
 from ppmix.models._family_components import FamilyModel
 from ppmix.models._gibbs import MixtureGibbs
 from ppmix.models._missing import (
@@ -33,13 +34,12 @@ from ppmix.models._mixture_draws import mixture_draws_log_likelihood, mixture_dr
 from ppmix.models._online import partial_fit
 from ppmix.models._params import store_params
 from ppmix.models._starts import start_responsibilities
-from ppmix.models._variational import VariationalMixture
 from ppmix.models._weights import Weighted, split_weights
 
 __all__ = ["Mixture"]
 
 
-class Mixture(VariationalMixture, FamilyModel):
+class Mixture(FamilyModel):
     """Finite mixture: ``z_n ~ Cat(weights)``, ``x_n | z_n = k ~ family(theta_k)``.
 
     One Pyro program, four engines: ``fit(X, engine="em")`` (closed-form EM through the
@@ -204,6 +204,30 @@ class Mixture(VariationalMixture, FamilyModel):
     def _gibbs_sampler(self) -> MixtureGibbs:
         """The blocked Gibbs sampler of ``engine="gibbs"`` (:mod:`ppmix.models._gibbs`)."""
         return MixtureGibbs(self)
+
+    # ------------------------------------------- variational Bayes (engine="vb": ppmix.models._variational)
+    #: the defaults of a subclass whose constructor does not take them
+    weight_concentration_prior_type: str = "dirichlet_process"
+    weight_concentration_prior: float | None = None
+
+    @property
+    def n_effective_components_(self) -> int:
+        """The components whose weight exceeds 1 % (:data:`~ppmix.models._variational.EFFECTIVE_WEIGHT`), whatever
+        the engine."""
+        self._check_fitted()
+        return vb.effective_components(self.weights_)
+
+    def _vb_components(self, data: torch.Tensor, component_prior: Any) -> Any:
+        return vb.components_factor(self, data, component_prior)
+
+    def _vb_latent(self, data: torch.Tensor) -> Any:
+        return vb.weights_factor(self)
+
+    def _vb_initial_responsibilities(self, data: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        return vb.start_responsibilities_of(self, data, generator)
+
+    def _vb_record(self, latent: Any, components: Any) -> None:
+        vb.record_weights(self, latent, components)
 
     def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> torch.Tensor:
         x = super().prepare_data(X, y, fitting=fitting)
