@@ -352,6 +352,17 @@ def test_bench_defaults_quick(tmp_path):
     assert digits["diag"]["median_ppmix"] >= digits["diag"]["median_sklearn"]
 
 
+def test_bench_vb_quick(tmp_path):
+    """ppmix's VB-EM against scikit-learn's BayesianGaussianMixture, every covariance type: the same lower bounds
+    from the same start (what holds whatever the load), timings positive."""
+    report = run_quick("bench_vb.py", tmp_path / "vb.json")
+    assert report["benchmark"] == "vb_gmm" and report["quick"] and report["machine"]["torch_num_threads"] == 1
+    assert [row["covariance_type"] for row in report["settings"]] == ["full", "tied", "diag", "spherical"]
+    for row in report["settings"]:
+        assert_timing(*row["seconds_per_iteration"].values())
+        assert row["lower_bound_max_rel_diff"] < 1e-8
+
+
 def test_bench_hsmm_quick(tmp_path):
     report = run_quick("bench_hsmm.py", tmp_path / "hsmm.json")
     assert report["benchmark"] == "hsmm_em_iteration" and report["quick"]

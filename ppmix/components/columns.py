@@ -35,11 +35,13 @@ from ppmix.components.exponential import ExponentialComponents
 from ppmix.components.family import (
     DataScale,
     DensityFamily,
+    PreparedRows,
     PriorKey,
     SiteSpec,
     components_from_state,
     with_priors,
 )
+from ppmix.components.family_tools import has_conjugate_prior, has_map_update, measure_data_scale, start_points
 from ppmix.components.frame_coding import code_frame
 from ppmix.components.gaussian_diag import DiagGaussian
 from ppmix.components.independent import FeatureStatistics, IndependentFeatures, split_by_feature
@@ -59,6 +61,18 @@ def _key(j: int, name: str) -> str:
     return f"{j}.{name}"
 
 
+def _as_configs(columns: Any) -> Any:
+    """``columns`` with every family object as its saved form (``{"name": ..., **settings}``): the family's settings,
+    which a saved model records and :func:`~ppmix.components.registry.family_from` reads back."""
+    if isinstance(columns, DensityFamily):
+        return family_config(columns)
+    if isinstance(columns, Mapping) and "name" not in columns:
+        return {key: _as_configs(spec) for key, spec in columns.items()}
+    if isinstance(columns, (list, tuple)):
+        return [_as_configs(spec) for spec in columns]
+    return columns
+
+
 def _column_scale(scale: DataScale, j: int) -> DataScale:
     """Column ``j``'s own data scale out of the family's (:meth:`Independent.data_scale`)."""
     prefix = _key(j, "")
@@ -66,12 +80,21 @@ def _column_scale(scale: DataScale, j: int) -> DataScale:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class ColumnData:
+class ColumnData(PreparedRows):
     """Rows prepared by :meth:`Independent.prepare`: the rows ``x`` ``(N, D)`` and each column as its family
-    prepared it (``parts[j]``)."""
+    prepared it (``parts[j]``); k-means starts on the column families' start points side by side (a categorical
+    column's one-hot levels)."""
 
     x: torch.Tensor
     parts: tuple[Any, ...]
+
+    @property
+    def rows(self) -> torch.Tensor:
+        return self.x
+
+    @property
+    def start_points(self) -> torch.Tensor:
+        return torch.cat([start_points(part) for part in self.parts], 1)
 
 
 class ColumnsDistribution(dist.TorchDistribution):
@@ -346,7 +369,8 @@ class Independent(DensityFamily):
     name = "independent"
 
     def __init__(self, columns: Any = "gaussian") -> None:
-        self.columns = columns
+        self.columns = _as_configs(columns)
+        self._families_known()  # the settings checked here: a bad column family is an error naming it
 
     # ------------------------------------------------------------------ settings
     @functools.cached_property
@@ -426,24 +450,6 @@ class Independent(DensityFamily):
         """Each column's label in messages and prior keys: its name, or its position."""
         return list(self.names) if self.names is not None else [str(j) for j in range(len(self.families))]
 
-    def config(self) -> dict[str, Any]:
-        """``{"columns": ...}`` with each column's family as a saved model records it (the dict form of a family
-        object); keyed by name, or a list in column order."""
-        if self._spec[1] is None:
-            return {"columns": family_config(self.columns)}
-        configs = [family_config(spec) for spec in self._given_specs()]
-        return {"columns": configs if self.names is None else dict(zip(self.names, configs, strict=True))}
-
-    def _given_specs(self) -> list[Any]:
-        columns = self.columns
-        if not isinstance(columns, Mapping):
-            return list(columns)
-        return [columns[key] for key in (self.names if self.names is not None else range(len(columns)))]
-
-    def validate(self) -> None:
-        for family in self._families_known():
-            family.validate()
-
     def measured(self, scale: DataScale) -> "Independent":
         """This family with each column family measured on its column's data scale (over the measured number of
         columns, ``scale["n_columns"]``, for one family of every column)."""
@@ -497,26 +503,17 @@ class Independent(DensityFamily):
         for j, family in enumerate(self.families):
             family.check_data(x[:, j : j + 1], self._column_name(j, name))
 
-    def data_scale(self, x: torch.Tensor, name: str = "X") -> DataScale:
-        """Each column family's data scale of its column, under the names ``"<j>.<name>"`` (each value with two
-        leading dimensions of one: not mistaken for a scale per feature), and the number of columns ``n_columns``."""
+    def data_scale(self, x: torch.Tensor, name: str = "X", weight: torch.Tensor | None = None) -> DataScale:
+        """Each column family's data scale of its column (its rows counted ``weight`` times where given), under the
+        names ``"<j>.<name>"`` (each value with two leading dimensions of one: not mistaken for a scale per
+        feature), and the number of columns ``n_columns``."""
         family = self.for_columns(x.shape[1])
         family._check_width(x, name)
-        return family._joined_scales(
-            x,
-            (f.data_scale(x[:, j : j + 1], family._column_name(j, name)) for j, f in enumerate(family.families)),
+        scales = (
+            measure_data_scale(f, x[:, j : j + 1], family._column_name(j, name), weight)
+            for j, f in enumerate(family.families)
         )
-
-    def weighted_data_scale(self, x: torch.Tensor, weight: torch.Tensor, name: str = "X") -> DataScale:
-        family = self.for_columns(x.shape[1])
-        family._check_width(x, name)
-        return family._joined_scales(
-            x,
-            (
-                f.weighted_data_scale(x[:, j : j + 1], weight, family._column_name(j, name))
-                for j, f in enumerate(family.families)
-            ),
-        )
+        return family._joined_scales(x, scales)
 
     @staticmethod
     def _joined_scales(x: torch.Tensor, scales: Any) -> DataScale:
@@ -533,16 +530,6 @@ class Independent(DensityFamily):
         )
         return ColumnData(x, parts)
 
-    def rows(self, data: Any) -> torch.Tensor:
-        return data.x if isinstance(data, ColumnData) else data
-
-    def start_points(self, data: Any) -> torch.Tensor:
-        """The column families' start points side by side (a categorical column's one-hot levels)."""
-        if not isinstance(data, ColumnData):
-            return data
-        families = self.for_columns(len(data.parts)).families
-        return torch.cat([family.start_points(part) for family, part in zip(families, data.parts, strict=True)], 1)
-
     # ----------------------------------------------------------- the components
     def _split_site(self, site: str) -> tuple[int, str]:
         column, _, name = site.partition(".")
@@ -552,7 +539,11 @@ class Independent(DensityFamily):
         """Each column family's sites over one column, named ``"<j>.<site>"`` (over ``d`` columns for one family of
         every column whose number of columns is not known yet)."""
         families = self.for_columns(d).families
-        return {_key(j, site): spec for j, family in enumerate(families) for site, spec in family.sites(k, 1).items()}
+        return {
+            _key(j, site): dataclasses.replace(spec, conjugate=spec.conjugate and has_conjugate_prior(family))
+            for j, family in enumerate(families)
+            for site, spec in family.sites(k, 1).items()
+        }
 
     def components(self, values: dict[str, torch.Tensor], scale: DataScale) -> IndependentComponents:
         parts = []
@@ -592,12 +583,12 @@ class Independent(DensityFamily):
         }
 
     def _column_family(self, j: int) -> DensityFamily:
-        """Column ``j``'s family with the hyperparameters of :attr:`prior_settings` that are its own."""
+        """Column ``j``'s family with the hyperparameters of ``priors=`` that are its own."""
         family = self._every if self._spec[1] is None else self.families[j]
         if self._every is not None:  # one family of every column: its keys are every column's
-            return with_priors(family, self.prior_settings)
+            return with_priors(family, self._prior_settings)
         prefix = f"{self.labels()[j]}."
-        own = {key[len(prefix) :]: value for key, value in self.prior_settings.items() if key.startswith(prefix)}
+        own = {key[len(prefix) :]: value for key, value in self._prior_settings.items() if key.startswith(prefix)}
         return with_priors(family, own)
 
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
@@ -605,12 +596,15 @@ class Independent(DensityFamily):
         j, own = self._split_site(site)
         return self._column_family(j).prior(own, k, 1, _column_scale(scale, j), opts)
 
-    def has_map_update(self) -> bool:
-        """Whether every column family has a MAP-EM update."""
-        return all(family.has_map_update() for family in self._families_known())
-
     def map_update(self, components: ComponentFamily, stats: FeatureStatistics, scale: DataScale) -> None:
-        """Each column family's MAP-EM update of its column, from its statistics (exact with missing entries too)."""
+        """Each column family's MAP-EM update of its column, from its statistics (exact with missing entries too);
+        a ``ValueError`` naming a column whose family has none."""
+        without = [label for label, family in zip(self.labels(), self.families) if not has_map_update(family)]
+        if without:
+            raise ValueError(
+                f"engine='em' with priors is MAP-EM, which has no M-step for the column(s) {without} of the "
+                "independent family: use priors=None (maximum likelihood) or engine='mcmc'"
+            )
         parts = components.parts  # type: ignore[attr-defined]
         for j, (part, column_stats) in enumerate(zip(parts, stats.features, strict=True)):
             self._column_family(j).map_update(part, column_stats, _column_scale(scale, j))
@@ -621,10 +615,6 @@ class Independent(DensityFamily):
         return sum(
             self._column_family(j).map_log_prior(part, 1, _column_scale(scale, j)) for j, part in enumerate(parts)
         )
-
-    def has_conjugate_prior(self) -> bool:
-        """Whether every column family has a conjugate prior (what ``engine="gibbs"`` needs)."""
-        return all(family.has_conjugate_prior() for family in self._families_known())
 
     def conjugate_posterior(
         self, site: str, stats: FeatureStatistics, values: dict[str, torch.Tensor], scale: DataScale, opts: dict
@@ -640,10 +630,3 @@ class Independent(DensityFamily):
     def _families_known(self) -> tuple[DensityFamily, ...]:
         """The column families, or the one family of every column."""
         return (self._every,) if self._spec[1] is None else self.families
-
-    def n_parameters(self, k: int, d: int) -> int:
-        return sum(family.n_parameters(k, 1) for family in self.for_columns(d).families)
-
-    def site_dims(self) -> dict[str, list[str]]:
-        families = self.for_columns(1).families if self._spec[1] is None else self.families
-        return {_key(j, site): dims for j, family in enumerate(families) for site, dims in family.site_dims().items()}

@@ -276,6 +276,8 @@ class FamilyModel(MixtureModel):
         categorical family's number of levels, read it)."""
         scale = {name: v.tolist() for name, v in self._scale.items()}
         coded = {} if self.categories_ is None else {"categories": self.categories_}
+        if getattr(self, "engine_", None) == "vb":  # the factors of a variational-Bayes fit
+            coded["variational_posterior"] = {k: v.tolist() for k, v in self.variational_posterior_.items()}
         return {**super()._extra_state(), "data_scale": scale, "components": self._components_name(), **coded}
 
     def _load_extra_state(self, state: dict[str, Any]) -> None:
@@ -283,6 +285,10 @@ class FamilyModel(MixtureModel):
         self._saved_components = state.get("components")  # what the tensors are (saves since issue 49)
         self.categories_ = state.get("categories")
         opts = {"dtype": self.dtype, "device": self._device}
+        if "variational_posterior" in state:
+            self.variational_posterior_ = {
+                k: torch.tensor(v, **opts) for k, v in state["variational_posterior"].items()
+            }
         self._data_scale = {name: torch.tensor(v, **opts) for name, v in state.get("data_scale", {}).items()}
 
     def _components_name(self) -> str:

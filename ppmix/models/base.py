@@ -21,7 +21,7 @@ from sklearn.base import DensityMixin
 
 from ppmix._estimator import Estimator
 from ppmix._validation import NotFittedError, check_matrix, check_options, check_positive_int, resolve_device
-from ppmix.engines import run_em, run_gibbs, run_mcmc, run_svi
+from ppmix.engines import run_em, run_gibbs, run_mcmc, run_svi, run_vb
 from ppmix.engines.em import EM_HOOKS
 from ppmix.engines.enumeration import autoguide, enumerated_log_likelihood
 from ppmix.engines.params import local_params, taking_turns
@@ -38,7 +38,7 @@ from ppmix.ops.selection import beats
 
 __all__ = ["MixtureModel"]
 
-ENGINES = ("em", "svi", "mcmc", "gibbs")
+ENGINES = ("em", "svi", "mcmc", "gibbs", "vb")
 #: the types of attribute values that no Pyro or torch registration applies to (exact types: a ``Parameter`` is a
 #: ``Tensor`` subclass, and is registered)
 _PLAIN_VALUES = frozenset(
@@ -403,11 +403,12 @@ class MixtureModel(DensityMixin, Estimator, PyroModule):
             One non-negative weight per row (per sequence for sequence models), as in scikit-learn: an
             integer weight counts as that many copies of the row, zero drops it. EM only (models that
             take it: :meth:`_sample_weight_units`).
-        engine : {"em", "svi", "mcmc", "gibbs"}
+        engine : {"em", "svi", "mcmc", "gibbs", "vb"}
             ``"em"``: the model's closed-form coordinate ascent (if it implements it);
             ``"svi"``: :func:`ppmix.engines.svi.run_svi`; ``"mcmc"``: NUTS via
             :func:`ppmix.engines.mcmc.run_mcmc`; ``"gibbs"``: blocked Gibbs sweeps for models with
-            conjugate priors, :func:`ppmix.engines.conjugate_gibbs.run_gibbs`.
+            conjugate priors, :func:`ppmix.engines.conjugate_gibbs.run_gibbs`; ``"vb"``: variational-Bayes EM
+            (Mixture, GMM, HMM: conjugate families), :func:`ppmix.engines.vb.run_vb`.
         **options
             Passed to the engine (e.g. ``num_steps``, ``lr``, ``batch_size`` for SVI;
             ``num_samples``, ``warmup_steps`` for MCMC; ``n_init``, ``max_iter``,
@@ -435,7 +436,7 @@ class MixtureModel(DensityMixin, Estimator, PyroModule):
         object.__setattr__(self, "_train_data", data)
         self._set_variational_guide(None)
         known = known_latents(self, options)
-        runner = {"em": run_em, "svi": run_svi, "mcmc": run_mcmc, "gibbs": run_gibbs}[engine]
+        runner = {"em": run_em, "svi": run_svi, "mcmc": run_mcmc, "gibbs": run_gibbs, "vb": run_vb}[engine]
         check_options(runner, options, f"fit(engine={engine!r})")  # e.g. thin= for Gibbs: named, with the accepted
         fit_data = data if sample_weight is None else self._weigh(data, sample_weight)
         with clamping(self, known, data, engine, options):

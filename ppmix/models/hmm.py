@@ -21,6 +21,7 @@ from ppmix.algorithms.forward_backward import (
 from ppmix.components.family import DensityFamily, PriorKey
 from ppmix.components.family_tools import data_rows, start_points
 from ppmix.components.registry import family_config, family_from
+from ppmix.models import _variational as vb
 from ppmix.models._arviz import POINTWISE_COMPANIONS, own_hook
 from ppmix.models._family_components import INIT_METHODS, FamilyModel, drop_leading_ones
 from ppmix.models._gibbs import HMMGibbs
@@ -137,6 +138,11 @@ class HMM(FamilyModel):
         emission family's, as for :class:`~ppmix.models.mixture.Mixture`. MCMC, Gibbs and ``to_arviz``'s
         ``prior`` group use them; given, ``engine="em"`` is MAP-EM (Dirichlet modes of the initial and transition
         counts, the family's MAP update of the emissions, the log prior in ``history_``).
+    weight_concentration_prior : float, optional
+        ``engine="vb"`` only (variational-Bayes EM, :mod:`ppmix.models._variational`): the Dirichlet
+        concentration of the initial distribution and of every transition row (default ``1 / n_components``, as
+        hmmlearn's variational HMMs; unused states lose their weight). After it, ``n_effective_components_`` counts
+        the states that explain more than 1 % of the training steps (``state_occupancy_``).
     seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
 
     Notes
@@ -214,6 +220,7 @@ class HMM(FamilyModel):
         sequence_column: str | None = None,
         missing: str = "error",
         priors: dict[str, Any] | None = None,
+        weight_concentration_prior: float | None = None,
         seed: int | None = None,
         device: str | torch.device | None = None,
         dtype: torch.dtype = torch.float64,
@@ -291,6 +298,35 @@ class HMM(FamilyModel):
     def _gibbs_sampler(self) -> HMMGibbs:
         """The blocked Gibbs sampler of ``engine="gibbs"`` (:mod:`ppmix.models._gibbs`)."""
         return HMMGibbs(self)
+
+    # ------------------------------------------- variational Bayes (engine="vb": ppmix.models._variational)
+    #: the defaults of a subclass whose constructor does not take them (an HMM's prior is a Dirichlet)
+    weight_concentration_prior_type: str = "dirichlet_distribution"
+    weight_concentration_prior: float | None = None
+
+    @property
+    def n_effective_components_(self) -> int:
+        """After ``engine="vb"``: the states that explain more than 1 % of the training steps
+        (``state_occupancy_``)."""
+        self._check_fitted()
+        if getattr(self, "state_occupancy_", None) is None:
+            raise AttributeError("n_effective_components_ is set by fit(X, engine='vb')")
+        return vb.effective_components(self.state_occupancy_)
+
+    def _vb_rows(self, data: SequenceBatch) -> torch.Tensor:
+        return self._step_rows(data)[data.mask]
+
+    def _vb_components(self, data: SequenceBatch, component_prior: Any) -> Any:
+        return vb.components_factor(self, self._vb_rows(data), component_prior)
+
+    def _vb_latent(self, data: SequenceBatch) -> Any:
+        return vb.chain_factor(self, data)
+
+    def _vb_initial_responsibilities(self, data: SequenceBatch, generator: torch.Generator) -> torch.Tensor:
+        return vb.start_responsibilities_of(self, self._vb_rows(data), generator)
+
+    def _vb_record(self, latent: Any, components: Any) -> None:
+        vb.record_chain(self, latent, components)
 
     # ------------------------------------------------------------ the chain
     @property

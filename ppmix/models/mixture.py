@@ -15,6 +15,7 @@ from ppmix.components.family_tools import data_rows, family_settings, mixture_st
 from ppmix.components.gaussian_family import GaussianFamily
 from ppmix.components.gaussian_mixture import GaussianMixtureFamily
 from ppmix.components.registry import family_config, family_from
+from ppmix.models import _variational as vb
 from ppmix.models._family_components import FamilyModel
 from ppmix.models._gibbs import MixtureGibbs
 from ppmix.models._missing import (
@@ -94,7 +95,14 @@ class Mixture(FamilyModel):
         maximises log-likelihood plus log prior (reported in ``history_``) by the families' MAP updates (every built-in
         family's: conjugate modes, or generalised EM steps where there is no closed form)
         and ``weights = (N_k + alpha - 1) / (N + K (alpha - 1))``; None: maximum likelihood. An unknown key or a
-        value outside its domain is a ``ValueError`` naming ``priors``.
+        value outside its domain is a ``ValueError`` naming ``priors``. ``engine="vb"`` takes the family's conjugate
+        prior from them too.
+    weight_concentration_prior_type : {"dirichlet_process", "dirichlet_distribution"}, default "dirichlet_process"
+        ``engine="vb"`` only (variational-Bayes EM, :func:`ppmix.engines.vb.run_vb`: Gaussian components, and the
+        Poisson, exponential, Bernoulli, categorical and multinomial families): the weights' prior, stick-breaking
+        or Dirichlet.
+    weight_concentration_prior : float, optional
+        ``engine="vb"`` only: its concentration (default ``1 / n_components``).
     seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
 
     Attributes
@@ -159,6 +167,8 @@ class Mixture(FamilyModel):
         warm_start: bool = False,
         missing: str = "error",
         priors: dict[str, Any] | None = None,
+        weight_concentration_prior_type: str = "dirichlet_process",
+        weight_concentration_prior: float | None = None,
         seed: int | None = None,
         device: str | torch.device | None = None,
         dtype: torch.dtype = torch.float64,
@@ -193,6 +203,30 @@ class Mixture(FamilyModel):
     def _gibbs_sampler(self) -> MixtureGibbs:
         """The blocked Gibbs sampler of ``engine="gibbs"`` (:mod:`ppmix.models._gibbs`)."""
         return MixtureGibbs(self)
+
+    # ------------------------------------------- variational Bayes (engine="vb": ppmix.models._variational)
+    #: the defaults of a subclass whose constructor does not take them
+    weight_concentration_prior_type: str = "dirichlet_process"
+    weight_concentration_prior: float | None = None
+
+    @property
+    def n_effective_components_(self) -> int:
+        """The components whose weight exceeds 1 % (:data:`~ppmix.models._variational.EFFECTIVE_WEIGHT`), whatever
+        the engine."""
+        self._check_fitted()
+        return vb.effective_components(self.weights_)
+
+    def _vb_components(self, data: torch.Tensor, component_prior: Any) -> Any:
+        return vb.components_factor(self, data, component_prior)
+
+    def _vb_latent(self, data: torch.Tensor) -> Any:
+        return vb.weights_factor(self)
+
+    def _vb_initial_responsibilities(self, data: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        return vb.start_responsibilities_of(self, data, generator)
+
+    def _vb_record(self, latent: Any, components: Any) -> None:
+        vb.record_weights(self, latent, components)
 
     def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> torch.Tensor:
         x = super().prepare_data(X, y, fitting=fitting)
