@@ -38,9 +38,8 @@ from ppmix.components.family_tools import data_rows
 from ppmix.distributed.holders import ShardSummary, ShardTask, make_holders
 from ppmix.distributed.shards import shard_columns
 from ppmix.engines.capabilities import DataStatisticsEM, GlobalObjectiveEM, SequenceData, ShardableEM
-from ppmix.engines.em import run_em
-from ppmix.models._missing import PartlyObserved
-from ppmix.models._weights import split_weights
+from ppmix.engines.em import fit_source
+from ppmix.models.batch import Batch
 from ppmix.parallel import DEFAULT_TIMEOUT, TaskError, TaskInputError, check_timeout
 
 __all__ = ["fit_em", "merge_in_tree"]
@@ -49,7 +48,7 @@ logger = logging.getLogger(__name__)
 
 #: units (rows, or sequences) the initialisation sees by default
 DEFAULT_SAMPLE_SIZE = 20_000
-#: the EM settings ``fit_em`` passes on to :func:`~ppmix.engines.em.run_em`
+#: the EM settings ``fit_em`` passes on to :func:`~ppmix.engines.em.fit_source`
 EM_OPTIONS = frozenset({"n_init", "max_iter", "tol", "progress", "warm_start"})
 
 
@@ -70,49 +69,41 @@ def merge_in_tree(statistics: Sequence[Any]) -> Any:
     return items[0]
 
 
-class _ShardedEM:
-    """The EM protocol of :func:`~ppmix.engines.em.run_em` over held shards: the E-step runs
-    on every shard and the statistics merge; the M-step and the initialisation run here."""
+class _Shards:
+    """The shards as a source of :func:`~ppmix.engines.em.em_loop` (:class:`~ppmix.engines.em.EMSource`): every
+    E-step runs on every shard where it is held and the statistics merge; the M-step and the starts (on the sample)
+    run here."""
+
+    monotone = True
 
     def __init__(self, model: Any, holders: Any, start_data: Any, n_observations: int, data_stats: Any) -> None:
-        self.model, self.holders, self.start_data, self.total = model, holders, start_data, n_observations
+        self.model, self.holders, self.start_data, self.n_observations = model, holders, start_data, n_observations
         self.data_stats = data_stats
         self.step_seconds: list[list[float]] = []
         self.iteration_seconds: list[float] = []
 
-    def __getattr__(self, name: str) -> Any:  # the settings, get_globals/set_globals, generator
-        return getattr(self.model, name)
-
-    def _em_data(self, data: Any) -> Any:
-        return data
-
-    def _n_observations(self, data: Any) -> int:
-        return self.total
-
-    def _em_initialize(self, data: Any, generator: torch.Generator) -> None:
+    def start(self, generator: torch.Generator) -> None:
+        """A restart's start: the model's initialisation on the start sample, then what the model fits once from
+        all the data (merged from every shard before EM), not from the sample."""
         self.model._em_initialize(self.start_data, generator)
-        self._em_set_data_statistics(self.data_stats)
+        self.warm()
 
-    def _em_data_statistics(self, data: Any) -> Any:
-        """What the model fits once from all the data (merged from every shard before EM; None if nothing)."""
-        return self.data_stats
+    def warm(self) -> None:
+        if self.data_stats is not None:
+            self.model._em_set_data_statistics(self.data_stats)
 
-    def _em_set_data_statistics(self, stats: Any) -> None:
-        if stats is not None:  # what the model fits once from all the data, not from the sample
-            self.model._em_set_data_statistics(stats)
-
-    def _e_step(self, data: Any) -> tuple[Any, torch.Tensor]:
+    def e_step(self) -> tuple[Any, torch.Tensor]:
         start = time.perf_counter()
         results = self.holders.run("step", self.model)
         self.step_seconds.append([r.seconds for r in results])
         merged = merge_in_tree(_statistics(results))
         objective = math.fsum(r.objective for r in results)
         if isinstance(self.model, GlobalObjectiveEM):
-            objective += float(self.model._em_global_objective(self.total))
+            objective += float(self.model._em_global_objective(self.n_observations))
         self.iteration_seconds.append(time.perf_counter() - start)
         return merged, torch.tensor(objective, dtype=torch.float64)
 
-    def _m_step(self, data: Any, stats: Any) -> None:
+    def m_step(self, stats: Any) -> None:
         self.model._em_update(stats)
 
 
@@ -129,10 +120,8 @@ class _ShardCodes:
     def __init__(self, family: CategoricalFamily) -> None:
         self.family = family
 
-    def _em_data_statistics(self, data: Any) -> list[torch.Tensor]:
-        inner = split_weights(data)[0]
-        frames = getattr(inner, "frames", inner)
-        rows = frames.x if isinstance(frames, PartlyObserved) else data_rows(frames)
+    def _em_data_statistics(self, data: Batch) -> list[torch.Tensor]:
+        rows = data.observed.x if data.observed is not None else data_rows(data.rows)
         return distinct_codes(rows)
 
 
@@ -342,8 +331,8 @@ def fit_em(
         if isinstance(model, DataStatisticsEM):  # fitted once from all the data (e.g. the pf background)
             data_stats = merge_in_tree(_statistics(holders.run("data_statistics", model)))
             model._em_set_data_statistics(data_stats)
-        sharded = _ShardedEM(model, holders, start_data, sum(s.n_observations for s in summaries), data_stats)
-        result = run_em(sharded, None, **options)
+        sharded = _Shards(model, holders, start_data, sum(s.n_observations for s in summaries), data_stats)
+        result = fit_source(model, sharded, **options)
     finally:
         holders.close()
     model._record_result("em", result)

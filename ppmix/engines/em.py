@@ -1,4 +1,17 @@
-"""The EM engine: closed-form coordinate ascent with restarts, for models that opt in."""
+"""The EM engine: one loop of closed-form coordinate ascent, fed by a source of E-steps, with restarts.
+
+:func:`em_loop` is the only EM loop of ppmix: E-step, then M-step and E-step until the objective per observation
+stops changing, recording the history. Where its E-steps come from is an :class:`EMSource`:
+
+- :class:`InMemory` (``fit``, :func:`run_em`): every E-step a pass over all the data, by the model's hooks;
+- the shards of :func:`ppmix.distributed.fit_em`: every E-step the statistics of the shards, merged where the
+  workers hold them;
+- the stream of ``partial_fit`` (:mod:`ppmix.models._online`): every E-step a new chunk, averaged into the running
+  statistics (online EM's stochastic approximation); the loop ends when the stream does.
+
+:func:`fit_source` runs the loop from ``n_init`` starts of a source that can start (in memory, on shards) and keeps
+the best.
+"""
 
 from __future__ import annotations
 
@@ -18,7 +31,7 @@ from ppmix.engines.result import ConvergenceWarning, FitResult
 from ppmix.ops.selection import beats
 from ppmix.ops.threads import threads_for, torch_threads
 
-__all__ = ["EM_HOOKS", "EMModel", "run_em"]
+__all__ = ["EM_HOOKS", "EMModel", "EMSource", "InMemory", "em_loop", "fit_source", "run_em"]
 
 logger = logging.getLogger(__name__)
 #: relative decrease of the EM objective tolerated as rounding before a warning is logged (float64) ...
@@ -88,6 +101,73 @@ class EMModel(Protocol):
 EM_HOOKS = ("_em_initialize", "_e_step", "_m_step")
 
 
+@runtime_checkable
+class EMSource(Protocol):
+    """Where :func:`em_loop` takes its E-steps and puts its M-steps.
+
+    Attributes
+    ----------
+    n_observations : float
+        The observations of the last E-step's data (the objective is reported per observation).
+    monotone : bool
+        Whether every E-step sees the same data, so that the objective never decreases and its change measures
+        convergence (in memory, on shards); a stream's E-steps see new data.
+    """
+
+    n_observations: float
+    monotone: bool
+
+    def e_step(self) -> tuple[Any, torch.Tensor] | None:
+        """The M-step's statistics and the objective at the current parameters; None where the source has no more
+        data (the end of a stream)."""
+
+    def m_step(self, stats: Any) -> None:
+        """Update the parameters from the statistics of the last E-step."""
+
+
+class InMemory:
+    """The data in memory: every E-step one pass of the model's hooks over all of them.
+
+    Parameters
+    ----------
+    model : EMModel
+    data : prepared data, as returned by ``model.prepare_data`` (or ``model._weigh``)
+
+    Examples
+    --------
+    >>> import torch
+    >>> from ppmix import GMM
+    >>> gmm = GMM(2, seed=0, progress=False)
+    >>> x = torch.randn(100, 1, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    >>> source = InMemory(gmm, gmm.prepare_data(torch.cat([x[:50] - 5, x[50:] + 5]), fitting=True))
+    >>> source.start(gmm._generator(0))
+    >>> em_loop(source, max_iter=100, tol=1e-6).converged, source.n_observations
+    (True, 100)
+    """
+
+    monotone = True
+
+    def __init__(self, model: EMModel, data: Any) -> None:
+        self.model = model
+        self.data = model._em_data(data)
+        self.n_observations = model._n_observations(data)
+
+    def start(self, generator: torch.Generator) -> None:
+        """A restart's starting parameters (the model's initialisation on the data)."""
+        self.model._em_initialize(self.data, generator)
+
+    def warm(self) -> None:
+        """Before a warm start: what the model fits once from all the data, from this data."""
+        if isinstance(self.model, DataStatisticsEM):
+            self.model._em_set_data_statistics(self.model._em_data_statistics(self.data))
+
+    def e_step(self) -> tuple[Any, torch.Tensor]:
+        return self.model._e_step(self.data)
+
+    def m_step(self, stats: Any) -> None:
+        self.model._m_step(self.data, stats)
+
+
 def run_em(
     model: EMModel,
     data: Any,
@@ -139,6 +219,41 @@ def run_em(
     >>> gmm.fit(torch.randn(100, 2, generator=torch.Generator().manual_seed(0)), engine="em", max_iter=200).converged_
     True
     """
+    return _restarts(model, InMemory(model, data), n_init, max_iter, tol, warm_start, progress, init_iter)
+
+
+def fit_source(
+    model: EMModel,
+    source: Any,
+    *,
+    n_init: int | None = None,
+    max_iter: int | None = None,
+    tol: float | None = None,
+    warm_start: bool | None = None,
+    progress: bool | None = None,
+    init_iter: int | None = None,
+) -> FitResult:
+    """Fit ``model`` by :func:`em_loop` on ``source``, keeping the best of ``n_init`` restarts (the options as for
+    :func:`run_em`).
+
+    ``source`` is an :class:`EMSource` that can also start (``source.start(generator)``: a restart's starting
+    parameters) and prepare a warm start (``source.warm()``): :class:`InMemory`, or the shards of
+    :func:`ppmix.distributed.fit_em`.
+    """
+    return _restarts(model, source, n_init, max_iter, tol, warm_start, progress, init_iter)
+
+
+def _restarts(
+    model: EMModel,
+    source: Any,
+    n_init: int | None,
+    max_iter: int | None,
+    tol: float | None,
+    warm_start: bool | None,
+    progress: bool | None,
+    init_iter: int | None,
+) -> FitResult:
+    """:func:`fit_source`'s work, two frames below the user's call (``fit``, ``fit_em``) that its warnings name."""
     n_init = check_positive_int(model.n_init if n_init is None else n_init, "n_init")
     max_iter = check_positive_int(model.max_iter if max_iter is None else max_iter, "max_iter")
     tol = model.tol if tol is None else tol
@@ -149,8 +264,7 @@ def run_em(
         raise ValueError(f"tol must be non-negative; got {tol}")
     warm = bool(model.warm_start if warm_start is None else warm_start) and model.is_fitted
     show = model.progress if progress is None else progress
-    em_data = model._em_data(data)
-    n_obs = model._n_observations(data)
+    n_obs = source.n_observations
     if warm and warm_start is None:  # the user's warm start: only from parameters of the shapes this fit needs
         warm = _held_parameters_fit(model)
 
@@ -163,21 +277,21 @@ def run_em(
             # until the size of a pass is known: one thread only if the CPU is busy (ppmix.ops.threads)
             threads.enter_context(torch_threads(threads_for(math.inf)))
             threads.enter_context(_inference(model))
-            if warm and isinstance(model, DataStatisticsEM):  # statistics of this fit's data, not EM parameters
-                model._em_set_data_statistics(model._em_data_statistics(em_data))
+            if warm:  # statistics of this fit's data, not EM parameters
+                source.warm()
             for restart in range(1 if warm else n_init):
                 if not warm:
-                    model._em_initialize(em_data, model._generator(restart))
+                    source.start(model._generator(restart))
                 if restart == 0:  # then by the work of a pass, known once the parameters exist
                     threads.enter_context(torch_threads(threads_for(_pass_work(model, n_obs))))
-                best = _better(best, model, em_data, n_obs, min(short or max_iter, max_iter), tol, show, restart)
+                best = _better(best, model, source, min(short or max_iter, max_iter), tol, show, restart)
             assert best is not None
             values, result = best[1], best[2]
             tail = short is not None and not result.converged  # small EM: run the best start on to convergence
             if tail or not inference:
                 model._set_globals(values)
             if tail:
-                rest = _single_run(model, em_data, n_obs, max(max_iter - result.n_iter, 1), tol, show, n_init)
+                rest = em_loop(source, max(max_iter - result.n_iter, 1), tol, show, n_init)
                 result = FitResult(result.history + rest.history[1:], result.n_iter + rest.n_iter, rest.converged)
                 values = model._get_globals()
     except BaseException:  # an error or interrupt mid-EM: leave ordinary tensors behind, not inference ones
@@ -190,7 +304,7 @@ def run_em(
         warnings.warn(
             f"EM did not converge in max_iter={max_iter} iterations (tol={tol}); increase max_iter or tol",
             ConvergenceWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
     return result
 
@@ -233,7 +347,7 @@ def _held_parameters_fit(model: EMModel) -> bool:
         f"warm_start=True, but the fitted parameters do not have the shapes this fit needs ({', '.join(changed)}: "
         "n_components or the number of features changed); fitting from scratch",
         UserWarning,
-        stacklevel=4,
+        stacklevel=5,
     )
     return False
 
@@ -246,15 +360,14 @@ def _pass_work(model: EMModel, n_obs: int) -> float:
 def _better(
     best: tuple[float, dict[str, torch.Tensor], FitResult] | None,
     model: EMModel,
-    data: Any,
-    n_obs: int,
+    source: EMSource,
     iterations: int,
     tol: float,
     show: bool,
     restart: int,
 ) -> tuple[float, dict[str, torch.Tensor], FitResult]:
     """Run one restart from the model's current parameters; the better of it and ``best``."""
-    result = _single_run(model, data, n_obs, iterations, tol, show, restart)
+    result = em_loop(source, iterations, tol, show, restart)
     final = result.history[-1]
     logger.info("EM restart %d: objective/point %.6f after %d iterations", restart, final, result.n_iter)
     if beats(final, None if best is None else best[0], getattr(model, "dtype", torch.float64)):
@@ -262,28 +375,50 @@ def _better(
     return best
 
 
-def _single_run(
-    model: EMModel, data: Any, n_obs: int, max_iter: int, tol: float, show: bool, restart: int
-) -> FitResult:
-    stats, objective = model._e_step(data)
+def em_loop(source: EMSource, max_iter: int, tol: float, show: bool = False, restart: int = 0) -> FitResult:
+    """The EM loop: an E-step, then up to ``max_iter`` times an M-step and an E-step, from the source's current
+    parameters.
+
+    The history holds the objective per observation after every E-step (the first at the start). A monotone
+    source (:attr:`EMSource.monotone`) stops when the objective per observation changes by at most ``tol``, and a
+    decrease beyond rounding is logged; any source stops when its E-step has no more data.
+
+    Examples
+    --------
+    >>> class Halving:  # the objective -x**2 climbed by halving x: 1, 0.5, 0.25, ...
+    ...     monotone, n_observations, x = True, 1, 1.0
+    ...     def e_step(self):
+    ...         return None, torch.tensor(-self.x**2)
+    ...     def m_step(self, stats):
+    ...         self.x /= 2
+    >>> result = em_loop(Halving(), max_iter=50, tol=1e-6)
+    >>> result.converged, result.n_iter, result.history[:2]
+    (True, 11, [-1.0, -0.25])
+    """
+    stats, objective = source.e_step()
     previous = _finite(objective, 0)
     decrease_tol = _decrease_tol(objective)
-    history = [previous / n_obs]
+    history = [previous / source.n_observations]
     converged = False
     iteration = 0
     with _progress_bar(show, max_iter, restart) as bar:
         for iteration in range(1, max_iter + 1):
-            model._m_step(data, stats)
-            stats, objective = model._e_step(data)
+            source.m_step(stats)
+            step = source.e_step()
+            if step is None:  # the end of a stream
+                break
+            stats, objective = step
             current = _finite(objective, iteration)
+            n_obs = source.n_observations
             history.append(current / n_obs)
-            _check_ascent(previous, current, n_obs, iteration, decrease_tol)
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix(objective=f"{history[-1]:.6g}")
-            if abs(current - previous) <= tol * n_obs:
-                converged = True
-                break
+            if source.monotone:
+                _check_ascent(previous, current, n_obs, iteration, decrease_tol)
+                if abs(current - previous) <= tol * n_obs:
+                    converged = True
+                    break
             previous = current
     return FitResult(history=history, n_iter=iteration, converged=converged)
 

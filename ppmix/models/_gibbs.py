@@ -32,7 +32,6 @@ from ppmix.components.base import ComponentFamily
 from ppmix.components.family import DensityFamily
 from ppmix.components.family_tools import has_conjugate_prior
 from ppmix.engines.chain_starts import chain_starts
-from ppmix.models._missing import PartlyObserved
 
 if TYPE_CHECKING:
     from ppmix.models._family_components import FamilyModel
@@ -79,7 +78,7 @@ class FamilyGibbs:
         """Refuse rows with missing entries, a family without a conjugate prior, or a subclass that replaced the
         structure's program."""
         model = self.model
-        if isinstance(rows, PartlyObserved) or (isinstance(rows, torch.Tensor) and bool(torch.isnan(rows).any())):
+        if isinstance(rows, torch.Tensor) and bool(torch.isnan(rows).any()):
             raise ValueError("X has missing entries (NaN): missing='marginalize' is for EM (fit, partial_fit) only")
         program_owner = next(c for c in type(model).__mro__ if "model" in vars(c))
         sampler_owner = next(c for c in type(model).__mro__ if "_gibbs_sampler" in vars(c))
@@ -188,7 +187,7 @@ class HMMGibbs(FamilyGibbs):
     def start(self, data: Any, n_chains: int, generator: torch.Generator) -> _HMMLatent:
         """Every chain's state paths drawn given its start."""
         prepared = self.model._em_data(data)
-        self.check(prepared.frames)
+        self.check(prepared.data.frames)
         chains, others = self.chain_components(chain_starts(self.model, data, n_chains, generator))
         paths, _ = self._sample_paths(prepared, chains, others["initial"], others["transition"])
         return _HMMLatent(paths, chains, prepared)
@@ -197,10 +196,10 @@ class HMMGibbs(FamilyGibbs):
         self, prepared: Any, chains: _ChainComponents, initial: torch.Tensor, transition: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Every chain's state paths ``(C, B, T)`` and log-likelihoods ``(C,)``."""
-        batch, c, k = prepared.batch, chains.n_chains, self.model.n_components
+        batch, c, k = prepared.sequences, chains.n_chains, self.model.n_components
         b, t = batch.n_sequences, batch.max_length
         log_emit = batch.x.new_zeros(c, b, t, k)
-        log_emit[:, batch.mask] = self.chain_log_prob(prepared.frames, chains)
+        log_emit[:, batch.mask] = self.chain_log_prob(prepared.rows, chains)
         log_init = initial.log()[:, None, :].expand(c, b, k).reshape(c * b, k)
         log_trans = transition.log()[:, None].expand(c, b, k, k).reshape(c * b, k, k)
         lengths = batch.lengths.repeat(c)
@@ -211,8 +210,8 @@ class HMMGibbs(FamilyGibbs):
         """One sweep of every chain: the globals ``{site: (C, ...)}``, their log joint ``(C,)``, the new paths."""
         model, prepared = self.model, latent.prepared
         k, chain = model.n_components, model._markov_chain()
-        mask, paths = prepared.batch.mask, latent.paths
-        chains, values, log_prior = self.draw_components(prepared.frames, paths[:, mask], latent.chains)
+        mask, paths = prepared.mask, latent.paths
+        chains, values, log_prior = self.draw_components(prepared.rows, paths[:, mask], latent.chains)
         c = paths.shape[0]
         first = _chain_counts(paths[:, :, 0], k).to(model.dtype)
         both = (mask[:, 1:] & mask[:, :-1]).to(model.dtype)  # pairs of valid steps

@@ -40,9 +40,10 @@ __all__ = [
     "fill_missing",
     "fit_statistics",
     "impute_rows",
+    "log_prob_observed",
     "log_prob_with_missing",
-    "partly_observed",
     "partly_observed_e_step",
+    "partly_observed_rows",
     "partly_observed_statistics",
     "sample_missing",
     "takes_missing",
@@ -141,7 +142,16 @@ def partly_observed_rows(
     x: torch.Tensor, family: DensityFamily | None = None, reference: torch.Tensor | None = None
 ) -> "PartlyObserved | None":
     """:class:`PartlyObserved` rows of ``x`` (the complete ones prepared by ``family``, or raw without one; the
-    others centred at ``reference``, see :meth:`MissingRows.of`), or None when nothing is missing."""
+    others centred at ``reference``, see :meth:`MissingRows.of`), or None when nothing is missing.
+
+    Examples
+    --------
+    >>> data = partly_observed_rows(torch.tensor([[1.0, float("nan")], [2.0, 3.0]]), GaussianFamily("diag"))
+    >>> data.complete_rows.tolist(), data.partial_rows.tolist()
+    ([1], [0])
+    >>> partly_observed_rows(torch.ones(2, 2)) is None
+    True
+    """
     missing = torch.isnan(x).any(dim=1)
     if not bool(missing.any()):
         return None
@@ -149,20 +159,6 @@ def partly_observed_rows(
     complete = family.prepare(x[complete_rows]) if family is not None and complete_rows.numel() else None
     partial_rows = torch.nonzero(missing).squeeze(1)
     return PartlyObserved(x, complete, complete_rows, partial_rows, x[partial_rows], reference)
-
-
-def partly_observed(x: torch.Tensor, family: DensityFamily) -> Any:
-    """``x`` prepared by ``family`` when nothing is missing, else :class:`PartlyObserved`.
-
-    Examples
-    --------
-    >>> fam = GaussianFamily("diag")
-    >>> data = partly_observed(torch.tensor([[1.0, float("nan")], [2.0, 3.0]]), fam)
-    >>> data.complete_rows.tolist(), data.partial_rows.tolist()
-    ([1], [0])
-    """
-    rows = partly_observed_rows(x, family)
-    return family.prepare(x) if rows is None else rows
 
 
 def fill_column_means(x: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
@@ -263,16 +259,16 @@ def partly_observed_statistics(components: Any, data: PartlyObserved, resp: torc
     return _merged(components.statistics(data.complete, resp[data.complete_rows]), stats)
 
 
-def log_prob_with_missing(components: Any, data: Any) -> torch.Tensor:
-    """``log p_k(x_n)`` ``(N, K)`` of rows that may have missing entries (those by their observed entries'
-    marginal): :class:`PartlyObserved` rows, a tensor of rows (NaN where missing) or rows the family prepared."""
-    if not isinstance(data, (PartlyObserved, torch.Tensor)):  # rows the family prepared: none missing
-        return components.log_prob(data)
-    if isinstance(data, torch.Tensor):  # prediction rows: centred at a point of the model, not of the batch
-        rows = partly_observed_rows(data, reference=components.mean.mean(0))
-        if rows is None:
-            return components.log_prob(data)
-        data = rows
+def log_prob_with_missing(components: Any, x: torch.Tensor) -> torch.Tensor:
+    """``log p_k(x_n)`` ``(N, K)`` of rows to predict, NaN where an entry is missing (those rows by their observed
+    entries' marginal, centred at a point of the model, not of the batch: :func:`log_prob_observed`)."""
+    rows = partly_observed_rows(x, reference=components.mean.mean(0))
+    return components.log_prob(x) if rows is None else log_prob_observed(components, rows)
+
+
+def log_prob_observed(components: Any, data: PartlyObserved) -> torch.Tensor:
+    """``log p_k(x_n)`` ``(N, K)`` of :class:`PartlyObserved` rows: the complete ones by the components' density,
+    the others by the marginal density of their observed entries."""
     out = data.x.new_empty(data.x.shape[0], components.mean.shape[0])
     view = components.observed()
     if view is not None:

@@ -1,6 +1,8 @@
 """Online (stochastic) EM for data that arrive in chunks: ``partial_fit`` of every structure with sharded EM
 (:class:`~ppmix.models.mixture.Mixture`, :class:`~ppmix.models.hmm.HMM`, which take it as a method by assignment,
-``partial_fit = partial_fit``; its state is an :class:`OnlineState` the model holds).
+``partial_fit = partial_fit``; its state is an :class:`OnlineState` the model holds). The chunks are a source of the
+one EM loop (:class:`Stream`, a :class:`~ppmix.engines.em.EMSource` of :func:`~ppmix.engines.em.em_loop`): every
+E-step takes the next chunk, every M-step the update from the running statistics.
 
 Cappé and Moulines (2009): keep a running average ``s_t`` of the E-step's sufficient
 statistics per observation and take the M-step from it,
@@ -34,13 +36,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
+import torch
 from sklearn.utils.metaestimators import available_if
 
 from ppmix.components.family import merge_statistics, scale_statistics
+from ppmix.engines.em import em_loop
 
-__all__ = ["OnlineState", "partial_fit"]
+__all__ = ["OnlineState", "Stream", "partial_fit"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,51 @@ class OnlineState:
     statistics: Any
     steps: int
     observations: float
+
+
+class Stream:
+    """Chunks of EM data as a source of :func:`~ppmix.engines.em.em_loop` (:class:`~ppmix.engines.em.EMSource`):
+    every E-step the statistics per observation of the next chunk under the current parameters, every M-step the
+    running average moved toward them by ``rho_t = (t + step_offset) ** -step_exponent`` (the first chunk of a
+    stream: taken as it is) and the model's M-step from it, the prior counted once against every observation seen.
+
+    Parameters
+    ----------
+    model : Mixture or HMM
+    chunks : iterator of the model's EM data (``model._em_data``)
+    state : OnlineState or None
+        Where the stream stands (None: it starts at the first chunk).
+    step_offset, step_exponent : float
+        ``t0`` and ``kappa`` of the step sizes.
+    """
+
+    monotone = False  # every E-step sees new data
+
+    def __init__(
+        self, model: Any, chunks: Iterator[Any], state: OnlineState | None, step_offset: float, step_exponent: float
+    ) -> None:
+        self.model, self.chunks, self.state = model, chunks, state
+        self.step_offset, self.step_exponent = step_offset, step_exponent
+        self.n_observations: float = 0.0
+
+    def e_step(self) -> tuple[Any, torch.Tensor] | None:
+        data = next(self.chunks, None)
+        if data is None:
+            return None
+        chunk_stats, objective = self.model._e_step(data)
+        self.n_observations = self.model._n_observations(data)
+        return scale_statistics(self.model._em_statistics(data, chunk_stats), 1.0 / self.n_observations), objective
+
+    def m_step(self, mean_stats: Any) -> None:
+        n, state = float(self.n_observations), self.state
+        if state is None:
+            state = OnlineState(mean_stats, 1, n)
+        else:
+            rho = (state.steps + self.step_offset) ** -self.step_exponent
+            running = merge_statistics(scale_statistics(state.statistics, 1.0 - rho), scale_statistics(mean_stats, rho))
+            state = OnlineState(running, state.steps + 1, state.observations + n)
+        self.state = state
+        self.model._em_update(scale_statistics(state.statistics, state.observations))  # a prior counts once
 
 
 def _online_em_available(model: Any) -> bool:
@@ -126,23 +175,12 @@ def partial_fit(
     data = self._em_data(prepared)
     if starting:
         self._em_initialize(data, self._generator(0))
-    chunk_stats, objective = self._e_step(data)
-    n = self._n_observations(data)
-    mean_stats = scale_statistics(self._em_statistics(data, chunk_stats), 1.0 / n)
     # a stream starts at the first chunk, or after a fit by another engine
-    state: OnlineState | None = (
-        getattr(self, "_online", None) if getattr(self, "engine_", None) == "online-em" else None
-    )
-    if state is None:
-        state, history = OnlineState(mean_stats, 1, float(n)), []
-    else:
-        rho = (state.steps + step_offset) ** -step_exponent
-        old = scale_statistics(state.statistics, 1.0 - rho)
-        running = merge_statistics(old, scale_statistics(mean_stats, rho))
-        state, history = OnlineState(running, state.steps + 1, state.observations + float(n)), list(self.history_)
-    self._em_update(scale_statistics(state.statistics, state.observations))  # a prior counts once against the rows
-    self._online = state
-    history.append(float(objective) / n)
+    state = getattr(self, "_online", None) if getattr(self, "engine_", None) == "online-em" else None
+    stream = Stream(self, iter([data]), state, step_offset, step_exponent)
+    result = em_loop(stream, max_iter=1, tol=0.0)
+    history = ([] if state is None else list(self.history_)) + result.history
+    self._online = stream.state
     self.engine_, self.history_ = "online-em", history
-    self.n_iter_, self.converged_, self.lower_bound_ = state.steps, False, history[-1]
+    self.n_iter_, self.converged_, self.lower_bound_ = stream.state.steps, False, history[-1]
     return self

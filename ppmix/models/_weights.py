@@ -1,8 +1,9 @@
 """Sample weights: prepared data with one weight per observation unit (a row, a sequence).
 
 A model that takes ``sample_weight`` names its unit (:meth:`~ppmix.models.base.MixtureModel._sample_weight_units`);
-``fit`` checks the weights against the data and hands the EM engine :class:`Weighted` data, which the model's
-hooks unwrap with :func:`split_weights`. The semantics are scikit-learn's: an integer weight is the row repeated
+``fit`` checks the weights against the data and hands the EM engine a :class:`~ppmix.models.batch.Batch` of the data
+and their weights, which the model's hooks read (``batch.weight``; :func:`split_weights` for hooks that take the data
+and the weights apart). The semantics are scikit-learn's: an integer weight is the row repeated
 that many times, a zero weight drops the row. So a fit without a prior (or penalty) depends on the weights'
 ratios only: scaling every weight by a positive constant changes nothing, whatever the constant (1e-300 or 1e300)
 and dtype, as weights far from one are brought near it by an exact power of two (:func:`in_safe_range`); with a
@@ -12,38 +13,31 @@ prior, the weights' total is the amount of data it is weighed against, as repeat
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["SAFE_EXPONENT", "Weighted", "check_sample_weight", "in_safe_range", "split_weights"]
+from ppmix.models.batch import as_batch
+
+__all__ = ["SAFE_EXPONENT", "check_sample_weight", "in_safe_range", "split_weights"]
 
 #: weights whose mean (over the positive ones) lies within ``2**±SAFE_EXPONENT`` are used as given, frequencies as
 #: scikit-learn's; beyond, they are rescaled by an exact power of two to a mean in ``[1, 2)``
 SAFE_EXPONENT = 10
 
 
-@dataclass(frozen=True)
-class Weighted:
-    """Prepared data and the weights ``(n_units,)`` of its observation units."""
-
-    data: Any
-    weight: torch.Tensor
-
-
 def split_weights(data: Any) -> tuple[Any, torch.Tensor | None]:
-    """``(data, weights)`` of :class:`Weighted` data, ``(data, None)`` of any other.
+    """``(data, weights)`` of a :class:`~ppmix.models.batch.Batch`, ``(data, None)`` of any other prepared data.
 
     Examples
     --------
-    >>> split_weights(Weighted("rows", torch.ones(2)))[1].tolist(), split_weights("rows")
+    >>> from ppmix.models.batch import Batch
+    >>> split_weights(Batch("rows", torch.ones(2)))[1].tolist(), split_weights("rows")
     ([1.0, 1.0], ('rows', None))
     """
-    if isinstance(data, Weighted):
-        return data.data, data.weight
-    return data, None
+    batch = as_batch(data)
+    return batch.data, batch.weight
 
 
 def check_sample_weight(

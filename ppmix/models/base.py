@@ -31,7 +31,8 @@ from ppmix.models import _criteria, _predictions
 from ppmix.models._missing import refuse_missing_in_program
 from ppmix.models._params import check_seed, store_params
 from ppmix.models._subclassing import refuse_stale_hooks
-from ppmix.models._weights import Weighted, check_sample_weight
+from ppmix.models._weights import check_sample_weight
+from ppmix.models.batch import Batch
 from ppmix.models.known_latents import Clamp, clamping, known_latents
 from ppmix.ops.selection import beats
 
@@ -235,11 +236,11 @@ class MixtureModel(DensityMixin, Estimator, PyroModule):
 
     def _sample_weight_units(self, data: Any) -> tuple[str, int] | None:
         """What one ``sample_weight`` entry weighs in prepared ``data`` and how many there are (e.g. ``("row",
-        N)``); None (the default) for a model whose EM hooks do not take :class:`~ppmix.models._weights.Weighted`
+        N)``); None (the default) for a model whose EM hooks do not take :class:`~ppmix.models.batch.Batch`
         data."""
         return None
 
-    def _weigh(self, data: Any, sample_weight: Any, *, fitting: bool = True) -> Weighted:
+    def _weigh(self, data: Any, sample_weight: Any, *, fitting: bool = True) -> Batch:
         """Prepared ``data`` with its ``sample_weight`` checked (one finite, non-negative entry per unit of
         :meth:`_sample_weight_units`; for ``fitting``, as many positive ones as components where a unit is a
         row), for the EM hooks, in the model's dtype (weights of any scale are first brought near one by an exact
@@ -257,7 +258,7 @@ class MixtureModel(DensityMixin, Estimator, PyroModule):
             min_positive=int(self.n_components) if fitting and unit == "row" else 1,
             rescale=True,  # weights of any scale (1e-300, 1e300) in the dtype's safe range
         )
-        return Weighted(data, weight.to(dtype=self.dtype, device=self._device))
+        return Batch(data, weight.to(dtype=self.dtype, device=self._device))
 
     def _observed_data(self, data: Any) -> dict[str, torch.Tensor]:
         """Observed sites and values, for ArviZ. Default: the matrix under the name ``"x"``."""

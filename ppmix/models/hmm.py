@@ -33,12 +33,11 @@ from ppmix.models._hmm_draws import (
 )
 from ppmix.models._input_chain import TRANSITION_KINDS, InputDrivenChain, SequencesWithInputs, pad_inputs
 from ppmix.models._missing import (
-    PartlyObserved,
     check_missing_option,
     fill_missing,
     fit_statistics,
-    log_prob_with_missing,
-    partly_observed,
+    log_prob_observed,
+    partly_observed_rows,
     partly_observed_statistics,
 )
 from ppmix.models._online import partial_fit
@@ -46,7 +45,7 @@ from ppmix.models._params import store_params
 from ppmix.models._sequence_inference import decode_states, filter_states, sample_state_paths
 from ppmix.models._sequences import SequenceBatch, as_sequence_batch
 from ppmix.models._transitions import MarkovChain, check_transition_prior, transition_mask
-from ppmix.models._weights import Weighted, split_weights
+from ppmix.models.batch import Batch, as_batch
 from ppmix.models.known_latents import Clamp
 
 __all__ = ["HMM"]
@@ -74,14 +73,6 @@ class _Chain:
         if z is None:
             return self.initial
         return torch.where(valid.reshape(*valid.shape, 1), self.transition[z], self.eye[z])
-
-
-@dataclass
-class _EMData:
-    """A sequence batch with its valid frames prepared once for the emission family."""
-
-    batch: SequenceBatch
-    frames: Any
 
 
 class HMM(FamilyModel):
@@ -481,10 +472,9 @@ class HMM(FamilyModel):
         return super().fit(_with_inputs(X, inputs), y, **options)
 
     def _sample_weight_units(self, data: Any) -> tuple[str, int]:
-        inner = split_weights(data)[0]
-        return "sequence", (inner.batch if isinstance(inner, _EMData) else inner).n_sequences
+        return "sequence", as_batch(data).data.n_sequences
 
-    def _weigh(self, data: Any, sample_weight: Any, *, fitting: bool = True) -> Weighted:
+    def _weigh(self, data: Any, sample_weight: Any, *, fitting: bool = True) -> Batch:
         """As :meth:`MixtureModel._weigh`; for ``fitting``, the data scale of the frames just prepared (the variance
         floor) becomes that of the frames counted as often as their sequences' weights: for integer weights, the
         sequences repeated."""
@@ -504,16 +494,16 @@ class HMM(FamilyModel):
             rows = self._step_rows(batch)[batch.mask]
             self._take_data_scale(lambda family: {**frames_scale, **family.sequence_scale(rows, weight)})
 
-    def _em_data(self, data: SequenceBatch | _EMData | Weighted) -> _EMData | Weighted:
-        """The batch with its frames prepared for the emission family (sequence weights kept)."""
-        if isinstance(data, Weighted):
-            return Weighted(self._em_data(data.data), data.weight)
-        if isinstance(data, _EMData):
-            return data
+    def _em_data(self, data: Any) -> Batch:
+        """The batch of the sequences (and their weights, any known states) with their valid frames prepared once
+        for the emission family; with missing entries, as :class:`~ppmix.models._missing.PartlyObserved` frames."""
+        batch = as_batch(data)
+        batch = batch.prepared(sequences=batch.data, known=self._known_latents, inputs=batch.data.inputs)
         family = self._component_family()
-        if self._accepts_missing:
-            return _EMData(batch=data, frames=partly_observed(data.frames, family))
-        return _EMData(batch=data, frames=family.prepare(self._step_rows(data)[data.mask]))
+        observed = partly_observed_rows(batch.data.frames, family) if self._accepts_missing else None
+        if observed is not None:
+            return batch.prepared(observed=observed)
+        return batch.prepared(rows=family.prepare(self._step_rows(batch.data)[batch.mask]))
 
     def _step_rows(self, batch: SequenceBatch) -> torch.Tensor:
         """Every step's row as the emission family scores it, ``(B, T, D')``: the frame, or for a family whose
@@ -522,24 +512,22 @@ class HMM(FamilyModel):
         sequence_rows = getattr(self._component_family(), "sequence_rows", None)
         return batch.x if sequence_rows is None else sequence_rows(batch.x)
 
-    def _prediction_data(self, batch: SequenceBatch) -> _EMData:
+    def _prediction_data(self, batch: SequenceBatch) -> Batch:
         """:meth:`_em_data` for predictions: frames prepared for the fitted components (the Gaussian's centred at
-        their reference, not at the batch mean), so each sequence's output depends on that sequence and the
-        model only."""
+        their reference, not at the batch mean; frames with missing entries at the components' mean), so each
+        sequence's output depends on that sequence and the model only."""
         if self._accepts_missing and bool(torch.isnan(batch.frames).any()):  # scored by the observed entries
-            return _EMData(batch=batch, frames=batch.frames)
+            observed = partly_observed_rows(batch.frames, reference=self.components_.mean.mean(0))
+            return Batch(batch, observed=observed, sequences=batch)
         rows = self._step_rows(batch)[batch.mask]
-        return _EMData(batch=batch, frames=self._component_family().prepare(rows, self.components_))
+        return Batch(batch, rows=self._component_family().prepare(rows, self.components_), sequences=batch)
 
     def _output_like(self, X: Any) -> Any:
         return _first(X.sequences if isinstance(X, SequencesWithInputs) else X)
 
     def _n_observations(self, data: Any) -> float:
-        inner, weight = split_weights(data)
-        batch = inner.batch if isinstance(inner, _EMData) else inner
-        if weight is None:
-            return int(batch.lengths.sum())
-        return float(weight @ batch.lengths.to(weight))
+        batch = as_batch(data)
+        return batch.prepared(sequences=batch.data).n_observations
 
     def _observed_data(self, data: SequenceBatch) -> dict[str, torch.Tensor]:
         return {"x": data.frames}
@@ -645,50 +633,43 @@ class HMM(FamilyModel):
         return {"initial": ["component"], "transition": ["component", "component_to"], **self._component_dims()}
 
     # ------------------------------------------------------------------- EM
-    def _log_emissions(self, data: _EMData) -> torch.Tensor:
+    def _log_emissions(self, data: Batch) -> torch.Tensor:
         """Emission log-densities ``(B, T, K)``; zero at padded steps."""
-        batch = data.batch
+        batch = data.sequences
         log_emit = batch.x.new_zeros(batch.n_sequences, batch.max_length, self.n_components)
         log_emit[batch.mask] = (
-            log_prob_with_missing(self.components_, data.frames)
-            if self._accepts_missing
-            else self.components_.log_prob(data.frames)
+            log_prob_observed(self.components_, data.observed)
+            if data.observed is not None
+            else self.components_.log_prob(data.rows)
         )
         return log_emit
 
-    def _forward_backward(self, data: _EMData, clamp: Clamp | None = None) -> ForwardBackwardResult:
+    def _forward_backward(self, data: Batch, clamp: Clamp | None = None) -> ForwardBackwardResult:
         """The forward-backward over ``data`` (with ``clamp``, over the paths consistent with the known states)."""
         log_emit = self._log_emissions(data)
         log_emit = log_emit if clamp is None else clamp.emissions(log_emit)
-        return forward_backward(self.initial_.log(), self._log_transitions(data.batch), log_emit, data.batch.lengths)
+        return forward_backward(self.initial_.log(), self._log_transitions(data.sequences), log_emit, data.lengths)
 
-    def _em_initialize(self, data: _EMData | Weighted, generator: torch.Generator) -> None:
+    def _em_initialize(self, data: Batch, generator: torch.Generator) -> None:
         """Emissions from k-means on all frames (each weighted by its sequence's weight); initial and transition
         counts from its labels."""
-        inner, weight = split_weights(data)
-        if isinstance(inner.frames, PartlyObserved):  # the start: the columns' means in the holes
-            frame_weight = None if weight is None else _sequence_weights(inner.batch, weight)[inner.batch.mask]
-            filled = self._component_family().prepare(
-                fill_missing(inner.frames.x, self._component_family(), frame_weight)
-            )
-            inner = _EMData(batch=inner.batch, frames=filled)
-            data = inner if weight is None else Weighted(inner, weight)
-        self.components_ = self._new_components(data_rows(inner.frames))
-        frame_weight = None if weight is None else _sequence_weights(inner.batch, weight)[inner.batch.mask]
+        family = self._component_family()
+        if data.observed is not None:  # the start: the columns' means in the holes
+            filled = family.prepare(fill_missing(data.observed.x, family, data.frame_weight))
+            data = data.prepared(rows=filled, observed=None)
+        self.components_ = self._new_components(data_rows(data.rows))
         if self.init_params == "segments":
-            resp = _segment_responsibilities(inner.batch, self.n_components)
+            resp = _segment_responsibilities(data.sequences, self.n_components)
         else:
-            resp = self._initial_responsibilities(inner.frames, generator, frame_weight)
-        if self._known_latents is not None:
-            points = start_points(inner.frames)
-            resp = self._known_latents.start(resp, points, inner.batch.mask, frame_weight)
+            resp = self._initial_responsibilities(data.rows, generator, data.frame_weight)
+        if data.known is not None:
+            resp = data.known.start(resp, start_points(data.rows), data.mask, data.frame_weight)
         self._initialize_from_frames(data, resp)
 
-    def _initialize_from_frames(self, data: _EMData | Weighted, resp_frames: torch.Tensor) -> None:
+    def _initialize_from_frames(self, data: Batch, resp_frames: torch.Tensor) -> None:
         """One M-step from per-frame responsibilities ``(sum(lengths), K)`` (lightly smoothed chain counts,
         every sequence's weighted by its sample weight)."""
-        inner, weight = split_weights(data)
-        batch = inner.batch
+        batch, weight = data.sequences, data.weight
         resp = batch.x.new_zeros(batch.n_sequences, batch.max_length, self.n_components)
         resp[batch.mask] = resp_frames
         both = (batch.mask[:, 1:] & batch.mask[:, :-1]).to(resp.dtype)
@@ -704,16 +685,15 @@ class HMM(FamilyModel):
             data, _Counts(initial=resp[:, 0].sum(0) + smoothing, transitions=pairs + smoothing, posterior=resp)
         )
 
-    def _e_step(self, data: _EMData | Weighted) -> tuple[_Counts, torch.Tensor]:
+    def _e_step(self, data: Batch) -> tuple[_Counts, torch.Tensor]:
         """Forward–backward statistics and the total log-likelihood of all sequences (each counted as often
-        as its sample weight)."""
-        inner, weight = split_weights(data)
-        result = self._forward_backward(inner, self._known_latents)
-        if weight is None:
+        as its sample weight; in a partly labelled fit, over the paths consistent with the known states)."""
+        result = self._forward_backward(data, data.known)
+        if data.weight is None:
             transitions = result.step_pairs if self._input_driven else result.pair_counts.sum(0)
             counts = _Counts(initial=result.initial.sum(0), transitions=transitions, posterior=result.posterior)
             return counts, result.log_likelihood.sum() + self._log_prior()
-        weight = weight.to(result.posterior)
+        weight = data.weight.to(result.posterior)
         counts = _Counts(
             initial=weight @ result.initial,
             transitions=result.step_pairs * weight[:, None, None, None]
@@ -723,23 +703,23 @@ class HMM(FamilyModel):
         )
         return counts, result.log_likelihood @ weight + self._log_prior()
 
-    def _m_step(self, data: _EMData, stats: _Counts) -> None:
+    def _m_step(self, data: Batch, stats: _Counts) -> None:
         """Baum–Welch updates: initial and transition from expected counts, emissions by weighted MLE."""
         self._em_update(self._em_statistics(data, stats))
 
-    def _em_statistics(self, data: _EMData, stats: _Counts) -> dict[str, Any]:
+    def _em_statistics(self, data: Batch, stats: _Counts) -> dict[str, Any]:
         """What the M-step needs of ``data``: expected initial and transition counts and the emission
-        statistics of the frames, all of which merge across shards (:func:`ppmix.distributed.fit_em`)."""
-        inner = split_weights(data)[0]  # the counts carry the sequence weights already
-        frames = stats.posterior[inner.batch.mask]
+        statistics of the frames, all of which merge across shards (:func:`ppmix.distributed.fit_em`); the counts
+        carry the sequence weights already."""
+        frames = stats.posterior[data.mask]
         emissions = (
-            partly_observed_statistics(self.components_, inner.frames, frames)
-            if isinstance(inner.frames, PartlyObserved)
-            else self.components_.statistics(inner.frames, frames)
+            partly_observed_statistics(self.components_, data.observed, frames)
+            if data.observed is not None
+            else self.components_.statistics(data.rows, frames)
         )
         chain = {"initial": stats.initial, "transitions": stats.transitions}
         if stats.transitions.dim() == 4:  # an input-driven chain's step pairs: its gates regress them on the inputs
-            chain |= {"inputs": inner.batch.inputs, "mask": inner.batch.mask}
+            chain |= {"inputs": data.inputs, "mask": data.mask}
         return {**chain, "emissions": emissions}
 
     def _em_update(self, stats: dict[str, Any]) -> None:
@@ -877,7 +857,7 @@ class HMM(FamilyModel):
     def _posterior_marginals(self, data: SequenceBatch) -> dict[str, torch.Tensor]:
         """Smoothed state marginals of all valid steps, stacked as ``{"z": (sum(lengths), K)}``."""
         prepared = self._prediction_data(data)
-        return {"z": self._forward_backward(prepared).posterior[prepared.batch.mask]}
+        return {"z": self._forward_backward(prepared).posterior[prepared.mask]}
 
     def predict_proba(self, X: Any, inputs: Any = None) -> list[Any]:
         """Smoothed state marginals ``q(z_t = k)``, one ``(length, K)`` array per sequence (``inputs``: an

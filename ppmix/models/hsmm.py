@@ -22,9 +22,9 @@ from ppmix.models._params import store_params
 from ppmix.models._segment_inference import decode_segments, sample_segment_paths, smoothed_states
 from ppmix.models._segment_runs import chain_paths, run_counts
 from ppmix.models._transitions import MarkovChain
-from ppmix.models._weights import Weighted, split_weights
 from ppmix.models.base import MixtureModel
-from ppmix.models.hmm import HMM, _EMData, _emitted, _segment_responsibilities, _sequence_weights, _with_inputs
+from ppmix.models.batch import Batch, as_batch
+from ppmix.models.hmm import HMM, _emitted, _segment_responsibilities, _sequence_weights, _with_inputs
 
 __all__ = ["HSMM"]
 
@@ -174,7 +174,7 @@ class HSMM(FamilyModel):
             )
         return super().fit(X, y, sample_weight=sample_weight, engine=engine, **options)
 
-    def _weigh(self, data: Any, sample_weight: Any, *, fitting: bool = True) -> Weighted:
+    def _weigh(self, data: Any, sample_weight: Any, *, fitting: bool = True) -> Batch:
         """As :meth:`HMM._weigh <ppmix.models.hmm.HMM._weigh>`: one weight per sequence; the data scale of the
         frames counted as often as their sequences' weights."""
         weighted = MixtureModel._weigh(self, data, sample_weight, fitting=fitting)
@@ -224,17 +224,15 @@ class HSMM(FamilyModel):
         return self.transition_
 
     # ------------------------------------------------------------------- EM
-    def _em_initialize(self, data: _EMData | Weighted, generator: torch.Generator) -> None:
+    def _em_initialize(self, data: Batch, generator: torch.Generator) -> None:
         """Emissions from the start's labels (k-means on all frames, ...); the runs of equal labels counted as the
         first segments (lightly smoothed) give the chain and the durations."""
-        inner, weight = split_weights(data)
-        batch, k = inner.batch, int(self.n_components)
-        self.components_ = self._new_components(data_rows(inner.frames))
-        frame_weight = None if weight is None else _sequence_weights(batch, weight)[batch.mask]
+        batch, weight, frame_weight, k = data.sequences, data.weight, data.frame_weight, int(self.n_components)
+        self.components_ = self._new_components(data_rows(data.rows))
         if self.init_params == "segments":  # every sequence cut into K equal stretches, in state order
             resp = _segment_responsibilities(batch, k)
         else:
-            resp = self._initial_responsibilities(inner.frames, generator, frame_weight)
+            resp = self._initial_responsibilities(data.rows, generator, frame_weight)
         labels = torch.zeros(batch.n_sequences, batch.max_length, dtype=torch.long, device=resp.device)
         labels[batch.mask] = resp.argmax(-1)
         sequence_weight = torch.ones(batch.n_sequences, dtype=self.dtype) if weight is None else weight
@@ -246,13 +244,13 @@ class HSMM(FamilyModel):
         )
         self.duration_params_ = self._duration_family().start(runs.durations.to(**opts))
         frames_resp = resp if frame_weight is None else resp * frame_weight[:, None]
-        fit_statistics(self.components_, self.components_.statistics(inner.frames, frames_resp))
+        fit_statistics(self.components_, self.components_.statistics(data.rows, frames_resp))
 
-    def _e_step(self, data: _EMData | Weighted) -> tuple[_SegmentCounts, torch.Tensor]:
+    def _e_step(self, data: Batch) -> tuple[_SegmentCounts, torch.Tensor]:
         """The segment forward–backward's expected counts and the total log-likelihood (every sequence counted as
         often as its sample weight)."""
-        inner, weight = split_weights(data)
-        post = segment_posterior(*self._log_chain(), self._log_emissions(inner), inner.batch.lengths)
+        weight = data.weight
+        post = segment_posterior(*self._log_chain(), self._log_emissions(data), data.lengths)
         w = post.log_likelihood.new_ones(len(post.log_likelihood)) if weight is None else weight.to(post.posterior)
         counts = _SegmentCounts(
             initial=w @ post.initial,
@@ -263,15 +261,14 @@ class HSMM(FamilyModel):
         )
         return counts, post.log_likelihood @ w
 
-    def _m_step(self, data: _EMData | Weighted, stats: _SegmentCounts) -> None:
+    def _m_step(self, data: Batch, stats: _SegmentCounts) -> None:
         """Initial and transition probabilities from the expected counts, durations from the completed duration
         counts, emissions by the family's weighted fit of the state marginals."""
-        inner = split_weights(data)[0]
         whole = completed_counts(stats.durations, stats.censored, self._log_durations())
         self.initial_, self.transition_ = self._markov_chain().update(stats.initial, stats.transitions)
         self.duration_params_ = self._duration_family().update(whole, self.duration_params_)
-        frames = stats.posterior[inner.batch.mask]
-        fit_statistics(self.components_, self.components_.statistics(inner.frames, frames))
+        frames = stats.posterior[data.mask]
+        fit_statistics(self.components_, self.components_.statistics(data.rows, frames))
 
     # -------------------------------------------------------------- globals
     def _get_globals(self) -> dict[str, torch.Tensor]:
@@ -333,7 +330,7 @@ class HSMM(FamilyModel):
     # ---------------------------------------------------------- predictions
     def _pointwise_log_likelihood(self, data: Any) -> torch.Tensor:
         """``log p(x_{1:T_b})`` of every sequence, ``(B,)``."""
-        batch = data.batch if isinstance(data, _EMData) else data
+        batch = as_batch(data).data  # the sequences (of EM data too)
         prepared = self._prediction_data(batch)
         return segment_forward(*self._log_chain(), self._log_emissions(prepared), batch.lengths).log_likelihood
 

@@ -68,9 +68,9 @@ from scipy.optimize import linear_sum_assignment
 
 from ppmix.algorithms.kmeans import nearest_centre
 from ppmix.components.family import DensityFamily
-from ppmix.models._missing import PartlyObserved, log_prob_with_missing
+from ppmix.models._missing import log_prob_observed
 from ppmix.models._starts import start_responsibilities
-from ppmix.models._weights import split_weights
+from ppmix.models.batch import Batch
 from ppmix.ops.logspace import normalize_log_joint_
 
 __all__ = ["Clamp", "KnownLabels", "KnownStates", "clamping", "known_latents", "seeded_kmeans"]
@@ -160,18 +160,19 @@ class Clamp:
         start[known] = one_hot
         return start
 
-    def mixture_e_step(self, model: Any, data: Any) -> tuple[Any, torch.Tensor]:
-        """A mixture's clamped E-step on its EM ``data`` (rows the family prepared, or
-        :class:`~ppmix.models._missing.PartlyObserved` rows, maybe weighted): the M-step's statistics
-        (``model._em_statistics``) under the responsibilities ``softmax_k(log w_k + log p_k(x_n) + mask[n, k])``
-        and the log-likelihood ``log p(X, z_known)`` (every row counted as often as its sample weight)."""
-        rows, weight = split_weights(data)
+    def mixture_e_step(self, model: Any, data: Batch) -> tuple[Any, torch.Tensor]:
+        """A mixture's clamped E-step on its EM :class:`~ppmix.models.batch.Batch` (rows the family prepared, or
+        partly observed rows, maybe weighted): the M-step's statistics (``model._em_statistics``) under the
+        responsibilities ``softmax_k(log w_k + log p_k(x_n) + mask[n, k])`` and the log-likelihood
+        ``log p(X, z_known)`` (every row counted as often as its sample weight)."""
         components = model.components_
-        log_prob = log_prob_with_missing(components, rows) if isinstance(rows, PartlyObserved) else None
-        log_joint = components.log_prob(rows) if log_prob is None else log_prob
+        if data.observed is not None:
+            log_joint = log_prob_observed(components, data.observed)
+        else:
+            log_joint = components.log_prob(data.rows)
         resp, log_norm = normalize_log_joint_(log_joint + model.weights_.log() + self.log_mask)
         log_norm = log_norm.reshape(-1)
-        objective = log_norm.sum() if weight is None else log_norm @ weight.to(log_norm)
+        objective = log_norm.sum() if data.weight is None else log_norm @ data.weight.to(log_norm)
         return model._em_statistics(data, resp), objective
 
     def emissions(self, log_emit: torch.Tensor) -> torch.Tensor:

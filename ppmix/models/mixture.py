@@ -19,14 +19,13 @@ from ppmix.models import _variational as vb
 from ppmix.models._family_components import FamilyModel
 from ppmix.models._gibbs import MixtureGibbs
 from ppmix.models._missing import (
-    PartlyObserved,
     check_missing_option,
     fill_missing,
     fit_statistics,
     impute_rows,
     log_prob_with_missing,
-    partly_observed,
     partly_observed_e_step,
+    partly_observed_rows,
     partly_observed_statistics,
     sample_missing,
 )
@@ -34,7 +33,7 @@ from ppmix.models._mixture_draws import mixture_draws_log_likelihood, mixture_dr
 from ppmix.models._online import partial_fit
 from ppmix.models._params import store_params
 from ppmix.models._starts import start_responsibilities
-from ppmix.models._weights import Weighted, split_weights
+from ppmix.models.batch import Batch, as_batch
 
 __all__ = ["Mixture"]
 
@@ -280,9 +279,9 @@ class Mixture(FamilyModel):
 
     # ------------------------------------------------------------------- EM
     def _sample_weight_units(self, data: Any) -> tuple[str, int]:
-        return "row", self._n_rows(split_weights(data)[0])
+        return "row", as_batch(data).n_rows
 
-    def _weigh(self, data: Any, sample_weight: Any, *, fitting: bool = True) -> Weighted:
+    def _weigh(self, data: Any, sample_weight: Any, *, fitting: bool = True) -> Batch:
         """As :meth:`MixtureModel._weigh`; for ``fitting``, the data scale of the rows just prepared (the variance
         floor) becomes that of the rows counted as often as their weights: for integer weights, the rows repeated."""
         weighted = super()._weigh(data, sample_weight, fitting=fitting)
@@ -290,70 +289,62 @@ class Mixture(FamilyModel):
             self._record_weighted_data_scale(data, weighted.weight)
         return weighted
 
-    def _n_rows(self, rows: Any) -> int:
-        return int(rows.x.shape[0] if isinstance(rows, PartlyObserved) else data_rows(rows).shape[0])
-
-    def _em_data(self, data: Any) -> Any:
-        """The family's prepared rows (:class:`~ppmix.models._weights.Weighted` data keep their row weights;
-        with missing entries, :class:`~ppmix.models._missing.PartlyObserved` rows)."""
-        if isinstance(data, Weighted):
-            return Weighted(self._em_data(data.data), data.weight)
+    def _em_data(self, data: Any) -> Batch:
+        """The batch of the rows (and their weights, any known labels), prepared once by the family; with missing
+        entries, as :class:`~ppmix.models._missing.PartlyObserved` rows."""
+        batch = as_batch(data).prepared(known=self._known_latents)
         family = self._component_family()
-        if not isinstance(data, torch.Tensor):
-            return data
-        return partly_observed(data, family) if self._accepts_missing else family.prepare(data)
+        observed = partly_observed_rows(batch.data, family) if self._accepts_missing else None
+        if observed is not None:
+            return batch.prepared(observed=observed)
+        return batch.prepared(rows=family.prepare(batch.data))
 
     def _n_observations(self, data: Any) -> float:
-        rows, weight = split_weights(data)
-        return float(weight.sum()) if weight is not None else self._n_rows(rows)
+        return as_batch(data).n_observations
 
-    def _em_initialize(self, data: Any, generator: torch.Generator) -> None:
+    def _em_initialize(self, data: Batch, generator: torch.Generator) -> None:
         """Responsibilities from k-means (or its seeding, or at random; on the weighted rows), then one M-step
         (rows with missing entries start with their columns' means filled in)."""
-        rows, weight = split_weights(data)
-        if isinstance(rows, PartlyObserved):
-            rows = self._component_family().prepare(fill_missing(rows.x, self._component_family(), weight))
-            data = rows if weight is None else Weighted(rows, weight)
-        self.components_ = self._new_components(data_rows(rows))
-        resp = self._initial_responsibilities(rows, generator, weight)
+        family = self._component_family()
+        if data.observed is not None:
+            data = data.prepared(rows=family.prepare(fill_missing(data.data, family, data.weight)), observed=None)
+        self.components_ = self._new_components(data_rows(data.rows))
+        resp = self._initial_responsibilities(data.rows, generator, data.weight)
         if self.init_params != "random":  # k-means' hard clusters, softened for the families that ask
-            resp = start_responsibilities(self._component_family(), resp)
-        if self._known_latents is not None:
-            family = self._component_family()
-            resp = self._known_latents.start(resp, start_points(rows), weight=weight, family=family)
+            resp = start_responsibilities(family, resp)
+        if data.known is not None:
+            resp = data.known.start(resp, start_points(data.rows), weight=data.weight, family=family)
         self._m_step(data, resp)
 
-    def _e_step(self, data: Any) -> tuple[Statistics, torch.Tensor]:
+    def _e_step(self, data: Batch) -> tuple[Statistics, torch.Tensor]:
         """The M-step's statistics under the responsibilities and the log-likelihood
         ``sum_n log sum_k w_k p_k(x_n)`` (every row counted as often as its sample weight), in one pass where
         the family fuses them (:func:`~ppmix.components.family_tools.mixture_statistics`);
         :meth:`_m_step` and :meth:`_em_statistics` take the (merged) statistics as they are. In a partly labelled fit,
         the clamped E-step (:meth:`~ppmix.models.known_latents.Clamp.mixture_e_step`) and ``log p(X, known labels)``."""
-        rows, weight = split_weights(data)
-        if self._known_latents is not None:
-            stats, objective = self._known_latents.mixture_e_step(self, data)
-        elif isinstance(rows, PartlyObserved):
-            stats, objective = partly_observed_e_step(self.components_, self.weights_.log(), rows, weight)
+        if data.known is not None:
+            stats, objective = data.known.mixture_e_step(self, data)
+        elif data.observed is not None:
+            stats, objective = partly_observed_e_step(self.components_, self.weights_.log(), data.observed, data.weight)
         else:
-            stats, objective = mixture_statistics(self.components_, rows, self.weights_.log(), weight)
+            stats, objective = mixture_statistics(self.components_, data.rows, self.weights_.log(), data.weight)
         return stats, objective if self.priors is None else objective + self._log_prior()
 
-    def _m_step(self, data: Any, resp: Statistics | torch.Tensor) -> None:
+    def _m_step(self, data: Batch, resp: Statistics | torch.Tensor) -> None:
         """The family's weighted MLE and ``weights = mean responsibility``, from the E-step's statistics or
         from responsibilities ``(N, K)``."""
         self._em_update(self._em_statistics(data, resp))
 
-    def _em_statistics(self, data: Any, resp: Statistics | torch.Tensor) -> Statistics:
+    def _em_statistics(self, data: Batch, resp: Statistics | torch.Tensor) -> Statistics:
         """What the M-step needs of ``data`` under ``resp`` (responsibilities ``(N, K)``, times the rows' sample
         weights; or the E-step's statistics, returned as they are): statistics that merge across shards
         (:func:`ppmix.distributed.fit_em`)."""
         if isinstance(resp, Statistics):
             return resp
-        rows, weight = split_weights(data)
-        resp = resp if weight is None else resp * weight[:, None].to(resp)
-        if isinstance(rows, PartlyObserved):
-            return partly_observed_statistics(self.components_, rows, resp)
-        return self.components_.statistics(rows, resp)
+        resp = resp if data.weight is None else resp * data.weight[:, None].to(resp)
+        if data.observed is not None:
+            return partly_observed_statistics(self.components_, data.observed, resp)
+        return self.components_.statistics(data.rows, resp)
 
     def _em_update(self, stats: Statistics) -> None:
         """The M-step from (merged) statistics: the components' weighted MLE, ``weights`` their total weights;

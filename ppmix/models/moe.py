@@ -298,7 +298,7 @@ class MixtureOfExperts(MixtureModel):
         return (x - self._x_mean) / self._x_scale
 
     def _n_observations(self, data: Any) -> int | float:
-        """The rows of ``data``; of :class:`~ppmix.models._weights.Weighted` data, their total weight."""
+        """The rows of ``data``; of :class:`~ppmix.models.batch.Batch` data, their total weight."""
         rows, weight = split_weights(data)
         return int(rows[0].shape[0]) if weight is None else float(weight.sum())
 
@@ -409,7 +409,7 @@ class MixtureOfExperts(MixtureModel):
     # ------------------------------------------------------------------- EM
     def _em_initialize(self, data: Any, generator: torch.Generator) -> None:
         """Responsibilities by :func:`~ppmix.models.moe_moves.initial_responsibilities` (k-means on the weighted
-        rows of :class:`~ppmix.models._weights.Weighted` data), then one M-step."""
+        rows of :class:`~ppmix.models.batch.Batch` data), then one M-step."""
         (x, y), weight = split_weights(data)
         k = self.n_experts
         zeros = torch.zeros(k, x.shape[1], dtype=x.dtype, device=x.device)
@@ -427,7 +427,7 @@ class MixtureOfExperts(MixtureModel):
 
     def _e_step(self, data: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """Responsibilities and the EM objective: the log-likelihood ``sum_n log sum_k pi_k(x_n) p_k(y_n | x_n)``
-        (row ``n`` counted ``w_n`` times on :class:`~ppmix.models._weights.Weighted` data) less
+        (row ``n`` counted ``w_n`` times on :class:`~ppmix.models.batch.Batch` data) less
         :meth:`_ridge_penalty`."""
         rows, weight = split_weights(data)
         resp, log_norm = normalize_log_joint_(self._log_joint(*rows))
@@ -502,7 +502,7 @@ class MixtureOfExperts(MixtureModel):
 
     def _m_step(self, data: Any, resp: torch.Tensor) -> None:
         """Experts by weighted least squares / weighted IRLS, gate by Newton on the soft targets (the
-        responsibilities times the rows' weights on :class:`~ppmix.models._weights.Weighted` data; the ridge
+        responsibilities times the rows' weights on :class:`~ppmix.models.batch.Batch` data; the ridge
         unchanged)."""
         (x, y), weight = split_weights(data)
         if weight is not None:
@@ -558,7 +558,7 @@ class MixtureOfExperts(MixtureModel):
 
     def _canonical_order(self, data: Any) -> None:
         """Order experts by decreasing mean gate probability over the training rows (weighted where ``data`` is
-        :class:`~ppmix.models._weights.Weighted`); re-zero the last gate."""
+        :class:`~ppmix.models.batch.Batch`); re-zero the last gate."""
         (x, _), weight = split_weights(data)
         gate = self._gate.log_prob(x).exp()
         mean = gate.mean(0) if weight is None else (weight[:, None] * gate).sum(0) / weight.sum()

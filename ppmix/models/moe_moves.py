@@ -166,7 +166,7 @@ def split_and_merge(model: MixtureOfExperts, train_data: Any, options: dict[str,
     objective of the EM run (and polish) that followed it and ``n_iter_`` counts the iterations
     of all kept runs.
 
-    ``train_data`` may be :class:`~ppmix.models._weights.Weighted` (``sample_weight``): the proposal search then
+    ``train_data`` may be :class:`~ppmix.models.batch.Batch` (``sample_weight``): the proposal search then
     weighs every row as that many copies of it (an integer weight gives the moves of the repeated rows); the
     screened search, whose subsample of rows has no such form, refuses it.
     """

@@ -15,7 +15,7 @@ how a mixture of experts is polished.
 
 Gaussian experts' noise scales are optimised as ``log(scale^2 - floor)``, which keeps them
 above the variance floor that EM keeps them above. On rows with ``sample_weight``
-(:class:`~ppmix.models._weights.Weighted` data) the objective is the weighted one, per unit of weight.
+(:class:`~ppmix.models.batch.Batch` data) the objective is the weighted one, per unit of weight.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def polish(model: Any, data: Any, max_iter: int, tol: float) -> tuple[list[float
     noise scales kept above their floor).
 
     ``data`` is the standardised training data (``model._em_data``), ``(x, y)`` or, with ``sample_weight``,
-    :class:`~ppmix.models._weights.Weighted` (the objective then per unit of weight); ``max_iter``, ``tol`` and
+    :class:`~ppmix.models.batch.Batch` (the objective then per unit of weight); ``max_iter``, ``tol`` and
     the returned ``(history, converged)`` are those of :func:`~ppmix.engines.polish.lbfgs_polish`.
 
     Examples

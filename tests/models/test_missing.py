@@ -16,7 +16,7 @@ from ppmix._validation import InvalidDataError
 from ppmix.components.gaussian_missing import marginal_log_prob
 from ppmix.inference import ConvergenceWarning
 from ppmix.models._missing import fill_column_means
-from ppmix.models._weights import Weighted
+from ppmix.models.batch import Batch
 
 COVARIANCES = ["diag", "full", "spherical", "tied"]
 QUIET = {"seed": 0, "progress": False}
@@ -501,7 +501,7 @@ def test_sample_weights_with_missing_features_are_repeated_rows(family):
     _, holes, _ = planted_features(family, 200)
     weight = np.random.default_rng(1).integers(1, 4, len(holes))
     mix = _fit(_mixture(2, family, missing="marginalize", max_iter=3), holes)
-    weighted = Weighted(mix._em_data(mix.prepare_data(holes)), torch.as_tensor(weight, dtype=torch.float64))
+    weighted = mix._em_data(Batch(mix.prepare_data(holes), torch.as_tensor(weight, dtype=torch.float64)))
     repeated = mix._em_data(mix.prepare_data(np.repeat(holes, weight, axis=0)))
 
     def m_step(data):
@@ -627,7 +627,7 @@ def test_multinomial_weights_with_missing_counts():
         warnings.simplefilter("ignore", ConvergenceWarning)
         in_memory = Mixture(2, family="multinomial", missing="marginalize", max_iter=10, **QUIET).fit(holes)
     weight = np.random.default_rng(1).integers(1, 4, len(holes))
-    weighted = Weighted(in_memory._em_data(in_memory.prepare_data(holes)), torch.as_tensor(weight, dtype=torch.float64))
+    weighted = in_memory._em_data(Batch(in_memory.prepare_data(holes), torch.as_tensor(weight, dtype=torch.float64)))
     repeated = in_memory._em_data(in_memory.prepare_data(np.repeat(holes, weight, axis=0)))
     fitted = []
     for data in (weighted, repeated):

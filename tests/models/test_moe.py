@@ -12,7 +12,7 @@ from scipy.optimize import linear_sum_assignment
 from ppmix._validation import NotFittedError
 from ppmix.datasets.moe import make_moe
 from ppmix.models import latent_posterior
-from ppmix.models._weights import Weighted
+from ppmix.models.batch import Batch
 from ppmix.models.moe import MixtureOfExperts
 from tests.common import assert_em_objective_is_trace_enum_elbo, make_expert_data
 
@@ -376,7 +376,7 @@ def test_weighted_em_hooks_equal_the_repeated_rows(expert):
     repeated = copy.deepcopy(weighted)
     rows = weighted.prepare_data(x, y)
     counts = torch.as_tensor(weight)
-    rows_w, rows_r = Weighted(rows, counts.to(rows[0])), tuple(v.repeat_interleave(counts, 0) for v in rows)
+    rows_w, rows_r = Batch(rows, counts.to(rows[0])), tuple(v.repeat_interleave(counts, 0) for v in rows)
     weighted._em_initialize(rows_w, weighted._generator(1))
     repeated._em_initialize(rows_r, repeated._generator(1))
     assert _relative_gap(weighted, repeated) < 1e-10

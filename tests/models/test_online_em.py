@@ -7,8 +7,11 @@ import warnings
 
 import numpy as np
 import pytest
+import torch
 
+from ppmix.engines.em import em_loop
 from ppmix.models import GMM, HMM
+from ppmix.models._online import Stream
 
 MEANS = np.array([[0.0, 0.0], [5.0, 0.0], [0.0, 5.0]])
 WEIGHTS = np.array([0.5, 0.3, 0.2])
@@ -196,3 +199,29 @@ def test_an_hmms_transition_prior_counts_once_against_the_stream():
 
     assert (stays(batch) < transition.diagonal() - 0.04).all()
     np.testing.assert_allclose(stays(online), stays(batch), atol=0.02)
+
+
+@pytest.mark.parametrize("structure", ["gmm", "hmm"])
+def test_a_stream_is_a_source_of_the_one_em_loop(structure):
+    """``partial_fit`` is :func:`~ppmix.engines.em.em_loop` on a :class:`~ppmix.models._online.Stream` of one chunk:
+    a stream of several chunks in one loop gives, bit for bit, the parameters and history of ``partial_fit`` chunk
+    by chunk, and the loop ends with the stream (no convergence claimed)."""
+    rng = np.random.default_rng(3)
+    if structure == "gmm":
+        chunks = [_chunk(rng, 200) for _ in range(4)]
+        make = lambda: GMM(3, seed=0, progress=False)  # noqa: E731
+    else:
+        chunks = [[_chunk(rng, 30) for _ in range(5)] for _ in range(4)]
+        make = lambda: HMM(3, seed=0, progress=False)  # noqa: E731
+    by_chunk = make()
+    for chunk in chunks:
+        by_chunk.partial_fit(chunk)
+    looped = make().partial_fit(chunks[0])
+    data = (looped._em_data(looped.prepare_data(chunk)) for chunk in chunks[1:])
+    stream = Stream(looped, data, looped._online, step_offset=2.0, step_exponent=0.6)
+    result = em_loop(stream, max_iter=100, tol=0.0)
+    assert (result.n_iter, result.converged) == (3, False)
+    assert looped.history_ + result.history == by_chunk.history_
+    assert stream.state.steps == by_chunk._online.steps == 4
+    for name, value in by_chunk._state_tensors().items():
+        assert torch.equal(looped._state_tensors()[name], value), name

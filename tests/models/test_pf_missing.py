@@ -18,7 +18,7 @@ from ppmix.datasets import make_pf_synthetic
 from ppmix.datasets.pf_hmm import make_pf_hmm_synthetic
 from ppmix.distributed import fit_em
 from ppmix.inference import ConvergenceWarning
-from ppmix.models._weights import Weighted
+from ppmix.models.batch import Batch
 from ppmix.models.pf._observed import ObservedStatistics, frame_statistics, frames_of
 from ppmix.models.pf._pf_state import weighted_data_scale
 from ppmix.models.pf.switch_selection import select_switch_prior
@@ -146,7 +146,7 @@ def test_integer_weights_are_repeated_rows_with_missing_entries(pf_data):
     weight = np.random.default_rng(0).integers(0, 3, len(x))
     repeated = np.repeat(np.arange(len(x)), weight)
     a, b = copy.deepcopy(model), copy.deepcopy(model)
-    weighted = Weighted(a._em_data(a.prepare_data(holed, y)), torch.as_tensor(weight, dtype=torch.float64))
+    weighted = a._em_data(Batch(a.prepare_data(holed, y), torch.as_tensor(weight, dtype=torch.float64)))
     rows = b._em_data(b.prepare_data(holed[repeated], y[repeated]))
     (resp_a, elbo_a), (resp_b, elbo_b) = a._e_step(weighted), b._e_step(rows)
     assert float(elbo_a) == pytest.approx(float(elbo_b), rel=1e-12)

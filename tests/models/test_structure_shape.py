@@ -1,14 +1,17 @@
 """The structures' shape (issue 50): made of parts, not mixin towers, with a small public face.
 
 ``Mixture``, ``GMM``, ``HMM`` and ``MixtureOfExperts`` have at most 5 of ppmix's own classes in their MRO and at
-most 30 public methods beyond ``torch.nn.Module``'s; no class defined in ``ppmix/models`` is named ``*Mixin``.
+most 30 public methods beyond ``torch.nn.Module``'s; no class defined in ``ppmix/models`` is named ``*Mixin``; no
+module of ``ppmix/models`` tells prepared data apart with ``isinstance`` (one batch type carries them).
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import pkgutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -85,3 +88,39 @@ def test_every_model_is_savable_and_registered(cls):
     assert issubclass(cls, Savable) and isinstance(cls(2), Savable)
     assert Savable not in cls.__mro__
     assert lookup_class(qualified_name(cls)) is cls
+
+
+#: the types of prepared data that an EM hook could be tempted to tell apart: the batch, the families' prepared rows,
+#: the partly observed rows, the padded sequences, the pf models' data
+DATA_TYPES = frozenset(
+    {"Batch", "CentredData", "LogData", "PartlyObserved", "SequenceBatch", "PFData", "Frames", "FrameLabels"}
+)
+
+
+def data_unwraps(source: str) -> list[str]:
+    """The ``isinstance`` calls of ``source`` whose class (or one of a tuple of classes) is a data type of
+    :data:`DATA_TYPES` (by name, with or without a module prefix), as ``line: call``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "isinstance"):
+            continue
+        if len(node.args) != 2:
+            continue
+        classes = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
+        names = {c.attr if isinstance(c, ast.Attribute) else getattr(c, "id", "") for c in classes}
+        if names & DATA_TYPES or any(name.startswith("_") and name.endswith("Data") for name in names):
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_data_unwraps_are_found():
+    source = "isinstance(rows, PartlyObserved)\nisinstance(x, (torch.Tensor, _EMData))\nisinstance(n, int)\n"
+    assert data_unwraps(source) == ["1: isinstance(rows, PartlyObserved)", "2: isinstance(x, (torch.Tensor, _EMData))"]
+
+
+@pytest.mark.parametrize("module", [m for m in _model_modules() if m != "ppmix.models.batch"])
+def test_no_structure_unwraps_data_by_type(module):
+    """Every EM hook reads the one :class:`~ppmix.models.batch.Batch` (``batch.rows``, ``batch.weight``,
+    ``batch.observed``, ...); only :func:`~ppmix.models.batch.as_batch` tells prepared data apart by type."""
+    source = Path(importlib.import_module(module).__file__).read_text()
+    assert data_unwraps(source) == []

@@ -28,7 +28,6 @@ from ppmix.models._arviz import LaplaceTarget, global_supports
 from ppmix.models._family_components import drop_leading_ones
 from ppmix.models._flat import flat_prior
 from ppmix.models._missing import fill_column_means
-from ppmix.models._weights import split_weights
 from ppmix.models.pf._observed import (
     Frames,
     fit_frame_statistics,
@@ -411,12 +410,12 @@ def pf_laplace_target(model: Any, data: Any, elbo: Callable[[Any], torch.Tensor]
     """
     values = model._get_globals()
     varying = [name for name in values if name != "switch_probs"]
-    rows = split_weights(model._em_data(data))[0]
+    batch = model._em_data(data)
 
     def log_density(point: dict[str, torch.Tensor]) -> torch.Tensor:
         model._set_globals(point)
-        background = frame_log_prob(model.background_, rows.frames, model.switch_probs_)[:, 0].sum()
-        return elbo(rows) + background
+        background = frame_log_prob(model.background_, batch.rows, model.switch_probs_)[:, 0].sum()
+        return elbo(batch) + background
 
     return LaplaceTarget(values, global_supports(model, data, varying), log_density)
 

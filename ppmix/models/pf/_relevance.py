@@ -21,7 +21,6 @@ import numpy as np
 import torch
 
 from ppmix.components import DiagGaussian
-from ppmix.models._weights import split_weights
 from ppmix.models.pf._observed import frame_statistics
 from ppmix.models.pf._pf_state import all_relevant, background_statistics, feature_output, set_background, switch_p
 from ppmix.models.pf.switch_selection import relevant_mask_from_ratio
@@ -79,8 +78,7 @@ def data_statistics(model: Any, data: Any) -> dict[str, Any]:
     """Before a sharded fit: the background's statistics, the number of rows and the Gaussian statistics of
     each class's labelled rows (for :func:`relevant_features`); they merge across shards. Every row counts as
     often as its sample weight, where there are some. Also before a warm-started fit (its data's background)."""
-    inner, weight = split_weights(data)
-    frames, labels = inner.frames, inner.labels
+    frames, labels, weight = data.rows, data.labels, data.weight
     onehot = torch.stack([labels.observed & (labels.y == c) for c in (0.0, 1.0)], 1).to(frames.x.dtype)
     if weight is not None:
         onehot = onehot * weight.to(onehot)[:, None]

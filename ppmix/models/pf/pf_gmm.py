@@ -23,11 +23,12 @@ from ppmix.models._labels import encode_labels
 from ppmix.models._missing import check_missing_option
 from ppmix.models._params import store_params
 from ppmix.models._target import BINARY
-from ppmix.models._weights import Weighted, split_weights
+from ppmix.models._weights import split_weights
 from ppmix.models.base import MixtureModel
+from ppmix.models.batch import Batch, as_batch
 from ppmix.models.pf import _pf_state as pf
 from ppmix.models.pf import _relevance as relevance
-from ppmix.models.pf._observed import Frames, frames_of, start_frames
+from ppmix.models.pf._observed import frames_of, start_frames
 from ppmix.models.pf.restarts import fit_restarts, in_sample_log_p_y, start_responsibilities
 from ppmix.models.pf.switch_selection import relevant_feature_mask, select_switch_prior
 from ppmix.models.pf.switches import FrameLabels, switch_frame_sites, switch_guide, switched_log_joint
@@ -43,12 +44,6 @@ class PFData:
     """Features and (possibly missing) labels as the pf-GMM program receives them."""
 
     x: torch.Tensor
-    labels: FrameLabels
-
-
-@dataclass
-class _PFEMData:
-    frames: Frames
     labels: FrameLabels
 
 
@@ -308,13 +303,13 @@ class PFGMM(FamilyModel):
             self._relevant_mask = relevant_feature_mask(gain, self.n_components, rows.x, rows.labels, weight=weight)
         return self
 
-    def _fit_restarts(self, X: Any, y: Any, engine: str, options: dict[str, Any]) -> PFData | Weighted:
+    def _fit_restarts(self, X: Any, y: Any, engine: str, options: dict[str, Any]) -> PFData | Batch:
         """``n_restarts`` fits at ``p_``, the best kept (:func:`~ppmix.models.pf.restarts.fit_restarts`); the
         prepared training data (:meth:`_fit_start`'s)."""
         n_restarts = 1 if self.warm_start and self.is_fitted else self.n_restarts
-        fitted: dict[str, PFData | Weighted] = {}
+        fitted: dict[str, PFData | Batch] = {}
 
-        def start(restart: int) -> PFData | Weighted:
+        def start(restart: int) -> PFData | Batch:
             fitted["data"] = self._fit_start(X, y, restart, engine=engine, **options)
             return fitted["data"]
 
@@ -323,10 +318,10 @@ class PFGMM(FamilyModel):
 
     def _fit_start(
         self, X: Any, y: Any, restart: int, *, sample_weight: Any = None, engine: str = "em", **options: Any
-    ) -> PFData | Weighted:
+    ) -> PFData | Batch:
         """One fit at ``p_`` (``switch_prior`` when it is a number) from start ``restart`` (0: the model's own
         start; the others: :func:`~ppmix.models.pf.restarts.start_responsibilities`); the prepared training data
-        (:class:`~ppmix.models._weights.Weighted` by their ``sample_weight`` where given).
+        (:class:`~ppmix.models.batch.Batch` by their ``sample_weight`` where given).
 
         What :meth:`fit` runs ``n_restarts`` times (keeping the best) and switch-prior selection runs per fold.
         """
@@ -415,24 +410,17 @@ class PFGMM(FamilyModel):
 
     def _sample_weight_units(self, data: Any) -> tuple[str, int]:
         """One ``sample_weight`` per row."""
-        return "row", self._n_rows(split_weights(data)[0])
+        return "row", int(split_weights(data)[0].x.shape[0])
 
-    @staticmethod
-    def _n_rows(data: PFData | _PFEMData) -> int:
-        return int(data.frames.x.shape[0] if isinstance(data, _PFEMData) else data.x.shape[0])
-
-    def _em_data(self, data: PFData | _PFEMData | Weighted) -> _PFEMData | Weighted:
-        """The rows centred once (:class:`~ppmix.models._weights.Weighted` data keep their row weights; rows with
-        missing entries as :func:`~ppmix.models.pf._observed.frames_of` holds them)."""
-        if isinstance(data, Weighted):
-            return Weighted(self._em_data(data.data), data.weight)
-        if isinstance(data, _PFEMData):
-            return data
-        return _PFEMData(frames_of(data.x), data.labels)
+    def _em_data(self, data: PFData | Batch) -> Batch:
+        """The batch of the rows centred once (rows with missing entries as
+        :func:`~ppmix.models.pf._observed.frames_of` holds them), their labels and weights."""
+        batch = as_batch(data)
+        return batch.prepared(rows=frames_of(batch.data.x), labels=batch.data.labels)
 
     def _n_observations(self, data: Any) -> float:
         rows, weight = split_weights(data)
-        return self._n_rows(rows) if weight is None else float(weight.sum())
+        return int(rows.x.shape[0]) if weight is None else float(weight.sum())
 
     def _observed_data(self, data: PFData) -> dict[str, torch.Tensor]:
         return {"x": data.x}
@@ -502,14 +490,13 @@ class PFGMM(FamilyModel):
         return {"weights": ["component"], **self._component_dims(), **pf.PF_DIMS}
 
     # ------------------------------------------------------------------- EM
-    def _em_initialize(self, data: _PFEMData | Weighted, generator: torch.Generator) -> None:
+    def _em_initialize(self, data: Batch, generator: torch.Generator) -> None:
         """Background fitted once; responsibilities from (relevance-)k-means, or restart ``_restart``'s; one M-step
         (all on the weighted rows, with ``sample_weight``)."""
-        rows, weight = split_weights(data)
-        resp = pf.pf_start(self, rows.frames, rows.labels, generator, weight=weight)
+        resp = pf.pf_start(self, data.rows, data.labels, generator, weight=data.weight)
         if self._restart:
-            frames = start_frames(rows.frames, weight)
-            resp = start_responsibilities(self, frames, rows.labels, generator, self._restart, weight)
+            frames = start_frames(data.rows, data.weight)
+            resp = start_responsibilities(self, frames, data.labels, generator, self._restart, data.weight)
         self._m_step(data, resp)
 
     def _log_prior(self) -> torch.Tensor:
@@ -523,34 +510,32 @@ class PFGMM(FamilyModel):
             return log_prior
         return log_prior + dist.Dirichlet(alpha.to(self.weights_)).log_prob(self.weights_)
 
-    def _e_step(self, data: _PFEMData | Weighted) -> tuple[torch.Tensor, torch.Tensor]:
+    def _e_step(self, data: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """Optimal ``q(z)`` given ``phi`` and the parameters, and the ELBO of eq. 19 (every row counted as often as
         its sample weight)."""
-        rows, weight = split_weights(data)
-        resp, log_norm = normalize_log_joint_(pf.frame_log_joint(self, rows.frames, rows.labels, self.weights_.log()))
-        return resp, self._elbo(rows, weight, log_norm)
+        resp, log_norm = normalize_log_joint_(pf.frame_log_joint(self, data.rows, data.labels, self.weights_.log()))
+        return resp, self._elbo(data, log_norm)
 
-    def _elbo(self, rows: _PFEMData, weight: torch.Tensor | None, log_norm: torch.Tensor) -> torch.Tensor:
+    def _elbo(self, data: Batch, log_norm: torch.Tensor) -> torch.Tensor:
         """The ELBO from the rows' ``log sum_k exp(log joint)`` ``(N, 1)``."""
+        weight = data.weight
         data_term = log_norm.sum() if weight is None else log_norm.reshape(-1) @ weight.to(log_norm)
-        return data_term + pf.frame_objective_terms(self, rows.frames, weight) + self._log_prior()
+        return data_term + pf.frame_objective_terms(self, data.rows, weight) + self._log_prior()
 
-    def _differentiable_elbo(self, data: _PFEMData | Weighted) -> torch.Tensor:
+    def _differentiable_elbo(self, data: Batch) -> torch.Tensor:
         """:meth:`_e_step`'s ELBO by an out-of-place log-sum-exp (its fused one overwrites what autograd needs)."""
-        rows, weight = split_weights(data)
-        log_joint = pf.frame_log_joint(self, rows.frames, rows.labels, self.weights_.log())
-        return self._elbo(rows, weight, torch.logsumexp(log_joint, dim=1, keepdim=True))
+        log_joint = pf.frame_log_joint(self, data.rows, data.labels, self.weights_.log())
+        return self._elbo(data, torch.logsumexp(log_joint, dim=1, keepdim=True))
 
-    def _m_step(self, data: _PFEMData | Weighted, resp: torch.Tensor) -> None:
+    def _m_step(self, data: Batch, resp: torch.Tensor) -> None:
         """Weights (Dirichlet MAP), components, labels, then ``phi`` (B.2.1–B.2.4)."""
         self._em_update(self._em_statistics(data, resp))
 
-    def _em_statistics(self, data: _PFEMData | Weighted, resp: torch.Tensor) -> dict[str, Any]:
+    def _em_statistics(self, data: Batch, resp: torch.Tensor) -> dict[str, Any]:
         """What the M-step needs of ``data``: component and label statistics under ``resp`` times the rows' sample
         weights (merge across shards)."""
-        rows, weight = split_weights(data)
-        resp = resp if weight is None else resp * weight[:, None].to(resp)
-        return pf.frame_statistics_of(self, rows.frames, rows.labels, resp)
+        resp = resp if data.weight is None else resp * data.weight[:, None].to(resp)
+        return pf.frame_statistics_of(self, data.rows, data.labels, resp)
 
     def _em_update(self, stats: dict[str, Any]) -> None:
         """The M-step from (merged) statistics: weights (Dirichlet MAP), components, labels, then ``phi``."""

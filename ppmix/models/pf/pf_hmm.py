@@ -3,7 +3,6 @@ and ``SupervisedHMM``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -22,9 +21,9 @@ from ppmix.models._missing import check_missing_option
 from ppmix.models._params import store_params
 from ppmix.models._sequences import SequenceBatch
 from ppmix.models._target import BINARY
-from ppmix.models._weights import Weighted, split_weights
 from ppmix.models.base import MixtureModel
-from ppmix.models.hmm import HMM, _Counts, _EMData, _sequence_weights
+from ppmix.models.batch import Batch, as_batch
+from ppmix.models.hmm import HMM, _Counts, _sequence_weights
 from ppmix.models.pf import _pf_state as pf
 from ppmix.models.pf._observed import frames_of
 from ppmix.models.pf.switches import FrameLabels, switch_frame_sites, switch_guide
@@ -33,13 +32,6 @@ __all__ = ["PFHMM", "SupervisedHMM"]
 
 #: the most dimensions a torch tensor may have: under enumeration each step's state (and switches) takes one
 _TORCH_MAX_DIMS = 64
-
-
-@dataclass
-class _PFEMData(_EMData):
-    """The valid frames of a sequence batch and their (possibly missing) labels."""
-
-    labels: FrameLabels
 
 
 class PFHMM(HMM):
@@ -192,7 +184,9 @@ class PFHMM(HMM):
                 self._record_data_scale(batch.frames)
         return batch
 
-    def _frames_data(self, batch: SequenceBatch, use_labels: bool, shift: torch.Tensor | None = None) -> _PFEMData:
+    def _frames_data(self, batch: SequenceBatch, use_labels: bool, shift: torch.Tensor | None = None) -> Batch:
+        """The batch of the sequences with their valid frames (:func:`~ppmix.models.pf._observed.frames_of`) and
+        their labels (``use_labels``; else every label missing)."""
         frames = frames_of(batch.frames, shift)
         if use_labels and batch.y is not None:
             y = batch.y[batch.mask]
@@ -200,16 +194,12 @@ class PFHMM(HMM):
             labels = FrameLabels(torch.where(observed, y, torch.zeros_like(y)), observed)
         else:
             labels = FrameLabels.missing(frames.x.shape[0], frames.x.dtype, frames.x.device)
-        return _PFEMData(batch=batch, frames=frames, labels=labels)
+        return Batch(batch, rows=frames, sequences=batch, labels=labels)
 
-    def _em_data(self, data: SequenceBatch | _PFEMData | Weighted) -> _PFEMData | Weighted:
-        """The valid frames and their labels (:class:`~ppmix.models._weights.Weighted` data keep their sequence
-        weights)."""
-        if isinstance(data, Weighted):
-            return Weighted(self._em_data(data.data), data.weight)
-        if isinstance(data, _PFEMData):
-            return data
-        return self._frames_data(data, use_labels=True)
+    def _em_data(self, data: Any) -> Batch:
+        """The batch of the valid frames and their labels (and the sequences' weights)."""
+        batch = as_batch(data)
+        return self._frames_data(batch.data, use_labels=True).prepared(weight=batch.weight)
 
     # ------------------------------------------------- the pf parts' hooks
     posterior_remedy = pf.POSTERIOR_REMEDY
@@ -232,10 +222,9 @@ class PFHMM(HMM):
         pf.record_weighted_data_scale(self, frames, weight)
 
     def _em_data_statistics(self, data: Any) -> Statistics:
-        """Before a sharded or warm-started fit: the background's statistics of ``data.frames`` (every step counted
+        """Before a sharded or warm-started fit: the background's statistics of ``data.rows`` (every step counted
         as often as its sequence's sample weight, where there are some)."""
-        inner, weight = split_weights(data)
-        return pf.background_data_statistics(self, inner.frames, self._frame_weights(inner, weight))
+        return pf.background_data_statistics(self, data.rows, data.frame_weight)
 
     def _em_set_data_statistics(self, stats: Statistics) -> None:
         pf.set_background(self, stats)
@@ -254,11 +243,7 @@ class PFHMM(HMM):
         self._check_fitted()
         return self.labels_.probs
 
-    def _frame_weights(self, data: _PFEMData, weight: torch.Tensor | None) -> torch.Tensor | None:
-        """Every valid frame's sequence weight, ``(sum(lengths),)`` (None without sample weights)."""
-        return None if weight is None else _sequence_weights(data.batch, weight)[data.batch.mask]
-
-    def _prediction_data(self, batch: SequenceBatch) -> _PFEMData:
+    def _prediction_data(self, batch: SequenceBatch) -> Batch:
         return self._frames_data(batch, use_labels=True, shift=self.components_.reference)
 
     # ------------------------------------------------------------ the program
@@ -370,35 +355,31 @@ class PFHMM(HMM):
         return {**super()._arviz_dims(), **pf.PF_DIMS}
 
     # ------------------------------------------------------------------- EM
-    def _log_emissions(self, data: _PFEMData) -> torch.Tensor:
+    def _log_emissions(self, data: Batch) -> torch.Tensor:
         """``sum_d phi_d log N(x_td | k) + log p(y_t | k)`` (label where observed), ``(B, T, K)``; zero at padding."""
-        batch = data.batch
+        batch = data.sequences
         log_emit = batch.x.new_zeros(batch.n_sequences, batch.max_length, self.n_components)
-        log_emit[batch.mask] = pf.frame_log_joint(self, data.frames, data.labels, log_emit.new_zeros(self.n_components))
+        log_emit[batch.mask] = pf.frame_log_joint(self, data.rows, data.labels, log_emit.new_zeros(self.n_components))
         return log_emit
 
-    def _em_initialize(self, data: _PFEMData | Weighted, generator: torch.Generator) -> None:
+    def _em_initialize(self, data: Batch, generator: torch.Generator) -> None:
         """Background fitted once; frame responsibilities from (relevance-)k-means; then one M-step (every frame
         weighted by its sequence's sample weight, where given)."""
-        inner, weight = split_weights(data)
-        frame_weight = self._frame_weights(inner, weight)
-        centred = _centred_per_step(inner.batch, weight)
+        centred = _centred_per_step(data.sequences, data.weight)
         self._initialize_from_frames(
-            data, pf.pf_start(self, inner.frames, inner.labels, generator, centred, weight=frame_weight)
+            data, pf.pf_start(self, data.rows, data.labels, generator, centred, weight=data.frame_weight)
         )
 
-    def _e_step(self, data: _PFEMData | Weighted) -> tuple[_Counts, torch.Tensor]:
+    def _e_step(self, data: Batch) -> tuple[_Counts, torch.Tensor]:
         """Forward–backward under the ``phi``-weighted emissions; the ELBO of Supplement B.1 (every sequence
         counted as often as its sample weight)."""
         counts, log_norm = super()._e_step(data)
-        inner, weight = split_weights(data)
-        return counts, log_norm + pf.frame_objective_terms(self, inner.frames, self._frame_weights(inner, weight))
+        return counts, log_norm + pf.frame_objective_terms(self, data.rows, data.frame_weight)
 
-    def _em_statistics(self, data: _PFEMData | Weighted, stats: _Counts) -> dict[str, Any]:
+    def _em_statistics(self, data: Batch, stats: _Counts) -> dict[str, Any]:
         """Expected initial and transition counts, and the frames' component and label statistics (the counts
         carry the sequence weights already)."""
-        inner = split_weights(data)[0]
-        frames = pf.frame_statistics_of(self, inner.frames, inner.labels, stats.posterior[inner.batch.mask])
+        frames = pf.frame_statistics_of(self, data.rows, data.labels, stats.posterior[data.mask])
         return {"initial": stats.initial, "transitions": stats.transitions, "frames": frames}
 
     def _em_update(self, stats: dict[str, Any]) -> None:

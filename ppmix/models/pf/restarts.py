@@ -242,7 +242,7 @@ def fit_restarts(
     as one standard error for one row, while its ELBO can be nats per point lower); the earlier
     (model's own) start is kept then.
     ``each(restart)``, if given, is called after every start's fit. Returns the mean score of every start.
-    Where ``_fit_start`` returns :class:`~ppmix.models._weights.Weighted` data (``sample_weight``) every row
+    Where ``_fit_start`` returns :class:`~ppmix.models.batch.Batch` data (``sample_weight``) every row
     counts its weight times in the means and their standard errors.
 
     Examples
@@ -290,7 +290,7 @@ def fit_restarts(
 
 def in_sample_log_p_y(model: Any, data: Any) -> float:
     """Mean ``log P(y_n | x_n)`` of a fitted pf-GMM over the labelled rows of prepared data (``model.prepare_data``;
-    :class:`~ppmix.models._weights.Weighted` data: the weighted mean).
+    :class:`~ppmix.models.batch.Batch` data: the weighted mean).
 
     Examples
     --------
@@ -306,7 +306,7 @@ def in_sample_log_p_y(model: Any, data: Any) -> float:
 
 
 def _labelled_scores(model: Any, data: Any) -> tuple[np.ndarray, np.ndarray | None]:
-    """:func:`in_sample_log_p_y_rows` of prepared (possibly :class:`~ppmix.models._weights.Weighted`) data, and the
+    """:func:`in_sample_log_p_y_rows` of prepared (possibly :class:`~ppmix.models.batch.Batch`) data, and the
     sample weights of those rows (None without)."""
     rows, weight = split_weights(data)
     scores = in_sample_log_p_y_rows(model, rows)
