@@ -12,12 +12,14 @@ import torch
 from pyro.infer import MCMC, NUTS
 from pyro.infer.autoguide import init_to_median, init_to_value
 from pyro.infer.mcmc.util import initialize_model
+from tqdm.auto import tqdm
 
 from ppmix._validation import check_positive_int
 from ppmix.engines.chain_starts import chain_starts, warn_single_chain
 from ppmix.engines.draws import RHAT_THRESHOLD, ChainsDisagreeWarning, keep_draws
+from ppmix.engines.nuts import sample_nuts
 from ppmix.engines.params import local_params
-from ppmix.engines.potential import likelihood_potential
+from ppmix.engines.potential import FlatPotential, LikelihoodPotential, likelihood_potential
 from ppmix.engines.result import FitResult
 
 if TYPE_CHECKING:
@@ -29,6 +31,12 @@ logger = logging.getLogger(__name__)
 
 #: the statistics NUTS records for every kept draw, named as ArviZ's ``sample_stats`` group names them
 SAMPLE_STATS = ("lp", "energy", "diverging", "n_steps", "tree_depth", "step_size", "acceptance_rate")
+
+#: the NUTS implementations ``run_mcmc(sampler=...)`` chooses between
+SAMPLERS = ("auto", "ppmix", "pyro")
+
+#: ppmix's NUTS draws its random numbers from ``model._generator(NUTS_SEED_OFFSET)``
+NUTS_SEED_OFFSET = 7877
 
 
 class _RecordingNUTS(NUTS):
@@ -108,6 +116,7 @@ def run_mcmc(
     relabel: bool = True,
     jit_compile: bool = False,
     progress: bool | None = None,
+    sampler: str = "auto",
 ) -> FitResult:
     """Sample the posterior of the global sites with NUTS.
 
@@ -177,7 +186,13 @@ def run_mcmc(
     jit_compile : bool, default False
         Compile the potential with the PyTorch JIT (above).
     progress : bool, optional
-        Show Pyro's progress bar; the model's ``progress`` by default.
+        Show a progress bar; the model's ``progress`` by default.
+    sampler : {"auto", "ppmix", "pyro"}, default "auto"
+        ``"ppmix"``: ppmix's NUTS vectorised over chains (:mod:`ppmix.engines.nuts`: every chain advances in one
+        batched call of the model's own potential per leapfrog step), for the models with that potential (above);
+        ``"pyro"``: Pyro's NUTS kernel, the chains one after another or in processes; ``"auto"``: ppmix's where
+        the model has its own potential, Pyro's otherwise. ``"ppmix"`` on a model without its own potential is a
+        ``ValueError``.
 
     Returns
     -------
@@ -196,54 +211,123 @@ def run_mcmc(
     num_samples = check_positive_int(num_samples, "num_samples")
     warmup_steps = check_positive_int(warmup_steps, "warmup_steps")
     num_chains = check_positive_int(num_chains, "num_chains")
+    if sampler not in SAMPLERS:
+        raise ValueError(f"sampler must be one of {SAMPLERS}; got {sampler!r}")
     show = model.progress if progress is None else progress
     warn_single_chain(num_chains, "mcmc")
 
     with local_params(), model.bayesian(), model._forked_rng():
         starts = chain_starts(model, data, num_chains, model._generator())
         potential = likelihood_potential(model, data) if starts[0] else None
+        if sampler == "ppmix" and potential is None:
+            raise ValueError(
+                f"sampler='ppmix' needs the model's own potential, which {type(model).__name__} has not here (a "
+                "program of its own, known latents or discrete globals); use sampler='pyro' or 'auto'"
+            )
         settings = {"target_accept_prob": target_accept_prob, "max_tree_depth": max_tree_depth}
-        if potential is not None:
-            kernel = _RecordingNUTS(potential_fn=potential, **settings)
-            unconstrained = [potential.unconstrained(start) for start in starts]
-            initial = {site: torch.stack([chain[site] for chain in unconstrained]) for site in unconstrained[0]}
-            run_options = {
-                "initial_params": initial if num_chains > 1 else unconstrained[0],
-                "transforms": potential.to_unconstrained,
-            }
+        if potential is not None and sampler != "pyro":
+            samples, stats = _run_ppmix_nuts(model, potential, starts, num_samples, warmup_steps, show, settings)
         else:
-            kernel = _RecordingNUTS(
-                model.model,
-                max_plate_nesting=model.max_plate_nesting,
-                jit_compile=jit_compile,
-                ignore_jit_warnings=jit_compile,
-                init_strategy=_init_strategy(starts[0]),
-                **settings,
+            samples, stats = _run_pyro_nuts(
+                model, data, potential, starts, num_samples, warmup_steps, show, settings, jit_compile
             )
-            run_options = {"initial_params": _unconstrained_starts(model, data, starts) if num_chains > 1 else None}
-        with warnings.catch_warnings():  # Pyro's note that the chains run one after another: the docstring says when
-            warnings.filterwarnings("ignore", message=r"num_chains=\d+ is more than available_cpu")
-            mcmc = MCMC(
-                kernel,
-                num_samples=num_samples,
-                warmup_steps=warmup_steps,
-                num_chains=num_chains,
-                disable_progbar=not show,
-                **run_options,
-            )
-        mcmc.run(data)
+    return _keep(model, data, samples, stats, relabel)
+
+
+def _run_pyro_nuts(
+    model: "MixtureModel",
+    data: Any,
+    potential: LikelihoodPotential | None,
+    starts: list[dict[str, torch.Tensor]],
+    num_samples: int,
+    warmup_steps: int,
+    show: bool,
+    settings: dict[str, Any],
+    jit_compile: bool,
+) -> tuple[dict[str, torch.Tensor], dict[str, np.ndarray]]:
+    """Pyro's NUTS kernel on the model's potential (where it has one) or on its traced program: the draws
+    ``{site: (chains, draws, ...)}`` and their statistics."""
+    num_chains = len(starts)
+    if potential is not None:
+        kernel = _RecordingNUTS(potential_fn=potential, **settings)
+        unconstrained = [potential.unconstrained(start) for start in starts]
+        initial = {site: torch.stack([chain[site] for chain in unconstrained]) for site in unconstrained[0]}
+        run_options = {
+            "initial_params": initial if num_chains > 1 else unconstrained[0],
+            "transforms": potential.to_unconstrained,
+        }
+    else:
+        kernel = _RecordingNUTS(
+            model.model,
+            max_plate_nesting=model.max_plate_nesting,
+            jit_compile=jit_compile,
+            ignore_jit_warnings=jit_compile,
+            init_strategy=_init_strategy(starts[0]),
+            **settings,
+        )
+        run_options = {"initial_params": _unconstrained_starts(model, data, starts) if num_chains > 1 else None}
+    with warnings.catch_warnings():  # Pyro's note that the chains run one after another: the docstring says when
+        warnings.filterwarnings("ignore", message=r"num_chains=\d+ is more than available_cpu")
+        mcmc = MCMC(
+            kernel,
+            num_samples=num_samples,
+            warmup_steps=warmup_steps,
+            num_chains=num_chains,
+            disable_progbar=not show,
+            **run_options,
+        )
+    mcmc.run(data)
     samples = {k: v.detach() for k, v in mcmc.get_samples(group_by_chain=True).items()}
-    stats = _sample_stats(mcmc, num_chains)
+    return samples, _sample_stats(mcmc, num_chains)
+
+
+def _keep(
+    model: "MixtureModel", data: Any, samples: dict[str, torch.Tensor], stats: dict[str, np.ndarray], relabel: bool
+) -> FitResult:
+    """Store the draws ``{site: (chains, draws, ...)}`` and their statistics on the model (relabelled, with the
+    diagnostics: :func:`~ppmix.engines.draws.keep_draws`)."""
     model.mcmc_sample_stats_ = stats
     diagnostics = keep_draws(model, data, samples, relabel, divergences=int(stats["diverging"].sum()))
+    chains, draws = stats["diverging"].shape
     logger.info(
         "NUTS finished: %d chains x %d draws; %.0f%% of draws relabelled; divergences %d",
-        num_chains,
-        num_samples,
+        chains,
+        draws,
         100 * diagnostics["relabelled_fraction"],
         diagnostics["divergences"],
     )
-    return FitResult(history=[], n_iter=num_samples, converged=True)
+    return FitResult(history=[], n_iter=draws, converged=True)
+
+
+def _run_ppmix_nuts(
+    model: "MixtureModel",
+    potential: LikelihoodPotential,
+    starts: list[dict[str, torch.Tensor]],
+    num_samples: int,
+    warmup_steps: int,
+    show: bool,
+    settings: dict[str, Any],
+) -> tuple[dict[str, torch.Tensor], dict[str, np.ndarray]]:
+    """ppmix's NUTS (:func:`~ppmix.engines.nuts.sample_nuts`) on the model's potential, every chain at once from its
+    start: the draws of the global sites ``{site: (chains, draws, ...)}`` and their statistics."""
+    flat = FlatPotential(potential)
+    per_chain = [potential.unconstrained(start) for start in starts]
+    initial = flat.pack({name: torch.stack([chain[name] for chain in per_chain]) for name in flat.shapes})
+    total = num_samples + warmup_steps
+    with tqdm(total=total, disable=not show, desc="NUTS") as bar, torch.no_grad():
+        draws = sample_nuts(
+            flat,
+            initial.detach(),
+            num_samples=num_samples,
+            warmup_steps=warmup_steps,
+            generator=model._generator(NUTS_SEED_OFFSET),
+            progress=lambda _: bar.update(),
+            **settings,
+        )
+    chains, kept, size = draws.samples.shape
+    values = potential.constrained(flat.unpack(draws.samples.reshape(chains * kept, size)))
+    samples = {name: value.reshape(chains, kept, *value.shape[1:]).detach() for name, value in values.items()}
+    return samples, draws.stats
 
 
 def _init_strategy(start: dict[str, torch.Tensor]) -> Any:
