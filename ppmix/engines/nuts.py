@@ -211,6 +211,10 @@ class _Sampler:
             sub = self._subtree(start, forward, j, active, h0, state.z, counts)
             diverging |= sub["diverged"]
             merge = active & ~sub["failed"]
+            near = _where(forward, ends["right"][1], ends["left"][1])
+            far = _where(forward, ends["left"][1], ends["right"][1])
+            across = _turned(rho + sub["first"], far, sub["first"], self.inv_mass)
+            across |= _turned(near + sub["rho"], near, sub["end"][1], self.inv_mass)
             for side, mask in (("right", merge & forward), ("left", merge & ~forward)):
                 ends[side] = [_where(mask, new, old) for new, old in zip(sub["end"], ends[side])]
             take = merge & (self._uniform(h0).log() < sub["log_weight"] - log_weight)
@@ -218,7 +222,7 @@ class _Sampler:
             log_weight = torch.where(merge, torch.logaddexp(log_weight, sub["log_weight"]), log_weight)
             rho = _where(merge, rho + sub["rho"], rho)
             depth = torch.where(active, j + 1, depth)
-            turned = _turned(rho, ends["left"][1], ends["right"][1], self.inv_mass)
+            turned = _turned(rho, ends["left"][1], ends["right"][1], self.inv_mass) | across
             done = done | (active & sub["failed"]) | (merge & turned)
         accept = counts["accept"] / counts["n"].clamp(min=1)
         return _Transition(proposal, h0, counts["n"], depth, accept, diverging)
@@ -230,8 +234,8 @@ class _Sampler:
         log_weight = torch.full_like(h0, -math.inf)
         proposal = [z, grad, torch.zeros_like(h0)]
         building, failed, diverged = active.clone(), torch.zeros_like(active), torch.zeros_like(active)
-        prefix = torch.zeros_like(z)
-        first_r, first_prefix = [None] * (j + 1), [None] * (j + 1)
+        prefix, previous = torch.zeros_like(z), r
+        marks: dict[int, tuple[torch.Tensor, ...]] = {}
         for n in range(2**j):
             if not bool(building.any()):
                 break
@@ -248,17 +252,14 @@ class _Sampler:
             log_weight = torch.where(keep, new_weight, log_weight)
             before = prefix
             prefix = _where(building, prefix + r, prefix)
-            turned = torch.zeros_like(building)
-            for m in range(1, j + 1):
-                if n % 2**m == 0:
-                    first_r[m], first_prefix[m] = r, before
-                if (n + 1) % 2**m == 0:
-                    turned |= _turned(prefix - first_prefix[m], first_r[m], r, self.inv_mass)
+            turned = self._subtrees_turned(n, j, r, prefix, before, previous, marks)
+            previous = r
             stop = building & (diverges | turned)
             diverged |= diverges
             failed |= stop
             building = building & ~stop
         return {
+            "first": marks[0][0],
             "end": [z, r, grad],
             "proposal": proposal,
             "log_weight": log_weight,
@@ -266,6 +267,29 @@ class _Sampler:
             "failed": failed,
             "diverged": diverged,
         }
+
+
+    def _subtrees_turned(self, n, j, r, prefix, before, previous, marks) -> torch.Tensor:
+        """Whether a sub-trajectory ending at step ``n`` of a doubling of depth ``j`` turns back: those of size
+        ``2^m`` dividing ``n + 1``, each checked whole and across its halves (Stan's extra checks: the first half with
+        the second's first point, the first's last point with the second half). ``marks[m]`` holds, for the latest
+        block of size ``2^m``, its first momentum, the momentum sum before it and the momentum before it."""
+        for m in range(j + 1):
+            if n % 2**m == 0:
+                marks[m] = (r, before, previous)
+        turned = torch.zeros(r.shape[0], dtype=torch.bool)
+        for m in range(1, j + 1):
+            if (n + 1) % 2**m:
+                continue
+            first, sum_before, _ = marks[m]
+            turned |= _turned(prefix - sum_before, first, r, self.inv_mass)
+            if m >= 2:
+                half_first, half_before, half_previous = marks[m - 1]
+                rho = half_before + half_first - sum_before
+                turned |= _turned(rho, first, half_first, self.inv_mass)
+                rho = prefix - half_before + half_previous
+                turned |= _turned(rho, half_previous, r, self.inv_mass)
+        return turned
 
 
 class _Welford:
