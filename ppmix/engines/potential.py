@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Callable
 
 import pyro
 import torch
@@ -36,6 +37,7 @@ from pyro.poutine.subsample_messenger import _Subsample
 
 from ppmix.algorithms.forward_backward import log_likelihood
 from ppmix.engines.enumeration import is_enumerated
+from ppmix.engines.nuts_priors import closed_form
 
 if TYPE_CHECKING:
     from ppmix.models.base import MixtureModel
@@ -72,7 +74,14 @@ class GlobalSite:
         value = self.transform(unconstrained)
         log_jacobian = self.transform.log_abs_det_jacobian(unconstrained, value)
         chains = unconstrained.shape[0]
-        return value, self.prior.log_prob(value).reshape(chains, -1).sum(-1) + log_jacobian.reshape(chains, -1).sum(-1)
+        log_prior = self.log_prior(value)
+        return value, log_prior.reshape(chains, -1).sum(-1) + log_jacobian.reshape(chains, -1).sum(-1)
+
+    @cached_property
+    def log_prior(self) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The prior's log-density in closed form (:func:`~ppmix.engines.nuts_priors.closed_form`: its constant
+        computed once), or its ``log_prob`` for a family without one."""
+        return closed_form(self.prior) or self.prior.log_prob
 
 
 class LikelihoodPotential:
@@ -126,6 +135,8 @@ class LikelihoodPotential:
             log_joint = log_joint + log_density
         if _is_hmm(self.model):
             return -(log_joint + _hmm_chains_log_likelihood(self.model, self.data, values))
+        if _stacks_components(self.model, self.sites):
+            return -(log_joint + _mixture_chains_log_likelihood(self.model, self.data, values))
         per_chain = []
         for c in range(chains):
             self.model._set_globals({name: value[c] for name, value in values.items()})
@@ -204,6 +215,34 @@ def _is_hmm(model: "MixtureModel") -> bool:
     ``_summed_log_likelihood`` not replaced by a subclass)."""
     owner = _owner(type(model), "_summed_log_likelihood") if hasattr(model, "_summed_log_likelihood") else None
     return owner is not None and (owner.__module__, owner.__name__) == ("ppmix.models.hmm", "HMM")
+
+
+def _stacks_components(model: Any, sites: dict[str, GlobalSite]) -> bool:
+    """Whether a mixture's likelihood is ppmix's ``Mixture``'s ``logsumexp`` over its family's components, whose
+    sites each have a component axis (no tied covariance), so that every chain's components stack into one set."""
+    hooks = ("_pointwise_log_likelihood", "_log_joint")
+    if not all(hasattr(model, hook) for hook in hooks) or getattr(model, "_accepts_missing", True):
+        return False
+    owners = {(_owner(type(model), hook).__module__, _owner(type(model), hook).__name__) for hook in hooks}
+    if owners != {("ppmix.models.mixture", "Mixture")}:
+        return False
+    specs = model._component_family().sites(int(model.n_components), int(model.n_features_in_))
+    return not any(spec.shared for spec in specs.values()) and set(sites) == {"weights", *specs}
+
+
+def _mixture_chains_log_likelihood(model: Any, data: torch.Tensor, values: dict[str, torch.Tensor]) -> torch.Tensor:
+    """``sum_n log sum_k w_k p_k(x_n)`` of a mixture at every chain's globals ``{site: (C, ...)}``, ``(C,)``: the
+    components of all chains as one set of ``C K`` (chain ``c``'s component ``k`` at ``c K + k``), scored by one
+    ``log_prob``, with the weights normalised as :meth:`Mixture._set_globals` normalises them."""
+    family, k = model._component_family(), int(model.n_components)
+    chains = values["weights"].shape[0]
+    specs = family.sites(k, int(model.n_features_in_))
+    stacked = {site: values[site].reshape(chains * k, *values[site].shape[2:]) for site in specs}
+    weights = values["weights"]
+    log_weights = (weights / weights.sum(-1, keepdim=True)).log()
+    joint = family.components(stacked, model._scale).log_prob(data).reshape(-1, chains, k) + log_weights
+    top = joint.detach().amax(-1, keepdim=True)  # a constant shift (its gradient would cancel): faster than logsumexp
+    return (top[..., 0] + (joint - top).exp().sum(-1).log()).sum(0)
 
 
 def _hmm_chains_log_likelihood(model: Any, data: Any, values: dict[str, torch.Tensor]) -> torch.Tensor:
