@@ -1,4 +1,5 @@
-"""The MCMC engine: Pyro's NUTS over the continuous globals, discrete latents enumerated."""
+"""The MCMC engine: NUTS over the continuous globals, discrete latents summed out (ppmix's NUTS vectorised over
+chains on the model's own potential where it has one, Pyro's NUTS kernel otherwise)."""
 
 from __future__ import annotations
 
@@ -145,12 +146,18 @@ def run_mcmc(
     on the potential built from the model's own batched log-likelihood, the discrete latents summed out (one
     ``logsumexp`` for a mixture, the forward algorithm as a tree of step-matrix products for an HMM), plus the
     priors and log-Jacobians of the program's global sites (:mod:`ppmix.engines.potential`; the program stays the
-    definition: the two potentials are tested equal): no trace per leapfrog step. A program the hooks do not
-    compute (a subclass writing its own ``model()``, a model without EM, a fit with known latents) runs NUTS on
-    the traced program, every leapfrog step tracing it with its discrete sites enumerated (about 10 ms of Python
-    overhead whatever ``N``; an HMM's ``pyro.markov`` steps one by one); ``jit_compile=True`` compiles that
-    traced potential with the PyTorch JIT (a few seconds once, then about twice as fast per step) and is
-    ignored on the model's own potential.
+    definition: the two potentials are tested equal): no trace per leapfrog step. On it runs ppmix's own NUTS
+    (:mod:`ppmix.engines.nuts`, ``sampler="auto"`` or ``"ppmix"``): every chain advances in one batched call of the
+    potential and its gradient per leapfrog step (the priors and Jacobians broadcast over the chains, in closed
+    form: :mod:`ppmix.engines.nuts_priors`; a mixture's components of every chain scored by one ``log_prob``; an
+    HMM's forward algorithm over every chain's sequences at once), chains whose trajectory has stopped masked, with
+    Stan's adaptation (dual averaging of the step size, a diagonal mass matrix from windows of the warmup) per
+    chain. ``sampler="pyro"`` runs Pyro's NUTS kernel on the same potential instead (the path before; about 1 ms of
+    Python per leapfrog step and chain). A program the hooks do not compute (a subclass writing its own
+    ``model()``, a model without EM, a fit with known latents) runs Pyro's NUTS on the traced program, every
+    leapfrog step tracing it with its discrete sites enumerated (about 10 ms of Python overhead whatever ``N``; an
+    HMM's ``pyro.markov`` steps one by one); ``jit_compile=True`` compiles that traced potential with the PyTorch
+    JIT (a few seconds once, then about twice as fast per step) and is ignored on the model's own potential.
 
     **Diagnostics.** ``model.mcmc_diagnostics_`` holds ``r_hat`` (the largest rank-
     normalised split r_hat per site after relabelling; NaN with one chain, as r_hat
@@ -161,9 +168,10 @@ def run_mcmc(
     ``acceptance_rate``; :meth:`~ppmix.models.base.MixtureModel.to_arviz` puts them there, for
     ``az.bfmi`` and ``az.plot_energy``). With ``num_chains >= 2``, a
     :class:`ChainsDisagreeWarning` (a ``UserWarning``, through :func:`warnings.warn`)
-    names the sites whose r_hat exceeds :data:`RHAT_THRESHOLD`. Pyro runs the chains
-    in parallel processes (forked, one torch thread each) when the machine has more CPUs than chains,
-    otherwise one after another; each chain costs as much as a single-chain run.
+    names the sites whose r_hat exceeds :data:`RHAT_THRESHOLD`. ppmix's NUTS runs the chains together in one
+    process (an iteration costs the leapfrog steps of its longest chain, each step one batched call); Pyro's runs
+    them in parallel processes (forked, one torch thread each) when the machine has more CPUs than chains,
+    otherwise one after another, each chain costing as much as a single-chain run.
 
     Parameters
     ----------
