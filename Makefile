@@ -26,6 +26,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check ppmix tests benchmarks
+	$(BIN)/ruff format --check ppmix tests benchmarks
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -n 2 -q
 

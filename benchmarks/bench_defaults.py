@@ -50,7 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smoke run of every section (seconds, not minutes)")
     parser.add_argument("--threads", type=int, default=1, help="threads for torch, BLAS and OpenMP (default 1)")
     parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated subset of {list(SECTIONS)}")
-    parser.add_argument("--out", type=Path, default=None, help="JSON path (default results/defaults.json; temp with --quick)")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="JSON path (default results/defaults.json; temp with --quick)"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     names = [name.strip() for name in args.sections.split(",") if name.strip()]
@@ -58,7 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"--sections: unknown section(s) {unknown}; choose from {list(SECTIONS)}")
     set_torch_threads(THREADS, uses_pomegranate=True)
-    out = args.out or (Path(tempfile.gettempdir()) / "ppmix_bench_defaults_quick.json" if args.quick else RESULTS / "defaults.json")
+    out = args.out or (
+        Path(tempfile.gettempdir()) / "ppmix_bench_defaults_quick.json" if args.quick else RESULTS / "defaults.json"
+    )
     report = {"benchmark": "defaults", "quick": args.quick, "threads": THREADS, "date": time.strftime("%Y-%m-%d %H:%M")}
     for name in names:
         started = time.perf_counter()

@@ -107,8 +107,13 @@ def main(argv: list[str] | None = None) -> int:
     logger.setLevel(logging.INFO)
     result = {
         "benchmark": "moe_starts",
-        "settings": {"problems": args.problems, "seeds": args.seeds, "threads": THREADS, "quick": args.quick,
-                     "miss_threshold": MISS},  # fmt: skip
+        "settings": {
+            "problems": args.problems,
+            "seeds": args.seeds,
+            "threads": THREADS,
+            "quick": args.quick,
+            "miss_threshold": MISS,
+        },  # fmt: skip
         **compare(args.problems, args.seeds),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

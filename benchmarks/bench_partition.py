@@ -278,7 +278,15 @@ def bench_presto(n_per_set_big: int, n_per_set_small: int, repeats: int) -> dict
     init = np.random.default_rng(0).permutation(n) % k
     # the literal algorithm runs on the raw data, so PRESTO's internal standardisation is off here
     ours = PRESTO(
-        k, "linear", ridge=ridge, epsilon=epsilon, leeway=leeway, init=init, max_iter=max_iter, tol=tol, standardize=False
+        k,
+        "linear",
+        ridge=ridge,
+        epsilon=epsilon,
+        leeway=leeway,
+        init=init,
+        max_iter=max_iter,
+        tol=tol,
+        standardize=False,
     )
     ours.progress = False
     ours_times = []

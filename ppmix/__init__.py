@@ -22,6 +22,7 @@ _EXPORTS = {
     "Mixture": "ppmix.models.mixture",
     "GMM": "ppmix.models.gmm",
     "HMM": "ppmix.models.hmm",
+    "HSMM": "ppmix.models.hsmm",
     "MixtureOfExperts": "ppmix.models.moe",
     "select_components": "ppmix.models.selection",
     "PFGMM": "ppmix.models.pf",

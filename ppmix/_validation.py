@@ -6,7 +6,7 @@ import inspect
 import math
 import numbers
 import warnings
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -136,11 +136,14 @@ def check_matrix(
     n_features: int | None = None,
     feature_names: list[str] | None = None,
     allow_missing: bool = False,
+    allow_empty_rows: bool = False,
+    code_frame: Callable[[Any, str], Any] | None = None,
 ) -> tuple[torch.Tensor, list[str] | None]:
     """Validate a 2-D numeric data matrix and return it as a tensor plus column names.
 
     ``allow_missing``: NaN entries are kept (missing values; infinities are still refused), but a row
-    with every entry missing is refused, naming it.
+    with every entry missing is refused, naming it, unless ``allow_empty_rows`` (an HMM's time step with every
+    value missing: its emission density is 1, the chain carries the step).
 
     Accepts numpy arrays, torch tensors, pandas DataFrames and nested lists.
 
@@ -148,6 +151,9 @@ def check_matrix(
     the same names in another order is reordered to match (the names returned are then
     ``feature_names``); a DataFrame with other names is refused, naming the columns that
     differ. Inputs without names are taken in the fitted order.
+
+    ``code_frame``: what a DataFrame becomes before it is read as numbers, ``code_frame(frame, name)`` (after the
+    reordering): a family that codes its columns (:class:`~ppmix.components.Independent`'s categories) passes it.
 
     Raises
     ------
@@ -172,6 +178,9 @@ def check_matrix(
         names = [str(c) for c in x.columns]
         if feature_names is not None and names != list(feature_names):
             x, names = _reorder_columns(x, names, list(feature_names), name)
+        if code_frame is not None:
+            x = code_frame(x, name)
+            names = [str(c) for c in x.columns]
         _check_no_time_columns(x, name)
         try:
             x = x.to_numpy(dtype=np.float64)
@@ -196,7 +205,7 @@ def check_matrix(
         raise InvalidDataError(
             f"{name} is empty: 0 {what}(s) (shape={tuple(tensor.shape)}) while a minimum of 1 is required."
         )
-    if allow_missing:
+    if allow_missing and not allow_empty_rows:
         _check_missing_rows(tensor, name)
     if bool(torch.isinf(tensor).any()) if allow_missing else not all_finite(tensor):
         raise InvalidDataError(_non_finite_message(tensor, source, name, names, allow_missing))

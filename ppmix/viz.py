@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["plot_clusters", "plot_experts", "plot_history", "plot_relevance"]
+__all__ = ["plot_clusters", "plot_energy", "plot_experts", "plot_history", "plot_relevance"]
 
 
 def _numpy(value: Any) -> np.ndarray:
@@ -137,6 +137,58 @@ def plot_history(model: Any, ax: Any = None) -> Any:
     ax.set_xlabel("iteration" if model.engine_ == "em" else "step")
     ax.set_ylabel("objective per point")
     return ax
+
+
+def plot_energy(idata: Any, **kwargs: Any) -> Any:
+    """ArviZ's energy plot of a Hamiltonian sampler's draws, refused with the reason for any other draws.
+
+    ``az.plot_energy`` and ``az.bfmi`` read the Hamiltonian energy of every draw, which only NUTS
+    (``engine="mcmc"``) records. On the draws of Gibbs sampling or of a Laplace or SVI approximation ArviZ
+    fails with a bare ``AttributeError`` (``'Dataset' object has no attribute 'energy'``); this function says
+    why instead, and what stands in for it.
+
+    Parameters
+    ----------
+    idata : arviz.InferenceData
+        From a fitted model's ``to_arviz()``.
+    **kwargs
+        Passed to ``az.plot_energy``.
+
+    Returns
+    -------
+    matplotlib Axes
+        ``az.plot_energy``'s.
+
+    Raises
+    ------
+    ValueError
+        If ``idata`` has no ``sample_stats`` group or no ``energy`` in it, naming the sampler that made the draws.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ppmix import GMM
+    >>> x = np.random.default_rng(0).normal(size=(60, 2)) + np.repeat([[0.0, 0.0], [6.0, 6.0]], 30, axis=0)
+    >>> gmm = GMM(2, covariance_type="diag", seed=0, progress=False).fit(
+    ...     x, engine="gibbs", num_samples=20, warmup_steps=10
+    ... )
+    >>> try:
+    ...     plot_energy(gmm.to_arviz())
+    ... except ValueError as err:
+    ...     print(str(err)[:62])
+    idata: draws of 'gibbs' have no Hamiltonian energy to plot: az
+    """
+    import arviz as az
+
+    stats = getattr(idata, "sample_stats", None)
+    if stats is None or "energy" not in stats:
+        source = idata.attrs.get("ppmix_draws") or (stats.attrs.get("ppmix_draws") if stats is not None else None)
+        raise ValueError(
+            f"idata: draws of {source or 'this sampler'!r} have no Hamiltonian energy to plot: az.plot_energy and "
+            "az.bfmi are for NUTS (fit with engine='mcmc'); for Gibbs draws "
+            "az.plot_trace(idata.sample_stats, var_names=['lp']) traces the log density instead"
+        )
+    return az.plot_energy(idata, **kwargs)
 
 
 def plot_relevance(model: Any, ax: Any = None, *, feature_names: Sequence[str] | None = None) -> Any:

@@ -123,6 +123,7 @@ def _profile(k: int, d: int) -> np.ndarray:
 #: tests/components/test_families.py (EM, shards, partial_fit, SVI, MCMC, M-step) run over it.
 FAMILY_DATA = {
     "gaussian": lambda z, d, rng: 6.0 * z[:, None] + rng.normal(size=(len(z), d)),
+    "independent": lambda z, d, rng: 6.0 * z[:, None] + rng.normal(size=(len(z), d)),  # its default: Gaussian columns
     "poisson": lambda z, d, rng: rng.poisson(np.where(z[:, None] == 1, 20.0, 2.0), size=(len(z), d)),
     "bernoulli": lambda z, d, rng: rng.random((len(z), d)) < np.where(z[:, None] == 1, 0.9, 0.1),
     "exponential": lambda z, d, rng: rng.exponential(np.where(z[:, None] == 1, 50.0, 1.0), size=(len(z), d)),

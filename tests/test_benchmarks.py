@@ -350,3 +350,27 @@ def test_bench_defaults_quick(tmp_path):
         assert all(math.isfinite(value) for value in held_out)
     # near-constant pixels: ppmix's floor keeps the default fit's held-out score at least scikit-learn's
     assert digits["diag"]["median_ppmix"] >= digits["diag"]["median_sklearn"]
+
+
+def test_bench_vb_quick(tmp_path):
+    """ppmix's VB-EM against scikit-learn's BayesianGaussianMixture, every covariance type: the same lower bounds
+    from the same start (what holds whatever the load), timings positive."""
+    report = run_quick("bench_vb.py", tmp_path / "vb.json")
+    assert report["benchmark"] == "vb_gmm" and report["quick"] and report["machine"]["torch_num_threads"] == 1
+    assert [row["covariance_type"] for row in report["settings"]] == ["full", "tied", "diag", "spherical"]
+    for row in report["settings"]:
+        assert_timing(*row["seconds_per_iteration"].values())
+        assert row["lower_bound_max_rel_diff"] < 1e-8
+
+
+def test_bench_hsmm_quick(tmp_path):
+    report = run_quick("bench_hsmm.py", tmp_path / "hsmm.json")
+    assert report["benchmark"] == "hsmm_em_iteration" and report["quick"]
+    assert report["machine"]["torch_num_threads"] == 1
+    assert report["config"]["n_sequences"] == 60 and report["config"]["max_duration"] == 50
+    assert_timing(*report["median_s"].values())
+    for name, values in report["samples_s"].items():
+        assert len(values) == len(report["cpu_samples_s"][name]) == 2
+    fitted = report["fitted"]  # the planted chain recovered: mean durations (rates + 1) and emission means
+    assert fitted["mean_durations"] == pytest.approx(fitted["true_mean_durations"], rel=0.1)
+    assert fitted["means"] == pytest.approx([-3.0, -1.0, 1.0, 3.0], abs=0.1)

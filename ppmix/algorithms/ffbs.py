@@ -5,20 +5,21 @@ The forward pass keeps the filtered log-probabilities ``log p(z_t = k, x_{0:t})`
 (padded steps carry the last valid step's, so the final step of the batch holds every sequence's
 end); the backward pass draws ``z_{T-1}`` from the end and each earlier ``z_t`` from
 ``p(z_t | z_{t+1}, x_{0:t})``, proportional to the filtered probability times the transition into the
-next state. Categorical draws use the Gumbel-max rule (torch's global random state).
+next state. Categorical draws use the Gumbel-max rule (torch's global random state, or a generator).
+Transitions may vary over time: ``log_trans`` ``(B, T, K, K)`` holds at ``[b, t]`` the transition into step ``t``.
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["filter_log_likelihood", "gumbel_argmax", "sample_paths"]
+__all__ = ["filter_log_likelihood", "filtered_marginals", "gumbel_argmax", "sample_paths"]
 
 
-def gumbel_noise(shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+def gumbel_noise(shape: tuple[int, ...], like: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """Standard Gumbel draws of ``shape`` in ``like``'s dtype and device: ``argmax(logits + noise)`` over the
-    last axis is a categorical draw."""
-    uniform = torch.rand(shape, dtype=like.dtype, device=like.device)
+    last axis is a categorical draw (from ``generator``, or torch's global random state)."""
+    uniform = torch.rand(shape, dtype=like.dtype, device=like.device, generator=generator)
     return -(-uniform.clamp_min(torch.finfo(like.dtype).tiny).log()).log()
 
 
@@ -35,7 +36,11 @@ def gumbel_argmax(logits: torch.Tensor) -> torch.Tensor:
 
 
 def sample_paths(
-    log_init: torch.Tensor, log_trans: torch.Tensor, log_emit: torch.Tensor, lengths: torch.Tensor
+    log_init: torch.Tensor,
+    log_trans: torch.Tensor,
+    log_emit: torch.Tensor,
+    lengths: torch.Tensor,
+    generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """State paths ``(B, T)`` drawn from ``p(z | x)`` and the log-likelihoods ``log p(x_b)`` ``(B,)``.
 
@@ -43,12 +48,15 @@ def sample_paths(
     ----------
     log_init : Tensor (B, K)
         Log initial-state probabilities of every sequence.
-    log_trans : Tensor (B, K, K)
-        Log transition probabilities ``[i, j] = log p(z_t = j | z_{t-1} = i)`` of every sequence.
+    log_trans : Tensor (B, K, K) or (B, T, K, K)
+        Log transition probabilities ``[i, j] = log p(z_t = j | z_{t-1} = i)`` of every sequence (or of every
+        sequence and step ``t``, the transition into it).
     log_emit : Tensor (B, T, K)
         Log emission densities; padded steps (``t >= lengths[b]``) are ignored.
     lengths : LongTensor (B,)
         Valid steps of every sequence (at least one).
+    generator : torch.Generator, optional
+        The random stream of the draws (torch's global one by default).
 
     Returns
     -------
@@ -72,13 +80,14 @@ def sample_paths(
     filtered, log_likelihood = (
         scaled if scaled is not None else _filter_logspace(log_init, log_trans, log_emit, valid, padded)
     )
-    noise = gumbel_noise((steps, batch, k), log_emit)  # every draw's noise at once
-    from_state = log_trans.transpose(1, 2)  # [b, j, i] = log p(z_t = j | z_{t-1} = i): a row per next state
+    noise = gumbel_noise((steps, batch, k), log_emit, generator)  # every draw's noise at once
+    from_state = log_trans.transpose(-1, -2)  # [b, (t,) j, i] = log p(z_t = j | z_{t-1} = i): a row per next state
     paths = torch.empty(batch, steps, dtype=torch.long, device=log_emit.device)
     paths[:, -1] = (filtered[-1] + noise[-1]).argmax(-1)
     rows = torch.arange(batch, device=log_emit.device)
     for t in range(steps - 2, -1, -1):
-        drawn = (filtered[t] + from_state[rows, paths[:, t + 1]] + noise[t]).argmax(-1)
+        into_next = from_state[:, t + 1] if from_state.dim() == 4 else from_state
+        drawn = (filtered[t] + into_next[rows, paths[:, t + 1]] + noise[t]).argmax(-1)
         paths[:, t] = torch.where(valid[:, t + 1], drawn, paths[:, t + 1]) if padded else drawn
     return paths, log_likelihood
 
@@ -102,13 +111,35 @@ def filter_log_likelihood(
     return (scaled if scaled is not None else _filter_logspace(log_init, log_trans, log_emit, valid, padded))[1]
 
 
+def filtered_marginals(
+    log_init: torch.Tensor, log_trans: torch.Tensor, log_emit: torch.Tensor, lengths: torch.Tensor
+) -> torch.Tensor:
+    """The filtered state probabilities ``p(z_t = k | x_{0:t})`` of every step ``(B, T, K)`` (the forward pass
+    alone, each step normalised): the arguments as :func:`sample_paths`'. At padded steps, the last valid step's.
+
+    Examples
+    --------
+    >>> log_trans = torch.tensor([[0.9, 0.1], [0.1, 0.9]], dtype=torch.float64).log().expand(1, 2, 2)
+    >>> emit = torch.tensor([[[0.0, -50.0], [0.0, 0.0]]], dtype=torch.float64)  # state 0, then no evidence
+    >>> init = torch.tensor([[0.5, 0.5]], dtype=torch.float64).log()
+    >>> filtered_marginals(init, log_trans, emit, torch.tensor([2])).round(decimals=4).tolist()
+    [[[1.0, 0.0], [0.9, 0.1]]]
+    """
+    valid = torch.arange(log_emit.shape[1], device=lengths.device)[None, :] < lengths[:, None]
+    padded = not bool(valid.all())
+    scaled = _filter_scaled(log_init, log_trans, log_emit, valid, padded)
+    filtered = (scaled if scaled is not None else _filter_logspace(log_init, log_trans, log_emit, valid, padded))[0]
+    return torch.stack(filtered, dim=1).softmax(dim=-1)
+
+
 def _filter_logspace(
     log_init: torch.Tensor, log_trans: torch.Tensor, log_emit: torch.Tensor, valid: torch.Tensor, padded: bool
 ) -> tuple[list[torch.Tensor], torch.Tensor]:
     """The filtered log-probabilities ``log p(z_t, x_{0:t})`` of every step (log-sum-exp: any magnitudes)."""
     filtered = [log_init + log_emit[:, 0]]
     for t in range(1, log_emit.shape[1]):
-        step = torch.logsumexp(filtered[-1][:, :, None] + log_trans, dim=1) + log_emit[:, t]
+        trans = log_trans[:, t] if log_trans.dim() == 4 else log_trans
+        step = torch.logsumexp(filtered[-1][:, :, None] + trans, dim=1) + log_emit[:, t]
         filtered.append(torch.where(valid[:, t, None], step, filtered[-1]) if padded else step)
     return filtered, torch.logsumexp(filtered[-1], dim=-1)
 
@@ -127,7 +158,7 @@ def _filter_scaled(
     current = current / first_total
     normalisers, filtered = [first_total[:, 0, 0]], [current[:, 0]]
     for t in range(1, log_emit.shape[1]):
-        step = torch.bmm(current, trans) * emit[:, t, None]
+        step = torch.bmm(current, trans[:, t] if trans.dim() == 4 else trans) * emit[:, t, None]
         total = step.sum(-1, keepdim=True)
         step = step / total
         if padded:

@@ -29,6 +29,10 @@ Pyro's :class:`~pyro.distributions.DiscreteHMM` puts its ``initial_logits`` on a
 state *before* the first observation; to reproduce its ``log_prob`` here pass
 ``log_init = logsumexp(log_softmax(initial_logits)[:, None] + log_trans, 0)``.
 
+Transitions may vary over time (an input-driven HMM): ``log_trans`` of shape ``[B, T, K, K]`` holds at
+``[b, t]`` the transition into step ``t`` (``[b, 0]`` is never read); the recursions then take step ``t``'s
+matrix at step ``t`` (by log-sum-exp), and :func:`forward_backward` also returns every step's pair marginals.
+
 ``log_init``, ``log_trans`` and ``log_emit`` are used as given: they need not be
 normalised (``log_likelihood`` is then the log of the total score of all paths),
 and ``-inf`` (probability zero) is allowed anywhere, e.g. for left-to-right models.
@@ -69,6 +73,9 @@ class ForwardBackwardResult:
         Expected transition counts ``sum_{t=1}^{L_b - 1} q(z_{t-1} = i, z_t = j | x_b)``.
     initial : Tensor[B, K]
         Expected initial-state counts ``q(z_0 = k | x_b)`` (equal to ``posterior[:, 0]``).
+    step_pairs : Tensor[B, T, K, K] or None
+        With time-varying transitions, ``q(z_{t-1} = i, z_t = j | x_b)`` of every step ``t >= 1`` (zero at step 0 and
+        at padded steps; summed over the steps they are ``pair_counts``); ``None`` otherwise.
     step_log_likelihood : Tensor[B, T]
         ``log p(x_{b,t} | x_{b,1:t-1})`` of every step, zero at padded steps (a property, from the forward
         variables): the one-step-ahead log predictive densities, which sum to ``log_likelihood``.
@@ -89,6 +96,7 @@ class ForwardBackwardResult:
     posterior: torch.Tensor
     pair_counts: torch.Tensor
     initial: torch.Tensor
+    step_pairs: torch.Tensor | None = None
     #: the forward variables ``log p(x_{1:t}, z_t)``, time-major ``[T_eff, B, K]`` (padded steps repeat the last),
     #: and the padded length ``T``
     _log_forward: torch.Tensor | None = field(default=None, repr=False)
@@ -140,9 +148,9 @@ def forward_backward(
     ----------
     log_init : Tensor[K] or Tensor[B, K]
         Log initial-state probabilities ``log p(z_0 = k)`` (shared or per sequence).
-    log_trans : Tensor[K, K] or Tensor[B, K, K]
+    log_trans : Tensor[K, K], Tensor[B, K, K] or Tensor[B, T, K, K]
         Log transition probabilities ``log p(z_t = j | z_{t-1} = i)`` at ``[i, j]``
-        (shared or per sequence).
+        (shared, per sequence, or per sequence and step: ``[b, t]`` the transition into step ``t``).
     log_emit : Tensor[B, T, K]
         Log emission likelihoods ``log p(x_{b,t} | z_t = k)``. Values at padded
         steps (``t >= lengths[b]``) are ignored and may be anything, NaN included.
@@ -157,7 +165,8 @@ def forward_backward(
     -------
     ForwardBackwardResult
         ``log_likelihood[B]``, ``posterior[B, T, K]``, ``pair_counts[B, K, K]``,
-        ``initial[B, K]``, in the promoted dtype of the inputs, on their device.
+        ``initial[B, K]`` (and ``step_pairs[B, T, K, K]`` for time-varying transitions), in the
+        promoted dtype of the inputs, on their device.
 
     Raises
     ------
@@ -187,6 +196,17 @@ def forward_backward(
     batch, t_eff, k = emit.shape
 
     emit_tm, mask_tm = emit.transpose(0, 1).contiguous(), mask.T.contiguous()  # time-major: contiguous steps
+    if log_trans.dim() == 4:  # time-varying: log-sum-exp recursions, with every step's pair marginals
+        ll, post_tm, step_pairs_tm, log_alpha = _smooth_logsumexp(
+            log_init, log_trans.transpose(0, 1), emit_tm, mask_tm, per_step=True
+        )
+        step_pairs = emit.new_zeros(batch, t_full, k, k)
+        step_pairs[:, :t_eff] = step_pairs_tm.transpose(0, 1)
+        post = emit.new_zeros(batch, t_full, k)
+        post[:, :t_eff] = post_tm.transpose(0, 1)
+        return ForwardBackwardResult(
+            ll, post, step_pairs.sum(1), post[:, 0].clone(), step_pairs, _log_forward=log_alpha, _steps=t_full
+        )
     result = None
     if method == "auto":
         result = _smooth_scaled(log_init, log_trans, emit_tm, mask_tm)
@@ -221,9 +241,11 @@ class _LogLikelihood(torch.autograd.Function):
         if res is None:  # NaN (undefined inputs) or -inf (an impossible sequence), with a zero gradient
             batch, _, k = log_emit.shape
             zeros = log_emit.new_zeros(batch, k)
-            ctx.save_for_backward(zeros, log_emit.new_zeros(batch, k, k), torch.zeros_like(log_emit))
+            no_pairs = torch.zeros_like(log_trans) if log_trans.dim() == 4 else log_emit.new_zeros(batch, k, k)
+            ctx.save_for_backward(zeros, no_pairs, torch.zeros_like(log_emit))
             return log_emit.new_full((batch,), float("nan") if undefined else float("-inf"))
-        ctx.save_for_backward(res.initial, res.pair_counts, res.posterior)
+        pairs = res.step_pairs if res.step_pairs is not None else res.pair_counts
+        ctx.save_for_backward(res.initial, pairs, res.posterior)
         return res.log_likelihood
 
     @staticmethod
@@ -231,7 +253,10 @@ class _LogLikelihood(torch.autograd.Function):
         initial, pairs, posterior = ctx.saved_tensors
         shared_init, shared_trans = ctx.shared
         g_init = grad @ initial if shared_init else grad[:, None] * initial
-        g_trans = torch.einsum("b,bij->ij", grad, pairs) if shared_trans else grad[:, None, None] * pairs
+        if shared_trans:
+            g_trans = torch.einsum("b,bij->ij", grad, pairs)
+        else:  # per sequence (B, K, K) or per sequence and step (B, T, K, K)
+            g_trans = grad.reshape(-1, *[1] * (pairs.dim() - 1)) * pairs
         return g_init, g_trans, grad[:, None, None] * posterior[:, : ctx.steps], None
 
 
@@ -294,8 +319,11 @@ def _tree_log_likelihood(
     if first is not None:
         return first
     identity = torch.full((k, k), float("-inf"), dtype=log_emit.dtype, device=log_emit.device).fill_diagonal_(0.0)
-    trans = log_trans if log_trans.dim() == 3 else log_trans.expand(batch, k, k)
-    step = trans.unsqueeze(1) + log_emit[:, 1:].unsqueeze(-2)  # (B, T-1, K, K): from i at t-1 to j at t
+    if log_trans.dim() == 4:  # time-varying: step t's own matrix
+        trans = log_trans[:, 1:steps]
+    else:
+        trans = (log_trans if log_trans.dim() == 3 else log_trans.expand(batch, k, k)).unsqueeze(1)
+    step = trans + log_emit[:, 1:].unsqueeze(-2)  # (B, T-1, K, K): from i at t-1 to j at t
     valid = torch.arange(1, steps, device=log_emit.device)[None, :] < lengths[:, None]
     step = torch.where(valid[..., None, None], step, identity)
     while step.shape[1] > 1:
@@ -350,8 +378,9 @@ def viterbi(
     identity = torch.arange(k, device=emit.device).expand(batch, k)
     delta = log_init + emit[:, 0]
     pointers = []
+    varying = log_trans.dim() == 4
     for t in range(1, t_eff):
-        best, arg = (delta.unsqueeze(-1) + log_trans).max(dim=-2)
+        best, arg = (delta.unsqueeze(-1) + (log_trans[:, t] if varying else log_trans)).max(dim=-2)
         valid = mask[:, t, None]
         delta = torch.where(valid, best + emit[:, t], delta)
         pointers.append(torch.where(valid, arg, identity))
@@ -371,29 +400,39 @@ def viterbi(
 # ----------------------------------------------------------------------------- engines
 
 
-def _smooth_logsumexp(log_init, log_trans, emit, mask):
+def _smooth_logsumexp(log_init, log_trans, emit, mask, per_step=False):
     """Reference recursions with elementwise log-sum-exp: exact whatever the dynamic range.
 
-    ``emit`` is time-major ``[T, B, K]`` and ``mask`` is ``[T, B]``; returns the
-    log-likelihood, the time-major posterior and the pair counts.
+    ``emit`` is time-major ``[T, B, K]`` and ``mask`` is ``[T, B]``; ``log_trans`` is ``[K, K]``, ``[B, K, K]`` or,
+    time-varying, time-major ``[T, B, K, K]``. Returns the log-likelihood, the time-major posterior and the pair
+    counts (``per_step``: every step's pair marginals, time-major ``[T, B, K, K]``, zero at step 0).
     """
     t_eff, batch, k = emit.shape
+    varying = log_trans.dim() == 4
+
+    def trans(t: int) -> torch.Tensor:
+        return log_trans[t] if varying else log_trans
+
     alpha = [log_init + emit[0]]
     for t in range(1, t_eff):
         prev = alpha[-1]
-        new = torch.logsumexp(prev.unsqueeze(-1) + log_trans, dim=-2) + emit[t]
+        new = torch.logsumexp(prev.unsqueeze(-1) + trans(t), dim=-2) + emit[t]
         alpha.append(torch.where(mask[t, :, None], new, prev))
     ll = torch.logsumexp(alpha[-1], dim=-1)
     _check_possible(ll, "has")
 
     beta = [emit.new_zeros(batch, k)]
-    pairs = emit.new_zeros(batch, k, k)
+    pairs = emit.new_zeros(t_eff, batch, k, k) if per_step else emit.new_zeros(batch, k, k)
     for t in range(t_eff - 1, 0, -1):
         invalid = ~mask[t, :, None]
         h = emit[t] + beta[-1]  # [B, K] over z_t
-        beta.append(torch.logsumexp(log_trans + h.unsqueeze(-2), dim=-1).masked_fill(invalid, 0.0))
-        xi = (alpha[t - 1].unsqueeze(-1) + log_trans + h.unsqueeze(-2) - ll[:, None, None]).exp()
-        pairs = pairs + xi.masked_fill(invalid.unsqueeze(-1), 0.0)
+        beta.append(torch.logsumexp(trans(t) + h.unsqueeze(-2), dim=-1).masked_fill(invalid, 0.0))
+        xi = (alpha[t - 1].unsqueeze(-1) + trans(t) + h.unsqueeze(-2) - ll[:, None, None]).exp()
+        xi = xi.masked_fill(invalid.unsqueeze(-1), 0.0)
+        if per_step:
+            pairs[t] = xi
+        else:
+            pairs = pairs + xi
     log_alpha = torch.stack(alpha)
     post = _posterior(log_alpha, torch.stack(beta[::-1]), ll, mask)
     return ll, post, pairs, log_alpha
@@ -512,8 +551,11 @@ def _check_inputs(log_init: Any, log_trans: Any, log_emit: Any, lengths: Any):
         raise ValueError(f"log_emit is empty: shape {tuple(log_emit.shape)}")
     if log_init.shape not in ((k,), (batch, k)):
         raise ValueError(f"log_init must have shape ({k},) or ({batch}, {k}); got {tuple(log_init.shape)}")
-    if log_trans.shape not in ((k, k), (batch, k, k)):
-        raise ValueError(f"log_trans must have shape ({k}, {k}) or ({batch}, {k}, {k}); got {tuple(log_trans.shape)}")
+    if log_trans.shape not in ((k, k), (batch, k, k), (batch, t_full, k, k)):
+        raise ValueError(
+            f"log_trans must have shape ({k}, {k}), ({batch}, {k}, {k}) or, varying over time, "
+            f"({batch}, {t_full}, {k}, {k}); got {tuple(log_trans.shape)}"
+        )
     device = log_emit.device
     for name, x in (("log_init", log_init), ("log_trans", log_trans)):
         if x.device != device:
@@ -544,6 +586,8 @@ def _check_inputs(log_init: Any, log_trans: Any, log_emit: Any, lengths: Any):
     t_eff = int(lengths.max())
     mask = torch.arange(t_eff, device=device) < lengths.unsqueeze(1)  # [B, T_eff]
     emit = log_emit[:, :t_eff]
+    if log_trans.dim() == 4:
+        log_trans = log_trans[:, :t_eff]
     _check_no_nan_or_posinf(log_init, "log_init")
     _check_no_nan_or_posinf(log_trans, "log_trans")
     _check_no_nan_or_posinf(emit[mask], "log_emit (at valid steps)")

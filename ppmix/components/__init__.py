@@ -4,7 +4,10 @@ A density family is two classes: a :class:`~ppmix.components.family.DensityFamil
 and its settings, what ``Mixture(family=...)`` and ``HMM(emission=...)`` take; abstract: ``sites``) and its
 fitted :class:`~ppmix.components.base.ComponentFamily` (``K`` components; abstract: ``log_prob -> (N, K)``,
 ``statistics``, ``fit_statistics``, ``pyro_dist``, ``sample``), whose statistics are a
-:class:`~ppmix.components.family.Statistics` (``counts``, ``merge``, ``scaled``, ``to``). Families are found
+:class:`~ppmix.components.family.Statistics` (``counts``, ``merge``, ``scaled``, ``to``). The two classes'
+``__contract__`` lists every member a family writes or may override; what the structures derive from them is in
+:mod:`ppmix.components.family_tools`, and a family's prepared data other than the rows is a
+:class:`~ppmix.components.family.PreparedRows`. Families are found
 by name in :mod:`ppmix.components.registry`; :func:`register_family` (or the ``ppmix.families`` entry point of
 an installed package) adds a user's, and :func:`ppmix.testing.check_family` checks one. Every batch of
 components (labels, experts, gates too) is a :class:`~ppmix.components.base.ParameterBatch`.
@@ -14,11 +17,13 @@ from ppmix.components.autoregressive import AutoRegressiveComponents, AutoRegres
 from ppmix.components.base import ComponentFamily, ParameterBatch
 from ppmix.components.bernoulli_label import BernoulliLabel
 from ppmix.components.categorical_label import CategoricalLabel
+from ppmix.components.columns import Independent
 from ppmix.components.expert_family import ExpertFamily
 from ppmix.components.family import (
     AdditiveStatistics,
     DensityFamily,
     MeanStatisticsComponents,
+    PreparedRows,
     SiteSpec,
     Statistics,
     WeightedSums,
@@ -46,10 +51,12 @@ __all__ = [
     "FullGaussian",
     "GaussianExpert",
     "GaussianFamily",
+    "Independent",
     "LogisticExpert",
     "PoissonExpert",
     "MeanStatisticsComponents",
     "ParameterBatch",
+    "PreparedRows",
     "SoftmaxExpert",
     "SiteSpec",
     "SoftmaxGate",

@@ -31,7 +31,7 @@ from pyro.distributions import constraints
 from ppmix._validation import check_positive_int
 from ppmix.components.base import ComponentFamily
 from ppmix.components.centred import as_floor, padded_counts
-from ppmix.components.family import AdditiveStatistics, DataScale, DensityFamily, SiteSpec
+from ppmix.components.family import AdditiveStatistics, DataScale, DensityFamily, PreparedRows, SiteSpec
 from ppmix.components.gaussian_family import GaussianFamily, robust_spread, scale_sample, variance_floor
 from ppmix.components.gaussian_full import checked_cholesky, floored_covariance
 
@@ -41,7 +41,7 @@ COVARIANCE_TYPES = ("full", "diag")
 
 
 @dataclasses.dataclass(frozen=True)
-class LaggedRows:
+class LaggedRows(PreparedRows):
     """Frames with the frames before them: ``frames`` ``(N, D)`` and ``lags`` ``(N, D p)``, row ``n`` of ``lags``
     being ``[x_{t-1}; ...; x_{t-p}]`` of frame ``x_t = frames[n]`` (zeros before its sequence's start).
 
@@ -56,6 +56,11 @@ class LaggedRows:
 
     frames: torch.Tensor
     lags: torch.Tensor
+
+    @property
+    def rows(self) -> torch.Tensor:
+        """The frames ``x_t`` ``(N, D)`` (k-means starts on them)."""
+        return self.frames
 
     def design(self) -> torch.Tensor:
         """The regressors ``[x_{t-1}; ...; x_{t-p}; 1]`` of every frame, ``(N, D p + 1)``."""
@@ -395,15 +400,17 @@ class AutoRegressiveFamily(DensityFamily):
     def __init__(self, lags: int = 1, covariance_type: str = "full", reg_covar: float = 1e-6) -> None:
         self.lags, self.covariance_type, self.reg_covar = lags, covariance_type, reg_covar
         self._n_features: int | None = None
+        self._check_settings()
 
-    def validate(self) -> None:
+    def _check_settings(self) -> None:
+        """Refuse a bad setting with a ``ValueError`` naming it (the constructor's last step)."""
         check_positive_int(self.lags, "lags")
         if self.covariance_type not in COVARIANCE_TYPES:
             raise ValueError(
                 f"covariance_type must be one of {COVARIANCE_TYPES} for autoregressive emissions; got "
                 f"{self.covariance_type!r}"
             )
-        self._noise().validate()
+        self._noise()  # whose constructor checks reg_covar
 
     def _noise(self) -> GaussianFamily:
         """The Gaussian family of the noise: its data scale (variance floor) and its priors."""
@@ -420,14 +427,11 @@ class AutoRegressiveFamily(DensityFamily):
     def check_data(self, x: torch.Tensor, name: str = "X") -> None:
         self._noise().check_data(x, name)
 
-    def data_scale(self, x: torch.Tensor, name: str = "X") -> DataScale:
-        """The frames' Gaussian data scale: means, standard deviations and the variance floor (which
-        :meth:`sequence_scale` replaces by that of the steps where the frames come in sequences)."""
-        return self._noise().data_scale(x, name)
-
-    def weighted_data_scale(self, x: torch.Tensor, weight: torch.Tensor, name: str = "X") -> DataScale:
-        """:meth:`data_scale` of frames counted ``weight`` ``(N,)`` times each."""
-        return self._noise().weighted_data_scale(x, weight, name)
+    def data_scale(self, x: torch.Tensor, name: str = "X", weight: torch.Tensor | None = None) -> DataScale:
+        """The frames' Gaussian data scale (frames counted ``weight`` ``(N,)`` times each where given): means,
+        standard deviations and the variance floor (which :meth:`sequence_scale` replaces by that of the steps where
+        the frames come in sequences)."""
+        return self._noise().data_scale(x, name, weight)
 
     def sequence_scale(self, rows: torch.Tensor, weight: torch.Tensor | None = None) -> DataScale:
         """What the HMM measures on the step rows ``[x_t, x_{t-1}, ..., x_{t-p}]`` ``(N, D (p + 1))`` (rows counted
@@ -448,14 +452,11 @@ class AutoRegressiveFamily(DensityFamily):
         d = x.shape[1] // (self.lags + 1) if d is None else d
         return split_rows(x, d, int(self.lags))
 
-    def rows(self, data: Any) -> torch.Tensor:
-        """The frames ``x_t`` ``(N, D)`` (k-means starts on them)."""
-        return data.frames if isinstance(data, LaggedRows) else data
-
     # ----------------------------------------------------------- the components
     def sites(self, k: int, d: int) -> dict[str, SiteSpec]:
         sites = {
-            "weights": SiteSpec(constraints.real, (d, d * self.lags)),
+            # the columns are the lagged features, D p of them
+            "weights": SiteSpec(constraints.real, (d, d * self.lags), dims=("feature", "lagged_feature")),
             "bias": SiteSpec(constraints.real, (d,)),
             "scales": SiteSpec(constraints.positive, (d,)),
         }
@@ -496,16 +497,3 @@ class AutoRegressiveFamily(DensityFamily):
         if site == "bias":
             return dist.Normal(torch.zeros_like(mean), 3.0 * (mean.abs() + std)).to_event(1)
         return self._noise().prior(site, k, d, scale, opts)
-
-    def site_dims(self) -> dict[str, list[str]]:
-        """``weights``' columns are the lagged features (``lagged_feature``, ``D p`` of them)."""
-        dims = {site: ["component", "feature"] for site in ("bias", "scales")}
-        dims["weights"] = ["component", "feature", "lagged_feature"]
-        if self.covariance_type == "full":
-            dims["corr_cholesky"] = ["component", "feature", "feature_bis"]
-        return dims
-
-    def n_parameters(self, k: int, d: int) -> int:
-        """Per state ``D^2 p`` lag coefficients, ``D`` biases and ``D (D + 1) / 2`` covariances (``D`` diagonal)."""
-        noise = d * (d + 1) // 2 if self.covariance_type == "full" else d
-        return k * (d * d * self.lags + d + noise)

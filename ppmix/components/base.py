@@ -112,7 +112,11 @@ class ComponentFamily(ParameterBatch, abc.ABC):
     """The ``K`` fitted components of a :class:`~ppmix.components.family.DensityFamily`: what the structures
     (mixture, HMM), EM, the Pyro programs and sampling ask of them.
 
-    A family writes the five abstract members; the others have documented defaults.
+    With :class:`~ppmix.components.family.DensityFamily` this declares the family contract: the members listed in
+    ``__contract__`` (here) and ``DensityFamily.__contract__`` (the family's), nothing else. A family writes the
+    five abstract members here; the others have documented defaults. :class:`ParameterBatch`'s members (parameter
+    access and persistence, by ``param_names``) are machinery: a family declares ``param_names`` and never
+    overrides them.
 
     Required (abstract):
 
@@ -124,8 +128,10 @@ class ComponentFamily(ParameterBatch, abc.ABC):
     - :meth:`sample` ``(index, generator)``: one draw per entry of ``index``.
 
     Optional: :attr:`mean` and :attr:`covariance` (a structure's ``means_``/``covariances_``), :meth:`kl`
-    (pairwise divergences, for the OT aggregation), :meth:`observed` (rows with missing entries) and
-    :meth:`expected_statistics` (a fused E-step).
+    (pairwise divergences, for the OT aggregation) and :meth:`observed` (rows with missing entries). The Gaussians'
+    fused E-step (``_expected_statistics``, with ``_scored`` and ``_statistics_given``) is a private fast path, not
+    part of the contract: its default is the definition, which
+    :func:`~ppmix.components.family_tools.mixture_statistics` runs.
 
     Examples
     --------
@@ -141,6 +147,19 @@ class ComponentFamily(ParameterBatch, abc.ABC):
     ...
     TypeError: Can't instantiate abstract class Incomplete with abstract methods fit_statistics, log_prob, ...
     """
+
+    #: the members of the contract on the components (the rest is on the family's class)
+    __contract__: ClassVar[tuple[str, ...]] = (
+        "log_prob",
+        "statistics",
+        "fit_statistics",
+        "pyro_dist",
+        "sample",
+        "mean",
+        "covariance",
+        "kl",
+        "observed",
+    )
 
     # ----------------------------------------------------------------- required
     @abc.abstractmethod
@@ -191,8 +210,8 @@ class ComponentFamily(ParameterBatch, abc.ABC):
         """``KL(self_i || other_j)`` ``(K, K')`` where a closed form exists (the OT aggregation); default: none."""
         raise TypeError(f"{type(self).__name__} has no closed-form KL divergence")
 
-    # ----------------------------------------------------------------- helpers
-    def expected_statistics(
+    # ------------------------------------------------- private fast path (not the contract)
+    def _expected_statistics(
         self, data: Any, log_weights: torch.Tensor, row_weights: torch.Tensor | None = None
     ) -> tuple[Any, torch.Tensor]:
         """The E-step of a mixture of these components for families with ``log_prob`` and ``statistics``:

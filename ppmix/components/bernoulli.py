@@ -23,6 +23,7 @@ from ppmix.components.family import (
     WeightedSums,
     posterior_mode,
 )
+from ppmix.components.family_tools import prior_value
 from ppmix.components.independent import IndependentFeatures
 
 __all__ = ["BernoulliComponents", "BernoulliFamily"]
@@ -127,8 +128,10 @@ class BernoulliFamily(DensityFamily):
 
     def __init__(self, floor: float = 1e-10) -> None:
         self.floor = floor
+        self._check_settings()
 
-    def validate(self) -> None:
+    def _check_settings(self) -> None:
+        """Refuse a bad setting with a ``ValueError`` naming it (the constructor's last step)."""
         if not (isinstance(self.floor, (int, float)) and 0 < self.floor < 0.5):
             raise ValueError(f"floor must be a number in (0, 0.5); got {self.floor!r}")
 
@@ -150,7 +153,7 @@ class BernoulliFamily(DensityFamily):
 
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
         ones = torch.ones(d, **opts)
-        a, b = self.prior_value("probs_concentration1", ones), self.prior_value("probs_concentration0", ones)
+        a, b = prior_value(self, "probs_concentration1", ones), prior_value(self, "probs_concentration0", ones)
         return dist.Beta(a, b).to_event(1)
 
     def map_update(self, components: BernoulliComponents, stats: WeightedSums, scale: DataScale) -> None:
@@ -167,6 +170,3 @@ class BernoulliFamily(DensityFamily):
         prior = self.prior(site, 1, stats.totals.shape[1], scale, opts).base_dist
         failures = stats.counts[:, None] - stats.totals
         return dist.Beta(prior.concentration1 + stats.totals, prior.concentration0 + failures)
-
-    def n_parameters(self, k: int, d: int) -> int:
-        return k * d

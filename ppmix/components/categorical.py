@@ -24,10 +24,12 @@ from ppmix.components.family import (
     DataScale,
     DensityFamily,
     MeanStatisticsComponents,
+    PreparedRows,
     PriorKey,
     SiteSpec,
     WeightedSums,
 )
+from ppmix.components.family_tools import prior_value
 from ppmix.components.independent import IndependentFeatures
 
 __all__ = ["CategoricalComponents", "CategoricalFamily", "LevelCodes", "distinct_codes", "measured_levels"]
@@ -85,7 +87,7 @@ def measured_levels(codes: list[torch.Tensor], name: str = "X") -> int:
     return levels
 
 
-class LevelCodes:
+class LevelCodes(PreparedRows):
     """Level codes ``codes`` ``(N, D)`` on ``n_levels`` levels, with their one-hot encoding ``one_hot``
     ``(N, D * C)`` (feature-major), built on first use (a shard read before the levels of every shard are known is
     encoded once, on the fitted components' levels: :meth:`on_levels`)."""
@@ -109,6 +111,15 @@ class LevelCodes:
                 f"levels (codes 0..{n_levels - 1})"
             )
         return cls(codes, n_levels)
+
+    @property
+    def rows(self) -> torch.Tensor:
+        return self.codes
+
+    @property
+    def start_points(self) -> torch.Tensor:
+        """The one-hot rows: k-means compares answers level by level, not by the codes' order."""
+        return self.one_hot
 
     @property
     def one_hot(self) -> torch.Tensor:
@@ -268,8 +279,10 @@ class CategoricalFamily(DensityFamily):
 
     def __init__(self, n_levels: int | None = None, floor: float = 1e-4) -> None:
         self.n_levels, self.floor = n_levels, floor
+        self._check_settings()
 
-    def validate(self) -> None:
+    def _check_settings(self) -> None:
+        """Refuse a bad setting with a ``ValueError`` naming it (the constructor's last step)."""
         if self.n_levels is not None and not (isinstance(self.n_levels, int) and self.n_levels >= 1):
             raise ValueError(f"n_levels must be None or a positive integer; got {self.n_levels!r}")
         if not (isinstance(self.floor, (int, float)) and 0 < self.floor < 1e-2):
@@ -319,16 +332,9 @@ class CategoricalFamily(DensityFamily):
         levels = self.n_levels if self.n_levels is not None else int(x.max()) + 1 if x.numel() else 1
         return LevelCodes.encode(x, levels)
 
-    def rows(self, data: Any) -> torch.Tensor:
-        return data.codes if isinstance(data, LevelCodes) else data
-
-    def start_points(self, data: Any) -> torch.Tensor:
-        """The one-hot rows: k-means compares answers level by level, not by the codes' order."""
-        return data.one_hot if isinstance(data, LevelCodes) else data
-
     # ----------------------------------------------------------- the components
     def sites(self, k: int, d: int) -> dict[str, SiteSpec]:
-        return {"probs": SiteSpec(constraints.simplex, (d, self._levels()))}
+        return {"probs": SiteSpec(constraints.simplex, (d, self._levels()), dims=("feature", "level"))}
 
     def site_values(self, components: ComponentFamily) -> dict[str, torch.Tensor]:
         return {"probs": components.state_dict()["probs"]}
@@ -346,7 +352,7 @@ class CategoricalFamily(DensityFamily):
         }
 
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
-        alpha = self.prior_value("probs_concentration", torch.ones(d, self.measured(scale)._levels(), **opts))
+        alpha = prior_value(self, "probs_concentration", torch.ones(d, self.measured(scale)._levels(), **opts))
         return dist.Dirichlet(alpha).to_event(1)
 
     def map_update(self, components: CategoricalComponents, stats: WeightedSums, scale: DataScale) -> None:
@@ -365,9 +371,3 @@ class CategoricalFamily(DensityFamily):
         counts = stats.totals.reshape(k, -1, levels)
         prior = self.prior(site, 1, counts.shape[1], scale, opts).base_dist
         return dist.Dirichlet(prior.concentration + counts)
-
-    def n_parameters(self, k: int, d: int) -> int:
-        return k * d * (self._levels() - 1)
-
-    def site_dims(self) -> dict[str, list[str]]:
-        return {"probs": ["component", "feature", "level"]}

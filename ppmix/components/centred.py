@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ppmix.components.family import PreparedRows
+
 #: bytes of one block of rows of ``[x, x^2]`` or ``[x, x x^T]`` that the row-blocked passes build and reuse,
 #: for one or two CPU threads (half as much per thread beyond): small enough to stay in cache while the
 #: block's products run (on a 2-core EPYC 2 and 4 MiB run alike, 8 MiB and more 1.5-3x slower)
@@ -28,8 +30,9 @@ GPU_BLOCK_BYTES = 2**28
 
 
 @dataclass
-class CentredData:
-    """Feature matrix ``x`` with its column mean ``shift`` and ``x - shift`` cached."""
+class CentredData(PreparedRows):
+    """Feature matrix ``x`` with its column mean ``shift`` and ``x - shift`` cached (the Gaussian family's prepared
+    data: k-means starts on the centred rows)."""
 
     x: torch.Tensor
     shift: torch.Tensor
@@ -55,6 +58,14 @@ class CentredData:
     @property
     def n_samples(self) -> int:
         return int(self.x.shape[0])
+
+    @property
+    def rows(self) -> torch.Tensor:
+        return self.x
+
+    @property
+    def start_points(self) -> torch.Tensor:
+        return self.centred
 
     def block_rows(self, width: int) -> int:
         """Rows per block of a ``width``-column design built from these data (:meth:`moment_blocks`).

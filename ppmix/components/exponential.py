@@ -17,6 +17,7 @@ from ppmix.components.family import (
     WeightedSums,
     posterior_mode,
 )
+from ppmix.components.family_tools import prior_value
 from ppmix.components.independent import IndependentFeatures
 
 __all__ = ["ExponentialComponents", "ExponentialFamily"]
@@ -128,8 +129,8 @@ class ExponentialFamily(DensityFamily):
 
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
         mean = scale.get("mean", torch.ones(d)).to(**opts).clamp_min(torch.finfo(opts.get("dtype", torch.float64)).tiny)
-        shape = self.prior_value("rate_concentration", torch.ones_like(mean))
-        return dist.Gamma(shape, self.prior_value("rate_rate", mean)).to_event(1)
+        shape = prior_value(self, "rate_concentration", torch.ones_like(mean))
+        return dist.Gamma(shape, prior_value(self, "rate_rate", mean)).to_event(1)
 
     def map_update(self, components: ExponentialComponents, stats: WeightedSums, scale: DataScale) -> None:
         """``rate_k = (n_k + a - 1) / (sum_n r_nk x_n + b)`` under ``Gamma(a, b)``, in ``(0, max_rate]``."""
@@ -143,6 +144,3 @@ class ExponentialFamily(DensityFamily):
         """``rate_k | rows ~ Gamma(c + n_k, r + sum_n x_n)`` under the prior ``Gamma(c, r)``."""
         prior = self.prior(site, 1, stats.totals.shape[1], scale, opts).base_dist
         return dist.Gamma(prior.concentration + stats.counts[:, None], prior.rate + stats.totals)
-
-    def n_parameters(self, k: int, d: int) -> int:
-        return k * d

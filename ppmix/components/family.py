@@ -30,18 +30,19 @@ from typing import Any, ClassVar, Collection, Mapping
 import pyro.distributions as dist
 import torch
 from pyro.distributions import constraints
-from pyro.distributions.transforms import biject_to
 
 from ppmix.components.base import ComponentFamily
 
 __all__ = [
     "check_priors",
+    "family_settings",
     "components_from_state",
     "with_priors",
     "AdditiveStatistics",
     "DataScale",
     "DensityFamily",
     "MeanStatisticsComponents",
+    "PreparedRows",
     "PriorKey",
     "SiteSpec",
     "Statistics",
@@ -97,6 +98,11 @@ class SiteSpec:
         The shape of one component's value (``(D,)`` for a mean vector).
     shared : bool, default False
         One value for every component, outside the ``components`` plate.
+    dims : tuple of str, optional
+        ArviZ names of the event dimensions (default ``feature`` and, for a square event, ``feature_bis``).
+    conjugate : bool, default True
+        False where the family's ``conjugate_posterior`` cannot draw this site (``engine="gibbs"`` then refuses the
+        family).
 
     Examples
     --------
@@ -108,6 +114,8 @@ class SiteSpec:
     support: constraints.Constraint
     event_shape: tuple[int, ...]
     shared: bool = False
+    dims: tuple[str, ...] | None = None
+    conjugate: bool = True
 
     def value_shape(self, k: int) -> tuple[int, ...]:
         """The shape of the site's value for ``k`` components: ``(k, *event_shape)``, or ``event_shape`` if shared.
@@ -196,6 +204,29 @@ def check_priors(
         keys[key].check(key, value, map_em=map_em)
         if arrays is not None and key not in arrays and torch.as_tensor(value).numel() != 1:
             raise ValueError(f"priors[{key!r}] must be a number, not an array ({keys[key].doc}); got {value!r}")
+
+
+class PreparedRows(abc.ABC):
+    """Base of the data a family's ``prepare`` returns in place of the rows themselves (centred rows, logarithms,
+    one-hot codes, lagged frames): they know the rows they were prepared from and the points k-means starts on.
+
+    Examples
+    --------
+    >>> from ppmix.components.centred import CentredData
+    >>> data = CentredData.from_tensor(torch.tensor([[1.0], [3.0]]))
+    >>> isinstance(data, PreparedRows), data.rows.ravel().tolist(), data.start_points.ravel().tolist()
+    (True, [1.0, 3.0], [-1.0, 1.0])
+    """
+
+    @property
+    @abc.abstractmethod
+    def rows(self) -> torch.Tensor:
+        """The ``(N, D)`` rows these data were prepared from (the inverse of ``prepare``)."""
+
+    @property
+    def start_points(self) -> torch.Tensor:
+        """The points the k-means start clusters, ``(N, D')``; default: the rows."""
+        return self.rows
 
 
 class _Declared:
@@ -392,14 +423,22 @@ class MeanStatisticsComponents(ComponentFamily):
 class DensityFamily(abc.ABC):
     """A kind of component for the structures (mixture, HMM): what they ask of it, declared once.
 
-    Subclass it to write a family: set :attr:`name` and :attr:`components_class` and write the abstract
-    :meth:`sites`; the fitted components are a :class:`~ppmix.components.base.ComponentFamily`, which declares its
-    five abstract members (``log_prob``, ``statistics``, ``fit_statistics``, ``pyro_dist``, ``sample``). Every
-    other member has a default that suits most families: the settings (:meth:`config`, :meth:`validate`), the
-    data (:meth:`check_data`, :meth:`data_scale`, :meth:`prepare`), the components from the site values (by
-    name), the priors of MCMC (:meth:`prior`), MAP-EM (:meth:`map_update`), Gibbs (:meth:`conjugate_posterior`)
-    and the number of free parameters (counted from the sites). :func:`ppmix.testing.check_family` checks a
-    family against the structures and engines.
+    **The family contract** is the members a family writes or may override: ``__contract__`` here and
+    ``ComponentFamily.__contract__`` on its fitted components (:class:`~ppmix.components.base.ComponentFamily`),
+    and nothing else (``tests/components/test_protocol.py`` counts them). Six are abstract, the members every
+    family writes: :meth:`sites` here, ``log_prob``, ``statistics``, ``fit_statistics``, ``pyro_dist`` and
+    ``sample`` on the components. The optional ones have defaults that suit most families: the data
+    (:meth:`check_data`, :meth:`data_scale`, :meth:`prepare`, :meth:`measured`), the components from the site
+    values and back (:meth:`components`, :meth:`site_values`, :meth:`placeholder`; parameters passed by name), the
+    priors of MCMC (:meth:`prior`, :meth:`prior_keys`), MAP-EM (:meth:`map_update`, :meth:`map_log_prior`) and
+    Gibbs (:meth:`conjugate_posterior`). Besides them a family declares :attr:`name` and :attr:`components_class`
+    (and may declare ``start_spread``, the softening of k-means' hard start clusters); it checks its settings in
+    its constructor. What the structures derive from these members (the settings saved, the number of free
+    parameters, the ArviZ dimensions, the capabilities) is machinery, in :mod:`ppmix.components.family_tools`.
+    :func:`ppmix.testing.check_family` checks a family against the structures and engines.
+
+    A *sequence family*, whose frames depend on those before them (the autoregressive family), also writes
+    ``sequence_rows`` and ``sequence_scale`` (and its components ``sample_paths``), which the HMM alone reads.
 
     Attributes
     ----------
@@ -418,21 +457,29 @@ class DensityFamily(abc.ABC):
 
     name: ClassVar[str]
     components_class: ClassVar[type[ComponentFamily]]
+    #: the members of the contract on the family (the rest is on its components' class)
+    __contract__: ClassVar[tuple[str, ...]] = (
+        "sites",
+        "check_data",
+        "data_scale",
+        "prepare",
+        "measured",
+        "components",
+        "site_values",
+        "placeholder",
+        "prior",
+        "prior_keys",
+        "map_update",
+        "map_log_prior",
+        "conjugate_posterior",
+    )
+    #: the hyperparameters :func:`with_priors` set (none: every default), read by
+    #: :func:`~ppmix.components.family_tools.prior_value`
+    _prior_settings: Mapping[str, Any] = {}
 
     # ------------------------------------------------------------------ settings
-    def config(self) -> dict[str, Any]:
-        """The family's settings as JSON-able keyword arguments of its constructor (saved with a model); default:
-        every named constructor argument, read back from the attribute of the same name."""
-        parameters = inspect.signature(type(self)).parameters.values()
-        named = (p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
-        return {name: getattr(self, name) for name in named}
-
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.config().items())})"
-
-    def validate(self) -> None:
-        """Check the settings (called by ``fit``); raise ``ValueError`` naming the bad one."""
-        return None
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in family_settings(self).items())})"
 
     def measured(self, scale: DataScale) -> "DensityFamily":
         """The family with the settings it measures on the training data (:meth:`data_scale`) filled in from
@@ -446,29 +493,18 @@ class DensityFamily(abc.ABC):
         """Refuse data the family cannot model (e.g. negative counts), naming ``name``; default: any real data."""
         return None
 
-    def data_scale(self, x: torch.Tensor, name: str = "X") -> DataScale:
-        """What the fit needs to know of the training data's scale (floors, the priors' centre); default: nothing."""
+    def data_scale(self, x: torch.Tensor, name: str = "X", weight: torch.Tensor | None = None) -> DataScale:
+        """What the fit needs to know of the training data's scale (floors, the priors' centre), of the rows of ``x``
+        ``(N, D)`` each counted ``weight`` ``(N,)`` times where given (``sample_weight``; for integer weights, that of
+        the rows repeated). Default: nothing. A family may leave out ``weight``: it then gets the rows of positive
+        weight (:func:`~ppmix.components.family_tools.measure_data_scale`), right for a scale that depends only on
+        the values that occur (a number of levels); a family that measures spreads (a variance floor) weighs them."""
         return {}
-
-    def weighted_data_scale(self, x: torch.Tensor, weight: torch.Tensor, name: str = "X") -> DataScale:
-        """:meth:`data_scale` of the rows of ``x`` ``(N, D)`` each counted ``weight`` ``(N,)`` times
-        (``sample_weight``; for integer weights, that of the rows repeated). Default: that of the rows of positive
-        weight, which is the repeated rows' for a scale that depends only on the values that occur (a number of
-        levels); a family that measures spreads (a variance floor) weighs them."""
-        return self.data_scale(x[weight > 0], name)
 
     def prepare(self, x: torch.Tensor, components: ComponentFamily | None = None) -> Any:
         """``x`` as the fitted components' ``log_prob``/``statistics`` want it, prepared once per fit (training
         data, ``components`` None) or per prediction (``components`` the fitted ones); default: ``x`` itself."""
         return x
-
-    def rows(self, data: Any) -> torch.Tensor:
-        """The ``(N, D)`` rows of prepared data (the inverse of :meth:`prepare`)."""
-        return data
-
-    def start_points(self, data: Any) -> torch.Tensor:
-        """The points the k-means start clusters, ``(N, D)``; default: the rows."""
-        return self.rows(data)
 
     # ----------------------------------------------------------- the components
     @abc.abstractmethod
@@ -504,32 +540,10 @@ class DensityFamily(abc.ABC):
         raise NotImplementedError(f"{type(self).__name__} has no priors for MCMC")
 
     # ------------------------------------------------------------ settable priors
-    #: the hyperparameters :func:`with_priors` set (none: every default)
-    prior_settings: Mapping[str, Any] = {}
-
     def prior_keys(self) -> dict[str, PriorKey]:
         """The hyperparameters of :meth:`prior` that a model's ``priors=`` may set, with their defaults; default:
         none (the family's priors are fixed)."""
         return {}
-
-    def prior_value(self, key: str, default: torch.Tensor) -> torch.Tensor:
-        """The hyperparameter ``key``: its :attr:`prior_settings` value broadcast to ``default``'s shape, or
-        ``default``."""
-        value = self.prior_settings.get(key)
-        if value is None:
-            return default
-        tensor = torch.as_tensor(value, dtype=default.dtype, device=default.device)
-        try:
-            return tensor.expand_as(default)
-        except RuntimeError:
-            raise ValueError(
-                f"priors[{key!r}] must be a number or broadcast to shape {tuple(default.shape)}; got shape "
-                f"{tuple(tensor.shape)}"
-            ) from None
-
-    def has_map_update(self) -> bool:
-        """Whether :meth:`map_update` is written (what MAP-EM, ``engine="em"`` with ``priors``, needs)."""
-        return type(self).map_update is not DensityFamily.map_update
 
     def map_update(self, components: ComponentFamily, stats: Any, scale: DataScale) -> None:
         """MAP-EM's M-step, in place: the components maximising the expected complete-data log-likelihood
@@ -548,11 +562,6 @@ class DensityFamily(abc.ABC):
         opts = {"dtype": components.dtype, "device": components.device}
         return sum(self.prior(site, k, d, scale, opts).log_prob(value).sum() for site, value in values.items())
 
-    def has_conjugate_prior(self) -> bool:
-        """Whether :meth:`conjugate_posterior` draws every site (what ``engine="gibbs"`` needs); default: whether
-        the family writes it."""
-        return type(self).conjugate_posterior is not DensityFamily.conjugate_posterior
-
     def conjugate_posterior(
         self, site: str, stats: Any, values: dict[str, torch.Tensor], scale: DataScale, opts: dict
     ) -> dist.Distribution:
@@ -566,25 +575,6 @@ class DensityFamily(abc.ABC):
             f"the {self.name!r} family's priors are not conjugate, so engine='gibbs' cannot draw its components; "
             "use engine='mcmc'"
         )
-
-    def n_parameters(self, k: int, d: int) -> int:
-        """Free parameters of ``k`` components on ``d`` features (for the information criteria); default: the
-        dimensions of the sites' values in their unconstrained coordinates (a simplex of ``m`` entries counts ``m -
-        1``), which a family whose sites hold more than its free parameters corrects."""
-        total = 0
-        for spec in self.sites(k, d).values():
-            shape = spec.value_shape(k)
-            total += int(torch.Size(biject_to(spec.support).inv.forward_shape(shape)).numel())
-        return total
-
-    def site_dims(self) -> dict[str, list[str]]:
-        """ArviZ dimension names of each site beyond the draws: by default ``component`` (not for a shared site)
-        then ``feature`` and, for a square event, ``feature_bis``."""
-        dims = {}
-        for site, spec in self.sites(1, 2).items():
-            event = ["feature", "feature_bis"][: len(spec.event_shape)]
-            dims[site] = event if spec.shared else ["component", *event]
-        return dims
 
 
 def components_from_state(
@@ -604,19 +594,35 @@ def components_from_state(
     return cls(**{name: state[name] for name in cls.param_names}, **family._component_options(scale))
 
 
+def family_settings(family: DensityFamily) -> dict[str, Any]:
+    """``family``'s settings as JSON-able keyword arguments of its constructor (saved with a model): every named
+    constructor argument, read back from the attribute of the same name.
+
+    Examples
+    --------
+    >>> from ppmix.components.gaussian_family import GaussianFamily
+    >>> family_settings(GaussianFamily("full"))
+    {'covariance_type': 'full', 'reg_covar': 1e-06}
+    """
+    parameters = inspect.signature(type(family)).parameters.values()
+    named = (p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+    return {name: getattr(family, name) for name in named}
+
+
 def with_priors(family: DensityFamily, priors: Mapping[str, Any] | None) -> DensityFamily:
     """A copy of ``family`` whose priors take the entries of ``priors`` named in its ``prior_keys()`` (a model's
-    ``priors=``, checked by the model; other keys are the structure's), as its ``prior_settings``.
+    ``priors=``, checked by the model; other keys are the structure's), as its settings (read by
+    :func:`~ppmix.components.family_tools.prior_value`).
 
     Examples
     --------
     >>> from ppmix.components.poisson import PoissonFamily
-    >>> with_priors(PoissonFamily(), {"rate_rate": 2.0, "weights": 3.0}).prior_settings
+    >>> with_priors(PoissonFamily(), {"rate_rate": 2.0, "weights": 3.0})._prior_settings
     {'rate_rate': 2.0}
     """
     copied = copy.copy(family)
     keys = family.prior_keys()
-    copied.prior_settings = {key: value for key, value in (priors or {}).items() if key in keys}
+    copied._prior_settings = {key: value for key, value in (priors or {}).items() if key in keys}
     return copied
 
 

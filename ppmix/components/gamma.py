@@ -20,6 +20,7 @@ from pyro.distributions import constraints
 
 from ppmix.algorithms.ascent import newton_ascent
 from ppmix.components.family import DataScale, MeanStatisticsComponents, PriorKey, SiteSpec, WeightedSums
+from ppmix.components.family_tools import prior_value
 from ppmix.components.independent import IndependentFeatures
 from ppmix.components.positive import LogData, LogDataFamily, as_log_data
 
@@ -264,8 +265,10 @@ class GammaFamily(LogDataFamily):
 
     def __init__(self, max_concentration: float = 1e6) -> None:
         self.max_concentration = max_concentration
+        self._check_settings()
 
-    def validate(self) -> None:
+    def _check_settings(self) -> None:
+        """Refuse a bad setting with a ``ValueError`` naming it (the constructor's last step)."""
         if not (isinstance(self.max_concentration, (int, float)) and self.max_concentration > 0):
             raise ValueError(f"max_concentration must be a positive number; got {self.max_concentration!r}")
 
@@ -290,13 +293,13 @@ class GammaFamily(LogDataFamily):
         """``concentration ~ LogNormal(0, 1.5)`` and ``rate ~ LogNormal(-log mean_d, 2)``, each hyperparameter as
         ``priors=`` sets it (:meth:`prior_keys`)."""
         if site == "concentration":
-            loc = self.prior_value("concentration_loc", torch.zeros(d, **opts))
-            return dist.LogNormal(loc, self.prior_value("concentration_scale", torch.full((d,), 1.5, **opts))).to_event(
-                1
-            )
+            loc = prior_value(self, "concentration_loc", torch.zeros(d, **opts))
+            return dist.LogNormal(
+                loc, prior_value(self, "concentration_scale", torch.full((d,), 1.5, **opts))
+            ).to_event(1)
         mean = scale.get("mean", torch.ones(d)).to(**opts).clamp_min(torch.finfo(opts.get("dtype", torch.float64)).tiny)
-        loc = self.prior_value("rate_loc", -mean.log())
-        return dist.LogNormal(loc, self.prior_value("rate_scale", torch.full((d,), 2.0, **opts))).to_event(1)
+        loc = prior_value(self, "rate_loc", -mean.log())
+        return dist.LogNormal(loc, prior_value(self, "rate_scale", torch.full((d,), 2.0, **opts))).to_event(1)
 
     def map_update(self, components: GammaComponents, stats: LogWeightedSums, scale: DataScale) -> None:
         """Newton steps on ``(log a, log b)`` of every component and feature
@@ -325,6 +328,3 @@ class GammaFamily(LogDataFamily):
         k = components.n_components
         log_shapes = self.prior("concentration", k, d, scale, opts).log_prob(components.concentration).sum()
         return log_shapes + self.prior("rate", k, d, scale, opts).log_prob(components.rate).sum()
-
-    def n_parameters(self, k: int, d: int) -> int:
-        return 2 * k * d

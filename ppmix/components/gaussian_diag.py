@@ -131,7 +131,7 @@ class DiagGaussian(ComponentFamily):
         flagged = torch.nonzero(cancelled > cancellation_tol(self.dtype)).flatten().tolist()
         return natural, -log_norm.sum(dim=1, keepdim=True), flagged
 
-    def expected_statistics(
+    def _expected_statistics(
         self,
         data: torch.Tensor | CentredData,
         log_weights: torch.Tensor,
@@ -154,7 +154,7 @@ class DiagGaussian(ComponentFamily):
         >>> comp = DiagGaussian(torch.tensor([[0.0], [4.0]], dtype=f64), torch.ones(2, 1, dtype=f64))
         >>> x = torch.tensor([[0.1], [3.9], [4.2]], dtype=torch.float64)
         >>> log_w = torch.tensor([0.5, 0.5], dtype=torch.float64).log()
-        >>> stats, log_lik = comp.expected_statistics(x, log_w)
+        >>> stats, log_lik = comp._expected_statistics(x, log_w)
         >>> resp = torch.softmax(comp.log_prob(x) + log_w, dim=1)
         >>> bool(torch.allclose(stats.mean, comp.statistics(x, resp).mean))
         True
@@ -173,7 +173,7 @@ class DiagGaussian(ComponentFamily):
             counts, mean_c, spread, inexact = self._moments_from_sums(totals, sums)
             if not inexact:
                 return GaussianStatistics(totals, mean_c + data.shift, spread * counts[:, None]), log_likelihood
-        return super().expected_statistics(data, log_weights, row_weights)
+        return super()._expected_statistics(data, log_weights, row_weights)
 
     def fitted_feature_log_likelihood(self, counts: torch.Tensor) -> torch.Tensor:
         """``sum_n w_nk log N(x_nd | k)`` per component and feature, ``(K, D)``, right after :meth:`fit`.

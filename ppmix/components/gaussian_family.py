@@ -19,6 +19,7 @@ from ppmix._validation import InvalidDataError, check_float
 from ppmix.components.base import ComponentFamily
 from ppmix.components.centred import CentredData, as_floor
 from ppmix.components.family import DataScale, DensityFamily, PriorKey, SiteSpec
+from ppmix.components.family_tools import has_conjugate_prior, prior_value
 from ppmix.components.gaussian_diag import DiagGaussian, SphericalGaussian
 from ppmix.components.gaussian_full import FullGaussian, TiedGaussian
 from ppmix.components.gaussian_map import covariance_log_prior, map_covariance, map_means
@@ -258,8 +259,9 @@ class GaussianFamily(DensityFamily):
 
     Examples
     --------
+    >>> from ppmix.components.family_tools import n_parameters
     >>> family = GaussianFamily("full")
-    >>> sorted(family.sites(3, 2)), family.n_parameters(3, 2)
+    >>> sorted(family.sites(3, 2)), n_parameters(family, 3, 2)
     (['corr_cholesky', 'locs', 'scales'], 15)
     """
 
@@ -267,8 +269,10 @@ class GaussianFamily(DensityFamily):
 
     def __init__(self, covariance_type: str = "diag", reg_covar: float = 1e-6) -> None:
         self.covariance_type, self.reg_covar = covariance_type, reg_covar
+        self._check_settings()
 
-    def validate(self) -> None:
+    def _check_settings(self) -> None:
+        """Refuse a bad setting with a ``ValueError`` naming it (the constructor's last step)."""
         if self.covariance_type not in COVARIANCE_TYPES:
             raise ValueError(f"covariance_type must be one of {COVARIANCE_TYPES}; got {self.covariance_type!r}")
         check_float(self.reg_covar, "reg_covar", positive=False)
@@ -279,9 +283,13 @@ class GaussianFamily(DensityFamily):
         return classes.get(self.covariance_type, FullGaussian)
 
     # ---------------------------------------------------------------------- data
-    def data_scale(self, x: torch.Tensor, name: str = "X") -> DataScale:
+    def data_scale(self, x: torch.Tensor, name: str = "X", weight: torch.Tensor | None = None) -> DataScale:
         """Column means, standard deviations (for MCMC's weak priors) and the variance floor (``floor``),
-        from at most :data:`SCALE_SAMPLE_ROWS` rows; refuses data whose squares the dtype cannot hold."""
+        from at most :data:`SCALE_SAMPLE_ROWS` rows; refuses data whose squares the dtype cannot hold. With ``weight``,
+        of the rows of ``x`` each counted ``weight`` times
+        (:func:`~ppmix.components.gaussian_family.weighted_data_scale`)."""
+        if weight is not None:
+            return weighted_data_scale(x, weight, self.reg_covar)
         if x.shape[0] < 2:
             return {"mean": x.mean(0), "std": torch.ones_like(x[0]), "floor": relative_floor(x, self.reg_covar)}
         sample = scale_sample(x)  # drawn once: the robust spread and the prior's scale
@@ -293,31 +301,24 @@ class GaussianFamily(DensityFamily):
             "floor": relative_floor(x, self.reg_covar, spread=spread),
         }
 
-    def weighted_data_scale(self, x: torch.Tensor, weight: torch.Tensor, name: str = "X") -> DataScale:
-        """:meth:`data_scale` of the rows of ``x`` each counted ``weight`` times (:func:`weighted_data_scale`)."""
-        return weighted_data_scale(x, weight, self.reg_covar)
-
     def prepare(self, x: torch.Tensor, components: ComponentFamily | None = None) -> CentredData:
         """Training data centred at their mean; prediction data at the fitted components' ``reference``
         (so a row's output depends on that row and the model only)."""
         return CentredData.from_tensor(x, None if components is None else components.reference)
 
-    def rows(self, data: Any) -> torch.Tensor:
-        return data.x if isinstance(data, CentredData) else data
-
-    def start_points(self, data: Any) -> torch.Tensor:
-        return data.centred if isinstance(data, CentredData) else data
-
     # ----------------------------------------------------------- the components
     def sites(self, k: int, d: int) -> dict[str, SiteSpec]:
         scales = () if self.covariance_type == "spherical" else (d,)
         tied = self.covariance_type == "tied"
+        # the means and variances of diagonal and spherical components are conditionally conjugate, a full or tied
+        # covariance's scales and LKJ correlation are not (:meth:`conjugate_posterior`)
+        matrix = self.covariance_type in ("full", "tied")
         sites = {
             "locs": SiteSpec(constraints.real, (d,)),
-            "scales": SiteSpec(constraints.positive, scales, shared=tied),
+            "scales": SiteSpec(constraints.positive, scales, shared=tied, conjugate=not matrix),
         }
-        if self.covariance_type in ("full", "tied"):
-            sites["corr_cholesky"] = SiteSpec(constraints.corr_cholesky, (d, d), shared=tied)
+        if matrix:
+            sites["corr_cholesky"] = SiteSpec(constraints.corr_cholesky, (d, d), shared=tied, conjugate=False)
         return sites
 
     def _component_options(self, scale: DataScale) -> dict[str, Any]:
@@ -365,9 +366,9 @@ class GaussianFamily(DensityFamily):
         mean = scale.get("mean", torch.zeros(d)).to(**opts)
         std = scale.get("std", torch.ones(d)).to(**opts)
         if site == "locs":
-            return dist.Normal(self.prior_value("locs_loc", mean), self.prior_value("locs_scale", 3.0 * std)).to_event(
-                1
-            )
+            return dist.Normal(
+                prior_value(self, "locs_loc", mean), prior_value(self, "locs_scale", 3.0 * std)
+            ).to_event(1)
         if site == "scales":
             shape, rate = self._variance_prior(std)
             scales = dist.TransformedDistribution(dist.InverseGamma(shape, rate), [PowerTransform(0.5)])
@@ -376,18 +377,13 @@ class GaussianFamily(DensityFamily):
 
     def _corr_concentration(self, opts: dict) -> torch.Tensor:
         """The LKJ concentration of the correlations (default 2)."""
-        return self.prior_value("corr_concentration", torch.tensor(2.0, **opts))
+        return prior_value(self, "corr_concentration", torch.tensor(2.0, **opts))
 
     def _variance_prior(self, std: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Shape and rate of the inverse-gamma prior of every variance, from the data's standard deviations."""
         variance = std.square().mean() if self.covariance_type == "spherical" else std.square()
-        shape = self.prior_value("variance_concentration", torch.ones_like(variance))
-        return shape, self.prior_value("variance_rate", VARIANCE_PRIOR_SHARE * variance)
-
-    def has_map_update(self) -> bool:
-        """Every covariance type: diagonal and spherical in closed form, full and tied by generalised EM
-        (:mod:`~ppmix.components.gaussian_map`)."""
-        return True
+        shape = prior_value(self, "variance_concentration", torch.ones_like(variance))
+        return shape, prior_value(self, "variance_rate", VARIANCE_PRIOR_SHARE * variance)
 
     def map_update(self, components: ComponentFamily, stats: Any, scale: DataScale) -> None:
         """Diagonal or spherical components, one conditional maximisation after the other (ECM, so MAP-EM's
@@ -464,11 +460,6 @@ class GaussianFamily(DensityFamily):
         variance = components.variance[:, 0] if self.covariance_type == "spherical" else components.variance
         return log_locs + dist.InverseGamma(shape, rate).log_prob(variance).sum()
 
-    def has_conjugate_prior(self) -> bool:
-        """Diagonal and spherical covariances: the means and variances are conditionally conjugate (a full or tied
-        covariance's scales and LKJ correlation are not)."""
-        return self.covariance_type in ("diag", "spherical")
-
     def conjugate_posterior(
         self, site: str, stats: Any, values: dict[str, torch.Tensor], scale: DataScale, opts: dict
     ) -> dist.Distribution:
@@ -477,7 +468,7 @@ class GaussianFamily(DensityFamily):
         ``m = (m0 / s0^2 + n_k xbar_k / var_k) / P`` under the prior ``N(m0, s0^2)``; then ``var_k | locs_k ~
         InverseGamma(a + n_k / 2, b + (S_k + n_k (xbar_k - locs_k)^2) / 2)`` under ``InverseGamma(a, b)``
         (spherical: summed over the features, ``a + n_k D / 2``), drawn as ``scales = sqrt(var)``."""
-        if not self.has_conjugate_prior():
+        if not has_conjugate_prior(self):
             raise NotImplementedError(
                 f"covariance_type={self.covariance_type!r}: the scales and LKJ correlation are not conjugate"
             )
@@ -499,10 +490,3 @@ class GaussianFamily(DensityFamily):
         else:
             shape, rate = shape + counts / 2, rate + squares / 2
         return dist.TransformedDistribution(dist.InverseGamma(shape, rate), [PowerTransform(0.5)])
-
-    def n_parameters(self, k: int, d: int) -> int:
-        """``K D`` means and ``K D`` variances (``K`` spherical ones, ``K D (D + 1) / 2`` covariances, ``D (D + 1)
-        / 2`` tied ones)."""
-        full = d * (d + 1) // 2
-        variances = {"diag": k * d, "spherical": k, "tied": full}.get(self.covariance_type, k * full)
-        return k * d + variances

@@ -136,7 +136,7 @@ class FullGaussian(ComponentFamily):
             return self._log_prob_whitened(data)
         return blocked_log_density(data, *natural, outer=True)
 
-    def expected_statistics(
+    def _expected_statistics(
         self,
         data: torch.Tensor | CentredData,
         log_weights: torch.Tensor,
@@ -159,7 +159,7 @@ class FullGaussian(ComponentFamily):
         >>> comp.loc[1] = 3.0
         >>> x = torch.tensor([[0.1, 0.2], [2.9, 3.3], [3.2, 2.7]], dtype=torch.float64)
         >>> log_w = torch.tensor([0.5, 0.5], dtype=torch.float64).log()
-        >>> stats, log_lik = comp.expected_statistics(x, log_w)
+        >>> stats, log_lik = comp._expected_statistics(x, log_w)
         >>> resp = torch.softmax(comp.log_prob(x) + log_w, dim=1)
         >>> bool(torch.allclose(stats.scatter, comp.statistics(x, resp).scatter))
         True
@@ -178,7 +178,7 @@ class FullGaussian(ComponentFamily):
             mean_c, covs, inexact = self._covariances_from_sums(counts, sums)
             if not inexact:
                 return GaussianStatistics(totals, mean_c + data.shift, covs * counts[:, None, None]), log_likelihood
-        return super().expected_statistics(data, log_weights, row_weights)
+        return super()._expected_statistics(data, log_weights, row_weights)
 
     def _covariances_from_sums(
         self, counts: torch.Tensor, sums: torch.Tensor
@@ -419,13 +419,13 @@ class TiedGaussian(FullGaussian):
     [1.0, 1.0]
     """
 
-    def expected_statistics(
+    def _expected_statistics(
         self,
         data: torch.Tensor | CentredData,
         log_weights: torch.Tensor,
         row_weights: torch.Tensor | None = None,
     ) -> tuple[GaussianStatistics, torch.Tensor]:
-        """One fused E-step pass, as :meth:`FullGaussian.expected_statistics`, in ``D`` columns, not ``D + D(D+1)/2``.
+        """One fused E-step pass, as :meth:`FullGaussian._expected_statistics`, in ``D`` columns, not ``D + D(D+1)/2``.
 
         With one precision ``P`` for all components, ``x^T P x / 2`` is the same in every component's log-density:
         the responsibilities need only ``log w_k + const_k + (P mu_k) . x`` (one ``(K, D)`` by ``(D, N)`` product),
@@ -441,8 +441,8 @@ class TiedGaussian(FullGaussian):
         >>> comp = TiedGaussian(torch.tensor([[0.0, 0.0], [3.0, 3.0]], dtype=f64), eye)
         >>> x = torch.tensor([[0.1, 0.2], [2.9, 3.3], [3.2, 2.7], [0.4, -0.3]], dtype=f64)
         >>> log_w = torch.tensor([0.5, 0.5], dtype=f64).log()
-        >>> stats, log_lik = comp.expected_statistics(x, log_w)
-        >>> full_stats, full_log_lik = FullGaussian.expected_statistics(comp, x, log_w)
+        >>> stats, log_lik = comp._expected_statistics(x, log_w)
+        >>> full_stats, full_log_lik = FullGaussian._expected_statistics(comp, x, log_w)
         >>> bool(torch.allclose(log_lik, full_log_lik)), bool(torch.allclose(stats.mean, full_stats.mean))
         (True, True)
         >>> bool(torch.allclose(stats.scatter.sum(0), full_stats.scatter.sum(0)))
@@ -462,7 +462,7 @@ class TiedGaussian(FullGaussian):
             stats = self._pooled_statistics(data, totals, sums, second)
             if stats is not None:
                 return stats, log_likelihood - 0.5 * (precision * second).sum()
-        return super().expected_statistics(data, log_weights, row_weights)
+        return super()._expected_statistics(data, log_weights, row_weights)
 
     def _linear_natural(self, data: CentredData) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
         """``P mu_k`` ``(K, D)``, the constants ``(K, 1)`` of the log-densities less their shared ``-x^T P x / 2``

@@ -37,6 +37,7 @@ from ppmix.components.family import (
     posterior_mode,
     with_priors,
 )
+from ppmix.components.family_tools import prior_value
 from ppmix.components.gaussian_diag import DiagGaussian
 from ppmix.components.gaussian_family import GaussianFamily
 from ppmix.components.gaussian_full import FullGaussian
@@ -370,14 +371,16 @@ class GaussianMixtureFamily(DensityFamily):
 
     def __init__(self, n_mix: int = 2, covariance_type: str = "diag", reg_covar: float = 1e-6) -> None:
         self.n_mix, self.covariance_type, self.reg_covar = n_mix, covariance_type, reg_covar
+        self._check_settings()
 
     @property
     def _gaussian(self) -> GaussianFamily:
         """The Gaussian family of the Gaussians inside: data checks, scale, floors, preparation and priors (with
         :attr:`prior_settings`)."""
-        return with_priors(GaussianFamily(self.covariance_type, self.reg_covar), self.prior_settings)
+        return with_priors(GaussianFamily(self.covariance_type, self.reg_covar), self._prior_settings)
 
-    def validate(self) -> None:
+    def _check_settings(self) -> None:
+        """Refuse a bad setting with a ``ValueError`` naming it (the constructor's last step)."""
         if isinstance(self.n_mix, bool) or not isinstance(self.n_mix, int) or self.n_mix < 1:
             raise ValueError(f"n_mix must be a positive integer; got {self.n_mix!r}")
         if self.covariance_type not in MIXTURE_COVARIANCE_TYPES:
@@ -385,7 +388,7 @@ class GaussianMixtureFamily(DensityFamily):
                 f"covariance_type must be one of {MIXTURE_COVARIANCE_TYPES} for a mixture emission; "
                 f"got {self.covariance_type!r}"
             )
-        self._gaussian.validate()
+        GaussianFamily(self.covariance_type, self.reg_covar)  # whose constructor checks reg_covar
 
     @property
     def components_class(self) -> type[ComponentFamily]:  # type: ignore[override]
@@ -401,22 +404,19 @@ class GaussianMixtureFamily(DensityFamily):
     def prepare(self, x: torch.Tensor, components: ComponentFamily | None = None) -> CentredData:
         return self._gaussian.prepare(x, components)
 
-    def rows(self, data: Any) -> torch.Tensor:
-        return self._gaussian.rows(data)
-
-    def start_points(self, data: Any) -> torch.Tensor:
-        return self._gaussian.start_points(data)
-
     # ----------------------------------------------------------- the components
     def sites(self, k: int, d: int) -> dict[str, SiteSpec]:
         m = self.n_mix
         sites = {
-            "mix_weights": SiteSpec(constraints.simplex, (m,)),
-            "locs": SiteSpec(constraints.real, (m, d)),
-            "scales": SiteSpec(constraints.positive, (m, d)),
+            # ArviZ dimensions: ``mix`` (the Gaussian within the component), then the features
+            "mix_weights": SiteSpec(constraints.simplex, (m,), dims=("mix",)),
+            "locs": SiteSpec(constraints.real, (m, d), dims=("mix", "feature")),
+            "scales": SiteSpec(constraints.positive, (m, d), dims=("mix", "feature")),
         }
         if self.covariance_type == "full":
-            sites["corr_cholesky"] = SiteSpec(constraints.corr_cholesky, (m, d, d))
+            sites["corr_cholesky"] = SiteSpec(
+                constraints.corr_cholesky, (m, d, d), dims=("mix", "feature", "feature_bis")
+            )
         return sites
 
     def _component_options(self, scale: DataScale) -> dict[str, Any]:
@@ -459,7 +459,7 @@ class GaussianMixtureFamily(DensityFamily):
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
         """``mix_weights ~ Dirichlet(1)``; every Gaussian under the Gaussian family's priors."""
         if site == "mix_weights":
-            return dist.Dirichlet(self.prior_value("mix_concentration", torch.ones(self.n_mix, **opts)))
+            return dist.Dirichlet(prior_value(self, "mix_concentration", torch.ones(self.n_mix, **opts)))
         single = self._gaussian.prior(site, k, d, scale, opts)
         return single.expand((self.n_mix,)).to_event(1)
 
@@ -482,15 +482,3 @@ class GaussianMixtureFamily(DensityFamily):
         return weights.log_prob(components.mix_weights).sum() + self._gaussian.map_log_prior(
             components._inner(), d, scale
         )
-
-    def site_dims(self) -> dict[str, list[str]]:
-        """ArviZ dimensions: ``component``, then ``mix`` (the Gaussian within it), then the features."""
-        dims = {
-            name: ["component", "mix", "feature", "feature_bis"][: 3 + (name == "corr_cholesky")]
-            for name in self.sites(1, 2)
-        }
-        return {**dims, "mix_weights": ["component", "mix"]}
-
-    def n_parameters(self, k: int, d: int) -> int:
-        """``K (M - 1)`` mixing weights and the ``K M`` Gaussians' parameters."""
-        return k * (self.n_mix - 1) + self._gaussian.n_parameters(k * self.n_mix, d)

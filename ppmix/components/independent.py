@@ -63,6 +63,11 @@ class IndependentFeatures:
         independent given the component)."""
         return resp @ self.mean
 
+    def join_features(self, fitted: list[Any]) -> None:
+        """Take the features ``fitted`` (each :meth:`feature` fitted) as these components' parameters."""
+        for name in self.param_names:
+            setattr(self, name, torch.cat([getattr(part, name) for part in fitted], dim=1))
+
 
 def split_by_feature(stats: Any, n_features: int) -> tuple[Any, ...]:
     """A family's statistics ``stats`` (a dataclass of tensors: ``(K,)`` totals over the rows, ``(K, D * c)``
@@ -146,7 +151,7 @@ class ObservedFeatures(ComponentsView):
     under the responsibilities times its observation mask (:class:`FeatureStatistics`), and
     :meth:`fit_statistics` fits each feature of the underlying components from its own (in place). The EM of the
     structures then runs through the generic two-pass E-step of
-    :meth:`~ppmix.components.base.ComponentFamily.expected_statistics`.
+    :func:`~ppmix.components.family_tools.mixture_statistics`.
 
     Parameters
     ----------
@@ -199,7 +204,5 @@ class ObservedFeatures(ComponentsView):
         components = self.components
         n_features = components.mean.shape[1]
         parts = stats.features if isinstance(stats, FeatureStatistics) else split_by_feature(stats, n_features)
-        fitted = [components.feature(d).fit_statistics(part) for d, part in enumerate(parts)]
-        for name in components.param_names:
-            setattr(components, name, torch.cat([getattr(part, name) for part in fitted], dim=1))
+        components.join_features([components.feature(d).fit_statistics(part) for d, part in enumerate(parts)])
         return components

@@ -90,13 +90,13 @@ class LogNormalComponents(IndependentFeatures, ComponentFamily):
         data = self._log_data(data)
         return self._normal().log_prob(data.log) - data.log.x.sum(1, keepdim=True)
 
-    def expected_statistics(
+    def _expected_statistics(
         self, data: torch.Tensor | LogData, log_weights: torch.Tensor, row_weights: torch.Tensor | None = None
     ) -> tuple[GaussianStatistics, torch.Tensor]:
         """The fused E-step of :class:`~ppmix.components.DiagGaussian` on ``log x``, its log-likelihood less the
         (row-weighted) Jacobian ``sum_n sum_d log x_nd``."""
         data = self._log_data(data)
-        stats, log_likelihood = self._normal().expected_statistics(data.log, log_weights, row_weights)
+        stats, log_likelihood = self._normal()._expected_statistics(data.log, log_weights, row_weights)
         jacobian = data.log.x.sum(1)
         if row_weights is None:
             return stats, log_likelihood - jacobian.sum()
@@ -163,24 +163,22 @@ class LogNormalFamily(LogDataFamily):
 
     def __init__(self, reg_covar: float = 1e-6) -> None:
         self.reg_covar = reg_covar
+        self._check_settings()
 
     def _log_gaussian(self) -> GaussianFamily:
         """The diagonal Gaussian family of ``log x``, whose data scale and priors (with :attr:`prior_settings`) these
         are."""
-        return with_priors(GaussianFamily("diag", self.reg_covar), self.prior_settings)
+        return with_priors(GaussianFamily("diag", self.reg_covar), self._prior_settings)
 
-    def validate(self) -> None:
+    def _check_settings(self) -> None:
+        """Refuse a bad setting with a ``ValueError`` naming it (the constructor's last step)."""
         check_float(self.reg_covar, "reg_covar", positive=False)
 
-    def data_scale(self, x: torch.Tensor, name: str = "X") -> DataScale:
+    def data_scale(self, x: torch.Tensor, name: str = "X", weight: torch.Tensor | None = None) -> DataScale:
         """The mean, standard deviation and variance floor (``floor``) of ``log x`` (the Gaussian family's), the
         floor ``reg_covar`` where ``x`` is constant up to rounding."""
-        scale = self._log_gaussian().data_scale(x.log(), name)
-        return self._floored_where_constant(scale, robust_spread(scale_sample(x)))
-
-    def weighted_data_scale(self, x: torch.Tensor, weight: torch.Tensor, name: str = "X") -> DataScale:
-        scale = self._log_gaussian().weighted_data_scale(x.log(), weight, name)
-        return self._floored_where_constant(scale, robust_spread(x, weight))
+        scale = self._log_gaussian().data_scale(x.log(), name, weight)
+        return self._floored_where_constant(scale, robust_spread(scale_sample(x) if weight is None else x, weight))
 
     def _floored_where_constant(self, scale: DataScale, spread: torch.Tensor) -> DataScale:
         """``scale`` with the absolute floor ``reg_covar`` on the features whose robust spread in ``x`` is zero."""
@@ -222,6 +220,3 @@ class LogNormalFamily(LogDataFamily):
         renamed = {"loc": "locs", "scale": "scales"}
         gaussian_values = {renamed[name]: value for name, value in values.items() if name in renamed}
         return self._log_gaussian().conjugate_posterior(renamed[site], stats, gaussian_values, scale, opts)
-
-    def n_parameters(self, k: int, d: int) -> int:
-        return 2 * k * d

@@ -38,11 +38,13 @@ from ppmix.components.family import (
     DataScale,
     DensityFamily,
     MeanStatisticsComponents,
+    PreparedRows,
     PriorKey,
     SiteSpec,
     Statistics,
     WeightedSums,
 )
+from ppmix.components.family_tools import prior_value
 from ppmix.components.independent import ComponentsView
 
 __all__ = [
@@ -72,7 +74,7 @@ def log_multinomial_coefficient(x: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass
-class CountRows:
+class CountRows(PreparedRows):
     """Count vectors ``x`` ``(N, D)`` with their multinomial coefficients ``log_coefficient`` ``(N,)``."""
 
     x: torch.Tensor
@@ -81,6 +83,16 @@ class CountRows:
     @classmethod
     def from_tensor(cls, x: torch.Tensor) -> "CountRows":
         return cls(x, log_multinomial_coefficient(x))
+
+    @property
+    def rows(self) -> torch.Tensor:
+        return self.x
+
+    @property
+    def start_points(self) -> torch.Tensor:
+        """Each row's shares of its total (zero for a row without counts): k-means compares the rows' profiles."""
+        totals = self.x.sum(1, keepdim=True)
+        return self.x / torch.where(totals > 0, totals, 1.0)
 
 
 class RowTotalMultinomial(dist.TorchDistribution):
@@ -382,8 +394,10 @@ class MultinomialFamily(DensityFamily):
 
     def __init__(self, floor: float = 1e-10) -> None:
         self.floor = floor
+        self._check_settings()
 
-    def validate(self) -> None:
+    def _check_settings(self) -> None:
+        """Refuse a bad setting with a ``ValueError`` naming it (the constructor's last step)."""
         if not (isinstance(self.floor, (int, float)) and 0 < self.floor < 1e-2):
             raise ValueError(f"floor must be a number in (0, 0.01); got {self.floor!r}")
 
@@ -401,15 +415,6 @@ class MultinomialFamily(DensityFamily):
     def prepare(self, x: torch.Tensor, components: ComponentFamily | None = None) -> CountRows:
         return CountRows.from_tensor(x)
 
-    def rows(self, data: Any) -> torch.Tensor:
-        return data.x if isinstance(data, CountRows) else data
-
-    def start_points(self, data: Any) -> torch.Tensor:
-        """Each row's shares of its total (zero for a row without counts): k-means compares the rows' profiles."""
-        x = self.rows(data)
-        totals = x.sum(1, keepdim=True)
-        return x / torch.where(totals > 0, totals, 1.0)
-
     def sites(self, k: int, d: int) -> dict[str, SiteSpec]:
         return {"probs": SiteSpec(constraints.simplex, (d,))}
 
@@ -425,7 +430,7 @@ class MultinomialFamily(DensityFamily):
         }
 
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
-        return dist.Dirichlet(self.prior_value("probs_concentration", torch.ones(d, **opts)))
+        return dist.Dirichlet(prior_value(self, "probs_concentration", torch.ones(d, **opts)))
 
     def map_update(self, components: MultinomialComponents, stats: WeightedSums, scale: DataScale) -> None:
         """The weighted MLE of the counts plus ``alpha - 1`` under ``Dirichlet(alpha)``: the posterior mode."""
@@ -439,6 +444,3 @@ class MultinomialFamily(DensityFamily):
         """``probs_k | rows ~ Dirichlet(alpha + sum_n x_n)`` under the prior ``Dirichlet(alpha)``."""
         prior = self.prior(site, 1, stats.totals.shape[1], scale, opts)
         return dist.Dirichlet(prior.concentration + stats.totals)
-
-    def n_parameters(self, k: int, d: int) -> int:
-        return k * (d - 1)

@@ -27,6 +27,7 @@ from ppmix.components.family import (
     WeightedSums,
     posterior_mode,
 )
+from ppmix.components.family_tools import prior_value
 from ppmix.components.independent import IndependentFeatures
 
 __all__ = ["PoissonComponents", "PoissonFamily"]
@@ -126,8 +127,10 @@ class PoissonFamily(DensityFamily):
 
     def __init__(self, floor: float = 1e-10) -> None:
         self.floor = floor
+        self._check_settings()
 
-    def validate(self) -> None:
+    def _check_settings(self) -> None:
+        """Refuse a bad setting with a ``ValueError`` naming it (the constructor's last step)."""
         if not (isinstance(self.floor, (int, float)) and self.floor > 0):
             raise ValueError(f"floor must be a positive number; got {self.floor!r}")
 
@@ -152,8 +155,8 @@ class PoissonFamily(DensityFamily):
 
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
         mean = scale.get("mean", torch.ones(d)).to(**opts).clamp_min(self.floor)
-        shape = self.prior_value("rate_concentration", torch.ones_like(mean))
-        return dist.Gamma(shape, self.prior_value("rate_rate", 1.0 / mean)).to_event(1)
+        shape = prior_value(self, "rate_concentration", torch.ones_like(mean))
+        return dist.Gamma(shape, prior_value(self, "rate_rate", 1.0 / mean)).to_event(1)
 
     def map_update(self, components: PoissonComponents, stats: WeightedSums, scale: DataScale) -> None:
         """``rate_k = (sum_n r_nk x_n + a - 1) / (n_k + b)`` under ``Gamma(a, b)``, at least ``floor``."""
@@ -167,6 +170,3 @@ class PoissonFamily(DensityFamily):
         """``rate_k | rows ~ Gamma(c + sum_n x_n, r + n_k)`` under the prior ``Gamma(c, r)``."""
         prior = self.prior(site, 1, stats.totals.shape[1], scale, opts).base_dist
         return dist.Gamma(prior.concentration + stats.totals, prior.rate + stats.counts[:, None])
-
-    def n_parameters(self, k: int, d: int) -> int:
-        return k * d

@@ -16,13 +16,13 @@ import torch
 
 from ppmix._validation import InvalidDataError
 from ppmix.components.centred import CentredData
-from ppmix.components.family import DensityFamily
+from ppmix.components.family import DensityFamily, PreparedRows
 
 __all__ = ["LogData", "LogDataFamily", "as_log_data", "check_positive"]
 
 
 @dataclass
-class LogData:
+class LogData(PreparedRows):
     """Positive rows ``x`` ``(N, D)`` and their logarithms ``log``, centred (``log.x`` is ``log x``).
 
     Examples
@@ -43,6 +43,15 @@ class LogData:
     @property
     def n_samples(self) -> int:
         return int(self.x.shape[0])
+
+    @property
+    def rows(self) -> torch.Tensor:
+        return self.x
+
+    @property
+    def start_points(self) -> torch.Tensor:
+        """The centred logarithms, where components of different scales are apart."""
+        return self.log.centred
 
 
 def as_log_data(
@@ -95,9 +104,3 @@ class LogDataFamily(DensityFamily):
 
     def prepare(self, x: torch.Tensor, components: Any = None) -> LogData:
         return LogData.from_tensor(x)
-
-    def rows(self, data: Any) -> torch.Tensor:
-        return data.x if isinstance(data, LogData) else data
-
-    def start_points(self, data: Any) -> torch.Tensor:
-        return data.log.centred if isinstance(data, LogData) else data.log()

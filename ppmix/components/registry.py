@@ -18,6 +18,7 @@ from typing import Any
 
 from ppmix.components.expert_family import ExpertFamily
 from ppmix.components.family import DensityFamily
+from ppmix.components.family_tools import family_settings
 
 __all__ = [
     "EXPERT_FAMILIES",
@@ -47,6 +48,7 @@ FAMILIES: dict[str, str | type] = {
     "gamma": "ppmix.components.gamma:GammaFamily",
     "lognormal": "ppmix.components.lognormal:LogNormalFamily",
     "autoregressive": "ppmix.components.autoregressive:AutoRegressiveFamily",
+    "independent": "ppmix.components.columns:Independent",
 }
 
 #: registered expert (conditional) families of MixtureOfExperts: name -> "module:Class"
@@ -291,5 +293,5 @@ def family_config(family: Any) -> Any:
                 f"{type(family).__name__} is not the family registered as {family.name!r}: a saved model could not "
                 f"load it back; {remedy}"
             )
-        return {"name": family.name, **family.config()}
+        return {"name": family.name, **(family_settings(family) if density else family.config())}
     return family

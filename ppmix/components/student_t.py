@@ -25,6 +25,7 @@ from ppmix._validation import check_float
 from ppmix.components.base import ComponentFamily
 from ppmix.components.centred import as_floor, padded_counts
 from ppmix.components.family import DataScale, DensityFamily, PriorKey, SiteSpec, components_from_state, with_priors
+from ppmix.components.family_tools import prior_value
 from ppmix.components.gaussian_diag import DiagGaussian
 from ppmix.components.gaussian_family import GaussianFamily
 from ppmix.components.gaussian_full import FullGaussian, checked_cholesky, floored_covariance
@@ -461,7 +462,8 @@ class StudentTFamily(DensityFamily):
     >>> mix = Mixture(2, family="student_t", seed=0, progress=False).fit(X)
     >>> bool(np.allclose(np.sort(mix.means_.mean(1).numpy()), [0.0, 10.0], atol=0.3))
     True
-    >>> sorted(StudentTFamily("full").sites(2, 3)), StudentTFamily("full").n_parameters(2, 3)
+    >>> from ppmix.components.family_tools import n_parameters
+    >>> sorted(StudentTFamily("full").sites(2, 3)), n_parameters(StudentTFamily("full"), 2, 3)
     (['corr_cholesky', 'df', 'loc', 'scales'], 20)
     """
 
@@ -476,8 +478,10 @@ class StudentTFamily(DensityFamily):
     ) -> None:
         self.covariance_type = covariance_type
         self.reg_covar, self.min_df, self.max_df = reg_covar, min_df, max_df
+        self._check_settings()
 
-    def validate(self) -> None:
+    def _check_settings(self) -> None:
+        """Refuse a bad setting with a ``ValueError`` naming it (the constructor's last step)."""
         if self.covariance_type not in COVARIANCE_TYPES:
             raise ValueError(f"covariance_type must be one of {COVARIANCE_TYPES}; got {self.covariance_type!r}")
         check_float(self.reg_covar, "reg_covar", positive=False)
@@ -490,12 +494,9 @@ class StudentTFamily(DensityFamily):
     def components_class(self) -> type[StudentTBase]:  # type: ignore[override]
         return FullStudentTComponents if self.covariance_type == "full" else StudentTComponents
 
-    def data_scale(self, x: torch.Tensor, name: str = "X") -> DataScale:
+    def data_scale(self, x: torch.Tensor, name: str = "X", weight: torch.Tensor | None = None) -> DataScale:
         """The Gaussian family's: column means, standard deviations and the floor of ``scale^2``."""
-        return GaussianFamily(reg_covar=self.reg_covar).data_scale(x, name)
-
-    def weighted_data_scale(self, x: torch.Tensor, weight: torch.Tensor, name: str = "X") -> DataScale:
-        return GaussianFamily(reg_covar=self.reg_covar).weighted_data_scale(x, weight, name)
+        return GaussianFamily(reg_covar=self.reg_covar).data_scale(x, name, weight)
 
     def sites(self, k: int, d: int) -> dict[str, SiteSpec]:
         sites = {"df": SiteSpec(constraints.positive, ()), "loc": SiteSpec(constraints.real, (d,))}
@@ -546,7 +547,7 @@ class StudentTFamily(DensityFamily):
     def _gaussian(self) -> GaussianFamily:
         """The Gaussian family of the same covariance type, with :attr:`prior_settings`: the priors of ``loc`` and
         the scale matrix, and their MAP update."""
-        return with_priors(GaussianFamily(self.covariance_type, self.reg_covar), self.prior_settings)
+        return with_priors(GaussianFamily(self.covariance_type, self.reg_covar), self._prior_settings)
 
     def prior_keys(self) -> dict[str, PriorKey]:
         """The Gaussian family's keys (``locs_loc``, ``locs_scale``, ``variance_concentration``, ``variance_rate``;
@@ -565,8 +566,8 @@ class StudentTFamily(DensityFamily):
     def _df_prior(self, opts: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """The shape and rate of the Gamma prior of ``df``."""
         return (
-            self.prior_value("df_concentration", torch.tensor(2.0, **opts)),
-            self.prior_value("df_rate", torch.tensor(0.1, **opts)),
+            prior_value(self, "df_concentration", torch.tensor(2.0, **opts)),
+            prior_value(self, "df_rate", torch.tensor(0.1, **opts)),
         )
 
     def _gaussian_view(self, components: StudentTBase) -> ComponentFamily:
@@ -596,8 +597,3 @@ class StudentTFamily(DensityFamily):
         opts = {"dtype": components.dtype, "device": components.device}
         log_df = dist.Gamma(*self._df_prior(opts)).log_prob(components.df).sum()
         return self._gaussian().map_log_prior(self._gaussian_view(components), d, scale) + log_df
-
-    def n_parameters(self, k: int, d: int) -> int:
-        """``K`` degrees of freedom, ``K D`` locations and ``K D`` scales (full: ``K D (D + 1) / 2``)."""
-        scales = d * (d + 1) // 2 if self.covariance_type == "full" else d
-        return k * (1 + d + scales)

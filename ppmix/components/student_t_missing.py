@@ -181,7 +181,7 @@ class ObservedFullStudentT(ComponentsView):
         weights = self._check_weights(weights, data.shape[0])
         return self._statistics_of((weights[rows], part) for rows, part, _ in self._parts(data))
 
-    def expected_statistics(
+    def _expected_statistics(
         self, data: Any, log_weights: torch.Tensor, row_weights: torch.Tensor | None = None
     ) -> tuple[StudentTStatistics, torch.Tensor]:
         """The E-step in one pass over the blocks of rows (each row's posterior needs its own densities only)."""

@@ -11,7 +11,15 @@ __all__ = ["FAMILY_FEATURES", "LEVELS", "TRIALS", "make_family_mixture"]
 #: levels of a categorical feature; trials of a multinomial row
 LEVELS, TRIALS = 4, 20
 #: features per family (three for the others; Bernoulli's twelve as in issue 49)
-FAMILY_FEATURES = {"bernoulli": 12, "categorical": 4, "multinomial": 6, "gaussian": 2, "gmm": 2, "student_t": 2}
+FAMILY_FEATURES = {
+    "bernoulli": 12,
+    "categorical": 4,
+    "multinomial": 6,
+    "gaussian": 2,
+    "independent": 2,
+    "gmm": 2,
+    "student_t": 2,
+}
 
 
 def make_family_mixture(
@@ -25,7 +33,7 @@ def make_family_mixture(
     multinomial shares ``Dirichlet(2)`` of :data:`TRIALS` trials; exponential means ``exp N(0, 0.8)``; gamma
     shapes ``U(1, 6)`` and means ``exp N(0, 0.6)``; log-normal ``N(N(0, 0.6), U(0.3, 1))`` on the log scale;
     Gaussian means ``N(0, 2)`` and scales ``U(0.5, 1.5)`` (``gmm``: each component two such Gaussians 1.5 apart;
-    ``student_t``: a multivariate t with 5 degrees of freedom).
+    ``student_t``: a multivariate t with 5 degrees of freedom; ``independent``: its default, Gaussian columns).
 
     Examples
     --------
@@ -59,7 +67,7 @@ def _rows(family: str, rng: np.random.Generator, z: np.ndarray, k: int, d: int) 
         return rng.gamma(shape[z], (mean / shape)[z])
     if family == "lognormal":
         return np.exp(rng.normal(rng.normal(0.0, 0.6, (k, d))[z], rng.uniform(0.3, 1.0, (k, d))[z]))
-    if family not in ("gaussian", "gmm", "student_t"):
+    if family not in ("gaussian", "gmm", "student_t", "independent"):  # independent: its default, Gaussian columns
         raise ValueError(f"family must be a registered family name; got {family!r}")
     noise = rng.normal(size=(n, d))
     if family == "student_t":

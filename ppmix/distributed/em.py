@@ -34,6 +34,7 @@ import torch
 
 from ppmix.components.categorical import CategoricalFamily, distinct_codes, measured_levels
 from ppmix.components.family import merge_statistics
+from ppmix.components.family_tools import data_rows
 from ppmix.distributed.holders import ShardSummary, ShardTask, make_holders
 from ppmix.distributed.shards import shard_columns
 from ppmix.engines.capabilities import DataStatisticsEM, GlobalObjectiveEM, SequenceData, ShardableEM
@@ -131,7 +132,7 @@ class _ShardCodes:
     def _em_data_statistics(self, data: Any) -> list[torch.Tensor]:
         inner = split_weights(data)[0]
         frames = getattr(inner, "frames", inner)
-        rows = frames.x if isinstance(frames, PartlyObserved) else self.family.rows(frames)
+        rows = frames.x if isinstance(frames, PartlyObserved) else data_rows(frames)
         return distinct_codes(rows)
 
 

@@ -8,6 +8,7 @@ from ppmix.engines.em import run_em
 from ppmix.engines.mcmc import run_mcmc
 from ppmix.engines.result import ConvergenceWarning, FitResult
 from ppmix.engines.svi import run_svi
+from ppmix.engines.vb import run_vb
 
 __all__ = [
     "ConvergenceWarning",
@@ -16,4 +17,5 @@ __all__ = [
     "run_gibbs",
     "run_mcmc",
     "run_svi",
+    "run_vb",
 ]

@@ -23,7 +23,9 @@ _PRESTO = "ppmix.optimizers.presto"
 _RW = "ppmix.optimizers.rw"
 _OT = "ppmix.optimizers.ot"
 _EXPORTS = {
-    **dict.fromkeys(["ConvergenceWarning", "FitResult", "run_em", "run_gibbs", "run_mcmc", "run_svi"], _ENGINES),
+    **dict.fromkeys(
+        ["ConvergenceWarning", "FitResult", "run_em", "run_gibbs", "run_mcmc", "run_svi", "run_vb"], _ENGINES
+    ),
     **dict.fromkeys(["ForwardBackwardResult", "forward_backward", "viterbi"], _FORWARD_BACKWARD),
     "ChainsDisagreeWarning": "ppmix.engines.draws",
     "SingleChainWarning": "ppmix.engines.chain_starts",

@@ -13,11 +13,13 @@ _EXPORTS = {
     "Mixture": "ppmix.models.mixture",
     "GMM": "ppmix.models.gmm",
     "HMM": "ppmix.models.hmm",
+    "HSMM": "ppmix.models.hsmm",
     "MixtureOfExperts": "ppmix.models.moe",
     "FlatPriorError": "ppmix.models._flat",
     "PointEstimateWarning": "ppmix.models._arviz",
     "ComponentSelection": "ppmix.models.selection",
     "select_components": "ppmix.models.selection",
+    "latent_posterior": "ppmix.models._predictions",
     **dict.fromkeys(
         [
             "PFGMM",

@@ -57,6 +57,7 @@ from pyro.infer.autoguide import AutoNormal
 from pyro.poutine.runtime import NonlocalExit
 from pyro.poutine.subsample_messenger import _Subsample
 
+from ppmix.components.family_tools import has_conjugate_prior
 from ppmix.engines.capabilities import ConjugateGibbs
 from ppmix.engines.params import local_params
 from ppmix.models._arviz_options import ArvizRequest, predictive_subset
@@ -152,7 +153,7 @@ def draw_remedies(model: "MixtureModel") -> str:
     if own:
         return own
     ways = ["engine='mcmc' (num_chains=2 or more for r_hat)", "engine='svi' with guide='normal'"]
-    if isinstance(model, ConjugateGibbs) and model._component_family().has_conjugate_prior():
+    if isinstance(model, ConjugateGibbs) and has_conjugate_prior(model._component_family()):
         ways.insert(0, "engine='gibbs' (blocked Gibbs on the conjugate priors, the quickest)")
     return "fit with " + ", ".join(ways[:-1]) + " or " + ways[-1]
 

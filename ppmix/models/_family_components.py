@@ -29,6 +29,14 @@ from ppmix.components.family import (
     components_from_state,
     with_priors,
 )
+from ppmix.components.family_tools import (
+    data_rows,
+    has_map_update,
+    measure_data_scale,
+    n_parameters,
+    site_dims,
+    start_points,
+)
 from ppmix.components.independent import FeatureStatistics
 from ppmix.components.registry import family_option_hint
 from ppmix.models._flat import flat_prior
@@ -108,6 +116,9 @@ class FamilyModel(MixtureModel):
     priors: Mapping[str, Any] | None = None
     #: the class of components whose parameters a loaded save's tensors are (recorded by saves since issue 49)
     _saved_components: str | None = None
+    #: the categories of the DataFrame columns the family coded in fit (column name -> categories, a code's
+    #: position; None: none coded), which code every later frame the same way
+    categories_: dict[str, list[Any]] | None = None
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         """Refuse a keyword the constructor does not take before Python does, pointing a family's option at the
@@ -120,7 +131,7 @@ class FamilyModel(MixtureModel):
         raise NotImplementedError(f"{type(self).__name__} must define component_family()")
 
     def _validate_family_params(self) -> None:
-        self._component_family().validate()
+        self._component_family()  # a family checks its settings in its constructor
         self._validate_em_settings(self.init_methods)
         self._validate_priors()
 
@@ -175,12 +186,12 @@ class FamilyModel(MixtureModel):
         """MAP-EM's M-step of the components (``priors`` set): the family's :meth:`map_update`."""
         self._validate_priors(map_em=True)
         family = self._prior_family()
-        if isinstance(stats, FeatureStatistics):  # the samplers take no missing entries either
-            what, instead = "rows with missing entries of independent features", "impute or drop those entries"
-        elif not family.has_map_update():
+        if not has_map_update(family):
             covariance_type = getattr(family, "covariance_type", None)
             settings = "" if covariance_type is None else f" with covariance_type={covariance_type!r}"
             what, instead = f"the {family.name!r} family{settings}", "engine='mcmc'"
+        elif isinstance(stats, FeatureStatistics) and not getattr(family, "takes_feature_statistics", False):
+            what, instead = "rows with missing entries of independent features", "impute or drop those entries"
         else:
             what = ""
         if what:
@@ -222,12 +233,13 @@ class FamilyModel(MixtureModel):
     def _record_weighted_data_scale(self, frames: torch.Tensor, weight: torch.Tensor) -> None:
         """Replace the data scale just recorded (:meth:`_record_data_scale`) by that of the training rows (frames)
         ``(N, D)`` counted ``weight`` ``(N,)`` times each (``sample_weight``), as the family weighs it
-        (``weighted_data_scale``): for integer weights, the scale of the rows repeated. Missing entries (NaN) are
-        filled with their columns' weighted means, as the rows repeated would be (:func:`fill_missing`)."""
+        (:func:`~ppmix.components.family_tools.measure_data_scale`): for integer weights, the scale of the rows
+        repeated. Missing entries (NaN) are filled with their columns' weighted means, as the rows repeated would be
+        (:func:`fill_missing`)."""
 
         def measure(family: DensityFamily) -> DataScale:
             filled = fill_missing(frames, family, weight) if bool(torch.isnan(frames).any()) else frames
-            return family.weighted_data_scale(filled, weight)
+            return measure_data_scale(family, filled, weight=weight)
 
         self._take_data_scale(measure)
 
@@ -237,19 +249,46 @@ class FamilyModel(MixtureModel):
         self._data_scale = {}
         family = self._component_family()
         self._data_scale = measure(family)
-        if getattr(self, "components_", None) is not None:
-            self.components_ = components_from_state(family, self.components_.state_dict(), self._data_scale)
+        if getattr(self, "components_", None) is not None:  # the family measured on it (e.g. its number of columns)
+            state = self.components_.state_dict()
+            self.components_ = components_from_state(self._component_family(), state, self._data_scale)
+
+    def _frame_coder(self, *, learn: bool) -> Callable[[Any, str], Any] | None:
+        """The family's coding of a DataFrame's columns (``code_frame``, e.g. the independent family's categories),
+        which records the categories in ``categories_`` when ``learn`` (fit) and codes with them otherwise; None for
+        a family that codes nothing."""
+        code = getattr(self._component_family(), "code_frame", None)
+        if code is None:
+            return None
+        if learn:
+            self.categories_ = None
+
+        def coder(frame: Any, name: str) -> Any:
+            coded, categories = code(frame, self.categories_, learn=learn, name=name)
+            if learn:
+                self.categories_ = categories
+            return coded
+
+        return coder
 
     def _extra_state(self) -> dict[str, Any]:
         """The data scale recorded by the fit (saved: MCMC's priors and the measured settings of a family, e.g. the
         categorical family's number of levels, read it)."""
         scale = {name: v.tolist() for name, v in self._scale.items()}
-        return {**super()._extra_state(), "data_scale": scale, "components": self._components_name()}
+        coded = {} if self.categories_ is None else {"categories": self.categories_}
+        if getattr(self, "engine_", None) == "vb":  # the factors of a variational-Bayes fit
+            coded["variational_posterior"] = {k: v.tolist() for k, v in self.variational_posterior_.items()}
+        return {**super()._extra_state(), "data_scale": scale, "components": self._components_name(), **coded}
 
     def _load_extra_state(self, state: dict[str, Any]) -> None:
         super()._load_extra_state(state)
         self._saved_components = state.get("components")  # what the tensors are (saves since issue 49)
+        self.categories_ = state.get("categories")
         opts = {"dtype": self.dtype, "device": self._device}
+        if "variational_posterior" in state:
+            self.variational_posterior_ = {
+                k: torch.tensor(v, **opts) for k, v in state["variational_posterior"].items()
+            }
         self._data_scale = {name: torch.tensor(v, **opts) for name, v in state.get("data_scale", {}).items()}
 
     def _components_name(self) -> str:
@@ -259,7 +298,7 @@ class FamilyModel(MixtureModel):
     @property
     def _component_parameters(self) -> int:
         """Free parameters of the components."""
-        return self._component_family().n_parameters(int(self.n_components), self.n_features_in_)
+        return n_parameters(self._component_family(), int(self.n_components), self.n_features_in_)
 
     @property
     def means_(self) -> torch.Tensor:
@@ -354,7 +393,7 @@ class FamilyModel(MixtureModel):
         return {name: tuple(value.shape) for name, value in placeholder.state_dict().items()}
 
     def _component_dims(self) -> dict[str, list[str]]:
-        return self._component_family().site_dims()
+        return site_dims(self._component_family())
 
     # ----------------------------------------------------------- EM helpers
     def _initial_responsibilities(
@@ -366,12 +405,12 @@ class FamilyModel(MixtureModel):
         random subsample of the rows, then every row assigned to its nearest centre. With row ``weight``
         (``sample_weight``) k-means runs on the weighted rows (a weighted resample, a weighted seeding).
         """
-        family, k = self._component_family(), self.n_components
-        x = family.rows(data)
+        k = self.n_components
+        x = data_rows(data)
         if self.init_params == "random":
             resp = torch.rand(x.shape[0], k, generator=generator, dtype=x.dtype).to(x.device)
             return resp / resp.sum(1, keepdim=True)
-        points = family.start_points(data)
+        points = start_points(data)
         if self.init_params == "kmeans":
             _, labels = kmeans_start(points, k, generator, weight=weight)
         else:

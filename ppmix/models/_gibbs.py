@@ -30,6 +30,7 @@ from ppmix.algorithms.ffbs import gumbel_argmax, sample_paths
 from ppmix.algorithms.simplex import dirichlet_draw, log_dirichlet
 from ppmix.components.base import ComponentFamily
 from ppmix.components.family import DensityFamily
+from ppmix.components.family_tools import has_conjugate_prior
 from ppmix.engines.chain_starts import chain_starts
 from ppmix.models._missing import PartlyObserved
 
@@ -88,7 +89,7 @@ class FamilyGibbs:
                 "not your program's; use engine='mcmc'"
             )
         family = model._component_family()
-        if not family.has_conjugate_prior():
+        if not has_conjugate_prior(family):
             covariance_type = getattr(family, "covariance_type", None)
             settings = "" if covariance_type is None else f" with covariance_type={covariance_type!r}"
             raise ValueError(

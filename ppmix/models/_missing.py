@@ -19,6 +19,7 @@ import torch
 
 from ppmix.components.base import ComponentFamily
 from ppmix.components.family import DensityFamily, Statistics
+from ppmix.components.family_tools import mixture_statistics
 from ppmix.components.gaussian_family import GaussianFamily
 from ppmix.components.gaussian_missing import (
     ROW_BLOCK_ENTRIES,
@@ -219,7 +220,7 @@ def partly_observed_e_step(
     partial_weight = None if weight is None else weight[data.partial_rows].to(data.partial_x)
     view = components.observed()
     if view is not None:
-        stats, log_likelihood = view.expected_statistics(data.partial_x, log_weights, partial_weight)
+        stats, log_likelihood = mixture_statistics(view, data.partial_x, log_weights, partial_weight)
     else:
         stats, log_likelihood = missing_e_step(
             data.partial, log_weights, components.mean, components.covariance, partial_weight
@@ -227,8 +228,8 @@ def partly_observed_e_step(
     if data.complete is None:
         return stats, log_likelihood
     complete_weight = None if weight is None else weight[data.complete_rows]
-    complete_stats, complete_log_likelihood = components.expected_statistics(
-        data.complete, log_weights, complete_weight
+    complete_stats, complete_log_likelihood = mixture_statistics(
+        components, data.complete, log_weights, complete_weight
     )
     return _merged(complete_stats, stats), complete_log_likelihood + log_likelihood
 

@@ -1,12 +1,12 @@
 """What every fitted model predicts and scores, as functions of the model: the posterior over the discrete
 latents, labels, log-likelihoods (per point, mean, total, weighted), the ELBO and new draws.
 
-:class:`~ppmix.models.base.MixtureModel`'s public methods (``posterior``, ``predict_proba``, ``predict``,
-``score_samples``, ``score``, ``log_likelihood``, ``elbo``, ``sample``) call these. They read the model's
-``prepare_data``, ``_output_like``, ``_weigh``, ``_forked_rng`` and three hooks a model with an exact E-step
-overrides (``_posterior_marginals``, ``_responsibilities``, ``_pointwise_log_likelihood``), whose defaults
-(:func:`enumerated_marginals`, :func:`first_site_marginals`, :func:`enumerated_log_likelihood`) read the Pyro
-program by enumeration.
+The public :func:`latent_posterior` and :class:`~ppmix.models.base.MixtureModel`'s public methods
+(``predict_proba``, ``predict``, ``score_samples``, ``score``, ``log_likelihood``, ``elbo``, ``sample``) call
+these. They read the model's ``prepare_data``, ``_output_like``, ``_weigh``, ``_forked_rng`` and three hooks a
+model with an exact E-step overrides (``_posterior_marginals``, ``_responsibilities``,
+``_pointwise_log_likelihood``), whose defaults (:func:`enumerated_marginals`, :func:`first_site_marginals`,
+:func:`enumerated_log_likelihood`) read the Pyro program by enumeration.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ if TYPE_CHECKING:
 __all__ = [
     "elbo",
     "first_site_marginals",
+    "latent_posterior",
     "log_likelihood",
-    "posterior",
     "predict",
     "predict_proba",
     "program_elbo",
@@ -39,8 +39,38 @@ __all__ = [
 ]
 
 
-def posterior(model: MixtureModel, X: Any, y: Any = None) -> dict[str, Any]:
-    """``{site: (N, K) probabilities}`` of the discrete latents given ``X`` (the model's ``_posterior_marginals``)."""
+def latent_posterior(model: MixtureModel, X: Any, y: Any = None) -> dict[str, Any]:
+    """The posterior marginals of every discrete latent site of a fitted model given the data.
+
+    For a mixture or an HMM this is ``predict_proba``'s answer (``{"z": (N, K)}``, an HMM's steps stacked); it
+    is the way to the others: a model given ``y`` (the mixture of experts' ``q(z | x, y)``, the pf models'
+    posterior of a labelled row), and every enumerated site of a user's own ``MixtureModel`` subclass (Pyro's
+    ``TraceEnum_ELBO.compute_marginals``, unless the model has an exact E-step).
+
+    Parameters
+    ----------
+    model : MixtureModel
+        A fitted model.
+    X : array-like
+        The data, as the model's ``fit`` takes it.
+    y : array-like, optional
+        The targets of a model that has them.
+
+    Returns
+    -------
+    dict
+        ``{site: (N, K) probabilities}``, numpy unless ``X`` is a tensor.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ppmix import GMM
+    >>> from ppmix.models import latent_posterior
+    >>> x = np.random.default_rng(0).normal(size=(50, 2))
+    >>> gmm = GMM(2, seed=0, progress=False).fit(x)
+    >>> bool(np.allclose(latent_posterior(gmm, x)["z"], gmm.predict_proba(x)))
+    True
+    """
     model._check_fitted()
     data = model.prepare_data(X, y)
     return {k: to_output(v, model._output_like(X)) for k, v in model._posterior_marginals(data).items()}

@@ -27,12 +27,15 @@ class SequenceBatch:
     y : Tensor (B, T), optional
         Per-step labels; NaN where a label is missing (and at padded steps).
     feature_names : list of str, optional
+    inputs : Tensor (B, T, P), optional
+        Per-step inputs (covariates) of an input-driven chain; a padded step repeats its sequence's last.
     """
 
     x: torch.Tensor
     lengths: torch.Tensor
     y: torch.Tensor | None = None
     feature_names: list[str] | None = None
+    inputs: torch.Tensor | None = None
 
     @property
     def n_sequences(self) -> int:
@@ -109,9 +112,10 @@ def as_sequence_batch(
     n_features: int | None = None,
     feature_names: list[str] | None = None,
     allow_missing: bool = False,
+    code_frame: Any = None,
 ) -> SequenceBatch:
     """Validate sequences given in any of the supported forms and pad them into a batch (``allow_missing``: NaN
-    entries kept, as :func:`~ppmix._validation.check_matrix` keeps them).
+    entries kept, as :func:`~ppmix._validation.check_matrix` keeps them, a step with every value missing too).
 
     Parameters
     ----------
@@ -123,6 +127,8 @@ def as_sequence_batch(
     n_features : expected number of features (at prediction time).
     feature_names : column names seen in fit (at prediction time): DataFrame columns in
         another order are reordered to match, other names are refused.
+    code_frame : what each DataFrame sequence becomes before it is read as numbers (as in
+        :func:`~ppmix._validation.check_matrix`).
 
     Raises
     ------
@@ -178,6 +184,8 @@ def as_sequence_batch(
             n_features=n_features,
             feature_names=feature_names,
             allow_missing=allow_missing,
+            allow_empty_rows=allow_missing,
+            code_frame=code_frame,
         )
         if seqs and tensor.shape[1] != seqs[0].shape[1]:
             raise ValueError(f"X[{b}] has {tensor.shape[1]} features but X[0] has {seqs[0].shape[1]}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Any, ClassVar, Iterator
+from typing import Any, Callable, ClassVar, Iterator
 
 import pyro
 import torch
@@ -21,7 +21,7 @@ from sklearn.base import DensityMixin
 
 from ppmix._estimator import Estimator
 from ppmix._validation import NotFittedError, check_matrix, check_options, check_positive_int, resolve_device
-from ppmix.engines import run_em, run_gibbs, run_mcmc, run_svi
+from ppmix.engines import run_em, run_gibbs, run_mcmc, run_svi, run_vb
 from ppmix.engines.em import EM_HOOKS
 from ppmix.engines.enumeration import autoguide, enumerated_log_likelihood
 from ppmix.engines.params import local_params, taking_turns
@@ -37,7 +37,7 @@ from ppmix.ops.selection import beats
 
 __all__ = ["MixtureModel"]
 
-ENGINES = ("em", "svi", "mcmc", "gibbs")
+ENGINES = ("em", "svi", "mcmc", "gibbs", "vb")
 #: the types of attribute values that no Pyro or torch registration applies to (exact types: a ``Parameter`` is a
 #: ``Tensor`` subclass, and is registered)
 _PLAIN_VALUES = frozenset(
@@ -193,7 +193,14 @@ class MixtureModel(DensityMixin, Estimator, PyroModule):
         """
         if not fitting:
             return self._fitted_matrix(X, allow_missing=self._accepts_missing)
-        x, names = check_matrix(X, "X", dtype=self.dtype, device=self._device, allow_missing=self._accepts_missing)
+        x, names = check_matrix(
+            X,
+            "X",
+            dtype=self.dtype,
+            device=self._device,
+            allow_missing=self._accepts_missing,
+            code_frame=self._frame_coder(learn=True),
+        )
         self.n_features_in_ = int(x.shape[1])
         self.feature_names_in_ = names
         return x
@@ -209,8 +216,14 @@ class MixtureModel(DensityMixin, Estimator, PyroModule):
             n_features=self.n_features_in_,
             feature_names=self.feature_names_in_,
             allow_missing=allow_missing,
+            code_frame=self._frame_coder(learn=False),
         )
         return x
+
+    def _frame_coder(self, *, learn: bool) -> Callable[[Any, str], Any] | None:
+        """What a DataFrame ``X`` becomes before it is read as numbers (``check_matrix``'s ``code_frame``; ``learn``
+        in fit); default: nothing (its columns must be numbers)."""
+        return None
 
     def _em_data(self, data: Any) -> Any:
         """Data as the EM hooks want it (e.g. with cached statistics). Default: unchanged."""
@@ -389,11 +402,12 @@ class MixtureModel(DensityMixin, Estimator, PyroModule):
             One non-negative weight per row (per sequence for sequence models), as in scikit-learn: an
             integer weight counts as that many copies of the row, zero drops it. EM only (models that
             take it: :meth:`_sample_weight_units`).
-        engine : {"em", "svi", "mcmc", "gibbs"}
+        engine : {"em", "svi", "mcmc", "gibbs", "vb"}
             ``"em"``: the model's closed-form coordinate ascent (if it implements it);
             ``"svi"``: :func:`ppmix.engines.svi.run_svi`; ``"mcmc"``: NUTS via
             :func:`ppmix.engines.mcmc.run_mcmc`; ``"gibbs"``: blocked Gibbs sweeps for models with
-            conjugate priors, :func:`ppmix.engines.conjugate_gibbs.run_gibbs`.
+            conjugate priors, :func:`ppmix.engines.conjugate_gibbs.run_gibbs`; ``"vb"``: variational-Bayes EM
+            (Mixture, GMM, HMM: conjugate families), :func:`ppmix.engines.vb.run_vb`.
         **options
             Passed to the engine (e.g. ``num_steps``, ``lr``, ``batch_size`` for SVI;
             ``num_samples``, ``warmup_steps`` for MCMC; ``n_init``, ``max_iter``,
@@ -421,7 +435,7 @@ class MixtureModel(DensityMixin, Estimator, PyroModule):
         object.__setattr__(self, "_train_data", data)
         self._set_variational_guide(None)
         known = known_latents(self, options)
-        runner = {"em": run_em, "svi": run_svi, "mcmc": run_mcmc, "gibbs": run_gibbs}[engine]
+        runner = {"em": run_em, "svi": run_svi, "mcmc": run_mcmc, "gibbs": run_gibbs, "vb": run_vb}[engine]
         check_options(runner, options, f"fit(engine={engine!r})")  # e.g. thin= for Gibbs: named, with the accepted
         fit_data = data if sample_weight is None else self._weigh(data, sample_weight)
         with clamping(self, known, data, engine, options):
@@ -476,14 +490,6 @@ class MixtureModel(DensityMixin, Estimator, PyroModule):
             yield
 
     # ================================================================ predictions and scores
-    def posterior(self, X: Any, y: Any = None) -> Any:
-        """Posterior marginals of the discrete latents, ``{site: (N, K) probabilities}``.
-
-        The default uses Pyro's ``TraceEnum_ELBO.compute_marginals`` on the model and guide; models with an exact
-        E-step override ``_posterior_marginals``.
-        """
-        return _predictions.posterior(self, X, y)
-
     def predict_proba(self, X: Any) -> Any:
         """Posterior probabilities ``(N, K)`` of the component of each point (the first enumerated site)."""
         return _predictions.predict_proba(self, X)

@@ -70,6 +70,12 @@ class GMM(Mixture):
         closed form in turn (``var = (2 b + scatter) / (2 a + 2 + n_k)``); full and tied: generalised EM, the
         means given the covariance in closed form, then Newton steps on the covariance under the inverse-gamma
         variances and the LKJ correlation (:mod:`ppmix.components.gaussian_map`); None: maximum likelihood.
+    weight_concentration_prior_type : {"dirichlet_process", "dirichlet_distribution"}, default "dirichlet_process"
+        ``engine="vb"`` only: the weights' prior, stick-breaking (a truncated Dirichlet process) or a symmetric
+        Dirichlet, as scikit-learn's ``BayesianGaussianMixture``.
+    weight_concentration_prior : float, optional
+        ``engine="vb"`` only: its concentration ``alpha`` (default ``1 / n_components``); smaller leaves fewer
+        components with weight.
     seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
 
     Attributes
@@ -78,6 +84,28 @@ class GMM(Mixture):
     components_ : DiagGaussian or FullGaussian
     means_, covariances_ : Tensor
         ``(K, D)`` and ``(K, D)`` (diag) or ``(K, D, D)`` (full).
+    precisions_ : Tensor
+        The inverses of ``covariances_``, in their layout.
+    n_effective_components_ : int
+        The components whose weight exceeds :data:`~ppmix.models._variational.EFFECTIVE_WEIGHT` (1 % of the data).
+    variational_posterior_ : dict of Tensor
+        After ``engine="vb"``: the factors of the posterior, ``weight_concentration`` (Dirichlet ``(K,)``, or the
+        sticks' Beta parameters ``(2, K)``), and the Normal-Wishart ``mean_precision`` ``(K,)``, ``means``,
+        ``degrees_of_freedom`` and ``covariances`` (``W_k^{-1} / nu_k``, as ``covariances_``).
+
+    Notes
+    -----
+    **Variational Bayes.** ``fit(X, engine="vb")`` fits the posterior of the weights and of every component under a
+    Dirichlet (or stick-breaking) prior and a Normal-Wishart prior, by mean-field coordinate ascent
+    (:func:`ppmix.engines.vb.run_vb`), with scikit-learn's ``BayesianGaussianMixture`` updates, priors and lower
+    bound: from the same start every iteration equals it. Components the data do not support end with negligible
+    weight, so ``n_components`` is an upper bound and ``n_effective_components_`` the number used. ``weights_``,
+    ``means_`` and ``covariances_`` are then the posterior means (of the covariances: the inverse of the mean
+    precision), which predictions use; ``history_`` holds the lower bound per data point after every iteration
+    and ``lower_bound_`` its last value (scikit-learn's ``lower_bound_`` divided by ``N``). The components' prior:
+    ``fit(X, engine="vb", component_prior={...})`` with scikit-learn's keys and defaults
+    (:func:`~ppmix.components.gaussian_vb.normal_wishart_prior`); ``reg_covar`` is added to every weighted variance
+    as scikit-learn's, relative to the data (:func:`~ppmix.components.gaussian_family.relative_floor`).
 
     Examples
     --------
@@ -97,6 +125,13 @@ class GMM(Mixture):
     >>> np.round(gmm_map.fit(X).covariances_.numpy(), 1)
     array([[3. , 2.9],
            [3. , 3. ]])
+
+    Variational Bayes leaves the two clusters' weight on two of five components (each of the other three keeps
+    about the weight of one row, the prior's):
+
+    >>> gmm_vb = GMM(5, covariance_type="full", seed=0, progress=False).fit(X, engine="vb", max_iter=500)
+    >>> gmm_vb.n_effective_components_, float(np.sort(gmm_vb.weights_.numpy())[-2:].sum()) > 0.98
+    (2, True)
     """
 
     #: EM runs under ``torch.inference_mode()`` (:func:`~ppmix.engines.em.run_em`): the Gaussian hooks
@@ -116,6 +151,8 @@ class GMM(Mixture):
         warm_start: bool = False,
         missing: str = "error",
         priors: dict[str, Any] | None = None,
+        weight_concentration_prior_type: str = "dirichlet_process",
+        weight_concentration_prior: float | None = None,
         seed: int | None = None,
         device: str | torch.device | None = None,
         dtype: torch.dtype = torch.float64,
@@ -126,6 +163,12 @@ class GMM(Mixture):
 
     def _component_family(self) -> GaussianFamily:
         return GaussianFamily(self.covariance_type, self.reg_covar)
+
+    @property
+    def precisions_(self) -> torch.Tensor:
+        """The inverses of :attr:`covariances_`: ``(K, D, D)`` matrices, or ``(K, D)`` inverse variances."""
+        covariances = self.covariances_
+        return torch.linalg.inv(covariances) if covariances.dim() == 3 else 1.0 / covariances
 
     def summary(self) -> dict[str, Any]:
         """A JSON-able description of the fit."""

@@ -10,16 +10,18 @@ import pyro
 import pyro.distributions as dist
 import torch
 from pyro import poutine
+from sklearn.utils import metadata_routing
 
 from ppmix._validation import check_n_components, check_positive_int, to_output
 from ppmix.algorithms.forward_backward import (
     ForwardBackwardResult,
     forward_backward,
     log_likelihood,
-    viterbi,
 )
 from ppmix.components.family import DensityFamily, PriorKey
+from ppmix.components.family_tools import data_rows, start_points
 from ppmix.components.registry import family_config, family_from
+from ppmix.models import _variational as vb
 from ppmix.models._arviz import POINTWISE_COMPANIONS, own_hook
 from ppmix.models._family_components import INIT_METHODS, FamilyModel, drop_leading_ones
 from ppmix.models._gibbs import HMMGibbs
@@ -29,6 +31,7 @@ from ppmix.models._hmm_draws import (
     forward_backward_per_draw,
     state_paths_per_draw,
 )
+from ppmix.models._input_chain import TRANSITION_KINDS, InputDrivenChain, SequencesWithInputs, pad_inputs
 from ppmix.models._missing import (
     PartlyObserved,
     check_missing_option,
@@ -40,6 +43,7 @@ from ppmix.models._missing import (
 )
 from ppmix.models._online import partial_fit
 from ppmix.models._params import store_params
+from ppmix.models._sequence_inference import decode_states, filter_states, sample_state_paths
 from ppmix.models._sequences import SequenceBatch, as_sequence_batch
 from ppmix.models._transitions import MarkovChain, check_transition_prior, transition_mask
 from ppmix.models._weights import Weighted, split_weights
@@ -115,6 +119,14 @@ class HMM(FamilyModel):
         Concentration ``alpha >= 1`` of a symmetric Dirichlet prior on every row's allowed transitions:
         EM is MAP-EM (``alpha - 1`` added to the expected counts, the log prior added to ``history_``)
         and MCMC samples under it; 1 is maximum likelihood.
+    transitions : {"homogeneous", "input-driven"}, default "homogeneous"
+        One transition matrix for every step, or (``"input-driven"``) a softmax gate on each step's inputs
+        ``u_t`` for every state the chain leaves, ``p(z_t = j | z_{t-1} = i, u_t) = softmax_j(u_t^T
+        transition_coef_[i, j] + transition_intercept_[i, j])`` (:mod:`ppmix.models._input_chain`): the inputs are
+        passed as ``inputs=`` (one ``(T_i, P)`` array per sequence) to ``fit``, ``score``, ``score_samples``,
+        ``predict``, ``predict_proba``, ``decode``, ``filter`` and ``sample_paths``. Baum-Welch's M-step of the
+        chain is then one softmax regression per source state (damped Newton). EM only (``fit``), with every
+        transition allowed and no transition prior.
     init_params : {"kmeans", "k-means++", "random", "segments"}, default "kmeans"
         As for :class:`~ppmix.models.gmm.GMM` (k-means on all frames initialises the emissions; initial and
         transition probabilities come from the initial labels), or ``"segments"``: every sequence cut into
@@ -135,6 +147,11 @@ class HMM(FamilyModel):
         emission family's, as for :class:`~ppmix.models.mixture.Mixture`. MCMC, Gibbs and ``to_arviz``'s
         ``prior`` group use them; given, ``engine="em"`` is MAP-EM (Dirichlet modes of the initial and transition
         counts, the family's MAP update of the emissions, the log prior in ``history_``).
+    weight_concentration_prior : float, optional
+        ``engine="vb"`` only (variational-Bayes EM, :mod:`ppmix.models._variational`): the Dirichlet
+        concentration of the initial distribution and of every transition row (default ``1 / n_components``, as
+        hmmlearn's variational HMMs; unused states lose their weight). After it, ``n_effective_components_`` counts
+        the states that explain more than 1 % of the training steps (``state_occupancy_``).
     seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
 
     Notes
@@ -150,7 +167,10 @@ class HMM(FamilyModel):
     ----------
     initial_ : Tensor (K,)
     transition_ : Tensor (K, K)
-        Row ``i`` is ``P(z_t = . | z_{t-1} = i)``.
+        Row ``i`` is ``P(z_t = . | z_{t-1} = i)`` (input-driven: at inputs zero).
+    transition_coef_, transition_intercept_ : Tensor (K, K, P), Tensor (K, K)
+        Input-driven only: the gates' slopes and intercepts, ``[i, j]`` those of the move ``i -> j`` (the last
+        state's zero).
     components_ : ComponentFamily
         The fitted emissions (``DiagGaussian`` or ``FullGaussian`` for the Gaussian).
 
@@ -185,7 +205,11 @@ class HMM(FamilyModel):
     #: defaults for subclasses whose constructors do not take them (the pf-HMMs: every transition, ML)
     transition_pattern: Any = None
     transition_prior: float = 1.0
+    transitions: str = "homogeneous"
     missing: str = "error"
+    #: the inputs= of prediction methods are data, not metadata to route (no set_predict_request)
+    __metadata_request__predict = {"inputs": metadata_routing.UNUSED}
+    __metadata_request__predict_proba = {"inputs": metadata_routing.UNUSED}
 
     def __init__(
         self,
@@ -195,6 +219,7 @@ class HMM(FamilyModel):
         covariance_type: str = "diag",
         transition_pattern: Any = None,
         transition_prior: float = 1.0,
+        transitions: str = "homogeneous",
         n_init: int = 1,
         max_iter: int = 100,
         tol: float = 1e-6,
@@ -204,6 +229,7 @@ class HMM(FamilyModel):
         sequence_column: str | None = None,
         missing: str = "error",
         priors: dict[str, Any] | None = None,
+        weight_concentration_prior: float | None = None,
         seed: int | None = None,
         device: str | torch.device | None = None,
         dtype: torch.dtype = torch.float64,
@@ -235,6 +261,42 @@ class HMM(FamilyModel):
                 "priors['transition'] and transition_prior both set the transitions' concentration: set one"
             )
         check_missing_option(self.missing, self._component_family())
+        self._validate_transitions()
+
+    def _validate_transitions(self) -> None:
+        """``transitions`` one of :data:`TRANSITION_KINDS`; an input-driven chain allows every move, under no prior."""
+        if self.transitions not in TRANSITION_KINDS:
+            raise ValueError(f"transitions must be one of {TRANSITION_KINDS}; got {self.transitions!r}")
+        if self._input_driven and (
+            self.transition_pattern is not None
+            or self.transition_prior != 1
+            or (self.priors or {}).get("transition") is not None
+        ):
+            raise ValueError(
+                "transitions='input-driven' takes no transition_pattern, transition_prior or priors['transition']: "
+                "its gates allow every move, fitted by maximum likelihood"
+            )
+
+    @property
+    def _input_driven(self) -> bool:
+        return self.transitions == "input-driven"
+
+    @property
+    def online_em_unavailable(self) -> str | None:
+        """Why this HMM has no ``partial_fit`` (None where it has one)."""
+        if self._input_driven:
+            return "an input-driven chain's M-step is a softmax regression on every step's inputs"
+        return None
+
+    def _input_chain(self) -> InputDrivenChain:
+        """The fitted input-driven transitions as a part (from ``transition_coef_`` and ``transition_intercept_``)."""
+        return InputDrivenChain(self.transition_coef_, self.transition_intercept_)
+
+    def _log_transitions(self, batch: SequenceBatch) -> torch.Tensor:
+        """The log transition matrix ``(K, K)``, or an input-driven chain's of every step ``(B, T, K, K)``."""
+        if self._input_driven:
+            return self._input_chain().log_transitions(batch.inputs)
+        return self.transition_.log()
 
     @property
     def _accepts_missing(self) -> bool:  # type: ignore[override]
@@ -245,6 +307,35 @@ class HMM(FamilyModel):
     def _gibbs_sampler(self) -> HMMGibbs:
         """The blocked Gibbs sampler of ``engine="gibbs"`` (:mod:`ppmix.models._gibbs`)."""
         return HMMGibbs(self)
+
+    # ------------------------------------------- variational Bayes (engine="vb": ppmix.models._variational)
+    #: the defaults of a subclass whose constructor does not take them (an HMM's prior is a Dirichlet)
+    weight_concentration_prior_type: str = "dirichlet_distribution"
+    weight_concentration_prior: float | None = None
+
+    @property
+    def n_effective_components_(self) -> int:
+        """After ``engine="vb"``: the states that explain more than 1 % of the training steps
+        (``state_occupancy_``)."""
+        self._check_fitted()
+        if getattr(self, "state_occupancy_", None) is None:
+            raise AttributeError("n_effective_components_ is set by fit(X, engine='vb')")
+        return vb.effective_components(self.state_occupancy_)
+
+    def _vb_rows(self, data: SequenceBatch) -> torch.Tensor:
+        return self._step_rows(data)[data.mask]
+
+    def _vb_components(self, data: SequenceBatch, component_prior: Any) -> Any:
+        return vb.components_factor(self, self._vb_rows(data), component_prior)
+
+    def _vb_latent(self, data: SequenceBatch) -> Any:
+        return vb.chain_factor(self, data)
+
+    def _vb_initial_responsibilities(self, data: SequenceBatch, generator: torch.Generator) -> torch.Tensor:
+        return vb.start_responsibilities_of(self, self._vb_rows(data), generator)
+
+    def _vb_record(self, latent: Any, components: Any) -> None:
+        vb.record_chain(self, latent, components)
 
     # ------------------------------------------------------------ the chain
     @property
@@ -279,10 +370,29 @@ class HMM(FamilyModel):
         log_prior = self._markov_chain().log_prior(self.initial_, self.transition_)
         return log_prior if self.priors is None else log_prior + self._map_log_prior_components()
 
-    def _update_chain(self, initial: torch.Tensor, transitions: torch.Tensor) -> None:
-        """``initial_`` and ``transition_`` from expected counts (the chain's M-step, :meth:`MarkovChain.update`)."""
+    def _update_chain(
+        self,
+        initial: torch.Tensor,
+        transitions: torch.Tensor,
+        inputs: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+    ) -> None:
+        """``initial_`` and ``transition_`` from expected counts (the chain's M-step, :meth:`MarkovChain.update`).
+
+        An input-driven chain takes either the counts ``(K, K)`` (its start: gates that move by their normalised
+        matrix whatever the inputs) or every step's pair marginals ``(B, T, K, K)`` with the ``inputs`` and ``mask``
+        of their batch (its M-step: :meth:`InputDrivenChain.update`)."""
         chain = self._markov_chain()
-        self.initial_, self.transition_ = chain.update(initial.to(self.dtype), transitions.to(self.dtype))
+        if transitions.dim() == 4:
+            self.initial_ = chain.update(initial.to(self.dtype), transitions.new_ones(2, 2))[0]
+            gates = self._input_chain().update(inputs, transitions.to(self.dtype), mask)
+        else:
+            self.initial_, self.transition_ = chain.update(initial.to(self.dtype), transitions.to(self.dtype))
+            if not self._input_driven:
+                return
+            gates = InputDrivenChain.from_transition(self.transition_, self.n_inputs_)
+        self.transition_coef_, self.transition_intercept_ = gates.coef, gates.intercept
+        self.transition_ = gates.at_zero_inputs()
 
     def _init_values(self, data: Any, generator: torch.Generator) -> dict[str, torch.Tensor]:
         """The EM start (as for every model with EM), its disallowed transitions lifted off zero: SVI and NUTS
@@ -296,12 +406,15 @@ class HMM(FamilyModel):
         return values
 
     # ------------------------------------------------------------------- data
-    def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> SequenceBatch:
-        """Sequences as a padded :class:`SequenceBatch` (``X`` may be ``(padded, lengths)``); ``y`` is ignored."""
-        return self._prepare_sequences(X, None, fitting=fitting)
+    def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False, inputs: Any = None) -> SequenceBatch:
+        """Sequences as a padded :class:`SequenceBatch` (``X`` may be ``(padded, lengths)``; ``inputs``, an
+        input-driven chain's, one ``(T_i, P)`` array per sequence); ``y`` is ignored."""
+        return self._prepare_sequences(_with_inputs(X, inputs), None, fitting=fitting)
 
     def _prepare_sequences(self, X: Any, y: Any, *, fitting: bool) -> SequenceBatch:
-        """Validate and pad ``X`` (and per-step labels ``y``, kept in the batch); record the features when fitting."""
+        """Validate and pad ``X`` (and per-step labels ``y``, kept in the batch; the inputs of an input-driven
+        chain, given with ``X`` as :class:`SequencesWithInputs`); record the features when fitting."""
+        X, inputs = (X.sequences, X.inputs) if isinstance(X, SequencesWithInputs) else (X, None)
         lengths = None
         if isinstance(X, tuple) and len(X) == 2:
             X, lengths = X
@@ -315,7 +428,9 @@ class HMM(FamilyModel):
             n_features=None if fitting else self.n_features_in_,
             feature_names=None if fitting else self.feature_names_in_,
             allow_missing=self._accepts_missing,
+            code_frame=self._frame_coder(learn=fitting),
         )
+        batch.inputs = self._padded_inputs(inputs, batch, fitting=fitting)
         frames = fill_missing(batch.frames, self._component_family()) if self._accepts_missing else batch.frames
         if fitting:
             check_n_components(self.n_components, frames.shape[0])
@@ -326,6 +441,44 @@ class HMM(FamilyModel):
         else:
             self._component_family().check_data(frames, "X")
         return batch
+
+    def _padded_inputs(self, inputs: Any, batch: SequenceBatch, *, fitting: bool) -> torch.Tensor | None:
+        """The batch's inputs: required by an input-driven chain (their width recorded as ``n_inputs_`` when
+        fitting), refused by a homogeneous one."""
+        if not self._input_driven:
+            if inputs is not None:
+                raise ValueError("inputs= is for an input-driven chain: HMM(..., transitions='input-driven')")
+            return None
+        if inputs is None:
+            raise ValueError("an input-driven HMM needs inputs=: one (length, n_inputs) array per sequence")
+        padded = pad_inputs(
+            inputs,
+            batch.lengths.tolist(),
+            dtype=self.dtype,
+            device=batch.x.device,
+            n_inputs=None if fitting else self.n_inputs_,
+        )
+        if fitting:
+            self.n_inputs_ = int(padded.shape[-1])
+        return padded
+
+    def fit(self, X: Any, y: Any = None, *, inputs: Any = None, **options: Any) -> "HMM":
+        """Fit the HMM (see :meth:`MixtureModel.fit <ppmix.models.base.MixtureModel.fit>`); ``inputs``: an
+        input-driven chain's, one ``(T_i, P)`` array per sequence (EM only).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from ppmix import HMM
+        >>> rng = np.random.default_rng(0)
+        >>> seqs = [rng.normal(size=(30, 1)) for _ in range(5)]
+        >>> hmm = HMM(2, seed=0, progress=False).fit(seqs)
+        >>> hmm.transition_.shape
+        torch.Size([2, 2])
+        """
+        if self._input_driven and options.get("engine", "em") != "em":
+            raise ValueError(f"an input-driven HMM is fitted by EM only; got engine={options['engine']!r}")
+        return super().fit(_with_inputs(X, inputs), y, **options)
 
     def _sample_weight_units(self, data: Any) -> tuple[str, int]:
         inner = split_weights(data)[0]
@@ -379,7 +532,7 @@ class HMM(FamilyModel):
         return _EMData(batch=batch, frames=self._component_family().prepare(rows, self.components_))
 
     def _output_like(self, X: Any) -> Any:
-        return _first(X)
+        return _first(X.sequences if isinstance(X, SequencesWithInputs) else X)
 
     def _n_observations(self, data: Any) -> float:
         inner, weight = split_weights(data)
@@ -440,9 +593,18 @@ class HMM(FamilyModel):
         self._invalidate_guide()
 
     def _state_tensors(self) -> dict[str, torch.Tensor]:
+        gates = (
+            {
+                "transition_coef": self.transition_coef_.clone(),
+                "transition_intercept": self.transition_intercept_.clone(),
+            }
+            if self._input_driven
+            else {}
+        )
         return {
             "initial": self.initial_.clone(),
             "transition": self.transition_.clone(),
+            **gates,
             **self.components_.state_dict(),
         }
 
@@ -452,6 +614,10 @@ class HMM(FamilyModel):
         self._check_chain_state(tensors["initial"].to(**opts), tensors["transition"].to(**opts))
         self.initial_ = tensors["initial"].to(**opts)
         self.transition_ = tensors["transition"].to(**opts)
+        if self._input_driven:
+            self.transition_coef_ = tensors["transition_coef"].to(**opts)
+            self.transition_intercept_ = tensors["transition_intercept"].to(**opts)
+            self.n_inputs_ = int(self.transition_coef_.shape[-1])
         self._load_component_state(tensors)
         self._invalidate_guide()
 
@@ -472,7 +638,8 @@ class HMM(FamilyModel):
 
     def _state_shapes(self) -> dict[str, tuple[int | None, ...]]:
         k = self.n_components
-        return {"initial": (k,), "transition": (k, k), **self._component_state_shapes()}
+        gates = {"transition_coef": (k, k, None), "transition_intercept": (k, k)} if self._input_driven else {}
+        return {"initial": (k,), "transition": (k, k), **gates, **self._component_state_shapes()}
 
     def _arviz_dims(self) -> dict[str, list[str]]:
         return {"initial": ["component"], "transition": ["component", "component_to"], **self._component_dims()}
@@ -493,7 +660,7 @@ class HMM(FamilyModel):
         """The forward-backward over ``data`` (with ``clamp``, over the paths consistent with the known states)."""
         log_emit = self._log_emissions(data)
         log_emit = log_emit if clamp is None else clamp.emissions(log_emit)
-        return forward_backward(self.initial_.log(), self.transition_.log(), log_emit, data.batch.lengths)
+        return forward_backward(self.initial_.log(), self._log_transitions(data.batch), log_emit, data.batch.lengths)
 
     def _em_initialize(self, data: _EMData | Weighted, generator: torch.Generator) -> None:
         """Emissions from k-means on all frames (each weighted by its sequence's weight); initial and transition
@@ -506,14 +673,14 @@ class HMM(FamilyModel):
             )
             inner = _EMData(batch=inner.batch, frames=filled)
             data = inner if weight is None else Weighted(inner, weight)
-        self.components_ = self._new_components(self._component_family().rows(inner.frames))
+        self.components_ = self._new_components(data_rows(inner.frames))
         frame_weight = None if weight is None else _sequence_weights(inner.batch, weight)[inner.batch.mask]
         if self.init_params == "segments":
             resp = _segment_responsibilities(inner.batch, self.n_components)
         else:
             resp = self._initial_responsibilities(inner.frames, generator, frame_weight)
         if self._known_latents is not None:
-            points = self._component_family().start_points(inner.frames)
+            points = start_points(inner.frames)
             resp = self._known_latents.start(resp, points, inner.batch.mask, frame_weight)
         self._initialize_from_frames(data, resp)
 
@@ -543,14 +710,15 @@ class HMM(FamilyModel):
         inner, weight = split_weights(data)
         result = self._forward_backward(inner, self._known_latents)
         if weight is None:
-            counts = _Counts(
-                initial=result.initial.sum(0), transitions=result.pair_counts.sum(0), posterior=result.posterior
-            )
+            transitions = result.step_pairs if self._input_driven else result.pair_counts.sum(0)
+            counts = _Counts(initial=result.initial.sum(0), transitions=transitions, posterior=result.posterior)
             return counts, result.log_likelihood.sum() + self._log_prior()
         weight = weight.to(result.posterior)
         counts = _Counts(
             initial=weight @ result.initial,
-            transitions=torch.einsum("b,bij->ij", weight, result.pair_counts),
+            transitions=result.step_pairs * weight[:, None, None, None]
+            if self._input_driven
+            else torch.einsum("b,bij->ij", weight, result.pair_counts),
             posterior=result.posterior * weight[:, None, None],
         )
         return counts, result.log_likelihood @ weight + self._log_prior()
@@ -569,11 +737,14 @@ class HMM(FamilyModel):
             if isinstance(inner.frames, PartlyObserved)
             else self.components_.statistics(inner.frames, frames)
         )
-        return {"initial": stats.initial, "transitions": stats.transitions, "emissions": emissions}
+        chain = {"initial": stats.initial, "transitions": stats.transitions}
+        if stats.transitions.dim() == 4:  # an input-driven chain's step pairs: its gates regress them on the inputs
+            chain |= {"inputs": inner.batch.inputs, "mask": inner.batch.mask}
+        return {**chain, "emissions": emissions}
 
     def _em_update(self, stats: dict[str, Any]) -> None:
         """The M-step from (merged) statistics."""
-        self._update_chain(stats["initial"], stats["transitions"])
+        self._update_chain(stats["initial"], stats["transitions"], stats.get("inputs"), stats.get("mask"))
         if self.priors is None:
             fit_statistics(self.components_, stats["emissions"])
         else:
@@ -672,6 +843,8 @@ class HMM(FamilyModel):
         """
         if pointwise not in ("sequence", "step"):
             raise ValueError(f"pointwise must be 'sequence' or 'step'; got {pointwise!r}")
+        if self._input_driven:
+            raise ValueError("to_arviz() is for the Pyro program, which an input-driven HMM does not have (EM only)")
         if pointwise == "step" and own_hook(self, "_draws_log_likelihood", *POINTWISE_COMPANIONS) is None:
             raise ValueError(
                 f"pointwise='step' needs the HMM's own likelihood; {type(self).__name__} scores whole sequences "
@@ -706,35 +879,91 @@ class HMM(FamilyModel):
         prepared = self._prediction_data(data)
         return {"z": self._forward_backward(prepared).posterior[prepared.batch.mask]}
 
-    def predict_proba(self, X: Any) -> list[Any]:
-        """Smoothed state marginals ``q(z_t = k)``, one ``(length, K)`` array per sequence."""
+    def predict_proba(self, X: Any, inputs: Any = None) -> list[Any]:
+        """Smoothed state marginals ``q(z_t = k)``, one ``(length, K)`` array per sequence (``inputs``: an
+        input-driven chain's, as for :meth:`fit`)."""
         self._check_fitted()
-        batch = self.prepare_data(X)
+        batch = self.prepare_data(X, inputs=inputs)
         posterior = self._forward_backward(self._prediction_data(batch)).posterior
         return [to_output(p, self._output_like(X)) for p in batch.unpad(posterior)]
 
-    def decode(self, X: Any) -> tuple[Any, list[Any]]:
-        """Viterbi decoding: log-probabilities of the best paths and the paths themselves."""
-        self._check_fitted()
-        batch = self.prepare_data(X)
-        paths, best = viterbi(
-            self.initial_.log(),
-            self.transition_.log(),
-            self._log_emissions(self._prediction_data(batch)),
-            batch.lengths,
-        )
-        like = self._output_like(X)
-        return to_output(best, like), [to_output(p, like) for p in batch.unpad(paths)]
+    def decode(self, X: Any, algorithm: str = "viterbi", inputs: Any = None) -> tuple[Any, list[Any]]:
+        """The decoded state path of each sequence and its score.
 
-    def predict(self, X: Any) -> list[Any]:
-        """Most probable state path of each sequence (Viterbi)."""
-        return self.decode(X)[1]
+        Parameters
+        ----------
+        X : sequences
+            As :meth:`fit` takes them.
+        algorithm : {"viterbi", "map"}
+            ``"viterbi"``: the jointly most probable path, scored ``log p(z*, x)``. ``"map"``: each step's most
+            probable state under the smoothed marginals (:meth:`predict_proba`), scored ``sum_t log max_k
+            p(z_t = k | x)``; hmmlearn's ``decode(algorithm="map")`` gives the same paths.
+        inputs : list of arrays, optional
+            An input-driven chain's, as for :meth:`fit`.
 
-    def score(self, X: Any, y: Any = None, sample_weight: Any = None) -> float:
+        Returns
+        -------
+        log_probs : array (n_sequences,)
+        paths : list of int arrays (length,)
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from ppmix import HMM
+        >>> x = np.r_[np.zeros(20), np.full(20, 5.0)][:, None] + np.random.default_rng(0).normal(size=(40, 1))
+        >>> hmm = HMM(2, seed=0, progress=False).fit([x])
+        >>> _, (viterbi_path,) = hmm.decode([x])
+        >>> _, (map_path,) = hmm.decode([x], algorithm="map")
+        >>> bool((viterbi_path == map_path).all())
+        True
+        """
+        return decode_states(self, _with_inputs(X, inputs), algorithm)
+
+    def filter(self, X: Any, inputs: Any = None) -> list[Any]:
+        """Filtered state probabilities ``p(z_t = k | x_{0:t})``: what each step and the ones before it say of
+        its state, one ``(length, K)`` array per sequence (:meth:`predict_proba` uses the whole sequence).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from ppmix import HMM
+        >>> x = np.r_[np.zeros(20), np.full(20, 5.0)][:, None] + np.random.default_rng(0).normal(size=(40, 1))
+        >>> hmm = HMM(2, seed=0, progress=False).fit([x])
+        >>> (filtered,) = hmm.filter([x])
+        >>> filtered.shape, bool(np.allclose(filtered[-1], hmm.predict_proba([x])[0][-1]))  # equal at the end
+        ((40, 2), True)
+        """
+        return filter_states(self, _with_inputs(X, inputs))
+
+    def sample_paths(self, X: Any, n: int = 1, inputs: Any = None) -> list[Any]:
+        """``n`` state paths of each sequence drawn from the posterior ``p(z | x)`` (forward filtering, backward
+        sampling), one ``(n, length)`` integer array per sequence; reproducible from the model's ``seed``.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from ppmix import HMM
+        >>> x = np.r_[np.zeros(20), np.full(20, 5.0)][:, None] + np.random.default_rng(0).normal(size=(40, 1))
+        >>> hmm = HMM(2, seed=0, progress=False).fit([x])
+        >>> (paths,) = hmm.sample_paths([x], n=500)
+        >>> paths.shape, bool(np.allclose(paths.mean(0), hmm.predict_proba([x])[0][:, 1], atol=0.1))
+        ((500, 40), True)
+        """
+        return sample_state_paths(self, _with_inputs(X, inputs), n, self._generator(offset=104729))
+
+    def predict(self, X: Any, inputs: Any = None) -> list[Any]:
+        """Most probable state path of each sequence (Viterbi; ``inputs``: an input-driven chain's)."""
+        return self.decode(X, inputs=inputs)[1]
+
+    def score_samples(self, X: Any, inputs: Any = None) -> Any:
+        """``log p(x_b)`` of every sequence, shape ``(B,)`` (``inputs``: an input-driven chain's)."""
+        return super().score_samples(_with_inputs(X, inputs))
+
+    def score(self, X: Any, y: Any = None, sample_weight: Any = None, inputs: Any = None) -> float:
         """Mean log-likelihood per time step (the quantity in ``history_``); with ``sample_weight`` (one per
-        sequence) every sequence's steps count that many times."""
+        sequence) every sequence's steps count that many times (``inputs``: an input-driven chain's)."""
         self._check_fitted()
-        batch = self.prepare_data(X, y)
+        batch = self.prepare_data(X, y, inputs=inputs)
         log_lik = self._pointwise_log_likelihood(batch)
         if sample_weight is None:
             return float(log_lik.sum()) / int(batch.lengths.sum())
@@ -744,6 +973,11 @@ class HMM(FamilyModel):
     def sample(self, n_samples: int = 1, length: int = 50) -> dict[str, Any]:
         """Draw ``n_samples`` sequences of ``length`` steps: ``{"x": (n, T, D), "z": (n, T)}``."""
         self._check_fitted()
+        if self._input_driven:
+            raise ValueError(
+                "sample() draws sequences of a homogeneous chain; an input-driven HMM's states follow the inputs of "
+                "given sequences: sample_paths(X, n, inputs=...) draws them"
+            )
         n, steps = check_positive_int(n_samples, "n_samples"), check_positive_int(length, "length")
         gen = self._generator(offset=7919)
         z = state_paths_per_draw(self.initial_.cpu()[None], self.transition_.cpu()[None], n, steps, gen)[0]
@@ -753,9 +987,12 @@ class HMM(FamilyModel):
     @property
     def n_parameters(self) -> int:
         """Number of free parameters: ``K - 1`` initial, ``K (K - 1)`` transition probabilities (fewer under a
-        ``transition_pattern``: each row's allowed ones less one) and the emissions'."""
+        ``transition_pattern``: each row's allowed ones less one; input-driven, ``K (K - 1) (P + 1)`` slopes and
+        intercepts of the gates) and the emissions'."""
         k = int(self.n_components)
         free_transitions = int(self._transition_mask.sum()) - k
+        if self._input_driven:
+            free_transitions *= self.n_inputs_ + 1
         return (k - 1) + free_transitions + self._component_parameters
 
 
@@ -784,6 +1021,11 @@ def _emitted(
 def _sequence_weights(batch: SequenceBatch, weight: torch.Tensor) -> torch.Tensor:
     """Every step's sequence weight, ``(B, T)``."""
     return weight.to(batch.x)[:, None].expand(batch.n_sequences, batch.max_length)
+
+
+def _with_inputs(X: Any, inputs: Any) -> Any:
+    """``X`` with the ``inputs`` of its steps travelling beside it (``X`` itself when there are none)."""
+    return X if inputs is None else SequencesWithInputs(X, inputs)
 
 
 def _first(X: Any) -> Any:

@@ -11,9 +11,11 @@ import torch
 from ppmix._validation import check_n_components, check_positive_int, check_seed, to_output
 from ppmix.components.centred import padded_counts
 from ppmix.components.family import DensityFamily, PriorKey, Statistics
+from ppmix.components.family_tools import data_rows, family_settings, mixture_statistics, start_points
 from ppmix.components.gaussian_family import GaussianFamily
 from ppmix.components.gaussian_mixture import GaussianMixtureFamily
 from ppmix.components.registry import family_config, family_from
+from ppmix.models import _variational as vb
 from ppmix.models._family_components import FamilyModel
 from ppmix.models._gibbs import MixtureGibbs
 from ppmix.models._missing import (
@@ -94,7 +96,14 @@ class Mixture(FamilyModel):
         maximises log-likelihood plus log prior (reported in ``history_``) by the families' MAP updates (every built-in
         family's: conjugate modes, or generalised EM steps where there is no closed form)
         and ``weights = (N_k + alpha - 1) / (N + K (alpha - 1))``; None: maximum likelihood. An unknown key or a
-        value outside its domain is a ``ValueError`` naming ``priors``.
+        value outside its domain is a ``ValueError`` naming ``priors``. ``engine="vb"`` takes the family's conjugate
+        prior from them too.
+    weight_concentration_prior_type : {"dirichlet_process", "dirichlet_distribution"}, default "dirichlet_process"
+        ``engine="vb"`` only (variational-Bayes EM, :func:`ppmix.engines.vb.run_vb`: Gaussian components, and the
+        Poisson, exponential, Bernoulli, categorical and multinomial families): the weights' prior, stick-breaking
+        or Dirichlet.
+    weight_concentration_prior : float, optional
+        ``engine="vb"`` only: its concentration (default ``1 / n_components``).
     seed, device, dtype, progress : see :class:`~ppmix.models.base.MixtureModel`.
 
     Attributes
@@ -159,6 +168,8 @@ class Mixture(FamilyModel):
         warm_start: bool = False,
         missing: str = "error",
         priors: dict[str, Any] | None = None,
+        weight_concentration_prior_type: str = "dirichlet_process",
+        weight_concentration_prior: float | None = None,
         seed: int | None = None,
         device: str | torch.device | None = None,
         dtype: torch.dtype = torch.float64,
@@ -193,6 +204,30 @@ class Mixture(FamilyModel):
     def _gibbs_sampler(self) -> MixtureGibbs:
         """The blocked Gibbs sampler of ``engine="gibbs"`` (:mod:`ppmix.models._gibbs`)."""
         return MixtureGibbs(self)
+
+    # ------------------------------------------- variational Bayes (engine="vb": ppmix.models._variational)
+    #: the defaults of a subclass whose constructor does not take them
+    weight_concentration_prior_type: str = "dirichlet_process"
+    weight_concentration_prior: float | None = None
+
+    @property
+    def n_effective_components_(self) -> int:
+        """The components whose weight exceeds 1 % (:data:`~ppmix.models._variational.EFFECTIVE_WEIGHT`), whatever
+        the engine."""
+        self._check_fitted()
+        return vb.effective_components(self.weights_)
+
+    def _vb_components(self, data: torch.Tensor, component_prior: Any) -> Any:
+        return vb.components_factor(self, data, component_prior)
+
+    def _vb_latent(self, data: torch.Tensor) -> Any:
+        return vb.weights_factor(self)
+
+    def _vb_initial_responsibilities(self, data: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        return vb.start_responsibilities_of(self, data, generator)
+
+    def _vb_record(self, latent: Any, components: Any) -> None:
+        vb.record_weights(self, latent, components)
 
     def prepare_data(self, X: Any, y: Any = None, *, fitting: bool = False) -> torch.Tensor:
         x = super().prepare_data(X, y, fitting=fitting)
@@ -256,9 +291,7 @@ class Mixture(FamilyModel):
         return weighted
 
     def _n_rows(self, rows: Any) -> int:
-        return int(
-            rows.x.shape[0] if isinstance(rows, PartlyObserved) else self._component_family().rows(rows).shape[0]
-        )
+        return int(rows.x.shape[0] if isinstance(rows, PartlyObserved) else data_rows(rows).shape[0])
 
     def _em_data(self, data: Any) -> Any:
         """The family's prepared rows (:class:`~ppmix.models._weights.Weighted` data keep their row weights;
@@ -281,19 +314,19 @@ class Mixture(FamilyModel):
         if isinstance(rows, PartlyObserved):
             rows = self._component_family().prepare(fill_missing(rows.x, self._component_family(), weight))
             data = rows if weight is None else Weighted(rows, weight)
-        self.components_ = self._new_components(self._component_family().rows(rows))
+        self.components_ = self._new_components(data_rows(rows))
         resp = self._initial_responsibilities(rows, generator, weight)
         if self.init_params != "random":  # k-means' hard clusters, softened for the families that ask
             resp = start_responsibilities(self._component_family(), resp)
         if self._known_latents is not None:
             family = self._component_family()
-            resp = self._known_latents.start(resp, family.start_points(rows), weight=weight, family=family)
+            resp = self._known_latents.start(resp, start_points(rows), weight=weight, family=family)
         self._m_step(data, resp)
 
     def _e_step(self, data: Any) -> tuple[Statistics, torch.Tensor]:
         """The M-step's statistics under the responsibilities and the log-likelihood
         ``sum_n log sum_k w_k p_k(x_n)`` (every row counted as often as its sample weight), in one pass where
-        the family fuses them (:meth:`~ppmix.components.base.ComponentFamily.expected_statistics`);
+        the family fuses them (:func:`~ppmix.components.family_tools.mixture_statistics`);
         :meth:`_m_step` and :meth:`_em_statistics` take the (merged) statistics as they are. In a partly labelled fit,
         the clamped E-step (:meth:`~ppmix.models.known_latents.Clamp.mixture_e_step`) and ``log p(X, known labels)``."""
         rows, weight = split_weights(data)
@@ -302,7 +335,7 @@ class Mixture(FamilyModel):
         elif isinstance(rows, PartlyObserved):
             stats, objective = partly_observed_e_step(self.components_, self.weights_.log(), rows, weight)
         else:
-            stats, objective = self.components_.expected_statistics(rows, self.weights_.log(), weight)
+            stats, objective = mixture_statistics(self.components_, rows, self.weights_.log(), weight)
         return stats, objective if self.priors is None else objective + self._log_prior()
 
     def _m_step(self, data: Any, resp: Statistics | torch.Tensor) -> None:
@@ -444,7 +477,7 @@ class Mixture(FamilyModel):
         return {
             "model": type(self).__name__,
             "n_components": self.n_components,
-            "family": {"name": self._component_family().name, **self._component_family().config()},
+            "family": {"name": self._component_family().name, **family_settings(self._component_family())},
             "engine": self.engine_,
             "n_iter": self.n_iter_,
             "converged": self.converged_,

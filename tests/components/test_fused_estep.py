@@ -1,4 +1,4 @@
-"""The fused E-step of the Gaussian families (``expected_statistics``) against its definition,
+"""The fused E-step of the Gaussian families (``mixture_statistics``) against its definition,
 ``statistics(data, softmax(log_prob(data) + log_weights))``, for the diagonal, full and tied families, both dtypes,
 data spanning several row blocks, and the collapsed components that take the direct formulas. A tied family's
 statistics hold each component's share of the pooled scatter (all its M-step reads): its scatters are compared
@@ -14,6 +14,7 @@ import ppmix.components.centred as centred
 from ppmix.components import DiagGaussian, FullGaussian
 from ppmix.components.base import ComponentFamily
 from ppmix.components.centred import CentredData
+from ppmix.components.family_tools import mixture_statistics
 from ppmix.components.gaussian_full import TiedGaussian
 from tests.common import assert_close
 from tests.components._util import parametrize_device, parametrize_dtype, random_scale_tril, rng, rounded, t
@@ -62,7 +63,7 @@ def test_fused_estep_equals_its_definition_over_several_row_blocks(kind, dtype, 
     data = CentredData.from_tensor(x)
     log_weights = t([0.2, 0.5, 0.3], dtype, device).log()
     expected = _definition(family, data, log_weights)
-    _assert_same(family.expected_statistics(data, log_weights), expected, dtype, pooled=kind == "tied")
+    _assert_same(mixture_statistics(family, data, log_weights), expected, dtype, pooled=kind == "tied")
 
 
 @pytest.mark.parametrize("kind", ["diag", "full"])
@@ -80,7 +81,7 @@ def test_fused_estep_falls_back_to_direct_formulas_for_a_collapsed_component(kin
         family = FullGaussian(loc, torch.diag_embed(t([[1.0, 1.0], [1e-4, 1e-4]], dtype)), reg_covar=1e-12)
     data = CentredData.from_tensor(x)
     log_weights = t([0.8, 0.2], dtype).log()
-    stats, _ = family.expected_statistics(data, log_weights)
+    stats, _ = mixture_statistics(family, data, log_weights)
     direct = (far - far.mean(0)) ** 2
     scatter = stats.scatter[1] if kind == "diag" else torch.diagonal(stats.scatter[1])
     assert_close(scatter, t(direct.sum(0), dtype), rtol=1e-6, atol=0)
@@ -100,7 +101,7 @@ def test_log_prob_does_not_depend_on_the_block_size(kind, monkeypatch):
 @pytest.mark.parametrize("collapsed", [False, True], ids=["fused", "direct-fallback"])
 @pytest.mark.parametrize("kind", ["diag", "full", "tied"])
 def test_row_weights_count_each_row_that_many_times(kind, collapsed, monkeypatch):
-    """``expected_statistics(..., row_weights=w)`` equals the E-step on the rows repeated ``w`` times (integer
+    """``mixture_statistics(..., row_weights=w)`` equals the E-step on the rows repeated ``w`` times (integer
     ``w``, zeros included), on the fused pass and on the direct formulas it falls back to."""
     monkeypatch.setattr(centred, "BLOCK_BYTES", 1)
     dtype = torch.float64
@@ -114,8 +115,8 @@ def test_row_weights_count_each_row_that_many_times(kind, collapsed, monkeypatch
     repeated = x.repeat_interleave(weight.long(), dim=0)
     log_weights = t([0.6, 0.4], dtype).log()
     shift = x.mean(0)
-    got = family.expected_statistics(CentredData.from_tensor(x, shift), log_weights, row_weights=weight)
-    want = family.expected_statistics(CentredData.from_tensor(repeated, shift), log_weights)
+    got = mixture_statistics(family, CentredData.from_tensor(x, shift), log_weights, row_weights=weight)
+    want = mixture_statistics(family, CentredData.from_tensor(repeated, shift), log_weights)
     _assert_same(got, want, dtype, pooled=kind == "tied")
 
 
@@ -138,10 +139,12 @@ def test_float32_fused_estep_keeps_its_fast_path_with_many_features_and_far_rows
         return FullGaussian(t(loc, dtype), t(tril, dtype))
 
     fallbacks = []
-    two_pass = ComponentFamily.expected_statistics
-    monkeypatch.setattr(ComponentFamily, "expected_statistics", lambda *args: fallbacks.append(args) or two_pass(*args))
+    two_pass = ComponentFamily._expected_statistics
+    monkeypatch.setattr(
+        ComponentFamily, "_expected_statistics", lambda *args: fallbacks.append(args) or two_pass(*args)
+    )
     log_weights = t([0.5, 0.3, 0.2]).log()
-    fused = family(torch.float32).expected_statistics(t(x, torch.float32), log_weights.float())
+    fused = mixture_statistics(family(torch.float32), t(x, torch.float32), log_weights.float())
     assert not fallbacks
     data = CentredData.from_tensor(t(rounded(x, torch.float32)))
     _assert_same(fused, _definition(family(torch.float64), data, log_weights), torch.float32)

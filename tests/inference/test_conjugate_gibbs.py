@@ -14,7 +14,8 @@ import torch
 from scipy.special import gammaln
 
 from ppmix import GMM, HMM, Mixture
-from ppmix.algorithms.ffbs import sample_paths
+from ppmix.algorithms.ffbs import filtered_marginals, sample_paths
+from ppmix.algorithms.forward_backward import forward_backward
 from ppmix.algorithms.simplex import dirichlet_draw, log_dirichlet
 
 QUIET = {"seed": 0, "progress": False}
@@ -144,24 +145,31 @@ def test_gaussian_draws_have_the_exact_posterior_means_of_one_component(covarian
     _check_against_exact(variance, float((weight * var).sum()))
 
 
-def test_ffbs_draws_paths_with_their_exact_posterior_probabilities():
+@pytest.mark.parametrize("varying", [False, True], ids=["shared", "time-varying"])
+def test_ffbs_draws_paths_with_their_exact_posterior_probabilities(varying):
     """Every path of a 2-state, 3-step sequence (and a padded 2-step one) is drawn as often as its
-    posterior probability p(z | x) says, and the log-likelihood is the sum over paths."""
+    posterior probability p(z | x) says, and the log-likelihood is the sum over paths; with transitions that vary
+    over the steps too (an input-driven chain's), and the filtered marginals of the last step are the smoothed
+    ones."""
     torch.manual_seed(0)
     log_init = torch.tensor([0.3, 0.7], dtype=torch.float64).log()
     trans = torch.tensor([[0.8, 0.2], [0.4, 0.6]], dtype=torch.float64)
+    steps = torch.stack([trans, trans.flip(1), trans.flip(0)]) if varying else trans.expand(3, 2, 2)  # into step t
     emit = torch.randn(2, 3, 2, dtype=torch.float64)
     lengths = torch.tensor([3, 2])
     n = 20000
-    paths, log_lik = sample_paths(
-        log_init.expand(2 * n, 2), trans.log().expand(2 * n, 2, 2), emit.repeat(n, 1, 1), lengths.repeat(n)
-    )
+    log_trans = steps.log().expand(2 * n, 3, 2, 2) if varying else trans.log().expand(2 * n, 2, 2)
+    paths, log_lik = sample_paths(log_init.expand(2 * n, 2), log_trans, emit.repeat(n, 1, 1), lengths.repeat(n))
+    filtered = filtered_marginals(log_init.expand(2, 2), log_trans[:2], emit, lengths)
+    smoothed = forward_backward(log_init, log_trans[:2], emit, lengths).posterior
+    for b, length in enumerate(lengths.tolist()):
+        torch.testing.assert_close(filtered[b, length - 1], smoothed[b, length - 1], rtol=1e-12, atol=1e-12)
     for b, length in enumerate(lengths.tolist()):
         joint = {}
         for z in itertools.product(range(2), repeat=length):
             lp = log_init[z[0]] + emit[b, 0, z[0]]
             for t in range(1, length):
-                lp = lp + trans[z[t - 1], z[t]].log() + emit[b, t, z[t]]
+                lp = lp + steps[t, z[t - 1], z[t]].log() + emit[b, t, z[t]]
             joint[z] = float(lp)
         total = float(torch.logsumexp(torch.tensor(list(joint.values()), dtype=torch.float64), 0))
         assert float(log_lik[b]) == pytest.approx(total, rel=1e-12)

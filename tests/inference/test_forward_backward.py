@@ -20,16 +20,16 @@ from tests.common import DEVICES, assert_close
 
 DTYPES = [pytest.param(torch.float64, id="float64"), pytest.param(torch.float32, id="float32")]
 METHODS = ["auto", "logsumexp"]
-TRANS = ["shared_trans", "per_seq_trans"]
+TRANS = ["shared_trans", "per_seq_trans", "per_step_trans"]
 
 #: tolerance per dtype (float32 results are compared with a float64 oracle)
 TOL = {torch.float64: dict(rtol=1e-10, atol=1e-12), torch.float32: dict(rtol=2e-5, atol=2e-6)}
 
 
-def random_hmm(batch, steps, k, *, per_seq=False, dtype=torch.float64, seed=0):
+def random_hmm(batch, steps, k, *, per_seq=False, per_step=False, dtype=torch.float64, seed=0):
     g = torch.Generator().manual_seed(seed)
     log_init = torch.log_softmax(torch.randn(k, generator=g, dtype=torch.float64), -1)
-    shape = (batch, k, k) if per_seq else (k, k)
+    shape = (batch, steps, k, k) if per_step else (batch, k, k) if per_seq else (k, k)
     log_trans = torch.log_softmax(torch.randn(shape, generator=g, dtype=torch.float64), -1)
     log_emit = 2.0 * torch.randn(batch, steps, k, generator=g, dtype=torch.float64)
     return log_init.to(dtype), log_trans.to(dtype), log_emit.to(dtype)
@@ -43,14 +43,18 @@ def brute_force(log_init, log_trans, log_emit, lengths):
         ll=np.zeros(batch),
         post=np.zeros((batch, steps, k)),
         pairs=np.zeros((batch, k, k)),
+        step_pairs=np.zeros((batch, steps, k, k)),
         path=np.full((batch, steps), -1),
         best=np.zeros(batch),
     )
     for b, length in enumerate(int(n) for n in lengths):
-        trans = log_trans[b] if log_trans.ndim == 3 else log_trans
+        trans = log_trans[b] if log_trans.ndim >= 3 else log_trans
         paths = np.array(list(itertools.product(range(k), repeat=length)))  # [K^L, L]
         score = log_init[paths[:, 0]] + log_emit[b, np.arange(length), paths].sum(1)
-        score = score + trans[paths[:, :-1], paths[:, 1:]].sum(1)
+        if log_trans.ndim == 4:  # time-varying: step t's matrix into step t
+            score = score + trans[np.arange(1, length), paths[:, :-1], paths[:, 1:]].sum(1)
+        else:
+            score = score + trans[paths[:, :-1], paths[:, 1:]].sum(1)
         top = score.max()
         ll = top + np.log(np.exp(score - top).sum())
         weight = np.exp(score - ll)
@@ -59,6 +63,7 @@ def brute_force(log_init, log_trans, log_emit, lengths):
             np.add.at(out["post"][b, t], paths[:, t], weight)
             if t > 0:
                 np.add.at(out["pairs"][b], (paths[:, t - 1], paths[:, t]), weight)
+                np.add.at(out["step_pairs"][b, t], (paths[:, t - 1], paths[:, t]), weight)
         out["path"][b, :length] = paths[score.argmax()]
         out["best"][b] = top
     return out
@@ -69,7 +74,9 @@ LENGTHS = torch.tensor([4, 1, 3, 2, 4])
 
 @pytest.mark.parametrize("trans", TRANS)
 def test_step_log_likelihood_is_the_difference_of_brute_force_prefix_likelihoods(trans):
-    log_init, log_trans, log_emit = random_hmm(5, 4, 3, per_seq=trans == "per_seq_trans", dtype=torch.float64)
+    log_init, log_trans, log_emit = random_hmm(
+        5, 4, 3, per_seq=trans == "per_seq_trans", per_step=trans == "per_step_trans", dtype=torch.float64
+    )
     log_emit[1, 1:] = float("nan")  # padding is ignored, whatever it holds
     steps = forward_backward(log_init, log_trans, log_emit, LENGTHS).step_log_likelihood
     expected = np.zeros((5, 4))
@@ -88,7 +95,9 @@ def test_step_log_likelihood_is_the_difference_of_brute_force_prefix_likelihoods
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_forward_backward_matches_brute_force(dtype, method, trans):
-    log_init, log_trans, log_emit = random_hmm(5, 4, 3, per_seq=trans == "per_seq_trans", dtype=dtype)
+    log_init, log_trans, log_emit = random_hmm(
+        5, 4, 3, per_seq=trans == "per_seq_trans", per_step=trans == "per_step_trans", dtype=dtype
+    )
     log_emit[1, 1:] = float("nan")  # padding is ignored, whatever it holds
     res = forward_backward(log_init, log_trans, log_emit, LENGTHS, method=method)
     ref = brute_force(log_init, log_trans, log_emit, LENGTHS)
@@ -100,12 +109,31 @@ def test_forward_backward_matches_brute_force(dtype, method, trans):
     assert_close(res.initial, ref["post"][:, 0], **TOL[dtype])
     assert_close(res.expected_transitions, ref["pairs"].sum(0), **TOL[dtype])
     assert_close(res.expected_initial, ref["post"][:, 0].sum(0), **TOL[dtype])
+    if trans == "per_step_trans":  # every step's pair marginals, what an input-driven chain's M-step reads
+        assert_close(res.step_pairs, ref["step_pairs"], **TOL[dtype])
+    else:
+        assert res.step_pairs is None
+
+
+def test_transitions_constant_over_time_are_the_shared_ones():
+    log_init, log_trans, log_emit = random_hmm(5, 4, 3, per_seq=True, seed=2)
+    steps = log_trans[:, None].expand(5, 4, 3, 3)
+    varying, shared = (
+        forward_backward(log_init, steps, log_emit, LENGTHS),
+        forward_backward(log_init, log_trans, log_emit, LENGTHS),
+    )
+    for field in ("log_likelihood", "posterior", "pair_counts"):
+        assert_close(getattr(varying, field), getattr(shared, field), rtol=1e-12, atol=1e-12)
+    for a, b in zip(viterbi(log_init, steps, log_emit, LENGTHS), viterbi(log_init, log_trans, log_emit, LENGTHS)):
+        assert_close(a, b, rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("trans", TRANS)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_viterbi_matches_brute_force(dtype, trans):
-    log_init, log_trans, log_emit = random_hmm(5, 4, 3, per_seq=trans == "per_seq_trans", dtype=dtype, seed=1)
+    log_init, log_trans, log_emit = random_hmm(
+        5, 4, 3, per_seq=trans == "per_seq_trans", per_step=trans == "per_step_trans", dtype=dtype, seed=1
+    )
     paths, best = viterbi(log_init, log_trans, log_emit, LENGTHS)
     ref = brute_force(log_init, log_trans, log_emit, LENGTHS)
     assert paths.dtype == torch.long and best.dtype == dtype
@@ -334,7 +362,17 @@ def test_unknown_method():
 
 
 @pytest.mark.parametrize(
-    "case", ["tree", "tree-per-sequence", "tree-wide-range", "forbidden-moves", "one-step", "forward-backward"]
+    "case",
+    [
+        "tree",
+        "tree-per-sequence",
+        "tree-per-step",
+        "tree-wide-range",
+        "forbidden-moves",
+        "one-step",
+        "forward-backward",
+        "forward-backward-per-step",
+    ],
 )
 def test_log_likelihood_and_its_gradients_are_the_forward_backward_answers(case, monkeypatch):
     """``log_likelihood`` (the pairwise tree of step matrices; with ``-inf`` entries or beyond ``TREE_CELLS`` one
@@ -347,14 +385,16 @@ def test_log_likelihood_and_its_gradients_are_the_forward_backward_answers(case,
     b, t, k = 4, 1 if case == "one-step" else 11, 3
     lengths = torch.tensor([t, max(1, t - 4), 1, max(1, t - 1)])
     log_init = torch.randn(k, generator=gen, dtype=torch.float64).log_softmax(0)
-    trans_shape = (b, k, k) if case == "tree-per-sequence" else (k, k)
+    trans_shape = {"tree-per-sequence": (b, k, k), "tree-per-step": (b, t, k, k)}.get(case, (k, k))
+    if case == "forward-backward-per-step":
+        trans_shape = (b, t, k, k)
     log_trans = torch.randn(trans_shape, generator=gen, dtype=torch.float64).log_softmax(-1)
     log_emit = torch.randn(b, t, k, generator=gen, dtype=torch.float64) * (400.0 if case == "tree-wide-range" else 1.0)
     if case == "forbidden-moves":
         log_trans = log_trans.masked_fill(
             torch.tensor([[False, False, True], [True, False, False], [False, True, False]]), float("-inf")
         )
-    if case == "forward-backward":
+    if case.startswith("forward-backward"):
         monkeypatch.setattr(fb, "TREE_CELLS", 0)
     inputs = [x.clone().requires_grad_() for x in (log_init, log_trans, log_emit)]
     value = log_likelihood(*inputs, lengths)
@@ -365,7 +405,12 @@ def test_log_likelihood_and_its_gradients_are_the_forward_backward_answers(case,
     assert_close(value, expected.log_likelihood, rtol=1e-10, atol=1e-10)
     w = weights[:, None, None]
     init_grad = (weights[:, None] * expected.initial).sum(0)
-    trans_grad = w * expected.pair_counts if case == "tree-per-sequence" else (w * expected.pair_counts).sum(0)
+    if log_trans.dim() == 4:  # d / d log_trans[b, t] is step t's pair marginals
+        trans_grad = weights[:, None, None, None] * expected.step_pairs
+    elif case == "tree-per-sequence":
+        trans_grad = w * expected.pair_counts
+    else:
+        trans_grad = (w * expected.pair_counts).sum(0)
     for got, want in zip(grads, (init_grad, trans_grad, w * expected.posterior)):
         assert_close(got, want, rtol=1e-8, atol=1e-10)
 

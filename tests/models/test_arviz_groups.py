@@ -10,6 +10,7 @@ import torch
 
 from ppmix import GMM, HMM, Mixture, MixtureOfExperts
 from ppmix.models._arviz import PointEstimateWarning, build_inference_data
+from ppmix.viz import plot_energy
 
 az = pytest.importorskip("arviz")
 matplotlib.use("Agg")
@@ -60,6 +61,7 @@ def test_mcmc_inference_data_has_sample_stats_for_energy_plots_and_loo(mcmc_gmm)
     bfmi = az.bfmi(idata)
     assert bfmi.shape == (2,) and np.isfinite(bfmi).all() and (bfmi > 0).all()
     assert az.plot_energy(idata) is not None
+    assert plot_energy(idata) is not None  # ppmix's passes NUTS draws on to ArviZ
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # ArviZ's Pareto-k warning on 40 draws
         loo = az.loo(idata)

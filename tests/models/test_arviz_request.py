@@ -12,6 +12,7 @@ import torch
 from ppmix import GMM, Mixture
 from ppmix.models._arviz import _flat, pointwise_draws
 from ppmix.models._arviz_options import DEFAULT_GROUPS
+from ppmix.viz import plot_energy
 
 matplotlib.use("Agg")
 az = pytest.importorskip("arviz")
@@ -145,6 +146,8 @@ def test_energy_diagnostics_refuse_draws_without_a_hamiltonian(gibbs_gmm, em_poi
         az.bfmi(idata)
     with pytest.raises(AttributeError, match="energy"):
         az.plot_energy(idata)
+    with pytest.raises(ValueError, match=f"draws of '{fit}' have no Hamiltonian energy.*engine='mcmc'"):
+        plot_energy(idata)  # ppmix's says why
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert az.plot_trace(idata.sample_stats, var_names=["lp"]) is not None  # the documented stand-in

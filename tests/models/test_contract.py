@@ -24,7 +24,7 @@ import torch
 
 import ppmix
 import ppmix.models
-from ppmix import GMM, HMM, PFGMM, PFHMM, Mixture, MixtureModel, MixtureOfExperts, SupervisedGMM, SupervisedHMM
+from ppmix import GMM, HMM, HSMM, PFGMM, PFHMM, Mixture, MixtureModel, MixtureOfExperts, SupervisedGMM, SupervisedHMM
 from ppmix.engines.result import ConvergenceWarning
 from ppmix.models import PFGMMGibbs
 from tests.common import (
@@ -98,6 +98,12 @@ CASES: dict[str, Case] = {
             2, transition_pattern="left-right", transition_prior=2.0, init_params="segments", max_iter=10, **QUIET
         ),
         _sequences,
+        sequences=True,
+    ),
+    "HSMM": Case(lambda: HSMM(2, max_duration=4, max_iter=10, **QUIET), _sequences, sequences=True),
+    "HSMM-poisson-nonparametric": Case(
+        lambda: HSMM(2, emission="poisson", duration="nonparametric", max_duration=4, max_iter=10, **QUIET),
+        lambda: (make_family_sequences("poisson")[0], None),
         sequences=True,
     ),
     "PFGMM": Case(lambda: PFGMM(2, switch_prior=0.5, max_iter=20, **QUIET), _labelled_blobs, score_needs_y=True),
@@ -488,7 +494,7 @@ def _integer_weights(n: int) -> np.ndarray:
 
 
 #: cases whose family measures its variance floor on the rows of positive weight, not weighted (the default of
-#: ``DensityFamily.weighted_data_scale``): the Gaussian-mixture family's
+#: ``DensityFamily.data_scale`` without ``weight``): the Gaussian-mixture family's
 UNWEIGHTED_SCALE = {"Mixture-gmm", "HMM-gmm"}
 
 

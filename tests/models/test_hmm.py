@@ -205,6 +205,11 @@ def test_agrees_with_hmmlearn_on_the_same_parameters():
         np.testing.assert_array_equal(ours, theirs)
     np.testing.assert_array_equal(np.concatenate(paths), ref.decode(frames, lengths)[1])
 
+    map_scores, map_paths = hmm.decode(seqs, algorithm="map")  # each step's most probable state
+    for ours, score, seq in zip(map_paths, map_scores, seqs):
+        np.testing.assert_array_equal(ours, ref.decode(seq, algorithm="map")[1])
+        assert score == pytest.approx(np.log(ref.predict_proba(seq).max(axis=1)).sum(), rel=1e-9)
+
 
 @pytest.mark.parametrize("cov", ["diag", "full", "spherical", "tied"])
 def test_every_baum_welch_iteration_equals_hmmlearns_from_the_same_start(cov):

@@ -11,6 +11,7 @@ from scipy.optimize import linear_sum_assignment
 
 from ppmix._validation import NotFittedError
 from ppmix.datasets.moe import make_moe
+from ppmix.models import latent_posterior
 from ppmix.models._weights import Weighted
 from ppmix.models.moe import MixtureOfExperts
 from tests.common import assert_em_objective_is_trace_enum_elbo, make_expert_data
@@ -148,7 +149,7 @@ def test_predictions_gaussian_and_logistic():
     np.testing.assert_allclose(proba.sum(1), 1.0)
     assert set(np.unique(logistic.predict(xl))) <= {0.0, 1.0}
     assert (logistic.predict(xl) == yl).mean() > 0.8
-    post = logistic.posterior(xl, yl)["z"]
+    post = latent_posterior(logistic, xl, yl)["z"]
     np.testing.assert_allclose(post.sum(1), 1.0)
 
 

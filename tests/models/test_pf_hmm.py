@@ -17,6 +17,7 @@ from ppmix.datasets.pf_hmm import make_pf_hmm_synthetic
 from ppmix.engines.params import local_params
 from ppmix.inference import ConvergenceWarning
 from ppmix.metrics import auroc
+from ppmix.models import latent_posterior
 from ppmix.models._arviz import PointEstimateWarning
 from ppmix.models.pf.pf_gmm import PFGMM
 from ppmix.models.pf.pf_hmm import PFHMM, SupervisedHMM
@@ -145,7 +146,9 @@ def test_missing_labels_contribute_nothing():
     missing = np.isnan(np.concatenate(y))
     assert_close(with_labels[missing], features_only[missing], rtol=0, atol=0)
     assert not torch.allclose(with_labels[~missing], features_only[~missing])
-    posterior = model.posterior(data.X[train], y)["z"]  # the unlabelled sequence: exactly the label-free posterior
+    posterior = latent_posterior(model, data.X[train], y)[
+        "z"
+    ]  # the unlabelled sequence: exactly the label-free posterior
     n0 = len(y[0])
     assert_close(posterior[:n0], model.predict_state_proba(data.X[train][:1])[0], atol=1e-12, rtol=0)
 

@@ -100,9 +100,6 @@ class _LaplaceFamily(DensityFamily):
             else dist.LogNormal(torch.zeros(d, **opts), 2.0).to_event(1)
         )
 
-    def n_parameters(self, k, d):
-        return 2 * k * d
-
 
 def test_a_family_without_curvature_in_a_parameter_is_named_as_the_reason_for_no_laplace_draws():
     mix = Mixture(2, family=_LaplaceFamily(), seed=0, progress=False).fit(X)

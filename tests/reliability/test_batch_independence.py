@@ -21,7 +21,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ppmix import GMM, HMM, PFGMM, PFHMM, Mixture, MixtureOfExperts, SupervisedGMM
+from ppmix import GMM, HMM, HSMM, PFGMM, PFHMM, Mixture, MixtureOfExperts, SupervisedGMM
 from ppmix.inference import PRESTO, RegularizedWeighting
 from ppmix.models import PCGMM
 
@@ -107,7 +107,7 @@ def _sequences() -> list[np.ndarray]:
     return [X[:40], X[60:100], X[40:60]]
 
 
-@pytest.mark.parametrize("cls", [HMM, PFHMM], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", [HMM, PFHMM, HSMM], ids=lambda c: c.__name__)
 def test_a_sequence_does_not_depend_on_the_other_sequences(cls):
     seqs = _sequences()
     labels = [(s[:, 0] > 3).astype(float) for s in seqs]

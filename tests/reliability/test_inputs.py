@@ -18,7 +18,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ppmix import GMM, HMM, PFGMM, PFHMM, Mixture, MixtureOfExperts, SupervisedGMM
+from ppmix import GMM, HMM, HSMM, PFGMM, PFHMM, Mixture, MixtureOfExperts, SupervisedGMM
 from ppmix.inference import PRESTO, RegularizedWeighting
 
 rng = np.random.default_rng(3)
@@ -45,6 +45,8 @@ ESTIMATORS: dict[str, tuple[Callable[[], Any], np.ndarray, np.ndarray | None, bo
     "Mixture-poisson": (lambda: Mixture(2, family="poisson", seed=0, progress=False), COUNTS, None, False,
                         ("predict", "predict_proba", "score")),
     "HMM": (lambda: HMM(2, seed=0, progress=False), X, None, True, ("predict", "predict_proba", "score")),
+    "HSMM": (lambda: HSMM(2, max_duration=8, seed=0, progress=False), X, None, True,
+             ("predict", "predict_proba", "score_samples")),
     "PFGMM": (lambda: PFGMM(2, switch_prior=0.5, n_restarts=1, seed=0, progress=False), X, Y_BINARY, False,
               ("predict", "predict_proba", "score_samples")),
     "SupervisedGMM": (lambda: SupervisedGMM(2, seed=0, progress=False), X, Y_BINARY, False,

@@ -175,7 +175,7 @@ def map_fit_frame_statistics(
     :meth:`~ppmix.components.family.DensityFamily.map_update` on the ``K * D`` one-feature cells whose statistics
     are the data's times ``w_d`` (the weighted log-likelihood of a Gaussian is its likelihood of the statistics
     scaled so), each with its feature's data scale (``scale``: the training data's, with ``mean`` and ``std``) and
-    hyperparameters (``family.prior_settings``: numbers or ``(D,)``). Returns the log-likelihood of the entries
+    hyperparameters (``family._prior_settings``: numbers or ``(D,)``). Returns the log-likelihood of the entries
     fitted at the new values, ``sum_n r_nk o_nd log N(x_nd | k)`` ``(K, D)`` (not weighted), as
     :func:`fit_frame_statistics` does.
 
@@ -207,7 +207,7 @@ def map_fit_frame_statistics(
                 f"{name} must be a number or broadcast to shape ({d},); got shape {tuple(torch.as_tensor(value).shape)}"
             ) from None
 
-    settings = {key: per_cell(v, f"priors[{key!r}]") for key, v in family.prior_settings.items() if v is not None}
+    settings = {key: per_cell(v, f"priors[{key!r}]") for key, v in family._prior_settings.items() if v is not None}
     cell_family = with_priors(family, settings)
     cell_scale = {name: per_cell(value, name) for name, value in scale.items()}
     cell = DiagGaussian(
