@@ -268,7 +268,6 @@ class _Sampler:
             "diverged": diverged,
         }
 
-
     def _subtrees_turned(self, n, j, r, prefix, before, previous, marks) -> torch.Tensor:
         """Whether a sub-trajectory ending at step ``n`` of a doubling of depth ``j`` turns back: those of size
         ``2^m`` dividing ``n + 1``, each checked whole and across its halves (Stan's extra checks: the first half with
