@@ -46,8 +46,8 @@ def _run(fn, chains: int, dims: int, seed: int = 0, draws: int = 1000, warmup: i
 
 
 def test_a_standard_normal_has_its_moments_and_an_effective_sample_size_near_the_draws():
-    """1-D N(0, 1) from a start at 3: mean 0 and variance 1 within five standard errors, ESS above a quarter of the draws
-    (Pyro's NUTS gets about 0.4 of the draws here), every statistic recorded for every draw."""
+    """1-D N(0, 1) from a start at 3: mean 0 and variance 1 within five standard errors, ESS above a quarter of the
+    draws (Pyro's NUTS gets about 0.4 of the draws here), every statistic recorded for every draw."""
     result = _run(_gaussian(torch.ones(1, dtype=torch.float64)), chains=4, dims=1, start=3.0)
     draws = result.samples[..., 0].numpy()
     ess = float(az.ess(draws))
