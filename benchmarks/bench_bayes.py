@@ -487,8 +487,9 @@ def scale_section(seed: int, quick: bool, nuts_rows: list[dict[str, Any]]) -> li
     cases = {
         "gmm_diag_20000": ("gmm_diag", GMM(3, covariance_type="diag", seed=seed, progress=False),
                            mixture_data(2000 if quick else 20_000, 2, "gaussian", seed)),
-        # the call timed on half the sequences and doubled (linear in them): at 200 x 200 = 40 000 frames the
-        # Gaussian components score in blocks of 32 768 rows written in place, which autograd refuses
+        # the call timed on half the sequences and doubled (linear in them): at 200 x 200, 4 chains, after the full EM
+        # fit, autograd once refused the gradient (a (2, 32768) tensor modified in place; not reproduced after a
+        # 3-iteration EM fit, cause not found)
         "hmm_200x200": ("hmm", HMM(3, covariance_type="diag", seed=seed, progress=False),
                         hmm_data(10 if quick else 100, 20 if quick else 200, "gaussian", seed)),
     }  # fmt: skip
