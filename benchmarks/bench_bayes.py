@@ -23,15 +23,23 @@ relabelling included). r_hat (rank-normalised, the largest coordinate) is report
 A last row times the issue's check: a Poisson HMM of 40 sequences x 40 steps, 4 chains x 1 000 draws
 (500 warmup sweeps) by ppmix's Gibbs (the goal: under 2 minutes on 2 cores).
 
-**NUTS** (section ``nuts``, issue 52): ppmix's ``engine="mcmc"`` (NUTS on the potential built from the model's own
-likelihood, :mod:`ppmix.engines.potential`) against NumPyro's NUTS, the two alternated model by model, 2 chains x
-300 draws after 300 warmup steps each (ppmix: chains one after another at one thread; NumPyro: vectorised), on a
+**NUTS** (section ``nuts``, issue 52): ppmix's ``engine="mcmc"`` (ppmix's NUTS, :mod:`ppmix.engines.nuts`, vectorised
+over chains, on the potential built from the model's own likelihood, :mod:`ppmix.engines.potential`) against NumPyro's
+NUTS, the two alternated model by model (``--pyro-nuts`` adds the former path, Pyro's NUTS kernel on the same
+potential with the chains one after another, alternated with them), 2 chains x 300 draws after 300 warmup steps each
+(both vectorised over the chains, one thread), on a
 diagonal GMM (N = 2 000, D = 2, K = 3), a full GMM (N = 2 000, D = 3, K = 3), a Gaussian HMM (50 x 100, K = 3) and a
 Student-t mixture (N = 2 000, D = 1, K = 2), the same priors written in NumPyro (full covariances: ``LKJCholesky(D,
 2)`` correlations and ``sqrt(InverseGamma)`` scales; Student-t: ``df ~ Gamma(2, 0.1)``). NumPyro is reported cold (its
 compilation included) and warm. Beside them, the cost of one gradient of the potential, ppmix's against Pyro's
-traced program (what ``engine="mcmc"`` ran before: ``initialize_model``'s potential, discrete latents enumerated), and
-the share of ppmix's NUTS time spent in gradients (the rest is Pyro's tree building in Python).
+traced program (``initialize_model``'s potential, discrete latents enumerated), and the share of ppmix's NUTS time
+spent in the batched potential and its gradient (the rest is the sampler's tree building in Python).
+
+**Scale** (section ``nuts``, rows ``nuts_scale``): the issue's two "under 2 minutes" cases, a diagonal GMM with N = 20 000
+(D = 2, K = 3) and a Gaussian HMM of 200 sequences x 200 steps (K = 3), 4 chains x (1 000 warmup + 1 000 draws),
+estimated, not run whole: the seconds of one batched potential call at that size (the HMM's: at 100 x 200, doubled)
+times the calls per iteration of the same model at the small size (``estimated_s``); the GMM is also run for 150 + 100 iterations and extrapolated
+linearly (``extrapolated_s``; the first warmup iterations, before the metric adapts, take the longest trees).
 
 Usage::
 
@@ -86,6 +94,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=None, help="JSON output path")
     p.add_argument("--only", choices=SECTIONS, default=None, help="run one section (the other's results are kept)")
+    p.add_argument("--pyro-nuts", action="store_true", help="NUTS section: also run Pyro's NUTS kernel (slow)")
     return p.parse_args(argv)
 
 
@@ -333,42 +342,64 @@ def gradient_costs(model: Any, data: Any, repeats: int) -> dict[str, float]:
 
 
 @contextlib.contextmanager
-def counted_potential() -> Iterator[list[int]]:
-    """Count the evaluations of ppmix's NUTS potential (one per leapfrog step and gradient) inside the context."""
-    from ppmix.engines.potential import LikelihoodPotential
+def counted_potential() -> Iterator[dict[str, float]]:
+    """Count the batched evaluations of a NUTS potential and their seconds inside the context (ppmix's NUTS: one
+    :class:`~ppmix.engines.potential.FlatPotential` call per leapfrog step, every chain; Pyro's: one
+    ``LikelihoodPotential`` call per chain and step)."""
+    from ppmix.engines.potential import FlatPotential, LikelihoodPotential
 
-    calls, call = [0], LikelihoodPotential.__call__
+    counts = {"calls": 0, "seconds": 0.0}
+    originals = {cls: cls.__call__ for cls in (FlatPotential, LikelihoodPotential)}
 
-    def counting(self: Any, params: dict[str, torch.Tensor]) -> torch.Tensor:
-        calls[0] += 1
-        return call(self, params)
+    def counting(call: Any) -> Any:
+        def counted(self: Any, params: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return call(self, params)
+            finally:
+                counts["calls"] += 1
+                counts["seconds"] += time.perf_counter() - start
 
-    LikelihoodPotential.__call__ = counting  # type: ignore[method-assign]
+        return counted
+
+    for cls, call in originals.items():
+        cls.__call__ = counting(call)  # type: ignore[method-assign]
     try:
-        yield calls
+        yield counts
     finally:
-        LikelihoodPotential.__call__ = call  # type: ignore[method-assign]
+        for cls, call in originals.items():
+            cls.__call__ = call  # type: ignore[method-assign]
 
 
-def run_ppmix_nuts(model: Any, data: Any, draws: int, warmup: int, chains: int) -> dict[str, Any]:
+def run_ppmix_nuts(model: Any, data: Any, draws: int, warmup: int, chains: int, sampler: str) -> dict[str, Any]:
     """``engine="mcmc"`` timed whole (its start, NUTS, relabelling), the smallest bulk ESS, and its gradients."""
-    with warnings.catch_warnings(), counted_potential() as calls:
+    with warnings.catch_warnings(), counted_potential() as counts:
         warnings.simplefilter("ignore")
         start = time.perf_counter()
-        model.fit(data, engine="mcmc", num_samples=draws, warmup_steps=warmup, num_chains=chains)
+        model.fit(data, engine="mcmc", num_samples=draws, warmup_steps=warmup, num_chains=chains, sampler=sampler)
         seconds = time.perf_counter() - start
     ess, rhat = smallest_ess({k: v.numpy() for k, v in model.mcmc_samples_.items()})
-    return {"seconds": seconds, "min_ess": ess, "ess_per_s": ess / seconds, "max_rhat": rhat,
-            "gradients": calls[0], "divergences": int(model.mcmc_sample_stats_["diverging"].sum())}  # fmt: skip
+    stats = model.mcmc_sample_stats_
+    return {"sampler": sampler, "seconds": seconds, "min_ess": ess, "ess_per_s": ess / seconds, "max_rhat": rhat,
+            "potential_calls": counts["calls"], "gradient_share": counts["seconds"] / seconds,
+            "mean_n_steps": float(stats["n_steps"].mean()),
+            "divergences": int(stats["diverging"].sum())}  # fmt: skip
 
 
-def nuts_row(name: str, model: Any, data: Any, peer: Any, draws: int, warmup: int, seed: int, quick: bool) -> dict:
-    """ppmix NUTS and NumPyro NUTS (``peer(scale)``, or None) on one model, the order alternated by ``seed``."""
+def nuts_row(
+    name: str, model: Any, data: Any, peer: Any, draws: int, warmup: int, seed: int, quick: bool, pyro: bool
+) -> dict:
+    """ppmix NUTS, NumPyro NUTS (``peer(scale)``, or None) and (``pyro``) Pyro's NUTS kernel on ppmix's potential on
+    one model, the order alternated from row to row."""
     row: dict[str, Any] = {"model": name, "draws": draws, "warmup": warmup, "chains": NUTS_CHAINS}
 
     def ours() -> None:
         logger.info("%s: ppmix nuts", name)
-        row["ppmix_nuts"] = run_ppmix_nuts(model, data, draws, warmup, NUTS_CHAINS)
+        row["ppmix_nuts"] = run_ppmix_nuts(model, data, draws, warmup, NUTS_CHAINS, "ppmix")
+
+    def pyros() -> None:
+        logger.info("%s: pyro nuts on ppmix's potential", name)
+        row["pyro_nuts"] = run_ppmix_nuts(model, data, draws, warmup, NUTS_CHAINS, "pyro")
 
     def theirs() -> None:
         logger.info("%s: numpyro nuts", name)
@@ -380,13 +411,16 @@ def nuts_row(name: str, model: Any, data: Any, peer: Any, draws: int, warmup: in
         row["numpyro_nuts"] = {**timing, "min_ess": ess, "max_rhat": rhat, "ess_per_s_warm": ess / warm,
                                "ess_per_s_cold": ess / cold}  # fmt: skip
 
-    steps = [ours] if peer is None else ([ours, theirs] if len(ROWS_DONE) % 2 == 0 else [theirs, ours])
+    steps = [ours] + ([] if peer is None else [theirs]) + ([pyros] if pyro else [])
+    if len(ROWS_DONE) % 2:
+        steps.reverse()
     for step in steps:
         step()
     ROWS_DONE.append(name)
     row["gradient"] = gradient_costs(model, data, repeats=5 if quick else 20)
     mine = row["ppmix_nuts"]
-    mine["gradient_share"] = min(1.0, mine["gradients"] * row["gradient"]["ppmix_s"] / mine["seconds"])
+    if "pyro_nuts" in row:
+        row["ess_per_s_ratio_vs_pyro_nuts"] = mine["ess_per_s"] / row["pyro_nuts"]["ess_per_s"]
     if "numpyro_nuts" in row:
         peer_row = row["numpyro_nuts"]
         row["ess_per_s_ratio_vs_numpyro_cold"] = mine["ess_per_s"] / peer_row["ess_per_s_cold"]
@@ -397,7 +431,7 @@ def nuts_row(name: str, model: Any, data: Any, peer: Any, draws: int, warmup: in
 ROWS_DONE: list[str] = []
 
 
-def nuts_section(seed: int, quick: bool) -> list[dict[str, Any]]:
+def nuts_section(seed: int, quick: bool, pyro: bool) -> list[dict[str, Any]]:
     """The issue's four NUTS models (quick: the diagonal GMM and the HMM, small, without NumPyro)."""
     draws, warmup = (20, 20) if quick else (300, 300)
     n = 100 if quick else 2000
@@ -409,18 +443,76 @@ def nuts_section(seed: int, quick: bool) -> list[dict[str, Any]]:
     peer = (lambda make: None) if quick else (lambda make: make)
     rows = [
         nuts_row("gmm_diag", GMM(3, covariance_type="diag", seed=seed, progress=False), gmm2,
-                 peer(lambda scale: numpyro_mixture(gmm2, 3, scale, "gaussian")), draws, warmup, seed, quick),
+                 peer(lambda scale: numpyro_mixture(gmm2, 3, scale, "gaussian")), draws, warmup, seed, quick, pyro),
         nuts_row("hmm", HMM(3, covariance_type="diag", seed=seed, progress=False), seqs,
-                 peer(lambda scale: numpyro_hmm(seqs, 3, scale, "gaussian")), draws, warmup, seed, quick),
+                 peer(lambda scale: numpyro_hmm(seqs, 3, scale, "gaussian")), draws, warmup, seed, quick, pyro),
     ]  # fmt: skip
     if quick:
         return rows
     return rows + [
         nuts_row("gmm_full", GMM(3, covariance_type="full", seed=seed, progress=False), gmm3,
-                 lambda scale: numpyro_full_gmm(gmm3, 3, scale), draws, warmup, seed, quick),
+                 lambda scale: numpyro_full_gmm(gmm3, 3, scale), draws, warmup, seed, quick, pyro),
         nuts_row("student_t", Mixture(2, family="student_t", seed=seed, progress=False), t_rows,
-                 lambda scale: numpyro_student_t(t_rows, 2, scale), draws, warmup, seed, quick),
+                 lambda scale: numpyro_student_t(t_rows, 2, scale), draws, warmup, seed, quick, pyro),
     ]  # fmt: skip
+
+
+def batched_gradient_seconds(model: Any, data: Any, chains: int, repeats: int) -> float:
+    """The median seconds of one call of ppmix's batched potential and gradient (every chain at once) at the EM fit,
+    each chain's point jittered."""
+    from ppmix.engines.potential import FlatPotential, likelihood_potential
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.fit(data)
+    prepared = model.prepare_data(data)
+    with model.bayesian():
+        flat = FlatPotential(likelihood_potential(model, prepared))
+        point = flat.potential.unconstrained(model._get_globals())
+        z = flat.pack({k: torch.stack([v] * chains) for k, v in point.items()})
+        z = z + 0.01 * torch.randn(z.shape, generator=torch.Generator().manual_seed(0), dtype=z.dtype)
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            flat(z)
+            times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def scale_section(seed: int, quick: bool, nuts_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The issue's two "4 chains x 1 000 draws under 2 minutes" cases (1 000 warmup + 1 000 draws): estimated as
+    2 000 iterations x the batched potential calls per iteration of the same model at the small size (its row of the
+    NUTS section) x the seconds of one batched call at the large size (4 chains); the GMM also run for
+    ``150 + 100`` iterations, extrapolated linearly (quick: a tenth of each size, ``20 + 20``)."""
+    cases = {
+        "gmm_diag_20000": ("gmm_diag", GMM(3, covariance_type="diag", seed=seed, progress=False),
+                           mixture_data(2000 if quick else 20_000, 2, "gaussian", seed)),
+        # the call timed on half the sequences and doubled (linear in them): at 200 x 200, 4 chains, after the full EM
+        # fit, autograd once refused the gradient (a (2, 32768) tensor modified in place; not reproduced after a
+        # 3-iteration EM fit, cause not found)
+        "hmm_200x200": ("hmm", HMM(3, covariance_type="diag", seed=seed, progress=False),
+                        hmm_data(10 if quick else 100, 20 if quick else 200, "gaussian", seed)),
+    }  # fmt: skip
+    small = {row["model"]: row for row in nuts_rows}
+    rows = []
+    for name, (like, model, data) in cases.items():
+        calls = small[like]["ppmix_nuts"]["potential_calls"] / (small[like]["warmup"] + small[like]["draws"])
+        call_s = batched_gradient_seconds(model, data, chains=4, repeats=3 if quick else 5)
+        call_s *= 2 if name.startswith("hmm") else 1
+        row = {"model": name, "chains": 4, "calls_per_iteration_at_small_size": calls, "batched_call_s": call_s,
+               "estimated_s": 2000 * calls * call_s, "goal_s": 120.0}  # fmt: skip
+        if name.startswith("gmm"):
+            warmup, draws = (20, 20) if quick else (150, 100)
+            logger.info("%s: ppmix nuts, 4 chains x (%d + %d) iterations", name, warmup, draws)
+            run = run_ppmix_nuts(model, data, draws, warmup, 4, "ppmix")
+            row.update(
+                warmup=warmup, draws=draws, ppmix_nuts=run, extrapolated_s=run["seconds"] * 2000 / (warmup + draws)
+            )
+        rows.append(row)
+        logger.info("%s: 4 x (1000 + 1000) estimated %.0f s (%.1f calls per iteration x %.1f ms a call)%s; goal 120 s",
+                    name, row["estimated_s"], calls, 1e3 * call_s,
+                    f", run {row['extrapolated_s']:.0f} s extrapolated" if "extrapolated_s" in row else "")  # fmt: skip
+    return rows
 
 
 def compare(
@@ -486,8 +578,10 @@ def log_nuts(rows: list[dict[str, Any]]) -> None:
                 f"{row['ess_per_s_ratio_vs_numpyro_cold']:.2f}, warm {row['ess_per_s_ratio_vs_numpyro_warm']:.2f}"
             )
         )
+        if "pyro_nuts" in row:
+            versus += f" | pyro kernel {row['pyro_nuts']['ess_per_s']:.2f} (x{row['ess_per_s_ratio_vs_pyro_nuts']:.1f})"
         logger.info(
-            "%s: ppmix nuts ESS/s %.2f (ESS %.0f in %.1f s, r_hat %.3f, %.0f%% in gradients)%s | gradient %.2f ms "
+            "%s: ppmix nuts ESS/s %.2f (ESS %.0f in %.1f s, r_hat %.3f, %.0f%% in the potential)%s | gradient %.2f ms "
             "against %.1f ms traced (x%.0f)",
             row["model"], ours["ess_per_s"], ours["min_ess"], ours["seconds"], ours["max_rhat"],
             100 * ours["gradient_share"], versus, 1e3 * grad["ppmix_s"], 1e3 * grad["pyro_traced_s"], grad["speedup"],
@@ -504,8 +598,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.only in (None, "gibbs"):
         report.update(gibbs_section(args.seed, args.quick))
     if args.only in (None, "nuts"):
-        report["nuts_rows"] = nuts_section(args.seed, args.quick)
+        report["nuts_rows"] = nuts_section(args.seed, args.quick, args.pyro_nuts)
         log_nuts(report["nuts_rows"])
+        out.write_text(json.dumps(report, indent=2))  # kept if the scale section fails
+        report["nuts_scale"] = scale_section(args.seed, args.quick, report["nuts_rows"])
     report.update(
         benchmark="bayes",
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

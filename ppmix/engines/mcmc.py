@@ -1,4 +1,5 @@
-"""The MCMC engine: Pyro's NUTS over the continuous globals, discrete latents enumerated."""
+"""The MCMC engine: NUTS over the continuous globals, discrete latents summed out (ppmix's NUTS vectorised over
+chains on the model's own potential where it has one, Pyro's NUTS kernel otherwise)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ import torch
 from pyro.infer import MCMC, NUTS
 from pyro.infer.autoguide import init_to_median, init_to_value
 from pyro.infer.mcmc.util import initialize_model
+from tqdm.auto import tqdm
 
 from ppmix._validation import check_positive_int
 from ppmix.engines.chain_starts import chain_starts, warn_single_chain
 from ppmix.engines.draws import RHAT_THRESHOLD, ChainsDisagreeWarning, keep_draws
+from ppmix.engines.nuts import sample_nuts
 from ppmix.engines.params import local_params
-from ppmix.engines.potential import likelihood_potential
+from ppmix.engines.potential import FlatPotential, LikelihoodPotential, likelihood_potential
 from ppmix.engines.result import FitResult
 
 if TYPE_CHECKING:
@@ -29,6 +32,12 @@ logger = logging.getLogger(__name__)
 
 #: the statistics NUTS records for every kept draw, named as ArviZ's ``sample_stats`` group names them
 SAMPLE_STATS = ("lp", "energy", "diverging", "n_steps", "tree_depth", "step_size", "acceptance_rate")
+
+#: the NUTS implementations ``run_mcmc(sampler=...)`` chooses between
+SAMPLERS = ("auto", "ppmix", "pyro")
+
+#: ppmix's NUTS draws its random numbers from ``model._generator(NUTS_SEED_OFFSET)``
+NUTS_SEED_OFFSET = 7877
 
 
 class _RecordingNUTS(NUTS):
@@ -108,6 +117,7 @@ def run_mcmc(
     relabel: bool = True,
     jit_compile: bool = False,
     progress: bool | None = None,
+    sampler: str = "auto",
 ) -> FitResult:
     """Sample the posterior of the global sites with NUTS.
 
@@ -136,12 +146,18 @@ def run_mcmc(
     on the potential built from the model's own batched log-likelihood, the discrete latents summed out (one
     ``logsumexp`` for a mixture, the forward algorithm as a tree of step-matrix products for an HMM), plus the
     priors and log-Jacobians of the program's global sites (:mod:`ppmix.engines.potential`; the program stays the
-    definition: the two potentials are tested equal): no trace per leapfrog step. A program the hooks do not
-    compute (a subclass writing its own ``model()``, a model without EM, a fit with known latents) runs NUTS on
-    the traced program, every leapfrog step tracing it with its discrete sites enumerated (about 10 ms of Python
-    overhead whatever ``N``; an HMM's ``pyro.markov`` steps one by one); ``jit_compile=True`` compiles that
-    traced potential with the PyTorch JIT (a few seconds once, then about twice as fast per step) and is
-    ignored on the model's own potential.
+    definition: the two potentials are tested equal): no trace per leapfrog step. On it runs ppmix's own NUTS
+    (:mod:`ppmix.engines.nuts`, ``sampler="auto"`` or ``"ppmix"``): every chain advances in one batched call of the
+    potential and its gradient per leapfrog step (the priors and Jacobians broadcast over the chains, in closed
+    form: :mod:`ppmix.engines.nuts_priors`; a mixture's components of every chain scored by one ``log_prob``; an
+    HMM's forward algorithm over every chain's sequences at once), chains whose trajectory has stopped masked, with
+    Stan's adaptation (dual averaging of the step size, a diagonal mass matrix from windows of the warmup) per
+    chain. ``sampler="pyro"`` runs Pyro's NUTS kernel on the same potential instead (the path before; about 1 ms of
+    Python per leapfrog step and chain). A program the hooks do not compute (a subclass writing its own
+    ``model()``, a model without EM, a fit with known latents) runs Pyro's NUTS on the traced program, every
+    leapfrog step tracing it with its discrete sites enumerated (about 10 ms of Python overhead whatever ``N``; an
+    HMM's ``pyro.markov`` steps one by one); ``jit_compile=True`` compiles that traced potential with the PyTorch
+    JIT (a few seconds once, then about twice as fast per step) and is ignored on the model's own potential.
 
     **Diagnostics.** ``model.mcmc_diagnostics_`` holds ``r_hat`` (the largest rank-
     normalised split r_hat per site after relabelling; NaN with one chain, as r_hat
@@ -152,9 +168,10 @@ def run_mcmc(
     ``acceptance_rate``; :meth:`~ppmix.models.base.MixtureModel.to_arviz` puts them there, for
     ``az.bfmi`` and ``az.plot_energy``). With ``num_chains >= 2``, a
     :class:`ChainsDisagreeWarning` (a ``UserWarning``, through :func:`warnings.warn`)
-    names the sites whose r_hat exceeds :data:`RHAT_THRESHOLD`. Pyro runs the chains
-    in parallel processes (forked, one torch thread each) when the machine has more CPUs than chains,
-    otherwise one after another; each chain costs as much as a single-chain run.
+    names the sites whose r_hat exceeds :data:`RHAT_THRESHOLD`. ppmix's NUTS runs the chains together in one
+    process (an iteration costs the leapfrog steps of its longest chain, each step one batched call); Pyro's runs
+    them in parallel processes (forked, one torch thread each) when the machine has more CPUs than chains,
+    otherwise one after another, each chain costing as much as a single-chain run.
 
     Parameters
     ----------
@@ -177,7 +194,13 @@ def run_mcmc(
     jit_compile : bool, default False
         Compile the potential with the PyTorch JIT (above).
     progress : bool, optional
-        Show Pyro's progress bar; the model's ``progress`` by default.
+        Show a progress bar; the model's ``progress`` by default.
+    sampler : {"auto", "ppmix", "pyro"}, default "auto"
+        ``"ppmix"``: ppmix's NUTS vectorised over chains (:mod:`ppmix.engines.nuts`: every chain advances in one
+        batched call of the model's own potential per leapfrog step), for the models with that potential (above);
+        ``"pyro"``: Pyro's NUTS kernel, the chains one after another or in processes; ``"auto"``: ppmix's where
+        the model has its own potential, Pyro's otherwise. ``"ppmix"`` on a model without its own potential is a
+        ``ValueError``.
 
     Returns
     -------
@@ -196,54 +219,123 @@ def run_mcmc(
     num_samples = check_positive_int(num_samples, "num_samples")
     warmup_steps = check_positive_int(warmup_steps, "warmup_steps")
     num_chains = check_positive_int(num_chains, "num_chains")
+    if sampler not in SAMPLERS:
+        raise ValueError(f"sampler must be one of {SAMPLERS}; got {sampler!r}")
     show = model.progress if progress is None else progress
     warn_single_chain(num_chains, "mcmc")
 
     with local_params(), model.bayesian(), model._forked_rng():
         starts = chain_starts(model, data, num_chains, model._generator())
         potential = likelihood_potential(model, data) if starts[0] else None
+        if sampler == "ppmix" and potential is None:
+            raise ValueError(
+                f"sampler='ppmix' needs the model's own potential, which {type(model).__name__} has not here (a "
+                "program of its own, known latents or discrete globals); use sampler='pyro' or 'auto'"
+            )
         settings = {"target_accept_prob": target_accept_prob, "max_tree_depth": max_tree_depth}
-        if potential is not None:
-            kernel = _RecordingNUTS(potential_fn=potential, **settings)
-            unconstrained = [potential.unconstrained(start) for start in starts]
-            initial = {site: torch.stack([chain[site] for chain in unconstrained]) for site in unconstrained[0]}
-            run_options = {
-                "initial_params": initial if num_chains > 1 else unconstrained[0],
-                "transforms": potential.to_unconstrained,
-            }
+        if potential is not None and sampler != "pyro":
+            samples, stats = _run_ppmix_nuts(model, potential, starts, num_samples, warmup_steps, show, settings)
         else:
-            kernel = _RecordingNUTS(
-                model.model,
-                max_plate_nesting=model.max_plate_nesting,
-                jit_compile=jit_compile,
-                ignore_jit_warnings=jit_compile,
-                init_strategy=_init_strategy(starts[0]),
-                **settings,
+            samples, stats = _run_pyro_nuts(
+                model, data, potential, starts, num_samples, warmup_steps, show, settings, jit_compile
             )
-            run_options = {"initial_params": _unconstrained_starts(model, data, starts) if num_chains > 1 else None}
-        with warnings.catch_warnings():  # Pyro's note that the chains run one after another: the docstring says when
-            warnings.filterwarnings("ignore", message=r"num_chains=\d+ is more than available_cpu")
-            mcmc = MCMC(
-                kernel,
-                num_samples=num_samples,
-                warmup_steps=warmup_steps,
-                num_chains=num_chains,
-                disable_progbar=not show,
-                **run_options,
-            )
-        mcmc.run(data)
+    return _keep(model, data, samples, stats, relabel)
+
+
+def _run_pyro_nuts(
+    model: "MixtureModel",
+    data: Any,
+    potential: LikelihoodPotential | None,
+    starts: list[dict[str, torch.Tensor]],
+    num_samples: int,
+    warmup_steps: int,
+    show: bool,
+    settings: dict[str, Any],
+    jit_compile: bool,
+) -> tuple[dict[str, torch.Tensor], dict[str, np.ndarray]]:
+    """Pyro's NUTS kernel on the model's potential (where it has one) or on its traced program: the draws
+    ``{site: (chains, draws, ...)}`` and their statistics."""
+    num_chains = len(starts)
+    if potential is not None:
+        kernel = _RecordingNUTS(potential_fn=potential, **settings)
+        unconstrained = [potential.unconstrained(start) for start in starts]
+        initial = {site: torch.stack([chain[site] for chain in unconstrained]) for site in unconstrained[0]}
+        run_options = {
+            "initial_params": initial if num_chains > 1 else unconstrained[0],
+            "transforms": potential.to_unconstrained,
+        }
+    else:
+        kernel = _RecordingNUTS(
+            model.model,
+            max_plate_nesting=model.max_plate_nesting,
+            jit_compile=jit_compile,
+            ignore_jit_warnings=jit_compile,
+            init_strategy=_init_strategy(starts[0]),
+            **settings,
+        )
+        run_options = {"initial_params": _unconstrained_starts(model, data, starts) if num_chains > 1 else None}
+    with warnings.catch_warnings():  # Pyro's note that the chains run one after another: the docstring says when
+        warnings.filterwarnings("ignore", message=r"num_chains=\d+ is more than available_cpu")
+        mcmc = MCMC(
+            kernel,
+            num_samples=num_samples,
+            warmup_steps=warmup_steps,
+            num_chains=num_chains,
+            disable_progbar=not show,
+            **run_options,
+        )
+    mcmc.run(data)
     samples = {k: v.detach() for k, v in mcmc.get_samples(group_by_chain=True).items()}
-    stats = _sample_stats(mcmc, num_chains)
+    return samples, _sample_stats(mcmc, num_chains)
+
+
+def _keep(
+    model: "MixtureModel", data: Any, samples: dict[str, torch.Tensor], stats: dict[str, np.ndarray], relabel: bool
+) -> FitResult:
+    """Store the draws ``{site: (chains, draws, ...)}`` and their statistics on the model (relabelled, with the
+    diagnostics: :func:`~ppmix.engines.draws.keep_draws`)."""
     model.mcmc_sample_stats_ = stats
     diagnostics = keep_draws(model, data, samples, relabel, divergences=int(stats["diverging"].sum()))
+    chains, draws = stats["diverging"].shape
     logger.info(
         "NUTS finished: %d chains x %d draws; %.0f%% of draws relabelled; divergences %d",
-        num_chains,
-        num_samples,
+        chains,
+        draws,
         100 * diagnostics["relabelled_fraction"],
         diagnostics["divergences"],
     )
-    return FitResult(history=[], n_iter=num_samples, converged=True)
+    return FitResult(history=[], n_iter=draws, converged=True)
+
+
+def _run_ppmix_nuts(
+    model: "MixtureModel",
+    potential: LikelihoodPotential,
+    starts: list[dict[str, torch.Tensor]],
+    num_samples: int,
+    warmup_steps: int,
+    show: bool,
+    settings: dict[str, Any],
+) -> tuple[dict[str, torch.Tensor], dict[str, np.ndarray]]:
+    """ppmix's NUTS (:func:`~ppmix.engines.nuts.sample_nuts`) on the model's potential, every chain at once from its
+    start: the draws of the global sites ``{site: (chains, draws, ...)}`` and their statistics."""
+    flat = FlatPotential(potential)
+    per_chain = [potential.unconstrained(start) for start in starts]
+    initial = flat.pack({name: torch.stack([chain[name] for chain in per_chain]) for name in flat.shapes})
+    total = num_samples + warmup_steps
+    with tqdm(total=total, disable=not show, desc="NUTS") as bar, torch.no_grad():
+        draws = sample_nuts(
+            flat,
+            initial.detach(),
+            num_samples=num_samples,
+            warmup_steps=warmup_steps,
+            generator=model._generator(NUTS_SEED_OFFSET),
+            progress=lambda _: bar.update(),
+            **settings,
+        )
+    chains, kept, size = draws.samples.shape
+    values = potential.constrained(flat.unpack(draws.samples.reshape(chains * kept, size)))
+    samples = {name: value.reshape(chains, kept, *value.shape[1:]).detach() for name, value in values.items()}
+    return samples, draws.stats
 
 
 def _init_strategy(start: dict[str, torch.Tensor]) -> Any:

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Callable
 
 import pyro
 import torch
@@ -34,12 +35,14 @@ from pyro.distributions import Distribution
 from pyro.distributions.transforms import Transform, biject_to
 from pyro.poutine.subsample_messenger import _Subsample
 
+from ppmix.algorithms.forward_backward import log_likelihood
 from ppmix.engines.enumeration import is_enumerated
+from ppmix.engines.nuts_priors import closed_form
 
 if TYPE_CHECKING:
     from ppmix.models.base import MixtureModel
 
-__all__ = ["LikelihoodPotential", "likelihood_potential"]
+__all__ = ["FlatPotential", "LikelihoodPotential", "likelihood_potential"]
 
 logger = logging.getLogger(__name__)
 
@@ -62,9 +65,23 @@ class GlobalSite:
 
     def log_density(self, unconstrained: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The constrained value ``T(u)`` and ``log p(T(u)) + log |dT/du|`` summed over the site."""
+        value, log_density = self.chains_log_density(unconstrained[None])
+        return value[0], log_density[0]
+
+    def chains_log_density(self, unconstrained: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`log_density` of every chain at once: ``u`` ``(C, *shape)`` gives ``T(u)`` and ``(C,)`` densities
+        (the prior and the transform broadcast over the leading chain dimension)."""
         value = self.transform(unconstrained)
         log_jacobian = self.transform.log_abs_det_jacobian(unconstrained, value)
-        return value, self.prior.log_prob(value).sum() + log_jacobian.sum()
+        chains = unconstrained.shape[0]
+        log_prior = self.log_prior(value)
+        return value, log_prior.reshape(chains, -1).sum(-1) + log_jacobian.reshape(chains, -1).sum(-1)
+
+    @cached_property
+    def log_prior(self) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The prior's log-density in closed form (:func:`~ppmix.engines.nuts_priors.closed_form`: its constant
+        computed once), or its ``log_prob`` for a family without one."""
+        return closed_form(self.prior) or self.prior.log_prob
 
 
 class LikelihoodPotential:
@@ -106,6 +123,26 @@ class LikelihoodPotential:
         self.model._set_globals(values)
         return -(log_joint + self._log_likelihood())
 
+    def chains(self, params: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The potential of every chain, ``(C,)``, at unconstrained coordinates ``{site: (C, *shape)}``: the priors
+        and log-Jacobians of all chains in one broadcast pass per site, the likelihood chain by chain (an HMM's
+        forward algorithm over every chain's sequences at once: :func:`_hmm_chains_log_likelihood`)."""
+        chains = next(iter(params.values())).shape[0]
+        log_joint = torch.zeros(chains, dtype=self.model.dtype, device=self.model._device)
+        values = {}
+        for name, site in self.sites.items():
+            values[name], log_density = site.chains_log_density(params[name])
+            log_joint = log_joint + log_density
+        if _is_hmm(self.model):
+            return -(log_joint + _hmm_chains_log_likelihood(self.model, self.data, values))
+        if _stacks_components(self.model, self.sites):
+            return -(log_joint + _mixture_chains_log_likelihood(self.model, self.data, values))
+        per_chain = []
+        for c in range(chains):
+            self.model._set_globals({name: value[c] for name, value in values.items()})
+            per_chain.append(self._log_likelihood())
+        return -(log_joint + torch.stack(per_chain))
+
     def _log_likelihood(self) -> torch.Tensor:
         """``log p(x | theta)`` at the model's globals: its ``_summed_log_likelihood`` hook where it has one (an HMM:
         the forward-backward's gradients, no graph through the steps), else its pointwise log-likelihoods summed."""
@@ -124,6 +161,112 @@ class LikelihoodPotential:
     def to_unconstrained(self) -> dict[str, Transform]:
         """``T^{-1}`` by site: what Pyro's ``MCMC(transforms=...)`` maps the draws back with."""
         return {name: site.transform.inv for name, site in self.sites.items()}
+
+
+class FlatPotential:
+    """A :class:`LikelihoodPotential` on flat ``(C, P)`` coordinates, every chain in one call, with its gradient:
+    what :func:`ppmix.engines.nuts.sample_nuts` takes.
+
+    Parameters
+    ----------
+    potential : LikelihoodPotential
+        The potential by site.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from ppmix import GMM
+    >>> x = torch.cat([torch.randn(20, 1) - 3, torch.randn(20, 1) + 3]).double()
+    >>> gmm = GMM(2, seed=0, progress=False).fit(x)
+    >>> with gmm.bayesian():
+    ...     flat = FlatPotential(likelihood_potential(gmm, gmm.prepare_data(x)))
+    >>> z = flat.pack({k: torch.stack([v, v]) for k, v in flat.potential.unconstrained(gmm._get_globals()).items()})
+    >>> u, grad = flat(z)
+    >>> tuple(z.shape), tuple(u.shape), tuple(grad.shape)  # 2 chains; weights 1, locs 2, scales 2 coordinates
+    ((2, 5), (2,), (2, 5))
+    """
+
+    def __init__(self, potential: LikelihoodPotential) -> None:
+        self.potential = potential
+        opts = {"dtype": potential.model.dtype, "device": potential.model._device}
+        self.shapes = {name: site.unconstrained_full(0.0, opts).shape for name, site in potential.sites.items()}
+        self.sizes = [int(torch.Size(shape).numel()) for shape in self.shapes.values()]
+
+    def pack(self, params: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``{site: (C, *shape)}`` to ``(C, P)``."""
+        return torch.cat([params[name].reshape(params[name].shape[0], -1) for name in self.shapes], dim=-1)
+
+    def unpack(self, z: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``(C, P)`` to ``{site: (C, *shape)}``."""
+        parts = torch.split(z, self.sizes, dim=-1)
+        return {name: part.reshape(z.shape[0], *shape) for (name, shape), part in zip(self.shapes.items(), parts)}
+
+    def __call__(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The potential ``(C,)`` of every row of ``z`` and its gradient ``(C, P)``."""
+        with torch.enable_grad():
+            z = z.detach().requires_grad_()
+            potential = self.potential.chains(self.unpack(z))
+            (grad,) = torch.autograd.grad(potential.sum(), z)
+        return potential.detach(), grad
+
+
+def _is_hmm(model: "MixtureModel") -> bool:
+    """Whether the model's likelihood is ppmix's HMM's forward algorithm on its chain and emissions hooks (its
+    ``_summed_log_likelihood`` not replaced by a subclass)."""
+    owner = _owner(type(model), "_summed_log_likelihood") if hasattr(model, "_summed_log_likelihood") else None
+    return owner is not None and (owner.__module__, owner.__name__) == ("ppmix.models.hmm", "HMM")
+
+
+def _stacks_components(model: Any, sites: dict[str, GlobalSite]) -> bool:
+    """Whether a mixture's likelihood is ppmix's ``Mixture``'s ``logsumexp`` over its family's components, whose
+    sites each have a component axis (no tied covariance), so that every chain's components stack into one set."""
+    hooks = ("_pointwise_log_likelihood", "_log_joint")
+    if not all(hasattr(model, hook) for hook in hooks) or getattr(model, "_accepts_missing", True):
+        return False
+    owners = {(_owner(type(model), hook).__module__, _owner(type(model), hook).__name__) for hook in hooks}
+    if owners != {("ppmix.models.mixture", "Mixture")}:
+        return False
+    specs = model._component_family().sites(int(model.n_components), int(model.n_features_in_))
+    return not any(spec.shared for spec in specs.values()) and set(sites) == {"weights", *specs}
+
+
+def _mixture_chains_log_likelihood(model: Any, data: torch.Tensor, values: dict[str, torch.Tensor]) -> torch.Tensor:
+    """``sum_n log sum_k w_k p_k(x_n)`` of a mixture at every chain's globals ``{site: (C, ...)}``, ``(C,)``: the
+    components of all chains as one set of ``C K`` (chain ``c``'s component ``k`` at ``c K + k``), scored by one
+    ``log_prob``, with the weights normalised as :meth:`Mixture._set_globals` normalises them."""
+    family, k = model._component_family(), int(model.n_components)
+    chains = values["weights"].shape[0]
+    specs = family.sites(k, int(model.n_features_in_))
+    stacked = {site: values[site].reshape(chains * k, *values[site].shape[2:]) for site in specs}
+    weights = values["weights"]
+    log_weights = (weights / weights.sum(-1, keepdim=True)).log()
+    joint = family.components(stacked, model._scale).log_prob(data).reshape(-1, chains, k) + log_weights
+    top = joint.detach().amax(-1, keepdim=True)  # a constant shift (its gradient would cancel): faster than logsumexp
+    return (top[..., 0] + (joint - top).exp().sum(-1).log()).sum(0)
+
+
+def _hmm_chains_log_likelihood(model: Any, data: Any, values: dict[str, torch.Tensor]) -> torch.Tensor:
+    """``sum_b log p(x_b)`` of an HMM at every chain's globals ``{site: (C, ...)}``, ``(C,)``: each chain's
+    initial distribution, transitions and emission log-densities as :meth:`HMM._summed_log_likelihood` computes them,
+    then one forward algorithm over every chain's sequences (chain ``c``'s sequences with chain ``c``'s chain)."""
+    chains = next(iter(values.values())).shape[0]
+    allowed = model._transition_mask.to(model._device)
+    batch = model._prediction_data(data)
+    initial, transition, emissions = [], [], []
+    for c in range(chains):
+        model._set_globals({name: value[c] for name, value in values.items()})
+        safe = torch.where(allowed, model.transition_, torch.ones_like(model.transition_))
+        initial.append(model.initial_.log())
+        transition.append(safe.log().masked_fill(~allowed, float("-inf")))
+        emissions.append(model._log_emissions(batch))
+    sequences = emissions[0].shape[0]
+    log_lik = log_likelihood(
+        torch.stack(initial).repeat_interleave(sequences, 0),
+        torch.stack(transition).repeat_interleave(sequences, 0),
+        torch.cat(emissions),
+        data.lengths.repeat(chains).to(model._device),
+    )
+    return log_lik.reshape(chains, sequences).sum(-1)
 
 
 def _owner(cls: type, attribute: str) -> type:

@@ -18,7 +18,7 @@ from pyro.infer.mcmc.util import initialize_model
 
 from ppmix import GMM, HMM, PFGMM, Mixture
 from ppmix.components.registry import FAMILIES
-from ppmix.engines.potential import describes_program, likelihood_potential
+from ppmix.engines.potential import FlatPotential, describes_program, likelihood_potential
 from tests.common import (
     SEQUENCE_FAMILIES,
     StudentTMixture,
@@ -102,6 +102,31 @@ def test_the_potential_and_its_gradient_are_those_of_the_enumerated_program(case
             expected = torch.autograd.grad(u_theirs, list(theirs.values()))
             for name, g, e in zip(ours, grads, expected):
                 torch.testing.assert_close(g, e, rtol=1e-8, atol=1e-8, msg=f"gradient of {name}")
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_chain_of_the_batched_potential_is_the_potential_of_its_row(case, monkeypatch):
+    """:class:`FlatPotential` on three chains at once (the priors broadcast, an HMM's forward algorithm over every
+    chain's sequences) gives each row the potential and gradient of that chain's point alone, and packs and unpacks
+    the sites without loss."""
+    model, data = _fitted(case)
+    if case in PATHS:
+        module, name, value = PATHS[case]
+        monkeypatch.setattr(importlib.import_module(module), name, value)
+    with model.bayesian():
+        potential = likelihood_potential(model, data)
+        flat = FlatPotential(potential)
+        points = _random_points(potential, 3, seed=3)
+        stacked = {name: torch.stack([point[name] for point in points]) for name in points[0]}
+        z = flat.pack(stacked)
+        assert all(torch.equal(flat.unpack(z)[name], stacked[name]) for name in stacked)
+        u, grad = flat(z)
+        for c, point in enumerate(points):
+            alone = {k: v.clone().requires_grad_() for k, v in point.items()}
+            expected = potential(alone)
+            grads = torch.autograd.grad(expected, list(alone.values()))
+            assert float(u[c]) == pytest.approx(float(expected.detach()), rel=1e-10, abs=1e-8)
+            torch.testing.assert_close(grad[c], torch.cat([g.reshape(-1) for g in grads]), rtol=1e-8, atol=1e-8)
 
 
 @pytest.mark.parametrize("case", ["gmm-full", "mixture-poisson", "hmm-gaussian"])

@@ -1,0 +1,400 @@
+"""A No-U-Turn sampler vectorised over chains: every chain advances in one batched potential-and-gradient call.
+
+The sampler of Hoffman & Gelman (2014) with the multinomial choice of the next state among the trajectory's points
+(Betancourt 2017, "A Conceptual Introduction to Hamiltonian Monte Carlo", as Stan samples): a trajectory doubles in
+a random direction until its ends turn back towards each other (the generalised criterion ``rho . M^{-1} r > 0`` at
+both ends, ``rho`` the sum of the momenta), a sub-trajectory turns back, a step diverges (the Hamiltonian rises by
+more than :data:`MAX_ENERGY_ERROR`) or the depth reaches ``max_tree_depth``. Within a new sub-trajectory the
+candidate is drawn with probability proportional to ``exp(-H)`` of each point; the sub-trajectory's candidate
+replaces the current one with probability ``min(1, w_new / w_old)`` (biased progressive sampling, favouring the
+far end). A sub-trajectory that diverges or turns back is discarded whole.
+
+**Vectorised over chains.** The chains are the rows of a ``(C, P)`` tensor. A doubling builds its ``2^j`` new points
+one leapfrog step at a time, every chain at once (one call of the batched potential per step); a chain whose
+trajectory has stopped is masked (its row is evaluated at its start and ignored), so an iteration costs the
+leapfrog steps of its longest chain. The U-turn checks of the sub-trajectories ending at step ``n`` of a doubling
+(those of size ``2^m`` with ``2^m`` dividing ``n + 1``) use the momentum at their first point and prefix sums of the
+momenta, kept per level.
+
+**Adaptation** (Stan's schedule, per chain): the step size by dual averaging (Nesterov 2009 as Hoffman & Gelman
+use it: target ``target_accept_prob``, ``gamma = 0.05``, ``t0 = 10``, ``kappa = 0.75``, restarted at
+``mu = log(10 eps)``), the diagonal inverse mass matrix from the variance of the draws in windows of doubling size
+after an initial buffer of 75 iterations and before a final buffer of 50 (15% / 10% of short warmups), each
+variance shrunk towards ``1e-3`` as Stan does (weight ``5 / (n + 5)``); after every window the step size is found
+anew (doubled or halved until one step's acceptance crosses 0.8) and the dual averaging restarted.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+
+__all__ = ["MAX_ENERGY_ERROR", "NutsDraws", "adaptation_windows", "sample_nuts"]
+
+#: a leapfrog step whose Hamiltonian exceeds the trajectory's starting energy by more than this diverges
+MAX_ENERGY_ERROR = 1000.0
+
+#: ``(C, P) -> ((C,) potential, (C, P) gradient)``
+PotentialAndGradient = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+
+@dataclass
+class NutsDraws:
+    """The kept draws ``(C, S, P)`` in the unconstrained space and their statistics ``{name: (C, S)}`` (ArviZ's
+    ``sample_stats`` names: ``lp``, ``energy``, ``diverging``, ``n_steps``, ``tree_depth``, ``step_size``,
+    ``acceptance_rate``)."""
+
+    samples: torch.Tensor
+    stats: dict[str, np.ndarray]
+
+
+@dataclass
+class _State:
+    """Each chain's current point: position, gradient and potential."""
+
+    z: torch.Tensor
+    grad: torch.Tensor
+    potential: torch.Tensor
+
+
+@dataclass
+class _Transition:
+    """What one NUTS iteration returns per chain."""
+
+    state: _State
+    energy: torch.Tensor
+    n_steps: torch.Tensor
+    depth: torch.Tensor
+    accept: torch.Tensor
+    diverging: torch.Tensor
+
+
+class _DualAveraging:
+    """Per-chain dual averaging of ``log(step size)`` towards an acceptance target (Hoffman & Gelman 2014, Alg. 5)."""
+
+    def __init__(self, step_size: torch.Tensor, target: float) -> None:
+        self.target = target
+        self.restart(step_size)
+
+    def restart(self, step_size: torch.Tensor) -> None:
+        self.mu = torch.log(10 * step_size)
+        self.t = 0
+        self.h_bar = torch.zeros_like(step_size)
+        self.log_eps_bar = torch.zeros_like(step_size)
+
+    def update(self, accept: torch.Tensor) -> torch.Tensor:
+        """Record one iteration's mean acceptance; the step size to use next."""
+        self.t += 1
+        eta = 1.0 / (self.t + 10.0)
+        self.h_bar = (1 - eta) * self.h_bar + eta * (self.target - accept)
+        log_eps = self.mu - math.sqrt(self.t) / 0.05 * self.h_bar
+        weight = self.t**-0.75
+        self.log_eps_bar = weight * log_eps + (1 - weight) * self.log_eps_bar
+        return log_eps.exp()
+
+    def final(self) -> torch.Tensor:
+        """The averaged step size, kept for sampling."""
+        return self.log_eps_bar.exp()
+
+
+def adaptation_windows(warmup: int) -> list[tuple[int, int]]:
+    """The windows ``[start, end)`` of warmup iterations whose draws estimate the mass matrix (Stan's schedule).
+
+    Examples
+    --------
+    >>> adaptation_windows(1000)
+    [(75, 100), (100, 150), (150, 250), (250, 450), (450, 950)]
+    >>> adaptation_windows(100)  # short: 15% initial buffer, 10% final buffer
+    [(15, 90)]
+    >>> adaptation_windows(10)
+    []
+    """
+    init, term, base = 75, 50, 25
+    if warmup < 20:
+        return []
+    if init + term + base > warmup:
+        init, term = int(0.15 * warmup), int(0.1 * warmup)
+        base = warmup - init - term
+    ends, start, size = [], init, base
+    last = warmup - term
+    while start + size <= last:
+        end = start + size
+        if end + 2 * size > last:
+            end = last
+        ends.append((start, end))
+        start, size = end, 2 * size
+    return ends
+
+
+def _kinetic(r: torch.Tensor, inv_mass: torch.Tensor) -> torch.Tensor:
+    return 0.5 * (inv_mass * r * r).sum(-1)
+
+
+def _turned(rho: torch.Tensor, r_start: torch.Tensor, r_end: torch.Tensor, inv_mass: torch.Tensor) -> torch.Tensor:
+    """The generalised no-U-turn criterion fails: a trajectory with momentum sum ``rho`` turns back at an end."""
+    return ((rho * inv_mass * r_start).sum(-1) <= 0) | ((rho * inv_mass * r_end).sum(-1) <= 0)
+
+
+def _where(mask: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a`` for the chains in ``mask`` (a ``(C,)`` boolean), else ``b``."""
+    return torch.where(mask.view(-1, *([1] * (a.dim() - 1))), a, b)
+
+
+class _Sampler:
+    """One run's batched NUTS: the potential, the per-chain metric and step sizes, the random stream."""
+
+    def __init__(
+        self, fn: PotentialAndGradient, inv_mass: torch.Tensor, max_tree_depth: int, generator: torch.Generator
+    ) -> None:
+        self.fn, self.inv_mass, self.max_tree_depth, self.generator = fn, inv_mass, max_tree_depth, generator
+        self.step_size = torch.ones(inv_mass.shape[0], dtype=inv_mass.dtype)
+
+    def _uniform(self, like: torch.Tensor) -> torch.Tensor:
+        return torch.rand(like.shape[0], dtype=like.dtype, generator=self.generator)
+
+    def _momentum(self, z: torch.Tensor) -> torch.Tensor:
+        return torch.randn(z.shape, dtype=z.dtype, generator=self.generator) / self.inv_mass.sqrt()
+
+    def _leapfrog(self, z, r, grad, eps, fallback, moving):
+        """One leapfrog step of signed size ``eps`` ``(C, 1)`` of the ``moving`` chains; the others, and those whose
+        new position is not finite, are evaluated at ``fallback`` (the latter's potential then NaN: a divergence)."""
+        r = r - 0.5 * eps * grad
+        z = z + eps * self.inv_mass * r
+        finite = torch.isfinite(z).all(-1)
+        potential, grad_new = self.fn(_where(finite & moving, z, fallback))
+        potential = torch.where(finite, potential, torch.full_like(potential, float("nan")))
+        return z, r - 0.5 * eps * grad_new, grad_new, potential
+
+    def find_step_size(self, state: _State) -> None:
+        """Double or halve each chain's step size until one leapfrog step's acceptance crosses 0.8 (Stan)."""
+        log_target = math.log(0.8)
+        direction = None
+        going = torch.ones_like(self.step_size, dtype=torch.bool)
+        for _ in range(60):
+            r = self._momentum(state.z)
+            h0 = state.potential + _kinetic(r, self.inv_mass)
+            _, r1, _, u1 = self._leapfrog(state.z, r, state.grad, self.step_size[:, None], state.z, going)
+            delta = h0 - (u1 + _kinetic(r1, self.inv_mass))
+            delta = torch.nan_to_num(delta, nan=-math.inf)
+            up = delta > log_target
+            if direction is None:
+                direction = up
+            going = going & (up == direction)
+            if not bool(going.any()):
+                return
+            factor = torch.where(direction, 2.0, 0.5).to(self.step_size.dtype)
+            self.step_size = torch.where(going, self.step_size * factor, self.step_size)
+
+    def transition(self, state: _State) -> _Transition:
+        """One NUTS iteration of every chain from ``state``."""
+        chains = state.z.shape[0]
+        r0 = self._momentum(state.z)
+        h0 = state.potential + _kinetic(r0, self.inv_mass)
+        ends = {"left": [state.z, r0, state.grad], "right": [state.z, r0, state.grad]}
+        proposal = _State(state.z, state.grad, state.potential)
+        log_weight = torch.zeros_like(h0)
+        rho = r0.clone()
+        done = torch.zeros(chains, dtype=torch.bool)
+        depth = torch.zeros(chains, dtype=torch.long)
+        counts = {"n": torch.zeros_like(h0), "accept": torch.zeros_like(h0)}
+        diverging = torch.zeros(chains, dtype=torch.bool)
+        for j in range(self.max_tree_depth):
+            active = ~done
+            if not bool(active.any()):
+                break
+            forward = self._uniform(h0) < 0.5
+            start = [_where(forward, a, b) for a, b in zip(ends["right"], ends["left"])]
+            sub = self._subtree(start, forward, j, active, h0, state.z, counts)
+            diverging |= sub["diverged"]
+            merge = active & ~sub["failed"]
+            near = _where(forward, ends["right"][1], ends["left"][1])
+            far = _where(forward, ends["left"][1], ends["right"][1])
+            across = _turned(rho + sub["first"], far, sub["first"], self.inv_mass)
+            across |= _turned(near + sub["rho"], near, sub["end"][1], self.inv_mass)
+            for side, mask in (("right", merge & forward), ("left", merge & ~forward)):
+                ends[side] = [_where(mask, new, old) for new, old in zip(sub["end"], ends[side])]
+            take = merge & (self._uniform(h0).log() < sub["log_weight"] - log_weight)
+            proposal = _State(*(_where(take, new, old) for new, old in zip(sub["proposal"], vars(proposal).values())))
+            log_weight = torch.where(merge, torch.logaddexp(log_weight, sub["log_weight"]), log_weight)
+            rho = _where(merge, rho + sub["rho"], rho)
+            depth = torch.where(active, j + 1, depth)
+            turned = _turned(rho, ends["left"][1], ends["right"][1], self.inv_mass) | across
+            done = done | (active & sub["failed"]) | (merge & turned)
+        accept = counts["accept"] / counts["n"].clamp(min=1)
+        return _Transition(proposal, h0, counts["n"], depth, accept, diverging)
+
+    def _subtree(self, start, forward, j, active, h0, fallback, counts) -> dict:
+        """Build ``2^j`` new points from ``start`` in each chain's direction, masked to the ``active`` chains."""
+        z, r, grad = start
+        eps = torch.where(forward, self.step_size, -self.step_size)[:, None]
+        log_weight = torch.full_like(h0, -math.inf)
+        proposal = [z, grad, torch.zeros_like(h0)]
+        building, failed, diverged = active.clone(), torch.zeros_like(active), torch.zeros_like(active)
+        prefix, previous = torch.zeros_like(z), r
+        marks: dict[int, tuple[torch.Tensor, ...]] = {}
+        for n in range(2**j):
+            if not bool(building.any()):
+                break
+            z_new, r_new, grad_new, u_new = self._leapfrog(z, r, grad, eps, fallback, building)
+            z, r, grad = (_where(building, a, b) for a, b in ((z_new, z), (r_new, r), (grad_new, grad)))
+            delta = torch.nan_to_num(h0 - (u_new + _kinetic(r_new, self.inv_mass)), nan=-math.inf)
+            diverges = building & (delta < -MAX_ENERGY_ERROR)
+            counts["n"] += building
+            counts["accept"] += torch.where(building, delta.clamp(max=0).exp(), torch.zeros_like(delta))
+            keep = building & ~diverges
+            new_weight = torch.logaddexp(log_weight, delta)
+            take = keep & (self._uniform(h0).log() < delta - new_weight)
+            proposal = [_where(take, a, b) for a, b in zip((z, grad, u_new), proposal)]
+            log_weight = torch.where(keep, new_weight, log_weight)
+            before = prefix
+            prefix = _where(building, prefix + r, prefix)
+            turned = self._subtrees_turned(n, j, r, prefix, before, previous, marks)
+            previous = r
+            stop = building & (diverges | turned)
+            diverged |= diverges
+            failed |= stop
+            building = building & ~stop
+        return {
+            "first": marks[0][0],
+            "end": [z, r, grad],
+            "proposal": proposal,
+            "log_weight": log_weight,
+            "rho": prefix,
+            "failed": failed,
+            "diverged": diverged,
+        }
+
+    def _subtrees_turned(self, n, j, r, prefix, before, previous, marks) -> torch.Tensor:
+        """Whether a sub-trajectory ending at step ``n`` of a doubling of depth ``j`` turns back: those of size
+        ``2^m`` dividing ``n + 1``, each checked whole and across its halves (Stan's extra checks: the first half with
+        the second's first point, the first's last point with the second half). ``marks[m]`` holds, for the latest
+        block of size ``2^m``, its first momentum, the momentum sum before it and the momentum before it."""
+        for m in range(j + 1):
+            if n % 2**m == 0:
+                marks[m] = (r, before, previous)
+        turned = torch.zeros(r.shape[0], dtype=torch.bool)
+        for m in range(1, j + 1):
+            if (n + 1) % 2**m:
+                continue
+            first, sum_before, _ = marks[m]
+            turned |= _turned(prefix - sum_before, first, r, self.inv_mass)
+            if m >= 2:
+                half_first, half_before, half_previous = marks[m - 1]
+                rho = half_before + half_first - sum_before
+                turned |= _turned(rho, first, half_first, self.inv_mass)
+                rho = prefix - half_before + half_previous
+                turned |= _turned(rho, half_previous, r, self.inv_mass)
+        return turned
+
+
+class _Welford:
+    """Per-chain running mean and variance of the positions in an adaptation window."""
+
+    def __init__(self, like: torch.Tensor) -> None:
+        self.n, self.mean, self.m2 = 0, torch.zeros_like(like), torch.zeros_like(like)
+
+    def add(self, z: torch.Tensor) -> None:
+        self.n += 1
+        delta = z - self.mean
+        self.mean = self.mean + delta / self.n
+        self.m2 = self.m2 + delta * (z - self.mean)
+
+    def inverse_mass(self) -> torch.Tensor:
+        """The window's variances, shrunk towards ``1e-3`` (Stan's regularisation)."""
+        n = self.n
+        variance = self.m2 / max(n - 1, 1)
+        return (n / (n + 5.0)) * variance + 1e-3 * (5.0 / (n + 5.0))
+
+
+def sample_nuts(
+    fn: PotentialAndGradient,
+    initial: torch.Tensor,
+    *,
+    num_samples: int,
+    warmup_steps: int,
+    generator: torch.Generator,
+    target_accept_prob: float = 0.8,
+    max_tree_depth: int = 10,
+    progress: Callable[[int], None] | None = None,
+) -> NutsDraws:
+    """Run NUTS on every chain at once (module notes): ``warmup_steps`` adapting iterations, then ``num_samples``
+    kept ones.
+
+    Parameters
+    ----------
+    fn : callable
+        ``z (C, P) -> (potential (C,), gradient (C, P))``: the potential energy of every chain's position and its
+        gradient (NaN or ``inf`` where undefined: a divergence).
+    initial : Tensor
+        ``(C, P)`` starting positions (finite potential).
+    num_samples, warmup_steps : int
+        Kept and adapting iterations per chain.
+    generator : torch.Generator
+        The random stream (the run is a function of it).
+    target_accept_prob : float, default 0.8
+        The dual averaging's target mean acceptance.
+    max_tree_depth : int, default 10
+        The most doublings of a trajectory (``2^max_tree_depth - 1`` leapfrog steps).
+    progress : callable, optional
+        Called with the iteration number after every iteration.
+
+    Returns
+    -------
+    NutsDraws
+
+    Examples
+    --------
+    >>> import torch
+    >>> def normal(z):  # a standard normal in 2 dimensions
+    ...     return 0.5 * (z * z).sum(-1), z
+    >>> draws = sample_nuts(normal, torch.zeros(4, 2, dtype=torch.float64), num_samples=300, warmup_steps=200,
+    ...                     generator=torch.Generator().manual_seed(0))
+    >>> tuple(draws.samples.shape), bool(abs(draws.samples.mean()) < 0.15)
+    ((4, 300, 2), True)
+    """
+    z = initial.detach().clone()
+    inv_mass = torch.ones_like(z)
+    sampler = _Sampler(fn, inv_mass, max_tree_depth, generator)
+    potential, grad = fn(z)
+    state = _State(z, grad, potential)
+    sampler.find_step_size(state)
+    averaging = _DualAveraging(sampler.step_size, target_accept_prob)
+    windows, window = adaptation_windows(warmup_steps), _Welford(z)
+    ends = {end for _, end in windows}
+    kept_z, kept_stats = [], []
+    for it in range(warmup_steps + num_samples):
+        step_size = sampler.step_size
+        step = sampler.transition(state)
+        state = step.state
+        if it < warmup_steps:
+            sampler.step_size = averaging.update(step.accept)
+            if any(start <= it < end for start, end in windows):
+                window.add(state.z)
+            if it + 1 in ends:
+                sampler.inv_mass = window.inverse_mass()
+                window = _Welford(state.z)
+                sampler.find_step_size(state)
+                averaging.restart(sampler.step_size)
+            if it + 1 == warmup_steps:
+                sampler.step_size = averaging.final()
+        else:
+            kept_z.append(state.z)
+            kept_stats.append(
+                (-state.potential, step.energy, step.diverging, step.n_steps, step.depth, step_size, step.accept)
+            )
+        if progress is not None:
+            progress(it)
+    return NutsDraws(torch.stack(kept_z, dim=1), _stack_stats(kept_stats))
+
+
+def _stack_stats(rows: list[tuple[torch.Tensor, ...]]) -> dict[str, np.ndarray]:
+    names = ("lp", "energy", "diverging", "n_steps", "tree_depth", "step_size", "acceptance_rate")
+    kinds = (np.float64, np.float64, bool, np.int64, np.int64, np.float64, np.float64)
+    return {
+        name: np.stack([row[i].detach().cpu().numpy() for row in rows], axis=1).astype(kind)
+        for i, (name, kind) in enumerate(zip(names, kinds))
+    }

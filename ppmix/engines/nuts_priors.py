@@ -1,0 +1,126 @@
+"""Closed-form log-densities of the prior families ppmix's programs use, for NUTS's potential.
+
+A torch distribution's ``log_prob`` re-validates its argument and recomputes its normalising constant (``lgamma`` of
+its parameters) at every call; at every leapfrog step of a small mixture that is about half of the potential. Here
+the constant is computed once and the density is a few element-wise operations of the value, for the families of
+:meth:`~ppmix.models.base.MixtureModel.bayesian`'s priors: ``Normal``, ``Gamma``, ``Beta``, ``Dirichlet``,
+``LKJCholesky``, and any of them pushed through power and exponential maps (``InverseGamma``, the square root of an
+inverse gamma, ``LogNormal``), each ``Independent`` or not. Every density is tested equal to the distribution's own
+``log_prob`` (``tests/inference/test_nuts_priors.py``); :func:`closed_form` returns None for any other distribution
+(the potential then calls its ``log_prob``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+from torch.distributions import (
+    Beta,
+    Dirichlet,
+    ExpTransform,
+    Gamma,
+    Independent,
+    LKJCholesky,
+    Normal,
+    PowerTransform,
+    TransformedDistribution,
+)
+
+__all__ = ["closed_form"]
+
+#: a log-density of values with any leading batch dimensions, element-wise over the distribution's batch shape (and
+#: summed over a Dirichlet's or LKJ's own event dimensions)
+LogDensity = Callable[[torch.Tensor], torch.Tensor]
+
+
+def _normal(prior: Normal) -> LogDensity:
+    loc, scale = prior.loc, prior.scale
+    const = -scale.log() - 0.5 * math.log(2 * math.pi)
+    return lambda x: const - 0.5 * ((x - loc) / scale) ** 2
+
+
+def _gamma(prior: Gamma) -> LogDensity:
+    a, b = prior.concentration, prior.rate
+    const = a * b.log() - torch.lgamma(a)
+    return lambda x: const + (a - 1) * x.log() - b * x
+
+
+def _beta(prior: Beta) -> LogDensity:
+    a, b = prior.concentration1, prior.concentration0
+    const = torch.lgamma(a + b) - torch.lgamma(a) - torch.lgamma(b)
+    return lambda x: const + (a - 1) * x.log() + (b - 1) * torch.log1p(-x)
+
+
+def _dirichlet(prior: Dirichlet) -> LogDensity:
+    alpha = prior.concentration
+    const = torch.lgamma(alpha.sum(-1)) - torch.lgamma(alpha).sum(-1)
+    return lambda x: const + ((alpha - 1) * x.log()).sum(-1)
+
+
+def _lkj_cholesky(prior: LKJCholesky) -> LogDensity:
+    """``log p(L) = c + sum_{i >= 1} (D - i - 1 + 2 (eta - 1)) log L_ii`` (rows from 0); ``c`` is the density at the
+    identity, where every logarithm vanishes."""
+    dim = prior.dim
+    eye = torch.eye(dim, dtype=prior.concentration.dtype, device=prior.concentration.device)
+    const = prior.log_prob(eye.expand(*prior.batch_shape, dim, dim))
+    rows = torch.arange(1, dim, dtype=eye.dtype, device=eye.device)
+    exponents = 2 * (prior.concentration[..., None] - 1) + dim - 1 - rows
+    return lambda x: const + (exponents * torch.diagonal(x, dim1=-2, dim2=-1)[..., 1:].log()).sum(-1)
+
+
+def _pushed(prior: TransformedDistribution) -> LogDensity | None:
+    """A base density pushed through power maps ``y = x^p`` and ``y = exp(x)``: ``log p(y) = log p_base(x) -
+    log |dy/dx|`` with ``x`` the inverse image, the maps undone last to first."""
+    base = closed_form(prior.base_dist)
+    if base is None or not all(isinstance(t, (PowerTransform, ExpTransform)) for t in prior.transforms):
+        return None
+    transforms = list(reversed(prior.transforms))
+
+    def log_density(y: torch.Tensor) -> torch.Tensor:
+        log_jacobian = torch.zeros((), dtype=y.dtype, device=y.device)
+        for transform in transforms:
+            if isinstance(transform, ExpTransform):
+                x = y.log()
+                log_jacobian = log_jacobian + x  # dy/dx = exp(x) = y
+            else:
+                p = transform.exponent
+                x = y ** (1 / p)
+                log_jacobian = log_jacobian + p.abs().log() + (p - 1) * x.log()  # dy/dx = p x^(p - 1)
+            y = x
+        return base(y) - log_jacobian
+
+    return log_density
+
+
+_FAMILIES: dict[type, Callable] = {
+    Normal: _normal,
+    Gamma: _gamma,
+    Beta: _beta,
+    Dirichlet: _dirichlet,
+    LKJCholesky: _lkj_cholesky,
+}
+
+
+def closed_form(prior: torch.distributions.Distribution) -> LogDensity | None:
+    """The log-density of ``prior`` as a function of its value (batch dimensions kept, before any ``Independent``'s
+    sum), or None where its family is not one of the module's.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from torch.distributions import Gamma
+    >>> prior = Gamma(torch.tensor([2.0, 3.0]), torch.tensor([1.0, 0.5]))
+    >>> x = torch.tensor([[0.5, 4.0], [1.5, 2.0]])  # two chains
+    >>> bool(torch.allclose(closed_form(prior)(x), prior.log_prob(x)))
+    True
+    """
+    if isinstance(prior, Independent):
+        return closed_form(prior.base_dist)
+    family = next((build for cls, build in _FAMILIES.items() if isinstance(prior, cls)), None)
+    if family is not None:
+        return family(prior)
+    if isinstance(prior, TransformedDistribution):
+        return _pushed(prior)
+    return None

@@ -1,0 +1,163 @@
+"""ppmix's NUTS vectorised over chains (:mod:`ppmix.engines.nuts`) against targets with known answers: Gaussians
+(moments within Monte Carlo error, the learned diagonal metric), a truncated target (divergences flagged, the draws
+inside the support), the conjugate Poisson mixture's exact posterior mean through ``engine="mcmc"``, chains that do
+not share their randomness, and the choice between ppmix's and Pyro's samplers."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import warnings
+
+import arviz as az
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ppmix import GMM, Mixture
+from ppmix.engines.nuts import adaptation_windows, sample_nuts
+from tests.common import StudentTMixture
+from tests.inference.test_conjugate_gibbs import (
+    _check_against_exact,
+    _log_dirichlet_multinomial,
+    _log_poisson_gamma,
+    _posterior_mean,
+)
+
+QUIET = {"seed": 0, "progress": False}
+
+
+def _gaussian(scales: torch.Tensor):
+    """The potential of independent centred normals with standard deviations ``scales``, batched over chains."""
+
+    def fn(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return 0.5 * ((z / scales) ** 2).sum(-1), z / scales**2
+
+    return fn
+
+
+def _run(fn, chains: int, dims: int, seed: int = 0, draws: int = 1000, warmup: int = 300, start: float = 0.0):
+    initial = torch.full((chains, dims), start, dtype=torch.float64)
+    return sample_nuts(
+        fn, initial, num_samples=draws, warmup_steps=warmup, generator=torch.Generator().manual_seed(seed)
+    )
+
+
+def test_a_standard_normal_has_its_moments_and_an_effective_sample_size_near_the_draws():
+    """1-D N(0, 1) from a start at 3: mean 0 and variance 1 within five standard errors, ESS above a quarter of the
+    draws (Pyro's NUTS gets about 0.4 of the draws here), every statistic recorded for every draw."""
+    result = _run(_gaussian(torch.ones(1, dtype=torch.float64)), chains=4, dims=1, start=3.0)
+    draws = result.samples[..., 0].numpy()
+    ess = float(az.ess(draws))
+    assert ess > 0.25 * draws.size
+    assert abs(draws.mean()) < 5 / math.sqrt(ess)
+    assert abs(draws.var() - 1.0) < 5 * math.sqrt(2.0 / ess)
+    assert set(result.stats) == {"lp", "energy", "diverging", "n_steps", "tree_depth", "step_size", "acceptance_rate"}
+    assert all(value.shape == (4, 1000) for value in result.stats.values())
+    np.testing.assert_allclose(result.stats["lp"], -0.5 * draws**2)
+    assert not result.stats["diverging"].any()
+    assert (result.stats["n_steps"] < 2 ** result.stats["tree_depth"]).all()
+    assert 0.6 < result.stats["acceptance_rate"].mean() < 0.98
+
+
+def test_scales_two_orders_apart_are_sampled_through_the_adapted_metric():
+    """Standard deviations 0.1, 1, 10: every coordinate's mean and variance within Monte Carlo error; the adapted
+    step size stays near the one a unit Gaussian takes (the diagonal metric absorbs the scales), so few steps."""
+    scales = torch.tensor([0.1, 1.0, 10.0], dtype=torch.float64)
+    result = _run(_gaussian(scales), chains=4, dims=3, draws=400, warmup=150)
+    draws = result.samples.numpy() / scales.numpy()  # standardised: N(0, 1) each
+    for d in range(3):
+        ess = float(az.ess(draws[..., d]))
+        assert abs(draws[..., d].mean()) < 5 / math.sqrt(ess), d
+        assert abs(draws[..., d].var() - 1.0) < 5 * math.sqrt(2.0 / ess), d
+    assert np.median(result.stats["n_steps"]) <= 7
+
+
+def test_a_wall_in_the_potential_is_a_divergence_and_no_draw_crosses_it():
+    """A standard normal cut at z = 0.5 (infinite potential beyond, NaN gradient): the draws stay below the wall,
+    and trajectories that reach it are flagged as divergent."""
+
+    def cut(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        inside = z[:, 0] < 0.5
+        potential = torch.where(inside, 0.5 * z[:, 0] ** 2, torch.full_like(z[:, 0], math.inf))
+        return potential, torch.where(inside[:, None], z, torch.full_like(z, math.nan))
+
+    result = _run(cut, chains=2, dims=1, draws=500, warmup=200, start=-1.0)
+    assert float(result.samples.max()) < 0.5
+    assert result.stats["diverging"].any()
+
+
+def test_chains_draw_their_own_randomness_and_a_seed_repeats_the_run():
+    """Chains from one start share no random numbers (their draws are uncorrelated); the same generator seed gives
+    the same draws, another seed others."""
+    fn = _gaussian(torch.ones(2, dtype=torch.float64))
+    first, again, other = (_run(fn, chains=3, dims=2, seed=s, draws=300, warmup=50) for s in (0, 0, 1))
+    assert torch.equal(first.samples, again.samples)
+    assert not torch.equal(first.samples, other.samples)
+    for a, b in itertools.combinations(range(3), 2):
+        corr = np.corrcoef(first.samples[a, :, 0].numpy(), first.samples[b, :, 0].numpy())[0, 1]
+        assert abs(corr) < 0.2, (a, b, corr)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(min_value=0, max_value=3000))
+def test_adaptation_windows_tile_the_middle_of_warmup(warmup):
+    """The metric windows are contiguous, each at least as long as the one before (except a last one stretched to
+    the end), and leave an initial and a final buffer of the warmup."""
+    windows = adaptation_windows(warmup)
+    if warmup < 20:
+        assert windows == []
+        return
+    starts, ends = [s for s, _ in windows], [e for _, e in windows]
+    assert starts[0] > 0 and ends[-1] < warmup
+    assert starts[1:] == ends[:-1]
+    sizes = [e - s for s, e in windows]
+    assert all(b >= a for a, b in zip(sizes, sizes[1:]))
+
+
+def test_poisson_mixture_nuts_draws_have_the_exact_posterior_predictive_mean():
+    """K = 2 on five counts: E[sum_k w_k rate_k | x] (label-free) from the 2^5 assignments, each with its
+    Dirichlet-multinomial and Poisson-Gamma marginals, equals the mean of ppmix's NUTS draws."""
+    x = np.array([[0.0], [1.0], [4.0], [7.0], [2.0]])
+    k = 2
+    mix = Mixture(k, family="poisson", **QUIET)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mix.fit(x, engine="mcmc", num_samples=300, warmup_steps=150, num_chains=4, relabel=False, sampler="ppmix")
+    prior_shape, prior_rate = 1.0, 1.0 / x.mean()  # the Poisson family's prior: Gamma(1, 1 / mean)
+    log_weights, values = [], []
+    for z in itertools.product(range(k), repeat=len(x)):
+        z = np.array(z)
+        counts = np.bincount(z, minlength=k)
+        log_p = _log_dirichlet_multinomial(counts, 1.0)
+        mean = 0.0
+        for j in range(k):
+            rows = x[z == j, 0]
+            log_p += _log_poisson_gamma(rows, prior_shape, prior_rate)
+            mean += (1 + counts[j]) / (k + len(x)) * (prior_shape + rows.sum()) / (prior_rate + len(rows))
+        log_weights.append(log_p)
+        values.append(mean)
+    draws = (mix.mcmc_samples_["weights"] * mix.mcmc_samples_["rate"][..., 0]).sum(-1).numpy()
+    _check_against_exact(draws, _posterior_mean(log_weights, values))
+
+
+def test_the_sampler_option_chooses_and_refuses():
+    """``sampler="ppmix"`` and ``"pyro"`` both sample a GMM (the same sites and statistics); ppmix's NUTS is
+    reproducible given the seed; an unknown sampler, and ``"ppmix"`` where the model has no potential of its own,
+    are refused naming the option."""
+    x = np.concatenate(
+        [np.random.default_rng(0).normal(-3, 1, (40, 1)), np.random.default_rng(1).normal(3, 1, (40, 1))]
+    )
+    runs = {}
+    for sampler in ("ppmix", "pyro", "ppmix"):
+        gmm = GMM(2, **QUIET).fit(x, engine="mcmc", num_samples=20, warmup_steps=20, sampler=sampler)
+        assert gmm.mcmc_samples_["locs"].shape == (2, 20, 2, 1)
+        assert gmm.mcmc_sample_stats_["diverging"].shape == (2, 20)
+        runs.setdefault(sampler, []).append(gmm.mcmc_samples_["locs"])
+    assert torch.equal(*runs["ppmix"])
+    with pytest.raises(ValueError, match="sampler must be one of"):
+        GMM(2, **QUIET).fit(x, engine="mcmc", num_samples=5, warmup_steps=5, sampler="stan")
+    with pytest.raises(ValueError, match="sampler='ppmix' needs the model's own potential"):
+        StudentTMixture(2, **QUIET).fit(x, engine="mcmc", num_samples=5, warmup_steps=5, sampler="ppmix")
