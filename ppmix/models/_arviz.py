@@ -378,7 +378,10 @@ def own_hook(model: "MixtureModel", name: str, *companions: str) -> Callable[...
         return next((cls for cls in type(model).__mro__ if attribute in vars(cls)), None)
 
     defining = owner(name)
-    if defining is None or any(owner(other) is not defining for other in ("model", *companions)):
+    program = owner("model")
+    # a model with no program of its own (the base's stub that raises, e.g. the HSMM's) has its hooks as they are
+    needs = companions if program is None or program.__module__ == "ppmix.models.base" else ("model", *companions)
+    if defining is None or any(owner(other) is not defining for other in needs):
         return None
     return getattr(model, name)
 

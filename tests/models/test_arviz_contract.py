@@ -101,7 +101,12 @@ def check_arviz_workflow(idata) -> None:
         plt.close("all")
 
 
-@pytest.mark.parametrize("case_id", [c for c in CASES if c not in NO_LAPLACE])
+#: contract cases whose model has no Pyro program (EM only): no draws, no Laplace approximation, no replicated data;
+#: their InferenceData holds the point estimate, and the warning says what to do instead
+NO_PROGRAM = {"HSMM": "refit on bootstrap resamples", "HSMM-poisson-nonparametric": "refit on bootstrap resamples"}
+
+
+@pytest.mark.parametrize("case_id", [c for c in CASES if c not in NO_LAPLACE and c not in NO_PROGRAM])
 def test_loo_ppc_and_energy_or_lp_trace_run_on_the_inference_data(case_id, fitted):
     model, _, _ = fitted(case_id)
     with warnings.catch_warnings():
@@ -122,7 +127,20 @@ def test_a_fit_without_laplace_names_a_remedy_that_works(case_id, fitted):
 
 
 def test_no_laplace_lists_contract_cases():
-    assert set(NO_LAPLACE) <= set(CASES)
+    assert set(NO_LAPLACE) <= set(CASES) and set(NO_PROGRAM) <= set(CASES)
+
+
+@pytest.mark.parametrize("case_id", list(NO_PROGRAM))
+def test_a_model_without_a_program_keeps_its_point_estimate_and_names_the_remedy(case_id, fitted):
+    model, _, _ = fitted(case_id)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        idata = model.to_arviz(num_samples=NUM_SAMPLES)
+    assert [w.category for w in record] == [PointEstimateWarning], [str(w.message) for w in record]
+    assert "no Pyro program" in str(record[0].message) and NO_PROGRAM[case_id] in str(record[0].message)
+    assert (idata.posterior.sizes["chain"], idata.posterior.sizes["draw"]) == (1, 1)
+    assert np.isfinite(idata.log_likelihood["x"].values).all()
+    assert idata.posterior_predictive["x"].shape[:2] == (1, 1)  # the point estimate's replicated data
 
 
 # ----------------------------------------------------------------------------------- item 2: the pf models
