@@ -341,7 +341,7 @@ class PpmixRunner(Runner):
 
     def e(self) -> None:
         self._stats, obj = self.gmm._e_step(self.data)
-        self.objective = float(obj) / self.data.n_samples  # the engine converts the objective every iteration too
+        self.objective = float(obj) / self.data.n_rows  # the engine converts the objective every iteration too
 
     def m(self) -> None:
         self.gmm._m_step(self.data, self._stats)
@@ -539,7 +539,7 @@ def estep_rate(n: int, d: int = 50, k: int = 8, repeats: int = 5) -> dict[str, A
     x = torch.randn(n, d, generator=gen, dtype=torch.float64)
     gmm = GMM(k, seed=0, progress=False)
     data = gmm._em_data(gmm.prepare_data(x, fitting=True))
-    gmm.components_ = gmm._new_components(data.x)
+    gmm.components_ = gmm._new_components(data.rows.x)
     gmm._m_step(data, torch.softmax(torch.randn(n, k, generator=gen, dtype=torch.float64), 1))
 
     def best_of(step) -> float:
@@ -554,7 +554,7 @@ def estep_rate(n: int, d: int = 50, k: int = 8, repeats: int = 5) -> dict[str, A
     with threadpool_limits(limits=1):
         fused = best_of(lambda: gmm._e_step(data))
         responsibilities = best_of(
-            lambda: normalize_log_joint_(gmm.components_.log_prob(data).add_(gmm.weights_.log()))
+            lambda: normalize_log_joint_(gmm.components_.log_prob(data.rows).add_(gmm.weights_.log()))
         )
         gemm = gemm_rate()
     flops = 3 * n * k * d

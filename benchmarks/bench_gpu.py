@@ -214,7 +214,7 @@ class PpmixRun:
             _sync()
             t1 = time.perf_counter()
             result = forward_backward(
-                self.model.initial_.log(), self.model.transition_.log(), log_emit, self.data.batch.lengths
+                self.model.initial_.log(), self.model.transition_.log(), log_emit, self.data.lengths
             )
             float(result.log_likelihood.sum())
             _sync()

@@ -222,7 +222,7 @@ def part_start(cfg: dict[str, Any]) -> dict[str, Any]:
         pickle.dump(gmm, f)
     # what a worker holds per shard: the prepared data (x and its centred copy), counted on the first shard
     held = gmm._em_data(gmm.prepare_data(np.load(cfg["paths"][0])))
-    held_bytes = sum(t.untyped_storage().nbytes() for t in (held.x, held.centred))
+    held_bytes = sum(t.untyped_storage().nbytes() for t in (held.rows.x, held.rows.centred))
     return {
         "sample_rows": int(len(sample)),
         "mean_loglik_on_sample": float(gmm.lower_bound_),

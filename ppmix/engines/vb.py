@@ -226,7 +226,7 @@ def run_vb(
         Default to the model's attributes of the same names.
     tol : float, optional
         The change of the lower bound per data point at which a restart stops; default the model's ``tol``, at
-        most :data:`VB_TOL` (1e-6).
+        most :data:`~ppmix.engines.vb.VB_TOL` (1e-6).
     component_prior : dict, optional
         The components' conjugate prior (Gaussian: ``"mean_precision_prior"``, ``"mean_prior"``,
         ``"degrees_of_freedom_prior"``, ``"covariance_prior"``, scikit-learn's names and defaults:

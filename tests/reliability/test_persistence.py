@@ -543,7 +543,8 @@ def test_forged_tensor_files_are_refused_naming_the_file(tmp_path, gmm_a, case, 
 def test_another_class_whose_state_does_not_fit_is_a_value_error(tmp_path, gmm_a):
     path = gmm_a.save(tmp_path / "m")
     config = read_config(path)
-    config["class"] = "ppmix.models.hmm.HMM"  # GMM's arguments are all HMM arguments: only the state differs
+    config["class"] = "ppmix.models.hmm.HMM"  # GMM's arguments are HMM arguments (but the weights' prior type, a
+    config["params"].pop("weight_concentration_prior_type")  # Dirichlet for an HMM): only the state differs
     write_config(path, config, reseal=True)
     with pytest.raises(ValueError, match=r"tensors\.pt lacks the entry 'initial'.*a HMM with them holds"):
         load_model(path)
