@@ -53,15 +53,11 @@ def _check_against_exact(draws: np.ndarray, exact: float) -> None:
     assert abs(draws.mean() - exact) < 5 * standard_error + 1e-3, (draws.mean(), exact, standard_error)
 
 
-def test_poisson_mixture_draws_have_the_exact_posterior_predictive_mean():
-    """K = 2 on five counts: E[sum_k w_k rate_k | x] (label-free) from the 2^5 assignments, each with its
-    Dirichlet-multinomial and Poisson-Gamma marginals, equals the Gibbs draws' mean."""
-    x = np.array([[0.0], [1.0], [4.0], [7.0], [2.0]])
-    k = 2
-    mix = Mixture(k, family="poisson", seed=0, progress=False)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        mix.fit(x, engine="gibbs", num_samples=2500, warmup_steps=100, num_chains=4, relabel=False)
+def check_poisson_mixture_draws(mix: Mixture, x: np.ndarray) -> None:
+    """The draws of ``mix`` (a Poisson mixture fitted to ``x`` under the family's default priors, unrelabelled) have
+    the exact posterior mean of ``sum_k w_k rate_k`` (label-free): from every assignment of the rows, each with its
+    Dirichlet-multinomial and Poisson-Gamma marginals."""
+    k = int(mix.n_components)
     prior_shape, prior_rate = 1.0, 1.0 / x.mean()  # the Poisson family's prior: Gamma(1, 1 / mean)
     log_weights, values = [], []
     for z in itertools.product(range(k), repeat=len(x)):
@@ -77,6 +73,18 @@ def test_poisson_mixture_draws_have_the_exact_posterior_predictive_mean():
         values.append(mean)
     draws = (mix.mcmc_samples_["weights"] * mix.mcmc_samples_["rate"][..., 0]).sum(-1).numpy()
     _check_against_exact(draws, _posterior_mean(log_weights, values))
+
+
+def test_poisson_mixture_draws_have_the_exact_posterior_predictive_mean():
+    """K = 2 on five counts: E[sum_k w_k rate_k | x] (label-free) from the 2^5 assignments, each with its
+    Dirichlet-multinomial and Poisson-Gamma marginals, equals the Gibbs draws' mean."""
+    x = np.array([[0.0], [1.0], [4.0], [7.0], [2.0]])
+    k = 2
+    mix = Mixture(k, family="poisson", seed=0, progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mix.fit(x, engine="gibbs", num_samples=2500, warmup_steps=100, num_chains=4, relabel=False)
+    check_poisson_mixture_draws(mix, x)
 
 
 def test_poisson_hmm_draws_have_the_exact_posterior_mean_of_the_first_step():

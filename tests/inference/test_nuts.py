@@ -19,12 +19,7 @@ from hypothesis import strategies as st
 from ppmix import GMM, Mixture
 from ppmix.engines.nuts import adaptation_windows, sample_nuts
 from tests.common import StudentTMixture
-from tests.inference.test_conjugate_gibbs import (
-    _check_against_exact,
-    _log_dirichlet_multinomial,
-    _log_poisson_gamma,
-    _posterior_mean,
-)
+from tests.inference.test_conjugate_gibbs import check_poisson_mixture_draws
 
 QUIET = {"seed": 0, "progress": False}
 
@@ -126,21 +121,7 @@ def test_poisson_mixture_nuts_draws_have_the_exact_posterior_predictive_mean():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         mix.fit(x, engine="mcmc", num_samples=300, warmup_steps=150, num_chains=4, relabel=False, sampler="ppmix")
-    prior_shape, prior_rate = 1.0, 1.0 / x.mean()  # the Poisson family's prior: Gamma(1, 1 / mean)
-    log_weights, values = [], []
-    for z in itertools.product(range(k), repeat=len(x)):
-        z = np.array(z)
-        counts = np.bincount(z, minlength=k)
-        log_p = _log_dirichlet_multinomial(counts, 1.0)
-        mean = 0.0
-        for j in range(k):
-            rows = x[z == j, 0]
-            log_p += _log_poisson_gamma(rows, prior_shape, prior_rate)
-            mean += (1 + counts[j]) / (k + len(x)) * (prior_shape + rows.sum()) / (prior_rate + len(rows))
-        log_weights.append(log_p)
-        values.append(mean)
-    draws = (mix.mcmc_samples_["weights"] * mix.mcmc_samples_["rate"][..., 0]).sum(-1).numpy()
-    _check_against_exact(draws, _posterior_mean(log_weights, values))
+    check_poisson_mixture_draws(mix, x)
 
 
 def test_the_sampler_option_chooses_and_refuses():
