@@ -123,13 +123,13 @@ class FamilyGibbs:
         weights = _chain_labels(assignment, k).to(model.dtype)
         stats = current.components.statistics(rows, weights)
         opts = {"dtype": model.dtype, "device": weights.device}
-        drawn = family.site_values(current.components)
+        drawn, priors = family.site_values(current.components), family.priors()
         for site in current.sites:  # in the family's order: a site's conditional sees the sites drawn before it
-            drawn[site] = family.conjugate_posterior(site, stats, drawn, scale, opts).sample()
+            drawn[site] = priors.conjugate_posterior(site, stats, drawn, scale, opts).sample()
         components = family.components(drawn, scale)
         values = {site: value.reshape(chains, k, *value.shape[1:]) for site, value in drawn.items()}
         d = int(model.n_features_in_)
-        log_prior = sum(family.prior(site, k, d, scale, opts).log_prob(value).sum(-1) for site, value in values.items())
+        log_prior = sum(priors.prior(site, k, d, scale, opts).log_prob(value).sum(-1) for site, value in values.items())
         return _ChainComponents(components, chains, family, current.sites), values, log_prior
 
     def chain_log_prob(self, rows: Any, current: _ChainComponents) -> torch.Tensor:

@@ -213,7 +213,7 @@ def map_fit_frame_statistics(
     cell = DiagGaussian(
         components.loc.reshape(-1, 1), components.scale.reshape(-1, 1), reg_covar=cell_scale.get("floor", 0.0)
     )
-    cell_family.map_update(cell, weighted, cell_scale)
+    cell_family.priors().map_update(cell, weighted, cell_scale)
     components.loc, components.scale = cell.loc.reshape(k, d), cell.scale.reshape(k, d)
     squares = cells.scatter[:, 0] + cells.counts * (cells.mean[:, 0] - cell.loc[:, 0]).square()
     variance = cell.variance[:, 0]
