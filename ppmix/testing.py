@@ -92,8 +92,8 @@ def check_family(
 
     The optional members (the priors of MCMC, MAP-EM and Gibbs, ``moments``, missing entries) and a registered
     divergence are not required. A sequence family, one that declares ``sequence_rows`` (each step's row made from
-    the frames before it, e.g. :class:`~ppmix.components.AutoRegressiveFamily`), takes sequences and is checked in an ``HMM``
-    only: its M-step on the rows ``sequence_rows`` makes of each sequence, its weights per sequence.
+    the frames before it, e.g. :class:`~ppmix.components.AutoRegressiveFamily`), takes sequences and is checked in
+    an ``HMM`` only: its M-step on the rows ``sequence_rows`` makes of each sequence, its weights per sequence.
 
     Parameters
     ----------

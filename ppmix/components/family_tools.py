@@ -6,9 +6,10 @@ contract, the members a family writes or may override. Everything here is comput
 family: the components EM starts from (:func:`placeholder`), a family's settings (:func:`family_settings`), its
 hyperparameters as ``priors=`` set them (:func:`prior_value`), its capabilities (:func:`has_map_update`,
 :func:`has_conjugate_prior`), its number of free parameters (:func:`n_parameters`) and ArviZ dimensions
-(:func:`site_dims`), both read off its :class:`~ppmix.components.family.SiteSpec`, its data scale under ``sample_weight`` (:func:`measure_data_scale`) and
-the E-step of a mixture of its components (:func:`mixture_statistics`), and the rows and k-means points of its
-prepared data (:func:`data_rows`, :func:`start_points`).
+(:func:`site_dims`), both read off its :class:`~ppmix.components.family.SiteSpec`, its data scale under
+``sample_weight`` (:func:`measure_data_scale`) and the E-step of a mixture of its components
+(:func:`mixture_statistics`), and the rows and k-means points of its prepared data (:func:`data_rows`,
+:func:`start_points`).
 """
 
 from __future__ import annotations

@@ -239,11 +239,11 @@ class GammaFamily(LogDataFamily):
 
     Notes
     -----
-    The Pyro sites are ``concentration`` and ``rate`` ``(K, D)`` (as in ``torch.distributions.Gamma``); under
-    MCMC their priors are ``LogNormal(0, 1.5)`` (shapes from about 0.05 to 20 within two standard deviations)
-    and ``LogNormal(-log mean_d, 2)``, centred at the rate of an exponential with the data's mean in feature ``d``;
-    ``priors=`` sets their hyperparameters (:meth:`prior_keys`). MAP-EM (``engine="em"`` with ``priors``) takes
-    the mode of the density of ``(concentration, rate)`` by Newton steps (:meth:`map_update`): no closed form.
+    The Pyro sites are ``concentration`` and ``rate`` ``(K, D)`` (as in ``torch.distributions.Gamma``); under MCMC their
+    priors are ``LogNormal(0, 1.5)`` (shapes from about 0.05 to 20 within two standard deviations) and ``LogNormal(-log
+    mean_d, 2)``, centred at the rate of an exponential with the data's mean in feature ``d``; ``priors=`` sets their
+    hyperparameters (:meth:`GammaPriors.keys`). MAP-EM (``engine="em"`` with ``priors``) takes the mode of the density
+    of ``(concentration, rate)`` by Newton steps (:meth:`GammaPriors.map_update`): no closed form.
 
     Examples
     --------
@@ -299,7 +299,7 @@ class GammaPriors(FamilyPriors):
 
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
         """``concentration ~ LogNormal(0, 1.5)`` and ``rate ~ LogNormal(-log mean_d, 2)``, each hyperparameter as
-        ``priors=`` sets it (:meth:`prior_keys`)."""
+        ``priors=`` sets it (:meth:`keys`)."""
         if site == "concentration":
             loc = prior_value(self.family, "concentration_loc", torch.zeros(d, **opts))
             return dist.LogNormal(

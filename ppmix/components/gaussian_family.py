@@ -253,9 +253,9 @@ class GaussianFamily(DensityFamily):
     ``-log(2 pi reg_covar) / 2`` (about 6 nats) to each row's log-likelihood, as in scikit-learn, not the ~39
     nats of a floor set by rounding noise.
 
-    MAP-EM (``engine="em"`` with ``priors``) under :meth:`prior` has every covariance type: diagonal and spherical
-    in closed form (:meth:`map_update`), full and tied by generalised EM (:mod:`~ppmix.components.gaussian_map`),
-    every variance at least the floor.
+    MAP-EM (``engine="em"`` with ``priors``) under :meth:`GaussianPriors.prior` has every covariance type: diagonal and
+    spherical in closed form (:meth:`GaussianPriors.map_update`), full and tied by generalised EM
+    (:mod:`~ppmix.components.gaussian_map`), every variance at least the floor.
 
     Examples
     --------
@@ -311,7 +311,7 @@ class GaussianFamily(DensityFamily):
         scales = () if self.covariance_type == "spherical" else (d,)
         tied = self.covariance_type == "tied"
         # the means and variances of diagonal and spherical components are conditionally conjugate, a full or tied
-        # covariance's scales and LKJ correlation are not (:meth:`conjugate_posterior`)
+        # covariance's scales and LKJ correlation are not (:meth:`GaussianPriors.conjugate_posterior`)
         matrix = self.covariance_type in ("full", "tied")
         sites = {
             "locs": SiteSpec(constraints.real, (d,)),
@@ -370,7 +370,7 @@ class GaussianPriors(FamilyPriors):
         """``locs ~ N(mean(X), 3 std(X))``; every variance ``scales**2 ~ InverseGamma(1, var(X) / 100)`` (flat in
         log variance above a hundredth of the data's variance, :data:`VARIANCE_PRIOR_SHARE`; spherical: of the mean
         variance over the features); ``corr_cholesky ~ LKJCholesky(D, 2)`` (before a fit: centred at 0 with unit
-        scale); each hyperparameter as :meth:`with_priors` sets it (:meth:`prior_keys`). Diagonal and spherical
+        scale); each hyperparameter as :meth:`with_priors` sets it (:meth:`keys`). Diagonal and spherical
         components are thus conditionally conjugate (:meth:`conjugate_posterior`: ``engine="gibbs"``)."""
         mean = scale.get("mean", torch.zeros(d)).to(**opts)
         std = scale.get("std", torch.ones(d)).to(**opts)

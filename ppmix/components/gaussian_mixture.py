@@ -353,13 +353,12 @@ class GaussianMixtureFamily(DensityFamily):
 
     Notes
     -----
-    The Pyro sites are ``mix_weights`` ``(K, M)``, ``locs`` and ``scales`` ``(K, M, D)`` and, for full
-    covariance, ``corr_cholesky`` ``(K, M, D, D)``; under MCMC: ``Dirichlet(1)`` on the mixing weights and the
-    Gaussian family's data-scaled priors on every Gaussian, which ``priors=`` sets (:meth:`prior_keys`: the
-    Gaussian's keys and ``mix_concentration``). MAP-EM (``engine="em"`` with ``priors``) updates every Gaussian
-    as the Gaussian family's MAP-EM does and the mixing weights to their Dirichlet posterior's mode. The first
-    M-step splits each component's rows among its Gaussians by weighted k-means (hmmlearn's start, within the
-    structure's own start).
+    The Pyro sites are ``mix_weights`` ``(K, M)``, ``locs`` and ``scales`` ``(K, M, D)`` and, for full covariance,
+    ``corr_cholesky`` ``(K, M, D, D)``; under MCMC: ``Dirichlet(1)`` on the mixing weights and the Gaussian family's
+    data-scaled priors on every Gaussian, which ``priors=`` sets (:meth:`GaussianMixturePriors.keys`: the Gaussian's
+    keys and ``mix_concentration``). MAP-EM (``engine="em"`` with ``priors``) updates every Gaussian as the Gaussian
+    family's MAP-EM does and the mixing weights to their Dirichlet posterior's mode. The first M-step splits each
+    component's rows among its Gaussians by weighted k-means (hmmlearn's start, within the structure's own start).
 
     Examples
     --------

@@ -140,8 +140,8 @@ class LogNormalFamily(LogDataFamily):
     The Pyro sites are ``loc`` and ``scale`` ``(K, D)`` (as in ``torch.distributions.LogNormal``); under MCMC their
     priors are the diagonal Gaussian family's on ``log x``: ``loc ~ N(mean(log X), 3 std(log X))`` and ``scale^2 ~
     InverseGamma(1, var(log X) / 100)``, whose hyperparameters ``priors=`` sets under the Gaussian family's keys
-    (:meth:`prior_keys`). The prior is conjugate on ``log x`` (the Jacobian ``-sum log x`` does not depend on the
-    parameters), so MAP-EM (``engine="em"`` with ``priors``) is the diagonal Gaussian's closed-form update on the
+    (:meth:`LogNormalPriors.keys`). The prior is conjugate on ``log x`` (the Jacobian ``-sum log x`` does not depend on
+    the parameters), so MAP-EM (``engine="em"`` with ``priors``) is the diagonal Gaussian's closed-form update on the
     logarithms, and ``engine="gibbs"`` draws from the diagonal Gaussian's conditional posteriors on them.
 
     Examples

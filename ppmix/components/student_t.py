@@ -54,7 +54,7 @@ __all__ = [
 #: the default range of the fitted degrees of freedom: below 0.5 the tails are heavier than any data need;
 #: above 200 the t is a Gaussian to within the rounding of a fit
 DF_RANGE = (0.5, 200.0)
-#: the degrees of freedom of the placeholder components whose parameters the first M-step sets
+#: the degrees of freedom EM starts from (the ``df`` site's start value), which the first M-step updates
 START_DF = 10.0
 #: the family's scale matrices: diagonal (:class:`StudentTComponents`) or full (:class:`FullStudentTComponents`)
 COVARIANCE_TYPES = ("diag", "full")
@@ -455,12 +455,12 @@ class StudentTFamily(DensityFamily):
     full Gaussian's, ``scales`` ``(K, D)`` and ``corr_cholesky`` ``(K, D, D)`` (``scale_tril = scales *
     corr_cholesky``); under MCMC their priors are ``df ~ Gamma(2, 0.1)`` (mean 20) and the Gaussian family's (of
     the same covariance type): ``loc ~ N(mean(X), 3 std(X))``, every ``scale^2 ~ InverseGamma(1, var(X) / 100)`` and
-    ``corr_cholesky ~ LKJCholesky(D, 2)``; ``priors=`` sets them (:meth:`prior_keys`: the Gaussian's keys and
+    ``corr_cholesky ~ LKJCholesky(D, 2)``; ``priors=`` sets them (:meth:`StudentTPriors.keys`: the Gaussian's keys and
     ``df_concentration``, ``df_rate``).
 
     MAP-EM (``engine="em"`` with ``priors``) is the ECM of maximum likelihood with the prior added to each
     conditional step: ``loc`` and ``Sigma`` by the Gaussian family's MAP update
-    (:meth:`~ppmix.components.gaussian_family.GaussianFamily.weighted_map_update`) on the ``r u``-weighted rows, whose
+    (:meth:`~ppmix.components.gaussian_family.GaussianPriors.weighted_map_update`) on the ``r u``-weighted rows, whose
     number in ``log |Sigma|`` is ``sum r``; then ``df`` by :func:`solve_df` with its Gamma prior.
 
     Examples
