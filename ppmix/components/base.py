@@ -181,6 +181,14 @@ class ComponentFamily(ParameterBatch, abc.ABC):
         "observed",
     )
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "kl" in vars(cls):  # a member before issue 50: refused, not silently ignored
+            raise TypeError(
+                f"{cls.__name__} defines 'kl', which is no longer a member of the family contract: register the "
+                "divergence with ppmix.components.register_kl"
+            )
+
     # ----------------------------------------------------------------- required
     @abc.abstractmethod
     def log_prob(self, data: Any) -> torch.Tensor:

@@ -439,6 +439,17 @@ class MeanStatisticsComponents(ComponentFamily):
         return self.fit_statistics(self.statistics(data, weights))
 
 
+def _refuse_moved(cls: type, moved: Mapping[str, str]) -> None:
+    """A ``TypeError`` naming a member ``cls`` defines that the family contract moved elsewhere (``moved``: the
+    member, where it went), which the structures would otherwise silently ignore."""
+    defined = sorted(set(moved) & set(vars(cls)))
+    if defined:
+        raise TypeError(
+            f"{cls.__name__} defines {defined[0]!r}, which is no longer a member of the family contract: write it "
+            f"as {moved[defined[0]]}"
+        )
+
+
 class DensityFamily(abc.ABC):
     """A kind of component for the structures (mixture, HMM): what they ask of it, declared once.
 
@@ -489,9 +500,19 @@ class DensityFamily(abc.ABC):
         "site_values",
         "priors",
     )
+    #: members of the contract before issue 50 and where they went: a family defining one is refused, not ignored
+    _moved: ClassVar[dict[str, str]] = {
+        **{name: f"priors().{name}" for name in ("prior", "map_update", "map_log_prior", "conjugate_posterior")},
+        "prior_keys": "priors().keys",
+        "placeholder": "the start values of its sites (SiteSpec.start)",
+    }
     #: the hyperparameters :func:`with_priors` set (none: every default), read by
     #: :func:`~ppmix.components.family_tools.prior_value`
     _prior_settings: Mapping[str, Any] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _refuse_moved(cls, DensityFamily._moved)
 
     # ------------------------------------------------------------------ settings
     def __repr__(self) -> str:

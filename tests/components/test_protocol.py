@@ -3,6 +3,8 @@ weight checks) of every batch of components."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -21,8 +23,10 @@ from ppmix.components import (
     ParameterBatch,
     SoftmaxExpert,
     SoftmaxGate,
+    kl_divergence,
     registry,
 )
+from ppmix.components.poisson import PoissonComponents, PoissonFamily
 from tests.common import assert_close
 from tests.components._util import parametrize_device, random_scale_tril, rng, t
 
@@ -37,6 +41,8 @@ REQUIRED = {"sites", "log_prob", "statistics", "fit_statistics", "pyro_dist", "s
 MAX_CONTRACT = 15
 #: the members of a family's priors (one object, ``DensityFamily.priors()``), none of them on the family itself
 PRIOR_MEMBERS = {"keys", "prior", "map_update", "map_log_prior", "conjugate_posterior"}
+#: the family's members before that grouping that are now its priors' (``prior_keys`` is ``priors().keys``)
+RETIRED_TO_PRIORS = PRIOR_MEMBERS - {"keys"} | {"prior_keys"}
 
 
 def _public(cls: type, beyond: type | None = None) -> set[str]:
@@ -70,6 +76,26 @@ def test_the_optional_members_are_grouped_not_spread_over_the_family():
         priors = family.priors()
         assert isinstance(priors, FamilyPriors) and priors.family is family
         assert {n for n in PRIOR_MEMBERS if getattr(type(priors), n) is not getattr(FamilyPriors, n)}, name
+
+
+@pytest.mark.parametrize(
+    "member", ["prior", "prior_keys", "map_update", "map_log_prior", "conjugate_posterior", "placeholder"]
+)
+def test_a_family_defining_a_member_moved_out_of_the_contract_is_refused_naming_where_it_went(member):
+    """A family written for the 22-member contract fails at its class statement, not silently in a fit."""
+    where = "SiteSpec.start" if member == "placeholder" else "priors()."
+    with pytest.raises(TypeError, match=rf"defines '{member}', which is no longer .* write it as .*{re.escape(where)}"):
+        type("OldFamily", (PoissonFamily,), {member: lambda self, *args: None})
+    with pytest.raises(TypeError, match=r"defines 'kl'.*register_kl"):
+        type("OldComponents", (PoissonComponents,), {"kl": lambda self, other: None})
+
+
+def test_kl_divergence_takes_the_most_specific_registered_pair_and_refuses_an_unregistered_one():
+    rate = torch.tensor([[1.0], [3.0]], dtype=torch.float64)
+    a, b = rate[:, None, :], rate[None, :, :]
+    assert_close(kl_divergence(PoissonComponents(rate), PoissonComponents(rate)), (a * (a / b).log() - a + b).sum(-1))
+    with pytest.raises(TypeError, match="no closed-form KL divergence is registered between SoftmaxGate and"):
+        kl_divergence(SoftmaxGate(torch.zeros(2, 1), torch.zeros(2)), PoissonComponents(rate))
 
 
 def _subclasses(cls: type) -> set[type]:
