@@ -35,7 +35,14 @@ from ppmix.components.family import AdditiveStatistics, DataScale, DensityFamily
 from ppmix.components.gaussian_family import GaussianFamily, robust_spread, scale_sample, variance_floor
 from ppmix.components.gaussian_full import checked_cholesky, floored_covariance
 
-__all__ = ["AutoRegressiveComponents", "AutoRegressiveFamily", "LaggedNormal", "LaggedRows", "RegressionStatistics"]
+__all__ = [
+    "AutoRegressiveComponents",
+    "AutoRegressiveFamily",
+    "AutoRegressivePriors",
+    "LaggedNormal",
+    "LaggedRows",
+    "RegressionStatistics",
+]
 
 COVARIANCE_TYPES = ("full", "diag")
 

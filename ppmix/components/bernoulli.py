@@ -29,7 +29,7 @@ from ppmix.components.family import (
 from ppmix.components.family_tools import prior_value
 from ppmix.components.independent import IndependentFeatures
 
-__all__ = ["BernoulliComponents", "BernoulliFamily"]
+__all__ = ["BernoulliComponents", "BernoulliFamily", "BernoulliPriors"]
 
 
 class BernoulliComponents(IndependentFeatures, MeanStatisticsComponents):

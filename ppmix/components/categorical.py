@@ -34,7 +34,14 @@ from ppmix.components.family import (
 from ppmix.components.family_tools import prior_value
 from ppmix.components.independent import IndependentFeatures
 
-__all__ = ["CategoricalComponents", "CategoricalFamily", "LevelCodes", "distinct_codes", "measured_levels"]
+__all__ = [
+    "CategoricalComponents",
+    "CategoricalFamily",
+    "CategoricalPriors",
+    "LevelCodes",
+    "distinct_codes",
+    "measured_levels",
+]
 
 #: a feature's measured levels (its largest code plus one) look like identifiers, not levels, when more than this
 #: share of them never occur, and at least ``ID_LIKE_MIN_UNSEEN`` of them

@@ -50,7 +50,7 @@ from ppmix.components.independent import FeatureStatistics, IndependentFeatures,
 from ppmix.components.poisson import PoissonComponents
 from ppmix.components.registry import family_config, family_from
 
-__all__ = ["ColumnData", "ColumnsDistribution", "Independent", "IndependentComponents"]
+__all__ = ["ColumnData", "ColumnsDistribution", "Independent", "IndependentComponents", "IndependentPriors"]
 
 
 #: the components whose columns the E-step scores and sums together, as one batch over all of them (their parameters

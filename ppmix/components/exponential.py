@@ -23,7 +23,7 @@ from ppmix.components.family import (
 from ppmix.components.family_tools import prior_value
 from ppmix.components.independent import IndependentFeatures
 
-__all__ = ["ExponentialComponents", "ExponentialFamily"]
+__all__ = ["ExponentialComponents", "ExponentialFamily", "ExponentialPriors"]
 
 
 class ExponentialComponents(IndependentFeatures, MeanStatisticsComponents):

@@ -41,6 +41,7 @@ __all__ = [
     "AdditiveStatistics",
     "DataScale",
     "DensityFamily",
+    "FamilyPriors",
     "MeanStatisticsComponents",
     "PreparedRows",
     "PriorKey",

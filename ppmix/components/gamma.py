@@ -26,7 +26,7 @@ from ppmix.components.family_tools import prior_value
 from ppmix.components.independent import IndependentFeatures
 from ppmix.components.positive import LogData, LogDataFamily, as_log_data
 
-__all__ = ["GammaComponents", "GammaFamily", "LogWeightedSums", "gamma_shape", "log_minus_digamma"]
+__all__ = ["GammaComponents", "GammaFamily", "GammaPriors", "LogWeightedSums", "gamma_shape", "log_minus_digamma"]
 
 logger = logging.getLogger(__name__)
 

@@ -28,6 +28,7 @@ from ppmix.ops.scaling import column_moments, column_variance, weighted_lower_me
 __all__ = [
     "COVARIANCE_TYPES",
     "GaussianFamily",
+    "GaussianPriors",
     "check_squared_range",
     "relative_floor",
     "robust_spread",

@@ -50,6 +50,7 @@ __all__ = [
     "DiagGaussianMixtures",
     "FullGaussianMixtures",
     "GaussianMixtureFamily",
+    "GaussianMixturePriors",
     "MixtureStatistics",
     "ObservedGaussianMixtures",
 ]

@@ -26,7 +26,7 @@ from ppmix.components.gaussian_statistics import GaussianStatistics
 from ppmix.components.independent import IndependentFeatures
 from ppmix.components.positive import LogData, LogDataFamily, as_log_data
 
-__all__ = ["LogNormalComponents", "LogNormalFamily"]
+__all__ = ["LogNormalComponents", "LogNormalFamily", "LogNormalPriors"]
 
 
 class LogNormalComponents(IndependentFeatures, ComponentFamily):

@@ -53,6 +53,7 @@ __all__ = [
     "CountRows",
     "MultinomialComponents",
     "MultinomialFamily",
+    "MultinomialPriors",
     "ObservedCountStatistics",
     "ObservedCounts",
     "RowTotalMultinomial",

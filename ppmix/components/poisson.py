@@ -3,9 +3,10 @@
 The whole family in one module, as an example of writing one (see the user guide's
 ``docs/guide/writing-a-family.md``): :class:`PoissonComponents` are the fitted components (``log_prob``, the MLE
 from the weighted sums of :class:`~ppmix.components.family.MeanStatisticsComponents`, the Pyro
-distribution, sampling); :class:`PoissonFamily` is what a structure takes (``Mixture(3,
-family="poisson")``, ``HMM(3, emission="poisson")``): its Pyro site ``rate``, the data it accepts
-(non-negative integers) and the weak prior of MCMC. Registered in :mod:`ppmix.components.registry`
+distribution, sampling, the moments); :class:`PoissonFamily` is what a structure takes (``Mixture(3,
+family="poisson")``, ``HMM(3, emission="poisson")``): its Pyro site ``rate`` and the data it accepts (non-negative
+integers); :class:`PoissonPriors` are its priors (MCMC's weak prior, the keys ``priors=`` sets, MAP-EM and Gibbs),
+and its closed-form KL divergence is registered with :func:`~ppmix.components.divergence.register_kl`. Registered in :mod:`ppmix.components.registry`
 as ``"poisson"``.
 """
 
@@ -33,7 +34,7 @@ from ppmix.components.family import (
 from ppmix.components.family_tools import prior_value
 from ppmix.components.independent import IndependentFeatures
 
-__all__ = ["PoissonComponents", "PoissonFamily"]
+__all__ = ["PoissonComponents", "PoissonFamily", "PoissonPriors"]
 
 
 class PoissonComponents(IndependentFeatures, MeanStatisticsComponents):

@@ -47,6 +47,7 @@ __all__ = [
     "StudentTBase",
     "StudentTComponents",
     "StudentTFamily",
+    "StudentTPriors",
     "StudentTStatistics",
     "solve_df",
 ]
