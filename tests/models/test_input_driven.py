@@ -18,6 +18,8 @@ from ppmix import HMM
 from ppmix.models.base import MixtureModel
 from tests.common import assert_close
 
+pytestmark = pytest.mark.filterwarnings("ignore::ppmix.engines.result.ConvergenceWarning")
+
 
 def _planted(n_sequences: int, length: int, seed: int = 0) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Two states, one input: a high input moves the chain to state 1, which is sticky (logits 3 u +- 1)."""
@@ -211,7 +213,6 @@ def _regression_emission(hmm: HMM):
     return log_emission
 
 
-@pytest.mark.filterwarnings("ignore::ppmix.engines.result.ConvergenceWarning")
 @pytest.mark.parametrize("transitions", ["stationary", "input-driven"])
 @pytest.mark.parametrize(
     "emission, k, length",
@@ -247,7 +248,6 @@ def test_regression_emissions_equal_brute_force_enumeration(emission, k, length,
         assert_close(filtered[b][-1], marginal[-1], rtol=0, atol=1e-10)
 
 
-@pytest.mark.filterwarnings("ignore::ppmix.engines.result.ConvergenceWarning")
 def test_a_linear_regression_emission_with_zero_slopes_is_the_gaussian_hmm():
     """Inputs a constant column, slopes zero: each state's response is N(intercept_k, scale_k^2), the Gaussian HMM's
     emission at the same parameters, so every sequence's log-likelihood is the Gaussian HMM's (1e-10)."""
@@ -338,3 +338,36 @@ def test_regression_emissions_check_inputs_responses_and_engines():
     with pytest.raises(ValueError, match="gaussian, logistic or poisson experts"):
         HMM(2, emission={"name": "regression", "expert": "softmax"}).fit(seqs, inputs=inputs)
     assert not hasattr(hmm, "partial_fit")
+
+
+@pytest.mark.parametrize("emission", ["linear_regression", "logistic_regression"])
+def test_regression_emissions_equal_dynamax_marginal_log_prob(emission):
+    """Every sequence's log-likelihood at the fitted parameters equals dynamax's ``LinearRegressionHMM`` /
+    ``LogisticRegressionHMM`` ``marginal_log_prob`` at the same parameters (dynamax has no Poisson regression HMM)."""
+    jax = pytest.importorskip("jax")
+    dynamax = pytest.importorskip("dynamax.hidden_markov_model")
+    jax.config.update("jax_enable_x64", True)
+    seqs, inputs = _planted_regression(emission, 6, 25)  # one length: dynamax compiles its filter once
+    hmm = HMM(2, emission=emission, max_iter=5, seed=0, progress=False).fit(seqs, inputs=inputs)
+    comp = {name: jax.numpy.asarray(value.numpy()) for name, value in hmm.components_.state_dict().items()}
+    chain = {
+        "initial_probs": jax.numpy.asarray(hmm.initial_.numpy()),
+        "transition_matrix": jax.numpy.asarray(hmm.transition_.numpy()),
+    }
+    if emission == "linear_regression":
+        model = dynamax.LinearRegressionHMM(2, input_dim=2, emission_dim=1)
+        params, _ = model.initialize(
+            **chain,
+            emission_weights=comp["coef"][:, None, :],
+            emission_biases=comp["intercept"][:, None],
+            emission_covariances=comp["scale"][:, None, None] ** 2,
+        )
+        as_emissions = lambda x: jax.numpy.asarray(x)  # noqa: E731
+    else:
+        model = dynamax.LogisticRegressionHMM(2, input_dim=2)
+        params, _ = model.initialize(**chain, emission_weights=comp["coef"], emission_biases=comp["intercept"])
+        as_emissions = lambda x: jax.numpy.asarray(x[:, 0])  # noqa: E731
+    ours = hmm.score_samples(seqs, inputs=inputs)
+    for x, u, log_lik in zip(seqs, inputs, ours):
+        expected = float(model.marginal_log_prob(params, as_emissions(x), inputs=jax.numpy.asarray(u)))
+        assert log_lik == pytest.approx(expected, rel=1e-10)
