@@ -456,8 +456,9 @@ class HMM(FamilyModel):
 
     def _padded_inputs(self, inputs: Any, batch: SequenceBatch, *, fitting: bool) -> torch.Tensor | None:
         """The batch's inputs: required by an input-driven chain and by regression emissions (their width recorded as
-        ``n_inputs_`` when fitting), refused by an HMM that reads none."""
-        needed = self._inputs_needed
+        ``n_inputs_`` when fitting), refused by an HMM that reads none (the HSMM borrows this method, not
+        ``_inputs_needed``)."""
+        needed = inputs_needed_by(self._input_driven, self._component_family())
         if needed is None:
             if inputs is not None:
                 raise ValueError(
