@@ -6,8 +6,8 @@ from the weighted sums of :class:`~ppmix.components.family.MeanStatisticsCompone
 distribution, sampling, the moments); :class:`PoissonFamily` is what a structure takes (``Mixture(3,
 family="poisson")``, ``HMM(3, emission="poisson")``): its Pyro site ``rate`` and the data it accepts (non-negative
 integers); :class:`PoissonPriors` are its priors (MCMC's weak prior, the keys ``priors=`` sets, MAP-EM and Gibbs),
-and its closed-form KL divergence is registered with :func:`~ppmix.components.divergence.register_kl`. Registered in :mod:`ppmix.components.registry`
-as ``"poisson"``.
+and its closed-form KL divergence is registered with :func:`~ppmix.components.divergence.register_kl`. Registered
+in :mod:`ppmix.components.registry` as ``"poisson"``.
 """
 
 from __future__ import annotations
