@@ -292,20 +292,19 @@ def _covariance_sites(key: str, value: torch.Tensor, covariance_type: str) -> di
 
 def _check_value(key: str, site: str, value: torch.Tensor, spec: SiteSpec, k: int) -> None:
     """``value`` of the site's shape and on its support; else a ``ValueError`` naming ``fixed[key]``."""
-    label = key if key == site else f"{key}' (site '{site}'"
-    suffix = "" if key == site else ")"
+    name = f"fixed[{key!r}]" + ("" if key == site else f" (site {site!r})")
     shape = tuple(spec.value_shape(k))
     if tuple(value.shape) != shape:
-        raise ValueError(f"fixed['{label}'{suffix} must have shape {shape}; got {tuple(value.shape)}")
+        raise ValueError(f"{name} must have shape {shape}; got {tuple(value.shape)}")
     support = spec.support
     if support is constraints.simplex:
         if bool((value < 0).any()) or not torch.allclose(value.sum(-1), torch.ones_like(value[..., 0]), atol=1e-8):
             raise ValueError(
-                f"fixed['{label}'{suffix} must be on the simplex (non-negative, summing to 1); got {value!r}"
+                f"{name} must be on the simplex (non-negative, summing to 1); got {value!r}"
             )
         return
     if not bool(support.check(value).all()):
-        raise ValueError(f"fixed['{label}'{suffix} is outside the support of the site ({support}); got {value!r}")
+        raise ValueError(f"{name} is outside the support of the site ({support}); got {value!r}")
 
 
 def _check_transition_pattern(model: Any, values: dict[str, torch.Tensor]) -> None:
