@@ -712,6 +712,8 @@ class MixtureModel(DensityMixin, Estimator, PyroModule):
     _known_latents: Clamp | None = None
     #: the parameters frozen during a fit (``fixed``), kept by the M-step, the program and the samplers
     _fixed: Fixed | None = None
+    #: the sites the last fit held fixed (``fit(..., fixed=...)``; empty: none), which Laplace draws hold too
+    fixed_: tuple[str, ...] = ()
 
     def _fixed_structure_sites(self) -> dict[str, tuple[str, Any]] | None:
         """The structure's own global sites that ``fit(..., fixed=...)`` may freeze, each with its fitted attribute

@@ -299,9 +299,7 @@ def _check_value(key: str, site: str, value: torch.Tensor, spec: SiteSpec, k: in
     support = spec.support
     if support is constraints.simplex:
         if bool((value < 0).any()) or not torch.allclose(value.sum(-1), torch.ones_like(value[..., 0]), atol=1e-8):
-            raise ValueError(
-                f"{name} must be on the simplex (non-negative, summing to 1); got {value!r}"
-            )
+            raise ValueError(f"{name} must be on the simplex (non-negative, summing to 1); got {value!r}")
         return
     if not bool(support.check(value).all()):
         raise ValueError(f"{name} is outside the support of the site ({support}); got {value!r}")
@@ -362,6 +360,7 @@ def fixing(model: Any, fixed: Any, engine: str, options: dict[str, Any]) -> Iter
     True
     """
     resolved = resolve_fixed(model, fixed, engine)
+    model.fixed_ = () if resolved is None else tuple(resolved.values)
     if resolved is None:
         yield
         return

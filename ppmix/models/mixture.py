@@ -120,6 +120,10 @@ class Mixture(FamilyModel):
     maximises ``log p(X, known labels)`` (in ``history_``); every label known gives the supervised closed form,
     none the unsupervised fit (:mod:`ppmix.models.known_latents`: the start, the engines). ``y`` stays ignored.
 
+    **Frozen parameters.** ``fit(X, fixed={"weights": w, "locs": mu})`` keeps the named parameters exactly (by site
+    name, or as ``weights_``, ``means_``, ``covariances_``) in every engine and fits the others given them
+    (:mod:`ppmix.models.frozen`); ``fixed_`` names them after the fit.
+
     Examples
     --------
     >>> import numpy as np

@@ -175,6 +175,29 @@ def test_em_objective_never_decreases_with_frozen_parameters(frozen, kind):
     assert (np.diff(history) >= -1e-12 * np.abs(history[1:])).all()
 
 
+HMM_SITES = ("initial", "transition", "locs", "scales")
+
+
+@settings(max_examples=5, deadline=None)
+@given(frozen=st.sets(st.sampled_from(HMM_SITES)))
+def test_hmm_em_objective_never_decreases_with_frozen_parameters(frozen):
+    values = {"initial": PI, "transition": A, "locs": torch.tensor([[0.5], [2.5]], dtype=F64)}
+    values["scales"] = torch.ones(2, 1, dtype=F64)
+    hmm = HMM(2, tol=0.0, max_iter=10, **QUIET).fit(_sequences(1), fixed={name: values[name] for name in frozen})
+    history = np.asarray(hmm.history_)
+    assert (np.diff(history) >= -1e-12 * np.abs(history[1:])).all()
+    assert set(hmm.fixed_) == frozen
+
+
+@pytest.mark.parametrize("engine", ["em", "svi"])
+def test_posterior_draws_hold_the_frozen_sites(engine):
+    options = {"num_steps": 20, "guide": "normal"} if engine == "svi" else {}
+    gmm = GMM(2, **QUIET).fit(_blobs(), engine=engine, fixed={"weights": W}, **options)
+    posterior = gmm.to_arviz(groups=[], num_samples=20).posterior  # Laplace draws after EM, the guide's after SVI
+    assert np.array_equal(posterior["weights"].values, np.broadcast_to(W.numpy(), posterior["weights"].shape))
+    assert posterior["locs"].values.std(axis=(0, 1)).min() > 0
+
+
 def test_frozen_sites_change_the_posterior_of_the_free_ones():
     x = _blobs()
     far = MU + 2.0  # means away from the clusters: the variances must widen to reach the rows
