@@ -43,6 +43,7 @@ from typing import Any, Iterator, Mapping
 import torch
 from pyro import poutine
 from pyro.distributions import constraints
+from pyro.distributions.transforms import biject_to
 
 from ppmix.algorithms.kmeans import nearest_centre
 from ppmix.components.family import SiteSpec
@@ -50,7 +51,7 @@ from ppmix.components.family_tools import data_rows
 from ppmix.components.gaussian_family import GaussianFamily
 from ppmix.components.gaussian_statistics import GaussianStatistics
 
-__all__ = ["ALIASES", "FIXING_ENGINES", "Fixed", "fixing", "resolve_fixed"]
+__all__ = ["ALIASES", "FIXING_ENGINES", "Fixed", "fixing", "frozen_parameter_count", "resolve_fixed"]
 
 #: the engines that keep frozen parameters
 FIXING_ENGINES = ("em", "svi", "mcmc", "gibbs")
@@ -338,6 +339,33 @@ def _check_em_can_fit(model: Any, family: Any, fixed: Fixed) -> None:
         f"frozen ones in closed form only for Gaussian means, or Gaussian covariances, under maximum likelihood; "
         f"freeze all of {list(fixed.component_sites)} or none, or use engine='svi' or 'mcmc'"
     )
+
+
+def frozen_parameter_count(model: Any) -> int:
+    """The free parameters the last fit held fixed (``fixed_``), which the information criteria do not count: each
+    frozen site's unconstrained size (a simplex of ``m`` entries counts ``m - 1``), an HMM's frozen ``transition``
+    its allowed entries less one per row (as :attr:`~ppmix.models.hmm.HMM.n_parameters` counts them).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ppmix import GMM
+    >>> gmm = GMM(2, seed=0, progress=False).fit(np.arange(8.0)[:, None], fixed={"weights": [0.5, 0.5]})
+    >>> frozen_parameter_count(gmm), gmm.n_parameters
+    (1, 5)
+    """
+    if not model.fixed_:
+        return 0
+    specs = {site: spec for site, (_, spec) in (model._fixed_structure_sites() or {}).items()}
+    specs |= model._component_family().sites(int(model.n_components), int(model.n_features_in_))
+    count = 0
+    for site in model.fixed_:
+        if site == "transition":
+            count += int(model._transition_mask.sum()) - int(model.n_components)
+        else:
+            shape = specs[site].value_shape(int(model.n_components))
+            count += int(torch.Size(biject_to(specs[site].support).inv.forward_shape(shape)).numel())
+    return count
 
 
 # --------------------------------------------------------------------- the fit

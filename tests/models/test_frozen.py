@@ -252,3 +252,18 @@ def test_an_empty_fixed_is_the_plain_fit():
     x = _blobs()
     plain, empty = GMM(2, **QUIET).fit(x), GMM(2, **QUIET).fit(x, fixed={})
     assert torch.equal(plain.means_, empty.means_) and plain.history_ == empty.history_
+
+
+def test_information_criteria_do_not_count_frozen_parameters():
+    x = _blobs()
+    gmm = GMM(2, covariance_type="full", **QUIET).fit(x, fixed={"weights": W, "means_": MU})
+    log_likelihood = float(gmm.score_samples(x).sum())
+    free = gmm.n_parameters - 1 - 4  # the weights' one and the means' four held
+    assert gmm.bic(x) == pytest.approx(-2 * log_likelihood + free * np.log(len(x)), rel=1e-12)
+    seqs = _sequences()
+    left_right = torch.tensor([[0.6, 0.4], [0.0, 1.0]], dtype=F64)
+    hmm = HMM(2, transition_pattern="left-right", **QUIET).fit(seqs, fixed={"transition": left_right})
+    log_likelihood = float(hmm.score_samples(seqs).sum())
+    expected = -2 * log_likelihood + 2 * (hmm.n_parameters - 1)  # one free transition in a 2-state left-right chain
+    assert hmm.aic(seqs) == pytest.approx(expected, rel=1e-12)
+
