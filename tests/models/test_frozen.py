@@ -254,7 +254,7 @@ def test_an_empty_fixed_is_the_plain_fit():
     assert torch.equal(plain.means_, empty.means_) and plain.history_ == empty.history_
 
 
-def test_information_criteria_do_not_count_frozen_parameters():
+def test_information_criteria_do_not_count_frozen_parameters_and_saves_keep_them(tmp_path):
     x = _blobs()
     gmm = GMM(2, covariance_type="full", **QUIET).fit(x, fixed={"weights": W, "means_": MU})
     log_likelihood = float(gmm.score_samples(x).sum())
@@ -266,4 +266,5 @@ def test_information_criteria_do_not_count_frozen_parameters():
     log_likelihood = float(hmm.score_samples(seqs).sum())
     expected = -2 * log_likelihood + 2 * (hmm.n_parameters - 1)  # one free transition in a 2-state left-right chain
     assert hmm.aic(seqs) == pytest.approx(expected, rel=1e-12)
+    assert hmm.load(hmm.save(tmp_path / "hmm")).fixed_ == ("transition",)
 
