@@ -267,4 +267,3 @@ def test_information_criteria_do_not_count_frozen_parameters_and_saves_keep_them
     expected = -2 * log_likelihood + 2 * (hmm.n_parameters - 1)  # one free transition in a 2-state left-right chain
     assert hmm.aic(seqs) == pytest.approx(expected, rel=1e-12)
     assert hmm.load(hmm.save(tmp_path / "hmm")).fixed_ == ("transition",)
-
