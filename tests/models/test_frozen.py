@@ -267,3 +267,15 @@ def test_information_criteria_do_not_count_frozen_parameters_and_saves_keep_them
     expected = -2 * log_likelihood + 2 * (hmm.n_parameters - 1)  # one free transition in a 2-state left-right chain
     assert hmm.aic(seqs) == pytest.approx(expected, rel=1e-12)
     assert hmm.load(hmm.save(tmp_path / "hmm")).fixed_ == ("transition",)
+
+
+def test_regression_emissions_take_frozen_transitions_and_a_frozen_fit_is_its_fixed_point():
+    rng = np.random.default_rng(0)
+    inputs = [rng.normal(size=(20, 1)) for _ in range(3)]
+    seqs = [2 * u + 0.3 * rng.normal(size=(20, 1)) + 3 * (np.arange(20)[:, None] // 5 % 2) for u in inputs]
+    hmm = HMM(2, emission="linear_regression", tol=1e-10, max_iter=300, **QUIET).fit(seqs, inputs=inputs)
+    held = HMM(2, emission="linear_regression", **QUIET).fit(seqs, inputs=inputs, fixed={"transition": A})
+    assert torch.equal(held.transition_, A)
+    emissions = {k: v for k, v in hmm._get_globals().items() if k not in ("initial", "transition")}
+    frozen = HMM(2, emission="linear_regression", **QUIET).fit(seqs, inputs=inputs, fixed=emissions)
+    assert frozen.score(seqs, inputs=inputs) == pytest.approx(hmm.score(seqs, inputs=inputs), rel=1e-8)
