@@ -224,6 +224,8 @@ def resolve_fixed(model: Any, fixed: Any, engine: str) -> Fixed | None:
     values: dict[str, torch.Tensor] = {}
     for key, value in fixed.items():
         for site, tensor in _site_values(key, value, family, specs, opts).items():
+            if site in values:
+                raise ValueError(f"fixed[{key!r}] names the site {site!r} a second time: give each parameter once")
             _check_value(key, site, tensor, specs[site], k)
             values[site] = tensor
     _check_transition_pattern(model, values)

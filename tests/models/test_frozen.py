@@ -222,6 +222,7 @@ BAD = {
         r"fixed\['covariances_'\] must hold positive-definite",
     ),
     "not a dict": (GMM, [("weights", W)], "fixed must be a dict"),
+    "twice": (GMM, {"weights": W, "weights_": W}, r"fixed\['weights_'\] names the site 'weights' a second time"),
     "partly frozen gamma": (
         lambda *a, **k: Mixture(*a, family="gamma", **k),
         {"rate": torch.ones(2, 2)},
