@@ -1001,6 +1001,15 @@ class HMM(FamilyModel):
         weight = self._weigh(batch, sample_weight, fitting=False).weight.to(log_lik)
         return float(log_lik @ weight) / float(weight @ batch.lengths.to(weight))
 
+    def bic(self, X: Any, y: Any = None, inputs: Any = None) -> float:
+        """Bayesian information criterion ``-2 log L + p log N`` (``N`` the time steps; ``inputs``: the steps'
+        inputs, as for :meth:`fit`, needed by input-driven transitions and regression emissions)."""
+        return super().bic(_with_inputs(X, inputs), y)
+
+    def aic(self, X: Any, y: Any = None, inputs: Any = None) -> float:
+        """Akaike information criterion ``-2 log L + 2 p`` (``inputs`` as for :meth:`bic`)."""
+        return super().aic(_with_inputs(X, inputs), y)
+
     def sample(self, n_samples: int = 1, length: int = 50, inputs: Any = None) -> dict[str, Any]:
         """Draw ``n_samples`` sequences of ``length`` steps: ``{"x": (n, T, D), "z": (n, T)}``; with ``inputs`` (one
         ``(T_b, P)`` array per sequence, required by an input-driven chain and by regression emissions), one sequence
