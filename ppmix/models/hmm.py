@@ -10,6 +10,7 @@ import pyro
 import pyro.distributions as dist
 import torch
 from pyro import poutine
+from pyro.distributions import constraints
 from sklearn.utils import metadata_routing
 
 from ppmix._validation import check_n_components, check_positive_int, to_output
@@ -18,7 +19,7 @@ from ppmix.algorithms.forward_backward import (
     forward_backward,
     log_likelihood,
 )
-from ppmix.components.family import DensityFamily, PriorKey
+from ppmix.components.family import DensityFamily, PriorKey, SiteSpec
 from ppmix.components.family_tools import data_rows, start_points
 from ppmix.components.registry import family_config, family_from
 from ppmix.models import _variational as vb
@@ -366,6 +367,13 @@ class HMM(FamilyModel):
         initial = None if self.priors is None else self._concentration("initial", (self.n_components,))
         return MarkovChain(self._transition_mask, self._transition_concentration(), initial)
 
+    def _fixed_structure_sites(self) -> dict[str, tuple[str, SiteSpec]]:
+        k = int(self.n_components)
+        return {
+            "initial": ("initial_", SiteSpec(constraints.simplex, (k,), shared=True)),
+            "transition": ("transition_", SiteSpec(constraints.simplex, (k,))),
+        }
+
     def _structure_prior_keys(self) -> dict[str, PriorKey]:
         return MarkovChain.prior_keys()
 
@@ -700,6 +708,8 @@ class HMM(FamilyModel):
             resp = _segment_responsibilities(data.sequences, self.n_components)
         else:
             resp = self._initial_responsibilities(data.rows, generator, data.frame_weight)
+        if self._fixed is not None:
+            resp = self._fixed.start(self, data.rows, resp)
         if data.known is not None:
             resp = data.known.start(resp, start_points(data.rows), data.mask, data.frame_weight)
         self._initialize_from_frames(data, resp)
@@ -763,10 +773,13 @@ class HMM(FamilyModel):
     def _em_update(self, stats: dict[str, Any]) -> None:
         """The M-step from (merged) statistics."""
         self._update_chain(stats["initial"], stats["transitions"], stats.get("inputs"), stats.get("mask"))
+        emissions = stats["emissions"] if self._fixed is None else self._fixed.given(stats["emissions"])
         if self.priors is None:
-            fit_statistics(self.components_, stats["emissions"])
+            fit_statistics(self.components_, emissions)
         else:
-            self._map_update_components(stats["emissions"])
+            self._map_update_components(emissions)
+        if self._fixed is not None:  # the frozen parameters kept (ppmix.models.frozen)
+            self._fixed.impose(self)
         self._invalidate_guide()
 
     # ---------------------------------------------------------- predictions
@@ -987,6 +1000,15 @@ class HMM(FamilyModel):
             return float(log_lik.sum()) / int(batch.lengths.sum())
         weight = self._weigh(batch, sample_weight, fitting=False).weight.to(log_lik)
         return float(log_lik @ weight) / float(weight @ batch.lengths.to(weight))
+
+    def bic(self, X: Any, y: Any = None, inputs: Any = None) -> float:
+        """Bayesian information criterion ``-2 log L + p log N`` (``N`` the time steps; ``inputs``: the steps'
+        inputs, as for :meth:`fit`, needed by input-driven transitions and regression emissions)."""
+        return super().bic(_with_inputs(X, inputs), y)
+
+    def aic(self, X: Any, y: Any = None, inputs: Any = None) -> float:
+        """Akaike information criterion ``-2 log L + 2 p`` (``inputs`` as for :meth:`bic`)."""
+        return super().aic(_with_inputs(X, inputs), y)
 
     def sample(self, n_samples: int = 1, length: int = 50, inputs: Any = None) -> dict[str, Any]:
         """Draw ``n_samples`` sequences of ``length`` steps: ``{"x": (n, T, D), "z": (n, T)}``; with ``inputs`` (one

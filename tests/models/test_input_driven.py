@@ -334,9 +334,13 @@ def test_regression_emissions_check_inputs_responses_and_engines():
     with pytest.raises(ValueError, match=r"emission='logistic_regression' needs inputs="):
         HMM(2, emission="logistic_regression", progress=False).fit(seqs)
     hmm = HMM(2, emission="logistic_regression", seed=0, progress=False).fit(seqs, inputs=inputs)
-    for call in (hmm.score_samples, hmm.predict, hmm.predict_proba, hmm.filter, hmm.decode):
+    for call in (hmm.score_samples, hmm.predict, hmm.predict_proba, hmm.filter, hmm.decode, hmm.bic, hmm.aic):
         with pytest.raises(ValueError, match="needs inputs="):
             call(seqs)
+    steps = sum(len(s) for s in seqs)
+    log_lik = hmm.score(seqs, inputs=inputs) * steps
+    assert hmm.bic(seqs, inputs=inputs) == pytest.approx(-2 * log_lik + hmm.n_parameters * np.log(steps), rel=1e-12)
+    assert hmm.aic(seqs, inputs=inputs) == pytest.approx(-2 * log_lik + 2 * hmm.n_parameters, rel=1e-12)
     with pytest.raises(ValueError, match=r"sample\(inputs="):
         hmm.sample(2)
     with pytest.raises(ValueError, match=r"\bX\b must be binary"):
