@@ -590,7 +590,7 @@ class FamilyPriors:
     Parameters
     ----------
     family : DensityFamily
-        The family whose priors these are (with the hyperparameters :func:`with_priors` set), as :attr:`family`.
+        The family whose priors these are (with the hyperparameters :func:`with_priors` set), kept as ``family``.
 
     Examples
     --------

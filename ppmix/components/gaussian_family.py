@@ -254,9 +254,10 @@ class GaussianFamily(DensityFamily):
     ``-log(2 pi reg_covar) / 2`` (about 6 nats) to each row's log-likelihood, as in scikit-learn, not the ~39
     nats of a floor set by rounding noise.
 
-    MAP-EM (``engine="em"`` with ``priors``) under :meth:`GaussianPriors.prior` has every covariance type: diagonal and
-    spherical in closed form (:meth:`GaussianPriors.map_update`), full and tied by generalised EM
-    (:mod:`~ppmix.components.gaussian_map`), every variance at least the floor.
+    MAP-EM (``engine="em"`` with ``priors``) under the family's priors
+    (:meth:`~ppmix.components.gaussian_family.GaussianPriors.prior`) has every covariance type: diagonal and
+    spherical in closed form (:meth:`~ppmix.components.gaussian_family.GaussianPriors.map_update`), full and tied by
+    generalised EM (:mod:`~ppmix.components.gaussian_map`), every variance at least the floor.
 
     Examples
     --------
