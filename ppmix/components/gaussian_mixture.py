@@ -114,8 +114,19 @@ class _GaussianMixtures(ComponentFamily):
             )
         self.mix_weights, self.loc, self.reg_covar = mix_weights, loc, as_floor(reg_covar)
         setattr(self, self.spread_name, spread)
-        self.fresh = _identical_within(mix_weights) and _identical_within(loc) and _identical_within(spread)
+        self._fresh: bool | None = None  # measured on first use (the Pyro programs never ask)
         self._inner()  # checks the spread's shape and values
+
+    @property
+    def fresh(self) -> bool:
+        """Whether every component's ``M`` Gaussians are identical (their weights, means and spreads), as where EM
+        starts; False once :meth:`take_gaussians` set them."""
+        if self._fresh is None:
+            spread = getattr(self, self.spread_name)
+            self._fresh = (
+                _identical_within(self.mix_weights) and _identical_within(self.loc) and _identical_within(spread)
+            )
+        return self._fresh
 
     @property
     def n_mix(self) -> int:
@@ -190,7 +201,7 @@ class _GaussianMixtures(ComponentFamily):
         self.loc = inner.loc.reshape(k, m, -1)
         spread = getattr(inner, self.spread_name)
         setattr(self, self.spread_name, spread.reshape(k, m, *spread.shape[1:]))
-        self.fresh = False
+        self._fresh = False
 
     def flattened(self, log_weights: torch.Tensor) -> tuple[ComponentFamily, torch.Tensor]:
         """The mixture of these components under the log mixing weights ``log_weights`` ``(K,)`` as one mixture of
