@@ -31,6 +31,16 @@ def register_kl(type_p: type, type_q: type) -> Callable:
     """A decorator registering ``fn(p, q) -> (K, K')``, the pairwise ``KL(p_i || q_j)`` between a batch of
     ``type_p`` and one of ``type_q`` (subclasses included, the most specific pair winning).
 
+    Parameters
+    ----------
+    type_p, type_q : type
+        The :class:`~ppmix.components.base.ParameterBatch` subclasses of the first and the second batch.
+
+    Returns
+    -------
+    Callable
+        The decorator: it records ``fn`` for the pair and returns ``fn`` unchanged.
+
     Examples
     --------
     >>> from ppmix.components.poisson import PoissonComponents
@@ -52,7 +62,22 @@ def register_kl(type_p: type, type_q: type) -> Callable:
 
 def kl_divergence(p: ParameterBatch, q: ParameterBatch) -> torch.Tensor:
     """``KL(p_i || q_j)`` ``(K, K')`` between every component of ``p`` and every one of ``q``, by the divergence
-    registered for their classes (:func:`register_kl`); a ``TypeError`` where none is.
+    registered for their classes (:func:`register_kl`).
+
+    Parameters
+    ----------
+    p, q : ParameterBatch
+        Two batches of components (of one family, or of two with a registered divergence between them).
+
+    Returns
+    -------
+    torch.Tensor
+        ``(K, K')``: entry ``(i, j)`` is ``KL(p_i || q_j)``.
+
+    Raises
+    ------
+    TypeError
+        No divergence is registered for the classes of ``p`` and ``q``.
 
     Examples
     --------
