@@ -23,6 +23,7 @@ from ppmix.components.family_tools import family_settings
 __all__ = [
     "EXPERT_FAMILIES",
     "FAMILIES",
+    "INPUT_FAMILIES",
     "expert_family_from",
     "family_class",
     "family_config",
@@ -49,6 +50,16 @@ FAMILIES: dict[str, str | type] = {
     "lognormal": "ppmix.components.lognormal:LogNormalFamily",
     "autoregressive": "ppmix.components.autoregressive:AutoRegressiveFamily",
     "independent": "ppmix.components.columns:Independent",
+}
+
+#: density families that read each step's inputs, an HMM's emissions ``x_t | z_t, u_t`` fitted with ``fit(X,
+#: inputs=...)``: looked up by name as those of :data:`FAMILIES`, kept apart from them because every use of them
+#: takes ``inputs=`` (the regression emissions: one family of any expert, and its three named experts)
+INPUT_FAMILIES: dict[str, str] = {
+    "regression": "ppmix.components.regression_emission:RegressionFamily",
+    "linear_regression": "ppmix.components.regression_emission:LinearRegressionFamily",
+    "logistic_regression": "ppmix.components.regression_emission:LogisticRegressionFamily",
+    "poisson_regression": "ppmix.components.regression_emission:PoissonRegressionFamily",
 }
 
 #: registered expert (conditional) families of MixtureOfExperts: name -> "module:Class"
@@ -139,9 +150,11 @@ def family_class(name: str, registry: dict[str, Any] | None = None) -> type:
     registry = FAMILIES if registry is None else registry
     if name not in registry and registry is FAMILIES:
         _read_entry_points()
+        registry = INPUT_FAMILIES if name in INPUT_FAMILIES else registry
     if name not in registry:
         kind = "component" if registry is FAMILIES else "expert"
-        raise ValueError(f"unknown {kind} family {name!r}; registered: {sorted(registry)}")
+        given_inputs = f" (and, given inputs=, {sorted(INPUT_FAMILIES)})" if registry is FAMILIES else ""
+        raise ValueError(f"unknown {kind} family {name!r}; registered: {sorted(registry)}{given_inputs}")
     entry = registry[name]
     if isinstance(entry, type):
         return entry
@@ -280,9 +293,10 @@ def family_config(family: Any) -> Any:
     """
     if isinstance(family, (DensityFamily, ExpertFamily)):
         density = isinstance(family, DensityFamily)
-        registry = FAMILIES if density else EXPERT_FAMILIES
+        registry = EXPERT_FAMILIES
         if density:
             _read_entry_points()
+            registry = INPUT_FAMILIES if family.name in INPUT_FAMILIES else FAMILIES
         if family.name not in registry or family_class(family.name, registry) is not type(family):
             remedy = (
                 f"register it: ppmix.components.register_family({family.name!r}, {type(family).__name__})"

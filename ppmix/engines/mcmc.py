@@ -298,6 +298,8 @@ def _keep(
     """Store the draws ``{site: (chains, draws, ...)}`` and their statistics on the model (relabelled, with the
     diagnostics: :func:`~ppmix.engines.draws.keep_draws`)."""
     model.mcmc_sample_stats_ = stats
+    if model._fixed is not None:  # the frozen sites' draws: their values, repeated
+        samples = model._fixed.draws(samples)
     diagnostics = keep_draws(model, data, samples, relabel, divergences=int(stats["diverging"].sum()))
     chains, draws = stats["diverging"].shape
     logger.info(

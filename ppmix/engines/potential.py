@@ -134,9 +134,10 @@ class LikelihoodPotential:
         for name, site in self.sites.items():
             values[name], log_density = site.chains_log_density(params[name])
             log_joint = log_joint + log_density
+        values = _with_frozen(self.model, values, chains)
         if _is_hmm(self.model):
             return -(log_joint + _hmm_chains_log_likelihood(self.model, self.data, values))
-        if _stacks_components(self.model, self.sites):
+        if _stacks_components(self.model, values):
             return -(log_joint + _mixture_chains_log_likelihood(self.model, self.data, values))
         per_chain = []
         for c in range(chains):
@@ -218,7 +219,15 @@ def _is_hmm(model: "MixtureModel") -> bool:
     return owner is not None and (owner.__module__, owner.__name__) == ("ppmix.models.hmm", "HMM")
 
 
-def _stacks_components(model: Any, sites: dict[str, GlobalSite]) -> bool:
+def _with_frozen(model: Any, values: dict[str, torch.Tensor], chains: int) -> dict[str, torch.Tensor]:
+    """Every chain's values of the globals ``{site: (C, ...)}`` with the frozen ones (``fit(..., fixed=...)``, which
+    have no coordinates) repeated over the ``chains``."""
+    if model._fixed is None:
+        return values
+    return {**{name: v.expand(chains, *v.shape) for name, v in model._fixed.values.items()}, **values}
+
+
+def _stacks_components(model: Any, sites: dict[str, Any]) -> bool:
     """Whether a mixture's likelihood is ppmix's ``Mixture``'s ``logsumexp`` over its family's components, whose
     sites each have a component axis (no tied covariance), so that every chain's components stack into one set."""
     hooks = ("_pointwise_log_likelihood", "_log_joint")
@@ -369,6 +378,13 @@ def _priors_fixed(model: "MixtureModel", data: Any, sites: dict[str, GlobalSite]
     return True
 
 
+def _free_globals(model: "MixtureModel") -> set[str]:
+    """The names of the model's globals that are not frozen (``fit(..., fixed=...)`` conditions the program on the
+    frozen ones, and setting the globals keeps them: :mod:`ppmix.models.frozen`)."""
+    frozen = set() if model._fixed is None else set(model._fixed.values)
+    return set(model._get_globals()) - frozen
+
+
 def likelihood_potential(model: "MixtureModel", data: Any) -> LikelihoodPotential | None:
     """The potential of ``model``'s posterior on ``data`` from its own likelihood, or None where the model's hooks do
     not describe its program (:func:`describes_program`) or the priors of its globals depend on other globals.
@@ -379,7 +395,7 @@ def likelihood_potential(model: "MixtureModel", data: Any) -> LikelihoodPotentia
     if not describes_program(model):
         return None
     sites = program_sites(model, data)
-    if sites is None or set(sites) != set(model._get_globals()) or not _priors_fixed(model, data, sites):
+    if sites is None or set(sites) != _free_globals(model) or not _priors_fixed(model, data, sites):
         logger.info(
             "%s: NUTS runs on the traced program (its global sites are not the hooks' globals)", type(model).__name__
         )

@@ -107,7 +107,8 @@ def global_draws(
     guide = model.variational_guide_
     if model.engine_ == "svi" and isinstance(guide, AutoNormal):
         with local_params(), torch.no_grad(), model._forked_rng(offset=1):
-            draws = [guide(data) for _ in range(num_samples)]
+            point = model._get_globals()  # the sites the guide does not draw (frozen in the fit: fixed=)
+            draws = [{**point, **guide(data)} for _ in range(num_samples)]
         try:
             stats = {"lp": log_densities(program_laplace_target(model, data), draws)[None]}
         except LaplaceUnavailable:  # no program log joint to evaluate
@@ -221,7 +222,8 @@ def program_laplace_target(model: "MixtureModel", data: Any) -> LaplaceTarget:
         with model._fitting_priors():
             return -elbo.differentiable_loss(poutine.condition(model.model, point), _empty_guide, data)
 
-    return LaplaceTarget(values, {n: trace.nodes[n]["fn"].support for n in names}, log_density)
+    varying = [n for n in names if n not in model.fixed_]  # frozen in the fit (fixed=): held at their values
+    return LaplaceTarget(values, {n: trace.nodes[n]["fn"].support for n in varying}, log_density)
 
 
 def laplace_draws(

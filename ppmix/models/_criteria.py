@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any, Callable
 from pyro import poutine
 from pyro.distributions.transforms import biject_to
 
+from ppmix.models.frozen import frozen_parameter_count
+
 if TYPE_CHECKING:
     from ppmix.models.base import MixtureModel
 
@@ -69,11 +71,13 @@ def criterion_terms(model: MixtureModel, X: Any, y: Any) -> tuple[float, int, in
     """``(log L, N, p)`` on ``(X, y)``: the model's ``_pointwise_log_likelihood`` summed, its ``_n_observations``
     (the rows of a mixture, the time steps of an HMM: ``N`` in ``p log N``) and its free parameters,
     ``n_parameters`` where the model defines it, else counted from its program (:func:`program_parameter_count`),
-    so a user's model has them too."""
+    so a user's model has them too, less those the fit held fixed
+    (:func:`~ppmix.models.frozen.frozen_parameter_count`)."""
     model._check_fitted()
     data = model.prepare_data(X, y)
     if getattr(type(model), "n_parameters", None) is not None:
         p = int(model.n_parameters)
     else:
         p = program_parameter_count(model.model, data, model.data_plate_name)
+    p -= frozen_parameter_count(model)  # parameters held fixed by the fit (fit(..., fixed=...)) are not free
     return float(model._pointwise_log_likelihood(data).sum()), model._n_observations(data), p

@@ -278,12 +278,15 @@ class FamilyModel(MixtureModel):
         coded = {} if self.categories_ is None else {"categories": self.categories_}
         if getattr(self, "engine_", None) == "vb":  # the factors of a variational-Bayes fit
             coded["variational_posterior"] = {k: v.tolist() for k, v in self.variational_posterior_.items()}
+        if self.fixed_:  # the sites the fit held fixed (fit(..., fixed=...): ppmix.models.frozen)
+            coded["fixed"] = list(self.fixed_)
         return {**super()._extra_state(), "data_scale": scale, "components": self._components_name(), **coded}
 
     def _load_extra_state(self, state: dict[str, Any]) -> None:
         super()._load_extra_state(state)
         self._saved_components = state.get("components")  # what the tensors are (saves since issue 49)
         self.categories_ = state.get("categories")
+        self.fixed_ = tuple(state.get("fixed", ()))
         opts = {"dtype": self.dtype, "device": self._device}
         if "variational_posterior" in state:
             self.variational_posterior_ = {

@@ -124,13 +124,25 @@ class FamilyGibbs:
         stats = current.components.statistics(rows, weights)
         opts = {"dtype": model.dtype, "device": weights.device}
         drawn = family.site_values(current.components)
+        fixed = model._fixed
         for site in current.sites:  # in the family's order: a site's conditional sees the sites drawn before it
-            drawn[site] = family.conjugate_posterior(site, stats, drawn, scale, opts).sample()
+            if fixed is not None and site in fixed.values:  # a frozen site is not drawn
+                drawn[site] = fixed.chain_values(site, chains)
+            else:
+                drawn[site] = family.conjugate_posterior(site, stats, drawn, scale, opts).sample()
         components = family.components(drawn, scale)
         values = {site: value.reshape(chains, k, *value.shape[1:]) for site, value in drawn.items()}
         d = int(model.n_features_in_)
         log_prior = sum(family.prior(site, k, d, scale, opts).log_prob(value).sum(-1) for site, value in values.items())
         return _ChainComponents(components, chains, family, current.sites), values, log_prior
+
+    def structure_draw(self, site: str, concentration: torch.Tensor, allowed: torch.Tensor | None = None) -> Any:
+        """Every chain's draw ``(C, ...)`` of the structure's ``site`` from its Dirichlet posterior ``concentration``
+        (on the ``allowed`` entries), or its frozen value (``fit(..., fixed=...)``: not drawn)."""
+        fixed = self.model._fixed
+        if fixed is not None and site in fixed.values:
+            return fixed.chain_values(site, concentration.shape[0])
+        return dirichlet_draw(concentration, allowed)
 
     def chain_log_prob(self, rows: Any, current: _ChainComponents) -> torch.Tensor:
         """``log p_k(x_f)`` of every chain's components, ``(C, F, K)``."""
@@ -163,7 +175,7 @@ class MixtureGibbs(FamilyGibbs):
         chains, values, log_prior = self.draw_components(data, latent.assignment, latent.chains)
         counts = _chain_counts(latent.assignment, k).to(self.model.dtype)
         alpha = self.model._concentration("weights", (k,)).to(counts).expand_as(counts)
-        weights = dirichlet_draw(alpha + counts)
+        weights = self.structure_draw("weights", alpha + counts)
         logits = self.chain_log_prob(data, chains) + weights.log()[:, None, :]
         log_likelihood = torch.logsumexp(logits, dim=-1).sum(-1)
         joint = log_likelihood + log_prior + log_dirichlet(weights, alpha)
@@ -221,9 +233,9 @@ class HMMGibbs(FamilyGibbs):
         pairs = pairs.reshape(c, k, k)
         allowed = chain.mask.to(pairs.device).expand(c, k, k)
         alpha_initial = model._concentration("initial", (k,)).to(first).expand_as(first)
-        initial = dirichlet_draw(alpha_initial + first)
+        initial = self.structure_draw("initial", alpha_initial + first)
         alpha = torch.as_tensor(chain.transition_concentration).to(pairs).expand_as(pairs)
-        transition = dirichlet_draw(alpha + pairs, allowed)
+        transition = self.structure_draw("transition", alpha + pairs, allowed)
         new_paths, log_likelihood = self._sample_paths(prepared, chains, initial, transition)
         log_prior = (
             log_prior + log_dirichlet(initial, alpha_initial) + log_dirichlet(transition, alpha, allowed).sum(-1)

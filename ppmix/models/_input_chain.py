@@ -25,8 +25,9 @@ from ppmix.components.softmax_gate import SoftmaxGate
 
 __all__ = ["TRANSITION_KINDS", "InputDrivenChain", "SequencesWithInputs", "pad_inputs"]
 
-#: the kinds of transitions an HMM takes: one matrix for every step, or a softmax gate on each step's inputs
-TRANSITION_KINDS = ("homogeneous", "input-driven")
+#: the kinds of transitions an HMM takes: one matrix for every step ("stationary", dynamax's name, is the same), or a
+#: softmax gate on each step's inputs
+TRANSITION_KINDS = ("homogeneous", "stationary", "input-driven")
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from ppmix.models._params import check_seed, store_params
 from ppmix.models._subclassing import refuse_stale_hooks
 from ppmix.models._weights import check_sample_weight
 from ppmix.models.batch import Batch
+from ppmix.models.frozen import Fixed, fixing
 from ppmix.models.known_latents import Clamp, clamping, known_latents
 from ppmix.ops.selection import beats
 
@@ -416,7 +417,12 @@ class MixtureModel(DensityMixin, Estimator, PyroModule):
             under the name :attr:`known_latents_argument` of a structure that takes them (``known_labels`` of
             :class:`~ppmix.models.mixture.Mixture` and :class:`~ppmix.models.gmm.GMM`, ``known_states`` of
             :class:`~ppmix.models.hmm.HMM`; -1 where unknown): clamped in every engine (EM, SVI, MCMC),
-            :mod:`ppmix.models.known_latents`.
+            :mod:`ppmix.models.known_latents`; and ``fixed``, a dict of parameters kept exactly as given while
+            the others are fitted given them (EM, SVI, MCMC, Gibbs; :class:`~ppmix.models.mixture.Mixture`,
+            :class:`~ppmix.models.gmm.GMM`, :class:`~ppmix.models.hmm.HMM`), by site name (``weights``,
+            ``initial``, ``transition``, the family's sites such as ``locs``, ``scales``, ``rate``) or fitted
+            attribute (``weights_``, ``means_``, ``covariances_``, ``startprob_``, ``transmat_``):
+            :mod:`ppmix.models.frozen`.
 
         Returns
         -------
@@ -436,10 +442,11 @@ class MixtureModel(DensityMixin, Estimator, PyroModule):
         object.__setattr__(self, "_train_data", data)
         self._set_variational_guide(None)
         known = known_latents(self, options)
+        fixed = options.pop("fixed", None)
         runner = {"em": run_em, "svi": run_svi, "mcmc": run_mcmc, "gibbs": run_gibbs, "vb": run_vb}[engine]
         check_options(runner, options, f"fit(engine={engine!r})")  # e.g. thin= for Gibbs: named, with the accepted
         fit_data = data if sample_weight is None else self._weigh(data, sample_weight)
-        with clamping(self, known, data, engine, options):
+        with clamping(self, known, data, engine, options), fixing(self, fixed, engine, options):
             return self._record_result(engine, runner(self, fit_data, **options))
 
     def _record_result(self, engine: str, result: Any) -> "MixtureModel":
@@ -703,3 +710,13 @@ class MixtureModel(DensityMixin, Estimator, PyroModule):
     _train_data: Any = None
     #: the latents known during a fit (``known_labels``, ``known_states``), clamped by the E-step and the program
     _known_latents: Clamp | None = None
+    #: the parameters frozen during a fit (``fixed``), kept by the M-step, the program and the samplers
+    _fixed: Fixed | None = None
+    #: the sites the last fit held fixed (``fit(..., fixed=...)``; empty: none), which Laplace draws hold too
+    fixed_: tuple[str, ...] = ()
+
+    def _fixed_structure_sites(self) -> dict[str, tuple[str, Any]] | None:
+        """The structure's own global sites that ``fit(..., fixed=...)`` may freeze, each with its fitted attribute
+        and :class:`~ppmix.components.family.SiteSpec` (its family's sites may be frozen too); None (the default):
+        the model takes no frozen parameters (:mod:`ppmix.models.frozen`)."""
+        return None

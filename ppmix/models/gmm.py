@@ -126,6 +126,13 @@ class GMM(Mixture):
     array([[3. , 2.9],
            [3. , 3. ]])
 
+    Frozen parameters (:mod:`ppmix.models.frozen`): the weights and means held as given, the covariances fitted as
+    the weighted scatter around those means:
+
+    >>> held = GMM(2, seed=0, progress=False).fit(X, fixed={"weights_": [0.5, 0.5], "means_": [[-4, -4], [4, 4]]})
+    >>> held.means_.tolist(), held.fixed_
+    ([[-4.0, -4.0], [4.0, 4.0]], ('weights', 'locs'))
+
     Variational Bayes leaves the two clusters' weight on two of five components (each of the other three keeps
     about the weight of one row, the prior's):
 

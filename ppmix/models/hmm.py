@@ -10,6 +10,7 @@ import pyro
 import pyro.distributions as dist
 import torch
 from pyro import poutine
+from pyro.distributions import constraints
 from sklearn.utils import metadata_routing
 
 from ppmix._validation import check_n_components, check_positive_int, to_output
@@ -18,7 +19,7 @@ from ppmix.algorithms.forward_backward import (
     forward_backward,
     log_likelihood,
 )
-from ppmix.components.family import DensityFamily, PriorKey
+from ppmix.components.family import DensityFamily, PriorKey, SiteSpec
 from ppmix.components.family_tools import data_rows, start_points
 from ppmix.components.registry import family_config, family_from
 from ppmix.models import _variational as vb
@@ -42,6 +43,13 @@ from ppmix.models._missing import (
 )
 from ppmix.models._online import partial_fit
 from ppmix.models._params import store_params
+from ppmix.models._regression_emissions import (
+    INPUT_ENGINES,
+    emission_penalty,
+    inputs_needed_by,
+    reads_inputs,
+    sample_along_inputs,
+)
 from ppmix.models._sequence_inference import decode_states, filter_states, sample_state_paths
 from ppmix.models._sequences import SequenceBatch, as_sequence_batch
 from ppmix.models._transitions import MarkovChain, check_transition_prior, transition_mask
@@ -97,7 +105,10 @@ class HMM(FamilyModel):
     emission : str or DensityFamily, default "gaussian"
         The emissions' family: a registered name (:data:`ppmix.components.registry.FAMILIES`, e.g.
         ``"gaussian"``, ``"poisson"``; ``"autoregressive"``: each frame regressed on the frames before it,
-        :class:`~ppmix.components.AutoRegressiveFamily`) or a family object. Write a new emission as a family
+        :class:`~ppmix.components.AutoRegressiveFamily`; ``"linear_regression"``, ``"logistic_regression"``,
+        ``"poisson_regression"``: the response ``x_t`` regressed on the step's inputs ``u_t``, given as ``inputs=``,
+        by the experts of :class:`~ppmix.models.MixtureOfExperts`,
+        :mod:`ppmix.components.regression_emission`) or a family object. Write a new emission as a family
         (see ``docs/guide/writing-a-family.md``), not as a subclass of ``HMM``.
     covariance_type, reg_covar :
         The Gaussian emission's settings (for ``emission="gaussian"``), as for :class:`~ppmix.models.gmm.GMM`.
@@ -110,12 +121,13 @@ class HMM(FamilyModel):
         Concentration ``alpha >= 1`` of a symmetric Dirichlet prior on every row's allowed transitions:
         EM is MAP-EM (``alpha - 1`` added to the expected counts, the log prior added to ``history_``)
         and MCMC samples under it; 1 is maximum likelihood.
-    transitions : {"homogeneous", "input-driven"}, default "homogeneous"
-        One transition matrix for every step, or (``"input-driven"``) a softmax gate on each step's inputs
-        ``u_t`` for every state the chain leaves, ``p(z_t = j | z_{t-1} = i, u_t) = softmax_j(u_t^T
-        transition_coef_[i, j] + transition_intercept_[i, j])`` (:mod:`ppmix.models._input_chain`): the inputs are
-        passed as ``inputs=`` (one ``(T_i, P)`` array per sequence) to ``fit``, ``score``, ``score_samples``,
-        ``predict``, ``predict_proba``, ``decode``, ``filter`` and ``sample_paths``. Baum-Welch's M-step of the
+    transitions : {"homogeneous", "stationary", "input-driven"}, default "homogeneous"
+        One transition matrix for every step (``"stationary"`` the same, dynamax's name), or (``"input-driven"``)
+        a softmax gate on each step's inputs ``u_t`` for every state the chain leaves, ``p(z_t = j | z_{t-1} = i,
+        u_t) = softmax_j(u_t^T transition_coef_[i, j] + transition_intercept_[i, j])``
+        (:mod:`ppmix.models._input_chain`): the inputs are passed as ``inputs=`` (one ``(T_i, P)`` array per sequence)
+        to ``fit``, ``score``, ``score_samples``, ``predict``, ``predict_proba``, ``decode``, ``filter``,
+        ``sample_paths`` and ``sample``. Baum-Welch's M-step of the
         chain is then one softmax regression per source state (damped Newton). EM only (``fit``), with every
         transition allowed and no transition prior.
     init_params : {"kmeans", "k-means++", "random", "segments"}, default "kmeans"
@@ -277,7 +289,15 @@ class HMM(FamilyModel):
         """Why this HMM has no ``partial_fit`` (None where it has one)."""
         if self._input_driven:
             return "an input-driven chain's M-step is a softmax regression on every step's inputs"
+        if self._inputs_needed is not None:
+            return "regression emissions take every step's inputs, which partial_fit does not"
         return None
+
+    @property
+    def _inputs_needed(self) -> str | None:
+        """What of this HMM needs ``inputs=`` (its input-driven chain, its regression emissions), in words; None:
+        nothing (:func:`~ppmix.models._regression_emissions.inputs_needed_by`)."""
+        return inputs_needed_by(self._input_driven, self._component_family())
 
     def _input_chain(self) -> InputDrivenChain:
         """The fitted input-driven transitions as a part (from ``transition_coef_`` and ``transition_intercept_``)."""
@@ -347,6 +367,13 @@ class HMM(FamilyModel):
         initial = None if self.priors is None else self._concentration("initial", (self.n_components,))
         return MarkovChain(self._transition_mask, self._transition_concentration(), initial)
 
+    def _fixed_structure_sites(self) -> dict[str, tuple[str, SiteSpec]]:
+        k = int(self.n_components)
+        return {
+            "initial": ("initial_", SiteSpec(constraints.simplex, (k,), shared=True)),
+            "transition": ("transition_", SiteSpec(constraints.simplex, (k,))),
+        }
+
     def _structure_prior_keys(self) -> dict[str, PriorKey]:
         return MarkovChain.prior_keys()
 
@@ -357,8 +384,9 @@ class HMM(FamilyModel):
 
     def _log_prior(self) -> torch.Tensor:
         """MAP-EM's log prior: the chain's (the transitions' Dirichlet log density at ``transition_``, 0 under ML;
-        with ``priors``, the initial distribution's) and, with ``priors``, the emissions' (the family's)."""
-        log_prior = self._markov_chain().log_prior(self.initial_, self.transition_)
+        with ``priors``, the initial distribution's) and, with ``priors``, the emissions' (the family's); less the
+        ridge penalty of regression emissions (:func:`~ppmix.models._regression_emissions.emission_penalty`)."""
+        log_prior = self._markov_chain().log_prior(self.initial_, self.transition_) - emission_penalty(self.components_)
         return log_prior if self.priors is None else log_prior + self._map_log_prior_components()
 
     def _update_chain(
@@ -375,7 +403,8 @@ class HMM(FamilyModel):
         of their batch (its M-step: :meth:`InputDrivenChain.update`)."""
         chain = self._markov_chain()
         if transitions.dim() == 4:
-            self.initial_ = chain.update(initial.to(self.dtype), transitions.new_ones(2, 2))[0]
+            k = transitions.shape[-1]  # the counts only carry the initial distribution through the chain's update
+            self.initial_ = chain.update(initial.to(self.dtype), transitions.new_ones(k, k))[0]
             gates = self._input_chain().update(inputs, transitions.to(self.dtype), mask)
         else:
             self.initial_, self.transition_ = chain.update(initial.to(self.dtype), transitions.to(self.dtype))
@@ -434,14 +463,19 @@ class HMM(FamilyModel):
         return batch
 
     def _padded_inputs(self, inputs: Any, batch: SequenceBatch, *, fitting: bool) -> torch.Tensor | None:
-        """The batch's inputs: required by an input-driven chain (their width recorded as ``n_inputs_`` when
-        fitting), refused by a homogeneous one."""
-        if not self._input_driven:
+        """The batch's inputs: required by an input-driven chain and by regression emissions (their width recorded as
+        ``n_inputs_`` when fitting), refused by an HMM that reads none (the HSMM borrows this method, not
+        ``_inputs_needed``)."""
+        needed = inputs_needed_by(self._input_driven, self._component_family())
+        if needed is None:
             if inputs is not None:
-                raise ValueError("inputs= is for an input-driven chain: HMM(..., transitions='input-driven')")
+                raise ValueError(
+                    "inputs= is for an input-driven chain or regression emissions: HMM(..., "
+                    "transitions='input-driven') or HMM(..., emission='linear_regression')"
+                )
             return None
         if inputs is None:
-            raise ValueError("an input-driven HMM needs inputs=: one (length, n_inputs) array per sequence")
+            raise ValueError(f"{needed} needs inputs=: one (length, n_inputs) array per sequence")
         padded = pad_inputs(
             inputs,
             batch.lengths.tolist(),
@@ -455,7 +489,8 @@ class HMM(FamilyModel):
 
     def fit(self, X: Any, y: Any = None, *, inputs: Any = None, **options: Any) -> "HMM":
         """Fit the HMM (see :meth:`MixtureModel.fit <ppmix.models.base.MixtureModel.fit>`); ``inputs``: an
-        input-driven chain's, one ``(T_i, P)`` array per sequence (EM only).
+        input-driven chain's (EM only) or regression emissions' (EM, SVI, MCMC), one ``(T_i, P)`` array per
+        sequence.
 
         Examples
         --------
@@ -467,8 +502,14 @@ class HMM(FamilyModel):
         >>> hmm.transition_.shape
         torch.Size([2, 2])
         """
-        if self._input_driven and options.get("engine", "em") != "em":
-            raise ValueError(f"an input-driven HMM is fitted by EM only; got engine={options['engine']!r}")
+        engine = options.get("engine", "em")
+        if self._input_driven and engine != "em":
+            raise ValueError(f"{self._inputs_needed} is fitted by EM only; got engine={engine!r}")
+        if self._inputs_needed is not None and engine not in INPUT_ENGINES:
+            raise ValueError(
+                f"{self._inputs_needed} is fitted by engine='em', 'svi' or 'mcmc' (its experts have no conjugate "
+                f"prior); got engine={engine!r}"
+            )
         return super().fit(_with_inputs(X, inputs), y, **options)
 
     def _sample_weight_units(self, data: Any) -> tuple[str, int]:
@@ -509,7 +550,10 @@ class HMM(FamilyModel):
         """Every step's row as the emission family scores it, ``(B, T, D')``: the frame, or for a family whose
         frames depend on those before them in their sequence (its ``sequence_rows``, e.g. autoregressive emissions)
         the row it makes of the padded sequences."""
-        sequence_rows = getattr(self._component_family(), "sequence_rows", None)
+        family = self._component_family()
+        if reads_inputs(family):  # regression emissions: [u_t, x_t]
+            return family.input_rows(batch.x, batch.inputs)
+        sequence_rows = getattr(family, "sequence_rows", None)
         return batch.x if sequence_rows is None else sequence_rows(batch.x)
 
     def _prediction_data(self, batch: SequenceBatch) -> Batch:
@@ -607,6 +651,8 @@ class HMM(FamilyModel):
             self.transition_intercept_ = tensors["transition_intercept"].to(**opts)
             self.n_inputs_ = int(self.transition_coef_.shape[-1])
         self._load_component_state(tensors)
+        if reads_inputs(self._component_family()):
+            self.n_inputs_ = int(self.components_.coef.shape[-1])
         self._invalidate_guide()
 
     def _check_chain_state(self, initial: torch.Tensor, transition: torch.Tensor) -> None:
@@ -662,6 +708,8 @@ class HMM(FamilyModel):
             resp = _segment_responsibilities(data.sequences, self.n_components)
         else:
             resp = self._initial_responsibilities(data.rows, generator, data.frame_weight)
+        if self._fixed is not None:
+            resp = self._fixed.start(self, data.rows, resp)
         if data.known is not None:
             resp = data.known.start(resp, start_points(data.rows), data.mask, data.frame_weight)
         self._initialize_from_frames(data, resp)
@@ -725,10 +773,13 @@ class HMM(FamilyModel):
     def _em_update(self, stats: dict[str, Any]) -> None:
         """The M-step from (merged) statistics."""
         self._update_chain(stats["initial"], stats["transitions"], stats.get("inputs"), stats.get("mask"))
+        emissions = stats["emissions"] if self._fixed is None else self._fixed.given(stats["emissions"])
         if self.priors is None:
-            fit_statistics(self.components_, stats["emissions"])
+            fit_statistics(self.components_, emissions)
         else:
-            self._map_update_components(stats["emissions"])
+            self._map_update_components(emissions)
+        if self._fixed is not None:  # the frozen parameters kept (ppmix.models.frozen)
+            self._fixed.impose(self)
         self._invalidate_guide()
 
     # ---------------------------------------------------------- predictions
@@ -860,8 +911,8 @@ class HMM(FamilyModel):
         return {"z": self._forward_backward(prepared).posterior[prepared.mask]}
 
     def predict_proba(self, X: Any, inputs: Any = None) -> list[Any]:
-        """Smoothed state marginals ``q(z_t = k)``, one ``(length, K)`` array per sequence (``inputs``: an
-        input-driven chain's, as for :meth:`fit`)."""
+        """Smoothed state marginals ``q(z_t = k)``, one ``(length, K)`` array per sequence (``inputs``: the steps'
+        inputs, as for :meth:`fit`)."""
         self._check_fitted()
         batch = self.prepare_data(X, inputs=inputs)
         posterior = self._forward_backward(self._prediction_data(batch)).posterior
@@ -879,7 +930,7 @@ class HMM(FamilyModel):
             probable state under the smoothed marginals (:meth:`predict_proba`), scored ``sum_t log max_k
             p(z_t = k | x)``; hmmlearn's ``decode(algorithm="map")`` gives the same paths.
         inputs : list of arrays, optional
-            An input-driven chain's, as for :meth:`fit`.
+            The steps' inputs (an input-driven chain's, regression emissions'), as for :meth:`fit`.
 
         Returns
         -------
@@ -932,16 +983,16 @@ class HMM(FamilyModel):
         return sample_state_paths(self, _with_inputs(X, inputs), n, self._generator(offset=104729))
 
     def predict(self, X: Any, inputs: Any = None) -> list[Any]:
-        """Most probable state path of each sequence (Viterbi; ``inputs``: an input-driven chain's)."""
+        """Most probable state path of each sequence (Viterbi; ``inputs``: the steps' inputs, as for :meth:`fit`)."""
         return self.decode(X, inputs=inputs)[1]
 
     def score_samples(self, X: Any, inputs: Any = None) -> Any:
-        """``log p(x_b)`` of every sequence, shape ``(B,)`` (``inputs``: an input-driven chain's)."""
+        """``log p(x_b)`` of every sequence, shape ``(B,)`` (``inputs``: the steps' inputs, as for :meth:`fit`)."""
         return super().score_samples(_with_inputs(X, inputs))
 
     def score(self, X: Any, y: Any = None, sample_weight: Any = None, inputs: Any = None) -> float:
         """Mean log-likelihood per time step (the quantity in ``history_``); with ``sample_weight`` (one per
-        sequence) every sequence's steps count that many times (``inputs``: an input-driven chain's)."""
+        sequence) every sequence's steps count that many times (``inputs``: the steps' inputs, as for :meth:`fit`)."""
         self._check_fitted()
         batch = self.prepare_data(X, y, inputs=inputs)
         log_lik = self._pointwise_log_likelihood(batch)
@@ -950,14 +1001,41 @@ class HMM(FamilyModel):
         weight = self._weigh(batch, sample_weight, fitting=False).weight.to(log_lik)
         return float(log_lik @ weight) / float(weight @ batch.lengths.to(weight))
 
-    def sample(self, n_samples: int = 1, length: int = 50) -> dict[str, Any]:
-        """Draw ``n_samples`` sequences of ``length`` steps: ``{"x": (n, T, D), "z": (n, T)}``."""
+    def bic(self, X: Any, y: Any = None, inputs: Any = None) -> float:
+        """Bayesian information criterion ``-2 log L + p log N`` (``N`` the time steps; ``inputs``: the steps'
+        inputs, as for :meth:`fit`, needed by input-driven transitions and regression emissions)."""
+        return super().bic(_with_inputs(X, inputs), y)
+
+    def aic(self, X: Any, y: Any = None, inputs: Any = None) -> float:
+        """Akaike information criterion ``-2 log L + 2 p`` (``inputs`` as for :meth:`bic`)."""
+        return super().aic(_with_inputs(X, inputs), y)
+
+    def sample(self, n_samples: int = 1, length: int = 50, inputs: Any = None) -> dict[str, Any]:
+        """Draw ``n_samples`` sequences of ``length`` steps: ``{"x": (n, T, D), "z": (n, T)}``; with ``inputs`` (one
+        ``(T_b, P)`` array per sequence, required by an input-driven chain and by regression emissions), one sequence
+        along each, ``{"x": [(T_b, D)], "z": [(T_b,)]}`` (``n_samples`` and ``length`` are the inputs').
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> rng = np.random.default_rng(0)
+        >>> inputs = [rng.normal(size=(30, 1)) for _ in range(4)]
+        >>> seqs = [2.0 * u + 0.1 * rng.normal(size=(30, 1)) for u in inputs]
+        >>> hmm = HMM(2, emission="linear_regression", seed=0, progress=False).fit(seqs, inputs=inputs)
+        >>> [x.shape for x in hmm.sample(inputs=[np.zeros((5, 1)), np.ones((3, 1))])["x"]]
+        [(5, 1), (3, 1)]
+        """
         self._check_fitted()
-        if self._input_driven:
+        needed = self._inputs_needed
+        if inputs is not None and needed is not None:
+            return sample_along_inputs(self, inputs, self._generator(offset=7919))
+        if needed is not None:
             raise ValueError(
-                "sample() draws sequences of a homogeneous chain; an input-driven HMM's states follow the inputs of "
-                "given sequences: sample_paths(X, n, inputs=...) draws them"
+                f"sample() of {needed} draws sequences along given inputs: sample(inputs=[U_1, ...]) (and "
+                "sample_paths(X, n, inputs=...) draws the posterior state paths of given sequences)"
             )
+        if inputs is not None:
+            raise ValueError("inputs= is for an input-driven chain or regression emissions")
         n, steps = check_positive_int(n_samples, "n_samples"), check_positive_int(length, "length")
         gen = self._generator(offset=7919)
         z = state_paths_per_draw(self.initial_.cpu()[None], self.transition_.cpu()[None], n, steps, gen)[0]

@@ -7,10 +7,11 @@ from typing import Any
 import pyro
 import pyro.distributions as dist
 import torch
+from pyro.distributions import constraints
 
 from ppmix._validation import check_n_components, check_positive_int, check_seed, to_output
 from ppmix.components.centred import padded_counts
-from ppmix.components.family import DensityFamily, PriorKey, Statistics
+from ppmix.components.family import DensityFamily, PriorKey, SiteSpec, Statistics
 from ppmix.components.family_tools import data_rows, family_settings, mixture_statistics, start_points
 from ppmix.components.gaussian_family import GaussianFamily
 from ppmix.components.gaussian_mixture import GaussianMixtureFamily
@@ -118,6 +119,10 @@ class Mixture(FamilyModel):
     ``0..K-1`` or -1 where unknown: EM's E-step and the enumeration of SVI and MCMC clamp them, and the fit
     maximises ``log p(X, known labels)`` (in ``history_``); every label known gives the supervised closed form,
     none the unsupervised fit (:mod:`ppmix.models.known_latents`: the start, the engines). ``y`` stays ignored.
+
+    **Frozen parameters.** ``fit(X, fixed={"weights": w, "locs": mu})`` keeps the named parameters exactly (by site
+    name, or as ``weights_``, ``means_``, ``covariances_``) in every engine and fits the others given them
+    (:mod:`ppmix.models.frozen`); ``fixed_`` names them after the fit.
 
     Examples
     --------
@@ -312,6 +317,8 @@ class Mixture(FamilyModel):
         resp = self._initial_responsibilities(data.rows, generator, data.weight)
         if self.init_params != "random":  # k-means' hard clusters, softened for the families that ask
             resp = start_responsibilities(family, resp)
+        if self._fixed is not None:
+            resp = self._fixed.start(self, data.rows, resp)
         if data.known is not None:
             resp = data.known.start(resp, start_points(data.rows), weight=data.weight, family=family)
         self._m_step(data, resp)
@@ -350,6 +357,8 @@ class Mixture(FamilyModel):
         """The M-step from (merged) statistics: the components' weighted MLE, ``weights`` their total weights;
         with ``priors``, MAP-EM: the family's MAP update and ``weights = (N_k + alpha - 1) / (N + K (alpha - 1))``."""
         counts = stats.counts.to(self.dtype)
+        if self._fixed is not None:  # the free parameters given the frozen ones (ppmix.models.frozen)
+            stats = self._fixed.given(stats)
         if self.priors is None:
             fit_statistics(self.components_, stats)
         else:
@@ -357,7 +366,12 @@ class Mixture(FamilyModel):
             counts = counts + self._concentration("weights", (self.n_components,)) - 1
         counts = padded_counts(counts)
         self.weights_ = counts / counts.sum()
+        if self._fixed is not None:
+            self._fixed.impose(self)
         self._invalidate_guide()
+
+    def _fixed_structure_sites(self) -> dict[str, tuple[str, SiteSpec]]:
+        return {"weights": ("weights_", SiteSpec(constraints.simplex, (int(self.n_components),), shared=True))}
 
     def _structure_prior_keys(self) -> dict[str, PriorKey]:
         return {"weights": PriorKey("the Dirichlet concentration of the weights (default 1)", "concentration")}
