@@ -116,7 +116,7 @@ def _mixture_peers() -> dict[str, MixturePeer]:
     return {
         "poisson": MixturePeer("Poisson", lambda c, j: Poisson(lambdas=c.rate[j])),
         "bernoulli": MixturePeer("Bernoulli", lambda c, j: Bernoulli(probs=c.probs[j])),
-        "exponential": MixturePeer("Exponential", lambda c, j: Exponential(scales=c.mean[j])),
+        "exponential": MixturePeer("Exponential", lambda c, j: Exponential(scales=c.moments().mean[j])),
         "gamma": MixturePeer(
             "Gamma",
             lambda c, j: Gamma(shapes=c.concentration[j], rates=c.rate[j]),

@@ -27,6 +27,7 @@ from pyro.distributions.transforms import biject_to
 from ppmix.components import registry
 from ppmix.components.base import ComponentFamily
 from ppmix.components.family import DensityFamily, components_from_state
+from ppmix.components.family_tools import placeholder
 from ppmix.distributed import fit_em
 from ppmix.models.hmm import HMM
 from ppmix.models.mixture import Mixture
@@ -89,10 +90,10 @@ def check_family(
     5. in each structure: a fitted model saves and loads back (the family registered under its name for the check
        if it is not registered) with the same predictions.
 
-    The optional members (MAP-EM's ``map_update``, Gibbs' ``conjugate_posterior``, ``kl``, missing entries) are
-    not required. A sequence family, one that declares ``sequence_rows`` (each step's row made from the frames
-    before it, e.g. :class:`~ppmix.components.AutoRegressiveFamily`), takes sequences and is checked in an ``HMM``
-    only: its M-step on the rows ``sequence_rows`` makes of each sequence, its weights per sequence.
+    The optional members (the priors of MCMC, MAP-EM and Gibbs, ``moments``, missing entries) and a registered
+    divergence are not required. A sequence family, one that declares ``sequence_rows`` (each step's row made from
+    the frames before it, e.g. :class:`~ppmix.components.AutoRegressiveFamily`), takes sequences and is checked in
+    an ``HMM`` only: its M-step on the rows ``sequence_rows`` makes of each sequence, its weights per sequence.
 
     Parameters
     ----------
@@ -253,7 +254,7 @@ def _check_contract(family: Any, data: _CheckData, k: int) -> None:
         raise AssertionError(f"{cls.__name__}.param_names must name its parameter tensors")
     scale = family.data_scale(data.frames)
     measured = family.measured(scale)
-    components = measured.placeholder(k, data.frames.shape[1], scale, {"dtype": torch.float64})
+    components = placeholder(measured, k, data.frames.shape[1], scale, {"dtype": torch.float64})
     weights = _weights(data.steps.shape[0], k)
     stats = components.statistics(measured.prepare(data.steps), weights)
     if not hasattr(type(stats), "merge") or not hasattr(type(stats), "scaled"):
@@ -272,7 +273,7 @@ def _check_m_step(family: Any, data: _CheckData, k: int) -> None:
     family = family.measured(scale)
     d = data.frames.shape[1]
     rows, weights = family.prepare(data.steps), _weights(data.steps.shape[0], k)
-    components = family.placeholder(k, d, scale, {"dtype": torch.float64})
+    components = placeholder(family, k, d, scale, {"dtype": torch.float64})
     for _ in range(M_STEPS):
         before = family.site_values(components)
         components.fit_statistics(components.statistics(rows, weights))

@@ -140,7 +140,7 @@ def test_families_table_names_every_family_and_its_prior_keys():
             variants.append(family_from({"name": name, "covariance_type": "full"}))
         except (TypeError, ValueError):
             pass  # a family without covariance types
-        keys = {key for family in variants for key in family.prior_keys()}
+        keys = {key for family in variants for key in family.priors().keys()}
         missing = sorted(key for key in keys if f"`{key}`" not in rows)
         assert not missing, f"the {name!r} row of docs/guide/families.md does not name its priors= keys {missing}"
 

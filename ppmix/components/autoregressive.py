@@ -29,13 +29,20 @@ import torch
 from pyro.distributions import constraints
 
 from ppmix._validation import check_positive_int
-from ppmix.components.base import ComponentFamily
+from ppmix.components.base import ComponentFamily, Moments
 from ppmix.components.centred import as_floor, padded_counts
-from ppmix.components.family import AdditiveStatistics, DataScale, DensityFamily, PreparedRows, SiteSpec
+from ppmix.components.family import AdditiveStatistics, DataScale, DensityFamily, FamilyPriors, PreparedRows, SiteSpec
 from ppmix.components.gaussian_family import GaussianFamily, robust_spread, scale_sample, variance_floor
 from ppmix.components.gaussian_full import checked_cholesky, floored_covariance
 
-__all__ = ["AutoRegressiveComponents", "AutoRegressiveFamily", "LaggedNormal", "LaggedRows", "RegressionStatistics"]
+__all__ = [
+    "AutoRegressiveComponents",
+    "AutoRegressiveFamily",
+    "AutoRegressivePriors",
+    "LaggedNormal",
+    "LaggedRows",
+    "RegressionStatistics",
+]
 
 COVARIANCE_TYPES = ("full", "diag")
 
@@ -265,6 +272,10 @@ class AutoRegressiveComponents(ComponentFamily):
         """The noise covariances ``(K, D, D)``."""
         return self.scale_tril @ self.scale_tril.mT
 
+    def moments(self) -> Moments:
+        """Each state's long-run :attr:`mean` and its noise :attr:`covariance`."""
+        return Moments(self.mean, self.covariance)
+
     def as_rows(self, data: LaggedRows | torch.Tensor) -> LaggedRows:
         """``data`` as :class:`LaggedRows` (a tensor: rows ``[x_t, x_{t-1}, ..., x_{t-p}]``)."""
         return data if isinstance(data, LaggedRows) else split_rows(data, self.n_features, self.lags)
@@ -488,12 +499,21 @@ class AutoRegressiveFamily(DensityFamily):
             values["corr_cholesky"] = tril / scales[..., None]
         return values
 
+    def priors(self) -> "AutoRegressivePriors":
+        return AutoRegressivePriors(self)
+
+
+class AutoRegressivePriors(FamilyPriors):
+    """The priors of :class:`AutoRegressiveFamily` (its :meth:`~AutoRegressiveFamily.priors`)."""
+
+    family: AutoRegressiveFamily
+
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
         mean = scale.get("mean", torch.zeros(d)).to(**opts)
         std = scale.get("std", torch.ones(d)).to(**opts)
         if site == "weights":
-            ratio = std[:, None] / std.repeat(self.lags)[None, :]
+            ratio = std[:, None] / std.repeat(self.family.lags)[None, :]
             return dist.Normal(torch.zeros_like(ratio), ratio).to_event(2)
         if site == "bias":
             return dist.Normal(torch.zeros_like(mean), 3.0 * (mean.abs() + std)).to_event(1)
-        return self._noise().prior(site, k, d, scale, opts)
+        return self.family._noise().priors().prior(site, k, d, scale, opts)

@@ -12,13 +12,35 @@ aggregation all talk to components only through them, so a family written once w
 from __future__ import annotations
 
 import abc
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 
 from ppmix.ops.logspace import normalize_log_joint_
 
-__all__ = ["ComponentFamily", "ParameterBatch"]
+__all__ = ["ComponentFamily", "Moments", "ParameterBatch"]
+
+
+class Moments(NamedTuple):
+    """The first two moments of ``K`` components (:meth:`ComponentFamily.moments`).
+
+    Attributes
+    ----------
+    mean : Tensor (K, D)
+        Each component's mean.
+    covariance : Tensor or None
+        Each component's covariance: ``(K, D)`` variances for independent features, ``(K, D, D)`` otherwise; None
+        where the family does not define it.
+
+    Examples
+    --------
+    >>> import torch
+    >>> Moments(torch.zeros(2, 3), torch.ones(2, 3)).covariance.shape
+    torch.Size([2, 3])
+    """
+
+    mean: torch.Tensor
+    covariance: torch.Tensor | None
 
 
 class ParameterBatch:
@@ -127,11 +149,11 @@ class ComponentFamily(ParameterBatch, abc.ABC):
     - :meth:`pyro_dist` ``(index)``: the ``pyro.distributions`` object of the components at ``index``;
     - :meth:`sample` ``(index, generator)``: one draw per entry of ``index``.
 
-    Optional: :attr:`mean` and :attr:`covariance` (a structure's ``means_``/``covariances_``), :meth:`kl`
-    (pairwise divergences, for the OT aggregation) and :meth:`observed` (rows with missing entries). The Gaussians'
-    fused E-step (``_expected_statistics``, with ``_scored`` and ``_statistics_given``) is a private fast path, not
-    part of the contract: its default is the definition, which
-    :func:`~ppmix.components.family_tools.mixture_statistics` runs.
+    Optional: :meth:`moments` (a structure's ``means_``/``covariances_``) and :meth:`observed` (rows with missing
+    entries). Closed-form divergences between components are no member: they are registered by pairs of classes
+    (:func:`~ppmix.components.divergence.register_kl`). The Gaussians' fused E-step (``_expected_statistics``, with
+    ``_scored`` and ``_statistics_given``) is a private fast path, not part of the contract: its default is the
+    definition, which :func:`~ppmix.components.family_tools.mixture_statistics` runs.
 
     Examples
     --------
@@ -155,11 +177,17 @@ class ComponentFamily(ParameterBatch, abc.ABC):
         "fit_statistics",
         "pyro_dist",
         "sample",
-        "mean",
-        "covariance",
-        "kl",
+        "moments",
         "observed",
     )
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "kl" in vars(cls):  # a member before issue 50: refused, not silently ignored
+            raise TypeError(
+                f"{cls.__name__} defines 'kl', which is no longer a member of the family contract: register the "
+                "divergence with ppmix.components.register_kl"
+            )
 
     # ----------------------------------------------------------------- required
     @abc.abstractmethod
@@ -187,15 +215,11 @@ class ComponentFamily(ParameterBatch, abc.ABC):
         """One draw from component ``index[n]`` for every ``n``, ``(N, D)``."""
 
     # ----------------------------------------------------------------- optional
-    @property
-    def mean(self) -> torch.Tensor:
-        """Each component's mean, ``(K, D)``."""
-        raise NotImplementedError(f"{type(self).__name__} does not define its components' means")
-
-    @property
-    def covariance(self) -> torch.Tensor:
-        """Each component's covariance: ``(K, D)`` variances for independent features, else ``(K, D, D)``."""
-        raise NotImplementedError(f"{type(self).__name__} does not define its components' covariances")
+    def moments(self) -> "Moments":
+        """Each component's mean ``(K, D)`` and covariance (``(K, D)`` variances for independent features, else
+        ``(K, D, D)``; None where the family has none), a structure's ``means_`` and ``covariances_``; default: a
+        ``TypeError`` naming the class."""
+        raise TypeError(f"{type(self).__name__} does not define its components' moments")
 
     def observed(self) -> "ParameterBatch | None":
         """These components seen through the observed entries of rows with missing entries (NaN, missing at
@@ -205,10 +229,6 @@ class ComponentFamily(ParameterBatch, abc.ABC):
         None where the family offers none (default; the Gaussians have their own path,
         :mod:`ppmix.components.gaussian_missing`)."""
         return None
-
-    def kl(self, other: "ComponentFamily") -> torch.Tensor:
-        """``KL(self_i || other_j)`` ``(K, K')`` where a closed form exists (the OT aggregation); default: none."""
-        raise TypeError(f"{type(self).__name__} has no closed-form KL divergence")
 
     # ------------------------------------------------- private fast path (not the contract)
     def _expected_statistics(

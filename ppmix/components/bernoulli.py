@@ -14,9 +14,12 @@ import torch
 from pyro.distributions import constraints
 
 from ppmix._validation import InvalidDataError
+from ppmix.components.base import Moments
+from ppmix.components.divergence import register_kl
 from ppmix.components.family import (
     DataScale,
     DensityFamily,
+    FamilyPriors,
     MeanStatisticsComponents,
     PriorKey,
     SiteSpec,
@@ -26,7 +29,7 @@ from ppmix.components.family import (
 from ppmix.components.family_tools import prior_value
 from ppmix.components.independent import IndependentFeatures
 
-__all__ = ["BernoulliComponents", "BernoulliFamily"]
+__all__ = ["BernoulliComponents", "BernoulliFamily", "BernoulliPriors"]
 
 
 class BernoulliComponents(IndependentFeatures, MeanStatisticsComponents):
@@ -59,14 +62,9 @@ class BernoulliComponents(IndependentFeatures, MeanStatisticsComponents):
             raise ValueError("probs must lie in [0, 1]")
         self.probs, self.floor = probs, float(floor)
 
-    @property
-    def mean(self) -> torch.Tensor:
-        return self.probs
-
-    @property
-    def covariance(self) -> torch.Tensor:
-        """The variances ``p (1 - p)`` ``(K, D)``."""
-        return self.probs * (1 - self.probs)
+    def moments(self) -> Moments:
+        """The means ``p`` and variances ``p (1 - p)`` ``(K, D)``."""
+        return Moments(self.probs, self.probs * (1 - self.probs))
 
     def log_prob(self, data: torch.Tensor) -> torch.Tensor:
         """``sum_d x log p + (1 - x) log(1 - p)``, ``(N, K)``, as two GEMMs (a probability of exactly 0 or 1 is
@@ -88,10 +86,12 @@ class BernoulliComponents(IndependentFeatures, MeanStatisticsComponents):
     def sample(self, index: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         return torch.bernoulli(self.probs[index], generator=generator)
 
-    def kl(self, other: "BernoulliComponents") -> torch.Tensor:
-        """``KL(self_i || other_j)``, ``(K, K')``."""
-        p, q = self.probs[:, None, :], other.probs[None, :, :]
-        return (torch.xlogy(p, p / q) + torch.xlogy(1 - p, (1 - p) / (1 - q))).sum(-1)
+
+@register_kl(BernoulliComponents, BernoulliComponents)
+def _kl_bernoulli_components(p: BernoulliComponents, q: BernoulliComponents) -> torch.Tensor:
+    """``KL(p_i || q_j)``, ``(K, K')``."""
+    p, q = p.probs[:, None, :], q.probs[None, :, :]
+    return (torch.xlogy(p, p / q) + torch.xlogy(1 - p, (1 - p) / (1 - q))).sum(-1)
 
 
 class BernoulliFamily(DensityFamily):
@@ -145,7 +145,16 @@ class BernoulliFamily(DensityFamily):
     def _component_options(self, scale: DataScale) -> dict[str, Any]:
         return {"floor": self.floor}
 
-    def prior_keys(self) -> dict[str, PriorKey]:
+    def priors(self) -> "BernoulliPriors":
+        return BernoulliPriors(self)
+
+
+class BernoulliPriors(FamilyPriors):
+    """The priors of :class:`BernoulliFamily` (its :meth:`~BernoulliFamily.priors`)."""
+
+    family: BernoulliFamily
+
+    def keys(self) -> dict[str, PriorKey]:
         return {
             "probs_concentration1": PriorKey("the Beta concentration of the ones (default 1)", "concentration"),
             "probs_concentration0": PriorKey("the Beta concentration of the zeros (default 1)", "concentration"),
@@ -153,7 +162,10 @@ class BernoulliFamily(DensityFamily):
 
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
         ones = torch.ones(d, **opts)
-        a, b = prior_value(self, "probs_concentration1", ones), prior_value(self, "probs_concentration0", ones)
+        a, b = (
+            prior_value(self.family, "probs_concentration1", ones),
+            prior_value(self.family, "probs_concentration0", ones),
+        )
         return dist.Beta(a, b).to_event(1)
 
     def map_update(self, components: BernoulliComponents, stats: WeightedSums, scale: DataScale) -> None:

@@ -7,6 +7,7 @@ import torch
 
 from ppmix.components.base import ParameterBatch
 from ppmix.components.centred import padded_counts
+from ppmix.components.divergence import register_kl
 
 __all__ = ["BernoulliLabel"]
 
@@ -76,7 +77,9 @@ class BernoulliLabel(ParameterBatch):
         u = torch.rand(index.shape, generator=generator, dtype=self.dtype, device=self.device)
         return (u < self.probs[index]).to(self.dtype)
 
-    def kl(self, other: "BernoulliLabel") -> torch.Tensor:
-        """Pairwise ``KL(Bern(p_k) || Bern(q_l))``, shape ``(K, K')``."""
-        p, q = self.probs[:, None], other.probs[None, :]
-        return torch.xlogy(p, p) - torch.xlogy(p, q) + torch.xlogy(1 - p, 1 - p) - torch.xlogy(1 - p, 1 - q)
+
+@register_kl(BernoulliLabel, BernoulliLabel)
+def _kl_bernoulli_label(p: BernoulliLabel, q: BernoulliLabel) -> torch.Tensor:
+    """Pairwise ``KL(Bern(p_k) || Bern(q_l))``, shape ``(K, K')``."""
+    a, b = p.probs[:, None], q.probs[None, :]
+    return torch.xlogy(a, a) - torch.xlogy(a, b) + torch.xlogy(1 - a, 1 - a) - torch.xlogy(1 - a, 1 - b)

@@ -19,10 +19,12 @@ from pyro.distributions import constraints
 
 from ppmix._validation import InvalidDataError
 from ppmix.algorithms.floored_simplex import floored_frequencies
-from ppmix.components.base import ComponentFamily
+from ppmix.components.base import ComponentFamily, Moments
+from ppmix.components.divergence import register_kl
 from ppmix.components.family import (
     DataScale,
     DensityFamily,
+    FamilyPriors,
     MeanStatisticsComponents,
     PreparedRows,
     PriorKey,
@@ -32,7 +34,14 @@ from ppmix.components.family import (
 from ppmix.components.family_tools import prior_value
 from ppmix.components.independent import IndependentFeatures
 
-__all__ = ["CategoricalComponents", "CategoricalFamily", "LevelCodes", "distinct_codes", "measured_levels"]
+__all__ = [
+    "CategoricalComponents",
+    "CategoricalFamily",
+    "CategoricalPriors",
+    "LevelCodes",
+    "distinct_codes",
+    "measured_levels",
+]
 
 #: a feature's measured levels (its largest code plus one) look like identifiers, not levels, when more than this
 #: share of them never occur, and at least ``ID_LIKE_MIN_UNSEEN`` of them
@@ -170,16 +179,11 @@ class CategoricalComponents(IndependentFeatures, MeanStatisticsComponents):
     def n_levels(self) -> int:
         return int(self.probs.shape[-1])
 
-    @property
-    def mean(self) -> torch.Tensor:
-        """The expected level code ``sum_c c probs_kdc`` ``(K, D)``."""
-        return self.probs @ torch.arange(self.n_levels, dtype=self.dtype, device=self.device)
-
-    @property
-    def covariance(self) -> torch.Tensor:
-        """The variance of the level code ``(K, D)``."""
+    def moments(self) -> Moments:
+        """The expected level code ``sum_c c probs_kdc`` and its variance ``(K, D)``."""
         levels = torch.arange(self.n_levels, dtype=self.dtype, device=self.device)
-        return self.probs @ levels**2 - self.mean**2
+        mean = self.probs @ levels
+        return Moments(mean, self.probs @ levels**2 - mean**2)
 
     def imputed(self, resp: torch.Tensor) -> torch.Tensor:
         """Each row's most probable level of every feature under the mixture of the components' level probabilities
@@ -225,10 +229,12 @@ class CategoricalComponents(IndependentFeatures, MeanStatisticsComponents):
         codes = torch.multinomial(probs.reshape(-1, self.n_levels), 1, generator=generator)
         return codes.reshape(probs.shape[:-1]).to(self.dtype)
 
-    def kl(self, other: "CategoricalComponents") -> torch.Tensor:
-        """``KL(self_i || other_j)``, ``(K, K')``: ``sum_d sum_c p log(p / q)``."""
-        p, q = self.probs[:, None], other.probs[None, :]
-        return torch.xlogy(p, p / q).sum((-1, -2))
+
+@register_kl(CategoricalComponents, CategoricalComponents)
+def _kl_categorical_components(p: CategoricalComponents, q: CategoricalComponents) -> torch.Tensor:
+    """``KL(p_i || q_j)``, ``(K, K')``: ``sum_d sum_c p log(p / q)``."""
+    first, second = p.probs[:, None], q.probs[None, :]
+    return torch.xlogy(first, first / second).sum((-1, -2))
 
 
 class CategoricalFamily(DensityFamily):
@@ -339,20 +345,27 @@ class CategoricalFamily(DensityFamily):
     def site_values(self, components: ComponentFamily) -> dict[str, torch.Tensor]:
         return {"probs": components.state_dict()["probs"]}
 
-    def placeholder(self, k: int, d: int, scale: DataScale, opts: dict) -> ComponentFamily:
-        levels = self.measured(scale)._levels()
-        return CategoricalComponents(torch.full((k, d, levels), 1.0 / levels, **opts), self.floor)
-
     def _component_options(self, scale: DataScale) -> dict[str, Any]:
         return {"floor": self.floor}
 
-    def prior_keys(self) -> dict[str, PriorKey]:
+    def priors(self) -> "CategoricalPriors":
+        return CategoricalPriors(self)
+
+
+class CategoricalPriors(FamilyPriors):
+    """The priors of :class:`CategoricalFamily` (its :meth:`~CategoricalFamily.priors`)."""
+
+    family: CategoricalFamily
+
+    def keys(self) -> dict[str, PriorKey]:
         return {
             "probs_concentration": PriorKey("the Dirichlet concentration of the levels (default 1)", "concentration")
         }
 
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
-        alpha = prior_value(self, "probs_concentration", torch.ones(d, self.measured(scale)._levels(), **opts))
+        alpha = prior_value(
+            self.family, "probs_concentration", torch.ones(d, self.family.measured(scale)._levels(), **opts)
+        )
         return dist.Dirichlet(alpha).to_event(1)
 
     def map_update(self, components: CategoricalComponents, stats: WeightedSums, scale: DataScale) -> None:
@@ -367,7 +380,7 @@ class CategoricalFamily(DensityFamily):
         self, site: str, stats: WeightedSums, values: dict, scale: DataScale, opts: dict
     ) -> dist.Distribution:
         """``probs_kd | rows ~ Dirichlet(alpha + level counts)`` per feature under the prior ``Dirichlet(alpha)``."""
-        k, levels = stats.counts.shape[0], self.measured(scale)._levels()
+        k, levels = stats.counts.shape[0], self.family.measured(scale)._levels()
         counts = stats.totals.reshape(k, -1, levels)
         prior = self.prior(site, 1, counts.shape[1], scale, opts).base_dist
         return dist.Dirichlet(prior.concentration + counts)

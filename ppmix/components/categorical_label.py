@@ -7,6 +7,7 @@ import torch
 
 from ppmix.components.base import ParameterBatch
 from ppmix.components.centred import component_counts
+from ppmix.components.divergence import register_kl
 
 __all__ = ["CategoricalLabel"]
 
@@ -80,7 +81,9 @@ class CategoricalLabel(ParameterBatch):
         flat = torch.multinomial(self.probs[index.reshape(-1)], 1, generator=generator)
         return flat.reshape(index.shape)
 
-    def kl(self, other: "CategoricalLabel") -> torch.Tensor:
-        """Pairwise ``KL(probs[k] || other.probs[l])``, shape ``(K, K')``."""
-        p, q = self.probs[:, None, :], other.probs[None, :, :]
-        return (torch.xlogy(p, p) - torch.xlogy(p, q)).sum(-1)
+
+@register_kl(CategoricalLabel, CategoricalLabel)
+def _kl_categorical_label(p: CategoricalLabel, q: CategoricalLabel) -> torch.Tensor:
+    """Pairwise ``KL(probs[k] || q.probs[l])``, shape ``(K, K')``."""
+    a, b = p.probs[:, None, :], q.probs[None, :, :]
+    return (torch.xlogy(a, a) - torch.xlogy(a, b)).sum(-1)

@@ -29,12 +29,14 @@ import torch
 from pyro.distributions import constraints
 
 from ppmix._validation import InvalidDataError
-from ppmix.components.base import ComponentFamily
+from ppmix.components.base import ComponentFamily, Moments
 from ppmix.components.bernoulli import BernoulliComponents
+from ppmix.components.divergence import kl_divergence, register_kl
 from ppmix.components.exponential import ExponentialComponents
 from ppmix.components.family import (
     DataScale,
     DensityFamily,
+    FamilyPriors,
     PreparedRows,
     PriorKey,
     SiteSpec,
@@ -48,7 +50,7 @@ from ppmix.components.independent import FeatureStatistics, IndependentFeatures,
 from ppmix.components.poisson import PoissonComponents
 from ppmix.components.registry import family_config, family_from
 
-__all__ = ["ColumnData", "ColumnsDistribution", "Independent", "IndependentComponents"]
+__all__ = ["ColumnData", "ColumnsDistribution", "Independent", "IndependentComponents", "IndependentPriors"]
 
 
 #: the components whose columns the E-step scores and sums together, as one batch over all of them (their parameters
@@ -219,22 +221,21 @@ class IndependentComponents(IndependentFeatures, ComponentFamily):
         x = torch.as_tensor(data)
         return [x[:, j : j + 1] for j in range(len(self.parts))]
 
-    @property
-    def mean(self) -> torch.Tensor:
-        """Each component's mean of every column ``(K, D)`` (a categorical column's: its expected level code)."""
-        return torch.cat([part.mean.reshape(self.n_components, 1) for part in self.parts], dim=1)
-
-    @property
-    def covariance(self) -> torch.Tensor:
-        """Each component's variance of every column ``(K, D)`` (the columns are independent)."""
-        return torch.cat([part.covariance.reshape(self.n_components, 1) for part in self.parts], dim=1)
+    def moments(self) -> Moments:
+        """Each component's mean and variance of every column ``(K, D)`` (a categorical column's: of its level code;
+        the columns are independent)."""
+        moments = [part.moments() for part in self.parts]
+        return Moments(
+            torch.cat([m.mean.reshape(self.n_components, 1) for m in moments], dim=1),
+            torch.cat([m.covariance.reshape(self.n_components, 1) for m in moments], dim=1),
+        )
 
     def imputed(self, resp: torch.Tensor) -> torch.Tensor:
         """Each row's missing entries given its posterior probabilities ``resp`` ``(N, K)``: a column family of
         independent features imputes its own (a categorical column its most probable level), the others their
         conditional mean."""
         columns = [
-            part.imputed(resp) if isinstance(part, IndependentFeatures) else resp.to(self.dtype) @ part.mean
+            part.imputed(resp) if isinstance(part, IndependentFeatures) else resp.to(self.dtype) @ part.moments().mean
             for part in self.parts
         ]
         return torch.cat(columns, dim=1)
@@ -284,9 +285,16 @@ class IndependentComponents(IndependentFeatures, ComponentFamily):
         (:func:`~ppmix.components.frame_coding.decode_frame` maps them back to the categories)."""
         return torch.cat([part.sample(index, generator).to(self.dtype) for part in self.parts], dim=1)
 
-    def kl(self, other: "IndependentComponents") -> torch.Tensor:
-        """``KL(self_i || other_j)`` ``(K, K')``: the sum of the columns' (each column family's closed form)."""
-        return sum(part.kl(theirs) for part, theirs in zip(self.parts, other.parts, strict=True))
+
+@register_kl(IndependentComponents, IndependentComponents)
+def _kl_independent_components(p: IndependentComponents, q: IndependentComponents) -> torch.Tensor:
+    """``KL(p_i || q_j)`` ``(K, K')``: the sum of the columns' (each column family's closed form)."""
+    return sum(kl_divergence(part, theirs) for part, theirs in zip(p.parts, q.parts, strict=True))
+
+
+def _column_start(start: Any, j: int, k: int, scale: DataScale, opts: dict) -> torch.Tensor:
+    """Column ``j``'s site's ``SiteSpec.start`` on that column's data scale."""
+    return start(k, _column_scale(scale, j), opts)
 
 
 def _joined(parts: Sequence[ComponentFamily]) -> ComponentFamily:
@@ -540,7 +548,11 @@ class Independent(DensityFamily):
         every column whose number of columns is not known yet)."""
         families = self.for_columns(d).families
         return {
-            _key(j, site): dataclasses.replace(spec, conjugate=spec.conjugate and has_conjugate_prior(family))
+            _key(j, site): dataclasses.replace(
+                spec,
+                conjugate=spec.conjugate and has_conjugate_prior(family),
+                start=None if spec.start is None else functools.partial(_column_start, spec.start, j),
+            )
             for j, family in enumerate(families)
             for site, spec in family.sites(k, 1).items()
         }
@@ -560,46 +572,59 @@ class Independent(DensityFamily):
             for site, value in family.site_values(part).items()
         }
 
-    def placeholder(self, k: int, d: int, scale: DataScale, opts: dict) -> IndependentComponents:
-        parts = [family.placeholder(k, 1, _column_scale(scale, j), opts) for j, family in enumerate(self.families)]
-        return IndependentComponents.of_parts(parts)
-
     def _component_options(self, scale: DataScale) -> dict[str, Any]:
         return {"families": [(family, _column_scale(scale, j)) for j, family in enumerate(self.families)]}
 
     # ------------------------------------------------------------------- priors
+    def priors(self) -> "IndependentPriors":
+        return IndependentPriors(self)
+
+    def _families_known(self) -> tuple[DensityFamily, ...]:
+        """The column families, or the one family of every column."""
+        return (self._every,) if self._spec[1] is None else self.families
+
+
+class IndependentPriors(FamilyPriors):
+    """The priors of :class:`Independent` (its :meth:`~Independent.priors`)."""
+
+    family: Independent
+
     #: MAP-EM's update takes per-feature statistics (those of rows with missing entries too): each column's own
     takes_feature_statistics = True
 
-    def prior_keys(self) -> dict[str, PriorKey]:
+    def keys(self) -> dict[str, PriorKey]:
         """Each column family's ``priors=`` keys, as ``"<column>.<key>"`` (``"visits.rate_rate"``); for one family of
         every column, that family's keys (set for every column)."""
-        if self._every is not None:
-            return self._every.prior_keys()
+        if self.family._every is not None:
+            return self.family._every.priors().keys()
         return {
             f"{label}.{key}": PriorKey(f"column {label!r}: {prior_key.doc}", prior_key.domain)
-            for label, family in zip(self.labels(), self.families, strict=True)
-            for key, prior_key in family.prior_keys().items()
+            for label, family in zip(self.family.labels(), self.family.families, strict=True)
+            for key, prior_key in family.priors().keys().items()
         }
 
     def _column_family(self, j: int) -> DensityFamily:
         """Column ``j``'s family with the hyperparameters of ``priors=`` that are its own."""
-        family = self._every if self._spec[1] is None else self.families[j]
-        if self._every is not None:  # one family of every column: its keys are every column's
-            return with_priors(family, self._prior_settings)
-        prefix = f"{self.labels()[j]}."
-        own = {key[len(prefix) :]: value for key, value in self._prior_settings.items() if key.startswith(prefix)}
+        family = self.family._every if self.family._spec[1] is None else self.family.families[j]
+        if self.family._every is not None:  # one family of every column: its keys are every column's
+            return with_priors(family, self.family._prior_settings)
+        prefix = f"{self.family.labels()[j]}."
+        own = {
+            key[len(prefix) :]: value for key, value in self.family._prior_settings.items() if key.startswith(prefix)
+        }
         return with_priors(family, own)
 
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
         """Column ``j``'s family's prior of its site (``site`` is ``"<j>.<its site>"``)."""
-        j, own = self._split_site(site)
-        return self._column_family(j).prior(own, k, 1, _column_scale(scale, j), opts)
+        j, own = self.family._split_site(site)
+        return self._column_family(j).priors().prior(own, k, 1, _column_scale(scale, j), opts)
 
     def map_update(self, components: ComponentFamily, stats: FeatureStatistics, scale: DataScale) -> None:
         """Each column family's MAP-EM update of its column, from its statistics (exact with missing entries too);
         a ``ValueError`` naming a column whose family has none."""
-        without = [label for label, family in zip(self.labels(), self.families) if not has_map_update(family)]
+        without = [
+            label for label, family in zip(self.family.labels(), self.family.families) if not has_map_update(family)
+        ]
         if without:
             raise ValueError(
                 f"engine='em' with priors is MAP-EM, which has no M-step for the column(s) {without} of the "
@@ -607,26 +632,25 @@ class Independent(DensityFamily):
             )
         parts = components.parts  # type: ignore[attr-defined]
         for j, (part, column_stats) in enumerate(zip(parts, stats.features, strict=True)):
-            self._column_family(j).map_update(part, column_stats, _column_scale(scale, j))
+            self._column_family(j).priors().map_update(part, column_stats, _column_scale(scale, j))
 
     def map_log_prior(self, components: ComponentFamily, d: int, scale: DataScale) -> torch.Tensor:
         """The sum of the column families' log prior densities of their columns (MAP-EM's objective)."""
         parts = components.parts  # type: ignore[attr-defined]
         return sum(
-            self._column_family(j).map_log_prior(part, 1, _column_scale(scale, j)) for j, part in enumerate(parts)
+            self._column_family(j).priors().map_log_prior(part, 1, _column_scale(scale, j))
+            for j, part in enumerate(parts)
         )
 
     def conjugate_posterior(
         self, site: str, stats: FeatureStatistics, values: dict[str, torch.Tensor], scale: DataScale, opts: dict
     ) -> dist.Distribution:
         """Column ``j``'s family's conditional posterior of its site given its column's statistics."""
-        j, own = self._split_site(site)
+        j, own = self.family._split_site(site)
         prefix = _key(j, "")
         own_values = {name[len(prefix) :]: value for name, value in values.items() if name.startswith(prefix)}
-        return self._column_family(j).conjugate_posterior(
-            own, stats.features[j], own_values, _column_scale(scale, j), opts
+        return (
+            self._column_family(j)
+            .priors()
+            .conjugate_posterior(own, stats.features[j], own_values, _column_scale(scale, j), opts)
         )
-
-    def _families_known(self) -> tuple[DensityFamily, ...]:
-        """The column families, or the one family of every column."""
-        return (self._every,) if self._spec[1] is None else self.families

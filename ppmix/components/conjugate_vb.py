@@ -3,7 +3,7 @@
 under a Beta prior, categorical level and multinomial category probabilities under a Dirichlet prior.
 
 The factor ``q(theta_k)`` is the family's own conjugate posterior given the responsibilities' statistics
-(:meth:`~ppmix.components.family.DensityFamily.conjugate_posterior`, under its :meth:`prior`, read only). Each
+(:meth:`~ppmix.components.family.FamilyPriors.conjugate_posterior`, under its ``prior``, read only). Each
 family's log-density is linear in the functions of ``theta`` whose expectations the factor has in closed form (``log
 rate`` and ``rate``; ``log p`` and ``log(1 - p)``; ``log p_c``), so ``E_q[log p(x | theta_k)]`` is the log-density
 of plug-in components ``theta*_k`` plus a constant per component (:data:`PLUG_INS`; the multinomial's, times the
@@ -23,7 +23,7 @@ from torch.distributions import kl_divergence
 
 from ppmix.components.base import ComponentFamily
 from ppmix.components.family import DataScale, DensityFamily, Statistics
-from ppmix.components.family_tools import has_conjugate_prior
+from ppmix.components.family_tools import has_conjugate_prior, placeholder
 
 __all__ = ["PLUG_INS", "ROW_TOTAL_SCALED", "ConjugateMixture", "supports_conjugate_vb"]
 
@@ -135,7 +135,7 @@ class ConjugateMixture:
         self.opts = {"dtype": rows.dtype, "device": rows.device}
         (self.site,) = family.sites(n_components, self.n_features)
         self._row_scale = rows.sum(1, keepdim=True) if family.name in ROW_TOTAL_SCALED else None
-        self._plug_in: ComponentFamily = family.placeholder(n_components, self.n_features, scale, self.opts)
+        self._plug_in: ComponentFamily = placeholder(family, n_components, self.n_features, scale, self.opts)
 
     def statistics(self, resp: torch.Tensor) -> Statistics:
         """The family's weighted statistics of the rows under responsibilities ``resp`` ``(N, K)`` (kept for
@@ -145,7 +145,7 @@ class ConjugateMixture:
 
     def update(self, stats: Statistics) -> None:
         """The conjugate posterior given the statistics (the variational M-step), and its plug-in components."""
-        self.posterior = self.family.conjugate_posterior(self.site, stats, {}, self.scale, self.opts)
+        self.posterior = self.family.priors().conjugate_posterior(self.site, stats, {}, self.scale, self.opts)
         value, self.constants = PLUG_INS[self.family.name](self.posterior)
         self._plug_in = self.family.components({self.site: value}, self.scale)
 
@@ -166,7 +166,7 @@ class ConjugateMixture:
         """The components' and the weights' prior's share of the lower bound after an update: ``sum_nk r_nk
         E[log p(x_n | theta_k)] - sum_k KL(q(theta_k) || p(theta_k))`` (the current factor, the last E-step's
         responsibilities given to :meth:`statistics`)."""
-        prior = self.family.prior(self.site, self.n_components, self.n_features, self.scale, self.opts)
+        prior = self.family.priors().prior(self.site, self.n_components, self.n_features, self.scale, self.opts)
         prior = prior.base_dist if isinstance(prior, dist.Independent) else prior
         divergence = kl_divergence(self.posterior, prior.expand(self.posterior.batch_shape)).sum()
         return (self._resp * self.expected_log_prob()).sum() - divergence

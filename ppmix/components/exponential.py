@@ -8,9 +8,12 @@ import torch
 from pyro.distributions import constraints
 
 from ppmix._validation import InvalidDataError
+from ppmix.components.base import Moments
+from ppmix.components.divergence import register_kl
 from ppmix.components.family import (
     DataScale,
     DensityFamily,
+    FamilyPriors,
     MeanStatisticsComponents,
     PriorKey,
     SiteSpec,
@@ -20,7 +23,7 @@ from ppmix.components.family import (
 from ppmix.components.family_tools import prior_value
 from ppmix.components.independent import IndependentFeatures
 
-__all__ = ["ExponentialComponents", "ExponentialFamily"]
+__all__ = ["ExponentialComponents", "ExponentialFamily", "ExponentialPriors"]
 
 
 class ExponentialComponents(IndependentFeatures, MeanStatisticsComponents):
@@ -51,14 +54,9 @@ class ExponentialComponents(IndependentFeatures, MeanStatisticsComponents):
             raise ValueError("rate must be positive")
         self.rate, self.max_rate = rate, float(max_rate)
 
-    @property
-    def mean(self) -> torch.Tensor:
-        return 1 / self.rate
-
-    @property
-    def covariance(self) -> torch.Tensor:
-        """The variances ``1 / rate^2`` ``(K, D)``."""
-        return self.rate.square().reciprocal()
+    def moments(self) -> Moments:
+        """The means ``1 / rate`` and variances ``1 / rate^2`` ``(K, D)``."""
+        return Moments(1 / self.rate, self.rate.square().reciprocal())
 
     def log_prob(self, data: torch.Tensor) -> torch.Tensor:
         """``sum_d log rate - rate x``, ``(N, K)``: one GEMM."""
@@ -78,10 +76,12 @@ class ExponentialComponents(IndependentFeatures, MeanStatisticsComponents):
         uniform = torch.rand(self.rate[index].shape, generator=generator, dtype=self.dtype).to(self.device)
         return -torch.log1p(-uniform) / self.rate[index]
 
-    def kl(self, other: "ExponentialComponents") -> torch.Tensor:
-        """``KL(self_i || other_j)``, ``(K, K')``: ``sum_d log(a / b) + b / a - 1``."""
-        a, b = self.rate[:, None, :], other.rate[None, :, :]
-        return (a.log() - b.log() + b / a - 1).sum(-1)
+
+@register_kl(ExponentialComponents, ExponentialComponents)
+def _kl_exponential_components(p: ExponentialComponents, q: ExponentialComponents) -> torch.Tensor:
+    """``KL(p_i || q_j)``, ``(K, K')``: ``sum_d log(a / b) + b / a - 1``."""
+    a, b = p.rate[:, None, :], q.rate[None, :, :]
+    return (a.log() - b.log() + b / a - 1).sum(-1)
 
 
 class ExponentialFamily(DensityFamily):
@@ -121,7 +121,16 @@ class ExponentialFamily(DensityFamily):
     def sites(self, k: int, d: int) -> dict[str, SiteSpec]:
         return {"rate": SiteSpec(constraints.positive, (d,))}
 
-    def prior_keys(self) -> dict[str, PriorKey]:
+    def priors(self) -> "ExponentialPriors":
+        return ExponentialPriors(self)
+
+
+class ExponentialPriors(FamilyPriors):
+    """The priors of :class:`ExponentialFamily` (its :meth:`~ExponentialFamily.priors`)."""
+
+    family: ExponentialFamily
+
+    def keys(self) -> dict[str, PriorKey]:
         return {
             "rate_concentration": PriorKey("the Gamma shape of the rates (default 1)"),
             "rate_rate": PriorKey("the Gamma rate of the rates (default the data's mean)"),
@@ -129,8 +138,8 @@ class ExponentialFamily(DensityFamily):
 
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
         mean = scale.get("mean", torch.ones(d)).to(**opts).clamp_min(torch.finfo(opts.get("dtype", torch.float64)).tiny)
-        shape = prior_value(self, "rate_concentration", torch.ones_like(mean))
-        return dist.Gamma(shape, prior_value(self, "rate_rate", mean)).to_event(1)
+        shape = prior_value(self.family, "rate_concentration", torch.ones_like(mean))
+        return dist.Gamma(shape, prior_value(self.family, "rate_rate", mean)).to_event(1)
 
     def map_update(self, components: ExponentialComponents, stats: WeightedSums, scale: DataScale) -> None:
         """``rate_k = (n_k + a - 1) / (sum_n r_nk x_n + b)`` under ``Gamma(a, b)``, in ``(0, max_rate]``."""

@@ -25,7 +25,7 @@ import abc
 import copy
 import dataclasses
 import inspect
-from typing import Any, ClassVar, Collection, Mapping
+from typing import Any, Callable, ClassVar, Collection, Mapping
 
 import pyro.distributions as dist
 import torch
@@ -41,6 +41,7 @@ __all__ = [
     "AdditiveStatistics",
     "DataScale",
     "DensityFamily",
+    "FamilyPriors",
     "MeanStatisticsComponents",
     "PreparedRows",
     "PriorKey",
@@ -101,8 +102,13 @@ class SiteSpec:
     dims : tuple of str, optional
         ArviZ names of the event dimensions (default ``feature`` and, for a square event, ``feature_bis``).
     conjugate : bool, default True
-        False where the family's ``conjugate_posterior`` cannot draw this site (``engine="gibbs"`` then refuses the
-        family).
+        False where the family's priors' ``conjugate_posterior`` cannot draw this site (``engine="gibbs"`` then
+        refuses the family).
+    start : callable, optional
+        ``start(k, scale, opts)``: the site's value ``value_shape(k)`` in the components EM starts from (before its
+        first M-step), given the training data's scale and the tensor options ``opts``; default: a valid point of
+        ``support`` (zeros, one half, uniform on the simplex, the identity or ones). A family whose M-step depends on
+        its current parameters (the Student-t's weights ``u``) declares where it starts.
 
     Examples
     --------
@@ -116,6 +122,7 @@ class SiteSpec:
     shared: bool = False
     dims: tuple[str, ...] | None = None
     conjugate: bool = True
+    start: Callable[[int, DataScale, dict], torch.Tensor] | None = None
 
     def value_shape(self, k: int) -> tuple[int, ...]:
         """The shape of the site's value for ``k`` components: ``(k, *event_shape)``, or ``event_shape`` if shared.
@@ -127,6 +134,19 @@ class SiteSpec:
         ((3, 2), (2,))
         """
         return tuple(self.event_shape) if self.shared else (k, *self.event_shape)
+
+    def start_value(self, k: int, scale: DataScale, opts: dict) -> torch.Tensor:
+        """The site's value for ``k`` components where EM starts: ``start(k, scale, opts)``, or a valid point of
+        the support (zeros, one half, uniform on the simplex, the identity, ones).
+
+        Examples
+        --------
+        >>> SiteSpec(constraints.simplex, (2,)).start_value(1, {}, {}).tolist()
+        [[0.5, 0.5]]
+        """
+        if self.start is not None:
+            return self.start(k, scale, opts)
+        return _a_point_of(self.support, self.value_shape(k), opts)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -420,22 +440,35 @@ class MeanStatisticsComponents(ComponentFamily):
         return self.fit_statistics(self.statistics(data, weights))
 
 
+def _refuse_moved(cls: type, moved: Mapping[str, str]) -> None:
+    """A ``TypeError`` naming a member ``cls`` defines that the family contract moved elsewhere (``moved``: the
+    member, where it went), which the structures would otherwise silently ignore."""
+    defined = sorted(set(moved) & set(vars(cls)))
+    if defined:
+        raise TypeError(
+            f"{cls.__name__} defines {defined[0]!r}, which is no longer a member of the family contract: write it "
+            f"as {moved[defined[0]]}"
+        )
+
+
 class DensityFamily(abc.ABC):
     """A kind of component for the structures (mixture, HMM): what they ask of it, declared once.
 
     **The family contract** is the members a family writes or may override: ``__contract__`` here and
     ``ComponentFamily.__contract__`` on its fitted components (:class:`~ppmix.components.base.ComponentFamily`),
-    and nothing else (``tests/components/test_protocol.py`` counts them). Six are abstract, the members every
+    and nothing else (``tests/components/test_protocol.py`` counts them: 15). Six are abstract, the members every
     family writes: :meth:`sites` here, ``log_prob``, ``statistics``, ``fit_statistics``, ``pyro_dist`` and
     ``sample`` on the components. The optional ones have defaults that suit most families: the data
     (:meth:`check_data`, :meth:`data_scale`, :meth:`prepare`, :meth:`measured`), the components from the site
-    values and back (:meth:`components`, :meth:`site_values`, :meth:`placeholder`; parameters passed by name), the
-    priors of MCMC (:meth:`prior`, :meth:`prior_keys`), MAP-EM (:meth:`map_update`, :meth:`map_log_prior`) and
-    Gibbs (:meth:`conjugate_posterior`). Besides them a family declares :attr:`name` and :attr:`components_class`
-    (and may declare ``start_spread``, the softening of k-means' hard start clusters); it checks its settings in
-    its constructor. What the structures derive from these members (the settings saved, the number of free
-    parameters, the ArviZ dimensions, the capabilities) is machinery, in :mod:`ppmix.components.family_tools`.
-    :func:`ppmix.testing.check_family` checks a family against the structures and engines.
+    values and back (:meth:`components`, :meth:`site_values`; parameters passed by name) and the priors
+    (:meth:`priors`: one :class:`FamilyPriors` with MCMC's densities, the keys ``priors=`` sets, MAP-EM and Gibbs).
+    Besides them a family declares :attr:`name` and :attr:`components_class` (and may declare ``start_spread``, the
+    softening of k-means' hard start clusters, and a site's ``SiteSpec.start``, where EM starts); it checks its
+    settings in its constructor. What the structures derive from these members (the components EM starts from, the
+    settings saved, the number of free parameters, the ArviZ dimensions, the capabilities) is machinery, in
+    :mod:`ppmix.components.family_tools`; the closed-form divergences between components are a registry,
+    :mod:`ppmix.components.divergence`. :func:`ppmix.testing.check_family` checks a family against the structures
+    and engines.
 
     A *sequence family*, whose frames depend on those before them (the autoregressive family), also writes
     ``sequence_rows`` and ``sequence_scale`` (and its components ``sample_paths``), which the HMM alone reads.
@@ -466,16 +499,21 @@ class DensityFamily(abc.ABC):
         "measured",
         "components",
         "site_values",
-        "placeholder",
-        "prior",
-        "prior_keys",
-        "map_update",
-        "map_log_prior",
-        "conjugate_posterior",
+        "priors",
     )
+    #: members of the contract before issue 50 and where they went: a family defining one is refused, not ignored
+    _moved: ClassVar[dict[str, str]] = {
+        **{name: f"priors().{name}" for name in ("prior", "map_update", "map_log_prior", "conjugate_posterior")},
+        "prior_keys": "priors().keys",
+        "placeholder": "the start values of its sites (SiteSpec.start)",
+    }
     #: the hyperparameters :func:`with_priors` set (none: every default), read by
     #: :func:`~ppmix.components.family_tools.prior_value`
     _prior_settings: Mapping[str, Any] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _refuse_moved(cls, DensityFamily._moved)
 
     # ------------------------------------------------------------------ settings
     def __repr__(self) -> str:
@@ -522,42 +560,73 @@ class DensityFamily(abc.ABC):
         state = components.state_dict()
         return {site: state[site] for site in self.sites(components.n_components, 1)}
 
-    def placeholder(self, k: int, d: int, scale: DataScale, opts: dict) -> ComponentFamily:
-        """Components of the right shape whose parameters the first M-step sets."""
-        values = {}
-        for site, spec in self.sites(k, d).items():
-            values[site] = _a_point_of(spec.support, spec.value_shape(k), opts)
-        return self.components(values, scale)
-
     def _component_options(self, scale: DataScale) -> dict[str, Any]:
         """Keyword arguments of ``components_class`` beyond its parameters (e.g. a floor); default: none."""
+        return {}
+
+    # -------------------------------------------------------------------- priors
+    def priors(self) -> "FamilyPriors":
+        """The priors of the family's sites and what the Bayesian engines derive from them (MCMC's densities, the
+        keys ``priors=`` sets, MAP-EM's update, Gibbs' conditional posteriors), one object: a
+        :class:`FamilyPriors` of this family. Default: none of them (a family without priors fits by EM and SVI)."""
+        return FamilyPriors(self)
+
+
+class FamilyPriors:
+    """The priors of a :class:`DensityFamily`'s sites, and what MCMC, MAP-EM and Gibbs ask of them: one object a
+    family's :meth:`~DensityFamily.priors` returns, so the family's class holds only what every structure reads.
+
+    A family with priors writes a subclass (``PoissonPriors``) and returns it from ``priors()``; each member has a
+    default, so a family writes only what it offers:
+
+    - :meth:`prior` ``(site, k, d, scale, opts)``: the weakly informative prior of a site, for MCMC (default: none,
+      MCMC refuses the family);
+    - :meth:`keys`: the hyperparameters a model's ``priors=`` may set (default: none), read back with
+      :func:`~ppmix.components.family_tools.prior_value`;
+    - :meth:`map_update` and :meth:`map_log_prior`: MAP-EM's M-step and the log prior density its objective adds
+      (default: no MAP-EM; the log prior is :meth:`prior`'s density at the site values);
+    - :meth:`conjugate_posterior`: a site's conditional posterior, for Gibbs (default: none).
+
+    Parameters
+    ----------
+    family : DensityFamily
+        The family whose priors these are (with the hyperparameters :func:`with_priors` set), kept as ``family``.
+
+    Examples
+    --------
+    >>> from ppmix.components.poisson import PoissonFamily
+    >>> priors = PoissonFamily().priors()
+    >>> sorted(priors.keys()), type(priors.prior("rate", 2, 3, {}, {})).__name__
+    (['rate_concentration', 'rate_rate'], 'Independent')
+    """
+
+    def __init__(self, family: DensityFamily) -> None:
+        self.family = family
+
+    def keys(self) -> dict[str, PriorKey]:
+        """The hyperparameters of :meth:`prior` that a model's ``priors=`` may set, with their defaults; default:
+        none (the family's priors are fixed)."""
         return {}
 
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
         """The weakly informative prior of ``site`` for MCMC (``bayesian()``), for one component (broadcast over
         the ``components`` plate; a shared site's, for its one value), with the hyperparameters that
         :func:`with_priors` set in place of their defaults."""
-        raise NotImplementedError(f"{type(self).__name__} has no priors for MCMC")
-
-    # ------------------------------------------------------------ settable priors
-    def prior_keys(self) -> dict[str, PriorKey]:
-        """The hyperparameters of :meth:`prior` that a model's ``priors=`` may set, with their defaults; default:
-        none (the family's priors are fixed)."""
-        return {}
+        raise NotImplementedError(f"{type(self.family).__name__} has no priors for MCMC")
 
     def map_update(self, components: ComponentFamily, stats: Any, scale: DataScale) -> None:
         """MAP-EM's M-step, in place: the components maximising the expected complete-data log-likelihood
         (``stats``, as for ``fit_statistics``) plus :meth:`map_log_prior`. Default: none (an error naming the
         family)."""
         raise NotImplementedError(
-            f"the {self.name!r} family has no MAP-EM update, so engine='em' cannot fit it with priors set: use "
+            f"the {self.family.name!r} family has no MAP-EM update, so engine='em' cannot fit it with priors set: use "
             "priors=None (maximum likelihood) or engine='mcmc'"
         )
 
     def map_log_prior(self, components: ComponentFamily, d: int, scale: DataScale) -> torch.Tensor:
         """The log prior density of ``components`` (on ``d`` features) that MAP-EM's objective adds to the
         log-likelihood; default: the density of :meth:`prior` at the site values."""
-        values = self.site_values(components)
+        values = self.family.site_values(components)
         k = components.n_components
         opts = {"dtype": components.dtype, "device": components.device}
         return sum(self.prior(site, k, d, scale, opts).log_prob(value).sum() for site, value in values.items())
@@ -569,11 +638,11 @@ class DensityFamily(abc.ABC):
         it (``stats``, from ``statistics`` with 0/1 weights) and the current ``values`` of the other sites
         (``{site: (K, ...)}``; a site drawn earlier in the sweep holds its new value), under :meth:`prior`, when
         that prior is (conditionally) conjugate: a distribution of batch shape ``(K, *event)`` whose draws are the
-        site's values. The blocked Gibbs sampler (``engine="gibbs"``) draws the sites in the order of
-        :meth:`sites`. Default: no conjugate prior (a ``NotImplementedError`` naming the family)."""
+        site's values. The blocked Gibbs sampler (``engine="gibbs"``) draws the sites in the order of the family's
+        ``sites``. Default: no conjugate prior (a ``NotImplementedError`` naming the family)."""
         raise NotImplementedError(
-            f"the {self.name!r} family's priors are not conjugate, so engine='gibbs' cannot draw its components; "
-            "use engine='mcmc'"
+            f"the {self.family.name!r} family's priors are not conjugate, so engine='gibbs' cannot draw its "
+            "components; use engine='mcmc'"
         )
 
 
@@ -610,7 +679,7 @@ def family_settings(family: DensityFamily) -> dict[str, Any]:
 
 
 def with_priors(family: DensityFamily, priors: Mapping[str, Any] | None) -> DensityFamily:
-    """A copy of ``family`` whose priors take the entries of ``priors`` named in its ``prior_keys()`` (a model's
+    """A copy of ``family`` whose priors take the entries of ``priors`` named in its ``priors().keys()`` (a model's
     ``priors=``, checked by the model; other keys are the structure's), as its settings (read by
     :func:`~ppmix.components.family_tools.prior_value`).
 
@@ -621,7 +690,7 @@ def with_priors(family: DensityFamily, priors: Mapping[str, Any] | None) -> Dens
     {'rate_rate': 2.0}
     """
     copied = copy.copy(family)
-    keys = family.prior_keys()
+    keys = family.priors().keys()
     copied._prior_settings = {key: value for key, value in (priors or {}).items() if key in keys}
     return copied
 

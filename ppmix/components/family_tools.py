@@ -3,12 +3,13 @@ that no family writes.
 
 :class:`~ppmix.components.family.DensityFamily` and :class:`~ppmix.components.base.ComponentFamily` declare the
 contract, the members a family writes or may override. Everything here is computed from them, once, for every
-family: a family's settings (:func:`family_settings`), its hyperparameters as ``priors=`` set them
-(:func:`prior_value`), its capabilities (:func:`has_map_update`, :func:`has_conjugate_prior`), its number of free
-parameters (:func:`n_parameters`) and ArviZ dimensions (:func:`site_dims`), both read off its
-:class:`~ppmix.components.family.SiteSpec`, its data scale under ``sample_weight`` (:func:`measure_data_scale`) and
-the E-step of a mixture of its components (:func:`mixture_statistics`), and the rows and k-means points of its
-prepared data (:func:`data_rows`, :func:`start_points`).
+family: the components EM starts from (:func:`placeholder`), a family's settings (:func:`family_settings`), its
+hyperparameters as ``priors=`` set them (:func:`prior_value`), its capabilities (:func:`has_map_update`,
+:func:`has_conjugate_prior`), its number of free parameters (:func:`n_parameters`) and ArviZ dimensions
+(:func:`site_dims`), both read off its :class:`~ppmix.components.family.SiteSpec`, its data scale under
+``sample_weight`` (:func:`measure_data_scale`) and the E-step of a mixture of its components
+(:func:`mixture_statistics`), and the rows and k-means points of its prepared data (:func:`data_rows`,
+:func:`start_points`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import torch
 from pyro.distributions.transforms import biject_to
 
 from ppmix.components.base import ComponentFamily
-from ppmix.components.family import DataScale, DensityFamily, PreparedRows, family_settings
+from ppmix.components.family import DataScale, DensityFamily, FamilyPriors, PreparedRows, family_settings
 
 __all__ = [
     "data_rows",
@@ -30,6 +31,7 @@ __all__ = [
     "measure_data_scale",
     "mixture_statistics",
     "n_parameters",
+    "placeholder",
     "prior_value",
     "site_dims",
     "start_points",
@@ -37,7 +39,7 @@ __all__ = [
 
 
 def prior_value(family: DensityFamily, key: str, default: torch.Tensor) -> torch.Tensor:
-    """The hyperparameter ``key`` of ``family``'s :meth:`~ppmix.components.family.DensityFamily.prior`: the value a
+    """The hyperparameter ``key`` of ``family``'s priors (:class:`~ppmix.components.family.FamilyPriors`): the value a
     model's ``priors=`` set (:func:`~ppmix.components.family.with_priors`) broadcast to ``default``'s shape, or
     ``default``.
 
@@ -65,7 +67,7 @@ def prior_value(family: DensityFamily, key: str, default: torch.Tensor) -> torch
 
 
 def has_map_update(family: DensityFamily) -> bool:
-    """Whether ``family`` writes :meth:`~ppmix.components.family.DensityFamily.map_update` (what MAP-EM,
+    """Whether ``family``'s priors write :meth:`~ppmix.components.family.FamilyPriors.map_update` (what MAP-EM,
     ``engine="em"`` with ``priors``, needs).
 
     Examples
@@ -74,11 +76,11 @@ def has_map_update(family: DensityFamily) -> bool:
     >>> has_map_update(PoissonFamily())
     True
     """
-    return type(family).map_update is not DensityFamily.map_update
+    return type(family.priors()).map_update is not FamilyPriors.map_update
 
 
 def has_conjugate_prior(family: DensityFamily) -> bool:
-    """Whether ``family``'s :meth:`~ppmix.components.family.DensityFamily.conjugate_posterior` draws every site (what
+    """Whether ``family``'s :meth:`~ppmix.components.family.FamilyPriors.conjugate_posterior` draws every site (what
     ``engine="gibbs"`` needs): the family writes it and none of its sites is declared not conjugate
     (``SiteSpec(conjugate=False)``: a full covariance's scales and correlations).
 
@@ -88,9 +90,26 @@ def has_conjugate_prior(family: DensityFamily) -> bool:
     >>> has_conjugate_prior(GaussianFamily("diag")), has_conjugate_prior(GaussianFamily("full"))
     (True, False)
     """
-    if type(family).conjugate_posterior is DensityFamily.conjugate_posterior:
+    if type(family.priors()).conjugate_posterior is FamilyPriors.conjugate_posterior:
         return False
     return all(spec.conjugate for spec in family.sites(1, 2).values())
+
+
+def placeholder(family: DensityFamily, k: int, d: int, scale: DataScale, opts: dict) -> ComponentFamily:
+    """``k`` of ``family``'s components on ``d`` features where EM starts, its first M-step to set their parameters:
+    the family measured on ``scale`` (:meth:`~ppmix.components.family.DensityFamily.measured`) builds them from the
+    start value of each of its sites (:meth:`~ppmix.components.family.SiteSpec.start_value`). ``opts`` are the
+    tensors' ``dtype`` and ``device``.
+
+    Examples
+    --------
+    >>> from ppmix.components.poisson import PoissonFamily
+    >>> placeholder(PoissonFamily(), 2, 3, {}, {"dtype": torch.float64}).rate.shape
+    torch.Size([2, 3])
+    """
+    measured = family.measured(scale)
+    values = {site: spec.start_value(k, scale, opts) for site, spec in measured.sites(k, d).items()}
+    return measured.components(values, scale)
 
 
 def n_parameters(family: DensityFamily, k: int, d: int) -> int:

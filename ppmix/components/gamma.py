@@ -19,12 +19,14 @@ import torch
 from pyro.distributions import constraints
 
 from ppmix.algorithms.ascent import newton_ascent
-from ppmix.components.family import DataScale, MeanStatisticsComponents, PriorKey, SiteSpec, WeightedSums
+from ppmix.components.base import Moments
+from ppmix.components.divergence import register_kl
+from ppmix.components.family import DataScale, FamilyPriors, MeanStatisticsComponents, PriorKey, SiteSpec, WeightedSums
 from ppmix.components.family_tools import prior_value
 from ppmix.components.independent import IndependentFeatures
 from ppmix.components.positive import LogData, LogDataFamily, as_log_data
 
-__all__ = ["GammaComponents", "GammaFamily", "LogWeightedSums", "gamma_shape", "log_minus_digamma"]
+__all__ = ["GammaComponents", "GammaFamily", "GammaPriors", "LogWeightedSums", "gamma_shape", "log_minus_digamma"]
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +121,7 @@ class GammaComponents(IndependentFeatures, MeanStatisticsComponents):
     >>> comp = GammaComponents(torch.ones(1, 1, dtype=f64), torch.ones(1, 1, dtype=f64))
     >>> x = torch.tensor([[1.0], [2.0], [4.0]], dtype=f64)
     >>> fitted = comp.fit(x, torch.ones(3, 1, dtype=f64))
-    >>> round(fitted.concentration.item(), 6), round(fitted.mean.item(), 12)
+    >>> round(fitted.concentration.item(), 6), round(fitted.moments().mean.item(), 12)
     (3.401201, 2.333333333333)
     """
 
@@ -136,14 +138,9 @@ class GammaComponents(IndependentFeatures, MeanStatisticsComponents):
             raise ValueError("concentration and rate must be positive")
         self.concentration, self.rate, self.max_concentration = concentration, rate, float(max_concentration)
 
-    @property
-    def mean(self) -> torch.Tensor:
-        return self.concentration / self.rate
-
-    @property
-    def covariance(self) -> torch.Tensor:
-        """The variances ``concentration / rate^2`` ``(K, D)``."""
-        return self.concentration / self.rate.square()
+    def moments(self) -> Moments:
+        """The means ``concentration / rate`` and variances ``concentration / rate^2`` ``(K, D)``."""
+        return Moments(self.concentration / self.rate, self.concentration / self.rate.square())
 
     def log_prob(self, data: torch.Tensor | LogData) -> torch.Tensor:
         """``sum_d (a - 1) log x - b x + a log b - lgamma(a)``, ``(N, K)``: two GEMMs."""
@@ -179,13 +176,15 @@ class GammaComponents(IndependentFeatures, MeanStatisticsComponents):
         # torch.distributions.Gamma's own sampler, which takes a generator
         return torch._standard_gamma(self.concentration[index], generator=generator) / self.rate[index]
 
-    def kl(self, other: "GammaComponents") -> torch.Tensor:
-        """``KL(self_i || other_j)``, ``(K, K')``: ``sum_d (a - a') digamma(a) - lgamma(a) + lgamma(a') +
-        a' log(b / b') + a (b' - b) / b``."""
-        a, b = self.concentration[:, None, :], self.rate[:, None, :]
-        a2, b2 = other.concentration[None, :, :], other.rate[None, :, :]
-        terms = (a - a2) * torch.digamma(a) - torch.lgamma(a) + torch.lgamma(a2) + a2 * (b.log() - b2.log())
-        return (terms + a * (b2 - b) / b).sum(-1)
+
+@register_kl(GammaComponents, GammaComponents)
+def _kl_gamma_components(p: GammaComponents, q: GammaComponents) -> torch.Tensor:
+    """``KL(p_i || q_j)``, ``(K, K')``: ``sum_d (a - a') digamma(a) - lgamma(a) + lgamma(a') +
+    a' log(b / b') + a (b' - b) / b``."""
+    a, b = p.concentration[:, None, :], p.rate[:, None, :]
+    a2, b2 = q.concentration[None, :, :], q.rate[None, :, :]
+    terms = (a - a2) * torch.digamma(a) - torch.lgamma(a) + torch.lgamma(a2) + a2 * (b.log() - b2.log())
+    return (terms + a * (b2 - b) / b).sum(-1)
 
 
 class _GammaObjective:
@@ -240,11 +239,11 @@ class GammaFamily(LogDataFamily):
 
     Notes
     -----
-    The Pyro sites are ``concentration`` and ``rate`` ``(K, D)`` (as in ``torch.distributions.Gamma``); under
-    MCMC their priors are ``LogNormal(0, 1.5)`` (shapes from about 0.05 to 20 within two standard deviations)
-    and ``LogNormal(-log mean_d, 2)``, centred at the rate of an exponential with the data's mean in feature ``d``;
-    ``priors=`` sets their hyperparameters (:meth:`prior_keys`). MAP-EM (``engine="em"`` with ``priors``) takes
-    the mode of the density of ``(concentration, rate)`` by Newton steps (:meth:`map_update`): no closed form.
+    The Pyro sites are ``concentration`` and ``rate`` ``(K, D)`` (as in ``torch.distributions.Gamma``); under MCMC their
+    priors are ``LogNormal(0, 1.5)`` (shapes from about 0.05 to 20 within two standard deviations) and ``LogNormal(-log
+    mean_d, 2)``, centred at the rate of an exponential with the data's mean in feature ``d``; ``priors=`` sets their
+    hyperparameters (:meth:`GammaPriors.keys`). MAP-EM (``engine="em"`` with ``priors``) takes the mode of the density
+    of ``(concentration, rate)`` by Newton steps (:meth:`GammaPriors.map_update`): no closed form.
 
     Examples
     --------
@@ -281,7 +280,16 @@ class GammaFamily(LogDataFamily):
     def _component_options(self, scale: DataScale) -> dict[str, Any]:
         return {"max_concentration": self.max_concentration}
 
-    def prior_keys(self) -> dict[str, PriorKey]:
+    def priors(self) -> "GammaPriors":
+        return GammaPriors(self)
+
+
+class GammaPriors(FamilyPriors):
+    """The priors of :class:`GammaFamily` (its :meth:`~GammaFamily.priors`)."""
+
+    family: GammaFamily
+
+    def keys(self) -> dict[str, PriorKey]:
         return {
             "concentration_loc": PriorKey("the log-normal location of the shapes (default 0)", "real"),
             "concentration_scale": PriorKey("the log-normal scale of the shapes (default 1.5)"),
@@ -291,15 +299,15 @@ class GammaFamily(LogDataFamily):
 
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
         """``concentration ~ LogNormal(0, 1.5)`` and ``rate ~ LogNormal(-log mean_d, 2)``, each hyperparameter as
-        ``priors=`` sets it (:meth:`prior_keys`)."""
+        ``priors=`` sets it (:meth:`keys`)."""
         if site == "concentration":
-            loc = prior_value(self, "concentration_loc", torch.zeros(d, **opts))
+            loc = prior_value(self.family, "concentration_loc", torch.zeros(d, **opts))
             return dist.LogNormal(
-                loc, prior_value(self, "concentration_scale", torch.full((d,), 1.5, **opts))
+                loc, prior_value(self.family, "concentration_scale", torch.full((d,), 1.5, **opts))
             ).to_event(1)
         mean = scale.get("mean", torch.ones(d)).to(**opts).clamp_min(torch.finfo(opts.get("dtype", torch.float64)).tiny)
-        loc = prior_value(self, "rate_loc", -mean.log())
-        return dist.LogNormal(loc, prior_value(self, "rate_scale", torch.full((d,), 2.0, **opts))).to_event(1)
+        loc = prior_value(self.family, "rate_loc", -mean.log())
+        return dist.LogNormal(loc, prior_value(self.family, "rate_scale", torch.full((d,), 2.0, **opts))).to_event(1)
 
     def map_update(self, components: GammaComponents, stats: LogWeightedSums, scale: DataScale) -> None:
         """Newton steps on ``(log a, log b)`` of every component and feature
@@ -313,7 +321,7 @@ class GammaFamily(LogDataFamily):
         shapes, rates = (self.prior(site, k, d, scale, opts).base_dist for site in ("concentration", "rate"))
         objective = _GammaObjective(stats, shapes, rates)
         start = torch.stack([components.concentration.log(), components.rate.log()], -1).reshape(-1, 2)
-        most = math.log(self.max_concentration)
+        most = math.log(self.family.max_concentration)
         theta = newton_ascent(
             objective.value,
             objective.derivatives,

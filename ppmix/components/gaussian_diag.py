@@ -7,7 +7,7 @@ import math
 import pyro.distributions as dist
 import torch
 
-from ppmix.components.base import ComponentFamily
+from ppmix.components.base import ComponentFamily, Moments
 from ppmix.components.centred import (
     CentredData,
     as_centred,
@@ -19,6 +19,7 @@ from ppmix.components.centred import (
     inexact_spreads,
     padded_counts,
 )
+from ppmix.components.divergence import register_kl
 from ppmix.components.gaussian_statistics import GaussianStatistics
 
 __all__ = ["DiagGaussian", "SphericalGaussian"]
@@ -76,6 +77,9 @@ class DiagGaussian(ComponentFamily):
     def covariance(self) -> torch.Tensor:
         """The variances ``(K, D)`` (the covariance matrices' diagonals)."""
         return self.variance
+
+    def moments(self) -> Moments:
+        return Moments(self.loc, self.variance)
 
     @property
     def reference(self) -> torch.Tensor:
@@ -257,11 +261,13 @@ class DiagGaussian(ComponentFamily):
         noise = torch.randn((*index.shape, self.n_features), generator=generator, dtype=self.dtype, device=self.device)
         return self.loc[index] + self.scale[index] * noise
 
-    def kl(self, other: "DiagGaussian") -> torch.Tensor:
-        """``KL(self[k] || other[l])`` for every pair, shape ``(K, K')``."""
-        var_p, var_q = self.variance[:, None, :], other.variance[None, :, :]
-        diff2 = (self.loc[:, None, :] - other.loc[None, :, :]).square()
-        return 0.5 * (var_q.log() - var_p.log() + (var_p + diff2) / var_q - 1.0).sum(dim=-1)
+
+@register_kl(DiagGaussian, DiagGaussian)
+def _kl_diag_gaussian(p: DiagGaussian, q: DiagGaussian) -> torch.Tensor:
+    """``KL(p[k] || q[l])`` for every pair, shape ``(K, K')``."""
+    var_p, var_q = p.variance[:, None, :], q.variance[None, :, :]
+    diff2 = (p.loc[:, None, :] - q.loc[None, :, :]).square()
+    return 0.5 * (var_q.log() - var_p.log() + (var_p + diff2) / var_q - 1.0).sum(dim=-1)
 
 
 class SphericalGaussian(DiagGaussian):

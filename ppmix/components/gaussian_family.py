@@ -18,7 +18,7 @@ from torch.distributions.transforms import PowerTransform
 from ppmix._validation import InvalidDataError, check_float
 from ppmix.components.base import ComponentFamily
 from ppmix.components.centred import CentredData, as_floor
-from ppmix.components.family import DataScale, DensityFamily, PriorKey, SiteSpec
+from ppmix.components.family import DataScale, DensityFamily, FamilyPriors, PriorKey, SiteSpec
 from ppmix.components.family_tools import has_conjugate_prior, prior_value
 from ppmix.components.gaussian_diag import DiagGaussian, SphericalGaussian
 from ppmix.components.gaussian_full import FullGaussian, TiedGaussian
@@ -28,6 +28,7 @@ from ppmix.ops.scaling import column_moments, column_variance, weighted_lower_me
 __all__ = [
     "COVARIANCE_TYPES",
     "GaussianFamily",
+    "GaussianPriors",
     "check_squared_range",
     "relative_floor",
     "robust_spread",
@@ -253,9 +254,10 @@ class GaussianFamily(DensityFamily):
     ``-log(2 pi reg_covar) / 2`` (about 6 nats) to each row's log-likelihood, as in scikit-learn, not the ~39
     nats of a floor set by rounding noise.
 
-    MAP-EM (``engine="em"`` with ``priors``) under :meth:`prior` has every covariance type: diagonal and spherical
-    in closed form (:meth:`map_update`), full and tied by generalised EM (:mod:`~ppmix.components.gaussian_map`),
-    every variance at least the floor.
+    MAP-EM (``engine="em"`` with ``priors``) under the family's priors
+    (:meth:`~ppmix.components.gaussian_family.GaussianPriors.prior`) has every covariance type: diagonal and
+    spherical in closed form (:meth:`~ppmix.components.gaussian_family.GaussianPriors.map_update`), full and tied by
+    generalised EM (:mod:`~ppmix.components.gaussian_map`), every variance at least the floor.
 
     Examples
     --------
@@ -311,7 +313,7 @@ class GaussianFamily(DensityFamily):
         scales = () if self.covariance_type == "spherical" else (d,)
         tied = self.covariance_type == "tied"
         # the means and variances of diagonal and spherical components are conditionally conjugate, a full or tied
-        # covariance's scales and LKJ correlation are not (:meth:`conjugate_posterior`)
+        # covariance's scales and LKJ correlation are not (:meth:`GaussianPriors.conjugate_posterior`)
         matrix = self.covariance_type in ("full", "tied")
         sites = {
             "locs": SiteSpec(constraints.real, (d,)),
@@ -346,14 +348,23 @@ class GaussianFamily(DensityFamily):
         scales = tril.square().sum(-1).sqrt()
         return {"locs": components.loc.clone(), "scales": scales, "corr_cholesky": tril / scales[..., None]}
 
-    def prior_keys(self) -> dict[str, PriorKey]:
+    def priors(self) -> "GaussianPriors":
+        return GaussianPriors(self)
+
+
+class GaussianPriors(FamilyPriors):
+    """The priors of :class:`GaussianFamily` (its :meth:`~GaussianFamily.priors`)."""
+
+    family: GaussianFamily
+
+    def keys(self) -> dict[str, PriorKey]:
         keys = {
             "locs_loc": PriorKey("the prior mean of the component means (default the data's mean)", "real"),
             "locs_scale": PriorKey("the prior standard deviation of the means (default 3 times the data's)"),
             "variance_concentration": PriorKey("the inverse-gamma shape of every variance (default 1)"),
             "variance_rate": PriorKey("the inverse-gamma rate of every variance (default 1/100 of the data's)"),
         }
-        if self.covariance_type in ("full", "tied"):
+        if self.family.covariance_type in ("full", "tied"):
             keys["corr_concentration"] = PriorKey("the LKJ concentration of the correlations (default 2)")
         return keys
 
@@ -361,29 +372,29 @@ class GaussianFamily(DensityFamily):
         """``locs ~ N(mean(X), 3 std(X))``; every variance ``scales**2 ~ InverseGamma(1, var(X) / 100)`` (flat in
         log variance above a hundredth of the data's variance, :data:`VARIANCE_PRIOR_SHARE`; spherical: of the mean
         variance over the features); ``corr_cholesky ~ LKJCholesky(D, 2)`` (before a fit: centred at 0 with unit
-        scale); each hyperparameter as :meth:`with_priors` sets it (:meth:`prior_keys`). Diagonal and spherical
+        scale); each hyperparameter as :meth:`with_priors` sets it (:meth:`keys`). Diagonal and spherical
         components are thus conditionally conjugate (:meth:`conjugate_posterior`: ``engine="gibbs"``)."""
         mean = scale.get("mean", torch.zeros(d)).to(**opts)
         std = scale.get("std", torch.ones(d)).to(**opts)
         if site == "locs":
             return dist.Normal(
-                prior_value(self, "locs_loc", mean), prior_value(self, "locs_scale", 3.0 * std)
+                prior_value(self.family, "locs_loc", mean), prior_value(self.family, "locs_scale", 3.0 * std)
             ).to_event(1)
         if site == "scales":
             shape, rate = self._variance_prior(std)
             scales = dist.TransformedDistribution(dist.InverseGamma(shape, rate), [PowerTransform(0.5)])
-            return scales if self.covariance_type == "spherical" else scales.to_event(1)
+            return scales if self.family.covariance_type == "spherical" else scales.to_event(1)
         return dist.LKJCholesky(d, self._corr_concentration(opts))
 
     def _corr_concentration(self, opts: dict) -> torch.Tensor:
         """The LKJ concentration of the correlations (default 2)."""
-        return prior_value(self, "corr_concentration", torch.tensor(2.0, **opts))
+        return prior_value(self.family, "corr_concentration", torch.tensor(2.0, **opts))
 
     def _variance_prior(self, std: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Shape and rate of the inverse-gamma prior of every variance, from the data's standard deviations."""
-        variance = std.square().mean() if self.covariance_type == "spherical" else std.square()
-        shape = prior_value(self, "variance_concentration", torch.ones_like(variance))
-        return shape, prior_value(self, "variance_rate", VARIANCE_PRIOR_SHARE * variance)
+        variance = std.square().mean() if self.family.covariance_type == "spherical" else std.square()
+        shape = prior_value(self.family, "variance_concentration", torch.ones_like(variance))
+        return shape, prior_value(self.family, "variance_rate", VARIANCE_PRIOR_SHARE * variance)
 
     def map_update(self, components: ComponentFamily, stats: Any, scale: DataScale) -> None:
         """Diagonal or spherical components, one conditional maximisation after the other (ECM, so MAP-EM's
@@ -407,14 +418,14 @@ class GaussianFamily(DensityFamily):
         locs = self.prior("locs", 1, d, scale, opts).base_dist
         shape, rate = self._variance_prior(scale.get("std", torch.ones(d)).to(**opts))
         floor = torch.as_tensor(components.reg_covar, **opts)
-        if self.covariance_type in ("full", "tied"):
+        if self.family.covariance_type in ("full", "tied"):
             self._map_update_covariance(components, stats, (counts, rows), sample_mean, (locs, shape, rate, floor))
             return
         counts, rows = counts[:, None], rows[:, None]
         precision = locs.scale.pow(-2) + counts / components.variance
         loc = (locs.loc * locs.scale.pow(-2) + counts * sample_mean / components.variance) / precision
         squares = torch.where(seen, stats.scatter.to(**opts), 0.0) + counts * (sample_mean - loc).square()
-        if self.covariance_type == "spherical":
+        if self.family.covariance_type == "spherical":
             variance = (2 * rate + squares.sum(1, keepdim=True)) / (2 * shape + 2 + rows * d)
             variance = torch.maximum(variance, floor.mean()).expand_as(loc)
         else:
@@ -435,13 +446,13 @@ class GaussianFamily(DensityFamily):
             deviation[:, :, None] * deviation[:, None, :]
         )
         tril = components.scale_tril
-        if self.covariance_type == "tied":
+        if self.family.covariance_type == "tied":
             scatter, rows, tril = scatter.sum(0)[None], rows.sum()[None], tril[:1]
         concentration = self._corr_concentration({"dtype": loc.dtype, "device": loc.device})
         tril = map_covariance(scatter, rows, tril, shape, rate, concentration, floor)
         components.loc = loc
         components.scale_tril = (
-            tril.expand(loc.shape[0], -1, -1).contiguous() if self.covariance_type == "tied" else tril
+            tril.expand(loc.shape[0], -1, -1).contiguous() if self.family.covariance_type == "tied" else tril
         )
 
     def map_log_prior(self, components: ComponentFamily, d: int, scale: DataScale) -> torch.Tensor:
@@ -451,13 +462,13 @@ class GaussianFamily(DensityFamily):
         opts = {"dtype": components.dtype, "device": components.device}
         shape, rate = self._variance_prior(scale.get("std", torch.ones(d)).to(**opts))
         log_locs = self.prior("locs", 1, d, scale, opts).log_prob(components.loc).sum()
-        if self.covariance_type in ("full", "tied"):
-            values = self.site_values(components)
+        if self.family.covariance_type in ("full", "tied"):
+            values = self.family.site_values(components)
             variance, corr = values["scales"].square(), values["corr_cholesky"]
-            if self.covariance_type == "tied":
+            if self.family.covariance_type == "tied":
                 variance, corr = variance[None], corr[None]
             return log_locs + covariance_log_prior(variance, corr, shape, rate, self._corr_concentration(opts)).sum()
-        variance = components.variance[:, 0] if self.covariance_type == "spherical" else components.variance
+        variance = components.variance[:, 0] if self.family.covariance_type == "spherical" else components.variance
         return log_locs + dist.InverseGamma(shape, rate).log_prob(variance).sum()
 
     def conjugate_posterior(
@@ -468,9 +479,9 @@ class GaussianFamily(DensityFamily):
         ``m = (m0 / s0^2 + n_k xbar_k / var_k) / P`` under the prior ``N(m0, s0^2)``; then ``var_k | locs_k ~
         InverseGamma(a + n_k / 2, b + (S_k + n_k (xbar_k - locs_k)^2) / 2)`` under ``InverseGamma(a, b)``
         (spherical: summed over the features, ``a + n_k D / 2``), drawn as ``scales = sqrt(var)``."""
-        if not has_conjugate_prior(self):
+        if not has_conjugate_prior(self.family):
             raise NotImplementedError(
-                f"covariance_type={self.covariance_type!r}: the scales and LKJ correlation are not conjugate"
+                f"covariance_type={self.family.covariance_type!r}: the scales and LKJ correlation are not conjugate"
             )
         d = stats.mean.shape[1]
         counts = stats.counts.to(**opts)[:, None]
@@ -479,13 +490,13 @@ class GaussianFamily(DensityFamily):
         if site == "locs":
             prior = self.prior("locs", 1, d, scale, opts).base_dist
             var = values["scales"].square()
-            var = var[:, None] if self.covariance_type == "spherical" else var
+            var = var[:, None] if self.family.covariance_type == "spherical" else var
             precision = prior.scale.pow(-2) + counts / var
             centre = (prior.loc * prior.scale.pow(-2) + counts * sample_mean / var) / precision
             return dist.Normal(centre, precision.rsqrt())
         squares = torch.where(seen, stats.scatter.to(**opts), 0.0) + counts * (sample_mean - values["locs"]).square()
         shape, rate = self._variance_prior(scale.get("std", torch.ones(d)).to(**opts))
-        if self.covariance_type == "spherical":
+        if self.family.covariance_type == "spherical":
             shape, rate = shape + counts[:, 0] * d / 2, rate + squares.sum(1) / 2
         else:
             shape, rate = shape + counts / 2, rate + squares / 2

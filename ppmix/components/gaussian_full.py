@@ -8,7 +8,7 @@ import math
 import pyro.distributions as dist
 import torch
 
-from ppmix.components.base import ComponentFamily
+from ppmix.components.base import ComponentFamily, Moments
 from ppmix.components.centred import (
     CentredData,
     as_centred,
@@ -23,6 +23,7 @@ from ppmix.components.centred import (
     padded_counts,
     upper_triangle,
 )
+from ppmix.components.divergence import register_kl
 from ppmix.components.gaussian_statistics import GaussianStatistics
 
 __all__ = ["FullGaussian", "TiedGaussian"]
@@ -78,6 +79,9 @@ class FullGaussian(ComponentFamily):
     @property
     def covariance(self) -> torch.Tensor:
         return self.scale_tril @ self.scale_tril.mT
+
+    def moments(self) -> Moments:
+        return Moments(self.loc, self.covariance)
 
     @property
     def reference(self) -> torch.Tensor:
@@ -298,18 +302,20 @@ class FullGaussian(ComponentFamily):
         noise = torch.randn((*index.shape, self.n_features), generator=generator, dtype=self.dtype, device=self.device)
         return self.loc[index] + (self.scale_tril[index] @ noise.unsqueeze(-1)).squeeze(-1)
 
-    def kl(self, other: "FullGaussian") -> torch.Tensor:
-        """``KL(self[k] || other[l])`` for every pair, shape ``(K, K')``."""
-        d = self.n_features
-        lp = self.scale_tril[:, None]  # (K, 1, D, D)
-        lq = other.scale_tril[None, :]  # (1, K', D, D)
-        m = torch.linalg.solve_triangular(lq, lp.expand(-1, lq.shape[1], -1, -1), upper=False)
-        trace = m.square().sum(dim=(-2, -1))
-        diff = (other.loc[None, :, :] - self.loc[:, None, :]).unsqueeze(-1)
-        maha = torch.linalg.solve_triangular(lq, diff, upper=False).square().sum(dim=(-2, -1))
-        logdet_p = torch.diagonal(self.scale_tril, dim1=-2, dim2=-1).log().sum(-1)[:, None]
-        logdet_q = torch.diagonal(other.scale_tril, dim1=-2, dim2=-1).log().sum(-1)[None, :]
-        return 0.5 * (trace + maha - d) + logdet_q - logdet_p
+
+@register_kl(FullGaussian, FullGaussian)
+def _kl_full_gaussian(p: FullGaussian, q: FullGaussian) -> torch.Tensor:
+    """``KL(p[k] || q[l])`` for every pair, shape ``(K, K')``."""
+    d = p.n_features
+    lp = p.scale_tril[:, None]  # (K, 1, D, D)
+    lq = q.scale_tril[None, :]  # (1, K', D, D)
+    m = torch.linalg.solve_triangular(lq, lp.expand(-1, lq.shape[1], -1, -1), upper=False)
+    trace = m.square().sum(dim=(-2, -1))
+    diff = (q.loc[None, :, :] - p.loc[:, None, :]).unsqueeze(-1)
+    maha = torch.linalg.solve_triangular(lq, diff, upper=False).square().sum(dim=(-2, -1))
+    logdet_p = torch.diagonal(p.scale_tril, dim1=-2, dim2=-1).log().sum(-1)[:, None]
+    logdet_q = torch.diagonal(q.scale_tril, dim1=-2, dim2=-1).log().sum(-1)[None, :]
+    return 0.5 * (trace + maha - d) + logdet_q - logdet_p
 
 
 def _precisions_of(scale_tril: torch.Tensor) -> torch.Tensor:

@@ -26,11 +26,12 @@ import torch
 from pyro.distributions import constraints
 
 from ppmix.algorithms.kmeans import kmeans
-from ppmix.components.base import ComponentFamily
+from ppmix.components.base import ComponentFamily, Moments
 from ppmix.components.centred import CentredData, as_centred, as_floor, padded_counts
 from ppmix.components.family import (
     DataScale,
     DensityFamily,
+    FamilyPriors,
     PriorKey,
     SiteSpec,
     Statistics,
@@ -49,6 +50,7 @@ __all__ = [
     "DiagGaussianMixtures",
     "FullGaussianMixtures",
     "GaussianMixtureFamily",
+    "GaussianMixturePriors",
     "MixtureStatistics",
     "ObservedGaussianMixtures",
 ]
@@ -81,13 +83,18 @@ class MixtureStatistics(Statistics):
         return MixtureStatistics(self.gaussians.to(dtype=dtype, device=device), self.n_mix)
 
 
+def _identical_within(values: torch.Tensor) -> bool:
+    """Whether every component's ``M > 1`` entries of ``values`` ``(K, M, ...)`` are equal."""
+    return values.shape[1] > 1 and bool((values == values[:, :1]).all())
+
+
 class _GaussianMixtures(ComponentFamily):
     """``K`` components, each a mixture of ``M`` Gaussians: ``mix_weights`` ``(K, M)``, ``loc`` ``(K, M, D)`` and the
     spread of :attr:`inner_class` per Gaussian (``scale`` ``(K, M, D)`` or ``scale_tril`` ``(K, M, D, D)``).
 
-    A fresh batch (``fresh=True``, what a family's placeholder builds) splits each component's rows among its
-    ``M`` Gaussians by weighted k-means in its first :meth:`statistics`, since identical Gaussians would
-    never separate.
+    A fresh batch, whose ``M`` Gaussians are identical in every component (where EM starts: the sites' start
+    values), splits each component's rows among its Gaussians by weighted k-means in its first :meth:`statistics`,
+    since identical Gaussians would never separate.
     """
 
     inner_class: type[ComponentFamily]
@@ -99,16 +106,27 @@ class _GaussianMixtures(ComponentFamily):
         loc: torch.Tensor,
         spread: torch.Tensor,
         reg_covar: float | torch.Tensor = 1e-6,
-        fresh: bool = False,
     ) -> None:
         mix_weights, loc, spread = torch.as_tensor(mix_weights), torch.as_tensor(loc), torch.as_tensor(spread)
         if mix_weights.dim() != 2 or loc.dim() != 3 or loc.shape[:2] != mix_weights.shape:
             raise ValueError(
                 f"mix_weights must be (K, M) and loc (K, M, D); got {tuple(mix_weights.shape)}, {tuple(loc.shape)}"
             )
-        self.mix_weights, self.loc, self.reg_covar, self.fresh = mix_weights, loc, as_floor(reg_covar), fresh
+        self.mix_weights, self.loc, self.reg_covar = mix_weights, loc, as_floor(reg_covar)
         setattr(self, self.spread_name, spread)
+        self._fresh: bool | None = None  # measured on first use (the Pyro programs never ask)
         self._inner()  # checks the spread's shape and values
+
+    @property
+    def fresh(self) -> bool:
+        """Whether every component's ``M`` Gaussians are identical (their weights, means and spreads), as where EM
+        starts; False once :meth:`take_gaussians` set them."""
+        if self._fresh is None:
+            spread = getattr(self, self.spread_name)
+            self._fresh = (
+                _identical_within(self.mix_weights) and _identical_within(self.loc) and _identical_within(spread)
+            )
+        return self._fresh
 
     @property
     def n_mix(self) -> int:
@@ -129,8 +147,7 @@ class _GaussianMixtures(ComponentFamily):
         """The centre a plain tensor is prepared at: the mean of all the Gaussians' means."""
         return self.loc.reshape(-1, self.n_features).mean(0)
 
-    @property
-    def mean(self) -> torch.Tensor:
+    def _mean(self) -> torch.Tensor:
         """Each component's mean ``sum_m w_km loc_km``, ``(K, D)``."""
         return torch.einsum("km,kmd->kd", self.mix_weights, self.loc)
 
@@ -184,7 +201,7 @@ class _GaussianMixtures(ComponentFamily):
         self.loc = inner.loc.reshape(k, m, -1)
         spread = getattr(inner, self.spread_name)
         setattr(self, self.spread_name, spread.reshape(k, m, *spread.shape[1:]))
-        self.fresh = False
+        self._fresh = False
 
     def flattened(self, log_weights: torch.Tensor) -> tuple[ComponentFamily, torch.Tensor]:
         """The mixture of these components under the log mixing weights ``log_weights`` ``(K,)`` as one mixture of
@@ -232,20 +249,20 @@ class DiagGaussianMixtures(_GaussianMixtures):
         loc: torch.Tensor,
         scale: torch.Tensor,
         reg_covar: Any = 1e-6,
-        fresh: bool = False,
     ) -> None:
-        super().__init__(mix_weights, loc, scale, reg_covar, fresh)  # the spread under its parameter's name
+        super().__init__(mix_weights, loc, scale, reg_covar)  # the spread under its parameter's name
 
     def observed(self) -> "ObservedGaussianMixtures":
         """These components seen through the observed entries of rows with missing entries
         (:class:`ObservedGaussianMixtures`)."""
         return ObservedGaussianMixtures(self)
 
-    @property
-    def covariance(self) -> torch.Tensor:
-        """Each component's variances ``sum_m w_km (scale_km^2 + loc_km^2) - mean_k^2``, ``(K, D)``."""
+    def moments(self) -> Moments:
+        """Each component's mean ``sum_m w_km loc_km`` and variances ``sum_m w_km (scale_km^2 + loc_km^2) -
+        mean_k^2``, ``(K, D)``."""
+        mean = self._mean()
         second = torch.einsum("km,kmd->kd", self.mix_weights, self.scale.square() + self.loc.square())
-        return second - self.mean.square()
+        return Moments(mean, second - mean.square())
 
     def _gaussians(self, index: torch.Tensor | None) -> dist.Distribution:
         loc, scale = (self.loc, self.scale) if index is None else (self.loc[index], self.scale[index])
@@ -265,16 +282,17 @@ class FullGaussianMixtures(_GaussianMixtures):
         loc: torch.Tensor,
         scale_tril: torch.Tensor,
         reg_covar: Any = 1e-6,
-        fresh: bool = False,
     ) -> None:
-        super().__init__(mix_weights, loc, scale_tril, reg_covar, fresh)  # the spread under its parameter's name
+        super().__init__(mix_weights, loc, scale_tril, reg_covar)  # the spread under its parameter's name
 
-    @property
-    def covariance(self) -> torch.Tensor:
-        """Each component's covariance ``sum_m w_km (Sigma_km + loc_km loc_km^T) - mean_k mean_k^T``, ``(K, D, D)``."""
+    def moments(self) -> Moments:
+        """Each component's mean ``sum_m w_km loc_km`` ``(K, D)`` and covariance ``sum_m w_km (Sigma_km + loc_km
+        loc_km^T) - mean_k mean_k^T`` ``(K, D, D)``."""
         outer = self.scale_tril @ self.scale_tril.mT + self.loc[..., :, None] * self.loc[..., None, :]
-        mean = self.mean
-        return torch.einsum("km,kmij->kij", self.mix_weights, outer) - mean[:, :, None] * mean[:, None, :]
+        mean = self._mean()
+        return Moments(
+            mean, torch.einsum("km,kmij->kij", self.mix_weights, outer) - mean[:, :, None] * mean[:, None, :]
+        )
 
     def _gaussians(self, index: torch.Tensor | None) -> dist.Distribution:
         loc, tril = (self.loc, self.scale_tril) if index is None else (self.loc[index], self.scale_tril[index])
@@ -347,13 +365,12 @@ class GaussianMixtureFamily(DensityFamily):
 
     Notes
     -----
-    The Pyro sites are ``mix_weights`` ``(K, M)``, ``locs`` and ``scales`` ``(K, M, D)`` and, for full
-    covariance, ``corr_cholesky`` ``(K, M, D, D)``; under MCMC: ``Dirichlet(1)`` on the mixing weights and the
-    Gaussian family's data-scaled priors on every Gaussian, which ``priors=`` sets (:meth:`prior_keys`: the
-    Gaussian's keys and ``mix_concentration``). MAP-EM (``engine="em"`` with ``priors``) updates every Gaussian
-    as the Gaussian family's MAP-EM does and the mixing weights to their Dirichlet posterior's mode. The first
-    M-step splits each component's rows among its Gaussians by weighted k-means (hmmlearn's start, within the
-    structure's own start).
+    The Pyro sites are ``mix_weights`` ``(K, M)``, ``locs`` and ``scales`` ``(K, M, D)`` and, for full covariance,
+    ``corr_cholesky`` ``(K, M, D, D)``; under MCMC: ``Dirichlet(1)`` on the mixing weights and the Gaussian family's
+    data-scaled priors on every Gaussian, which ``priors=`` sets (:meth:`GaussianMixturePriors.keys`: the Gaussian's
+    keys and ``mix_concentration``). MAP-EM (``engine="em"`` with ``priors``) updates every Gaussian as the Gaussian
+    family's MAP-EM does and the mixing weights to their Dirichlet posterior's mode. The first M-step splits each
+    component's rows among its Gaussians by weighted k-means (hmmlearn's start, within the structure's own start).
 
     Examples
     --------
@@ -436,21 +453,19 @@ class GaussianMixtureFamily(DensityFamily):
         scales = components.scale_tril.square().sum(-1).sqrt()
         return {**values, "scales": scales, "corr_cholesky": components.scale_tril / scales[..., None]}
 
-    def placeholder(self, k: int, d: int, scale: DataScale, opts: dict) -> ComponentFamily:
-        """Components of the right shape, marked fresh: their first statistics split each one's rows by k-means."""
-        spread = torch.eye(d, **opts).expand(k, self.n_mix, d, d) if self.covariance_type == "full" else None
-        return self.components_class(
-            torch.full((k, self.n_mix), 1.0 / self.n_mix, **opts),
-            torch.zeros(k, self.n_mix, d, **opts),
-            torch.ones(k, self.n_mix, d, **opts) if spread is None else spread.clone(),
-            **self._component_options(scale),
-            fresh=True,
-        )
+    def priors(self) -> "GaussianMixturePriors":
+        return GaussianMixturePriors(self)
 
-    def prior_keys(self) -> dict[str, PriorKey]:
+
+class GaussianMixturePriors(FamilyPriors):
+    """The priors of :class:`GaussianMixtureFamily` (its :meth:`~GaussianMixtureFamily.priors`)."""
+
+    family: GaussianMixtureFamily
+
+    def keys(self) -> dict[str, PriorKey]:
         """The Gaussian family's keys (every Gaussian's), and ``mix_concentration``."""
         return {
-            **GaussianFamily(self.covariance_type).prior_keys(),
+            **GaussianFamily(self.family.covariance_type).priors().keys(),
             "mix_concentration": PriorKey(
                 "the Dirichlet concentration of the mixing weights (default 1)", "concentration"
             ),
@@ -459,9 +474,9 @@ class GaussianMixtureFamily(DensityFamily):
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
         """``mix_weights ~ Dirichlet(1)``; every Gaussian under the Gaussian family's priors."""
         if site == "mix_weights":
-            return dist.Dirichlet(prior_value(self, "mix_concentration", torch.ones(self.n_mix, **opts)))
-        single = self._gaussian.prior(site, k, d, scale, opts)
-        return single.expand((self.n_mix,)).to_event(1)
+            return dist.Dirichlet(prior_value(self.family, "mix_concentration", torch.ones(self.family.n_mix, **opts)))
+        single = self.family._gaussian.priors().prior(site, k, d, scale, opts)
+        return single.expand((self.family.n_mix,)).to_event(1)
 
     def map_update(self, components: _GaussianMixtures, stats: MixtureStatistics, scale: DataScale) -> None:
         """Every Gaussian by the Gaussian family's MAP update (one batch of ``K M``), and the mixing weights the mode
@@ -469,7 +484,7 @@ class GaussianMixtureFamily(DensityFamily):
         k, m = components.mix_weights.shape
         opts = {"dtype": components.dtype, "device": components.device}
         inner = components._inner()
-        self._gaussian.map_update(inner, stats.gaussians, scale)
+        self.family._gaussian.priors().map_update(inner, stats.gaussians, scale)
         counts = stats.gaussians.counts.to(**opts).reshape(k, m)
         concentration = self.prior("mix_weights", k, components.n_features, scale, opts).concentration
         components.mix_weights = posterior_mode(dist.Dirichlet(counts + concentration))
@@ -479,6 +494,6 @@ class GaussianMixtureFamily(DensityFamily):
         """The mixing weights' ``log Dirichlet`` and the Gaussian family's log prior of every Gaussian."""
         opts = {"dtype": components.dtype, "device": components.device}
         weights = self.prior("mix_weights", components.n_components, d, scale, opts)
-        return weights.log_prob(components.mix_weights).sum() + self._gaussian.map_log_prior(
+        return weights.log_prob(components.mix_weights).sum() + self.family._gaussian.priors().map_log_prior(
             components._inner(), d, scale
         )

@@ -61,7 +61,7 @@ class IndependentFeatures:
         """Each row's missing entries given its posterior probabilities ``resp`` ``(N, K)`` over the components
         (given its observed entries) ``(N, D)``: the conditional mean ``sum_k resp_nk mean_kd`` (the features are
         independent given the component)."""
-        return resp @ self.mean
+        return resp @ self.moments().mean
 
     def join_features(self, fitted: list[Any]) -> None:
         """Take the features ``fitted`` (each :meth:`feature` fitted) as these components' parameters."""
@@ -169,7 +169,7 @@ class ObservedFeatures(ComponentsView):
         by the first component's mean of its feature (a value every family scores; its terms are masked out)."""
         x = torch.as_tensor(x).to(dtype=self.dtype, device=self.device)
         observed = ~torch.isnan(x)
-        filled = torch.where(observed, x, self.components.mean[0])
+        filled = torch.where(observed, x, self.components.moments().mean[0])
         return observed, [self.components.feature(d) for d in range(x.shape[1])], filled
 
     def _scored(self, data: torch.Tensor) -> tuple[torch.Tensor, Any]:
@@ -202,7 +202,7 @@ class ObservedFeatures(ComponentsView):
         """Each feature's weighted MLE from its statistics (the family's own statistics of complete rows split by
         feature), written into the underlying components; returns them."""
         components = self.components
-        n_features = components.mean.shape[1]
+        n_features = components.moments().mean.shape[1]
         parts = stats.features if isinstance(stats, FeatureStatistics) else split_by_feature(stats, n_features)
         components.join_features([components.feature(d).fit_statistics(part) for d, part in enumerate(parts)])
         return components

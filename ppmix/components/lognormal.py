@@ -16,16 +16,17 @@ import torch
 from pyro.distributions import constraints
 
 from ppmix._validation import check_float
-from ppmix.components.base import ComponentFamily
+from ppmix.components.base import ComponentFamily, Moments
 from ppmix.components.centred import as_floor
-from ppmix.components.family import DataScale, PriorKey, SiteSpec, with_priors
+from ppmix.components.divergence import kl_divergence, register_kl
+from ppmix.components.family import DataScale, FamilyPriors, PriorKey, SiteSpec, with_priors
 from ppmix.components.gaussian_diag import DiagGaussian
 from ppmix.components.gaussian_family import GaussianFamily, robust_spread, scale_sample
 from ppmix.components.gaussian_statistics import GaussianStatistics
 from ppmix.components.independent import IndependentFeatures
 from ppmix.components.positive import LogData, LogDataFamily, as_log_data
 
-__all__ = ["LogNormalComponents", "LogNormalFamily"]
+__all__ = ["LogNormalComponents", "LogNormalFamily", "LogNormalPriors"]
 
 
 class LogNormalComponents(IndependentFeatures, ComponentFamily):
@@ -65,16 +66,10 @@ class LogNormalComponents(IndependentFeatures, ComponentFamily):
             part.reg_covar = self.reg_covar[d : d + 1]
         return part
 
-    @property
-    def mean(self) -> torch.Tensor:
-        """``exp(loc + scale^2 / 2)`` ``(K, D)``."""
-        return (self.loc + self.scale.square() / 2).exp()
-
-    @property
-    def covariance(self) -> torch.Tensor:
-        """The variances ``(exp(scale^2) - 1) exp(2 loc + scale^2)`` ``(K, D)``."""
+    def moments(self) -> Moments:
+        """The means ``exp(loc + scale^2 / 2)`` and variances ``(exp(scale^2) - 1) exp(2 loc + scale^2)`` ``(K, D)``."""
         variance = self.scale.square()
-        return variance.expm1() * (2 * self.loc + variance).exp()
+        return Moments((self.loc + variance / 2).exp(), variance.expm1() * (2 * self.loc + variance).exp())
 
     @property
     def reference(self) -> torch.Tensor:
@@ -122,9 +117,11 @@ class LogNormalComponents(IndependentFeatures, ComponentFamily):
     def sample(self, index: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         return self._normal().sample(index, generator).exp()
 
-    def kl(self, other: "LogNormalComponents") -> torch.Tensor:
-        """``KL(self_i || other_j)``, ``(K, K')``: the Gaussians' on ``log x`` (``exp`` is a bijection)."""
-        return self._normal().kl(other._normal())
+
+@register_kl(LogNormalComponents, LogNormalComponents)
+def _kl_log_normal_components(p: LogNormalComponents, q: LogNormalComponents) -> torch.Tensor:
+    """``KL(p_i || q_j)``, ``(K, K')``: the Gaussians' on ``log x`` (``exp`` is a bijection)."""
+    return kl_divergence(p._normal(), q._normal())
 
 
 class LogNormalFamily(LogDataFamily):
@@ -143,8 +140,8 @@ class LogNormalFamily(LogDataFamily):
     The Pyro sites are ``loc`` and ``scale`` ``(K, D)`` (as in ``torch.distributions.LogNormal``); under MCMC their
     priors are the diagonal Gaussian family's on ``log x``: ``loc ~ N(mean(log X), 3 std(log X))`` and ``scale^2 ~
     InverseGamma(1, var(log X) / 100)``, whose hyperparameters ``priors=`` sets under the Gaussian family's keys
-    (:meth:`prior_keys`). The prior is conjugate on ``log x`` (the Jacobian ``-sum log x`` does not depend on the
-    parameters), so MAP-EM (``engine="em"`` with ``priors``) is the diagonal Gaussian's closed-form update on the
+    (:meth:`LogNormalPriors.keys`). The prior is conjugate on ``log x`` (the Jacobian ``-sum log x`` does not depend on
+    the parameters), so MAP-EM (``engine="em"`` with ``priors``) is the diagonal Gaussian's closed-form update on the
     logarithms, and ``engine="gibbs"`` draws from the diagonal Gaussian's conditional posteriors on them.
 
     Examples
@@ -194,23 +191,32 @@ class LogNormalFamily(LogDataFamily):
     def _component_options(self, scale: DataScale) -> dict[str, Any]:
         return {"reg_covar": as_floor(scale.get("floor", self.reg_covar))}
 
-    def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
-        return self._log_gaussian().prior({"loc": "locs", "scale": "scales"}[site], k, d, scale, opts)
+    def priors(self) -> "LogNormalPriors":
+        return LogNormalPriors(self)
 
-    def prior_keys(self) -> dict[str, PriorKey]:
+
+class LogNormalPriors(FamilyPriors):
+    """The priors of :class:`LogNormalFamily` (its :meth:`~LogNormalFamily.priors`)."""
+
+    family: LogNormalFamily
+
+    def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
+        return self.family._log_gaussian().priors().prior({"loc": "locs", "scale": "scales"}[site], k, d, scale, opts)
+
+    def keys(self) -> dict[str, PriorKey]:
         """The diagonal Gaussian family's, on ``log x``: ``locs_loc``, ``locs_scale``, ``variance_concentration`` and
         ``variance_rate``."""
-        return GaussianFamily("diag").prior_keys()
+        return GaussianFamily("diag").priors().keys()
 
     def map_update(self, components: LogNormalComponents, stats: GaussianStatistics, scale: DataScale) -> None:
         """The diagonal Gaussian's MAP update on ``log x`` (its statistics are those of the logarithms)."""
         normal = components._normal()
-        self._log_gaussian().map_update(normal, stats, scale)
+        self.family._log_gaussian().priors().map_update(normal, stats, scale)
         components.loc, components.scale = normal.loc, normal.scale
 
     def map_log_prior(self, components: LogNormalComponents, d: int, scale: DataScale) -> torch.Tensor:
         """The diagonal Gaussian's log prior of the means and variances of ``log x``."""
-        return self._log_gaussian().map_log_prior(components._normal(), d, scale)
+        return self.family._log_gaussian().priors().map_log_prior(components._normal(), d, scale)
 
     def conjugate_posterior(
         self, site: str, stats: GaussianStatistics, values: dict[str, torch.Tensor], scale: DataScale, opts: dict
@@ -219,4 +225,6 @@ class LogNormalFamily(LogDataFamily):
         normal, ``scale**2`` given ``loc`` inverse-gamma, from the statistics of the logarithms."""
         renamed = {"loc": "locs", "scale": "scales"}
         gaussian_values = {renamed[name]: value for name, value in values.items() if name in renamed}
-        return self._log_gaussian().conjugate_posterior(renamed[site], stats, gaussian_values, scale, opts)
+        return (
+            self.family._log_gaussian().priors().conjugate_posterior(renamed[site], stats, gaussian_values, scale, opts)
+        )

@@ -33,10 +33,12 @@ from pyro.distributions import constraints
 
 from ppmix._validation import InvalidDataError
 from ppmix.algorithms.floored_simplex import floored_frequencies
-from ppmix.components.base import ComponentFamily
+from ppmix.components.base import ComponentFamily, Moments
+from ppmix.components.divergence import register_kl
 from ppmix.components.family import (
     DataScale,
     DensityFamily,
+    FamilyPriors,
     MeanStatisticsComponents,
     PreparedRows,
     PriorKey,
@@ -51,6 +53,7 @@ __all__ = [
     "CountRows",
     "MultinomialComponents",
     "MultinomialFamily",
+    "MultinomialPriors",
     "ObservedCountStatistics",
     "ObservedCounts",
     "RowTotalMultinomial",
@@ -303,10 +306,10 @@ class MultinomialComponents(MeanStatisticsComponents):
             raise ValueError("probs must be non-negative")
         self.probs, self.floor, self.sample_total = probs, float(floor), int(sample_total)
 
-    @property
-    def mean(self) -> torch.Tensor:
-        """The expected share of each category in a row, ``probs`` ``(K, D)`` (of ``n`` trials: ``n`` times it)."""
-        return self.probs
+    def moments(self) -> Moments:
+        """The expected share of each category in a row, ``probs`` ``(K, D)`` (of ``n`` trials: ``n`` times it); no
+        covariance (a row's depends on its number of trials)."""
+        return Moments(self.probs, None)
 
     def log_prob(self, data: Any) -> torch.Tensor:
         """``log n! - sum_d log x_d! + sum_d x_d log probs_kd``, ``(N, K)``: one GEMM, the coefficient cached in
@@ -352,10 +355,12 @@ class MultinomialComponents(MeanStatisticsComponents):
         counts = torch.zeros(len(index), self.probs.shape[1], dtype=self.dtype, device=self.device)
         return counts.scatter_add_(1, draws, torch.ones_like(draws, dtype=self.dtype))
 
-    def kl(self, other: "MultinomialComponents") -> torch.Tensor:
-        """``KL`` of one trial, ``(K, K')``: ``sum_d p log(p / q)`` (``n`` trials: ``n`` times it)."""
-        p, q = self.probs[:, None, :], other.probs[None, :, :]
-        return torch.xlogy(p, p / q).sum(-1)
+
+@register_kl(MultinomialComponents, MultinomialComponents)
+def _kl_multinomial_components(p: MultinomialComponents, q: MultinomialComponents) -> torch.Tensor:
+    """``KL`` of one trial, ``(K, K')``: ``sum_d p log(p / q)`` (``n`` trials: ``n`` times it)."""
+    p, q = p.probs[:, None, :], q.probs[None, :, :]
+    return torch.xlogy(p, p / q).sum(-1)
 
 
 class MultinomialFamily(DensityFamily):
@@ -422,7 +427,16 @@ class MultinomialFamily(DensityFamily):
         total = scale.get("total")
         return {"floor": self.floor, "sample_total": 1 if total is None else max(int(total.round()), 1)}
 
-    def prior_keys(self) -> dict[str, PriorKey]:
+    def priors(self) -> "MultinomialPriors":
+        return MultinomialPriors(self)
+
+
+class MultinomialPriors(FamilyPriors):
+    """The priors of :class:`MultinomialFamily` (its :meth:`~MultinomialFamily.priors`)."""
+
+    family: MultinomialFamily
+
+    def keys(self) -> dict[str, PriorKey]:
         return {
             "probs_concentration": PriorKey(
                 "the Dirichlet concentration of the categories (default 1)", "concentration"
@@ -430,7 +444,7 @@ class MultinomialFamily(DensityFamily):
         }
 
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
-        return dist.Dirichlet(prior_value(self, "probs_concentration", torch.ones(d, **opts)))
+        return dist.Dirichlet(prior_value(self.family, "probs_concentration", torch.ones(d, **opts)))
 
     def map_update(self, components: MultinomialComponents, stats: WeightedSums, scale: DataScale) -> None:
         """The weighted MLE of the counts plus ``alpha - 1`` under ``Dirichlet(alpha)``: the posterior mode."""

@@ -3,10 +3,11 @@
 The whole family in one module, as an example of writing one (see the user guide's
 ``docs/guide/writing-a-family.md``): :class:`PoissonComponents` are the fitted components (``log_prob``, the MLE
 from the weighted sums of :class:`~ppmix.components.family.MeanStatisticsComponents`, the Pyro
-distribution, sampling); :class:`PoissonFamily` is what a structure takes (``Mixture(3,
-family="poisson")``, ``HMM(3, emission="poisson")``): its Pyro site ``rate``, the data it accepts
-(non-negative integers) and the weak prior of MCMC. Registered in :mod:`ppmix.components.registry`
-as ``"poisson"``.
+distribution, sampling, the moments); :class:`PoissonFamily` is what a structure takes (``Mixture(3,
+family="poisson")``, ``HMM(3, emission="poisson")``): its Pyro site ``rate`` and the data it accepts (non-negative
+integers); :class:`PoissonPriors` are its priors (MCMC's weak prior, the keys ``priors=`` sets, MAP-EM and Gibbs),
+and its closed-form KL divergence is registered with :func:`~ppmix.components.divergence.register_kl`. Registered
+in :mod:`ppmix.components.registry` as ``"poisson"``.
 """
 
 from __future__ import annotations
@@ -18,9 +19,12 @@ import torch
 from pyro.distributions import constraints
 
 from ppmix._validation import InvalidDataError
+from ppmix.components.base import Moments
+from ppmix.components.divergence import register_kl
 from ppmix.components.family import (
     DataScale,
     DensityFamily,
+    FamilyPriors,
     MeanStatisticsComponents,
     PriorKey,
     SiteSpec,
@@ -30,7 +34,7 @@ from ppmix.components.family import (
 from ppmix.components.family_tools import prior_value
 from ppmix.components.independent import IndependentFeatures
 
-__all__ = ["PoissonComponents", "PoissonFamily"]
+__all__ = ["PoissonComponents", "PoissonFamily", "PoissonPriors"]
 
 
 class PoissonComponents(IndependentFeatures, MeanStatisticsComponents):
@@ -64,14 +68,9 @@ class PoissonComponents(IndependentFeatures, MeanStatisticsComponents):
             raise ValueError("rate must be positive")
         self.rate, self.floor = rate, float(floor)
 
-    @property
-    def mean(self) -> torch.Tensor:
-        return self.rate
-
-    @property
-    def covariance(self) -> torch.Tensor:
-        """The variances ``(K, D)``: a Poisson count's variance is its rate."""
-        return self.rate
+    def moments(self) -> Moments:
+        """The means and variances ``(K, D)``: a Poisson count's are both its rate."""
+        return Moments(self.rate, self.rate)
 
     def log_prob(self, data: torch.Tensor) -> torch.Tensor:
         """``sum_d log Poisson(x_nd | rate_kd)``, ``(N, K)``: one GEMM for ``x log(rate)``."""
@@ -90,10 +89,12 @@ class PoissonComponents(IndependentFeatures, MeanStatisticsComponents):
     def sample(self, index: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         return torch.poisson(self.rate[index], generator=generator)
 
-    def kl(self, other: "PoissonComponents") -> torch.Tensor:
-        """``KL(self_i || other_j)``, ``(K, K')``: ``sum_d a log(a / b) - a + b``."""
-        a, b = self.rate[:, None, :], other.rate[None, :, :]
-        return (a * (a.log() - b.log()) - a + b).sum(-1)
+
+@register_kl(PoissonComponents, PoissonComponents)
+def _kl_poisson_components(p: PoissonComponents, q: PoissonComponents) -> torch.Tensor:
+    """``KL(p_i || q_j)``, ``(K, K')``: ``sum_d a log(a / b) - a + b``."""
+    a, b = p.rate[:, None, :], q.rate[None, :, :]
+    return (a * (a.log() - b.log()) - a + b).sum(-1)
 
 
 class PoissonFamily(DensityFamily):
@@ -147,16 +148,25 @@ class PoissonFamily(DensityFamily):
     def _component_options(self, scale: DataScale) -> dict[str, Any]:
         return {"floor": self.floor}
 
-    def prior_keys(self) -> dict[str, PriorKey]:
+    def priors(self) -> "PoissonPriors":
+        return PoissonPriors(self)
+
+
+class PoissonPriors(FamilyPriors):
+    """The priors of :class:`PoissonFamily` (its :meth:`~PoissonFamily.priors`)."""
+
+    family: PoissonFamily
+
+    def keys(self) -> dict[str, PriorKey]:
         return {
             "rate_concentration": PriorKey("the Gamma shape of the rates (default 1)"),
             "rate_rate": PriorKey("the Gamma rate of the rates (default 1 / the data's mean count)"),
         }
 
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
-        mean = scale.get("mean", torch.ones(d)).to(**opts).clamp_min(self.floor)
-        shape = prior_value(self, "rate_concentration", torch.ones_like(mean))
-        return dist.Gamma(shape, prior_value(self, "rate_rate", 1.0 / mean)).to_event(1)
+        mean = scale.get("mean", torch.ones(d)).to(**opts).clamp_min(self.family.floor)
+        shape = prior_value(self.family, "rate_concentration", torch.ones_like(mean))
+        return dist.Gamma(shape, prior_value(self.family, "rate_rate", 1.0 / mean)).to_event(1)
 
     def map_update(self, components: PoissonComponents, stats: WeightedSums, scale: DataScale) -> None:
         """``rate_k = (sum_n r_nk x_n + a - 1) / (n_k + b)`` under ``Gamma(a, b)``, at least ``floor``."""

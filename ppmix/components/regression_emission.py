@@ -28,7 +28,7 @@ from pyro.distributions import constraints
 
 from ppmix.components.base import ComponentFamily
 from ppmix.components.expert_family import ExpertFamily, TargetScale
-from ppmix.components.family import DataScale, DensityFamily, PreparedRows, SiteSpec, Statistics
+from ppmix.components.family import DataScale, DensityFamily, FamilyPriors, PreparedRows, SiteSpec, Statistics
 from ppmix.components.registry import expert_family_from
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "PoissonRegressionFamily",
     "RegressionComponents",
     "RegressionFamily",
+    "RegressionPriors",
     "RegressionRows",
     "WeightedPairs",
 ]
@@ -369,16 +370,25 @@ class RegressionFamily(DensityFamily):
             "noise_floor": 1e-8 if std is None else NOISE_FLOOR * float(std) ** 2,
         }
 
+    def priors(self) -> "RegressionPriors":
+        return RegressionPriors(self)
+
+
+class RegressionPriors(FamilyPriors):
+    """The priors of :class:`RegressionFamily` (its :meth:`~RegressionFamily.priors`)."""
+
+    family: RegressionFamily
+
     def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
-        """The expert family's MCMC prior of ``site`` (``priors=`` keys: its ``prior_keys``)."""
-        spec = self.sites(k, d)[site]
-        expert, target = self._expert(), self._target_scale(scale)
-        if self._prior_settings:
-            return expert.configured_prior(site, k, spec.event_shape, self._prior_settings, target, opts)
+        """The expert family's MCMC prior of ``site`` (``priors=`` keys: its ``prior_keys``, :meth:`keys`)."""
+        spec = self.family.sites(k, d)[site]
+        expert, target = self.family._expert(), self.family._target_scale(scale)
+        if self.family._prior_settings:
+            return expert.configured_prior(site, k, spec.event_shape, self.family._prior_settings, target, opts)
         return expert.prior(site, k, spec.event_shape, target, opts)
 
-    def prior_keys(self) -> dict[str, Any]:
-        return self._expert().prior_keys()
+    def keys(self) -> dict[str, Any]:
+        return self.family._expert().prior_keys()
 
 
 class LinearRegressionFamily(RegressionFamily):

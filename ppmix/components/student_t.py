@@ -15,6 +15,7 @@ so EM never decreases the log-likelihood.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import pyro.distributions as dist
@@ -22,9 +23,17 @@ import torch
 from pyro.distributions import constraints
 
 from ppmix._validation import check_float
-from ppmix.components.base import ComponentFamily
+from ppmix.components.base import ComponentFamily, Moments
 from ppmix.components.centred import as_floor, padded_counts
-from ppmix.components.family import DataScale, DensityFamily, PriorKey, SiteSpec, components_from_state, with_priors
+from ppmix.components.family import (
+    DataScale,
+    DensityFamily,
+    FamilyPriors,
+    PriorKey,
+    SiteSpec,
+    components_from_state,
+    with_priors,
+)
 from ppmix.components.family_tools import prior_value
 from ppmix.components.gaussian_diag import DiagGaussian
 from ppmix.components.gaussian_family import GaussianFamily
@@ -38,6 +47,7 @@ __all__ = [
     "StudentTBase",
     "StudentTComponents",
     "StudentTFamily",
+    "StudentTPriors",
     "StudentTStatistics",
     "solve_df",
 ]
@@ -45,7 +55,7 @@ __all__ = [
 #: the default range of the fitted degrees of freedom: below 0.5 the tails are heavier than any data need;
 #: above 200 the t is a Gaussian to within the rounding of a fit
 DF_RANGE = (0.5, 200.0)
-#: the degrees of freedom of the placeholder components whose parameters the first M-step sets
+#: the degrees of freedom EM starts from (the ``df`` site's start value), which the first M-step updates
 START_DF = 10.0
 #: the family's scale matrices: diagonal (:class:`StudentTComponents`) or full (:class:`FullStudentTComponents`)
 COVARIANCE_TYPES = ("diag", "full")
@@ -128,11 +138,6 @@ class StudentTBase(ComponentFamily):
     @property
     def n_features(self) -> int:
         return int(self.loc.shape[1])
-
-    @property
-    def mean(self) -> torch.Tensor:
-        """The locations ``(K, D)`` (the means where ``df > 1``)."""
-        return self.loc
 
     def _covariance_inflation(self) -> torch.Tensor:
         """``df / (df - 2)`` ``(K,)``, the covariance over ``Sigma`` (infinite where ``df <= 2``)."""
@@ -296,10 +301,10 @@ class StudentTComponents(StudentTBase):
         self._set_common(df, loc, reg_covar, df_range)
         self.scale = scale
 
-    @property
-    def covariance(self) -> torch.Tensor:
-        """The variances ``scale^2 df / (df - 2)`` ``(K, D)`` (infinite where ``df <= 2``)."""
-        return self.scale.square() * self._covariance_inflation()[:, None]
+    def moments(self) -> Moments:
+        """The locations (the means where ``df > 1``) and the variances ``scale^2 df / (df - 2)`` ``(K, D)``
+        (infinite where ``df <= 2``)."""
+        return Moments(self.loc, self.scale.square() * self._covariance_inflation()[:, None])
 
     def observed(self) -> ComponentFamily:
         """The components seen through the observed entries of rows with missing entries
@@ -376,10 +381,10 @@ class FullStudentTComponents(StudentTBase):
         self._set_common(df, loc, reg_covar, df_range)
         self.scale_tril = scale_tril.tril()
 
-    @property
-    def covariance(self) -> torch.Tensor:
-        """The covariances ``Sigma df / (df - 2)`` ``(K, D, D)`` (infinite where ``df <= 2``)."""
-        return self.scale_tril @ self.scale_tril.mT * self._covariance_inflation()[:, None, None]
+    def moments(self) -> Moments:
+        """The locations ``(K, D)`` (the means where ``df > 1``) and the covariances ``Sigma df / (df - 2)``
+        ``(K, D, D)`` (infinite where ``df <= 2``)."""
+        return Moments(self.loc, self.scale_tril @ self.scale_tril.mT * self._covariance_inflation()[:, None, None])
 
     def observed(self) -> ComponentFamily:
         """The components seen through the observed entries of rows with missing entries
@@ -423,6 +428,12 @@ class FullStudentTComponents(StudentTBase):
         return (self.scale_tril[index] @ noise.unsqueeze(-1)).squeeze(-1)
 
 
+def _data_start(key: str, default: float, d: int, k: int, scale: DataScale, opts: dict) -> torch.Tensor:
+    """The data scale's ``key`` (``default`` before one is measured) on ``d`` features for each of ``k`` components:
+    where the Student-t's ``loc`` (``"mean"``) and scales (``"std"``) start."""
+    return scale.get(key, torch.full((d,), default)).to(**opts).expand(k, d).clone()
+
+
 class StudentTFamily(DensityFamily):
     """Student-t components with diagonal or full scale matrices, for heavy-tailed real data (registered as
     ``"student_t"``).
@@ -445,12 +456,12 @@ class StudentTFamily(DensityFamily):
     full Gaussian's, ``scales`` ``(K, D)`` and ``corr_cholesky`` ``(K, D, D)`` (``scale_tril = scales *
     corr_cholesky``); under MCMC their priors are ``df ~ Gamma(2, 0.1)`` (mean 20) and the Gaussian family's (of
     the same covariance type): ``loc ~ N(mean(X), 3 std(X))``, every ``scale^2 ~ InverseGamma(1, var(X) / 100)`` and
-    ``corr_cholesky ~ LKJCholesky(D, 2)``; ``priors=`` sets them (:meth:`prior_keys`: the Gaussian's keys and
+    ``corr_cholesky ~ LKJCholesky(D, 2)``; ``priors=`` sets them (:meth:`StudentTPriors.keys`: the Gaussian's keys and
     ``df_concentration``, ``df_rate``).
 
     MAP-EM (``engine="em"`` with ``priors``) is the ECM of maximum likelihood with the prior added to each
     conditional step: ``loc`` and ``Sigma`` by the Gaussian family's MAP update
-    (:meth:`~ppmix.components.gaussian_family.GaussianFamily.weighted_map_update`) on the ``r u``-weighted rows, whose
+    (:meth:`~ppmix.components.gaussian_family.GaussianPriors.weighted_map_update`) on the ``r u``-weighted rows, whose
     number in ``log |Sigma|`` is ``sum r``; then ``df`` by :func:`solve_df` with its Gamma prior.
 
     Examples
@@ -499,14 +510,22 @@ class StudentTFamily(DensityFamily):
         return GaussianFamily(reg_covar=self.reg_covar).data_scale(x, name, weight)
 
     def sites(self, k: int, d: int) -> dict[str, SiteSpec]:
-        sites = {"df": SiteSpec(constraints.positive, ()), "loc": SiteSpec(constraints.real, (d,))}
-        if self.covariance_type != "full":
-            return {**sites, "scale": SiteSpec(constraints.positive, (d,))}
-        return {
-            **sites,
-            "scales": SiteSpec(constraints.positive, (d,)),
-            "corr_cholesky": SiteSpec(constraints.corr_cholesky, (d, d)),
+        """``df``, ``loc`` and ``scale`` (full: ``scales`` and ``corr_cholesky``). EM starts at the data's centre and
+        spread (full: uncorrelated) with ``df = 10``: the first M-step (from the start's responsibilities) weighs
+        every start cluster's rows nearly alike, and ``df`` starts moderately heavy-tailed (from ``max_df`` EM takes
+        about three times as many iterations to bring it down to data with ``df = 3``)."""
+        sites = {
+            "df": SiteSpec(constraints.positive, (), start=self._start_df),
+            "loc": SiteSpec(constraints.real, (d,), start=functools.partial(_data_start, "mean", 0.0, d)),
         }
+        spread = SiteSpec(constraints.positive, (d,), start=functools.partial(_data_start, "std", 1.0, d))
+        if self.covariance_type != "full":
+            return {**sites, "scale": spread}
+        return {**sites, "scales": spread, "corr_cholesky": SiteSpec(constraints.corr_cholesky, (d, d))}
+
+    def _start_df(self, k: int, scale: DataScale, opts: dict) -> torch.Tensor:
+        """``df = 10`` (:data:`START_DF`) for each of ``k`` components, within ``[min_df, max_df]``."""
+        return torch.full((k,), START_DF, **opts).clamp(self.min_df, self.max_df)
 
     def components(self, values: dict[str, torch.Tensor], scale: DataScale) -> ComponentFamily:
         if self.covariance_type != "full":
@@ -530,44 +549,27 @@ class StudentTFamily(DensityFamily):
     def _component_options(self, scale: DataScale) -> dict:
         return {"reg_covar": as_floor(scale.get("floor", self.reg_covar)), "df_range": (self.min_df, self.max_df)}
 
-    def placeholder(self, k: int, d: int, scale: DataScale, opts: dict) -> ComponentFamily:
-        """Components at the data's centre and spread (full: uncorrelated) with ``df = 10``: the first M-step (from
-        the start's responsibilities) weighs every start cluster's rows nearly alike, and ``df`` starts moderately
-        heavy-tailed (from ``max_df`` EM takes about three times as many iterations to bring it down to data with
-        ``df = 3``)."""
-        mean = scale.get("mean", torch.zeros(d)).to(**opts)
-        std = scale.get("std", torch.ones(d)).to(**opts)
-        df = torch.full((k,), START_DF, **opts).clamp(self.min_df, self.max_df)
-        values = {"df": df, "loc": mean.expand(k, d).clone()}
-        if self.covariance_type == "full":
-            eye = torch.eye(d, **opts).expand(k, d, d).clone()
-            return self.components({**values, "scales": std.expand(k, d).clone(), "corr_cholesky": eye}, scale)
-        return self.components({**values, "scale": std.expand(k, d).clone()}, scale)
+    def priors(self) -> "StudentTPriors":
+        return StudentTPriors(self)
+
+
+class StudentTPriors(FamilyPriors):
+    """The priors of :class:`StudentTFamily` (its :meth:`~StudentTFamily.priors`)."""
+
+    family: StudentTFamily
 
     def _gaussian(self) -> GaussianFamily:
         """The Gaussian family of the same covariance type, with :attr:`prior_settings`: the priors of ``loc`` and
         the scale matrix, and their MAP update."""
-        return with_priors(GaussianFamily(self.covariance_type, self.reg_covar), self._prior_settings)
-
-    def prior_keys(self) -> dict[str, PriorKey]:
-        """The Gaussian family's keys (``locs_loc``, ``locs_scale``, ``variance_concentration``, ``variance_rate``;
-        full: ``corr_concentration``), and the Gamma prior of ``df``."""
-        return {
-            **GaussianFamily(self.covariance_type).prior_keys(),
-            "df_concentration": PriorKey("the Gamma shape of the degrees of freedom (default 2)", "concentration"),
-            "df_rate": PriorKey("the Gamma rate of the degrees of freedom (default 0.1)"),
-        }
-
-    def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
-        if site == "df":
-            return dist.Gamma(*self._df_prior(opts))
-        return self._gaussian().prior({"loc": "locs", "scale": "scales"}.get(site, site), k, d, scale, opts)
+        return with_priors(
+            GaussianFamily(self.family.covariance_type, self.family.reg_covar), self.family._prior_settings
+        )
 
     def _df_prior(self, opts: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """The shape and rate of the Gamma prior of ``df``."""
         return (
-            prior_value(self, "df_concentration", torch.tensor(2.0, **opts)),
-            prior_value(self, "df_rate", torch.tensor(0.1, **opts)),
+            prior_value(self.family, "df_concentration", torch.tensor(2.0, **opts)),
+            prior_value(self.family, "df_rate", torch.tensor(0.1, **opts)),
         )
 
     def _gaussian_view(self, components: StudentTBase) -> ComponentFamily:
@@ -577,12 +579,26 @@ class StudentTFamily(DensityFamily):
             return FullGaussian(components.loc, components.scale_tril, components.reg_covar)
         return DiagGaussian(components.loc, components.scale, components.reg_covar)
 
+    def keys(self) -> dict[str, PriorKey]:
+        """The Gaussian family's keys (``locs_loc``, ``locs_scale``, ``variance_concentration``, ``variance_rate``;
+        full: ``corr_concentration``), and the Gamma prior of ``df``."""
+        return {
+            **GaussianFamily(self.family.covariance_type).priors().keys(),
+            "df_concentration": PriorKey("the Gamma shape of the degrees of freedom (default 2)", "concentration"),
+            "df_rate": PriorKey("the Gamma rate of the degrees of freedom (default 0.1)"),
+        }
+
+    def prior(self, site: str, k: int, d: int, scale: DataScale, opts: dict) -> dist.Distribution:
+        if site == "df":
+            return dist.Gamma(*self._df_prior(opts))
+        return self._gaussian().priors().prior({"loc": "locs", "scale": "scales"}.get(site, site), k, d, scale, opts)
+
     def map_update(self, components: StudentTBase, stats: StudentTStatistics, scale: DataScale) -> None:
         """One MAP-ECM step: ``loc`` and the scale matrix by the Gaussian family's MAP update of the ``r u``-weighted
         rows (``sum r`` of them in ``log |Sigma|``), then ``df`` by :func:`solve_df` under its Gamma prior."""
         stats = stats.to(dtype=components.dtype, device=components.device)
         gaussian = self._gaussian_view(components)
-        self._gaussian().weighted_map_update(gaussian, stats.weighted, stats.counts, scale)
+        self._gaussian().priors().weighted_map_update(gaussian, stats.weighted, stats.counts, scale)
         components.loc = gaussian.loc
         if isinstance(components, FullStudentTComponents):
             components.scale_tril = gaussian.scale_tril
@@ -596,4 +612,4 @@ class StudentTFamily(DensityFamily):
         """The Gaussian family's log prior of ``loc`` and the scale matrix, plus ``log Gamma(df | a, b)``."""
         opts = {"dtype": components.dtype, "device": components.device}
         log_df = dist.Gamma(*self._df_prior(opts)).log_prob(components.df).sum()
-        return self._gaussian().map_log_prior(self._gaussian_view(components), d, scale) + log_df
+        return self._gaussian().priors().map_log_prior(self._gaussian_view(components), d, scale) + log_df

@@ -34,6 +34,7 @@ from ppmix.components.family_tools import (
     has_map_update,
     measure_data_scale,
     n_parameters,
+    placeholder,
     site_dims,
     start_points,
 )
@@ -152,7 +153,7 @@ class FamilyModel(MixtureModel):
         >>> keys["rate_rate"].doc
         "the Gamma rate of the rates (default 1 / the data's mean count)"
         """
-        return {**self._structure_prior_keys(), **self._component_family().prior_keys()}
+        return {**self._structure_prior_keys(), **self._component_family().priors().keys()}
 
     def _validate_priors(self, *, map_em: bool = False) -> None:
         """``priors`` None or a mapping of :meth:`prior_keys` to values in their domains (with ``map_em``, as MAP-EM
@@ -183,14 +184,14 @@ class FamilyModel(MixtureModel):
             return super()._init_values(data, generator)
 
     def _map_update_components(self, stats: Any) -> None:
-        """MAP-EM's M-step of the components (``priors`` set): the family's :meth:`map_update`."""
+        """MAP-EM's M-step of the components (``priors`` set): the family's priors' ``map_update``."""
         self._validate_priors(map_em=True)
         family = self._prior_family()
         if not has_map_update(family):
             covariance_type = getattr(family, "covariance_type", None)
             settings = "" if covariance_type is None else f" with covariance_type={covariance_type!r}"
             what, instead = f"the {family.name!r} family{settings}", "engine='mcmc'"
-        elif isinstance(stats, FeatureStatistics) and not getattr(family, "takes_feature_statistics", False):
+        elif isinstance(stats, FeatureStatistics) and not getattr(family.priors(), "takes_feature_statistics", False):
             what, instead = "rows with missing entries of independent features", "impute or drop those entries"
         else:
             what = ""
@@ -199,11 +200,11 @@ class FamilyModel(MixtureModel):
                 f"engine='em' with priors is MAP-EM, which has no M-step for {what}: use priors=None "
                 f"(maximum likelihood) or {instead}"
             )
-        family.map_update(self.components_, stats, self._scale)
+        family.priors().map_update(self.components_, stats, self._scale)
 
     def _map_log_prior_components(self) -> torch.Tensor:
         """The components' log prior density in MAP-EM's objective."""
-        return self._prior_family().map_log_prior(self.components_, int(self.n_features_in_), self._scale)
+        return self._prior_family().priors().map_log_prior(self.components_, int(self.n_features_in_), self._scale)
 
     def _saved_params(self) -> dict[str, Any]:
         """The constructor arguments, ``priors``' arrays as nested lists (JSON)."""
@@ -307,14 +308,17 @@ class FamilyModel(MixtureModel):
     def means_(self) -> torch.Tensor:
         """Component means ``(K, D)``."""
         self._check_fitted()
-        return self.components_.mean
+        return self.components_.moments().mean
 
     @property
     def covariances_(self) -> torch.Tensor:
         """Component covariances: ``(K, D)`` for families with independent features (the diagonal Gaussian's
         variances), ``(K, D, D)`` matrices for the full Gaussian."""
         self._check_fitted()
-        return self.components_.covariance
+        covariance = self.components_.moments().covariance
+        if covariance is None:
+            raise TypeError(f"the {self._component_family().name!r} family does not define its components' covariances")
+        return covariance
 
     # ------------------------------------------------------------- Pyro sites
     def _simplex_prior(
@@ -336,7 +340,7 @@ class FamilyModel(MixtureModel):
         if not self.is_bayesian:
             spec = self._component_family().sites(k, d)[site]
             return flat_prior(self, site, spec.support, () if spec.shared else (k,), spec.event_shape, opts)
-        return self._prior_family().prior(site, k, d, self._scale, opts)
+        return self._prior_family().priors().prior(site, k, d, self._scale, opts)
 
     def _sample_components(self, k: int, d: int, opts: dict, plate: pyro.plate | None = None) -> ComponentFamily:
         """Sample the family's shared sites, then its other sites in the ``components`` plate (``plate`` when the
@@ -392,8 +396,8 @@ class FamilyModel(MixtureModel):
         family, k, d = self._component_family(), self.n_components, self.n_features_in_
         if sites:
             return {name: spec.value_shape(k) for name, spec in family.sites(k, d).items()}
-        placeholder = family.placeholder(k, d, self._scale, {"dtype": self.dtype, "device": torch.device("cpu")})
-        return {name: tuple(value.shape) for name, value in placeholder.state_dict().items()}
+        start = placeholder(family, k, d, self._scale, {"dtype": self.dtype, "device": torch.device("cpu")})
+        return {name: tuple(value.shape) for name, value in start.state_dict().items()}
 
     def _component_dims(self) -> dict[str, list[str]]:
         return site_dims(self._component_family())
@@ -427,4 +431,4 @@ class FamilyModel(MixtureModel):
         family = self._component_family()
         if not self._scale or any(v.dim() == 1 and v.shape[0] != x.shape[1] for v in self._scale.values()):
             self._data_scale = family.data_scale(x)
-        return family.placeholder(self.n_components, x.shape[1], self._scale, {"dtype": x.dtype, "device": x.device})
+        return placeholder(family, self.n_components, x.shape[1], self._scale, {"dtype": x.dtype, "device": x.device})

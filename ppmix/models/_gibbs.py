@@ -4,19 +4,19 @@ Every chain alternates two exact draws (the classical sampler of these models, e
 for mixtures, Scott 2002 for HMMs):
 
 1. the globals given the latents: each component's parameters from the family's conjugate posterior
-   given the rows assigned to it (:meth:`~ppmix.components.family.DensityFamily.conjugate_posterior`),
+   given the rows assigned to it (:meth:`~ppmix.components.family.FamilyPriors.conjugate_posterior`),
    the mixture weights, or the HMM's initial distribution and the rows of its transition matrix (on
    their allowed entries), from their Dirichlet posteriors;
 2. the latents given the globals: each row's component from its posterior, or each sequence's state
    path by forward filtering, backward sampling (:func:`~ppmix.algorithms.ffbs.sample_paths`).
 
 The samplers are parts a structure builds for the engine (``model._gibbs_sampler()``: :class:`MixtureGibbs`,
-:class:`HMMGibbs`), each with ``start`` (every chain's latents at its start) and ``sweep`` (one sweep of every
-chain). The chains run together: the ``C`` chains' ``K`` components are one set of ``C K`` components (chain
-``c``'s component ``k`` at ``c K + k``), so one ``log_prob`` and one ``statistics`` call serve every chain.
-The priors are those of the model's program under ``bayesian()`` (the family's :meth:`prior`, a
-``Dirichlet(1)`` on the weights and the initial distribution, ``Dirichlet(transition_prior)`` on every
-transition row, each as the model's ``priors=`` sets it), so Gibbs and NUTS sample the same posterior.
+:class:`HMMGibbs`), each with ``start`` (every chain's latents at its start) and ``sweep`` (one sweep of every chain).
+The chains run together: the ``C`` chains' ``K`` components are one set of ``C K`` components (chain ``c``'s component
+``k`` at ``c K + k``), so one ``log_prob`` and one ``statistics`` call serve every chain. The priors are those of the
+model's program under ``bayesian()`` (the family's priors' :meth:`~ppmix.components.family.FamilyPriors.prior`, a
+``Dirichlet(1)`` on the weights and the initial distribution, ``Dirichlet(transition_prior)`` on every transition row,
+each as the model's ``priors=`` sets it), so Gibbs and NUTS sample the same posterior.
 """
 
 from __future__ import annotations
@@ -123,17 +123,17 @@ class FamilyGibbs:
         weights = _chain_labels(assignment, k).to(model.dtype)
         stats = current.components.statistics(rows, weights)
         opts = {"dtype": model.dtype, "device": weights.device}
-        drawn = family.site_values(current.components)
+        drawn, priors = family.site_values(current.components), family.priors()
         fixed = model._fixed
         for site in current.sites:  # in the family's order: a site's conditional sees the sites drawn before it
             if fixed is not None and site in fixed.values:  # a frozen site is not drawn
                 drawn[site] = fixed.chain_values(site, chains)
             else:
-                drawn[site] = family.conjugate_posterior(site, stats, drawn, scale, opts).sample()
+                drawn[site] = priors.conjugate_posterior(site, stats, drawn, scale, opts).sample()
         components = family.components(drawn, scale)
         values = {site: value.reshape(chains, k, *value.shape[1:]) for site, value in drawn.items()}
         d = int(model.n_features_in_)
-        log_prior = sum(family.prior(site, k, d, scale, opts).log_prob(value).sum(-1) for site, value in values.items())
+        log_prior = sum(priors.prior(site, k, d, scale, opts).log_prob(value).sum(-1) for site, value in values.items())
         return _ChainComponents(components, chains, family, current.sites), values, log_prior
 
     def structure_draw(self, site: str, concentration: torch.Tensor, allowed: torch.Tensor | None = None) -> Any:

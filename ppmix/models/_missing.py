@@ -218,9 +218,7 @@ def partly_observed_e_step(
     if view is not None:
         stats, log_likelihood = mixture_statistics(view, data.partial_x, log_weights, partial_weight)
     else:
-        stats, log_likelihood = missing_e_step(
-            data.partial, log_weights, components.mean, components.covariance, partial_weight
-        )
+        stats, log_likelihood = missing_e_step(data.partial, log_weights, *components.moments(), partial_weight)
     if data.complete is None:
         return stats, log_likelihood
     complete_weight = None if weight is None else weight[data.complete_rows]
@@ -253,7 +251,7 @@ def partly_observed_statistics(components: Any, data: PartlyObserved, resp: torc
     if view is not None:
         stats = view.statistics(data.partial_x, partial_resp)
     else:
-        stats = expected_statistics(data.partial, partial_resp, components.mean, components.covariance)
+        stats = expected_statistics(data.partial, partial_resp, *components.moments())
     if data.complete is None:
         return stats
     return _merged(components.statistics(data.complete, resp[data.complete_rows]), stats)
@@ -262,19 +260,19 @@ def partly_observed_statistics(components: Any, data: PartlyObserved, resp: torc
 def log_prob_with_missing(components: Any, x: torch.Tensor) -> torch.Tensor:
     """``log p_k(x_n)`` ``(N, K)`` of rows to predict, NaN where an entry is missing (those rows by their observed
     entries' marginal, centred at a point of the model, not of the batch: :func:`log_prob_observed`)."""
-    rows = partly_observed_rows(x, reference=components.mean.mean(0))
+    rows = partly_observed_rows(x, reference=components.moments().mean.mean(0))
     return components.log_prob(x) if rows is None else log_prob_observed(components, rows)
 
 
 def log_prob_observed(components: Any, data: PartlyObserved) -> torch.Tensor:
     """``log p_k(x_n)`` ``(N, K)`` of :class:`PartlyObserved` rows: the complete ones by the components' density,
     the others by the marginal density of their observed entries."""
-    out = data.x.new_empty(data.x.shape[0], components.mean.shape[0])
+    out = data.x.new_empty(data.x.shape[0], components.n_components)
     view = components.observed()
     if view is not None:
         out[data.partial_rows] = view.log_prob(data.partial_x)
     else:
-        out[data.partial_rows] = marginal_log_prob(data.partial, components.mean, components.covariance)
+        out[data.partial_rows] = marginal_log_prob(data.partial, *components.moments())
     if data.complete_rows.numel():
         complete = data.complete if data.complete is not None else data.x[data.complete_rows]
         out[data.complete_rows] = components.log_prob(complete)
@@ -298,8 +296,8 @@ def impute_rows(components: Any, log_weights: torch.Tensor, x: torch.Tensor) -> 
     view = components.observed()
     if view is not None:
         return torch.where(torch.isnan(x), view.imputed(resp, x), x)
-    rows = MissingRows.of(x, components.mean.mean(0))
-    return conditional_mean(rows, resp, components.mean, components.covariance)
+    mean, covariance = components.moments()
+    return conditional_mean(MissingRows.of(x, mean.mean(0)), resp, mean, covariance)
 
 
 def sample_missing(
@@ -329,7 +327,7 @@ def sample_missing(
     if not rows.numel():
         return out
     partial, gaps = x[rows], missing[rows]
-    loc, cov = components.mean, components.covariance
+    loc, cov = components.moments()
     resp = torch.softmax(log_prob_with_missing(components, partial) + log_weights, dim=1)
     drawn = torch.multinomial(resp.cpu(), 1, generator=generator).squeeze(1).to(x.device)
     chosen = torch.nn.functional.one_hot(drawn, resp.shape[1]).to(x.dtype)

@@ -561,7 +561,7 @@ class HMM(FamilyModel):
         their reference, not at the batch mean; frames with missing entries at the components' mean), so each
         sequence's output depends on that sequence and the model only."""
         if self._accepts_missing and bool(torch.isnan(batch.frames).any()):  # scored by the observed entries
-            observed = partly_observed_rows(batch.frames, reference=self.components_.mean.mean(0))
+            observed = partly_observed_rows(batch.frames, reference=self.components_.moments().mean.mean(0))
             return Batch(batch, observed=observed, sequences=batch)
         rows = self._step_rows(batch)[batch.mask]
         return Batch(batch, rows=self._component_family().prepare(rows, self.components_), sequences=batch)

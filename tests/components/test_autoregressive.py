@@ -19,6 +19,7 @@ from scipy.stats import multivariate_normal
 from ppmix import HMM, Mixture
 from ppmix.components import AutoRegressiveComponents, AutoRegressiveFamily, FullGaussian
 from ppmix.components.autoregressive import lagged_sequences
+from ppmix.components.family_tools import placeholder
 from ppmix.distributed import fit_em
 
 pytestmark = pytest.mark.filterwarnings("ignore::ppmix.engines.result.ConvergenceWarning")
@@ -163,7 +164,7 @@ def test_the_m_step_is_weighted_least_squares(seed, k, d, p, covariance_type):
     rows = rng.normal(size=(n, d * (p + 1))) + rng.normal(size=d * (p + 1))
     resp = rng.dirichlet(np.ones(k), size=n)
     family = AutoRegressiveFamily(lags=p, covariance_type=covariance_type, reg_covar=1e-12)
-    comps = family.placeholder(k, d, {}, {"dtype": F64})
+    comps = placeholder(family, k, d, {}, {"dtype": F64})
     prepared = family.prepare(torch.tensor(rows))
     comps.fit_statistics(comps.statistics(prepared, torch.tensor(resp)))
     design = np.hstack([rows[:, d:], np.ones((n, 1))])
@@ -375,7 +376,7 @@ def test_float32_far_from_the_origin_equals_float64_and_least_squares():
 def _fitted_on_rows(rows: np.ndarray, resp: np.ndarray, d: int, p: int) -> AutoRegressiveComponents:
     """Components fitted on step rows ``[x_t, lags]`` with responsibilities ``resp`` (one M-step)."""
     family = AutoRegressiveFamily(lags=p, reg_covar=1e-12)
-    comps = family.placeholder(resp.shape[1], d, {}, {"dtype": F64})
+    comps = placeholder(family, resp.shape[1], d, {}, {"dtype": F64})
     return comps.fit_statistics(comps.statistics(family.prepare(torch.tensor(rows)), torch.tensor(resp)))
 
 

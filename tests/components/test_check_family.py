@@ -25,6 +25,7 @@ from ppmix.components import (
     AutoRegressiveFamily,
     ComponentFamily,
     DensityFamily,
+    Moments,
     SiteSpec,
     Statistics,
     register_family,
@@ -64,13 +65,8 @@ class LaplaceComponents(ComponentFamily):
     def __init__(self, loc: torch.Tensor, scale: torch.Tensor, floor: torch.Tensor | float = 1e-6) -> None:
         self.loc, self.scale, self.floor = loc, scale, floor
 
-    @property
-    def mean(self) -> torch.Tensor:
-        return self.loc
-
-    @property
-    def covariance(self) -> torch.Tensor:
-        return 2 * self.scale.square()
+    def moments(self) -> Moments:
+        return Moments(self.loc, 2 * self.scale.square())
 
     def log_prob(self, x: torch.Tensor) -> torch.Tensor:
         return dist.Laplace(self.loc, self.scale).log_prob(x.to(self.dtype)[:, None, :]).sum(-1)

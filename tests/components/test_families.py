@@ -23,9 +23,9 @@ from pyro.distributions.transforms import biject_to
 from sklearn.metrics import adjusted_rand_score
 
 from ppmix import HMM, Mixture
-from ppmix.components.family import DensityFamily
+from ppmix.components.family import FamilyPriors
 from ppmix.components.family_tools import has_map_update
-from ppmix.components.poisson import PoissonFamily
+from ppmix.components.poisson import PoissonFamily, PoissonPriors
 from ppmix.components.registry import FAMILIES, family_from
 from ppmix.distributed import fit_em
 from ppmix.models.selection import select_components
@@ -195,7 +195,7 @@ def test_map_em_of_one_component_is_the_conjugate_posterior_mode(name):
     assert_close(got[0], torch.as_tensor(want, dtype=torch.float64), rtol=1e-8 if name == "lognormal" else 1e-10)
     # the objective is the log posterior: log-likelihood plus the log prior (the weight's Dirichlet(1) is 0)
     family = mix._prior_family()
-    log_prior = family.map_log_prior(mix.components_, mix.n_features_in_, mix._scale)
+    log_prior = family.priors().map_log_prior(mix.components_, mix.n_features_in_, mix._scale)
     assert mix.history_[-1] * len(x) == pytest.approx(mix.log_likelihood(x) + float(log_prior), rel=1e-10)
 
 
@@ -281,7 +281,7 @@ def _log_posterior_gradient(mix: Mixture, x: np.ndarray) -> float:
     components = family.components({site: biject_to(specs[site].support)(v) for site, v in free.items()}, mix._scale)
     log_prob = components.log_prob(family.prepare(torch.as_tensor(x)))
     log_posterior = torch.logsumexp(log_prob + mix.weights_.log(), 1).sum()
-    log_posterior = log_posterior + family.map_log_prior(components, mix.n_features_in_, mix._scale)
+    log_posterior = log_posterior + family.priors().map_log_prior(components, mix.n_features_in_, mix._scale)
     return max(float(g.abs().max()) for g in torch.autograd.grad(log_posterior, list(free.values())))
 
 
@@ -330,11 +330,19 @@ def test_bad_priors_are_errors_naming_priors(priors, match):
         Mixture(2, family="poisson", priors=priors, **QUIET).fit(x)
 
 
+class _NoMapPriors(PoissonPriors):
+    """A user's priors without a MAP update (every built-in family has one)."""
+
+    map_update = FamilyPriors.map_update
+
+
 class _NoMapPoisson(PoissonFamily):
-    """A user's family that writes no MAP update (every built-in family has one)."""
+    """A user's family whose priors write no MAP update."""
 
     name = "no_map_poisson"
-    map_update = DensityFamily.map_update
+
+    def priors(self) -> _NoMapPriors:
+        return _NoMapPriors(self)
 
 
 def test_map_em_is_refused_where_a_family_has_no_map_update_online_em_too():

@@ -132,8 +132,8 @@ def test_gaussian_draws_have_the_exact_posterior_means_of_one_component(covarian
         gmm.fit(x, engine="gibbs", num_samples=3000, warmup_steps=100, num_chains=4)
     family, scale = gmm._component_family(), gmm._scale
     opts = {"dtype": torch.float64}
-    loc_prior = family.prior("locs", 1, 1, scale, opts).base_dist
-    shape, rate = (float(v.reshape(-1)[0]) for v in family._variance_prior(scale["std"].to(**opts)))
+    loc_prior = family.priors().prior("locs", 1, 1, scale, opts).base_dist
+    shape, rate = (float(v.reshape(-1)[0]) for v in family.priors()._variance_prior(scale["std"].to(**opts)))
     m0, s0 = float(loc_prior.loc[0]), float(loc_prior.scale[0])
     mu = np.linspace(x.mean() - 5, x.mean() + 5, 801)[:, None]
     log_var = np.linspace(np.log(0.2), np.log(60.0), 801)[None, :]

@@ -426,7 +426,7 @@ def log_posterior_gradient(gmm, x):
         {"locs": free[0], "scales": free[1].exp(), "corr_cholesky": corr(free[2])}, gmm._scale
     )
     log_likelihood = torch.logsumexp(components.log_prob(torch.as_tensor(x)) + gmm.weights_.log(), 1).sum()
-    log_posterior = log_likelihood + family.map_log_prior(components, x.shape[1], gmm._scale)
+    log_posterior = log_likelihood + family.priors().map_log_prior(components, x.shape[1], gmm._scale)
     return max(float(g.abs().max()) for g in torch.autograd.grad(log_posterior, free))
 
 
@@ -447,7 +447,7 @@ def test_map_em_of_full_and_tied_covariances_is_monotone_and_converges_to_a_stat
     # the objective is the log posterior: the weights' Dirichlet(2) and the components' map_log_prior
     family = gmm._prior_family()
     log_prior = torch.distributions.Dirichlet(torch.full((2,), 2.0, dtype=torch.float64)).log_prob(gmm.weights_)
-    log_prior = log_prior + family.map_log_prior(gmm.components_, 3, gmm._scale)
+    log_prior = log_prior + family.priors().map_log_prior(gmm.components_, 3, gmm._scale)
     assert gmm.history_[-1] * len(x) == pytest.approx(gmm.log_likelihood(x) + float(log_prior), rel=1e-10)
 
 

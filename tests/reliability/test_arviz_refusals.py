@@ -14,7 +14,7 @@ import torch
 from pyro.distributions import constraints
 
 from ppmix import GMM, HMM, Mixture
-from ppmix.components import AdditiveStatistics, ComponentFamily, DensityFamily, SiteSpec
+from ppmix.components import AdditiveStatistics, ComponentFamily, DensityFamily, FamilyPriors, Moments, SiteSpec
 from ppmix.models._arviz import PointEstimateWarning, curvature_free_sites
 
 RNG = np.random.default_rng(0)
@@ -58,9 +58,8 @@ class _Laplaces(ComponentFamily):
     def __init__(self, loc, scale):
         self.loc, self.scale = loc, scale
 
-    @property
-    def mean(self):
-        return self.loc
+    def moments(self):
+        return Moments(self.loc, 2 * self.scale.square())
 
     def log_prob(self, x):
         return dist.Laplace(self.loc, self.scale).log_prob(x[:, None, :]).sum(-1)
@@ -86,6 +85,15 @@ class _Laplaces(ComponentFamily):
         return dist.Laplace(self.loc[index], self.scale[index]).sample()
 
 
+class _LaplacePriors(FamilyPriors):
+    def prior(self, site, k, d, scale, opts):
+        return (
+            dist.Normal(torch.zeros(d, **opts), 10.0).to_event(1)
+            if site == "loc"
+            else dist.LogNormal(torch.zeros(d, **opts), 2.0).to_event(1)
+        )
+
+
 class _LaplaceFamily(DensityFamily):
     name = "laplace"
     components_class = _Laplaces
@@ -93,12 +101,8 @@ class _LaplaceFamily(DensityFamily):
     def sites(self, k, d):
         return {"loc": SiteSpec(constraints.real, (d,)), "scale": SiteSpec(constraints.positive, (d,))}
 
-    def prior(self, site, k, d, scale, opts):
-        return (
-            dist.Normal(torch.zeros(d, **opts), 10.0).to_event(1)
-            if site == "loc"
-            else dist.LogNormal(torch.zeros(d, **opts), 2.0).to_event(1)
-        )
+    def priors(self):
+        return _LaplacePriors(self)
 
 
 def test_a_family_without_curvature_in_a_parameter_is_named_as_the_reason_for_no_laplace_draws():

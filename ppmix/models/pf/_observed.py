@@ -172,7 +172,7 @@ def map_fit_frame_statistics(
     """MAP-EM's update of the components from (merged) statistics, in place: each cell ``(k, d)`` maximises ``w_d
     sum_n r_nk o_nd log N(x_nd | k) + log prior(loc_kd, scale_kd)`` (``w = feature_weights`` ``(D,)``, the ELBO's
     ``phi``: a switched-off share of the data does not count), by the family's
-    :meth:`~ppmix.components.family.DensityFamily.map_update` on the ``K * D`` one-feature cells whose statistics
+    :meth:`~ppmix.components.family.FamilyPriors.map_update` on the ``K * D`` one-feature cells whose statistics
     are the data's times ``w_d`` (the weighted log-likelihood of a Gaussian is its likelihood of the statistics
     scaled so), each with its feature's data scale (``scale``: the training data's, with ``mean`` and ``std``) and
     hyperparameters (``family._prior_settings``: numbers or ``(D,)``). Returns the log-likelihood of the entries
@@ -213,7 +213,7 @@ def map_fit_frame_statistics(
     cell = DiagGaussian(
         components.loc.reshape(-1, 1), components.scale.reshape(-1, 1), reg_covar=cell_scale.get("floor", 0.0)
     )
-    cell_family.map_update(cell, weighted, cell_scale)
+    cell_family.priors().map_update(cell, weighted, cell_scale)
     components.loc, components.scale = cell.loc.reshape(k, d), cell.scale.reshape(k, d)
     squares = cells.scatter[:, 0] + cells.counts * (cells.mean[:, 0] - cell.loc[:, 0]).square()
     variance = cell.variance[:, 0]

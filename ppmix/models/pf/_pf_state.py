@@ -323,7 +323,7 @@ def _map_fit(model: Any, gaussians: DiagGaussian, stats: Statistics, phi: torch.
 
 def background_log_prior(model: Any) -> torch.Tensor:
     """MAP-EM's log prior of the background: the components' (the family's, under ``priors``)."""
-    return model._prior_family().map_log_prior(model.background_, int(model.n_features_in_), model._scale)
+    return model._prior_family().priors().map_log_prior(model.background_, int(model.n_features_in_), model._scale)
 
 
 def frame_objective_terms(model: Any, frames: Frames, weight: torch.Tensor | None = None) -> torch.Tensor:
