@@ -36,10 +36,10 @@ traced program (``initialize_model``'s potential, discrete latents enumerated), 
 spent in the batched potential and its gradient (the rest is the sampler's tree building in Python).
 
 **Scale** (section ``nuts``, rows ``nuts_scale``): the issue's two "under 2 minutes" cases, a diagonal GMM with N = 20 000
-(D = 2, K = 3) and a Gaussian HMM of 200 sequences x 200 steps (K = 3), 4 chains x (1 000 warmup + 1 000 draws),
-estimated, not run whole: the seconds of one batched potential call at that size (the HMM's: at 100 x 200, doubled)
-times the calls per iteration of the same model at the small size (``estimated_s``); the GMM is also run for 150 + 100 iterations and extrapolated
-linearly (``extrapolated_s``; the first warmup iterations, before the metric adapts, take the longest trees).
+(D = 2, K = 3) and a Gaussian HMM of 200 sequences x 200 steps (K = 3), 4 chains x (1 000 warmup + 1 000 draws), run
+whole (``measured_s``, the whole ``fit``), beside an estimate: the seconds of one batched potential call at that size
+(the HMM's: at 100 x 200, doubled) times the calls per iteration of the same model at the small size
+(``estimated_s``).
 
 Usage::
 
@@ -480,38 +480,37 @@ def batched_gradient_seconds(model: Any, data: Any, chains: int, repeats: int) -
 
 
 def scale_section(seed: int, quick: bool, nuts_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The issue's two "4 chains x 1 000 draws under 2 minutes" cases (1 000 warmup + 1 000 draws): estimated as
-    2 000 iterations x the batched potential calls per iteration of the same model at the small size (its row of the
-    NUTS section) x the seconds of one batched call at the large size (4 chains); the GMM also run for
-    ``150 + 100`` iterations, extrapolated linearly (quick: a tenth of each size, ``20 + 20``)."""
+    """The issue's two "4 chains x 1 000 draws under 2 minutes" cases (1 000 warmup + 1 000 draws), run whole, and
+    estimated as 2 000 iterations x the batched potential calls per iteration of the same model at the small size (its
+    row of the NUTS section) x the seconds of one batched call at the large size (4 chains) (quick: a tenth of each
+    size, ``20 + 20`` iterations)."""
     cases = {
         "gmm_diag_20000": ("gmm_diag", GMM(3, covariance_type="diag", seed=seed, progress=False),
                            mixture_data(2000 if quick else 20_000, 2, "gaussian", seed)),
-        # the call timed on half the sequences and doubled (linear in them): at 200 x 200, 4 chains, after the full EM
-        # fit, autograd once refused the gradient (a (2, 32768) tensor modified in place; not reproduced after a
-        # 3-iteration EM fit, cause not found)
+        # the call timed on half the sequences and doubled (linear in them); the run on all of them
         "hmm_200x200": ("hmm", HMM(3, covariance_type="diag", seed=seed, progress=False),
                         hmm_data(10 if quick else 100, 20 if quick else 200, "gaussian", seed)),
     }  # fmt: skip
     small = {row["model"]: row for row in nuts_rows}
     rows = []
+    model_like = HMM(3, covariance_type="diag", seed=seed, progress=False)
+    data_whole = hmm_data(20 if quick else 200, 20 if quick else 200, "gaussian", seed)
     for name, (like, model, data) in cases.items():
         calls = small[like]["ppmix_nuts"]["potential_calls"] / (small[like]["warmup"] + small[like]["draws"])
         call_s = batched_gradient_seconds(model, data, chains=4, repeats=3 if quick else 5)
         call_s *= 2 if name.startswith("hmm") else 1
         row = {"model": name, "chains": 4, "calls_per_iteration_at_small_size": calls, "batched_call_s": call_s,
                "estimated_s": 2000 * calls * call_s, "goal_s": 120.0}  # fmt: skip
-        if name.startswith("gmm"):
-            warmup, draws = (20, 20) if quick else (150, 100)
-            logger.info("%s: ppmix nuts, 4 chains x (%d + %d) iterations", name, warmup, draws)
-            run = run_ppmix_nuts(model, data, draws, warmup, 4, "ppmix")
-            row.update(
-                warmup=warmup, draws=draws, ppmix_nuts=run, extrapolated_s=run["seconds"] * 2000 / (warmup + draws)
-            )
+        warmup, draws = (20, 20) if quick else (1000, 1000)
+        if name.startswith("hmm"):
+            model, data = model_like, data_whole
+        logger.info("%s: ppmix nuts, 4 chains x (%d + %d) iterations", name, warmup, draws)
+        run = run_ppmix_nuts(model, data, draws, warmup, 4, "ppmix")
+        row.update(warmup=warmup, draws=draws, ppmix_nuts=run, measured_s=run["seconds"])
         rows.append(row)
-        logger.info("%s: 4 x (1000 + 1000) estimated %.0f s (%.1f calls per iteration x %.1f ms a call)%s; goal 120 s",
-                    name, row["estimated_s"], calls, 1e3 * call_s,
-                    f", run {row['extrapolated_s']:.0f} s extrapolated" if "extrapolated_s" in row else "")  # fmt: skip
+        logger.info("%s: 4 x (%d + %d) run %.0f s (ESS %.0f, r_hat %.3f); estimated %.0f s (%.1f calls per iteration x "
+                    "%.1f ms a call); goal 120 s", name, warmup, draws, run["seconds"], run["min_ess"], run["max_rhat"],
+                    row["estimated_s"], calls, 1e3 * call_s)  # fmt: skip
     return rows
 
 

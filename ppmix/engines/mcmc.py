@@ -144,16 +144,19 @@ def run_mcmc(
     **The potential.** For ppmix's structures with EM (:class:`~ppmix.models.mixture.Mixture`,
     :class:`~ppmix.models.gmm.GMM`, :class:`~ppmix.models.hmm.HMM`: every family and covariance type) NUTS runs
     on the potential built from the model's own batched log-likelihood, the discrete latents summed out (one
-    ``logsumexp`` for a mixture, the forward algorithm as a tree of step-matrix products for an HMM), plus the
+    ``logsumexp`` for a mixture, the forward algorithm for an HMM), plus the
     priors and log-Jacobians of the program's global sites (:mod:`ppmix.engines.potential`; the program stays the
     definition: the two potentials are tested equal): no trace per leapfrog step. On it runs ppmix's own NUTS
     (:mod:`ppmix.engines.nuts`, ``sampler="auto"`` or ``"ppmix"``): every chain advances in one batched call of the
     potential and its gradient per leapfrog step (the priors and Jacobians broadcast over the chains, in closed
-    form: :mod:`ppmix.engines.nuts_priors`; a mixture's components of every chain scored by one ``log_prob``; an
-    HMM's forward algorithm over every chain's sequences at once), chains whose trajectory has stopped masked, with
-    Stan's adaptation (dual averaging of the step size, a diagonal mass matrix from windows of the warmup) per
-    chain. ``sampler="pyro"`` runs Pyro's NUTS kernel on the same potential instead (the path before; about 1 ms of
-    Python per leapfrog step and chain). A program the hooks do not compute (a subclass writing its own
+    form: :mod:`ppmix.engines.nuts_priors`; a mixture's components of every chain scored by one ``log_prob``, the
+    gradient of the Gaussian and Student t families' log-likelihood in closed form,
+    :mod:`ppmix.engines.potential_grads`; an HMM's scaled forward algorithm over every chain's sequences at once,
+    its gradient from the backward recursion, :mod:`ppmix.engines.hmm_chains`), chains whose trajectory has stopped
+    masked, with Stan's adaptation (dual averaging of the step size, a diagonal mass matrix from windows of the
+    warmup) per chain, from a first diagonal metric of the potential's curvature at each chain's start.
+    ``sampler="pyro"`` runs Pyro's NUTS kernel on the same potential instead (the path before; about 1 ms of Python
+    per leapfrog step and chain). A program the hooks do not compute (a subclass writing its own
     ``model()``, a model without EM, a fit with known latents) runs Pyro's NUTS on the traced program, every
     leapfrog step tracing it with its discrete sites enumerated (about 10 ms of Python overhead whatever ``N``; an
     HMM's ``pyro.markov`` steps one by one); ``jit_compile=True`` compiles that traced potential with the PyTorch

@@ -76,18 +76,22 @@ def _pushed(prior: TransformedDistribution) -> LogDensity | None:
     base = closed_form(prior.base_dist)
     if base is None or not all(isinstance(t, (PowerTransform, ExpTransform)) for t in prior.transforms):
         return None
-    transforms = list(reversed(prior.transforms))
+    # undone last to first; a power map's constants ``1 / p``, ``log |p|`` and ``p - 1`` computed once (None: exp)
+    steps = [
+        None if isinstance(t, ExpTransform) else (1 / t.exponent, t.exponent.abs().log(), t.exponent - 1)
+        for t in reversed(prior.transforms)
+    ]
 
     def log_density(y: torch.Tensor) -> torch.Tensor:
-        log_jacobian = torch.zeros((), dtype=y.dtype, device=y.device)
-        for transform in transforms:
-            if isinstance(transform, ExpTransform):
+        log_jacobian: torch.Tensor | float = 0.0
+        for step in steps:
+            if step is None:
                 x = y.log()
                 log_jacobian = log_jacobian + x  # dy/dx = exp(x) = y
             else:
-                p = transform.exponent
-                x = y ** (1 / p)
-                log_jacobian = log_jacobian + p.abs().log() + (p - 1) * x.log()  # dy/dx = p x^(p - 1)
+                inverse, log_abs, minus_one = step
+                x = y**inverse
+                log_jacobian = log_jacobian + log_abs + minus_one * x.log()  # dy/dx = p x^(p - 1)
             y = x
         return base(y) - log_jacobian
 

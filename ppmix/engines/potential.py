@@ -35,9 +35,10 @@ from pyro.distributions import Distribution
 from pyro.distributions.transforms import Transform, biject_to
 from pyro.poutine.subsample_messenger import _Subsample
 
-from ppmix.algorithms.forward_backward import log_likelihood
 from ppmix.engines.enumeration import is_enumerated
+from ppmix.engines.hmm_chains import chains_log_likelihood
 from ppmix.engines.nuts_priors import closed_form
+from ppmix.engines.potential_grads import component_log_prob, mixture_log_likelihood
 
 if TYPE_CHECKING:
     from ppmix.models.base import MixtureModel
@@ -242,40 +243,64 @@ def _stacks_components(model: Any, sites: dict[str, Any]) -> bool:
 def _mixture_chains_log_likelihood(model: Any, data: torch.Tensor, values: dict[str, torch.Tensor]) -> torch.Tensor:
     """``sum_n log sum_k w_k p_k(x_n)`` of a mixture at every chain's globals ``{site: (C, ...)}``, ``(C,)``: the
     components of all chains as one set of ``C K`` (chain ``c``'s component ``k`` at ``c K + k``), scored by one
-    ``log_prob``, with the weights normalised as :meth:`Mixture._set_globals` normalises them."""
+    ``log_prob``, with the weights normalised as :meth:`Mixture._set_globals` normalises them; the gradient in closed
+    form where the family has one (:func:`~ppmix.engines.potential_grads.mixture_log_likelihood`), else by
+    autograd."""
     family, k = model._component_family(), int(model.n_components)
     chains = values["weights"].shape[0]
     specs = family.sites(k, int(model.n_features_in_))
     stacked = {site: values[site].reshape(chains * k, *values[site].shape[2:]) for site in specs}
     weights = values["weights"]
     log_weights = (weights / weights.sum(-1, keepdim=True)).log()
-    joint = family.components(stacked, model._scale).log_prob(data).reshape(-1, chains, k) + log_weights
+    components = family.components(stacked, model._scale)
+    closed_form = mixture_log_likelihood(components, data, log_weights)
+    if closed_form is not None:
+        return closed_form
+    joint = components.log_prob(data).reshape(-1, chains, k) + log_weights
     top = joint.detach().amax(-1, keepdim=True)  # a constant shift (its gradient would cancel): faster than logsumexp
     return (top[..., 0] + (joint - top).exp().sum(-1).log()).sum(0)
 
 
 def _hmm_chains_log_likelihood(model: Any, data: Any, values: dict[str, torch.Tensor]) -> torch.Tensor:
     """``sum_b log p(x_b)`` of an HMM at every chain's globals ``{site: (C, ...)}``, ``(C,)``: each chain's
-    initial distribution, transitions and emission log-densities as :meth:`HMM._summed_log_likelihood` computes them,
-    then one forward algorithm over every chain's sequences (chain ``c``'s sequences with chain ``c``'s chain)."""
+    initial distribution and transitions as :meth:`HMM._summed_log_likelihood` computes them, the emission
+    log-densities of every chain at once (:func:`_hmm_chains_emissions`), then one forward algorithm over every
+    chain's sequences (:func:`~ppmix.engines.hmm_chains.chains_log_likelihood`: one batched step for all chains, its
+    gradient from the backward recursion)."""
     chains = next(iter(values.values())).shape[0]
     allowed = model._transition_mask.to(model._device)
-    batch = model._prediction_data(data)
-    initial, transition, emissions = [], [], []
+    initial, transition = [], []
     for c in range(chains):
         model._set_globals({name: value[c] for name, value in values.items()})
         safe = torch.where(allowed, model.transition_, torch.ones_like(model.transition_))
         initial.append(model.initial_.log())
         transition.append(safe.log().masked_fill(~allowed, float("-inf")))
-        emissions.append(model._log_emissions(batch))
-    sequences = emissions[0].shape[0]
-    log_lik = log_likelihood(
-        torch.stack(initial).repeat_interleave(sequences, 0),
-        torch.stack(transition).repeat_interleave(sequences, 0),
-        torch.cat(emissions),
-        data.lengths.repeat(chains).to(model._device),
-    )
-    return log_lik.reshape(chains, sequences).sum(-1)
+    lengths = data.lengths.to(model._device)
+    log_emit = _hmm_chains_emissions(model, data, values)
+    return chains_log_likelihood(torch.stack(initial), torch.stack(transition), log_emit, lengths)
+
+
+def _hmm_chains_emissions(model: Any, data: Any, values: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The emission log-densities ``(C, B, T, K)`` of every chain, zero at padded steps: as :meth:`HMM._log_emissions`
+    scores them, the components of all chains as one set of ``C K`` scored by one ``log_prob`` (its gradient in
+    closed form: :func:`~ppmix.engines.potential_grads.component_log_prob`) where every emission site has a
+    component axis and every frame is observed, else chain by chain."""
+    chains, k = next(iter(values.values())).shape[0], int(model.n_components)
+    batch = model._prediction_data(data)
+    family = model._component_family()
+    specs = family.sites(k, int(model.n_features_in_))
+    if batch.observed is not None or any(spec.shared for spec in specs.values()) or not set(specs) <= set(values):
+        per_chain = []
+        for c in range(chains):
+            model._set_globals({name: value[c] for name, value in values.items()})
+            per_chain.append(model._log_emissions(batch))
+        return torch.stack(per_chain)
+    stacked = {site: values[site].reshape(chains * k, *values[site].shape[2:]) for site in specs}
+    scored = component_log_prob(family.components(stacked, model._scale), batch.rows)  # (N, C K)
+    sequences = batch.sequences
+    log_emit = scored.new_zeros(chains, sequences.n_sequences, sequences.max_length, k)
+    log_emit[:, sequences.mask] = scored.reshape(-1, chains, k).transpose(0, 1)
+    return log_emit
 
 
 def _owner(cls: type, attribute: str) -> type:

@@ -1,0 +1,198 @@
+"""The log-likelihood of a mixture at every NUTS chain's parameters, with its gradient in closed form.
+
+``L_c = sum_n log sum_k w_ck p(x_n | theta_ck)``: its gradient is the responsibilities ``r_nck`` (the softmax over
+``k`` of the joint log-densities) times each component's score,
+
+    dL_c / d log w_ck = sum_n r_nck,      dL_c / d theta_ck = sum_n r_nck d log p(x_n | theta_ck) / d theta_ck,
+
+and for the families below the score's sums over the rows are a few weighted sums of the data, with no autograd graph
+through the ``(N, C K)`` log-densities (whose backward pass costs more than the forward):
+
+* diagonal Gaussian ``N(mu, diag(sigma^2))``: with ``R = sum_n r_n``, ``S1 = sum_n r_n x_n``, ``S2 = sum_n r_n x_n^2``
+  (rows centred at the data's mean, as the family centres them), ``d/d mu = (S1 - R mu) / sigma^2`` and
+  ``d/d sigma = -R / sigma + (S2 - 2 mu S1 + R mu^2) / sigma^3``;
+* full Gaussian ``N(mu, L L^T)``: with the scatter ``M = sum_n r_n (x_n - mu)(x_n - mu)^T``, ``d/d mu = Sigma^{-1}
+  (S1 - R mu)`` and ``d/d L = tril(L^{-T} (L^{-1} M L^{-T} - R I))``;
+* diagonal Student t with ``delta_n = sum_d ((x_nd - mu_d) / sigma_d)^2`` and the latent precisions ``u_n = (nu + D) /
+  (nu + delta_n)``: ``d/d mu = sum_n r_n u_n (x_n - mu) / sigma^2``, ``d/d sigma = -R / sigma + sum_n r_n u_n (x_n -
+  mu)^2 / sigma^3``, ``d/d nu = R (psi((nu + D) / 2) - psi(nu / 2) - D / nu) / 2 + sum_n r_n (u_n delta_n / nu -
+  log(1 + delta_n / nu)) / 2``.
+
+The value is the components' own ``log_prob`` (the function the program defines, computed without a graph); the
+gradient flows on by autograd from the components' parameters to the sites (the full covariance's ``L`` from its
+scales and correlation factor: small tensors). Each score is tested equal to autograd's
+(``tests/engines/test_potential_grads.py``). Other families return None from :func:`mixture_log_likelihood`: the
+potential then differentiates the log-densities by autograd.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from ppmix.components import FullGaussian
+from ppmix.components.centred import as_centred
+from ppmix.components.gaussian_diag import DiagGaussian
+from ppmix.components.student_t import StudentTComponents
+
+__all__ = ["component_log_prob", "mixture_log_likelihood"]
+
+#: ``(components, data, r (N, M)) -> the gradients of sum_n r_nm log p_m(x_n)`` in the order of the family's
+#: :data:`_PARAMETERS`
+Score = Callable[[Any, Any, torch.Tensor], tuple[torch.Tensor, ...]]
+
+
+def _diag_gaussian_score(components: DiagGaussian, data: Any, r: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    data = as_centred(data, components.dtype, components.device)
+    loc = components.loc.detach() - data.shift
+    scale = components.scale.detach()
+    total = r.sum(0)[:, None]
+    first = r.T @ data.centred
+    second = r.T @ data.centred.square()
+    variance = scale.square()
+    g_loc = (first - total * loc) / variance
+    g_scale = (-total + (second - 2 * loc * first + total * loc.square()) / variance) / scale
+    return g_loc, g_scale
+
+
+def _full_gaussian_score(components: FullGaussian, data: Any, r: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    data = as_centred(data, components.dtype, components.device)
+    x, loc, tril = data.centred, components.loc.detach() - data.shift, components.scale_tril.detach()
+    d = x.shape[1]
+    total = r.sum(0)
+    first = r.T @ x  # (M, D)
+    second = (r.T @ (x[:, :, None] * x[:, None, :]).reshape(-1, d * d)).reshape(-1, d, d)
+    outer = first[:, :, None] * loc[:, None, :]
+    scatter = second - outer - outer.transpose(-1, -2) + total[:, None, None] * loc[:, :, None] * loc[:, None, :]
+    eye = torch.eye(d, dtype=x.dtype, device=x.device)
+    inverse = torch.linalg.solve_triangular(tril, eye.expand_as(tril), upper=False)  # L^{-1}
+    residual = (first - total[:, None] * loc)[..., None]
+    g_loc = (inverse.transpose(-1, -2) @ (inverse @ residual))[..., 0]
+    whitened = inverse @ scatter @ inverse.transpose(-1, -2)
+    g_tril = torch.tril(inverse.transpose(-1, -2) @ (whitened - total[:, None, None] * eye))
+    return g_loc, g_tril
+
+
+def _student_t_score(components: StudentTComponents, data: Any, r: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    x = torch.as_tensor(data).to(components.dtype)
+    df, loc, scale = components.df.detach(), components.loc.detach(), components.scale.detach()
+    d = x.shape[1]
+    diff = x[:, None, :] - loc  # (N, M, D)
+    variance = scale.square()
+    delta = (diff.square() / variance).sum(-1)  # (N, M)
+    ratio = delta / df
+    weighted = r * (df + d) / (df + delta)  # r u
+    total = r.sum(0)
+    g_loc = (weighted[..., None] * diff).sum(0) / variance
+    g_scale = (-total[:, None] + (weighted[..., None] * diff.square()).sum(0) / variance) / scale
+    constant = torch.digamma((df + d) / 2) - torch.digamma(df / 2) - d / df
+    g_df = 0.5 * (total * constant + (weighted * ratio - r * torch.log1p(ratio)).sum(0))
+    return g_df, g_loc, g_scale
+
+
+#: the families with a closed-form score: their parameters (attributes of the components) and the score
+_SCORES: dict[type, tuple[tuple[str, ...], Score]] = {
+    DiagGaussian: (("loc", "scale"), _diag_gaussian_score),
+    FullGaussian: (("loc", "scale_tril"), _full_gaussian_score),
+    StudentTComponents: (("df", "loc", "scale"), _student_t_score),
+}
+
+
+class _MixtureLogLikelihood(torch.autograd.Function):
+    """``L_c`` per chain; its backward pass the responsibilities times the closed-form score (module notes)."""
+
+    @staticmethod
+    def forward(ctx: Any, log_weights, components, data, score, *parameters):  # type: ignore[override]
+        chains, k = log_weights.shape
+        with torch.no_grad():
+            joint = components.log_prob(data).reshape(-1, chains, k) + log_weights
+            top = joint.amax(-1, keepdim=True)
+            shifted = joint.sub_(top).exp_()  # one exponential for the value and the responsibilities
+            total = shifted.sum(-1, keepdim=True)
+            ctx.responsibilities = shifted.div_(total)
+        ctx.components, ctx.data, ctx.score = components, data, score
+        return (top + total.log()).sum((0, 2))
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor):  # type: ignore[override]
+        r = ctx.responsibilities.mul_(grad[:, None])  # the forward's tensor, used once
+        scores = ctx.score(ctx.components, ctx.data, r.reshape(r.shape[0], -1))
+        return (r.sum(0), None, None, None, *scores)
+
+
+class _ComponentLogProb(torch.autograd.Function):
+    """The components' ``log_prob`` ``(N, M)``; its backward pass the closed-form score weighted by the incoming
+    gradient (an HMM's state posteriors)."""
+
+    @staticmethod
+    def forward(ctx: Any, components, data, score, *parameters):  # type: ignore[override]
+        ctx.components, ctx.data, ctx.score = components, data, score
+        with torch.no_grad():
+            return components.log_prob(data)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor):  # type: ignore[override]
+        return (None, None, None, *ctx.score(ctx.components, ctx.data, grad))
+
+
+def component_log_prob(components: Any, data: Any) -> torch.Tensor:
+    """``components.log_prob(data)`` ``(N, M)``, its gradient in closed form where the family has one (module notes),
+    else by autograd.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from ppmix.components.gaussian_diag import DiagGaussian
+    >>> loc = torch.tensor([[-1.0], [1.0]], dtype=torch.float64, requires_grad=True)
+    >>> components = DiagGaussian(loc, torch.ones(2, 1, dtype=torch.float64))
+    >>> x = torch.tensor([[0.5], [-0.3], [1.7]], dtype=torch.float64)
+    >>> (g,) = torch.autograd.grad(component_log_prob(components, x).sum(), loc)
+    >>> (e,) = torch.autograd.grad(components.log_prob(x).sum(), loc)
+    >>> bool(torch.allclose(g, e))
+    True
+    """
+    family = _SCORES.get(type(components))
+    if family is None:
+        return components.log_prob(data)
+    names, score = family
+    return _ComponentLogProb.apply(components, data, score, *(getattr(components, name) for name in names))
+
+
+def mixture_log_likelihood(components: Any, data: Any, log_weights: torch.Tensor) -> torch.Tensor | None:
+    """``sum_n log sum_k w_ck p(x_n | theta_ck)`` per chain ``(C,)``, with its gradient in closed form (module notes),
+    or None for a family without one.
+
+    Parameters
+    ----------
+    components : ComponentFamily
+        Every chain's components as one set of ``C K`` (chain ``c``'s component ``k`` at ``c K + k``), its
+        parameters in the autograd graph of the sites.
+    data : object
+        The rows as the family prepared them.
+    log_weights : Tensor
+        ``(C, K)`` log mixture weights.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from ppmix.components.gaussian_diag import DiagGaussian
+    >>> loc = torch.tensor([[-1.0], [1.0], [0.0], [2.0]], dtype=torch.float64, requires_grad=True)  # 2 chains, K = 2
+    >>> components = DiagGaussian(loc, torch.ones(4, 1, dtype=torch.float64))
+    >>> x = torch.tensor([[0.5], [-0.3], [1.7]], dtype=torch.float64)
+    >>> log_weights = torch.full((2, 2), 0.5, dtype=torch.float64).log()
+    >>> value = mixture_log_likelihood(components, x, log_weights)
+    >>> exact = torch.logsumexp(components.log_prob(x).reshape(3, 2, 2) + log_weights, -1).sum(0)
+    >>> bool(torch.allclose(value, exact))
+    True
+    >>> (g,) = torch.autograd.grad(value.sum(), loc)
+    >>> (e,) = torch.autograd.grad(exact.sum(), loc)
+    >>> bool(torch.allclose(g, e))
+    True
+    """
+    family = _SCORES.get(type(components))
+    if family is None:
+        return None
+    names, score = family
+    parameters = [getattr(components, name) for name in names]
+    return _MixtureLogLikelihood.apply(log_weights, components, data, score, *parameters)
