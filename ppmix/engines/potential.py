@@ -39,6 +39,7 @@ from ppmix.engines.enumeration import is_enumerated
 from ppmix.engines.hmm_chains import chains_log_likelihood
 from ppmix.engines.nuts_priors import closed_form
 from ppmix.engines.potential_grads import component_log_prob, mixture_log_likelihood
+from ppmix.engines.site_gradients import site_gradient
 
 if TYPE_CHECKING:
     from ppmix.models.base import MixtureModel
@@ -114,6 +115,9 @@ class LikelihoodPotential:
 
     def __init__(self, model: "MixtureModel", data: Any, sites: dict[str, GlobalSite]) -> None:
         self.model, self.data, self.sites = model, data, sites
+        opts = {"dtype": model.dtype, "device": model._device}
+        #: each site's density and its gradient without autograd, where it has one (:mod:`.site_gradients`)
+        self.site_gradients = {name: site_gradient(site.prior, site.transform, opts) for name, site in sites.items()}
 
     def __call__(self, params: dict[str, torch.Tensor]) -> torch.Tensor:
         log_joint = torch.zeros((), dtype=self.model.dtype, device=self.model._device)
@@ -124,15 +128,24 @@ class LikelihoodPotential:
         self.model._set_globals(values)
         return -(log_joint + self._log_likelihood())
 
-    def chains(self, params: dict[str, torch.Tensor]) -> torch.Tensor:
+    def chains(self, params: dict[str, torch.Tensor], gradients: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
         """The potential of every chain, ``(C,)``, at unconstrained coordinates ``{site: (C, *shape)}``: the priors
         and log-Jacobians of all chains in one broadcast pass per site, the likelihood chain by chain (an HMM's
-        forward algorithm over every chain's sequences at once: :func:`_hmm_chains_log_likelihood`)."""
+        forward algorithm over every chain's sequences at once: :func:`_hmm_chains_log_likelihood`).
+
+        With a dict ``gradients``, the sites with a closed-form gradient (:attr:`site_gradients`) add their prior
+        and log-Jacobian as constants, outside the autograd graph, and put the gradient of that term with respect to
+        their coordinates in ``gradients``: the caller adds it (with the potential's sign) to autograd's."""
         chains = next(iter(params.values())).shape[0]
         log_joint = torch.zeros(chains, dtype=self.model.dtype, device=self.model._device)
         values = {}
         for name, site in self.sites.items():
-            values[name], log_density = site.chains_log_density(params[name])
+            closed = None if gradients is None else self.site_gradients[name]
+            if closed is None:
+                values[name], log_density = site.chains_log_density(params[name])
+            else:
+                values[name] = site.transform(params[name])
+                log_density, gradients[name] = closed(params[name].detach())
             log_joint = log_joint + log_density
         values = _with_frozen(self.model, values, chains)
         if _is_hmm(self.model):
@@ -205,10 +218,18 @@ class FlatPotential:
 
     def __call__(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The potential ``(C,)`` of every row of ``z`` and its gradient ``(C, P)``."""
+        closed: dict[str, torch.Tensor] = {}
         with torch.enable_grad():
             z = z.detach().requires_grad_()
-            potential = self.potential.chains(self.unpack(z))
+            potential = self.potential.chains(self.unpack(z), closed)
             (grad,) = torch.autograd.grad(potential.sum(), z)
+        if closed:  # the closed-form sites' priors and log-Jacobians: d(-h)/du
+            chains = z.shape[0]
+            parts = [
+                closed[name].reshape(chains, -1) if name in closed else z.new_zeros(chains, size)
+                for name, size in zip(self.shapes, self.sizes)
+            ]
+            grad = grad - torch.cat(parts, dim=-1)
         return potential.detach(), grad
 
 
