@@ -41,7 +41,7 @@ from ppmix.components.gaussian_diag import DiagGaussian
 from ppmix.components.student_t import StudentTComponents
 from ppmix.engines import mixture_kernel
 
-__all__ = ["component_log_prob", "mixture_log_likelihood"]
+__all__ = ["component_log_prob", "fused_mixture_log_likelihood", "mixture_log_likelihood"]
 
 #: ``(components, data, r (N, M)) -> the gradients of sum_n r_nm log p_m(x_n)`` in the order of the family's
 #: :data:`_PARAMETERS`
@@ -164,6 +164,20 @@ def _fused(components: Any) -> Fused | None:
     if entry is None or components.device.type != "cpu" or mixture_kernel.compiled(entry[0]) is None:
         return None
     return entry[1]
+
+
+def fused_mixture_log_likelihood(
+    components: Any, data: Any, log_weights: torch.Tensor
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]] | None:
+    """``sum_n log sum_k w_ck p(x_n | theta_ck)`` per chain ``(C,)`` and its gradients, without autograd, from the
+    compiled kernel (module notes): ``{"log_weights": (C, K), parameter name: a row per component}``; None where the
+    family has no kernel here (:func:`mixture_log_likelihood` then differentiates by autograd)."""
+    fused = _fused(components)
+    if fused is None:
+        return None
+    value, (g_log_weights, *gradients) = fused(components, data, log_weights.detach())
+    names = _SCORES[type(components)][0]
+    return value, {"log_weights": g_log_weights, **dict(zip(names, gradients))}
 
 
 class _FusedMixtureLogLikelihood(torch.autograd.Function):

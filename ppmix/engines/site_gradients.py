@@ -46,8 +46,9 @@ from ppmix.engines.nuts_priors import closed_form
 
 __all__ = ["COMPLEX_STEP", "SiteGradient", "site_gradient"]
 
-#: ``u (C, *shape) -> (h (C,), dh/du (C, *shape))``: a site's log prior plus log-Jacobian per chain and its gradient
-SiteGradient = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+#: ``u (C, *shape) -> (h (C,), dh/du (C, *shape), T(u), dT/du)``: a site's log prior plus log-Jacobian per chain, its
+#: gradient, the site's value and, for an element-wise map, its derivative ``(C, *shape)`` (None for the simplex)
+SiteGradient = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]]
 
 #: the imaginary step of the complex-step derivative (its error is of order ``COMPLEX_STEP^2``: none in float64)
 COMPLEX_STEP = 1e-20
@@ -78,11 +79,11 @@ def _elementwise(prior: torch.distributions.Distribution, transform: Transform) 
     if base is None or density is None or _univariate(prior).event_shape != ():
         return None
 
-    def value_and_gradient(u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def value_and_gradient(u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         shifted = torch.complex(u, torch.full_like(u, COMPLEX_STEP))
         value = base(shifted)
         h = density(value) + base.log_abs_det_jacobian(shifted, value)
-        return h.real.reshape(u.shape[0], -1).sum(-1), h.imag / COMPLEX_STEP
+        return h.real.reshape(u.shape[0], -1).sum(-1), h.imag / COMPLEX_STEP, value.real, value.imag / COMPLEX_STEP
 
     return value_and_gradient
 
@@ -98,11 +99,12 @@ def _stick_breaking_dirichlet(prior: torch.distributions.Distribution, transform
     k = prior.concentration.shape[-1]
     offset = torch.arange(k - 1, 0, -1, dtype=alpha.dtype, device=alpha.device).log()
 
-    def value_and_gradient(u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def value_and_gradient(u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None]:
         x = u - offset
         log_z, log_rest = -F.softplus(-x), -F.softplus(x)  # log z, log (1 - z)
         h = const + (alpha * log_z + beta * log_rest).sum(-1)
-        return h.reshape(u.shape[0], -1).sum(-1), alpha - (alpha + beta) * log_z.exp()
+        grad = alpha - (alpha + beta) * log_z.exp()
+        return h.reshape(u.shape[0], -1).sum(-1), grad, transform(u), None
 
     return value_and_gradient
 
@@ -120,7 +122,13 @@ def _agrees(prior: torch.distributions.Distribution, transform: Transform, gradi
             density = closed_form(prior) or prior.log_prob  # as the potential computes it by autograd
             expected = density(value).reshape(2, -1).sum(-1) + log_jacobian
             (expected_grad,) = torch.autograd.grad(expected.sum(), leaf)
-        h, grad = gradient(u)
+        h, grad, value, derivative = gradient(u)
+        if derivative is not None:  # an element-wise map: its derivative as autograd gives it
+            (expected_derivative,) = torch.autograd.grad(transform(leaf).sum(), leaf)
+            grad = torch.cat([grad, derivative])
+            expected_grad = torch.cat([expected_grad, expected_derivative])
+        if not torch.allclose(value, transform(u), rtol=1e-12, atol=1e-12):
+            return False
     except (RuntimeError, TypeError, ValueError, NotImplementedError):
         return False
     return bool(
@@ -140,7 +148,7 @@ def site_gradient(prior: torch.distributions.Distribution, transform: Transform,
     >>> from torch.distributions import Gamma, biject_to
     >>> prior = Gamma(torch.tensor([2.0, 3.0], dtype=torch.float64), torch.tensor([1.0, 0.5], dtype=torch.float64))
     >>> fn = site_gradient(prior, biject_to(prior.support), {"dtype": torch.float64})
-    >>> h, grad = fn(torch.zeros(1, 2, dtype=torch.float64))  # theta = exp(0) = 1: h = log p(1), dh/du = a - b
+    >>> h, grad, theta, derivative = fn(torch.zeros(1, 2, dtype=torch.float64))  # theta = exp(0) = 1, dh/du = a - b
     >>> bool(torch.allclose(h, prior.log_prob(torch.ones(2, dtype=torch.float64)).sum())), grad.tolist()
     (True, [[1.0, 2.5]])
     """

@@ -14,8 +14,8 @@ from ppmix.components import FullGaussian
 from ppmix.components.centred import CentredData
 from ppmix.components.gaussian_diag import DiagGaussian
 from ppmix.components.student_t import StudentTComponents
-from ppmix.engines.hmm_chains import chains_log_likelihood
 from ppmix.engines import potential_grads
+from ppmix.engines.hmm_chains import chains_log_likelihood
 from ppmix.engines.potential_grads import component_log_prob, mixture_log_likelihood
 
 F64 = torch.float64

@@ -68,10 +68,17 @@ def test_the_site_gradient_equals_autograd(name, seed, spread):
     assert fn is not None
     shape = (3, *transform.inverse_shape(prior.batch_shape + prior.event_shape))
     u = spread * torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=F64)
-    h, grad = fn(u)
+    h, grad, value, derivative = fn(u)
     expected_h, expected_grad = _autograd(prior, transform, u)
     torch.testing.assert_close(h, expected_h, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(grad, expected_grad, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(value, transform(u), rtol=1e-12, atol=1e-12)
+    if derivative is not None:  # an element-wise map's derivative
+        leaf = u.clone().requires_grad_()
+        (expected,) = torch.autograd.grad(transform(leaf).sum(), leaf)
+        torch.testing.assert_close(derivative, expected, rtol=1e-12, atol=1e-12)
+    else:
+        assert isinstance(transform, torch.distributions.transforms.StickBreakingTransform)
 
 
 @pytest.mark.parametrize(
