@@ -26,8 +26,8 @@ from pyro.distributions.transforms import biject_to
 
 from ppmix.components import registry
 from ppmix.components.base import ComponentFamily
-from ppmix.components.family import DensityFamily, components_from_state
-from ppmix.components.family_tools import placeholder
+from ppmix.components.family import DensityFamily
+from ppmix.components.family_tools import loaded, placeholder, rescaled
 from ppmix.distributed import fit_em
 from ppmix.models.hmm import HMM
 from ppmix.models.mixture import Mixture
@@ -282,8 +282,9 @@ def _check_m_step(family: Any, data: _CheckData, k: int) -> None:
             break
     log_prob = components.log_prob(rows)
     _close(family.components(fitted, scale).log_prob(rows), log_prob, "components rebuilt from their sites", 1e-12)
-    rebuilt = components_from_state(family, components.state_dict(), scale)
-    _close(rebuilt.log_prob(rows), log_prob, "components rebuilt from their state_dict (parameters by name)", 1e-12)
+    rebuilt = loaded(family, components.state_dict(), k, d, scale, {"dtype": torch.float64})
+    _close(rebuilt.log_prob(rows), log_prob, "components loaded from their state_dict (parameters by name)", 1e-12)
+    _close(rescaled(family, components, scale).log_prob(rows), log_prob, "components rebuilt on their scale", 1e-12)
 
     def objective(values: dict[str, torch.Tensor]) -> float:
         return float((weights * family.components(values, scale).log_prob(rows)).sum())

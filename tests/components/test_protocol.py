@@ -144,6 +144,56 @@ def test_registered_families_override_only_the_contract():
             assert not RETIRED & set(vars(cls)), (cls.__name__, RETIRED & set(vars(cls)))
 
 
+#: the components' private fast path, no member of the contract (its default is the definition, which
+#: ``family_tools.mixture_statistics`` runs): the Gaussians' fused E-step
+FAST_PATH = {"_expected_statistics", "_scored", "_statistics_given"}
+
+
+def _is_private(name: str) -> bool:
+    """A single-underscore name (not a dunder, not ABC's bookkeeping ``_abc_impl``, which every subclass gets)."""
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__")) and name != "_abc_impl"
+
+
+def _private_overrides(cls: type, base: type) -> set[str]:
+    """The private members of ``base`` (methods or data) that ``cls`` or a class of its MRO below ``base`` defines
+    again: hooks a family would have to know of beyond the contract."""
+    private = {name for name in dir(base) if _is_private(name)}
+    below = cls.__mro__[: cls.__mro__.index(base)]
+    return {name for klass in below for name in vars(klass) if name in private}
+
+
+def _ppmix_classes(base: type) -> set[type]:
+    for name in registry.FAMILIES:
+        registry.family_class(name)  # imports every registered family's module
+    return {cls for cls in _subclasses(base) if cls.__module__.startswith("ppmix.")}
+
+
+def test_no_family_overrides_a_private_member_of_the_contract_classes():
+    """The contract is all a family author writes: ``DensityFamily`` has no private hook (no private method; its
+    private data, the moved members and the priors' settings, are set by the machinery), no registered family nor
+    any other family class in ppmix redefines a private member of it, and no components class one of
+    ``ComponentFamily``'s but the documented fused E-step of the Gaussians."""
+    assert {
+        name for name in dir(DensityFamily) if _is_private(name) and callable(getattr(DensityFamily, name))
+    } == set()
+    assert {
+        name for name in dir(ComponentFamily) if _is_private(name) and callable(getattr(ComponentFamily, name))
+    } == (FAST_PATH | {"_check_weights"})
+    families = _ppmix_classes(DensityFamily) | {registry.family_class(name) for name in registry.FAMILIES}
+    assert len(families) >= 11
+    for cls in families:
+        assert _private_overrides(cls, DensityFamily) == set(), cls.__name__
+    components = _ppmix_classes(ComponentFamily)
+    assert len(components) >= 11
+    for cls in components:
+        assert _private_overrides(cls, ComponentFamily) <= FAST_PATH, cls.__name__
+    # the check sees a hook redefined below the base, directly or through an intermediate class
+    hooked = type("Hooked", (PoissonFamily,), {"_moved": {}})
+    assert _private_overrides(type("Below", (hooked,), {}), DensityFamily) == {"_moved"}
+    checked = type("Checked", (PoissonComponents,), {"_check_weights": lambda self, weights, n: weights})
+    assert _private_overrides(checked, ComponentFamily) == {"_check_weights"}
+
+
 def _family(name: str, seed: int, device: str):
     """A family with random parameters and matching data, all float64 on ``device``."""
     r = rng(seed)
