@@ -129,7 +129,7 @@ def loaded(
     >>> tril = torch.tensor([[[2.0, 0.0], [1.0, 3.0]]], dtype=torch.float64)
     >>> state = {"loc": torch.zeros(1, 2, dtype=torch.float64), "scale_tril": tril}
     >>> comp = loaded(GaussianFamily("full"), state, 1, 2, {"floor": torch.tensor(0.5)}, {"dtype": torch.float64})
-    >>> torch.equal(comp.scale_tril, tril), comp.reg_covar.item()
+    >>> torch.equal(comp.scale_tril, tril), float(comp.reg_covar)
     (True, 0.5)
     """
     return placeholder(family, k, d, scale, opts).load_state_dict(state)  # type: ignore[return-value]
@@ -146,7 +146,7 @@ def rescaled(family: DensityFamily, components: ComponentFamily, scale: DataScal
     >>> family = GaussianFamily("full")
     >>> fitted = placeholder(family, 2, 3, {}, {"dtype": torch.float64})
     >>> again = rescaled(family, fitted, {"floor": torch.tensor(0.25)})
-    >>> torch.equal(again.scale_tril, fitted.scale_tril), fitted.reg_covar.item(), again.reg_covar.item()
+    >>> torch.equal(again.scale_tril, fitted.scale_tril), float(fitted.reg_covar), float(again.reg_covar)
     (True, 1e-06, 0.25)
     """
     rebuilt = family.components(family.site_values(components), scale)
