@@ -278,7 +278,9 @@ class FlatPotential:
         with torch.enable_grad():
             z = z.detach().requires_grad_()
             potential = self.potential.chains(self.unpack(z), closed)
-            (grad,) = torch.autograd.grad(potential.sum(), z)
+            # a likelihood computed outside the graph (the sites' closed-form terms being outside it too) adds nothing
+            connected = potential.requires_grad
+            (grad,) = torch.autograd.grad(potential.sum(), z) if connected else (torch.zeros_like(z),)
         if closed:  # the closed-form sites' priors and log-Jacobians: d(-h)/du
             chains = z.shape[0]
             parts = [
