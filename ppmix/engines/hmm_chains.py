@@ -28,7 +28,7 @@ batch's mask (no padded tensor to fill: the kernel reads the packed rows).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 import numpy as np
@@ -121,14 +121,15 @@ class _ChainsLogLikelihood(torch.autograd.Function):
 class _KernelPass:
     """What the kernel's backward pass scatters: the blocked posteriors and lanes (:mod:`~ppmix.engines.hmm_kernel`),
     the rows' offsets, the chain axis of the emissions (0: padded ``(C, B, T, K)``, 1: packed ``(N, C, K)``), their
-    shape and dtype, whether some of their rows are past every length, and the gradients of the chain's
-    parameters."""
+    shape, the shape of their rows ``(R, C, K)``, their dtype, whether some of their rows are past every length, and the
+    gradients of the chain's parameters."""
 
     buffer: np.ndarray
     lanes: tuple[np.ndarray, ...]
     offsets: np.ndarray
     chain_axis: int
     shape: tuple[int, ...]
+    rows_shape: tuple[int, ...]
     dtype: torch.dtype
     gaps: bool
     g_init: torch.Tensor
@@ -148,9 +149,10 @@ class _KernelLogLikelihood(torch.autograd.Function):
     def backward(ctx: Any, grad: torch.Tensor):  # type: ignore[override]
         done = ctx.done
         # numpy's allocations reuse freed memory (a fresh torch tensor of this size faults in its pages: ~0.5 ms)
-        g_emit = torch.from_numpy((np.zeros if done.gaps else np.empty)(done.shape))
+        rows = (np.zeros if done.gaps else np.empty)(done.rows_shape)
         weights = grad.detach().to(torch.float64).numpy()
-        _kernel().scatter(done.buffer, done.offsets, *done.lanes, weights, _as_rows(g_emit, done.chain_axis).numpy())
+        _kernel().scatter(done.buffer, done.offsets, *done.lanes, weights, rows)
+        g_emit = _from_rows(torch.from_numpy(rows), done.shape, done.chain_axis)
         return (
             done.g_init * grad[:, None],
             done.g_trans * grad[:, None, None],
@@ -161,9 +163,19 @@ class _KernelLogLikelihood(torch.autograd.Function):
 
 
 def _as_rows(x: torch.Tensor, chain_axis: int) -> torch.Tensor:
-    """Emissions (or their gradient) as rows ``(C, R, K)``: a padded ``(C, B, T, K)`` tensor reshaped (a view of a
-    contiguous one), a packed ``(N, C, K)`` one transposed."""
-    return x.reshape(x.shape[0], -1, x.shape[-1]) if chain_axis == 0 else x.transpose(0, 1)
+    """Emissions as contiguous rows ``(R, C, K)`` (the kernel's layout): packed ``(N, C, K)`` ones as they are, padded
+    ``(C, B, T, K)`` ones arranged (a copy)."""
+    if chain_axis == 1:
+        return x.contiguous()
+    return x.permute(1, 2, 0, 3).reshape(-1, x.shape[0], x.shape[-1]).contiguous()
+
+
+def _from_rows(rows: torch.Tensor, shape: tuple[int, ...], chain_axis: int) -> torch.Tensor:
+    """The inverse of :func:`_as_rows` (a view): rows ``(R, C, K)`` as emissions of ``shape``."""
+    if chain_axis == 1:
+        return rows
+    chains, batch, steps, k = shape
+    return rows.reshape(batch, steps, chains, k).permute(2, 0, 1, 3)
 
 
 @cache
@@ -174,6 +186,13 @@ def _kernel() -> Any:
     except ImportError:
         return None
     return hmm_kernel
+
+
+@lru_cache(maxsize=8)
+def _lanes(lengths: bytes, chains: int) -> tuple[np.ndarray, ...]:
+    """:func:`~ppmix.engines.hmm_kernel.lane_blocks` of the lengths (int64 bytes), remembered: a NUTS run asks for
+    the same ones at every leapfrog step."""
+    return _kernel().lane_blocks(np.frombuffer(lengths, dtype=np.int64), chains)
 
 
 def _runs_on_kernel(*tensors: torch.Tensor) -> bool:
@@ -194,19 +213,20 @@ def _kernel_log_likelihood(
 ) -> torch.Tensor | None:
     """``sum_b log p(x_b)`` per chain by the compiled kernel, differentiable in every input; None where a normaliser
     leaves the safe range. ``log_emit``'s chain axis is ``chain_axis`` (0: padded ``(C, B, T, K)``, 1: packed ``(N,
-    C, K)``); viewed as rows ``(C, R, K)``, sequence ``b``'s step ``t`` is row ``offsets[b] + t``; ``gaps``: some rows
-    are past every sequence's length (their gradient zero)."""
+    C, K)``); as rows ``(R, C, K)`` (:func:`_as_rows`), sequence ``b``'s step ``t`` is row ``offsets[b] + t``; ``gaps``:
+    some rows are past every sequence's length (their gradient zero)."""
     kernel = _kernel()
     inputs = (log_init, log_trans, log_emit)
     want_grad = torch.is_grad_enabled() and any(x.requires_grad for x in inputs)
     init, trans, emit = (x.detach().to(torch.float64) for x in inputs)
     chains, k = init.shape
-    offsets, lengths = offsets.numpy(), lengths.numpy()
-    lanes = kernel.lane_blocks(lengths, chains)
+    offsets, lengths = offsets.to(torch.int64).numpy(), lengths.to(torch.int64).numpy()
+    lanes = _lanes(lengths.tobytes(), chains)
     lane_chain, lane_seq, lane_len, block_steps, block_start = lanes
     buffer = np.empty(k * int(block_start[-1] + block_steps[-1] * kernel.LANES))
     value = np.zeros(chains)
-    kernel.gather(_as_rows(emit, chain_axis).numpy(), offsets, *lanes, buffer, value)
+    rows = _as_rows(emit, chain_axis)
+    kernel.gather(rows.numpy(), offsets, *lanes, buffer, value)
     np.exp(buffer, out=buffer)
     g_init, g_trans = np.empty((chains, k)), np.empty((chains, k, k))
     blocks = (lane_chain, lane_len, block_steps, block_start)
@@ -216,7 +236,8 @@ def _kernel_log_likelihood(
     if not want_grad:
         return torch.from_numpy(value).to(dtype)
     g_init_t, g_trans_t = torch.from_numpy(g_init).to(dtype), torch.from_numpy(g_trans).to(dtype)
-    done = _KernelPass(buffer, lanes, offsets, chain_axis, tuple(emit.shape), dtype, gaps, g_init_t, g_trans_t)
+    shapes = (tuple(emit.shape), tuple(rows.shape))
+    done = _KernelPass(buffer, lanes, offsets, chain_axis, *shapes, dtype, gaps, g_init_t, g_trans_t)
     return _KernelLogLikelihood.apply(*inputs, torch.from_numpy(value).to(dtype), done)
 
 

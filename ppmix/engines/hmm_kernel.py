@@ -27,8 +27,8 @@ The passes:
 4. :func:`scatter` (in the backward pass of autograd): the posteriors, times the incoming gradient of their chain,
    back to the caller's rows.
 
-The caller's emissions are rows ``(C, R, K)``: sequence ``b``'s step ``t`` is row ``offsets[b] + t`` (a padded batch
-``(C, B, T, K)`` viewed as ``(C, B T, K)`` has ``offsets = b T``; the packed frames of a batch, ``offsets`` the
+The caller's emissions are rows ``(R, C, K)``: sequence ``b``'s step ``t`` is row ``offsets[b] + t`` (a padded batch
+``(C, B, T, K)`` arranged as ``(B T, C, K)`` has ``offsets = b T``; the packed frames of a batch, ``offsets`` the
 cumulated lengths); rows past a sequence's length are neither read nor written. A rescaling normaliser outside
 ``[tiny / eps, max]`` of float64 (an impossible or nearly impossible step; NaN or infinite inputs) makes
 :func:`forward_backward` return False at once: the caller then computes the function in log space.
@@ -72,27 +72,29 @@ def lane_blocks(lengths: np.ndarray, chains: int) -> tuple[np.ndarray, ...]:
 
 @njit(cache=True, nogil=True)
 def gather(frames, offsets, lane_chain, lane_seq, lane_len, block_steps, block_start, emit, shifts):  # pragma: no cover
-    """``emit`` (flat; block ``n`` at ``K block_start[n]``, ``(T_n, K, LANES)``): the rows of ``frames`` ``(C, R, K)``
+    """``emit`` (flat; block ``n`` at ``K block_start[n]``, ``(T_n, K, LANES)``): the rows of ``frames`` ``(R, C, K)``
     shifted to a maximum of zero, ``-inf`` past a lane's length; ``shifts[c]``: the sum of chain ``c``'s shifts."""
     k = frames.shape[2]
+    chains, lengths, offset = np.empty(LANES, np.int64), np.empty(LANES, np.int64), np.empty(LANES, np.int64)
     for block in range(block_steps.shape[0]):
         steps, lanes = block_steps[block], block * LANES
         buffer = emit[k * block_start[block] : k * (block_start[block] + steps * LANES)].reshape((steps, k, LANES))
+        for v in range(LANES):
+            chains[v], lengths[v], offset[v] = lane_chain[lanes + v], lane_len[lanes + v], offsets[lane_seq[lanes + v]]
         for t in range(steps):
             for v in range(LANES):
-                c, length = lane_chain[lanes + v], lane_len[lanes + v]
-                if t >= length:
+                if t >= lengths[v]:
                     for j in range(k):
                         buffer[t, j, v] = -np.inf
                     continue
-                row = offsets[lane_seq[lanes + v]] + t
+                frame = frames[offset[v] + t, chains[v]]
                 top = -np.inf
                 for j in range(k):
-                    if frames[c, row, j] > top:  # NaN ignored here: it stays NaN and fails the forward pass
-                        top = frames[c, row, j]
-                shifts[c] += top
+                    if frame[j] > top:  # NaN ignored here: it stays NaN and fails the forward pass
+                        top = frame[j]
+                shifts[chains[v]] += top
                 for j in range(k):
-                    buffer[t, j, v] = frames[c, row, j] - top
+                    buffer[t, j, v] = frame[j] - top
 
 
 @njit(cache=True, nogil=True, fastmath={"contract", "reassoc", "nsz", "arcp"}, error_model="numpy")
@@ -231,14 +233,14 @@ def forward_backward(
 @njit(cache=True, nogil=True)
 def scatter(emit, offsets, lane_chain, lane_seq, lane_len, block_steps, block_start, weights, rows):  # pragma: no cover
     """The blocked posteriors of :func:`forward_backward` times ``weights[c]`` (the incoming gradient of chain
-    ``c``) into ``rows`` ``(C, R, K)`` (the inverse of :func:`gather` at every lane's valid steps)."""
+    ``c``) into ``rows`` ``(R, C, K)`` (the inverse of :func:`gather` at every lane's valid steps)."""
     k = rows.shape[2]
     for block in range(block_steps.shape[0]):
         steps, lanes = block_steps[block], block * LANES
         buffer = emit[k * block_start[block] : k * (block_start[block] + steps * LANES)].reshape((steps, k, LANES))
-        for t in range(steps):
-            for v in range(LANES):
-                if t < lane_len[lanes + v]:
-                    c, row = lane_chain[lanes + v], offsets[lane_seq[lanes + v]] + t
-                    for j in range(k):
-                        rows[c, row, j] = buffer[t, j, v] * weights[c]
+        for v in range(LANES):
+            c, offset, weight = lane_chain[lanes + v], offsets[lane_seq[lanes + v]], weights[lane_chain[lanes + v]]
+            for t in range(lane_len[lanes + v]):
+                row = rows[offset + t, c]
+                for j in range(k):
+                    row[j] = buffer[t, j, v] * weight
