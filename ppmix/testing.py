@@ -26,8 +26,8 @@ from pyro.distributions.transforms import biject_to
 
 from ppmix.components import registry
 from ppmix.components.base import ComponentFamily
-from ppmix.components.family import DensityFamily, components_from_state
-from ppmix.components.family_tools import placeholder
+from ppmix.components.family import DensityFamily
+from ppmix.components.family_tools import loaded, placeholder, rescaled
 from ppmix.distributed import fit_em
 from ppmix.models.hmm import HMM
 from ppmix.models.mixture import Mixture
@@ -267,8 +267,9 @@ def _check_contract(family: Any, data: _CheckData, k: int) -> None:
 
 # ------------------------------------------------------------------------------------------------- the M-step
 def _check_m_step(family: Any, data: _CheckData, k: int) -> None:
-    """The weighted MLE beats every nearby point, and the components rebuilt from their site values (by name) and
-    from their state are the same (on every step's row as the family scores it)."""
+    """The weighted MLE beats every nearby point, and the components rebuilt from their site values (by name), loaded
+    from their state and rebuilt on their data scale are the same (the last two bit for bit; on every step's row as
+    the family scores it)."""
     scale = family.data_scale(data.frames)
     family = family.measured(scale)
     d = data.frames.shape[1]
@@ -282,8 +283,14 @@ def _check_m_step(family: Any, data: _CheckData, k: int) -> None:
             break
     log_prob = components.log_prob(rows)
     _close(family.components(fitted, scale).log_prob(rows), log_prob, "components rebuilt from their sites", 1e-12)
-    rebuilt = components_from_state(family, components.state_dict(), scale)
-    _close(rebuilt.log_prob(rows), log_prob, "components rebuilt from their state_dict (parameters by name)", 1e-12)
+    state = components.state_dict()
+    for rebuilt, how in (
+        (loaded(family, state, k, d, scale, {"dtype": torch.float64}), "loaded from their state_dict"),
+        (rescaled(family, components, scale), "rebuilt on their data scale (a warm start)"),
+    ):
+        for name, value in rebuilt.state_dict().items():
+            _close(value, state[name], f"{name} of the components {how}", 0.0)
+        _close(rebuilt.log_prob(rows), log_prob, f"the components {how}", 1e-12)
 
     def objective(values: dict[str, torch.Tensor]) -> float:
         return float((weights * family.components(values, scale).log_prob(rows)).sum())

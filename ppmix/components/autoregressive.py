@@ -22,7 +22,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import pyro.distributions as dist
 import torch
@@ -475,21 +475,20 @@ class AutoRegressiveFamily(DensityFamily):
             sites["corr_cholesky"] = SiteSpec(constraints.corr_cholesky, (d, d))
         return sites
 
-    def _component_options(self, scale: DataScale) -> dict[str, Any]:
-        return {
-            "reg_covar": as_floor(scale.get("floor", self.reg_covar)),
-            "diagonal": self.covariance_type == "diag",
-            "centre": scale.get("mean"),
-        }
-
     def components(self, values: dict[str, torch.Tensor], scale: DataScale) -> ComponentFamily:
+        """The components of the site values, with the training data's variance floor (else ``reg_covar``) and
+        mean (the centre of the lagged frames)."""
         scales = values["scales"]
-        if self.covariance_type == "diag":
+        diagonal = self.covariance_type == "diag"
+        if diagonal:
             tril = torch.diag_embed(scales)
         else:
             corr = values["corr_cholesky"]
             tril = scales[..., None] * corr / corr.norm(dim=-1, keepdim=True)
-        return AutoRegressiveComponents(values["weights"], values["bias"], tril, **self._component_options(scale))
+        floor = as_floor(scale.get("floor", self.reg_covar))
+        return AutoRegressiveComponents(
+            values["weights"], values["bias"], tril, reg_covar=floor, diagonal=diagonal, centre=scale.get("mean")
+        )
 
     def site_values(self, components: ComponentFamily) -> dict[str, torch.Tensor]:
         tril = components.scale_tril

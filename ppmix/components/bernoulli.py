@@ -7,8 +7,6 @@ is :class:`~ppmix.components.BernoulliLabel`, one binary label per component).
 
 from __future__ import annotations
 
-from typing import Any
-
 import pyro.distributions as dist
 import torch
 from pyro.distributions import constraints
@@ -142,8 +140,9 @@ class BernoulliFamily(DensityFamily):
     def sites(self, k: int, d: int) -> dict[str, SiteSpec]:
         return {"probs": SiteSpec(constraints.unit_interval, (d,))}
 
-    def _component_options(self, scale: DataScale) -> dict[str, Any]:
-        return {"floor": self.floor}
+    def components(self, values: dict[str, torch.Tensor], scale: DataScale) -> BernoulliComponents:
+        """The probabilities of the site values, with the family's floor."""
+        return BernoulliComponents(values["probs"], floor=self.floor)
 
     def priors(self) -> "BernoulliPriors":
         return BernoulliPriors(self)

@@ -345,8 +345,9 @@ class CategoricalFamily(DensityFamily):
     def site_values(self, components: ComponentFamily) -> dict[str, torch.Tensor]:
         return {"probs": components.state_dict()["probs"]}
 
-    def _component_options(self, scale: DataScale) -> dict[str, Any]:
-        return {"floor": self.floor}
+    def components(self, values: dict[str, torch.Tensor], scale: DataScale) -> CategoricalComponents:
+        """The level probabilities of the site values, with the family's floor."""
+        return CategoricalComponents(values["probs"], floor=self.floor)
 
     def priors(self) -> "CategoricalPriors":
         return CategoricalPriors(self)

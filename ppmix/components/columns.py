@@ -40,7 +40,6 @@ from ppmix.components.family import (
     PreparedRows,
     PriorKey,
     SiteSpec,
-    components_from_state,
     with_priors,
 )
 from ppmix.components.family_tools import has_conjugate_prior, has_map_update, measure_data_scale, start_points
@@ -134,9 +133,9 @@ class IndependentComponents(IndependentFeatures, ComponentFamily):
     """``K`` components whose columns are independent, column ``j`` from the batch of components ``parts[j]`` (of
     its family, over one column): ``log p_k(x) = sum_j log p_kj(x_j)``.
 
-    Built by :class:`Independent` (:meth:`Independent.components`, or from parameters by name, ``"<j>.<name>"``,
-    with the column families); :meth:`of_parts` joins fitted batches. The class a family uses names its parameters
-    (:meth:`Independent.components_class`).
+    Built by :class:`Independent` (:meth:`Independent.components`: each column's by its family) or from fitted
+    batches (:meth:`of_parts`); their parameters are the columns' by name, ``"<j>.<name>"`` (a saved model's load
+    into them). The class a family uses names its parameters (:meth:`Independent.components_class`).
 
     Examples
     --------
@@ -154,13 +153,6 @@ class IndependentComponents(IndependentFeatures, ComponentFamily):
     """
 
     parts: tuple[ComponentFamily, ...]
-
-    def __init__(self, families: Sequence[tuple[DensityFamily, DataScale]], **params: torch.Tensor) -> None:
-        parts = []
-        for j, (family, scale) in enumerate(families):
-            names = family.components_class.param_names
-            parts.append(components_from_state(family, {name: params[_key(j, name)] for name in names}, scale))
-        self.parts = tuple(parts)
 
     @classmethod
     def of_parts(cls, parts: Sequence[ComponentFamily]) -> "IndependentComponents":
@@ -571,9 +563,6 @@ class Independent(DensityFamily):
             for j, (family, part) in enumerate(zip(self.families, parts, strict=True))
             for site, value in family.site_values(part).items()
         }
-
-    def _component_options(self, scale: DataScale) -> dict[str, Any]:
-        return {"families": [(family, _column_scale(scale, j)) for j, family in enumerate(self.families)]}
 
     # ------------------------------------------------------------------- priors
     def priors(self) -> "IndependentPriors":

@@ -36,7 +36,6 @@ from ppmix.components.base import ComponentFamily
 __all__ = [
     "check_priors",
     "family_settings",
-    "components_from_state",
     "with_priors",
     "AdditiveStatistics",
     "DataScale",
@@ -462,6 +461,11 @@ class DensityFamily(abc.ABC):
     (:meth:`check_data`, :meth:`data_scale`, :meth:`prepare`, :meth:`measured`), the components from the site
     values and back (:meth:`components`, :meth:`site_values`; parameters passed by name) and the priors
     (:meth:`priors`: one :class:`FamilyPriors` with MCMC's densities, the keys ``priors=`` sets, MAP-EM and Gibbs).
+    :meth:`components` is the one constructor of the components: settings they take beyond their parameters (a
+    floor, from the data scale or the family's own) are passed there, and every route builds them through it
+    (Pyro's site values; where EM starts; a warm start's new data scale and a saved model's parameters, loaded by
+    name into the components it builds: :func:`~ppmix.components.family_tools.rescaled` and
+    :func:`~ppmix.components.family_tools.loaded`). The family has no private hooks to override.
     Besides them a family declares :attr:`name` and :attr:`components_class` (and may declare ``start_spread``, the
     softening of k-means' hard start clusters, and a site's ``SiteSpec.start``, where EM starts); it checks its
     settings in its constructor. What the structures derive from these members (the components EM starts from, the
@@ -550,19 +554,28 @@ class DensityFamily(abc.ABC):
         """The global Pyro sites of ``k`` components on ``d`` features, in sampling order."""
 
     def components(self, values: dict[str, torch.Tensor], scale: DataScale) -> ComponentFamily:
-        """The fitted components from the values of :meth:`sites` (each ``SiteSpec.value_shape(K)``); default: the
-        sites are the components' parameters, under the same names (:func:`components_from_state`)."""
-        return components_from_state(self, values, scale)
+        """The fitted components from the values of :meth:`sites` (each ``SiteSpec.value_shape(K)``) and the training
+        data's ``scale`` (:meth:`data_scale`): the one constructor of the components, which every route takes (Pyro's
+        site values, where EM starts, a warm start's new scale, a saved model's parameters loaded into them). Default:
+        the sites are the components' parameters, passed to ``components_class`` as the keywords of their names in
+        its ``param_names`` (in any order), and nothing else. A family whose sites are not its parameters (a scale
+        and a correlation for a Cholesky factor) or whose components take settings (a floor, from ``scale`` or the
+        family's own) writes its own.
+
+        Examples
+        --------
+        >>> from ppmix.components.poisson import PoissonFamily
+        >>> PoissonFamily(floor=1e-3).components({"rate": torch.ones(2, 3)}, {}).floor
+        0.001
+        """
+        cls = self.components_class
+        return cls(**{name: values[name] for name in cls.param_names})
 
     def site_values(self, components: ComponentFamily) -> dict[str, torch.Tensor]:
         """The values of :meth:`sites` for ``components`` (the inverse of :meth:`components`); default: the
         components' parameters under the same names."""
         state = components.state_dict()
         return {site: state[site] for site in self.sites(components.n_components, 1)}
-
-    def _component_options(self, scale: DataScale) -> dict[str, Any]:
-        """Keyword arguments of ``components_class`` beyond its parameters (e.g. a floor); default: none."""
-        return {}
 
     # -------------------------------------------------------------------- priors
     def priors(self) -> "FamilyPriors":
@@ -644,23 +657,6 @@ class FamilyPriors:
             f"the {self.family.name!r} family's priors are not conjugate, so engine='gibbs' cannot draw its "
             "components; use engine='mcmc'"
         )
-
-
-def components_from_state(
-    family: DensityFamily, state: Mapping[str, torch.Tensor], scale: DataScale
-) -> ComponentFamily:
-    """``family``'s components from their ``state_dict`` (a saved model, a warm start's new data scale): every
-    parameter passed to ``components_class`` as the keyword of its name in ``param_names`` (in any order), with
-    the options the family takes from ``scale``.
-
-    Examples
-    --------
-    >>> from ppmix.components.poisson import PoissonFamily
-    >>> components_from_state(PoissonFamily(), {"rate": torch.ones(2, 3)}, {}).rate.shape
-    torch.Size([2, 3])
-    """
-    cls = family.components_class
-    return cls(**{name: state[name] for name in cls.param_names}, **family._component_options(scale))
 
 
 def family_settings(family: DensityFamily) -> dict[str, Any]:

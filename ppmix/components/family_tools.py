@@ -3,13 +3,14 @@ that no family writes.
 
 :class:`~ppmix.components.family.DensityFamily` and :class:`~ppmix.components.base.ComponentFamily` declare the
 contract, the members a family writes or may override. Everything here is computed from them, once, for every
-family: the components EM starts from (:func:`placeholder`), a family's settings (:func:`family_settings`), its
-hyperparameters as ``priors=`` set them (:func:`prior_value`), its capabilities (:func:`has_map_update`,
-:func:`has_conjugate_prior`), its number of free parameters (:func:`n_parameters`) and ArviZ dimensions
-(:func:`site_dims`), both read off its :class:`~ppmix.components.family.SiteSpec`, its data scale under
-``sample_weight`` (:func:`measure_data_scale`) and the E-step of a mixture of its components
-(:func:`mixture_statistics`), and the rows and k-means points of its prepared data (:func:`data_rows`,
-:func:`start_points`).
+family: the components EM starts from (:func:`placeholder`), a saved model's components (:func:`loaded`) and
+fitted components on a new data scale (:func:`rescaled`), all three built by the family's ``components``; a
+family's settings (:func:`family_settings`), its hyperparameters as ``priors=`` set them (:func:`prior_value`), its
+capabilities (:func:`has_map_update`, :func:`has_conjugate_prior`), its number of free parameters
+(:func:`n_parameters`) and ArviZ dimensions (:func:`site_dims`), both read off its
+:class:`~ppmix.components.family.SiteSpec`, its data scale under ``sample_weight`` (:func:`measure_data_scale`) and
+the E-step of a mixture of its components (:func:`mixture_statistics`), and the rows and k-means points of its
+prepared data (:func:`data_rows`, :func:`start_points`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ __all__ = [
     "mixture_statistics",
     "n_parameters",
     "placeholder",
+    "loaded",
     "prior_value",
+    "rescaled",
     "site_dims",
     "start_points",
 ]
@@ -110,6 +113,44 @@ def placeholder(family: DensityFamily, k: int, d: int, scale: DataScale, opts: d
     measured = family.measured(scale)
     values = {site: spec.start_value(k, scale, opts) for site, spec in measured.sites(k, d).items()}
     return measured.components(values, scale)
+
+
+def loaded(
+    family: DensityFamily, state: dict[str, torch.Tensor], k: int, d: int, scale: DataScale, opts: dict
+) -> ComponentFamily:
+    """``k`` of ``family``'s components on ``d`` features with the parameters ``state`` (a saved model's, by their
+    names in ``param_names``), bit for bit: the components EM starts from (:func:`placeholder`, built by the family's
+    ``components`` with the settings it takes from ``scale``) with ``state`` loaded. ``opts`` are the tensors'
+    ``dtype`` and ``device``.
+
+    Examples
+    --------
+    >>> from ppmix.components.gaussian_family import GaussianFamily
+    >>> tril = torch.tensor([[[2.0, 0.0], [1.0, 3.0]]], dtype=torch.float64)
+    >>> state = {"loc": torch.zeros(1, 2, dtype=torch.float64), "scale_tril": tril}
+    >>> comp = loaded(GaussianFamily("full"), state, 1, 2, {"floor": torch.tensor(0.5)}, {"dtype": torch.float64})
+    >>> torch.equal(comp.scale_tril, tril), float(comp.reg_covar)
+    (True, 0.5)
+    """
+    return placeholder(family, k, d, scale, opts).load_state_dict(state)  # type: ignore[return-value]
+
+
+def rescaled(family: DensityFamily, components: ComponentFamily, scale: DataScale) -> ComponentFamily:
+    """``components`` as ``family`` builds them on the data scale ``scale`` (a warm start's new training data: the
+    settings the family's ``components`` takes from it, e.g. a floor), their parameters unchanged bit for bit: the
+    family's ``components`` of their site values, with their state loaded.
+
+    Examples
+    --------
+    >>> from ppmix.components.gaussian_family import GaussianFamily
+    >>> family = GaussianFamily("full")
+    >>> fitted = placeholder(family, 2, 3, {}, {"dtype": torch.float64})
+    >>> again = rescaled(family, fitted, {"floor": torch.tensor(0.25)})
+    >>> torch.equal(again.scale_tril, fitted.scale_tril), float(fitted.reg_covar), float(again.reg_covar)
+    (True, 1e-06, 0.25)
+    """
+    rebuilt = family.components(family.site_values(components), scale)
+    return rebuilt.load_state_dict(components.state_dict())  # type: ignore[return-value]
 
 
 def n_parameters(family: DensityFamily, k: int, d: int) -> int:

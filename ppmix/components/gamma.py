@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import pyro.distributions as dist
 import torch
@@ -277,8 +276,9 @@ class GammaFamily(LogDataFamily):
     def sites(self, k: int, d: int) -> dict[str, SiteSpec]:
         return {"concentration": SiteSpec(constraints.positive, (d,)), "rate": SiteSpec(constraints.positive, (d,))}
 
-    def _component_options(self, scale: DataScale) -> dict[str, Any]:
-        return {"max_concentration": self.max_concentration}
+    def components(self, values: dict[str, torch.Tensor], scale: DataScale) -> GammaComponents:
+        """The shapes and rates of the site values, with the family's bound on the shapes."""
+        return GammaComponents(values["concentration"], values["rate"], max_concentration=self.max_concentration)
 
     def priors(self) -> "GammaPriors":
         return GammaPriors(self)

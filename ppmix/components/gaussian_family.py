@@ -323,21 +323,20 @@ class GaussianFamily(DensityFamily):
             sites["corr_cholesky"] = SiteSpec(constraints.corr_cholesky, (d, d), shared=tied, conjugate=False)
         return sites
 
-    def _component_options(self, scale: DataScale) -> dict[str, Any]:
-        return {"reg_covar": as_floor(scale.get("floor", self.reg_covar))}
-
     def components(self, values: dict[str, torch.Tensor], scale: DataScale) -> ComponentFamily:
+        """The Gaussians of the site values, with the training data's variance floor (else ``reg_covar``)."""
         locs, scales = values["locs"], values["scales"]
+        floor = as_floor(scale.get("floor", self.reg_covar))
         if self.covariance_type == "spherical":
-            return SphericalGaussian(locs, scales[..., None].expand_as(locs), **self._component_options(scale))
+            return SphericalGaussian(locs, scales[..., None].expand_as(locs), reg_covar=floor)
         if self.covariance_type == "diag":
-            return DiagGaussian(locs, scales, **self._component_options(scale))
+            return DiagGaussian(locs, scales, reg_covar=floor)
         corr = values["corr_cholesky"]
         corr = corr / corr.norm(dim=-1, keepdim=True)  # rows of a correlation Cholesky have unit norm
         tril = scales[..., None] * corr
         if self.covariance_type == "tied":  # one matrix for every component
-            return TiedGaussian(locs, tril.expand(locs.shape[0], *tril.shape), **self._component_options(scale))
-        return FullGaussian(locs, tril, **self._component_options(scale))
+            return TiedGaussian(locs, tril.expand(locs.shape[0], *tril.shape), reg_covar=floor)
+        return FullGaussian(locs, tril, reg_covar=floor)
 
     def site_values(self, components: ComponentFamily) -> dict[str, torch.Tensor]:
         if isinstance(components, SphericalGaussian):

@@ -436,15 +436,14 @@ class GaussianMixtureFamily(DensityFamily):
             )
         return sites
 
-    def _component_options(self, scale: DataScale) -> dict[str, Any]:
-        return self._gaussian._component_options(scale)
-
     def components(self, values: dict[str, torch.Tensor], scale: DataScale) -> ComponentFamily:
+        """The mixtures of the site values, with the training data's variance floor (else ``reg_covar``)."""
         scales = values["scales"]
         if self.covariance_type == "full":
             corr = values["corr_cholesky"]
             scales = scales[..., None] * corr / corr.norm(dim=-1, keepdim=True)
-        return self.components_class(values["mix_weights"], values["locs"], scales, **self._component_options(scale))
+        floor = as_floor(scale.get("floor", self.reg_covar))
+        return self.components_class(values["mix_weights"], values["locs"], scales, reg_covar=floor)
 
     def site_values(self, components: ComponentFamily) -> dict[str, torch.Tensor]:
         values = {"mix_weights": components.mix_weights.clone(), "locs": components.loc.clone()}

@@ -9,8 +9,6 @@ logarithms.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pyro.distributions as dist
 import torch
 from pyro.distributions import constraints
@@ -188,8 +186,11 @@ class LogNormalFamily(LogDataFamily):
     def sites(self, k: int, d: int) -> dict[str, SiteSpec]:
         return {"loc": SiteSpec(constraints.real, (d,)), "scale": SiteSpec(constraints.positive, (d,))}
 
-    def _component_options(self, scale: DataScale) -> dict[str, Any]:
-        return {"reg_covar": as_floor(scale.get("floor", self.reg_covar))}
+    def components(self, values: dict[str, torch.Tensor], scale: DataScale) -> LogNormalComponents:
+        """The log-scale Gaussians of the site values, with the training data's variance floor (else
+        ``reg_covar``)."""
+        floor = as_floor(scale.get("floor", self.reg_covar))
+        return LogNormalComponents(values["loc"], values["scale"], reg_covar=floor)
 
     def priors(self) -> "LogNormalPriors":
         return LogNormalPriors(self)

@@ -423,9 +423,12 @@ class MultinomialFamily(DensityFamily):
     def sites(self, k: int, d: int) -> dict[str, SiteSpec]:
         return {"probs": SiteSpec(constraints.simplex, (d,))}
 
-    def _component_options(self, scale: DataScale) -> dict[str, Any]:
+    def components(self, values: dict[str, torch.Tensor], scale: DataScale) -> MultinomialComponents:
+        """The probabilities of the site values, with the family's floor and the training rows' total count (that
+        of the rows :meth:`~MultinomialComponents.sample` draws; 1 before a fit)."""
         total = scale.get("total")
-        return {"floor": self.floor, "sample_total": 1 if total is None else max(int(total.round()), 1)}
+        sample_total = 1 if total is None else max(int(total.round()), 1)
+        return MultinomialComponents(values["probs"], floor=self.floor, sample_total=sample_total)
 
     def priors(self) -> "MultinomialPriors":
         return MultinomialPriors(self)

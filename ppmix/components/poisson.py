@@ -12,8 +12,6 @@ in :mod:`ppmix.components.registry` as ``"poisson"``.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pyro.distributions as dist
 import torch
 from pyro.distributions import constraints
@@ -145,8 +143,9 @@ class PoissonFamily(DensityFamily):
     def sites(self, k: int, d: int) -> dict[str, SiteSpec]:
         return {"rate": SiteSpec(constraints.positive, (d,))}
 
-    def _component_options(self, scale: DataScale) -> dict[str, Any]:
-        return {"floor": self.floor}
+    def components(self, values: dict[str, torch.Tensor], scale: DataScale) -> PoissonComponents:
+        """The rates of the site values, with the family's floor (its components take a setting: passed here)."""
+        return PoissonComponents(values["rate"], floor=self.floor)
 
     def priors(self) -> "PoissonPriors":
         return PoissonPriors(self)

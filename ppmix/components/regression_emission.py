@@ -361,14 +361,16 @@ class RegressionFamily(DensityFamily):
             for name, spec in self._expert().sites(k, self.n_inputs, None).items()
         }
 
-    def _component_options(self, scale: DataScale) -> dict[str, Any]:
-        expert = self._expert()
-        std = scale.get("target_std")
-        return {
-            "expert": expert,
-            "ridge": expert.default_ridge if self.ridge is None else float(self.ridge),
-            "noise_floor": 1e-8 if std is None else NOISE_FLOOR * float(std) ** 2,
-        }
+    def components(self, values: dict[str, torch.Tensor], scale: DataScale) -> RegressionComponents:
+        """The experts' parameters of the site values (by name), with the expert family, its ridge and the noise
+        floor of the responses' spread."""
+        expert, std, cls = self._expert(), scale.get("target_std"), self.components_class
+        return cls(
+            **{name: values[name] for name in cls.param_names},
+            expert=expert,
+            ridge=expert.default_ridge if self.ridge is None else float(self.ridge),
+            noise_floor=1e-8 if std is None else NOISE_FLOOR * float(std) ** 2,
+        )
 
     def priors(self) -> "RegressionPriors":
         return RegressionPriors(self)

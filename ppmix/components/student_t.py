@@ -31,7 +31,6 @@ from ppmix.components.family import (
     FamilyPriors,
     PriorKey,
     SiteSpec,
-    components_from_state,
     with_priors,
 )
 from ppmix.components.family_tools import prior_value
@@ -528,12 +527,15 @@ class StudentTFamily(DensityFamily):
         return torch.full((k,), START_DF, **opts).clamp(self.min_df, self.max_df)
 
     def components(self, values: dict[str, torch.Tensor], scale: DataScale) -> ComponentFamily:
+        """The Student-t components of the site values, with the training data's variance floor (else
+        ``reg_covar``) and the family's range of degrees of freedom."""
+        options = {"reg_covar": as_floor(scale.get("floor", self.reg_covar)), "df_range": (self.min_df, self.max_df)}
         if self.covariance_type != "full":
-            return components_from_state(self, values, scale)
+            return StudentTComponents(values["df"], values["loc"], values["scale"], **options)
         corr = values["corr_cholesky"]
         corr = corr / corr.norm(dim=-1, keepdim=True)  # rows of a correlation Cholesky have unit norm
         tril = values["scales"][..., None] * corr
-        return FullStudentTComponents(values["df"], values["loc"], tril, **self._component_options(scale))
+        return FullStudentTComponents(values["df"], values["loc"], tril, **options)
 
     def site_values(self, components: ComponentFamily) -> dict[str, torch.Tensor]:
         if not isinstance(components, FullStudentTComponents):
@@ -545,9 +547,6 @@ class StudentTFamily(DensityFamily):
             "scales": scales,
             "corr_cholesky": components.scale_tril / scales[..., None],
         }
-
-    def _component_options(self, scale: DataScale) -> dict:
-        return {"reg_covar": as_floor(scale.get("floor", self.reg_covar)), "df_range": (self.min_df, self.max_df)}
 
     def priors(self) -> "StudentTPriors":
         return StudentTPriors(self)

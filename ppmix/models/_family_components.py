@@ -26,15 +26,16 @@ from ppmix.components.family import (
     DensityFamily,
     PriorKey,
     check_priors,
-    components_from_state,
     with_priors,
 )
 from ppmix.components.family_tools import (
     data_rows,
     has_map_update,
+    loaded,
     measure_data_scale,
     n_parameters,
     placeholder,
+    rescaled,
     site_dims,
     start_points,
 )
@@ -251,8 +252,7 @@ class FamilyModel(MixtureModel):
         family = self._component_family()
         self._data_scale = measure(family)
         if getattr(self, "components_", None) is not None:  # the family measured on it (e.g. its number of columns)
-            state = self.components_.state_dict()
-            self.components_ = components_from_state(self._component_family(), state, self._data_scale)
+            self.components_ = rescaled(self._component_family(), self.components_, self._data_scale)
 
     def _frame_coder(self, *, learn: bool) -> Callable[[Any, str], Any] | None:
         """The family's coding of a DataFrame's columns (``code_frame``, e.g. the independent family's categories),
@@ -388,7 +388,7 @@ class FamilyModel(MixtureModel):
         opts = {"dtype": self.dtype, "device": self._device}
         family = self._component_family()
         state = {name: tensors[name].to(**opts) for name in family.components_class.param_names}
-        self.components_ = components_from_state(family, state, self._scale)
+        self.components_ = loaded(family, state, self.n_components, self.n_features_in_, self._scale, opts)
 
     def _component_state_shapes(self, *, sites: bool = False) -> dict[str, tuple[int, ...]]:
         """The shapes of the components' state for these settings (``n_components``, ``n_features_in_``, the

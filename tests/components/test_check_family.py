@@ -3,7 +3,8 @@ structures fit, save and load it by name; ``check_family`` names what a broken f
 
 ``LaplaceFamily`` below is what a user writes (about 70 lines): its parameters are listed in another order than
 its constructor takes them (they are passed by name) and its components read the family's data scale (a floor on
-the scales), which warm starts and ``fit_em`` hand it.
+the scales, passed in the family's ``components``, the one constructor of its components), which warm starts and
+``fit_em`` hand it.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from ppmix.components import (
     registry,
 )
 from ppmix.components.autoregressive import lagged_sequences
-from ppmix.components.family import components_from_state
+from ppmix.components.family_tools import loaded, rescaled
 from ppmix.distributed import fit_em
 from ppmix.testing import check_family
 from tests.common import make_family_sequences
@@ -108,8 +109,9 @@ class LaplaceFamily(DensityFamily):
     def data_scale(self, x: torch.Tensor, name: str = "X") -> dict[str, torch.Tensor]:
         return {"range": x.amax(0) - x.amin(0)}
 
-    def _component_options(self, scale: dict[str, torch.Tensor]) -> dict:
-        return {"floor": 1e-6 * scale["range"]}  # a KeyError if a warm start or fit_em handed an empty scale
+    def components(self, values: dict[str, torch.Tensor], scale: dict[str, torch.Tensor]) -> LaplaceComponents:
+        floor = 1e-6 * scale["range"]  # a KeyError if a warm start or fit_em handed an empty scale
+        return self.components_class(values["loc"], values["scale"], floor)
 
 
 # ------------------------------------------------------------------------------------------------- the tests
@@ -143,15 +145,20 @@ def test_a_family_written_outside_the_package_passes_check_family_registers_and_
 
 
 def test_parameters_are_passed_by_name_in_any_order():
-    """``param_names`` lists ``scale`` first, the constructor takes ``loc`` first: the components built from a state
-    (loads, warm starts) and from the site values (Pyro) hold each tensor under its own name."""
+    """``param_names`` lists ``scale`` first, the constructor takes ``loc`` first: the components built by the
+    default ``components`` (sites by name), from the site values (Pyro), from a state (loads) and on a new scale
+    (warm starts) hold each tensor under its own name; the last three take the floor of their data scale."""
     family = LaplaceFamily()
     loc, scale = torch.tensor([[1.0, 2.0]]), torch.tensor([[3.0, 4.0]])
-    for built in (
-        components_from_state(family, {"scale": scale, "loc": loc}, {"range": torch.ones(2)}),
-        family.components({"loc": loc, "scale": scale}, {"range": torch.ones(2)}),
-    ):
-        assert torch.equal(built.loc, loc) and torch.equal(built.scale, scale)
+    data_scale, opts = {"range": torch.tensor([5.0, 7.0])}, {"dtype": torch.float32}
+    by_default = DensityFamily.components(family, {"loc": loc, "scale": scale}, data_scale)
+    built = family.components({"loc": loc, "scale": scale}, data_scale)
+    state = loaded(family, {"scale": scale, "loc": loc}, 1, 2, data_scale, opts)
+    moved = rescaled(family, by_default, data_scale)
+    for components in (by_default, built, state, moved):
+        assert torch.equal(components.loc, loc) and torch.equal(components.scale, scale)
+    for components in (built, state, moved):
+        assert torch.equal(components.floor, 1e-6 * data_scale["range"])
 
 
 @pytest.mark.parametrize("structure", ["Mixture", "HMM"])

@@ -26,7 +26,12 @@ from ppmix.components import (
     kl_divergence,
     registry,
 )
+from ppmix.components.family_tools import loaded, placeholder, rescaled
+from ppmix.components.gaussian_family import GaussianFamily
+from ppmix.components.gaussian_mixture import GaussianMixtureFamily
+from ppmix.components.lognormal import LogNormalFamily
 from ppmix.components.poisson import PoissonComponents, PoissonFamily
+from ppmix.components.student_t import StudentTFamily
 from tests.common import assert_close
 from tests.components._util import parametrize_device, random_scale_tril, rng, t
 
@@ -142,6 +147,84 @@ def test_registered_families_override_only_the_contract():
             overridden = {n for n in vars(cls) if not n.startswith("_") and hasattr(base, n)} - persistence
             assert overridden <= set(base.__contract__) | DECLARATIONS, (cls.__name__, overridden)
             assert not RETIRED & set(vars(cls)), (cls.__name__, RETIRED & set(vars(cls)))
+
+
+#: the components' private fast path, no member of the contract (its default is the definition, which
+#: ``family_tools.mixture_statistics`` runs): the Gaussians' fused E-step
+FAST_PATH = {"_expected_statistics", "_scored", "_statistics_given"}
+
+
+def _is_private(name: str) -> bool:
+    """A single-underscore name (not a dunder, not ABC's bookkeeping ``_abc_impl``, which every subclass gets)."""
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__")) and name != "_abc_impl"
+
+
+def _private_overrides(cls: type, base: type) -> set[str]:
+    """The private members of ``base`` (methods or data) that ``cls`` or a class of its MRO below ``base`` defines
+    again: hooks a family would have to know of beyond the contract."""
+    private = {name for name in dir(base) if _is_private(name)}
+    below = cls.__mro__[: cls.__mro__.index(base)]
+    return {name for klass in below for name in vars(klass) if name in private}
+
+
+def _ppmix_classes(base: type) -> set[type]:
+    for name in registry.FAMILIES:
+        registry.family_class(name)  # imports every registered family's module
+    return {cls for cls in _subclasses(base) if cls.__module__.startswith("ppmix.")}
+
+
+def test_no_family_overrides_a_private_member_of_the_contract_classes():
+    """The contract is all a family author writes: ``DensityFamily`` has no private hook (no private method; its
+    private data, the moved members and the priors' settings, are set by the machinery), no registered family nor
+    any other family class in ppmix redefines a private member of it, and no components class one of
+    ``ComponentFamily``'s but the documented fused E-step of the Gaussians."""
+    assert {
+        name for name in dir(DensityFamily) if _is_private(name) and callable(getattr(DensityFamily, name))
+    } == set()
+    assert {
+        name for name in dir(ComponentFamily) if _is_private(name) and callable(getattr(ComponentFamily, name))
+    } == (FAST_PATH | {"_check_weights"})
+    families = _ppmix_classes(DensityFamily) | {registry.family_class(name) for name in registry.FAMILIES}
+    assert len(families) >= 11
+    for cls in families:
+        assert _private_overrides(cls, DensityFamily) == set(), cls.__name__
+    components = _ppmix_classes(ComponentFamily)
+    assert len(components) >= 11
+    for cls in components:
+        assert _private_overrides(cls, ComponentFamily) <= FAST_PATH, cls.__name__
+    # the check sees a hook redefined below the base, directly or through an intermediate class
+    hooked = type("Hooked", (PoissonFamily,), {"_moved": {}})
+    assert _private_overrides(type("Below", (hooked,), {}), DensityFamily) == {"_moved"}
+    checked = type("Checked", (PoissonComponents,), {"_check_weights": lambda self, weights, n: weights})
+    assert _private_overrides(checked, ComponentFamily) == {"_check_weights"}
+
+
+@pytest.mark.parametrize(
+    "family",
+    [GaussianFamily(kind) for kind in ("full", "tied", "diag", "spherical")]
+    + [StudentTFamily("full"), StudentTFamily("diag"), GaussianMixtureFamily(2, "full"), LogNormalFamily()],
+    ids=repr,
+)
+def test_loads_and_warm_starts_keep_the_parameters_bit_for_bit_and_take_the_new_data_scale(family):
+    """A saved model's components (:func:`loaded`) and fitted components on a new data scale (:func:`rescaled`)
+    hold the fitted parameters bit for bit (a full Cholesky factor too, which the family's site values, a scale and
+    a correlation, would round), with the floor the family's ``components`` takes from the scale they are given."""
+    x = torch.as_tensor(np.exp(rng(3).normal(size=(60, 3))), dtype=torch.float64)
+    scale = family.data_scale(x)
+    fitted = placeholder(family, 2, 3, scale, {"dtype": torch.float64})
+    weights = torch.as_tensor(rng(4).dirichlet(np.ones(2), size=60), dtype=torch.float64)
+    prepared = family.prepare(x)
+    for _ in range(2):
+        fitted.fit_statistics(fitted.statistics(prepared, weights))
+    state = fitted.state_dict()
+    wider = {**scale, "floor": 4 * scale["floor"]}
+    for rebuilt in (loaded(family, state, 2, 3, wider, {"dtype": torch.float64}), rescaled(family, fitted, wider)):
+        assert type(rebuilt) is type(fitted)
+        assert all(torch.equal(value, state[name]) for name, value in rebuilt.state_dict().items())
+        assert torch.equal(torch.as_tensor(rebuilt.reg_covar), 4 * torch.as_tensor(fitted.reg_covar))
+    if "scale_tril" in state:  # the route through the site values rounds the factor: bit for bit is a real test
+        via_sites = family.components(family.site_values(fitted), scale).state_dict()["scale_tril"]
+        assert not torch.equal(via_sites, state["scale_tril"])
 
 
 def _family(name: str, seed: int, device: str):

@@ -22,7 +22,8 @@ from ppmix._validation import InvalidDataError, check_float
 from ppmix.algorithms.kmeans import kmeans_start
 from ppmix.components import BernoulliLabel, DiagGaussian
 from ppmix.components.centred import CentredData
-from ppmix.components.family import DensityFamily, Statistics, components_from_state
+from ppmix.components.family import DensityFamily, Statistics
+from ppmix.components.family_tools import rescaled
 from ppmix.components.gaussian_family import GaussianFamily, rounding_tolerance, weighted_data_scale
 from ppmix.models._arviz import LaplaceTarget, global_supports
 from ppmix.models._family_components import drop_leading_ones
@@ -200,9 +201,7 @@ def record_weighted_data_scale(model: Any, frames: torch.Tensor, weight: torch.T
     check_pf_features(model, frames[weight > 0])
     model._data_scale = weighted_data_scale(frames, weight, float(model.reg_covar))
     if getattr(model, "components_", None) is not None:
-        model.components_ = components_from_state(
-            model._component_family(), model.components_.state_dict(), model._data_scale
-        )
+        model.components_ = rescaled(model._component_family(), model.components_, model._data_scale)
 
 
 # ------------------------------------------------------------------------ EM
