@@ -4,7 +4,7 @@
 ``K = 3`` states each operation handles a few hundred numbers, and the ~2 000 operations of a 200-step pass cost
 their dispatch, not their arithmetic. Here the recursions of every (chain, sequence) pair, a *lane*, run in compiled
 loops, in float64, single-threaded (the order of every sum fixed: the same inputs give the same bits), ``LANES``
-lanes side by side: each loop's innermost dimension is the lane, so one vector instruction advances eight
+lanes side by side: each loop's innermost dimension is the lane, so the processor overlaps eight independent
 recursions (a lone recursion waits on its previous step at every operation). The lanes are ordered by sequence
 length (longest first), so the lanes of a block end at about the same step; a lane past its length holds zero
 emissions (its forward values zero, its backward values one) and adds nothing.
@@ -43,7 +43,7 @@ from numba import njit
 
 __all__ = ["LANES", "forward_backward", "gather", "lane_blocks", "scatter"]
 
-#: recursions advanced side by side (one AVX-512 vector of float64)
+#: recursions advanced side by side (independent: their operations overlap)
 LANES = 8
 _FINFO = np.finfo(np.float64)
 #: a rescaling normaliser below this may have lost relative precision (as :mod:`~ppmix.engines.hmm_chains`'s check)
