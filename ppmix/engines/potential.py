@@ -325,20 +325,22 @@ def _hmm_chains_emissions(model: Any, data: Any, values: dict[str, torch.Tensor]
 
 
 #: the last :func:`_prediction_batch`: weak references to its model, data and the model's components, and the batch
+#: (forgotten with the model)
 _last_prediction: list[tuple[Any, Any, Any, Any]] = []
 
 
 def _prediction_batch(model: Any, data: Any) -> Any:
     """``model._prediction_data(data)`` (the frames gathered from the padded batch and prepared for the components),
     remembered for the next call on the same model, data and components (every leapfrog step of a NUTS run: the
-    chains' parameters do not enter it)."""
+    chains' parameters do not enter it); one batch at a time, kept no longer than its model."""
     key = (model, data, model.components_)
     if _last_prediction:
         *refs, batch = _last_prediction[0]
         if all(ref() is obj for ref, obj in zip(refs, key)):
             return batch
     batch = model._prediction_data(data)
-    _last_prediction[:] = [(*(weakref.ref(obj) for obj in key), batch)]
+    refs = (weakref.ref(model, lambda _: _last_prediction.clear()), weakref.ref(data), weakref.ref(model.components_))
+    _last_prediction[:] = [(*refs, batch)]
     return batch
 
 
