@@ -24,6 +24,7 @@ priors depend on other global sites: NUTS then runs on the traced program as bef
 from __future__ import annotations
 
 import logging
+import weakref
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable
@@ -36,7 +37,7 @@ from pyro.distributions.transforms import StickBreakingTransform, Transform, bij
 from pyro.poutine.subsample_messenger import _Subsample
 
 from ppmix.engines.enumeration import is_enumerated
-from ppmix.engines.hmm_chains import chains_log_likelihood
+from ppmix.engines.hmm_chains import packed_chains_log_likelihood
 from ppmix.engines.nuts_priors import closed_form
 from ppmix.engines.potential_grads import component_log_prob, fused_mixture_log_likelihood, mixture_log_likelihood
 from ppmix.engines.site_gradients import site_gradient
@@ -351,44 +352,84 @@ def _mixture_chains_log_likelihood(model: Any, data: torch.Tensor, values: dict[
 
 def _hmm_chains_log_likelihood(model: Any, data: Any, values: dict[str, torch.Tensor]) -> torch.Tensor:
     """``sum_b log p(x_b)`` of an HMM at every chain's globals ``{site: (C, ...)}``, ``(C,)``: each chain's
-    initial distribution and transitions as :meth:`HMM._summed_log_likelihood` computes them, the emission
-    log-densities of every chain at once (:func:`_hmm_chains_emissions`), then one forward algorithm over every
-    chain's sequences (:func:`~ppmix.engines.hmm_chains.chains_log_likelihood`: one batched step for all chains, its
-    gradient from the backward recursion)."""
-    chains = next(iter(values.values())).shape[0]
+    initial distribution and transitions as :meth:`HMM._summed_log_likelihood` computes them
+    (:func:`_hmm_chains_chain`), the emission log-densities of every chain's valid steps at once
+    (:func:`_hmm_chains_emissions`), then one forward algorithm over every chain's sequences
+    (:func:`~ppmix.engines.hmm_chains.packed_chains_log_likelihood`: compiled loops on the CPU, its gradient from the
+    backward recursion)."""
+    log_init, log_trans = _hmm_chains_chain(model, values)
+    frames = _hmm_chains_emissions(model, data, values)
+    return packed_chains_log_likelihood(log_init, log_trans, frames, data.lengths)
+
+
+def _hmm_chains_chain(model: Any, values: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The log initial distributions ``(C, K)`` and log transitions ``(C, K, K)`` of every chain (``-inf`` at the
+    transitions ``transition_pattern`` forbids, with a zero gradient): normalised and masked as
+    :meth:`HMM._set_globals` does, all chains at once; chain by chain through a subclass's own ``_set_globals``."""
     allowed = model._transition_mask.to(model._device)
-    initial, transition = [], []
-    for c in range(chains):
-        model._set_globals({name: value[c] for name, value in values.items()})
-        safe = torch.where(allowed, model.transition_, torch.ones_like(model.transition_))
-        initial.append(model.initial_.log())
-        transition.append(safe.log().masked_fill(~allowed, float("-inf")))
-    lengths = data.lengths.to(model._device)
-    log_emit = _hmm_chains_emissions(model, data, values)
-    return chains_log_likelihood(torch.stack(initial), torch.stack(transition), log_emit, lengths)
+    if _is_own(model, "_set_globals"):
+        opts = {"dtype": model.dtype, "device": model._device}
+        initial, transition = values["initial"].to(**opts), values["transition"].to(**opts)
+        initial = initial / initial.sum(-1, keepdim=True)
+        transition = transition * allowed
+        transition = transition / transition.sum(-1, keepdim=True)
+    else:
+        chains = next(iter(values.values())).shape[0]
+        initial_c, transition_c = [], []
+        for c in range(chains):
+            model._set_globals({name: value[c] for name, value in values.items()})
+            initial_c.append(model.initial_)
+            transition_c.append(model.transition_)
+        initial, transition = torch.stack(initial_c), torch.stack(transition_c)
+    safe = torch.where(allowed, transition, torch.ones_like(transition))
+    return initial.log(), safe.log().masked_fill(~allowed, float("-inf"))
+
+
+def _is_own(model: Any, hook: str) -> bool:
+    """Whether ``model``'s ``hook`` is :class:`~ppmix.models.hmm.HMM`'s own (no subclass replaced it)."""
+    owner = _owner(type(model), hook)
+    return (owner.__module__, owner.__name__) == ("ppmix.models.hmm", "HMM")
 
 
 def _hmm_chains_emissions(model: Any, data: Any, values: dict[str, torch.Tensor]) -> torch.Tensor:
-    """The emission log-densities ``(C, B, T, K)`` of every chain, zero at padded steps: as :meth:`HMM._log_emissions`
-    scores them, the components of all chains as one set of ``C K`` scored by one ``log_prob`` (its gradient in
-    closed form: :func:`~ppmix.engines.potential_grads.component_log_prob`) where every emission site has a
-    component axis and every frame is observed, else chain by chain."""
+    """The emission log-densities ``(N, C, K)`` of every chain at the ``N`` valid steps (in the order of the batch's
+    mask), as :meth:`HMM._log_emissions` scores them: the components of all chains as one set of ``C K`` scored by
+    one ``log_prob`` (its gradient in closed form: :func:`~ppmix.engines.potential_grads.component_log_prob`), whose
+    ``(N, C K)`` result is the answer viewed, where every emission site has a component axis and every frame is
+    observed; else chain by chain."""
     chains, k = next(iter(values.values())).shape[0], int(model.n_components)
-    batch = model._prediction_data(data)
+    batch = _prediction_batch(model, data)
     family = model._component_family()
     specs = family.sites(k, int(model.n_features_in_))
     if batch.observed is not None or any(spec.shared for spec in specs.values()) or not set(specs) <= set(values):
         per_chain = []
         for c in range(chains):
             model._set_globals({name: value[c] for name, value in values.items()})
-            per_chain.append(model._log_emissions(batch))
-        return torch.stack(per_chain)
+            per_chain.append(model._log_emissions(batch)[batch.sequences.mask])
+        return torch.stack(per_chain, 1)
     stacked = {site: values[site].reshape(chains * k, *values[site].shape[2:]) for site in specs}
     scored = component_log_prob(family.components(stacked, model._scale), batch.rows)  # (N, C K)
-    sequences = batch.sequences
-    log_emit = scored.new_zeros(chains, sequences.n_sequences, sequences.max_length, k)
-    log_emit[:, sequences.mask] = scored.reshape(-1, chains, k).transpose(0, 1)
-    return log_emit
+    return scored.reshape(-1, chains, k)
+
+
+#: the last :func:`_prediction_batch`: weak references to its model, data and the model's components, and the batch
+#: (forgotten with the model)
+_last_prediction: list[tuple[Any, Any, Any, Any]] = []
+
+
+def _prediction_batch(model: Any, data: Any) -> Any:
+    """``model._prediction_data(data)`` (the frames gathered from the padded batch and prepared for the components),
+    remembered for the next call on the same model, data and components (every leapfrog step of a NUTS run: the
+    chains' parameters do not enter it); one batch at a time, kept no longer than its model."""
+    key = (model, data, model.components_)
+    if _last_prediction:
+        *refs, batch = _last_prediction[0]
+        if all(ref() is obj for ref, obj in zip(refs, key)):
+            return batch
+    batch = model._prediction_data(data)
+    refs = (weakref.ref(model, lambda _: _last_prediction.clear()), weakref.ref(data), weakref.ref(model.components_))
+    _last_prediction[:] = [(*refs, batch)]
+    return batch
 
 
 def _owner(cls: type, attribute: str) -> type:

@@ -6,6 +6,7 @@ log joint under a point-mass guide; models whose hooks do not describe their pro
 
 from __future__ import annotations
 
+import gc
 import importlib
 import warnings
 
@@ -18,6 +19,7 @@ from pyro.infer.mcmc.util import initialize_model
 
 from ppmix import GMM, HMM, PFGMM, Mixture
 from ppmix.components.registry import FAMILIES
+from ppmix.engines import potential as potential_module
 from ppmix.engines.potential import FlatPotential, describes_program, likelihood_potential
 from tests.common import (
     SEQUENCE_FAMILIES,
@@ -192,3 +194,17 @@ def test_nuts_on_the_potential_recovers_planted_parameters():
     em = HMM(2, seed=0, progress=False).fit(seqs)
     np.testing.assert_allclose(np.sort(hmm.means_[:, 0].numpy()), np.sort(em.means_[:, 0].numpy()), atol=0.3)
     assert float(hmm.transition_.diagonal().min()) > 0.6
+
+
+def test_the_hmm_prediction_batch_is_remembered_per_model_data_and_components():
+    """The HMM potential prepares its frames once for a model, data and components (every leapfrog step reuses
+    them), again when the components change, and forgets them with the model."""
+    model, data = _fitted("hmm-gaussian")
+    first = potential_module._prediction_batch(model, data)
+    assert potential_module._prediction_batch(model, data) is first
+    model._set_globals(model._get_globals())  # new components: the frames are prepared for them
+    again = potential_module._prediction_batch(model, data)
+    assert again is not first and torch.equal(again.rows.x, first.rows.x)
+    del model, first, again
+    gc.collect()
+    assert potential_module._last_prediction == []

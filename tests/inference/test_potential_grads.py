@@ -8,14 +8,21 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ppmix.algorithms.forward_backward import log_likelihood
 from ppmix.components import FullGaussian
 from ppmix.components.centred import CentredData
 from ppmix.components.gaussian_diag import DiagGaussian
 from ppmix.components.student_t import StudentTComponents
-from ppmix.engines import potential_grads
-from ppmix.engines.hmm_chains import chains_log_likelihood
+from ppmix.engines import hmm_chains, potential_grads
+from ppmix.engines.hmm_chains import (
+    _exact_log_likelihood,
+    _torch_log_likelihood,
+    chains_log_likelihood,
+    packed_chains_log_likelihood,
+)
 from ppmix.engines.potential_grads import component_log_prob, mixture_log_likelihood
 
 F64 = torch.float64
@@ -129,27 +136,114 @@ def _log_space_forward(log_init, log_trans, log_emit, lengths):
     return torch.logsumexp(alpha, -1).sum(-1)
 
 
+def _hmm_case(generator, chains, states, lengths, forbidden, dtype=F64):
+    """Random log initial distributions ``(C, K)``, log transitions ``(C, K, K)`` (``-inf`` off a cyclic pattern
+    where ``forbidden``) and emission log-densities ``(C, B, T, K)``, leaves of the autograd graph."""
+    steps = int(lengths.max())
+    log_init = torch.randn(chains, states, generator=generator, dtype=F64).log_softmax(-1)
+    raw = torch.randn(chains, states, states, generator=generator, dtype=F64)
+    if forbidden and states > 1:  # a transition pattern: the scaled recursions keep exact zeros
+        raw = raw.masked_fill(torch.eye(states, dtype=torch.bool).roll(1, 0), float("-inf"))
+    log_emit = 4 * torch.randn(chains, len(lengths), steps, states, generator=generator, dtype=F64)
+    return [x.to(dtype).requires_grad_() for x in (log_init, raw.log_softmax(-1), log_emit)]
+
+
+def _packed(log_init, log_trans, log_emit, lengths):
+    """:func:`packed_chains_log_likelihood` of the valid steps of a padded batch."""
+    mask = torch.arange(log_emit.shape[2]) < lengths[:, None]
+    return packed_chains_log_likelihood(log_init, log_trans, log_emit[:, mask].transpose(0, 1), lengths)
+
+
+#: the ways of computing the chains' log-likelihood: the compiled kernel (on the CPU with numba), the batched torch
+#: recursions (CUDA, no numba), the kernel on packed valid steps (the potential's), the log-space recursion of
+#: :func:`ppmix.algorithms.forward_backward.log_likelihood`
+HMM_PATHS = {
+    "kernel": chains_log_likelihood,
+    "torch": _torch_log_likelihood,
+    "packed": _packed,
+    "log-space": _exact_log_likelihood,
+}
+
+
+def _gradients(output, inputs):
+    """The gradients of ``output``, zero for an input it does not use (the transitions of one-step sequences)."""
+    grads = torch.autograd.grad(output, inputs, allow_unused=True)
+    return [torch.zeros_like(x) if g is None else g for g, x in zip(grads, inputs)]
+
+
+def _hmm_agree(inputs, lengths, generator, paths=HMM_PATHS, tolerance=1e-10):
+    """Every path's value and gradient (of a random weighted sum over the chains) equal the hand-written log-space
+    recursion's, differentiated by autograd (``-inf`` gradients of forbidden transitions read as zero)."""
+    upstream = torch.randn(inputs[0].shape[0], generator=generator, dtype=F64).to(inputs[0].dtype)
+    exact = _log_space_forward(*inputs, lengths)
+    expected = [exact, *_gradients((exact * upstream).sum(), inputs)]
+    for name, path in paths.items():
+        value = path(*inputs, lengths)
+        got = [value, *_gradients((value * upstream).sum(), inputs)]
+        for a, b in zip(got, expected):
+            a, b = (torch.nan_to_num(x.detach().double(), neginf=0.0) for x in (a, b))
+            scale = float(b.abs().max().clamp(min=1.0))
+            assert torch.allclose(a, b, rtol=tolerance, atol=tolerance * scale), (name, float((a - b).abs().max()))
+
+
 @pytest.mark.parametrize("lengths", [[6, 6, 6], [6, 2, 1]])
 @pytest.mark.parametrize("forbidden", [False, True])
-def test_hmm_chains_gradient_equals_autograd(lengths, forbidden):
+@pytest.mark.parametrize("states", [1, 3])
+def test_hmm_chains_gradient_equals_autograd(lengths, forbidden, states):
+    """The kernel, the torch recursions, the packed kernel and the log-space recursion of ``forward_backward`` give
+    the same log-likelihood and gradients, with padding, forbidden transitions and a single state."""
     generator = torch.Generator().manual_seed(3)
-    chains, states, steps = 2, 3, 6
     lengths = torch.tensor(lengths)
-    log_init = torch.randn(chains, states, generator=generator, dtype=F64).log_softmax(-1).requires_grad_()
-    raw = torch.randn(chains, states, states, generator=generator, dtype=F64)
-    if forbidden:  # a transition pattern: the scaled recursion keeps exact zeros
-        raw = raw.masked_fill(torch.eye(states, dtype=torch.bool).roll(1, 0), float("-inf"))
-    log_trans = raw.log_softmax(-1).requires_grad_()
-    log_emit = (4 * torch.randn(chains, 3, steps, states, generator=generator, dtype=F64)).requires_grad_()
-    upstream = torch.randn(chains, generator=generator, dtype=F64)
-    ours = chains_log_likelihood(log_init, log_trans, log_emit, lengths)
-    exact = _log_space_forward(log_init, log_trans, log_emit, lengths)
-    _close(ours, exact)
-    leaves = [log_init, log_trans, log_emit]
-    mine = torch.autograd.grad((ours * upstream).sum(), leaves)
-    theirs = torch.autograd.grad((exact * upstream).sum(), leaves)
-    for a, b in zip(mine, theirs):
-        _close(torch.nan_to_num(a, neginf=0.0), torch.nan_to_num(b, neginf=0.0))
+    _hmm_agree(_hmm_case(generator, 2, states, lengths, forbidden), lengths, generator)
+
+
+def test_hmm_chains_float32_agree():
+    """float32 inputs: the kernel (which computes in float64) and the torch recursions (in float32) agree with the
+    float64 log-space recursion to float32's precision, and answer in float32."""
+    generator = torch.Generator().manual_seed(5)
+    lengths = torch.tensor([7, 3, 5])
+    inputs = _hmm_case(generator, 3, 3, lengths, True, dtype=torch.float32)
+    assert all(path(*inputs, lengths).dtype == torch.float32 for path in HMM_PATHS.values())
+    _hmm_agree(inputs, lengths, generator, tolerance=2e-5)
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    chains=st.integers(1, 3),
+    states=st.integers(1, 4),
+    lengths=st.lists(st.integers(1, 9), min_size=1, max_size=12),
+    forbidden=st.booleans(),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_hmm_chains_agree_on_random_batches(chains, states, lengths, forbidden, seed):
+    """Random batches (more sequences than a block of lanes, unequal lengths, any number of chains and states):
+    every path agrees with the log-space recursion."""
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.tensor(lengths)
+    _hmm_agree(_hmm_case(generator, chains, states, lengths, forbidden), lengths, generator)
+
+
+def test_hmm_chains_without_numba_run_on_torch(monkeypatch):
+    """Where numba cannot be imported the CPU path is the torch recursions' (the same function)."""
+    monkeypatch.setattr(hmm_chains, "_kernel", lambda: None)
+    generator = torch.Generator().manual_seed(4)
+    lengths = torch.tensor([5, 3])
+    inputs = _hmm_case(generator, 2, 3, lengths, False)
+    assert not hmm_chains._runs_on_kernel(*inputs)
+    _hmm_agree(inputs, lengths, generator, paths={"kernel": chains_log_likelihood, "packed": _packed})
+
+
+@pytest.mark.parametrize("path", sorted(HMM_PATHS))
+def test_hmm_chains_nan_emissions_give_nan(path):
+    """A NaN emission log-density: the scaled recursions refuse it and every path answers as the log-space one
+    (NaN for the chain that has it), without an error."""
+    generator = torch.Generator().manual_seed(6)
+    lengths = torch.tensor([4, 4])
+    log_init, log_trans, log_emit = (x.detach() for x in _hmm_case(generator, 2, 2, lengths, False))
+    log_emit[1, 0, 2, 1] = float("nan")
+    value = HMM_PATHS[path](log_init, log_trans, log_emit, lengths)
+    assert torch.isnan(value[1])
+    torch.testing.assert_close(value, _exact_log_likelihood(log_init, log_trans, log_emit, lengths), equal_nan=True)
 
 
 def test_hmm_chains_fall_back_where_a_step_is_impossible():
@@ -158,6 +252,7 @@ def test_hmm_chains_fall_back_where_a_step_is_impossible():
     log_trans = torch.tensor([[[0.0, float("-inf")], [float("-inf"), 0.0]]], dtype=F64)
     log_emit = torch.tensor([[[[0.0, 0.0], [float("-inf"), 0.0]]]], dtype=F64)  # state 0 cannot emit step 1
     lengths = torch.tensor([2])
-    value = chains_log_likelihood(log_init, log_trans, log_emit, lengths)
-    assert value.shape == (1,) and torch.isneginf(value).all()
-    assert torch.equal(value, log_likelihood(log_init[0], log_trans[0], log_emit[0], lengths).sum()[None])
+    for path in HMM_PATHS.values():
+        value = path(log_init, log_trans, log_emit, lengths)
+        assert value.shape == (1,) and torch.isneginf(value).all()
+        assert torch.equal(value, log_likelihood(log_init[0], log_trans[0], log_emit[0], lengths).sum()[None])
