@@ -33,13 +33,14 @@ import pyro
 import torch
 from pyro import poutine
 from pyro.distributions import Distribution
-from pyro.distributions.transforms import Transform, biject_to
+from pyro.distributions.transforms import StickBreakingTransform, Transform, biject_to
 from pyro.poutine.subsample_messenger import _Subsample
 
 from ppmix.engines.enumeration import is_enumerated
 from ppmix.engines.hmm_chains import packed_chains_log_likelihood
 from ppmix.engines.nuts_priors import closed_form
-from ppmix.engines.potential_grads import component_log_prob, mixture_log_likelihood
+from ppmix.engines.potential_grads import component_log_prob, fused_mixture_log_likelihood, mixture_log_likelihood
+from ppmix.engines.site_gradients import site_gradient
 
 if TYPE_CHECKING:
     from ppmix.models.base import MixtureModel
@@ -115,6 +116,9 @@ class LikelihoodPotential:
 
     def __init__(self, model: "MixtureModel", data: Any, sites: dict[str, GlobalSite]) -> None:
         self.model, self.data, self.sites = model, data, sites
+        opts = {"dtype": model.dtype, "device": model._device}
+        #: each site's density and its gradient without autograd, where it has one (:mod:`.site_gradients`)
+        self.site_gradients = {name: site_gradient(site.prior, site.transform, opts) for name, site in sites.items()}
 
     def __call__(self, params: dict[str, torch.Tensor]) -> torch.Tensor:
         log_joint = torch.zeros((), dtype=self.model.dtype, device=self.model._device)
@@ -125,15 +129,24 @@ class LikelihoodPotential:
         self.model._set_globals(values)
         return -(log_joint + self._log_likelihood())
 
-    def chains(self, params: dict[str, torch.Tensor]) -> torch.Tensor:
+    def chains(self, params: dict[str, torch.Tensor], gradients: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
         """The potential of every chain, ``(C,)``, at unconstrained coordinates ``{site: (C, *shape)}``: the priors
         and log-Jacobians of all chains in one broadcast pass per site, the likelihood chain by chain (an HMM's
-        forward algorithm over every chain's sequences at once: :func:`_hmm_chains_log_likelihood`)."""
+        forward algorithm over every chain's sequences at once: :func:`_hmm_chains_log_likelihood`).
+
+        With a dict ``gradients``, the sites with a closed-form gradient (:attr:`site_gradients`) add their prior
+        and log-Jacobian as constants, outside the autograd graph, and put the gradient of that term with respect to
+        their coordinates in ``gradients``: the caller adds it (with the potential's sign) to autograd's."""
         chains = next(iter(params.values())).shape[0]
         log_joint = torch.zeros(chains, dtype=self.model.dtype, device=self.model._device)
         values = {}
         for name, site in self.sites.items():
-            values[name], log_density = site.chains_log_density(params[name])
+            closed = None if gradients is None else self.site_gradients[name]
+            if closed is None:
+                values[name], log_density = site.chains_log_density(params[name])
+            else:
+                values[name] = site.transform(params[name])
+                log_density, gradients[name], _, _ = closed(params[name].detach())
             log_joint = log_joint + log_density
         values = _with_frozen(self.model, values, chains)
         if _is_hmm(self.model):
@@ -195,6 +208,56 @@ class FlatPotential:
         self.shapes = {name: site.unconstrained_full(0.0, opts).shape for name, site in potential.sites.items()}
         self.sizes = [int(torch.Size(shape).numel()) for shape in self.shapes.values()]
 
+    @cached_property
+    def _direct_possible(self) -> bool:
+        """Whether the potential is a stacked mixture's (:func:`_stacks_components`, nothing frozen) whose every site
+        has a closed-form gradient, the weights under the stick-breaking map (what :meth:`_direct` differentiates)."""
+        potential = self.potential
+        model, sites = potential.model, potential.sites
+        return (
+            model._fixed is None
+            and not _is_hmm(model)
+            and _stacks_components(model, sites)
+            and all(gradient is not None for gradient in potential.site_gradients.values())
+            and isinstance(sites["weights"].transform, StickBreakingTransform)
+        )
+
+    def _direct(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The potential and its gradient with no autograd graph: each site's prior, log-Jacobian, value and
+        derivative in closed form (:mod:`~ppmix.engines.site_gradients`), the likelihood's value and gradients with
+        respect to the components' parameters and the log weights from the compiled kernel
+        (:func:`~ppmix.engines.potential_grads.fused_mixture_log_likelihood`), chained to the coordinates: an
+        element-wise site's by its map's derivative, the weights' through ``log SB(u)`` (``log y_i = log z_i +
+        sum_{j<i} log(1 - z_j)``: ``dL/du_m = g_m (1 - z_m) - z_m sum_{i>m} g_i``). None where the components'
+        parameters are not the site values themselves or the family has no kernel here."""
+        chains = z.shape[0]
+        params = self.unpack(z)
+        log_joint = z.new_zeros(chains)
+        values, grads, derivatives = {}, {}, {}
+        for name, gradient in self.potential.site_gradients.items():
+            h, grads[name], values[name], derivatives[name] = gradient(params[name])
+            log_joint = log_joint + h
+        components, log_weights, stacked = _stacked_components(self.potential.model, values)
+        fused = fused_mixture_log_likelihood(components, self.potential.data, log_weights)
+        if fused is None:
+            return None
+        value, likelihood_grads = fused
+        for parameter, g in likelihood_grads.items():
+            if parameter == "log_weights":
+                continue
+            site = next((s for s, v in stacked.items() if getattr(components, parameter) is v), None)
+            if site is None:
+                return None
+            grads[site] = grads[site] + g.reshape(values[site].shape) * derivatives[site]
+        g = likelihood_grads["log_weights"]
+        k = g.shape[-1]
+        offset = torch.arange(k - 1, 0, -1, dtype=z.dtype, device=z.device).log()
+        fraction = torch.sigmoid(params["weights"] - offset)  # z_m
+        later = g.flip(-1).cumsum(-1).flip(-1)[..., 1:]  # sum_{i>m} g_i
+        grads["weights"] = grads["weights"] + g[..., :-1] * (1 - fraction) - fraction * later
+        grad = torch.cat([grads[name].reshape(chains, -1) for name in self.shapes], dim=-1)
+        return -(log_joint + value), -grad
+
     def pack(self, params: dict[str, torch.Tensor]) -> torch.Tensor:
         """``{site: (C, *shape)}`` to ``(C, P)``."""
         return torch.cat([params[name].reshape(params[name].shape[0], -1) for name in self.shapes], dim=-1)
@@ -205,11 +268,27 @@ class FlatPotential:
         return {name: part.reshape(z.shape[0], *shape) for (name, shape), part in zip(self.shapes.items(), parts)}
 
     def __call__(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The potential ``(C,)`` of every row of ``z`` and its gradient ``(C, P)``."""
+        """The potential ``(C,)`` of every row of ``z`` and its gradient ``(C, P)``: without autograd where
+        :meth:`_direct` can, else the sites without a closed-form gradient and the likelihood by autograd."""
+        if self._direct_possible:
+            direct = self._direct(z.detach())
+            if direct is not None:
+                return direct
+            self._direct_possible = False
+        closed: dict[str, torch.Tensor] = {}
         with torch.enable_grad():
             z = z.detach().requires_grad_()
-            potential = self.potential.chains(self.unpack(z))
-            (grad,) = torch.autograd.grad(potential.sum(), z)
+            potential = self.potential.chains(self.unpack(z), closed)
+            # a likelihood computed outside the graph (the sites' closed-form terms being outside it too) adds nothing
+            connected = potential.requires_grad
+            (grad,) = torch.autograd.grad(potential.sum(), z) if connected else (torch.zeros_like(z),)
+        if closed:  # the closed-form sites' priors and log-Jacobians: d(-h)/du
+            chains = z.shape[0]
+            parts = [
+                closed[name].reshape(chains, -1) if name in closed else z.new_zeros(chains, size)
+                for name, size in zip(self.shapes, self.sizes)
+            ]
+            grad = grad - torch.cat(parts, dim=-1)
         return potential.detach(), grad
 
 
@@ -241,19 +320,28 @@ def _stacks_components(model: Any, sites: dict[str, Any]) -> bool:
     return not any(spec.shared for spec in specs.values()) and set(sites) == {"weights", *specs}
 
 
-def _mixture_chains_log_likelihood(model: Any, data: torch.Tensor, values: dict[str, torch.Tensor]) -> torch.Tensor:
-    """``sum_n log sum_k w_k p_k(x_n)`` of a mixture at every chain's globals ``{site: (C, ...)}``, ``(C,)``: the
-    components of all chains as one set of ``C K`` (chain ``c``'s component ``k`` at ``c K + k``), scored by one
-    ``log_prob``, with the weights normalised as :meth:`Mixture._set_globals` normalises them; the gradient in closed
-    form where the family has one (:func:`~ppmix.engines.potential_grads.mixture_log_likelihood`), else by
-    autograd."""
+def _stacked_components(
+    model: Any, values: dict[str, torch.Tensor]
+) -> tuple[Any, torch.Tensor, dict[str, torch.Tensor]]:
+    """Every chain's components as one set of ``C K`` (chain ``c``'s component ``k`` at ``c K + k``), the log weights
+    ``(C, K)`` normalised as :meth:`Mixture._set_globals` normalises them, and the stacked site values the components
+    were built from ``{site: (C K, ...)}``."""
     family, k = model._component_family(), int(model.n_components)
     chains = values["weights"].shape[0]
     specs = family.sites(k, int(model.n_features_in_))
     stacked = {site: values[site].reshape(chains * k, *values[site].shape[2:]) for site in specs}
     weights = values["weights"]
     log_weights = (weights / weights.sum(-1, keepdim=True)).log()
-    components = family.components(stacked, model._scale)
+    return family.components(stacked, model._scale), log_weights, stacked
+
+
+def _mixture_chains_log_likelihood(model: Any, data: torch.Tensor, values: dict[str, torch.Tensor]) -> torch.Tensor:
+    """``sum_n log sum_k w_k p_k(x_n)`` of a mixture at every chain's globals ``{site: (C, ...)}``, ``(C,)``: the
+    components of all chains as one set of ``C K`` (:func:`_stacked_components`), scored by one ``log_prob``; the
+    gradient in closed form where the family has one (:func:`~ppmix.engines.potential_grads.mixture_log_likelihood`),
+    else by autograd."""
+    chains, k = values["weights"].shape
+    components, log_weights, _ = _stacked_components(model, values)
     closed_form = mixture_log_likelihood(components, data, log_weights)
     if closed_form is not None:
         return closed_form

@@ -18,25 +18,30 @@ through the ``(N, C K)`` log-densities (whose backward pass costs more than the 
   mu)^2 / sigma^3``, ``d/d nu = R (psi((nu + D) / 2) - psi(nu / 2) - D / nu) / 2 + sum_n r_n (u_n delta_n / nu -
   log(1 + delta_n / nu)) / 2``.
 
-The value is the components' own ``log_prob`` (the function the program defines, computed without a graph); the
-gradient flows on by autograd from the components' parameters to the sites (the full covariance's ``L`` from its
-scales and correlation factor: small tensors). Each score is tested equal to autograd's
-(``tests/engines/test_potential_grads.py``). Other families return None from :func:`mixture_log_likelihood`: the
-potential then differentiates the log-densities by autograd.
+On the CPU, where numba is installed, the diagonal Gaussian's and Student t's value and sums come from one compiled
+pass over the rows (:mod:`ppmix.engines.mixture_kernel`: the log-densities from the deviations, nothing of size
+``(N, C K)`` stored), tested equal to the torch path below. Elsewhere the value is the components' own ``log_prob``
+(the function the program defines, computed without a graph); in both the gradient flows on by autograd from the
+components' parameters to the sites (the full covariance's ``L`` from its scales and correlation factor: small
+tensors). Each score, and each kernel, is tested equal to autograd's (``tests/inference/test_potential_grads.py``).
+Other families return None from :func:`mixture_log_likelihood`: the potential then differentiates the log-densities
+by autograd.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
+import numpy as np
 import torch
 
 from ppmix.components import FullGaussian
 from ppmix.components.centred import as_centred
 from ppmix.components.gaussian_diag import DiagGaussian
 from ppmix.components.student_t import StudentTComponents
+from ppmix.engines import mixture_kernel
 
-__all__ = ["component_log_prob", "mixture_log_likelihood"]
+__all__ = ["component_log_prob", "fused_mixture_log_likelihood", "mixture_log_likelihood"]
 
 #: ``(components, data, r (N, M)) -> the gradients of sum_n r_nm log p_m(x_n)`` in the order of the family's
 #: :data:`_PARAMETERS`
@@ -97,6 +102,98 @@ _SCORES: dict[type, tuple[tuple[str, ...], Score]] = {
     FullGaussian: (("loc", "scale_tril"), _full_gaussian_score),
     StudentTComponents: (("df", "loc", "scale"), _student_t_score),
 }
+
+
+#: ``(components, data, log_weights (C, K)) -> (value (C,), the gradients of value[c] with respect to log_weights
+#: and to the family's parameters, a row per component)``, from a compiled kernel
+Fused = Callable[[Any, Any, torch.Tensor], tuple[torch.Tensor, tuple[torch.Tensor, ...]]]
+
+
+def _array(tensor: torch.Tensor) -> np.ndarray:
+    return np.ascontiguousarray(tensor.detach().numpy())
+
+
+def _tensors(arrays: tuple[np.ndarray, ...], like: torch.Tensor, rows: int) -> tuple[torch.Tensor, ...]:
+    """The kernel's outputs as tensors of ``like``'s dtype, the parameters' gradients ``(C, K, ...)`` as ``(C K, ...)``
+    rows."""
+    value, g_log_weights, *parameters = (torch.from_numpy(a).to(like.dtype) for a in arrays)
+    return value, g_log_weights, *(g.reshape(rows, *g.shape[2:]) for g in parameters)
+
+
+def _diag_gaussian_fused(
+    components: DiagGaussian, data: Any, log_weights: torch.Tensor
+) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+    kernel = mixture_kernel.compiled("diag_gaussian_mixture")
+    data = as_centred(data, components.dtype, components.device)
+    chains, k = log_weights.shape
+    loc = (components.loc.detach() - data.shift).reshape(chains, k, -1)
+    scale = components.scale.detach().reshape(chains, k, -1)
+    arrays = kernel(_array(data.centred), _array(loc), _array(scale), _array(log_weights))
+    value, *gradients = _tensors(arrays, log_weights, chains * k)
+    return value, tuple(gradients)
+
+
+def _student_t_fused(
+    components: StudentTComponents, data: Any, log_weights: torch.Tensor
+) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+    kernel = mixture_kernel.compiled("diag_student_t_mixture")
+    x = torch.as_tensor(data).to(components.dtype)
+    chains, k = log_weights.shape
+    df = components.df.detach().reshape(chains, k)
+    loc, scale = (p.detach().reshape(chains, k, -1) for p in (components.loc, components.scale))
+    arrays = kernel(_array(x), _array(df), _array(loc), _array(scale), _array(log_weights))
+    value, total, g_loc, g_scale, df_sum = _tensors(arrays, log_weights, chains * k)
+    d = x.shape[1]
+    df = df.reshape(-1)
+    constant = torch.digamma((df + d) / 2) - torch.digamma(df / 2) - d / df
+    g_df = 0.5 * (total.reshape(-1) * constant + df_sum.reshape(-1))
+    return value, (total, g_df, g_loc, g_scale)
+
+
+#: the families with a compiled kernel (:mod:`ppmix.engines.mixture_kernel`) and its kernel's name
+_FUSED: dict[type, tuple[str, Fused]] = {
+    DiagGaussian: ("diag_gaussian_mixture", _diag_gaussian_fused),
+    StudentTComponents: ("diag_student_t_mixture", _student_t_fused),
+}
+
+
+def _fused(components: Any) -> Fused | None:
+    """The compiled value and gradient of ``components``' mixture where there is one: a family of :data:`_FUSED` on
+    the CPU with numba installed."""
+    entry = _FUSED.get(type(components))
+    if entry is None or components.device.type != "cpu" or mixture_kernel.compiled(entry[0]) is None:
+        return None
+    return entry[1]
+
+
+def fused_mixture_log_likelihood(
+    components: Any, data: Any, log_weights: torch.Tensor
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]] | None:
+    """``sum_n log sum_k w_ck p(x_n | theta_ck)`` per chain ``(C,)`` and its gradients, without autograd, from the
+    compiled kernel (module notes): ``{"log_weights": (C, K), parameter name: a row per component}``; None where the
+    family has no kernel here (:func:`mixture_log_likelihood` then differentiates by autograd)."""
+    fused = _fused(components)
+    if fused is None:
+        return None
+    value, (g_log_weights, *gradients) = fused(components, data, log_weights.detach())
+    names = _SCORES[type(components)][0]
+    return value, {"log_weights": g_log_weights, **dict(zip(names, gradients))}
+
+
+class _FusedMixtureLogLikelihood(torch.autograd.Function):
+    """``L_c`` per chain and its gradient from one compiled pass (:func:`_fused`); the backward pass scales each
+    chain's gradient by the incoming one."""
+
+    @staticmethod
+    def forward(ctx: Any, log_weights, components, data, fused, *parameters):  # type: ignore[override]
+        value, ctx.gradients = fused(components, data, log_weights.detach())
+        return value
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor):  # type: ignore[override]
+        chains = grad.shape[0]
+        scaled = [(g.reshape(chains, -1) * grad[:, None]).reshape(g.shape) for g in ctx.gradients]
+        return (scaled[0], None, None, None, *scaled[1:])
 
 
 class _MixtureLogLikelihood(torch.autograd.Function):
@@ -195,4 +292,7 @@ def mixture_log_likelihood(components: Any, data: Any, log_weights: torch.Tensor
         return None
     names, score = family
     parameters = [getattr(components, name) for name in names]
+    fused = _fused(components)
+    if fused is not None:
+        return _FusedMixtureLogLikelihood.apply(log_weights, components, data, fused, *parameters)
     return _MixtureLogLikelihood.apply(log_weights, components, data, score, *parameters)

@@ -59,6 +59,9 @@ CASES = {
     "gmm-full-whitened": lambda: _gmm("full"),
     "gmm-diag-cancelled": lambda: _gmm("diag"),
 }
+#: the cases whose batched potential has no autograd graph (:meth:`FlatPotential._direct`: a compiled likelihood, every
+#: site's gradient in closed form)
+DIRECT = {"gmm-diag", "gmm-diag-cancelled", "mixture-gaussian", "mixture-student_t"}
 #: the module settings that send a case down its path: (module, name, value)
 PATHS = {
     "gmm-full-whitened": ("ppmix.components.gaussian_full", "MOMENTS_BUDGET_BYTES", 0),
@@ -123,6 +126,7 @@ def test_every_chain_of_the_batched_potential_is_the_potential_of_its_row(case, 
         z = flat.pack(stacked)
         assert all(torch.equal(flat.unpack(z)[name], stacked[name]) for name in stacked)
         u, grad = flat(z)
+        assert flat._direct_possible == (case in DIRECT)  # the path without autograd was taken where it applies
         for c, point in enumerate(points):
             alone = {k: v.clone().requires_grad_() for k, v in point.items()}
             expected = potential(alone)

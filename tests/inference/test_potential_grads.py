@@ -4,6 +4,8 @@ chain-batched HMM forward of :mod:`ppmix.engines.hmm_chains`, at random paramete
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -14,7 +16,7 @@ from ppmix.components import FullGaussian
 from ppmix.components.centred import CentredData
 from ppmix.components.gaussian_diag import DiagGaussian
 from ppmix.components.student_t import StudentTComponents
-from ppmix.engines import hmm_chains
+from ppmix.engines import hmm_chains, potential_grads
 from ppmix.engines.hmm_chains import (
     _exact_log_likelihood,
     _torch_log_likelihood,
@@ -65,7 +67,12 @@ def _close(a: torch.Tensor, b: torch.Tensor) -> None:
 
 @pytest.mark.parametrize("kind, centred", CASES)
 @pytest.mark.parametrize("seed", [0, 1])
-def test_mixture_gradient_equals_autograd(kind, centred, seed):
+@pytest.mark.parametrize("path", ["compiled", "torch"])
+def test_mixture_gradient_equals_autograd(kind, centred, seed, path, monkeypatch):
+    """Both paths: the compiled kernel (:mod:`ppmix.engines.mixture_kernel`, where numba is installed) and the torch
+    scores it falls back to (CUDA, no numba)."""
+    if path == "torch":
+        monkeypatch.setattr(potential_grads, "_FUSED", {})
     generator = torch.Generator().manual_seed(seed)
     values = _parameters(kind, generator)
     log_weights = torch.randn(CHAINS, K, generator=generator, dtype=F64).log_softmax(-1).requires_grad_()
@@ -80,6 +87,28 @@ def test_mixture_gradient_equals_autograd(kind, centred, seed):
         torch.autograd.grad((ours * upstream).sum(), leaves), torch.autograd.grad((exact * upstream).sum(), leaves)
     ):
         _close(a, b)
+
+
+@pytest.mark.parametrize("kind", ["diag", "student_t"])
+def test_the_compiled_kernel_is_taken_on_the_cpu_with_numba(kind):
+    pytest.importorskip("numba")
+    components = _components(kind, _parameters(kind, torch.Generator().manual_seed(4)))
+    assert potential_grads._fused(components) is not None
+
+
+@pytest.mark.parametrize("path", ["compiled", "torch"])
+def test_a_far_row_is_scored_without_cancellation(path, monkeypatch):
+    """Both paths score a row far from the origin under a tight component from its deviation (the kernel always,
+    the torch path where the expansion would cancel): the Gaussian log-density of ``x - mu`` to 1e-12."""
+    if path == "torch":
+        monkeypatch.setattr(potential_grads, "_FUSED", {})
+    loc = torch.tensor([[1e6]], dtype=F64, requires_grad=True)
+    scale = torch.tensor([[1e-3]], dtype=F64, requires_grad=True)
+    x = torch.tensor([[1e6 + 2e-3], [1e6 - 1e-3]], dtype=F64)
+    value = mixture_log_likelihood(DiagGaussian(loc, scale), x, torch.zeros(1, 1, dtype=F64))
+    z = ((x - loc) / scale).detach()
+    exact = (-0.5 * z.square() - math.log(1e-3) - 0.5 * math.log(2 * math.pi)).sum()
+    assert float(value) == pytest.approx(float(exact), abs=1e-12)
 
 
 @pytest.mark.parametrize("kind, centred", CASES)
