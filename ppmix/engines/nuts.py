@@ -141,14 +141,19 @@ def _kinetic(r: torch.Tensor, inv_mass: torch.Tensor) -> torch.Tensor:
 Check = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
-def _any_turned(checks: list[Check], inv_mass: torch.Tensor) -> torch.Tensor:
-    """Whether the generalised no-U-turn criterion fails for any of the ``checks`` ``(rho, r_start, r_end)``, per
-    chain: a trajectory with momentum sum ``rho`` turns back at an end (``rho . M^{-1} r <= 0``). Every check's two
-    products are formed and summed in one batched pass (each row's sum is the one of its ``(C, P)`` slice)."""
+def _turn_dots(checks: list[Check], inv_mass: torch.Tensor) -> torch.Tensor:
+    """``rho . M^{-1} r`` ``(2, K, C)`` at the start (``[0]``) and the end (``[1]``) of each of the ``K`` checks
+    ``(rho, r_start, r_end)``, formed and summed in one batched pass: each ``(C,)`` row is bit for bit the sum
+    ``(rho * inv_mass * r).sum(-1)`` of its own ``(C, P)`` product."""
     rhos, starts, ends = zip(*checks)
     weighted = torch.stack(rhos) * inv_mass
-    dots = (weighted * torch.stack(starts + ends).unflatten(0, (2, len(checks)))).sum(-1)
-    return (dots <= 0).flatten(0, 1).any(0)
+    return (weighted * torch.stack(starts + ends).unflatten(0, (2, len(checks)))).sum(-1)
+
+
+def _any_turned(checks: list[Check], inv_mass: torch.Tensor) -> torch.Tensor:
+    """Whether the generalised no-U-turn criterion fails for any of the ``checks``, per chain: a trajectory with
+    momentum sum ``rho`` turns back at an end, ``rho . M^{-1} r <= 0`` (:func:`_turn_dots`)."""
+    return (_turn_dots(checks, inv_mass) <= 0).flatten(0, 1).any(0)
 
 
 class _Sampler:
@@ -180,7 +185,8 @@ class _Sampler:
         half, step = steps
         r = r - half * grad
         z = z + step * r
-        finite = None if bool((z - z == 0).all()) else torch.isfinite(z).all(-1)
+        # a finite sum has finite terms (one reduction); an overflowing one falls back to the exact test
+        finite = None if math.isfinite(z.sum()) else torch.isfinite(z).all(-1)
         if every and finite is None:
             point = z
         else:
@@ -218,7 +224,7 @@ class _Sampler:
         chains = state.z.shape[0]
         r0 = self._momentum(state.z)
         h0 = state.potential + _kinetic(r0, self.inv_mass)
-        ends = {"left": [state.z, r0, state.grad], "right": [state.z, r0, state.grad]}
+        ends = dict.fromkeys(("left", "right"), torch.stack([state.z, r0, state.grad], 1))  # (C, 3, P) each
         proposal = _State(state.z, state.grad, state.potential)
         log_weight = torch.zeros_like(h0)
         rho = r0.clone()
@@ -231,15 +237,14 @@ class _Sampler:
             if not bool(active.any()):
                 break
             forward = self._uniform(h0) < 0.5
-            rows = forward[:, None]
-            start = [torch.where(rows, a, b) for a, b in zip(ends["right"], ends["left"])]
-            sub = self._subtree(start, forward, j, active, h0, state.z, counts)
+            start = torch.where(forward[:, None, None], ends["right"], ends["left"])
+            sub = self._subtree(start.unbind(1), forward, j, active, h0, state.z, counts)
             diverging |= sub["diverged"]
             merge = active & ~sub["failed"]
-            near, far = start[1], torch.where(rows, ends["left"][1], ends["right"][1])
-            checks = [(rho + sub["first"], far, sub["first"]), (near + sub["rho"], near, sub["end"][1])]
+            near, far = start[:, 1], torch.where(forward[:, None], ends["left"][:, 1], ends["right"][:, 1])
+            checks = [(rho + sub["first"], far, sub["first"]), (near + sub["rho"], near, sub["end"][:, 1])]
             for side, mask in (("right", merge & forward), ("left", merge & ~forward)):
-                ends[side] = [torch.where(mask[:, None], new, old) for new, old in zip(sub["end"], ends[side])]
+                ends[side] = torch.where(mask[:, None, None], sub["end"], ends[side])
             take = merge & (self._uniform(h0).log() < sub["log_weight"] - log_weight)
             picked = take[:, None]
             proposal = _State(torch.where(picked, sub["proposal"][0], proposal.z),
@@ -248,7 +253,7 @@ class _Sampler:
             log_weight = torch.where(merge, torch.logaddexp(log_weight, sub["log_weight"]), log_weight)
             rho = torch.where(merge[:, None], rho + sub["rho"], rho)
             depth = torch.where(active, j + 1, depth)
-            turned = _any_turned([*checks, (rho, ends["left"][1], ends["right"][1])], self.inv_mass)
+            turned = _any_turned([*checks, (rho, ends["left"][:, 1], ends["right"][:, 1])], self.inv_mass)
             done = done | (active & sub["failed"]) | (merge & turned)
         accept = counts["accept"] / counts["n"].clamp(min=1)
         return _Transition(proposal, h0, counts["n"], depth, accept, diverging)
@@ -297,7 +302,7 @@ class _Sampler:
                     break
         return {
             "first": marks[0][0],
-            "end": [z, r, grad],
+            "end": torch.stack([z, r, grad], 1),
             "proposal": proposal,
             "log_weight": log_weight,
             "rho": prefix,
