@@ -138,14 +138,22 @@ def _kinetic(r: torch.Tensor, inv_mass: torch.Tensor) -> torch.Tensor:
     return 0.5 * (inv_mass * r * r).sum(-1)
 
 
-def _turned(rho: torch.Tensor, r_start: torch.Tensor, r_end: torch.Tensor, inv_mass: torch.Tensor) -> torch.Tensor:
-    """The generalised no-U-turn criterion fails: a trajectory with momentum sum ``rho`` turns back at an end."""
-    return ((rho * inv_mass * r_start).sum(-1) <= 0) | ((rho * inv_mass * r_end).sum(-1) <= 0)
+Check = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
-def _where(mask: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``a`` for the chains in ``mask`` (a ``(C,)`` boolean), else ``b``."""
-    return torch.where(mask.view(-1, *([1] * (a.dim() - 1))), a, b)
+def _turn_dots(checks: list[Check], inv_mass: torch.Tensor) -> torch.Tensor:
+    """``rho . M^{-1} r`` ``(2, K, C)`` at the start (``[0]``) and the end (``[1]``) of each of the ``K`` checks
+    ``(rho, r_start, r_end)``, formed and summed in one batched pass: each ``(C,)`` row is bit for bit the sum
+    ``(rho * inv_mass * r).sum(-1)`` of its own ``(C, P)`` product."""
+    rhos, starts, ends = zip(*checks)
+    weighted = torch.stack(rhos) * inv_mass
+    return (weighted * torch.stack(starts + ends).unflatten(0, (2, len(checks)))).sum(-1)
+
+
+def _any_turned(checks: list[Check], inv_mass: torch.Tensor) -> torch.Tensor:
+    """Whether the generalised no-U-turn criterion fails for any of the ``checks``, per chain: a trajectory with
+    momentum sum ``rho`` turns back at an end, ``rho . M^{-1} r <= 0`` (:func:`_turn_dots`)."""
+    return (_turn_dots(checks, inv_mass) <= 0).flatten(0, 1).any(0)
 
 
 class _Sampler:
@@ -163,32 +171,50 @@ class _Sampler:
     def _momentum(self, z: torch.Tensor) -> torch.Tensor:
         return torch.randn(z.shape, dtype=z.dtype, generator=self.generator) / self.inv_mass.sqrt()
 
-    def _leapfrog(self, z, r, grad, eps, fallback, moving):
-        """One leapfrog step of signed size ``eps`` ``(C, 1)`` of the ``moving`` chains; the others, and those whose
-        new position is not finite, are evaluated at ``fallback`` (the latter's potential then NaN: a divergence)."""
-        r = r - 0.5 * eps * grad
-        z = z + eps * self.inv_mass * r
-        finite = torch.isfinite(z).all(-1)
-        potential, grad_new = self.fn(_where(finite & moving, z, fallback))
-        potential = torch.where(finite, potential, torch.full_like(potential, float("nan")))
-        return z, r - 0.5 * eps * grad_new, grad_new, potential
+    def _steps(self, forward: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The half step ``eps / 2`` ``(C, 1)`` and the position step ``eps M^{-1}`` ``(C, P)`` of every chain's
+        signed step size ``eps`` (backwards where ``forward`` is False)."""
+        eps = self.step_size if forward is None else torch.where(forward, self.step_size, -self.step_size)
+        eps = eps[:, None]
+        return 0.5 * eps, eps * self.inv_mass
+
+    def _leapfrog(self, z, r, grad, steps, fallback, moving, every):
+        """One leapfrog step of the ``moving`` chains (``every``: all of them), ``steps`` from :meth:`_steps`; the
+        others, and those whose new position is not finite, are evaluated at ``fallback`` (the latter's potential
+        then NaN: a divergence)."""
+        half, step = steps
+        r = r - half * grad
+        z = z + step * r
+        # a finite sum has finite terms (one reduction); an overflowing one falls back to the exact test
+        finite = None if math.isfinite(z.sum()) else torch.isfinite(z).all(-1)
+        if every and finite is None:
+            point = z
+        else:
+            evaluate = moving if finite is None else finite & moving
+            point = torch.where(evaluate[:, None], z, fallback)
+        potential, grad_new = self.fn(point)
+        if finite is not None:
+            potential = torch.where(finite, potential, torch.full_like(potential, float("nan")))
+        return z, r - half * grad_new, grad_new, potential
 
     def find_step_size(self, state: _State) -> None:
         """Double or halve each chain's step size until one leapfrog step's acceptance crosses 0.8 (Stan)."""
         log_target = math.log(0.8)
         direction = None
         going = torch.ones_like(self.step_size, dtype=torch.bool)
+        every = True
         for _ in range(60):
             r = self._momentum(state.z)
             h0 = state.potential + _kinetic(r, self.inv_mass)
-            _, r1, _, u1 = self._leapfrog(state.z, r, state.grad, self.step_size[:, None], state.z, going)
+            _, r1, _, u1 = self._leapfrog(state.z, r, state.grad, self._steps(None), state.z, going, every)
             delta = h0 - (u1 + _kinetic(r1, self.inv_mass))
             delta = torch.nan_to_num(delta, nan=-math.inf)
             up = delta > log_target
             if direction is None:
                 direction = up
             going = going & (up == direction)
-            if not bool(going.any()):
+            every = bool(going.all())
+            if not every and not bool(going.any()):
                 return
             factor = torch.where(direction, 2.0, 0.5).to(self.step_size.dtype)
             self.step_size = torch.where(going, self.step_size * factor, self.step_size)
@@ -198,7 +224,7 @@ class _Sampler:
         chains = state.z.shape[0]
         r0 = self._momentum(state.z)
         h0 = state.potential + _kinetic(r0, self.inv_mass)
-        ends = {"left": [state.z, r0, state.grad], "right": [state.z, r0, state.grad]}
+        ends = dict.fromkeys(("left", "right"), torch.stack([state.z, r0, state.grad], 1))  # (C, 3, P) each
         proposal = _State(state.z, state.grad, state.potential)
         log_weight = torch.zeros_like(h0)
         rho = r0.clone()
@@ -211,60 +237,72 @@ class _Sampler:
             if not bool(active.any()):
                 break
             forward = self._uniform(h0) < 0.5
-            start = [_where(forward, a, b) for a, b in zip(ends["right"], ends["left"])]
-            sub = self._subtree(start, forward, j, active, h0, state.z, counts)
+            start = torch.where(forward[:, None, None], ends["right"], ends["left"])
+            sub = self._subtree(start.unbind(1), forward, j, active, h0, state.z, counts)
             diverging |= sub["diverged"]
             merge = active & ~sub["failed"]
-            near = _where(forward, ends["right"][1], ends["left"][1])
-            far = _where(forward, ends["left"][1], ends["right"][1])
-            across = _turned(rho + sub["first"], far, sub["first"], self.inv_mass)
-            across |= _turned(near + sub["rho"], near, sub["end"][1], self.inv_mass)
+            near, far = start[:, 1], torch.where(forward[:, None], ends["left"][:, 1], ends["right"][:, 1])
+            checks = [(rho + sub["first"], far, sub["first"]), (near + sub["rho"], near, sub["end"][:, 1])]
             for side, mask in (("right", merge & forward), ("left", merge & ~forward)):
-                ends[side] = [_where(mask, new, old) for new, old in zip(sub["end"], ends[side])]
+                ends[side] = torch.where(mask[:, None, None], sub["end"], ends[side])
             take = merge & (self._uniform(h0).log() < sub["log_weight"] - log_weight)
-            proposal = _State(*(_where(take, new, old) for new, old in zip(sub["proposal"], vars(proposal).values())))
+            picked = take[:, None]
+            proposal = _State(torch.where(picked, sub["proposal"][0], proposal.z),
+                              torch.where(picked, sub["proposal"][1], proposal.grad),
+                              torch.where(take, sub["proposal"][2], proposal.potential))  # fmt: skip
             log_weight = torch.where(merge, torch.logaddexp(log_weight, sub["log_weight"]), log_weight)
-            rho = _where(merge, rho + sub["rho"], rho)
+            rho = torch.where(merge[:, None], rho + sub["rho"], rho)
             depth = torch.where(active, j + 1, depth)
-            turned = _turned(rho, ends["left"][1], ends["right"][1], self.inv_mass) | across
+            turned = _any_turned([*checks, (rho, ends["left"][:, 1], ends["right"][:, 1])], self.inv_mass)
             done = done | (active & sub["failed"]) | (merge & turned)
         accept = counts["accept"] / counts["n"].clamp(min=1)
         return _Transition(proposal, h0, counts["n"], depth, accept, diverging)
 
     def _subtree(self, start, forward, j, active, h0, fallback, counts) -> dict:
-        """Build ``2^j`` new points from ``start`` in each chain's direction, masked to the ``active`` chains."""
+        """Build ``2^j`` new points from ``start`` in each chain's direction, masked to the ``active`` chains.
+
+        A chain that stops keeps moving with the others, evaluated at ``fallback``: its values from then on are
+        never read (every later use is masked by ``building``, and the caller keeps only the sub-trajectories of the
+        chains that never stopped). ``every``: all the chains are still building (the counts need no mask)."""
         z, r, grad = start
-        eps = torch.where(forward, self.step_size, -self.step_size)[:, None]
+        steps = self._steps(forward)
         log_weight = torch.full_like(h0, -math.inf)
         proposal = [z, grad, torch.zeros_like(h0)]
-        building, failed, diverged = active.clone(), torch.zeros_like(active), torch.zeros_like(active)
+        building, failed, diverged = active, torch.zeros_like(active), torch.zeros_like(active)
+        every = bool(active.all())
         prefix, previous = torch.zeros_like(z), r
         marks: dict[int, tuple[torch.Tensor, ...]] = {}
         for n in range(2**j):
-            if not bool(building.any()):
-                break
-            z_new, r_new, grad_new, u_new = self._leapfrog(z, r, grad, eps, fallback, building)
-            z, r, grad = (_where(building, a, b) for a, b in ((z_new, z), (r_new, r), (grad_new, grad)))
-            delta = torch.nan_to_num(h0 - (u_new + _kinetic(r_new, self.inv_mass)), nan=-math.inf)
+            z, r, grad, u_new = self._leapfrog(z, r, grad, steps, fallback, building, every)
+            delta = torch.nan_to_num(h0 - (u_new + _kinetic(r, self.inv_mass)), nan=-math.inf)
             diverges = building & (delta < -MAX_ENERGY_ERROR)
-            counts["n"] += building
-            counts["accept"] += torch.where(building, delta.clamp(max=0).exp(), torch.zeros_like(delta))
+            gain = delta.clamp(max=0.0).exp()
+            if every:
+                counts["n"] += 1
+                counts["accept"] += gain
+            else:
+                counts["n"] += building.to(delta.dtype)
+                counts["accept"] += torch.where(building, gain, 0.0)
             keep = building & ~diverges
             new_weight = torch.logaddexp(log_weight, delta)
             take = keep & (self._uniform(h0).log() < delta - new_weight)
-            proposal = [_where(take, a, b) for a, b in zip((z, grad, u_new), proposal)]
+            picked = take[:, None]
+            proposal = [torch.where(picked, z, proposal[0]), torch.where(picked, grad, proposal[1]),
+                        torch.where(take, u_new, proposal[2])]  # fmt: skip
             log_weight = torch.where(keep, new_weight, log_weight)
-            before = prefix
-            prefix = _where(building, prefix + r, prefix)
-            turned = self._subtrees_turned(n, j, r, prefix, before, previous, marks)
+            before, prefix = prefix, prefix + r
+            checks = _subtree_checks(n, j, r, prefix, before, previous, marks)
             previous = r
-            stop = building & (diverges | turned)
-            diverged |= diverges
-            failed |= stop
-            building = building & ~stop
+            stop = building & (diverges | _any_turned(checks, self.inv_mass)) if checks else diverges
+            if bool(stop.any()):
+                diverged |= diverges
+                failed |= stop
+                building, every = building & ~stop, False
+                if not bool(building.any()):
+                    break
         return {
             "first": marks[0][0],
-            "end": [z, r, grad],
+            "end": torch.stack([z, r, grad], 1),
             "proposal": proposal,
             "log_weight": log_weight,
             "rho": prefix,
@@ -272,27 +310,28 @@ class _Sampler:
             "diverged": diverged,
         }
 
-    def _subtrees_turned(self, n, j, r, prefix, before, previous, marks) -> torch.Tensor:
-        """Whether a sub-trajectory ending at step ``n`` of a doubling of depth ``j`` turns back: those of size
-        ``2^m`` dividing ``n + 1``, each checked whole and across its halves (Stan's extra checks: the first half with
-        the second's first point, the first's last point with the second half). ``marks[m]`` holds, for the latest
-        block of size ``2^m``, its first momentum, the momentum sum before it and the momentum before it."""
-        for m in range(j + 1):
-            if n % 2**m == 0:
-                marks[m] = (r, before, previous)
-        turned = torch.zeros(r.shape[0], dtype=torch.bool)
-        for m in range(1, j + 1):
-            if (n + 1) % 2**m:
-                continue
-            first, sum_before, _ = marks[m]
-            turned |= _turned(prefix - sum_before, first, r, self.inv_mass)
-            if m >= 2:
-                half_first, half_before, half_previous = marks[m - 1]
-                rho = half_before + half_first - sum_before
-                turned |= _turned(rho, first, half_first, self.inv_mass)
-                rho = prefix - half_before + half_previous
-                turned |= _turned(rho, half_previous, r, self.inv_mass)
-        return turned
+
+def _subtree_checks(n, j, r, prefix, before, previous, marks) -> list[Check]:
+    """The U-turn checks ``(rho, r_start, r_end)`` (:func:`_any_turned`) of the sub-trajectories ending at step ``n``
+    of a doubling of depth ``j``: those of size ``2^m`` dividing ``n + 1``, each checked whole and across its halves
+    (Stan's extra checks: the first half with the second's first point, the first's last point with the second
+    half). ``marks[m]`` holds, for the latest block of size ``2^m``, its first momentum, the momentum sum before it
+    and the momentum before it; ``before`` and ``previous`` are the momentum sum and the momentum before step ``n``."""
+    for m in range(j + 1):
+        if n % 2**m:
+            break
+        marks[m] = (r, before, previous)
+    checks = []
+    for m in range(1, j + 1):
+        if (n + 1) % 2**m:
+            break
+        first, sum_before, _ = marks[m]
+        checks.append((prefix - sum_before, first, r))
+        if m >= 2:
+            half_first, half_before, half_previous = marks[m - 1]
+            checks.append((half_before + half_first - sum_before, first, half_first))
+            checks.append((prefix - half_before + half_previous, half_previous, r))
+    return checks
 
 
 def curvature_metric(fn: PotentialAndGradient, z: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:

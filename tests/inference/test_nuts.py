@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ppmix import GMM, Mixture
-from ppmix.engines.nuts import adaptation_windows, sample_nuts
+from ppmix.engines.nuts import _subtree_checks, _turn_dots, adaptation_windows, sample_nuts
 from tests.common import StudentTMixture
 from tests.inference.test_conjugate_gibbs import check_poisson_mixture_draws
 
@@ -142,3 +142,61 @@ def test_the_sampler_option_chooses_and_refuses():
         GMM(2, **QUIET).fit(x, engine="mcmc", num_samples=5, warmup_steps=5, sampler="stan")
     with pytest.raises(ValueError, match="sampler='ppmix' needs the model's own potential"):
         StudentTMixture(2, **QUIET).fit(x, engine="mcmc", num_samples=5, warmup_steps=5, sampler="ppmix")
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(min_value=1, max_value=9),
+    st.integers(min_value=1, max_value=40),
+    st.integers(min_value=1, max_value=7),
+    st.integers(min_value=0, max_value=2**31),
+)
+def test_batched_u_turn_sums_are_bit_for_bit_those_of_each_check(chains, dims, k, seed):
+    """The U-turn checks of a step are summed in one ``(2, K, C, P)`` pass; every row equals the sum of its own
+    ``(C, P)`` product ``rho * inv_mass * r`` exactly (the draws of a seed must not depend on the batching)."""
+    g = torch.Generator().manual_seed(seed)
+
+    def draw():
+        return torch.randn(chains, dims, dtype=torch.float64, generator=g) * 10 ** torch.randint(
+            -3, 4, (1,), generator=g
+        )
+
+    inv_mass = draw().abs()
+    checks = [(draw(), draw(), draw()) for _ in range(k)]
+    dots = _turn_dots(checks, inv_mass)
+    for i, (rho, start, end) in enumerate(checks):
+        assert torch.equal(dots[0, i], (rho * inv_mass * start).sum(-1))
+        assert torch.equal(dots[1, i], (rho * inv_mass * end).sum(-1))
+
+
+@pytest.mark.parametrize("depth", range(5))
+def test_the_u_turn_checks_of_a_doubling_are_every_aligned_sub_trajectory_and_its_halves(depth):
+    """Brute force on a doubling of ``2^depth`` steps whose momenta are the unit vectors (step ``i`` has ``e_{i+1}``,
+    the point before the doubling ``e_0``, so a momentum sum shows which steps it holds): at step ``n`` the checks are,
+    for every block ``[a, n]`` of size ``2^m >= 2`` aligned at a multiple of ``2^m``, the block whole (from ``a``
+    to ``n``) and, for ``2^m >= 4``, across its halves ``[a, mid]`` and ``[mid + 1, n]``: ``[a, mid + 1]`` from ``a``
+    to ``mid + 1`` and ``[mid, n]`` from ``mid`` to ``n`` (Stan's extra checks)."""
+    size = 2**depth
+    unit = torch.eye(size + 1, dtype=torch.float64)
+
+    def span(lo, hi):  # the momentum sum of steps lo..hi
+        return tuple(unit[lo + 1 : hi + 2].sum(0).tolist())
+
+    marks: dict = {}
+    prefix, previous = torch.zeros(size + 1, dtype=torch.float64), unit[0]
+    for n in range(size):
+        r = unit[n + 1]
+        before, prefix = prefix, prefix + r
+        got = {(tuple(rho.tolist()), int(s.argmax()) - 1, int(e.argmax()) - 1)
+               for rho, s, e in _subtree_checks(n, depth, r, prefix, before, previous, marks)}  # fmt: skip
+        previous = r
+        expected = set()
+        for m in range(1, depth + 1):
+            a = n + 1 - 2**m
+            if a % 2**m:
+                continue
+            expected.add((span(a, n), a, n))
+            if m >= 2:
+                mid = a + 2 ** (m - 1) - 1
+                expected |= {(span(a, mid + 1), a, mid + 1), (span(mid, n), mid, n)}
+        assert got == expected, n
