@@ -41,7 +41,16 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["LANES", "forward_backward", "gather", "lane_blocks", "scatter"]
+__all__ = [
+    "LANES",
+    "forward_backward",
+    "gather",
+    "block_rows",
+    "gaussian_gather",
+    "gaussian_scores",
+    "lane_blocks",
+    "scatter",
+]
 
 #: recursions advanced side by side (independent: their operations overlap)
 LANES = 8
@@ -71,30 +80,119 @@ def lane_blocks(lengths: np.ndarray, chains: int) -> tuple[np.ndarray, ...]:
 
 
 @njit(cache=True, nogil=True)
+def _shift_into(frame, buffer, t, v):  # pragma: no cover - compiled
+    """``frame - max(frame)`` into lane ``v``'s step ``t`` of ``buffer`` ``(T, K, LANES)``; the maximum returned."""
+    top = -np.inf
+    for j in range(frame.shape[0]):
+        if frame[j] > top:  # NaN ignored here: it stays NaN and fails the forward pass
+            top = frame[j]
+    for j in range(frame.shape[0]):
+        buffer[t, j, v] = frame[j] - top
+    return top
+
+
+@njit(cache=True, nogil=True)
+def _lanes_of(block, offsets, lane_chain, lane_seq, lane_len, chains, lengths, offset):  # pragma: no cover - compiled
+    """The chain, length and first row of each lane of ``block`` into ``chains``, ``lengths`` and ``offset``."""
+    for v in range(LANES):
+        lane = block * LANES + v
+        chains[v], lengths[v], offset[v] = lane_chain[lane], lane_len[lane], offsets[lane_seq[lane]]
+
+
+@njit(cache=True, nogil=True)
 def gather(frames, offsets, lane_chain, lane_seq, lane_len, block_steps, block_start, emit, shifts):  # pragma: no cover
     """``emit`` (flat; block ``n`` at ``K block_start[n]``, ``(T_n, K, LANES)``): the rows of ``frames`` ``(R, C, K)``
     shifted to a maximum of zero, ``-inf`` past a lane's length; ``shifts[c]``: the sum of chain ``c``'s shifts."""
     k = frames.shape[2]
     chains, lengths, offset = np.empty(LANES, np.int64), np.empty(LANES, np.int64), np.empty(LANES, np.int64)
     for block in range(block_steps.shape[0]):
-        steps, lanes = block_steps[block], block * LANES
+        steps = block_steps[block]
         buffer = emit[k * block_start[block] : k * (block_start[block] + steps * LANES)].reshape((steps, k, LANES))
-        for v in range(LANES):
-            chains[v], lengths[v], offset[v] = lane_chain[lanes + v], lane_len[lanes + v], offsets[lane_seq[lanes + v]]
+        _lanes_of(block, offsets, lane_chain, lane_seq, lane_len, chains, lengths, offset)
         for t in range(steps):
             for v in range(LANES):
                 if t >= lengths[v]:
+                    buffer[t, :, v] = -np.inf
+                else:
+                    shifts[chains[v]] += _shift_into(frames[offset[v] + t, chains[v]], buffer, t, v)
+
+
+@njit(cache=True, nogil=True)
+def block_rows(x, offsets, lane_seq, lane_len, block_steps, block_start, out):  # pragma: no cover - compiled
+    """The rows ``x`` ``(R, D)`` laid out as the lanes read them: ``out`` (flat; block ``n`` at ``D block_start[n]``,
+    ``(T_n, D, LANES)``), zero past a lane's length."""
+    d = x.shape[1]
+    for block in range(block_steps.shape[0]):
+        steps = block_steps[block]
+        buffer = out[d * block_start[block] : d * (block_start[block] + steps * LANES)].reshape((steps, d, LANES))
+        for v in range(LANES):
+            lane = block * LANES + v
+            offset, length = offsets[lane_seq[lane]], lane_len[lane]
+            for t in range(steps):
+                for i in range(d):
+                    buffer[t, i, v] = x[offset + t, i] if t < length else 0.0
+
+
+@njit(cache=True, nogil=True)
+def _lane_parameters(block, lane_chain, loc, precision, lane_loc, lane_precision):  # pragma: no cover - compiled
+    """The emission means and precisions of each lane of ``block`` (its chain's), ``(D, K, LANES)``."""
+    for v in range(LANES):
+        c = lane_chain[block * LANES + v]
+        for j in range(loc.shape[1]):
+            for i in range(loc.shape[2]):
+                lane_loc[i, j, v] = loc[c, j, i]
+                lane_precision[i, j, v] = precision[c, j, i]
+
+
+@njit(cache=True, nogil=True)
+def gaussian_gather(
+    rows, lane_chain, lane_len, block_steps, block_start, loc, precision, const, emit, shifts
+):  # pragma: no cover - compiled
+    """:func:`gather` of the diagonal Gaussian emission log-densities ``const[c, k] - sum_d (x_d - loc[c, k, d])^2
+    precision[c, k, d] / 2`` of the blocked rows ``rows`` (:func:`block_rows`), computed here (no ``(R, C, K)``
+    array), the lanes side by side."""
+    k, d = loc.shape[1], loc.shape[2]
+    lane_loc, lane_precision = np.empty((d, k, LANES)), np.empty((d, k, LANES))
+    lane_const, lane_shift, top = np.empty((k, LANES)), np.empty(LANES), np.empty(LANES)
+    for block in range(block_steps.shape[0]):
+        steps, lanes = block_steps[block], block * LANES
+        xs = rows[d * block_start[block] : d * (block_start[block] + steps * LANES)].reshape((steps, d, LANES))
+        buffer = emit[k * block_start[block] : k * (block_start[block] + steps * LANES)].reshape((steps, k, LANES))
+        _lane_parameters(block, lane_chain, loc, precision, lane_loc, lane_precision)
+        for v in range(LANES):
+            for j in range(k):
+                lane_const[j, v] = const[lane_chain[lanes + v], j]
+            lane_shift[v] = 0.0
+        for t in range(steps):
+            x_t, out = xs[t], buffer[t]
+            for j in range(k):
+                row = out[j]
+                for v in range(LANES):
+                    row[v] = 0.0
+                for i in range(d):
+                    x, mean, weight = x_t[i], lane_loc[i, j], lane_precision[i, j]
+                    for v in range(LANES):
+                        dev = x[v] - mean[v]
+                        row[v] += dev * dev * weight[v]
+                for v in range(LANES):
+                    row[v] = lane_const[j, v] - 0.5 * row[v]
+            for v in range(LANES):
+                top[v] = out[0, v]
+            for j in range(1, k):
+                for v in range(LANES):
+                    if out[j, v] > top[v]:  # NaN ignored here unless first: NaN fails the forward pass
+                        top[v] = out[j, v]
+            for j in range(k):
+                for v in range(LANES):
+                    out[j, v] -= top[v]
+            for v in range(LANES):
+                if t < lane_len[lanes + v]:
+                    lane_shift[v] += top[v]
+                else:
                     for j in range(k):
-                        buffer[t, j, v] = -np.inf
-                    continue
-                frame = frames[offset[v] + t, chains[v]]
-                top = -np.inf
-                for j in range(k):
-                    if frame[j] > top:  # NaN ignored here: it stays NaN and fails the forward pass
-                        top = frame[j]
-                shifts[chains[v]] += top
-                for j in range(k):
-                    buffer[t, j, v] = frame[j] - top
+                        out[j, v] = -np.inf
+        for v in range(LANES):
+            shifts[lane_chain[lanes + v]] += lane_shift[v]
 
 
 @njit(cache=True, nogil=True, fastmath={"contract", "reassoc", "nsz", "arcp"}, error_model="numpy")
@@ -244,3 +342,43 @@ def scatter(emit, offsets, lane_chain, lane_seq, lane_len, block_steps, block_st
                 row = rows[offset + t, c]
                 for j in range(k):
                     row[j] = buffer[t, j, v] * weight
+
+
+@njit(cache=True, nogil=True)
+def gaussian_scores(
+    emit, rows, lane_chain, block_steps, block_start, loc, total, first, second
+):  # pragma: no cover - compiled
+    """The sums of the diagonal Gaussian emissions' gradient over the blocked posteriors ``p`` of
+    :func:`forward_backward` and the blocked rows (:func:`block_rows`; both zero past a lane's length): ``total[c, k]
+    += sum p``, ``first[c, k] += sum p (x - loc[c, k])``, ``second[c, k] += sum p (x - loc[c, k])^2``."""
+    k, d = loc.shape[1], loc.shape[2]
+    lane_loc, lane_precision = np.empty((d, k, LANES)), np.empty((d, k, LANES))
+    lane_total, lane_first, lane_second = np.empty((k, LANES)), np.empty((d, k, LANES)), np.empty((d, k, LANES))
+    for block in range(block_steps.shape[0]):
+        steps, lanes = block_steps[block], block * LANES
+        xs = rows[d * block_start[block] : d * (block_start[block] + steps * LANES)].reshape((steps, d, LANES))
+        buffer = emit[k * block_start[block] : k * (block_start[block] + steps * LANES)].reshape((steps, k, LANES))
+        _lane_parameters(block, lane_chain, loc, loc, lane_loc, lane_precision)
+        lane_total[:] = 0.0
+        lane_first[:] = 0.0
+        lane_second[:] = 0.0
+        for t in range(steps):
+            x_t, posterior = xs[t], buffer[t]
+            for j in range(k):
+                p, acc = posterior[j], lane_total[j]
+                for v in range(LANES):
+                    acc[v] += p[v]
+                for i in range(d):
+                    x, mean, s1, s2 = x_t[i], lane_loc[i, j], lane_first[i, j], lane_second[i, j]
+                    for v in range(LANES):
+                        dev = x[v] - mean[v]
+                        weighted = p[v] * dev
+                        s1[v] += weighted
+                        s2[v] += weighted * dev
+        for v in range(LANES):
+            c = lane_chain[lanes + v]
+            for j in range(k):
+                total[c, j] += lane_total[j, v]
+                for i in range(d):
+                    first[c, j, i] += lane_first[i, j, v]
+                    second[c, j, i] += lane_second[i, j, v]
