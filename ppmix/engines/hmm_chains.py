@@ -235,7 +235,9 @@ def _kernel_log_likelihood(
     np.exp(buffer, out=buffer)
     g_init, g_trans = np.empty((chains, k)), np.empty((chains, k, k))
     blocks = (lane_chain, lane_len, block_steps, block_start)
-    if not kernel.forward_backward(init.numpy(), trans.numpy(), *blocks, want_grad, buffer, value, g_init, g_trans):
+    if not kernel.forward_backward(
+        init.numpy(), trans.numpy(), *blocks, want_grad, buffer, value, g_init, g_trans, None
+    ):
         return None
     dtype = log_emit.dtype
     if not want_grad:
@@ -443,11 +445,11 @@ def gaussian_chains_log_likelihood(
     )
     np.exp(buffer, out=buffer)
     g_init, g_trans = np.empty((chains, k)), np.empty((chains, k, k))
-    blocks = (lane_chain, lane_len, block_steps, block_start)
-    if not kernel.forward_backward(init, trans, *blocks, True, buffer, value, g_init, g_trans):
-        return None
     total, first, second = np.zeros((chains, k)), np.zeros(mean.shape), np.zeros(mean.shape)
-    kernel.gaussian_scores(buffer, blocked, lane_chain, block_steps, block_start, mean, total, first, second)
+    blocks = (lane_chain, lane_len, block_steps, block_start)
+    scores = (blocked, mean, total, first, second)
+    if not kernel.forward_backward(init, trans, *blocks, True, buffer, value, g_init, g_trans, scores):
+        return None
     g_loc = first * precision
     g_scale = (second * precision - total[..., None]) / sd
     dtype = log_init.dtype

@@ -47,7 +47,6 @@ __all__ = [
     "gather",
     "block_rows",
     "gaussian_gather",
-    "gaussian_scores",
     "lane_blocks",
     "scatter",
 ]
@@ -163,13 +162,17 @@ def gaussian_gather(
             for j in range(k):
                 lane_const[j, v] = const[lane_chain[lanes + v], j]
             lane_shift[v] = 0.0
+        shortest = steps
+        for v in range(LANES):
+            shortest = min(shortest, lane_len[lanes + v])
         for t in range(steps):
             x_t, out = xs[t], buffer[t]
             for j in range(k):
-                row = out[j]
+                row, mean, weight = out[j], lane_loc[0, j], lane_precision[0, j]
                 for v in range(LANES):
-                    row[v] = 0.0
-                for i in range(d):
+                    dev = x_t[0, v] - mean[v]
+                    row[v] = dev * dev * weight[v]
+                for i in range(1, d):
                     x, mean, weight = x_t[i], lane_loc[i, j], lane_precision[i, j]
                     for v in range(LANES):
                         dev = x[v] - mean[v]
@@ -179,18 +182,22 @@ def gaussian_gather(
             for v in range(LANES):
                 top[v] = out[0, v]
             for j in range(1, k):
+                row = out[j]
                 for v in range(LANES):
-                    if out[j, v] > top[v]:  # NaN ignored here unless first: NaN fails the forward pass
-                        top[v] = out[j, v]
+                    top[v] = max(top[v], row[v])  # NaN: NaN emissions, which fail the forward pass
             for j in range(k):
+                row = out[j]
                 for v in range(LANES):
-                    out[j, v] -= top[v]
-            for v in range(LANES):
-                if t < lane_len[lanes + v]:
+                    row[v] -= top[v]
+            if t < shortest:
+                for v in range(LANES):
                     lane_shift[v] += top[v]
-                else:
-                    for j in range(k):
-                        out[j, v] = -np.inf
+            else:
+                for v in range(LANES):
+                    if t < lane_len[lanes + v]:
+                        lane_shift[v] += top[v]
+                    else:
+                        out[:, v] = -np.inf
         for v in range(LANES):
             shifts[lane_chain[lanes + v]] += lane_shift[v]
 
@@ -287,8 +294,38 @@ def _backward_block(trans, lengths, e, alpha, beta, pairs):  # pragma: no cover 
 
 
 @njit(cache=True, nogil=True)
+def _gaussian_block_scores(block, e, xs, lane_chain, loc, lane_loc, sums, total, first, second):  # pragma: no cover
+    """The sums of the diagonal Gaussian emissions' gradient over one block's posteriors ``e`` ``(T, K, LANES)`` and
+    blocked rows ``xs`` ``(T, D, LANES)`` (both zero past a lane's length): ``total[c, k] += sum_t p``,
+    ``first[c, k] += sum_t p (x_t - loc[c, k])``, ``second[c, k] += sum_t p (x_t - loc[c, k])^2`` for each lane's
+    chain ``c`` (``lane_loc`` ``(D, K, LANES)`` and ``sums`` ``(1 + 2 D, K, LANES)``: scratch)."""
+    steps, k, d = e.shape[0], loc.shape[1], loc.shape[2]
+    _lane_parameters(block, lane_chain, loc, loc, lane_loc, lane_loc)
+    sums[:] = 0.0
+    for t in range(steps):
+        x_t, posterior = xs[t], e[t]
+        for j in range(k):
+            p, acc = posterior[j], sums[0, j]
+            for v in range(LANES):
+                acc[v] += p[v]
+            for i in range(d):
+                x, mean, s1, s2 = x_t[i], lane_loc[i, j], sums[1 + i, j], sums[1 + d + i, j]
+                for v in range(LANES):
+                    weighted = p[v] * (x[v] - mean[v])
+                    s1[v] += weighted
+                    s2[v] += weighted * (x[v] - mean[v])
+    for v in range(LANES):
+        c = lane_chain[block * LANES + v]
+        for j in range(k):
+            total[c, j] += sums[0, j, v]
+            for i in range(d):
+                first[c, j, i] += sums[1 + i, j, v]
+                second[c, j, i] += sums[1 + d + i, j, v]
+
+
+@njit(cache=True, nogil=True)
 def forward_backward(
-    log_init, log_trans, lane_chain, lane_len, block_steps, block_start, want_grad, emit, value, g_init, g_trans
+    log_init, log_trans, lane_chain, lane_len, block_steps, block_start, want_grad, emit, value, g_init, g_trans, scores
 ):  # pragma: no cover - compiled
     """Over the exponentiated blocked emissions ``emit`` (:func:`gather`): ``value[c] += sum of chain c's log c_t``
     and, where ``want_grad``, the posteriors written over ``emit``, the gradients with respect to the log initial
@@ -301,6 +338,9 @@ def forward_backward(
     trans = np.empty((k, k, LANES))
     pairs = np.empty((k, k, LANES))
     log_scales = np.empty(LANES)
+    if scores is not None:
+        d = scores[1].shape[2]
+        lane_loc, sums = np.empty((d, k, LANES)), np.empty((1 + 2 * d, k, LANES))
     g_init[:] = 0.0
     g_trans[:] = 0.0
     for block in range(block_steps.shape[0]):
@@ -319,6 +359,11 @@ def forward_backward(
             continue
         pairs[:] = 0.0
         _backward_block(trans, lengths, e, alpha, beta, pairs)
+        if scores is not None:
+            rows, loc, total, first, second = scores
+            d = loc.shape[2]
+            xs = rows[d * block_start[block] : d * (block_start[block] + steps * LANES)].reshape((steps, d, LANES))
+            _gaussian_block_scores(block, e, xs, lane_chain, loc, lane_loc, sums, total, first, second)
         for v in range(LANES):
             if lengths[v] > 0:
                 c = lane_chain[lanes + v]
@@ -342,43 +387,3 @@ def scatter(emit, offsets, lane_chain, lane_seq, lane_len, block_steps, block_st
                 row = rows[offset + t, c]
                 for j in range(k):
                     row[j] = buffer[t, j, v] * weight
-
-
-@njit(cache=True, nogil=True)
-def gaussian_scores(
-    emit, rows, lane_chain, block_steps, block_start, loc, total, first, second
-):  # pragma: no cover - compiled
-    """The sums of the diagonal Gaussian emissions' gradient over the blocked posteriors ``p`` of
-    :func:`forward_backward` and the blocked rows (:func:`block_rows`; both zero past a lane's length): ``total[c, k]
-    += sum p``, ``first[c, k] += sum p (x - loc[c, k])``, ``second[c, k] += sum p (x - loc[c, k])^2``."""
-    k, d = loc.shape[1], loc.shape[2]
-    lane_loc, lane_precision = np.empty((d, k, LANES)), np.empty((d, k, LANES))
-    lane_total, lane_first, lane_second = np.empty((k, LANES)), np.empty((d, k, LANES)), np.empty((d, k, LANES))
-    for block in range(block_steps.shape[0]):
-        steps, lanes = block_steps[block], block * LANES
-        xs = rows[d * block_start[block] : d * (block_start[block] + steps * LANES)].reshape((steps, d, LANES))
-        buffer = emit[k * block_start[block] : k * (block_start[block] + steps * LANES)].reshape((steps, k, LANES))
-        _lane_parameters(block, lane_chain, loc, loc, lane_loc, lane_precision)
-        lane_total[:] = 0.0
-        lane_first[:] = 0.0
-        lane_second[:] = 0.0
-        for t in range(steps):
-            x_t, posterior = xs[t], buffer[t]
-            for j in range(k):
-                p, acc = posterior[j], lane_total[j]
-                for v in range(LANES):
-                    acc[v] += p[v]
-                for i in range(d):
-                    x, mean, s1, s2 = x_t[i], lane_loc[i, j], lane_first[i, j], lane_second[i, j]
-                    for v in range(LANES):
-                        dev = x[v] - mean[v]
-                        weighted = p[v] * dev
-                        s1[v] += weighted
-                        s2[v] += weighted * dev
-        for v in range(LANES):
-            c = lane_chain[lanes + v]
-            for j in range(k):
-                total[c, j] += lane_total[j, v]
-                for i in range(d):
-                    first[c, j, i] += lane_first[i, j, v]
-                    second[c, j, i] += lane_second[i, j, v]
