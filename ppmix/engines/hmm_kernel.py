@@ -293,34 +293,29 @@ def _backward_block(trans, lengths, e, alpha, beta, pairs):  # pragma: no cover 
             e[0, j, v] = alpha[0, j, v] * beta[0, j, v]
 
 
-@njit(cache=True, nogil=True)
-def _gaussian_block_scores(block, e, xs, lane_chain, loc, lane_loc, sums, total, first, second):  # pragma: no cover
+@njit(cache=True, nogil=True, fastmath={"contract", "reassoc", "nsz", "arcp"})
+def _gaussian_block_scores(block, e, xs, lengths, lane_chain, loc, total, first, second):  # pragma: no cover
     """The sums of the diagonal Gaussian emissions' gradient over one block's posteriors ``e`` ``(T, K, LANES)`` and
-    blocked rows ``xs`` ``(T, D, LANES)`` (both zero past a lane's length): ``total[c, k] += sum_t p``,
-    ``first[c, k] += sum_t p (x_t - loc[c, k])``, ``second[c, k] += sum_t p (x_t - loc[c, k])^2`` for each lane's
-    chain ``c`` (``lane_loc`` ``(D, K, LANES)`` and ``sums`` ``(1 + 2 D, K, LANES)``: scratch)."""
-    steps, k, d = e.shape[0], loc.shape[1], loc.shape[2]
-    _lane_parameters(block, lane_chain, loc, loc, lane_loc, lane_loc)
-    sums[:] = 0.0
-    for t in range(steps):
-        x_t, posterior = xs[t], e[t]
-        for j in range(k):
-            p, acc = posterior[j], sums[0, j]
-            for v in range(LANES):
-                acc[v] += p[v]
-            for i in range(d):
-                x, mean, s1, s2 = x_t[i], lane_loc[i, j], sums[1 + i, j], sums[1 + d + i, j]
-                for v in range(LANES):
-                    weighted = p[v] * (x[v] - mean[v])
-                    s1[v] += weighted
-                    s2[v] += weighted * (x[v] - mean[v])
+    blocked rows ``xs`` ``(T, D, LANES)``: ``total[c, k] += sum_t p``, ``first[c, k] += sum_t p (x_t - loc[c, k])``,
+    ``second[c, k] += sum_t p (x_t - loc[c, k])^2`` over each lane's valid steps, ``c`` its chain (each sum a loop
+    over the steps with its own accumulator: no store in the loop)."""
+    k, d = loc.shape[1], loc.shape[2]
     for v in range(LANES):
-        c = lane_chain[block * LANES + v]
+        c, steps = lane_chain[block * LANES + v], lengths[v]
         for j in range(k):
-            total[c, j] += sums[0, j, v]
+            mass = 0.0
+            for t in range(steps):
+                mass += e[t, j, v]
+            total[c, j] += mass
             for i in range(d):
-                first[c, j, i] += sums[1 + i, j, v]
-                second[c, j, i] += sums[1 + d + i, j, v]
+                mean, linear, square = loc[c, j, i], 0.0, 0.0
+                for t in range(steps):
+                    dev = xs[t, i, v] - mean
+                    weighted = e[t, j, v] * dev
+                    linear += weighted
+                    square += weighted * dev
+                first[c, j, i] += linear
+                second[c, j, i] += square
 
 
 @njit(cache=True, nogil=True)
@@ -338,9 +333,6 @@ def forward_backward(
     trans = np.empty((k, k, LANES))
     pairs = np.empty((k, k, LANES))
     log_scales = np.empty(LANES)
-    if scores is not None:
-        d = scores[1].shape[2]
-        lane_loc, sums = np.empty((d, k, LANES)), np.empty((1 + 2 * d, k, LANES))
     g_init[:] = 0.0
     g_trans[:] = 0.0
     for block in range(block_steps.shape[0]):
@@ -363,7 +355,7 @@ def forward_backward(
             rows, loc, total, first, second = scores
             d = loc.shape[2]
             xs = rows[d * block_start[block] : d * (block_start[block] + steps * LANES)].reshape((steps, d, LANES))
-            _gaussian_block_scores(block, e, xs, lane_chain, loc, lane_loc, sums, total, first, second)
+            _gaussian_block_scores(block, e, xs, lengths, lane_chain, loc, total, first, second)
         for v in range(LANES):
             if lengths[v] > 0:
                 c = lane_chain[lanes + v]
