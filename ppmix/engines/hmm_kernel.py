@@ -267,6 +267,9 @@ def _backward_block(trans, lengths, e, alpha, beta, pairs):  # pragma: no cover 
     ``(K, K, LANES)``; ``beta`` ``(2, K, LANES)``: the step's and the one before, by the step's parity. A lane keeps
     ``beta = 1`` at and past its last step."""
     steps, k = e.shape[0], e.shape[1]
+    shortest = steps
+    for v in range(LANES):
+        shortest = min(shortest, lengths[v])
     beta[(steps - 1) & 1] = 1.0
     for t in range(steps - 1, 0, -1):
         now, before = beta[t & 1], beta[(t - 1) & 1]
@@ -278,16 +281,21 @@ def _backward_block(trans, lengths, e, alpha, beta, pairs):  # pragma: no cover 
                 emitted[v] = forward[v] * b
         for i in range(k):
             back, forward, moves = before[i], alpha[t - 1, i], trans[i]
-            for v in range(LANES):
-                back[v] = 0.0
             for j in range(k):
-                step, pair, move = now[j], pairs[i, j], moves[j]
+                step, pair = now[j], pairs[i, j]
                 for v in range(LANES):
                     pair[v] += forward[v] * step[v]
-                    back[v] += move[v] * step[v]
+            step, move = now[0], moves[0]
             for v in range(LANES):
-                if t >= lengths[v]:
-                    back[v] = 1.0
+                back[v] = move[v] * step[v]
+            for j in range(1, k):
+                step, move = now[j], moves[j]
+                for v in range(LANES):
+                    back[v] += move[v] * step[v]
+            if t >= shortest:
+                for v in range(LANES):
+                    if t >= lengths[v]:
+                        back[v] = 1.0
     for j in range(k):
         for v in range(LANES):
             e[0, j, v] = alpha[0, j, v] * beta[0, j, v]
