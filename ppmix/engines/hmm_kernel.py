@@ -33,6 +33,13 @@ cumulated lengths); rows past a sequence's length are neither read nor written. 
 ``[tiny / eps, max]`` of float64 (an impossible or nearly impossible step; NaN or infinite inputs) makes
 :func:`forward_backward` return False at once: the caller then computes the function in log space.
 
+For diagonal Gaussian emissions (the NUTS potential's path without autograd:
+:func:`~ppmix.engines.hmm_chains.gaussian_chains_log_likelihood`) the rows are laid out once per data set as the lanes
+read them (:func:`block_rows`, ``(T_block, D, LANES)``), :func:`gaussian_gather` computes the emission log-densities
+from them (no ``(R, C, K)`` array, no scatter), and :func:`forward_backward` adds each block's weighted score sums
+``sum_t gamma_t``, ``sum_t gamma_t (x_t - mu)``, ``sum_t gamma_t (x_t - mu)^2`` right after its backward pass, while
+the block is in cache.
+
 numba is imported with this module: import it only where the kernel runs (``import ppmix`` does not load numba).
 """
 

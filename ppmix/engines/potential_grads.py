@@ -24,7 +24,10 @@ pass over the rows (:mod:`ppmix.engines.mixture_kernel`: the log-densities from 
 (the function the program defines, computed without a graph); in both the gradient flows on by autograd from the
 components' parameters to the sites (the full covariance's ``L`` from its scales and correlation factor: small
 tensors). Each score, and each kernel, is tested equal to autograd's (``tests/inference/test_potential_grads.py``).
-Other families return None from :func:`mixture_log_likelihood`: the potential then differentiates the log-densities
+An HMM with diagonal Gaussian emissions has the same form with the state posteriors in place of the
+responsibilities: :func:`fused_hmm_log_likelihood` takes its value and every gradient from the compiled forward-backward
+(:func:`~ppmix.engines.hmm_chains.gaussian_chains_log_likelihood`). Other families return None from
+:func:`mixture_log_likelihood`: the potential then differentiates the log-densities
 by autograd.
 """
 
