@@ -28,6 +28,7 @@ batch's mask (no padded tensor to fill: the kernel reads the packed rows).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from typing import Any
@@ -37,7 +38,10 @@ import torch
 
 from ppmix.algorithms.forward_backward import log_likelihood
 
-__all__ = ["chains_log_likelihood", "packed_chains_log_likelihood"]
+#: ``log sqrt(2 pi)``
+_HALF_LOG_TWO_PI = 0.5 * math.log(2 * math.pi)
+
+__all__ = ["chains_log_likelihood", "gaussian_chains_log_likelihood", "packed_chains_log_likelihood"]
 
 
 @dataclass
@@ -231,7 +235,9 @@ def _kernel_log_likelihood(
     np.exp(buffer, out=buffer)
     g_init, g_trans = np.empty((chains, k)), np.empty((chains, k, k))
     blocks = (lane_chain, lane_len, block_steps, block_start)
-    if not kernel.forward_backward(init.numpy(), trans.numpy(), *blocks, want_grad, buffer, value, g_init, g_trans):
+    if not kernel.forward_backward(
+        init.numpy(), trans.numpy(), *blocks, want_grad, buffer, value, g_init, g_trans, None
+    ):
         return None
     dtype = log_emit.dtype
     if not want_grad:
@@ -344,3 +350,107 @@ def packed_chains_log_likelihood(
     log_emit = frames.new_zeros(chains, lengths.shape[0], steps, k)
     log_emit[:, mask] = frames.transpose(0, 1)
     return _torch_log_likelihood(log_init, log_trans, log_emit, lengths)
+
+
+#: the last :func:`_blocked_rows`: the rows tensor, its lanes' key and the blocked rows
+_last_blocked: list[tuple[torch.Tensor, tuple[Any, ...], np.ndarray]] = []
+
+
+def _blocked_rows(x: torch.Tensor, rows: np.ndarray, offsets: np.ndarray, lanes: tuple[np.ndarray, ...]) -> np.ndarray:
+    """:func:`~ppmix.engines.hmm_kernel.block_rows` of ``rows`` (``x`` as an array), remembered for the next call on
+    the same tensor and lanes (every leapfrog step of a NUTS run)."""
+    key = (offsets.tobytes(), *(lane.tobytes() for lane in lanes))
+    if _last_blocked and _last_blocked[0][0] is x and _last_blocked[0][1] == key:
+        return _last_blocked[0][2]
+    lane_chain, lane_seq, lane_len, block_steps, block_start = lanes
+    blocked = np.empty(rows.shape[1] * int(block_start[-1] + block_steps[-1] * _kernel().LANES))
+    _kernel().block_rows(rows, offsets, lane_seq, lane_len, block_steps, block_start, blocked)
+    _last_blocked[:] = [(x, key, blocked)]
+    return blocked
+
+
+@dataclass
+class GaussianChainsGradient:
+    """The value ``(C,)`` of :func:`gaussian_chains_log_likelihood` and its gradients with respect to every chain's
+    log initial distribution ``(C, K)``, log transitions ``(C, K, K)``, emission means and standard deviations
+    ``(C, K, D)``."""
+
+    value: torch.Tensor
+    log_init: torch.Tensor
+    log_trans: torch.Tensor
+    loc: torch.Tensor
+    scale: torch.Tensor
+
+
+def gaussian_chains_log_likelihood(
+    log_init: torch.Tensor,
+    log_trans: torch.Tensor,
+    x: torch.Tensor,
+    loc: torch.Tensor,
+    scale: torch.Tensor,
+    lengths: torch.Tensor,
+) -> GaussianChainsGradient | None:
+    """``sum_b log p(x_b)`` of every chain of an HMM with diagonal Gaussian emissions and its gradients, without
+    autograd, from the compiled kernel (:mod:`~ppmix.engines.hmm_kernel`): the emission log-densities computed inside
+    the kernel's gather, the emissions' gradient from the state posteriors ``gamma_t`` of its backward pass as the sums
+    ``R = sum_t gamma_t``, ``S1 = sum_t gamma_t (x_t - mu)``, ``S2 = sum_t gamma_t (x_t - mu)^2``: ``d/d mu = S1 /
+    sigma^2``, ``d/d sigma = (S2 / sigma^2 - R) / sigma``. None where the kernel does not run here (no numba, not on
+    the CPU) or a rescaling normaliser leaves its safe range (the caller then differentiates the log-space recursion).
+
+    Parameters
+    ----------
+    log_init, log_trans : Tensor
+        ``(C, K)`` and ``(C, K, K)`` as in :func:`chains_log_likelihood`.
+    x : Tensor
+        ``(N, D)`` the valid steps' observations, sequence after sequence (as :func:`packed_chains_log_likelihood`'s
+        rows); any fixed shift of ``x`` and ``loc`` together gives the same function (centre both near the data).
+    loc, scale : Tensor
+        ``(C, K, D)`` every chain's emission means and standard deviations.
+    lengths : Tensor
+        ``(B,)`` the sequence lengths (summing to ``N``).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from torch.distributions import Normal
+    >>> log_init = torch.tensor([[0.6, 0.4]], dtype=torch.float64).log()
+    >>> log_trans = torch.tensor([[[0.9, 0.1], [0.2, 0.8]]], dtype=torch.float64).log()
+    >>> x, scale = torch.randn(7, 1, dtype=torch.float64), torch.ones(1, 2, 1, dtype=torch.float64)
+    >>> loc = torch.tensor([[[-1.0], [1.0]]], dtype=torch.float64)
+    >>> frames = Normal(loc[0, :, 0], scale[0, :, 0]).log_prob(x)[:, None]  # (N, C, K)
+    >>> lengths = torch.tensor([4, 3])
+    >>> fast = gaussian_chains_log_likelihood(log_init, log_trans, x, loc, scale, lengths)
+    >>> exact = packed_chains_log_likelihood(log_init, log_trans, frames, lengths)
+    >>> bool(fast is None or torch.isclose(fast.value, exact))
+    True
+    """
+    kernel = _kernel()
+    if kernel is None or not _runs_on_kernel(log_init, log_trans, x, loc, scale) or not lengths.numel():
+        return None
+    init, trans, rows, mean, sd = (
+        np.ascontiguousarray(t.detach().to(torch.float64).numpy()) for t in (log_init, log_trans, x, loc, scale)
+    )
+    chains, k = init.shape
+    lengths = lengths.cpu().to(torch.int64)
+    offsets = (lengths.cumsum(0) - lengths).numpy()
+    lanes = _lanes(lengths.numpy().tobytes(), chains)
+    lane_chain, lane_seq, lane_len, block_steps, block_start = lanes
+    buffer = np.empty(k * int(block_start[-1] + block_steps[-1] * kernel.LANES))
+    value = np.zeros(chains)
+    blocked = _blocked_rows(x, rows, offsets, lanes)
+    precision = 1.0 / (sd * sd)
+    const = -np.log(sd).sum(-1) - rows.shape[1] * _HALF_LOG_TWO_PI
+    kernel.gaussian_gather(
+        blocked, lane_chain, lane_len, block_steps, block_start, mean, precision, const, buffer, value
+    )
+    np.exp(buffer, out=buffer)
+    g_init, g_trans = np.empty((chains, k)), np.empty((chains, k, k))
+    total, first, second = np.zeros((chains, k)), np.zeros(mean.shape), np.zeros(mean.shape)
+    blocks = (lane_chain, lane_len, block_steps, block_start)
+    scores = (blocked, mean, total, first, second)
+    if not kernel.forward_backward(init, trans, *blocks, True, buffer, value, g_init, g_trans, scores):
+        return None
+    g_loc = first * precision
+    g_scale = (second * precision - total[..., None]) / sd
+    dtype = log_init.dtype
+    return GaussianChainsGradient(*(torch.from_numpy(a).to(dtype) for a in (value, g_init, g_trans, g_loc, g_scale)))

@@ -33,6 +33,13 @@ cumulated lengths); rows past a sequence's length are neither read nor written. 
 ``[tiny / eps, max]`` of float64 (an impossible or nearly impossible step; NaN or infinite inputs) makes
 :func:`forward_backward` return False at once: the caller then computes the function in log space.
 
+For diagonal Gaussian emissions (the NUTS potential's path without autograd:
+:func:`~ppmix.engines.hmm_chains.gaussian_chains_log_likelihood`) the rows are laid out once per data set as the lanes
+read them (:func:`block_rows`, ``(T_block, D, LANES)``), :func:`gaussian_gather` computes the emission log-densities
+from them (no ``(R, C, K)`` array, no scatter), and :func:`forward_backward` adds each block's weighted score sums
+``sum_t gamma_t``, ``sum_t gamma_t (x_t - mu)``, ``sum_t gamma_t (x_t - mu)^2`` right after its backward pass, while
+the block is in cache.
+
 numba is imported with this module: import it only where the kernel runs (``import ppmix`` does not load numba).
 """
 
@@ -41,7 +48,15 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["LANES", "forward_backward", "gather", "lane_blocks", "scatter"]
+__all__ = [
+    "LANES",
+    "forward_backward",
+    "gather",
+    "block_rows",
+    "gaussian_gather",
+    "lane_blocks",
+    "scatter",
+]
 
 #: recursions advanced side by side (independent: their operations overlap)
 LANES = 8
@@ -71,30 +86,127 @@ def lane_blocks(lengths: np.ndarray, chains: int) -> tuple[np.ndarray, ...]:
 
 
 @njit(cache=True, nogil=True)
+def _shift_into(frame, buffer, t, v):  # pragma: no cover - compiled
+    """``frame - max(frame)`` into lane ``v``'s step ``t`` of ``buffer`` ``(T, K, LANES)``; the maximum returned."""
+    top = -np.inf
+    for j in range(frame.shape[0]):
+        if frame[j] > top:  # NaN ignored here: it stays NaN and fails the forward pass
+            top = frame[j]
+    for j in range(frame.shape[0]):
+        buffer[t, j, v] = frame[j] - top
+    return top
+
+
+@njit(cache=True, nogil=True)
+def _lanes_of(block, offsets, lane_chain, lane_seq, lane_len, chains, lengths, offset):  # pragma: no cover - compiled
+    """The chain, length and first row of each lane of ``block`` into ``chains``, ``lengths`` and ``offset``."""
+    for v in range(LANES):
+        lane = block * LANES + v
+        chains[v], lengths[v], offset[v] = lane_chain[lane], lane_len[lane], offsets[lane_seq[lane]]
+
+
+@njit(cache=True, nogil=True)
 def gather(frames, offsets, lane_chain, lane_seq, lane_len, block_steps, block_start, emit, shifts):  # pragma: no cover
     """``emit`` (flat; block ``n`` at ``K block_start[n]``, ``(T_n, K, LANES)``): the rows of ``frames`` ``(R, C, K)``
     shifted to a maximum of zero, ``-inf`` past a lane's length; ``shifts[c]``: the sum of chain ``c``'s shifts."""
     k = frames.shape[2]
     chains, lengths, offset = np.empty(LANES, np.int64), np.empty(LANES, np.int64), np.empty(LANES, np.int64)
     for block in range(block_steps.shape[0]):
-        steps, lanes = block_steps[block], block * LANES
+        steps = block_steps[block]
         buffer = emit[k * block_start[block] : k * (block_start[block] + steps * LANES)].reshape((steps, k, LANES))
-        for v in range(LANES):
-            chains[v], lengths[v], offset[v] = lane_chain[lanes + v], lane_len[lanes + v], offsets[lane_seq[lanes + v]]
+        _lanes_of(block, offsets, lane_chain, lane_seq, lane_len, chains, lengths, offset)
         for t in range(steps):
             for v in range(LANES):
                 if t >= lengths[v]:
-                    for j in range(k):
-                        buffer[t, j, v] = -np.inf
-                    continue
-                frame = frames[offset[v] + t, chains[v]]
-                top = -np.inf
-                for j in range(k):
-                    if frame[j] > top:  # NaN ignored here: it stays NaN and fails the forward pass
-                        top = frame[j]
-                shifts[chains[v]] += top
-                for j in range(k):
-                    buffer[t, j, v] = frame[j] - top
+                    buffer[t, :, v] = -np.inf
+                else:
+                    shifts[chains[v]] += _shift_into(frames[offset[v] + t, chains[v]], buffer, t, v)
+
+
+@njit(cache=True, nogil=True)
+def block_rows(x, offsets, lane_seq, lane_len, block_steps, block_start, out):  # pragma: no cover - compiled
+    """The rows ``x`` ``(R, D)`` laid out as the lanes read them: ``out`` (flat; block ``n`` at ``D block_start[n]``,
+    ``(T_n, D, LANES)``), zero past a lane's length."""
+    d = x.shape[1]
+    for block in range(block_steps.shape[0]):
+        steps = block_steps[block]
+        buffer = out[d * block_start[block] : d * (block_start[block] + steps * LANES)].reshape((steps, d, LANES))
+        for v in range(LANES):
+            lane = block * LANES + v
+            offset, length = offsets[lane_seq[lane]], lane_len[lane]
+            for t in range(steps):
+                for i in range(d):
+                    buffer[t, i, v] = x[offset + t, i] if t < length else 0.0
+
+
+@njit(cache=True, nogil=True)
+def _lane_parameters(block, lane_chain, loc, precision, lane_loc, lane_precision):  # pragma: no cover - compiled
+    """The emission means and precisions of each lane of ``block`` (its chain's), ``(D, K, LANES)``."""
+    for v in range(LANES):
+        c = lane_chain[block * LANES + v]
+        for j in range(loc.shape[1]):
+            for i in range(loc.shape[2]):
+                lane_loc[i, j, v] = loc[c, j, i]
+                lane_precision[i, j, v] = precision[c, j, i]
+
+
+@njit(cache=True, nogil=True)
+def gaussian_gather(
+    rows, lane_chain, lane_len, block_steps, block_start, loc, precision, const, emit, shifts
+):  # pragma: no cover - compiled
+    """:func:`gather` of the diagonal Gaussian emission log-densities ``const[c, k] - sum_d (x_d - loc[c, k, d])^2
+    precision[c, k, d] / 2`` of the blocked rows ``rows`` (:func:`block_rows`), computed here (no ``(R, C, K)``
+    array), the lanes side by side."""
+    k, d = loc.shape[1], loc.shape[2]
+    lane_loc, lane_precision = np.empty((d, k, LANES)), np.empty((d, k, LANES))
+    lane_const, lane_shift, top = np.empty((k, LANES)), np.empty(LANES), np.empty(LANES)
+    for block in range(block_steps.shape[0]):
+        steps, lanes = block_steps[block], block * LANES
+        xs = rows[d * block_start[block] : d * (block_start[block] + steps * LANES)].reshape((steps, d, LANES))
+        buffer = emit[k * block_start[block] : k * (block_start[block] + steps * LANES)].reshape((steps, k, LANES))
+        _lane_parameters(block, lane_chain, loc, precision, lane_loc, lane_precision)
+        for v in range(LANES):
+            for j in range(k):
+                lane_const[j, v] = const[lane_chain[lanes + v], j]
+            lane_shift[v] = 0.0
+        shortest = steps
+        for v in range(LANES):
+            shortest = min(shortest, lane_len[lanes + v])
+        for t in range(steps):
+            x_t, out = xs[t], buffer[t]
+            for j in range(k):
+                row, mean, weight = out[j], lane_loc[0, j], lane_precision[0, j]
+                for v in range(LANES):
+                    dev = x_t[0, v] - mean[v]
+                    row[v] = dev * dev * weight[v]
+                for i in range(1, d):
+                    x, mean, weight = x_t[i], lane_loc[i, j], lane_precision[i, j]
+                    for v in range(LANES):
+                        dev = x[v] - mean[v]
+                        row[v] += dev * dev * weight[v]
+                for v in range(LANES):
+                    row[v] = lane_const[j, v] - 0.5 * row[v]
+            for v in range(LANES):
+                top[v] = out[0, v]
+            for j in range(1, k):
+                row = out[j]
+                for v in range(LANES):
+                    top[v] = max(top[v], row[v])  # NaN: NaN emissions, which fail the forward pass
+            for j in range(k):
+                row = out[j]
+                for v in range(LANES):
+                    row[v] -= top[v]
+            if t < shortest:
+                for v in range(LANES):
+                    lane_shift[v] += top[v]
+            else:
+                for v in range(LANES):
+                    if t < lane_len[lanes + v]:
+                        lane_shift[v] += top[v]
+                    else:
+                        out[:, v] = -np.inf
+        for v in range(LANES):
+            shifts[lane_chain[lanes + v]] += lane_shift[v]
 
 
 @njit(cache=True, nogil=True, fastmath={"contract", "reassoc", "nsz", "arcp"}, error_model="numpy")
@@ -162,6 +274,9 @@ def _backward_block(trans, lengths, e, alpha, beta, pairs):  # pragma: no cover 
     ``(K, K, LANES)``; ``beta`` ``(2, K, LANES)``: the step's and the one before, by the step's parity. A lane keeps
     ``beta = 1`` at and past its last step."""
     steps, k = e.shape[0], e.shape[1]
+    shortest = steps
+    for v in range(LANES):
+        shortest = min(shortest, lengths[v])
     beta[(steps - 1) & 1] = 1.0
     for t in range(steps - 1, 0, -1):
         now, before = beta[t & 1], beta[(t - 1) & 1]
@@ -173,24 +288,54 @@ def _backward_block(trans, lengths, e, alpha, beta, pairs):  # pragma: no cover 
                 emitted[v] = forward[v] * b
         for i in range(k):
             back, forward, moves = before[i], alpha[t - 1, i], trans[i]
-            for v in range(LANES):
-                back[v] = 0.0
             for j in range(k):
-                step, pair, move = now[j], pairs[i, j], moves[j]
+                step, pair = now[j], pairs[i, j]
                 for v in range(LANES):
                     pair[v] += forward[v] * step[v]
-                    back[v] += move[v] * step[v]
+            step, move = now[0], moves[0]
             for v in range(LANES):
-                if t >= lengths[v]:
-                    back[v] = 1.0
+                back[v] = move[v] * step[v]
+            for j in range(1, k):
+                step, move = now[j], moves[j]
+                for v in range(LANES):
+                    back[v] += move[v] * step[v]
+            if t >= shortest:
+                for v in range(LANES):
+                    if t >= lengths[v]:
+                        back[v] = 1.0
     for j in range(k):
         for v in range(LANES):
             e[0, j, v] = alpha[0, j, v] * beta[0, j, v]
 
 
+@njit(cache=True, nogil=True, fastmath={"contract", "reassoc", "nsz", "arcp"})
+def _gaussian_block_scores(block, e, xs, lengths, lane_chain, loc, total, first, second):  # pragma: no cover
+    """The sums of the diagonal Gaussian emissions' gradient over one block's posteriors ``e`` ``(T, K, LANES)`` and
+    blocked rows ``xs`` ``(T, D, LANES)``: ``total[c, k] += sum_t p``, ``first[c, k] += sum_t p (x_t - loc[c, k])``,
+    ``second[c, k] += sum_t p (x_t - loc[c, k])^2`` over each lane's valid steps, ``c`` its chain (each sum a loop
+    over the steps with its own accumulator: no store in the loop)."""
+    k, d = loc.shape[1], loc.shape[2]
+    for v in range(LANES):
+        c, steps = lane_chain[block * LANES + v], lengths[v]
+        for j in range(k):
+            mass = 0.0
+            for t in range(steps):
+                mass += e[t, j, v]
+            total[c, j] += mass
+            for i in range(d):
+                mean, linear, square = loc[c, j, i], 0.0, 0.0
+                for t in range(steps):
+                    dev = xs[t, i, v] - mean
+                    weighted = e[t, j, v] * dev
+                    linear += weighted
+                    square += weighted * dev
+                first[c, j, i] += linear
+                second[c, j, i] += square
+
+
 @njit(cache=True, nogil=True)
 def forward_backward(
-    log_init, log_trans, lane_chain, lane_len, block_steps, block_start, want_grad, emit, value, g_init, g_trans
+    log_init, log_trans, lane_chain, lane_len, block_steps, block_start, want_grad, emit, value, g_init, g_trans, scores
 ):  # pragma: no cover - compiled
     """Over the exponentiated blocked emissions ``emit`` (:func:`gather`): ``value[c] += sum of chain c's log c_t``
     and, where ``want_grad``, the posteriors written over ``emit``, the gradients with respect to the log initial
@@ -221,6 +366,11 @@ def forward_backward(
             continue
         pairs[:] = 0.0
         _backward_block(trans, lengths, e, alpha, beta, pairs)
+        if scores is not None:
+            rows, loc, total, first, second = scores
+            d = loc.shape[2]
+            xs = rows[d * block_start[block] : d * (block_start[block] + steps * LANES)].reshape((steps, d, LANES))
+            _gaussian_block_scores(block, e, xs, lengths, lane_chain, loc, total, first, second)
         for v in range(LANES):
             if lengths[v] > 0:
                 c = lane_chain[lanes + v]

@@ -39,7 +39,13 @@ from pyro.poutine.subsample_messenger import _Subsample
 from ppmix.engines.enumeration import is_enumerated
 from ppmix.engines.hmm_chains import packed_chains_log_likelihood
 from ppmix.engines.nuts_priors import closed_form
-from ppmix.engines.potential_grads import component_log_prob, fused_mixture_log_likelihood, mixture_log_likelihood
+from ppmix.engines.potential_grads import (
+    component_log_prob,
+    fused_hmm_log_likelihood,
+    fused_mixture_log_likelihood,
+    hmm_fusable,
+    mixture_log_likelihood,
+)
 from ppmix.engines.site_gradients import site_gradient
 
 if TYPE_CHECKING:
@@ -210,26 +216,34 @@ class FlatPotential:
 
     @cached_property
     def _direct_possible(self) -> bool:
-        """Whether the potential is a stacked mixture's (:func:`_stacks_components`, nothing frozen) whose every site
-        has a closed-form gradient, the weights under the stick-breaking map (what :meth:`_direct` differentiates)."""
+        """Whether :meth:`_direct` may apply: nothing frozen, every site with a closed-form gradient, and the potential
+        a stacked mixture's (:func:`_stacks_components`) with its weights under the stick-breaking map, or an HMM's
+        (:func:`_is_hmm`, its own ``_set_globals``) whose emission sites each have a state axis and whose initial
+        distribution and transitions are under the stick-breaking map."""
         potential = self.potential
         model, sites = potential.model, potential.sites
-        return (
-            model._fixed is None
-            and not _is_hmm(model)
-            and _stacks_components(model, sites)
-            and all(gradient is not None for gradient in potential.site_gradients.values())
-            and isinstance(sites["weights"].transform, StickBreakingTransform)
-        )
+        if model._fixed is not None or any(gradient is None for gradient in potential.site_gradients.values()):
+            return False
+        if _is_hmm(model):
+            specs = model._component_family().sites(int(model.n_components), int(model.n_features_in_))
+            return (
+                _is_own(model, "_set_globals")
+                and not any(spec.shared for spec in specs.values())
+                and set(sites) == {"initial", "transition", *specs}
+                and all(isinstance(sites[s].transform, StickBreakingTransform) for s in ("initial", "transition"))
+            )
+        return _stacks_components(model, sites) and isinstance(sites["weights"].transform, StickBreakingTransform)
 
     def _direct(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         """The potential and its gradient with no autograd graph: each site's prior, log-Jacobian, value and
         derivative in closed form (:mod:`~ppmix.engines.site_gradients`), the likelihood's value and gradients with
-        respect to the components' parameters and the log weights from the compiled kernel
-        (:func:`~ppmix.engines.potential_grads.fused_mixture_log_likelihood`), chained to the coordinates: an
-        element-wise site's by its map's derivative, the weights' through ``log SB(u)`` (``log y_i = log z_i +
-        sum_{j<i} log(1 - z_j)``: ``dL/du_m = g_m (1 - z_m) - z_m sum_{i>m} g_i``). None where the components'
-        parameters are not the site values themselves or the family has no kernel here."""
+        respect to the components' parameters and the log weights (a mixture:
+        :func:`~ppmix.engines.potential_grads.fused_mixture_log_likelihood`) or the log initial distribution and log
+        transitions (an HMM: :func:`~ppmix.engines.potential_grads.fused_hmm_log_likelihood`) from a compiled kernel,
+        chained to the coordinates: an element-wise site's by its map's derivative, a simplex's through the
+        stick-breaking map (:func:`_stick_breaking_gradient`). None where the components' parameters are not the site
+        values themselves or the family has no kernel here; an HMM whose kernel's rescaling fails at ``z`` (a nearly
+        impossible step) gets the autograd path's answer."""
         chains = z.shape[0]
         params = self.unpack(z)
         log_joint = z.new_zeros(chains)
@@ -237,26 +251,72 @@ class FlatPotential:
         for name, gradient in self.potential.site_gradients.items():
             h, grads[name], values[name], derivatives[name] = gradient(params[name])
             log_joint = log_joint + h
-        components, log_weights, stacked = _stacked_components(self.potential.model, values)
-        fused = fused_mixture_log_likelihood(components, self.potential.data, log_weights)
-        if fused is None:
-            return None
-        value, likelihood_grads = fused
+        model = self.potential.model
+        if _is_hmm(model):
+            likelihood = self._hmm_likelihood(values)
+            if likelihood is None:
+                return None
+            if likelihood is _TRANSIENT:
+                return self._by_autograd(z)
+            value, likelihood_grads, components, stacked = likelihood
+            allowed = model._transition_mask.to(z.device)
+            simplexes = {"initial": ("log_init", None), "transition": ("log_trans", allowed)}
+        else:
+            components, log_weights, stacked = _stacked_components(model, values)
+            fused = fused_mixture_log_likelihood(components, self.potential.data, log_weights)
+            if fused is None:
+                return None
+            value, likelihood_grads = fused
+            simplexes = {"weights": ("log_weights", None)}
         for parameter, g in likelihood_grads.items():
-            if parameter == "log_weights":
+            if parameter in {key for key, _ in simplexes.values()}:
                 continue
             site = next((s for s, v in stacked.items() if getattr(components, parameter) is v), None)
             if site is None:
                 return None
             grads[site] = grads[site] + g.reshape(values[site].shape) * derivatives[site]
-        g = likelihood_grads["log_weights"]
-        k = g.shape[-1]
-        offset = torch.arange(k - 1, 0, -1, dtype=z.dtype, device=z.device).log()
-        fraction = torch.sigmoid(params["weights"] - offset)  # z_m
-        later = g.flip(-1).cumsum(-1).flip(-1)[..., 1:]  # sum_{i>m} g_i
-        grads["weights"] = grads["weights"] + g[..., :-1] * (1 - fraction) - fraction * later
+        for site, (key, allowed) in simplexes.items():
+            g = likelihood_grads[key]
+            grads[site] = grads[site] + _stick_breaking_gradient(g, params[site], values[site], allowed)
         grad = torch.cat([grads[name].reshape(chains, -1) for name in self.shapes], dim=-1)
         return -(log_joint + value), -grad
+
+    def _hmm_likelihood(self, values: dict[str, torch.Tensor]) -> Any:
+        """An HMM's likelihood for :meth:`_direct`: its value, gradients, emission components and the stacked
+        emission site values they were built from; None where the family has no kernel here or the rows are not
+        all observed; :data:`_TRANSIENT` where the kernel's rescaling fails at these values."""
+        model, data = self.potential.model, self.potential.data
+        batch = _prediction_batch(model, data)
+        chains, k = values["initial"].shape
+        family = model._component_family()
+        specs = family.sites(k, int(model.n_features_in_))
+        stacked = {site: values[site].reshape(chains * k, *values[site].shape[2:]) for site in specs}
+        components = family.components(stacked, model._scale)
+        if batch.observed is not None or not hmm_fusable(components):
+            return None
+        log_init, log_trans = _hmm_chains_chain(model, values)
+        fused = fused_hmm_log_likelihood(components, batch.rows, log_init, log_trans, data.lengths)
+        if fused is None:
+            return _TRANSIENT
+        return (*fused, components, stacked)
+
+    def _by_autograd(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The potential and its gradient: the sites without a closed-form gradient and the likelihood by autograd."""
+        closed: dict[str, torch.Tensor] = {}
+        with torch.enable_grad():
+            z = z.detach().requires_grad_()
+            potential = self.potential.chains(self.unpack(z), closed)
+            # a likelihood computed outside the graph (the sites' closed-form terms being outside it too) adds nothing
+            connected = potential.requires_grad
+            (grad,) = torch.autograd.grad(potential.sum(), z) if connected else (torch.zeros_like(z),)
+        if closed:  # the closed-form sites' priors and log-Jacobians: d(-h)/du
+            chains = z.shape[0]
+            parts = [
+                closed[name].reshape(chains, -1) if name in closed else z.new_zeros(chains, size)
+                for name, size in zip(self.shapes, self.sizes)
+            ]
+            grad = grad - torch.cat(parts, dim=-1)
+        return potential.detach(), grad
 
     def pack(self, params: dict[str, torch.Tensor]) -> torch.Tensor:
         """``{site: (C, *shape)}`` to ``(C, P)``."""
@@ -275,21 +335,29 @@ class FlatPotential:
             if direct is not None:
                 return direct
             self._direct_possible = False
-        closed: dict[str, torch.Tensor] = {}
-        with torch.enable_grad():
-            z = z.detach().requires_grad_()
-            potential = self.potential.chains(self.unpack(z), closed)
-            # a likelihood computed outside the graph (the sites' closed-form terms being outside it too) adds nothing
-            connected = potential.requires_grad
-            (grad,) = torch.autograd.grad(potential.sum(), z) if connected else (torch.zeros_like(z),)
-        if closed:  # the closed-form sites' priors and log-Jacobians: d(-h)/du
-            chains = z.shape[0]
-            parts = [
-                closed[name].reshape(chains, -1) if name in closed else z.new_zeros(chains, size)
-                for name, size in zip(self.shapes, self.sizes)
-            ]
-            grad = grad - torch.cat(parts, dim=-1)
-        return potential.detach(), grad
+        return self._by_autograd(z)
+
+
+#: :meth:`FlatPotential._hmm_likelihood`'s answer where the kernel's rescaling fails at the given values only
+_TRANSIENT = object()
+
+
+def _stick_breaking_gradient(
+    g: torch.Tensor, u: torch.Tensor, y: torch.Tensor, allowed: torch.Tensor | None
+) -> torch.Tensor:
+    """The gradient with respect to the unconstrained ``u`` (``(..., K - 1)``) of ``sum_i g_i log p_i``, ``p`` the
+    simplex ``y = SB(u)`` (torch's stick-breaking map) masked by ``allowed`` and normalised (as the models normalise
+    it; None: nothing masked, and ``y`` sums to one, so ``p = y``). With ``G = sum_i g_i`` and ``S = sum_i a_i y_i``,
+    ``d / d log y_i = g_i - a_i y_i G / S`` (``g_i = 0`` where ``a_i`` is not), and ``log y_i = log z_i + sum_{j<i}
+    log(1 - z_j)`` (``z_m = sigmoid(u_m - log(K - 1 - m))``) gives ``d / du_m = g_m (1 - z_m) - z_m sum_{i>m} g_i``."""
+    if allowed is not None and not bool(allowed.all()):
+        masked = y * allowed
+        g = g - masked / masked.sum(-1, keepdim=True) * g.sum(-1, keepdim=True)
+    k = g.shape[-1]
+    offset = torch.arange(k - 1, 0, -1, dtype=u.dtype, device=u.device).log()
+    fraction = torch.sigmoid(u - offset)  # z_m
+    later = g.flip(-1).cumsum(-1).flip(-1)[..., 1:]  # sum_{i>m} g_i
+    return g[..., :-1] * (1 - fraction) - fraction * later
 
 
 def _is_hmm(model: "MixtureModel") -> bool:

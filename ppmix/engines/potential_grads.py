@@ -24,7 +24,10 @@ pass over the rows (:mod:`ppmix.engines.mixture_kernel`: the log-densities from 
 (the function the program defines, computed without a graph); in both the gradient flows on by autograd from the
 components' parameters to the sites (the full covariance's ``L`` from its scales and correlation factor: small
 tensors). Each score, and each kernel, is tested equal to autograd's (``tests/inference/test_potential_grads.py``).
-Other families return None from :func:`mixture_log_likelihood`: the potential then differentiates the log-densities
+An HMM with diagonal Gaussian emissions has the same form with the state posteriors in place of the
+responsibilities: :func:`fused_hmm_log_likelihood` takes its value and every gradient from the compiled forward-backward
+(:func:`~ppmix.engines.hmm_chains.gaussian_chains_log_likelihood`). Other families return None from
+:func:`mixture_log_likelihood`: the potential then differentiates the log-densities
 by autograd.
 """
 
@@ -39,9 +42,14 @@ from ppmix.components import FullGaussian
 from ppmix.components.centred import as_centred
 from ppmix.components.gaussian_diag import DiagGaussian
 from ppmix.components.student_t import StudentTComponents
-from ppmix.engines import mixture_kernel
+from ppmix.engines import hmm_chains, mixture_kernel
 
-__all__ = ["component_log_prob", "fused_mixture_log_likelihood", "mixture_log_likelihood"]
+__all__ = [
+    "component_log_prob",
+    "fused_hmm_log_likelihood",
+    "fused_mixture_log_likelihood",
+    "mixture_log_likelihood",
+]
 
 #: ``(components, data, r (N, M)) -> the gradients of sum_n r_nm log p_m(x_n)`` in the order of the family's
 #: :data:`_PARAMETERS`
@@ -178,6 +186,37 @@ def fused_mixture_log_likelihood(
     value, (g_log_weights, *gradients) = fused(components, data, log_weights.detach())
     names = _SCORES[type(components)][0]
     return value, {"log_weights": g_log_weights, **dict(zip(names, gradients))}
+
+
+def hmm_fusable(components: Any) -> bool:
+    """Whether :func:`fused_hmm_log_likelihood` computes an HMM with these emission components: diagonal Gaussians on
+    the CPU, numba installed (the compiled kernel)."""
+    return type(components) is DiagGaussian and components.device.type == "cpu" and hmm_chains._kernel() is not None
+
+
+def fused_hmm_log_likelihood(
+    components: Any, data: Any, log_init: torch.Tensor, log_trans: torch.Tensor, lengths: torch.Tensor
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]] | None:
+    """``sum_b log p(x_b)`` per chain ``(C,)`` of an HMM whose emissions are ``components`` (chain ``c``'s state ``k``
+    at ``c K + k``) and its gradients, without autograd
+    (:func:`~ppmix.engines.hmm_chains.gaussian_chains_log_likelihood` on the rows centred as the family centres them):
+    ``{"log_init": (C, K), "log_trans": (C, K, K), parameter name: a row per component}``; None where
+    :func:`hmm_fusable` does not hold or the kernel's rescaling leaves its safe range (the caller then differentiates
+    by autograd)."""
+    if not hmm_fusable(components):
+        return None
+    data = as_centred(data, components.dtype, components.device)
+    chains, k = log_init.shape
+    loc = (components.loc.detach() - data.shift).reshape(chains, k, -1)
+    scale = components.scale.detach().reshape(chains, k, -1)
+    fused = hmm_chains.gaussian_chains_log_likelihood(
+        log_init.detach(), log_trans.detach(), data.centred, loc, scale, lengths
+    )
+    if fused is None:
+        return None
+    gradients = {"log_init": fused.log_init, "log_trans": fused.log_trans}
+    gradients.update(loc=fused.loc.reshape(chains * k, -1), scale=fused.scale.reshape(chains * k, -1))
+    return fused.value, gradients
 
 
 class _FusedMixtureLogLikelihood(torch.autograd.Function):

@@ -19,6 +19,7 @@ from pyro.infer.mcmc.util import initialize_model
 
 from ppmix import GMM, HMM, PFGMM, Mixture
 from ppmix.components.registry import FAMILIES
+from ppmix.engines import hmm_chains
 from ppmix.engines import potential as potential_module
 from ppmix.engines.potential import FlatPotential, describes_program, likelihood_potential
 from tests.common import (
@@ -61,7 +62,7 @@ CASES = {
 }
 #: the cases whose batched potential has no autograd graph (:meth:`FlatPotential._direct`: a compiled likelihood, every
 #: site's gradient in closed form)
-DIRECT = {"gmm-diag", "gmm-diag-cancelled", "mixture-gaussian", "mixture-student_t"}
+DIRECT = {"gmm-diag", "gmm-diag-cancelled", "hmm-gaussian", "hmm-left-right", "mixture-gaussian", "mixture-student_t"}
 #: the module settings that send a case down its path: (module, name, value)
 PATHS = {
     "gmm-full-whitened": ("ppmix.components.gaussian_full", "MOMENTS_BUDGET_BYTES", 0),
@@ -133,6 +134,46 @@ def test_every_chain_of_the_batched_potential_is_the_potential_of_its_row(case, 
             grads = torch.autograd.grad(expected, list(alone.values()))
             assert float(u[c]) == pytest.approx(float(expected.detach()), rel=1e-10, abs=1e-8)
             torch.testing.assert_close(grad[c], torch.cat([g.reshape(-1) for g in grads]), rtol=1e-8, atol=1e-8)
+
+
+def _flat_at_random_points(case: str, chains: int = 3):
+    model, data = _fitted(case)
+    with model.bayesian():
+        potential = likelihood_potential(model, data)
+    flat = FlatPotential(potential)
+    points = _random_points(potential, chains, seed=5)
+    return model, flat, flat.pack({name: torch.stack([point[name] for point in points]) for name in points[0]})
+
+
+@pytest.mark.parametrize("case", ["hmm-gaussian", "hmm-left-right"])
+def test_the_diag_gaussian_hmm_potential_runs_without_autograd(case, monkeypatch):
+    """An HMM with diagonal Gaussian emissions (forbidden transitions included): its batched potential and gradient
+    come from the compiled kernel and the closed-form site gradients, with no autograd pass, and equal the autograd
+    path's."""
+    model, flat, z = _flat_at_random_points(case)
+    expected = flat._by_autograd(z)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("autograd was used")
+
+    monkeypatch.setattr(torch.autograd, "grad", refuse)
+    with model.bayesian():
+        u, grad = flat(z)
+    assert flat._direct_possible
+    torch.testing.assert_close(u, expected[0], rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(grad, expected[1], rtol=1e-10, atol=1e-10)
+
+
+def test_an_hmm_kernel_failure_falls_back_for_that_call_only(monkeypatch):
+    """Where the kernel's rescaling fails at a point (a nearly impossible step), that call gets the autograd path's
+    answer and the next calls still try the kernel."""
+    model, flat, z = _flat_at_random_points("hmm-gaussian")
+    expected = flat._by_autograd(z)
+    monkeypatch.setattr(hmm_chains, "gaussian_chains_log_likelihood", lambda *args: None)
+    u, grad = flat(z)
+    assert flat._direct_possible
+    torch.testing.assert_close(u, expected[0], rtol=0, atol=0)
+    torch.testing.assert_close(grad, expected[1], rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("case", ["gmm-full", "mixture-poisson", "hmm-gaussian"])

@@ -1,6 +1,7 @@
 """The closed-form gradients of NUTS's potential equal autograd's: the mixture log-likelihood and the component
 log-densities of :mod:`ppmix.engines.potential_grads` (diagonal and full Gaussian, diagonal Student t) and the
-chain-batched HMM forward of :mod:`ppmix.engines.hmm_chains`, at random parameters, to 1e-10."""
+chain-batched HMM forward of :mod:`ppmix.engines.hmm_chains` (also with diagonal Gaussian emissions scored inside the
+kernel), at random parameters, to 1e-10."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from ppmix.engines.hmm_chains import (
     _exact_log_likelihood,
     _torch_log_likelihood,
     chains_log_likelihood,
+    gaussian_chains_log_likelihood,
     packed_chains_log_likelihood,
 )
 from ppmix.engines.potential_grads import component_log_prob, mixture_log_likelihood
@@ -256,3 +258,75 @@ def test_hmm_chains_fall_back_where_a_step_is_impossible():
         value = path(log_init, log_trans, log_emit, lengths)
         assert value.shape == (1,) and torch.isneginf(value).all()
         assert torch.equal(value, log_likelihood(log_init[0], log_trans[0], log_emit[0], lengths).sum()[None])
+
+
+def _gaussian_hmm_case(generator, chains, states, lengths, forbidden, dims):
+    """Random chain parameters (:func:`_hmm_case`'s), rows ``(N, D)`` away from the origin, emission means and
+    standard deviations ``(C, K, D)``, leaves of the autograd graph."""
+    log_init, log_trans, _ = _hmm_case(generator, chains, states, lengths, forbidden)
+    x = 5.0 + 2 * torch.randn(int(lengths.sum()), dims, generator=generator, dtype=F64)
+    loc = (5.0 + 2 * torch.randn(chains, states, dims, generator=generator, dtype=F64)).requires_grad_()
+    scale = (0.3 + torch.rand(chains, states, dims, generator=generator, dtype=F64)).requires_grad_()
+    return log_init, log_trans, x, loc, scale
+
+
+def _gaussian_hmm_reference(log_init, log_trans, x, loc, scale, lengths):
+    """``sum_b log p(x_b)`` per chain by the family's ``log_prob`` and ppmix's log-space forward recursion
+    (:func:`~ppmix.algorithms.forward_backward.log_likelihood`), differentiable by autograd."""
+    chains, k, dims = loc.shape
+    frames = DiagGaussian(loc.reshape(-1, dims), scale.reshape(-1, dims)).log_prob(x).reshape(-1, chains, k)
+    mask = torch.arange(int(lengths.max())) < lengths[:, None]
+    log_emit = frames.new_zeros(chains, len(lengths), int(lengths.max()), k)
+    log_emit[:, mask] = frames.transpose(0, 1)
+    return _exact_log_likelihood(log_init, log_trans, log_emit, lengths)
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    chains=st.integers(1, 3),
+    states=st.integers(1, 4),
+    dims=st.integers(1, 3),
+    lengths=st.lists(st.integers(1, 9), min_size=1, max_size=12),
+    forbidden=st.booleans(),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_gaussian_hmm_kernel_equals_autograd_of_the_log_space_recursion(chains, states, dims, lengths, forbidden, seed):
+    """The kernel that scores diagonal Gaussian emissions itself gives the value and the gradients with respect to the
+    log initial distributions, log transitions, means and standard deviations that autograd gives through the
+    family's ``log_prob`` and the log-space recursion, to 1e-10 (padding, forbidden transitions, one state, unequal
+    lengths, more sequences than a block of lanes)."""
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.tensor(lengths)
+    inputs = _gaussian_hmm_case(generator, chains, states, lengths, forbidden, dims)
+    fast = gaussian_chains_log_likelihood(*inputs, lengths)
+    exact = _gaussian_hmm_reference(*inputs, lengths)
+    leaves = [inputs[0], inputs[1], inputs[3], inputs[4]]
+    expected = [exact, *_gradients(exact.sum(), leaves)]
+    got = [fast.value, fast.log_init, fast.log_trans, fast.loc, fast.scale]
+    for name, a, b in zip(("value", "log_init", "log_trans", "loc", "scale"), got, expected):
+        a, b = (torch.nan_to_num(v.detach(), neginf=0.0) for v in (a, b))
+        scale = float(b.abs().max().clamp(min=1.0))
+        assert torch.allclose(a, b, rtol=1e-10, atol=1e-10 * scale), (name, float((a - b).abs().max()))
+
+
+def test_gaussian_hmm_kernel_declines_an_impossible_step():
+    """A step that the only allowed path explains with a density of ``exp(-5e9)`` (the rescaling normaliser underflows):
+    None, for the caller's log-space recursion, which gives the value."""
+    log_init = torch.tensor([[0.0, float("-inf")]], dtype=F64)
+    log_trans = torch.tensor([[[0.0, float("-inf")], [float("-inf"), 0.0]]], dtype=F64)
+    x = torch.tensor([[0.0], [100.0]], dtype=F64)  # state 0 cannot have emitted step 1
+    loc = torch.tensor([[[0.0], [100.0]]], dtype=F64)
+    scale = torch.full((1, 2, 1), 1e-3, dtype=F64)
+    lengths = torch.tensor([2])
+    assert gaussian_chains_log_likelihood(log_init, log_trans, x, loc, scale, lengths) is None
+    assert float(_gaussian_hmm_reference(log_init, log_trans, x, loc, scale, lengths)) < -4e9
+
+
+def test_gaussian_hmm_kernel_needs_numba(monkeypatch):
+    """Without numba the kernel declines (the potential then differentiates by autograd)."""
+    monkeypatch.setattr(hmm_chains, "_kernel", lambda: None)
+    generator = torch.Generator().manual_seed(2)
+    lengths = torch.tensor([3, 2])
+    assert gaussian_chains_log_likelihood(*_gaussian_hmm_case(generator, 2, 2, lengths, False, 1), lengths) is None
+    components = DiagGaussian(torch.zeros(2, 1, dtype=F64), torch.ones(2, 1, dtype=F64))
+    assert not potential_grads.hmm_fusable(components)
