@@ -132,7 +132,8 @@ class LikelihoodPotential:
         for name, site in self.sites.items():
             values[name], log_density = site.log_density(params[name])
             log_joint = log_joint + log_density
-        self.model._set_globals(values)
+        # the setter autograd sees through: a model whose ``_set_globals`` detaches (a MixtureOfExperts) has one
+        getattr(self.model, "_assign_globals", self.model._set_globals)(values)
         return -(log_joint + self._log_likelihood())
 
     def chains(self, params: dict[str, torch.Tensor], gradients: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
@@ -160,8 +161,9 @@ class LikelihoodPotential:
         if _stacks_components(self.model, values):
             return -(log_joint + _mixture_chains_log_likelihood(self.model, self.data, values))
         per_chain = []
+        assign = getattr(self.model, "_assign_globals", self.model._set_globals)  # as in :meth:`__call__`
         for c in range(chains):
-            self.model._set_globals({name: value[c] for name, value in values.items()})
+            assign({name: value[c] for name, value in values.items()})
             per_chain.append(self._log_likelihood())
         return -(log_joint + torch.stack(per_chain))
 

@@ -13,6 +13,7 @@ stale). Known ppmix bugs are strict xfails listed in ``KNOWN_BUGS``.
 
 from __future__ import annotations
 
+import copy
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -25,6 +26,8 @@ import torch
 import ppmix
 import ppmix.models
 from ppmix import GMM, HMM, HSMM, PFGMM, PFHMM, Mixture, MixtureModel, MixtureOfExperts, SupervisedGMM, SupervisedHMM
+from ppmix.engines.params import local_params
+from ppmix.engines.potential import FlatPotential, likelihood_potential
 from ppmix.engines.result import ConvergenceWarning
 from ppmix.models import PFGMMGibbs
 from tests.common import (
@@ -574,3 +577,99 @@ def test_bad_sample_weight_is_an_error_naming_it(case_id, item, bad):
     make_weight, message = BAD_WEIGHTS[bad]
     with pytest.raises(ValueError, match=rf"sample_weight must .*{message}"):
         fit(case, case.make(), x, y, sample_weight=make_weight(len(x)))
+
+
+# ------------------------------------------------------------------------------ NUTS's potential
+#: the cases whose ``engine="mcmc"`` runs on the traced Pyro program, not on ppmix's potential
+#: (``likelihood_potential`` gives None): checked, so that the table cannot go stale
+TRACED_PROGRAM = {
+    "HSMM": "no hooks of the program's likelihood",
+    "HSMM-poisson-nonparametric": "no hooks of the program's likelihood",
+    "PFGMM": "the relevance indicators are discrete global sites",
+    "PFHMM": "the relevance indicators are discrete global sites",
+    "SupervisedGMM": "the relevance indicators are discrete global sites",
+    "SupervisedHMM": "the relevance indicators are discrete global sites",
+    "user-StudentT-svi": "a program of the user's own",
+    "PFGMMGibbs": "a Gibbs sampler, no engine='mcmc'",
+}
+
+
+def _regression_sequences(n_sequences: int = 4, length: int = 8) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Sequences of two alternating linear-regression states on one input (slopes 2 and -1)."""
+    rng = np.random.default_rng(0)
+    inputs = [rng.normal(size=(length, 1)) for _ in range(n_sequences)]
+    seqs = [
+        np.where(np.arange(length)[:, None] // 4 % 2, -u + 3, 2 * u) + 0.3 * rng.normal(size=u.shape) for u in inputs
+    ]
+    return seqs, inputs
+
+
+#: further ways onto ppmix's potential: frozen parameters (no coordinates) and regression emissions (inputs)
+#: ``id -> (model, X, fit options, prepare_data options)``
+POTENTIAL_VARIANTS: dict[str, Callable[[], tuple[Any, Any, dict, dict]]] = {
+    "GMM-frozen": lambda: (
+        GMM(2, covariance_type="full", **QUIET),
+        _blobs()[0],
+        {"fixed": {"weights": torch.tensor([0.4, 0.6], dtype=torch.float64)}},
+        {},
+    ),
+    "HMM-frozen": lambda: (
+        HMM(2, **QUIET),
+        _sequences()[0],
+        {"fixed": {"transition": torch.tensor([[0.8, 0.2], [0.3, 0.7]], dtype=torch.float64)}},
+        {},
+    ),
+    "HMM-linear_regression": lambda: (
+        HMM(2, emission="linear_regression", **QUIET),
+        _regression_sequences()[0],
+        {"inputs": _regression_sequences()[1]},
+        {"inputs": _regression_sequences()[1]},
+    ),
+}
+
+
+def _on_potential(case_id: str, fitted: Any) -> tuple[Any, Any]:
+    """A copy of the case's model fitted (its globals are then the potential's to set) and its prepared data."""
+    if case_id in POTENTIAL_VARIANTS:
+        model, x, fit_options, data_options = POTENTIAL_VARIANTS[case_id]()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model.fit(x, max_iter=5, **fit_options)
+        return model, model.prepare_data(x, **data_options)
+    model, _, x, y = fitted(case_id)
+    model = copy.deepcopy(model)
+    return model, (model.prepare_data(x) if y is None else model.prepare_data(x, y))
+
+
+@pytest.mark.parametrize("case_id", [*CASES, *POTENTIAL_VARIANTS])
+def test_the_gradient_of_the_nuts_potential_is_its_finite_difference(case_id, fitted):
+    """For every model NUTS runs on ppmix's own potential (:mod:`ppmix.engines.potential`): at two chains jittered
+    about the fit, in float64, the gradient :class:`FlatPotential` returns equals the central finite difference of
+    the potential it returns, in four random coordinates (a likelihood outside the autograd graph leaves only the
+    priors' gradient: a MixtureOfExperts once did). The others get no potential (``TRACED_PROGRAM``)."""
+    if case_id in TRACED_PROGRAM:
+        if hasattr(CASES[case_id].make(), "bayesian"):
+            model, data = _on_potential(case_id, fitted)
+            with local_params(), model.bayesian():
+                assert likelihood_potential(model, data) is None
+        return
+    model, data = _on_potential(case_id, fitted)
+    assert model.dtype == torch.float64
+    gen = torch.Generator().manual_seed(0)
+    with local_params(), model.bayesian():
+        potential = likelihood_potential(model, data)
+        assert potential is not None
+        flat = FlatPotential(potential)
+        fit_point = flat.pack({k: v[None] for k, v in potential.unconstrained(model._get_globals()).items()})
+        # a forbidden transition's coordinate is -inf: any finite value is as good (it is masked)
+        z = fit_point.clamp(-5.0, 5.0) + 0.1 * torch.randn(2, fit_point.shape[1], generator=gen, dtype=torch.float64)
+        value, grad = flat(z)
+        assert torch.isfinite(value).all()
+        step = 1e-5
+        for i in torch.randperm(z.shape[1], generator=gen)[:4].tolist():
+            shift = torch.zeros_like(z)
+            shift[:, i] = step
+            difference = (flat(z + shift)[0] - flat(z - shift)[0]) / (2 * step)
+            torch.testing.assert_close(
+                grad[:, i], difference, rtol=1e-5, atol=1e-5, msg=lambda m, i=i: f"coordinate {i}: {m}"
+            )
