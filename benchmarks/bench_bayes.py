@@ -36,9 +36,11 @@ traced program (``initialize_model``'s potential, discrete latents enumerated), 
 spent in the batched potential and its gradient (the rest is the sampler's tree building in Python).
 
 Before the first row ppmix's NUTS runs once, untimed, on two tiny mixtures (a diagonal GMM and a Student t: 100 rows,
-2 chains x (20 + 20)): the process's first-use costs (lazy imports, loading the compiled likelihood kernels of
-:mod:`ppmix.engines.mixture_kernel`) are paid there, as NumPyro's ``import jax`` is not timed either, so the first row
-does not carry them; NumPyro's cold figure still includes its compilation of every model.
+2 chains x (20 + 20)) and a tiny Gaussian HMM (3 x 15): the process's first-use costs (lazy imports, loading the
+compiled kernels of :mod:`ppmix.engines.mixture_kernel` and :mod:`ppmix.engines.hmm_kernel` from numba's on-disk cache,
+or compiling them where that cache is empty: once per installation, about 10 s) are paid there, as NumPyro's
+``import jax`` is not timed either, so the first row does not carry them; NumPyro's cold figure still includes its
+compilation of every model (JAX compiles per model and shape, in every process).
 
 **Scale** (section ``nuts``, rows ``nuts_scale``): the issue's two "under 2 minutes" cases, a diagonal GMM with N = 20 000
 (D = 2, K = 3) and a Gaussian HMM of 200 sequences x 200 steps (K = 3), 4 chains x (1 000 warmup + 1 000 draws), run
@@ -437,13 +439,14 @@ ROWS_DONE: list[str] = []
 
 
 def warm_up_ppmix_nuts(seed: int) -> None:
-    """ppmix's NUTS once, untimed, on a tiny diagonal GMM and a tiny Student-t mixture: the process's first-use costs
-    (module notes) paid before the timed rows."""
+    """ppmix's NUTS once, untimed, on a tiny diagonal GMM, a tiny Student-t mixture and a tiny Gaussian HMM: the
+    process's first-use costs (module notes; the compiled kernels loaded from numba's on-disk cache, or compiled once
+    per installation where the cache is empty) paid before the timed rows."""
     rng = np.random.default_rng(seed)
     rows = np.where(rng.random(100) < 0.5, -3.0, 3.0)[:, None] + rng.normal(size=(100, 2))
     models = (GMM(2, covariance_type="diag", seed=seed, progress=False), Mixture(2, family="student_t", seed=seed,
-              progress=False))  # fmt: skip
-    for model, data in zip(models, (rows, rows[:, :1])):
+              progress=False), HMM(2, covariance_type="diag", seed=seed, progress=False))  # fmt: skip
+    for model, data in zip(models, (rows, rows[:, :1], hmm_data(3, 15, "gaussian", seed))):
         run_ppmix_nuts(model, data, 20, 20, NUTS_CHAINS, "ppmix")
 
 
