@@ -12,7 +12,10 @@ other (the potential then differentiates the site by autograd):
   derivative is then the complex-step derivative ``h'(u) = Im h(u + i e) / e`` (Squire & Trapp 1998): exact to
   rounding for an analytic ``h`` (no difference is taken), one complex evaluation for every coordinate at once. The
   construction checks it against autograd at two points and declines a site where it differs (an operation that is
-  not analytic, such as ``abs``);
+  not analytic, such as ``abs``). Where the map is ``a + b exp(u)`` or ``a + b u`` (``positive``, ``greater_than``,
+  ``real``), the map, its derivative and its log-Jacobian are computed in closed form and the prior's derivative at
+  ``T(u)`` comes from :func:`~ppmix.engines.nuts_priors.closed_form_derivative` (real arithmetic), or by the complex
+  step where the family has none, chained by ``T'(u)``;
 * a **Dirichlet** prior on the simplex under the stick-breaking map ``y = SB(u)`` (torch's
   ``StickBreakingTransform``: ``z_i = sigmoid(u_i - log(K - 1 - i))``, ``y_i = z_i prod_{j<i} (1 - z_j)``). The
   stick-breaking fractions of a ``Dirichlet(alpha)`` are independent, ``z_i ~ Beta(alpha_i, beta_i)`` with ``beta_i =
@@ -42,7 +45,7 @@ from torch.distributions.transforms import (
     Transform,
 )
 
-from ppmix.engines.nuts_priors import closed_form
+from ppmix.engines.nuts_priors import closed_form, closed_form_derivative
 
 __all__ = ["COMPLEX_STEP", "SiteGradient", "site_gradient"]
 
@@ -81,7 +84,7 @@ def _elementwise(prior: torch.distributions.Distribution, transform: Transform) 
 
     affine = _exp_affine(base)
     if affine is not None:
-        return _exp_affine_site(density, *affine)
+        return _exp_affine_site(closed_form_derivative(prior) or _complex_step(density), *affine)
 
     def value_and_gradient(u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         shifted = torch.complex(u, torch.full_like(u, COMPLEX_STEP))
@@ -114,24 +117,37 @@ def _exp_affine(transform: Transform) -> tuple[bool, Any, Any] | None:
     return exponential, a, b
 
 
-def _exp_affine_site(
-    density: Callable[[torch.Tensor], torch.Tensor], exponential: bool, a: Any, b: Any
-) -> SiteGradient:
+def _complex_step(density: Callable[[torch.Tensor], torch.Tensor]) -> Callable:
+    """``x -> (density(x), density'(x))`` by the complex step (module notes), for a prior without a closed-form
+    derivative (:func:`~ppmix.engines.nuts_priors.closed_form_derivative`)."""
+
+    def value_and_derivative(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        stepped = density(torch.complex(x, torch.full_like(x, COMPLEX_STEP)))
+        return stepped.real, stepped.imag / COMPLEX_STEP
+
+    return value_and_derivative
+
+
+def _exp_affine_site(density: Callable, exponential: bool, a: Any, b: Any) -> SiteGradient:
     """The value and gradient of a site under ``T(u) = a + b exp(u)`` (or ``a + b u``): the map, its derivative and
-    its log-Jacobian ``log |b| + u`` (or ``log |b|``) in closed form, the prior's derivative by the complex step at
-    ``T(u)``, chained by ``T'(u)``: fewer complex operations than stepping through the whole map."""
+    its log-Jacobian ``log |b| + u`` (or ``log |b|``) in closed form, the prior's value and derivative at ``T(u)``
+    from ``density`` (``x -> (log p(x), d log p / dx)``), chained by ``T'(u)``: no complex arithmetic through the
+    map, and none at all where the prior's derivative has a closed form."""
     log_b = torch.as_tensor(b).abs().log()
 
     def value_and_gradient(u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         grown = u.exp() if exponential else u
         value = a + b * grown
         derivative = (b * grown).expand_as(u) if exponential else torch.as_tensor(b, dtype=u.dtype).expand_as(u)
-        prior = density(torch.complex(value, torch.full_like(value, COMPLEX_STEP)))
-        h = prior.real + log_b + u if exponential else prior.real + log_b
-        grad = prior.imag / COMPLEX_STEP * derivative
+        log_prior, d_log_prior = density(value)
         if exponential:
-            grad = grad + 1.0
-        return h.reshape(u.shape[0], -1).sum(-1), grad, value, derivative
+            return (
+                (log_prior + log_b + u).reshape(u.shape[0], -1).sum(-1),
+                d_log_prior * derivative + 1.0,
+                value,
+                derivative,
+            )
+        return (log_prior + log_b).reshape(u.shape[0], -1).sum(-1), d_log_prior * derivative, value, derivative
 
     return value_and_gradient
 
