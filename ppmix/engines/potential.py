@@ -215,6 +215,19 @@ class FlatPotential:
         opts = {"dtype": potential.model.dtype, "device": potential.model._device}
         self.shapes = {name: site.unconstrained_full(0.0, opts).shape for name, site in potential.sites.items()}
         self.sizes = [int(torch.Size(shape).numel()) for shape in self.shapes.values()]
+        #: the site whose values each of the components' parameters is, found at :meth:`_direct`'s first call
+        self._parameter_sites: dict[str, str] = {}
+
+    @cached_property
+    def _is_hmm(self) -> bool:
+        return _is_hmm(self.potential.model)
+
+    @cached_property
+    def _layout(self) -> tuple[Any, dict[str, Any]]:
+        """The model's component family and its sites (:func:`_stacked_components`), looked up once."""
+        model = self.potential.model
+        family = model._component_family()
+        return family, family.sites(int(model.n_components), int(model.n_features_in_))
 
     @cached_property
     def _direct_possible(self) -> bool:
@@ -254,7 +267,7 @@ class FlatPotential:
             h, grads[name], values[name], derivatives[name] = gradient(params[name])
             log_joint = log_joint + h
         model = self.potential.model
-        if _is_hmm(model):
+        if self._is_hmm:
             likelihood = self._hmm_likelihood(values)
             if likelihood is None:
                 return None
@@ -264,18 +277,22 @@ class FlatPotential:
             allowed = model._transition_mask.to(z.device)
             simplexes = {"initial": ("log_init", None), "transition": ("log_trans", allowed)}
         else:
-            components, log_weights, stacked = _stacked_components(model, values)
+            components, log_weights, stacked = _stacked_components(model, values, self._layout)
             fused = fused_mixture_log_likelihood(components, self.potential.data, log_weights)
             if fused is None:
                 return None
             value, likelihood_grads = fused
             simplexes = {"weights": ("log_weights", None)}
+        simplex_keys = {key for key, _ in simplexes.values()}
         for parameter, g in likelihood_grads.items():
-            if parameter in {key for key, _ in simplexes.values()}:
+            if parameter in simplex_keys:
                 continue
-            site = next((s for s, v in stacked.items() if getattr(components, parameter) is v), None)
+            site = self._parameter_sites.get(parameter)
             if site is None:
-                return None
+                site = next((s for s, v in stacked.items() if getattr(components, parameter) is v), None)
+                if site is None:
+                    return None
+                self._parameter_sites[parameter] = site
             grads[site] = grads[site] + g.reshape(values[site].shape) * derivatives[site]
         for site, (key, allowed) in simplexes.items():
             g = likelihood_grads[key]
@@ -391,14 +408,15 @@ def _stacks_components(model: Any, sites: dict[str, Any]) -> bool:
 
 
 def _stacked_components(
-    model: Any, values: dict[str, torch.Tensor]
+    model: Any, values: dict[str, torch.Tensor], layout: tuple[Any, dict[str, Any]] | None = None
 ) -> tuple[Any, torch.Tensor, dict[str, torch.Tensor]]:
     """Every chain's components as one set of ``C K`` (chain ``c``'s component ``k`` at ``c K + k``), the log weights
     ``(C, K)`` normalised as :meth:`Mixture._set_globals` normalises them, and the stacked site values the components
-    were built from ``{site: (C K, ...)}``."""
-    family, k = model._component_family(), int(model.n_components)
+    were built from ``{site: (C K, ...)}`` (``layout``: the model's component family and its sites, if looked up
+    already)."""
+    k = int(model.n_components)
+    family, specs = layout or (model._component_family(), model._component_family().sites(k, int(model.n_features_in_)))
     chains = values["weights"].shape[0]
-    specs = family.sites(k, int(model.n_features_in_))
     stacked = {site: values[site].reshape(chains * k, *values[site].shape[2:]) for site in specs}
     weights = values["weights"]
     log_weights = (weights / weights.sum(-1, keepdim=True)).log()

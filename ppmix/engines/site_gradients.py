@@ -12,7 +12,10 @@ other (the potential then differentiates the site by autograd):
   derivative is then the complex-step derivative ``h'(u) = Im h(u + i e) / e`` (Squire & Trapp 1998): exact to
   rounding for an analytic ``h`` (no difference is taken), one complex evaluation for every coordinate at once. The
   construction checks it against autograd at two points and declines a site where it differs (an operation that is
-  not analytic, such as ``abs``);
+  not analytic, such as ``abs``). Where the map is ``a + b exp(u)`` or ``a + b u`` (``positive``, ``greater_than``,
+  ``real``), the map, its derivative and its log-Jacobian are computed in closed form and the prior's derivative at
+  ``T(u)`` comes from :func:`~ppmix.engines.nuts_priors.closed_form_derivative` (real arithmetic), or by the complex
+  step where the family has none, chained by ``T'(u)``;
 * a **Dirichlet** prior on the simplex under the stick-breaking map ``y = SB(u)`` (torch's
   ``StickBreakingTransform``: ``z_i = sigmoid(u_i - log(K - 1 - i))``, ``y_i = z_i prod_{j<i} (1 - z_j)``). The
   stick-breaking fractions of a ``Dirichlet(alpha)`` are independent, ``z_i ~ Beta(alpha_i, beta_i)`` with ``beta_i =
@@ -28,7 +31,7 @@ the potential and its gradient with Pyro's traced program).
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -42,7 +45,7 @@ from torch.distributions.transforms import (
     Transform,
 )
 
-from ppmix.engines.nuts_priors import closed_form
+from ppmix.engines.nuts_priors import closed_form, closed_form_derivative
 
 __all__ = ["COMPLEX_STEP", "SiteGradient", "site_gradient"]
 
@@ -79,11 +82,72 @@ def _elementwise(prior: torch.distributions.Distribution, transform: Transform) 
     if base is None or density is None or _univariate(prior).event_shape != ():
         return None
 
+    affine = _exp_affine(base)
+    if affine is not None:
+        return _exp_affine_site(closed_form_derivative(prior) or _complex_step(density), *affine)
+
     def value_and_gradient(u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         shifted = torch.complex(u, torch.full_like(u, COMPLEX_STEP))
         value = base(shifted)
         h = density(value) + base.log_abs_det_jacobian(shifted, value)
         return h.real.reshape(u.shape[0], -1).sum(-1), h.imag / COMPLEX_STEP, value.real, value.imag / COMPLEX_STEP
+
+    return value_and_gradient
+
+
+def _parts(transform: Transform) -> list[Transform]:
+    """``transform``'s element-wise maps in the order they apply (compositions flattened)."""
+    if isinstance(transform, ComposeTransform):
+        return [part for inner in transform.parts for part in _parts(inner)]
+    return [transform]
+
+
+def _exp_affine(transform: Transform) -> tuple[bool, Any, Any] | None:
+    """``(exponential, a, b)`` where the element-wise ``transform`` is ``T(u) = a + b exp(u)`` (``exponential``) or
+    ``a + b u``: at most one exponential map, first, then affine maps (as ``biject_to`` builds them for ``real``,
+    ``positive`` and ``greater_than``); None for any other composition."""
+    parts = _parts(transform)
+    exponential = bool(parts) and isinstance(parts[0], ExpTransform)
+    a: Any = 0.0
+    b: Any = 1.0
+    for part in parts[int(exponential) :]:
+        if not isinstance(part, AffineTransform):
+            return None
+        a, b = part.loc + part.scale * a, part.scale * b
+    return exponential, a, b
+
+
+def _complex_step(density: Callable[[torch.Tensor], torch.Tensor]) -> Callable:
+    """``x -> (density(x), density'(x))`` by the complex step (module notes), for a prior without a closed-form
+    derivative (:func:`~ppmix.engines.nuts_priors.closed_form_derivative`)."""
+
+    def value_and_derivative(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        stepped = density(torch.complex(x, torch.full_like(x, COMPLEX_STEP)))
+        return stepped.real, stepped.imag / COMPLEX_STEP
+
+    return value_and_derivative
+
+
+def _exp_affine_site(density: Callable, exponential: bool, a: Any, b: Any) -> SiteGradient:
+    """The value and gradient of a site under ``T(u) = a + b exp(u)`` (or ``a + b u``): the map, its derivative and
+    its log-Jacobian ``log |b| + u`` (or ``log |b|``) in closed form, the prior's value and derivative at ``T(u)``
+    from ``density`` (``x -> (log p(x), d log p / dx)``), chained by ``T'(u)``: no complex arithmetic through the
+    map, and none at all where the prior's derivative has a closed form."""
+    log_b = torch.as_tensor(b).abs().log()
+
+    def value_and_gradient(u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        grown = u.exp() if exponential else u
+        value = a + b * grown
+        derivative = (b * grown).expand_as(u) if exponential else torch.as_tensor(b, dtype=u.dtype).expand_as(u)
+        log_prior, d_log_prior = density(value)
+        if exponential:
+            return (
+                (log_prior + log_b + u).reshape(u.shape[0], -1).sum(-1),
+                d_log_prior * derivative + 1.0,
+                value,
+                derivative,
+            )
+        return (log_prior + log_b).reshape(u.shape[0], -1).sum(-1), d_log_prior * derivative, value, derivative
 
     return value_and_gradient
 

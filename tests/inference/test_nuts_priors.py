@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ppmix.engines.nuts_priors import closed_form
+from ppmix.engines.nuts_priors import closed_form, closed_form_derivative
 from ppmix.engines.potential import likelihood_potential
 from tests.inference.test_potential import CASES, _fitted
 
@@ -52,6 +52,23 @@ def test_the_closed_form_is_the_distributions_log_prob(name, seed):
     base = prior.base_dist if isinstance(prior, dist.Independent) else prior
     tolerance = 1e-6 if isinstance(base, dist.TransformedDistribution) else 1e-10
     torch.testing.assert_close(got, expected, rtol=tolerance, atol=tolerance)
+
+
+@settings(max_examples=10, deadline=None)
+@given(name=st.sampled_from(sorted(set(PRIORS) - {"dirichlet", "lkj_cholesky"})), seed=st.integers(0, 2**16))
+def test_the_closed_form_derivative_is_autograds(name, seed):
+    """The univariate families' value equals :func:`closed_form`'s and its derivative autograd's of it, at values
+    drawn from the prior for four chains at once; a multivariate family has none."""
+    gen = torch.Generator().manual_seed(seed)
+    prior = PRIORS[name](gen)
+    torch.manual_seed(seed)
+    value = prior.sample((4,)).requires_grad_()
+    expected = closed_form(prior)(value)
+    (expected_derivative,) = torch.autograd.grad(expected.sum(), value)
+    got, derivative = closed_form_derivative(prior)(value.detach())
+    torch.testing.assert_close(got, expected.detach(), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(derivative, expected_derivative, rtol=1e-10, atol=1e-10)
+    assert closed_form_derivative(PRIORS["dirichlet"](gen)) is None
 
 
 def test_an_unknown_family_has_no_closed_form():
